@@ -1,0 +1,49 @@
+"""accelkit: one PyTorch training script for every accelerator, composed from plugins.
+
+    import accelkit
+
+    class Model(accelkit.Module):
+        ...
+
+    accelkit.Trainer(accelerator="auto", devices="auto", precision="32-true").fit(Model())
+"""
+
+from accelkit.__about__ import __version__
+from accelkit.accelerator import Accelerator
+from accelkit.callbacks import Callback
+from accelkit.errors import AccelkitError, ConfigurationError, PluginConflictError, PluginError, WorkerError
+from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
+from accelkit.module import Module
+from accelkit.precision import MixedPrecision, Precision, TruePrecision
+from accelkit.records import AcceleratorRecord, PrecisionRecord, RunConfig, StrategyRecord
+from accelkit.strategy import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy, Strategy
+from accelkit.trainer import Trainer
+from accelkit.utils import seed_everything
+
+__all__ = [
+    "HOOK_API_VERSION",
+    "Accelerator",
+    "AcceleratorRecord",
+    "AccelkitError",
+    "Callback",
+    "ConfigurationError",
+    "DDPSpawnStrategy",
+    "DDPStrategy",
+    "MixedPrecision",
+    "Module",
+    "PluginConflictError",
+    "PluginError",
+    "Precision",
+    "PrecisionRecord",
+    "RunConfig",
+    "SingleDeviceStrategy",
+    "Strategy",
+    "StrategyRecord",
+    "Trainer",
+    "TruePrecision",
+    "WorkerError",
+    "__version__",
+    "hookimpl",
+    "hookspec",
+    "seed_everything",
+]

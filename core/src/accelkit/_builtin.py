@@ -1,0 +1,29 @@
+"""The core's own hook implementations; they run last, so any plugin can override them."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from accelkit.hookspecs import hookimpl
+from accelkit.records import RunConfig
+from accelkit.sampler import default_distributed_sampler
+
+ACCELKIT_API = ">=1.0,<2"
+
+_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+@hookimpl(trylast=True)
+def accelkit_default_strategy(config: RunConfig) -> str | None:
+    """``"auto"``: processes started by torchrun join with ``ddp``; otherwise ask the accelerator."""
+    if config.world_size > 1 and all(v in os.environ for v in _LAUNCHER_VARIABLES):
+        return "ddp"
+    return config.accelerator_cls.auto_strategy(len(config.devices), config.num_nodes)
+
+
+@hookimpl(trylast=True)
+def accelkit_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_replicas: int, rank: int,
+                                 seed: int) -> Any:
+    """Shard ``dataset`` (or the user's ``sampler``) across ranks; see :class:`accelkit.sampler.ShardSampler`."""
+    return default_distributed_sampler(dataset, sampler, shuffle, num_replicas, rank, seed)

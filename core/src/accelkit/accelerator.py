@@ -1,0 +1,145 @@
+"""The Accelerator base class: what a kind of device is and how many there are.
+
+An accelerator knows nothing about how a run is split across devices (that is the
+:class:`~accelkit.Strategy`) nor about number formats (the :class:`~accelkit.Precision`). Subclasses live in
+plugins; the core never names a device.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, ClassVar
+
+import torch
+
+from accelkit.errors import ConfigurationError
+
+
+class Accelerator:
+    """Base class for a kind of device.
+
+    Class-level methods (``is_available``, ``device_count``, ``parse_devices``, ``auto_strategy``) are called
+    in the parent process while a run is being resolved: they must not initialise a device runtime, so a
+    worker started later can still claim its device.
+    """
+
+    #: canonical name, set by subclasses (``"cpu"``)
+    name: ClassVar[str] = ""
+    #: the ``torch.distributed`` backend the core's DDP strategies use on this device
+    distributed_backend: ClassVar[str] = "gloo"
+    #: the ``device_type`` given to :class:`torch.autocast`, or ``None`` where autocast does not apply
+    autocast_device_type: ClassVar[str | None] = None
+    #: whether DataLoaders should pin host memory by default for this device
+    pin_memory: ClassVar[bool] = False
+
+    # ----------------------------------------------------------------- resolution (parent process)
+    @classmethod
+    def is_available(cls) -> bool:
+        """Whether this device can be used on this machine. Never initialises a runtime."""
+        return True
+
+    @classmethod
+    def unavailable_reason(cls) -> str:
+        """Why :meth:`is_available` is false, with what would fix it (shown in errors and ``accelkit doctor``)."""
+        return ""
+
+    @classmethod
+    def device_count(cls) -> int:
+        """Number of devices of this kind visible to this process. Never initialises a runtime."""
+        return 1
+
+    @classmethod
+    def parse_devices(cls, devices: Any) -> list[int]:
+        """Turn the user's ``devices`` value into a list of local device indices.
+
+        The default accepts ``N`` (the first N devices), a list of indices, a string ``"0,1"`` or ``"2"``,
+        and ``-1``/``"auto"`` (all visible). Raises :class:`ConfigurationError` naming the bad value.
+        """
+        return parse_device_indices(devices, cls.device_count(), cls.name or cls.__name__)
+
+    @classmethod
+    def auto_strategy(cls, num_devices: int, num_nodes: int) -> str:
+        """The strategy name ``strategy="auto"`` means for this device."""
+        return "single_device" if num_devices * num_nodes == 1 else "ddp_spawn"
+
+    # ----------------------------------------------------------------- runtime (worker process)
+    def device(self, index: int) -> torch.device:
+        """The ``torch.device`` for local device ``index``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement device(index)")
+
+    def setup_device(self, device: torch.device) -> None:
+        """Claim ``device`` for this process (called first thing in each worker)."""
+
+    def get_device_stats(self, device: torch.device) -> dict[str, float]:
+        """Device statistics (memory and the like) that loggers may record. Empty by default."""
+        return {}
+
+    def teardown(self) -> None:
+        """Release what :meth:`setup_device` claimed."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+def parse_device_indices(devices: Any, available: int, accelerator: str) -> list[int]:
+    """Parse a ``devices`` specification against ``available`` visible devices (see :meth:`Accelerator.parse_devices`)."""
+    allowed = (
+        "an int N >= 1 (the first N devices), -1 or 'auto' (all), a list of distinct indices such as [0, 2], "
+        "or a string such as '0,1'"
+    )
+    original = devices
+    if isinstance(devices, str):
+        text = devices.strip().lower()
+        if text in ("auto", "-1"):
+            devices = -1
+        elif "," in text or text.startswith("["):
+            parts = [p for p in text.strip("[]").split(",") if p.strip()]
+            try:
+                devices = [int(p) for p in parts]
+            except ValueError:
+                raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.") from None
+        else:
+            try:
+                devices = int(text)
+            except ValueError:
+                raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.") from None
+    if isinstance(devices, bool) or devices is None:
+        raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.")
+    if isinstance(devices, int):
+        if devices == -1:
+            if available < 1:
+                raise ConfigurationError(f"devices={original!r} asks for every {accelerator} device, but none is visible.")
+            return list(range(available))
+        if devices < 1:
+            raise ConfigurationError(f"devices={original!r} must be at least 1 (or -1/'auto' for all); use {allowed}.")
+        if devices > available:
+            raise ConfigurationError(
+                f"devices={original!r} asks for {devices} {accelerator} devices but {available} "
+                f"{'is' if available == 1 else 'are'} visible (indices {list(range(available))})."
+            )
+        return list(range(devices))
+    if isinstance(devices, (list, tuple)):
+        if not devices:
+            raise ConfigurationError(f"devices={original!r} is empty; use {allowed}.")
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in devices):
+            raise ConfigurationError(f"devices={original!r} must hold integer indices; use {allowed}.")
+        if len(set(devices)) != len(devices):
+            raise ConfigurationError(f"devices={original!r} names a device twice; use distinct indices.")
+        bad = [d for d in devices if d < 0 or d >= available]
+        if bad:
+            raise ConfigurationError(
+                f"devices={original!r}: {accelerator} device index {bad[0]} does not exist; "
+                f"visible indices are {list(range(available))}."
+            )
+        return list(devices)
+    raise ConfigurationError(f"devices={original!r} (a {type(original).__name__}) is not understood; use {allowed}.")
+
+
+def warn_once(message: str, category: type[Warning] = UserWarning) -> None:
+    """Emit ``message`` once per process."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, category, stacklevel=3)
+
+
+_WARNED: set[str] = set()

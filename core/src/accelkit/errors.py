@@ -1,0 +1,36 @@
+"""Exceptions raised by accelkit."""
+
+from __future__ import annotations
+
+
+class AccelkitError(Exception):
+    """Base class of every accelkit error."""
+
+
+class ConfigurationError(AccelkitError, ValueError):
+    """The requested run cannot be composed. ``problems`` lists every problem found, not just the first."""
+
+    def __init__(self, message_or_problems: str | list[str]) -> None:
+        if isinstance(message_or_problems, str):
+            self.problems = [message_or_problems]
+        else:
+            self.problems = list(message_or_problems)
+        if len(self.problems) == 1:
+            text = self.problems[0]
+        else:
+            text = f"{len(self.problems)} problems with this configuration:\n" + "\n".join(
+                f"  - {p}" for p in self.problems
+            )
+        super().__init__(text)
+
+
+class PluginError(AccelkitError):
+    """A plugin could not be loaded, or two plugins disagree."""
+
+
+class PluginConflictError(PluginError):
+    """Two distributions claim the same name."""
+
+
+class WorkerError(AccelkitError, RuntimeError):
+    """A worker process or replica failed; the message carries its traceback."""

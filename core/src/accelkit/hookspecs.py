@@ -1,0 +1,139 @@
+"""Hook specifications: the contract between the accelkit core and its plugins.
+
+A plugin is any object or module carrying functions marked with :data:`accelkit.hookimpl` whose names
+match the specifications below. Installed plugins are found through the ``accelkit`` entry-point group;
+others are passed to ``Trainer(plugins=[...])``.
+
+Rules that keep this contract stable (see ``docs/plugins.rst``):
+
+* Every hook is prefixed ``accelkit_``. A misspelt hook name is rejected when the plugin registers.
+* An implementation may accept a *subset* of a specification's arguments, so a specification can gain an
+  argument in a minor API version without breaking existing plugins.
+* ``accelkit_register_*`` hooks return a list of records (:mod:`accelkit.records`); the core flattens them,
+  normalises names once and refuses a name claimed twice.
+* Hooks marked ``firstresult`` stop at the first implementation that returns something other than ``None``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from accelkit.records import (
+        AcceleratorRecord,
+        PrecisionRecord,
+        RunConfig,
+        StrategyRecord,
+    )
+
+PROJECT_NAME = "accelkit"
+
+#: Version of this hook contract. Plugins declare the range they support in a module-level
+#: ``ACCELKIT_API`` string (a :pep:`440` specifier such as ``">=1.0,<2"``).
+HOOK_API_VERSION = "1.0"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def accelkit_register_accelerators() -> list[AcceleratorRecord]:
+    """Name the accelerators this plugin provides.
+
+    :return: a list of :class:`~accelkit.records.AcceleratorRecord`. Each names an
+        :class:`~accelkit.Accelerator` subclass (or an ``"module:Class"`` string, imported only when the
+        accelerator is used), its aliases, and its priority for ``accelerator="auto"``.
+
+    Called once per plugin manager. Must be cheap: importing a device runtime here is a bug, because
+    discovery runs in every process, including a parent that is about to spawn workers.
+    """
+
+
+@hookspec
+def accelkit_register_strategies() -> list[StrategyRecord]:
+    """Name the strategies this plugin provides.
+
+    :return: a list of :class:`~accelkit.records.StrategyRecord`. A record says on which accelerators the
+        strategy runs (``accelerators=None``: on any), so two plugins may register the same strategy name for
+        different accelerators (``ddp_spawn`` for ``cpu`` and for another device).
+    """
+
+
+@hookspec
+def accelkit_register_precisions() -> list[PrecisionRecord]:
+    """Name the precisions this plugin provides.
+
+    :return: a list of :class:`~accelkit.records.PrecisionRecord`. As with strategies, a record names the
+        accelerators it applies to, so ``"16-mixed"`` can mean float16 autocast on one device and bfloat16 on
+        another.
+    """
+
+
+@hookspec(firstresult=True)
+def accelkit_default_strategy(config: RunConfig) -> str | None:
+    """Choose the strategy name for ``strategy="auto"``.
+
+    :param config: the run being composed; ``config.accelerator`` is resolved, ``config.devices`` parsed,
+        ``config.strategy`` is ``"auto"``.
+    :return: a registered strategy name, or ``None`` to let the next implementation (ultimately the
+        accelerator's :meth:`~accelkit.Accelerator.auto_strategy`) decide. Stops at first non-None result.
+    """
+
+
+@hookspec
+def accelkit_validate_config(config: RunConfig) -> list[str] | None:
+    """Report problems with a fully resolved run before anything starts.
+
+    :param config: the resolved run (accelerator, devices, strategy and precision names, number of nodes).
+    :return: a list of human-readable problems (each naming the bad value and what would work), or ``None``.
+
+    The core collects the problems of every plugin and raises them together in one
+    :class:`~accelkit.ConfigurationError`; nothing has been spawned or initialised at that point.
+    """
+
+
+@hookspec(firstresult=True)
+def accelkit_distributed_sampler(
+    dataset: Any,
+    sampler: Any,
+    shuffle: bool,
+    num_replicas: int,
+    rank: int,
+    seed: int,
+    stage: str,
+) -> Any:
+    """Return the sampler a rank should use in a distributed run.
+
+    :param dataset: the DataLoader's dataset.
+    :param sampler: the sampler the user's DataLoader had (a ``SequentialSampler``/``RandomSampler`` for plain
+        loaders, or the user's own sampler).
+    :param shuffle: whether the data should be shuffled (``True`` for training with a random sampler).
+    :param num_replicas: the number of ranks reading data.
+    :param rank: this rank's index among them.
+    :param seed: the base seed; shuffling must be identical on every rank and change with each epoch.
+    :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``.
+    :return: a sampler (it should have ``set_epoch(epoch)`` if it shuffles), or ``None`` to defer.
+        Stops at first non-None result. The core's own implementation runs last.
+    """
+
+
+@hookspec(historic=True)
+def accelkit_configure(manager: Any) -> None:
+    """Called once when the plugin registers, with the :class:`~accelkit.plugins.PluginManager`.
+
+    :param manager: the manager; a plugin may read ``manager.blocked`` or register helper plugins.
+        Historic: a plugin registered late still receives the call.
+    """
+
+
+@hookspec
+def accelkit_translate_arguments(arguments: dict[str, Any]) -> None:
+    """Rewrite Trainer arguments before resolution (legacy spellings such as a device-specific ``*_cores=``).
+
+    :param arguments: a mutable dict with the keys ``accelerator``, ``devices``, ``strategy``, ``precision``,
+        ``num_nodes`` and ``extra`` (a dict of keyword arguments the Trainer does not know). An implementation
+        pops the ``extra`` keys it understands and sets the others accordingly, printing a deprecation note
+        if it likes. Keys left in ``extra`` afterwards make the Trainer raise ``TypeError``.
+    """

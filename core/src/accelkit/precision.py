@@ -1,0 +1,152 @@
+"""Precision: the number formats of weights and computation.
+
+The classes here are device-neutral building blocks: plugins register them under names for their
+accelerator (``PrecisionRecord("bf16-mixed", MixedPrecision, accelerators=("cpu",), options={...})``), or
+subclass them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from accelkit.utils import apply_to_tensors
+
+
+class Precision:
+    """Full 32-bit precision, the default: nothing is converted.
+
+    Subclasses override the pieces they change. The Trainer calls, in order: :meth:`convert_module` once
+    after the module is on its device, :meth:`convert_input` on each batch, :meth:`forward_context` around
+    each step, :meth:`backward`, :meth:`unscale_gradients` before clipping, and :meth:`optimizer_step`.
+    """
+
+    #: canonical name, filled in from the record that chose this class
+    name: str = "32-true"
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.accelerator: Any = None
+
+    def connect(self, accelerator: Any) -> None:
+        """Called once the accelerator is known (before any worker starts)."""
+        self.accelerator = accelerator
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """Convert the module's parameters to this precision (after the move to the device)."""
+        return module
+
+    def convert_input(self, batch: Any) -> Any:
+        """Convert floating-point tensors of a batch (after the move to the device)."""
+        return batch
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        """Context around training/evaluation steps (autocast, for mixed precision)."""
+        return contextlib.nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate ``loss``."""
+        loss.backward()
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients to their true scale before clipping (a no-op without a gradient scaler)."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool:
+        """Step ``optimizer`` (through ``step`` if given). Returns ``False`` if the step was skipped."""
+        (step or optimizer.step)()
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to save in checkpoints (a gradient scaler's, for instance)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+class TruePrecision(Precision):
+    """Weights, inputs and computation all in one dtype (``"64-true"``, ``"bf16-true"``, ``"16-true"``).
+
+    :param dtype: the ``torch.dtype``, or its name (``"float64"``).
+    """
+
+    def __init__(self, dtype: torch.dtype | str = torch.float64, **options: Any) -> None:
+        super().__init__(**options)
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        return module.to(dtype=self.dtype)
+
+    def convert_input(self, batch: Any) -> Any:
+        return apply_to_tensors(batch, lambda t: t.to(self.dtype) if t.is_floating_point() else t)
+
+    @contextlib.contextmanager
+    def forward_context(self) -> Iterator[None]:
+        # Tensors created inside the step (torch.zeros, ...) get the same dtype.
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(self.dtype if self.dtype in (torch.float64, torch.float32) else previous)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(previous)
+
+
+class MixedPrecision(Precision):
+    """Weights in float32, eligible operations run in a lower precision under :class:`torch.autocast`.
+
+    :param dtype: the autocast dtype (``torch.bfloat16`` or ``torch.float16``, or their names).
+    :param scaler: use a :class:`torch.amp.GradScaler` (needed for float16: it skips steps whose gradients
+        hold inf/NaN and adapts the scale).
+    """
+
+    def __init__(self, dtype: torch.dtype | str = torch.bfloat16, scaler: bool = False, **options: Any) -> None:
+        super().__init__(**options)
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.use_scaler = scaler
+        self.scaler: Any = None
+
+    def connect(self, accelerator: Any) -> None:
+        super().connect(accelerator)
+        if accelerator.autocast_device_type is None:
+            raise ValueError(f"{type(accelerator).__name__} declares no autocast device type")
+
+    def _ensure_scaler(self) -> Any:
+        if self.use_scaler and self.scaler is None:
+            self.scaler = torch.amp.GradScaler(self.accelerator.autocast_device_type)
+        return self.scaler
+
+    def forward_context(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(device_type=self.accelerator.autocast_device_type, dtype=self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        scaler = self._ensure_scaler()
+        (scaler.scale(loss) if scaler is not None else loss).backward()
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        scaler = self._ensure_scaler()
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool:
+        scaler = self._ensure_scaler()
+        if scaler is None:
+            return super().optimizer_step(optimizer, step)
+        scale_before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        return scaler.get_scale() >= scale_before  # the scale drops exactly when the step was skipped
+
+    def state_dict(self) -> dict[str, Any]:
+        scaler = self._ensure_scaler()
+        return {"scaler": scaler.state_dict()} if scaler is not None else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        scaler = self._ensure_scaler()
+        if scaler is not None and "scaler" in state:
+            scaler.load_state_dict(state["scaler"])

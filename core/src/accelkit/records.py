@@ -1,0 +1,135 @@
+"""Small records that plugins return from the ``accelkit_register_*`` hooks.
+
+A record names one implementation. ``target`` is the class itself or a ``"package.module:Class"`` string;
+a string is imported only when the implementation is used, which keeps plugin discovery cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def normalize_name(name: Any) -> str:
+    """Normalise a user-facing name once: ``" DDP_Spawn "`` -> ``"ddp_spawn"``; ``16`` -> ``"16"``."""
+    return str(name).strip().lower()
+
+
+def lookup_key(name: Any) -> str:
+    """The key names are compared by: case, surrounding blanks, ``-`` versus ``_`` do not matter."""
+    return normalize_name(name).replace("-", "_")
+
+
+def load_target(target: Any) -> Any:
+    """Import a ``"module:attr"`` string, or return a class unchanged."""
+    if not isinstance(target, str):
+        return target
+    module_name, sep, attr = target.partition(":")
+    if not sep:
+        raise ValueError(f"plugin target {target!r} is not of the form 'package.module:Name'")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class _Record:
+    name: str
+    target: Any
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    #: filled in by the plugin manager: the distribution (or plugin name) that provided the record.
+    provider: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", normalize_name(self.name))
+        object.__setattr__(self, "aliases", tuple(normalize_name(a) for a in self.aliases))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The record's name followed by its aliases."""
+        return (self.name, *self.aliases)
+
+    def load(self) -> Any:
+        """Return the implementation class, importing it if ``target`` is a string."""
+        return load_target(self.target)
+
+
+@dataclass(frozen=True)
+class AcceleratorRecord(_Record):
+    """An accelerator a plugin provides.
+
+    :param name: the canonical name (``"cpu"``).
+    :param target: an :class:`~accelkit.Accelerator` subclass or ``"module:Class"``.
+    :param aliases: other names users may write (``("gpu",)``).
+    :param priority: for ``accelerator="auto"``: the available accelerator with the highest priority wins.
+        The cpu plugin uses 0; a device that should be preferred when present uses more.
+    :param description: one line shown by ``accelkit plugins``.
+    """
+
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class StrategyRecord(_Record):
+    """A strategy a plugin provides.
+
+    :param accelerators: canonical accelerator names the strategy runs on; ``None`` for any.
+    :param options: keyword arguments passed to the strategy class, so one class can back several names
+        (``"ddp_find_unused_parameters_true"`` -> ``{"find_unused_parameters": True}``).
+    :param notice: a one-line message shown when this name is chosen (a legacy alias, say).
+    """
+
+    accelerators: tuple[str, ...] | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+    notice: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.accelerators is not None:
+            object.__setattr__(self, "accelerators", tuple(normalize_name(a) for a in self.accelerators))
+        if isinstance(self.options, dict):
+            object.__setattr__(self, "options", tuple(sorted(self.options.items())))
+
+    def runs_on(self, accelerator: str) -> bool:
+        """Whether this strategy runs on the (canonical) accelerator name."""
+        return self.accelerators is None or accelerator in self.accelerators
+
+
+@dataclass(frozen=True)
+class PrecisionRecord(StrategyRecord):
+    """A precision a plugin provides; same fields as :class:`StrategyRecord`.
+
+    ``notice`` is printed once when the precision is chosen, e.g. to say that ``"16-mixed"`` runs as bfloat16
+    on a device without float16 units.
+    """
+
+
+@dataclass
+class RunConfig:
+    """What the user asked for, as resolution fills it in; passed to the decision and validation hooks.
+
+    :param accelerator: the canonical accelerator name.
+    :param accelerator_cls: its :class:`~accelkit.Accelerator` subclass.
+    :param devices: the parsed device indices (local to a node).
+    :param num_nodes: number of nodes.
+    :param strategy: the canonical strategy name (``"auto"`` until resolved).
+    :param precision: the canonical precision name.
+    :param user_devices: the ``devices`` value exactly as the user gave it.
+    """
+
+    accelerator: str
+    accelerator_cls: Any
+    devices: list[int]
+    num_nodes: int = 1
+    strategy: str = "auto"
+    precision: str = "32-true"
+    user_devices: Any = "auto"
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        """Total number of processes/replicas across nodes."""
+        return len(self.devices) * self.num_nodes

@@ -1,0 +1,40 @@
+"""The CPU as an accelerator."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from accelkit import Accelerator
+from accelkit.errors import ConfigurationError
+
+
+class CPUAccelerator(Accelerator):
+    """The host CPU. ``devices=N`` means N processes (each a rank) for the distributed strategies."""
+
+    name = "cpu"
+    distributed_backend = "gloo"
+    autocast_device_type = "cpu"
+
+    @classmethod
+    def device_count(cls) -> int:
+        return os.cpu_count() or 1
+
+    @classmethod
+    def parse_devices(cls, devices: Any) -> list[int]:
+        """``"auto"`` is one process; ``N`` (or ``"N"``) is N processes; lists make no sense on a CPU."""
+        if isinstance(devices, str) and devices.strip().lower() == "auto":
+            return [0]
+        if isinstance(devices, str) and devices.strip().isdigit():
+            devices = int(devices.strip())
+        if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
+            return list(range(devices))
+        raise ConfigurationError(
+            f"devices={devices!r} is not valid for the cpu accelerator: give the number of processes as an int "
+            ">= 1 (devices=2), or 'auto' for one."
+        )
+
+    def device(self, index: int) -> torch.device:
+        return torch.device("cpu")

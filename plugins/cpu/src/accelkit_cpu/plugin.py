@@ -1,0 +1,45 @@
+"""Entry point of accelkit-cpu: the records it registers. Importing this module is cheap."""
+
+from __future__ import annotations
+
+from accelkit import hookimpl
+from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
+
+ACCELKIT_API = ">=1.0,<2"
+
+_CPU = ("cpu",)
+
+
+@hookimpl
+def accelkit_register_accelerators() -> list[AcceleratorRecord]:
+    return [AcceleratorRecord("cpu", "accelkit_cpu.accelerator:CPUAccelerator", priority=0,
+                              description="the host CPU; devices=N runs N processes")]
+
+
+@hookimpl
+def accelkit_register_strategies() -> list[StrategyRecord]:
+    return [
+        StrategyRecord("single_device", "accelkit.strategy:SingleDeviceStrategy", accelerators=_CPU,
+                       description="one process"),
+        StrategyRecord("ddp_spawn", "accelkit.strategy:DDPSpawnStrategy", accelerators=_CPU,
+                       description="N processes started by accelkit, gloo all-reduce"),
+        StrategyRecord("ddp_spawn_find_unused_parameters_true", "accelkit.strategy:DDPSpawnStrategy",
+                       accelerators=_CPU, options={"find_unused_parameters": True},
+                       description="ddp_spawn with find_unused_parameters=True"),
+        StrategyRecord("ddp", "accelkit.strategy:DDPStrategy", accelerators=_CPU,
+                       description="processes started by torchrun or srun, gloo all-reduce"),
+        StrategyRecord("ddp_find_unused_parameters_true", "accelkit.strategy:DDPStrategy", accelerators=_CPU,
+                       options={"find_unused_parameters": True},
+                       description="ddp with find_unused_parameters=True"),
+    ]
+
+
+@hookimpl
+def accelkit_register_precisions() -> list[PrecisionRecord]:
+    return [
+        PrecisionRecord("32-true", "accelkit.precision:Precision", aliases=("32",), accelerators=_CPU),
+        PrecisionRecord("64-true", "accelkit.precision:TruePrecision", aliases=("64",), accelerators=_CPU,
+                        options={"dtype": "float64"}),
+        PrecisionRecord("bf16-mixed", "accelkit.precision:MixedPrecision", aliases=("bf16",), accelerators=_CPU,
+                        options={"dtype": "bfloat16"}, description="CPU autocast to bfloat16"),
+    ]
