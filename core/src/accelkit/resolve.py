@@ -82,8 +82,10 @@ class Resolver:
                     f"{kind} {name!r} would come from plugin {info.name!r} ({info.provider}), which failed to "
                     f"load: {info.reason}"
                 ) from info.error
-        message = f"{kind} {name!r} is not available.{suggest(key, known)} Available: {', '.join(known) or 'none'}."
-        if dist is not None and not _installed(dist):
+        missing = dist is not None and not _installed(dist)
+        hint = "" if missing else suggest(key, known)  # a known name is not a typo of another one
+        message = f"{kind} {name!r} is not available.{hint} Available: {', '.join(known) or 'none'}."
+        if missing:
             message += f" It is provided by the {dist!r} distribution: `pip install {dist}`."
         for info in self.manager.infos.values():
             if info.status in ("blocked", "incompatible") and key in lookup_key(info.name):
