@@ -1,0 +1,125 @@
+"""NVIDIA GPUs as an accelkit accelerator."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from accelkit import Accelerator
+from accelkit.accelerator import parse_device_indices
+from accelkit.errors import ConfigurationError
+
+_MB = 1024.0**2
+
+
+def cuda_device_count() -> int:
+    """Number of GPUs this process may use, counted without initialising CUDA.
+
+    ``torch.cuda.device_count()`` asks NVML first (which reads ``CUDA_VISIBLE_DEVICES`` and creates no CUDA
+    context); only where NVML is missing does it fall back to ``cudaGetDeviceCount``, which loads the driver
+    but still leaves ``torch.cuda.is_initialized()`` false. A PyTorch built without CUDA has no GPUs.
+    """
+    if torch.version.cuda is None or not torch.backends.cuda.is_built():
+        return 0
+    return max(int(torch.cuda.device_count()), 0)
+
+
+class CUDAAccelerator(Accelerator):
+    """NVIDIA GPUs through CUDA.
+
+    ``devices`` is ``N`` (the first N visible GPUs), a list of indices (``[0, 2]``), a string (``"0,1"``;
+    a single number such as ``"2"`` means *two GPUs*, as an int does), or ``-1``/``"auto"`` for every visible
+    GPU. Indices count the GPUs that ``CUDA_VISIBLE_DEVICES`` leaves visible, renumbered from 0.
+    """
+
+    name = "cuda"
+    distributed_backend = "nccl"
+    autocast_device_type = "cuda"
+    pin_memory = True
+
+    # ----------------------------------------------------------------- resolution (parent process)
+    @classmethod
+    def device_count(cls) -> int:
+        """Visible GPUs; never initialises CUDA (see :func:`cuda_device_count`)."""
+        return cuda_device_count()
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """At least one GPU is visible (NVML-based; CUDA stays uninitialised)."""
+        return cls.device_count() > 0
+
+    @classmethod
+    def unavailable_reason(cls) -> str:
+        """Why no GPU can be used: a CPU-only PyTorch, ``CUDA_VISIBLE_DEVICES`` hiding them, or no GPU/driver."""
+        if torch.version.cuda is None or not torch.backends.cuda.is_built():
+            return (f"this PyTorch ({torch.__version__}) was built without CUDA; install a CUDA build of torch "
+                    "(see https://pytorch.org/get-started/locally/)")
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None and cls.device_count() == 0:
+            return (f"CUDA_VISIBLE_DEVICES={visible!r} leaves no GPU visible; unset it or list GPU indices "
+                    "such as CUDA_VISIBLE_DEVICES=0,1")
+        return ("no NVIDIA GPU was found (NVML and the CUDA driver report none); check `nvidia-smi`, or use "
+                "accelerator='cpu'")
+
+    @classmethod
+    def parse_devices(cls, devices: Any) -> list[int]:
+        """Parse ``devices`` against the visible GPUs; a bad index names the GPUs that do exist."""
+        count = cls.device_count()
+        try:
+            return parse_device_indices(devices, count, cls.name)
+        except ConfigurationError as exc:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+            note = (f" (CUDA_VISIBLE_DEVICES={visible!r} leaves {count} GPU{'' if count == 1 else 's'} visible, "
+                    "numbered from 0 in that order)") if visible is not None else ""
+            gpus = _describe_gpus(count)
+            raise ConfigurationError([p + note + gpus for p in exc.problems]) from None
+
+    @classmethod
+    def auto_strategy(cls, num_devices: int, num_nodes: int) -> str:
+        """One GPU: ``single_device``; several on one node: ``ddp_spawn``; several nodes: ``ddp`` (torchrun)."""
+        if num_devices * num_nodes == 1:
+            return "single_device"
+        return "ddp" if num_nodes > 1 else "ddp_spawn"
+
+    # ----------------------------------------------------------------- runtime (worker process)
+    def device(self, index: int) -> torch.device:
+        """``torch.device("cuda", index)``."""
+        return torch.device("cuda", index)
+
+    def setup_device(self, device: torch.device) -> None:
+        """Make ``device`` this process's current GPU (the first CUDA call a worker makes)."""
+        if device.type != "cuda" or device.index is None:
+            raise ValueError(f"{device} is not an indexed CUDA device; expected e.g. torch.device('cuda', 0)")
+        torch.cuda.set_device(device)
+
+    def ddp_device_ids(self, device: torch.device) -> list[int]:
+        """The ``device_ids`` DistributedDataParallel needs: this process's one GPU."""
+        return [device.index]
+
+    def get_device_stats(self, device: torch.device) -> dict[str, float]:
+        """Memory on ``device`` in MB: currently allocated, reserved by the caching allocator, peak allocated."""
+        if not torch.cuda.is_initialized():
+            return {}
+        return {
+            "memory_allocated_mb": torch.cuda.memory_allocated(device) / _MB,
+            "memory_reserved_mb": torch.cuda.memory_reserved(device) / _MB,
+            "memory_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / _MB,
+        }
+
+    def teardown(self) -> None:
+        """Return cached blocks to the driver so a following run in this process starts clean."""
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+def _describe_gpus(count: int) -> str:
+    """``"; visible GPUs: 0: NVIDIA A100 (compute capability 8.0), ..."`` from NVML; ``""`` when NVML is silent."""
+    from accelkit_cuda._nvml import visible_gpus
+
+    gpus = visible_gpus()
+    if gpus:
+        return "; visible GPUs: " + ", ".join(f"{g.index}: {g.name} (compute capability "
+                                              f"{g.capability[0]}.{g.capability[1]})" for g in gpus)
+    return ""
