@@ -7,6 +7,7 @@ plugins; the core never names a device.
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Any, ClassVar
 
@@ -81,6 +82,9 @@ class Accelerator:
         return f"{type(self).__name__}()"
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
 def parse_device_indices(devices: Any, available: int, accelerator: str) -> list[int]:
     """Parse a ``devices`` specification against ``available`` visible devices (see :meth:`Accelerator.parse_devices`)."""
     allowed = (
@@ -93,16 +97,17 @@ def parse_device_indices(devices: Any, available: int, accelerator: str) -> list
         if text in ("auto", "-1"):
             devices = -1
         elif "," in text or text.startswith("["):
-            parts = [p for p in text.strip("[]").split(",") if p.strip()]
-            try:
-                devices = [int(p) for p in parts]
-            except ValueError:
-                raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.") from None
+            inner = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+            parts = [p.strip() for p in inner.split(",")]
+            if parts and not parts[-1]:
+                parts.pop()  # "2," is the list [2]
+            if "[" in inner or "]" in inner or not all(_INTEGER.fullmatch(p) for p in parts):
+                raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.")
+            devices = [int(p) for p in parts]
         else:
-            try:
-                devices = int(text)
-            except ValueError:
-                raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.") from None
+            if not _INTEGER.fullmatch(text):  # int() would also take "1_0" and non-ASCII digits
+                raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.")
+            devices = int(text)
     if isinstance(devices, bool) or devices is None:
         raise ConfigurationError(f"devices={original!r} is not understood; use {allowed}.")
     if isinstance(devices, int):

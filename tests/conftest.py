@@ -1,0 +1,93 @@
+"""Shared fixtures of the core test suite.
+
+* ``isolated``: a process environment in which no installed plugin is discovered (so tests do not depend on
+  which plugins other distributions of this repository happen to have installed) and none is blocked.
+* ``cpu_manager``: a plugin manager holding only the core and the reference cpu plugin.
+* ``make_distribution``/``run_python``: build a real (tiny) distribution on disk and run Python code in a
+  subprocess that discovers it through ``importlib.metadata``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def isolated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Turn entry-point discovery off and clear any plugin block list for the duration of a test."""
+    monkeypatch.setenv("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("ACCELKIT_BLOCK_PLUGINS", raising=False)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def cpu_plugin() -> Any:
+    """The reference cpu plugin's entry-point module, to pass in ``plugins=[...]`` when autoload is off."""
+    import accelkit_cpu.plugin
+
+    return accelkit_cpu.plugin
+
+
+@pytest.fixture
+def cpu_manager(isolated: None, cpu_plugin: Any) -> Any:
+    """A :class:`~accelkit.plugins.PluginManager` with the core and the cpu plugin only."""
+    from accelkit.plugins import PluginManager
+
+    manager = PluginManager(autoload=False)
+    manager.add_plugin(cpu_plugin, name="cpu")
+    return manager
+
+
+def _write_distribution(root: Path, name: str, version: str, entry_points: dict[str, str],
+                        modules: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for module, source in modules.items():
+        (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = ["[accelkit]"] + [f"{ep} = {target}" for ep, target in entry_points.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+    return root
+
+
+@pytest.fixture
+def make_distribution() -> Callable[..., Path]:
+    """``make_distribution(root, name, version, entry_points={ep: "module"}, modules={module: source})``.
+
+    Writes the modules and a ``<name>-<version>.dist-info`` with ``METADATA`` and ``entry_points.txt`` (group
+    ``accelkit``) into ``root``; putting ``root`` on ``sys.path`` installs the distribution for
+    ``importlib.metadata``.
+    """
+    return _write_distribution
+
+
+def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | None = None,
+                python_flags: tuple[str, ...] = ()) -> Any:
+    """Run ``code`` in a fresh interpreter of this environment and return the JSON it printed last."""
+    full_env = {k: v for k, v in os.environ.items()
+                if not k.startswith("ACCELKIT_") and k not in ("PYTHONPATH", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    full_env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, *python_flags, "-c", textwrap.dedent(code)], env=full_env,
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def run_python() -> Callable[..., Any]:
+    """``run_python(code, path=[...], env={...})``: run code in a subprocess; it must print JSON last."""
+    return _run_python

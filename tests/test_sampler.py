@@ -1,0 +1,308 @@
+"""Distributed sampling: :class:`accelkit.sampler.ShardSampler` invariants (hypothesis),
+:func:`accelkit.sampler.distribute_dataloader`, and the Trainer's use of both (``use_distributed_sampler``,
+the ``accelkit_distributed_sampler`` hook)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader, IterableDataset, Sampler, TensorDataset
+
+import accelkit
+from accelkit.plugins import PluginManager
+from accelkit.sampler import ShardSampler, default_distributed_sampler, distribute_dataloader
+
+sizes = st.integers(min_value=0, max_value=150)
+replicas = st.integers(min_value=1, max_value=9)
+
+
+def shards(n, num_replicas, shuffle=False, seed=0, epoch=0, sampler=None):
+    """Every rank's indices for one epoch."""
+    out = []
+    for rank in range(num_replicas):
+        s = ShardSampler(range(n), num_replicas, rank, shuffle=shuffle, seed=seed, sampler=sampler)
+        s.set_epoch(epoch)
+        out.append(list(s))
+    return out
+
+
+def interleave(per_rank):
+    """The global order the ranks' shards were cut from (rank r took positions r, r + R, ...)."""
+    width = len(per_rank[0]) if per_rank else 0
+    return [per_rank[r][i] for i in range(width) for r in range(len(per_rank))]
+
+
+@given(n=sizes, num_replicas=replicas, shuffle=st.booleans(), seed=st.integers(0, 2**31), epoch=st.integers(0, 50))
+def test_every_index_appears_shards_are_equal_and_only_padding_repeats(n, num_replicas, shuffle, seed, epoch):
+    per_rank = shards(n, num_replicas, shuffle, seed, epoch)
+    expected_len = math.ceil(n / num_replicas)
+    for rank, shard in enumerate(per_rank):
+        assert len(shard) == expected_len
+        assert len(ShardSampler(range(n), num_replicas, rank, shuffle=shuffle, seed=seed)) == expected_len
+    seen = Counter(i for shard in per_rank for i in shard)
+    assert set(seen) == set(range(n))
+    repeated = sum(count - 1 for count in seen.values())
+    assert repeated == expected_len * num_replicas - n
+    assert repeated < num_replicas
+    # beyond the padding no rank sees another's samples: the overlap between ranks is bounded by the repeats
+    ranks_of = Counter(i for shard in per_rank for i in set(shard))
+    assert sum(count - 1 for count in ranks_of.values()) <= repeated
+
+
+@given(n=st.integers(1, 150), num_replicas=replicas, seed=st.integers(0, 2**31), epoch=st.integers(0, 50))
+def test_shuffle_is_one_global_permutation_shared_by_all_ranks(n, num_replicas, seed, epoch):
+    order = interleave(shards(n, num_replicas, True, seed, epoch))
+    assert sorted(order[:n]) == list(range(n))  # a permutation, cut into shards...
+    assert order == (order[:n] * num_replicas)[: len(order)]  # ...padded by repeating its start
+    again = interleave(shards(n, num_replicas, True, seed, epoch))
+    assert again == order  # deterministic: a rank computing its shard elsewhere agrees
+
+
+@settings(max_examples=50)
+@given(n=st.integers(20, 150), num_replicas=replicas, seed=st.integers(0, 2**31), epoch=st.integers(0, 50))
+def test_shuffle_changes_between_epochs_and_seeds(n, num_replicas, seed, epoch):
+    this_epoch = interleave(shards(n, num_replicas, True, seed, epoch))
+    assert interleave(shards(n, num_replicas, True, seed, epoch + 1)) != this_epoch
+    assert this_epoch[:n] != list(range(n))
+
+
+@given(n=sizes, num_replicas=replicas, epoch=st.integers(0, 5))
+def test_without_shuffle_the_order_is_kept(n, num_replicas, epoch):
+    per_rank = shards(n, num_replicas, shuffle=False, epoch=epoch)
+    order = interleave(per_rank)
+    assert order[:n] == list(range(n))
+    for rank, shard in enumerate(per_rank):
+        assert shard[: len(range(rank, n, num_replicas))] == list(range(rank, n, num_replicas))
+
+
+class ReversedEvens(Sampler[int]):
+    """A user sampler: the even indices, last first; counts its epochs."""
+
+    def __init__(self, n):
+        self.n = n
+        self.epochs = []
+
+    def __iter__(self):
+        return iter(range((self.n - 1) // 2 * 2, -1, -2))
+
+    def __len__(self):
+        return (self.n + 1) // 2
+
+    def set_epoch(self, epoch):
+        self.epochs.append(epoch)
+
+
+class SeededPermutation(Sampler[int]):
+    """A user sampler with its own (deterministic) shuffle."""
+
+    def __init__(self, n, seed):
+        self.n, self.seed = n, seed
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed)).tolist())
+
+    def __len__(self):
+        return self.n
+
+
+@given(n=st.integers(1, 120), num_replicas=replicas, seed=st.integers(0, 1000), shuffle=st.booleans())
+def test_a_custom_sampler_is_wrapped_and_its_order_sharded(n, num_replicas, seed, shuffle):
+    for user in (ReversedEvens(n), SeededPermutation(n, seed)):
+        per_rank = []
+        for rank in range(num_replicas):
+            wrapped = default_distributed_sampler(range(n), user, shuffle, num_replicas, rank, 0)
+            assert isinstance(wrapped, ShardSampler) and wrapped.sampler is user
+            assert len(wrapped) == math.ceil(len(user) / num_replicas)
+            per_rank.append(list(wrapped))
+        user_order = list(user)
+        order = interleave(per_rank)
+        assert order[: len(user_order)] == user_order  # the user's order, not range(n) and not reshuffled
+        assert order == (user_order * num_replicas)[: len(order)]
+        assert len({len(s) for s in per_rank}) == 1
+
+
+def test_set_epoch_reaches_a_wrapped_sampler():
+    user = ReversedEvens(10)
+    wrapped = default_distributed_sampler(range(10), user, True, 2, 1, 0)
+    wrapped.set_epoch(3)
+    wrapped.set_epoch(4)
+    assert user.epochs == [3, 4]
+
+
+@pytest.mark.parametrize("plain", [torch.utils.data.SequentialSampler(range(7)), torch.utils.data.RandomSampler(range(7)),
+                                   None])
+def test_plain_samplers_are_replaced_not_wrapped(plain):
+    chosen = default_distributed_sampler(range(7), plain, True, 3, 2, 5)
+    assert isinstance(chosen, ShardSampler) and chosen.sampler is None
+    assert (chosen.num_replicas, chosen.rank, chosen.shuffle, chosen.seed) == (3, 2, True, 5)
+
+
+@pytest.mark.parametrize("rank, num_replicas", [(-1, 2), (2, 2), (0, 0)])
+def test_bad_rank_is_rejected(rank, num_replicas):
+    with pytest.raises(ValueError, match=f"rank={rank}"):
+        ShardSampler(range(4), num_replicas, rank)
+
+
+# ---------------------------------------------------------------------------------------- distribute_dataloader
+def _pairs_collate(batch):
+    """A user collate_fn: returns (list of x, sum of y) so its use is visible."""
+    return [x for x, _ in batch], sum(int(y) for _, y in batch)
+
+
+def _dataset(n=20):
+    return TensorDataset(torch.arange(n, dtype=torch.float32).unsqueeze(1), torch.arange(n))
+
+
+def _core_hook(isolated_manager=None):
+    return (isolated_manager or PluginManager(autoload=False)).hook.accelkit_distributed_sampler
+
+
+@pytest.mark.parametrize("shuffle, stage, shuffled", [(True, "fit", True), (True, "validate", False),
+                                                      (False, "fit", False)])
+def test_distribute_dataloader_keeps_the_loader_settings(isolated, shuffle, stage, shuffled):
+    loader = DataLoader(_dataset(21), batch_size=4, shuffle=shuffle, collate_fn=_pairs_collate, drop_last=True)
+    out = distribute_dataloader(loader, _core_hook(), num_replicas=3, rank=1, seed=7, stage=stage)
+    assert out is not loader
+    assert (out.batch_size, out.drop_last, out.collate_fn) == (4, True, _pairs_collate)
+    assert isinstance(out.sampler, ShardSampler)
+    assert (out.sampler.num_replicas, out.sampler.rank, out.sampler.seed, out.sampler.shuffle) == (3, 1, 7, shuffled)
+    batches = list(out)
+    assert len(batches) == len(out) == 7 // 4  # rank 1 has 7 of 21 samples; drop_last drops the remainder 3
+    xs, total = batches[0]
+    assert isinstance(xs, list) and len(xs) == 4 and isinstance(total, int)
+    if not shuffled:
+        assert [int(x) for x in xs] == [1, 4, 7, 10]
+
+
+def test_an_iterable_dataset_is_left_alone_with_a_warning(isolated):
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(5))
+
+    loader = DataLoader(Stream(), batch_size=2)
+    with pytest.warns(UserWarning, match="IterableDataset"):
+        out = distribute_dataloader(loader, _core_hook(), 2, 0, 0, "fit")
+    assert out is loader
+
+
+def test_a_custom_batch_sampler_is_left_alone_with_a_warning(isolated):
+    class Pairs(Sampler[list]):
+        def __iter__(self):
+            return iter([[0, 1], [2, 3]])
+
+        def __len__(self):
+            return 2
+
+    loader = DataLoader(_dataset(4), batch_sampler=Pairs())
+    with pytest.warns(UserWarning, match="batch_sampler"):
+        assert distribute_dataloader(loader, _core_hook(), 2, 0, 0, "fit") is loader
+
+
+def test_non_dataloader_iterables_pass_through(isolated):
+    batches = [torch.zeros(2), torch.ones(2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert distribute_dataloader(batches, _core_hook(), 2, 1, 0, "fit") is batches
+
+
+# ---------------------------------------------------------------------------------------- through a Trainer
+def _ddp_trainer(cpu_plugin, tmp_path, *extra_plugins, **kwargs):
+    return accelkit.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, logger=False,
+                            enable_progress_bar=False, default_root_dir=tmp_path,
+                            plugins=[cpu_plugin, *extra_plugins], **kwargs)
+
+
+def test_trainer_gives_each_rank_its_shard(isolated, cpu_plugin, tmp_path):
+    trainer = _ddp_trainer(cpu_plugin, tmp_path, seed=11)
+    assert trainer.strategy.world_size == 2
+    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True)
+    seen = []
+    for rank in (0, 1):
+        trainer.strategy._local_rank = rank  # what the spawned worker of that rank sets
+        out = trainer._dataloader(None, loader, "train_dataloader", "fit")
+        assert isinstance(out.sampler, ShardSampler)
+        assert (out.sampler.rank, out.sampler.num_replicas, out.sampler.seed, out.sampler.shuffle) == (rank, 2, 11, True)
+        seen.append(list(out.sampler))
+    assert sorted(set(seen[0]) | set(seen[1])) == list(range(9))
+    assert len(seen[0]) == len(seen[1]) == 5
+
+
+def test_use_distributed_sampler_false_opts_out(isolated, cpu_plugin, tmp_path):
+    trainer = _ddp_trainer(cpu_plugin, tmp_path, use_distributed_sampler=False)
+    assert trainer.strategy.distributed_sampler_kwargs == {"num_replicas": 2, "rank": 0}
+    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True)
+    assert trainer._dataloader(None, loader, "train_dataloader", "fit") is loader
+
+
+def test_single_process_runs_keep_the_loader(isolated, cpu_plugin, tmp_path):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path,
+                               plugins=[cpu_plugin])
+    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True)
+    assert trainer._dataloader(None, loader, "train_dataloader", "fit") is loader
+
+
+class EveryOtherSampler(Sampler[int]):
+    """What the plugin below returns: rank r reads indices r, r + R, ... in reverse."""
+
+    def __init__(self, n, num_replicas, rank):
+        self.indices = list(range(rank, n, num_replicas))[::-1]
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class SamplerPlugin:
+    """A plugin object replacing the distributed sampler; records the calls it receives."""
+
+    ACCELKIT_API = ">=1.0,<2"
+
+    def __init__(self):
+        self.calls = []
+
+    @accelkit.hookimpl
+    def accelkit_distributed_sampler(self, dataset, sampler, shuffle, num_replicas, rank, seed, stage):
+        self.calls.append({"shuffle": shuffle, "num_replicas": num_replicas, "rank": rank, "seed": seed,
+                           "stage": stage, "sampler": type(sampler).__name__})
+        return EveryOtherSampler(len(dataset), num_replicas, rank)
+
+
+def test_a_plugin_replaces_the_sampler_through_the_hook(isolated, cpu_plugin, tmp_path):
+    plugin = SamplerPlugin()
+    trainer = _ddp_trainer(cpu_plugin, tmp_path, plugin, seed=3)
+    trainer.strategy._local_rank = 1
+    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True, drop_last=True)
+    out = trainer._dataloader(None, loader, "train_dataloader", "fit")
+    assert isinstance(out.sampler, EveryOtherSampler)
+    assert list(out.sampler) == [7, 5, 3, 1]
+    assert plugin.calls == [{"shuffle": True, "num_replicas": 2, "rank": 1, "seed": 3, "stage": "fit",
+                             "sampler": "RandomSampler"}]
+    assert [b[1].tolist() for b in out] == [[7, 5], [3, 1]]
+    assert out.drop_last and out.batch_size == 2
+
+    val = trainer._dataloader(None, DataLoader(_dataset(9), batch_size=3), "val_dataloader", "validate")
+    assert isinstance(val.sampler, EveryOtherSampler)
+    assert plugin.calls[-1]["stage"] == "validate" and plugin.calls[-1]["shuffle"] is False
+
+
+def test_a_plugin_returning_none_defers_to_the_core(isolated, cpu_plugin, tmp_path):
+    class Abstains:
+        ACCELKIT_API = ">=1.0,<2"
+        asked = 0
+
+        @accelkit.hookimpl
+        def accelkit_distributed_sampler(self, stage):  # a subset of the arguments is allowed
+            Abstains.asked += 1
+            return None
+
+    trainer = _ddp_trainer(cpu_plugin, tmp_path, Abstains())
+    out = trainer._dataloader(None, DataLoader(_dataset(6), batch_size=2), "test_dataloader", "test")
+    assert isinstance(out.sampler, ShardSampler) and Abstains.asked == 1
