@@ -1,0 +1,10 @@
+"""accelkit-xla-spawn: TPUs (and other PJRT devices) through torch_xla.
+
+Importing this package is cheap: it never imports ``torch_xla``. The strategies import it inside the
+methods that run in the replicas.
+"""
+
+from accelkit_xla_spawn.__about__ import __version__
+from accelkit_xla_spawn.accelerator import XLAAccelerator
+
+__all__ = ["XLAAccelerator", "__version__"]

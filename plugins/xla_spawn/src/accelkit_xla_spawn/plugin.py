@@ -1,0 +1,79 @@
+"""Entry point of accelkit-xla-spawn: the records it registers and the ``tpu_cores=`` translation.
+
+Importing this module is cheap: it imports neither torch_xla nor the strategy module.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from accelkit import hookimpl
+from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
+
+ACCELKIT_API = ">=1.0,<2"
+
+_XLA = ("xla",)
+
+
+@hookimpl
+def accelkit_register_accelerators() -> list[AcceleratorRecord]:
+    """The ``xla`` accelerator (alias ``tpu``)."""
+    return [AcceleratorRecord("xla", "accelkit_xla_spawn.accelerator:XLAAccelerator", aliases=("tpu",), priority=20,
+                              description="TPU cores (or PJRT_DEVICE=CPU) through torch_xla")]
+
+
+@hookimpl
+def accelkit_register_strategies() -> list[StrategyRecord]:
+    """``xla_spawn`` (aliases ``xla``, ``tpu_spawn``) and ``xla_single``."""
+    return [
+        StrategyRecord("xla_spawn", "accelkit_xla_spawn.strategy:XLASpawnStrategy", aliases=("xla", "tpu_spawn"),
+                       accelerators=_XLA, description="one replica per local core (torch_xla.launch, PJRT)"),
+        StrategyRecord("xla_single", "accelkit_xla_spawn.strategy:XLASingleStrategy", accelerators=_XLA,
+                       description="one XLA core in this process"),
+    ]
+
+
+@hookimpl
+def accelkit_register_precisions() -> list[PrecisionRecord]:
+    """Full precision on XLA (other precisions come from other plugins)."""
+    return [PrecisionRecord("32-true", "accelkit.precision:Precision", aliases=("32",), accelerators=_XLA)]
+
+
+def translate_tpu_cores(value: Any) -> Any:
+    """The ``devices`` value that the legacy ``tpu_cores`` value means.
+
+    ``tpu_cores=N`` is ``devices=N``; ``tpu_cores=[k]`` named the 1-based core ID in the old Lightning guides,
+    so it becomes ``devices=[k - 1]``.
+    """
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1 or not isinstance(value[0], int) or isinstance(value[0], bool) or value[0] < 1:
+            raise ValueError(f"tpu_cores={value!r}: a list names one 1-based core ID such as [1]..[8]; "
+                             "use devices=[k] (0-based) instead.")
+        return [value[0] - 1]
+    if isinstance(value, str) and value.strip().startswith("["):
+        return translate_tpu_cores([int(v) for v in value.strip()[1:-1].split(",") if v.strip()])
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"tpu_cores={value!r} is not understood; use devices=N or devices=[k] with accelerator='tpu'.")
+
+
+@hookimpl
+def accelkit_translate_arguments(arguments: dict[str, Any]) -> None:
+    """Turn ``tpu_cores=`` into ``accelerator="tpu"`` plus ``devices=``, with a one-line deprecation note."""
+    extra = arguments["extra"]
+    if "tpu_cores" not in extra:
+        return
+    value = extra.pop("tpu_cores")
+    if value is None:
+        return
+    devices = translate_tpu_cores(value)
+    if arguments.get("devices") not in ("auto", None, devices):
+        raise ValueError(f"tpu_cores={value!r} and devices={arguments['devices']!r} were both given; keep only devices.")
+    arguments["devices"] = devices
+    if arguments.get("accelerator") in ("auto", None):
+        arguments["accelerator"] = "tpu"
+    print(f"accelkit: tpu_cores={value!r} is deprecated; use accelerator='tpu', devices={devices!r}"
+          + (" (devices counts cores from 0)." if isinstance(devices, list) else "."), file=sys.stderr)

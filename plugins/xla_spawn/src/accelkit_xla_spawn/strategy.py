@@ -1,0 +1,350 @@
+"""Strategies for XLA devices: one core (``xla_single``) or one replica per core (``xla_spawn``).
+
+torch_xla is imported only inside methods that run in a replica (or, for the launcher, at the moment of
+spawning). Nothing here touches the XLA runtime in the parent process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from accelkit import checkpoint as ckpt
+from accelkit.errors import ConfigurationError, WorkerError
+from accelkit.strategy import SingleDeviceStrategy, Strategy
+
+_REDUCE_TYPES = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
+
+
+# --------------------------------------------------------------------------------------------- parent checks
+def xla_runtime_initialized() -> bool:
+    """Whether this process has already started the XLA runtime.
+
+    Answers ``False`` without importing anything when torch_xla was never imported; otherwise asks torch_xla's
+    C extension, which does not start the runtime by being asked.
+    """
+    module = sys.modules.get("torch_xla")
+    if module is None:
+        return False
+    xlac = getattr(module, "_XLAC", None)
+    probe = getattr(xlac, "_xla_runtime_is_initialized", None)
+    return bool(probe()) if callable(probe) else False
+
+
+RUNTIME_TOUCHED_MESSAGE = (
+    "the XLA runtime is already running in this (parent) process, so torch_xla cannot start one replica per "
+    "core (older torch_xla said 'Cannot replicate if number of devices (1) is different from 8'; newer says "
+    "'Runtime is already initialized'). Something used an XLA device before Trainer.fit(): a tensor created "
+    "with device=torch_xla.device()/xm.xla_device(), a model moved to it, or a torch_xla.runtime query such as "
+    "xr.world_size(). Move that code into the LightningModule-style hooks (they run inside the replicas), or "
+    "use devices=1 (strategy 'xla_single') which needs no spawn."
+)
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """What one host of a TPU pod computes from its environment before launching its replicas.
+
+    :param host_index: this host's index (``TPU_WORKER_ID``, or ``CLOUD_TPU_TASK_ID``; 0 on a single host).
+    :param num_hosts: hosts taking part (entries of ``TPU_WORKER_HOSTNAMES``; 1 when unset).
+    :param local_world_size: replicas on this host (its local XLA devices).
+    """
+
+    host_index: int
+    num_hosts: int
+    local_world_size: int
+
+    @property
+    def world_size(self) -> int:
+        """Replicas across all hosts."""
+        return self.num_hosts * self.local_world_size
+
+    @property
+    def global_ordinals(self) -> range:
+        """The global ordinals of this host's replicas (host-major, as PJRT numbers them)."""
+        start = self.host_index * self.local_world_size
+        return range(start, start + self.local_world_size)
+
+
+def pod_plan(env: Mapping[str, str], local_devices: int) -> PodPlan:
+    """Compute this host's place in a pod from ``env`` (pure: testable with a dict).
+
+    Raises :class:`ConfigurationError` when the variables contradict each other.
+    """
+    hostnames = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
+    num_hosts = len(hostnames) or 1
+    raw_index = env.get("TPU_WORKER_ID") or env.get("CLOUD_TPU_TASK_ID") or "0"
+    try:
+        host_index = int(raw_index)
+    except ValueError:
+        raise ConfigurationError(f"TPU_WORKER_ID={raw_index!r} is not an integer host index.") from None
+    if not 0 <= host_index < num_hosts:
+        raise ConfigurationError(
+            f"TPU_WORKER_ID={host_index} but TPU_WORKER_HOSTNAMES lists {num_hosts} host(s) "
+            f"({', '.join(hostnames) or 'none'}); the worker id must be in 0..{num_hosts - 1}."
+        )
+    if local_devices < 1:
+        raise ConfigurationError("this host has no XLA device to run replicas on.")
+    return PodPlan(host_index=host_index, num_hosts=num_hosts, local_world_size=local_devices)
+
+
+# --------------------------------------------------------------------------------------------- shared base
+class _XLAStrategyBase(Strategy):
+    """What both XLA strategies share: the device loader, graph cuts, CPU checkpoints."""
+
+    def _xla(self) -> Any:
+        import torch_xla
+
+        return torch_xla
+
+    def process_dataloader(self, dataloader: Any, stage: str) -> Any:
+        """Wrap the (already sharded) loader in torch_xla's ``MpDeviceLoader``.
+
+        It copies batches to the device in a background thread; tensors move, other objects in a batch pass
+        through untouched. The loader also cuts the graph once per batch, so evaluation loops do not build
+        one ever-growing graph.
+        """
+        import torch_xla.distributed.parallel_loader as pl
+
+        if isinstance(dataloader, pl.MpDeviceLoader):
+            return dataloader
+        return pl.MpDeviceLoader(dataloader, self.root_device)
+
+    def step_end(self) -> None:
+        """Cut the lazy graph after each optimizer step.
+
+        The device loader cuts only when it fetches the next batch, which is after logging and callbacks have
+        run; cutting here makes every step one and the same graph, whatever runs between steps.
+        """
+        self._xla().sync()
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+        """Every replica materialises its tensors and moves them to the CPU; after a barrier, the replica of
+        local ordinal 0 of each host writes the file atomically; everyone waits for the write."""
+        self._xla().sync()
+        on_cpu = ckpt.to_cpu(checkpoint)
+        self.barrier("checkpoint_ready")
+        if self.local_rank == 0:
+            ckpt.atomic_save(on_cpu, path)
+        self.barrier("checkpoint_written")
+
+    def teardown(self) -> None:
+        """Run what is still pending on the device."""
+        if "torch_xla" in sys.modules:
+            self._xla().sync()
+        super().teardown()
+
+
+class XLASingleStrategy(_XLAStrategyBase, SingleDeviceStrategy):
+    """One XLA core in this process, no spawn (the ``"auto"`` strategy for ``devices=1`` or ``devices=[k]``)."""
+
+    launches_workers = False
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        if len(self.devices) != 1:
+            problems.append(f"strategy 'xla_single' runs on one core but devices={self.devices}; use devices=1 "
+                            "or devices=[k], or strategy='xla_spawn' for all cores.")
+        return problems
+
+
+# --------------------------------------------------------------------------------------------- spawn
+class XLASpawnStrategy(_XLAStrategyBase):
+    """One replica per local XLA core through ``torch_xla.launch`` (PJRT), data parallel.
+
+    The model is replicated; after ``backward`` the gradients are averaged across replicas with torch_xla's
+    cross-replica all-reduce; every replica steps its own optimizer and so stays identical. Each replica reads
+    its own shard of the data. The trained weights of replica 0 come back to the caller's model.
+
+    On a pod (several hosts) the same command runs on every host; each host launches its local replicas and
+    PJRT joins them (see ``docs/tpu.rst``).
+    """
+
+    launches_workers = True
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._in_replica = False
+        self._plan: PodPlan | None = None
+
+    # ----------------------------------------------------------------- parent
+    def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
+        super().connect(accelerator, devices, num_nodes, precision)
+        try:
+            self._plan = pod_plan(os.environ, len(self.devices))
+        except ConfigurationError:
+            self._plan = None  # reported by validate()
+        if self._plan is not None:
+            if num_nodes == 1 and self._plan.num_hosts > 1:
+                self.num_nodes = self._plan.num_hosts
+            self._node_rank = self._plan.host_index
+
+    def validate(self) -> list[str]:
+        problems = []
+        try:
+            plan = pod_plan(os.environ, len(self.devices))
+        except ConfigurationError as exc:
+            problems.append(str(exc))
+            plan = None
+        if plan is not None and self.num_nodes != plan.num_hosts:
+            problems.append(
+                f"num_nodes={self.num_nodes} but this pod has {plan.num_hosts} host(s) (TPU_WORKER_HOSTNAMES); "
+                "leave num_nodes at 1 (it is read from the pod) or make them agree."
+            )
+        if xla_runtime_initialized():
+            problems.append(RUNTIME_TOUCHED_MESSAGE)
+        return problems
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Start one replica per local core with ``torch_xla.launch``; return replica 0's output.
+
+        The trainer, module and loaders are pickled once here; each replica unpickles its own copy, so
+        replicas share no Python state even where PJRT runs them as threads of one process.
+        """
+        if xla_runtime_initialized():
+            raise RuntimeError(RUNTIME_TOUCHED_MESSAGE)
+        try:
+            payload = pickle.dumps((self, function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise WorkerError(
+                f"strategy {self.name or 'xla_spawn'!r} sends the trainer, the module and the data to each replica "
+                f"by pickling them, and that failed: {exc}. Define the module and datasets at module level (not "
+                "inside a function) and keep open files/locks out of them."
+            ) from None
+        import torch_xla  # imported at the moment of spawning; the runtime is not started here
+
+        with tempfile.TemporaryDirectory(prefix="accelkit-xla-") as tmp:
+            result_path = Path(tmp) / "replica0.pt"
+            try:
+                torch_xla.launch(_replica_main, args=(payload, str(result_path)))
+            except Exception as exc:  # noqa: BLE001 - any failure in a replica
+                raise WorkerError(
+                    f"a replica of strategy {self.name or 'xla_spawn'!r} failed: {type(exc).__name__}: {exc}"
+                ) from exc
+            if not result_path.is_file():
+                if self._node_rank != 0:
+                    return {"result": None, "state_dict": None, "callback_metrics": {}, "logged_metrics": {},
+                            "progress_bar_metrics": {}, "current_epoch": 0, "global_step": 0}
+                raise WorkerError("the replicas ended without replica 0 returning its result.")
+            return torch.load(result_path, weights_only=False)
+
+    # ----------------------------------------------------------------- topology
+    @property
+    def world_size(self) -> int:
+        """Replicas across all hosts: ``torch_xla.runtime.world_size()`` inside a replica."""
+        if self._in_replica:
+            import torch_xla.runtime as xr
+
+            return xr.world_size()
+        return len(self.devices) * self.num_nodes
+
+    @property
+    def global_rank(self) -> int:
+        """``torch_xla.runtime.global_ordinal()`` inside a replica."""
+        if self._in_replica:
+            import torch_xla.runtime as xr
+
+            return xr.global_ordinal()
+        return self._node_rank * len(self.devices)
+
+    @property
+    def local_rank(self) -> int:
+        """``torch_xla.runtime.local_ordinal()`` inside a replica."""
+        if self._in_replica:
+            import torch_xla.runtime as xr
+
+            return xr.local_ordinal()
+        return 0
+
+    @property
+    def node_rank(self) -> int:
+        """``torch_xla.runtime.host_index()`` inside a replica (the host's index in a pod)."""
+        if self._in_replica:
+            import torch_xla.runtime as xr
+
+            return xr.host_index()
+        return self._node_rank
+
+    @property
+    def root_device(self) -> torch.device:
+        """This replica's XLA device."""
+        return self._xla().device()
+
+    # ----------------------------------------------------------------- gradients and collectives
+    def all_reduce_(self, reduce_type: str, tensors: list[torch.Tensor], scale: float = 1.0) -> None:
+        """Reduce ``tensors`` across replicas in place (``reduce_type``: ``"sum"``, ``"max"`` or ``"min"``),
+        then multiply by ``scale``. Uses ``torch_xla.core.xla_model.all_reduce``."""
+        import torch_xla.core.xla_model as xm
+
+        if not tensors:
+            return
+        kind = {"sum": xm.REDUCE_SUM, "max": xm.REDUCE_MAX, "min": xm.REDUCE_MIN}[reduce_type]
+        xm.all_reduce(kind, tensors, scale=scale)
+
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Average the gradients of ``optimizer``'s parameters across replicas, before the step.
+
+        Parameters that appear twice (tied weights) are reduced once.
+        """
+        if self.world_size <= 1:
+            return
+        seen: set[int] = set()
+        grads = []
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is not None and id(param) not in seen:
+                    seen.add(id(param))
+                    grads.append(param.grad)
+        self.all_reduce_("sum", grads, scale=1.0 / self.world_size)
+
+    def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        """Reduce a tensor across replicas (``"mean"``, ``"sum"``, ``"max"``, ``"min"``); returns a new tensor."""
+        if op not in _REDUCE_TYPES:
+            raise ValueError(f"reduce op {op!r} is not one of {sorted(_REDUCE_TYPES)}")
+        if not isinstance(value, torch.Tensor):
+            value = torch.tensor(float(value))
+        value = value.detach().to(self.root_device).clone()
+        if self.world_size > 1:
+            self.all_reduce_(_REDUCE_TYPES[op], [value], scale=1.0 / self.world_size if op == "mean" else 1.0)
+        return value
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Stack ``tensor`` from every replica along a new first dimension."""
+        import torch_xla.core.xla_model as xm
+
+        if self.world_size <= 1:
+            return tensor.unsqueeze(0)
+        return xm.all_gather(tensor.unsqueeze(0), dim=0)
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait for every replica (``xm.rendezvous``)."""
+        import torch_xla.core.xla_model as xm
+
+        if self._in_replica and self.world_size > 1:
+            xm.rendezvous(name or "accelkit_barrier")
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Send a picklable object from replica ``src`` to all (``xm.xla_rendezvous`` payloads)."""
+        import torch_xla.core.xla_model as xm
+
+        if not self._in_replica or self.world_size <= 1:
+            return obj
+        payload = pickle.dumps(obj) if self.global_rank == src else b""
+        return pickle.loads(xm.xla_rendezvous(payload, tag="accelkit_broadcast")[src])
+
+
+def _replica_main(index: int, payload: bytes, result_path: str) -> None:
+    """Body of one replica: unpickle a private copy of the run, mark the strategy as inside a replica, run it,
+    and let global replica 0 write its output for the parent."""
+    strategy, function, args, kwargs = pickle.loads(payload)
+    strategy._in_replica = True
+    output = function(*args, **kwargs)
+    if strategy.global_rank == 0:
+        ckpt.atomic_save(output, result_path)

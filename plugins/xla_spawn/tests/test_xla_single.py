@@ -1,0 +1,96 @@
+"""Single-core XLA runs on the real torch_xla (PJRT_DEVICE=CPU), each scenario in its own interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+pytestmark = [pytest.mark.xla, pytest.mark.skipif(
+    __import__("importlib").util.find_spec("torch_xla") is None, reason="torch_xla is not installed")]
+
+
+def xla_env(**extra: str) -> dict[str, str]:
+    """The environment of a scenario subprocess: XLA on the host CPU."""
+    env = dict(os.environ)
+    for key in ("XRT_TPU_CONFIG", "TPU_NUM_DEVICES", "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"):
+        env.pop(key, None)
+    env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1", "PYTHONUNBUFFERED": "1"})
+    env.update(extra)
+    return env
+
+
+def run_scenario(name: str, out: Path, timeout: float = 180, **env: str) -> dict:
+    """Run ``xla_scenarios.py NAME`` and return its ``result.json``."""
+    proc = subprocess.run([sys.executable, str(HERE / "xla_scenarios.py"), name, str(out)], env=xla_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"scenario {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return json.loads((out / "result.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_scenario("single", tmp_path_factory.mktemp("xla_single"))
+
+
+def test_auto_strategy_for_one_core_is_xla_single(single: dict) -> None:
+    assert single["strategy"] == "XLASingleStrategy"
+    assert single["param_device"].startswith("xla:")
+
+
+def test_single_core_loss_falls(single: dict) -> None:
+    losses = single["epoch_losses"]
+    assert len(losses) == 4
+    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert losses[-1] < 0.2 * losses[0], losses
+
+
+def test_compilations_stay_constant_after_the_first_steps(single: dict) -> None:
+    """The first epoch compiles the step graph and the epoch-end graph; from then on nothing compiles, and
+    within an epoch no step after the first compiles. The negative control (an input shape that changes
+    each step) shows the same counter does catch per-step recompilation."""
+    rows = single["rows"]
+    assert rows[0]["compiles"] >= 1
+    first_epoch = [r["compiles"] for r in rows if r["epoch"] == 0]
+    assert len(set(first_epoch[1:])) == 1, first_epoch
+    later = [r["compiles"] for r in rows if r["epoch"] >= 1]
+    assert len(set(later)) == 1, later
+    grow = [r["compiles"] for r in single["grow_rows"]]
+    assert grow[3] - grow[0] == 3, grow  # the control recompiles for each new shape
+
+
+def test_no_device_to_host_transfer_per_step(single: dict) -> None:
+    """With log_every_n_steps larger than an epoch, nothing in the loop reads a device value per step: the
+    transfer counter moves only at epoch ends. The ``.item()``-every-step control moves it every step."""
+    rows = single["rows"]
+    for epoch in range(4):
+        counts = [r["from_device"] for r in rows if r["epoch"] == epoch]
+        assert len(counts) == 8 and len(set(counts)) == 1, (epoch, counts)
+    item = [r["from_device"] for r in single["item_rows"]]
+    assert all(b == a + 1 for a, b in zip(item, item[1:])), item
+
+
+def test_batches_with_non_tensor_objects(single: dict) -> None:
+    assert single["batch_devices"] == ["xla"]
+    assert single["names_type"] == ["list"]
+    assert single["names_first_epoch"] == [f"sample-{i}" for i in range(64)]
+
+
+def test_checkpoint_is_on_the_cpu(single: dict) -> None:
+    assert single["checkpoint_exists"]
+    assert single["checkpoint_devices"] == ["cpu"]
+
+
+def test_weight_tying_survives_the_move_and_training(single: dict) -> None:
+    tie = single["tie"]
+    assert tie["same_object"] is True
+    assert tie["equal_values"] is True
+    assert tie["device"].startswith("xla:")
+    assert tie["num_params"] == 2  # layer_1/3 shared + layer_2
+    assert tie["trained"] is True
+    assert tie["warnings"] == []
