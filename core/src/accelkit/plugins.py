@@ -93,6 +93,8 @@ class PluginManager(pluggy.PluginManager):
         self.hook.accelkit_configure.call_historic(kwargs={"manager": self})
         if autoload is None:
             autoload = os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip().lower() not in ("1", "true", "yes")
+        #: whether installed plugins were discovered through entry points
+        self.autoload = bool(autoload)
         if autoload:
             self.load_entrypoints()
 
@@ -159,6 +161,15 @@ class PluginManager(pluggy.PluginManager):
             self.register(plugin, name=info.name)
         except Exception as exc:  # pluggy validates hook names and signatures here
             info.status, info.error, info.reason = FAILED, exc, f"{type(exc).__name__}: {exc}"
+            return
+        # pluggy accepts an implementation without a specification (it stays "pending"): a misspelt name
+        unknown = sorted(c.name for c in (self.get_hookcallers(plugin) or []) if not c.has_spec())
+        if unknown:
+            self.unregister(plugin)
+            known = sorted(n for n in vars(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_"))
+            error = PluginError("; ".join(f"{n!r} is not an accelkit hook.{suggest(n, known)}" for n in unknown)
+                                + f" Hooks: {', '.join(known)}.")
+            info.status, info.error, info.reason = FAILED, error, f"PluginError: {error}"
             return
         info.status, info.plugin = LOADED, plugin
         info.hooks = sorted(h.name for h in (self.get_hookcallers(plugin) or []))
@@ -235,6 +246,8 @@ class Registry:
         def add(record: StrategyRecord) -> tuple[str, str] | None:
             for name in record.names:
                 key = lookup_key(name)
+                if any(other is record for other in table.get(key, [])):
+                    continue  # a name and an alias that differ only in spelling ("bf16-true"/"bf16_true")
                 for other in table.get(key, []):
                     if other.accelerators is None or record.accelerators is None or (
                         set(other.accelerators) & set(record.accelerators)

@@ -74,22 +74,27 @@ class Resolver:
         """A message for an unknown name, or raise the import error of the plugin that should provide it."""
         key = lookup_key(name)
         dist = catalog().get(section, {}).get(key)
+        def related(info: Any) -> bool:
+            return (dist is not None and lookup_key(info.distribution) == lookup_key(dist)) or (
+                key in lookup_key(info.name)) or (bool(info.distribution) and key in lookup_key(info.distribution))
+
         for info in self.manager.failures():
-            related = (dist is not None and info.distribution.lower() == dist) or key in lookup_key(info.name) or (
-                key in lookup_key(info.distribution))
-            if related:
+            if related(info):
                 raise PluginError(
                     f"{kind} {name!r} would come from plugin {info.name!r} ({info.provider}), which failed to "
                     f"load: {info.reason}"
                 ) from info.error
+        stopped = [i for i in self.manager.infos.values() if i.status in ("blocked", "incompatible") and related(i)]
         missing = dist is not None and not _installed(dist)
-        hint = "" if missing else suggest(key, known)  # a known name is not a typo of another one
+        hint = "" if missing or stopped else suggest(key, known)  # a known name is not a typo of another one
         message = f"{kind} {name!r} is not available.{hint} Available: {', '.join(known) or 'none'}."
         if missing:
             message += f" It is provided by the {dist!r} distribution: `pip install {dist}`."
-        for info in self.manager.infos.values():
-            if info.status in ("blocked", "incompatible") and key in lookup_key(info.name):
-                message += f" Plugin {info.name!r} is installed but {info.status}: {info.reason}."
+        for info in stopped:
+            message += f" Plugin {info.name!r} ({info.provider}) is installed but {info.status}: {info.reason}."
+        if dist is not None and not missing and not stopped and not getattr(self.manager, "autoload", True):
+            message += (f" The {dist!r} distribution is installed, but plugin discovery is off "
+                        "(ACCELKIT_DISABLE_PLUGIN_AUTOLOAD); unset it or pass the plugin in plugins=[...].")
         return message
 
     # ----------------------------------------------------------------- parts
@@ -241,9 +246,9 @@ def compose(
         except (ValueError, ConfigurationError) as exc:
             problems.append(f"precision {config.precision!r} cannot run on {acc_name!r}: {exc}")
     if strategy_obj is not None and precision_obj is not None and not problems:
+        # the run is fully resolved: the strategy's and every plugin's own checks are reported together
         strategy_obj.connect(acc_instance, parsed, num_nodes, precision_obj)
         problems.extend(strategy_obj.validate())
-    if not problems:
         for found in manager.hook.accelkit_validate_config(config=config):
             problems.extend(found or [])
     if problems:
