@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import socket
 import tempfile
 import warnings
@@ -112,11 +113,18 @@ class Strategy:
     def module_to_device(self, module: nn.Module) -> nn.Module:
         """Move ``module`` to :attr:`root_device`, then run its ``on_post_move_to_device`` hook.
 
-        Weights tied before the move stay tied (the move is in place). If the number of distinct parameters
-        changes across the move, a warning says so: ties must then be re-made in ``on_post_move_to_device``.
+        Weights tied before the move stay tied: a move to a device whose tensors cannot share storage with
+        the CPU's replaces every parameter object, so the ties found before the move are re-made after it.
+        If the hook then changes the number of distinct parameters, a warning says so.
         """
         before = len(list(module.parameters()))
+        ties = _tied_parameter_names(module)
         module.to(self.root_device)
+        for names in ties:
+            shared = module.get_parameter(names[0])
+            for name in names[1:]:
+                owner, _, attribute = name.rpartition(".")
+                setattr(module.get_submodule(owner), attribute, shared)
         hook = getattr(module, "on_post_move_to_device", None)
         if callable(hook):
             hook()
@@ -207,6 +215,14 @@ class Strategy:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, devices={self.devices}, num_nodes={self.num_nodes})"
+
+
+def _tied_parameter_names(module: nn.Module) -> list[list[str]]:
+    """Groups of parameter names that refer to one shared parameter object (only groups of two or more)."""
+    groups: dict[int, list[str]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
 
 
 class StepRouter(nn.Module):
@@ -405,12 +421,16 @@ class DDPSpawnStrategy(DDPStrategy):
         import torch.multiprocessing as mp
 
         port = find_free_port()
+        # Plain pickle, not torch.multiprocessing's: that one moves every tensor (the caller's module included)
+        # into shared memory, so all workers would step the same parameters and each update would land
+        # world_size times. Each worker must get its own copy.
+        payload = pickle.dumps((self, function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         with tempfile.TemporaryDirectory(prefix="accelkit-spawn-") as tmp:
             result_path = Path(tmp) / "rank0.pt"
             try:
                 mp.start_processes(
                     _spawned_worker,
-                    args=(self, port, str(result_path), function, args, kwargs),
+                    args=(payload, port, str(result_path)),
                     nprocs=len(self.devices),
                     join=True,
                     start_method="spawn",
@@ -424,8 +444,8 @@ class DDPSpawnStrategy(DDPStrategy):
             return torch.load(result_path, weights_only=False)
 
 
-def _spawned_worker(index: int, strategy: DDPSpawnStrategy, port: int, result_path: str,
-                    function: Callable[..., Any], args: tuple, kwargs: dict) -> None:
+def _spawned_worker(index: int, payload: bytes, port: int, result_path: str) -> None:
+    strategy, function, args, kwargs = pickle.loads(payload)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)

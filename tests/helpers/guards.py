@@ -1,0 +1,66 @@
+"""Guards for tests that start processes: a hang becomes a failure with tracebacks, not a stuck run."""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+
+
+@contextlib.contextmanager
+def hang_guard(seconds: float) -> Iterator[None]:
+    """If the block runs longer than ``seconds``, dump every thread's traceback and exit the test process.
+
+    pytest-timeout is not a dependency; this is the standard library's watchdog. It ends the whole run, which
+    is what a hang in a test of process handling should do.
+    """
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists and is not a zombie (a zombie has exited; it only awaits reaping)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return "State:\tZ" not in status
+
+
+def wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
+    """Wait up to ``seconds`` for ``pids`` to exit; return those still alive."""
+    deadline = time.monotonic() + seconds
+    alive = [p for p in pids if pid_alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if pid_alive(p)]
+    return alive
+
+
+def child_env() -> dict[str, str]:
+    """Environment for subprocesses: ``tests`` on ``PYTHONPATH`` so ``helpers`` imports, output unbuffered."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["PYTHONUNBUFFERED"] = "1"
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    return env
+
+
+PYTHON = sys.executable

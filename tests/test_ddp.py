@@ -1,0 +1,116 @@
+"""Real multi-process data-parallel runs on the CPU (gloo): spawned workers, torchrun "nodes", failures."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from helpers.guards import PYTHON, TESTS, child_env, hang_guard, wait_gone  # noqa: E402
+from helpers.models import RegressionModule, WeightDump  # noqa: E402
+from accelkit.strategy import find_free_port  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False)
+
+
+def single_process_weights(tmp_path: Path, epochs: int = 2) -> tuple[dict[str, torch.Tensor], int]:
+    """Weights after one process trains on global batches of 8 (the union of two ranks' batches of 4)."""
+    model = RegressionModule(batch_size=8)
+    trainer = accelkit.Trainer(devices=1, max_epochs=epochs, enable_progress_bar=False,
+                               default_root_dir=tmp_path / "single", **QUIET)
+    trainer.fit(model)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}, trainer.global_step
+
+
+def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m: f"{key}: {m}")
+
+
+def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd):
+    expected, single_steps = single_process_weights(tmp_path)
+    initial = {k: v.clone() for k, v in RegressionModule().state_dict().items()}
+    capfd.readouterr()
+
+    model = RegressionModule(batch_size=4)
+    trainer = accelkit.Trainer(devices=2, strategy="ddp_spawn", max_epochs=2, enable_progress_bar=True,
+                               default_root_dir=tmp_path / "ddp", callbacks=[WeightDump(tmp_path)], **QUIET)
+    with hang_guard(120):
+        trainer.fit(model)
+    err = capfd.readouterr().err
+
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["world_size"] for r in ranks} == {2}
+    assert ranks[0]["pid"] != ranks[1]["pid"]
+    # Both replicas end bit-identical (same all-reduced gradients applied to the same broadcast weights).
+    for key in ranks[0]["state_dict"]:
+        assert torch.equal(ranks[0]["state_dict"][key], ranks[1]["state_dict"][key]), key
+    # ... equal to one process over the same global batches ...
+    assert_same_weights(ranks[0]["state_dict"], expected, atol=1e-5)
+    assert not torch.allclose(expected["layer.weight"], initial["layer.weight"])  # training moved the weights
+    # ... and the trained weights came back to the caller's model, with the step count.
+    assert_same_weights(model.state_dict(), ranks[0]["state_dict"], atol=0)
+    assert not model.layer.weight.is_shared()  # workers got copies, not views of the caller's memory
+    assert trainer.global_step == single_steps == 8
+    assert "train_loss_epoch" in trainer.callback_metrics
+    # sync_dist reduces epoch values over both ranks; without it rank 0 reports its own.
+    assert trainer.callback_metrics["rank_mean"] == pytest.approx(0.5)
+    assert trainer.callback_metrics["rank_max"] == 1.0
+    assert trainer.callback_metrics["rank_local"] == 0.0
+    # Only global rank 0 draws a progress bar: one bar line per epoch.
+    epoch0_lines = [line for line in err.split("\n") if "Epoch 0" in line]
+    assert len(epoch0_lines) == 1, err
+    assert len([line for line in err.split("\n") if "Epoch 1" in line]) == 1, err
+
+
+def test_torchrun_two_nodes_on_loopback_match_single_process(tmp_path):
+    expected, _ = single_process_weights(tmp_path)
+    port = find_free_port()
+    script = TESTS / "helpers" / "torchrun_fit.py"
+    commands = [
+        [PYTHON, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank),
+         "--master-addr", "127.0.0.1", "--master-port", str(port), "--rdzv-backend", "static",
+         str(script), str(tmp_path), "2"]
+        for rank in range(2)
+    ]
+    procs = [subprocess.Popen(cmd, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for cmd in commands]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=90)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outputs)
+
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["world_size"] for r in ranks} == {2}
+    for key in ranks[0]["state_dict"]:
+        assert torch.equal(ranks[0]["state_dict"][key], ranks[1]["state_dict"][key]), key
+    assert_same_weights(ranks[0]["state_dict"], expected, atol=1e-5)
+    assert ranks[0]["global_step"] == 8
+
+
+def test_worker_failure_raises_worker_error_with_traceback_and_leaves_no_processes(tmp_path):
+    proc = subprocess.run([PYTHON, str(TESTS / "helpers" / "fail_fit.py"), str(tmp_path)], env=child_env(),
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    caught = [line for line in proc.stdout.splitlines() if line.startswith(("CAUGHT", "NO ERROR"))]
+    assert caught == ["CAUGHT accelkit.errors.WorkerError"], proc.stdout + proc.stderr
+    # The worker's own exception and its traceback travel to the caller.
+    assert "ValueError: deliberate failure on rank 1 at batch 1" in proc.stdout
+    assert "Traceback" in proc.stdout and "training_step" in proc.stdout
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    assert wait_gone(pids) == [], f"worker processes {pids} outlived the failed run"

@@ -1,0 +1,366 @@
+"""The Trainer's features on one CPU process: real training, no mocks."""
+
+from __future__ import annotations
+
+import csv
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from accelkit.strategy import SingleDeviceStrategy  # noqa: E402
+from helpers.models import RegressionModule, TiedModule, regression_data  # noqa: E402
+
+
+def make_trainer(tmp_path: Path, **kwargs: Any) -> accelkit.Trainer:
+    """A quiet one-process CPU Trainer writing under ``tmp_path``."""
+    options = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                   enable_progress_bar=False, default_root_dir=tmp_path)
+    options.update(kwargs)
+    return accelkit.Trainer(**options)
+
+
+def weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+class EpochLosses(accelkit.Callback):
+    """Collects ``train_loss_epoch`` after every epoch."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self.losses.append(trainer.callback_metrics["train_loss_epoch"])
+
+
+# ---------------------------------------------------------------------------------------------- training
+def test_loss_falls(tmp_path):
+    recorder = EpochLosses()
+    trainer = make_trainer(tmp_path, max_epochs=5, callbacks=[recorder])
+    trainer.fit(RegressionModule())
+    assert len(recorder.losses) == 5
+    assert all(b < a for a, b in zip(recorder.losses, recorder.losses[1:])), recorder.losses
+    assert recorder.losses[-1] < 0.25 * recorder.losses[0]
+    assert trainer.current_epoch == 5 and trainer.global_step == 20
+
+
+def test_gradient_accumulation_equals_double_batch(tmp_path):
+    big = RegressionModule(batch_size=8)
+    make_trainer(tmp_path, max_epochs=2).fit(big)
+    accumulated = RegressionModule(batch_size=4)
+    trainer = make_trainer(tmp_path, max_epochs=2, accumulate_grad_batches=2)
+    trainer.fit(accumulated)
+    assert trainer.global_step == 8  # one optimizer step per two batches
+    for key, value in weights(big).items():
+        torch.testing.assert_close(weights(accumulated)[key], value, atol=1e-6, rtol=0)
+    # not a trivially equal pair: a run without accumulation on the small batches ends elsewhere
+    small = RegressionModule(batch_size=4)
+    make_trainer(tmp_path, max_epochs=2).fit(small)
+    assert not torch.allclose(weights(small)["layer.weight"], weights(big)["layer.weight"], atol=1e-3)
+
+
+class GradientProbe(RegressionModule):
+    """Records the total gradient norm and the largest gradient entry seen by ``on_before_optimizer_step``."""
+
+    def __init__(self) -> None:
+        super().__init__(lr=0.01)
+        self.norms: list[float] = []
+        self.maxima: list[float] = []
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        self.norms.append(float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))))
+        self.maxima.append(float(max(g.abs().max() for g in grads)))
+
+
+@pytest.mark.parametrize("algorithm, bound", [("norm", 0.5), ("value", 0.1)])
+def test_gradient_clipping_bounds_gradients(tmp_path, algorithm, bound):
+    free = GradientProbe()
+    make_trainer(tmp_path, max_epochs=1).fit(free)
+    measured = free.norms if algorithm == "norm" else free.maxima
+    assert min(measured) > bound  # the bound really cuts these gradients
+    clipped = GradientProbe()
+    make_trainer(tmp_path, max_epochs=1, gradient_clip_val=bound, gradient_clip_algorithm=algorithm).fit(clipped)
+    measured = clipped.norms if algorithm == "norm" else clipped.maxima
+    assert len(measured) == 4
+    assert max(measured) <= bound * (1 + 1e-5)
+    if algorithm == "norm":  # norm clipping rescales to the bound exactly
+        assert measured[0] == pytest.approx(bound, rel=1e-4)
+
+
+def test_bad_clip_algorithm_is_a_clear_error(tmp_path):
+    with pytest.raises(accelkit.ConfigurationError, match="gradient_clip_algorithm='max'.*'norm' or 'value'"):
+        make_trainer(tmp_path, gradient_clip_val=1.0, gradient_clip_algorithm="max")
+
+
+# ---------------------------------------------------------------------------------------------- optimizers
+class OptimizerForms(RegressionModule):
+    """``configure_optimizers`` returns whatever ``form`` names."""
+
+    def __init__(self, form: str) -> None:
+        super().__init__(lr=0.1)
+        self.extra = nn.Linear(4, 1)  # trained by the second optimizer in the "list" form
+        self.form = form
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.mse_loss(self(x) + self.extra(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("flat", 1.0)  # never improves: ReduceLROnPlateau must cut the rate
+
+    def configure_optimizers(self) -> Any:
+        if self.form == "list":
+            return [torch.optim.SGD(self.layer.parameters(), lr=0.1), torch.optim.SGD(self.extra.parameters(), lr=0.1)]
+        opt = torch.optim.SGD(self.parameters(), lr=0.1)
+        if self.form == "optimizer":
+            return opt
+        if self.form == "tuple":
+            return [opt], [torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)]
+        if self.form == "dict_step":
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        if self.form == "plateau":
+            sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.1, patience=0)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "flat"}}
+        if self.form == "plateau_missing":
+            sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "nope"}}
+        return "not an optimizer"
+
+
+@pytest.mark.parametrize("form, lr_after", [
+    ("optimizer", 0.1),
+    ("tuple", 0.1 * 0.5 ** 3),  # epoch interval: three epochs, three halvings
+    ("dict_step", 0.1 * 0.5 ** 12),  # step interval: 4 steps x 3 epochs
+    ("plateau", 0.1 * 0.1 ** 2),  # first epoch sets the best; the next two do not improve
+])
+def test_configure_optimizers_forms(tmp_path, form, lr_after):
+    model = OptimizerForms(form)
+    before = weights(model)
+    trainer = make_trainer(tmp_path, max_epochs=3)
+    trainer.fit(model)
+    assert trainer._optimizers[0].param_groups[0]["lr"] == pytest.approx(lr_after)
+    assert not torch.equal(weights(model)["layer.weight"], before["layer.weight"])
+
+
+def test_configure_optimizers_list_steps_every_optimizer(tmp_path):
+    model = OptimizerForms("list")
+    before = weights(model)
+    trainer = make_trainer(tmp_path, max_epochs=1)
+    trainer.fit(model)
+    assert len(trainer._optimizers) == 2
+    for key in ("layer.weight", "extra.weight"):
+        assert not torch.equal(weights(model)[key], before[key]), key
+
+
+def test_configure_optimizers_errors_name_the_problem(tmp_path):
+    with pytest.raises(KeyError, match="'nope'.*logged metrics"):
+        make_trainer(tmp_path, max_epochs=1).fit(OptimizerForms("plateau_missing"))
+    with pytest.raises(TypeError, match="configure_optimizers\\(\\) returned str"):
+        make_trainer(tmp_path, max_epochs=1).fit(OptimizerForms("bogus"))
+
+
+# ---------------------------------------------------------------------------------------------- logging
+class Logging(RegressionModule):
+    """Logs values whose step and epoch aggregates are known in advance (4 batches of 8 per epoch)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("idx", torch.tensor(float(batch_idx)), on_step=True, on_epoch=True, prog_bar=True)
+        self.log("idx_max", float(batch_idx), on_step=False, on_epoch=True, reduce_fx="max")
+        self.log("idx_sum", float(batch_idx), on_step=False, on_epoch=True, reduce_fx="sum")
+        self.log("bar_only", 7.0, logger=False, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_const", 2.0, sync_dist=True)
+
+
+def test_log_on_step_on_epoch_prog_bar_and_csv_rows(tmp_path):
+    trainer = make_trainer(tmp_path, max_epochs=2, logger=True, log_every_n_steps=1)
+    trainer.fit(Logging())
+    metrics = trainer.callback_metrics
+    assert metrics["idx_epoch"] == pytest.approx(1.5)  # mean of 0..3, equal batch sizes
+    assert metrics["idx_max"] == 3.0 and metrics["idx_sum"] == 6.0
+    assert metrics["val_const"] == 2.0
+    assert "idx" not in metrics and "bar_only" not in metrics  # step values and bar-only values stay out
+    assert trainer.progress_bar_metrics["bar_only"] == 7.0
+    assert trainer.progress_bar_metrics["idx"] == 1.5  # after the epoch, the bar shows the epoch mean
+
+    with open(trainer.logger.metrics_file, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    step_rows = [r for r in rows if r.get("idx_step")]
+    assert [int(r["step"]) for r in step_rows] == list(range(1, 9))
+    assert [float(r["idx_step"]) for r in step_rows] == [0.0, 1.0, 2.0, 3.0] * 2
+    epoch_rows = [r for r in rows if r.get("idx_epoch")]
+    assert [(int(r["epoch"]), float(r["idx_epoch"])) for r in epoch_rows] == [(0, 1.5), (1, 1.5)]
+    assert all(not r.get("bar_only") for r in rows) and "bar_only" not in rows[0]
+    assert [float(r["val_const"]) for r in rows if r.get("val_const")] == [2.0, 2.0]
+
+
+def test_log_every_n_steps_thins_step_rows(tmp_path):
+    trainer = make_trainer(tmp_path, max_epochs=2, logger=True, log_every_n_steps=3)
+    trainer.fit(Logging())
+    with open(trainer.logger.metrics_file, newline="") as handle:
+        steps = [int(r["step"]) for r in csv.DictReader(handle) if r.get("idx_step")]
+    assert steps == [3, 6]
+
+
+def test_log_outside_a_run_is_an_error():
+    with pytest.raises(RuntimeError, match="outside a Trainer run"):
+        Logging().log("x", 1.0)
+
+
+# ---------------------------------------------------------------------------------------------- other stages
+def test_validate_test_predict_return_values(tmp_path):
+    model = RegressionModule()
+    trainer = make_trainer(tmp_path)
+    x_val, y_val = regression_data(16, seed=1).tensors
+    with torch.no_grad():
+        expected_val = float(F.mse_loss(model(x_val), y_val))
+    assert trainer.validate(model) == [{"val_loss": pytest.approx(expected_val, rel=1e-6)}]
+
+    x_test, y_test = regression_data(16, seed=2).tensors
+    with torch.no_grad():
+        expected_test = float(F.mse_loss(model(x_test), y_test))
+    assert trainer.test(model) == [{"test_loss": pytest.approx(expected_test, rel=1e-6)}]
+
+    loader = DataLoader(regression_data(10, seed=3), batch_size=4)
+    predictions = trainer.predict(model, loader)
+    assert [p.shape for p in predictions] == [torch.Size([4, 1]), torch.Size([4, 1]), torch.Size([2, 1])]
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat(predictions), model(regression_data(10, seed=3).tensors[0]))
+
+
+def test_max_steps_stops_mid_epoch(tmp_path):
+    trainer = make_trainer(tmp_path, max_steps=6)
+    trainer.fit(RegressionModule())
+    assert trainer.global_step == 6
+    assert trainer.current_epoch == 2  # epoch 0 (4 steps) and the cut epoch 1 both end
+
+
+class CountingModule(RegressionModule):
+    """Counts the batches each loop sees."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = {"train": 0, "val": 0, "test": 0}
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.seen["train"] += 1
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.seen["val"] += 1
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.seen["test"] += 1
+
+
+@pytest.mark.parametrize("limits, seen", [
+    (dict(limit_train_batches=2, limit_val_batches=1), {"train": 4, "val": 2, "test": 2}),
+    (dict(limit_train_batches=0.5, limit_val_batches=0, limit_test_batches=1), {"train": 4, "val": 0, "test": 1}),
+    (dict(limit_train_batches=100), {"train": 8, "val": 4, "test": 2}),  # more than there is: all of it
+])
+def test_limit_batches(tmp_path, limits, seen):
+    model = CountingModule()
+    trainer = make_trainer(tmp_path, max_epochs=2, **limits)
+    trainer.fit(model)
+    trainer.test(model)
+    assert model.seen == seen
+
+
+def test_fractional_limit_out_of_range_is_a_clear_error(tmp_path):
+    with pytest.raises(accelkit.ConfigurationError, match="limit_fit_batches=1.5"):
+        make_trainer(tmp_path, max_epochs=1, limit_train_batches=1.5).fit(RegressionModule())
+
+
+# ---------------------------------------------------------------------------------------------- precision
+class DtypeProbe(RegressionModule):
+    """Records parameter, input and activation dtypes seen inside ``training_step``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[torch.dtype, torch.dtype, torch.dtype]] = set()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        out = self(x)
+        self.seen.add((self.layer.weight.dtype, x.dtype, out.dtype))
+        return F.mse_loss(out.float(), y.float())
+
+
+def test_precision_64_true_trains_in_float64(tmp_path):
+    model = DtypeProbe()
+    make_trainer(tmp_path, max_epochs=1, precision="64-true").fit(model)
+    assert model.seen == {(torch.float64, torch.float64, torch.float64)}
+    assert model.layer.weight.dtype == torch.float64
+
+
+def test_precision_bf16_mixed_autocasts_activations_keeps_fp32_weights(tmp_path):
+    model = DtypeProbe()
+    before = weights(model)
+    make_trainer(tmp_path, max_epochs=1, precision="bf16-mixed").fit(model)
+    assert model.seen == {(torch.float32, torch.float32, torch.bfloat16)}
+    assert model.layer.weight.dtype == torch.float32
+    assert not torch.equal(model.layer.weight, before["layer.weight"])
+
+
+# ---------------------------------------------------------------------------------------------- weight tying
+class MetaStrategy(SingleDeviceStrategy):
+    """A single-device strategy whose device is ``meta``, so a move is observable on a CPU-only machine."""
+
+    @property
+    def root_device(self) -> torch.device:
+        return torch.device("meta")
+
+
+def test_tied_weights_stay_tied_and_hook_runs_after_the_move(tmp_path):
+    # CPU -> meta replaces every Parameter object (as a move to any device whose tensors cannot share storage
+    # with the CPU's does), which unties plain nn.Module.to(); the strategy must re-tie.
+    untied = TiedModule().to("meta")
+    assert untied.decoder.weight is not untied.encoder.weight  # the premise: .to() alone breaks the tie
+    strategy = MetaStrategy()
+    strategy.connect(None, [0], 1, None)
+    model = TiedModule()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no parameter-count warning for a preserved tie
+        moved = strategy.module_to_device(model)
+    assert model.events == ["post_move:meta:torch.float32"]  # the hook ran once, and saw the moved weights
+    assert moved.decoder.weight is moved.encoder.weight
+    assert moved.encoder.weight.device.type == "meta"
+    assert len(list(moved.parameters())) == 1
+
+
+def test_tied_weights_survive_a_fit(tmp_path):
+    model = TiedModule()
+    before = weights(model)
+    make_trainer(tmp_path, max_epochs=1).fit(model)
+    assert model.decoder.weight is model.encoder.weight
+    assert model.events == ["post_move:cpu:torch.float32"]
+    assert not torch.equal(model.encoder.weight, before["encoder.weight"])
+
+
+def test_hook_that_breaks_a_tie_warns(tmp_path):
+    model = TiedModule(break_tie=True)
+    with pytest.warns(UserWarning, match="1 distinct parameters before the move to cpu and 2 after"):
+        make_trainer(tmp_path, max_epochs=1).fit(model)
+    assert model.decoder.weight is not model.encoder.weight
+    strategy = MetaStrategy()
+    strategy.connect(None, [0], 1, None)
+    with pytest.warns(UserWarning, match="before the move to meta and 2 after"):
+        strategy.module_to_device(TiedModule(break_tie=True))
