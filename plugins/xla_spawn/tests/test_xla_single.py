@@ -2,39 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-HERE = Path(__file__).resolve().parent
 pytestmark = [pytest.mark.xla, pytest.mark.skipif(
     __import__("importlib").util.find_spec("torch_xla") is None, reason="torch_xla is not installed")]
 
 
-def xla_env(**extra: str) -> dict[str, str]:
-    """The environment of a scenario subprocess: XLA on the host CPU."""
-    env = dict(os.environ)
-    for key in ("XRT_TPU_CONFIG", "TPU_NUM_DEVICES", "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"):
-        env.pop(key, None)
-    env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1", "PYTHONUNBUFFERED": "1"})
-    env.update(extra)
-    return env
-
-
-def run_scenario(name: str, out: Path, timeout: float = 180, **env: str) -> dict:
-    """Run ``xla_scenarios.py NAME`` and return its ``result.json``."""
-    proc = subprocess.run([sys.executable, str(HERE / "xla_scenarios.py"), name, str(out)], env=xla_env(**env),
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"scenario {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return json.loads((out / "result.json").read_text())
-
-
 @pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory) -> dict:
+def single(tmp_path_factory: pytest.TempPathFactory, run_scenario) -> dict:
     return run_scenario("single", tmp_path_factory.mktemp("xla_single"))
 
 

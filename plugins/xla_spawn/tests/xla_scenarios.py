@@ -206,7 +206,175 @@ def scenario_single(out: Path) -> dict:
     return result
 
 
-SCENARIOS = {"single": scenario_single}
+# ------------------------------------------------------------------------------------------------- spawn
+from accelkit_xla_spawn.strategy import XLASpawnStrategy  # noqa: E402 - cheap: imports no torch_xla
+
+
+class FlatBufferAllReduceSpawn(XLASpawnStrategy):
+    """TEST-SIDE SUBSTITUTE for the cross-replica collective, used only by the N=4 CPU scenario.
+
+    On torch_xla 2.9 with PJRT_DEVICE=CPU every stock cross-replica collective (``xm.all_reduce``, which
+    :meth:`XLASpawnStrategy.all_reduce_` and ``xm.rendezvous`` use) aborts in XLA's rendezvous
+    (pytorch/xla#5005, #9089; re-measured here: "Termination timeout for all reduce ... only 1 of them
+    arrived"). What does run on CPU is ONE all-reduce of ONE flat buffer through the private
+    ``torch_xla._XLAC._xla_spmd_all_reduce`` with ``XLA_THREAD_POOL_SIZE`` >= the number of replicas. This
+    subclass swaps only that primitive (and the barrier built on it); everything else -- launch, pickled
+    per-replica copies, ordinals, sharded device loader, gradient averaging, checkpoint writer -- is the
+    production code. Production never uses this class.
+    """
+
+    def all_reduce_(self, reduce_type, tensors, scale=1.0):
+        import torch_xla
+
+        if not tensors:
+            return
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        groups = [list(range(self.world_size))]
+        reduced = torch_xla._XLAC._xla_spmd_all_reduce(reduce_type, flat, 1.0, groups) * scale
+        offset = 0
+        for t in tensors:
+            n = t.numel()
+            t.copy_(reduced[offset:offset + n].view_as(t))
+            offset += n
+
+    def barrier(self, name=None):
+        import torch_xla
+
+        if self._in_replica and self.world_size > 1:
+            token = torch.zeros(1, device=self.root_device)
+            self.all_reduce_("sum", [token])
+            torch_xla.sync()
+
+
+_SPY_LOCK = __import__("threading").Lock()
+
+
+def _install_write_spy(log: Path) -> None:
+    """Inside the replica process: wrap the real ``atomic_save`` so each call also appends the writer's global
+    ordinal and file name to ``log`` (the write itself still happens). Installed once per process."""
+    import accelkit.checkpoint as ck
+
+    with _SPY_LOCK:
+        if getattr(ck.atomic_save, "_spy", False):
+            return
+        real = ck.atomic_save
+
+        def spy(obj, path):
+            import torch_xla.runtime as xr
+
+            with open(log, "a") as fh:
+                fh.write(f"{xr.global_ordinal()} {Path(path).name}\n")
+            return real(obj, path)
+
+        spy._spy = True
+        ck.atomic_save = spy
+
+
+class Record(Callback):
+    """Each replica writes its ordinals, the sample indices it read and its final weights."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = str(out)
+        self.indices: list[int] = []
+
+    def on_fit_start(self, trainer, module):
+        _install_write_spy(Path(self.out, "writes.log"))
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.indices.extend(int(i) for i in batch[2])
+
+    def teardown(self, trainer, module, stage):
+        s = trainer.strategy
+        rank = s.global_rank
+        info = {"global_rank": rank, "local_rank": s.local_rank, "world_size": s.world_size,
+                "node_rank": s.node_rank, "device": str(s.root_device), "indices": self.indices,
+                "module_id": id(module), "trainer_id": id(trainer), "pid": os.getpid()}
+        Path(self.out, f"rank{rank}.json").write_text(json.dumps(info))
+        torch.save({k: v.detach().cpu() for k, v in module.state_dict().items()}, Path(self.out, f"rank{rank}.pt"))
+
+
+class IndexedData(Dataset):
+    """``(x, y, index)`` so each replica can report which samples it read."""
+
+    def __init__(self, n: int = 64) -> None:
+        self.inner = _data(n)
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        x, y = self.inner[i]
+        return x, y, i
+
+
+class IndexedRegression(Regression):
+    def training_step(self, batch, batch_idx):
+        x, y, _ = batch
+        return super().training_step((x, y), batch_idx)
+
+
+def scenario_spawn(out: Path) -> dict:
+    """N=4 CPU replicas with xla_spawn (collective swapped as documented in FlatBufferAllReduceSpawn)."""
+    import accelkit.checkpoint as ck
+
+    world = int(os.environ["CPU_NUM_DEVICES"])
+    model = IndexedRegression(lr=0.1)
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    record = Record(out)
+    trainer = Trainer(accelerator="xla", devices=world, strategy=FlatBufferAllReduceSpawn(), max_epochs=2,
+                      logger=False, enable_progress_bar=False, callbacks=[record], default_root_dir=out)
+    parent_has_xla = "torch_xla" in sys.modules
+    trainer.fit(model, DataLoader(IndexedData(), batch_size=4))
+
+    # reference: one process, plain torch on the CPU, the full global batch (4 replicas x 4) per step
+    reference = IndexedRegression(lr=0.1)
+    reference.load_state_dict(initial)
+    opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    data = IndexedData()
+    for _ in range(2):
+        for x, y, _ in DataLoader(data, batch_size=4 * world):
+            opt.zero_grad()
+            nn.functional.mse_loss(reference(x), y).backward()
+            opt.step()
+    torch.save(reference.state_dict(), out / "reference.pt")
+    torch.save(model.state_dict(), out / "caller.pt")
+    torch.save(initial, out / "initial.pt")
+    checkpoint = ck.load(trainer.checkpoint_path)
+    torch.save(checkpoint["state_dict"], out / "checkpoint_state.pt")
+    return {"world": world, "parent_imported_xla_before_fit": parent_has_xla,
+            "writes": (out / "writes.log").read_text().split("\n")[:-1], "parent_pid": os.getpid(),
+            "global_step": trainer.global_step, "current_epoch": trainer.current_epoch,
+            "leftovers": sorted(p.name for p in trainer.checkpoint_path.parent.iterdir())}
+
+
+def scenario_touched(out: Path) -> dict:
+    """The XLA runtime is started in the parent before a spawn: both the resolution and the launch say so."""
+    from accelkit.errors import ConfigurationError
+
+    result = {}
+    early = Trainer(accelerator="xla", devices=int(os.environ["CPU_NUM_DEVICES"]), logger=False,
+                    enable_progress_bar=False, default_root_dir=out)
+    import torch_xla
+
+    torch.ones(2, device=torch_xla.device()).sum().cpu()  # starts the runtime in this (parent) process
+    try:
+        Trainer(accelerator="xla", devices=int(os.environ["CPU_NUM_DEVICES"]), logger=False)
+        result["resolve_error"] = None
+    except ConfigurationError as exc:
+        result["resolve_error"] = str(exc)
+    try:
+        early.fit(Regression(), DataLoader(_data(), batch_size=8))
+        result["launch_error"] = None
+    except RuntimeError as exc:
+        result["launch_error"] = f"{type(exc).__name__}: {exc}"
+    single = Trainer(accelerator="xla", devices=1, logger=False, enable_progress_bar=False, max_epochs=1,
+                     default_root_dir=out)
+    single.fit(Regression(), DataLoader(_data(), batch_size=8))  # one core needs no spawn: still fine
+    result["single_after_touch_steps"] = single.global_step
+    return result
+
+
+SCENARIOS = {"single": scenario_single, "spawn": scenario_spawn, "touched": scenario_touched}
 
 if __name__ == "__main__":
     name, outdir = sys.argv[1], Path(sys.argv[2])

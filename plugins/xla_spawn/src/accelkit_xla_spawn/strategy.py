@@ -43,7 +43,7 @@ RUNTIME_TOUCHED_MESSAGE = (
     "core (older torch_xla said 'Cannot replicate if number of devices (1) is different from 8'; newer says "
     "'Runtime is already initialized'). Something used an XLA device before Trainer.fit(): a tensor created "
     "with device=torch_xla.device()/xm.xla_device(), a model moved to it, or a torch_xla.runtime query such as "
-    "xr.world_size(). Move that code into the LightningModule-style hooks (they run inside the replicas), or "
+    "xr.world_size(). Move that code into the module: its methods and hooks run inside the replicas, or "
     "use devices=1 (strategy 'xla_single') which needs no spawn."
 )
 
