@@ -62,7 +62,7 @@ def _write_distribution(root: Path, name: str, version: str, entry_points: dict[
     return root
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_distribution() -> Callable[..., Path]:
     """``make_distribution(root, name, version, entry_points={ep: "module"}, modules={module: source})``.
 
@@ -87,7 +87,7 @@ def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_python() -> Callable[..., Any]:
     """``run_python(code, path=[...], env={...})``: run code in a subprocess; it must print JSON last."""
     return _run_python

@@ -92,9 +92,15 @@ class Resolver:
             message += f" It is provided by the {dist!r} distribution: `pip install {dist}`."
         for info in stopped:
             message += f" Plugin {info.name!r} ({info.provider}) is installed but {info.status}: {info.reason}."
-        if dist is not None and not missing and not stopped and not getattr(self.manager, "autoload", True):
-            message += (f" The {dist!r} distribution is installed, but plugin discovery is off "
-                        "(ACCELKIT_DISABLE_PLUGIN_AUTOLOAD); unset it or pass the plugin in plugins=[...].")
+        others = [i for i in self.manager.infos.values()
+                  if i.status in ("blocked", "incompatible", "failed") and i not in stopped]
+        if others:
+            message += " Not loaded, so not searched: " + ", ".join(
+                f"plugin {i.name!r} ({i.provider}, {i.status})" for i in others) + "."
+        if not missing and not stopped and not getattr(self.manager, "autoload", True):
+            installed = f"The {dist!r} distribution is installed, but plugin" if dist is not None else "Plugin"
+            message += (f" {installed} discovery is off (ACCELKIT_DISABLE_PLUGIN_AUTOLOAD); unset it or pass the "
+                        "plugin in plugins=[...].")
         return message
 
     # ----------------------------------------------------------------- parts

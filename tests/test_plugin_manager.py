@@ -1,0 +1,344 @@
+"""The plugin manager: entry-point discovery of real (tiny) distributions in a subprocess, failures that
+surface only when needed, blocking, autoload off, name conflicts, ACCELKIT_API checks, misspelt hooks."""
+
+from __future__ import annotations
+
+import pytest
+
+import accelkit
+from accelkit.errors import PluginConflictError, PluginError
+from accelkit.plugins import BLOCKED, FAILED, INCOMPATIBLE, LOADED, PluginManager
+from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
+
+# A plugin module that provides an available accelerator named after the plugin, with the core's
+# single-device strategy and 32-bit precision for it. {name} and {api} are filled in.
+PROVIDER = '''
+from accelkit import Accelerator, hookimpl
+from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
+{api}
+
+class Acc(Accelerator):
+    name = "{name}"
+
+    def device(self, index):
+        import torch
+        return torch.device("cpu")
+
+@hookimpl
+def accelkit_register_accelerators():
+    return [AcceleratorRecord("{name}", Acc)]
+
+@hookimpl
+def accelkit_register_strategies():
+    return [StrategyRecord("single_device", "accelkit.strategy:SingleDeviceStrategy", accelerators=("{name}",))]
+
+@hookimpl
+def accelkit_register_precisions():
+    return [PrecisionRecord("32-true", "accelkit.precision:Precision", accelerators=("{name}",))]
+'''
+
+API = 'ACCELKIT_API = ">=1.0,<2"'
+
+# Code run in the subprocess before each scenario: helpers to capture what happens.
+PRELUDE = '''
+import json, sys, warnings
+import accelkit
+from accelkit.plugins import PluginManager
+
+def attempt(**kwargs):
+    """Build a Trainer; return what happened as a JSON-able dict."""
+    try:
+        trainer = accelkit.Trainer(logger=False, enable_progress_bar=False, **kwargs)
+    except Exception as exc:
+        cause = exc.__cause__
+        return {"error": type(exc).__name__, "message": str(exc),
+                "cause": None if cause is None else [type(cause).__name__, str(cause)]}
+    return {"accelerator": trainer.config.accelerator, "strategy": trainer.config.strategy}
+
+def infos(manager):
+    return {name: {"status": i.status, "reason": i.reason, "distribution": i.distribution, "version": i.version,
+                   "error": None if i.error is None else type(i.error).__name__}
+            for name, i in manager.infos.items()}
+'''
+
+
+def _acme_site(site, make):
+    """Write eight real distributions of accelkit plugins into ``site`` (a directory for ``sys.path``)."""
+    make(site, "acme-good", "1.2.0", {"good": "acme_good"}, {"acme_good": PROVIDER.format(name="goodacc", api=API)})
+    make(site, "acme-broken", "0.3.0", {"broken": "acme_broken"},
+         {"acme_broken": "import acme_runtime_that_is_not_installed\nACCELKIT_API = '>=1.0'\n"})
+    make(site, "acme-blockme", "1.0.0", {"blockme": "acme_blockme"},
+         {"acme_blockme": PROVIDER.format(name="blockme", api=API)})
+    make(site, "acme-old", "0.1.0", {"old": "acme_old"},
+         {"acme_old": PROVIDER.format(name="old", api='ACCELKIT_API = ">=0.1,<1"')})
+    make(site, "acme-noapi", "1.0.0", {"noapi": "acme_noapi"}, {"acme_noapi": PROVIDER.format(name="noapi", api="")})
+    make(site, "acme-typo", "1.0.0", {"typo": "acme_typo"},
+         {"acme_typo": PROVIDER.format(name="typo", api=API).replace(
+             "def accelkit_register_accelerators", "def accelkit_register_acclerators")})
+    # two distributions claiming the accelerator name "twin"
+    make(site, "acme-one", "1.0.0", {"one": "acme_one"}, {"acme_one": PROVIDER.format(name="twin", api=API)})
+    make(site, "acme-two", "2.0.0", {"two": "acme_two"}, {"acme_two": PROVIDER.format(name="twin", api=API)})
+    return site
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory, make_distribution, run_python):
+    """One subprocess that discovers the acme distributions through importlib.metadata, in three setups.
+
+    Module-scoped because starting an interpreter that imports torch costs seconds.
+    """
+    site = _acme_site(tmp_path_factory.mktemp("acme") / "site", make_distribution)
+    return run_python(PRELUDE + '''
+import os
+out = {}
+
+# 1. discovery off: nothing is imported, and only plugins passed explicitly count
+os.environ["ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+manager = PluginManager()
+out["off"] = {"infos": infos(manager), "imported": sorted(m for m in sys.modules if m.startswith("acme_")),
+              "cpu": attempt(accelerator="cpu"),
+              "explicit": attempt(accelerator="cpu", plugins=[__import__("accelkit_cpu.plugin").plugin])}
+del os.environ["ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"]
+
+# 2. discovery on, "blockme" (and "one", to avoid the conflict) blocked through the environment
+os.environ["ACCELKIT_BLOCK_PLUGINS"] = "BlockMe, unrelated,one"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    manager = PluginManager()
+on = out["on"] = {"infos": infos(manager), "warnings": [str(w.message) for w in caught],
+                  "blocked_imported": "acme_blockme" in sys.modules,
+                  "registry": manager.registry.accelerator_names()}
+for name in ("cpu", "goodacc", "broken", "blockme", "old", "noapi", "typo"):
+    on[name] = attempt(accelerator=name)
+on["no:good"] = attempt(accelerator="goodacc", plugins=["no:good"])
+
+# 3. both "twin" distributions loaded
+os.environ["ACCELKIT_BLOCK_PLUGINS"] = "blockme"
+out["twin"] = {"both": attempt(accelerator="twin"), "one_blocked": attempt(accelerator="twin", plugins=["no:one"]),
+               "other": attempt(accelerator="cpu")}
+print(json.dumps(out))
+''', path=[site])
+
+
+@pytest.fixture
+def discovered(observed):
+    """What the manager saw with discovery on and 'blockme' blocked through the environment."""
+    return observed["on"]
+
+
+def test_entry_points_are_discovered_with_their_distribution(discovered):
+    good = discovered["infos"]["good"]
+    assert (good["status"], good["distribution"], good["version"]) == (LOADED, "acme-good", "1.2.0")
+    assert "goodacc" in discovered["registry"]
+    assert discovered["goodacc"] == {"accelerator": "goodacc", "strategy": "single_device"}
+
+
+def test_a_plugin_that_fails_to_import_is_recorded_and_skipped(discovered):
+    broken = discovered["infos"]["broken"]
+    assert broken["status"] == FAILED and broken["error"] == "ModuleNotFoundError"
+    assert "acme_runtime_that_is_not_installed" in broken["reason"]
+    assert any("'broken'" in w and "acme-broken 0.3.0" in w and "skipped" in w for w in discovered["warnings"])
+    # asking for something else works
+    assert discovered["cpu"]["accelerator"] == "cpu"
+
+
+def test_the_import_error_surfaces_when_its_name_is_asked_for(discovered):
+    asked = discovered["broken"]
+    assert asked["error"] == "PluginError"
+    assert "'broken'" in asked["message"] and "acme-broken 0.3.0" in asked["message"]
+    assert asked["cause"][0] == "ModuleNotFoundError"  # the original exception is chained
+    assert "acme_runtime_that_is_not_installed" in asked["cause"][1]
+
+
+def test_blocked_through_the_environment(discovered):
+    assert discovered["infos"]["blockme"]["status"] == BLOCKED
+    assert discovered["blocked_imported"] is False  # a blocked plugin is not even imported
+    asked = discovered["blockme"]
+    assert asked["error"] == "ConfigurationError"
+    assert "'blockme'" in asked["message"] and "blocked" in asked["message"]
+    assert "acme-blockme 1.0.0" in asked["message"]
+
+
+def test_blocked_through_trainer_plugins_no_name(discovered):
+    asked = discovered["no:good"]
+    assert asked["error"] == "ConfigurationError"
+    assert "'goodacc' is not available" in asked["message"]
+    assert "blocked" in asked["message"]
+
+
+def test_an_incompatible_api_range_is_skipped_with_a_reason(discovered):
+    old = discovered["infos"]["old"]
+    assert old["status"] == INCOMPATIBLE
+    assert ">=0.1,<1" in old["reason"] and "1.0" in old["reason"] and "acme-old" in old["reason"]
+    asked = discovered["old"]
+    assert asked["error"] == "ConfigurationError" and "incompatible" in asked["message"]
+
+
+def test_a_missing_api_declaration_is_skipped_with_a_reason(discovered):
+    noapi = discovered["infos"]["noapi"]
+    assert noapi["status"] == INCOMPATIBLE and "ACCELKIT_API" in noapi["reason"]
+    assert "noapi" not in discovered["registry"]
+
+
+def test_a_misspelt_hook_in_an_installed_plugin_is_rejected(discovered):
+    typo = discovered["infos"]["typo"]
+    assert typo["status"] == FAILED
+    assert "accelkit_register_acclerators" in typo["reason"]
+    assert "accelkit_register_accelerators" in typo["reason"]  # the suggestion
+    asked = discovered["typo"]
+    assert asked["error"] == "PluginError" and asked["cause"][0] == "PluginError"
+
+
+def test_conflicting_names_from_two_distributions(observed):
+    out = observed["twin"]
+    assert out["both"]["error"] == "PluginConflictError"
+    message = out["both"]["message"]
+    assert "'twin'" in message and "acme-one 1.0.0" in message and "acme-two 2.0.0" in message
+    assert "ACCELKIT_BLOCK_PLUGINS" in message  # says what to do
+    assert out["one_blocked"] == {"accelerator": "twin", "strategy": "single_device"}
+    assert out["other"]["error"] == "PluginConflictError"  # the registry as a whole is refused
+
+
+def test_autoload_can_be_disabled(observed):
+    out = observed["off"]
+    assert out["infos"] == {} and out["imported"] == []
+    assert out["cpu"]["error"] == "ConfigurationError"
+    assert "'cpu' is not available" in out["cpu"]["message"]
+    assert "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD" in out["cpu"]["message"]
+    assert out["explicit"] == {"accelerator": "cpu", "strategy": "single_device"}
+
+
+# ---------------------------------------------------------------------------------------- in process
+class Provider:
+    """A plugin object registering an accelerator, a strategy and a precision under given names."""
+
+    ACCELKIT_API = ">=1.0,<2"
+
+    def __init__(self, accelerator="acme", strategies=("acme_spawn",), accelerators=("acme",), aliases=()):
+        self.acc, self.strategies, self.scope, self.aliases = accelerator, strategies, accelerators, aliases
+
+    @accelkit.hookimpl
+    def accelkit_register_accelerators(self):
+        return [AcceleratorRecord(self.acc, "accelkit.accelerator:Accelerator", aliases=self.aliases)] if self.acc else []
+
+    @accelkit.hookimpl
+    def accelkit_register_strategies(self):
+        return [StrategyRecord(s, "accelkit.strategy:SingleDeviceStrategy", accelerators=self.scope)
+                for s in self.strategies]
+
+
+def test_a_misspelt_hook_is_rejected_at_registration(isolated):
+    class Typo:
+        ACCELKIT_API = ">=1.0,<2"
+
+        @accelkit.hookimpl
+        def accelkit_validate_configs(self, config):
+            return ["never called"]
+
+    manager = PluginManager()
+    with pytest.raises(PluginError, match="accelkit_validate_configs") as info:
+        manager.add_plugin(Typo(), name="typo")
+    assert "Did you mean 'accelkit_validate_config'?" in str(info.value.__cause__)
+    assert manager.get_plugin("typo") is None and manager.infos["typo"].status == FAILED
+
+
+def test_a_wrong_hook_argument_is_rejected_at_registration(isolated):
+    class BadArgument:
+        ACCELKIT_API = ">=1.0,<2"
+
+        @accelkit.hookimpl
+        def accelkit_validate_config(self, configuration):
+            return None
+
+    with pytest.raises(PluginError, match="configuration"):
+        PluginManager().add_plugin(BadArgument())
+
+
+@pytest.mark.parametrize("api, words", [(None, ["declares no ACCELKIT_API"]), (">=2", [">=2", "1.0"]),
+                                        ("<1.0", ["<1.0", "1.0"]), ("banana", ["'banana'", "not a valid"])])
+def test_plugin_objects_with_an_unusable_api_declaration_are_refused(isolated, api, words):
+    class Plugin(Provider):
+        ACCELKIT_API = api
+
+    manager = PluginManager()
+    with pytest.raises(PluginError, match="incompatible") as info:
+        manager.add_plugin(Plugin())
+    for word in words:
+        assert word in str(info.value)
+    assert "acme" not in manager.registry.accelerator_names()
+
+
+@pytest.mark.parametrize("api", [">=1.0,<2", ">=1", "==1.*", "~=1.0"])
+def test_compatible_api_ranges_load(isolated, api):
+    class Plugin(Provider):
+        ACCELKIT_API = api
+
+    manager = PluginManager()
+    assert manager.add_plugin(Plugin()).status == LOADED
+    assert "acme" in manager.registry.accelerator_names()
+
+
+def test_two_plugin_objects_claiming_a_name_conflict(isolated):
+    manager = PluginManager()
+    manager.add_plugin(Provider(), name="first")
+    manager.add_plugin(Provider(accelerator="other", aliases=("acme",), strategies=()), name="second")
+    with pytest.raises(PluginConflictError) as info:
+        manager.registry
+    assert "'acme'" in str(info.value) and "'first'" in str(info.value) and "'second'" in str(info.value)
+
+
+def test_a_strategy_name_may_be_shared_across_accelerators(isolated):
+    manager = PluginManager()
+    manager.add_plugin(Provider(strategies=("spawn",), accelerators=("acme",)), name="first")
+    manager.add_plugin(Provider(accelerator="beta", strategies=("spawn",), accelerators=("beta",)), name="second")
+    registry = manager.registry
+    assert registry.find_scoped(registry.strategies, "spawn", "acme").provider == "plugin 'first'"
+    assert registry.find_scoped(registry.strategies, "SPAWN", "beta").provider == "plugin 'second'"
+    manager.add_plugin(Provider(accelerator=None, strategies=("spawn",), accelerators=None), name="third")
+    with pytest.raises(PluginConflictError, match="strategy name 'spawn'"):
+        manager.registry
+
+
+def test_a_name_and_its_alias_spelt_alike_are_one_record(isolated):
+    class Spellings:
+        ACCELKIT_API = ">=1.0,<2"
+
+        @accelkit.hookimpl
+        def accelkit_register_precisions(self):
+            return [PrecisionRecord("acme-true", "accelkit.precision:Precision", aliases=("acme_true", "ACME-TRUE"),
+                                    accelerators=("acme",))]
+
+    manager = PluginManager()
+    manager.add_plugin(Spellings())
+    registry = manager.registry
+    assert registry.precision_names("acme") == ["acme-true"]
+    assert registry.find_scoped(registry.precisions, " Acme_True ", "acme").name == "acme-true"
+
+
+def test_blocked_argument_and_environment_combine(monkeypatch):
+    monkeypatch.setenv("ACCELKIT_BLOCK_PLUGINS", " Alpha ,, beta-one")
+    manager = PluginManager(blocked=["Gamma"], autoload=False)
+    assert manager.blocked == {"alpha", "beta_one", "gamma"}
+    assert manager.autoload is False
+
+
+def test_adding_the_same_object_twice_is_harmless(isolated):
+    manager = PluginManager()
+    plugin = Provider()
+    first = manager.add_plugin(plugin, name="p")
+    assert manager.add_plugin(plugin, name="p") is first
+    assert manager.registry.accelerator_names() == ["acme"]
+
+
+def test_configure_hook_receives_the_manager_even_when_registered_late(isolated):
+    class Configured:
+        ACCELKIT_API = ">=1.0,<2"
+        seen = []
+
+        @accelkit.hookimpl
+        def accelkit_configure(self, manager):
+            Configured.seen.append(manager)
+
+    manager = PluginManager()
+    manager.add_plugin(Configured())
+    assert Configured.seen == [manager]
