@@ -27,3 +27,17 @@ def accelkit_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_
                                  seed: int) -> Any:
     """Shard ``dataset`` (or the user's ``sampler``) across ranks; see :class:`accelkit.sampler.ShardSampler`."""
     return default_distributed_sampler(dataset, sampler, shuffle, num_replicas, rank, seed)
+
+
+@hookimpl
+def accelkit_environment_variables() -> dict[str, str]:
+    """Variables set by process launchers (torchrun, SLURM) and by accelkit itself."""
+    return {
+        "RANK": "global rank, set by torchrun",
+        "WORLD_SIZE": "number of processes, set by torchrun",
+        "LOCAL_RANK": "rank on this node, set by torchrun",
+        "MASTER_ADDR": "rendezvous host",
+        "MASTER_PORT": "rendezvous port",
+        "SLURM_*": "set by SLURM's srun/sbatch",
+        "ACCELKIT_*": "accelkit settings (plugin blocking, autoload, seed)",
+    }

@@ -137,3 +137,23 @@ def accelkit_translate_arguments(arguments: dict[str, Any]) -> None:
         pops the ``extra`` keys it understands and sets the others accordingly, printing a deprecation note
         if it likes. Keys left in ``extra`` afterwards make the Trainer raise ``TypeError``.
     """
+
+
+@hookspec
+def accelkit_environment_variables() -> dict[str, str] | None:
+    """Name the environment variables that matter to this plugin's devices, for ``accelkit doctor``.
+
+    :return: a dict mapping a variable name to a one-line description; a name ending in ``*`` stands for every
+        variable with that prefix (``"SLURM_*"``). ``accelkit doctor`` shows each one's current value (or that it
+        is unset). Must not import a device runtime.
+    """
+
+
+@hookspec
+def accelkit_diagnose(environ: dict[str, str]) -> list[str] | None:
+    """Report problems with this machine's setup, each with its fix, for ``accelkit doctor``.
+
+    :param environ: a copy of the process environment.
+    :return: human-readable problems, each naming what is wrong and how to fix it (a legacy variable set without
+        its replacement, say), or ``None``. Must not initialise a device runtime.
+    """

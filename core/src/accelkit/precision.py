@@ -54,8 +54,8 @@ class Precision:
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients to their true scale before clipping (a no-op without a gradient scaler)."""
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool:
-        """Step ``optimizer`` (through ``step`` if given). Returns ``False`` if the step was skipped."""
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool | None:
+        """Step ``optimizer`` (through ``step`` if given). ``False`` if the step was skipped, ``None`` if unknown."""
         (step or optimizer.step)()
         return True
 
@@ -133,14 +133,13 @@ class MixedPrecision(Precision):
         if scaler is not None:
             scaler.unscale_(optimizer)
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool | None:
         scaler = self._ensure_scaler()
         if scaler is None:
             return super().optimizer_step(optimizer, step)
-        scale_before = scaler.get_scale()
-        scaler.step(optimizer)
+        scaler.step(optimizer)  # skips the step when the gradients hold inf/NaN
         scaler.update()
-        return scaler.get_scale() >= scale_before  # the scale drops exactly when the step was skipped
+        return None  # finding out whether it stepped would cost a host sync on every step
 
     def state_dict(self) -> dict[str, Any]:
         scaler = self._ensure_scaler()

@@ -25,14 +25,15 @@ class CPUAccelerator(Accelerator):
     @classmethod
     def parse_devices(cls, devices: Any) -> list[int]:
         """``"auto"`` is one process; ``N`` (or ``"N"``) is N processes; lists make no sense on a CPU."""
+        original = devices
         if isinstance(devices, str) and devices.strip().lower() == "auto":
             return [0]
-        if isinstance(devices, str) and devices.strip().isdigit():
+        if isinstance(devices, str) and devices.strip().isascii() and devices.strip().isdigit():
             devices = int(devices.strip())
         if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
             return list(range(devices))
         raise ConfigurationError(
-            f"devices={devices!r} is not valid for the cpu accelerator: give the number of processes as an int "
+            f"devices={original!r} is not valid for the cpu accelerator: give the number of processes as an int "
             ">= 1 (devices=2), or 'auto' for one."
         )
 
