@@ -99,3 +99,23 @@ def accelkit_validate_config(config: RunConfig) -> list[str] | None:
     if config.accelerator != "cuda" or config.precision not in _BF16_PRECISIONS:
         return None
     return bf16_problems(config.precision, config.devices)
+
+
+@hookimpl
+def accelkit_environment_variables() -> dict[str, str]:
+    """The variables that decide which GPUs a process sees, for ``accelkit doctor``."""
+    return {
+        "CUDA_VISIBLE_DEVICES": "which GPUs are visible, in what order (indices are relative to this list)",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID makes indices match nvidia-smi",
+        "NCCL_*": "NCCL settings for ddp/ddp_spawn on GPUs",
+    }
+
+
+@hookimpl
+def accelkit_diagnose(environ: dict[str, str]) -> list[str]:
+    """An empty ``CUDA_VISIBLE_DEVICES`` hides every GPU: say so."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is not None and not value.strip():
+        return ["CUDA_VISIBLE_DEVICES is set but empty, which hides every GPU; unset it or list the GPU indices "
+                "to use (CUDA_VISIBLE_DEVICES=0,1)."]
+    return []
