@@ -1,0 +1,249 @@
+"""The ``accelkit`` command: ``plugins`` and ``doctor`` (which must start no device runtime), and ``fit``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelkit import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def installed_entry_points() -> dict[str, str]:
+    """Entry-point name -> distribution, for every plugin installed in this environment."""
+    return {ep.name: ep.dist.metadata["Name"] for ep in importlib.metadata.entry_points(group="accelkit")}
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in list(os.environ):
+        if name.startswith(("ACCELKIT_", "SLURM_")) or name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+# ------------------------------------------------------------------------------------------- plugins
+def test_plugins_json_lists_every_installed_plugin(clean_env, capsys):
+    code, out, _ = run_cli(capsys, "plugins", "--json")
+    report = json.loads(out)
+    assert code == 0
+    listed = {p["name"]: p for p in report["plugins"]}
+    assert {name: p["distribution"] for name, p in listed.items()} == installed_entry_points()
+    cpu = listed["cpu"]
+    assert cpu["status"] == "loaded" and cpu["version"] == importlib.metadata.version("accelkit-cpu")
+    assert [a["name"] for a in cpu["provides"]["accelerators"]] == ["cpu"]
+    assert {"single_device", "ddp_spawn", "ddp"} <= {s["name"] for s in cpu["provides"]["strategies"]}
+    precisions = {p["name"]: p for p in cpu["provides"]["precisions"]}
+    assert precisions["32-true"]["aliases"] == ["32"] and precisions["32-true"]["accelerators"] == ["cpu"]
+    assert "accelkit_register_accelerators" in cpu["hooks"]
+    assert report["conflicts"] == []
+
+
+def test_plugins_text_shows_status_and_what_each_provides(clean_env, capsys):
+    code, out, _ = run_cli(capsys, "plugins")
+    assert code == 0
+    for name, dist in installed_entry_points().items():
+        assert f"{name}  [loaded]  {dist}" in out
+    assert "accelerators: cpu [priority 0]" in out
+    assert "precisions: 32-true (alias 32) [on cpu]" in out
+
+
+def test_blocked_plugin_is_listed_as_blocked(clean_env, capsys):
+    clean_env.setenv("ACCELKIT_BLOCK_PLUGINS", "cpu")
+    report = json.loads(run_cli(capsys, "plugins", "--json")[1])
+    cpu = next(p for p in report["plugins"] if p["name"] == "cpu")
+    assert cpu["status"] == "blocked" and "ACCELKIT_BLOCK_PLUGINS" in cpu["reason"]
+    assert cpu["provides"] == {"accelerators": [], "strategies": [], "precisions": []}
+
+
+def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_distribution, run_python):
+    make_distribution(tmp_path, "accelkit-broken", "0.3.0", {"broken": "broken_plugin"},
+                      {"broken_plugin": "raise ImportError('needs libfoo.so')\n"})
+    code = (
+        "import contextlib, io, json\n"
+        "from accelkit import cli\n"
+        "out = {}\n"
+        "for command in ('plugins', 'doctor'):\n"
+        "    buffer = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(buffer):\n"
+        "        rc = cli.main([command, '--json'])\n"
+        "    out[command] = [rc, json.loads(buffer.getvalue())]\n"
+        "print(json.dumps(out))\n"
+    )
+    result = run_python(code, path=[tmp_path])
+    rc, listing = result["plugins"]
+    broken = next(p for p in listing["plugins"] if p["name"] == "broken")
+    assert rc == 0
+    assert broken["status"] == "failed" and broken["distribution"] == "accelkit-broken"
+    assert broken["version"] == "0.3.0" and "ImportError: needs libfoo.so" in broken["reason"]
+    rc, report = result["doctor"]
+    assert rc == 1
+    [problem] = [p for p in report["problems"] if "broken" in p]
+    assert "needs libfoo.so" in problem and "ACCELKIT_BLOCK_PLUGINS=broken" in problem
+
+
+# ------------------------------------------------------------------------------------------- doctor
+def test_doctor_reports_versions_accelerators_and_the_auto_choice(clean_env, capsys):
+    code, out, _ = run_cli(capsys, "doctor", "--json")
+    report = json.loads(out)
+    assert code == (1 if report["problems"] else 0)
+    assert report["python"]["version"] == ".".join(map(str, sys.version_info[:3]))
+    assert report["packages"]["torch"] == importlib.metadata.version("torch")
+    for dist in installed_entry_points().values():
+        assert report["packages"][dist] == importlib.metadata.version(dist)
+    accelerators = {a["name"]: a for a in report["accelerators"]}
+    assert accelerators["cpu"]["available"] and accelerators["cpu"]["device_count"] == (os.cpu_count() or 1)
+    for acc in report["accelerators"]:
+        assert acc["available"] or acc["reason"], acc  # every unavailable accelerator says why
+    priorities = [a["priority"] for a in report["accelerators"]]
+    assert priorities == sorted(priorities, reverse=True)
+    first_available = next(a["name"] for a in report["accelerators"] if a["available"])
+    assert report["auto"] == first_available
+
+
+def test_doctor_shows_the_versions_of_plugin_requirements_from_metadata(clean_env, capsys):
+    """Packages a plugin requires (its device runtime, say) appear with their installed version."""
+    report = json.loads(run_cli(capsys, "doctor", "--json")[1])
+    required = set()
+    for dist in installed_entry_points().values():
+        for text in importlib.metadata.distribution(dist).requires or []:
+            name = text.split(";")[0].split("[")[0].split("<")[0].split(">")[0].split("=")[0].strip()
+            try:
+                required.add((name, importlib.metadata.version(name)))
+            except importlib.metadata.PackageNotFoundError:
+                pass
+    assert required, "no plugin requirement is installed"
+    for name, version in required:
+        assert report["packages"][name] == version
+
+
+def test_doctor_shows_environment_declared_by_the_core_and_plugins(clean_env, capsys):
+    clean_env.setenv("SLURM_JOB_ID", "4242")
+    clean_env.setenv("MASTER_ADDR", "10.0.0.7")
+    report = json.loads(run_cli(capsys, "doctor", "--json")[1])
+    shown = {v["name"]: v["value"] for v in report["environment"]}
+    assert shown["SLURM_JOB_ID"] == "4242" and "SLURM_*" not in shown  # the prefix expands to what is set
+    assert shown["MASTER_ADDR"] == "10.0.0.7"
+    assert shown["RANK"] is None and "ACCELKIT_*" in shown
+    from accelkit.plugins import PluginManager
+
+    declared = set()
+    for names in PluginManager().hook.accelkit_environment_variables():
+        declared |= {n for n in names if not n.endswith("*")}
+    assert declared and declared <= set(shown)  # everything any plugin declares is shown
+
+
+def test_doctor_flags_a_half_configured_launcher_with_the_fix(clean_env, capsys):
+    clean_env.setenv("RANK", "0")
+    code, out, _ = run_cli(capsys, "doctor")
+    assert code == 1
+    assert "RANK set without LOCAL_RANK, WORLD_SIZE" in out and "torchrun" in out
+
+
+def test_doctor_collects_problems_from_plugin_diagnose_hooks(clean_env, capsys):
+    """Any plugin's accelkit_diagnose problem reaches the report; checked with a plugin object of our own."""
+    from accelkit import hookimpl
+    from accelkit.plugins import PluginManager
+
+    class Probe:
+        ACCELKIT_API = ">=1.0,<2"
+
+        @hookimpl
+        def accelkit_environment_variables(self):
+            return {"PROBE_SETTING": "a variable the probe plugin reads"}
+
+        @hookimpl
+        def accelkit_diagnose(self, environ):
+            return [f"PROBE_SETTING={environ['PROBE_SETTING']!r} is not a number; set it to e.g. 3"] if not \
+                environ.get("PROBE_SETTING", "0").isdigit() else []
+
+    clean_env.setenv("PROBE_SETTING", "many")
+    manager = PluginManager()
+    manager.add_plugin(Probe(), name="probe")
+    report = cli.doctor_report(manager)
+    assert "PROBE_SETTING='many' is not a number; set it to e.g. 3" in report["problems"]
+    assert {"name": "PROBE_SETTING", "value": "many", "description": "a variable the probe plugin reads"} in \
+        report["environment"]
+    clean_env.setenv("PROBE_SETTING", "3")
+    assert not any("PROBE" in p for p in cli.doctor_report(manager)["problems"])
+
+
+DOCTOR_PROBE = """
+import json, sys
+from accelkit import cli
+codes = [cli.main(["plugins", "--json"]), cli.main(["doctor", "--json"]), cli.main(["doctor"])]
+import torch
+print(json.dumps({"codes": codes, "device_runtime_modules": sorted(m for m in sys.modules
+                  if m.split(".")[0] in ("torch_xla", "libtpu", "jax")),
+                  "gpu_initialized": torch.cuda.is_initialized()}))
+"""
+
+
+@pytest.mark.slow
+def test_plugins_and_doctor_start_no_device_runtime(run_python):
+    """In a fresh interpreter with every installed plugin: no torch_xla import, no CUDA initialisation."""
+    result = run_python(DOCTOR_PROBE)
+    assert result["device_runtime_modules"] == []
+    assert result["gpu_initialized"] is False
+    assert result["codes"][0] == 0 and result["codes"][1] == result["codes"][2]
+
+
+# ------------------------------------------------------------------------------------------- fit & parser
+def test_fit_trains_the_example_and_reports_held_out_accuracy(clean_env, capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "fit", str(ROOT / "examples" / "digits.py") + ":DigitsClassifier",
+                           "--accelerator", "cpu", "--max-epochs", "3", "--no-progress-bar",
+                           "--default-root-dir", str(tmp_path), "--init", "hidden=64")
+    assert code == 0
+    assert "training DigitsClassifier on cpu devices=[0] strategy=single_device precision=32-true" in out
+    accuracy = float(out.split("held-out test_acc = ")[1].split()[0])
+    assert accuracy > 0.85, out
+
+
+def test_fit_names_an_unknown_accelerator_and_what_exists(clean_env, capsys, tmp_path):
+    code, _, err = run_cli(capsys, "fit", str(ROOT / "examples" / "digits.py") + ":DigitsClassifier",
+                           "--accelerator", "cpuu", "--default-root-dir", str(tmp_path))
+    assert code == 1
+    assert "accelerator 'cpuu' is not available. Did you mean 'cpu'?" in err
+
+
+@pytest.mark.parametrize("target, message", [
+    ("examples/digits.py", "is not of the form path/to/file.py:ClassName"),
+    ("no/such/file.py:Model", "no such file: no/such/file.py"),
+    ("examples/digits.py:Digits", "has no 'Digits'; modules found there: ['DigitsClassifier'"),
+])
+def test_fit_rejects_bad_targets_clearly(clean_env, monkeypatch, target, message):
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(SystemExit, match=message.replace("[", r"\[").replace("(", r"\(")):
+        cli.main(["fit", target])
+
+
+def test_help_lists_every_command_and_no_command_prints_help(capsys):
+    assert cli.main([]) == 2
+    out = capsys.readouterr().out
+    for name in ("fit", "plugins", "doctor"):
+        assert name in out
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"accelkit {importlib.metadata.version('accelkit')}"
+
+
+def test_the_console_script_is_installed_and_runs(tmp_path):
+    script = Path(sys.executable).with_name("accelkit")
+    if not script.exists():
+        pytest.skip(f"no console script beside {sys.executable} (accelkit not pip-installed here)")
+    result = subprocess.run([str(script), "plugins"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "cpu  [loaded]  accelkit-cpu" in result.stdout

@@ -1,0 +1,123 @@
+"""The plugin template (templates/plugin) as a third-party author gets it: installed as a real distribution,
+found through its entry point (not ``PluginManager.register``), selected by name, alias and ``"auto"``,
+reusing a core strategy, and listed by ``accelkit plugins`` / ``accelkit doctor``."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "templates" / "plugin"
+
+pytestmark = pytest.mark.slow
+
+
+def _other_plugins() -> list[str]:
+    """Entry-point names of installed plugins other than cpu: blocked so that the template is tested alone."""
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group="accelkit")} - {"cpu", "mydevice"})
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """Install a copy of the template with pip into a --target folder; return the environment that sees it."""
+    work = tmp_path_factory.mktemp("template")
+    source = work / "src"
+    shutil.copytree(TEMPLATE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    target = work / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(source)], check=True, capture_output=True, text=True)
+    assert (target / "accelkit_mydevice-0.1.0.dist-info").is_dir()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(target), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["ACCELKIT_BLOCK_PLUGINS"] = ",".join(_other_plugins())
+    env.pop("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", None)
+    env.pop("ACCELKIT_MYDEVICE_AVAILABLE", None)
+    env["source"] = str(source)
+    return env
+
+
+def run(env: dict[str, str], *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def test_the_templates_own_tests_pass_when_installed(installed):
+    """The template's tests: fit by name and alias, 'auto' by priority/availability, its own strategy and
+    precision, and the core's ddp_spawn reused for its accelerator (worker processes discover it too)."""
+    result = run(installed, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", cwd=Path(installed["source"]))
+    assert " passed" in result.stdout and "failed" not in result.stdout and "skipped" not in result.stdout, \
+        result.stdout
+
+
+def test_entry_point_discovery_and_cli_listing(installed):
+    code = (
+        "from accelkit.plugins import PluginManager\n"
+        "pm = PluginManager()\n"
+        "info = pm.infos['mydevice']\n"
+        "print(info.status, info.distribution, info.version, info.plugin.__name__)\n"
+        "print(sorted(pm.registry.accelerator_names()))\n"
+    )
+    lines = run(installed, "-c", code).stdout.splitlines()
+    assert lines[0] == "loaded accelkit-mydevice 0.1.0 accelkit_mydevice.plugin"
+    assert lines[1] == "['cpu', 'mydevice']"
+
+    listing = json.loads(run(installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    mine = next(p for p in listing["plugins"] if p["name"] == "mydevice")
+    assert mine["distribution"] == "accelkit-mydevice" and mine["status"] == "loaded"
+    assert mine["provides"]["accelerators"] == [{"name": "mydevice", "aliases": ["mydev"], "priority": 10,
+                                                 "description": "template device, backed by the CPU"}]
+    assert {s["name"] for s in mine["provides"]["strategies"]} == {"single_device", "ddp_spawn", "mydevice_counting"}
+    assert {p["name"] for p in mine["provides"]["precisions"]} == {"32-true", "bf16-rounded"}
+    assert mine["hooks"] == ["accelkit_register_accelerators", "accelkit_register_precisions",
+                             "accelkit_register_strategies"]
+
+
+def test_doctor_reports_availability_and_the_auto_choice(installed):
+    report = json.loads(run(installed, "-m", "accelkit.cli", "doctor", "--json").stdout)
+    assert report["auto"] == "mydevice"
+    assert report["packages"]["accelkit-mydevice"] == "0.1.0"
+    assert [a["name"] for a in report["accelerators"]] == ["mydevice", "cpu"]  # by priority
+
+    off = dict(installed, ACCELKIT_MYDEVICE_AVAILABLE="0")
+    report = json.loads(run(off, "-m", "accelkit.cli", "doctor", "--json").stdout)
+    assert report["auto"] == "cpu"
+    mydevice = next(a for a in report["accelerators"] if a["name"] == "mydevice")
+    assert mydevice["available"] is False and "ACCELKIT_MYDEVICE_AVAILABLE=0" in mydevice["reason"]
+    shown = {v["name"]: v["value"] for v in report["environment"]}
+    assert shown["ACCELKIT_MYDEVICE_AVAILABLE"] == "0"  # through the ACCELKIT_* prefix
+
+
+def test_accelkit_fit_through_the_alias(installed, tmp_path):
+    model = Path(installed["source"]) / "tests" / "test_plugin.py"
+    result = run(installed, "-m", "accelkit.cli", "fit", f"{model}:Regression", "--accelerator", "mydev",
+                 "--strategy", "counting", "--max-epochs", "3", "--no-progress-bar",
+                 "--default-root-dir", str(tmp_path), cwd=tmp_path)
+    assert "training Regression on mydevice devices=[0] strategy=mydevice_counting" in result.stdout, result.stdout
+    assert "after 3 epochs, 12 steps" in result.stdout, result.stdout
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_plugin_declaring_an_unsupported_api_is_reported_incompatible(installed, tmp_path):
+    """Change the copy's ACCELKIT_API to a future range: accelkit refuses it and says why."""
+    site = Path(installed["PYTHONPATH"].split(os.pathsep)[0])
+    patched = tmp_path / "site"
+    shutil.copytree(site, patched)
+    plugin = patched / "accelkit_mydevice" / "plugin.py"
+    plugin.write_text(plugin.read_text().replace('ACCELKIT_API = ">=1.0,<2"', 'ACCELKIT_API = ">=2.0,<3"'))
+    env = dict(installed, PYTHONPATH=os.pathsep.join([str(patched), *installed["PYTHONPATH"].split(os.pathsep)[1:]]))
+    listing = json.loads(run(env, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    mine = next(p for p in listing["plugins"] if p["name"] == "mydevice")
+    assert mine["status"] == "incompatible"
+    assert ">=2.0,<3" in mine["reason"] and listing["hook_api"] in mine["reason"]
+    result = run(env, "-c", "import accelkit; accelkit.Trainer(accelerator='mydevice')", check=False)
+    assert result.returncode != 0 and "incompatible" in result.stderr
