@@ -1,0 +1,120 @@
+"""Tests of the xla_spawn_debug strategy on real XLA (PJRT_DEVICE=CPU).
+
+Each scenario runs in its own process (tests/scenario.py): torch_xla's counters and debug settings are
+process-wide. The four processes are started together once per module and awaited by the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch_xla", reason="torch_xla is not installed")
+
+HERE = Path(__file__).resolve().parent
+SCENARIOS = ("clean", "shapes", "item", "fallback")
+
+pytestmark = pytest.mark.xla
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PJRT_DEVICE"] = "CPU"
+    env.pop("CPU_NUM_DEVICES", None)
+    for name in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "XLA_IR_DEBUG", "XLA_HLO_DEBUG", "XLA_USE_BF16"):
+        env.pop(name, None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run every scenario, two processes at a time (the machine has 2 cores; more only contend).
+
+    Returns {kind: (completed process, root dir)}.
+    """
+    root = tmp_path_factory.mktemp("xla_debug")
+    pending = list(SCENARIOS)
+    running: dict[str, subprocess.Popen] = {}
+    results = {}
+    while pending or running:
+        while pending and len(running) < 2:
+            kind = pending.pop(0)
+            extra = ["--via-plugins"] if kind == "item" else []
+            running[kind] = subprocess.Popen(
+                [sys.executable, str(HERE / "scenario.py"), kind, str(root / kind), *extra],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        kind = next(iter(running))
+        proc = running.pop(kind)
+        out, err = proc.communicate(timeout=240)
+        results[kind] = (subprocess.CompletedProcess(proc.args, proc.returncode, out, err), root / kind)
+    return results
+
+
+def _report(runs, kind):
+    proc, root = runs[kind]
+    assert proc.returncode == 0, f"scenario {kind} failed:\n{proc.stderr[-4000:]}"
+    text_path = root / "xla_debug" / "fit-rank0.txt"
+    data = json.loads(text_path.with_suffix(".json").read_text())
+    return proc, text_path, text_path.read_text(), data
+
+
+def test_report_has_metrics_and_debug_environment(runs):
+    proc, path, text, data = _report(runs, "clean")
+    # the full torch_xla metrics report is included
+    assert "Metric: CompileTime" in text and "Metric: ExecuteTime" in text
+    # the path is printed at the end of the run, with torch_xla's own debug log
+    assert f"XLA debug report of replica 0: {path}" in proc.stderr
+    log = path.parent / "pt_xla_debug.log"
+    assert f"torch_xla debug log (PT_XLA_DEBUG_LEVEL=2): {log}" in proc.stderr
+    # the variables reached torch_xla before its runtime started: its analysis was written to the file
+    assert "Compilation Analysis" in log.read_text()
+    assert data["environment"] == {"PT_XLA_DEBUG_LEVEL": "2", "PT_XLA_DEBUG_FILE": str(log), "XLA_IR_DEBUG": "1",
+                                   "XLA_HLO_DEBUG": "1"}
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome == {"strategy": "XLASingleDebugStrategy", "torch_xla_imported_before_fit": False,
+                       "global_step": 12}
+
+
+def test_clean_module_gets_no_flags(runs):
+    _, _, text, data = _report(runs, "clean")
+    assert data["findings"] == []
+    assert "No problems found" in text
+    assert data["summary"]["steps"] == 12
+    assert data["summary"]["compilations_after_warmup"] == 0
+    assert data["summary"]["compilations_in_warmup"] >= 1  # the step graph was compiled, and counted
+
+
+def test_changing_shapes_are_flagged_with_steps_and_advice(runs):
+    _, _, text, data = _report(runs, "shapes")
+    codes = [f["code"] for f in data["findings"]]
+    assert codes == ["recompilation"]
+    # batch sizes 8, 9, 10, ...: every step after the 2 warm-up steps compiles a new graph
+    assert data["summary"]["compile_steps_after_warmup"] == list(range(3, 13))
+    finding = data["findings"][0]
+    assert "step 3: 1 compilation(s); batch f32[10,8] i64[10] (step 2: f32[9,8] i64[9])" in finding["details"]
+    assert "drop_last=True" in finding["advice"] and "pad" in finding["advice"]
+    assert "[recompilation]" in text and "What to do:" in text
+
+
+def test_item_per_step_is_flagged_with_advice(runs):
+    # this scenario also checks that plugins="tpu_spawn_debug" selects the strategy
+    proc, _, _, data = _report(runs, "item")
+    codes = [f["code"] for f in data["findings"]]
+    assert codes == ["host_transfers"]
+    assert data["summary"]["scalar_reads_per_step"] == pytest.approx(1.0)
+    assert data["summary"]["compilations_after_warmup"] == 0
+    assert ".item()" in data["findings"][0]["advice"]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["strategy"] == "XLASingleDebugStrategy"
+
+
+def test_cpu_fallback_is_flagged_with_op_and_count(runs):
+    _, _, _, data = _report(runs, "fallback")
+    codes = [f["code"] for f in data["findings"]]
+    assert codes == ["cpu_fallback"]
+    assert "aten::special_i0e: 12 call(s)" in data["findings"][0]["details"]
+    assert "aten::_local_scalar_dense" not in json.dumps(data["findings"])  # .item() is not an op to replace
