@@ -1,0 +1,133 @@
+"""Tests of the bfloat16 precisions on real XLA (PJRT_DEVICE=CPU).
+
+The fits run in fresh processes (tests/bf16_run.py): the legacy mode changes a process-wide variable, so it
+gets a process of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+BF16 = "torch.bfloat16"
+F32 = "torch.float32"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PJRT_DEVICE"] = "CPU"
+    env.pop("CPU_NUM_DEVICES", None)
+    env.pop("XLA_USE_BF16", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """{asked precision: result dict} and the stderr of each process."""
+    pytest.importorskip("torch_xla", reason="torch_xla is not installed")
+    root = tmp_path_factory.mktemp("bf16")
+    groups = [["32-true", "bf16-true", "bf16-mixed", "16"], ["bf16-legacy"]]
+    procs = [subprocess.Popen([sys.executable, str(HERE / "bf16_run.py"), str(root), *g], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env()) for g in groups]
+    results, errors = {}, {}
+    for group, proc in zip(groups, procs):
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, f"fit with {group} failed:\n{err[-4000:]}"
+        for line in out.splitlines():
+            if line.startswith("{"):
+                data = json.loads(line)
+                results[data["asked"]] = data
+                errors[data["asked"]] = err
+    assert sorted(results) == sorted(p for g in groups for p in g)
+    return results, errors
+
+
+def _check_learns(result):
+    assert result["losses_finite"]
+    assert result["steps"] == 32
+    assert result["last_loss"] < 0.5 * result["first_loss"], result
+
+
+@pytest.mark.xla
+def test_bf16_true_puts_weights_inputs_and_activations_in_bfloat16(runs):
+    result = runs[0]["bf16-true"]
+    assert result["precision_class"] == "TruePrecision"
+    assert result["seen"] == {"input": [BF16], "param": [BF16], "hidden": [BF16], "logits": [BF16], "loss": [BF16]}
+    assert result["device_weight_type"] == "bf16"
+    _check_learns(result)
+
+
+@pytest.mark.xla
+def test_bf16_mixed_keeps_float32_weights_and_autocasts_matmuls(runs):
+    result = runs[0]["bf16-mixed"]
+    assert result["precision_class"] == "MixedPrecision"
+    # weights and inputs stay float32; the Linear outputs are bfloat16 under autocast; the loss is float32
+    assert result["seen"] == {"input": [F32], "param": [F32], "hidden": [BF16], "logits": [BF16], "loss": [F32]}
+    assert result["device_weight_type"] == "f32"
+    assert result["final_param_dtype"] == F32
+    _check_learns(result)
+
+
+@pytest.mark.xla
+def test_precision_16_runs_bf16_mixed_with_a_notice(runs):
+    results, errors = runs
+    result = results["16"]
+    assert result["resolved"] == "16-mixed"
+    assert result["seen"] == results["bf16-mixed"]["seen"]
+    assert errors["16"].count("precision='16-mixed' on XLA runs as bfloat16 mixed precision") == 1
+    _check_learns(result)
+
+
+@pytest.mark.xla
+def test_32_true_stays_default_and_no_legacy_variable_without_asking(runs):
+    results, errors = runs
+    result = results["32-true"]
+    assert all(v == [F32] for v in result["seen"].values()), result["seen"]
+    for asked in ("32-true", "bf16-true", "bf16-mixed", "16"):
+        assert results[asked]["XLA_USE_BF16"] is None
+    assert "XLA_USE_BF16" not in errors["bf16-mixed"]
+
+
+@pytest.mark.xla
+def test_bf16_legacy_sets_the_deprecated_variable_on_request(runs):
+    results, errors = runs
+    result = results["bf16-legacy"]
+    assert result["XLA_USE_BF16"] == "1"
+    # PyTorch still reports float32, but the device stores bfloat16: what the legacy variable does
+    assert all(v == [F32] for v in result["seen"].values())
+    assert result["device_weight_type"] == "bf16"
+    assert "precision='bf16-legacy' sets the deprecated XLA_USE_BF16=1" in errors["bf16-legacy"]
+    _check_learns(result)
+
+
+def test_records_are_xla_only_and_cheap_to_import():
+    code = ("import sys, accelkit_xla_bf16.plugin as p; "
+            "print([(r.name, r.aliases, r.accelerators, bool(r.notice)) for r in p.accelkit_register_precisions()],"
+            " 'torch_xla' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ("[('bf16-true', ('bf16_true',), ('xla',), False), ('bf16-mixed', ('bf16',), ('xla',), False), "
+                   "('16-mixed', ('16',), ('xla',), True), ('bf16-legacy', (), ('xla',), True)] False")
+
+
+def test_legacy_precision_rejects_a_conflicting_value(monkeypatch):
+    from accelkit_xla_bf16 import XLALegacyBF16Precision
+
+    monkeypatch.setenv("XLA_USE_BF16", "yes")
+    with pytest.raises(ValueError, match="XLA_USE_BF16='yes'"):
+        XLALegacyBF16Precision().connect(object())
+
+
+def test_default_precision_on_xla_is_32_true_and_bf16_names_are_not_offered_for_cpu(monkeypatch):
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    monkeypatch.delenv("CPU_NUM_DEVICES", raising=False)
+    import accelkit
+
+    assert accelkit.Trainer(accelerator="xla", devices=1, logger=False).precision.name == "32-true"
+    with pytest.raises(accelkit.ConfigurationError, match="'bf16-true' does not run on accelerator 'cpu'"):
+        accelkit.Trainer(accelerator="cpu", precision="bf16-true", logger=False)
