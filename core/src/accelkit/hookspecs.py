@@ -34,7 +34,10 @@ PROJECT_NAME = "accelkit"
 #: ``ACCELKIT_API`` string (a :pep:`440` specifier such as ``">=1.0,<2"``).
 HOOK_API_VERSION = "1.0"
 
+#: Decorator marking a hook *specification* of the ``accelkit`` project (used in this module only).
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+#: Decorator marking a plugin's hook *implementation*: ``@accelkit.hookimpl`` on a function named like a
+#: specification (``accelkit_register_accelerators``...); ``tryfirst``/``trylast`` order it.
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
