@@ -137,3 +137,33 @@ class TiedModule(accelkit.Module):
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(regression_data(8), batch_size=4)
+
+
+class Opaque:
+    """An arbitrary Python object: ``torch.load(weights_only=True)`` must refuse to unpickle it."""
+
+    def __init__(self, note: str = "opaque") -> None:
+        self.note = note
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Opaque) and other.note == self.note
+
+
+class ExplodingPickle:
+    """Pickling this raises, after whatever was written before it: a write that fails halfway."""
+
+    def __reduce__(self) -> Any:
+        raise RuntimeError("pickling refused halfway through the checkpoint")
+
+
+class SlowPickle:
+    """Pickling this prints ``WRITING`` and then blocks, so a test can kill the writer mid-write."""
+
+    def __reduce__(self) -> Any:
+        import sys
+        import time
+
+        print("WRITING", flush=True)
+        sys.stdout.flush()
+        time.sleep(120)
+        return (str, ("never",))

@@ -1,0 +1,149 @@
+"""Checkpoints: atomic writes, exact resume, and safe loading by default."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from accelkit import checkpoint  # noqa: E402
+from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
+from helpers.models import ExplodingPickle, Opaque, RegressionModule  # noqa: E402
+
+
+def temp_files(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+# ---------------------------------------------------------------------------------------------- atomic writes
+def test_failed_write_keeps_previous_checkpoint_and_leaves_no_temp_file(tmp_path):
+    path = tmp_path / "last.ckpt"
+    checkpoint.atomic_save({"epoch": 1, "weights": torch.arange(10.0)}, path)
+    with pytest.raises(RuntimeError, match="pickling refused halfway"):
+        checkpoint.atomic_save({"epoch": 2, "weights": torch.zeros(2_000_000), "bad": ExplodingPickle()}, path)
+    loaded = checkpoint.load(path)
+    assert loaded["epoch"] == 1 and torch.equal(loaded["weights"], torch.arange(10.0))
+    assert temp_files(tmp_path) == []
+
+
+class ExplodeAtEpoch(accelkit.Callback):
+    """Makes the checkpoint written after epoch ``epoch`` unpicklable."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_save_checkpoint(self, trainer: Any, module: Any, state: dict[str, Any]) -> None:
+        if state["epoch"] == self.epoch:
+            state["bad"] = ExplodingPickle()
+
+
+def test_trainer_checkpoint_failure_keeps_last_good_one(tmp_path):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=3, logger=False, enable_progress_bar=False,
+                               default_root_dir=tmp_path, callbacks=[ExplodeAtEpoch(2)])
+    with pytest.raises(RuntimeError, match="pickling refused halfway"):
+        trainer.fit(RegressionModule())
+    saved = checkpoint.load(trainer.checkpoint_path)
+    assert (saved["epoch"], saved["global_step"]) == (1, 4)
+    assert temp_files(trainer.checkpoint_path.parent) == []
+
+
+def test_killed_writer_leaves_previous_checkpoint_intact(tmp_path):
+    path = tmp_path / "last.ckpt"
+    proc = subprocess.Popen([PYTHON, str(TESTS / "helpers" / "killed_writer.py"), str(path)], env=child_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # blocks until the second write is under way (or the child died)
+        assert line.strip() == "WRITING", line + proc.stderr.read()
+        assert temp_files(tmp_path), "the second write should be in progress in a temporary file"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    loaded = checkpoint.load(path)  # the previous, complete checkpoint, not a torn one
+    assert loaded["epoch"] == 1 and torch.equal(loaded["weights"], torch.arange(1000.0))
+
+
+# ---------------------------------------------------------------------------------------------- resume
+class MomentumModule(RegressionModule):
+    """SGD with momentum and a step-wise decaying rate: resuming must restore optimizer and scheduler state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.epochs_started: list[int] = []
+        self.save_hyperparameters(lr=0.05, momentum=0.9)
+
+    def on_train_epoch_start(self) -> None:
+        self.epochs_started.append(self.current_epoch)
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=3, gamma=0.7)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def run(tmp_path: Path, max_epochs: int, ckpt_path: Any = None, weights_only: bool = True,
+        **kwargs: Any) -> tuple[MomentumModule, Any]:
+    model = MomentumModule()
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=False,
+                               enable_progress_bar=False, default_root_dir=tmp_path, **kwargs)
+    trainer.fit(model, ckpt_path=ckpt_path, weights_only=weights_only)
+    return model, trainer
+
+
+def test_resume_continues_at_the_right_epoch_with_identical_results(tmp_path):
+    full, full_trainer = run(tmp_path / "full", 4)
+    first, _ = run(tmp_path / "split", 2)
+    saved = checkpoint.load(tmp_path / "split" / "checkpoints" / "last.ckpt")
+    assert (saved["epoch"], saved["global_step"]) == (2, 8)
+    assert saved["hyper_parameters"] == {"lr": 0.05, "momentum": 0.9}
+    assert saved["optimizer_states"][0]["state"]  # momentum buffers are in it
+
+    resumed, trainer = run(tmp_path / "split", 4, ckpt_path="last")
+    assert resumed.epochs_started == [2, 3]
+    assert (trainer.current_epoch, trainer.global_step) == (4, 16) == (full_trainer.current_epoch,
+                                                                        full_trainer.global_step)
+    assert trainer._optimizers[0].param_groups[0]["lr"] == pytest.approx(full_trainer._optimizers[0].param_groups[0]["lr"])
+    for key, value in full.state_dict().items():
+        torch.testing.assert_close(resumed.state_dict()[key], value, atol=1e-7, rtol=0)
+    # not trivially equal: two epochs are not four
+    assert not torch.allclose(first.layer.weight, full.layer.weight, atol=1e-4)
+
+
+def test_missing_ckpt_path_is_a_clear_error(tmp_path):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                               default_root_dir=tmp_path)
+    with pytest.raises(FileNotFoundError, match="nowhere.ckpt"):
+        trainer.fit(RegressionModule(), ckpt_path=tmp_path / "nowhere.ckpt")
+
+
+# ---------------------------------------------------------------------------------------------- safe loading
+class AddOpaque(accelkit.Callback):
+    """Puts an arbitrary pickled object into every checkpoint."""
+
+    def on_save_checkpoint(self, trainer: Any, module: Any, state: dict[str, Any]) -> None:
+        state["opaque"] = Opaque("from a callback")
+
+
+def test_loading_refuses_arbitrary_objects_unless_weights_only_false(tmp_path):
+    _, trainer = run(tmp_path, 1, callbacks=[AddOpaque()])
+    path = trainer.checkpoint_path
+    with pytest.raises(pickle.UnpicklingError, match="[Ww]eights only load failed"):
+        checkpoint.load(path)
+    assert checkpoint.load(path, weights_only=False)["opaque"] == Opaque("from a callback")
+
+    with pytest.raises(pickle.UnpicklingError, match="[Ww]eights only load failed"):
+        run(tmp_path, 2, ckpt_path=path)
+    resumed, resumed_trainer = run(tmp_path, 2, ckpt_path=path, weights_only=False)
+    assert resumed.epochs_started == [1] and resumed_trainer.current_epoch == 2

@@ -1,0 +1,52 @@
+"""The digits example through the ``accelkit`` command, exactly as the README runs it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers.guards import REPO, child_env  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ACCELKIT = Path(sys.executable).parent / "accelkit"
+EXAMPLE = f"{REPO / 'examples' / 'digits.py'}:DigitsClassifier"
+
+
+def run_fit(tmp_path: Path, *extra: str, timeout: float) -> tuple[str, float]:
+    """Run ``accelkit fit`` on the example in ``tmp_path`` (logs and checkpoints land there)."""
+    start = time.perf_counter()
+    proc = subprocess.run([str(ACCELKIT), "fit", EXAMPLE, *extra], cwd=tmp_path, env=child_env(),
+                          capture_output=True, text=True, timeout=timeout)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, elapsed
+
+
+def held_out_accuracy(stdout: str) -> float:
+    match = re.search(r"held-out test_acc = ([0-9.]+)", stdout)
+    assert match, stdout
+    return float(match.group(1))
+
+
+def test_digits_defaults_reach_95_percent_in_under_a_minute(tmp_path):
+    stdout, elapsed = run_fit(tmp_path, timeout=120)
+    assert "devices=[0] strategy=single_device precision=32-true" in stdout
+    assert held_out_accuracy(stdout) >= 0.95, stdout
+    assert elapsed < 60, f"took {elapsed:.1f} s"
+    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert list((tmp_path / "logs").glob("version_0/metrics.csv"))
+
+
+def test_digits_two_process_ddp_spawn(tmp_path):
+    stdout, _ = run_fit(tmp_path, "--devices", "2", "--strategy", "ddp_spawn", "--no-progress-bar", timeout=180)
+    assert "devices=[0, 1] strategy=ddp_spawn" in stdout
+    assert "after 20 epochs, 240 steps" in stdout  # each rank took half of the 23 batches per epoch
+    assert held_out_accuracy(stdout) >= 0.95, stdout
