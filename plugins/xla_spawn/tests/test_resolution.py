@@ -19,7 +19,7 @@ from accelkit_xla_spawn.accelerator import (
     parse_xla_devices,
 )
 from accelkit_xla_spawn.plugin import translate_tpu_cores
-from accelkit_xla_spawn.strategy import pod_plan
+from accelkit_xla_spawn.strategy import launch_failure_hint, pod_plan
 
 pytestmark = pytest.mark.xla
 needs_torch_xla = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,
@@ -184,3 +184,10 @@ def test_wrong_device_count_is_reported_at_resolution(run_python) -> None:
     proc = run_python(code, CPU_NUM_DEVICES="4")
     assert "ConfigurationError" in proc.stdout and "devices=3" in proc.stdout and "4 XLA devices" in proc.stdout
     assert "CPU_NUM_DEVICES" in proc.stdout
+
+
+def test_launch_failure_hint_names_the_cpu_collective_problem() -> None:
+    hint = launch_failure_hint({"PJRT_DEVICE": "CPU"}, 4)
+    assert "pytorch/xla#5005" in hint and "devices=1" in hint
+    assert launch_failure_hint({"PJRT_DEVICE": "CPU"}, 1) == ""
+    assert launch_failure_hint({"PJRT_DEVICE": "TPU"}, 8) == ""

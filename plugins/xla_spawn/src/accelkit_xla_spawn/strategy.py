@@ -95,6 +95,20 @@ def pod_plan(env: Mapping[str, str], local_devices: int) -> PodPlan:
     return PodPlan(host_index=host_index, num_hosts=num_hosts, local_world_size=local_devices)
 
 
+CPU_COLLECTIVES_NOTE = (
+    "PJRT_DEVICE=CPU with more than one replica: torch_xla 2.x on the CPU is known to abort in XLA's rendezvous "
+    "on cross-replica collectives (xm.all_reduce, xm.rendezvous; pytorch/xla#5005, #9089), which this strategy "
+    "needs for the gradients. Use devices=1 on the CPU, or run on a TPU."
+)
+
+
+def launch_failure_hint(env: Mapping[str, str], world_size: int) -> str:
+    """Extra explanation for a failed launch, from the environment it ran in (empty when there is none)."""
+    if env.get("PJRT_DEVICE", "").strip().upper() == "CPU" and world_size > 1:
+        return " " + CPU_COLLECTIVES_NOTE
+    return ""
+
+
 # --------------------------------------------------------------------------------------------- shared base
 class _XLAStrategyBase(Strategy):
     """What both XLA strategies share: the device loader, graph cuts, CPU checkpoints."""
@@ -127,8 +141,12 @@ class _XLAStrategyBase(Strategy):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
         """Every replica materialises its tensors and moves them to the CPU; after a barrier, the replica of
-        local ordinal 0 of each host writes the file atomically; everyone waits for the write."""
-        self._xla().sync()
+        local ordinal 0 of each host writes the file atomically; everyone waits for the write.
+
+        Called in a parent that never started the XLA runtime (a CPU model saved before ``fit``), it does not
+        start one."""
+        if xla_runtime_initialized():
+            self._xla().sync()
         on_cpu = ckpt.to_cpu(checkpoint)
         self.barrier("checkpoint_ready")
         if self.local_rank == 0:
@@ -137,7 +155,7 @@ class _XLAStrategyBase(Strategy):
 
     def teardown(self) -> None:
         """Run what is still pending on the device."""
-        if "torch_xla" in sys.modules:
+        if xla_runtime_initialized():
             self._xla().sync()
         super().teardown()
 
@@ -148,6 +166,7 @@ class XLASingleStrategy(_XLAStrategyBase, SingleDeviceStrategy):
     launches_workers = False
 
     def validate(self) -> list[str]:
+        """One core only: ``devices=1`` or ``devices=[k]`` on one host."""
         problems = super().validate()
         if len(self.devices) != 1:
             problems.append(f"strategy 'xla_single' runs on one core but devices={self.devices}; use devices=1 "
@@ -176,6 +195,7 @@ class XLASpawnStrategy(_XLAStrategyBase):
 
     # ----------------------------------------------------------------- parent
     def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
+        """Take the resolved run; on a pod, adopt the host count and this host's index from the environment."""
         super().connect(accelerator, devices, num_nodes, precision)
         try:
             self._plan = pod_plan(os.environ, len(self.devices))
@@ -187,6 +207,7 @@ class XLASpawnStrategy(_XLAStrategyBase):
             self._node_rank = self._plan.host_index
 
     def validate(self) -> list[str]:
+        """Pod variables that contradict each other or ``num_nodes``, and a runtime already started here."""
         problems = []
         try:
             plan = pod_plan(os.environ, len(self.devices))
@@ -226,7 +247,8 @@ class XLASpawnStrategy(_XLAStrategyBase):
                 torch_xla.launch(_replica_main, args=(payload, str(result_path)))
             except Exception as exc:  # noqa: BLE001 - any failure in a replica
                 raise WorkerError(
-                    f"a replica of strategy {self.name or 'xla_spawn'!r} failed: {type(exc).__name__}: {exc}"
+                    f"a replica of strategy {self.name or 'xla_spawn'!r} failed: {type(exc).__name__}: {exc}."
+                    + launch_failure_hint(os.environ, self.world_size)
                 ) from exc
             if not result_path.is_file():
                 if self._node_rank != 0:
