@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,9 @@ def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd):
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["rank"] for r in ranks] == [0, 1] and {r["world_size"] for r in ranks} == {2}
     assert ranks[0]["pid"] != ranks[1]["pid"]
+    # The workers share the host's cores instead of each spinning up one thread per core.
+    threads = int(os.environ["OMP_NUM_THREADS"]) if "OMP_NUM_THREADS" in os.environ else max(1, os.cpu_count() // 2)
+    assert [r["threads"] for r in ranks] == [threads, threads]
     # Both replicas end bit-identical (same all-reduced gradients applied to the same broadcast weights).
     for key in ranks[0]["state_dict"]:
         assert torch.equal(ranks[0]["state_dict"][key], ranks[1]["state_dict"][key]), key

@@ -85,7 +85,8 @@ class WeightDump(accelkit.Callback):
     def teardown(self, trainer: Any, module: Any, stage: str) -> None:
         state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
         payload = {"state_dict": state, "pid": os.getpid(), "global_step": trainer.global_step,
-                   "world_size": trainer.world_size, "rank": trainer.global_rank}
+                   "world_size": trainer.world_size, "rank": trainer.global_rank,
+                   "threads": torch.get_num_threads()}
         torch.save(payload, Path(self.folder) / f"rank{trainer.global_rank}.pt")
 
 
