@@ -7,6 +7,7 @@ process-wide. The four processes are started together once per module and awaite
 from __future__ import annotations
 
 import json
+import importlib.util
 import os
 import subprocess
 import sys
@@ -14,7 +15,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch_xla", reason="torch_xla is not installed")
+# find_spec, not importorskip: importing torch_xla here would start it in the pytest process and set
+# PJRT_DEVICE there, which steers accelerator="auto" to XLA in every test collected afterwards.
+if importlib.util.find_spec("torch_xla") is None:
+    pytest.skip("torch_xla is not installed", allow_module_level=True)
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "shapes", "item", "fallback")

@@ -1,0 +1,23 @@
+"""Suite-wide guard: no test may start torch_xla inside the pytest process.
+
+Importing torch_xla picks a device and sets ``PJRT_DEVICE`` in the process, after which
+``accelerator="auto"`` means XLA for every later test. XLA tests run their work in subprocesses.
+"""
+
+import sys
+
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    already = "torch_xla" in sys.modules
+    yield
+    if not already and "torch_xla" in sys.modules:
+        pytest.fail(f"{item.nodeid} imported torch_xla into the pytest process; run XLA work in a subprocess")
+
+
+def pytest_collection_finish(session):
+    if "torch_xla" in sys.modules:
+        raise pytest.UsageError("collecting the tests imported torch_xla into the pytest process; "
+                                "use importlib.util.find_spec to check that it is installed")
