@@ -77,3 +77,29 @@ def accelkit_translate_arguments(arguments: dict[str, Any]) -> None:
         arguments["accelerator"] = "tpu"
     print(f"accelkit: tpu_cores={value!r} is deprecated; use accelerator='tpu', devices={devices!r}"
           + (" (devices counts cores from 0)." if isinstance(devices, list) else "."), file=sys.stderr)
+
+
+@hookimpl
+def accelkit_environment_variables() -> dict[str, str]:
+    """The variables torch_xla's PJRT runtime reads, and the legacy XRT one, for ``accelkit doctor``."""
+    return {
+        "PJRT_DEVICE": "the XLA device: TPU on a Cloud TPU VM, CPU to run XLA on the host, CUDA for GPUs",
+        "CPU_NUM_DEVICES": "with PJRT_DEVICE=CPU: how many XLA CPU devices (replicas) there are",
+        "TPU_ACCELERATOR_TYPE": "the TPU type of this VM (v4-8, v5litepod-16 ...), set by Cloud TPU",
+        "XRT_TPU_CONFIG": "legacy: the retired XRT runtime's setting; torch_xla 2.x ignores it",
+        "XLA_USE_BF16": "legacy bfloat16 switch; accelkit sets it only for precision='bf16-legacy'",
+        "PT_XLA_DEBUG_LEVEL": "torch_xla debug output (xla_spawn_debug sets it before the runtime starts)",
+    }
+
+
+@hookimpl
+def accelkit_diagnose(environ: dict[str, str]) -> list[str]:
+    """Flag the Lightning-era TPU setup: XRT_TPU_CONFIG without PJRT_DEVICE, or a PJRT_DEVICE typo."""
+    problems = []
+    device = environ.get("PJRT_DEVICE")
+    if environ.get("XRT_TPU_CONFIG") and not device:
+        problems.append("XRT_TPU_CONFIG is set but PJRT_DEVICE is not: the XRT runtime was removed in torch_xla "
+                        "2.x, so the TPU will not be found. Unset XRT_TPU_CONFIG and set PJRT_DEVICE=TPU.")
+    if device is not None and device.strip().upper() not in ("TPU", "CPU", "CUDA", "GPU", "NEURON"):
+        problems.append(f"PJRT_DEVICE={device!r} is not a PJRT device; use TPU (Cloud TPU VM), CPU or CUDA.")
+    return problems
