@@ -142,6 +142,14 @@ class Resolver:
             return None
         return cls
 
+    def instantiate(self, record: Any) -> Any:
+        """An instance of a strategy/precision record's class, with its options, named after the record."""
+        obj = record.load()(**dict(record.options))
+        obj.name = record.name
+        if record.notice:
+            self.notices.append(record.notice)
+        return obj
+
     def scoped(self, kind: str, value: str, accelerator: str, table: dict, names: Any, section: str) -> Any:
         record = self.registry.find_scoped(table, value, accelerator)
         if record is not None:
@@ -221,11 +229,8 @@ def compose(
             name = manager.hook.accelkit_default_strategy(config=config)
         record = resolver.scoped("strategy", name, acc_name, reg.strategies, reg.strategy_names, "strategies")
         if record is not None:
-            strategy_obj = record.load()(**dict(record.options))
-            strategy_obj.name = record.name
+            strategy_obj = resolver.instantiate(record)
             config.strategy = record.name
-            if record.notice:
-                resolver.notices.append(record.notice)
 
     # precision
     precision_obj: Precision | None = None
@@ -240,11 +245,8 @@ def compose(
         else:
             record = resolver.scoped("precision", pname, acc_name, reg.precisions, reg.precision_names, "precisions")
             if record is not None:
-                precision_obj = record.load()(**dict(record.options))
-                precision_obj.name = record.name
+                precision_obj = resolver.instantiate(record)
                 config.precision = record.name
-                if record.notice:
-                    resolver.notices.append(record.notice)
 
     if precision_obj is not None:
         try:

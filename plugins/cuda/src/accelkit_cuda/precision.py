@@ -27,29 +27,26 @@ def require_native_bf16(precision_name: str) -> None:
         )
 
 
-class CUDABF16MixedPrecision(MixedPrecision):
+class _NativeBF16:
+    """Mixin: bfloat16 by default, and a check (in the worker) that the GPU computes it natively."""
+
+    dtype: torch.dtype
+    name: str
+
+    def __init__(self, **options: Any) -> None:
+        options.setdefault("dtype", torch.bfloat16)
+        super().__init__(**options)  # type: ignore[call-arg]
+
+    def convert_module(self, module: nn.Module) -> nn.Module:
+        """Check the GPU, then convert as the precision does."""
+        if self.dtype == torch.bfloat16:
+            require_native_bf16(self.name)
+        return super().convert_module(module)  # type: ignore[misc]
+
+
+class CUDABF16MixedPrecision(_NativeBF16, MixedPrecision):
     """``"bf16-mixed"``: float32 weights, bfloat16 autocast on the GPU, no gradient scaler."""
 
-    def __init__(self, **options: Any) -> None:
-        options.setdefault("dtype", torch.bfloat16)
-        super().__init__(**options)
 
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        """Check the GPU (in the worker), then leave the weights in float32."""
-        if self.dtype == torch.bfloat16:
-            require_native_bf16(self.name)
-        return super().convert_module(module)
-
-
-class CUDABF16TruePrecision(TruePrecision):
+class CUDABF16TruePrecision(_NativeBF16, TruePrecision):
     """``"bf16-true"``: weights, inputs and computation in bfloat16."""
-
-    def __init__(self, **options: Any) -> None:
-        options.setdefault("dtype", torch.bfloat16)
-        super().__init__(**options)
-
-    def convert_module(self, module: nn.Module) -> nn.Module:
-        """Check the GPU (in the worker), then convert the weights to bfloat16."""
-        if self.dtype == torch.bfloat16:
-            require_native_bf16(self.name)
-        return super().convert_module(module)
