@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import re
 import subprocess
 import sys
@@ -42,7 +43,14 @@ def test_digits_defaults_reach_95_percent_in_under_a_minute(tmp_path):
     assert held_out_accuracy(stdout) >= 0.95, stdout
     assert elapsed < 60, f"took {elapsed:.1f} s"
     assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
-    assert list((tmp_path / "logs").glob("version_0/metrics.csv"))
+    # The loss falls: the CSV logger's per-step train_loss (every 50 steps) and per-epoch val_loss.
+    with open(tmp_path / "logs" / "version_0" / "metrics.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    train = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
+    val = [float(r["val_loss"]) for r in rows if r.get("val_loss")]
+    assert len(train) >= 5 and len(val) == 20
+    assert max(train[-3:]) < 0.5 * train[0], train
+    assert val[-1] < 0.5 * val[0], val
 
 
 def test_digits_two_process_ddp_spawn(tmp_path):
