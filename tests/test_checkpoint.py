@@ -147,3 +147,14 @@ def test_loading_refuses_arbitrary_objects_unless_weights_only_false(tmp_path):
         run(tmp_path, 2, ckpt_path=path)
     resumed, resumed_trainer = run(tmp_path, 2, ckpt_path=path, weights_only=False)
     assert resumed.epochs_started == [1] and resumed_trainer.current_epoch == 2
+
+
+def test_save_checkpoint_outside_a_run_names_what_is_missing(tmp_path):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, enable_progress_bar=False, logger=False)
+    with pytest.raises(ValueError, match=r"save_checkpoint\(path, model=my_module\)"):
+        trainer.save_checkpoint(tmp_path / "x.ckpt")
+    module = RegressionModule()
+    trainer.save_checkpoint(tmp_path / "x.ckpt", model=module)
+    saved = torch.load(tmp_path / "x.ckpt", weights_only=True)
+    assert saved["state_dict"].keys() == module.state_dict().keys()
+    assert all(torch.equal(saved["state_dict"][k], v) for k, v in module.state_dict().items())

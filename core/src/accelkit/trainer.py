@@ -255,7 +255,10 @@ class Trainer:
     def save_checkpoint(self, path: str | os.PathLike, model: Module | None = None,
                         optimizers: list[Any] | None = None) -> None:
         """Write a checkpoint of the current state atomically (call inside a run or with ``model``)."""
-        model = model or self._module
+        model = model if model is not None else getattr(self, "_module", None)
+        if model is None:
+            raise ValueError("Trainer.save_checkpoint(path) outside a run needs the module: "
+                             "trainer.save_checkpoint(path, model=my_module)")
         self.strategy.save_checkpoint(self._checkpoint_dict(model, optimizers or getattr(self, "_optimizers", [])),
                                       path)
 
