@@ -393,3 +393,16 @@ def test_translated_values_are_validated_like_any(isolated, cpu_plugin):
     problems, _ = problems_of(cpu_plugin, AcmeCores(), accelerator="cpu", acme_cores=0)
     assert any("devices=0" in p for p in problems)
 
+
+
+def test_an_unknown_accelerator_does_not_hide_unknown_strategy_and_precision_names(isolated, cpu_plugin):
+    problems, _ = problems_of(cpu_plugin, accelerator="npu", strategy="ddp_spwan", precision="bf17-mixed")
+    assert len(problems) == 3, problems
+    assert "accelerator 'npu'" in problems[0]
+    assert "strategy 'ddp_spwan'" in problems[1] and "Did you mean 'ddp_spawn'?" in problems[1]
+    assert "precision 'bf17-mixed'" in problems[2] and "Did you mean 'bf16-mixed'?" in problems[2]
+
+
+def test_an_unknown_accelerator_with_known_names_reports_only_the_accelerator(isolated, cpu_plugin):
+    problems, _ = problems_of(cpu_plugin, accelerator="npu", strategy="ddp", precision="bf16-mixed")
+    assert len(problems) == 1 and "accelerator 'npu'" in problems[0]

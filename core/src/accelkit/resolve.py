@@ -206,6 +206,13 @@ def compose(
 
     acc_cls = resolver.accelerator(accelerator, strategy)
     if acc_cls is None:
+        # Without an accelerator, strategy and precision names cannot be matched to one; still report names
+        # that no installed plugin knows at all, so every problem is in the one error.
+        for kind, value, table, names, section in (
+                ("strategy", strategy, reg.strategies, reg.strategy_names, "strategies"),
+                ("precision", precision, reg.precisions, reg.precision_names, "precisions")):
+            if isinstance(value, str) and lookup_key(value) != "auto" and lookup_key(value) not in table:
+                problems.append(resolver.unknown(kind, value, names(), section))
         raise ConfigurationError(problems)
     acc_name = lookup_key(getattr(acc_cls, "name", "") or acc_cls.__name__)
     acc_instance = accelerator if isinstance(accelerator, Accelerator) else acc_cls()
