@@ -172,6 +172,7 @@ def test_base_accelerator_parse_devices_uses_its_device_count():
 
 
 # ---------------------------------------------------------------------------------------- cpu plugin
+@pytest.mark.filterwarnings("ignore:devices=.* processes on .* CPU core")  # tested in plugins/cpu/tests
 @given(n=st.integers(min_value=1, max_value=512))
 def test_cpu_devices_is_a_process_count(n):
     assert CPUAccelerator.parse_devices(n) == list(range(n))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -31,6 +32,12 @@ class CPUAccelerator(Accelerator):
         if isinstance(devices, str) and devices.strip().isascii() and devices.strip().isdigit():
             devices = int(devices.strip())
         if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
+            cores = cls.device_count()
+            if devices > cores:
+                warnings.warn(
+                    f"devices={original!r} starts {devices} processes on {cores} CPU core(s): they will compete for "
+                    f"the cores and each step will be slower than with devices={cores} or fewer.",
+                    UserWarning, stacklevel=2)
             return list(range(devices))
         raise ConfigurationError(
             f"devices={original!r} is not valid for the cpu accelerator: give the number of processes as an int "
