@@ -364,3 +364,13 @@ def test_hook_that_breaks_a_tie_warns(tmp_path):
     strategy.connect(None, [0], 1, None)
     with pytest.warns(UserWarning, match="before the move to meta and 2 after"):
         strategy.module_to_device(TiedModule(break_tie=True))
+
+
+def test_a_short_epoch_still_shows_its_metrics_in_the_progress_bar(tmp_path, capsys):
+    # 4 steps per epoch, far fewer than log_every_n_steps: the bar is refreshed once at the epoch's end.
+    trainer = make_trainer(tmp_path, max_epochs=1, enable_progress_bar=True, log_every_n_steps=50)
+    trainer.fit(RegressionModule())
+    err = capsys.readouterr().err
+    assert trainer.global_step == 4
+    final = err.rsplit("Epoch 0", 1)[-1]
+    assert "4/4" in final and "train_loss=" in final, err

@@ -517,11 +517,14 @@ class Trainer:
                     self._log_step(bar)
                 if self.max_steps != -1 and self.global_step >= self.max_steps or self.should_stop:
                     break
+            logged, shown = self._metrics.compute_epoch(strategy.reduce)
+            self._publish(logged, shown)
+            if bar is not None:  # one read per epoch, so epochs shorter than log_every_n_steps show metrics too
+                self.progress_bar_metrics.update(self._metrics.read_step()[1])
+                self._show(bar)
         finally:
             if bar is not None:
                 bar.close()
-        logged, shown = self._metrics.compute_epoch(strategy.reduce)
-        self._publish(logged, shown)
 
     def _training_step(self, wrapped: Any, model: Module, batch: Any, batch_idx: int) -> Any:
         if wrapped is model:
@@ -552,6 +555,9 @@ class Trainer:
             self.logger.log_metrics({**logged, "epoch": self.current_epoch}, step=self.global_step)
         self.logged_metrics.update(logged)
         self.progress_bar_metrics.update(shown)
+        self._show(bar)
+
+    def _show(self, bar: Any) -> None:
         if bar is not None and self.progress_bar_metrics:
             bar.set_postfix({k: f"{v:.4g}" for k, v in self.progress_bar_metrics.items()}, refresh=False)
 
