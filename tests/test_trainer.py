@@ -197,7 +197,9 @@ def test_log_on_step_on_epoch_prog_bar_and_csv_rows(tmp_path):
     assert metrics["idx_epoch"] == pytest.approx(1.5)  # mean of 0..3, equal batch sizes
     assert metrics["idx_max"] == 3.0 and metrics["idx_sum"] == 6.0
     assert metrics["val_const"] == 2.0
-    assert "idx" not in metrics and "bar_only" not in metrics  # step values and bar-only values stay out
+    # a metric logged per step and per epoch is also visible under its plain name, with the epoch value
+    # (so callbacks and schedulers can monitor it); bar-only values stay out
+    assert metrics["idx"] == metrics["idx_epoch"] and "bar_only" not in metrics
     assert trainer.progress_bar_metrics["bar_only"] == 7.0
     assert trainer.progress_bar_metrics["idx"] == 1.5  # after the epoch, the bar shows the epoch mean
 

@@ -36,11 +36,18 @@ class MetricStore:
         self.entries: dict[str, _Entry] = {}
         self.training = True
         self.current_batch: Any = None
+        #: after :meth:`compute_epoch`: plain names of metrics logged both per step and per epoch, with their
+        #: epoch value (``loss`` for ``loss_epoch``), for callbacks and schedulers
+        self.epoch_aliases: dict[str, float] = {}
+        #: set while an ``on_*_epoch_end`` hook runs: logs there default to epoch values
+        self.epoch_end = False
 
     def reset(self, training: bool) -> None:
         """Start a new epoch of a loop."""
         self.entries = {}
         self.training = training
+        self.epoch_aliases = {}
+        self.epoch_end = False
 
     def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
@@ -56,8 +63,8 @@ class MetricStore:
             value = float(value)
         else:
             raise TypeError(f"log({name!r}): value must be a number or a scalar tensor, not {type(value).__name__}")
-        on_step = self.training if on_step is None else on_step
-        on_epoch = (not self.training) if on_epoch is None else on_epoch
+        on_step = (self.training and not self.epoch_end) if on_step is None else on_step
+        on_epoch = (not self.training or self.epoch_end) if on_epoch is None else on_epoch
         entry = self.entries.get(name)
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
@@ -75,25 +82,35 @@ class MetricStore:
             else:
                 entry.total = value if entry.total is None else _minimum(entry.total, value)
 
-    def read_step(self) -> tuple[dict[str, float], dict[str, float]]:
-        """Per-step values as floats: ``(for the logger, for the progress bar)``. One host read per value."""
+    def read_step(self, clear: bool = True) -> tuple[dict[str, float], dict[str, float]]:
+        """Per-step values logged since the last read, as floats: ``(for the logger, for the progress bar)``.
+
+        One host read per value. ``clear=False`` keeps them for the next read (a display-only peek), so a
+        value logged once is not reported again at later steps.
+        """
         log, bar = {}, {}
         for name, entry in self.entries.items():
             if not entry.on_step or entry.step_value is None:
                 continue
             key = f"{name}_step" if entry.on_epoch else name
             value = float(entry.step_value)
+            if clear:
+                entry.step_value = None
             if entry.logger:
                 log[key] = value
             if entry.prog_bar:
                 bar[name] = value
         return log, bar
 
-    def compute_epoch(self, reduce: Callable[[torch.Tensor, str], torch.Tensor]) -> tuple[dict[str, float], dict[str, float]]:
-        """Epoch aggregates as floats, reduced across processes where ``sync_dist`` asks: ``(logger, bar)``."""
+    def compute_epoch(self, reduce: Callable[[torch.Tensor, str], torch.Tensor],
+                      exclude: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, float], dict[str, float]]:
+        """Epoch aggregates as floats, reduced across processes where ``sync_dist`` asks: ``(logger, bar)``.
+
+        Every process must call this together (it may run collectives). ``exclude``: names already computed.
+        """
         log, bar = {}, {}
         for name, entry in self.entries.items():
-            if not entry.on_epoch or entry.total is None:
+            if not entry.on_epoch or entry.total is None or name in exclude:
                 continue
             total = entry.total if isinstance(entry.total, torch.Tensor) else torch.tensor(entry.total)
             value = total / entry.weight if entry.reduce_fx == "mean" else total
@@ -101,6 +118,8 @@ class MetricStore:
                 value = reduce(value, "mean" if entry.reduce_fx == "mean" else entry.reduce_fx)
             key = f"{name}_epoch" if entry.on_step else name
             result = float(value)
+            if entry.on_step:
+                self.epoch_aliases[name] = result
             if entry.logger:
                 log[key] = result
             if entry.prog_bar:

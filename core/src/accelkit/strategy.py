@@ -319,6 +319,7 @@ class DDPStrategy(Strategy):
         return env["rank"] if env is not None else super().global_rank
 
     def _init_process_group(self) -> None:
+        self._owns_process_group = False
         if dist.is_available() and not dist.is_initialized() and self.world_size > 1:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
@@ -330,6 +331,7 @@ class DDPStrategy(Strategy):
                 world_size=self.world_size,
                 timeout=timedelta(seconds=self.timeout_s),
             )
+            self._owns_process_group = True
 
     def setup_environment(self) -> None:
         super().setup_environment()
@@ -379,8 +381,10 @@ class DDPStrategy(Strategy):
         return box[0]
 
     def teardown(self) -> None:
-        if dist.is_initialized():
+        """Destroy the process group if this strategy created it (a group the user made stays)."""
+        if getattr(self, "_owns_process_group", False) and dist.is_initialized():
             dist.destroy_process_group()
+            self._owns_process_group = False
         super().teardown()
 
 

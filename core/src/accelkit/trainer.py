@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -276,6 +278,9 @@ class Trainer:
             # The work ran in other processes/replicas: bring its outcome back to the caller's objects.
             if output.get("state_dict") is not None:
                 model.load_state_dict(output["state_dict"])
+                # The optimizers lived in the workers: keep their final state for save_checkpoint() here.
+                self._module, self._optimizers, self._schedulers = model, [], []
+                self._worker_training_state = output["training_state"]
             for key in ("callback_metrics", "logged_metrics", "progress_bar_metrics", "current_epoch", "global_step"):
                 setattr(self, key, output[key])
             return output["result"]
@@ -285,10 +290,10 @@ class Trainer:
         """The work done in each worker: set up, run one stage, tear down."""
         strategy = self.strategy
         self.state_stage = stage
-        strategy.setup_environment()
         model.trainer = self
         self._module = model
         try:
+            strategy.setup_environment()
             self._model = strategy.setup_module(model)
             checkpoint = strategy.load_checkpoint(ckpt_path, weights_only) if ckpt_path is not None else None
             if checkpoint is not None:
@@ -308,6 +313,8 @@ class Trainer:
             output = {
                 "result": ckpt.to_cpu(result),
                 "state_dict": ckpt.to_cpu(model.state_dict()) if stage == "fit" and strategy.launches_workers else None,
+                "training_state": ckpt.to_cpu(self._training_state()) if stage == "fit" and strategy.launches_workers
+                else None,
                 "callback_metrics": self.callback_metrics,
                 "logged_metrics": self.logged_metrics,
                 "progress_bar_metrics": self.progress_bar_metrics,
@@ -347,12 +354,26 @@ class Trainer:
             return int(total * limit)
         return int(limit) if total is None else min(int(limit), total)
 
-    def _batches(self, loader: Any, stage: str, limit: int | None) -> Iterable[tuple[int, Any]]:
+    def _batches(self, loader: Any, stage: str, limit: int | None, lookahead: bool = False) -> Iterable[tuple]:
+        """``(index, batch)`` on the device; with ``lookahead``, ``(index, batch, is_last)``: one batch is read
+        ahead so the last one is known even for loaders without a length."""
         iterable = self.strategy.process_dataloader(loader, stage)
-        for index, batch in enumerate(iterable):
-            if limit is not None and index >= limit:
-                break
-            yield index, self.precision.convert_input(self.strategy.batch_to_device(batch))
+        if limit is not None:
+            iterable = itertools.islice(iterable, limit)
+        prepare = self.strategy.batch_to_device
+        convert = self.precision.convert_input
+        if not lookahead:
+            for index, batch in enumerate(iterable):
+                yield index, convert(prepare(batch))
+            return
+        iterator = iter(iterable)
+        sentinel = object()
+        upcoming = next(iterator, sentinel)
+        index = 0
+        while upcoming is not sentinel:
+            batch, upcoming = upcoming, next(iterator, sentinel)
+            yield index, convert(prepare(batch)), upcoming is sentinel
+            index += 1
 
     def _progress(self, total: int | None, description: str, leave: bool) -> Any:
         if not (self.enable_progress_bar and self.strategy.is_global_zero):
@@ -418,15 +439,24 @@ class Trainer:
                 entry["scheduler"].step()
 
     # ----------------------------------------------------------------- checkpoints
+    def _training_state(self, optimizers: list[Any] | None = None) -> dict[str, Any]:
+        """Optimizer, scheduler and precision state: live, or as the last spawned workers returned it."""
+        optimizers = optimizers if optimizers is not None else getattr(self, "_optimizers", [])
+        if not optimizers and getattr(self, "_worker_training_state", None) is not None:
+            return self._worker_training_state
+        return {
+            "optimizer_states": [o.state_dict() for o in optimizers],
+            "lr_schedulers": [e["scheduler"].state_dict() for e in getattr(self, "_schedulers", [])],
+            "precision": self.precision.state_dict(),
+        }
+
     def _checkpoint_dict(self, model: Module, optimizers: list[Any]) -> dict[str, Any]:
         state = {
             "accelkit_version": __version__,
             "epoch": self.current_epoch,
             "global_step": self.global_step,
             "state_dict": model.state_dict(),
-            "optimizer_states": [o.state_dict() for o in optimizers],
-            "lr_schedulers": [e["scheduler"].state_dict() for e in getattr(self, "_schedulers", [])],
-            "precision": self.precision.state_dict(),
+            **self._training_state(optimizers),
             "hyper_parameters": dict(model.hparams),
         }
         model.on_save_checkpoint(state)
@@ -458,19 +488,27 @@ class Trainer:
             self.logger.log_hyperparams(model.hparams)
         self._call("on_fit_start")
         self._call("on_train_start")
-        while not self._fit_done():
-            sampler = getattr(train_loader, "sampler", None)
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(self.current_epoch)
-            self._train_epoch(model, train_loader)
-            if val_loader is not None and self.limits["validate"] != 0 and (
-                    (self.current_epoch + 1) % self.check_val_every_n_epoch == 0):
-                self._evaluate(model, val_loader, "validate", inside_fit=True)
-            self._step_schedulers("epoch")
-            self._call("on_train_epoch_end")
-            self.current_epoch += 1
-            if self.enable_checkpointing:
-                strategy.save_checkpoint(self._checkpoint_dict(model, self._optimizers), self.checkpoint_path)
+        if self._num_batches(train_loader, "fit") == 0:
+            warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
+                          UserWarning, stacklevel=2)
+        else:
+            while not self._fit_done():
+                sampler = getattr(train_loader, "sampler", None)
+                if hasattr(sampler, "set_epoch"):
+                    sampler.set_epoch(self.current_epoch)
+                ran = self._train_epoch(model, train_loader)
+                if val_loader is not None and self.limits["validate"] != 0 and (
+                        (self.current_epoch + 1) % self.check_val_every_n_epoch == 0):
+                    self._evaluate(model, val_loader, "validate", inside_fit=True)
+                self._end_epoch("on_train_epoch_end")
+                self._step_schedulers("epoch")
+                self.current_epoch += 1
+                if self.enable_checkpointing:
+                    strategy.save_checkpoint(self._checkpoint_dict(model, self._optimizers), self.checkpoint_path)
+                if ran == 0:
+                    warnings.warn(f"epoch {self.current_epoch - 1} produced no training batches; stopping.",
+                                  UserWarning, stacklevel=2)
+                    break
         self._call("on_train_end")
         self._call("on_fit_end")
         return None
@@ -482,7 +520,8 @@ class Trainer:
             return True
         return self.max_epochs is not None and self.current_epoch >= self.max_epochs
 
-    def _train_epoch(self, model: Module, loader: Any) -> None:
+    def _train_epoch(self, model: Module, loader: Any) -> int:
+        """One training epoch; returns the number of batches run. Epoch metrics are published by ``_fit``."""
         strategy, precision = self.strategy, self.precision
         wrapped = self._model
         wrapped.train()
@@ -491,12 +530,14 @@ class Trainer:
         limit = self._num_batches(loader, "fit")
         bar = self._progress(limit, f"Epoch {self.current_epoch}", leave=True)
         accumulate = self.accumulate_grad_batches
-        last_index = (limit - 1) if limit is not None else None
+        ran = 0
+        pending = False  # gradients accumulated since the last optimizer step
         try:
-            for batch_idx, batch in self._batches(loader, "fit", limit):
+            for batch_idx, batch, is_last in self._batches(loader, "fit", limit, lookahead=True):
+                ran += 1
                 self._metrics.current_batch = batch
                 model.on_train_batch_start(batch, batch_idx)
-                boundary = (batch_idx + 1) % accumulate == 0 or batch_idx == last_index
+                boundary = (batch_idx + 1) % accumulate == 0 or is_last
                 with strategy.no_backward_sync(wrapped, enabled=not boundary):
                     with precision.forward_context():
                         output = self._training_step(wrapped, model, batch, batch_idx)
@@ -507,9 +548,11 @@ class Trainer:
                         model.on_before_backward(loss)
                         strategy.backward(loss)
                         model.on_after_backward()
-                if boundary and loss is not None:
+                        pending = True
+                if boundary and pending:
                     self._optimizer_step(model)
                     self._step_schedulers("step")
+                    pending = False
                 self._call("on_train_batch_end", output, batch, batch_idx)
                 if bar is not None:
                     bar.update(1)
@@ -517,14 +560,29 @@ class Trainer:
                     self._log_step(bar)
                 if self.max_steps != -1 and self.global_step >= self.max_steps or self.should_stop:
                     break
-            logged, shown = self._metrics.compute_epoch(strategy.reduce)
-            self._publish(logged, shown)
+            if pending:  # stopped inside an accumulation window: its gradients must not leak into later steps
+                for optimizer in self._optimizers:
+                    optimizer.zero_grad(set_to_none=True)
             if bar is not None:  # one read per epoch, so epochs shorter than log_every_n_steps show metrics too
-                self.progress_bar_metrics.update(self._metrics.read_step()[1])
-                self._show(bar)
+                self._show(bar, self._metrics.read_step(clear=False)[1])
         finally:
             if bar is not None:
                 bar.close()
+        return ran
+
+    def _end_epoch(self, hook: str) -> dict[str, float]:
+        """Publish the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
+        ``self.log`` calls count as epoch values), then publish what the hook logged. Returns all logged."""
+        metrics, reduce = self._metrics, self.strategy.reduce
+        logged, shown = metrics.compute_epoch(reduce)
+        self._publish(logged, shown, metrics.epoch_aliases)
+        done = set(metrics.entries)
+        metrics.epoch_end = True
+        self._call(hook)
+        late, late_shown = metrics.compute_epoch(reduce, exclude=done)
+        if late or late_shown:
+            self._publish(late, late_shown, metrics.epoch_aliases)
+        return {**logged, **late}
 
     def _training_step(self, wrapped: Any, model: Module, batch: Any, batch_idx: int) -> Any:
         if wrapped is model:
@@ -554,16 +612,23 @@ class Trainer:
         if logged and self.logger is not None and self.strategy.is_global_zero:
             self.logger.log_metrics({**logged, "epoch": self.current_epoch}, step=self.global_step)
         self.logged_metrics.update(logged)
+        self.callback_metrics.update(logged)
         self.progress_bar_metrics.update(shown)
         self._show(bar)
 
-    def _show(self, bar: Any) -> None:
-        if bar is not None and self.progress_bar_metrics:
-            bar.set_postfix({k: f"{v:.4g}" for k, v in self.progress_bar_metrics.items()}, refresh=False)
+    def _show(self, bar: Any, latest: dict[str, float] | None = None) -> None:
+        """Show the progress-bar metrics (and, for display only, ``latest`` step values) on ``bar``."""
+        shown = {**self.progress_bar_metrics, **(latest or {})}
+        if bar is not None and shown:
+            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
 
-    def _publish(self, logged: dict[str, float], shown: dict[str, float]) -> None:
+    def _publish(self, logged: dict[str, float], shown: dict[str, float],
+                 aliases: dict[str, float] | None = None) -> None:
+        """Record epoch metrics; ``aliases`` are plain names of metrics also logged per step (``loss`` for
+        ``loss_epoch``), visible to callbacks and schedulers but not logged twice."""
         self.logged_metrics.update(logged)
         self.callback_metrics.update(logged)
+        self.callback_metrics.update(aliases or {})
         self.progress_bar_metrics.update(shown)
         if logged and self.logger is not None and self.strategy.is_global_zero:
             self.logger.log_metrics({**logged, "epoch": self.current_epoch}, step=self.global_step)
@@ -582,25 +647,25 @@ class Trainer:
         saved = self._metrics
         self._metrics = MetricStore()
         self._metrics.reset(training=False)
-        self._call(f"on_{prefix}_start")
-        self._call(f"on_{prefix}_epoch_start")
-        step = getattr(model, f"{prefix if prefix == 'test' else 'validation'}_step")
-        limit = self._num_batches(loader, stage)
-        bar = self._progress(limit, "Validation" if stage == "validate" else "Testing", leave=not inside_fit)
         try:
-            for batch_idx, batch in self._batches(loader, stage, limit):
-                self._metrics.current_batch = batch
-                with self.precision.forward_context():
-                    step(batch, batch_idx)
+            self._call(f"on_{prefix}_start")
+            self._call(f"on_{prefix}_epoch_start")
+            step = getattr(model, f"{prefix if prefix == 'test' else 'validation'}_step")
+            limit = self._num_batches(loader, stage)
+            bar = self._progress(limit, "Validation" if stage == "validate" else "Testing", leave=not inside_fit)
+            try:
+                for batch_idx, batch in self._batches(loader, stage, limit):
+                    self._metrics.current_batch = batch
+                    with self.precision.forward_context():
+                        step(batch, batch_idx)
+                    if bar is not None:
+                        bar.update(1)
+            finally:
                 if bar is not None:
-                    bar.update(1)
+                    bar.close()
+            logged = self._end_epoch(f"on_{prefix}_epoch_end")
         finally:
-            if bar is not None:
-                bar.close()
-        logged, shown = self._metrics.compute_epoch(self.strategy.reduce)
-        self._metrics = saved
-        self._publish(logged, shown)
-        self._call(f"on_{prefix}_epoch_end")
+            self._metrics = saved
         self._call(f"on_{prefix}_end")
         if inside_fit:
             wrapped.train()
