@@ -222,7 +222,7 @@ def test_fit_names_an_unknown_accelerator_and_what_exists(clean_env, capsys, tmp
 @pytest.mark.parametrize("target, message", [
     ("examples/digits.py", "is not of the form path/to/file.py:ClassName"),
     ("no/such/file.py:Model", "no such file: no/such/file.py"),
-    ("examples/digits.py:Digits", "has no 'Digits'; modules found there: ['DigitsClassifier'"),
+    ("examples/digits.py:Digits", "has no 'Digits'; accelkit.Module classes found there: DigitsClassifier"),
 ])
 def test_fit_rejects_bad_targets_clearly(clean_env, monkeypatch, target, message):
     monkeypatch.chdir(ROOT)
@@ -247,3 +247,44 @@ def test_the_console_script_is_installed_and_runs(tmp_path):
         pytest.skip(f"no console script beside {sys.executable} (accelkit not pip-installed here)")
     result = subprocess.run([str(script), "plugins"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "cpu  [loaded]  accelkit-cpu" in result.stdout
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits.py"
+
+
+@pytest.mark.parametrize("target, expected", [
+    ("nosuchpkg.mod:Model", "cannot import 'nosuchpkg.mod'"),
+    (f"{EXAMPLE}:digits_datasets", "is a function, not an accelkit.Module subclass"),
+    (f"{EXAMPLE}:Nope", "has no 'Nope'; accelkit.Module classes found there: DigitsClassifier"),
+    ("not-a-target", "is not of the form"),
+])
+def test_fit_names_a_bad_target_without_a_traceback(target, expected):
+    done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", target], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0
+    assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--init", "hiden=3"], "DigitsClassifier(hiden=3) failed"),
+    (["--ckpt-path", "nothere.ckpt"], "--ckpt-path 'nothere.ckpt' does not exist"),
+])
+def test_fit_names_bad_options_without_a_traceback(tmp_path, extra, expected):
+    done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", f"{EXAMPLE}:DigitsClassifier", *extra],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0 and expected in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_module_in_the_current_folder_imports_by_name(tmp_path):
+    (tmp_path / "mymodels.py").write_text("import accelkit\n\nclass Tiny(accelkit.Module):\n    pass\n")
+    done = subprocess.run([sys.executable, "-c", "import sys; from accelkit.cli import load_module_class; "
+                           "print(load_module_class('mymodels:Tiny').__name__)"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONSAFEPATH": "1"})
+    assert done.stdout.strip() == "Tiny", done.stderr
+
+
+def test_plugins_piped_into_a_closed_reader_is_not_an_error():
+    done = subprocess.run(f"'{sys.executable}' -m accelkit.cli plugins | head -1", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.startswith("accelkit ") and "BrokenPipeError" not in done.stderr, done.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -42,12 +43,26 @@ def load_module_class(target: str) -> type:
         module_name = path.stem
     else:
         module_name = location
-    module = importlib.import_module(module_name)
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` would: modules in the current folder import
     try:
-        cls = getattr(module, class_name)
-    except AttributeError:
-        names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and hasattr(v, "training_step"))
-        raise SystemExit(f"accelkit: {module_name} has no {class_name!r}; modules found there: {names}") from None
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.split(".")[0] != exc.name.split(".")[0]:
+            raise  # the module exists but imports something missing: the traceback is the useful answer
+        raise SystemExit(f"accelkit: cannot import {module_name!r} ({exc}); give a file path "
+                         "(path/to/file.py:Class) or a module importable from the current folder") from None
+    from accelkit.module import Module
+
+    names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, Module)
+                   and v is not Module)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise SystemExit(f"accelkit: {module_name} has no {class_name!r}; accelkit.Module classes found there: "
+                         f"{', '.join(names) or 'none'}")
+    if not (isinstance(cls, type) and issubclass(cls, Module)):
+        raise SystemExit(f"accelkit: {module_name}:{class_name} is a {type(cls).__name__}, not an accelkit.Module "
+                         f"subclass; accelkit.Module classes found there: {', '.join(names) or 'none'}")
     return cls
 
 
@@ -95,7 +110,13 @@ def _fit(args: argparse.Namespace) -> int:
         if not sep:
             raise SystemExit(f"accelkit: --init {item!r} must be KEY=VALUE")
         init[key] = _parse_value(value)
-    model = cls(**init)
+    try:
+        model = cls(**init)
+    except TypeError as exc:
+        raise SystemExit(f"accelkit: {cls.__name__}({', '.join(f'{k}={v!r}' for k, v in init.items())}) failed: "
+                         f"{exc}; check the --init names and values") from None
+    if args.ckpt_path not in (None, "last") and not Path(args.ckpt_path).is_file():
+        raise SystemExit(f"accelkit: --ckpt-path {args.ckpt_path!r} does not exist")
     trainer = accelkit.Trainer(
         accelerator=args.accelerator,
         devices=_parse_value(args.devices) if args.devices != "auto" else "auto",
@@ -473,6 +494,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AccelkitError as exc:
         print(f"accelkit: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `accelkit plugins | head`: the reader left; that is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

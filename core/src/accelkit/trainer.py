@@ -270,6 +270,10 @@ class Trainer:
             raise TypeError(f"Trainer.{stage}() needs an accelkit.Module, got {type(model).__name__}")
         if ckpt_path == "last":
             ckpt_path = self.checkpoint_path
+            if not ckpt_path.is_file():
+                warnings.warn(f"ckpt_path='last': no checkpoint at {ckpt_path} yet; starting from scratch.",
+                              UserWarning, stacklevel=3)
+                ckpt_path = None
         if ckpt_path is not None and not Path(ckpt_path).is_file():
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
         strategy = self.strategy
