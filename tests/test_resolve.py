@@ -406,3 +406,22 @@ def test_an_unknown_accelerator_does_not_hide_unknown_strategy_and_precision_nam
 def test_an_unknown_accelerator_with_known_names_reports_only_the_accelerator(isolated, cpu_plugin):
     problems, _ = problems_of(cpu_plugin, accelerator="npu", strategy="ddp", precision="bf16-mixed")
     assert len(problems) == 1 and "accelerator 'npu'" in problems[0]
+
+
+def test_auto_for_a_strategy_whose_accelerators_are_unavailable_names_the_strategy(isolated, cpu_plugin):
+    problems, _ = problems_of(cpu_plugin, Zoo(mid_available=False), strategy="mid_spawn", devices=1)
+    assert len(problems) == 1
+    assert "for strategy 'mid_spawn' (it runs on hi, mid)" in problems[0]
+    assert "no mid device" in problems[0] and "pip install accelkit-cpu" not in problems[0]
+
+
+def test_unknown_accelerators_are_matched_against_aliases_too(isolated, cpu_plugin):
+    class Aliased:
+        ACCELKIT_API = ">=1.0,<2"
+
+        @accelkit.hookimpl
+        def accelkit_register_accelerators(self):
+            return [AcceleratorRecord("mid", _accelerator("mid", 5, True, "").target, aliases=("midway",))]
+
+    problems, _ = problems_of(cpu_plugin, Aliased(), accelerator="midwya")
+    assert "Did you mean 'midway'?" in problems[0] and "Available: cpu, mid, midway." in problems[0]

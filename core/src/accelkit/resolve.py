@@ -113,25 +113,32 @@ class Resolver:
         if lookup_key(accelerator) == "auto":
             candidates = sorted({id(r): r for r in reg.accelerators.values()}.values(),
                                 key=lambda r: (-r.priority, r.name))
+            restricted = ""
             if isinstance(strategy, str) and lookup_key(strategy) != "auto":
                 runs_on = {a for rs in reg.strategies.get(lookup_key(strategy), []) for a in (rs.accelerators or ())}
-                if runs_on:
-                    candidates = [r for r in candidates if r.name in runs_on] or candidates
+                if runs_on and any(r.name in runs_on for r in candidates):
+                    candidates = [r for r in candidates if r.name in runs_on]
+                    restricted = f" for strategy {strategy!r} (it runs on {', '.join(sorted(runs_on))})"
             reasons = []
             for record in candidates:
                 cls = record.load()
                 if cls.is_available():
                     return cls
                 reasons.append(f"{record.name}: {cls.unavailable_reason() or 'not available'}")
+            blocked = [i.name for i in self.manager.infos.values() if i.status == "blocked"]
+            advice = (f" Installed but blocked: {', '.join(blocked)} (ACCELKIT_BLOCK_PLUGINS or 'no:NAME')."
+                      if blocked else "")
+            if not restricted and not blocked:
+                advice += " Install one, e.g. `pip install accelkit-cpu`."
             self.problems.append(
-                "accelerator='auto' found no available accelerator"
-                + (f" ({'; '.join(reasons)})" if reasons else "")
-                + ". Install one, e.g. `pip install accelkit-cpu`."
+                f"accelerator='auto' found no available accelerator{restricted}"
+                + (f" ({'; '.join(reasons)})" if reasons else "") + "." + advice
             )
             return None
         record = reg.accelerators.get(lookup_key(accelerator))
         if record is None:
-            self.problems.append(self.unknown("accelerator", str(accelerator), reg.accelerator_names(), "accelerators"))
+            names = sorted(reg.accelerators)  # aliases too: they are what users type
+            self.problems.append(self.unknown("accelerator", str(accelerator), names, "accelerators"))
             return None
         cls = record.load()
         if not cls.is_available():
