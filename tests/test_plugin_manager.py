@@ -342,3 +342,11 @@ def test_configure_hook_receives_the_manager_even_when_registered_late(isolated)
     manager = PluginManager()
     manager.add_plugin(Configured())
     assert Configured.seen == [manager]
+
+
+def test_a_misspelt_blocked_name_warns_naming_the_installed_plugins(monkeypatch):
+    monkeypatch.delenv("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.setenv("ACCELKIT_BLOCK_PLUGINS", "cpuu")
+    with pytest.warns(RuntimeWarning, match=r"'cpuu' match no installed plugin \(installed: .*cpu"):
+        manager = PluginManager()
+    assert manager.infos["cpu"].status == "loaded"

@@ -101,7 +101,14 @@ class PluginManager(pluggy.PluginManager):
     # ----------------------------------------------------------------- discovery
     def load_entrypoints(self) -> None:
         """Load every plugin of the ``accelkit`` entry-point group, recording failures instead of raising."""
-        for ep in sorted(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        entry_points = sorted(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+        unknown = sorted(self.blocked - {lookup_key(ep.name) for ep in entry_points})
+        if unknown:
+            installed = ", ".join(ep.name for ep in entry_points) or "none"
+            warnings.warn(f"blocked plugin name(s) {', '.join(map(repr, unknown))} match no installed plugin "
+                          f"(installed: {installed}); check the spelling in {BLOCK_ENV} or 'no:NAME'.",
+                          RuntimeWarning, stacklevel=3)
+        for ep in entry_points:
             dist = getattr(ep, "dist", None)
             info = PluginInfo(
                 name=ep.name,

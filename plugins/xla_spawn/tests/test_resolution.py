@@ -191,3 +191,15 @@ def test_launch_failure_hint_names_the_cpu_collective_problem() -> None:
     assert "pytorch/xla#5005" in hint and "devices=1" in hint
     assert launch_failure_hint({"PJRT_DEVICE": "CPU"}, 1) == ""
     assert launch_failure_hint({"PJRT_DEVICE": "TPU"}, 8) == ""
+
+
+def test_tpu_cores_with_another_accelerator_is_an_error_naming_both() -> None:
+    from accelkit_xla_spawn.plugin import accelkit_translate_arguments
+
+    arguments = {"accelerator": "cpu", "devices": "auto", "extra": {"tpu_cores": 8}}
+    with pytest.raises(ValueError, match=r"tpu_cores=8 asks for TPU cores but accelerator='cpu'"):
+        accelkit_translate_arguments(arguments)
+    assert arguments["devices"] == "auto"  # nothing half-applied
+    arguments = {"accelerator": "TPU", "devices": "auto", "extra": {"tpu_cores": [1]}}
+    accelkit_translate_arguments(arguments)
+    assert arguments["devices"] == [0] and arguments["accelerator"] == "TPU"

@@ -72,8 +72,12 @@ def accelkit_translate_arguments(arguments: dict[str, Any]) -> None:
     devices = translate_tpu_cores(value)
     if arguments.get("devices") not in ("auto", None, devices):
         raise ValueError(f"tpu_cores={value!r} and devices={arguments['devices']!r} were both given; keep only devices.")
+    accelerator = arguments.get("accelerator")
+    if isinstance(accelerator, str) and accelerator.strip().lower() not in ("auto", "tpu", "xla"):
+        raise ValueError(f"tpu_cores={value!r} asks for TPU cores but accelerator={accelerator!r}; drop tpu_cores "
+                         f"(and use devices=) or use accelerator='tpu'.")
     arguments["devices"] = devices
-    if arguments.get("accelerator") in ("auto", None):
+    if accelerator in ("auto", None):
         arguments["accelerator"] = "tpu"
     print(f"accelkit: tpu_cores={value!r} is deprecated; use accelerator='tpu', devices={devices!r}"
           + (" (devices counts cores from 0)." if isinstance(devices, list) else "."), file=sys.stderr)
