@@ -130,3 +130,15 @@ def test_save_checkpoint_after_a_spawned_fit_keeps_the_optimizer_state(tmp_path)
     saved = torch.load(tmp_path / "after.ckpt", weights_only=True)
     assert len(saved["optimizer_states"]) == 1 and saved["optimizer_states"][0]["param_groups"][0]["lr"] == model.lr
     assert saved["global_step"] == trainer.global_step > 0
+
+
+def test_the_module_reads_the_trainers_counters_after_fit(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=2)
+    model = RegressionModule()
+    trainer.fit(model)
+    assert (model.current_epoch, model.global_step) == (trainer.current_epoch, trainer.global_step) == (2, 8)
+
+
+def test_test_without_a_test_step_is_an_error_naming_the_method(tmp_path):
+    with pytest.raises(NotImplementedError, match=r"RegressionModule.test_step\(batch, batch_idx\)"):
+        quiet_trainer(tmp_path).test(RegressionModule(), DataLoader(regression_data(8), batch_size=4))

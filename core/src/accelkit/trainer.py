@@ -277,7 +277,13 @@ class Trainer:
         if ckpt_path is not None and not Path(ckpt_path).is_file():
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
         strategy = self.strategy
+        if stage in ("validate", "test"):
+            method = "validation_step" if stage == "validate" else "test_step"
+            if getattr(type(model), method, None) is getattr(Module, method):
+                raise NotImplementedError(f"Trainer.{stage}() needs {type(model).__name__}.{method}(batch, "
+                                          "batch_idx): define it and log the metrics to report with self.log")
         output = strategy.launch(self._run, stage, model, loaders, ckpt_path, weights_only)
+        model.trainer = self  # as after a Lightning run: model.current_epoch/global_step read the trainer
         if strategy.launches_workers:
             # The work ran in other processes/replicas: bring its outcome back to the caller's objects.
             if output.get("state_dict") is not None:
@@ -326,7 +332,6 @@ class Trainer:
                 "global_step": self.global_step,
             }
         finally:
-            model.trainer = None
             strategy.teardown()
         return output
 
@@ -681,6 +686,10 @@ class Trainer:
         if loader is None:
             raise ValueError(f"no prediction data: pass dataloaders to predict() or define "
                              f"{type(model).__name__}.predict_dataloader()")
+        if self.world_size > 1:
+            warnings.warn(f"predict() with {self.world_size} processes returns the predictions of this process's "
+                          "shard only (rank 0's in the caller); use devices=1 for all predictions in one list.",
+                          UserWarning, stacklevel=2)
         self._model.eval()
         self._call("on_predict_start")
         predictions = []
