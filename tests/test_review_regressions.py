@@ -139,6 +139,15 @@ def test_the_module_reads_the_trainers_counters_after_fit(tmp_path):
     assert (model.current_epoch, model.global_step) == (trainer.current_epoch, trainer.global_step) == (2, 8)
 
 
+class TrainOnly(accelkit.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+
 def test_test_without_a_test_step_is_an_error_naming_the_method(tmp_path):
-    with pytest.raises(NotImplementedError, match=r"RegressionModule.test_step\(batch, batch_idx\)"):
-        quiet_trainer(tmp_path).test(RegressionModule(), DataLoader(regression_data(8), batch_size=4))
+    loader = DataLoader(regression_data(8), batch_size=4)
+    with pytest.raises(NotImplementedError, match=r"TrainOnly.test_step\(batch, batch_idx\)"):
+        quiet_trainer(tmp_path).test(TrainOnly(), loader)
+    with pytest.raises(NotImplementedError, match=r"TrainOnly.validation_step\(batch, batch_idx\)"):
+        quiet_trainer(tmp_path).validate(TrainOnly(), loader)
