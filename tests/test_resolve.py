@@ -343,6 +343,7 @@ def test_strategy_and_precision_instances_in_plugins_are_used(isolated, cpu_plug
     assert strategy.options == {"find_unused_parameters": True}
 
 
+@pytest.mark.filterwarnings("ignore:devices=3 starts 3 processes")  # expected on a small machine
 def test_a_strategy_instance_is_validated_too(isolated, cpu_plugin):
     problems, _ = problems_of(cpu_plugin, SingleDeviceStrategy(), devices=3)
     assert len(problems) == 1 and "runs on one device" in problems[0]
@@ -376,6 +377,7 @@ class AcmeCores:
             arguments["strategy"] = "ddp_spawn"
 
 
+@pytest.mark.filterwarnings("ignore:devices=3 starts 3 processes")  # expected on a small machine
 def test_translate_arguments_handles_legacy_keywords(isolated, cpu_plugin):
     t = trainer(cpu_plugin, AcmeCores(), accelerator="cpu", acme_cores=3)
     assert (t.config.devices, t.config.strategy) == ([0, 1, 2], "ddp_spawn")
