@@ -15,14 +15,7 @@ from torch.utils.data import DataLoader, IterableDataset
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from helpers.models import RegressionModule, regression_data  # noqa: E402
-
-
-def quiet_trainer(tmp_path: Path, **kwargs: Any) -> accelkit.Trainer:
-    options = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                   enable_progress_bar=False, default_root_dir=tmp_path)
-    options.update(kwargs)
-    return accelkit.Trainer(**options)
+from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 
 class EpochEndLogging(RegressionModule):

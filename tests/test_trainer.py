@@ -18,15 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.strategy import SingleDeviceStrategy  # noqa: E402
-from helpers.models import RegressionModule, TiedModule, regression_data  # noqa: E402
+from helpers.models import RegressionModule, TiedModule, quiet_trainer, regression_data  # noqa: E402
 
 
-def make_trainer(tmp_path: Path, **kwargs: Any) -> accelkit.Trainer:
-    """A quiet one-process CPU Trainer writing under ``tmp_path``."""
-    options = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                   enable_progress_bar=False, default_root_dir=tmp_path)
-    options.update(kwargs)
-    return accelkit.Trainer(**options)
+make_trainer = quiet_trainer
 
 
 def weights(model: nn.Module) -> dict[str, torch.Tensor]:

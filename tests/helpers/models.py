@@ -168,3 +168,11 @@ class SlowPickle:
         sys.stdout.flush()
         time.sleep(120)
         return (str, ("never",))
+
+
+def quiet_trainer(tmp_path: Any, **kwargs: Any) -> accelkit.Trainer:
+    """A quiet one-process CPU Trainer writing under ``tmp_path`` (no logger, bar or checkpoints unless asked)."""
+    options = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                   enable_progress_bar=False, default_root_dir=tmp_path)
+    options.update(kwargs)
+    return accelkit.Trainer(**options)

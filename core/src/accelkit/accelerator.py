@@ -8,7 +8,6 @@ plugins; the core never names a device.
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -138,13 +137,3 @@ def parse_device_indices(devices: Any, available: int, accelerator: str) -> list
             )
         return list(devices)
     raise ConfigurationError(f"devices={original!r} (a {type(original).__name__}) is not understood; use {allowed}.")
-
-
-def warn_once(message: str, category: type[Warning] = UserWarning) -> None:
-    """Emit ``message`` once per process."""
-    if message not in _WARNED:
-        _WARNED.add(message)
-        warnings.warn(message, category, stacklevel=3)
-
-
-_WARNED: set[str] = set()

@@ -18,9 +18,7 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     if isinstance(data, torch.Tensor):
         return fn(data)
     if isinstance(data, dict):
-        return type(data)((k, apply_to_tensors(v, fn)) for k, v in data.items()) if type(data) is not dict else {
-            k: apply_to_tensors(v, fn) for k, v in data.items()
-        }
+        return type(data)((k, apply_to_tensors(v, fn)) for k, v in data.items())
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
         return type(data)(*(apply_to_tensors(v, fn) for v in data))
     if isinstance(data, (list, tuple)):
