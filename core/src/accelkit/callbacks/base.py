@@ -1,0 +1,172 @@
+"""``accelkit.Callback``: code that watches or steers a run from outside the Module."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Callback:
+    """Base class of callbacks, with every hook of Lightning 2.x's ``Callback`` under the same name and signature.
+
+    Override the hooks you need; each receives the Trainer and the user's Module (``pl_module``). A callback hook
+    runs right before the Module's hook of the same name, except at the end of a training epoch and of a
+    validation run, where callbacks that monitor metrics (:class:`~accelkit.callbacks.ModelCheckpoint`,
+    :class:`~accelkit.callbacks.EarlyStopping`) run after the Module, so they see what its hook logged.
+    Hooks a callback does not override cost nothing: the Trainer decides once per run which ones to call.
+    """
+
+    @property
+    def state_key(self) -> str:
+        """Key of this callback's state in a checkpoint (its class name; subclasses with several instances in
+        one run add their distinguishing arguments, see :meth:`_generate_state_key`)."""
+        return type(self).__qualname__
+
+    def _generate_state_key(self, **kwargs: Any) -> str:
+        """A state key made of the class name and ``kwargs``, for callbacks that can appear several times."""
+        return f"{type(self).__qualname__}{kwargs!r}"
+
+    # ----------------------------------------------------------------- run lifecycle
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """At the start of ``fit``/``validate``/``test``/``predict`` in every process (``stage`` names it)."""
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """At the end of ``fit``/``validate``/``test``/``predict``, in every process."""
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        """When fit begins."""
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        """When fit ends."""
+
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        """Before the validation sanity check."""
+
+    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+        """After the validation sanity check."""
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """When the run raises (including ``KeyboardInterrupt``)."""
+
+    # ----------------------------------------------------------------- training
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        """When training begins (after the sanity check)."""
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        """When training ends."""
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """At the start of each training epoch."""
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """At the end of each training epoch (after its validation), with the epoch's metrics in
+        ``trainer.callback_metrics``."""
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        """Before each training batch (the batch is already on the device)."""
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """After each training batch; ``outputs`` is what ``training_step`` returned (a dict with ``"loss"``)."""
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        """Before ``loss.backward()``."""
+
+    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+        """After the backward pass, before gradients are unscaled or clipped."""
+
+    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        """Before each optimizer step, before gradient clipping."""
+
+    def on_before_zero_grad(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+        """Before ``optimizer.zero_grad()``."""
+
+    # ----------------------------------------------------------------- evaluation
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        """When a validation run begins (also inside fit)."""
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        """When a validation run ends."""
+
+    def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """At the start of the validation epoch."""
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """At the end of the validation epoch."""
+
+    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        """Before each validation batch."""
+
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        """After each validation batch."""
+
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        """When the test run begins."""
+
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+        """When the test run ends."""
+
+    def on_test_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """At the start of the test epoch."""
+
+    def on_test_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """At the end of the test epoch."""
+
+    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        """Before each test batch."""
+
+    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        """After each test batch."""
+
+    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+        """When prediction begins."""
+
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+        """When prediction ends."""
+
+    def on_predict_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        """At the start of the prediction epoch."""
+
+    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        """At the end of the prediction epoch."""
+
+    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                               dataloader_idx: int = 0) -> None:
+        """Before each prediction batch."""
+
+    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        """After each prediction batch."""
+
+    # ----------------------------------------------------------------- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """This callback's state, saved in checkpoints under :attr:`state_key`."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """Before a checkpoint is written; may add entries to ``checkpoint``."""
+
+    def on_load_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        """When a checkpoint is restored, before the training state is applied."""
+
+
+class DeviceStatsMonitor(Callback):
+    """Logs the accelerator's device statistics (memory and the like) every ``log_every_n_steps`` steps.
+
+    What is reported comes from :meth:`accelkit.Accelerator.get_device_stats`; an accelerator without
+    statistics logs nothing.
+    """
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step % trainer.log_every_n_steps:
+            return
+        strategy = trainer.strategy
+        stats = strategy.accelerator.get_device_stats(strategy.root_device)
+        if stats and strategy.is_global_zero:
+            for logger in trainer.loggers:
+                logger.log_metrics({f"device/{k}": float(v) for k, v in stats.items()}, step=trainer.global_step)
