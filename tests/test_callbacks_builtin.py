@@ -1,0 +1,392 @@
+"""The built-in callbacks (ModelCheckpoint, EarlyStopping, LearningRateMonitor) driven by the real Trainer on one
+CPU process: files on disk, best-k bookkeeping, stopping epochs, logged learning rates, state in checkpoints."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from accelkit.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason  # noqa: E402
+from accelkit.callbacks.lr_monitor import LearningRateMonitor  # noqa: E402
+from accelkit.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
+from helpers.guards import child_env  # noqa: E402
+from helpers.models import regression_data  # noqa: E402
+
+
+class Scripted(accelkit.Module):
+    """A linear regression whose logged ``val_loss`` (and ``score`` at training epoch end) follow a script,
+    one value per epoch, so which epochs are best is known in advance. 4 training batches per epoch."""
+
+    def __init__(self, val_losses: list[float] | None = None, scores: list[float] | None = None,
+                 lr: float = 0.05) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(4, 1)
+        self.val_losses, self.scores, self.lr = val_losses, scores, lr
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        if self.scores is not None:
+            self.log("score", float(self.scores[self.current_epoch]))
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if self.val_losses is not None:
+            self.log("val_loss", float(self.val_losses[self.current_epoch]))
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self(x), y))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(32), batch_size=8)
+
+    def val_dataloader(self) -> DataLoader | None:
+        return DataLoader(regression_data(8, seed=1), batch_size=8) if self.val_losses is not None else None
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(8, seed=2), batch_size=8)
+
+
+def make_trainer(root: Path, **kwargs: Any) -> accelkit.Trainer:
+    options = dict(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                   enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=root)
+    options.update(kwargs)
+    return accelkit.Trainer(**options)
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+# ---------------------------------------------------------------------------------------------- ModelCheckpoint
+def test_public_names():
+    import accelkit.callbacks as callbacks
+
+    assert callbacks.ModelCheckpoint is ModelCheckpoint
+    assert callbacks.EarlyStopping is EarlyStopping
+    assert callbacks.LearningRateMonitor is LearningRateMonitor
+
+
+def test_top_k_by_monitored_metric(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_loss", save_top_k=2, save_last=True,
+                                 filename="{epoch}-{val_loss:.2f}")
+    trainer = make_trainer(tmp_path, max_epochs=5, callbacks=[checkpoint])
+    trainer.fit(Scripted(val_losses=[0.5, 0.4, 0.6, 0.3, 0.45]))
+    folder = tmp_path / "ckpt"
+    # epoch 0 (0.5) was in the top 2 until epoch 3 pushed it out: its file is gone
+    assert names(folder) == ["epoch=1-val_loss=0.40.ckpt", "epoch=3-val_loss=0.30.ckpt", "last.ckpt"]
+    best, second = str(folder / "epoch=3-val_loss=0.30.ckpt"), str(folder / "epoch=1-val_loss=0.40.ckpt")
+    assert checkpoint.best_model_path == best
+    assert isinstance(checkpoint.best_model_score, torch.Tensor)
+    assert checkpoint.best_model_score.item() == pytest.approx(0.3)
+    assert {k: round(v.item(), 4) for k, v in checkpoint.best_k_models.items()} == {best: 0.3, second: 0.4}
+    assert checkpoint.kth_best_model_path == second
+    assert checkpoint.last_model_path == str(folder / "last.ckpt")
+    last = load(folder / "last.ckpt")
+    assert last["epoch"] == 4 and last["global_step"] == 20
+    assert load(best)["global_step"] == 16
+    state = last["callbacks"][checkpoint.state_key]
+    assert state["best_model_path"] == best and state["last_model_path"] == str(folder / "last.ckpt")
+    assert trainer.checkpoint_callback is checkpoint
+
+
+def test_mode_max_and_save_all(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", mode="max", save_top_k=-1)
+    make_trainer(tmp_path / "root", max_epochs=3, callbacks=[checkpoint]).fit(Scripted(val_losses=[0.5, 0.7, 0.6]))
+    assert names(tmp_path) == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "epoch=2-step=12.ckpt"]
+    assert checkpoint.best_model_path == str(tmp_path / "epoch=1-step=8.ckpt")
+    assert len(checkpoint.best_k_models) == 3
+
+
+def test_save_top_k_zero_keeps_only_last(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_top_k=0, save_last=True)
+    make_trainer(tmp_path / "root", max_epochs=2, callbacks=[checkpoint]).fit(Scripted(val_losses=[0.5, 0.4]))
+    assert names(tmp_path) == ["last.ckpt"]
+    assert checkpoint.best_model_path == "" and checkpoint.best_k_models == {}
+
+
+def test_without_monitor_keeps_the_latest(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path)
+    make_trainer(tmp_path / "root", max_epochs=3, callbacks=[checkpoint]).fit(Scripted())
+    assert names(tmp_path) == ["epoch=2-step=12.ckpt"]
+    assert checkpoint.best_model_path == str(tmp_path / "epoch=2-step=12.ckpt")
+
+
+def test_default_folder_follows_logger_or_root(tmp_path):
+    with_logger = ModelCheckpoint()
+    trainer = make_trainer(tmp_path / "a", max_epochs=1, logger=True, callbacks=[with_logger])
+    trainer.fit(Scripted())
+    assert Path(with_logger.dirpath) == Path(trainer.log_dir) / "checkpoints"
+    assert names(Path(with_logger.dirpath)) == ["epoch=0-step=4.ckpt"]
+    without = ModelCheckpoint()
+    make_trainer(tmp_path / "b", max_epochs=1, callbacks=[without]).fit(Scripted())
+    assert Path(without.dirpath) == tmp_path / "b" / "checkpoints"
+    assert names(tmp_path / "b" / "checkpoints") == ["epoch=0-step=4.ckpt"]
+
+
+def test_every_n_train_steps(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
+    make_trainer(tmp_path / "root", max_epochs=2, callbacks=[checkpoint]).fit(Scripted())
+    assert names(tmp_path) == ["step=3.ckpt", "step=6.ckpt"]
+
+
+def test_every_n_epochs(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", every_n_epochs=2, save_top_k=-1,
+                                 filename="{epoch}")
+    make_trainer(tmp_path / "root", max_epochs=4, callbacks=[checkpoint]).fit(
+        Scripted(val_losses=[0.5, 0.4, 0.3, 0.2]))
+    assert names(tmp_path) == ["epoch=1.ckpt", "epoch=3.ckpt"]
+
+
+def test_train_time_interval_and_weights_only(tmp_path):
+    # an interval shorter than any step: a checkpoint after every step, none at the epoch ends
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, train_time_interval=timedelta(microseconds=1), save_top_k=-1,
+                                 filename="{step}", save_weights_only=True)
+    make_trainer(tmp_path / "root", max_epochs=1, callbacks=[checkpoint]).fit(Scripted())
+    assert names(tmp_path) == ["step=1.ckpt", "step=2.ckpt", "step=3.ckpt", "step=4.ckpt"]
+    saved = load(tmp_path / "step=4.ckpt")
+    assert "state_dict" in saved and "optimizer_states" not in saved and saved["global_step"] == 4
+
+
+def test_version_counter_on_name_clash(tmp_path):
+    (tmp_path / "epoch=0-step=4.ckpt").write_bytes(b"an older run's file")
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_top_k=-1)
+    with pytest.warns(UserWarning, match="not empty"):
+        make_trainer(tmp_path / "root", max_epochs=1, callbacks=[checkpoint]).fit(Scripted())
+    assert names(tmp_path) == ["epoch=0-step=4-v1.ckpt", "epoch=0-step=4.ckpt"]
+    assert (tmp_path / "epoch=0-step=4.ckpt").read_bytes() == b"an older run's file"
+
+
+def test_last_reuses_the_top_k_file_just_written(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", save_last=True)
+    make_trainer(tmp_path / "root", max_epochs=2, callbacks=[checkpoint]).fit(Scripted(val_losses=[0.5, 0.6]))
+    # epoch 1 is not the best: last.ckpt holds epoch 1's state, the best file epoch 0's
+    assert load(tmp_path / "last.ckpt")["global_step"] == 8
+    assert load(checkpoint.best_model_path)["global_step"] == 4
+    linked = ModelCheckpoint(dirpath=tmp_path / "linked", monitor="val_loss", save_last=True)
+    make_trainer(tmp_path / "root2", max_epochs=2, callbacks=[linked]).fit(Scripted(val_losses=[0.5, 0.4]))
+    assert os.path.samefile(tmp_path / "linked" / "last.ckpt", linked.best_model_path)
+    assert load(tmp_path / "linked" / "last.ckpt")["global_step"] == 8
+
+
+def test_missing_monitor_is_a_clear_error(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_acc")
+    trainer = make_trainer(tmp_path / "root", max_epochs=2, callbacks=[checkpoint])
+    with pytest.raises(accelkit.ConfigurationError, match=r"val_acc.*val_loss"):
+        trainer.fit(Scripted(val_losses=[0.5, 0.4]))
+
+
+def test_nothing_saved_in_sanity_check_or_fast_dev_run(tmp_path):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "a", monitor="val_loss", save_top_k=-1)
+    make_trainer(tmp_path / "root", max_epochs=1, num_sanity_val_steps=1, callbacks=[checkpoint]).fit(
+        Scripted(val_losses=[0.5]))
+    assert names(tmp_path / "a") == ["epoch=0-step=4.ckpt"]
+    fast = ModelCheckpoint(dirpath=tmp_path / "b", save_last=True)
+    make_trainer(tmp_path / "root2", fast_dev_run=True, callbacks=[fast]).fit(Scripted(val_losses=[0.5]))
+    assert not (tmp_path / "b").exists()
+
+
+def test_bad_arguments_are_all_reported():
+    with pytest.raises(accelkit.ConfigurationError) as info:
+        ModelCheckpoint(mode="best", save_top_k=-2, every_n_epochs=2, every_n_train_steps=3)
+    assert len(info.value.problems) == 3
+    with pytest.raises(accelkit.ConfigurationError, match="monitor=None"):
+        ModelCheckpoint(save_top_k=3)
+
+
+def test_state_survives_resume_and_best_is_loadable(tmp_path):
+    scores = [0.5, 0.3, 0.6, 0.2]
+    first = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_loss", save_top_k=2, save_last=True)
+    make_trainer(tmp_path, max_epochs=2, callbacks=[first]).fit(Scripted(val_losses=scores))
+    resumed = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_loss", save_top_k=2, save_last=True)
+    trainer = make_trainer(tmp_path, max_epochs=4, callbacks=[resumed])
+    model = Scripted(val_losses=scores)
+    with pytest.warns(UserWarning, match="exists and is not empty"):  # as Lightning warns
+        trainer.fit(model, ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    assert trainer.current_epoch == 4
+    # the best two over both runs: epoch 3 (0.2) and epoch 1 (0.3, from the first run)
+    assert sorted(Path(p).name for p in resumed.best_k_models) == ["epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt"]
+    assert resumed.best_model_path == str(tmp_path / "ckpt" / "epoch=3-step=16.ckpt")
+    assert names(tmp_path / "ckpt") == ["epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt", "last.ckpt"]
+    # ckpt_path="best": the test runs on the weights of the best file, not the final ones
+    best_weights = load(resumed.best_model_path)["state_dict"]
+    with torch.no_grad():
+        model.layer.weight.add_(1.0)
+    trainer.test(model, ckpt_path="best")
+    for key, value in best_weights.items():
+        torch.testing.assert_close(model.state_dict()[key], value)
+
+
+# ---------------------------------------------------------------------------------------------- EarlyStopping
+def test_early_stopping_after_patience(tmp_path):
+    stopper = EarlyStopping(monitor="val_loss", patience=2)
+    trainer = make_trainer(tmp_path, max_epochs=10, callbacks=[stopper])
+    trainer.fit(Scripted(val_losses=[0.5, 0.4, 0.45, 0.41, 0.3, 0.2, 0.1, 0.1, 0.1, 0.1]))
+    assert stopper.stopped_epoch == 3 and trainer.current_epoch == 4
+    assert stopper.wait_count == 2 and stopper.best_score.item() == pytest.approx(0.4)
+    assert stopper.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED
+    assert "did not improve in the last 2 records" in stopper.stopping_reason_message
+    assert trainer.early_stopping_callback is stopper
+
+
+def test_early_stopping_min_delta_and_thresholds(tmp_path):
+    delta = EarlyStopping(monitor="val_loss", mode="max", min_delta=0.1, patience=1)
+    make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[delta]).fit(Scripted(val_losses=[0.5, 0.55, 0.9, 0.9, 0.9]))
+    assert delta.stopped_epoch == 1  # +0.05 is within min_delta: no improvement
+    threshold = EarlyStopping(monitor="val_loss", stopping_threshold=0.1)
+    trainer = make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[threshold])
+    trainer.fit(Scripted(val_losses=[0.5, 0.05, 0.01, 0.01, 0.01]))
+    assert trainer.current_epoch == 2 and threshold.stopping_reason is EarlyStoppingReason.STOPPING_THRESHOLD
+    diverged = EarlyStopping(monitor="val_loss", divergence_threshold=1.0)
+    make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[diverged]).fit(Scripted(val_losses=[0.5, 2.0, 0.1, 0.1, 0.1]))
+    assert diverged.stopped_epoch == 1 and diverged.stopping_reason is EarlyStoppingReason.DIVERGENCE_THRESHOLD
+    finite = EarlyStopping(monitor="val_loss")
+    make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[finite]).fit(
+        Scripted(val_losses=[0.5, float("nan"), 0.1, 0.1, 0.1]))
+    assert finite.stopped_epoch == 1 and finite.stopping_reason is EarlyStoppingReason.NON_FINITE_METRIC
+
+
+def test_early_stopping_without_validation_checks_at_epoch_end(tmp_path):
+    stopper = EarlyStopping(monitor="score", mode="max", patience=1)
+    trainer = make_trainer(tmp_path, max_epochs=6, callbacks=[stopper])
+    try:
+        trainer.fit(Scripted(scores=[1.0, 2.0, 1.5, 3.0, 3.0, 3.0]))
+    except RuntimeError as exc:  # Lightning: module hook, then epoch-end metrics published, then monitoring cbs
+        pytest.fail("Trainer: what the Module logs in on_train_epoch_end must be in trainer.callback_metrics "
+                    f"before EarlyStopping/ModelCheckpoint.on_train_epoch_end run; got: {exc}")
+    assert stopper.stopped_epoch == 2 and trainer.current_epoch == 3
+
+
+def test_early_stopping_missing_metric(tmp_path):
+    strict = EarlyStopping(monitor="val_acc")
+    with pytest.raises(RuntimeError, match=r"val_acc.*val_loss"):
+        make_trainer(tmp_path, max_epochs=2, enable_checkpointing=False, callbacks=[strict]).fit(Scripted(val_losses=[0.5, 0.4]))
+    lenient = EarlyStopping(monitor="val_acc", strict=False)
+    trainer = make_trainer(tmp_path, max_epochs=2, enable_checkpointing=False, callbacks=[lenient])
+    trainer.fit(Scripted(val_losses=[0.5, 0.4]))
+    assert trainer.current_epoch == 2 and lenient.stopping_reason is EarlyStoppingReason.NOT_STOPPED
+
+
+def test_early_stopping_state_round_trips_through_a_checkpoint(tmp_path):
+    stopper = EarlyStopping(monitor="val_loss", patience=3)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    make_trainer(tmp_path, max_epochs=3, callbacks=[stopper, checkpoint]).fit(
+        Scripted(val_losses=[0.5, 0.6, 0.7, 0.8, 0.9]))
+    state = load(tmp_path / "ckpt" / "last.ckpt")["callbacks"][stopper.state_key]
+    assert state["wait_count"] == 2 and state["best_score"].item() == pytest.approx(0.5)
+    resumed = EarlyStopping(monitor="val_loss", patience=3)
+    trainer = make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[resumed])
+    trainer.fit(Scripted(val_losses=[0.5, 0.6, 0.7, 0.8, 0.9]), ckpt_path=tmp_path / "ckpt" / "last.ckpt")
+    assert resumed.stopped_epoch == 3 and trainer.current_epoch == 4  # the wait continued from 2
+
+
+# ---------------------------------------------------------------------------------------------- LearningRateMonitor
+class TwoGroups(Scripted):
+    """SGD with two named parameter groups and a per-epoch StepLR named in its configuration."""
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD([{"params": [self.layer.weight], "name": "weight"},
+                                     {"params": [self.layer.bias], "name": "bias", "lr": 0.2}],
+                                    lr=0.1, momentum=0.9)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+
+def logged(trainer: accelkit.Trainer, column: str) -> list[tuple[int, float]]:
+    with open(Path(trainer.logger.log_dir) / "metrics.csv", newline="") as handle:
+        return [(int(row["step"]), float(row[column])) for row in csv.DictReader(handle) if row.get(column)]
+
+
+def test_lr_monitor_logs_each_epoch(tmp_path):
+    monitor = LearningRateMonitor(logging_interval="epoch", log_momentum=True)
+    trainer = make_trainer(tmp_path, max_epochs=3, logger=True, callbacks=[monitor])
+    trainer.fit(TwoGroups())
+    assert logged(trainer, "lr-SGD/weight") == [(0, 0.1), (4, 0.05), (8, 0.025)]
+    assert logged(trainer, "lr-SGD/bias") == [(0, 0.2), (4, 0.1), (8, 0.05)]
+    assert [v for _, v in logged(trainer, "lr-SGD/weight-momentum")] == [0.9, 0.9, 0.9]
+    assert monitor.lrs["lr-SGD/weight"] == [0.1, 0.05, 0.025]
+    assert trainer.callback_metrics["lr-SGD/bias"].item() == pytest.approx(0.05)
+
+
+def test_lr_monitor_logs_every_n_steps(tmp_path):
+    monitor = LearningRateMonitor(logging_interval="step")
+    trainer = make_trainer(tmp_path, max_epochs=2, logger=True, log_every_n_steps=2, callbacks=[monitor])
+    trainer.fit(Scripted(lr=0.03))
+    # before steps 2, 4, 6, 8 (global_step + 1 a multiple of 2), with the step count of the moment
+    assert logged(trainer, "lr-SGD") == [(1, 0.03), (3, 0.03), (5, 0.03), (7, 0.03)]
+
+
+def test_lr_monitor_needs_a_logger(tmp_path):
+    with pytest.raises(accelkit.ConfigurationError, match="logger"):
+        make_trainer(tmp_path, max_epochs=1, callbacks=[LearningRateMonitor()]).fit(Scripted())
+    with pytest.raises(accelkit.ConfigurationError, match="logging_interval"):
+        LearningRateMonitor(logging_interval="batch")
+
+
+# ---------------------------------------------------------------------------------------------- two processes
+class RankScripted(Scripted):
+    """Each rank logs its own ``val_loss`` (no ``sync_dist``): rank 0 keeps improving, rank 1 stops at epoch 1."""
+
+    SCRIPTS = ([0.5, 0.4, 0.3, 0.2, 0.1, 0.05], [0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", self.SCRIPTS[self.global_rank][self.current_epoch])
+
+
+def run_ddp_scenario(root: str) -> None:
+    """Run in a fresh interpreter by the test below (the spawned workers import this module by name)."""
+    stopper = EarlyStopping(monitor="val_loss", patience=1)
+    checkpoint = ModelCheckpoint(dirpath=Path(root) / "ckpt", monitor="val_loss", save_top_k=-1,
+                                 filename="{epoch}-{val_loss:.2f}")
+    trainer = make_trainer(Path(root), devices=2, strategy="ddp_spawn", max_epochs=6,
+                           callbacks=[stopper, checkpoint])
+    trainer.fit(RankScripted(val_losses=[0.0] * 6))
+    Path(root, "result.json").write_text(json.dumps({"current_epoch": trainer.current_epoch}))
+
+
+@pytest.mark.slow
+def test_ranks_agree_on_stopping_and_file_names(tmp_path):
+    code = f"import test_callbacks_builtin as t; t.run_ddp_scenario({str(tmp_path)!r})"
+    result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # rank 1 stops improving at epoch 1 (patience 1): every rank stops there, none waits for the others
+    assert json.loads((tmp_path / "result.json").read_text())["current_epoch"] == 2
+    # file names come from global zero's metrics, even though rank 1 logged other values
+    assert names(tmp_path / "ckpt") == ["epoch=0-val_loss=0.50.ckpt", "epoch=1-val_loss=0.40.ckpt"]
+    state = load(tmp_path / "ckpt" / "epoch=1-val_loss=0.40.ckpt")["callbacks"]
+    assert {round(v.item(), 4) for v in state[checkpoint_key()]["best_k_models"].values()} == {0.5, 0.4}
+
+
+def checkpoint_key() -> str:
+    return ModelCheckpoint(monitor="val_loss", save_top_k=-1).state_key
