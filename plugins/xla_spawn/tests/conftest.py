@@ -25,8 +25,8 @@ def xla_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run_scenario(name: str, out: Path, timeout: float = 180, **env: str) -> dict:
-    proc = subprocess.run([sys.executable, str(HERE / "xla_scenarios.py"), name, str(out)], env=xla_env(**env),
+def _run_scenario(name: str, out: Path, timeout: float = 180, script: str = "xla_scenarios.py", **env: str) -> dict:
+    proc = subprocess.run([sys.executable, str(HERE / script), name, str(out)], env=xla_env(**env),
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"scenario {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return json.loads((out / "result.json").read_text())
@@ -34,7 +34,8 @@ def _run_scenario(name: str, out: Path, timeout: float = 180, **env: str) -> dic
 
 @pytest.fixture(scope="session")
 def run_scenario() -> Callable[..., dict]:
-    """``run_scenario(name, outdir, **env)``: run ``xla_scenarios.py name`` and return its result.json."""
+    """``run_scenario(name, outdir, script="xla_scenarios.py", **env)``: run ``script name outdir`` (a file of
+    this folder) and return its result.json."""
     return _run_scenario
 
 

@@ -6,5 +6,6 @@ methods that run in the replicas.
 
 from accelkit_xla_spawn.__about__ import __version__
 from accelkit_xla_spawn.accelerator import XLAAccelerator
+from accelkit_xla_spawn.removed_api import REPLACEMENTS, add_removed_api_hint, removed_api_hint
 
-__all__ = ["XLAAccelerator", "__version__"]
+__all__ = ["REPLACEMENTS", "XLAAccelerator", "__version__", "add_removed_api_hint", "removed_api_hint"]

@@ -20,6 +20,8 @@ from accelkit import checkpoint as ckpt
 from accelkit.errors import ConfigurationError, WorkerError
 from accelkit.strategy import SingleDeviceStrategy, Strategy
 
+from accelkit_xla_spawn.removed_api import add_removed_api_hint, removed_api_hint
+
 _REDUCE_TYPES = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
 
 
@@ -165,6 +167,15 @@ class XLASingleStrategy(_XLAStrategyBase, SingleDeviceStrategy):
 
     launches_workers = False
 
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``function`` here; an ``AttributeError``/``ImportError`` naming a torch_xla 1.x name that 2.x
+        removed (``xm.xrt_world_size``, ``xm.get_ordinal`` ...) gets its replacement added to the message."""
+        try:
+            return super().launch(function, *args, **kwargs)
+        except (AttributeError, ImportError) as exc:
+            add_removed_api_hint(exc)
+            raise
+
     def validate(self) -> list[str]:
         """One core only: ``devices=1`` or ``devices=[k]`` on one host."""
         problems = super().validate()
@@ -248,7 +259,8 @@ class XLASpawnStrategy(_XLAStrategyBase):
             except Exception as exc:  # noqa: BLE001 - any failure in a replica
                 raise WorkerError(
                     f"a replica of strategy {self.name or 'xla_spawn'!r} failed: {type(exc).__name__}: {exc}."
-                    + launch_failure_hint(os.environ, self.world_size)
+                    # a torch_xla 1.x name explains the failure; the CPU collectives note would mislead
+                    + ("" if removed_api_hint(exc) else launch_failure_hint(os.environ, self.world_size))
                 ) from exc
             if not result_path.is_file():
                 if self._node_rank != 0:
@@ -364,9 +376,14 @@ class XLASpawnStrategy(_XLAStrategyBase):
 
 def _replica_main(index: int, payload: bytes, result_path: str) -> None:
     """Body of one replica: unpickle a private copy of the run, mark the strategy as inside a replica, run it,
-    and let global replica 0 write its output for the parent."""
+    and let global replica 0 write its output for the parent. An ``AttributeError``/``ImportError`` naming a
+    torch_xla 1.x name that 2.x removed gets its replacement added to the message (same exception, re-raised)."""
     strategy, function, args, kwargs = pickle.loads(payload)
     strategy._in_replica = True
-    output = function(*args, **kwargs)
+    try:
+        output = function(*args, **kwargs)
+    except (AttributeError, ImportError) as exc:
+        add_removed_api_hint(exc)
+        raise
     if strategy.global_rank == 0:
         ckpt.atomic_save(output, result_path)

@@ -1,0 +1,83 @@
+"""A Module that builds its own rank-aware sampler, and a Callback recording what each rank read (for
+``tests/test_sampler.py``; spawned workers import these by module name)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
+
+import accelkit
+
+
+def indexed_data(n: int = 64, features: int = 4) -> TensorDataset:
+    """``(x, y, index)`` samples, so a rank can report which ones it read."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(n, features, generator=generator)
+    return TensorDataset(x, x.sum(dim=1, keepdim=True), torch.arange(n))
+
+
+class PairBatches(BatchSampler):
+    """A user's own batch sampler class around a (rank-aware) sampler."""
+
+
+class OwnSamplerModule(accelkit.Module):
+    """Trains a linear layer; ``train_dataloader`` builds a ``DistributedSampler`` by hand, as TPU/DDP guides do.
+
+    :param mode: ``"matching"``: ``num_replicas=world_size, rank=global_rank``; ``"mismatch"``:
+        ``num_replicas=4`` whatever the run; ``"batch_sampler"``: the matching sampler inside a
+        :class:`PairBatches` passed as ``batch_sampler=``.
+    :param n: samples in the data set.
+    :param batch_size: batch size.
+    :param seed: the sampler's shuffle seed.
+    """
+
+    def __init__(self, mode: str = "matching", n: int = 64, batch_size: int = 4, seed: int = 5) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(4, 1)
+        self.mode, self.n, self.batch_size, self.seed = mode, n, batch_size, seed
+        self.built_sampler: Any = None
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y, _ = batch
+        return F.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self) -> DataLoader:
+        replicas = 4 if self.mode == "mismatch" else self.trainer.world_size
+        self.built_sampler = DistributedSampler(indexed_data(self.n), num_replicas=replicas, rank=self.global_rank,
+                                                shuffle=True, seed=self.seed)
+        if self.mode == "batch_sampler":
+            return DataLoader(indexed_data(self.n),
+                              batch_sampler=PairBatches(self.built_sampler, self.batch_size, drop_last=False))
+        return DataLoader(indexed_data(self.n), batch_size=self.batch_size, sampler=self.built_sampler)
+
+
+class ReadRecorder(accelkit.Callback):
+    """Per rank: the sample indices read in each epoch and the sampler's epoch when the epoch started; written
+    to ``<folder>/rank<global_rank>.json`` at teardown."""
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.folder = str(folder)
+        self.epochs: dict[int, list[int]] = {}
+        self.sampler_epochs: list[int] = []
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.sampler_epochs.append(pl_module.built_sampler.epoch)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.epochs.setdefault(trainer.current_epoch, []).extend(int(i) for i in batch[2])
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        info = {"rank": trainer.global_rank, "world_size": trainer.world_size, "epochs": self.epochs,
+                "sampler_epochs": self.sampler_epochs, "pid": os.getpid()}
+        Path(self.folder, f"rank{trainer.global_rank}.json").write_text(json.dumps(info))
