@@ -1,0 +1,70 @@
+"""The conformance suite: Lightning-style scripts (``tests/conformance/*.py``) whose only change from Lightning
+code is the import, each run in a fresh interpreter.
+
+Every script asserts its own outcomes (loss fell, files exist, per-rank counts, hooks ran) and prints
+``CONFORMANCE OK <name>``. Each runs on ``cpu`` with one process and on ``ddp_spawn`` with two; a few also on
+XLA (PJRT on the host CPU, a subprocess like the xla_spawn plugin's tests; torch_xla is never imported here).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFORMANCE = Path(__file__).resolve().parent / "conformance"
+SCRIPTS = sorted(p.stem for p in CONFORMANCE.glob("*.py") if not p.name.startswith("_"))
+XLA_SCRIPTS = ["boring", "datamodule", "hparams"]
+
+
+def test_the_suite_has_the_scripts_the_issue_asks_for() -> None:
+    wanted = {"boring", "gan", "datamodule", "callbacks", "hparams", "schedulers", "sampler", "warmup", "metric",
+              "multi_val", "limits"}
+    assert wanted <= set(SCRIPTS), sorted(wanted - set(SCRIPTS))
+    for name in SCRIPTS:
+        source = (CONFORMANCE / f"{name}.py").read_text()
+        assert "import lightning" not in source.replace("# was: import lightning", ""), name
+        assert 'if __name__ == "__main__":' in source, name
+        assert f'ok("{name}")' in source, f"{name}.py must end with ok({name!r})"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACCELKIT_", "PJRT_", "XRT_", "TPU_")) and k not in (
+               "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def _run(name: str, tmp_path: Path, *options: str, env: dict[str, str] | None = None, timeout: float = 300) -> None:
+    command = [sys.executable, str(CONFORMANCE / f"{name}.py"), "--root", str(tmp_path), *options]
+    proc = subprocess.run(command, cwd=tmp_path, env=env or _env(), capture_output=True, text=True, timeout=timeout)
+    output = f"$ {' '.join(command)}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}"
+    assert proc.returncode == 0, f"{name} failed (exit {proc.returncode})\n{output}"
+    assert f"CONFORMANCE OK {name}" in proc.stdout, f"{name} did not report success\n{output}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_on_cpu(name: str, tmp_path: Path) -> None:
+    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "1")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_on_ddp_spawn(name: str, tmp_path: Path) -> None:
+    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn")
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+@pytest.mark.parametrize("name", XLA_SCRIPTS)
+def test_on_xla(name: str, tmp_path: Path) -> None:
+    env = _env(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
+    _run(name, tmp_path, "--accelerator", "tpu", "--devices", "1", env=env, timeout=400)
