@@ -175,8 +175,8 @@ class ModelCheckpoint(Checkpoint):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Save when ``every_n_train_steps`` or ``train_time_interval`` says so."""
-        if self._skip(trainer):
-            return
+        if (self._every_n_train_steps < 1 and self._train_time_interval is None) or self._skip(trainer):
+            return  # the first test alone runs at every step of a run saving by epochs: keep it cheap
         due_by_steps = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
         due_by_time = False
         now = time.monotonic()
@@ -256,6 +256,13 @@ class ModelCheckpoint(Checkpoint):
         (default ``<dirpath>/best_k_models.yaml``)."""
         target = Path(filepath) if filepath is not None else Path(self.dirpath or ".") / "best_k_models.yaml"
         target.write_text("".join(f"{path!r}: {float(score)!r}\n" for path, score in self.best_k_models.items()))
+
+    def _find_last_checkpoints(self, trainer: Any) -> set[str]:
+        """The ``last.ckpt`` / ``last-v<n>.ckpt`` files in this callback's folder (for ``ckpt_path="last"``:
+        the newest of them is the run's latest state, even when a previous run's ``last.ckpt`` is there too)."""
+        folder = Path(self._resolve_dirpath(trainer))
+        pattern = re.compile(rf"^{re.escape(self.CHECKPOINT_NAME_LAST)}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
+        return {str(p) for p in folder.iterdir() if pattern.match(p.name)} if folder.is_dir() else set()
 
     def _resolve_dirpath(self, trainer: Any) -> str:
         if self.dirpath is not None:
