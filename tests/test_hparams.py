@@ -38,6 +38,9 @@ class Net(HyperparametersMixin, nn.Module):
         self.layer = nn.Linear(3, hidden)
         self.save_hyperparameters()
 
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
 
 class WithBackbone(HyperparametersMixin, nn.Module):
     def __init__(self, backbone: nn.Module, lr: float = 0.1, note: str = "x") -> None:
@@ -245,6 +248,11 @@ def test_a_module_with_hparams_pickles():
     net = Net(hidden=6, lr=0.3)
     clone = pickle.loads(pickle.dumps(net))
     assert clone.hparams == net.hparams and clone.hparams_initial == net.hparams_initial
+
+
+def test_a_module_with_hparams_can_be_scripted():
+    scripted = torch.jit.script(Net(hidden=2))
+    assert scripted(torch.ones(1, 3)).shape == (1, 2)
 
 
 # ------------------------------------------------------------------------------------------------ plain data

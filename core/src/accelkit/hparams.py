@@ -180,6 +180,8 @@ class HyperparametersMixin:
     Inherited by :class:`~accelkit.Module` and :class:`~accelkit.DataModule`; it needs no ``__init__`` call.
     """
 
+    #: Properties TorchScript must not compile (``torch.jit.script`` of a module with hyper-parameters).
+    __jit_unused_properties__: list[str] = ["hparams", "hparams_initial", "_log_hyperparams"]
     #: Checkpoint key of the hyper-parameters of this kind of object.
     CHECKPOINT_HYPER_PARAMS_KEY = "hyper_parameters"
     #: Checkpoint key of the ``__init__`` argument the hyper-parameters were passed as (if one).
