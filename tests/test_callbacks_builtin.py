@@ -261,17 +261,18 @@ def test_early_stopping_after_patience(tmp_path):
 
 def test_early_stopping_min_delta_and_thresholds(tmp_path):
     delta = EarlyStopping(monitor="val_loss", mode="max", min_delta=0.1, patience=1)
-    make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[delta]).fit(Scripted(val_losses=[0.5, 0.55, 0.9, 0.9, 0.9]))
+    quiet = dict(max_epochs=5, enable_checkpointing=False)
+    make_trainer(tmp_path, callbacks=[delta], **quiet).fit(Scripted(val_losses=[0.5, 0.55, 0.9, 0.9, 0.9]))
     assert delta.stopped_epoch == 1  # +0.05 is within min_delta: no improvement
     threshold = EarlyStopping(monitor="val_loss", stopping_threshold=0.1)
-    trainer = make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[threshold])
+    trainer = make_trainer(tmp_path, callbacks=[threshold], **quiet)
     trainer.fit(Scripted(val_losses=[0.5, 0.05, 0.01, 0.01, 0.01]))
     assert trainer.current_epoch == 2 and threshold.stopping_reason is EarlyStoppingReason.STOPPING_THRESHOLD
     diverged = EarlyStopping(monitor="val_loss", divergence_threshold=1.0)
-    make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[diverged]).fit(Scripted(val_losses=[0.5, 2.0, 0.1, 0.1, 0.1]))
+    make_trainer(tmp_path, callbacks=[diverged], **quiet).fit(Scripted(val_losses=[0.5, 2.0, 0.1, 0.1, 0.1]))
     assert diverged.stopped_epoch == 1 and diverged.stopping_reason is EarlyStoppingReason.DIVERGENCE_THRESHOLD
     finite = EarlyStopping(monitor="val_loss")
-    make_trainer(tmp_path, max_epochs=5, enable_checkpointing=False, callbacks=[finite]).fit(
+    make_trainer(tmp_path, callbacks=[finite], **quiet).fit(
         Scripted(val_losses=[0.5, float("nan"), 0.1, 0.1, 0.1]))
     assert finite.stopped_epoch == 1 and finite.stopping_reason is EarlyStoppingReason.NON_FINITE_METRIC
 
@@ -290,7 +291,8 @@ def test_early_stopping_without_validation_checks_at_epoch_end(tmp_path):
 def test_early_stopping_missing_metric(tmp_path):
     strict = EarlyStopping(monitor="val_acc")
     with pytest.raises(RuntimeError, match=r"val_acc.*val_loss"):
-        make_trainer(tmp_path, max_epochs=2, enable_checkpointing=False, callbacks=[strict]).fit(Scripted(val_losses=[0.5, 0.4]))
+        make_trainer(tmp_path, max_epochs=2, enable_checkpointing=False, callbacks=[strict]).fit(
+            Scripted(val_losses=[0.5, 0.4]))
     lenient = EarlyStopping(monitor="val_acc", strict=False)
     trainer = make_trainer(tmp_path, max_epochs=2, enable_checkpointing=False, callbacks=[lenient])
     trainer.fit(Scripted(val_losses=[0.5, 0.4]))
@@ -371,7 +373,9 @@ def run_ddp_scenario(root: str) -> None:
     trainer = make_trainer(Path(root), devices=2, strategy="ddp_spawn", max_epochs=6,
                            callbacks=[stopper, checkpoint])
     trainer.fit(RankScripted(val_losses=[0.0] * 6))
-    Path(root, "result.json").write_text(json.dumps({"current_epoch": trainer.current_epoch}))
+    Path(root, "result.json").write_text(json.dumps({
+        "current_epoch": trainer.current_epoch, "stopped_epoch": stopper.stopped_epoch,
+        "best_model_path": checkpoint.best_model_path, "best_model_score": float(checkpoint.best_model_score)}))
 
 
 @pytest.mark.slow
@@ -381,7 +385,12 @@ def test_ranks_agree_on_stopping_and_file_names(tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     # rank 1 stops improving at epoch 1 (patience 1): every rank stops there, none waits for the others
-    assert json.loads((tmp_path / "result.json").read_text())["current_epoch"] == 2
+    outcome = json.loads((tmp_path / "result.json").read_text())
+    assert outcome["current_epoch"] == 2
+    # the workers' callback states come back to the caller's callbacks (as after Lightning's ddp_spawn)
+    assert outcome["stopped_epoch"] == 1
+    assert outcome["best_model_path"] == str(tmp_path / "ckpt" / "epoch=1-val_loss=0.40.ckpt")
+    assert outcome["best_model_score"] == pytest.approx(0.4)
     # file names come from global zero's metrics, even though rank 1 logged other values
     assert names(tmp_path / "ckpt") == ["epoch=0-val_loss=0.50.ckpt", "epoch=1-val_loss=0.40.ckpt"]
     state = load(tmp_path / "ckpt" / "epoch=1-val_loss=0.40.ckpt")["callbacks"]
