@@ -56,6 +56,7 @@ class HookLog:
         self.dump_dir = None if dump_dir is None else str(dump_dir)
         self.calls: list[str] = []
         self.problems: list[str] = []
+        self._rank: int | None = None
         _LOGS[(self.id, os.getpid())] = self
 
     def __reduce__(self) -> tuple:
@@ -63,16 +64,21 @@ class HookLog:
         return (_shared_log, (self.id, self.dump_dir))
 
     def add(self, name: str, **args: Any) -> None:
-        """Append ``call(name, **args)``."""
+        """Append ``call(name, **args)`` (and rewrite the dump when a call comes after ``teardown`` wrote it)."""
         self.calls.append(call(name, **args))
+        if self._rank is not None:
+            self.dump(self._rank)
 
     def problem(self, text: str) -> None:
         """Note an argument that is not what Lightning passes."""
         self.problems.append(text)
+        if self._rank is not None:
+            self.dump(self._rank)
 
     def dump(self, rank: int) -> None:
         """Write ``{"calls", "problems", "pid"}`` to ``dump_dir/rank<rank>.json`` (if ``dump_dir`` is set)."""
         if self.dump_dir is not None:
+            self._rank = rank
             payload = {"calls": self.calls, "problems": self.problems, "pid": os.getpid()}
             (Path(self.dump_dir) / f"rank{rank}.json").write_text(json.dumps(payload, indent=1))
 
