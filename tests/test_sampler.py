@@ -217,100 +217,78 @@ def test_non_dataloader_iterables_pass_through(isolated):
 
 
 # ---------------------------------------------------------------------------------------- through a Trainer
-def _ddp_trainer(cpu_plugin, tmp_path, *extra_plugins, **kwargs):
-    return accelkit.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, logger=False,
-                            enable_progress_bar=False, default_root_dir=tmp_path,
-                            plugins=[cpu_plugin, *extra_plugins], **kwargs)
+def _fit_given_loader(tmp_path, devices=2, epochs=2, plugins=(), val=None, **kwargs):
+    """Fit on a loader of ``indexed_data(9)`` given to ``fit``; return what each rank read (and the plugin calls)."""
+    from helpers.samplers import OwnSamplerModule, ReadRecorder, indexed_data
+
+    loader = kwargs.pop("loader", None) or DataLoader(indexed_data(9), batch_size=2, shuffle=True)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
+                               max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                               default_root_dir=tmp_path, callbacks=[ReadRecorder(tmp_path)], plugins=list(plugins),
+                               **kwargs)
+    trainer.fit(OwnSamplerModule(), loader, val)
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(devices)]
+    calls = [[json.loads(line) for line in (tmp_path / f"plugin-rank{r}.jsonl").read_text().splitlines()]
+             if (tmp_path / f"plugin-rank{r}.jsonl").is_file() else [] for r in range(devices)]
+    return ranks, calls
 
 
-def test_trainer_gives_each_rank_its_shard(isolated, cpu_plugin, tmp_path):
-    trainer = _ddp_trainer(cpu_plugin, tmp_path, seed=11)
-    assert trainer.strategy.world_size == 2
-    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True)
-    seen = []
-    for rank in (0, 1):
-        trainer.strategy._local_rank = rank  # what the spawned worker of that rank sets
-        out = trainer._dataloader(None, loader, "train_dataloader", "fit")
-        assert isinstance(out.sampler, ShardSampler)
-        assert (out.sampler.rank, out.sampler.num_replicas, out.sampler.seed, out.sampler.shuffle) == (rank, 2, 11, True)
-        seen.append(list(out.sampler))
-    assert sorted(set(seen[0]) | set(seen[1])) == list(range(9))
-    assert len(seen[0]) == len(seen[1]) == 5
+def _shard_order(n, num_replicas, rank, seed, epoch):
+    sampler = ShardSampler(range(n), num_replicas, rank, shuffle=True, seed=seed)
+    sampler.set_epoch(epoch)
+    return list(sampler)
 
 
-def test_use_distributed_sampler_false_opts_out(isolated, cpu_plugin, tmp_path):
-    trainer = _ddp_trainer(cpu_plugin, tmp_path, use_distributed_sampler=False)
-    assert trainer.strategy.distributed_sampler_kwargs == {"num_replicas": 2, "rank": 0}
-    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True)
-    assert trainer._dataloader(None, loader, "train_dataloader", "fit") is loader
+@pytest.mark.slow
+def test_trainer_gives_each_rank_its_shard_and_asks_plugins_first(tmp_path):
+    """Two ranks, a shuffled loader of 9: each reads its ShardSampler shard (5, one padded) in the shared,
+    seeded order of each epoch; a plugin that answers None was asked with the run's values and deferred."""
+    from helpers.samplers import RecordingSamplerPlugin
+
+    ranks, calls = _fit_given_loader(tmp_path, seed=11, plugins=[RecordingSamplerPlugin(tmp_path, answer=False)])
+    for epoch in range(2):
+        read = [r["epochs"][str(epoch)] for r in ranks]
+        assert read == [_shard_order(9, 2, rank, 11, epoch) for rank in range(2)]
+        assert [len(x) for x in read] == [5, 5] and set(read[0]) | set(read[1]) == set(range(9))
+    assert ranks[0]["epochs"]["0"] != ranks[0]["epochs"]["1"]
+    assert calls == [[{"shuffle": True, "num_replicas": 2, "rank": rank, "seed": 11, "stage": "fit",
+                       "sampler": "RandomSampler"}] for rank in range(2)]
 
 
-def test_single_process_runs_keep_the_loader(isolated, cpu_plugin, tmp_path):
-    trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path,
-                               plugins=[cpu_plugin])
-    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True)
-    assert trainer._dataloader(None, loader, "train_dataloader", "fit") is loader
+@pytest.mark.slow
+def test_use_distributed_sampler_false_opts_out(tmp_path):
+    from helpers.samplers import indexed_data
+
+    ranks, _ = _fit_given_loader(tmp_path, epochs=1, use_distributed_sampler=False,
+                                 loader=DataLoader(indexed_data(9), batch_size=2))
+    assert [r["epochs"]["0"] for r in ranks] == [list(range(9)), list(range(9))]  # every rank reads everything
 
 
-class EveryOtherSampler(Sampler[int]):
-    """What the plugin below returns: rank r reads indices r, r + R, ... in reverse."""
+def test_single_process_runs_keep_the_loader(tmp_path):
+    """One process: the loader's own RandomSampler (and its generator) decides the order, epoch after epoch."""
+    from helpers.samplers import indexed_data
 
-    def __init__(self, n, num_replicas, rank):
-        self.indices = list(range(rank, n, num_replicas))[::-1]
-
-    def __iter__(self):
-        return iter(self.indices)
-
-    def __len__(self):
-        return len(self.indices)
+    loader = DataLoader(indexed_data(9), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(7))
+    twin = DataLoader(indexed_data(9), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(7))
+    expected = [[int(i) for b in twin for i in b[2]] for _ in range(2)]
+    ranks, _ = _fit_given_loader(tmp_path, devices=1, loader=loader)
+    assert [ranks[0]["epochs"][str(e)] for e in range(2)] == expected
 
 
-class SamplerPlugin:
-    """A plugin object replacing the distributed sampler; records the calls it receives."""
+@pytest.mark.slow
+def test_a_plugin_replaces_the_sampler_through_the_hook(tmp_path):
+    from helpers.samplers import RecordingSamplerPlugin, indexed_data
 
-    ACCELKIT_API = ">=1.0,<2"
-
-    def __init__(self):
-        self.calls = []
-
-    @accelkit.hookimpl
-    def accelkit_distributed_sampler(self, dataset, sampler, shuffle, num_replicas, rank, seed, stage):
-        self.calls.append({"shuffle": shuffle, "num_replicas": num_replicas, "rank": rank, "seed": seed,
-                           "stage": stage, "sampler": type(sampler).__name__})
-        return EveryOtherSampler(len(dataset), num_replicas, rank)
-
-
-def test_a_plugin_replaces_the_sampler_through_the_hook(isolated, cpu_plugin, tmp_path):
-    plugin = SamplerPlugin()
-    trainer = _ddp_trainer(cpu_plugin, tmp_path, plugin, seed=3)
-    trainer.strategy._local_rank = 1
-    loader = DataLoader(_dataset(9), batch_size=2, shuffle=True, drop_last=True)
-    out = trainer._dataloader(None, loader, "train_dataloader", "fit")
-    assert isinstance(out.sampler, EveryOtherSampler)
-    assert list(out.sampler) == [7, 5, 3, 1]
-    assert plugin.calls == [{"shuffle": True, "num_replicas": 2, "rank": 1, "seed": 3, "stage": "fit",
-                             "sampler": "RandomSampler"}]
-    assert [b[1].tolist() for b in out] == [[7, 5], [3, 1]]
-    assert out.drop_last and out.batch_size == 2
-
-    val = trainer._dataloader(None, DataLoader(_dataset(9), batch_size=3), "val_dataloader", "validate")
-    assert isinstance(val.sampler, EveryOtherSampler)
-    assert plugin.calls[-1]["stage"] == "validate" and plugin.calls[-1]["shuffle"] is False
-
-
-def test_a_plugin_returning_none_defers_to_the_core(isolated, cpu_plugin, tmp_path):
-    class Abstains:
-        ACCELKIT_API = ">=1.0,<2"
-        asked = 0
-
-        @accelkit.hookimpl
-        def accelkit_distributed_sampler(self, stage):  # a subset of the arguments is allowed
-            Abstains.asked += 1
-            return None
-
-    trainer = _ddp_trainer(cpu_plugin, tmp_path, Abstains())
-    out = trainer._dataloader(None, DataLoader(_dataset(6), batch_size=2), "test_dataloader", "test")
-    assert isinstance(out.sampler, ShardSampler) and Abstains.asked == 1
+    ranks, calls = _fit_given_loader(tmp_path, epochs=1, seed=3, plugins=[RecordingSamplerPlugin(tmp_path, True)],
+                                     loader=DataLoader(indexed_data(9), batch_size=2, shuffle=True, drop_last=True),
+                                     val=DataLoader(indexed_data(9), batch_size=3))
+    assert [r["epochs"]["0"] for r in ranks] == [[8, 6, 4, 2], [7, 5, 3, 1]]  # drop_last drops rank 0's odd one
+    for rank in range(2):
+        fit = [c for c in calls[rank] if c["stage"] == "fit"]
+        assert fit == [{"shuffle": True, "num_replicas": 2, "rank": rank, "seed": 3, "stage": "fit",
+                        "sampler": "RandomSampler"}]
+        validate = {(c["shuffle"], c["sampler"]) for c in calls[rank] if c["stage"] == "validate"}
+        assert validate == {(False, "SequentialSampler")}
 
 
 # ---------------------------------------------------------------------------------------- rank-aware samplers

@@ -52,6 +52,10 @@ class OwnSamplerModule(accelkit.Module):
     def configure_optimizers(self) -> Any:
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y, _ = batch
+        self.log("val_loss", F.mse_loss(self.layer(x), y))
+
     def train_dataloader(self) -> DataLoader:
         replicas = 4 if self.mode == "mismatch" else self.trainer.world_size
         self.built_sampler = DistributedSampler(indexed_data(self.n), num_replicas=replicas, rank=self.global_rank,
@@ -63,8 +67,8 @@ class OwnSamplerModule(accelkit.Module):
 
 
 class ReadRecorder(accelkit.Callback):
-    """Per rank: the sample indices read in each epoch and the sampler's epoch when the epoch started; written
-    to ``<folder>/rank<global_rank>.json`` at teardown."""
+    """Per rank: the sample indices read in each training epoch and (for :class:`OwnSamplerModule`) its sampler's
+    epoch when the epoch started; written to ``<folder>/rank<global_rank>.json`` at teardown."""
 
     def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = str(folder)
@@ -72,7 +76,9 @@ class ReadRecorder(accelkit.Callback):
         self.sampler_epochs: list[int] = []
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
-        self.sampler_epochs.append(pl_module.built_sampler.epoch)
+        sampler = getattr(pl_module, "built_sampler", None)
+        if sampler is not None:
+            self.sampler_epochs.append(sampler.epoch)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.epochs.setdefault(trainer.current_epoch, []).extend(int(i) for i in batch[2])
@@ -81,3 +87,37 @@ class ReadRecorder(accelkit.Callback):
         info = {"rank": trainer.global_rank, "world_size": trainer.world_size, "epochs": self.epochs,
                 "sampler_epochs": self.sampler_epochs, "pid": os.getpid()}
         Path(self.folder, f"rank{trainer.global_rank}.json").write_text(json.dumps(info))
+
+
+class EveryOtherReversed(torch.utils.data.Sampler):
+    """What :class:`RecordingSamplerPlugin` returns: rank r reads indices r, r + R, ... in reverse."""
+
+    def __init__(self, n: int, num_replicas: int, rank: int) -> None:
+        self.indices = list(range(rank, n, num_replicas))[::-1]
+
+    def __iter__(self):
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+class RecordingSamplerPlugin:
+    """A plugin object implementing ``accelkit_distributed_sampler``. Each call is appended to
+    ``<folder>/plugin-rank<rank>.jsonl`` (in the worker that makes it).
+
+    :param answer: return :class:`EveryOtherReversed` (``True``) or ``None`` to defer to the core (``False``).
+    """
+
+    ACCELKIT_API = ">=1.0,<2"
+
+    def __init__(self, folder: str | os.PathLike, answer: bool) -> None:
+        self.folder, self.answer = str(folder), answer
+
+    @accelkit.hookimpl
+    def accelkit_distributed_sampler(self, dataset, sampler, shuffle, num_replicas, rank, seed, stage):
+        call = {"shuffle": shuffle, "num_replicas": num_replicas, "rank": rank, "seed": seed, "stage": stage,
+                "sampler": type(sampler).__name__}
+        with open(Path(self.folder, f"plugin-rank{rank}.jsonl"), "a") as fh:
+            fh.write(json.dumps(call) + "\n")
+        return EveryOtherReversed(len(dataset), num_replicas, rank) if self.answer else None
