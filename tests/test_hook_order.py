@@ -41,12 +41,26 @@ def both(name: str, **args: Any) -> list[str]:
     return [call(CB + name, **args), call(name, **args)]
 
 
-def run_start(stage: str, prepare_data: bool = True) -> list[str]:
+def run_start(stage: str, prepare_data: bool = True, dm: bool = False) -> list[str]:
     """``Trainer._run``: ``configure_callbacks`` (``_attach_model_callbacks``), ``prepare_data`` (only on local
-    rank 0; issue 8 runs it once per node before spawning, so spawned workers never call it), callbacks'
-    ``setup`` then the Module's, ``configure_model`` (Lightning calls it when overridden, as here)."""
-    return [call("configure_callbacks"), *([call("prepare_data")] if prepare_data else []),
-            *both("setup", stage=stage), call("configure_model")]
+    rank 0; issue 8 runs it once per node before spawning, so spawned workers never call it; the DataModule's
+    first, ``data_connector.prepare_data``), ``setup`` of the DataModule, the callbacks, the Module
+    (``call._call_setup_hook``), ``configure_model`` (Lightning calls it when overridden, as here)."""
+    seq = [call("configure_callbacks")]
+    if prepare_data:
+        seq += [*([call("DataModule.prepare_data")] if dm else []), call("prepare_data")]
+    return seq + [*([call("DataModule.setup", stage=stage)] if dm else []), *both("setup", stage=stage),
+                  call("configure_model")]
+
+
+def run_end(stage: str, dm: bool = False) -> list[str]:
+    """``call._call_teardown_hook``: the DataModule's ``teardown``, the callbacks', the Module's."""
+    return [*([call("DataModule.teardown", stage=stage)] if dm else []), *both("teardown", stage=stage)]
+
+
+def loader(name: str, dm: bool = False) -> str:
+    """A ``*_dataloader`` call: the DataModule's when one is given, else the Module's."""
+    return call(f"DataModule.{name}" if dm else name)
 
 
 def transfer(device: str, dataloader_idx: int = 0) -> list[str]:
@@ -105,21 +119,22 @@ def eval_loop(stage: str, batches: int, device: str) -> list[str]:
     return seq + [*both(f"on_{stage}_epoch_end"), *both(f"on_{stage}_end"), call(f"on_{stage}_model_train")]
 
 
-def save_checkpoint() -> list[str]:
-    """``checkpoint_connector.dump_checkpoint``: every callback's ``state_dict``, then callbacks'
-    ``on_save_checkpoint``, then the Module's (test_hooks.py: ``Callback.state_dict``,
+def save_checkpoint(dm: bool = False) -> list[str]:
+    """``checkpoint_connector.dump_checkpoint``: every callback's ``state_dict``, the DataModule's ``state_dict``,
+    then callbacks' ``on_save_checkpoint``, then the Module's (test_hooks.py: ``Callback.state_dict``,
     ``Callback.on_save_checkpoint``, ``on_save_checkpoint``)."""
-    return [call(CB + "state_dict"), call(CB + "on_save_checkpoint"), call("on_save_checkpoint")]
+    return [call(CB + "state_dict"), *([call("DataModule.state_dict")] if dm else []),
+            call(CB + "on_save_checkpoint"), call("on_save_checkpoint")]
 
 
 def expected_fit(device: str = "cpu", *, epochs: int = 2, first_epoch: int = 0, train_batches: int = 2,
                  val_batches: int = 1, sanity_steps: int = 2, prepare_data: bool = True, accumulate: int = 1,
                  clip: tuple[Any, Any] = (None, None), stop_at: tuple[int, int] | None = None,
-                 resumed: bool = False, manual: bool = False) -> list[str]:
+                 resumed: bool = False, manual: bool = False, dm: bool = False) -> list[str]:
     """``Trainer.fit`` (test_hooks.py ``test_trainer_model_hook_system_fit``), with a ModelCheckpoint that saves
     at the end of each training epoch in which a step happened (``ModelCheckpoint.on_train_epoch_end``,
     ``_should_skip_saving_checkpoint``)."""
-    seq = run_start("fit", prepare_data)
+    seq = run_start("fit", prepare_data, dm)
     if resumed:
         # Module first, then callbacks, then their load_state_dict (test_..._resume_max_epochs)
         seq += [call("on_load_checkpoint"), call(CB + "on_load_checkpoint"),
@@ -129,11 +144,11 @@ def expected_fit(device: str = "cpu", *, epochs: int = 2, first_epoch: int = 0, 
         # Trainer._run_sanity_check: a callback-only hook around a validation run of min(steps, batches)
         # batches, without on_validation_model_zero_grad. Skipped only when the loops restart mid-epoch: a
         # checkpoint of a finished epoch is "not actually restarting" (FitLoop.restarting setter)
-        seq += [call(CB + "on_sanity_check_start"), call("val_dataloader"),
+        seq += [call(CB + "on_sanity_check_start"), loader("val_dataloader", dm),
                 *eval_loop("validation", min(sanity_steps, val_batches), device), call(CB + "on_sanity_check_end")]
-    seq.append(call("train_dataloader"))
+    seq.append(loader("train_dataloader", dm))
     if val_batches and not sanity_steps:
-        seq.append(call("val_dataloader"))  # fit_loop.on_run_start loads them when the sanity check did not
+        seq.append(loader("val_dataloader", dm))  # fit_loop.on_run_start loads them when the sanity check did not
     seq += both("on_train_start")
     for epoch in range(first_epoch, epochs):
         seq += both("on_train_epoch_start")
@@ -161,8 +176,8 @@ def expected_fit(device: str = "cpu", *, epochs: int = 2, first_epoch: int = 0, 
         # fit_loop.on_advance_end: non-monitoring callbacks, the Module, then ModelCheckpoint (which saves)
         seq += [call(CB + "on_train_epoch_end"), call("on_train_epoch_end")]
         if stepped:  # no save when no step happened since the last save
-            seq += save_checkpoint()
-    return seq + [*both("on_train_end"), *both("on_fit_end"), *both("teardown", stage="fit")]
+            seq += save_checkpoint(dm)
+    return seq + [*both("on_train_end"), *both("on_fit_end"), *run_end("fit", dm)]
 
 
 def expected_eval(verb: str, device: str = "cpu", batches: int = 1, prepare_data: bool = True) -> list[str]:
@@ -305,6 +320,37 @@ def test_resume_loads_checkpoint_hooks_in_lightning_order(tmp_path):
     log = HookLog()
     trainer(tmp_path / "resumed", log, max_epochs=2).fit(HookRecorderModule(log), ckpt_path=ckpt)
     assert_sequence(log.calls, expected_fit(first_epoch=1, resumed=True), log.problems)
+
+
+def test_datamodule_hooks_interleave_as_in_lightning(tmp_path):
+    """A DataModule's hooks come first among equals: ``prepare_data`` and ``setup`` before the Module's and the
+    callbacks', ``teardown`` before theirs; its loaders replace the Module's; its ``state_dict`` goes into each
+    checkpoint between the callbacks' ``state_dict`` and ``on_save_checkpoint`` (test_hooks.py
+    ``test_trainer_datamodule_hook_system``, ``checkpoint_connector.dump_checkpoint``). The Module's batch-transfer
+    hooks still run: the DataModule does not override them (``_DataHookSelector``)."""
+    from helpers.hook_recorder import HookRecorderDataModule
+
+    log = HookLog()
+    model = HookRecorderModule(log)
+    trainer(tmp_path, log).fit(model, datamodule=HookRecorderDataModule(log, model))
+    assert_sequence(log.calls, expected_fit(dm=True), log.problems)
+
+
+def test_exception_calls_on_exception_and_no_teardown(tmp_path):
+    """An error in ``training_step``: the callbacks' and the DataModule's ``on_exception``, then the error
+    propagates; no ``on_train_end``, ``on_fit_end`` nor ``teardown`` hook (``call._call_and_handle_interrupt``,
+    ``_interrupt``)."""
+    from helpers.hook_recorder import HookRecorderDataModule
+
+    log = HookLog()
+    model = HookRecorderModule(log, fail_at=(0, 1))
+    with pytest.raises(ValueError, match="deliberate failure"):
+        trainer(tmp_path, log).fit(model, datamodule=HookRecorderDataModule(log, model))
+    full = expected_fit(dm=True)
+    failing_step = full.index(call("training_step", batch_idx=1)) + 1
+    expected = [*full[:failing_step], call(CB + "on_exception", exception="ValueError"),
+                call("DataModule.on_exception", exception="ValueError")]
+    assert_sequence(log.calls, expected, log.problems)
 
 
 # ---------------------------------------------------------------------------------------------- ddp_spawn

@@ -116,16 +116,18 @@ class HookRecorderModule(accelkit.Module):
     :param train_batches: training batches per epoch on each rank; ``val_batches``, ``test_batches``,
         ``predict_batches`` likewise (the loaders hold ``batches * batch_size * world_size`` samples).
     :param stop_at: ``(epoch, batch_idx)`` at which ``on_train_batch_start`` returns ``-1``.
+    :param fail_at: ``(epoch, batch_idx)`` at which ``training_step`` raises ``ValueError``.
     """
 
     def __init__(self, hook_log: HookLog, train_batches: int = 2, val_batches: int = 1, test_batches: int = 1,
-                 predict_batches: int = 1, batch_size: int = 2, stop_at: tuple[int, int] | None = None) -> None:
+                 predict_batches: int = 1, batch_size: int = 2, stop_at: tuple[int, int] | None = None,
+                 fail_at: tuple[int, int] | None = None) -> None:
         super().__init__()
         torch.manual_seed(0)
         self.layer = nn.Linear(4, 1)
         self.hook_log = hook_log
         self.batches = {"train": train_batches, "val": val_batches, "test": test_batches, "predict": predict_batches}
-        self.batch_size, self.stop_at = batch_size, stop_at
+        self.batch_size, self.stop_at, self.fail_at = batch_size, stop_at, fail_at
 
     def _log(self, name: str, **args: Any) -> None:
         self.hook_log.add(name, **args)
@@ -144,6 +146,8 @@ class HookRecorderModule(accelkit.Module):
     # ------------------------------------------------------------------ steps and configuration
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         self._log("training_step", batch_idx=batch_idx)
+        if self.fail_at == (self.current_epoch, batch_idx):
+            raise ValueError(f"deliberate failure at batch {batch_idx}")
         return self._loss(batch)
 
     def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: Any = _ABSENT) -> Any:
@@ -294,6 +298,53 @@ class HookRecorderModule(accelkit.Module):
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         self._log("lr_scheduler_step", scheduler=type(scheduler).__name__, metric=metric)
         super().lr_scheduler_step(scheduler, metric)
+
+
+class HookRecorderDataModule(accelkit.DataModule):
+    """A DataModule whose hooks log themselves as ``DataModule.<name>(...)`` into ``hook_log``; its loaders are
+    those of ``module`` (a :class:`HookRecorderModule`), without the Module's log entries."""
+
+    def __init__(self, hook_log: HookLog, module: HookRecorderModule) -> None:
+        super().__init__()
+        self.hook_log, self.module = hook_log, module
+
+    def _log(self, name: str, **args: Any) -> None:
+        self.hook_log.add(f"DataModule.{name}", **args)
+
+    def prepare_data(self) -> None:
+        self._log("prepare_data")
+
+    def setup(self, stage: str) -> None:
+        self._log("setup", stage=_plain(stage))
+
+    def teardown(self, stage: str) -> None:
+        self._log("teardown", stage=_plain(stage))
+
+    def train_dataloader(self) -> Any:
+        self._log("train_dataloader")
+        return self.module._loader("train", 0)
+
+    def val_dataloader(self) -> Any:
+        self._log("val_dataloader")
+        return self.module._loader("val", 1)
+
+    def test_dataloader(self) -> Any:
+        self._log("test_dataloader")
+        return self.module._loader("test", 2)
+
+    def predict_dataloader(self) -> Any:
+        self._log("predict_dataloader")
+        return self.module._loader("predict", 3)
+
+    def state_dict(self) -> dict[str, Any]:
+        self._log("state_dict")
+        return {"dm": 1}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._log("load_state_dict", state=state_dict)
+
+    def on_exception(self, exception: BaseException) -> None:
+        self._log("on_exception", exception=type(exception).__name__)
 
 
 def _module_phase_hook(name: str) -> Any:
