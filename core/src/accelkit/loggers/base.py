@@ -1,0 +1,151 @@
+"""The :class:`Logger` base class: the interface of Lightning's ``lightning.pytorch.loggers.Logger``."""
+
+from __future__ import annotations
+
+import os
+from argparse import Namespace
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+def _global_rank() -> int:
+    """This process's global rank as the loggers see it: the initialised process group's rank; before (or
+    without) one, ``RANK`` when torchrun's ``RANK`` and ``WORLD_SIZE`` (above 1) are set; else 0. The built-in
+    loggers write only where it is 0."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    rank, world_size = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    if rank.isdigit() and world_size.isdigit() and int(world_size) > 1:
+        return int(rank)
+    return 0
+
+
+class _SilentExperiment:
+    """Stands in for ``experiment`` on ranks other than zero: every attribute is a call that does nothing, so
+    ``logger.experiment.add_image(...)`` written for rank zero is harmless elsewhere."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _SilentExperiment:
+        return self
+
+    def __bool__(self) -> bool:
+        return False
+
+
+def _params_to_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
+    """Hyper-parameters as a plain dict: a ``Namespace`` gives its attributes, ``None`` an empty dict."""
+    if params is None:
+        return {}
+    if isinstance(params, Namespace):
+        return dict(vars(params))
+    return dict(params)
+
+
+def _metric_value(name: str, value: Any) -> int | float:
+    """A metric value as a Python number: one-element tensors and numpy scalars give their ``item()``, ints and
+    floats stay as they are; anything else is an error naming the metric."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"metric {name!r} is a tensor of shape {tuple(value.shape)}; log one number per name")
+        return value.item()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    if hasattr(value, "item") and getattr(value, "size", None) == 1:  # numpy scalars and one-element arrays
+        return value.item()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"metric {name!r} has value {value!r} of type {type(value).__name__}, which is not a "
+                         "number; log a float, an int or a one-element tensor") from None
+
+
+def _add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:
+    """``metrics`` with ``prefix`` and ``separator`` put before every key (unchanged when ``prefix`` is empty)."""
+    if not prefix:
+        return dict(metrics)
+    return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
+
+
+def _next_version(root: str) -> int:
+    """One more than the largest ``version_<n>`` directory in ``root`` (0 when there is none)."""
+    try:
+        entries = os.listdir(root)
+    except OSError:
+        return 0
+    taken = [int(entry[len("version_"):]) for entry in entries
+             if entry.startswith("version_") and entry[len("version_"):].isdigit()
+             and os.path.isdir(os.path.join(root, entry))]
+    return max(taken, default=-1) + 1
+
+
+class Logger:
+    """Base class of experiment loggers, with the interface of Lightning's ``Logger``.
+
+    A subclass implements :attr:`name`, :attr:`version`, :meth:`log_metrics` and :meth:`log_hyperparams`; the
+    other members have working defaults. The Trainer calls the logging methods on global rank zero only, and
+    the built-in loggers also check the rank themselves, so user code may call them from every rank.
+    """
+
+    #: Separator Lightning puts between the parts of a grouped metric name.
+    group_separator = "/"
+
+    @property
+    def name(self) -> str | None:
+        """The experiment name."""
+        raise NotImplementedError(f"{type(self).__name__} does not define the 'name' property")
+
+    @property
+    def version(self) -> int | str | None:
+        """The experiment version (an int for ``version_<n>`` directories, or a string)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define the 'version' property")
+
+    @property
+    def root_dir(self) -> str | None:
+        """The directory holding every version of this experiment, or ``None`` for loggers without files."""
+        return None
+
+    @property
+    def log_dir(self) -> str | None:
+        """The directory of this run's files, or ``None`` for loggers without files."""
+        return None
+
+    @property
+    def save_dir(self) -> str | None:
+        """The directory given to the logger, or ``None`` for loggers without files."""
+        return None
+
+    @property
+    def experiment(self) -> Any:
+        """The underlying experiment object (for example a TensorBoard ``SummaryWriter``); ``None`` here."""
+        return None
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Record numeric ``metrics`` (name to value) at training step ``step``.
+
+        :param metrics: metric names and values (floats, ints or one-element tensors).
+        :param step: the global step; loggers choose a value when it is ``None``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not implement log_metrics()")
+
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        """Record the run's hyper-parameters (a dict or an ``argparse.Namespace``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement log_hyperparams()")
+
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+        """Record the model's computational graph. Does nothing unless a logger supports graphs
+        (:class:`~accelkit.loggers.TensorBoardLogger` with ``log_graph=True``)."""
+
+    def save(self) -> None:
+        """Write whatever is buffered to disk. Does nothing by default."""
+
+    def finalize(self, status: str) -> None:
+        """Called once at the end of a run with ``status`` (``"success"``, ``"failed"`` or ``"finished"``);
+        saves by default."""
+        self.save()
+
+    def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
+        """Called after a checkpoint callback saved a checkpoint. Does nothing by default."""

@@ -1,0 +1,168 @@
+"""The CSV logger: metrics in ``metrics.csv``, hyper-parameters in ``hparams.csv``."""
+
+from __future__ import annotations
+
+import csv
+import os
+from argparse import Namespace
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from accelkit.loggers.base import Logger, _add_prefix, _global_rank, _metric_value, _next_version, _params_to_dict
+
+
+def _parse_cell(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+class CSVLogger(Logger):
+    """Writes metrics to ``<save_dir>/<name>/version_<n>/metrics.csv``, one row per :meth:`log_metrics` call
+    with a ``step`` column first, and hyper-parameters to ``hparams.csv`` (``name,value`` rows) in the same
+    directory. Lightning's ``CSVLogger`` with accelkit's file layout.
+
+    Rows are buffered and appended to the file every ``flush_logs_every_n_steps`` steps and by :meth:`save`; when
+    a metric name appears that the file has no column for, the file is rewritten with the wider header. The
+    first write of a logger replaces any ``metrics.csv`` a former run left in the same directory.
+
+    :param save_dir: the root directory (the Trainer's ``default_root_dir``).
+    :param name: sub-directory for this experiment; an empty string puts versions directly in ``save_dir``.
+    :param version: an int (directory ``version_<n>``) or a string (the directory name); by default the next
+        free ``version_<n>``, chosen on first use.
+    :param prefix: put before every metric name, joined by ``-``.
+    :param flush_logs_every_n_steps: write buffered rows when ``(step + 1)`` is a multiple of this.
+    """
+
+    #: Joins :attr:`prefix` and metric names.
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(self, save_dir: str | os.PathLike, name: str | None = "logs", version: int | str | None = None,
+                 prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
+        if flush_logs_every_n_steps < 1:
+            raise ValueError(f"flush_logs_every_n_steps must be at least 1, got {flush_logs_every_n_steps}")
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+        self.prefix = prefix
+        self.flush_logs_every_n_steps = flush_logs_every_n_steps
+        #: Every hyper-parameter logged so far (name to value).
+        self.hparams: dict[str, Any] = {}
+        self._pending: list[dict[str, Any]] = []
+        self._columns: list[str] = []
+        self._written_columns: list[str] | None = None  # None: this logger has not written metrics.csv yet
+        self._logged_rows = 0
+
+    @property
+    def name(self) -> str:
+        """The experiment name (the sub-directory of :attr:`save_dir`)."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The version; when none was given, the next free ``version_<n>`` number, chosen on first use. (A
+        Trainer that starts processes reads it before starting them, so every process agrees.)"""
+        if self._version is None:
+            self._version = _next_version(self.root_dir)
+        return self._version
+
+    @property
+    def save_dir(self) -> str:
+        """The directory given as ``save_dir``."""
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the parent of every version's directory."""
+        return os.path.join(self._save_dir, self._name)
+
+    @property
+    def log_dir(self) -> str:
+        """``<root_dir>/version_<n>`` (or ``<root_dir>/<version>`` for a string version): this run's files."""
+        version = self.version
+        return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+
+    @property
+    def metrics_file(self) -> Path:
+        """Path of ``metrics.csv``."""
+        return Path(self.log_dir) / "metrics.csv"
+
+    @property
+    def experiment(self) -> CSVLogger:
+        """The object doing the writing: the logger itself."""
+        return self
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row this logger has logged, oldest first: those already in ``metrics.csv`` (read back, numbers
+        parsed, empty cells left out) and those still buffered."""
+        written: list[dict[str, Any]] = []
+        if self._written_columns is not None and self.metrics_file.is_file():
+            with open(self.metrics_file, newline="") as handle:
+                written = [{key: _parse_cell(value) for key, value in row.items() if value != ""}
+                           for row in csv.DictReader(handle)]
+        return written + [dict(row) for row in self._pending]
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Buffer one row: ``step`` (by default the number of rows logged so far) and the metrics, tensors
+        converted to numbers. Writes the buffer every ``flush_logs_every_n_steps`` steps. Rank zero only."""
+        if _global_rank() != 0:
+            return
+        if step is None:
+            step = self._logged_rows
+        row: dict[str, Any] = {"step": step}
+        for key, value in _add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
+            row[key] = _metric_value(key, value)
+        for key in row:
+            if key not in self._columns:
+                self._columns.append(key)
+        self._pending.append(row)
+        self._logged_rows += 1
+        if (step + 1) % self.flush_logs_every_n_steps == 0:
+            self.save()
+
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
+        """Add ``params`` to :attr:`hparams` and rewrite ``hparams.csv`` (``name,value`` rows, values as
+        ``repr``, sorted by name). Rank zero only."""
+        if args or kwargs:
+            raise TypeError("CSVLogger.log_hyperparams takes the parameters only; unexpected extra arguments "
+                            f"{list(args) + sorted(kwargs)}")
+        if _global_rank() != 0:
+            return
+        self.hparams.update(_params_to_dict(params))
+        os.makedirs(self.log_dir, exist_ok=True)
+        target = os.path.join(self.log_dir, "hparams.csv")
+        with open(target + ".tmp", "w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["name", "value"])
+            writer.writerows(sorted((str(k), repr(v)) for k, v in self.hparams.items()))
+        os.replace(target + ".tmp", target)
+
+    def save(self) -> None:
+        """Write the buffered rows to ``metrics.csv``: appended when the file's header already has every column,
+        otherwise the file is rewritten with the wider header. Rank zero only."""
+        if not self._pending or _global_rank() != 0:
+            return
+        os.makedirs(self.log_dir, exist_ok=True)
+        path = self.metrics_file
+        if self._written_columns == self._columns and path.is_file():
+            with open(path, "a", newline="") as handle:
+                csv.DictWriter(handle, fieldnames=self._columns).writerows(self._pending)
+        else:
+            old: list[dict[str, str]] = []
+            if self._written_columns is not None and path.is_file():
+                with open(path, newline="") as handle:
+                    old = list(csv.DictReader(handle))
+            tmp = path.with_suffix(".csv.tmp")
+            with open(tmp, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self._columns)
+                writer.writeheader()
+                writer.writerows(old)
+                writer.writerows(self._pending)
+            os.replace(tmp, path)
+            self._written_columns = list(self._columns)
+        self._pending.clear()

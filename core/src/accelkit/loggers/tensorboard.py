@@ -1,0 +1,227 @@
+"""The TensorBoard logger: event files written by ``torch.utils.tensorboard.SummaryWriter``.
+
+The ``tensorboard`` package is an optional dependency (``pip install "accelkit[tensorboard]"``); it is imported
+when the logger first writes, never by ``import accelkit``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import warnings
+from argparse import Namespace
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from accelkit.loggers.base import (Logger, _add_prefix, _global_rank, _metric_value, _next_version, _params_to_dict,
+                                   _SilentExperiment)
+
+_WRITER_KWARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
+_MISSING = ("TensorBoardLogger needs the 'tensorboard' package, which is not installed: "
+            'pip install tensorboard  (or  pip install "accelkit[tensorboard]")')
+
+
+def _require_tensorboard() -> None:
+    if importlib.util.find_spec("tensorboard") is None:
+        raise ModuleNotFoundError(_MISSING, name="tensorboard")
+
+
+def _flatten(params: Mapping[str, Any], parent: str = "", separator: str = "/") -> dict[str, Any]:
+    """Nested dicts flattened to ``{"outer/inner": value}``."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{parent}{separator}{key}" if parent else str(key)
+        if isinstance(value, Namespace):
+            value = vars(value)
+        if isinstance(value, Mapping) and value:
+            flat.update(_flatten(value, name, separator))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _hparam_value(value: Any) -> int | float | str | bool:
+    """A value TensorBoard's hparams plugin accepts: numbers, strings and booleans as they are, one-element
+    tensors as numbers, callables by name, anything else as its ``str``."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    if callable(value) and hasattr(value, "__name__"):
+        return value.__name__
+    return str(value)
+
+
+class TensorBoardLogger(Logger):
+    """Writes TensorBoard event files to ``<save_dir>/<name>/version_<n>[/<sub_dir>]``, like Lightning's
+    ``TensorBoardLogger``. View them with ``tensorboard --logdir <save_dir>``.
+
+    :param save_dir: the root directory.
+    :param name: sub-directory for this experiment; an empty string or ``None`` puts versions directly in
+        ``save_dir``.
+    :param version: an int (directory ``version_<n>``) or a string (the directory name); by default the next
+        free ``version_<n>``, chosen on first use.
+    :param log_graph: let :meth:`log_graph` record the model's graph (the Trainer calls it at fit start; the
+        input is ``model.example_input_array`` unless one is given).
+    :param default_hp_metric: when hyper-parameters are logged without metrics, log ``hp_metric = -1`` so that
+        TensorBoard's HPARAMS tab shows the run.
+    :param prefix: put before every metric name, joined by ``-``.
+    :param sub_dir: a further sub-directory of the version directory.
+    :param kwargs: passed to ``SummaryWriter``: ``comment``, ``purge_step``, ``max_queue``, ``flush_secs``,
+        ``filename_suffix``; any other name is an error.
+    :raises ModuleNotFoundError: when the ``tensorboard`` package is not installed.
+    """
+
+    #: Joins :attr:`prefix` and metric names.
+    LOGGER_JOIN_CHAR = "-"
+
+    def __init__(self, save_dir: str | os.PathLike, name: str | None = "lightning_logs",
+                 version: int | str | None = None, log_graph: bool = False, default_hp_metric: bool = True,
+                 prefix: str = "", sub_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(_WRITER_KWARGS))
+        if unknown:
+            raise TypeError(f"TensorBoardLogger got unexpected arguments {unknown}; the SummaryWriter arguments it "
+                            f"passes on are {list(_WRITER_KWARGS)}")
+        _require_tensorboard()
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+        self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
+        self._log_graph = log_graph
+        self._default_hp_metric = default_hp_metric
+        self.prefix = prefix
+        self._writer_kwargs = kwargs
+        self._experiment: Any = None
+        #: Every hyper-parameter logged so far (name to value, as given).
+        self.hparams: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        """The experiment name (the sub-directory of :attr:`save_dir`)."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The version; when none was given, the next free ``version_<n>`` number, chosen on first use."""
+        if self._version is None:
+            self._version = _next_version(self.root_dir)
+        return self._version
+
+    @property
+    def sub_dir(self) -> str | None:
+        """The sub-directory of the version directory, if any."""
+        return self._sub_dir
+
+    @property
+    def save_dir(self) -> str:
+        """The directory given as ``save_dir``."""
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the parent of every version's directory."""
+        return os.path.join(self._save_dir, self._name)
+
+    @property
+    def log_dir(self) -> str:
+        """``<root_dir>/version_<n>[/<sub_dir>]``: the directory of this run's event files (``~`` and
+        environment variables expanded)."""
+        version = self.version
+        path = os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+        if self._sub_dir is not None:
+            path = os.path.join(path, self._sub_dir)
+        return os.path.expanduser(os.path.expandvars(path))
+
+    @property
+    def experiment(self) -> Any:
+        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first use), for anything beyond scalars:
+        ``logger.experiment.add_image(...)``. On ranks other than zero, an object whose methods do nothing."""
+        if _global_rank() != 0:
+            return _SilentExperiment()
+        if self._experiment is None:
+            _require_tensorboard()
+            from torch.utils.tensorboard import SummaryWriter
+
+            os.makedirs(self.log_dir, exist_ok=True)
+            self._experiment = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+        return self._experiment
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Write each metric as a scalar at ``step`` (a dict value as a group of scalars). Rank zero only."""
+        if _global_rank() != 0:
+            return
+        writer = self.experiment
+        for key, value in _add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
+            if isinstance(value, Mapping):
+                writer.add_scalars(key, {k: _metric_value(f"{key}/{k}", v) for k, v in value.items()}, step)
+            else:
+                writer.add_scalar(key, _metric_value(key, value), step)
+
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
+                        metrics: Mapping[str, Any] | float | None = None) -> None:
+        """Record hyper-parameters for TensorBoard's HPARAMS tab (nested dicts flattened with ``/``, values
+        TensorBoard cannot show written as text), with ``metrics`` (a dict, or one number for ``hp_metric``);
+        without metrics, ``hp_metric = -1`` when ``default_hp_metric`` is on, otherwise the parameters are only
+        kept in :attr:`hparams`. Rank zero only."""
+        if _global_rank() != 0:
+            return
+        given = _params_to_dict(params)
+        self.hparams.update(given)
+        if metrics is None:
+            metrics = {"hp_metric": -1} if self._default_hp_metric else None
+        elif not isinstance(metrics, Mapping):
+            metrics = {"hp_metric": metrics}
+        if not metrics:
+            return
+        self.log_metrics(metrics, 0)
+        from torch.utils.tensorboard.summary import hparams
+
+        flat = {key: _hparam_value(value) for key, value in _flatten(given).items()}
+        numbers = {key: _metric_value(key, value) for key, value in metrics.items()}
+        writer = self.experiment._get_file_writer()
+        for summary in hparams(flat, numbers):
+            writer.add_summary(summary)
+
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+        """Record the model's graph (traced with ``input_array``, by default ``model.example_input_array``,
+        moved to the model's device) when the logger was made with ``log_graph=True``; warns when there is no
+        usable input. Rank zero only."""
+        if not self._log_graph or _global_rank() != 0:
+            return
+        if input_array is None:
+            input_array = getattr(model, "example_input_array", None)
+        if input_array is None:
+            warnings.warn("TensorBoardLogger(log_graph=True) could not record the graph: set "
+                          "`model.example_input_array` or pass `input_array` to log_graph()", stacklevel=2)
+            return
+        if not isinstance(input_array, (torch.Tensor, tuple)):
+            warnings.warn(f"TensorBoardLogger could not record the graph: the input is a "
+                          f"{type(input_array).__name__}; give a tensor or a tuple of the forward() arguments",
+                          stacklevel=2)
+            return
+        device = next((p.device for p in model.parameters()), torch.device("cpu"))
+        if isinstance(input_array, tuple):
+            input_array = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in input_array)
+        else:
+            input_array = input_array.to(device)
+        self.experiment.add_graph(model, input_array)
+
+    def save(self) -> None:
+        """Flush the event file (nothing to do before the first write)."""
+        if self._experiment is not None:
+            self._experiment.flush()
+
+    def finalize(self, status: str) -> None:
+        """Flush and close the event file at the end of a run; a later run opens a new one in the same
+        directory."""
+        if self._experiment is not None:
+            self._experiment.flush()
+            self._experiment.close()
+            self._experiment = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_experiment"] = None  # a SummaryWriter holds a thread and an open file; each process opens its own
+        return state

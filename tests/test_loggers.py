@@ -1,0 +1,249 @@
+"""The loggers write real files: CSV rows and TensorBoard event files read back with TensorBoard's own reader."""
+
+from __future__ import annotations
+
+import csv
+import os
+import pickle
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accelkit.loggers import CSVLogger, Logger, TensorBoardLogger  # noqa: E402
+from helpers.models import RegressionModule, quiet_trainer  # noqa: E402
+
+
+def read_csv(path: str | Path) -> list[dict[str, str]]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+# ---------------------------------------------------------------------------------------------------- CSV
+def test_csv_layout_and_versions(tmp_path):
+    first = CSVLogger(tmp_path)
+    assert first.name == "logs" and first.version == 0
+    assert first.save_dir == str(tmp_path) and first.root_dir == os.path.join(tmp_path, "logs")
+    assert first.log_dir == os.path.join(tmp_path, "logs", "version_0")
+    first.log_metrics({"loss": 1.0}, step=0)
+    first.save()
+    assert first.metrics_file == tmp_path / "logs" / "version_0" / "metrics.csv" and first.metrics_file.is_file()
+    second = CSVLogger(tmp_path)
+    assert second.version == 1  # version_0 exists
+    named = CSVLogger(tmp_path, name="exp", version="run-a")
+    assert named.log_dir == os.path.join(tmp_path, "exp", "run-a")
+    assert isinstance(first, Logger)
+
+
+def test_csv_rows_tensors_and_new_columns(tmp_path):
+    logger = CSVLogger(tmp_path)
+    logger.log_metrics({"loss": torch.tensor(0.5), "epoch": 0}, step=1)
+    logger.save()
+    logger.log_metrics({"loss": torch.tensor(0.25), "acc": torch.tensor(0.75, dtype=torch.float64)}, step=2)
+    logger.log_metrics({"epoch": 1}, step=3)
+    logger.save()
+    rows = read_csv(logger.metrics_file)
+    assert list(rows[0]) == ["step", "loss", "epoch", "acc"]  # the file was rewritten with the wider header
+    assert [(r["step"], r["loss"], r["epoch"], r["acc"]) for r in rows] == [
+        ("1", "0.5", "0", ""), ("2", "0.25", "", "0.75"), ("3", "", "1", "")]
+    assert logger.rows == [{"step": 1, "loss": 0.5, "epoch": 0}, {"step": 2, "loss": 0.25, "acc": 0.75},
+                           {"step": 3, "epoch": 1}]
+
+
+def test_csv_appends_between_saves_and_flushes_every_n_steps(tmp_path):
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=2)
+    logger.log_metrics({"x": 1.0}, step=0)
+    assert not logger.metrics_file.exists()  # buffered
+    logger.log_metrics({"x": 2.0}, step=1)  # (1 + 1) % 2 == 0: flushed
+    assert [r["x"] for r in read_csv(logger.metrics_file)] == ["1.0", "2.0"]
+    logger.log_metrics({"x": 3.0}, step=2)
+    assert logger.rows[-1] == {"step": 2, "x": 3.0}  # a buffered row is visible before it is written
+    logger.finalize("success")
+    assert [r["x"] for r in read_csv(logger.metrics_file)] == ["1.0", "2.0", "3.0"]
+
+
+def test_csv_step_defaults_and_prefix(tmp_path):
+    logger = CSVLogger(tmp_path, prefix="train")
+    logger.log_metrics({"loss": 3})
+    logger.log_metrics({"loss": 2})
+    logger.save()
+    assert [(r["step"], r["train-loss"]) for r in read_csv(logger.metrics_file)] == [("0", "3"), ("1", "2")]
+
+
+def test_csv_first_write_replaces_a_former_runs_file(tmp_path):
+    for value in (1.0, 2.0):
+        logger = CSVLogger(tmp_path, version=0)
+        logger.log_metrics({"v": value}, step=0)
+        logger.save()
+    assert [r["v"] for r in read_csv(logger.metrics_file)] == ["2.0"]
+
+
+def test_csv_hyperparameters(tmp_path):
+    logger = CSVLogger(tmp_path)
+    logger.log_hyperparams({"lr": 0.1, "layers": [2, 3]})
+    logger.log_hyperparams(Namespace(batch_size=32))
+    rows = read_csv(Path(logger.log_dir) / "hparams.csv")
+    assert rows == [{"name": "batch_size", "value": "32"}, {"name": "layers", "value": "[2, 3]"},
+                    {"name": "lr", "value": "0.1"}]
+    with pytest.raises(TypeError, match="extra arguments"):
+        logger.log_hyperparams({"a": 1}, {"metric": 1.0})
+
+
+def test_csv_rejects_what_is_not_a_number(tmp_path):
+    logger = CSVLogger(tmp_path)
+    with pytest.raises(ValueError, match="'name'.*not a number"):
+        logger.log_metrics({"name": "abc"}, step=0)
+    with pytest.raises(ValueError, match="'vec'.*shape \\(3,\\)"):
+        logger.log_metrics({"vec": torch.ones(3)}, step=0)
+
+
+def test_loggers_write_only_on_rank_zero(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")  # torchrun's variables, before a process group exists
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    csv_logger = CSVLogger(tmp_path, version=0)
+    csv_logger.log_metrics({"x": 1.0}, step=0)
+    csv_logger.log_hyperparams({"a": 1})
+    csv_logger.save()
+    tb = TensorBoardLogger(tmp_path, version=0)
+    tb.log_metrics({"x": 1.0}, step=0)
+    tb.experiment.add_text("note", "not written")  # silently absorbed off rank zero, as in Lightning
+    assert not list(tmp_path.rglob("*"))
+    monkeypatch.setenv("WORLD_SIZE", "1")  # a stray RANK outside a multi-process job does not silence them
+    csv_logger.log_metrics({"x": 1.0}, step=0)
+    csv_logger.save()
+    assert csv_logger.metrics_file.is_file()
+
+
+# ---------------------------------------------------------------------------------------------------- TensorBoard
+def accumulate(log_dir: str):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(log_dir)
+    events.Reload()
+    return events
+
+
+def test_tensorboard_scalars_are_written_with_their_steps(tmp_path):
+    logger = TensorBoardLogger(tmp_path)
+    assert logger.name == "lightning_logs" and logger.version == 0
+    assert logger.log_dir == os.path.join(tmp_path, "lightning_logs", "version_0")
+    for step in range(4):
+        logger.log_metrics({"loss": torch.tensor(1.0 / (step + 1)), "epoch": step // 2}, step=step)
+    logger.finalize("success")
+    events = accumulate(logger.log_dir)
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [
+        (0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3)), (3, 0.25)]
+    assert [e.value for e in events.Scalars("epoch")] == [0, 0, 1, 1]
+    assert TensorBoardLogger(tmp_path).version == 1
+
+
+def test_tensorboard_prefix_sub_dir_and_string_version(tmp_path):
+    logger = TensorBoardLogger(tmp_path, name="exp", version="fold-1", prefix="val", sub_dir="inner")
+    assert logger.log_dir == os.path.join(tmp_path, "exp", "fold-1", "inner")
+    logger.log_metrics({"acc": 0.5}, step=7)
+    logger.save()
+    assert [(e.step, e.value) for e in accumulate(logger.log_dir).Scalars("val-acc")] == [(7, 0.5)]
+    logger.finalize("success")
+
+
+def hparams_in(log_dir: str) -> dict:
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = accumulate(log_dir).SummaryMetadata("_hparams_/session_start_info").plugin_data.content
+    data = plugin_data_pb2.HParamsPluginData.FromString(content)
+    return {name: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
+            for name, value in data.session_start_info.hparams.items()}
+
+
+def test_tensorboard_hyperparameters_and_default_hp_metric(tmp_path):
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_hyperparams({"lr": 0.01, "optimizer": torch.optim.Adam, "net": {"width": 64, "act": "relu"},
+                            "shape": (2, 3), "flag": True})
+    logger.finalize("success")
+    assert hparams_in(logger.log_dir) == {"lr": 0.01, "optimizer": "Adam", "net/width": 64.0, "net/act": "relu",
+                                          "shape": "(2, 3)", "flag": True}
+    assert [(e.step, e.value) for e in accumulate(logger.log_dir).Scalars("hp_metric")] == [(0, -1.0)]
+    assert logger.hparams["net"] == {"width": 64, "act": "relu"}
+
+
+def test_tensorboard_hyperparameters_with_a_metric_or_none(tmp_path):
+    with_metric = TensorBoardLogger(tmp_path, version=0)
+    with_metric.log_hyperparams(Namespace(lr=0.1), metrics={"best_acc": 0.9})
+    with_metric.finalize("success")
+    assert [e.value for e in accumulate(with_metric.log_dir).Scalars("best_acc")] == [pytest.approx(0.9)]
+    without = TensorBoardLogger(tmp_path, version=1, default_hp_metric=False)
+    without.log_hyperparams({"lr": 0.1})
+    without.finalize("success")
+    assert without.hparams == {"lr": 0.1} and not os.path.exists(without.log_dir)  # nothing to write
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(3, 2)
+        self.example_input_array = torch.zeros(1, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x).relu()
+
+
+def test_tensorboard_graph(tmp_path):
+    logger = TensorBoardLogger(tmp_path, log_graph=True)
+    logger.log_graph(Tiny())
+    logger.finalize("success")
+    assert accumulate(logger.log_dir).Tags()["graph"] is True
+    off = TensorBoardLogger(tmp_path)  # log_graph=False: documented no-op
+    off.log_graph(Tiny())
+    assert not os.path.exists(off.log_dir)
+    no_input = TensorBoardLogger(tmp_path, log_graph=True)
+    with pytest.warns(UserWarning, match="example_input_array"):
+        no_input.log_graph(torch.nn.Linear(2, 2))
+
+
+def test_tensorboard_pickles_without_its_writer(tmp_path):
+    logger = TensorBoardLogger(tmp_path)
+    logger.log_metrics({"a": 1.0}, step=0)
+    copy = pickle.loads(pickle.dumps(logger))
+    assert copy._experiment is None and copy.log_dir == logger.log_dir
+    copy.log_metrics({"a": 2.0}, step=1)  # the copy opens its own event file in the same directory
+    copy.finalize("success")
+    logger.finalize("success")
+    assert sorted(e.value for e in accumulate(logger.log_dir).Scalars("a")) == [1.0, 2.0]
+
+
+def test_tensorboard_rejects_unknown_writer_arguments(tmp_path):
+    with pytest.raises(TypeError, match="'flush_every'"):
+        TensorBoardLogger(tmp_path, flush_every=3)
+
+
+def test_missing_tensorboard_is_a_clear_error_and_import_accelkit_does_not_load_it(tmp_path):
+    code = (
+        "import sys, importlib.util\n"
+        "import accelkit, accelkit.loggers\n"
+        "assert 'tensorboard' not in sys.modules, 'import accelkit loaded tensorboard'\n"
+        "real = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name == 'tensorboard' else real(name, *a)\n"
+        "try:\n"
+        f"    accelkit.loggers.TensorBoardLogger({str(tmp_path)!r})\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print(error)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "pip install tensorboard" in result.stdout and 'pip install "accelkit[tensorboard]"' in result.stdout
+
+
+def test_a_trainer_fit_writes_tensorboard_events(tmp_path):
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    trainer = quiet_trainer(tmp_path, max_epochs=2, logger=logger, log_every_n_steps=1)
+    trainer.fit(RegressionModule())
+    logger.finalize("success")
+    events = accumulate(logger.log_dir)
+    steps = [e.step for e in events.Scalars("train_loss_step")]
+    assert steps == sorted(steps) and len(steps) == trainer.global_step
+    assert len(events.Scalars("train_loss_epoch")) == 2
