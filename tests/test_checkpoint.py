@@ -52,7 +52,8 @@ def test_trainer_checkpoint_failure_keeps_last_good_one(tmp_path):
     with pytest.raises(RuntimeError, match="pickling refused halfway"):
         trainer.fit(RegressionModule())
     saved = checkpoint.load(trainer.checkpoint_path)
-    assert (saved["epoch"], saved["global_step"]) == (1, 4)
+    # "epoch" is the 0-based epoch the checkpoint was written in (Lightning's meaning): epoch 1 ended at step 8
+    assert (saved["epoch"], saved["global_step"]) == (1, 8)
     assert temp_files(trainer.checkpoint_path.parent) == []
 
 
@@ -106,7 +107,8 @@ def test_resume_continues_at_the_right_epoch_with_identical_results(tmp_path):
     full, full_trainer = run(tmp_path / "full", 4)
     first, _ = run(tmp_path / "split", 2)
     saved = checkpoint.load(tmp_path / "split" / "checkpoints" / "last.ckpt")
-    assert (saved["epoch"], saved["global_step"]) == (2, 8)
+    assert (saved["epoch"], saved["global_step"]) == (1, 8)  # written at the end of epoch 1 (0-based)
+    assert saved["loops"]["resume_epoch"] == 2
     assert saved["hyper_parameters"] == {"lr": 0.05, "momentum": 0.9}
     assert saved["optimizer_states"][0]["state"]  # momentum buffers are in it
 

@@ -65,14 +65,16 @@ def test_gradient_accumulation_equals_double_batch(tmp_path):
 
 
 class GradientProbe(RegressionModule):
-    """Records the total gradient norm and the largest gradient entry seen by ``on_before_optimizer_step``."""
+    """Records the total gradient norm and the largest gradient entry after ``configure_gradient_clipping`` (as in
+    Lightning, ``on_before_optimizer_step`` runs before clipping)."""
 
     def __init__(self) -> None:
         super().__init__(lr=0.01)
         self.norms: list[float] = []
         self.maxima: list[float] = []
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
         grads = [p.grad for p in self.parameters() if p.grad is not None]
         self.norms.append(float(torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))))
         self.maxima.append(float(max(g.abs().max() for g in grads)))
@@ -268,10 +270,12 @@ class CountingModule(RegressionModule):
         self.seen["test"] += 1
 
 
+# The validation counts include Lightning's sanity check before training: num_sanity_val_steps=2 batches, at most
+# the limit (limit_val_batches=1: one), none when validation is off.
 @pytest.mark.parametrize("limits, seen", [
-    (dict(limit_train_batches=2, limit_val_batches=1), {"train": 4, "val": 2, "test": 2}),
+    (dict(limit_train_batches=2, limit_val_batches=1), {"train": 4, "val": 1 + 2, "test": 2}),
     (dict(limit_train_batches=0.5, limit_val_batches=0, limit_test_batches=1), {"train": 4, "val": 0, "test": 1}),
-    (dict(limit_train_batches=100), {"train": 8, "val": 4, "test": 2}),  # more than there is: all of it
+    (dict(limit_train_batches=100), {"train": 8, "val": 2 + 4, "test": 2}),  # more than there is: all of it
 ])
 def test_limit_batches(tmp_path, limits, seen):
     model = CountingModule()
@@ -282,8 +286,9 @@ def test_limit_batches(tmp_path, limits, seen):
 
 
 def test_fractional_limit_out_of_range_is_a_clear_error(tmp_path):
-    with pytest.raises(accelkit.ConfigurationError, match="limit_fit_batches=1.5"):
-        make_trainer(tmp_path, max_epochs=1, limit_train_batches=1.5).fit(RegressionModule())
+    with pytest.raises(accelkit.ConfigurationError, match=r"limit_train_batches=1.5 is a float, so a fraction: it "
+                                                          r"must be in \[0, 1\]"):
+        make_trainer(tmp_path, max_epochs=1, limit_train_batches=1.5)
 
 
 # ---------------------------------------------------------------------------------------------- precision

@@ -11,6 +11,7 @@
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
+from accelkit.datamodule import DataModule
 from accelkit.errors import AccelkitError, ConfigurationError, PluginConflictError, PluginError, WorkerError
 from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
 from accelkit.module import Module
@@ -18,7 +19,7 @@ from accelkit.precision import MixedPrecision, Precision, TruePrecision
 from accelkit.records import AcceleratorRecord, PrecisionRecord, RunConfig, StrategyRecord
 from accelkit.strategy import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy, Strategy
 from accelkit.trainer import Trainer
-from accelkit.utils import seed_everything
+from accelkit.utils import rank_zero_only, seed_everything
 
 __all__ = [
     "HOOK_API_VERSION",
@@ -27,6 +28,7 @@ __all__ = [
     "AccelkitError",
     "Callback",
     "ConfigurationError",
+    "DataModule",
     "DDPSpawnStrategy",
     "DDPStrategy",
     "MixedPrecision",
@@ -45,5 +47,6 @@ __all__ = [
     "__version__",
     "hookimpl",
     "hookspec",
+    "rank_zero_only",
     "seed_everything",
 ]

@@ -10,6 +10,13 @@ import torch
 from accelkit.utils import batch_size_of
 
 _REDUCERS = ("mean", "sum", "max", "min")
+_CALLABLE_REDUCERS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+
+
+def is_metric_object(value: Any) -> bool:
+    """Whether ``value`` is a metric object (``update``/``compute``/``reset``, as a torchmetrics ``Metric``)."""
+    return not isinstance(value, torch.Tensor) and all(
+        callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
 
 
 @dataclass
@@ -20,9 +27,11 @@ class _Entry:
     logger: bool
     reduce_fx: str
     sync_dist: bool
+    rank_zero_only: bool = False
     step_value: Any = None
     total: Any = None
     weight: Any = 0.0
+    metric: Any = None  # a metric object: its compute() is the epoch value
 
 
 class MetricStore:
@@ -36,42 +45,76 @@ class MetricStore:
         self.entries: dict[str, _Entry] = {}
         self.training = True
         self.current_batch: Any = None
+        #: index of the evaluation loader being run, and how many there are (names get a suffix when > 1)
+        self.dataloader_idx = 0
+        self.num_dataloaders = 1
         #: after :meth:`compute_epoch`: plain names of metrics logged both per step and per epoch, with their
         #: epoch value (``loss`` for ``loss_epoch``), for callbacks and schedulers
         self.epoch_aliases: dict[str, float] = {}
         #: set while an ``on_*_epoch_end`` hook runs: logs there default to epoch values
         self.epoch_end = False
+        #: this process is global rank zero (values logged with ``rank_zero_only`` elsewhere are dropped)
+        self.is_global_zero = True
 
     def reset(self, training: bool) -> None:
-        """Start a new epoch of a loop."""
+        """Start a new epoch of a loop (metric objects logged last epoch are reset)."""
+        for entry in self.entries.values():
+            if entry.metric is not None:
+                entry.metric.reset()
         self.entries = {}
         self.training = training
         self.epoch_aliases = {}
         self.epoch_end = False
 
     def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
-            on_epoch: bool | None, reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
-        if reduce_fx not in _REDUCERS:
+            on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
+            rank_zero_only: bool = False, add_dataloader_idx: bool = True) -> None:
+        """Record one value (see :meth:`accelkit.Module.log`)."""
+        if callable(reduce_fx):
+            if reduce_fx not in _CALLABLE_REDUCERS:
+                raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS} "
+                                 "(or torch.mean/sum/max/min)")
+            reduce_fx = _CALLABLE_REDUCERS[reduce_fx]
+        elif reduce_fx not in _REDUCERS:
             raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}")
+        if add_dataloader_idx and self.num_dataloaders > 1:
+            name = f"{name}/dataloader_idx_{self.dataloader_idx}"
+        if rank_zero_only and not self.is_global_zero:
+            return
+        metric = None
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:
                 raise ValueError(f"log({name!r}): expected a scalar, got a tensor of shape {tuple(value.shape)}")
-            value = value.detach().reshape(())
+            value = value.detach()
+            if value.ndim:
+                value = value.reshape(())
             if not value.is_floating_point():
                 value = value.float()
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             value = float(value)
+        elif is_metric_object(value):
+            metric = value
         else:
-            raise TypeError(f"log({name!r}): value must be a number or a scalar tensor, not {type(value).__name__}")
+            raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
+                            f"update/compute/reset, not {type(value).__name__}")
         on_step = (self.training and not self.epoch_end) if on_step is None else on_step
         on_epoch = (not self.training or self.epoch_end) if on_epoch is None else on_epoch
         entry = self.entries.get(name)
         if entry is None:
-            entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist)
+            entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
+                                                rank_zero_only)
+        if metric is not None:
+            # A metric object keeps its own state (and syncs it across processes in compute()); the step value
+            # is what its forward() returned last, read when the step value is read.
+            entry.metric = metric
+            entry.step_value = getattr(metric, "_forward_cache", None) if on_step else None
+            if entry.step_value is None and on_step:
+                entry.step_value = metric
+            return
         entry.step_value = value
         if on_epoch:
-            weight = float(batch_size if batch_size is not None else batch_size_of(self.current_batch))
             if reduce_fx == "mean":
+                weight = float(batch_size if batch_size is not None else batch_size_of(self.current_batch))
                 contribution = value * weight
                 entry.total = contribution if entry.total is None else entry.total + contribution
                 entry.weight += weight
@@ -93,7 +136,8 @@ class MetricStore:
             if not entry.on_step or entry.step_value is None:
                 continue
             key = f"{name}_step" if entry.on_epoch else name
-            value = float(entry.step_value)
+            raw = entry.step_value
+            value = float(raw.compute() if is_metric_object(raw) else raw)
             if clear:
                 entry.step_value = None
             if entry.logger:
@@ -110,12 +154,18 @@ class MetricStore:
         """
         log, bar = {}, {}
         for name, entry in self.entries.items():
-            if not entry.on_epoch or entry.total is None or name in exclude:
+            if not entry.on_epoch or name in exclude:
                 continue
-            total = entry.total if isinstance(entry.total, torch.Tensor) else torch.tensor(entry.total)
-            value = total / entry.weight if entry.reduce_fx == "mean" else total
-            if entry.sync_dist:
-                value = reduce(value, "mean" if entry.reduce_fx == "mean" else entry.reduce_fx)
+            if entry.metric is not None:
+                value = entry.metric.compute()
+                value = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+            elif entry.total is None:
+                continue
+            else:
+                total = entry.total if isinstance(entry.total, torch.Tensor) else torch.tensor(entry.total)
+                value = total / entry.weight if entry.reduce_fx == "mean" else total
+                if entry.sync_dist and not entry.rank_zero_only:
+                    value = reduce(value, entry.reduce_fx)
             key = f"{name}_epoch" if entry.on_step else name
             result = float(value)
             if entry.on_step:

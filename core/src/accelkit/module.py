@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 import torch
 from torch import nn
 
+from accelkit.hparams import HyperparametersMixin
+from accelkit.module_hooks import CheckpointHooks, DataHooks, ModelHooks
 
-class Module(nn.Module):
-    """A :class:`torch.nn.Module` that knows how to train itself.
+
+class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Module):
+    """A :class:`torch.nn.Module` that knows how to train itself: Lightning's ``LightningModule`` under our name.
 
     Override :meth:`training_step` and :meth:`configure_optimizers`; optionally the evaluation steps, the
-    ``*_dataloader`` methods and the ``on_*`` hooks. Code written for a LightningModule ports by changing the
-    base class: the method names and signatures are the same.
+    ``*_dataloader`` methods and any hook of :class:`~accelkit.module_hooks.ModelHooks`,
+    :class:`~accelkit.module_hooks.DataHooks` and :class:`~accelkit.module_hooks.CheckpointHooks`. Code written
+    for a LightningModule ports by changing the base class: the names and signatures are the same.
     """
+
+    #: ``False`` for manual optimization: ``training_step`` calls ``self.optimizers()``, ``manual_backward`` and
+    #: ``opt.step()`` itself
+    automatic_optimization: bool = True
+    #: ``load_state_dict`` strictness when a checkpoint is restored by the Trainer
+    strict_loading: bool = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.__dict__["_trainer"] = None
-        self.__dict__["hparams"] = {}
+        self.__dict__["example_input_array"] = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
-        state = dict(state)
+        state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
         state["_trainer"] = None  # a Module is pickled into workers without its Trainer
         return state
 
@@ -45,6 +55,14 @@ class Module(nn.Module):
         return torch.device("cpu")
 
     @property
+    def dtype(self) -> torch.dtype:
+        """Floating-point dtype of the module's first floating parameter (``torch.get_default_dtype()`` if none)."""
+        for param in self.parameters():
+            if param.is_floating_point():
+                return param.dtype
+        return torch.get_default_dtype()
+
+    @property
     def current_epoch(self) -> int:
         """The epoch being run (0-based)."""
         return self.trainer.current_epoch if self.trainer else 0
@@ -64,160 +82,194 @@ class Module(nn.Module):
         """This process's index on its node."""
         return self.trainer.local_rank if self.trainer else 0
 
-    def save_hyperparameters(self, **hparams: Any) -> None:
-        """Record hyper-parameters: stored in checkpoints and written by the logger."""
-        self.hparams.update(hparams)
+    @property
+    def logger(self) -> Any:
+        """The Trainer's first logger (``None`` without one)."""
+        return self.trainer.logger if self.trainer else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Every logger of the Trainer."""
+        return self.trainer.loggers if self.trainer else []
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` from the global-zero process only."""
         if self.trainer is None or self.trainer.is_global_zero:
             print(*args, **kwargs)
 
+    def freeze(self) -> None:
+        """Turn gradients off for every parameter and switch to evaluation mode."""
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        """Turn gradients back on for every parameter and switch to training mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, hparams_file: Any = None,
+                             strict: bool | None = None, **kwargs: Any) -> Any:
+        """Rebuild a module from a checkpoint: ``cls(**saved hyperparameters, **kwargs)``, then its weights.
+
+        Loading refuses arbitrary pickled objects (``weights_only=True``); pass ``weights_only=False`` among
+        ``kwargs`` only for a checkpoint you trust.
+        """
+        from accelkit.hparams import load_from_checkpoint
+
+        return load_from_checkpoint(cls, checkpoint_path, map_location=map_location, hparams_file=hparams_file,
+                                    strict=cls.strict_loading if strict is None else strict, **kwargs)
+
     # ----------------------------------------------------------------- steps
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        """Compute the loss of one batch: return the loss tensor, a dict with ``"loss"``, or ``None`` to skip."""
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """What ``self(x)`` computes; override it (``training_step`` usually calls it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define forward(); `self(x)` needs it")
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Compute the loss of one batch ``(batch, batch_idx)``: return the loss tensor, a dict with ``"loss"``,
+        or ``None`` to skip the batch. ``training_step(self, batch)`` without ``batch_idx`` is accepted."""
         raise NotImplementedError(f"{type(self).__name__} must implement training_step(batch, batch_idx) to be fit")
 
-    def validation_step(self, batch: Any, batch_idx: int) -> Any:
-        """Evaluate one validation batch (log metrics with :meth:`log`)."""
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate one validation batch ``(batch, batch_idx[, dataloader_idx])`` and log metrics with :meth:`log`."""
 
-    def test_step(self, batch: Any, batch_idx: int) -> Any:
-        """Evaluate one test batch (log metrics with :meth:`log`)."""
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate one test batch ``(batch, batch_idx[, dataloader_idx])`` and log metrics with :meth:`log`."""
 
-    def predict_step(self, batch: Any, batch_idx: int) -> Any:
-        """Return the prediction for one batch; by default ``self(batch)`` (or ``self(batch[0])`` for tuples)."""
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """Return the prediction for one batch; by default ``self(batch)`` (``self(batch[0])`` for tuples)."""
         if isinstance(batch, (list, tuple)):
             return self(batch[0])
         return self(batch)
 
     def configure_optimizers(self) -> Any:
-        """Return an optimizer, a list of them, ``(optimizers, schedulers)``, or a dict
+        """Return an optimizer, a list of them, ``(optimizers, schedulers)``, a dict
         ``{"optimizer": ..., "lr_scheduler": scheduler or {"scheduler": ..., "interval": "epoch"|"step",
-        "frequency": 1, "monitor": "val_loss"}}``."""
+        "frequency": 1, "monitor": "val_loss", "name": ..., "strict": True}}`` or a list of such dicts."""
         raise NotImplementedError(f"{type(self).__name__} must implement configure_optimizers() to be fit")
 
-    # ----------------------------------------------------------------- data (optional)
-    def train_dataloader(self) -> Any:
-        """Training data, when not passed to :meth:`Trainer.fit`."""
-        return None
-
-    def val_dataloader(self) -> Any:
-        """Validation data, when not passed to :meth:`Trainer.fit`/``validate``."""
-        return None
-
-    def test_dataloader(self) -> Any:
-        """Test data, when not passed to :meth:`Trainer.test`."""
-        return None
-
-    def predict_dataloader(self) -> Any:
-        """Prediction data, when not passed to :meth:`Trainer.predict`."""
-        return None
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module needs (a callback or a list); they replace Trainer callbacks of the same type."""
+        return []
 
     # ----------------------------------------------------------------- logging
-    def log(
-        self,
-        name: str,
-        value: Any,
-        prog_bar: bool = False,
-        logger: bool = True,
-        on_step: bool | None = None,
-        on_epoch: bool | None = None,
-        reduce_fx: str = "mean",
-        sync_dist: bool = False,
-        batch_size: int | None = None,
-    ) -> None:
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
+            on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
+            enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+            add_dataloader_idx: bool = True, batch_size: int | None = None, metric_attribute: str | None = None,
+            rank_zero_only: bool = False) -> None:
         """Record a metric.
 
         :param name: the metric's name.
-        :param value: a number or a scalar tensor. Tensors are kept on the device: the Trainer reads them only
-            every ``log_every_n_steps`` steps and at epoch end, so logging costs no host sync per step.
+        :param value: a number, a scalar tensor, or a metric object with ``update``/``compute``/``reset``
+            (a torchmetrics ``Metric``): its ``compute()`` is the epoch value, and it is reset after each epoch.
+            Tensors stay on the device: the Trainer reads them every ``log_every_n_steps`` steps and at epoch end.
         :param prog_bar: show it in the progress bar.
-        :param logger: send it to the logger.
+        :param logger: send it to the loggers (default ``True``).
         :param on_step: log the per-step value (default: ``True`` in training, ``False`` in evaluation).
         :param on_epoch: log the epoch aggregate (default: ``False`` in training, ``True`` in evaluation).
-        :param reduce_fx: epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``.
+        :param reduce_fx: epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``
+            (or ``torch.mean``/``torch.sum``/``torch.max``/``torch.min``).
         :param sync_dist: reduce the epoch aggregate across processes with ``reduce_fx``.
         :param batch_size: weight for the mean (default: the batch's first dimension).
+        :param rank_zero_only: the value is known on rank 0 only: it is not reduced and other ranks' values
+            are not used (callbacks on other ranks do not see it).
+        :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N``.
         """
-        if self.trainer is None:
+        trainer = self.trainer
+        if trainer is None:
             raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run")
-        self.trainer._metrics.log(name, value, prog_bar=prog_bar, logger=logger, on_step=on_step,
-                                  on_epoch=on_epoch, reduce_fx=reduce_fx, sync_dist=sync_dist, batch_size=batch_size)
+        if sync_dist_group is not None:
+            raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
+        if enable_graph:
+            raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
+        trainer._metrics.log(name, value, prog_bar=prog_bar, logger=True if logger is None else logger,
+                             on_step=on_step, on_epoch=on_epoch, reduce_fx=reduce_fx, sync_dist=sync_dist,
+                             batch_size=batch_size, rank_zero_only=rank_zero_only,
+                             add_dataloader_idx=add_dataloader_idx)
 
-    def log_dict(self, metrics: dict[str, Any], **kwargs: Any) -> None:
-        """:meth:`log` each item of ``metrics`` with the same options."""
-        for name, value in metrics.items():
+    def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
+        """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
+        for name, value in dictionary.items():
             self.log(name, value, **kwargs)
 
-    # ----------------------------------------------------------------- hooks
-    def on_post_move_to_device(self) -> None:
-        """Called right after the module is moved to its device: tie shared weights again here."""
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather tensors (or nested collections of them) from every process along a new first dimension."""
+        from accelkit.utils import apply_to_tensors
 
-    def on_fit_start(self) -> None:
-        """Before the first training epoch."""
+        if group is not None:
+            raise ValueError("all_gather(group=...) is not supported; it gathers from every process")
+        strategy = self.trainer.strategy if self.trainer else None
+        if strategy is None:
+            return apply_to_tensors(data, lambda t: t.unsqueeze(0))
 
-    def on_fit_end(self) -> None:
-        """After the last training epoch."""
+        def gather(t: torch.Tensor) -> torch.Tensor:
+            if sync_grads:
+                raise ValueError("all_gather(sync_grads=True) is not supported here")
+            return strategy.all_gather(t)
 
-    def on_train_start(self) -> None:
-        """Before training starts (after ``on_fit_start``)."""
+        return apply_to_tensors(data, gather)
 
-    def on_train_end(self) -> None:
-        """After training ends."""
+    # ----------------------------------------------------------------- manual optimization
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizers of the run: one if there is one, else a list (wrapped so ``step`` goes through the
+        precision and strategy; ``use_pl_optimizer=False`` gives the raw ``torch.optim`` objects)."""
+        trainer = self._require_trainer("optimizers()")
+        opts = trainer._optim.wrapped if use_pl_optimizer else trainer.optimizers
+        return opts[0] if len(opts) == 1 else list(opts)
 
-    def on_train_epoch_start(self) -> None:
-        """Before each training epoch."""
+    def lr_schedulers(self) -> Any:
+        """The schedulers of the run: ``None``, one, or a list."""
+        trainer = self._require_trainer("lr_schedulers()")
+        scheds = [c.scheduler for c in trainer.lr_scheduler_configs]
+        return None if not scheds else scheds[0] if len(scheds) == 1 else scheds
 
-    def on_train_epoch_end(self) -> None:
-        """After each training epoch."""
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Back-propagate in manual optimization, through the precision (loss scaling) and the strategy, with
+        the ``on_before_backward``/``on_after_backward`` hooks."""
+        trainer = self._require_trainer("manual_backward()")
+        if self.automatic_optimization:
+            raise RuntimeError("manual_backward() is for manual optimization; set `self.automatic_optimization = "
+                               "False` in __init__, or return the loss from training_step")
+        trainer._optim.backward(loss, *args, **kwargs)
 
-    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
-        """Before each training batch."""
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Let only ``optimizer``'s parameters require gradients (others are frozen until
+        :meth:`untoggle_optimizer`)."""
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        saved = self.__dict__.setdefault("_toggled", {})
+        for param in self.parameters():
+            if id(param) not in mine and id(param) not in saved:
+                saved[id(param)] = param.requires_grad
+                param.requires_grad = False
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """After each training batch."""
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Restore ``requires_grad`` of the parameters :meth:`toggle_optimizer` froze."""
+        saved = self.__dict__.pop("_toggled", {})
+        for param in self.parameters():
+            if id(param) in saved:
+                param.requires_grad = saved[id(param)]
 
-    def on_validation_start(self) -> None:
-        """Before a validation run."""
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """:meth:`toggle_optimizer` for the duration of a ``with`` block."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
 
-    def on_validation_end(self) -> None:
-        """After a validation run."""
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Clip the gradients of ``optimizer``'s parameters by norm (default) or value, after bringing them to
+        their true scale (a gradient scaler's ``unscale_``)."""
+        trainer = self._require_trainer("clip_gradients()")
+        trainer._optim.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
 
-    def on_validation_epoch_start(self) -> None:
-        """Before each validation epoch."""
-
-    def on_validation_epoch_end(self) -> None:
-        """After each validation epoch."""
-
-    def on_test_start(self) -> None:
-        """Before the test run."""
-
-    def on_test_end(self) -> None:
-        """After the test run."""
-
-    def on_test_epoch_start(self) -> None:
-        """Before the test epoch."""
-
-    def on_test_epoch_end(self) -> None:
-        """After the test epoch."""
-
-    def on_predict_start(self) -> None:
-        """Before prediction."""
-
-    def on_predict_end(self) -> None:
-        """After prediction."""
-
-    def on_before_backward(self, loss: torch.Tensor) -> None:
-        """Before ``loss.backward()``."""
-
-    def on_after_backward(self) -> None:
-        """After the backward pass, before gradients are reduced, unscaled or clipped."""
-
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Before each optimizer step, after clipping."""
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Before a checkpoint is written; may add entries."""
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """After a checkpoint is read, before it is applied."""
+    def _require_trainer(self, what: str) -> Any:
+        if self.trainer is None or getattr(self.trainer, "_optim", None) is None:
+            raise RuntimeError(f"{type(self).__name__}.{what} is only available while a Trainer fits the module")
+        return self.trainer

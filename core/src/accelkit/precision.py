@@ -47,9 +47,14 @@ class Precision:
         """Context around training/evaluation steps (autocast, for mixed precision)."""
         return contextlib.nullcontext()
 
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss to back-propagate (a gradient scaler multiplies it); used when the Module overrides
+        ``backward``, so the override still gets a scaled loss."""
+        return loss
+
     def backward(self, loss: torch.Tensor) -> None:
         """Back-propagate ``loss``."""
-        loss.backward()
+        self.scale_loss(loss).backward()
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients to their true scale before clipping (a no-op without a gradient scaler)."""
@@ -124,13 +129,19 @@ class MixedPrecision(Precision):
     def forward_context(self) -> contextlib.AbstractContextManager:
         return torch.autocast(device_type=self.accelerator.autocast_device_type, dtype=self.dtype)
 
-    def backward(self, loss: torch.Tensor) -> None:
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         scaler = self._ensure_scaler()
-        (scaler.scale(loss) if scaler is not None else loss).backward()
+        return scaler.scale(loss) if scaler is not None else loss
 
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Unscale once per step: a second call in the same step (clipping after the hook) does nothing."""
         scaler = self._ensure_scaler()
-        if scaler is not None:
+        if scaler is None:
+            return
+        from torch.amp.grad_scaler import OptState
+
+        state = scaler._per_optimizer_states[id(optimizer)]
+        if state["stage"] is not OptState.UNSCALED:
             scaler.unscale_(optimizer)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool | None:

@@ -25,6 +25,9 @@ from accelkit.errors import ConfigurationError, WorkerError
 from accelkit.utils import move_to_device
 
 
+_NULL_CONTEXT = contextlib.nullcontext()
+
+
 class Strategy:
     """Base class: how the module, the data and the optimizer are laid out, and how processes talk.
 
@@ -91,8 +94,12 @@ class Strategy:
 
     @property
     def root_device(self) -> torch.device:
-        """The device this process computes on."""
-        return self.accelerator.device(self.devices[self.local_rank])
+        """The device this process computes on (computed once per local rank)."""
+        rank = self.local_rank
+        cached = self.__dict__.get("_root_device")
+        if cached is None or cached[0] != rank:
+            cached = self.__dict__["_root_device"] = (rank, self.accelerator.device(self.devices[rank]))
+        return cached[1]
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:
@@ -177,10 +184,10 @@ class Strategy:
     def step_end(self) -> None:
         """Called after every optimizer step (a lazy device cuts its graph here)."""
 
-    @contextlib.contextmanager
     def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
-        """Skip gradient synchronisation inside this context (used while accumulating gradients)."""
-        yield
+        """Skip gradient synchronisation inside this context (used while accumulating gradients); a null
+        context where there is nothing to skip."""
+        return _NULL_CONTEXT
 
     # ----------------------------------------------------------------- collectives
     def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
@@ -345,13 +352,10 @@ class DDPStrategy(Strategy):
             self.accelerator, "ddp_device_ids") else None
         return nn.parallel.DistributedDataParallel(StepRouter(module), device_ids=device_ids, **self.options)
 
-    @contextlib.contextmanager
     def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
         if enabled and isinstance(model, nn.parallel.DistributedDataParallel):
-            with model.no_sync():
-                yield
-        else:
-            yield
+            return model.no_sync()
+        return _NULL_CONTEXT
 
     def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
         if not dist.is_initialized():

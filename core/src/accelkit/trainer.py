@@ -1,92 +1,111 @@
-"""``accelkit.Trainer``: resolves the run from strings, launches it, and drives the loops."""
+"""``accelkit.Trainer``: resolves the run from strings, launches it, and reports its state.
+
+The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in :mod:`accelkit.optim`.
+"""
 
 from __future__ import annotations
 
-import itertools
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import torch
 
-from accelkit import checkpoint as ckpt
-from accelkit.__about__ import __version__
-from accelkit.callbacks import Callback
+from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
-from accelkit.loggers import CSVLogger
-from accelkit.metrics import MetricStore
-from accelkit.module import Module
 from accelkit.plugins import PluginManager
 from accelkit.resolve import Composition, compose, print_notices
-from accelkit.sampler import distribute_dataloader
+from accelkit.trainer_args import CLOUD_ONLY, check_barebones, check_run_arguments
+from accelkit.trainer_props import TrainerProperties
 
-_STAGES = ("fit", "validate", "test", "predict")
+
+@dataclass
+class TrainerState:
+    """What the Trainer is doing: ``fn`` is the entry point (``"fit"``, ``"validate"``, ``"test"``,
+    ``"predict"``); ``stage`` the loop running now (``"train"``, ``"sanity_check"``, ``"validate"``, ...)."""
+
+    fn: str | None = None
+    stage: str | None = None
 
 
-class Trainer:
-    """Compose a run from names and drive it.
+class Trainer(TrainerProperties):
+    """Compose a run from names and drive it: Lightning's ``Trainer`` arguments, resolved through plugins.
 
     :param accelerator: an accelerator name (``"cpu"``, or any a plugin provides, with aliases), an
         :class:`~accelkit.Accelerator` instance, or ``"auto"``: the available accelerator of highest priority.
-    :param devices: how many devices, which ones (``[1]``, ``"0,1"``), or ``"auto"``. Each accelerator
-        documents what it accepts.
     :param strategy: a strategy name (``"ddp_spawn"``...), a :class:`~accelkit.Strategy`, or ``"auto"``.
+    :param devices: how many devices, which ones (``[1]``, ``"0,1"``), or ``"auto"``.
+    :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``).
     :param precision: ``"32-true"`` (default), ``"64-true"``, ``"bf16-mixed"``, ``"16-mixed"`` ..., as the
         accelerator's plugins provide; ints such as ``16`` are aliases.
-    :param plugins: plugin objects to register (anything with :data:`accelkit.hookimpl` functions), strategy
-        or precision names/instances (``"tpu_spawn_debug"``), and ``"no:NAME"`` to block an installed plugin.
-    :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``).
-    :param max_epochs: stop after this many epochs (default 1000 if ``max_steps`` is not set either).
+    :param logger: ``True`` (default) for a :class:`~accelkit.loggers.CSVLogger` under ``default_root_dir``,
+        ``False``/``None`` for none, a logger, or a list of loggers.
+    :param callbacks: :class:`~accelkit.Callback` instances (one or a list).
+    :param fast_dev_run: run 1 (``True``) or N batches of every loop once, without loggers or checkpoints.
+    :param max_epochs: stop after this many epochs (default 1000 if ``max_steps`` is not set; ``-1``: no limit).
+    :param min_epochs: a stop requested earlier (early stopping) waits for this many epochs.
     :param max_steps: stop after this many optimizer steps (``-1``: no limit).
+    :param min_steps: a stop requested earlier waits for this many steps.
+    :param max_time: stop after this long: ``"DD:HH:MM:SS"``, a ``timedelta`` or a dict of its arguments.
     :param limit_train_batches: batches per training epoch: an int, or a float fraction (``None``: all).
     :param limit_val_batches: likewise for validation (``0`` turns validation off).
     :param limit_test_batches: likewise for testing.
     :param limit_predict_batches: likewise for prediction.
-    :param check_val_every_n_epoch: validate after every N-th training epoch.
+    :param overfit_batches: train (and validate) on this many batches (or fraction) of the training data, unshuffled.
+    :param val_check_interval: validate every N training batches (int) or every fraction of an epoch (float).
+    :param check_val_every_n_epoch: validate after every N-th training epoch (``None``: count batches across
+        epochs with an int ``val_check_interval``).
+    :param num_sanity_val_steps: validation batches run before training to catch bugs early (``-1``: all).
     :param log_every_n_steps: how often per-step metrics are read from the device and logged.
+    :param enable_checkpointing: add a :class:`~accelkit.callbacks.ModelCheckpoint` writing
+        ``<default_root_dir>/checkpoints/last.ckpt`` unless one is given.
+    :param enable_progress_bar: show a tqdm bar (global-zero process only).
+    :param enable_model_summary: print a table of the module's layers and parameter counts at fit start.
     :param accumulate_grad_batches: sum gradients over this many batches per optimizer step.
     :param gradient_clip_val: clip gradients to this norm (or value); ``None``: no clipping.
-    :param gradient_clip_algorithm: ``"norm"`` or ``"value"``.
-    :param enable_progress_bar: show a tqdm bar (global-zero process only).
-    :param enable_checkpointing: write ``<default_root_dir>/checkpoints/last.ckpt`` after each epoch.
-    :param logger: ``True`` for a :class:`~accelkit.loggers.CSVLogger`, ``False``/``None`` for none, or a logger.
-    :param callbacks: :class:`~accelkit.Callback` instances.
+    :param gradient_clip_algorithm: ``"norm"`` (default) or ``"value"``.
+    :param deterministic: ``True`` makes torch use deterministic algorithms (``"warn"``: warn where impossible).
+    :param benchmark: the value of ``torch.backends.cudnn.benchmark`` during the run (``None``: unchanged).
+    :param inference_mode: evaluate under ``torch.inference_mode()`` (``False``: ``torch.no_grad()``).
+    :param use_distributed_sampler: in a distributed run, give each rank its shard of the data (a sampler
+        that already knows its rank is left as it is).
+    :param profiler: ``"simple"``, ``"pytorch"``, a :class:`~accelkit.profilers.Profiler`, or ``None``.
+    :param detect_anomaly: run with ``torch.autograd.detect_anomaly()``.
+    :param barebones: turn off everything that costs time per step (logging, bar, checkpoints, summary).
+    :param plugins: plugin objects to register, strategy or precision names/instances (``"tpu_spawn_debug"``),
+        and ``"no:NAME"`` to block an installed plugin.
+    :param sync_batchnorm: turn batch-norm layers into ``SyncBatchNorm`` in distributed runs.
+    :param reload_dataloaders_every_n_epochs: request the loaders again every N epochs.
     :param default_root_dir: where logs and checkpoints go (default: the working directory).
-    :param use_distributed_sampler: in a distributed run, give each rank its shard of the data.
     :param seed: base seed for the distributed sampler's shuffling (default ``ACCELKIT_SEED`` or 0).
     :param legacy_arguments: other keyword arguments (old spellings such as a ``*_cores=`` argument); a plugin
         translates them or the Trainer raises ``TypeError``.
     """
 
     def __init__(
-        self,
-        accelerator: Any = "auto",
-        devices: Any = "auto",
-        strategy: Any = "auto",
-        precision: Any = "32-true",
-        plugins: Any = None,
-        num_nodes: int = 1,
-        max_epochs: int | None = None,
-        max_steps: int = -1,
-        limit_train_batches: int | float | None = None,
-        limit_val_batches: int | float | None = None,
-        limit_test_batches: int | float | None = None,
-        limit_predict_batches: int | float | None = None,
-        check_val_every_n_epoch: int = 1,
-        log_every_n_steps: int = 50,
-        accumulate_grad_batches: int = 1,
-        gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str = "norm",
-        enable_progress_bar: bool = True,
-        enable_checkpointing: bool = True,
-        logger: Any = True,
-        callbacks: Iterable[Callback] | None = None,
-        default_root_dir: str | os.PathLike | None = None,
-        use_distributed_sampler: bool = True,
-        seed: int | None = None,
-        **legacy_arguments: Any,
+        self, *,
+        accelerator: Any = "auto", strategy: Any = "auto", devices: Any = "auto", num_nodes: int = 1,
+        precision: Any = "32-true", logger: Any = None, callbacks: Iterable[Callback] | Callback | None = None,
+        fast_dev_run: int | bool = False, max_epochs: int | None = None, min_epochs: int | None = None,
+        max_steps: int = -1, min_steps: int | None = None, max_time: Any = None,
+        limit_train_batches: int | float | None = None, limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None, limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0, val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1, num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None, enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None, enable_model_summary: bool | None = None,
+        accumulate_grad_batches: int = 1, gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None, deterministic: Any = None, benchmark: bool | None = None,
+        inference_mode: bool = True, use_distributed_sampler: bool = True, profiler: Any = None,
+        detect_anomaly: bool = False, barebones: bool = False, plugins: Any = None, sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
+        seed: int | None = None, **legacy_arguments: Any,
     ) -> None:
+        for name, reason in CLOUD_ONLY.items():
+            if legacy_arguments.pop(name, None) is not None:
+                raise ConfigurationError(reason)
         plugin_list = plugins if isinstance(plugins, (list, tuple)) else ([] if plugins is None else [plugins])
         self._blocked = [p[3:] for p in plugin_list if isinstance(p, str) and p.startswith("no:")]
         names = [p for p in plugin_list if isinstance(p, str) and not p.startswith("no:")]
@@ -96,37 +115,43 @@ class Trainer:
         from accelkit.precision import Precision
         from accelkit.strategy import Strategy
 
-        hook_plugins = [p for p in self._plugin_objects if not isinstance(p, (Strategy, Precision))]
         manager = self.plugin_manager
-        for obj in hook_plugins:
-            manager.add_plugin(obj)
+        for obj in self._plugin_objects:
+            if not isinstance(obj, (Strategy, Precision)):
+                manager.add_plugin(obj)
         arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
                      "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
         manager.hook.accelkit_translate_arguments(arguments=arguments)
         if arguments["extra"]:
-            unknown = ", ".join(sorted(arguments["extra"]))
-            raise TypeError(f"Trainer() got unexpected keyword argument(s): {unknown}")
+            raise TypeError(f"Trainer() got unexpected keyword argument(s): {', '.join(sorted(arguments['extra']))}")
 
-        problems = []
-        if max_epochs is not None and (not isinstance(max_epochs, int) or max_epochs < 0):
-            problems.append(f"max_epochs={max_epochs!r} must be an int >= 0 (or None).")
-        if not isinstance(accumulate_grad_batches, int) or accumulate_grad_batches < 1:
-            problems.append(f"accumulate_grad_batches={accumulate_grad_batches!r} must be an int >= 1.")
-        if gradient_clip_algorithm not in ("norm", "value"):
-            problems.append(f"gradient_clip_algorithm={gradient_clip_algorithm!r} must be 'norm' or 'value'.")
-        if not isinstance(log_every_n_steps, int) or log_every_n_steps < 1:
-            problems.append(f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1.")
+        run_args = dict(
+            max_epochs=max_epochs, max_steps=max_steps, min_epochs=min_epochs, min_steps=min_steps,
+            accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm, log_every_n_steps=log_every_n_steps or 50,
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            val_check_interval=1.0 if val_check_interval is None else val_check_interval,
+            num_sanity_val_steps=2 if num_sanity_val_steps is None else num_sanity_val_steps,
+            fast_dev_run=fast_dev_run, reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+            deterministic=deterministic, limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches, overfit_batches=overfit_batches)
+        problems = check_run_arguments(run_args)
+        if barebones:
+            check_barebones(dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
+                                 enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
+                                 detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps), problems)
         try:
-            composition = compose(
-                manager,
-                accelerator=arguments["accelerator"],
-                devices=arguments["devices"],
-                strategy=arguments["strategy"],
-                precision=arguments["precision"],
-                num_nodes=arguments["num_nodes"],
-                plugin_names=names,
-                plugin_objects=self._plugin_objects,
-            )
+            from accelkit.loops.fit import parse_max_time
+
+            self.max_time = parse_max_time(max_time)
+        except ValueError as exc:
+            problems.append(str(exc))
+        try:
+            composition = compose(manager, accelerator=arguments["accelerator"], devices=arguments["devices"],
+                                  strategy=arguments["strategy"], precision=arguments["precision"],
+                                  num_nodes=arguments["num_nodes"], plugin_names=names,
+                                  plugin_objects=self._plugin_objects)
         except ConfigurationError as exc:
             raise ConfigurationError(problems + exc.problems) from None
         if problems:
@@ -134,31 +159,80 @@ class Trainer:
         print_notices(composition.notices)
         self._composition: Composition = composition
 
-        self.max_epochs = max_epochs if max_epochs is not None else (1000 if max_steps == -1 else None)
-        self.max_steps = max_steps
-        self.limits = {"fit": limit_train_batches, "validate": limit_val_batches, "test": limit_test_batches,
-                       "predict": limit_predict_batches}
+        self.fast_dev_run = fast_dev_run
+        fast = int(fast_dev_run)
+        self.barebones = barebones
+        self.default_root_dir = Path(default_root_dir or os.getcwd())
+        self.max_steps = fast if fast else max_steps
+        self.max_epochs = 1 if fast else (max_epochs if max_epochs is not None else (1000 if max_steps == -1
+                                                                                     else None))
+        self.min_epochs, self.min_steps = min_epochs, min_steps
+        if fast:
+            limits = [fast] * 4
+        else:
+            limits = [limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches]
+            if overfit_batches:
+                limits[0] = limits[1] = overfit_batches
+        self.limits = dict(zip(("fit", "validate", "test", "predict"), limits))
+        self.overfit_batches = overfit_batches
+        self.val_check_interval = run_args["val_check_interval"]
         self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.log_every_n_steps = log_every_n_steps
+        self.num_sanity_val_steps = 0 if fast or barebones else run_args["num_sanity_val_steps"]
+        self.log_every_n_steps = run_args["log_every_n_steps"]
         self.accumulate_grad_batches = accumulate_grad_batches
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
-        self.enable_progress_bar = enable_progress_bar
-        self.enable_checkpointing = enable_checkpointing
-        self.default_root_dir = Path(default_root_dir or os.getcwd())
-        self.logger = CSVLogger(self.default_root_dir) if logger is True else (logger or None)
-        self.callbacks = list(callbacks or [])
+        self.deterministic, self.benchmark = deterministic, benchmark
+        self.inference_mode = inference_mode
+        self.detect_anomaly = detect_anomaly
+        self.sync_batchnorm = sync_batchnorm
+        self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
+        self.enable_progress_bar = not barebones and enable_progress_bar is not False
+        self.enable_model_summary = not barebones and enable_model_summary is not False
+        self.enable_checkpointing = not (fast or barebones) and enable_checkpointing is not False
         self.use_distributed_sampler = use_distributed_sampler
-        self.seed = seed if seed is not None else int(os.environ.get("ACCELKIT_SEED", 0))
+        self.seed = seed if seed is not None else _env_seed()
+        self.loggers = [] if fast or barebones else _loggers(logger, self.default_root_dir)
+        from accelkit.profilers import resolve_profiler
+
+        self.profiler = resolve_profiler(profiler)
+        self.callbacks = _callback_list(callbacks)
+        from accelkit.callbacks import Checkpoint, ModelCheckpoint
+
+        if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
+            self.callbacks.append(ModelCheckpoint(dirpath=self.default_root_dir / "checkpoints", save_last=True))
+        elif enable_checkpointing is False and any(isinstance(c, Checkpoint) for c in self.callbacks):
+            raise ConfigurationError("enable_checkpointing=False but a ModelCheckpoint is among the callbacks; "
+                                     "remove one of them")
+        if fast:
+            print(f"accelkit: fast_dev_run={fast_dev_run}: every loop runs {fast} batch(es); logging and "
+                  "checkpointing are off.")
+        self._reset_run_state()
+
+    def _reset_run_state(self) -> None:
+        from accelkit.metrics import MetricStore
 
         self.current_epoch = 0
         self.global_step = 0
-        self.callback_metrics: dict[str, float] = {}
-        self.logged_metrics: dict[str, float] = {}
+        self.callback_metrics: dict[str, Any] = {}
+        self.logged_metrics: dict[str, Any] = {}
         self.progress_bar_metrics: dict[str, float] = {}
         self.should_stop = False
+        self.sanity_checking = False
+        self.is_last_batch = False
+        self.num_training_batches: int | None = None
+        self.state = TrainerState()
+        self.datamodule: Any = None
+        self.ckpt_path: Any = None
         self._metrics = MetricStore()
-        self.state_stage: str | None = None
+        self._module: Any = None
+        self._model: Any = None
+        self._optim: Any = None
+        self._optimizers: list[Any] = []
+        self._schedulers: list[Any] = []
+        self._worker_training_state: Any = None
+        self._warned_hooks = False
+        self._epoch_training_done = False
 
     # ----------------------------------------------------------------- composition
     @property
@@ -171,6 +245,7 @@ class Trainer:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_manager"] = None  # pluggy managers hold modules; workers rebuild theirs
+        state["_hooks"] = state["_data"] = state["_publisher"] = state["_optim"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -182,207 +257,104 @@ class Trainer:
             if not isinstance(obj, (Strategy, Precision)):
                 self.plugin_manager.add_plugin(obj)
 
-    @property
-    def accelerator(self) -> Any:
-        """The resolved :class:`~accelkit.Accelerator`."""
-        return self._composition.accelerator
-
-    @property
-    def strategy(self) -> Any:
-        """The resolved :class:`~accelkit.Strategy`."""
-        return self._composition.strategy
-
-    @property
-    def precision(self) -> Any:
-        """The resolved :class:`~accelkit.Precision`."""
-        return self._composition.precision
-
-    @property
-    def config(self) -> Any:
-        """The resolved :class:`~accelkit.RunConfig`."""
-        return self._composition.config
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes/replicas."""
-        return self.strategy.world_size
-
-    @property
-    def global_rank(self) -> int:
-        """This process's index among all."""
-        return self.strategy.global_rank
-
-    @property
-    def local_rank(self) -> int:
-        """This process's index on its node."""
-        return self.strategy.local_rank
-
-    @property
-    def is_global_zero(self) -> bool:
-        """Whether this process writes files and prints."""
-        return self.strategy.is_global_zero
-
-    @property
-    def checkpoint_path(self) -> Path:
-        """Where ``last.ckpt`` is written."""
-        return self.default_root_dir / "checkpoints" / "last.ckpt"
-
     # ----------------------------------------------------------------- public entry points
-    def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
+    def fit(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, datamodule: Any = None,
             ckpt_path: str | os.PathLike | None = None, weights_only: bool = True) -> None:
-        """Train ``model``.
+        """Train ``model`` on loaders, a DataModule (``fit(model, dm)`` or ``datamodule=dm``) or its own
+        ``*_dataloader`` methods.
 
-        :param ckpt_path: resume from this checkpoint (``"last"``: this Trainer's ``last.ckpt``). Training
-            continues at the epoch after the one saved.
+        :param ckpt_path: resume from this checkpoint (``"last"``, ``"best"`` or a path).
         :param weights_only: load the checkpoint with ``torch.load(weights_only=True)`` (refuses arbitrary
             pickled objects); set ``False`` only for checkpoints you trust.
         """
-        self._launch("fit", model, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path, weights_only)
+        from accelkit.launching import launch
 
-    def validate(self, model: Module, dataloaders: Any = None, ckpt_path: Any = None,
-                 weights_only: bool = True) -> list[dict[str, float]]:
-        """Run the validation loop once; returns the epoch metrics."""
-        return self._launch("validate", model, {"val": dataloaders}, ckpt_path, weights_only)
+        train_dataloaders, datamodule = _split_datamodule(train_dataloaders, datamodule, "train_dataloaders")
+        launch(self, "fit", model, datamodule, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path,
+               weights_only, {})
 
-    def test(self, model: Module, dataloaders: Any = None, ckpt_path: Any = None,
-             weights_only: bool = True) -> list[dict[str, float]]:
-        """Run the test loop once; returns the epoch metrics."""
-        return self._launch("test", model, {"test": dataloaders}, ckpt_path, weights_only)
+    def validate(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
+                 datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:
+        """Run the validation loop once; returns one metrics dict per loader. Without ``model``, the module of
+        the last ``fit`` (with the best checkpoint's weights when a ModelCheckpoint recorded one)."""
+        from accelkit.launching import launch
 
-    def predict(self, model: Module, dataloaders: Any = None, ckpt_path: Any = None,
-                weights_only: bool = True) -> list[Any]:
-        """Return the predictions of every batch (on the CPU; those of the global-zero rank when distributed)."""
-        return self._launch("predict", model, {"predict": dataloaders}, ckpt_path, weights_only)
+        dataloaders, datamodule = _split_datamodule(dataloaders, datamodule, "dataloaders")
+        return launch(self, "validate", model, datamodule, {"val": dataloaders}, ckpt_path, weights_only,
+                      {"verbose": verbose})
 
-    def save_checkpoint(self, path: str | os.PathLike, model: Module | None = None,
-                        optimizers: list[Any] | None = None) -> None:
-        """Write a checkpoint of the current state atomically (call inside a run or with ``model``)."""
-        model = model if model is not None else getattr(self, "_module", None)
+    def test(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
+             datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:
+        """Run the test loop once; returns one metrics dict per loader (see :meth:`validate` for ``model``)."""
+        from accelkit.launching import launch
+
+        dataloaders, datamodule = _split_datamodule(dataloaders, datamodule, "dataloaders")
+        return launch(self, "test", model, datamodule, {"test": dataloaders}, ckpt_path, weights_only,
+                      {"verbose": verbose})
+
+    def predict(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
+                return_predictions: bool | None = None, ckpt_path: Any = None, weights_only: bool = True) -> Any:
+        """Return the predictions of every batch (on the CPU; those of the global-zero rank when distributed);
+        ``None`` with ``return_predictions=False``."""
+        from accelkit.launching import launch
+
+        dataloaders, datamodule = _split_datamodule(dataloaders, datamodule, "dataloaders")
+        return launch(self, "predict", model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
+                      {"return_predictions": True if return_predictions is None else return_predictions})
+
+    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False, model: Any = None,
+                        storage_options: Any = None) -> None:
+        """Write a checkpoint of the current state atomically (inside a run, every process calls it; after a
+        run, or with ``model``, in the caller)."""
+        from accelkit.loops.checkpointing import dump
+
+        if storage_options is not None:
+            raise ValueError("save_checkpoint(storage_options=...) is not supported: checkpoints go to a local path")
+        model = model if model is not None else self._module
         if model is None:
             raise ValueError("Trainer.save_checkpoint(path) outside a run needs the module: "
                              "trainer.save_checkpoint(path, model=my_module)")
-        self.strategy.save_checkpoint(self._checkpoint_dict(model, optimizers or getattr(self, "_optimizers", [])),
-                                      path)
+        self.strategy.save_checkpoint(dump(self, model, weights_only), filepath)
+        if self.strategy.is_global_zero:
+            for logger in self.loggers:
+                after = getattr(logger, "after_save_checkpoint", None)
+                if callable(after) and getattr(self, "checkpoint_callback", None) is not None:
+                    after(self.checkpoint_callback)
 
-    # ----------------------------------------------------------------- launching
-    def _launch(self, stage: str, model: Module, loaders: dict[str, Any], ckpt_path: Any, weights_only: bool) -> Any:
-        if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"Trainer.{stage}() needs an accelkit.Module, got {type(model).__name__}")
-        if ckpt_path == "last":
-            ckpt_path = self.checkpoint_path
-            if not ckpt_path.is_file():
-                warnings.warn(f"ckpt_path='last': no checkpoint at {ckpt_path} yet; starting from scratch.",
-                              UserWarning, stacklevel=3)
-                ckpt_path = None
-        if ckpt_path is not None and not Path(ckpt_path).is_file():
-            raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
-        strategy = self.strategy
-        if stage in ("validate", "test"):
-            method = "validation_step" if stage == "validate" else "test_step"
-            if getattr(type(model), method, None) is getattr(Module, method):
-                raise NotImplementedError(f"Trainer.{stage}() needs {type(model).__name__}.{method}(batch, "
-                                          "batch_idx): define it and log the metrics to report with self.log")
-        output = strategy.launch(self._run, stage, model, loaders, ckpt_path, weights_only)
-        model.trainer = self  # as after a Lightning run: model.current_epoch/global_step read the trainer
-        if strategy.launches_workers:
-            # The work ran in other processes/replicas: bring its outcome back to the caller's objects.
-            if output.get("state_dict") is not None:
-                model.load_state_dict(output["state_dict"])
-                # The optimizers lived in the workers: keep their final state for save_checkpoint() here.
-                self._module, self._optimizers, self._schedulers = model, [], []
-                self._worker_training_state = output["training_state"]
-            for key in ("callback_metrics", "logged_metrics", "progress_bar_metrics", "current_epoch", "global_step"):
-                setattr(self, key, output[key])
-            return output["result"]
-        return output["result"]
+    # ----------------------------------------------------------------- used by the loops
+    def _training_state(self) -> dict[str, Any]:
+        """Optimizer, scheduler and precision state: live, or as the last spawned workers returned it."""
+        if not self._optimizers and self._worker_training_state is not None:
+            return self._worker_training_state
+        return {
+            "optimizer_states": [o.state_dict() for o in self._optimizers],
+            "lr_schedulers": [c.scheduler.state_dict() for c in self._schedulers],
+            "precision": self.precision.state_dict(),
+        }
 
-    def _run(self, stage: str, model: Module, loaders: dict[str, Any], ckpt_path: Any, weights_only: bool) -> dict:
-        """The work done in each worker: set up, run one stage, tear down."""
-        strategy = self.strategy
-        self.state_stage = stage
-        model.trainer = self
-        self._module = model
-        try:
-            strategy.setup_environment()
-            self._model = strategy.setup_module(model)
-            checkpoint = strategy.load_checkpoint(ckpt_path, weights_only) if ckpt_path is not None else None
-            if checkpoint is not None:
-                model.on_load_checkpoint(checkpoint)
-                model.load_state_dict(checkpoint["state_dict"])
-            if stage == "fit":
-                result = self._fit(model, loaders, checkpoint)
-            elif stage == "predict":
-                result = self._predict(model, loaders["predict"])
-            else:
-                key = "val" if stage == "validate" else "test"
-                result = [self._evaluate(model, loaders[key], stage)]
-            for callback in self.callbacks:
-                callback.teardown(self, model, stage)
-            if self.logger is not None and strategy.is_global_zero:
-                self.logger.save()
-            output = {
-                "result": ckpt.to_cpu(result),
-                "state_dict": ckpt.to_cpu(model.state_dict()) if stage == "fit" and strategy.launches_workers else None,
-                "training_state": ckpt.to_cpu(self._training_state()) if stage == "fit" and strategy.launches_workers
-                else None,
-                "callback_metrics": self.callback_metrics,
-                "logged_metrics": self.logged_metrics,
-                "progress_bar_metrics": self.progress_bar_metrics,
-                "current_epoch": self.current_epoch,
-                "global_step": self.global_step,
-            }
-        finally:
-            strategy.teardown()
-        return output
+    def _set_optimizers(self, optimizers: list[Any], schedulers: list[Any]) -> None:
+        self._optimizers, self._schedulers = optimizers, schedulers
 
-    # ----------------------------------------------------------------- data
-    def _dataloader(self, model: Module, given: Any, hook: str, stage: str) -> Any:
-        loader = given if given is not None else getattr(model, hook)()
-        if loader is None:
-            return None
-        strategy = self.strategy
-        kwargs = strategy.distributed_sampler_kwargs
-        if kwargs is not None and self.use_distributed_sampler:
-            loader = distribute_dataloader(loader, self.plugin_manager.hook.accelkit_distributed_sampler,
-                                           kwargs["num_replicas"], kwargs["rank"], self.seed, stage)
-        return loader
+    def _merge_callbacks(self, module: Any) -> list[Any]:
+        """The run's callbacks: the Trainer's, then the module's ``configure_callbacks()`` (replacing Trainer
+        callbacks of the same type), with checkpoint callbacks last (Lightning's order)."""
+        extra = _callback_list(module.configure_callbacks())
+        if extra:
+            kinds = {type(c) for c in extra}
+            kept = [c for c in self.callbacks if type(c) not in kinds]
+            self.callbacks = kept + extra
+        from accelkit.callbacks import Checkpoint
 
-    def _num_batches(self, loader: Any, stage: str) -> int | None:
-        limit = self.limits[stage]
-        try:
-            total = len(loader)
-        except TypeError:
-            total = None
-        if limit is None:
-            return total
-        if isinstance(limit, float):
-            if not 0.0 <= limit <= 1.0:
-                raise ConfigurationError(f"limit_{stage}_batches={limit} must be a fraction in [0, 1] or an int")
-            if total is None:
-                raise ConfigurationError(f"limit_{stage}_batches={limit} is a fraction but the data has no length")
-            return int(total * limit)
-        return int(limit) if total is None else min(int(limit), total)
+        self.callbacks = [c for c in self.callbacks if not isinstance(c, Checkpoint)] + \
+                         [c for c in self.callbacks if isinstance(c, Checkpoint)]
+        return self.callbacks
 
-    def _batches(self, loader: Any, stage: str, limit: int | None, lookahead: bool = False) -> Iterable[tuple]:
-        """``(index, batch)`` on the device; with ``lookahead``, ``(index, batch, is_last)``: one batch is read
-        ahead so the last one is known even for loaders without a length."""
-        iterable = self.strategy.process_dataloader(loader, stage)
-        if limit is not None:
-            iterable = itertools.islice(iterable, limit)
-        prepare = self.strategy.batch_to_device
-        convert = self.precision.convert_input
-        if not lookahead:
-            for index, batch in enumerate(iterable):
-                yield index, convert(prepare(batch))
-            return
-        iterator = iter(iterable)
-        sentinel = object()
-        upcoming = next(iterator, sentinel)
-        index = 0
-        while upcoming is not sentinel:
-            batch, upcoming = upcoming, next(iterator, sentinel)
-            yield index, convert(prepare(batch)), upcoming is sentinel
-            index += 1
+    def _apply_determinism(self) -> None:
+        if self.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+            torch.use_deterministic_algorithms(True, warn_only=self.deterministic == "warn")
+        if self.benchmark is not None:
+            torch.backends.cudnn.benchmark = self.benchmark
 
     def _progress(self, total: int | None, description: str, leave: bool) -> Any:
         if not (self.enable_progress_bar and self.strategy.is_global_zero):
@@ -391,311 +363,55 @@ class Trainer:
 
         return tqdm(total=total, desc=description, leave=leave, dynamic_ncols=True, unit="batch")
 
-    # ----------------------------------------------------------------- hooks
-    def _call(self, hook: str, *args: Any) -> None:
-        getattr(self._module, hook)(*args)
-        for callback in self.callbacks:
-            method = getattr(callback, hook, None)
-            if method is not None:
-                method(self, self._module, *args)
+    @staticmethod
+    def _has_step(module: Any, name: str) -> bool:
+        from accelkit.module import Module
 
-    # ----------------------------------------------------------------- optimizers
-    def _configure_optimizers(self, model: Module) -> tuple[list[Any], list[dict[str, Any]]]:
-        config = model.configure_optimizers()
-        optimizers: list[Any]
-        schedulers: list[Any] = []
-        if isinstance(config, torch.optim.Optimizer):
-            optimizers = [config]
-        elif isinstance(config, dict):
-            optimizers = [config["optimizer"]]
-            if config.get("lr_scheduler") is not None:
-                schedulers = [config["lr_scheduler"]]
-        elif isinstance(config, (list, tuple)) and len(config) == 2 and isinstance(config[0], (list, tuple)):
-            optimizers, schedulers = list(config[0]), list(config[1])
-        elif isinstance(config, (list, tuple)) and all(isinstance(o, torch.optim.Optimizer) for o in config):
-            optimizers = list(config)
-        else:
-            raise TypeError(
-                f"{type(model).__name__}.configure_optimizers() returned {type(config).__name__}; return an "
-                "optimizer, a list of optimizers, ([optimizers], [schedulers]) or "
-                "{'optimizer': ..., 'lr_scheduler': ...}"
-            )
-        if not optimizers:
-            raise TypeError(f"{type(model).__name__}.configure_optimizers() returned no optimizer")
-        normalized = []
-        for sched in schedulers:
-            entry = dict(sched) if isinstance(sched, dict) else {"scheduler": sched}
-            entry.setdefault("interval", "epoch")
-            entry.setdefault("frequency", 1)
-            entry.setdefault("monitor", None)
-            if entry["interval"] not in ("epoch", "step"):
-                raise ValueError(f"lr_scheduler interval={entry['interval']!r} must be 'epoch' or 'step'")
-            normalized.append(entry)
-        return [self.strategy.setup_optimizer(o) for o in optimizers], normalized
+        return getattr(type(module), name, None) is not getattr(Module, name)
 
-    def _step_schedulers(self, interval: str) -> None:
-        counter = self.global_step if interval == "step" else self.current_epoch + 1
-        for entry in self._schedulers:
-            if entry["interval"] != interval or counter % entry["frequency"]:
-                continue
-            if entry["monitor"] is not None:
-                if entry["monitor"] not in self.callback_metrics:
-                    raise KeyError(
-                        f"lr_scheduler monitors {entry['monitor']!r}, which was not logged; logged metrics: "
-                        f"{sorted(self.callback_metrics)}")
-                entry["scheduler"].step(self.callback_metrics[entry["monitor"]])
-            else:
-                entry["scheduler"].step()
 
-    # ----------------------------------------------------------------- checkpoints
-    def _training_state(self, optimizers: list[Any] | None = None) -> dict[str, Any]:
-        """Optimizer, scheduler and precision state: live, or as the last spawned workers returned it."""
-        optimizers = optimizers if optimizers is not None else getattr(self, "_optimizers", [])
-        if not optimizers and getattr(self, "_worker_training_state", None) is not None:
-            return self._worker_training_state
-        return {
-            "optimizer_states": [o.state_dict() for o in optimizers],
-            "lr_schedulers": [e["scheduler"].state_dict() for e in getattr(self, "_schedulers", [])],
-            "precision": self.precision.state_dict(),
-        }
+def _env_seed() -> int:
+    raw = os.environ.get("ACCELKIT_SEED", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"ACCELKIT_SEED={raw!r} is not an integer seed") from None
 
-    def _checkpoint_dict(self, model: Module, optimizers: list[Any]) -> dict[str, Any]:
-        state = {
-            "accelkit_version": __version__,
-            "epoch": self.current_epoch,
-            "global_step": self.global_step,
-            "state_dict": model.state_dict(),
-            **self._training_state(optimizers),
-            "hyper_parameters": dict(model.hparams),
-        }
-        model.on_save_checkpoint(state)
-        for callback in self.callbacks:
-            callback.on_save_checkpoint(self, model, state)
-        return state
 
-    def _restore_training_state(self, checkpoint: dict[str, Any]) -> None:
-        for optimizer, state in zip(self._optimizers, checkpoint.get("optimizer_states", [])):
-            optimizer.load_state_dict(state)
-        for entry, state in zip(self._schedulers, checkpoint.get("lr_schedulers", [])):
-            entry["scheduler"].load_state_dict(state)
-        self.precision.load_state_dict(checkpoint.get("precision", {}))
-        self.current_epoch = int(checkpoint["epoch"])
-        self.global_step = int(checkpoint["global_step"])
+def _callback_list(callbacks: Any) -> list[Any]:
+    if callbacks is None:
+        return []
+    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    for item in items:
+        if not isinstance(item, Callback):
+            raise TypeError(f"callbacks must be accelkit.Callback instances, got {type(item).__name__}")
+    return items
 
-    # ----------------------------------------------------------------- loops
-    def _fit(self, model: Module, loaders: dict[str, Any], checkpoint: dict[str, Any] | None) -> None:
-        strategy = self.strategy
-        self._optimizers, self._schedulers = self._configure_optimizers(model)
-        if checkpoint is not None:
-            self._restore_training_state(checkpoint)
-        train_loader = self._dataloader(model, loaders["train"], "train_dataloader", "fit")
-        if train_loader is None:
-            raise ValueError(f"no training data: pass train_dataloaders to fit() or define "
-                             f"{type(model).__name__}.train_dataloader()")
-        val_loader = self._dataloader(model, loaders["val"], "val_dataloader", "validate")
-        if self.logger is not None and strategy.is_global_zero and model.hparams:
-            self.logger.log_hyperparams(model.hparams)
-        self._call("on_fit_start")
-        self._call("on_train_start")
-        if self._num_batches(train_loader, "fit") == 0:
-            warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
-                          UserWarning, stacklevel=2)
-        else:
-            while not self._fit_done():
-                sampler = getattr(train_loader, "sampler", None)
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(self.current_epoch)
-                ran = self._train_epoch(model, train_loader)
-                if val_loader is not None and self.limits["validate"] != 0 and (
-                        (self.current_epoch + 1) % self.check_val_every_n_epoch == 0):
-                    self._evaluate(model, val_loader, "validate", inside_fit=True)
-                self._end_epoch("on_train_epoch_end")
-                self._step_schedulers("epoch")
-                self.current_epoch += 1
-                if self.enable_checkpointing:
-                    strategy.save_checkpoint(self._checkpoint_dict(model, self._optimizers), self.checkpoint_path)
-                if ran == 0:
-                    warnings.warn(f"epoch {self.current_epoch - 1} produced no training batches; stopping.",
-                                  UserWarning, stacklevel=2)
-                    break
-        self._call("on_train_end")
-        self._call("on_fit_end")
-        return None
 
-    def _fit_done(self) -> bool:
-        if self.should_stop:
-            return True
-        if self.max_steps != -1 and self.global_step >= self.max_steps:
-            return True
-        return self.max_epochs is not None and self.current_epoch >= self.max_epochs
+def _loggers(logger: Any, root: Path) -> list[Any]:
+    from accelkit.loggers import CSVLogger
 
-    def _train_epoch(self, model: Module, loader: Any) -> int:
-        """One training epoch; returns the number of batches run. Epoch metrics are published by ``_fit``."""
-        strategy, precision = self.strategy, self.precision
-        wrapped = self._model
-        wrapped.train()
-        self._metrics.reset(training=True)
-        self._call("on_train_epoch_start")
-        limit = self._num_batches(loader, "fit")
-        bar = self._progress(limit, f"Epoch {self.current_epoch}", leave=True)
-        accumulate = self.accumulate_grad_batches
-        ran = 0
-        pending = False  # gradients accumulated since the last optimizer step
-        try:
-            for batch_idx, batch, is_last in self._batches(loader, "fit", limit, lookahead=True):
-                ran += 1
-                self._metrics.current_batch = batch
-                model.on_train_batch_start(batch, batch_idx)
-                boundary = (batch_idx + 1) % accumulate == 0 or is_last
-                with strategy.no_backward_sync(wrapped, enabled=not boundary):
-                    with precision.forward_context():
-                        output = self._training_step(wrapped, model, batch, batch_idx)
-                    loss = output["loss"] if isinstance(output, dict) else output
-                    if loss is not None:
-                        if accumulate > 1:
-                            loss = loss / accumulate
-                        model.on_before_backward(loss)
-                        strategy.backward(loss)
-                        model.on_after_backward()
-                        pending = True
-                if boundary and pending:
-                    self._optimizer_step(model)
-                    self._step_schedulers("step")
-                    pending = False
-                self._call("on_train_batch_end", output, batch, batch_idx)
-                if bar is not None:
-                    bar.update(1)
-                if boundary and self.global_step % self.log_every_n_steps == 0:
-                    self._log_step(bar)
-                if self.max_steps != -1 and self.global_step >= self.max_steps or self.should_stop:
-                    break
-            if pending:  # stopped inside an accumulation window: its gradients must not leak into later steps
-                for optimizer in self._optimizers:
-                    optimizer.zero_grad(set_to_none=True)
-            if bar is not None:  # one read per epoch, so epochs shorter than log_every_n_steps show metrics too
-                self._show(bar, self._metrics.read_step(clear=False)[1])
-        finally:
-            if bar is not None:
-                bar.close()
-        return ran
+    if logger is None or logger is True:
+        return [CSVLogger(root)]
+    if logger is False:
+        return []
+    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    for item in items:
+        if not callable(getattr(item, "log_metrics", None)):
+            raise TypeError(f"logger={item!r} is not a logger (it has no log_metrics method); pass an "
+                            "accelkit.loggers.Logger, a list of them, True or False")
+    return items
 
-    def _end_epoch(self, hook: str) -> dict[str, float]:
-        """Publish the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
-        ``self.log`` calls count as epoch values), then publish what the hook logged. Returns all logged."""
-        metrics, reduce = self._metrics, self.strategy.reduce
-        logged, shown = metrics.compute_epoch(reduce)
-        self._publish(logged, shown, metrics.epoch_aliases)
-        done = set(metrics.entries)
-        metrics.epoch_end = True
-        self._call(hook)
-        late, late_shown = metrics.compute_epoch(reduce, exclude=done)
-        if late or late_shown:
-            self._publish(late, late_shown, metrics.epoch_aliases)
-        return {**logged, **late}
 
-    def _training_step(self, wrapped: Any, model: Module, batch: Any, batch_idx: int) -> Any:
-        if wrapped is model:
-            return model.training_step(batch, batch_idx)
-        # Through the wrapper's forward (a StepRouter inside), so a wrapper such as DDP sees the step.
-        return wrapped("training_step", batch, batch_idx)
+def _split_datamodule(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any]:
+    from accelkit.datamodule import DataModule
 
-    def _optimizer_step(self, model: Module) -> None:
-        strategy, precision = self.strategy, self.precision
-        for optimizer in self._optimizers:
-            strategy.reduce_gradients(optimizer)
-            if self.gradient_clip_val is not None:
-                precision.unscale_gradients(optimizer)
-                params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-                if self.gradient_clip_algorithm == "norm":
-                    torch.nn.utils.clip_grad_norm_(params, self.gradient_clip_val)
-                else:
-                    torch.nn.utils.clip_grad_value_(params, self.gradient_clip_val)
-            model.on_before_optimizer_step(optimizer)
-            strategy.optimizer_step(optimizer)
-            optimizer.zero_grad(set_to_none=True)
-        self.global_step += 1
-        strategy.step_end()
-
-    def _log_step(self, bar: Any) -> None:
-        logged, shown = self._metrics.read_step()
-        if logged and self.logger is not None and self.strategy.is_global_zero:
-            self.logger.log_metrics({**logged, "epoch": self.current_epoch}, step=self.global_step)
-        self.logged_metrics.update(logged)
-        self.callback_metrics.update(logged)
-        self.progress_bar_metrics.update(shown)
-        self._show(bar)
-
-    def _show(self, bar: Any, latest: dict[str, float] | None = None) -> None:
-        """Show the progress-bar metrics (and, for display only, ``latest`` step values) on ``bar``."""
-        shown = {**self.progress_bar_metrics, **(latest or {})}
-        if bar is not None and shown:
-            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
-
-    def _publish(self, logged: dict[str, float], shown: dict[str, float],
-                 aliases: dict[str, float] | None = None) -> None:
-        """Record epoch metrics; ``aliases`` are plain names of metrics also logged per step (``loss`` for
-        ``loss_epoch``), visible to callbacks and schedulers but not logged twice."""
-        self.logged_metrics.update(logged)
-        self.callback_metrics.update(logged)
-        self.callback_metrics.update(aliases or {})
-        self.progress_bar_metrics.update(shown)
-        if logged and self.logger is not None and self.strategy.is_global_zero:
-            self.logger.log_metrics({**logged, "epoch": self.current_epoch}, step=self.global_step)
-
-    @torch.no_grad()
-    def _evaluate(self, model: Module, loader: Any, stage: str, inside_fit: bool = False) -> dict[str, float]:
-        if not inside_fit:
-            hook = "val_dataloader" if stage == "validate" else "test_dataloader"
-            loader = self._dataloader(model, loader, hook, stage)
-            if loader is None:
-                raise ValueError(f"no {stage} data: pass dataloaders to {stage}() or define "
-                                 f"{type(model).__name__}.{hook}()")
-        prefix = "validation" if stage == "validate" else "test"
-        wrapped = self._model
-        wrapped.eval()
-        saved = self._metrics
-        self._metrics = MetricStore()
-        self._metrics.reset(training=False)
-        try:
-            self._call(f"on_{prefix}_start")
-            self._call(f"on_{prefix}_epoch_start")
-            step = getattr(model, f"{prefix if prefix == 'test' else 'validation'}_step")
-            limit = self._num_batches(loader, stage)
-            bar = self._progress(limit, "Validation" if stage == "validate" else "Testing", leave=not inside_fit)
-            try:
-                for batch_idx, batch in self._batches(loader, stage, limit):
-                    self._metrics.current_batch = batch
-                    with self.precision.forward_context():
-                        step(batch, batch_idx)
-                    if bar is not None:
-                        bar.update(1)
-            finally:
-                if bar is not None:
-                    bar.close()
-            logged = self._end_epoch(f"on_{prefix}_epoch_end")
-        finally:
-            self._metrics = saved
-        self._call(f"on_{prefix}_end")
-        if inside_fit:
-            wrapped.train()
-        return logged
-
-    @torch.no_grad()
-    def _predict(self, model: Module, loader: Any) -> list[Any]:
-        loader = self._dataloader(model, loader, "predict_dataloader", "predict")
-        if loader is None:
-            raise ValueError(f"no prediction data: pass dataloaders to predict() or define "
-                             f"{type(model).__name__}.predict_dataloader()")
-        if self.world_size > 1:
-            warnings.warn(f"predict() with {self.world_size} processes returns the predictions of this process's "
-                          "shard only (rank 0's in the caller); use devices=1 for all predictions in one list.",
-                          UserWarning, stacklevel=2)
-        self._model.eval()
-        self._call("on_predict_start")
-        predictions = []
-        limit = self._num_batches(loader, "predict")
-        for batch_idx, batch in self._batches(loader, "predict", limit):
-            with self.precision.forward_context():
-                predictions.append(ckpt.to_cpu(model.predict_step(batch, batch_idx)))
-        self._call("on_predict_end")
-        return predictions
+    if isinstance(loaders, DataModule):
+        if datamodule is not None:
+            raise ValueError(f"a DataModule was passed both as {name} and as datamodule=; pass it once")
+        return None, loaders
+    if datamodule is not None and loaders is not None:
+        raise ValueError(f"pass either {name} or datamodule=, not both")
+    if datamodule is not None and not isinstance(datamodule, DataModule):
+        raise TypeError(f"datamodule must be an accelkit.DataModule, got {type(datamodule).__name__}")
+    return loaders, datamodule

@@ -28,12 +28,30 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
     """Move every tensor of ``batch`` to ``device``; other objects pass through."""
-    return apply_to_tensors(batch, lambda t: t.to(device, non_blocking=non_blocking))
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t if t.device == device else t.to(device, non_blocking=non_blocking)
+
+    return apply_to_tensors(batch, move)
 
 
-def seed_everything(seed: int) -> int:
-    """Seed Python, NumPy (if installed) and torch; sets ``ACCELKIT_SEED`` so spawned workers inherit it."""
+def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+    """Seed Python, NumPy (if installed) and torch; sets ``ACCELKIT_SEED`` so spawned workers inherit it.
+
+    :param seed: the seed (``None``: ``ACCELKIT_SEED`` from the environment, else 0).
+    :param workers: also seed every DataLoader worker process differently but reproducibly (sets
+        ``ACCELKIT_SEED_WORKERS=1``; the Trainer gives loaders without a ``worker_init_fn`` one that derives
+        each worker's seed from the base seed, the worker id and the rank).
+    """
+    if seed is None:
+        raw = os.environ.get("ACCELKIT_SEED", "0")
+        try:
+            seed = int(raw)
+        except ValueError:
+            raise ValueError(f"ACCELKIT_SEED={raw!r} is not an integer seed") from None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed_everything(seed={seed!r}) needs an int")
     os.environ["ACCELKIT_SEED"] = str(seed)
+    os.environ["ACCELKIT_SEED_WORKERS"] = "1" if workers else "0"
     random.seed(seed)
     try:
         import numpy as np
@@ -56,3 +74,46 @@ def batch_size_of(batch: Any) -> int:
 
     apply_to_tensors(batch, visit)
     return found[0] if found else 1
+
+
+def worker_init_function(worker_id: int, rank: int | None = None) -> None:
+    """Seed a DataLoader worker from the base seed, its id and the process rank (torch, NumPy, Python)."""
+    base = int(os.environ.get("ACCELKIT_SEED", "0"))
+    rank = rank_zero_only.rank if rank is None else rank
+    seed = (base + 1000003 * rank + worker_id) % 2**32
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def rank_zero_only(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: call ``fn`` only in the global-zero process (``None`` elsewhere).
+
+    The rank is ``rank_zero_only.rank``, which the Trainer sets in every worker; outside a run it comes from
+    the launcher's ``RANK`` (or ``SLURM_PROCID``) variable, 0 when neither is set.
+    """
+    import functools
+
+    @functools.wraps(fn)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if rank_zero_only.rank == 0:
+            return fn(*args, **kwargs)
+        return None
+
+    return wrapped
+
+
+def _rank_from_env() -> int:
+    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
+        raw = os.environ.get(name)
+        if raw is not None and raw.strip().isdigit():
+            return int(raw)
+    return 0
+
+
+rank_zero_only.rank = _rank_from_env()  # type: ignore[attr-defined]

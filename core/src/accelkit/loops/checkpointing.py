@@ -1,0 +1,90 @@
+"""What a checkpoint holds, and putting it back: weights, training state, callbacks, DataModule, loops."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from accelkit.__about__ import __version__
+from accelkit.hparams import checkpoint_entries
+
+
+def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any]:
+    """The checkpoint of the current state. ``weights_only``: the weights, progress and hyperparameters only.
+
+    Callback states and ``on_save_checkpoint`` hooks come in Lightning's order: every callback's
+    ``state_dict``, the DataModule's, the callbacks' ``on_save_checkpoint``, then the Module's."""
+    epoch = trainer.current_epoch
+    checkpoint: dict[str, Any] = {
+        "accelkit_version": __version__,
+        "epoch": epoch,
+        "global_step": trainer.global_step,
+        "state_dict": module.state_dict(),
+        "loops": {"resume_epoch": epoch + (1 if getattr(trainer, "_epoch_training_done", False) else 0)},
+    }
+    datamodule = getattr(trainer, "datamodule", None)
+    if not weights_only:
+        checkpoint.update(trainer._training_state())
+        states = {}
+        for callback in trainer.callbacks:
+            state = callback.state_dict()
+            if state:
+                states[callback.state_key] = state
+        checkpoint["callbacks"] = states
+    # hyperparameters of the module and the DataModule, and the DataModule's state
+    entries = checkpoint_entries(module, datamodule)
+    dm_state_key = type(datamodule).__qualname__ if datamodule is not None else None
+    if weights_only:
+        entries.pop(dm_state_key, None)
+        checkpoint.update(entries)
+        return checkpoint
+    checkpoint.update(entries)
+    for callback in trainer.callbacks:
+        callback.on_save_checkpoint(trainer, module, checkpoint)
+    module.on_save_checkpoint(checkpoint)
+    return checkpoint
+
+
+def restore_module_and_callbacks(trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+    """The Module's ``on_load_checkpoint``, the callbacks' ``on_load_checkpoint`` and states, the DataModule's
+    state, then the weights (Lightning's order)."""
+    if "state_dict" not in checkpoint:
+        raise KeyError(f"the checkpoint has no 'state_dict' (its keys: {sorted(checkpoint)[:12]}); a bare "
+                       "state_dict is loaded with module.load_state_dict(torch.load(path)), not ckpt_path=")
+    module.on_load_checkpoint(checkpoint)
+    states = checkpoint.get("callbacks", {})
+    for callback in trainer.callbacks:
+        callback.on_load_checkpoint(trainer, module, checkpoint)
+    for callback in trainer.callbacks:
+        state = states.get(callback.state_key)
+        if state is not None:
+            callback.load_state_dict(state)
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
+        datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
+    module.load_state_dict(checkpoint["state_dict"], strict=module.strict_loading)
+
+
+def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
+    """Optimizers, schedulers, precision and progress (``fit`` only)."""
+    optimizers = trainer.optimizers
+    saved = checkpoint.get("optimizer_states")
+    if saved is None:
+        warnings.warn("the checkpoint holds no optimizer state (saved with weights_only=True?): the optimizers "
+                      "start fresh.", UserWarning, stacklevel=3)
+        saved = []
+    elif len(saved) != len(optimizers):
+        raise ValueError(f"the checkpoint holds {len(saved)} optimizer state(s) but configure_optimizers() returned "
+                         f"{len(optimizers)} optimizer(s)")
+    for index, (optimizer, state) in enumerate(zip(optimizers, saved)):
+        try:
+            optimizer.load_state_dict(state)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"optimizer {index} ({type(optimizer).__name__}) cannot take the checkpoint's state "
+                             f"({type(exc).__name__}: {exc}); was it saved with another optimizer or model?") from None
+    for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+        config.scheduler.load_state_dict(state)
+    trainer.precision.load_state_dict(checkpoint.get("precision", {}))
+    loops = checkpoint.get("loops", {})
+    trainer.current_epoch = int(loops.get("resume_epoch", checkpoint["epoch"]))
+    trainer.global_step = int(checkpoint["global_step"])

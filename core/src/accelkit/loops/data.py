@@ -1,0 +1,165 @@
+"""Where a loop's data comes from, how much of it runs, and how each batch reaches the device."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import warnings
+from typing import Any, Iterator
+
+from torch.utils.data import DataLoader, SequentialSampler
+
+from accelkit.errors import ConfigurationError
+from accelkit.module import Module
+from accelkit.sampler import distribute_dataloader
+
+_HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
+          "predict": "predict_dataloader"}
+_LIMIT_KEYS = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
+
+
+class DataConnector:
+    """Finds loaders (given to ``fit``/``test``..., else the DataModule's, else the Module's), prepares them for
+    the run (distributed sampler, ``overfit_batches``) and iterates them onto the device with the batch hooks."""
+
+    def __init__(self, trainer: Any, module: Any, datamodule: Any, given: dict[str, Any]) -> None:
+        self.trainer, self.module, self.datamodule, self.given = trainer, module, datamodule, given
+        strategy, precision = trainer.strategy, trainer.precision
+        # The batch-transfer hooks: a DataModule's override wins over the Module's (as in Lightning).
+        self._before = self._pick("on_before_batch_transfer")
+        self._transfer = self._pick("transfer_batch_to_device")
+        self._after = self._pick("on_after_batch_transfer")
+        self._to_device = strategy.batch_to_device
+        self._convert = precision.convert_input
+        self._plain = self._before is None and self._transfer is None and self._after is None
+
+    def _pick(self, name: str) -> Any:
+        from accelkit.loops.hooks import _overrides
+
+        dm = self.datamodule
+        if dm is not None and _overrides(dm, _datamodule_base(), name):
+            return getattr(dm, name)
+        if _overrides(self.module, Module, name):
+            return getattr(self.module, name)
+        return None
+
+    # ----------------------------------------------------------------- loaders
+    def request(self, kind: str) -> Any:
+        """The raw loader(s) for ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``), or ``None``."""
+        given = self.given.get(kind)
+        if given is not None:
+            return given
+        hook = _HOOKS[kind]
+        if self.datamodule is not None:
+            loader = getattr(self.datamodule, hook)()
+            if loader is not None:
+                return loader
+        return getattr(self.module, hook)()
+
+    def loaders(self, kind: str) -> list[Any] | None:
+        """The prepared loader(s) of ``kind`` as a list (several evaluation loaders), or ``None``."""
+        raw = self.request(kind)
+        if raw is None:
+            return None
+        if isinstance(raw, dict):
+            if kind == "train":
+                raise ValueError("several training loaders in a dict are not supported; combine the datasets "
+                                 "(torch.utils.data.ConcatDataset) into one loader")
+            raw = list(raw.values())
+        many = raw if isinstance(raw, (list, tuple)) else [raw]
+        if kind == "train" and len(many) != 1:
+            raise ValueError(f"{len(many)} training loaders were given; accelkit trains from one loader: combine "
+                             "the datasets (torch.utils.data.ConcatDataset)")
+        return [self._prepare(loader, kind) for loader in many]
+
+    def _prepare(self, loader: Any, kind: str) -> Any:
+        trainer = self.trainer
+        if kind == "train" and trainer.overfit_batches and isinstance(loader, DataLoader) and not isinstance(
+                loader.sampler, SequentialSampler):
+            warnings.warn("overfit_batches: the training loader shuffles; accelkit replaces its sampler with a "
+                          "SequentialSampler so the same batches repeat every epoch.", UserWarning, stacklevel=3)
+            loader = _with_sampler(loader, SequentialSampler(loader.dataset))
+        kwargs = trainer.strategy.distributed_sampler_kwargs
+        if kwargs is not None and trainer.use_distributed_sampler:
+            loader = distribute_dataloader(loader, trainer.plugin_manager.hook.accelkit_distributed_sampler,
+                                           kwargs["num_replicas"], kwargs["rank"], trainer.seed, _LIMIT_KEYS[kind])
+        return loader
+
+    def num_batches(self, loader: Any, kind: str) -> int | None:
+        """How many batches of ``loader`` the loop runs (``None``: unknown, the loader has no length)."""
+        trainer = self.trainer
+        stage = _LIMIT_KEYS[kind]
+        limit = trainer.limits[stage]
+        try:
+            total = len(loader)
+        except TypeError:
+            total = None
+        if limit is None:
+            return total
+        if isinstance(limit, float):
+            if total is None:
+                if limit == 1.0:
+                    return None
+                raise ConfigurationError(f"limit_{stage}_batches={limit} is a fraction but the data has no length; "
+                                         "give an int number of batches")
+            return int(total * limit)
+        return int(limit) if total is None else min(int(limit), total)
+
+    # ----------------------------------------------------------------- batches
+    def batches(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0,
+                lookahead: bool = False) -> Iterator[tuple]:
+        """``(index, batch)`` on the device; with ``lookahead``, ``(index, batch, is_last)``: one batch is read
+        ahead so the last one is known even for loaders without a length."""
+        iterable = self.trainer.strategy.process_dataloader(loader, stage)
+        if limit is not None:
+            iterable = itertools.islice(iterable, limit)
+        if self._plain:
+            to_device, convert = self._to_device, self._convert
+
+            def prepare(batch: Any) -> Any:
+                return convert(to_device(batch))
+        else:
+            prepare = functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
+        if not lookahead:
+            for index, batch in enumerate(iterable):
+                yield index, prepare(batch)
+            return
+        iterator = iter(iterable)
+        sentinel = object()
+        upcoming = next(iterator, sentinel)
+        index = 0
+        while upcoming is not sentinel:
+            batch, upcoming = upcoming, next(iterator, sentinel)
+            yield index, prepare(batch), upcoming is sentinel
+            index += 1
+
+    def _transfer_with_hooks(self, batch: Any, dataloader_idx: int) -> Any:
+        if self._before is not None:
+            batch = self._before(batch, dataloader_idx)
+        if self._transfer is not None:
+            batch = self._transfer(batch, self.trainer.strategy.root_device, dataloader_idx)
+        else:
+            batch = self._to_device(batch)
+        if self._after is not None:
+            batch = self._after(batch, dataloader_idx)
+        return self._convert(batch)
+
+
+def _datamodule_base() -> type:
+    from accelkit.datamodule import DataModule
+
+    return DataModule
+
+
+_LOADER_ARGS = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
+
+
+def _with_sampler(loader: DataLoader, sampler: Any) -> DataLoader:
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    if loader.batch_sampler is not None and loader.batch_size is None:
+        raise ValueError("overfit_batches cannot re-order a loader built with a batch_sampler")
+    return DataLoader(loader.dataset, sampler=sampler, **kwargs)

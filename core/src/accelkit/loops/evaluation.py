@@ -1,0 +1,171 @@
+"""The evaluation loops: validation (inside fit, the sanity check, or ``validate``), test and prediction."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any
+
+import torch
+
+from accelkit import checkpoint as ckpt
+from accelkit.metrics import MetricStore
+
+_NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
+
+
+def _accepts_dataloader_idx(step: Any) -> bool:
+    try:
+        params = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
+
+
+class EvaluationLoop:
+    """Runs ``validation_step`` or ``test_step`` over one or several loaders, with the batch and epoch hooks.
+
+    :param trainer: the Trainer.
+    :param stage: ``"validate"``, ``"test"`` or ``"sanity_check"`` (validation whose metrics are discarded).
+    """
+
+    def __init__(self, trainer: Any, stage: str) -> None:
+        self.trainer, self.stage = trainer, stage
+        self.prefix = _NAMES[stage]
+
+    def run(self, loaders: list[Any], limits: list[int | None], inside_fit: bool = False,
+            zero_grad: bool = False) -> list[dict[str, float]]:
+        """Evaluate every batch of ``loaders`` (up to ``limits``); returns one metrics dict per loader."""
+        trainer = self.trainer
+        hooks, data, module = trainer._hooks, trainer._data, trainer.lightning_module
+        prefix = self.prefix
+        if sum(n if n is not None else 1 for n in limits) == 0:
+            return [{} for _ in loaders]
+        step = getattr(module, f"{prefix}_step")
+        pass_idx = len(loaders) > 1 and _accepts_dataloader_idx(step)
+        was_training = trainer.model.training
+        if zero_grad:
+            hooks.module_default(f"on_{prefix}_model_zero_grad")()
+        hooks.module_default(f"on_{prefix}_model_eval")()
+        saved = trainer._metrics
+        trainer._metrics = store = MetricStore()
+        store.reset(training=False)
+        store.is_global_zero = trainer.is_global_zero
+        store.num_dataloaders = len(loaders)
+        grad_off = torch.inference_mode() if trainer.inference_mode and not inside_fit else torch.no_grad()
+        results: list[dict[str, float]] = []
+        publish = self.stage != "sanity_check"
+        try:
+            with grad_off:
+                hooks.call(f"on_{prefix}_start")
+                hooks.call(f"on_{prefix}_epoch_start")
+                start_cbs = hooks.callback_plan(f"on_{prefix}_batch_start")
+                start_m = hooks.module_hook(f"on_{prefix}_batch_start")
+                end_cbs = hooks.callback_plan(f"on_{prefix}_batch_end")
+                end_m = hooks.module_hook(f"on_{prefix}_batch_end")
+                forward_context = trainer.precision.forward_context
+                for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+                    store.dataloader_idx = dl_idx
+                    extra = (dl_idx,) if len(loaders) > 1 else ()
+                    bar = trainer._progress(limit, _description(self.stage, dl_idx, len(loaders)),
+                                            leave=not inside_fit)
+                    try:
+                        for batch_idx, batch in data.batches(loader, "validate" if prefix == "validation"
+                                                             else "test", limit, dl_idx):
+                            store.current_batch = batch
+                            for fn in start_cbs:
+                                fn(batch, batch_idx, *extra)
+                            if start_m is not None:
+                                start_m(batch, batch_idx, *extra)
+                            with forward_context():
+                                output = step(batch, batch_idx, dl_idx) if pass_idx else step(batch, batch_idx)
+                            for fn in end_cbs:
+                                fn(output, batch, batch_idx, *extra)
+                            if end_m is not None:
+                                end_m(output, batch, batch_idx, *extra)
+                            if bar is not None:
+                                bar.update(1)
+                    finally:
+                        if bar is not None:
+                            bar.close()
+                store.dataloader_idx = 0
+                logged = trainer._publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish) \
+                    if publish else self._discard()
+                hooks.call(f"on_{prefix}_end")
+        finally:
+            trainer._metrics = saved
+        if was_training:
+            train_hook = hooks.module_hook(f"on_{prefix}_model_train")
+            if train_hook is not None:
+                train_hook()
+            else:
+                trainer.model.train()
+        for dl_idx in range(len(loaders)):
+            suffix = f"/dataloader_idx_{dl_idx}"
+            if len(loaders) == 1:
+                results.append(dict(logged))
+            else:
+                results.append({k: v for k, v in logged.items() if k.endswith(suffix) or "/dataloader_idx_" not in k})
+        return results
+
+    def _discard(self) -> dict[str, float]:
+        """The sanity check runs the epoch-end hook but publishes nothing."""
+        trainer = self.trainer
+        trainer._metrics.epoch_end = True
+        trainer._hooks.call(f"on_{self.prefix}_epoch_end")
+        return {}
+
+
+def _description(stage: str, dl_idx: int, count: int) -> str:
+    name = {"validate": "Validation", "test": "Testing", "sanity_check": "Sanity Checking"}[stage]
+    return f"{name} DataLoader {dl_idx}" if count > 1 else name
+
+
+class PredictionLoop:
+    """Runs ``predict_step`` over one or several loaders with the prediction hooks."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def run(self, loaders: list[Any], limits: list[int | None], return_predictions: bool) -> Any:
+        """Predictions per loader (a flat list for one loader), on the CPU; ``None`` without
+        ``return_predictions``."""
+        trainer = self.trainer
+        hooks, data, module = trainer._hooks, trainer._data, trainer.lightning_module
+        hooks.module_default("on_predict_model_eval")()
+        pass_idx = len(loaders) > 1 and _accepts_dataloader_idx(module.predict_step)
+        outputs: list[list[Any]] = []
+        mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+        with mode:
+            hooks.call("on_predict_start")
+            hooks.call("on_predict_epoch_start")
+            for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+                extra = (dl_idx,) if len(loaders) > 1 else ()
+                predictions: list[Any] = []
+                bar = trainer._progress(limit, _description("test", dl_idx, len(loaders)).replace("Testing",
+                                                                                                "Predicting"), True)
+                try:
+                    for batch_idx, batch in data.batches(loader, "predict", limit, dl_idx):
+                        hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
+                        with trainer.precision.forward_context():
+                            out = module.predict_step(batch, batch_idx, dl_idx) if pass_idx else \
+                                module.predict_step(batch, batch_idx)
+                        hooks.call("on_predict_batch_end", out, batch, batch_idx, *extra)
+                        if return_predictions:
+                            predictions.append(ckpt.to_cpu(out))
+                        if bar is not None:
+                            bar.update(1)
+                finally:
+                    if bar is not None:
+                        bar.close()
+                outputs.append(predictions)
+            hooks.call("on_predict_epoch_end")
+            hooks.call("on_predict_end")
+        if not return_predictions:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+null_context = contextlib.nullcontext

@@ -1,0 +1,267 @@
+"""The fit loop: epochs of training batches, validation when it is due, and the stopping rules."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any
+
+from accelkit.loops.evaluation import EvaluationLoop
+from accelkit.optim import step_scheduler
+from accelkit.sampler import set_epoch
+
+
+class FitLoop:
+    """Drives ``fit`` inside one worker, calling the hooks in Lightning's order (see ``docs/hooks.rst``)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.val_loaders: list[Any] | None = None
+        self.val_limits: list[int | None] = []
+        self._started = time.monotonic()
+        self._batches_since_val = 0
+        self._val_requested = False
+
+    # ----------------------------------------------------------------- set-up
+    def _load_val(self) -> None:
+        self._val_requested = True
+        trainer = self.trainer
+        module = trainer.lightning_module
+        if trainer.limits["validate"] == 0 or not trainer._has_step(module, "validation_step"):
+            self.val_loaders = None
+            return
+        self.val_loaders = trainer._data.loaders("val")
+        self.val_limits = [trainer._data.num_batches(loader, "val") for loader in (self.val_loaders or [])]
+
+    def run(self, resuming: bool) -> None:
+        """The whole fit, from ``on_fit_start`` to ``on_fit_end``."""
+        trainer = self.trainer
+        hooks = trainer._hooks
+        hooks.call("on_fit_start")
+        sanity = trainer.num_sanity_val_steps
+        if sanity != 0 and trainer.limits["validate"] != 0 and \
+                trainer._has_step(trainer.lightning_module, "validation_step"):
+            self._sanity_check(sanity)
+        train_loaders = trainer._data.loaders("train")
+        if train_loaders is None:
+            raise ValueError(f"no training data: pass train_dataloaders to fit(), a datamodule, or define "
+                             f"{type(trainer.lightning_module).__name__}.train_dataloader()")
+        self.train_loader = train_loaders[0]
+        trainer.num_training_batches = trainer._data.num_batches(self.train_loader, "train")
+        if not self._val_requested:
+            self._load_val()
+        trainer.state.stage = "train"
+        hooks.call("on_train_start")
+        if trainer.num_training_batches == 0:
+            warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
+                          UserWarning, stacklevel=2)
+        else:
+            while not self._done():
+                if trainer.reload_dataloaders_every_n_epochs and trainer.current_epoch > 0 and \
+                        trainer.current_epoch % trainer.reload_dataloaders_every_n_epochs == 0:
+                    self.train_loader = trainer._data.loaders("train")[0]
+                    trainer.num_training_batches = trainer._data.num_batches(self.train_loader, "train")
+                    self._load_val()
+                ran = self._epoch()
+                if ran == 0:
+                    warnings.warn(f"epoch {trainer.current_epoch - 1} produced no training batches; stopping.",
+                                  UserWarning, stacklevel=2)
+                    break
+        hooks.call("on_train_end")
+        hooks.call("on_fit_end")
+
+    def _sanity_check(self, steps: int) -> None:
+        trainer = self.trainer
+        trainer.sanity_checking = True
+        trainer.state.stage = "sanity_check"
+        for fn in trainer._hooks.callback_plan("on_sanity_check_start"):
+            fn()
+        try:
+            self._load_val()
+            if self.val_loaders:
+                limits = [n if steps < 0 else (steps if n is None else min(steps, n)) for n in self.val_limits]
+                EvaluationLoop(trainer, "sanity_check").run(self.val_loaders, limits, inside_fit=True)
+        finally:
+            trainer.sanity_checking = False
+        for fn in trainer._hooks.callback_plan("on_sanity_check_end"):
+            fn()
+
+    # ----------------------------------------------------------------- stopping
+    def _done(self) -> bool:
+        trainer = self.trainer
+        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+            return True
+        if trainer.max_epochs is not None and trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs:
+            return True
+        if self._out_of_time():
+            return True
+        if trainer.should_stop:
+            if self._minimums_met():
+                return True
+            trainer.should_stop = False  # a stop before min_epochs/min_steps waits for them
+            if not getattr(self, "_deferred_note", False):
+                self._deferred_note = True
+                print(f"accelkit: a stop was requested but min_epochs={trainer.min_epochs}/min_steps="
+                      f"{trainer.min_steps} are not reached yet; training continues.")
+        return False
+
+    def _minimums_met(self) -> bool:
+        trainer = self.trainer
+        return (trainer.min_epochs is None or trainer.current_epoch >= trainer.min_epochs) and (
+            trainer.min_steps is None or trainer.global_step >= trainer.min_steps)
+
+    def _out_of_time(self) -> bool:
+        limit = self.trainer.max_time
+        return limit is not None and time.monotonic() - self._started >= limit
+
+    def _stop_within_epoch(self) -> bool:
+        trainer = self.trainer
+        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+            return True
+        if trainer.should_stop and self._minimums_met():
+            return True
+        return self._out_of_time()
+
+    # ----------------------------------------------------------------- one epoch
+    def _val_due(self, batch_idx: int, is_last: bool) -> bool:
+        trainer = self.trainer
+        if not self.val_loaders:
+            return False
+        every = trainer.check_val_every_n_epoch
+        interval = trainer.val_check_interval
+        if isinstance(interval, float):
+            if interval >= 1.0:
+                due = is_last
+            else:
+                total = trainer.num_training_batches
+                stride = max(1, int(total * interval)) if total else None
+                if stride is None:
+                    raise ValueError(f"val_check_interval={interval} is a fraction but the training loader has no "
+                                     "length; give an int number of batches")
+                due = (batch_idx + 1) % stride == 0
+        else:
+            if every is None:
+                self._batches_since_val += 1
+                return self._batches_since_val % interval == 0
+            due = (batch_idx + 1) % interval == 0
+        return due and (every is None or (trainer.current_epoch + 1) % every == 0)
+
+    def _epoch(self) -> int:
+        trainer = self.trainer
+        hooks, optim, data = trainer._hooks, trainer._optim, trainer._data
+        loader = self.train_loader
+        set_epoch(loader, trainer.current_epoch)
+        trainer.model.train()
+        trainer._metrics.reset(training=True)
+        trainer._epoch_training_done = False
+        hooks.call("on_train_epoch_start")
+        limit = trainer.num_training_batches
+        bar = trainer._progress(limit, f"Epoch {trainer.current_epoch}", leave=True)
+        accumulate = trainer.accumulate_grad_batches
+        automatic = optim.automatic
+        publisher = trainer._publisher
+        log_every = trainer.log_every_n_steps
+        start_cbs = hooks.callback_plan("on_train_batch_start")
+        start_m = hooks.module_hook("on_train_batch_start")
+        end_cbs = hooks.callback_plan("on_train_batch_end")
+        end_m = hooks.module_hook("on_train_batch_end")
+        step_scheds = [c for c in trainer.lr_scheduler_configs if c.interval == "step"] if automatic else []
+        epoch_scheds = [c for c in trainer.lr_scheduler_configs if c.interval == "epoch" and c.monitor is None] \
+            if automatic else []
+        metrics = trainer._metrics
+        ran = 0
+        skipped_rest = False
+        try:
+            for batch_idx, batch, is_last in data.batches(loader, "fit", limit, lookahead=True):
+                ran += 1
+                metrics.current_batch = batch
+                trainer.is_last_batch = is_last
+                for fn in start_cbs:
+                    fn(batch, batch_idx)
+                if start_m is not None and start_m(batch, batch_idx) == -1:
+                    skipped_rest = True
+                    break
+                if automatic:
+                    boundary = accumulate == 1 or (batch_idx + 1) % accumulate == 0 or is_last
+                    output, stepped = optim.run_batch(batch, batch_idx, boundary)
+                    if stepped:
+                        for config in step_scheds:
+                            if trainer.global_step % config.frequency == 0:
+                                step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
+                                               optim.scheduler_hook)
+                else:
+                    stepped_before = trainer.global_step
+                    output = optim.training_step(batch, batch_idx)
+                    stepped = trainer.global_step != stepped_before
+                if is_last:
+                    self._step_epoch_schedulers(epoch_scheds)
+                for fn in end_cbs:
+                    fn(output, batch, batch_idx)
+                if end_m is not None:
+                    end_m(output, batch, batch_idx)
+                if bar is not None:
+                    bar.update(1)
+                if stepped and trainer.global_step % log_every == 0:
+                    publisher.log_step(bar)
+                if self._val_due(batch_idx, is_last):
+                    self._validate(zero_grad=stepped)
+                    trainer.model.train()
+                if self._stop_within_epoch():
+                    break
+            if skipped_rest:
+                self._step_epoch_schedulers(epoch_scheds)
+            if bar is not None:  # one read per epoch, so epochs shorter than log_every_n_steps show metrics too
+                publisher.show(bar, metrics.read_step(clear=False)[1])
+        finally:
+            if bar is not None:
+                bar.close()
+        trainer._epoch_training_done = True
+        publisher.end_epoch(hooks, "on_train_epoch_end", monitoring_last=True)
+        if automatic:
+            for config in trainer.lr_scheduler_configs:
+                if config.interval == "epoch" and config.monitor is not None and \
+                        (trainer.current_epoch + 1) % config.frequency == 0:
+                    step_scheduler(trainer.lightning_module, config, trainer.callback_metrics, optim.scheduler_hook)
+        trainer.current_epoch += 1
+        trainer._epoch_training_done = False
+        return ran
+
+    def _step_epoch_schedulers(self, configs: list[Any]) -> None:
+        trainer = self.trainer
+        for config in configs:
+            if (trainer.current_epoch + 1) % config.frequency == 0:
+                step_scheduler(trainer.lightning_module, config, trainer.callback_metrics, trainer._optim.scheduler_hook)
+
+    def _validate(self, zero_grad: bool) -> None:
+        trainer = self.trainer
+        trainer.state.stage = "validate"
+        try:
+            EvaluationLoop(trainer, "validate").run(self.val_loaders, self.val_limits, inside_fit=True,
+                                                    zero_grad=zero_grad)
+        finally:
+            trainer.state.stage = "train"
+
+
+def parse_max_time(value: Any) -> float | None:
+    """``max_time`` as seconds: a ``"DD:HH:MM:SS"`` string, a ``timedelta``, a dict of ``timedelta`` arguments,
+    or ``None``."""
+    import datetime
+
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, dict):
+        seconds = datetime.timedelta(**value).total_seconds()
+    elif isinstance(value, str):
+        parts = value.split(":")
+        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a timedelta or a dict")
+        days, hours, minutes, secs = (int(p) for p in parts)
+        seconds = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs).total_seconds()
+    else:
+        raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS', a datetime.timedelta or a dict")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"max_time={value!r} must be a positive duration")
+    return seconds

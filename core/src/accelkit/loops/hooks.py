@@ -1,0 +1,128 @@
+"""Calling hooks: decided once per run, so a hook nobody overrides costs nothing per step."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import warnings
+from typing import Any, Callable
+
+from accelkit.callbacks.base import Callback
+from accelkit.module import Module
+
+
+def _overrides(obj: Any, base: type, name: str) -> bool:
+    """Whether ``obj``'s class defines ``name`` differently from ``base``."""
+    mine = getattr(type(obj), name, None)
+    return mine is not None and mine is not getattr(base, name, None)
+
+
+def _public_hooks(base: type) -> set[str]:
+    return {n for n in dir(base) if n.startswith("on_") and callable(getattr(base, n, None))}
+
+
+MODULE_HOOKS = frozenset(_public_hooks(Module))
+CALLBACK_HOOKS = frozenset(_public_hooks(Callback))
+
+
+class HookCaller:
+    """Calls a hook on the callbacks (those that override it) and on the Module (if it overrides it).
+
+    :param trainer: the Trainer (first argument of callback hooks).
+    :param module: the user's Module.
+    :param callbacks: the run's callbacks, in order.
+    :param profiler: a profiler whose ``profile(name)`` wraps each call, or ``None``.
+    """
+
+    def __init__(self, trainer: Any, module: Any, callbacks: list[Any], profiler: Any = None,
+                 datamodule: Any = None) -> None:
+        self.trainer, self.module, self.callbacks = trainer, module, callbacks
+        self.datamodule = datamodule
+        self.profiler = profiler
+        self._plans: dict[tuple[str, bool | None], list[Callable]] = {}
+        self._module_hooks: dict[str, Callable | None] = {}
+
+    def _wrap(self, label: str, fn: Callable) -> Callable:
+        if self.profiler is None:
+            return fn
+        profiler = self.profiler
+
+        def profiled(*args: Any) -> Any:
+            with profiler.profile(label):
+                return fn(*args)
+
+        return profiled
+
+    def callback_plan(self, name: str, monitoring: bool | None = None) -> list[Callable]:
+        """Bound callables of the callbacks overriding ``name``; ``monitoring`` keeps only callbacks that monitor
+        metrics (``True``) or only the others (``False``)."""
+        key = (name, monitoring)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = []
+            for cb in self.callbacks:
+                if not _overrides(cb, Callback, name):
+                    continue
+                if monitoring is not None and bool(getattr(cb, "_monitors_metrics", False)) != monitoring:
+                    continue
+                fn = functools.partial(getattr(cb, name), self.trainer, self.module)
+                plan.append(self._wrap(f"[Callback]{type(cb).__qualname__}.{name}", fn))
+            self._plans[key] = plan
+        return plan
+
+    def module_hook(self, name: str) -> Callable | None:
+        """The Module's ``name`` if its class overrides it, else ``None``."""
+        if name not in self._module_hooks:
+            fn = getattr(self.module, name) if _overrides(self.module, Module, name) else None
+            self._module_hooks[name] = None if fn is None else self._wrap(
+                f"[LightningModule]{type(self.module).__qualname__}.{name}", fn)
+        return self._module_hooks[name]
+
+    def module_default(self, name: str) -> Callable:
+        """The Module's ``name``, overridden or not (for hooks whose default does work)."""
+        hook = self.module_hook(name)
+        return hook if hook is not None else getattr(self.module, name)
+
+    def call(self, name: str, *args: Any) -> Any:
+        """Callbacks' ``name`` then the Module's; returns the Module's result."""
+        for fn in self.callback_plan(name):
+            fn(*args)
+        hook = self.module_hook(name)
+        return hook(*args) if hook is not None else None
+
+    def call_before_monitors(self, name: str, *args: Any) -> None:
+        """The callbacks that do not monitor metrics, then the Module (Lightning's order for
+        ``on_train_epoch_end``; :meth:`call_monitors` follows once what the Module logged is published)."""
+        for fn in self.callback_plan(name, monitoring=False):
+            fn(*args)
+        hook = self.module_hook(name)
+        if hook is not None:
+            hook(*args)
+
+    def call_monitors(self, name: str, *args: Any) -> None:
+        """The callbacks that monitor metrics (checkpointing, early stopping)."""
+        for fn in self.callback_plan(name, monitoring=True):
+            fn(*args)
+
+    def call_datamodule(self, name: str, *args: Any) -> Any:
+        """The DataModule's ``name`` (if there is a DataModule)."""
+        if self.datamodule is None:
+            return None
+        fn = getattr(self.datamodule, name, None)
+        return fn(*args) if callable(fn) else None
+
+
+def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
+    """Warn once per name about methods that look like hooks (``on_*``) but match none (a typo such as
+    ``on_validation_epoch_ends`` would otherwise never run, silently)."""
+    targets = [(module, Module, MODULE_HOOKS, "Module")] + [(cb, Callback, CALLBACK_HOOKS, "Callback") for cb in callbacks]
+    for obj, base, known, kind in targets:
+        for name in dir(type(obj)):
+            if not name.startswith("on_") or name in known or not callable(getattr(type(obj), name, None)):
+                continue
+            if any(name in vars(klass) for klass in type(obj).__mro__ if klass.__module__.startswith("torch.")):
+                continue
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            warnings.warn(f"{type(obj).__name__}.{name} looks like a {kind} hook but matches none, so it is never "
+                          f"called{hint}", UserWarning, stacklevel=3)

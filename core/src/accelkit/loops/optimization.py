@@ -1,0 +1,209 @@
+"""One optimization step, automatic (Lightning's closure) or manual, through the strategy and the precision."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable
+
+import torch
+
+from accelkit.optim import Optimizer
+
+
+def _takes_batch_idx(step: Callable) -> bool:
+    """Whether a ``*_step`` method accepts a second positional argument (``batch_idx``)."""
+    try:
+        params = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+class Optimization:
+    """Optimizers of a fit and how they step.
+
+    Automatic optimization: for each batch :meth:`run_batch` builds the closure (``training_step``,
+    ``optimizer_zero_grad`` at the start of an accumulation window, ``backward``) and, at the end of the window,
+    calls the Module's ``optimizer_step`` hook with it, whose default runs ``optimizer.step(closure)``, i.e.
+    :meth:`step`. Manual optimization: ``training_step`` calls ``self.optimizers()`` (wrapped in
+    :class:`~accelkit.optim.Optimizer`), ``manual_backward`` and ``opt.step()``, which land here too.
+    """
+
+    def __init__(self, trainer: Any, module: Any, hooks: Any, optimizers: list[torch.optim.Optimizer]) -> None:
+        self.trainer, self.module, self.hooks = trainer, module, hooks
+        self.strategy, self.precision = trainer.strategy, trainer.precision
+        self.optimizers = optimizers
+        self.wrapped = [Optimizer(o, self) for o in optimizers]
+        self.automatic = bool(module.automatic_optimization)
+        self.accumulate = trainer.accumulate_grad_batches
+        step = getattr(module, "training_step")
+        self._pass_idx = _takes_batch_idx(step)
+        # Decided once: which hooks are overridden (a hook nobody overrides costs nothing per step).
+        self._optimizer_step = hooks.module_hook("optimizer_step")
+        self._zero_grad = hooks.module_hook("optimizer_zero_grad")
+        self._backward = hooks.module_hook("backward")
+        self._clip_hook = hooks.module_hook("configure_gradient_clipping")
+        self._before_backward = hooks.callback_plan("on_before_backward")
+        self._before_backward_m = hooks.module_hook("on_before_backward")
+        self._after_backward = hooks.callback_plan("on_after_backward")
+        self._after_backward_m = hooks.module_hook("on_after_backward")
+        self._before_step = hooks.callback_plan("on_before_optimizer_step")
+        self._before_step_m = hooks.module_hook("on_before_optimizer_step")
+        self._before_zero = hooks.callback_plan("on_before_zero_grad")
+        self._before_zero_m = hooks.module_hook("on_before_zero_grad")
+        #: the Module's ``lr_scheduler_step`` (its default steps the scheduler)
+        self.scheduler_hook = hooks.module_default("lr_scheduler_step")
+        # per-batch state of the automatic closure
+        self._batch: Any = None
+        self._batch_idx = 0
+        self._zero_first = False
+        self._ran = False
+        self._loss: Any = None
+        self.output: Any = None
+
+    # ----------------------------------------------------------------- automatic
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """Call ``training_step`` through the strategy's wrapper (DDP sees the forward pass)."""
+        trainer = self.trainer
+        wrapped = trainer.model
+        args = (batch, batch_idx) if self._pass_idx else (batch,)
+        with self.precision.forward_context():
+            if wrapped is self.module:
+                return self.module.training_step(*args)
+            return wrapped("training_step", *args)
+
+    def closure(self) -> Any:
+        """Lightning's optimizer closure: ``training_step``, zero_grad (first batch of a window), backward.
+        Runs once per batch; further calls (several optimizers) return the same loss."""
+        if self._ran:
+            return self._loss
+        self._ran = True
+        output = self.training_step(self._batch, self._batch_idx)
+        if isinstance(output, dict):
+            if "loss" not in output:
+                raise KeyError(f"training_step returned a dict without the key 'loss' (keys: {sorted(output)}); "
+                               "return {'loss': loss, ...} or the loss tensor")
+            loss = output["loss"]
+        elif output is None or isinstance(output, torch.Tensor):
+            loss = output
+            output = None if output is None else {"loss": output}
+        else:
+            raise TypeError(f"training_step returned {type(output).__name__}; return the loss tensor, a dict with "
+                            "'loss', or None to skip the batch")
+        self.output = output
+        if loss is None:
+            self._loss = None
+            return None
+        if self._zero_first:
+            self.zero_grad()
+        if self.accumulate > 1:
+            loss = loss / self.accumulate
+        self.backward(loss)
+        self._loss = loss
+        return loss
+
+    def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> Any:
+        """Train on one batch; step the optimizers when ``boundary`` ends the accumulation window. Returns the
+        step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
+        optimizers stepped."""
+        self._batch, self._batch_idx = batch, batch_idx
+        self._zero_first = self.accumulate == 1 or batch_idx % self.accumulate == 0
+        self._ran = False
+        self.output = None
+        if not boundary:
+            with self.strategy.no_backward_sync(self.trainer.model, enabled=True):
+                self.closure()
+            return self.output, False
+        hook = self._optimizer_step
+        epoch = self.trainer.current_epoch
+        stepped = False
+        for wrapped in self.wrapped:
+            self._stepped = False
+            if hook is not None:
+                hook(epoch, batch_idx, wrapped, self.closure)
+            else:
+                self.step(wrapped.optimizer, self.closure)
+            stepped = stepped or self._stepped
+        if not self._ran:
+            raise RuntimeError(f"{type(self.module).__name__}.optimizer_step did not call the closure: call "
+                               "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
+        if stepped:
+            self.trainer.global_step += 1
+            self.strategy.step_end()
+        return self.output, stepped
+
+    def zero_grad(self) -> None:
+        """``on_before_zero_grad`` hooks and ``optimizer_zero_grad`` for every optimizer."""
+        epoch, batch_idx = self.trainer.current_epoch, self._batch_idx
+        for opt in self.optimizers:
+            for fn in self._before_zero:
+                fn(opt)
+            if self._before_zero_m is not None:
+                self._before_zero_m(opt)
+            if self._zero_grad is not None:
+                self._zero_grad(epoch, batch_idx, opt)
+            else:
+                opt.zero_grad()
+
+    # ----------------------------------------------------------------- shared
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """``on_before_backward``, the backward pass (precision scaling; the Module's ``backward`` if
+        overridden), ``on_after_backward``."""
+        for fn in self._before_backward:
+            fn(loss)
+        if self._before_backward_m is not None:
+            self._before_backward_m(loss)
+        if self._backward is not None:
+            self._backward(self.precision.scale_loss(loss), *args, **kwargs)
+        elif args or kwargs:
+            self.precision.scale_loss(loss).backward(*args, **kwargs)
+        else:
+            self.strategy.backward(loss)
+        for fn in self._after_backward:
+            fn()
+        if self._after_backward_m is not None:
+            self._after_backward_m()
+
+    def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
+        """Run ``closure``, then step ``optimizer``: reduce gradients (strategies that do so at step time),
+        unscale, ``on_before_optimizer_step``, clip (automatic), precision step; manual steps also count the
+        global step and end the step on the strategy."""
+        result = closure() if closure is not None else None
+        if self.automatic and closure is self.closure and self._loss is None:
+            return None  # training_step returned None: this batch is skipped
+        strategy, precision = self.strategy, self.precision
+        strategy.reduce_gradients(optimizer)
+        precision.unscale_gradients(optimizer)
+        for fn in self._before_step:
+            fn(optimizer)
+        if self._before_step_m is not None:
+            self._before_step_m(optimizer)
+        if self.automatic:
+            trainer = self.trainer
+            if self._clip_hook is not None:
+                self._clip_hook(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+            elif trainer.gradient_clip_val is not None:
+                self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+        precision.optimizer_step(optimizer)
+        self._stepped = True
+        if not self.automatic:
+            self.trainer.global_step += 1
+            strategy.step_end()
+        return result
+
+    def clip(self, optimizer: torch.optim.Optimizer, value: float | None, algorithm: str | None) -> None:
+        """Clip ``optimizer``'s gradients by norm (default) or value, at their true scale."""
+        if value is None or value == 0:
+            return
+        algorithm = algorithm or "norm"
+        if algorithm not in ("norm", "value"):
+            raise ValueError(f"gradient_clip_algorithm={algorithm!r} must be 'norm' or 'value'")
+        self.precision.unscale_gradients(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(params, value)
+        else:
+            torch.nn.utils.clip_grad_value_(params, value)

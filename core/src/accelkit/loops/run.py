@@ -1,0 +1,202 @@
+"""The work of one stage inside a worker: set up, run the loop, tear down, report."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from typing import Any
+
+import torch
+
+from accelkit import checkpoint as ckpt
+from accelkit.loops import checkpointing
+from accelkit.loops.data import DataConnector
+from accelkit.loops.evaluation import EvaluationLoop, PredictionLoop
+from accelkit.loops.fit import FitLoop
+from accelkit.loops.hooks import HookCaller, _overrides, warn_unknown_hooks
+from accelkit.loops.logging import Publisher
+from accelkit.loops.optimization import Optimization
+from accelkit.metrics import MetricStore
+from accelkit.module import Module
+from accelkit.optim import configure_optimizers
+from accelkit.result import WorkerResult
+from accelkit.utils import rank_zero_only
+
+
+def prepare_data(trainer: Any, module: Any, datamodule: Any) -> None:
+    """``prepare_data`` of the DataModule, then of the Module (each only if overridden)."""
+    if datamodule is not None:
+        datamodule.prepare_data()
+    if _overrides(module, Module, "prepare_data"):
+        module.prepare_data()
+
+
+def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
+              weights_only: bool, prepared: bool, options: dict[str, Any]) -> WorkerResult:
+    """Everything one worker does for ``stage`` (``fit``, ``validate``, ``test``, ``predict``)."""
+    strategy = trainer.strategy
+    trainer.state.fn = stage
+    trainer.state.stage = {"fit": "train"}.get(stage, stage)
+    module.trainer = trainer
+    trainer._module = module
+    trainer.datamodule = datamodule
+    if datamodule is not None:
+        datamodule.trainer = trainer
+    trainer._metrics = MetricStore()
+    anomaly = torch.autograd.detect_anomaly() if trainer.detect_anomaly else contextlib.nullcontext()
+    callbacks = trainer._merge_callbacks(module)
+    hooks = trainer._hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
+    previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        strategy.setup_environment()
+        trainer._metrics.is_global_zero = strategy.is_global_zero
+        rank_zero_only.rank = strategy.global_rank
+        trainer._apply_determinism()
+        if trainer.profiler is not None:
+            trainer.profiler.setup(stage=stage, local_rank=strategy.local_rank, log_dir=trainer.log_dir)
+        if not prepared:
+            rank = strategy.local_rank if getattr(module, "prepare_data_per_node", True) else strategy.global_rank
+            if rank == 0:
+                prepare_data(trainer, module, datamodule)
+            strategy.barrier("prepare_data")
+        if stage == "fit" and not trainer._warned_hooks:
+            warn_unknown_hooks(module, callbacks)
+        hooks.call_datamodule("setup", stage)
+        for fn in hooks.callback_plan("setup"):
+            fn(stage)
+        module.setup(stage)
+        _configure_model(module)
+        if trainer.sync_batchnorm and trainer.world_size > 1:
+            module = _sync_batchnorm(trainer, module)
+        if stage == "fit" and trainer.enable_model_summary and strategy.is_global_zero:
+            from accelkit.summary import summarize
+
+            summarize(module, max_depth=1)
+        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only) if ckpt_path is not None else None
+        if checkpoint is not None:
+            checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
+        trainer._model = strategy.setup_module(module)
+        trainer._data = DataConnector(trainer, module, datamodule, loaders)
+        trainer._publisher = Publisher(trainer)
+        if stage == "fit" and strategy.is_global_zero:
+            from accelkit.hparams import hparams_to_log
+
+            logged = hparams_to_log(module, datamodule)
+            for logger in trainer.loggers:
+                if logged:
+                    logger.log_hyperparams(logged)
+                logger.log_graph(module)
+        with anomaly:
+            if stage == "fit":
+                optimizers, schedulers = configure_optimizers(module)
+                trainer._set_optimizers([strategy.setup_optimizer(o) for o in optimizers], schedulers)
+                trainer._optim = Optimization(trainer, module, hooks, trainer.optimizers)
+                _check_optimization(trainer, module)
+                if checkpoint is not None:
+                    checkpointing.restore_training_state(trainer, checkpoint)
+                FitLoop(trainer).run(resuming=checkpoint is not None)
+                result = None
+            elif stage == "predict":
+                loaders_ = _require(trainer._data.loaders("predict"), "predict", module)
+                limits = [trainer._data.num_batches(loader, "predict") for loader in loaders_]
+                result = PredictionLoop(trainer).run(loaders_, limits, options.get("return_predictions", True))
+            else:
+                kind = "val" if stage == "validate" else "test"
+                loaders_ = _require(trainer._data.loaders(kind), stage, module)
+                limits = [trainer._data.num_batches(loader, kind) for loader in loaders_]
+                result = EvaluationLoop(trainer, stage).run(loaders_, limits)
+                if options.get("verbose", True) and strategy.is_global_zero:
+                    _print_results(stage, result)
+        hooks.call_datamodule("teardown", stage)
+        for fn in hooks.callback_plan("teardown"):
+            fn(stage)
+        module.teardown(stage)
+        for logger in trainer.loggers if strategy.is_global_zero else []:
+            logger.finalize("success")
+        if trainer.profiler is not None:
+            trainer.profiler.describe()  # writes or prints the summary, then tears the profiler down
+        spawned = stage == "fit" and strategy.launches_workers
+        return WorkerResult(
+            result=ckpt.to_cpu(result),
+            state_dict=ckpt.to_cpu(module.state_dict()) if spawned else None,
+            training_state=ckpt.to_cpu(trainer._training_state()) if spawned else None,
+            callback_metrics=ckpt.to_cpu(trainer.callback_metrics),
+            logged_metrics=ckpt.to_cpu(trainer.logged_metrics),
+            progress_bar_metrics=dict(trainer.progress_bar_metrics),
+            current_epoch=trainer.current_epoch,
+            global_step=trainer.global_step,
+            # the caller's checkpoint/early-stopping callbacks learn the workers' outcome (best_model_path...)
+            callback_states=ckpt.to_cpu({cb.state_key: cb.state_dict() for cb in trainer.callbacks
+                                         if getattr(cb, "_monitors_metrics", False)})
+            if strategy.launches_workers else {},
+            should_stop=trainer.should_stop,
+        )
+    except BaseException as exc:
+        for fn in hooks.callback_plan("on_exception"):
+            fn(exc)
+        on_exception = getattr(datamodule, "on_exception", None)
+        if callable(on_exception):
+            on_exception(exc)
+        for logger in trainer.loggers if strategy.is_global_zero else []:
+            with contextlib.suppress(Exception):
+                logger.save()
+                logger.finalize("failed")
+        raise
+    finally:
+        torch.use_deterministic_algorithms(previous_deterministic)
+        strategy.teardown()
+
+
+def _configure_model(module: Any) -> None:
+    if _overrides(module, Module, "configure_sharded_model"):
+        warnings.warn("configure_sharded_model is deprecated (as in Lightning 2.x); rename it configure_model.",
+                      DeprecationWarning, stacklevel=3)
+        module.configure_sharded_model()
+    if _overrides(module, Module, "configure_model"):
+        module.configure_model()
+
+
+def _sync_batchnorm(trainer: Any, module: Any) -> Any:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(f"sync_batchnorm=True needs a torch.distributed process group, which strategy "
+                           f"{trainer.strategy.name!r} does not create; use a DDP strategy or sync_batchnorm=False")
+    return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+
+
+def _check_optimization(trainer: Any, module: Any) -> None:
+    if module.automatic_optimization:
+        return
+    if trainer.gradient_clip_val is not None:
+        raise ValueError("gradient_clip_val is applied by automatic optimization only; with "
+                         "automatic_optimization=False call self.clip_gradients(opt, gradient_clip_val=...) in "
+                         "training_step and leave the Trainer's gradient_clip_val unset")
+    if trainer.accumulate_grad_batches != 1:
+        raise ValueError("accumulate_grad_batches is applied by automatic optimization only; with "
+                         "automatic_optimization=False accumulate in training_step (step every N batches)")
+
+
+def _require(loaders: Any, stage: str, module: Any) -> list[Any]:
+    if loaders is None:
+        hook = {"validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}[stage]
+        raise ValueError(f"no {stage} data: pass dataloaders to {stage}(), a datamodule, or define "
+                         f"{type(module).__name__}.{hook}()")
+    return loaders
+
+
+def _print_results(stage: str, results: list[dict[str, float]]) -> None:
+    rows = sorted({name for metrics in results for name in metrics})
+    if not rows:
+        return
+    title = "Validate metric" if stage == "validate" else "Test metric"
+    headers = [title] + [f"DataLoader {i}" for i in range(len(results))]
+    table = [[name] + [f"{metrics[name]:.6g}" if name in metrics else "" for metrics in results] for name in rows]
+    widths = [max(len(str(r[i])) for r in [headers] + table) for i in range(len(headers))]
+    line = "-" * (sum(widths) + 3 * (len(widths) - 1))
+    print(line)
+    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print(line)
+    for row in table:
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+    print(line)

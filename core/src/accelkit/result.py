@@ -1,0 +1,37 @@
+"""What a worker sends back to the process that called ``fit``/``validate``/``test``/``predict``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class WorkerResult:
+    """The outcome of one stage in the global-zero worker, on the CPU.
+
+    Strategies that start workers of their own (``ddp_spawn``, ``xla_spawn``) return the global-zero worker's
+    result from :meth:`~accelkit.Strategy.launch`; the Trainer then copies it into the caller's objects.
+
+    :param result: what the stage returns (metrics of ``validate``/``test``, predictions, ``None`` for fit).
+    :param state_dict: the trained weights (``fit`` in a spawned worker; ``None`` otherwise).
+    :param training_state: optimizer, scheduler and precision state (``fit`` in a spawned worker).
+    :param callback_metrics: ``trainer.callback_metrics`` at the end.
+    :param logged_metrics: ``trainer.logged_metrics`` at the end.
+    :param progress_bar_metrics: ``trainer.progress_bar_metrics`` at the end.
+    :param current_epoch: epochs completed.
+    :param global_step: optimizer steps taken.
+    :param callback_states: each callback's ``state_dict()`` by its ``state_key`` (best checkpoint paths...).
+    :param should_stop: whether a callback or the module asked to stop.
+    """
+
+    result: Any = None
+    state_dict: dict[str, Any] | None = None
+    training_state: dict[str, Any] | None = None
+    callback_metrics: dict[str, Any] = field(default_factory=dict)
+    logged_metrics: dict[str, Any] = field(default_factory=dict)
+    progress_bar_metrics: dict[str, Any] = field(default_factory=dict)
+    current_epoch: int = 0
+    global_step: int = 0
+    callback_states: dict[str, Any] = field(default_factory=dict)
+    should_stop: bool = False
