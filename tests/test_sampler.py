@@ -442,9 +442,7 @@ def _distributed_order(num_replicas, rank, epoch, n=64, seed=5):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["matching", pytest.param("batch_sampler", marks=pytest.mark.xfail(
-    strict=True, reason="the current Trainer calls set_epoch on loader.sampler only; passes once the loop calls "
-    "accelkit.sampler.set_epoch(loader, epoch), which also reaches loader.batch_sampler.sampler (then drop this)"))])
+@pytest.mark.parametrize("mode", ["matching", "batch_sampler"])
 def test_ddp_spawn_reads_a_users_distributed_sampler_as_given(tmp_path, capfd, mode):
     """2 ranks, 64 samples, the module's own DistributedSampler: each rank reads 32 per epoch (not 16), in the
     sampler's own order for that epoch (set_epoch called before every epoch), the ranks' halves disjoint."""
