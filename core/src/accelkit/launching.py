@@ -11,27 +11,38 @@ import torch
 from accelkit.result import WorkerResult
 
 
+def _best_path(trainer: Any) -> str:
+    """The best checkpoint of the first checkpoint callback; without a monitor, Lightning's "best" is the latest
+    checkpoint, which is ``last.ckpt`` when only that one is kept (the default callback)."""
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        return ""
+    best = getattr(callback, "best_model_path", "")
+    if not best and getattr(callback, "monitor", None) is None:
+        best = getattr(callback, "last_model_path", "")
+    return best
+
+
 def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -> Any:
     if ckpt_path is None and not model_given and stage != "fit":
-        best = getattr(trainer.checkpoint_callback, "best_model_path", "") if trainer.checkpoint_callback else ""
+        best = _best_path(trainer)
         if best:
             print(f"accelkit: {stage}() without a model uses the best checkpoint of the last fit: {best}")
             return best
         return None
     if ckpt_path == "best":
-        callback = trainer.checkpoint_callback
-        best = getattr(callback, "best_model_path", "") if callback is not None else ""
+        best = _best_path(trainer)
         if not best:
             raise ValueError(f"{stage}(ckpt_path='best'): no best checkpoint is known; fit first with a "
                              "ModelCheckpoint (enable_checkpointing=True adds one), or pass a path")
         return best
     if ckpt_path == "last":
-        candidates = [getattr(c, "last_model_path", "") for c in trainer.checkpoint_callbacks]
-        candidates = [c for c in candidates if c] + [str(trainer.checkpoint_path)]
-        for candidate in candidates:
-            if Path(candidate).is_file():
-                return candidate
-        warnings.warn(f"ckpt_path='last': no checkpoint at {candidates[-1]} yet; starting from scratch.",
+        # The newest last*.ckpt of the checkpoint callbacks (a second run in the same folder writes last-v1.ckpt).
+        found = {Path(p) for c in trainer.checkpoint_callbacks for p in c._find_last_checkpoints(trainer)}
+        found = [p for p in found if p.is_file()]
+        if found:
+            return str(max(found, key=lambda p: p.stat().st_mtime))
+        warnings.warn(f"ckpt_path='last': no checkpoint at {trainer.checkpoint_path} yet; starting from scratch.",
                       UserWarning, stacklevel=4)
         return None
     if ckpt_path is not None:

@@ -200,7 +200,10 @@ class Trainer(TrainerProperties):
         from accelkit.callbacks import Checkpoint, ModelCheckpoint
 
         if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
-            self.callbacks.append(ModelCheckpoint(dirpath=self.default_root_dir / "checkpoints", save_last=True))
+            # One file, rewritten atomically each epoch: last.ckpt. With no monitor, Lightning's "best" checkpoint
+            # is the latest one, which is this file (ckpt_path="best" resolves to it).
+            self.callbacks.append(ModelCheckpoint(dirpath=self.default_root_dir / "checkpoints", save_top_k=0,
+                                                  save_last=True))
         elif enable_checkpointing is False and any(isinstance(c, Checkpoint) for c in self.callbacks):
             raise ConfigurationError("enable_checkpointing=False but a ModelCheckpoint is among the callbacks; "
                                      "remove one of them")
@@ -221,6 +224,7 @@ class Trainer(TrainerProperties):
         self.sanity_checking = False
         self.is_last_batch = False
         self.num_training_batches: int | None = None
+        self.num_val_batches: list[int | None] = []
         self.state = TrainerState()
         self.datamodule: Any = None
         self.ckpt_path: Any = None

@@ -160,7 +160,7 @@ def scenario_single(out: Path) -> dict:
 
     class EpochLoss(Callback):
         def on_train_epoch_end(self, trainer, module):
-            epoch_losses.append(trainer.callback_metrics["loss_epoch"])
+            epoch_losses.append(float(trainer.callback_metrics["loss_epoch"]))
 
     counters = XLACounters()
     trainer = Trainer(accelerator="xla", devices=1, max_epochs=4, logger=False, enable_progress_bar=False,
@@ -244,6 +244,22 @@ class FlatBufferAllReduceSpawn(XLASpawnStrategy):
             token = torch.zeros(1, device=self.root_device)
             self.all_reduce_("sum", [token])
             torch_xla.sync()
+
+    def broadcast(self, obj, src=0):
+        """The pickled object as bytes in a float buffer, summed over replicas (only ``src`` contributes)."""
+        import pickle
+
+        if not self._in_replica or self.world_size <= 1:
+            return obj
+        payload = pickle.dumps(obj) if self.global_rank == src else b""
+        size = torch.tensor([float(len(payload))], device=self.root_device)
+        self.all_reduce_("sum", [size])
+        buffer = torch.zeros(int(size.item()))
+        if payload:
+            buffer = torch.tensor(list(payload), dtype=torch.float32)
+        buffer = buffer.to(self.root_device)
+        self.all_reduce_("sum", [buffer])
+        return pickle.loads(bytes(int(v) for v in buffer.cpu().tolist()))
 
 
 _SPY_LOCK = __import__("threading").Lock()

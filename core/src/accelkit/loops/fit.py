@@ -30,9 +30,11 @@ class FitLoop:
         module = trainer.lightning_module
         if trainer.limits["validate"] == 0 or not trainer._has_step(module, "validation_step"):
             self.val_loaders = None
+            trainer.num_val_batches = []
             return
         self.val_loaders = trainer._data.loaders("val")
         self.val_limits = [trainer._data.num_batches(loader, "val") for loader in (self.val_loaders or [])]
+        trainer.num_val_batches = list(self.val_limits)
 
     def run(self, resuming: bool) -> None:
         """The whole fit, from ``on_fit_start`` to ``on_fit_end``."""
@@ -195,6 +197,7 @@ class FitLoop:
                     output = optim.training_step(batch, batch_idx)
                     stepped = trainer.global_step != stepped_before
                 if is_last:
+                    trainer._epoch_training_done = True  # a checkpoint written from here on resumes next epoch
                     self._step_epoch_schedulers(epoch_scheds)
                 for fn in end_cbs:
                     fn(output, batch, batch_idx)
