@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import warnings
 from typing import Any, Iterator
 
@@ -12,6 +13,7 @@ from torch.utils.data import DataLoader, SequentialSampler
 from accelkit.errors import ConfigurationError
 from accelkit.module import Module
 from accelkit.sampler import distribute_dataloader
+from accelkit.utils import worker_init_function
 
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
           "predict": "predict_dataloader"}
@@ -74,11 +76,16 @@ class DataConnector:
 
     def _prepare(self, loader: Any, kind: str) -> Any:
         trainer = self.trainer
+        if os.environ.get("ACCELKIT_SEED_WORKERS") == "1" and isinstance(loader, DataLoader) and \
+                loader.num_workers > 0 and loader.worker_init_fn is None:
+            # seed_everything(workers=True): each worker process gets its own reproducible seed
+            loader = _rebuild(loader, worker_init_fn=functools.partial(worker_init_function,
+                                                                       rank=trainer.strategy.global_rank))
         if kind == "train" and trainer.overfit_batches and isinstance(loader, DataLoader) and not isinstance(
                 loader.sampler, SequentialSampler):
             warnings.warn("overfit_batches: the training loader shuffles; accelkit replaces its sampler with a "
                           "SequentialSampler so the same batches repeat every epoch.", UserWarning, stacklevel=3)
-            loader = _with_sampler(loader, SequentialSampler(loader.dataset))
+            loader = _rebuild(loader, sampler=SequentialSampler(loader.dataset))
         kwargs = trainer.strategy.distributed_sampler_kwargs
         if kwargs is not None and trainer.use_distributed_sampler:
             loader = distribute_dataloader(loader, trainer.plugin_manager.hook.accelkit_distributed_sampler,
@@ -155,11 +162,20 @@ _LOADER_ARGS = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_l
                 "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
 
 
-def _with_sampler(loader: DataLoader, sampler: Any) -> DataLoader:
+def _rebuild(loader: DataLoader, **changes: Any) -> DataLoader:
+    """A copy of ``loader`` with ``changes`` (a sampler, a worker_init_fn)."""
     kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
     if kwargs.get("num_workers", 0) == 0:
         kwargs.pop("prefetch_factor", None)
         kwargs.pop("persistent_workers", None)
-    if loader.batch_sampler is not None and loader.batch_size is None:
+    if "sampler" not in changes:
+        if loader.batch_size is None:  # built with a batch_sampler: keep it
+            kwargs.pop("batch_size", None)
+            kwargs.pop("drop_last", None)
+            changes["batch_sampler"] = loader.batch_sampler
+        else:
+            changes["sampler"] = loader.sampler
+    elif loader.batch_size is None:
         raise ValueError("overfit_batches cannot re-order a loader built with a batch_sampler")
-    return DataLoader(loader.dataset, sampler=sampler, **kwargs)
+    kwargs.update(changes)
+    return DataLoader(loader.dataset, **kwargs)

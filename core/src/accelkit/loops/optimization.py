@@ -41,6 +41,8 @@ class Optimization:
         self.accumulate = trainer.accumulate_grad_batches
         step = getattr(module, "training_step")
         self._pass_idx = _takes_batch_idx(step)
+        self._profiler = trainer.profiler
+        self._step_label = f"[LightningModule]{type(module).__qualname__}.training_step"
         # Decided once: which hooks are overridden (a hook nobody overrides costs nothing per step).
         self._optimizer_step = hooks.module_hook("optimizer_step")
         self._zero_grad = hooks.module_hook("optimizer_zero_grad")
@@ -67,8 +69,13 @@ class Optimization:
     # ----------------------------------------------------------------- automatic
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         """Call ``training_step`` through the strategy's wrapper (DDP sees the forward pass)."""
-        trainer = self.trainer
-        wrapped = trainer.model
+        if self._profiler is not None:
+            with self._profiler.profile(self._step_label):
+                return self._training_step(batch, batch_idx)
+        return self._training_step(batch, batch_idx)
+
+    def _training_step(self, batch: Any, batch_idx: int) -> Any:
+        wrapped = self.trainer.model
         args = (batch, batch_idx) if self._pass_idx else (batch,)
         with self.precision.forward_context():
             if wrapped is self.module:
@@ -171,6 +178,12 @@ class Optimization:
         """Run ``closure``, then step ``optimizer``: reduce gradients (strategies that do so at step time),
         unscale, ``on_before_optimizer_step``, clip (automatic), precision step; manual steps also count the
         global step and end the step on the strategy."""
+        if self._profiler is not None:
+            with self._profiler.profile(f"[Strategy]{type(self.strategy).__name__}.optimizer_step"):
+                return self._step(optimizer, closure)
+        return self._step(optimizer, closure)
+
+    def _step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
         result = closure() if closure is not None else None
         if self.automatic and closure is self.closure and self._loss is None:
             return None  # training_step returned None: this batch is skipped
