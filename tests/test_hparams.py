@@ -18,6 +18,8 @@ import pytest
 import torch
 from torch import nn
 
+import accelkit
+from accelkit.datamodule import DataModule
 from accelkit.hparams import (
     AttributeDict,
     HyperparametersMixin,
@@ -495,3 +497,63 @@ def test_checkpoint_entries_and_what_the_loggers_get():
     with pytest.raises(RuntimeError, match="'lr'"):
         hparams_to_log(Net(lr=0.5), data)
 
+
+# ------------------------------------------------------------------------------------------------ end to end
+class Regressor(accelkit.Module):
+    """Lightning-style: every __init__ argument saved, the backbone left out, read back through self.hparams."""
+
+    def __init__(self, backbone: nn.Module, lr: float = 0.05, data_dir: Path = Path("/data"),
+                 scale: Any = np.float32(1.0), args: Namespace = Namespace(momentum=0.0)) -> None:
+        super().__init__()
+        self.save_hyperparameters(ignore=["backbone"])
+        self.backbone = backbone
+        self.head = nn.Linear(2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x)) * self.hparams.scale
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return nn.functional.mse_loss(self(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=self.hparams.args.momentum)
+
+
+class Pairs(DataModule):
+    def __init__(self, batch_size: int = 4) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+    def train_dataloader(self) -> Any:
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(16, 3, generator=generator)
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)),
+                                           batch_size=self.hparams.batch_size)
+
+
+def test_fit_save_checkpoint_and_load_from_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = Regressor(nn.Linear(3, 2), lr=0.1, data_dir=tmp_path, scale=np.float32(2.0),
+                      args=Namespace(momentum=0.5))
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=Pairs(batch_size=8))
+    trainer.save_checkpoint(tmp_path / "model.ckpt")
+
+    raw = torch.load(tmp_path / "model.ckpt", weights_only=True)  # plain data only
+    assert raw["hyper_parameters"] == {"lr": 0.1, "data_dir": str(tmp_path), "scale": 2.0,
+                                       "args": {"momentum": 0.5}}
+    assert raw["datamodule_hyper_parameters"] == {"batch_size": 8}
+
+    with pytest.raises(TypeError, match="backbone=..."):
+        Regressor.load_from_checkpoint(tmp_path / "model.ckpt")
+    loaded = Regressor.load_from_checkpoint(tmp_path / "model.ckpt", backbone=nn.Linear(3, 2))
+    assert not all(torch.equal(before[key], value) for key, value in model.state_dict().items())  # it trained
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    assert loaded.hparams.args.momentum == 0.5 and loaded.hparams.scale == 2.0
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(loaded(x), model(x))
+    assert Pairs.load_from_checkpoint(tmp_path / "model.ckpt").hparams.batch_size == 8
