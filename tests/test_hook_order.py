@@ -107,16 +107,19 @@ def manual_batch(i: int, device: str) -> list[str]:
             *both("on_before_optimizer_step"), *both("on_train_batch_end", outputs=["loss"], batch_idx=i)]
 
 
-def eval_loop(stage: str, batches: int, device: str) -> list[str]:
+def eval_loop(stage: str, batches: int, device: str, save: list[str] = ()) -> list[str]:
     """A validation or test run (``evaluation_loop.py``; test_hooks.py ``_eval_epoch``/``_eval_batch`` and
     ``test_trainer_model_hook_system_eval``). ``on_*_model_train`` is called because the recorder overrides it
-    (Lightning calls it only when overridden). One loader: no ``dataloader_idx`` argument."""
+    (Lightning calls it only when overridden). One loader: no ``dataloader_idx`` argument. ``save``: what a
+    ModelCheckpoint saving in ``on_validation_end`` calls, between the recording callback's ``on_validation_end``
+    and the Module's: every callback runs before the Module there (``_on_evaluation_end``)."""
     step, key = ("validation_step", ["x"]) if stage == "validation" else ("test_step", ["y"])
     seq = [call(f"on_{stage}_model_eval"), *both(f"on_{stage}_start"), *both(f"on_{stage}_epoch_start")]
     for i in range(batches):
         seq += [*transfer(device), *both(f"on_{stage}_batch_start", batch_idx=i), call(step, batch_idx=i),
                 *both(f"on_{stage}_batch_end", outputs=key, batch_idx=i)]
-    return seq + [*both(f"on_{stage}_epoch_end"), *both(f"on_{stage}_end"), call(f"on_{stage}_model_train")]
+    return seq + [*both(f"on_{stage}_epoch_end"), call(f"{CB}on_{stage}_end"), *save, call(f"on_{stage}_end"),
+                  call(f"on_{stage}_model_train")]
 
 
 def save_checkpoint(dm: bool = False) -> list[str]:
@@ -130,7 +133,8 @@ def save_checkpoint(dm: bool = False) -> list[str]:
 def expected_fit(device: str = "cpu", *, epochs: int = 2, first_epoch: int = 0, train_batches: int = 2,
                  val_batches: int = 1, sanity_steps: int = 2, prepare_data: bool = True, accumulate: int = 1,
                  clip: tuple[Any, Any] = (None, None), stop_at: tuple[int, int] | None = None,
-                 resumed: bool = False, manual: bool = False, dm: bool = False) -> list[str]:
+                 resumed: bool = False, manual: bool = False, dm: bool = False,
+                 save_after_validation: bool = False) -> list[str]:
     """``Trainer.fit`` (test_hooks.py ``test_trainer_model_hook_system_fit``), with a ModelCheckpoint that saves
     at the end of each training epoch in which a step happened (``ModelCheckpoint.on_train_epoch_end``,
     ``_should_skip_saving_checkpoint``)."""
@@ -172,10 +176,11 @@ def expected_fit(device: str = "cpu", *, epochs: int = 2, first_epoch: int = 0, 
             stepped = stepped or steps
         if val_batches and not stopped:
             # training_epoch_loop.on_advance_end: the last batch always steps, so zero_grad then validation
-            seq += [call("on_validation_model_zero_grad"), *eval_loop("validation", val_batches, device)]
+            save = save_checkpoint(dm) if save_after_validation and stepped else []
+            seq += [call("on_validation_model_zero_grad"), *eval_loop("validation", val_batches, device, save)]
         # fit_loop.on_advance_end: non-monitoring callbacks, the Module, then ModelCheckpoint (which saves)
         seq += [call(CB + "on_train_epoch_end"), call("on_train_epoch_end")]
-        if stepped:  # no save when no step happened since the last save
+        if stepped and not save_after_validation:  # no save when no step happened since the last save
             seq += save_checkpoint(dm)
     return seq + [*both("on_train_end"), *both("on_fit_end"), *run_end("fit", dm)]
 
@@ -320,6 +325,20 @@ def test_resume_loads_checkpoint_hooks_in_lightning_order(tmp_path):
     log = HookLog()
     trainer(tmp_path / "resumed", log, max_epochs=2).fit(HookRecorderModule(log), ckpt_path=ckpt)
     assert_sequence(log.calls, expected_fit(first_epoch=1, resumed=True), log.problems)
+
+
+def test_checkpoint_saved_after_validation_runs_before_the_modules_on_validation_end(tmp_path):
+    """``ModelCheckpoint(save_on_train_epoch_end=False)`` saves in its ``on_validation_end``, which runs with the
+    other callbacks BEFORE the Module's ``on_validation_end`` (only ``on_train_epoch_end`` puts monitoring
+    callbacks after the Module: ``fit_loop.on_advance_end``); never during the sanity check."""
+    from accelkit.callbacks import ModelCheckpoint
+
+    log = HookLog()
+    accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, default_root_dir=tmp_path, **QUIET,
+                     callbacks=[HookRecorderCallback(log),
+                                ModelCheckpoint(dirpath=tmp_path / "ckpt", save_on_train_epoch_end=False)]
+                     ).fit(HookRecorderModule(log))
+    assert_sequence(log.calls, expected_fit(save_after_validation=True), log.problems)
 
 
 def test_datamodule_hooks_interleave_as_in_lightning(tmp_path):
