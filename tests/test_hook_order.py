@@ -212,6 +212,8 @@ def assert_sequence(actual: list[str], expected: list[str], problems: list[str] 
 
 # ---------------------------------------------------------------------------------------------- runs
 def trainer(tmp_path: Path, log: HookLog, **kwargs: Any) -> accelkit.Trainer:
+    """A quiet 2-epoch CPU Trainer with the recording callback and a ModelCheckpoint of Lightning's defaults (the
+    Trainer's own default checkpoint is a design choice of ours; this one pins Lightning's timing)."""
     from accelkit.callbacks import ModelCheckpoint
 
     args = dict(accelerator="cpu", devices=1, max_epochs=2, default_root_dir=tmp_path, **QUIET)
