@@ -31,6 +31,9 @@ class Accelerator:
     autocast_device_type: ClassVar[str | None] = None
     #: whether DataLoaders should pin host memory by default for this device
     pin_memory: ClassVar[bool] = False
+    #: whether evaluation may run under ``torch.inference_mode()`` (``Trainer(inference_mode=True)``); a lazy
+    #: device whose tensors need version counters says ``False`` and gets ``torch.no_grad()``
+    supports_inference_mode: ClassVar[bool] = True
 
     # ----------------------------------------------------------------- resolution (parent process)
     @classmethod

@@ -7,15 +7,14 @@ A DataModule gathers what a run needs to get its data: ``prepare_data`` (downloa
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import inspect
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from accelkit.utils import move_to_device
 from accelkit.hparams import HyperparametersMixin
 
 __all__ = ["DataHooks", "DataModule", "dataloader_is_defined", "restore_datamodule_state"]
@@ -36,29 +35,6 @@ def dataloader_is_defined(obj: Any, name: str) -> bool:
     if method is None:
         return False
     return not getattr(getattr(method, "__func__", method), "_accelkit_default_dataloader", False)
-
-
-def _move(batch: Any, device: torch.device, non_blocking: bool) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, Mapping):
-        moved = {key: _move(value, device, non_blocking) for key, value in batch.items()}
-        if isinstance(batch, MutableMapping):  # keep the mapping's type (defaultdict, OrderedDict, UserDict, ...)
-            out = copy.copy(batch)
-            out.update(moved)
-            return out
-        return moved
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(_move(value, device, non_blocking) for value in batch))
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_move(value, device, non_blocking) for value in batch)
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return dataclasses.replace(batch, **{f.name: _move(getattr(batch, f.name), device, non_blocking)
-                                             for f in dataclasses.fields(batch) if f.init})
-    to = getattr(batch, "to", None)
-    if callable(to) and not isinstance(batch, torch.nn.Module):  # a user type that knows how to move itself
-        return to(device)
-    return batch
 
 
 class DataHooks:
@@ -115,7 +91,7 @@ class DataHooks:
         """Move ``batch`` to ``device`` and return it. The default moves every tensor in nested dicts, lists,
         tuples, namedtuples and dataclasses (tensors already there are left alone) and calls ``.to(device)`` on
         other objects that have it; override it for batches of your own type."""
-        return _move(batch, torch.device(device), non_blocking=False)
+        return move_to_device(batch, torch.device(device))
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Change a batch after it moved to the device (device-side augmentation); return the batch."""

@@ -86,6 +86,7 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
         for logger in trainer.loggers:
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     trainer.should_stop = False
+    strategy.stage, strategy.root_dir = stage, trainer.default_root_dir
     output: WorkerResult = strategy.launch(run_stage, trainer, stage, model, datamodule, loaders, ckpt_path,
                                            weights_only, prepared, options)
     trainer._warned_hooks = True

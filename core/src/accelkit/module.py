@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from accelkit.hparams import HyperparametersMixin
-from accelkit.module_hooks import CheckpointHooks, DataHooks, ModelHooks
+from accelkit.datamodule import DataHooks
+from accelkit.module_hooks import CheckpointHooks, ModelHooks
 
 
 class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Module):
@@ -108,19 +109,6 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Mo
         for param in self.parameters():
             param.requires_grad = True
         self.train()
-
-    @classmethod
-    def load_from_checkpoint(cls, checkpoint_path: Any, map_location: Any = None, hparams_file: Any = None,
-                             strict: bool | None = None, **kwargs: Any) -> Any:
-        """Rebuild a module from a checkpoint: ``cls(**saved hyperparameters, **kwargs)``, then its weights.
-
-        Loading refuses arbitrary pickled objects (``weights_only=True``); pass ``weights_only=False`` among
-        ``kwargs`` only for a checkpoint you trust.
-        """
-        from accelkit.hparams import load_from_checkpoint
-
-        return load_from_checkpoint(cls, checkpoint_path, map_location=map_location, hparams_file=hparams_file,
-                                    strict=cls.strict_loading if strict is None else strict, **kwargs)
 
     # ----------------------------------------------------------------- steps
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -1,4 +1,5 @@
-"""The hooks of :class:`accelkit.Module`, with Lightning 2.x's names, signatures and defaults.
+"""The hooks of :class:`accelkit.Module`, with Lightning 2.x's names, signatures and defaults (the data hooks,
+shared with the DataModule, are :class:`accelkit.datamodule.DataHooks`).
 
 Split from ``module.py`` by concept: these are the points where the Trainer calls into the user's code. A hook a
 module does not override costs nothing per step: the Trainer decides once per run which hooks to call.
@@ -9,8 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
-from accelkit.utils import move_to_device
 
 
 class ModelHooks:
@@ -173,53 +172,6 @@ class ModelHooks:
         ``gradient_clip_algorithm`` through :meth:`clip_gradients`."""
         self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
                             gradient_clip_algorithm=gradient_clip_algorithm)
-
-
-class DataHooks:
-    """Where data comes from and how batches reach the device."""
-
-    #: run ``prepare_data`` on local rank 0 of every node (``False``: only on global rank 0)
-    prepare_data_per_node: bool = True
-    #: allow an empty loader on some ranks of a multi-device run
-    allow_zero_length_dataloader_with_multiple_devices: bool = False
-
-    def prepare_data(self) -> None:
-        """Download or write data to disk: called once per node (local rank 0) before the processes start
-        working, and before spawning where the strategy spawns. Do not set state on ``self`` here."""
-
-    def setup(self, stage: str) -> None:
-        """Called in every process at the start of ``fit``/``validate``/``test``/``predict`` (``stage``)."""
-
-    def teardown(self, stage: str) -> None:
-        """Called in every process at the end of ``fit``/``validate``/``test``/``predict``."""
-
-    def train_dataloader(self) -> Any:
-        """Training data, when not passed to :meth:`Trainer.fit` nor given by a DataModule."""
-        return None
-
-    def val_dataloader(self) -> Any:
-        """Validation data (a loader or a list of loaders)."""
-        return None
-
-    def test_dataloader(self) -> Any:
-        """Test data (a loader or a list of loaders)."""
-        return None
-
-    def predict_dataloader(self) -> Any:
-        """Prediction data (a loader or a list of loaders)."""
-        return None
-
-    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch before it moves to the device; return the batch."""
-        return batch
-
-    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
-        """Move a batch to ``device``; the default moves every tensor inside lists, tuples and dicts."""
-        return move_to_device(batch, device)
-
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Change a batch after it is on the device (GPU augmentations); return the batch."""
-        return batch
 
 
 class CheckpointHooks:

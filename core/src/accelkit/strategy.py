@@ -109,8 +109,15 @@ class Strategy:
         return {"num_replicas": self.world_size, "rank": self.global_rank}
 
     # ----------------------------------------------------------------- lifecycle
+    #: the stage being launched (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``), set by the Trainer
+    #: right before :meth:`launch`
+    stage: str | None = None
+    #: the Trainer's ``default_root_dir`` for the run being launched (a place for a strategy's own files)
+    root_dir: Path | None = None
+
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``function`` in every worker and return the global-zero worker's result."""
+        """Run ``function`` in every worker and return the global-zero worker's result
+        (a :class:`~accelkit.result.WorkerResult` for the Trainer's work)."""
         return function(*args, **kwargs)
 
     def setup_environment(self) -> None:

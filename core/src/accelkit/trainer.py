@@ -6,7 +6,6 @@ The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in
 from __future__ import annotations
 
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import random
+from collections.abc import Mapping, MutableMapping
 from typing import Any, Callable
 
 import torch
@@ -27,11 +30,29 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 
 
 def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
-    """Move every tensor of ``batch`` to ``device``; other objects pass through."""
-    def move(t: torch.Tensor) -> torch.Tensor:
-        return t if t.device == device else t.to(device, non_blocking=non_blocking)
-
-    return apply_to_tensors(batch, move)
+    """Move every tensor of ``batch`` (nested dicts, lists, tuples, namedtuples, dataclasses) to ``device``;
+    tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
+    passes through."""
+    if isinstance(batch, torch.Tensor):
+        return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        moved = {key: move_to_device(value, device, non_blocking) for key, value in batch.items()}
+        if isinstance(batch, MutableMapping):  # keep the mapping's type (defaultdict, OrderedDict, UserDict, ...)
+            out = copy.copy(batch)
+            out.update(moved)
+            return out
+        return moved
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(move_to_device(value, device, non_blocking) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move_to_device(value, device, non_blocking) for value in batch)
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        return dataclasses.replace(batch, **{f.name: move_to_device(getattr(batch, f.name), device, non_blocking)
+                                             for f in dataclasses.fields(batch) if f.init})
+    to = getattr(batch, "to", None)
+    if callable(to) and not isinstance(batch, torch.nn.Module):  # a user type that knows how to move itself
+        return to(device)
+    return batch
 
 
 def seed_everything(seed: int | None = None, workers: bool = False) -> int:

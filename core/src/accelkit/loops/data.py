@@ -52,11 +52,9 @@ class DataConnector:
         if given is not None:
             return given
         hook = _HOOKS[kind]
-        if self.datamodule is not None:
-            loader = getattr(self.datamodule, hook)()
-            if loader is not None:
-                return loader
-        return getattr(self.module, hook)()
+        # As in Lightning, a DataModule is the only source of loaders when one is given.
+        source = self.datamodule if self.datamodule is not None else self.module
+        return getattr(source, hook)()
 
     def loaders(self, kind: str) -> list[Any] | None:
         """The prepared loader(s) of ``kind`` as a list (several evaluation loaders), or ``None``."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 from typing import Any
 
@@ -54,7 +53,7 @@ class EvaluationLoop:
         store.reset(training=False)
         store.is_global_zero = trainer.is_global_zero
         store.num_dataloaders = len(loaders)
-        grad_off = torch.inference_mode() if trainer.inference_mode and not inside_fit else torch.no_grad()
+        grad_off = _grad_off(trainer, inside_fit)
         results: list[dict[str, float]] = []
         publish = self.stage != "sanity_check"
         try:
@@ -137,8 +136,7 @@ class PredictionLoop:
         hooks.module_default("on_predict_model_eval")()
         pass_idx = len(loaders) > 1 and _accepts_dataloader_idx(module.predict_step)
         outputs: list[list[Any]] = []
-        mode = torch.inference_mode() if trainer.inference_mode else torch.no_grad()
-        with mode:
+        with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")
             hooks.call("on_predict_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
@@ -168,4 +166,10 @@ class PredictionLoop:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-null_context = contextlib.nullcontext
+
+def _grad_off(trainer: Any, inside_fit: bool) -> Any:
+    """``torch.inference_mode()`` where the Trainer asks and the accelerator allows it, else ``torch.no_grad()``
+    (always inside fit: tensors made under inference mode could not be used by training afterwards)."""
+    if trainer.inference_mode and not inside_fit and trainer.accelerator.supports_inference_mode:
+        return torch.inference_mode()
+    return torch.no_grad()

@@ -123,6 +123,7 @@ class XLAAccelerator(Accelerator):
     distributed_backend = "xla"
     autocast_device_type = "xla"
     pin_memory = False
+    supports_inference_mode = False  # XLA tensors made under inference mode break ("Cannot set version_counter")
 
     @classmethod
     def is_available(cls) -> bool:

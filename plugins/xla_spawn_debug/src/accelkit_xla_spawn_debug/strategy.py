@@ -85,12 +85,10 @@ class XLADebugMixin:
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Set the debug variables, run the replicas, and print the report paths when they end."""
         if self.output_dir is None:
-            trainer = getattr(function, "__self__", None)
-            root = getattr(trainer, "default_root_dir", None) or os.getcwd()
-            self.output_dir = str(Path(root) / "xla_debug")
+            self.output_dir = str(Path(self.root_dir or os.getcwd()) / "xla_debug")
         Path(self.output_dir).mkdir(parents=True, exist_ok=True)
-        if args and isinstance(args[0], str) and args[0].isidentifier():
-            self.run_label = args[0]  # the Trainer passes the stage ("fit", "validate", ...) first
+        if self.stage:
+            self.run_label = self.stage  # set by the Trainer before launching ("fit", "validate", ...)
         wanted = self.debug_environment()
         log = Path(wanted["PT_XLA_DEBUG_FILE"])
         if log.exists():
