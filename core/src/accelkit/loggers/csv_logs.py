@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import warnings
 from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
@@ -127,7 +128,8 @@ class CSVLogger(Logger):
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
         """Add ``params`` to :attr:`hparams` and rewrite ``hparams.csv`` (``name,value`` rows, values as
-        ``repr``, sorted by name). Rank zero only."""
+        ``repr``, sorted by name) and ``hparams.yaml`` (Lightning's file, which ``load_from_checkpoint(...,
+        hparams_file=)`` reads; values that are not plain data are written as their ``repr``). Rank zero only."""
         if args or kwargs:
             raise TypeError("CSVLogger.log_hyperparams takes the parameters only; unexpected extra arguments "
                             f"{list(args) + sorted(kwargs)}")
@@ -141,6 +143,7 @@ class CSVLogger(Logger):
             writer.writerow(["name", "value"])
             writer.writerows(sorted((str(k), repr(v)) for k, v in self.hparams.items()))
         os.replace(target + ".tmp", target)
+        _write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
 
     def save(self) -> None:
         """Write the buffered rows to ``metrics.csv``: appended when the file's header already has every column,
@@ -166,3 +169,18 @@ class CSVLogger(Logger):
             os.replace(tmp, path)
             self._written_columns = list(self._columns)
         self._pending.clear()
+
+
+def _write_yaml(target: str, params: Mapping[str, Any]) -> None:
+    """``params`` as YAML, atomically; what YAML cannot represent as plain data is written as its ``repr``."""
+    import yaml
+
+    from accelkit.hparams import plain_hparams
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # values plain_hparams drops are written as repr below
+        plain = plain_hparams(dict(params))
+    data = {str(k): plain[k] if k in plain else repr(v) for k, v in params.items()}
+    with open(target + ".tmp", "w") as handle:
+        yaml.safe_dump(data, handle, sort_keys=True)
+    os.replace(target + ".tmp", target)
