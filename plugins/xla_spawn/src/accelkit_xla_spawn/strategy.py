@@ -18,6 +18,7 @@ import torch
 
 from accelkit import checkpoint as ckpt
 from accelkit.errors import ConfigurationError, WorkerError
+from accelkit.result import WorkerResult
 from accelkit.strategy import SingleDeviceStrategy, Strategy
 
 from accelkit_xla_spawn.removed_api import add_removed_api_hint, removed_api_hint
@@ -264,8 +265,7 @@ class XLASpawnStrategy(_XLAStrategyBase):
                 ) from exc
             if not result_path.is_file():
                 if self._node_rank != 0:
-                    return {"result": None, "state_dict": None, "callback_metrics": {}, "logged_metrics": {},
-                            "progress_bar_metrics": {}, "current_epoch": 0, "global_step": 0}
+                    return WorkerResult()  # other hosts of a pod: replica 0 (on host 0) reports the run
                 raise WorkerError("the replicas ended without replica 0 returning its result.")
             return torch.load(result_path, weights_only=False)
 
