@@ -56,11 +56,15 @@ class MetricStore:
         #: this process is global rank zero (values logged with ``rank_zero_only`` elsewhere are dropped)
         self.is_global_zero = True
 
-    def reset(self, training: bool) -> None:
-        """Start a new epoch of a loop (metric objects logged last epoch are reset)."""
+    def reset_metric_objects(self) -> None:
+        """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
         for entry in self.entries.values():
             if entry.metric is not None:
                 entry.metric.reset()
+
+    def reset(self, training: bool) -> None:
+        """Start a new epoch of a loop (metric objects logged last epoch are reset)."""
+        self.reset_metric_objects()
         self.entries = {}
         self.training = training
         self.epoch_aliases = {}

@@ -9,9 +9,9 @@ class Callback:
     """Base class of callbacks, with every hook of Lightning 2.x's ``Callback`` under the same name and signature.
 
     Override the hooks you need; each receives the Trainer and the user's Module (``pl_module``). A callback hook
-    runs right before the Module's hook of the same name, except at the end of a training epoch and of a
-    validation run, where callbacks that monitor metrics (:class:`~accelkit.callbacks.ModelCheckpoint`,
-    :class:`~accelkit.callbacks.EarlyStopping`) run after the Module, so they see what its hook logged.
+    runs right before the Module's hook of the same name, except at the end of a training epoch, where callbacks
+    that monitor metrics (:class:`~accelkit.callbacks.ModelCheckpoint`, :class:`~accelkit.callbacks.EarlyStopping`)
+    run after the Module, so they see what its hook logged (see :doc:`/hooks`).
     Hooks a callback does not override cost nothing: the Trainer decides once per run which ones to call.
     """
 

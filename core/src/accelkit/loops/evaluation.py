@@ -94,6 +94,7 @@ class EvaluationLoop:
                     if publish else self._discard()
                 hooks.call(f"on_{prefix}_end")
         finally:
+            store.reset_metric_objects()  # the next validation (or the next epoch's) starts them empty
             trainer._metrics = saved
         if was_training:
             train_hook = hooks.module_hook(f"on_{prefix}_model_train")
