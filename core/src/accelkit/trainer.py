@@ -16,7 +16,8 @@ from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 from accelkit.plugins import PluginManager
 from accelkit.resolve import Composition, compose, print_notices
-from accelkit.trainer_args import CLOUD_ONLY, check_barebones, check_run_arguments
+from accelkit.trainer_args import (CLOUD_ONLY, callback_list, check_barebones, check_run_arguments, env_seed,
+                                   logger_list, split_datamodule)
 from accelkit.trainer_props import TrainerProperties
 
 
@@ -190,12 +191,12 @@ class Trainer(TrainerProperties):
         self.enable_model_summary = not barebones and enable_model_summary is not False
         self.enable_checkpointing = not (fast or barebones) and enable_checkpointing is not False
         self.use_distributed_sampler = use_distributed_sampler
-        self.seed = seed if seed is not None else _env_seed()
-        self.loggers = [] if fast or barebones else _loggers(logger, self.default_root_dir)
+        self.seed = seed if seed is not None else env_seed()
+        self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir)
         from accelkit.profilers import resolve_profiler
 
         self.profiler = resolve_profiler(profiler)
-        self.callbacks = _callback_list(callbacks)
+        self.callbacks = callback_list(callbacks)
         from accelkit.callbacks import Checkpoint, ModelCheckpoint
 
         if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
@@ -272,7 +273,7 @@ class Trainer(TrainerProperties):
         """
         from accelkit.launching import launch
 
-        train_dataloaders, datamodule = _split_datamodule(train_dataloaders, datamodule, "train_dataloaders")
+        train_dataloaders, datamodule = split_datamodule(train_dataloaders, datamodule, "train_dataloaders")
         launch(self, "fit", model, datamodule, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path,
                weights_only, {})
 
@@ -282,7 +283,7 @@ class Trainer(TrainerProperties):
         the last ``fit`` (with the best checkpoint's weights when a ModelCheckpoint recorded one)."""
         from accelkit.launching import launch
 
-        dataloaders, datamodule = _split_datamodule(dataloaders, datamodule, "dataloaders")
+        dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
         return launch(self, "validate", model, datamodule, {"val": dataloaders}, ckpt_path, weights_only,
                       {"verbose": verbose})
 
@@ -291,7 +292,7 @@ class Trainer(TrainerProperties):
         """Run the test loop once; returns one metrics dict per loader (see :meth:`validate` for ``model``)."""
         from accelkit.launching import launch
 
-        dataloaders, datamodule = _split_datamodule(dataloaders, datamodule, "dataloaders")
+        dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
         return launch(self, "test", model, datamodule, {"test": dataloaders}, ckpt_path, weights_only,
                       {"verbose": verbose})
 
@@ -301,7 +302,7 @@ class Trainer(TrainerProperties):
         ``None`` with ``return_predictions=False``."""
         from accelkit.launching import launch
 
-        dataloaders, datamodule = _split_datamodule(dataloaders, datamodule, "dataloaders")
+        dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
         return launch(self, "predict", model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
                       {"return_predictions": True if return_predictions is None else return_predictions})
 
@@ -341,7 +342,7 @@ class Trainer(TrainerProperties):
     def _merge_callbacks(self, module: Any) -> list[Any]:
         """The run's callbacks: the Trainer's, then the module's ``configure_callbacks()`` (replacing Trainer
         callbacks of the same type), with checkpoint callbacks last (Lightning's order)."""
-        extra = _callback_list(module.configure_callbacks())
+        extra = callback_list(module.configure_callbacks())
         if extra:
             kinds = {type(c) for c in extra}
             kept = [c for c in self.callbacks if type(c) not in kinds]
@@ -371,50 +372,3 @@ class Trainer(TrainerProperties):
         from accelkit.module import Module
 
         return getattr(type(module), name, None) is not getattr(Module, name)
-
-
-def _env_seed() -> int:
-    raw = os.environ.get("ACCELKIT_SEED", "0")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"ACCELKIT_SEED={raw!r} is not an integer seed") from None
-
-
-def _callback_list(callbacks: Any) -> list[Any]:
-    if callbacks is None:
-        return []
-    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-    for item in items:
-        if not isinstance(item, Callback):
-            raise TypeError(f"callbacks must be accelkit.Callback instances, got {type(item).__name__}")
-    return items
-
-
-def _loggers(logger: Any, root: Path) -> list[Any]:
-    from accelkit.loggers import CSVLogger
-
-    if logger is None or logger is True:
-        return [CSVLogger(root)]
-    if logger is False:
-        return []
-    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
-    for item in items:
-        if not callable(getattr(item, "log_metrics", None)):
-            raise TypeError(f"logger={item!r} is not a logger (it has no log_metrics method); pass an "
-                            "accelkit.loggers.Logger, a list of them, True or False")
-    return items
-
-
-def _split_datamodule(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any]:
-    from accelkit.datamodule import DataModule
-
-    if isinstance(loaders, DataModule):
-        if datamodule is not None:
-            raise ValueError(f"a DataModule was passed both as {name} and as datamodule=; pass it once")
-        return None, loaders
-    if datamodule is not None and loaders is not None:
-        raise ValueError(f"pass either {name} or datamodule=, not both")
-    if datamodule is not None and not isinstance(datamodule, DataModule):
-        raise TypeError(f"datamodule must be an accelkit.DataModule, got {type(datamodule).__name__}")
-    return loaders, datamodule

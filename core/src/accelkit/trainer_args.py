@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import numbers
+import os
+from pathlib import Path
 from typing import Any
+
+from accelkit.callbacks.base import Callback
+from accelkit.errors import ConfigurationError
 
 #: arguments of Lightning's Trainer that only make sense with Lightning AI's own services
 CLOUD_ONLY = {
@@ -93,3 +98,54 @@ def check_barebones(args: dict[str, Any], problems: list[str]) -> None:
         problems.append("barebones=True and detect_anomaly=True contradict each other; drop one.")
     if args["log_every_n_steps"] is not None and args["log_every_n_steps"] != 50:
         problems.append("barebones=True turns logging off, but log_every_n_steps was passed; drop one.")
+
+
+def env_seed() -> int:
+    """The seed in ``ACCELKIT_SEED`` (0 when unset); a non-integer value is a clear error."""
+    raw = os.environ.get("ACCELKIT_SEED", "0")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigurationError(f"ACCELKIT_SEED={raw!r} is not an integer seed") from None
+
+
+def callback_list(callbacks: Any) -> list[Any]:
+    """``callbacks=`` as a list of :class:`~accelkit.Callback` (one, a list, or ``None``)."""
+    if callbacks is None:
+        return []
+    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    for item in items:
+        if not isinstance(item, Callback):
+            raise TypeError(f"callbacks must be accelkit.Callback instances, got {type(item).__name__}")
+    return items
+
+
+def logger_list(logger: Any, root: Path) -> list[Any]:
+    """``logger=`` as a list: ``True``/``None`` a CSV logger under ``root``, ``False`` none, loggers as given."""
+    from accelkit.loggers import CSVLogger
+
+    if logger is None or logger is True:
+        return [CSVLogger(root)]
+    if logger is False:
+        return []
+    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    for item in items:
+        if not callable(getattr(item, "log_metrics", None)):
+            raise TypeError(f"logger={item!r} is not a logger (it has no log_metrics method); pass an "
+                            "accelkit.loggers.Logger, a list of them, True or False")
+    return items
+
+
+def split_datamodule(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any]:
+    """``(loaders, datamodule)`` from ``fit(model, dm)``-style calls, where a DataModule may come first."""
+    from accelkit.datamodule import DataModule
+
+    if isinstance(loaders, DataModule):
+        if datamodule is not None:
+            raise ValueError(f"a DataModule was passed both as {name} and as datamodule=; pass it once")
+        return None, loaders
+    if datamodule is not None and loaders is not None:
+        raise ValueError(f"pass either {name} or datamodule=, not both")
+    if datamodule is not None and not isinstance(datamodule, DataModule):
+        raise TypeError(f"datamodule must be an accelkit.DataModule, got {type(datamodule).__name__}")
+    return loaders, datamodule
