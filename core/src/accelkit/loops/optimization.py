@@ -200,7 +200,7 @@ class Optimization:
                 self._clip_hook(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
             elif trainer.gradient_clip_val is not None:
                 self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        precision.optimizer_step(optimizer)
+        strategy.optimizer_step(optimizer)  # the strategy steps through the precision (a scaler)
         self._stepped = True
         if not self.automatic:
             self.trainer.global_step += 1
