@@ -1,0 +1,607 @@
+"""The Trainer arguments Lightning users pass (issue 8, item 6), each observed on a real CPU fit:
+``num_sanity_val_steps``, ``enable_model_summary``, ``fast_dev_run``, ``val_check_interval``,
+``check_val_every_n_epoch``, ``deterministic``, ``min_epochs``/``min_steps``, ``max_time``, ``overfit_batches``,
+``benchmark``, ``profiler``, ``inference_mode``, ``detect_anomaly``, ``sync_batchnorm``,
+``reload_dataloaders_every_n_epochs``, ``max_epochs=-1``, ``barebones``, Lightning-cloud arguments and bad values.
+
+Before issue 8 these arguments were unknown (``TypeError``) or silently ignored; each test checks the behaviour
+Lightning documents, not only that the argument is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from accelkit.errors import ConfigurationError  # noqa: E402
+from helpers.guards import child_env  # noqa: E402
+from helpers.models import WeightDump, quiet_trainer, regression_data  # noqa: E402
+
+QUIET = dict(enable_model_summary=False)
+
+
+def indexed_data(n: int) -> TensorDataset:
+    """Samples whose first feature is their index, so a step can tell which samples it got."""
+    data = regression_data(n)
+    x, y = data.tensors
+    x = x.clone()
+    x[:, 0] = torch.arange(n, dtype=x.dtype)
+    return TensorDataset(x, y)
+
+
+class Recorder(accelkit.Module):
+    """Records every step with the trainer state it ran in.
+
+    :param n_train: training samples (batches of 4).
+    :param n_val: validation samples (batches of 4).
+    """
+
+    def __init__(self, n_train: int = 16, n_val: int = 8, shuffle: bool = False, sleep: float = 0.0) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(4, 1)
+        self.n_train, self.n_val, self.shuffle, self.sleep = n_train, n_val, shuffle, sleep
+        self.train_batches: list[tuple[int, int, list[int]]] = []
+        self.val_calls: list[dict[str, Any]] = []
+        self.flags: dict[str, list[Any]] = {}
+        self.loader_calls = {"train": 0, "val": 0}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def _flag(self, name: str, value: Any) -> None:
+        self.flags.setdefault(name, []).append(value)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        self.train_batches.append((self.current_epoch, batch_idx, x[:, 0].long().tolist()))
+        self._flag("train_deterministic", torch.are_deterministic_algorithms_enabled())
+        self._flag("train_anomaly", torch.is_anomaly_enabled())
+        self._flag("train_grad", torch.is_grad_enabled())
+        if self.sleep:
+            time.sleep(self.sleep)
+        loss = F.mse_loss(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.val_calls.append({"sanity": self.trainer.sanity_checking, "epoch": self.current_epoch,
+                               "step": self.global_step, "batch_idx": batch_idx})
+        self._flag("val_inference", torch.is_inference_mode_enabled())
+        self._flag("val_grad", torch.is_grad_enabled())
+        self.log("val_loss", F.mse_loss(self(x), y))
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._flag("test_inference", torch.is_inference_mode_enabled())
+        self._flag("test_grad", torch.is_grad_enabled())
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        self._flag("predict_inference", torch.is_inference_mode_enabled())
+        return self(batch[0])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self) -> DataLoader:
+        self.loader_calls["train"] += 1
+        return DataLoader(indexed_data(self.n_train), batch_size=4, shuffle=self.shuffle)
+
+    def val_dataloader(self) -> DataLoader:
+        self.loader_calls["val"] += 1
+        return DataLoader(regression_data(self.n_val, seed=1), batch_size=4)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(8, seed=2), batch_size=4)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(8, seed=3), batch_size=4)
+
+    # helpers for the assertions
+    def sanity_calls(self) -> int:
+        return sum(1 for c in self.val_calls if c["sanity"])
+
+    def real_val_calls(self) -> list[dict[str, Any]]:
+        return [c for c in self.val_calls if not c["sanity"]]
+
+
+def batches_per_epoch(model: Recorder) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for epoch, _, _ in model.train_batches:
+        counts[epoch] = counts.get(epoch, 0) + 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------- sanity check
+@pytest.mark.parametrize("steps, expected", [(0, 0), (2, 2), (-1, 4)])
+def test_num_sanity_val_steps(tmp_path, steps, expected):
+    model = Recorder(n_val=16)  # 4 validation batches
+    trainer = quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=steps, **QUIET)
+    trainer.fit(model)
+    assert model.sanity_calls() == expected
+    assert len(model.real_val_calls()) == 4  # the epoch's validation runs every batch
+    assert all(not c["sanity"] for c in model.val_calls[expected:])
+
+
+def test_num_sanity_val_steps_default_is_two(tmp_path):
+    model = Recorder(n_val=16)
+    quiet_trainer(tmp_path, max_epochs=1, **QUIET).fit(model)
+    assert model.sanity_calls() == 2
+
+
+class MetricsAtSanityEnd(accelkit.Callback):
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] = {}
+
+    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+        self.seen = {"callback": dict(trainer.callback_metrics), "logged": dict(trainer.logged_metrics)}
+
+
+def test_sanity_check_metrics_are_not_logged(tmp_path):
+    from accelkit.loggers import CSVLogger
+
+    spy = MetricsAtSanityEnd()
+    logger = CSVLogger(tmp_path)
+    model = Recorder(n_val=16)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=2, logger=logger, callbacks=[spy],
+                            **QUIET)
+    trainer.fit(model)
+    assert model.sanity_calls() == 2
+    assert "val_loss" not in spy.seen["callback"] and "val_loss" not in spy.seen["logged"]
+    rows = [row for row in logger.rows if row.get("val_loss") not in (None, "")]
+    assert len(rows) == 1  # the epoch's validation only, not the sanity check
+
+
+# ---------------------------------------------------------------------------------------------- model summary
+def test_enable_model_summary_prints_the_table_once(tmp_path, capsys):
+    model = Recorder()
+    trainer = quiet_trainer(tmp_path, max_epochs=2, num_sanity_val_steps=0, enable_model_summary=True)
+    trainer.fit(model)
+    out = capsys.readouterr().out
+    assert out.count("Linear") == 1, out
+    assert "layer" in out and "5" in out  # the layer's name and its parameter count (4 weights + 1 bias)
+    assert out.count("Total params") == 1, out
+
+
+def test_model_summary_is_on_by_default(tmp_path, capsys):
+    quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0).fit(Recorder())
+    assert "Linear" in capsys.readouterr().out
+
+
+def test_enable_model_summary_false_prints_none(tmp_path, capsys):
+    quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0, enable_model_summary=False).fit(Recorder())
+    out = capsys.readouterr().out
+    assert "Linear" not in out and "params" not in out.lower(), out
+
+
+# ---------------------------------------------------------------------------------------------- fast_dev_run
+@pytest.mark.parametrize("fast, batches", [(True, 1), (3, 3)])
+def test_fast_dev_run(tmp_path, fast, batches):
+    model = Recorder(n_train=32, n_val=32)  # 8 batches each
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, fast_dev_run=fast, max_epochs=5,
+                               enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(model)
+    assert batches_per_epoch(model) == {0: batches}  # one epoch of N batches
+    assert model.sanity_calls() == 0
+    assert len(model.real_val_calls()) == batches
+    assert trainer.global_step == batches
+    # no checkpoint and no logger files
+    assert list(tmp_path.rglob("*.ckpt")) == []
+    assert list(tmp_path.rglob("*.csv")) == [] and list(tmp_path.rglob("events.out.tfevents*")) == []
+    assert not (tmp_path / "checkpoints").exists() and not (tmp_path / "logs").exists()
+    tested = trainer.test(model, verbose=False)
+    assert len(model.flags["test_grad"]) == min(batches, 2) and tested == [{}]
+    predictions = trainer.predict(model)
+    assert len(predictions) == min(batches, 2)
+
+
+# ---------------------------------------------------------------------------------------------- validation timing
+def test_val_check_interval_int_counts_batches(tmp_path):
+    model = Recorder(n_train=32, n_val=4)  # 8 training batches, 1 validation batch
+    trainer = quiet_trainer(tmp_path, max_epochs=2, val_check_interval=2, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    # every 2 training batches: 4 validations per epoch, after steps 2, 4, 6, 8, 10, ...
+    assert [c["step"] for c in model.val_calls] == [2, 4, 6, 8, 10, 12, 14, 16]
+
+
+def test_val_check_interval_fraction(tmp_path):
+    model = Recorder(n_train=32, n_val=4)
+    trainer = quiet_trainer(tmp_path, max_epochs=2, val_check_interval=0.5, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert [c["step"] for c in model.val_calls] == [4, 8, 12, 16]
+
+
+def test_val_check_interval_across_epochs_without_check_val_every_n_epoch(tmp_path):
+    """``check_val_every_n_epoch=None`` with an int interval counts batches across epochs (Lightning)."""
+    model = Recorder(n_train=12, n_val=4)  # 3 batches per epoch
+    trainer = quiet_trainer(tmp_path, max_epochs=4, val_check_interval=4, check_val_every_n_epoch=None,
+                            num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert [c["step"] for c in model.val_calls] == [4, 8, 12]
+
+
+def test_check_val_every_n_epoch(tmp_path):
+    model = Recorder(n_train=8, n_val=4)
+    trainer = quiet_trainer(tmp_path, max_epochs=4, check_val_every_n_epoch=2, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert [c["epoch"] for c in model.val_calls] == [1, 3]
+
+
+# ---------------------------------------------------------------------------------------------- determinism, flags
+def test_deterministic_inside_training_step_and_restored(tmp_path):
+    before = torch.are_deterministic_algorithms_enabled()
+    model = Recorder()
+    quiet_trainer(tmp_path, max_epochs=1, deterministic=True, num_sanity_val_steps=0, **QUIET).fit(model)
+    assert model.flags["train_deterministic"] == [True] * 4
+    assert torch.are_deterministic_algorithms_enabled() == before
+    model = Recorder()
+    quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0, **QUIET).fit(model)
+    assert model.flags["train_deterministic"] == [before] * 4
+
+
+def test_detect_anomaly(tmp_path):
+    model = Recorder()
+    quiet_trainer(tmp_path, max_epochs=1, detect_anomaly=True, num_sanity_val_steps=0, **QUIET).fit(model)
+    assert model.flags["train_anomaly"] == [True] * 4
+    assert not torch.is_anomaly_enabled()
+    model = Recorder()
+    quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0, **QUIET).fit(model)
+    assert model.flags["train_anomaly"] == [False] * 4
+
+
+def test_detect_anomaly_finds_the_nan_producing_op(tmp_path):
+    class NaN(Recorder):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, _ = batch
+            return torch.sqrt(self(x) * 0.0 - 1.0).sum()  # sqrt of a negative: NaN in the backward
+
+    with pytest.raises(RuntimeError, match="SqrtBackward"):
+        quiet_trainer(tmp_path, max_epochs=1, detect_anomaly=True, num_sanity_val_steps=0, **QUIET).fit(NaN())
+
+
+def test_benchmark_sets_cudnn_benchmark_during_the_run(tmp_path):
+    seen: list[bool] = []
+
+    class Bench(Recorder):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            seen.append(torch.backends.cudnn.benchmark)
+            return super().training_step(batch, batch_idx)
+
+    previous = torch.backends.cudnn.benchmark
+    try:
+        torch.backends.cudnn.benchmark = False
+        quiet_trainer(tmp_path, max_epochs=1, benchmark=True, num_sanity_val_steps=0, **QUIET).fit(Bench())
+        assert seen and all(seen)
+        seen.clear()
+        torch.backends.cudnn.benchmark = True
+        quiet_trainer(tmp_path, max_epochs=1, benchmark=False, num_sanity_val_steps=0, **QUIET).fit(Bench())
+        assert seen and not any(seen)
+    finally:
+        torch.backends.cudnn.benchmark = previous
+
+
+@pytest.mark.parametrize("inference_mode", [True, False])
+def test_inference_mode(tmp_path, inference_mode):
+    model = Recorder()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, inference_mode=inference_mode, num_sanity_val_steps=0, **QUIET)
+    trainer.validate(model, verbose=False)
+    trainer.test(model, verbose=False)
+    trainer.predict(model)
+    for stage in ("val", "test", "predict"):
+        assert model.flags[f"{stage}_inference"] == [inference_mode] * 2, stage
+    for stage in ("val", "test"):
+        assert model.flags[f"{stage}_grad"] == [False] * 2, stage  # no_grad without inference mode
+
+
+def test_validation_inside_fit_runs_without_grad(tmp_path):
+    model = Recorder()
+    quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0, **QUIET).fit(model)
+    assert model.flags["val_grad"] == [False] * 2
+    assert model.flags["train_grad"] == [True] * 4
+
+
+# ---------------------------------------------------------------------------------------------- stopping rules
+class StopAt(accelkit.Callback):
+    """Requests a stop once: at the end of epoch ``epoch`` or after training batch ``batch`` of epoch 0."""
+
+    def __init__(self, epoch: int | None = None, batch: int | None = None) -> None:
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.epoch is not None and trainer.current_epoch == self.epoch:
+            trainer.should_stop = True
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.batch is not None and trainer.current_epoch == 0 and batch_idx == self.batch:
+            trainer.should_stop = True
+
+
+def test_should_stop_without_minimum_stops_now(tmp_path):
+    model = Recorder()
+    trainer = quiet_trainer(tmp_path, max_epochs=10, callbacks=[StopAt(epoch=0)], num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert trainer.current_epoch == 1 and trainer.global_step == 4
+
+
+def test_min_epochs_defers_an_early_stop(tmp_path):
+    """A stop requested in epoch 0 waits for ``min_epochs=3`` and then happens (Lightning keeps the request:
+    training continues to min_epochs, not to max_epochs)."""
+    model = Recorder()
+    trainer = quiet_trainer(tmp_path, max_epochs=10, min_epochs=3, callbacks=[StopAt(epoch=0)],
+                            num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert sorted(batches_per_epoch(model)) == [0, 1, 2]
+    assert trainer.current_epoch == 3 and trainer.global_step == 12
+
+
+def test_min_steps_defers_an_early_stop(tmp_path):
+    model = Recorder(n_train=32)  # 8 batches per epoch
+    trainer = quiet_trainer(tmp_path, max_epochs=10, min_steps=6, callbacks=[StopAt(batch=0)],
+                            num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert trainer.global_step == 6
+    assert len(model.train_batches) == 6
+
+
+def test_max_time_stops_early(tmp_path):
+    model = Recorder(sleep=0.05)
+    trainer = quiet_trainer(tmp_path, max_epochs=1000, max_time="00:00:00:01", num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert trainer.current_epoch < 1000
+    assert 0 < trainer.global_step < 4000
+
+
+def test_max_time_accepts_timedelta_and_dict(tmp_path):
+    from datetime import timedelta
+
+    for value in (timedelta(seconds=1), {"seconds": 1}):
+        model = Recorder(sleep=0.05)
+        trainer = quiet_trainer(tmp_path, max_epochs=1000, max_time=value, num_sanity_val_steps=0, **QUIET)
+        trainer.fit(model)
+        assert trainer.current_epoch < 1000
+
+
+def test_max_epochs_minus_one_with_max_steps(tmp_path):
+    model = Recorder()  # 4 batches per epoch
+    trainer = quiet_trainer(tmp_path, max_epochs=-1, max_steps=10, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert trainer.global_step == 10
+    assert batches_per_epoch(model) == {0: 4, 1: 4, 2: 2}
+
+
+def test_max_steps_alone_is_not_capped_at_1000_epochs(tmp_path):
+    """``max_steps`` without ``max_epochs``: Lightning sets max_epochs=-1 (the steps decide)."""
+    trainer = quiet_trainer(tmp_path, max_steps=6, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(Recorder(n_train=4))  # one batch per epoch
+    assert trainer.global_step == 6 and trainer.current_epoch == 6
+
+
+def test_max_epochs_default_is_1000_without_max_steps(tmp_path):
+    assert quiet_trainer(tmp_path).max_epochs == 1000
+
+
+# ---------------------------------------------------------------------------------------------- data
+def test_overfit_batches_repeats_the_same_batches_sequentially(tmp_path):
+    model = Recorder(n_train=32, n_val=32, shuffle=True)
+    trainer = quiet_trainer(tmp_path, max_epochs=3, overfit_batches=2, num_sanity_val_steps=0, **QUIET)
+    with pytest.warns(UserWarning, match="shuffl"):
+        trainer.fit(model)
+    per_epoch: dict[int, list[list[int]]] = {}
+    for epoch, _, indices in model.train_batches:
+        per_epoch.setdefault(epoch, []).append(indices)
+    assert sorted(per_epoch) == [0, 1, 2]
+    for epoch in per_epoch:
+        assert per_epoch[epoch] == [[0, 1, 2, 3], [4, 5, 6, 7]], epoch  # the first 2 batches, in order
+    assert len(model.real_val_calls()) == 3 * 2  # validation is limited to 2 batches as well
+
+
+def test_overfit_batches_fraction(tmp_path):
+    model = Recorder(n_train=32)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, overfit_batches=0.25, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert batches_per_epoch(model) == {0: 2}
+
+
+def test_reload_dataloaders_every_n_epochs(tmp_path):
+    model = Recorder()
+    trainer = quiet_trainer(tmp_path, max_epochs=3, reload_dataloaders_every_n_epochs=1, num_sanity_val_steps=0,
+                            **QUIET)
+    trainer.fit(model)
+    assert model.loader_calls["train"] == 3
+    assert model.loader_calls["val"] == 3
+    model = Recorder()
+    quiet_trainer(tmp_path, max_epochs=3, num_sanity_val_steps=0, **QUIET).fit(model)
+    assert model.loader_calls == {"train": 1, "val": 1}
+
+
+# ---------------------------------------------------------------------------------------------- profiler
+def test_simple_profiler_reports_training_step(tmp_path, capsys):
+    model = Recorder()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, profiler="simple", num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    out = capsys.readouterr().out
+    assert "training_step" in out, out
+    assert "training_step" in trainer.profiler.summary()
+
+
+def test_pytorch_profiler_records_operators(tmp_path, capsys):
+    from accelkit.profilers import PyTorchProfiler
+
+    model = Recorder()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, profiler="pytorch", num_sanity_val_steps=0, **QUIET)
+    assert isinstance(trainer.profiler, PyTorchProfiler)
+    trainer.fit(model)
+    out = capsys.readouterr().out
+    report = out + trainer.profiler.summary()
+    assert "training_step" in report
+    assert "aten::" in report  # torch.profiler's operator table
+
+
+def test_unknown_profiler_is_an_error_naming_it(tmp_path):
+    with pytest.raises(ValueError, match="fancy"):
+        quiet_trainer(tmp_path, profiler="fancy")
+
+
+# ---------------------------------------------------------------------------------------------- sync_batchnorm
+class WithBatchNorm(accelkit.Module):
+    """A BatchNorm layer in front of a linear one; records the class of its norm layer inside the run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norm = nn.BatchNorm1d(4)
+        self.layer = nn.Linear(4, 1)
+        self.norm_types: set[str] = set()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(self.norm(x))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.norm_types.add(type(self.norm).__name__)
+        x, y = batch
+        return F.mse_loss(self(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    def train_dataloader(self) -> DataLoader:
+        # rank-dependent statistics: the second half of the data is shifted and scaled
+        x, y = regression_data(32).tensors
+        x = x.clone()
+        x[16:] = x[16:] * 3.0 + 5.0
+        return DataLoader(TensorDataset(x, y), batch_size=4)
+
+
+class NormTypeDump(accelkit.Callback):
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def teardown(self, trainer: Any, module: Any, stage: str) -> None:
+        Path(self.folder, f"norm{trainer.global_rank}.json").write_text(json.dumps(sorted(module.norm_types)))
+
+
+def run_sync_batchnorm_scenario(root: str, sync: bool, accelerator: str = "cpu") -> None:
+    """Run in a fresh interpreter by the tests below (the spawned workers import this module by name). Writes
+    ``error.txt`` with the message if the fit raises."""
+    try:
+        trainer = accelkit.Trainer(accelerator=accelerator, devices=2, strategy="ddp_spawn", max_epochs=1,
+                                   sync_batchnorm=sync, logger=False, enable_checkpointing=False,
+                                   enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
+                                   callbacks=[WeightDump(root), NormTypeDump(root)])
+        trainer.fit(WithBatchNorm())
+    except Exception as exc:  # noqa: BLE001 - the test reads the message
+        Path(root, "error.txt").write_text(f"{type(exc).__name__}: {exc}")
+
+
+def sync_batchnorm_run(root: Path, sync: bool, accelerator: str) -> tuple[list[dict[str, Any]], list[Any]] | str:
+    root.mkdir()
+    code = (f"import test_trainer_arguments as t; "
+            f"t.run_sync_batchnorm_scenario({str(root)!r}, {sync}, {accelerator!r})")
+    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    if (root / "error.txt").exists():
+        return (root / "error.txt").read_text()
+    ranks = [torch.load(root / f"rank{r}.pt", weights_only=True)["state_dict"] for r in range(2)]
+    types = [json.loads((root / f"norm{r}.json").read_text()) for r in range(2)]
+    return ranks, types
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="torch's SyncBatchNorm under DDP needs 2 CUDA devices")
+def test_sync_batchnorm_on_ddp_spawn(tmp_path):
+    """With sync_batchnorm the norm layer is a SyncBatchNorm in each worker and both ranks' running statistics
+    are those of the global batch (equal); without it each rank keeps its own (they differ: the ranks see
+    different samples)."""
+    synced = sync_batchnorm_run(tmp_path / "sync", True, "cuda")
+    assert not isinstance(synced, str), synced
+    ranks, types = synced
+    assert types == [["SyncBatchNorm"], ["SyncBatchNorm"]]
+    for key in ("norm.running_mean", "norm.running_var"):
+        torch.testing.assert_close(ranks[0][key], ranks[1][key], rtol=0, atol=1e-6)
+    plain = sync_batchnorm_run(tmp_path / "plain", False, "cuda")
+    assert not isinstance(plain, str), plain
+    ranks, types = plain
+    assert types == [["BatchNorm1d"], ["BatchNorm1d"]]
+    assert not torch.allclose(ranks[0]["norm.running_mean"], ranks[1]["norm.running_mean"])
+
+
+@pytest.mark.slow
+def test_sync_batchnorm_on_cpu_ddp_spawn_is_a_clear_error(tmp_path):
+    """torch's DistributedDataParallel refuses SyncBatchNorm on CPU modules ("SyncBatchNorm layers only work with
+    GPU modules"), in Lightning too. accelkit's promise is a clear error naming the argument the user passed
+    (``sync_batchnorm``), not torch's message from inside a spawned worker."""
+    outcome = sync_batchnorm_run(tmp_path / "sync", True, "cpu")
+    assert isinstance(outcome, str), "sync_batchnorm=True on CPU ddp_spawn trained; expected an error"
+    # the messages, not the traceback lines (torch's frames are named *_sync_batchnorm_*)
+    messages = [line for line in outcome.splitlines() if line.strip() and not line.startswith((" ", "\t"))]
+    assert any("sync_batchnorm" in line for line in messages), outcome
+
+
+def test_sync_batchnorm_on_one_device_is_a_no_op(tmp_path):
+    """As in Lightning, sync_batchnorm only matters in a distributed run: one CPU process keeps BatchNorm."""
+    model = WithBatchNorm()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, sync_batchnorm=True, num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert model.norm_types == {"BatchNorm1d"}
+    assert isinstance(model.norm, nn.BatchNorm1d) and trainer.global_step == 8
+
+
+# ---------------------------------------------------------------------------------------------- refused arguments
+def test_model_registry_is_refused_mentioning_lightning_cloud(tmp_path):
+    with pytest.raises(ConfigurationError) as info:
+        accelkit.Trainer(accelerator="cpu", model_registry="x", default_root_dir=tmp_path)
+    message = str(info.value)
+    assert "model_registry" in message and "Lightning" in message and "cloud" in message.lower()
+
+
+def test_barebones_runs_without_extras(tmp_path, capsys):
+    model = Recorder()
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, barebones=True, default_root_dir=tmp_path)
+    trainer.fit(model)
+    assert trainer.global_step == 4
+    assert trainer.loggers == [] and trainer.checkpoint_callbacks == []
+    assert model.sanity_calls() == 0  # Lightning: barebones turns the sanity check off
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    out = capsys.readouterr()
+    assert "Linear" not in out.out and "Epoch" not in out.err
+
+
+def test_barebones_with_enable_checkpointing_is_an_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="enable_checkpointing"):
+        accelkit.Trainer(accelerator="cpu", barebones=True, enable_checkpointing=True, default_root_dir=tmp_path)
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("max_epochs", -2), ("val_check_interval", 0), ("num_sanity_val_steps", -5), ("fast_dev_run", -1),
+    ("limit_val_batches", 1.5), ("min_epochs", -1), ("max_steps", -3), ("check_val_every_n_epoch", 0),
+    ("reload_dataloaders_every_n_epochs", -1), ("overfit_batches", 2.5), ("val_check_interval", 1.5),
+    ("max_time", "1 hour"),
+])
+def test_bad_values_are_errors_naming_the_value(tmp_path, argument, value):
+    with pytest.raises((ConfigurationError, ValueError)) as info:
+        accelkit.Trainer(accelerator="cpu", default_root_dir=tmp_path, **{argument: value})
+    assert f"{argument}={value!r}" in str(info.value)
+
+
+def test_several_bad_values_are_reported_together(tmp_path):
+    with pytest.raises(ConfigurationError) as info:
+        accelkit.Trainer(accelerator="cpu", default_root_dir=tmp_path, max_epochs=-2, num_sanity_val_steps=-5,
+                         limit_val_batches=1.5)
+    message = str(info.value)
+    for part in ("max_epochs=-2", "num_sanity_val_steps=-5", "limit_val_batches=1.5"):
+        assert part in message
