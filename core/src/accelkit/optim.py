@@ -33,9 +33,8 @@ class LRSchedulerConfig:
 
 def _scheduler_config(entry: Any, where: str) -> LRSchedulerConfig:
     if not isinstance(entry, dict):
-        return LRSchedulerConfig(scheduler=entry,
-                                 monitor=None)
-    unknown = sorted(set(entry) - set(LRSchedulerConfig._KEYS) - {"reduce_on_plateau", "opt_idx"})
+        return LRSchedulerConfig(scheduler=entry)
+    unknown = sorted(set(entry) - set(LRSchedulerConfig._KEYS))
     if unknown:
         raise ValueError(f"{where}: unknown lr_scheduler key(s) {unknown}; accepted: {list(LRSchedulerConfig._KEYS)}")
     if "scheduler" not in entry:
