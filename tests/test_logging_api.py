@@ -1,0 +1,614 @@
+"""Run state and logging (issue 8, item 7) as Lightning documents them, on real CPU fits: ``self.logger`` /
+``self.loggers``, CSV and TensorBoard loggers together, ``self.log(rank_zero_only=, sync_dist=)``, metric objects
+(``update``/``compute``/``reset``), ``callback_metrics`` tensors, ``estimated_stepping_batches``,
+``num_training_batches``, ``is_last_batch``, ``log_dir``, ``checkpoint_callback(s)``, ``optimizers``,
+``self.all_gather``, ``seed_everything(workers=True)``, ``rank_zero_only``, ``test(verbose=)``,
+``predict(return_predictions=)``, several validation loaders and the evaluation entry points after ``fit``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, Dataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from accelkit.loggers import CSVLogger  # noqa: E402
+from helpers.guards import child_env  # noqa: E402
+from helpers.models import quiet_trainer, regression_data  # noqa: E402
+
+QUIET = dict(enable_model_summary=False, num_sanity_val_steps=0)
+
+
+def loader(n: int = 16, batch_size: int = 4, seed: int = 0) -> DataLoader:
+    return DataLoader(regression_data(n, seed=seed), batch_size=batch_size)
+
+
+class Net(accelkit.Module):
+    """A linear regression that logs its losses and records what it sees of the run state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layer = nn.Linear(4, 1)
+        self.seen: dict[str, list[Any]] = {}
+
+    def note(self, name: str, value: Any) -> None:
+        self.seen.setdefault(name, []).append(value)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=True)
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self(x), y))
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self(x), y))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+# ---------------------------------------------------------------------------------------------- loggers
+def test_self_logger_and_loggers(tmp_path):
+    class Looks(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.note("logger", self.logger)
+            self.note("loggers", list(self.loggers))
+            return super().training_step(batch, batch_idx)
+
+    first, second = CSVLogger(tmp_path, name="a"), CSVLogger(tmp_path, name="b")
+    model = Looks()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, logger=[first, second], **QUIET)
+    trainer.fit(model, loader())
+    assert all(lg is first for lg in model.seen["logger"])
+    assert all(lgs == [first, second] for lgs in model.seen["loggers"])
+    assert trainer.logger is first and trainer.loggers == [first, second]
+    model = Looks()
+    quiet_trainer(tmp_path, max_epochs=1, logger=False, **QUIET).fit(model, loader())
+    assert model.seen["logger"][0] is None and model.seen["loggers"][0] == []
+
+
+def test_default_logger_is_a_csv_logger(tmp_path):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False,
+                               enable_checkpointing=False, default_root_dir=tmp_path, **QUIET)
+    trainer.fit(Net(), loader())
+    assert isinstance(trainer.logger, CSVLogger)
+    assert any(row.get("train_loss_epoch") is not None for row in trainer.logger.rows)
+
+
+def read_tensorboard(directory: str) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(directory)
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None, reason="tensorboard is not installed")
+def test_csv_and_tensorboard_loggers_both_receive_metrics(tmp_path):
+    from accelkit.loggers import TensorBoardLogger
+
+    csv_logger, tb_logger = CSVLogger(tmp_path / "csv"), TensorBoardLogger(tmp_path / "tb")
+    trainer = quiet_trainer(tmp_path, max_epochs=2, logger=[csv_logger, tb_logger], log_every_n_steps=1, **QUIET)
+    trainer.fit(Net(), loader(), loader(8, seed=1))
+    assert trainer.loggers == [csv_logger, tb_logger]
+    rows = csv_logger.rows
+    csv_steps = [row["train_loss_step"] for row in rows if "train_loss_step" in row]
+    csv_val = [row["val_loss"] for row in rows if "val_loss" in row]
+    assert len(csv_steps) == 8 and len(csv_val) == 2
+    scalars = read_tensorboard(tb_logger.log_dir)
+    assert {"train_loss_step", "train_loss_epoch", "val_loss"} <= set(scalars), sorted(scalars)
+    assert len(scalars["train_loss_step"]) == 8 and len(scalars["val_loss"]) == 2
+    # the same values went to both loggers
+    assert [v for _, v in scalars["train_loss_step"]] == pytest.approx(csv_steps, rel=1e-6)
+    assert [v for _, v in scalars["val_loss"]] == pytest.approx(csv_val, rel=1e-6)
+    assert Path(tb_logger.log_dir).is_relative_to(tmp_path / "tb")
+    assert str(trainer.log_dir) == csv_logger.log_dir
+
+
+# ---------------------------------------------------------------------------------------------- metric objects
+class CountingMetric:
+    """A metric object with the torchmetrics protocol: sums what ``update`` got since the last ``reset``."""
+
+    def __init__(self) -> None:
+        self.total = torch.tensor(0.0)
+        self.updates = 0
+        self.resets = 0
+
+    def update(self, value: torch.Tensor) -> None:
+        self.total = self.total + value.detach().float().sum()
+        self.updates += 1
+
+    def compute(self) -> torch.Tensor:
+        return self.total.clone()
+
+    def reset(self) -> None:
+        self.total = torch.tensor(0.0)
+        self.updates = 0
+        self.resets += 1
+
+
+class EpochValues(accelkit.Callback):
+    """Records callback_metrics at the end of each training epoch (after validation)."""
+
+    def __init__(self) -> None:
+        self.values: list[dict[str, Any]] = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.values.append(dict(trainer.callback_metrics))
+
+
+class WithMetrics(Net):
+    """Logs a training and a validation metric object; each update adds the batch index + 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_metric = CountingMetric()
+        self.val_metric = CountingMetric()
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.train_metric.update(torch.tensor(batch_idx + 1.0))
+        self.log("train_count", self.train_metric, on_step=False, on_epoch=True)
+        return super().training_step(batch, batch_idx)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.val_metric.update(torch.tensor(batch_idx + 1.0))
+        self.log("val_count", self.val_metric)
+
+
+def test_metric_object_epoch_value_and_reset_each_epoch(tmp_path):
+    model, spy = WithMetrics(), EpochValues()
+    trainer = quiet_trainer(tmp_path, max_epochs=3, callbacks=[spy], **QUIET)
+    trainer.fit(model, loader(16), loader(12, seed=1))  # 4 training batches, 3 validation batches
+    # each epoch's value is compute() over that epoch only: 1+2+3+4 and 1+2+3, not a running total
+    assert [float(v["train_count"]) for v in spy.values] == [10.0, 10.0, 10.0]
+    assert [float(v["val_count"]) for v in spy.values] == [6.0, 6.0, 6.0]
+
+
+def test_metric_object_not_polluted_by_the_sanity_check(tmp_path):
+    """Lightning resets logged metrics after the sanity check: the first epoch's value counts its own batches."""
+    model, spy = WithMetrics(), EpochValues()
+    trainer = quiet_trainer(tmp_path, max_epochs=2, callbacks=[spy], enable_model_summary=False,
+                            num_sanity_val_steps=2)
+    trainer.fit(model, loader(16), loader(12, seed=1))
+    assert [float(v["val_count"]) for v in spy.values] == [6.0, 6.0]
+
+
+def test_metric_object_in_validate_is_reset_between_calls(tmp_path):
+    model = WithMetrics()
+    trainer = quiet_trainer(tmp_path, **QUIET)
+    first = trainer.validate(model, loader(12, seed=1), verbose=False)
+    second = trainer.validate(model, loader(12, seed=1), verbose=False)
+    assert first[0]["val_count"] == pytest.approx(6.0)
+    assert second[0]["val_count"] == pytest.approx(6.0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchmetrics") is None, reason="torchmetrics is not installed")
+def test_torchmetrics_metric_works_unchanged(tmp_path):
+    import torchmetrics
+
+    class TM(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.val_mae = torchmetrics.MeanAbsoluteError()
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            x, y = batch
+            self.val_mae(self(x), y)
+            self.log("val_mae", self.val_mae)
+
+    model = TM()
+    trainer = quiet_trainer(tmp_path, max_epochs=2, **QUIET)
+    trainer.fit(model, loader(), loader(8, seed=1))
+    x, y = regression_data(8, seed=1).tensors
+    with torch.no_grad():
+        expected = (model(x) - y).abs().mean()
+    assert float(trainer.callback_metrics["val_mae"]) == pytest.approx(float(expected), rel=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- run state
+def test_callback_metrics_are_tensors(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, **QUIET)
+    trainer.fit(Net(), loader(), loader(8, seed=1))
+    assert {"train_loss", "train_loss_epoch", "val_loss"} <= set(trainer.callback_metrics)
+    for name, value in trainer.callback_metrics.items():
+        assert isinstance(value, torch.Tensor), name
+        assert value.ndim == 0 and value.device.type == "cpu", name
+    for name, value in trainer.logged_metrics.items():
+        assert isinstance(value, torch.Tensor), name
+    # what an EarlyStopping-like callback does with them
+    assert trainer.callback_metrics["val_loss"] < torch.tensor(1e9)
+
+
+class OneCycle(Net):
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=0.05)
+        self.estimated = self.trainer.estimated_stepping_batches
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=self.estimated)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+@pytest.mark.parametrize("options, steps", [
+    (dict(max_epochs=3), 12),
+    (dict(max_epochs=3, accumulate_grad_batches=3), 6),  # ceil(4 / 3) = 2 steps per epoch
+    (dict(max_epochs=2, limit_train_batches=3), 6),
+    (dict(max_steps=5), 5),
+    (dict(max_epochs=2, max_steps=100), 8),  # Lightning: min(epochs x batches, max_steps)
+])
+def test_estimated_stepping_batches_in_configure_optimizers(tmp_path, options, steps):
+    model = OneCycle()
+    trainer = quiet_trainer(tmp_path, **options, **QUIET)
+    trainer.fit(model, loader())
+    assert trainer.global_step == steps
+    assert model.estimated == steps
+    assert trainer.estimated_stepping_batches == steps
+
+
+def test_estimated_stepping_batches_unbounded_is_inf(tmp_path):
+    seen: list[Any] = []
+
+    class Probe(Net):
+        def configure_optimizers(self) -> Any:
+            seen.append(self.trainer.estimated_stepping_batches)
+            return super().configure_optimizers()
+
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            self.trainer.should_stop = True
+
+    quiet_trainer(tmp_path, max_epochs=-1, **QUIET).fit(Probe(), loader())
+    assert seen == [float("inf")]
+
+
+def test_num_training_batches_and_is_last_batch(tmp_path):
+    class State(Net):
+        def on_train_start(self) -> None:
+            self.note("num_training_batches", self.trainer.num_training_batches)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.note("last", (self.current_epoch, batch_idx, self.trainer.is_last_batch))
+            return super().training_step(batch, batch_idx)
+
+    model = State()
+    trainer = quiet_trainer(tmp_path, max_epochs=2, limit_train_batches=3, **QUIET)
+    trainer.fit(model, loader(32))  # 8 batches, limited to 3
+    assert model.seen["num_training_batches"] == [3]
+    assert trainer.num_training_batches == 3
+    assert model.seen["last"] == [(e, b, b == 2) for e in range(2) for b in range(3)]
+
+
+def test_is_last_batch_without_a_length(tmp_path):
+    """An iterable without ``len``: the last batch is still known (Lightning fetches one batch ahead)."""
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            data = regression_data(12)
+            return iter([data[i] for i in range(len(data))])
+
+    class State(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.note("last", self.trainer.is_last_batch)
+            return super().training_step(batch, batch_idx)
+
+    model = State()
+    quiet_trainer(tmp_path, max_epochs=1, **QUIET).fit(model, DataLoader(Stream(), batch_size=4))
+    assert model.seen["last"] == [False, False, True]
+
+
+def test_log_dir(tmp_path):
+    logger = CSVLogger(tmp_path / "logs_root")
+    trainer = quiet_trainer(tmp_path, max_epochs=1, logger=logger, **QUIET)
+    trainer.fit(Net(), loader())
+    assert os.fspath(trainer.log_dir) == logger.log_dir
+    trainer = quiet_trainer(tmp_path / "root", max_epochs=1, logger=False, **QUIET)
+    assert os.fspath(trainer.log_dir) == os.fspath(tmp_path / "root")
+
+
+def test_log_dir_is_a_string_as_in_lightning(tmp_path):
+    """Lightning's ``trainer.log_dir`` is a ``str``: scripts write ``trainer.log_dir + "/samples"``."""
+    trainer = quiet_trainer(tmp_path, max_epochs=1, logger=CSVLogger(tmp_path), **QUIET)
+    assert isinstance(trainer.log_dir, str)
+    assert isinstance(trainer.log_dir + "/samples", str)
+
+
+def test_checkpoint_callback_and_callbacks(tmp_path):
+    from accelkit.callbacks import ModelCheckpoint
+
+    trainer = quiet_trainer(tmp_path, max_epochs=1, enable_checkpointing=True, **QUIET)
+    assert isinstance(trainer.checkpoint_callback, ModelCheckpoint)
+    assert trainer.checkpoint_callbacks == [trainer.checkpoint_callback]
+    trainer.fit(Net(), loader())
+    assert Path(trainer.checkpoint_callback.last_model_path).is_file()
+
+    first = ModelCheckpoint(dirpath=tmp_path / "one", save_last=True)
+    second = ModelCheckpoint(dirpath=tmp_path / "two", monitor="train_loss_epoch", save_top_k=1)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, enable_checkpointing=True, callbacks=[first, second], **QUIET)
+    assert trainer.checkpoint_callback is first and trainer.checkpoint_callbacks == [first, second]
+    trainer.fit(Net(), loader())
+    assert Path(first.last_model_path).is_file() and Path(second.best_model_path).is_file()
+
+    trainer = quiet_trainer(tmp_path, max_epochs=1, enable_checkpointing=False, **QUIET)
+    assert trainer.checkpoint_callback is None and trainer.checkpoint_callbacks == []
+
+
+def test_trainer_optimizers(tmp_path):
+    model = Net()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, **QUIET)
+    trainer.fit(model, loader())
+    assert len(trainer.optimizers) == 1
+    opt = trainer.optimizers[0]
+    assert isinstance(opt, torch.optim.SGD)
+    assert {id(p) for p in opt.param_groups[0]["params"]} == {id(p) for p in model.parameters()}
+
+
+# ---------------------------------------------------------------------------------------------- seeding
+class NoisyData(Dataset):
+    """Random augmentation from the three generators a user may use, plus the worker that produced it."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        info = torch.utils.data.get_worker_info()
+        worker = -1 if info is None else info.id
+        return torch.tensor([float(index), float(worker), float(np.random.rand()), random.random(),
+                             float(torch.rand(()))], dtype=torch.float64)
+
+
+class Collect(accelkit.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(1, 1)
+        self.samples: list[torch.Tensor] = []
+
+    def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+        self.samples.append(batch.clone())
+        return self.layer(batch[:, :1].float()).sum() * 0.0
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(NoisyData(), batch_size=2, num_workers=2)
+
+
+def test_seed_everything_workers_makes_worker_augmentation_reproducible(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELKIT_SEED", "0")  # restored after the test: seed_everything sets both
+    monkeypatch.setenv("ACCELKIT_SEED_WORKERS", "0")
+    runs = []
+    for _ in range(2):
+        assert accelkit.seed_everything(1234, workers=True) == 1234
+        model = Collect()
+        quiet_trainer(tmp_path, max_epochs=2, **QUIET).fit(model)
+        runs.append(torch.cat(model.samples))
+    assert runs[0].shape == (32, 5)
+    assert torch.equal(runs[0], runs[1])  # the same augmentation in both runs
+    first_epoch = runs[0][:16]
+    by_worker = {w: first_epoch[first_epoch[:, 1] == w] for w in (0, 1)}
+    assert set(first_epoch[:, 1].tolist()) == {0.0, 1.0}
+    # each worker draws its own NumPy/Python stream (not copies of the parent's state): Lightning's reason for
+    # workers=True
+    for column in (2, 3):
+        assert not torch.equal(by_worker[0][:, column], by_worker[1][:, column]), column
+    # and the second epoch does not repeat the first
+    assert not torch.equal(runs[0][:16, 2:], runs[0][16:, 2:])
+    # a different seed gives different augmentation
+    accelkit.seed_everything(4321, workers=True)
+    model = Collect()
+    quiet_trainer(tmp_path, max_epochs=2, **QUIET).fit(model)
+    assert not torch.equal(torch.cat(model.samples)[:, 2:], runs[0][:, 2:])
+
+
+def test_rank_zero_only_decorator(monkeypatch):
+    calls: list[int] = []
+
+    @accelkit.rank_zero_only
+    def record(value: int) -> int:
+        calls.append(value)
+        return value
+
+    monkeypatch.setattr(accelkit.rank_zero_only, "rank", 0)
+    assert record(1) == 1
+    monkeypatch.setattr(accelkit.rank_zero_only, "rank", 1)
+    assert record(2) is None
+    assert calls == [1]
+    assert record.__name__ == "record"
+
+
+# ---------------------------------------------------------------------------------------------- evaluation
+def test_test_verbose_prints_a_metrics_table(tmp_path, capsys):
+    trainer = quiet_trainer(tmp_path, **QUIET)
+    results = trainer.test(Net(), loader(8, seed=2), verbose=True)
+    out = capsys.readouterr().out
+    assert "test_loss" in out and f"{results[0]['test_loss']:.4f}"[:5] in out
+    trainer.test(Net(), loader(8, seed=2), verbose=False)
+    out = capsys.readouterr().out
+    assert "test_loss" not in out, out
+
+
+def test_validate_verbose_false_prints_nothing(tmp_path, capsys):
+    trainer = quiet_trainer(tmp_path, **QUIET)
+    trainer.validate(Net(), loader(8, seed=2), verbose=False)
+    assert "val_loss" not in capsys.readouterr().out
+    trainer.validate(Net(), loader(8, seed=2))
+    assert "val_loss" in capsys.readouterr().out
+
+
+def test_predict_return_predictions(tmp_path):
+    class Predicting(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls = 0
+
+        def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+            self.calls += 1
+            return self(batch[0])
+
+    model = Predicting()
+    trainer = quiet_trainer(tmp_path, **QUIET)
+    predictions = trainer.predict(model, loader(8))
+    assert len(predictions) == 2 and predictions[0].shape == (4, 1)
+    assert trainer.predict(model, loader(8), return_predictions=False) is None
+    assert model.calls == 4  # the steps ran both times
+
+
+class TwoLoaders(Net):
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.note("val", (dataloader_idx, batch_idx))
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self(x), y))
+
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.note("test", (dataloader_idx, batch_idx))
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self(x), y) + dataloader_idx * 100.0)
+
+
+def test_two_validation_loaders_with_dataloader_idx(tmp_path):
+    model = TwoLoaders()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, **QUIET)
+    trainer.fit(model, loader(), [loader(8, seed=1), loader(4, seed=2)])
+    assert model.seen["val"] == [(0, 0), (0, 1), (1, 0)]
+    assert {"val_loss/dataloader_idx_0", "val_loss/dataloader_idx_1"} <= set(trainer.callback_metrics)
+    assert "val_loss" not in trainer.callback_metrics
+    assert trainer.num_val_batches == [2, 1]
+
+
+def test_two_test_loaders_results_per_loader(tmp_path):
+    model = TwoLoaders()
+    trainer = quiet_trainer(tmp_path, **QUIET)
+    results = trainer.test(model, [loader(8, seed=1), loader(4, seed=2)], verbose=False)
+    assert model.seen["test"] == [(0, 0), (0, 1), (1, 0)]
+    assert len(results) == 2
+    assert set(results[0]) == {"test_loss/dataloader_idx_0"}
+    assert set(results[1]) == {"test_loss/dataloader_idx_1"}
+    assert results[1]["test_loss/dataloader_idx_1"] > 100.0 > results[0]["test_loss/dataloader_idx_0"]
+
+
+def test_validate_test_predict_without_model_after_fit_use_the_fitted_module(tmp_path):
+    class Fitted(TwoLoaders):
+        def val_dataloader(self) -> DataLoader:
+            return loader(8, seed=1)
+
+        def test_dataloader(self) -> DataLoader:
+            return loader(8, seed=2)
+
+        def predict_dataloader(self) -> DataLoader:
+            return loader(8, seed=3)
+
+        def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.note("val_weights", self.layer.weight.detach().clone())
+            super().validation_step(batch, batch_idx, dataloader_idx)
+
+    model = Fitted()
+    initial = model.layer.weight.detach().clone()
+    trainer = quiet_trainer(tmp_path, max_epochs=2, **QUIET)
+    trainer.fit(model, loader())
+    trained = model.layer.weight.detach().clone()
+    assert not torch.equal(trained, initial)
+    model.seen.clear()
+    validated = trainer.validate()
+    tested = trainer.test(verbose=False)
+    predicted = trainer.predict()
+    assert len(model.seen["val_weights"]) == 2 and all(torch.equal(w, trained) for w in model.seen["val_weights"])
+    assert len(model.seen["test"]) == 2
+    assert "val_loss" in validated[0] and "test_loss" in tested[0]
+    x = torch.cat([b[0] for b in loader(8, seed=3)])
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat(predicted), model(x))
+    # the same numbers as passing the model explicitly
+    assert trainer.validate(model, verbose=False)[0]["val_loss"] == pytest.approx(validated[0]["val_loss"])
+
+
+def test_evaluation_without_model_before_any_fit_is_an_error(tmp_path):
+    trainer = quiet_trainer(tmp_path, **QUIET)
+    with pytest.raises(Exception, match="model"):
+        trainer.validate()
+
+
+# ---------------------------------------------------------------------------------------------- ddp_spawn
+class Distributed(Net):
+    """On 2 ranks: a rank-0-only metric, a synced and an unsynced rank-dependent metric, all_gather, and the
+    rank_zero_only decorator. Each rank writes what it saw to ``root``."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__()
+        self.root = root
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        rank = float(self.global_rank)
+        if self.trainer.is_global_zero:
+            self.log("only_rank0", 7.0, on_step=False, on_epoch=True, rank_zero_only=True)
+        self.log("rank_synced", rank, on_step=False, on_epoch=True, sync_dist=True)
+        self.log("rank_summed", rank + 1.0, on_step=False, on_epoch=True, sync_dist=True, reduce_fx="sum")
+        self.log("rank_local", rank, on_step=False, on_epoch=True)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_epoch_end(self) -> None:
+        rank = self.global_rank
+        gathered = self.all_gather(torch.tensor([rank, 10.0 * rank]))
+        nested = self.all_gather({"a": torch.tensor(float(rank)), "b": [torch.ones(3) * rank]})
+        write_on_rank_zero(self.root, rank)
+        Path(self.root, f"seen{rank}.json").write_text(json.dumps({
+            "gathered": gathered.tolist(), "shape": list(gathered.shape),
+            "nested_a": nested["a"].tolist(), "nested_b_shape": list(nested["b"][0].shape),
+            "logger_is_none": self.logger is None,
+        }))
+
+
+@accelkit.rank_zero_only
+def write_on_rank_zero(root: str, rank: int) -> None:
+    Path(root, f"rank_zero_only_ran_on_{rank}").write_text("x")
+
+
+def run_distributed_scenario(root: str) -> None:
+    """Run in a fresh interpreter by the test below (the spawned workers import this module by name)."""
+    trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1, logger=False,
+                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                               default_root_dir=root)
+    trainer.fit(Distributed(root), loader(32))
+    Path(root, "metrics.json").write_text(json.dumps({k: float(v) for k, v in trainer.callback_metrics.items()}))
+
+
+@pytest.mark.slow
+def test_logging_and_collectives_on_ddp_spawn(tmp_path):
+    code = f"import test_logging_api as t; t.run_distributed_scenario({str(tmp_path)!r})"
+    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["only_rank0"] == 7.0  # logged on rank 0 only, not reduced (no collective to hang)
+    assert metrics["rank_synced"] == pytest.approx(0.5)  # mean over ranks 0 and 1
+    # summed over each rank's 4 batches, then over the ranks: 4 x (0 + 1) + 4 x (1 + 1)
+    assert metrics["rank_summed"] == pytest.approx(12.0)
+    assert metrics["rank_local"] == 0.0  # rank 0's own value
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / f"seen{rank}.json").read_text())
+        assert seen["shape"] == [2, 2]
+        assert seen["gathered"] == [[0.0, 0.0], [1.0, 10.0]]
+        assert seen["nested_a"] == [0.0, 1.0] and seen["nested_b_shape"] == [2, 3]
+        assert seen["logger_is_none"]
+    assert (tmp_path / "rank_zero_only_ran_on_0").exists()
+    assert not (tmp_path / "rank_zero_only_ran_on_1").exists()
