@@ -34,6 +34,8 @@ class Accelerator:
     #: whether evaluation may run under ``torch.inference_mode()`` (``Trainer(inference_mode=True)``); a lazy
     #: device whose tensors need version counters says ``False`` and gets ``torch.no_grad()``
     supports_inference_mode: ClassVar[bool] = True
+    #: whether ``torch.nn.SyncBatchNorm`` runs on this device (``Trainer(sync_batchnorm=True)``)
+    supports_sync_batchnorm: ClassVar[bool] = True
 
     # ----------------------------------------------------------------- resolution (parent process)
     @classmethod

@@ -118,7 +118,8 @@ def accelkit_distributed_sampler(
     :param seed: the base seed; shuffling must be identical on every rank and change with each epoch.
     :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``.
     :return: a sampler (it should have ``set_epoch(epoch)`` if it shuffles), or ``None`` to defer.
-        Stops at first non-None result. The core's own implementation runs last.
+        Stops at first non-None result. The core's own implementation runs last. Not called for a loader whose
+        sampler already knows its rank (a ``DistributedSampler`` the user built): that loader is used as given.
     """
 
 

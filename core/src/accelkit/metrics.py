@@ -150,6 +150,20 @@ class MetricStore:
                 bar[name] = value
         return log, bar
 
+    def latest_step_values(self) -> dict[str, torch.Tensor]:
+        """The last per-step value of every metric logged on step, as detached CPU tensors, without clearing
+        them (no logger sees them here)."""
+        values = {}
+        for name, entry in self.entries.items():
+            raw = entry.step_value
+            if not entry.on_step or raw is None:
+                continue
+            if is_metric_object(raw):
+                raw = raw.compute()
+            key = f"{name}_step" if entry.on_epoch else name
+            values[key] = raw.detach().cpu() if isinstance(raw, torch.Tensor) else torch.tensor(float(raw))
+        return values
+
     def compute_epoch(self, reduce: Callable[[torch.Tensor, str], torch.Tensor],
                       exclude: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, float], dict[str, float]]:
         """Epoch aggregates as floats, reduced across processes where ``sync_dist`` asks: ``(logger, bar)``.

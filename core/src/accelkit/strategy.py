@@ -181,6 +181,10 @@ class Strategy:
         """Back-propagate (through the precision, which may scale the loss)."""
         self.precision.backward(loss)
 
+    def pre_manual_backward(self, model: nn.Module, loss: torch.Tensor) -> None:
+        """Called before each backward pass of manual optimization (``self.manual_backward``), which runs inside
+        the step's forward pass; a wrapper that syncs gradients during backward gets ready for it here."""
+
     def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Average gradients across replicas before the optimizer step (DDP does this during backward)."""
 
@@ -363,6 +367,20 @@ class DDPStrategy(Strategy):
         if enabled and isinstance(model, nn.parallel.DistributedDataParallel):
             return model.no_sync()
         return _NULL_CONTEXT
+
+    def pre_manual_backward(self, model: nn.Module, loss: torch.Tensor) -> None:
+        """Arm DDP's reducer for a backward pass that runs inside the forward (manual optimization): the
+        gradients of this backward are then all-reduced as in an automatic step."""
+        if not isinstance(model, nn.parallel.DistributedDataParallel):
+            return
+        if torch.is_grad_enabled() and model.require_backward_grad_sync:
+            model.require_forward_param_sync = True
+            reducer = model.reducer
+            reducer._rebuild_buckets()
+            unused = model.find_unused_parameters and not model.static_graph
+            reducer.prepare_for_backward([loss] if unused else [])
+        else:
+            model.require_forward_param_sync = False
 
     def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
         if not dist.is_initialized():

@@ -156,6 +156,11 @@ class Trainer(TrainerProperties):
             raise ConfigurationError(problems + exc.problems) from None
         if problems:
             raise ConfigurationError(problems)
+        accel = composition.accelerator
+        if sync_batchnorm and composition.strategy.world_size > 1 and not accel.supports_sync_batchnorm:
+            raise ConfigurationError(f"sync_batchnorm=True: torch.nn.SyncBatchNorm does not run on accelerator "
+                                     f"{accel.name!r} (torch supports it on GPU modules); use sync_batchnorm=False "
+                                     "or a GPU accelerator")
         print_notices(composition.notices)
         self._composition: Composition = composition
 

@@ -113,11 +113,11 @@ class TrainerProperties:
         self.loggers = [] if value is None else [value]
 
     @property
-    def log_dir(self) -> Path:
-        """The first logger's directory (``default_root_dir`` without a logger)."""
+    def log_dir(self) -> str:
+        """The first logger's directory (``default_root_dir`` without a logger), a string as in Lightning."""
         logger = self.logger
         directory = getattr(logger, "log_dir", None) if logger is not None else None
-        return Path(directory) if directory is not None else self.default_root_dir
+        return str(directory if directory is not None else self.default_root_dir)
 
     @property
     def checkpoint_callbacks(self) -> list[Any]:
@@ -175,15 +175,13 @@ class TrainerProperties:
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the fit will take: ``max_steps`` if set, else batches per epoch / accumulation x
         ``max_epochs`` (``inf`` without a bound). Usable in ``configure_optimizers`` (OneCycleLR)."""
-        if self.max_steps != -1:
-            return self.max_steps
         if self.max_epochs in (None, -1):
-            return float("inf")
+            return self.max_steps if self.max_steps != -1 else float("inf")
         batches = self.num_training_batches
         if batches is None and getattr(self, "_data", None) is not None:
             loaders = self._data.loaders("train")
             batches = self.num_training_batches = self._data.num_batches(loaders[0], "train") if loaders else 0
         if batches is None:
             return float("inf")
-        per_epoch = math.ceil(batches / self.accumulate_grad_batches)
-        return per_epoch * self.max_epochs
+        total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs
+        return total if self.max_steps == -1 else min(total, self.max_steps)

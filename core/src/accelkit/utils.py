@@ -33,6 +33,13 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     """Move every tensor of ``batch`` (nested dicts, lists, tuples, namedtuples, dataclasses) to ``device``;
     tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
     passes through."""
+    kind = type(batch)
+    if kind is tuple or kind is list:  # the common batch: plain tensors, per step, often already on the device
+        for item in batch:
+            if type(item) is not torch.Tensor or item.device != device:
+                break
+        else:
+            return batch if kind is tuple else list(batch)
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, Mapping):
@@ -86,30 +93,45 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
 
 def batch_size_of(batch: Any) -> int:
     """Best guess of a batch's size: the first dimension of its first tensor (1 if none)."""
-    found: list[int] = []
+    size = _first_dimension(batch)
+    return 1 if size is None else size
 
-    def visit(t: torch.Tensor) -> torch.Tensor:
-        if not found and t.ndim > 0:
-            found.append(t.shape[0])
-        return t
 
-    apply_to_tensors(batch, visit)
-    return found[0] if found else 1
+def _first_dimension(data: Any) -> int | None:
+    """First dimension of the first tensor with one, in :func:`apply_to_tensors`' order (no copy is built)."""
+    if isinstance(data, torch.Tensor):
+        return data.shape[0] if data.ndim > 0 else None
+    if isinstance(data, dict):
+        data = data.values()
+    elif not isinstance(data, (list, tuple)):
+        return None
+    for item in data:
+        size = _first_dimension(item)
+        if size is not None:
+            return size
+    return None
 
 
 def worker_init_function(worker_id: int, rank: int | None = None) -> None:
-    """Seed a DataLoader worker from the base seed, its id and the process rank (torch, NumPy, Python)."""
-    base = int(os.environ.get("ACCELKIT_SEED", "0"))
+    """Seed a DataLoader worker (torch, NumPy, Python) from torch's seed for it, its id and the process rank.
+
+    torch gives each worker ``base + worker_id`` where ``base`` is drawn anew from the main process's generator
+    every epoch, so the seeds differ per epoch, per worker and per rank, and repeat when the run is repeated
+    with the same ``seed_everything`` seed.
+    """
     rank = rank_zero_only.rank if rank is None else rank
-    seed = (base + 1000003 * rank + worker_id) % 2**32
-    random.seed(seed)
-    torch.manual_seed(seed)
+    base = torch.initial_seed() - worker_id
     try:
         import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:  # pragma: no cover
-        pass
+    except ImportError:  # pragma: no cover - numpy ships with torch wheels
+        seed = hash((base, worker_id, rank)) % 2**32
+        torch.manual_seed(seed)
+        random.seed(seed)
+        return
+    torch_seed, python_seed, numpy_seed = np.random.SeedSequence([base, worker_id, rank]).generate_state(3)
+    torch.manual_seed(int(torch_seed))
+    random.seed(int(python_seed))
+    np.random.seed(int(numpy_seed))
 
 
 def rank_zero_only(fn: Callable[..., Any]) -> Callable[..., Any]:

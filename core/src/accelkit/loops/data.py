@@ -6,14 +6,16 @@ import functools
 import itertools
 import os
 import warnings
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from torch.utils.data import DataLoader, SequentialSampler
 
 from accelkit.errors import ConfigurationError
 from accelkit.module import Module
-from accelkit.sampler import distribute_dataloader
-from accelkit.utils import worker_init_function
+from accelkit.precision import Precision
+from accelkit.sampler import distribute_dataloader, rank_aware_sampler
+from accelkit.strategy import Strategy
+from accelkit.utils import move_to_device, worker_init_function
 
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
           "predict": "predict_dataloader"}
@@ -80,12 +82,13 @@ class DataConnector:
             loader = _rebuild(loader, worker_init_fn=functools.partial(worker_init_function,
                                                                        rank=trainer.strategy.global_rank))
         if kind == "train" and trainer.overfit_batches and isinstance(loader, DataLoader) and not isinstance(
-                loader.sampler, SequentialSampler):
+                loader.sampler, SequentialSampler) and rank_aware_sampler(loader) is None:
             warnings.warn("overfit_batches: the training loader shuffles; accelkit replaces its sampler with a "
                           "SequentialSampler so the same batches repeat every epoch.", UserWarning, stacklevel=3)
             loader = _rebuild(loader, sampler=SequentialSampler(loader.dataset))
-        kwargs = trainer.strategy.distributed_sampler_kwargs
-        if kwargs is not None and trainer.use_distributed_sampler:
+        if trainer.use_distributed_sampler:
+            # one process too: a sampler built for other ranks than the run has gets a warning
+            kwargs = trainer.strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
             loader = distribute_dataloader(loader, trainer.plugin_manager.hook.accelkit_distributed_sampler,
                                            kwargs["num_replicas"], kwargs["rank"], trainer.seed, _LIMIT_KEYS[kind])
         return loader
@@ -119,10 +122,7 @@ class DataConnector:
         if limit is not None:
             iterable = itertools.islice(iterable, limit)
         if self._plain:
-            to_device, convert = self._to_device, self._convert
-
-            def prepare(batch: Any) -> Any:
-                return convert(to_device(batch))
+            prepare = self._plain_prepare()
         else:
             prepare = functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
         if not lookahead:
@@ -137,6 +137,27 @@ class DataConnector:
             batch, upcoming = upcoming, next(iterator, sentinel)
             yield index, prepare(batch), upcoming is sentinel
             index += 1
+
+    def _plain_prepare(self) -> Callable[[Any], Any]:
+        """Device transfer and input conversion without batch hooks, decided once per loop: the default
+        strategy transfer becomes a direct :func:`move_to_device` and the default (identity) conversion is
+        skipped, so a batch already on the device costs a type check per tensor."""
+        from accelkit.loops.hooks import _overrides
+
+        strategy, precision = self.trainer.strategy, self.trainer.precision
+        to_device, convert = self._to_device, self._convert
+        if not _overrides(strategy, Strategy, "batch_to_device"):
+            device, non_blocking = strategy.root_device, bool(strategy.accelerator.pin_memory)
+
+            def to_device(batch: Any) -> Any:
+                return move_to_device(batch, device, non_blocking)
+        if not _overrides(precision, Precision, "convert_input"):
+            return to_device
+
+        def prepare(batch: Any) -> Any:
+            return convert(to_device(batch))
+
+        return prepare
 
     def _transfer_with_hooks(self, batch: Any, dataloader_idx: int) -> Any:
         if self._before is not None:

@@ -9,6 +9,7 @@ import torch
 
 from accelkit import checkpoint as ckpt
 from accelkit.metrics import MetricStore
+from accelkit.sampler import set_epoch
 
 _NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
 
@@ -66,6 +67,7 @@ class EvaluationLoop:
                 end_m = hooks.module_hook(f"on_{prefix}_batch_end")
                 forward_context = trainer.precision.forward_context
                 for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+                    set_epoch(loader, trainer.current_epoch)  # as Lightning does for evaluation loaders too
                     store.dataloader_idx = dl_idx
                     extra = (dl_idx,) if len(loaders) > 1 else ()
                     bar = trainer._progress(limit, _description(self.stage, dl_idx, len(loaders)),

@@ -101,7 +101,7 @@ class FitLoop:
         if trainer.should_stop:
             if self._minimums_met():
                 return True
-            trainer.should_stop = False  # a stop before min_epochs/min_steps waits for them
+            # the stop stays requested and happens once min_epochs/min_steps are reached
             if not getattr(self, "_deferred_note", False):
                 self._deferred_note = True
                 print(f"accelkit: a stop was requested but min_epochs={trainer.min_epochs}/min_steps="
@@ -207,13 +207,17 @@ class FitLoop:
                     bar.update(1)
                 if stepped and trainer.global_step % log_every == 0:
                     publisher.log_step(bar)
-                if self._val_due(batch_idx, is_last):
+                if self.val_loaders and self._val_due(batch_idx, is_last):
                     self._validate(zero_grad=stepped)
                     trainer.model.train()
-                if self._stop_within_epoch():
+                if (trainer.should_stop or trainer.max_steps != -1 or trainer.max_time is not None) and \
+                        self._stop_within_epoch():  # the cheap test first: most runs set none of these
                     break
             if skipped_rest:
                 self._step_epoch_schedulers(epoch_scheds)
+            # The epoch's last step values reach callback_metrics even when no logging step came after them
+            # (as in Lightning, where callback_metrics always hold the latest step values).
+            trainer.callback_metrics.update(metrics.latest_step_values())
             if bar is not None:  # one read per epoch, so epochs shorter than log_every_n_steps show metrics too
                 publisher.show(bar, metrics.read_step(clear=False)[1])
         finally:

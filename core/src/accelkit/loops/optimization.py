@@ -8,6 +8,8 @@ from typing import Any, Callable
 import torch
 
 from accelkit.optim import Optimizer
+from accelkit.precision import Precision
+from accelkit.strategy import Strategy
 
 
 def _takes_batch_idx(step: Callable) -> bool:
@@ -20,6 +22,11 @@ def _takes_batch_idx(step: Callable) -> bool:
         return True
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2
+
+
+def _defaults(obj: Any, base: type, *names: str) -> bool:
+    """Whether ``obj``'s class keeps ``base``'s implementation of every one of ``names``."""
+    return all(getattr(type(obj), name, None) is getattr(base, name) for name in names)
 
 
 class Optimization:
@@ -38,6 +45,7 @@ class Optimization:
         self.optimizers = optimizers
         self.wrapped = [Optimizer(o, self) for o in optimizers]
         self.automatic = bool(module.automatic_optimization)
+        self._direct = trainer.model is module or not self.automatic
         self.accumulate = trainer.accumulate_grad_batches
         step = getattr(module, "training_step")
         self._pass_idx = _takes_batch_idx(step)
@@ -56,6 +64,18 @@ class Optimization:
         self._before_step_m = hooks.module_hook("on_before_optimizer_step")
         self._before_zero = hooks.callback_plan("on_before_zero_grad")
         self._before_zero_m = hooks.module_hook("on_before_zero_grad")
+        # Decided once: where the strategy and the precision keep the base classes' defaults (nothing to do, or
+        # a plain ``loss.backward()`` / ``optimizer.step()``), the step does that directly.
+        strategy, precisions = self.strategy, {id(p): p for p in (self.precision, self.strategy.precision)}
+        self._plain_forward = _defaults(self.precision, Precision, "forward_context")
+        self._plain_backward = _defaults(strategy, Strategy, "backward") and all(
+            _defaults(p, Precision, "backward", "scale_loss") for p in precisions.values())
+        self._plain_step = _defaults(strategy, Strategy, "reduce_gradients", "optimizer_step") and all(
+            _defaults(p, Precision, "unscale_gradients", "optimizer_step") for p in precisions.values())
+        self._plain_step_end = _defaults(strategy, Strategy, "step_end")
+        if self._profiler is None:  # no profiler to wrap them in: call the work directly
+            self.training_step = self._training_step  # type: ignore[method-assign]
+            self.step = self._step  # type: ignore[method-assign]
         #: the Module's ``lr_scheduler_step`` (its default steps the scheduler)
         self.scheduler_hook = hooks.module_default("lr_scheduler_step")
         # per-batch state of the automatic closure
@@ -75,12 +95,18 @@ class Optimization:
         return self._training_step(batch, batch_idx)
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
-        wrapped = self.trainer.model
         args = (batch, batch_idx) if self._pass_idx else (batch,)
-        with self.precision.forward_context():
-            if wrapped is self.module:
+        # Manual optimization backpropagates inside training_step, so that does not run inside a wrapper's
+        # forward (DDP would then wait for a backward after it); the strategy arms the wrapper before each
+        # manual backward instead (Strategy.pre_manual_backward).
+        if self._plain_forward:  # the default forward context is a null context
+            if self._direct:
                 return self.module.training_step(*args)
-            return wrapped("training_step", *args)
+            return self.trainer.model("training_step", *args)
+        with self.precision.forward_context():
+            if self._direct:
+                return self.module.training_step(*args)
+            return self.trainer.model("training_step", *args)
 
     def closure(self) -> Any:
         """Lightning's optimizer closure: ``training_step``, zero_grad (first batch of a window), backward.
@@ -139,7 +165,8 @@ class Optimization:
                                "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
         if stepped:
             self.trainer.global_step += 1
-            self.strategy.step_end()
+            if not self._plain_step_end:
+                self.strategy.step_end()
         return self.output, stepped
 
     def zero_grad(self) -> None:
@@ -163,10 +190,14 @@ class Optimization:
             fn(loss)
         if self._before_backward_m is not None:
             self._before_backward_m(loss)
+        if not self.automatic:
+            self.strategy.pre_manual_backward(self.trainer.model, loss)
         if self._backward is not None:
             self._backward(self.precision.scale_loss(loss), *args, **kwargs)
         elif args or kwargs:
             self.precision.scale_loss(loss).backward(*args, **kwargs)
+        elif self._plain_backward:
+            loss.backward()
         else:
             self.strategy.backward(loss)
         for fn in self._after_backward:
@@ -187,9 +218,10 @@ class Optimization:
         result = closure() if closure is not None else None
         if self.automatic and closure is self.closure and self._loss is None:
             return None  # training_step returned None: this batch is skipped
-        strategy, precision = self.strategy, self.precision
-        strategy.reduce_gradients(optimizer)
-        precision.unscale_gradients(optimizer)
+        strategy, precision, plain = self.strategy, self.precision, self._plain_step
+        if not plain:
+            strategy.reduce_gradients(optimizer)
+            precision.unscale_gradients(optimizer)
         for fn in self._before_step:
             fn(optimizer)
         if self._before_step_m is not None:
@@ -200,11 +232,15 @@ class Optimization:
                 self._clip_hook(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
             elif trainer.gradient_clip_val is not None:
                 self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        strategy.optimizer_step(optimizer)  # the strategy steps through the precision (a scaler)
+        if plain:
+            optimizer.step()
+        else:
+            strategy.optimizer_step(optimizer)  # the strategy steps through the precision (a scaler)
         self._stepped = True
         if not self.automatic:
             self.trainer.global_step += 1
-            strategy.step_end()
+            if not self._plain_step_end:
+                strategy.step_end()
         return result
 
     def clip(self, optimizer: torch.optim.Optimizer, value: float | None, algorithm: str | None) -> None:

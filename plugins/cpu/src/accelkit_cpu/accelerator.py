@@ -18,6 +18,7 @@ class CPUAccelerator(Accelerator):
     name = "cpu"
     distributed_backend = "gloo"
     autocast_device_type = "cpu"
+    supports_sync_batchnorm = False  # torch.nn.SyncBatchNorm runs on GPU modules only
 
     @classmethod
     def device_count(cls) -> int:
