@@ -205,10 +205,9 @@ class Trainer(TrainerProperties):
         from accelkit.callbacks import Checkpoint, ModelCheckpoint
 
         if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
-            # One file, rewritten atomically each epoch: last.ckpt. With no monitor, Lightning's "best" checkpoint
-            # is the latest one, which is this file (ckpt_path="best" resolves to it).
-            self.callbacks.append(ModelCheckpoint(dirpath=self.default_root_dir / "checkpoints", save_top_k=0,
-                                                  save_last=True))
+            # Lightning's default (the latest epoch=E-step=S.ckpt is best_model_path) plus last.ckpt, a hard link
+            # to the same file (written once), which ckpt_path="last" and accelkit's docs use.
+            self.callbacks.append(ModelCheckpoint(dirpath=self.default_root_dir / "checkpoints", save_last=True))
         elif enable_checkpointing is False and any(isinstance(c, Checkpoint) for c in self.callbacks):
             raise ConfigurationError("enable_checkpointing=False but a ModelCheckpoint is among the callbacks; "
                                      "remove one of them")

@@ -84,9 +84,11 @@ def test_replicas_end_identical_and_equal_the_full_batch_reference(spawn) -> Non
 def test_checkpoint_written_by_one_replica(spawn) -> None:
     result, out = spawn
     writes = [w.split() for w in result["writes"]]
-    ckpt_writers = [int(ordinal) for ordinal, name in writes if name == "last.ckpt"]
-    assert ckpt_writers == [0, 0]  # one write per epoch, by local ordinal 0 only
-    assert result["leftovers"] == ["last.ckpt"]  # atomic: no temporary file left behind
+    ckpt_writers = [int(ordinal) for ordinal, name in writes if name.endswith(".ckpt")]
+    assert ckpt_writers == [0, 0]  # one write per epoch, by local ordinal 0 only (last.ckpt is a link to it)
+    # The default checkpoint callback keeps Lightning's latest epoch=E-step=S.ckpt, and last.ckpt beside it;
+    # atomic writes leave no temporary file behind.
+    assert result["leftovers"] == ["epoch=1-step=8.ckpt", "last.ckpt"]
     saved = torch.load(out / "checkpoint_state.pt")
     final = torch.load(out / "rank0.pt")
     assert all(torch.equal(saved[k], final[k]) for k in final)
