@@ -1,23 +1,44 @@
-"""Steady-state cost of one training step: accelkit's Trainer against a hand-written PyTorch loop.
+"""Steady-state cost of one training step: accelkit's Trainer against hand-written PyTorch loops.
 
-Both sides train the same Module class (an MLP) on the same in-memory data with the same DataLoader and Adam,
-in one process on the CPU; the loop calls ``model(x)`` and the loss itself. The Trainer runs with the progress bar, logger, checkpointing and validation off (they are per-epoch or
-optional costs; the hand-written loop has none of them). It is measured twice: with the module calling
-``self.log("train_loss", loss)`` every step, as real modules do, and without. Each measurement skips a warm-up
-epoch and keeps the fastest of the following epochs (on a shared machine interference only ever adds time);
-the sides alternate round by round so machine load hits both alike. The ratio printed is the median over
-rounds of (Trainer time per step) / (loop time per step); the target is <= 1.05.
+Two comparisons, each reported as ratios measured in one run:
 
-    .venv/bin/python benchmarks/bench_trainer.py [--rounds 7] [--epochs 3] [--width 256]
+``single``: one CPU process, the tiny MLP. Sides: a hand-written loop; the Trainer with the progress bar on and
+the module calling ``self.log("train_loss", loss, prog_bar=True)`` every step ("bar+log", target <= 1.03x);
+the Trainer with the bar on and no ``self.log`` ("bar"). The bar is a real tqdm bar; its output (stderr) goes to
+``/dev/null`` while the Trainer runs so that the terminal does not add its own cost to the timing.
+
+``ddp``: two processes on the CPU (gloo). Sides: ``Trainer(strategy="ddp_spawn", devices=2)`` (bar + log as
+above; the bar exists on rank 0) against a hand-written two-process DDP loop started with
+``torch.multiprocessing`` (``DistributedSampler``, ``DistributedDataParallel``, the same model, data, batch
+size and Adam, and the same intra-op thread count per process as ``ddp_spawn`` gives its workers). Target
+<= 1.05x. Times are taken inside the workers and rank 0's are reported.
+
+Both Trainer sides run without a logger, checkpointing, model summary or validation (per-epoch or optional
+costs the hand-written loops do not have). Each measurement trains ``--epochs`` epochs, skips the first
+(warm-up) and keeps the fastest of the others (on a shared machine interference only adds time), as seconds
+per step. Two clocks: wall time (the result) and the CPU time of the measuring process (rank 0's for DDP),
+which a busy machine disturbs less. The sides are interleaved and their order rotates every round, so machine
+load hits all alike; the tables show medians over rounds and the per-round ratios (median ratio is the result).
+
+    .venv/bin/python benchmarks/bench_trainer.py [--rounds 9] [--epochs 5] [--width 256] [--only single|ddp]
+
+On a small shared machine set ``OMP_NUM_THREADS=1``: intra-op threads spinning against other processes' load
+make wall times erratic (tens of milliseconds per step with two threads on two busy cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import statistics
+import sys
+import tempfile
 import time
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -26,8 +47,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit
 
+BATCH_SIZE = 64
+SAMPLES = 8192  # 128 steps per epoch in one process, 64 per rank with two
 
-def make_data(n: int = 2048, seed: int = 0) -> TensorDataset:
+
+def make_data(n: int = SAMPLES, seed: int = 0) -> TensorDataset:
     """Synthetic 64-feature, 10-class data (the digits example's shapes, larger)."""
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 64, generator=generator)
@@ -36,12 +60,12 @@ def make_data(n: int = 2048, seed: int = 0) -> TensorDataset:
 
 
 def make_net(width: int) -> nn.Module:
-    """The MLP both sides train."""
+    """The MLP every side trains."""
     return nn.Sequential(nn.Linear(64, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 10))
 
 
 class BenchModule(accelkit.Module):
-    """The MLP as an accelkit Module; logs its loss every step like a real module."""
+    """The MLP as an accelkit Module; logs its loss every step (shown on the bar) like a real module."""
 
     def __init__(self, width: int, log: bool = True) -> None:
         super().__init__()
@@ -55,86 +79,225 @@ class BenchModule(accelkit.Module):
         x, y = batch
         loss = F.cross_entropy(self(x), y)
         if self.do_log:
-            self.log("train_loss", loss)
+            self.log("train_loss", loss, prog_bar=True)
         return loss
 
     def configure_optimizers(self) -> Any:
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 
 
-class EpochTimer(accelkit.Callback):
-    """Wall time of every training epoch."""
+def clock() -> tuple[float, float]:
+    """Wall time and this process's CPU time, in seconds."""
+    return time.perf_counter(), time.process_time()
 
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._start = 0.0
+
+def elapsed(start: tuple[float, float]) -> tuple[float, float]:
+    """Wall and CPU seconds since ``start`` (a :func:`clock` reading)."""
+    wall, cpu = clock()
+    return wall - start[0], cpu - start[1]
+
+
+class EpochTimer(accelkit.Callback):
+    """Wall and CPU time of every training epoch; with ``path``, rank 0 writes them there as JSON at the end."""
+
+    def __init__(self, path: str | None = None) -> None:
+        self.times: list[tuple[float, float]] = []
+        self.path = path
+        self._start = (0.0, 0.0)
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-        self._start = time.perf_counter()
+        self._start = clock()
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        self.times.append(time.perf_counter() - self._start)
+        self.times.append(elapsed(self._start))
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        if self.path is not None and trainer.global_rank == 0:
+            Path(self.path).write_text(json.dumps({"times": self.times, "steps": trainer.num_training_batches}))
 
 
-def trainer_step_time(loader: DataLoader, width: int, epochs: int, log: bool) -> float:
-    """Seconds per step of the Trainer: its fastest epoch after the first (interference only adds time)."""
+@contextlib.contextmanager
+def stderr_to_devnull() -> Iterator[None]:
+    """Send file descriptor 2 (tqdm's output) to /dev/null for the duration."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def steady(times: list[Any], steps: int) -> tuple[float, float]:
+    """Seconds per step, wall and CPU: the fastest epoch after the warm-up one, by each clock."""
+    timed = times[1:]
+    return min(t[0] for t in timed) / steps, min(t[1] for t in timed) / steps
+
+
+def quiet_trainer(epochs: int, callbacks: list[Any], **kwargs: Any) -> accelkit.Trainer:
+    """A Trainer with the bar on and the per-epoch extras off."""
+    return accelkit.Trainer(accelerator="cpu", max_epochs=epochs, logger=False, enable_progress_bar=True,
+                            enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0,
+                            callbacks=callbacks, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------ one process
+def trainer_single(loader: DataLoader, width: int, epochs: int, log: bool) -> tuple[float, float]:
+    """Seconds per step of the Trainer in this process (bar on; ``log``: the module logs every step)."""
     timer = EpochTimer()
-    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, logger=False,
-                               enable_progress_bar=False, enable_checkpointing=False, callbacks=[timer])
+    trainer = quiet_trainer(epochs, [timer], devices=1)
     torch.manual_seed(0)
-    trainer.fit(BenchModule(width, log), train_dataloaders=loader)
-    return min(timer.times[1:]) / len(loader)
+    module = BenchModule(width, log)
+    with stderr_to_devnull():
+        trainer.fit(module, train_dataloaders=loader)
+    return steady(timer.times, len(loader))
 
 
-def loop_step_time(loader: DataLoader, width: int, epochs: int) -> float:
-    """Seconds per step of the plain loop: its fastest epoch after the first."""
+def loop_single(loader: DataLoader, width: int, epochs: int) -> tuple[float, float]:
+    """Seconds per step of the hand-written loop in this process."""
     torch.manual_seed(0)
     net = BenchModule(width, log=False)  # the same module class, called as a plain nn.Module
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
     net.train()
     times = []
     for _ in range(epochs):
-        start = time.perf_counter()
+        start = clock()
         for x, y in loader:
             loss = F.cross_entropy(net(x), y)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    return min(times[1:]) / len(loader)
+        times.append(elapsed(start))
+    return steady(times, len(loader))
+
+
+# ------------------------------------------------------------------------------------------ two processes
+def _loop_ddp_worker(rank: int, world: int, port: int, width: int, epochs: int, path: str) -> None:
+    """One rank of the hand-written DDP loop (rank 0 writes its epoch times to ``path``)."""
+    import torch.distributed as dist
+    from torch.utils.data import DistributedSampler
+
+    if "OMP_NUM_THREADS" not in os.environ:  # the thread count ddp_spawn gives its workers
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        dataset = make_data()
+        sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0)
+        loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=sampler)
+        torch.manual_seed(0)
+        model = nn.parallel.DistributedDataParallel(BenchModule(width, log=False))
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        model.train()
+        times = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            start = clock()
+            for x, y in loader:
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            times.append(elapsed(start))
+        if rank == 0:
+            Path(path).write_text(json.dumps({"times": times, "steps": len(loader)}))
+    finally:
+        dist.destroy_process_group()
+
+
+def loop_ddp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
+    """Seconds per step of rank 0 of the hand-written DDP loop."""
+    import torch.multiprocessing as mp
+    from accelkit.strategy import find_free_port
+
+    with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
+        path = os.path.join(tmp, "times.json")
+        with stderr_to_devnull():  # gloo's connection lines, as on the Trainer side
+            mp.start_processes(_loop_ddp_worker, args=(world, find_free_port(), width, epochs, path), nprocs=world,
+                               join=True, start_method="spawn")
+        result = json.loads(Path(path).read_text())
+    return steady(result["times"], result["steps"])
+
+
+def trainer_ddp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
+    """Seconds per step of rank 0 of ``Trainer(strategy="ddp_spawn")`` (bar + log)."""
+    loader = DataLoader(make_data(), batch_size=BATCH_SIZE, shuffle=True)
+    with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
+        path = os.path.join(tmp, "times.json")
+        trainer = quiet_trainer(epochs, [EpochTimer(path)], devices=world, strategy="ddp_spawn")
+        torch.manual_seed(0)
+        with stderr_to_devnull():
+            trainer.fit(BenchModule(width, log=True), train_dataloaders=loader)
+        result = json.loads(Path(path).read_text())
+    return steady(result["times"], result["steps"])
+
+
+# ------------------------------------------------------------------------------------------ driver
+def interleave(sides: dict[str, Callable[[], tuple[float, float]]], rounds: int) -> dict[str, list[tuple]]:
+    """Run every side once per round, rotating their order each round; ``(wall, cpu)`` per step of each."""
+    names = list(sides)
+    results: dict[str, list[tuple]] = {name: [] for name in names}
+    for r in range(rounds):
+        shift = r % len(names)
+        order = names[shift:] + names[:shift]
+        for name in order:
+            results[name].append(sides[name]())
+        print(f"  round {r + 1}/{rounds} ({' > '.join(order)}): " + ", ".join(
+            f"{n} {1e3 * results[n][-1][0]:.3f}/{1e3 * results[n][-1][1]:.3f}" for n in names) + " ms wall/cpu",
+            flush=True)
+    return results
+
+
+def report(results: dict[str, list[tuple]], baseline: str, targets: dict[str, float]) -> None:
+    """Median per-step times, and each side's per-round ratios to ``baseline`` with their median, per clock."""
+    for clock_index, clock_name in ((0, "wall"), (1, "cpu")):
+        base = [v[clock_index] for v in results[baseline]]
+        for name, values in results.items():
+            per_step = statistics.median(v[clock_index] for v in values)
+            print(f"  {clock_name:<4} {name:<10}: {1e3 * per_step:.3f} ms/step (median)")
+        for name, values in results.items():
+            if name == baseline:
+                continue
+            ratios = [v[clock_index] / b for v, b in zip(values, base)]
+            target = f"  target <= {targets[name]:.2f}" if name in targets else ""
+            print(f"  {clock_name:<4} ratio {name}/{baseline}: {statistics.median(ratios):.3f}{target}  "
+                  f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})")
 
 
 def main() -> None:
-    """Alternate the sides for ``--rounds`` rounds and print the per-step times and their ratio."""
+    """Parse the arguments and run the chosen comparisons."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--epochs", type=int, default=5, help="epochs per measurement (the first is warm-up)")
     parser.add_argument("--width", type=int, default=256, help="hidden width of the MLP")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
+    parser.add_argument("--only", choices=("single", "ddp"), default=None, help="run one comparison only")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2 (the first is warm-up)")
     warnings.simplefilter("ignore")  # plugin-discovery warnings of unrelated, uninstalled plugins
-    loader = DataLoader(make_data(), batch_size=args.batch_size, shuffle=True)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; MLP width {args.width}, "
-          f"batch {args.batch_size}, {len(loader)} steps/epoch, best of {args.epochs - 1} epochs x {args.rounds} rounds")
-    loop, logged, bare = [], [], []
-    for _ in range(args.rounds):
-        loop.append(loop_step_time(loader, args.width, args.epochs))
-        logged.append(trainer_step_time(loader, args.width, args.epochs, log=True))
-        bare.append(trainer_step_time(loader, args.width, args.epochs, log=False))
-    ratios_logged = [t / l for t, l in zip(logged, loop)]
-    ratios_bare = [t / l for t, l in zip(bare, loop)]
-    ms = lambda v: f"{1e3 * statistics.median(v):.3f} ms"  # noqa: E731
-    print(f"hand-written loop        : {ms(loop)} per step (median)")
-    print(f"Trainer, self.log/step   : {ms(logged)} per step (median)")
-    print(f"Trainer, no self.log     : {ms(bare)} per step (median)")
-    print(f"ratio Trainer(self.log)/loop: {statistics.median(ratios_logged):.3f} "
-          f"(per round: {', '.join(f'{r:.3f}' for r in ratios_logged)})")
-    print(f"ratio Trainer(no log)/loop  : {statistics.median(ratios_bare):.3f} "
-          f"(per round: {', '.join(f'{r:.3f}' for r in ratios_bare)})")
-    print("target: <= 1.05")
+    print(f"torch {torch.__version__}, accelkit {accelkit.__version__}, {os.cpu_count()} cores; MLP width "
+          f"{args.width}, batch {BATCH_SIZE}, {SAMPLES} samples; fastest of {args.epochs - 1} epochs after a "
+          f"warm-up one, {args.rounds} rounds, order rotated each round", flush=True)
+    if args.only in (None, "single"):
+        loader = DataLoader(make_data(), batch_size=BATCH_SIZE, shuffle=True)
+        print(f"one process, {torch.get_num_threads()} threads, {len(loader)} steps/epoch:", flush=True)
+        results = interleave({
+            "loop": lambda: loop_single(loader, args.width, args.epochs),
+            "bar+log": lambda: trainer_single(loader, args.width, args.epochs, log=True),
+            "bar": lambda: trainer_single(loader, args.width, args.epochs, log=False),
+        }, args.rounds)
+        report(results, "loop", {"bar+log": 1.03, "bar": 1.03})
+    if args.only in (None, "ddp"):
+        print("two processes (gloo), rank 0's time per step:", flush=True)
+        results = interleave({
+            "ddp loop": lambda: loop_ddp(args.width, args.epochs),
+            "ddp_spawn": lambda: trainer_ddp(args.width, args.epochs),
+        }, args.rounds)
+        report(results, "ddp loop", {"ddp_spawn": 1.05})
 
 
 if __name__ == "__main__":
