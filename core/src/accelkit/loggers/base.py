@@ -149,3 +149,43 @@ class Logger:
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         """Called after a checkpoint callback saved a checkpoint. Does nothing by default."""
+
+
+class VersionedLogger(Logger):
+    """A logger writing under ``<save_dir>/<name>/version_<n>`` (the CSV and TensorBoard loggers' layout).
+
+    Subclasses call :meth:`_set_location` in ``__init__``.
+    """
+
+    def _set_location(self, save_dir: str | os.PathLike, name: str | None, version: int | str | None) -> None:
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+
+    @property
+    def name(self) -> str:
+        """The experiment name (the sub-directory of :attr:`save_dir`)."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The version; when none was given, the next free ``version_<n>`` number, chosen on first use. (A
+        Trainer that starts processes reads it before starting them, so every process agrees.)"""
+        if self._version is None:
+            self._version = _next_version(self.root_dir)
+        return self._version
+
+    @property
+    def save_dir(self) -> str:
+        """The directory given as ``save_dir``."""
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the parent of every version's directory."""
+        return os.path.join(self._save_dir, self._name)
+
+    def _version_dir(self) -> str:
+        """``<root_dir>/version_<n>`` (or ``<root_dir>/<version>`` for a string version)."""
+        version = self.version
+        return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accelkit.loggers.base import Logger, _add_prefix, _global_rank, _metric_value, _next_version, _params_to_dict
+from accelkit.loggers.base import VersionedLogger, _add_prefix, _global_rank, _metric_value, _params_to_dict
 
 
 def _parse_cell(text: str) -> int | float | str:
@@ -22,7 +22,7 @@ def _parse_cell(text: str) -> int | float | str:
     return text
 
 
-class CSVLogger(Logger):
+class CSVLogger(VersionedLogger):
     """Writes metrics to ``<save_dir>/<name>/version_<n>/metrics.csv``, one row per :meth:`log_metrics` call
     with a ``step`` column first, and hyper-parameters to ``hparams.csv`` (``name,value`` rows) in the same
     directory. Lightning's ``CSVLogger`` with accelkit's file layout.
@@ -46,9 +46,7 @@ class CSVLogger(Logger):
                  prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
         if flush_logs_every_n_steps < 1:
             raise ValueError(f"flush_logs_every_n_steps must be at least 1, got {flush_logs_every_n_steps}")
-        self._save_dir = os.fspath(save_dir)
-        self._name = name or ""
-        self._version = version
+        self._set_location(save_dir, name, version)
         self.prefix = prefix
         self.flush_logs_every_n_steps = flush_logs_every_n_steps
         #: Every hyper-parameter logged so far (name to value).
@@ -58,34 +56,14 @@ class CSVLogger(Logger):
         self._written_columns: list[str] | None = None  # None: this logger has not written metrics.csv yet
         self._logged_rows = 0
 
-    @property
-    def name(self) -> str:
-        """The experiment name (the sub-directory of :attr:`save_dir`)."""
-        return self._name
 
-    @property
-    def version(self) -> int | str:
-        """The version; when none was given, the next free ``version_<n>`` number, chosen on first use. (A
-        Trainer that starts processes reads it before starting them, so every process agrees.)"""
-        if self._version is None:
-            self._version = _next_version(self.root_dir)
-        return self._version
 
-    @property
-    def save_dir(self) -> str:
-        """The directory given as ``save_dir``."""
-        return self._save_dir
 
-    @property
-    def root_dir(self) -> str:
-        """``<save_dir>/<name>``: the parent of every version's directory."""
-        return os.path.join(self._save_dir, self._name)
 
     @property
     def log_dir(self) -> str:
         """``<root_dir>/version_<n>`` (or ``<root_dir>/<version>`` for a string version): this run's files."""
-        version = self.version
-        return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+        return self._version_dir()
 
     @property
     def metrics_file(self) -> Path:

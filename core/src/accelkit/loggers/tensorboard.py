@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from accelkit.loggers.base import (Logger, _add_prefix, _global_rank, _metric_value, _next_version, _params_to_dict,
+from accelkit.loggers.base import (VersionedLogger, _add_prefix, _global_rank, _metric_value, _params_to_dict,
                                    _SilentExperiment)
 
 _WRITER_KWARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
@@ -54,7 +54,7 @@ def _hparam_value(value: Any) -> int | float | str | bool:
     return str(value)
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(VersionedLogger):
     """Writes TensorBoard event files to ``<save_dir>/<name>/version_<n>[/<sub_dir>]``, like Lightning's
     ``TensorBoardLogger``. View them with ``tensorboard --logdir <save_dir>``.
 
@@ -85,9 +85,7 @@ class TensorBoardLogger(Logger):
             raise TypeError(f"TensorBoardLogger got unexpected arguments {unknown}; the SummaryWriter arguments it "
                             f"passes on are {list(_WRITER_KWARGS)}")
         _require_tensorboard()
-        self._save_dir = os.fspath(save_dir)
-        self._name = name or ""
-        self._version = version
+        self._set_location(save_dir, name, version)
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
         self._log_graph = log_graph
         self._default_hp_metric = default_hp_metric
@@ -97,39 +95,20 @@ class TensorBoardLogger(Logger):
         #: Every hyper-parameter logged so far (name to value, as given).
         self.hparams: dict[str, Any] = {}
 
-    @property
-    def name(self) -> str:
-        """The experiment name (the sub-directory of :attr:`save_dir`)."""
-        return self._name
 
-    @property
-    def version(self) -> int | str:
-        """The version; when none was given, the next free ``version_<n>`` number, chosen on first use."""
-        if self._version is None:
-            self._version = _next_version(self.root_dir)
-        return self._version
 
     @property
     def sub_dir(self) -> str | None:
         """The sub-directory of the version directory, if any."""
         return self._sub_dir
 
-    @property
-    def save_dir(self) -> str:
-        """The directory given as ``save_dir``."""
-        return self._save_dir
 
-    @property
-    def root_dir(self) -> str:
-        """``<save_dir>/<name>``: the parent of every version's directory."""
-        return os.path.join(self._save_dir, self._name)
 
     @property
     def log_dir(self) -> str:
         """``<root_dir>/version_<n>[/<sub_dir>]``: the directory of this run's event files (``~`` and
         environment variables expanded)."""
-        version = self.version
-        path = os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+        path = self._version_dir()
         if self._sub_dir is not None:
             path = os.path.join(path, self._sub_dir)
         return os.path.expanduser(os.path.expandvars(path))

@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
 
 from accelkit import checkpoint as ckpt
+from accelkit.loops.hooks import accepts_positional
 from accelkit.metrics import MetricStore
 from accelkit.sampler import set_epoch
 
 _NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
-
-
-def _accepts_dataloader_idx(step: Any) -> bool:
-    try:
-        params = list(inspect.signature(step).parameters.values())
-    except (TypeError, ValueError):
-        return True
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return True
-    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= 3
 
 
 class EvaluationLoop:
@@ -44,7 +34,7 @@ class EvaluationLoop:
         if sum(n if n is not None else 1 for n in limits) == 0:
             return [{} for _ in loaders]
         step = getattr(module, f"{prefix}_step")
-        pass_idx = len(loaders) > 1 and _accepts_dataloader_idx(step)
+        pass_idx = len(loaders) > 1 and accepts_positional(step, 3)
         was_training = trainer.model.training
         if zero_grad:
             hooks.module_default(f"on_{prefix}_model_zero_grad")()
@@ -137,7 +127,7 @@ class PredictionLoop:
         trainer = self.trainer
         hooks, data, module = trainer._hooks, trainer._data, trainer.lightning_module
         hooks.module_default("on_predict_model_eval")()
-        pass_idx = len(loaders) > 1 and _accepts_dataloader_idx(module.predict_step)
+        pass_idx = len(loaders) > 1 and accepts_positional(module.predict_step, 3)
         outputs: list[list[Any]] = []
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")

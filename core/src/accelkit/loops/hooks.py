@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import warnings
 from typing import Any, Callable
 
@@ -15,6 +16,18 @@ def _overrides(obj: Any, base: type, name: str) -> bool:
     """Whether ``obj``'s class defines ``name`` differently from ``base``."""
     mine = getattr(type(obj), name, None)
     return mine is not None and mine is not getattr(base, name, None)
+
+
+def accepts_positional(fn: Callable, count: int) -> bool:
+    """Whether ``fn`` takes at least ``count`` positional arguments (``training_step(batch)`` without
+    ``batch_idx``, ``validation_step`` without ``dataloader_idx``); ``True`` when it cannot be told."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return True
+    return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= count
 
 
 def _public_hooks(base: type) -> set[str]:

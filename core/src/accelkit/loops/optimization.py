@@ -2,31 +2,24 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable
 
 import torch
 
+from accelkit.loops.hooks import accepts_positional
 from accelkit.optim import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategy import Strategy
 
 
-def _takes_batch_idx(step: Callable) -> bool:
-    """Whether a ``*_step`` method accepts a second positional argument (``batch_idx``)."""
-    try:
-        params = list(inspect.signature(step).parameters.values())
-    except (TypeError, ValueError):
-        return True
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return True
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2
-
-
 def _defaults(obj: Any, base: type, *names: str) -> bool:
     """Whether ``obj``'s class keeps ``base``'s implementation of every one of ``names``."""
     return all(getattr(type(obj), name, None) is getattr(base, name) for name in names)
+
+
+def _defaults(obj: Any, base: type, *names: str) -> bool:
+    """Whether ``obj``'s class keeps ``base``'s implementation of every method in ``names``."""
+    return all(getattr(type(obj), name, None) is getattr(base, name, None) for name in names)
 
 
 class Optimization:
@@ -48,7 +41,7 @@ class Optimization:
         self._direct = trainer.model is module or not self.automatic
         self.accumulate = trainer.accumulate_grad_batches
         step = getattr(module, "training_step")
-        self._pass_idx = _takes_batch_idx(step)
+        self._pass_idx = accepts_positional(step, 2)
         self._profiler = trainer.profiler
         self._step_label = f"[LightningModule]{type(module).__qualname__}.training_step"
         # Decided once: which hooks are overridden (a hook nobody overrides costs nothing per step).
