@@ -13,11 +13,6 @@ from accelkit.strategy import Strategy
 
 
 def _defaults(obj: Any, base: type, *names: str) -> bool:
-    """Whether ``obj``'s class keeps ``base``'s implementation of every one of ``names``."""
-    return all(getattr(type(obj), name, None) is getattr(base, name) for name in names)
-
-
-def _defaults(obj: Any, base: type, *names: str) -> bool:
     """Whether ``obj``'s class keeps ``base``'s implementation of every method in ``names``."""
     return all(getattr(type(obj), name, None) is getattr(base, name, None) for name in names)
 
