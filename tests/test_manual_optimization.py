@@ -449,6 +449,24 @@ class ManualOnShards(Manual):
         return DataLoader(regression_data(32), batch_size=4)
 
 
+class ManualBatchNorm(ManualOnShards):
+    """Manual optimization with a BatchNorm layer: records its running mean as each step begins."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = torch.nn.BatchNorm1d(4)
+        self.seen_means: list[torch.Tensor] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        self.seen_means.append(self.norm.running_mean.clone())
+        x, y = batch
+        batch = (self.norm(x), y)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_end(self) -> None:
+        torch.save(torch.stack(self.seen_means), Path(self.trainer.default_root_dir) / f"means{self.global_rank}.pt")
+
+
 def run_ddp_scenario(root: str, kind: str) -> None:
     """Run in a fresh interpreter by the tests below (the spawned workers import this module by name).
 
@@ -456,7 +474,7 @@ def run_ddp_scenario(root: str, kind: str) -> None:
     gradients, so DDP needs ``find_unused_parameters=True`` (in Lightning too). ``kind="plain"``: one optimizer,
     every parameter used, on plain ``ddp_spawn``.
     """
-    model = TinyGAN() if kind == "gan" else ManualOnShards()
+    model = TinyGAN() if kind == "gan" else ManualBatchNorm() if kind == "batchnorm" else ManualOnShards()
     strategy = "ddp_spawn_find_unused_parameters_true" if kind == "gan" else "ddp_spawn"
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=2, logger=False,
@@ -502,3 +520,15 @@ def test_gan_two_optimizers_on_ddp_spawn_ranks_identical(tmp_path):
     assert outcome["moved"]
     assert {"g_loss", "d_loss"} <= set(outcome["metrics"])
     assert_ranks_identical(tmp_path, 16)
+
+
+@pytest.mark.slow
+def test_manual_ddp_broadcasts_buffers_before_each_step(tmp_path):
+    """The manual step does not run inside DDP's forward, so the strategy broadcasts rank 0's buffers before it,
+    as DDP's forward does (broadcast_buffers=True): every step starts with equal batch-norm statistics on both
+    ranks, although each rank normalises its own shard."""
+    spawn_scenario(tmp_path, "batchnorm")
+    means = [torch.load(tmp_path / f"means{r}.pt", weights_only=True) for r in range(2)]
+    assert means[0].shape[0] == 8  # 4 batches x 2 epochs
+    assert not torch.equal(means[0][1], means[0][0])  # the statistics move
+    torch.testing.assert_close(means[1], means[0], rtol=0, atol=0)

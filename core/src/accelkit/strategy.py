@@ -185,6 +185,10 @@ class Strategy:
         """Called before each backward pass of manual optimization (``self.manual_backward``), which runs inside
         the step's forward pass; a wrapper that syncs gradients during backward gets ready for it here."""
 
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Before a manual-optimization step (which does not run inside the wrapper's forward): make the
+        module's buffers agree across processes as the wrapper's forward would have."""
+
     def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Average gradients across replicas before the optimizer step (DDP does this during backward)."""
 
@@ -381,6 +385,12 @@ class DDPStrategy(Strategy):
             reducer.prepare_for_backward([loss] if unused else [])
         else:
             model.require_forward_param_sync = False
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """DDP's ``broadcast_buffers``: rank 0's buffers (batch-norm statistics...) to every rank."""
+        if isinstance(model, nn.parallel.DistributedDataParallel) and model.broadcast_buffers:
+            for buffer in model.module.buffers():
+                dist.broadcast(buffer, src=0)
 
     def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
         if not dist.is_initialized():

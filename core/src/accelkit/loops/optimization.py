@@ -34,6 +34,7 @@ class Optimization:
         self.wrapped = [Optimizer(o, self) for o in optimizers]
         self.automatic = bool(module.automatic_optimization)
         self._direct = trainer.model is module or not self.automatic
+        self._sync_buffers = trainer.model is not module and not self.automatic and any(True for _ in module.buffers())
         self.accumulate = trainer.accumulate_grad_batches
         step = getattr(module, "training_step")
         self._pass_idx = accepts_positional(step, 2)
@@ -84,6 +85,8 @@ class Optimization:
 
     def _training_step(self, batch: Any, batch_idx: int) -> Any:
         args = (batch, batch_idx) if self._pass_idx else (batch,)
+        if self._sync_buffers:  # what the wrapper's forward would have done (DDP's broadcast_buffers)
+            self.strategy.sync_buffers(self.trainer.model)
         # Manual optimization backpropagates inside training_step, so that does not run inside a wrapper's
         # forward (DDP would then wait for a backward after it); the strategy arms the wrapper before each
         # manual backward instead (Strategy.pre_manual_backward).
