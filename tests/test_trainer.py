@@ -376,3 +376,57 @@ def test_a_short_epoch_still_shows_its_metrics_in_the_progress_bar(tmp_path, cap
     assert trainer.global_step == 4
     final = err.rsplit("Epoch 0", 1)[-1]
     assert "4/4" in final and "train_loss=" in final, err
+
+
+# ---------------------------------------------------------------------------------------------- run attributes
+class AttributeProbe(accelkit.Callback):
+    """Reads Lightning's Trainer attributes from inside the loops."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Any] = {}
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        self.seen.setdefault("train_loader", trainer.train_dataloader)
+        self.seen.setdefault("evaluating_in_training", trainer.evaluating)
+
+    def on_validation_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        self.seen.setdefault("val_loaders", trainer.val_dataloaders)
+        self.seen["evaluating_in_validation"] = trainer.evaluating
+
+
+def test_lightning_run_attributes_are_readable(tmp_path):
+    probe = AttributeProbe()
+    trainer = quiet_trainer(tmp_path, max_epochs=1, limit_train_batches=3, limit_val_batches=0.5, callbacks=[probe])
+    assert trainer.train_dataloader is None  # nothing prepared before a run
+    model = RegressionModule()
+    trainer.fit(model)
+    assert isinstance(probe.seen["train_loader"], DataLoader)
+    assert probe.seen["train_loader"].dataset is not None
+    assert isinstance(probe.seen["val_loaders"], DataLoader)
+    assert probe.seen["evaluating_in_training"] is False and probe.seen["evaluating_in_validation"] is True
+    assert (trainer.limit_train_batches, trainer.limit_val_batches) == (3, 0.5)
+    assert trainer.limit_test_batches is None and trainer.limit_predict_batches is None
+    assert trainer.distributed_sampler_kwargs is None  # one process
+
+
+class EmptyOnRankOne(RegressionModule):
+    """Rank 1 gets an empty validation loader; opting in with the Lightning attribute allows it."""
+
+    def __init__(self, allow: bool) -> None:
+        super().__init__()
+        self.allow_zero_length_dataloader_with_multiple_devices = allow
+
+    def val_dataloader(self) -> DataLoader:
+        data = regression_data(16, seed=1)
+        if self.global_rank == 1:
+            data = torch.utils.data.Subset(data, [])
+        return DataLoader(data, batch_size=8)
+
+
+@pytest.mark.slow
+def test_an_empty_loader_on_one_rank_is_refused_unless_allowed(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", num_sanity_val_steps=0)
+    with pytest.raises(accelkit.WorkerError, match="val loader 0 is empty on rank 1 of 2.*"
+                                                    "allow_zero_length_dataloader_with_multiple_devices"):
+        trainer.fit(EmptyOnRankOne(allow=False))

@@ -172,6 +172,64 @@ class TrainerProperties:
         return self.state.stage == "predict"
 
     @property
+    def evaluating(self) -> bool:
+        """Whether a validation or test loop is running."""
+        return self.state.stage in ("validate", "test")
+
+    # ----------------------------------------------------------------- data
+    @property
+    def limit_train_batches(self) -> int | float | None:
+        """Batches per training epoch (``Trainer(limit_train_batches=...)``)."""
+        return self.limits["fit"]
+
+    @property
+    def limit_val_batches(self) -> int | float | None:
+        """Batches per validation run."""
+        return self.limits["validate"]
+
+    @property
+    def limit_test_batches(self) -> int | float | None:
+        """Batches per test run."""
+        return self.limits["test"]
+
+    @property
+    def limit_predict_batches(self) -> int | float | None:
+        """Batches per prediction run."""
+        return self.limits["predict"]
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas``/``rank`` for a sampler you build yourself (``None`` with one process)."""
+        return self.strategy.distributed_sampler_kwargs
+
+    def _loaders(self, kind: str) -> Any:
+        data = getattr(self, "_data", None)
+        loaders = data.prepared.get(kind) if data is not None else None
+        if loaders is None:
+            return None
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The training loader in use (as prepared for this process), in this worker during a run."""
+        return self._loaders("train")
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation loader(s) in use (a list when there are several)."""
+        return self._loaders("val")
+
+    @property
+    def test_dataloaders(self) -> Any:
+        """The test loader(s) in use."""
+        return self._loaders("test")
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        """The prediction loader(s) in use."""
+        return self._loaders("predict")
+
+    @property
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the fit will take: ``max_steps`` if set, else batches per epoch / accumulation x
         ``max_epochs`` (``inf`` without a bound). Usable in ``configure_optimizers`` (OneCycleLR)."""

@@ -36,6 +36,8 @@ class DataConnector:
         self._to_device = strategy.batch_to_device
         self._convert = precision.convert_input
         self._plain = self._before is None and self._transfer is None and self._after is None
+        #: the loaders last prepared for each kind (``trainer.train_dataloader``, ``val_dataloaders`` ...)
+        self.prepared: dict[str, list[Any]] = {}
 
     def _pick(self, name: str) -> Any:
         from accelkit.loops.hooks import _overrides
@@ -72,7 +74,28 @@ class DataConnector:
         if kind == "train" and len(many) != 1:
             raise ValueError(f"{len(many)} training loaders were given; accelkit trains from one loader: combine "
                              "the datasets (torch.utils.data.ConcatDataset)")
-        return [self._prepare(loader, kind) for loader in many]
+        prepared = [self._prepare(loader, kind) for loader in many]
+        self._check_lengths(prepared, kind)
+        self.prepared[kind] = prepared
+        return prepared
+
+    def _check_lengths(self, loaders: list[Any], kind: str) -> None:
+        """An empty loader on one of several processes stalls the others in their collectives; as Lightning,
+        refuse it unless the Module says ``allow_zero_length_dataloader_with_multiple_devices = True``."""
+        if self.trainer.world_size <= 1:
+            return
+        allowed = getattr(self.datamodule if self.datamodule is not None else self.module,
+                          "allow_zero_length_dataloader_with_multiple_devices", False)
+        for index, loader in enumerate(loaders):
+            try:
+                empty = len(loader) == 0
+            except TypeError:
+                continue
+            if empty and not allowed:
+                raise ValueError(
+                    f"the {kind} loader {index} is empty on rank {self.trainer.global_rank} of "
+                    f"{self.trainer.world_size}: the other ranks would wait for it. Give every rank data, or set "
+                    "allow_zero_length_dataloader_with_multiple_devices = True on the Module/DataModule")
 
     def _prepare(self, loader: Any, kind: str) -> Any:
         trainer = self.trainer
