@@ -159,8 +159,8 @@ class Trainer(TrainerProperties):
         accel = composition.accelerator
         if sync_batchnorm and composition.strategy.world_size > 1 and not accel.supports_sync_batchnorm:
             raise ConfigurationError(f"sync_batchnorm=True: torch.nn.SyncBatchNorm does not run on accelerator "
-                                     f"{accel.name!r} (torch supports it on GPU modules); use sync_batchnorm=False "
-                                     "or a GPU accelerator")
+                                     f"{accel.name!r} (its plugin says so); use sync_batchnorm=False, or an "
+                                     "accelerator whose plugin supports it")
         print_notices(composition.notices)
         self._composition: Composition = composition
 
