@@ -430,3 +430,29 @@ def test_an_empty_loader_on_one_rank_is_refused_unless_allowed(tmp_path):
     with pytest.raises(accelkit.WorkerError, match="val loader 0 is empty on rank 1 of 2.*"
                                                     "allow_zero_length_dataloader_with_multiple_devices"):
         trainer.fit(EmptyOnRankOne(allow=False))
+
+
+class KeepsNormFrozen(RegressionModule):
+    """Returns to training after validation but keeps a frozen sub-module in eval mode (a Lightning idiom)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frozen = nn.BatchNorm1d(4)
+        self.frozen_modes: list[bool] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.frozen_modes.append(self.frozen.training)
+        return super().training_step(batch, batch_idx)
+
+    def on_train_start(self) -> None:
+        self.frozen.eval()
+
+    def on_validation_model_train(self) -> None:
+        self.train()
+        self.frozen.eval()
+
+
+def test_on_validation_model_train_decides_the_mode_after_validation(tmp_path):
+    model = KeepsNormFrozen()
+    quiet_trainer(tmp_path, max_epochs=2, num_sanity_val_steps=0).fit(model)
+    assert len(model.frozen_modes) == 8 and not any(model.frozen_modes)

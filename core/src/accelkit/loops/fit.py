@@ -208,8 +208,7 @@ class FitLoop:
                 if stepped and trainer.global_step % log_every == 0:
                     publisher.log_step(bar)
                 if self.val_loaders and self._val_due(batch_idx, is_last):
-                    self._validate(zero_grad=stepped)
-                    trainer.model.train()
+                    self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
                 if (trainer.should_stop or trainer.max_steps != -1 or trainer.max_time is not None) and \
                         self._stop_within_epoch():  # the cheap test first: most runs set none of these
                     break
