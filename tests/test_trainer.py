@@ -456,3 +456,16 @@ def test_on_validation_model_train_decides_the_mode_after_validation(tmp_path):
     model = KeepsNormFrozen()
     quiet_trainer(tmp_path, max_epochs=2, num_sanity_val_steps=0).fit(model)
     assert len(model.frozen_modes) == 8 and not any(model.frozen_modes)
+
+
+class KeepsNormFrozenByDefault(KeepsNormFrozen):
+    """The same without the override: the loop restores each sub-module's own mode after validation."""
+
+    on_validation_model_train = accelkit.Module.on_validation_model_train
+
+
+def test_validation_restores_each_submodules_mode(tmp_path):
+    model = KeepsNormFrozenByDefault()
+    quiet_trainer(tmp_path, max_epochs=2).fit(model)
+    assert len(model.frozen_modes) == 8 and not any(model.frozen_modes)
+    assert model.layer.training  # the rest trains

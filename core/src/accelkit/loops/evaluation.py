@@ -35,6 +35,9 @@ class EvaluationLoop:
             return [{} for _ in loaders]
         step = getattr(module, f"{prefix}_step")
         pass_idx = len(loaders) > 1 and accepts_positional(step, 3)
+        # Every sub-module's mode, restored afterwards unless the Module overrides on_*_model_train (as Lightning
+        # does: a sub-module the user froze in eval mode stays so).
+        modes = [(m, m.training) for m in trainer.model.modules()]
         was_training = trainer.model.training
         if zero_grad:
             hooks.module_default(f"on_{prefix}_model_zero_grad")()
@@ -93,7 +96,8 @@ class EvaluationLoop:
             if train_hook is not None:
                 train_hook()
             else:
-                trainer.model.train()
+                for submodule, mode in modes:
+                    submodule.training = mode
         for dl_idx in range(len(loaders)):
             suffix = f"/dataloader_idx_{dl_idx}"
             if len(loaders) == 1:

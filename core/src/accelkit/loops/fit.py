@@ -54,6 +54,7 @@ class FitLoop:
         if not self._val_requested:
             self._load_val()
         trainer.state.stage = "train"
+        trainer.model.train()  # once: modes the hooks set from here on (a frozen sub-module) are kept
         hooks.call("on_train_start")
         if trainer.num_training_batches == 0:
             warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
@@ -154,7 +155,6 @@ class FitLoop:
         hooks, optim, data = trainer._hooks, trainer._optim, trainer._data
         loader = self.train_loader
         set_epoch(loader, trainer.current_epoch)
-        trainer.model.train()
         trainer._metrics.reset(training=True)
         trainer._epoch_training_done = False
         hooks.call("on_train_epoch_start")
