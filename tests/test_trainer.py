@@ -153,14 +153,10 @@ def test_configure_optimizers_forms(tmp_path, form, lr_after):
     assert not torch.equal(weights(model)["layer.weight"], before["layer.weight"])
 
 
-def test_configure_optimizers_list_steps_every_optimizer(tmp_path):
-    model = OptimizerForms("list")
-    before = weights(model)
-    trainer = make_trainer(tmp_path, max_epochs=1)
-    trainer.fit(model)
-    assert len(trainer._optimizers) == 2
-    for key in ("layer.weight", "extra.weight"):
-        assert not torch.equal(weights(model)[key], before[key]), key
+def test_several_optimizers_need_manual_optimization(tmp_path):
+    """As Lightning 2.x: one closure cannot serve two optimizers; the error says what to do instead."""
+    with pytest.raises(ValueError, match="returned 2 optimizers.*automatic_optimization = False"):
+        make_trainer(tmp_path, max_epochs=1).fit(OptimizerForms("list"))
 
 
 def test_configure_optimizers_errors_name_the_problem(tmp_path):

@@ -28,6 +28,12 @@ class LRSchedulerConfig:
     monitor: str | None = None
     strict: bool = True
 
+    @property
+    def reduce_on_plateau(self) -> bool:
+        """Whether the scheduler steps on a metric (``ReduceLROnPlateau``); only such schedulers use ``monitor``,
+        as in Lightning."""
+        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
     _KEYS = ("scheduler", "name", "interval", "frequency", "monitor", "strict")
 
 
@@ -140,7 +146,7 @@ class Optimizer:
 def step_scheduler(module: Any, config: LRSchedulerConfig, metrics: dict[str, Any], call_hook: Callable) -> None:
     """Step one scheduler through the module's ``lr_scheduler_step`` hook (with its monitored metric)."""
     metric = None
-    if config.monitor is not None:
+    if config.reduce_on_plateau and config.monitor is not None:
         if config.monitor not in metrics:
             message = (f"lr_scheduler monitors {config.monitor!r}, which was not logged; logged metrics: "
                        f"{sorted(metrics)}")

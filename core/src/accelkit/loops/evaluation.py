@@ -34,7 +34,7 @@ class EvaluationLoop:
         if sum(n if n is not None else 1 for n in limits) == 0:
             return [{} for _ in loaders]
         step = getattr(module, f"{prefix}_step")
-        pass_idx = len(loaders) > 1 and accepts_positional(step, 3)
+        pass_idx = check_dataloader_idx(step, f"{prefix}_step", len(loaders))
         # Every sub-module's mode, restored afterwards unless the Module overrides on_*_model_train (as Lightning
         # does: a sub-module the user froze in eval mode stays so).
         modes = [(m, m.training) for m in trainer.model.modules()]
@@ -114,6 +114,27 @@ class EvaluationLoop:
         return {}
 
 
+def check_dataloader_idx(step: Any, name: str, count: int) -> bool:
+    """Whether to pass ``dataloader_idx`` to ``step`` (several loaders); Lightning's errors where the signature
+    and the number of loaders disagree."""
+    import inspect
+
+    takes = accepts_positional(step, 3)
+    if count > 1 and not takes:
+        raise TypeError(f"{name} runs over {count} loaders but takes no dataloader_idx: add `dataloader_idx=0` to "
+                        f"its signature")
+    if count == 1 and takes:
+        try:
+            params = list(inspect.signature(step).parameters.values())
+        except (TypeError, ValueError):
+            return False
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if len(positional) >= 3 and positional[2].default is inspect.Parameter.empty:
+            raise TypeError(f"{name} requires dataloader_idx but there is only one loader: give it a default "
+                            "(`dataloader_idx=0`)")
+    return count > 1
+
+
 def _description(stage: str, dl_idx: int, count: int) -> str:
     name = {"validate": "Validation", "test": "Testing", "sanity_check": "Sanity Checking"}[stage]
     return f"{name} DataLoader {dl_idx}" if count > 1 else name
@@ -131,7 +152,7 @@ class PredictionLoop:
         trainer = self.trainer
         hooks, data, module = trainer._hooks, trainer._data, trainer.lightning_module
         hooks.module_default("on_predict_model_eval")()
-        pass_idx = len(loaders) > 1 and accepts_positional(module.predict_step, 3)
+        pass_idx = check_dataloader_idx(module.predict_step, "predict_step", len(loaders))
         outputs: list[list[Any]] = []
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
-from typing import Any
+from typing import Any, Iterator
+
+import torch
 
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.optim import step_scheduler
@@ -53,6 +56,12 @@ class FitLoop:
         trainer.num_training_batches = trainer._data.num_batches(self.train_loader, "train")
         if not self._val_requested:
             self._load_val()
+        interval, total = trainer.val_check_interval, trainer.num_training_batches
+        if self.val_loaders and isinstance(interval, int) and trainer.check_val_every_n_epoch is not None and \
+                total is not None and interval > total:
+            raise ValueError(f"val_check_interval={interval} must be <= the number of training batches per epoch "
+                             f"({total}), or validation would never run; to count batches across epochs set "
+                             "check_val_every_n_epoch=None (as in Lightning)")
         trainer.state.stage = "train"
         trainer.model.train()  # once: modes the hooks set from here on (a frozen sub-module) are kept
         hooks.call("on_train_start")
@@ -81,10 +90,11 @@ class FitLoop:
         for fn in trainer._hooks.callback_plan("on_sanity_check_start"):
             fn()
         try:
-            self._load_val()
-            if self.val_loaders:
-                limits = [n if steps < 0 else (steps if n is None else min(steps, n)) for n in self.val_limits]
-                EvaluationLoop(trainer, "sanity_check").run(self.val_loaders, limits, inside_fit=True)
+            with isolated_rng():  # turning the sanity check on or off does not change training (Lightning too)
+                self._load_val()
+                if self.val_loaders:
+                    limits = [n if steps < 0 else (steps if n is None else min(steps, n)) for n in self.val_limits]
+                    EvaluationLoop(trainer, "sanity_check").run(self.val_loaders, limits, inside_fit=True)
         finally:
             trainer.sanity_checking = False
         for fn in trainer._hooks.callback_plan("on_sanity_check_end"):
@@ -169,7 +179,8 @@ class FitLoop:
         end_cbs = hooks.callback_plan("on_train_batch_end")
         end_m = hooks.module_hook("on_train_batch_end")
         step_scheds = [c for c in trainer.lr_scheduler_configs if c.interval == "step"] if automatic else []
-        epoch_scheds = [c for c in trainer.lr_scheduler_configs if c.interval == "epoch" and c.monitor is None] \
+        epoch_scheds = [c for c in trainer.lr_scheduler_configs
+                        if c.interval == "epoch" and not c.reduce_on_plateau] \
             if automatic else []
         metrics = trainer._metrics
         ran = 0
@@ -226,7 +237,7 @@ class FitLoop:
         publisher.end_epoch(hooks, "on_train_epoch_end", monitoring_last=True)
         if automatic:
             for config in trainer.lr_scheduler_configs:
-                if config.interval == "epoch" and config.monitor is not None and \
+                if config.interval == "epoch" and config.reduce_on_plateau and \
                         (trainer.current_epoch + 1) % config.frequency == 0:
                     step_scheduler(trainer.lightning_module, config, trainer.callback_metrics, optim.scheduler_hook)
         trainer.current_epoch += 1
@@ -247,6 +258,27 @@ class FitLoop:
                                                     zero_grad=zero_grad)
         finally:
             trainer.state.stage = "train"
+
+
+@contextlib.contextmanager
+def isolated_rng() -> Iterator[None]:
+    """Restore the CPU torch, Python and NumPy random states on exit (what the block draws is forgotten)."""
+    import random
+
+    torch_state, python_state = torch.get_rng_state(), random.getstate()
+    try:
+        import numpy as np
+
+        numpy_state = np.random.get_state()
+    except ImportError:  # pragma: no cover - numpy ships with torch wheels
+        np, numpy_state = None, None
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        random.setstate(python_state)
+        if np is not None:
+            np.random.set_state(numpy_state)
 
 
 def parse_max_time(value: Any) -> float | None:

@@ -139,3 +139,36 @@ def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             warnings.warn(f"{type(obj).__name__}.{name} looks like a {kind} hook but matches none, so it is never "
                           f"called{hint}", UserWarning, stacklevel=3)
+
+
+#: Lightning 1.x hooks that Lightning 2.x removed, with what replaces them (Lightning raises for these too)
+REMOVED_HOOKS = {
+    "training_epoch_end": "on_train_epoch_end (collect the step outputs yourself)",
+    "validation_epoch_end": "on_validation_epoch_end (collect the step outputs yourself)",
+    "test_epoch_end": "on_test_epoch_end (collect the step outputs yourself)",
+    "predict_epoch_end": "on_predict_epoch_end",
+    "training_step_end": "training_step (do the work there)",
+    "validation_step_end": "validation_step (do the work there)",
+    "test_step_end": "test_step (do the work there)",
+    "on_epoch_start": "on_train_epoch_start / on_validation_epoch_start",
+    "on_epoch_end": "on_train_epoch_end / on_validation_epoch_end",
+    "on_batch_start": "on_train_batch_start",
+    "on_batch_end": "on_train_batch_end",
+    "on_pretrain_routine_start": "on_fit_start",
+    "on_pretrain_routine_end": "on_fit_start",
+    "on_hpc_save": "on_save_checkpoint",
+    "on_hpc_load": "on_load_checkpoint",
+}
+
+
+def check_removed_hooks(module: Any, callbacks: list[Any]) -> None:
+    """Raise, naming every one, for Lightning 1.x hooks a Module or Callback still defines: they would never be
+    called (Lightning 2.x refuses them too)."""
+    found = []
+    for obj in [module, *callbacks]:
+        for name, replacement in REMOVED_HOOKS.items():
+            if callable(getattr(type(obj), name, None)):
+                found.append(f"{type(obj).__name__}.{name} was removed in Lightning 2.0 and is never called; "
+                             f"use {replacement}")
+    if found:
+        raise NotImplementedError("; ".join(found))

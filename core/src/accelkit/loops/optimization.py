@@ -118,11 +118,11 @@ class Optimization:
             raise TypeError(f"training_step returned {type(output).__name__}; return the loss tensor, a dict with "
                             "'loss', or None to skip the batch")
         self.output = output
+        if self._zero_first:  # as Lightning's closure: also when the batch is skipped (its step then moves nothing)
+            self.zero_grad()
         if loss is None:
             self._loss = None
             return None
-        if self._zero_first:
-            self.zero_grad()
         if self.accumulate > 1:
             loss = loss / self.accumulate
         self.backward(loss)
@@ -207,8 +207,6 @@ class Optimization:
 
     def _step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
         result = closure() if closure is not None else None
-        if self.automatic and closure is self.closure and self._loss is None:
-            return None  # training_step returned None: this batch is skipped
         strategy, precision, plain = self.strategy, self.precision, self._plain_step
         if not plain:
             strategy.reduce_gradients(optimizer)

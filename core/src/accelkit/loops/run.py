@@ -13,7 +13,7 @@ from accelkit.loops import checkpointing
 from accelkit.loops.data import DataConnector
 from accelkit.loops.evaluation import EvaluationLoop, PredictionLoop
 from accelkit.loops.fit import FitLoop
-from accelkit.loops.hooks import HookCaller, _overrides, warn_unknown_hooks
+from accelkit.loops.hooks import HookCaller, _overrides, check_removed_hooks, warn_unknown_hooks
 from accelkit.loops.logging import Publisher
 from accelkit.loops.optimization import Optimization
 from accelkit.metrics import MetricStore
@@ -43,6 +43,10 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
     if datamodule is not None:
         datamodule.trainer = trainer
     trainer._metrics = MetricStore()
+    # Nothing of an earlier run leaks into this one (Lightning resets its results at every run).
+    trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics = {}, {}, {}
+    trainer.num_training_batches, trainer.num_val_batches = None, []
+    trainer._optim = None
     anomaly = torch.autograd.detect_anomaly() if trainer.detect_anomaly else contextlib.nullcontext()
     callbacks = trainer._merge_callbacks(module)
     hooks = trainer._hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
@@ -59,6 +63,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
             if rank == 0:
                 prepare_data(trainer, module, datamodule)
             strategy.barrier("prepare_data")
+        check_removed_hooks(module, callbacks)
         if stage == "fit" and not trainer._warned_hooks:
             warn_unknown_hooks(module, callbacks)
         hooks.call_datamodule("setup", stage)
@@ -167,6 +172,11 @@ def _sync_batchnorm(trainer: Any, module: Any) -> Any:
 
 def _check_optimization(trainer: Any, module: Any) -> None:
     if module.automatic_optimization:
+        if len(trainer.optimizers) > 1:
+            raise ValueError(f"{type(module).__name__}.configure_optimizers() returned {len(trainer.optimizers)} "
+                             "optimizers; as in Lightning 2.x, several optimizers need manual optimization: set "
+                             "`self.automatic_optimization = False` and step them in training_step "
+                             "(self.optimizers(), self.manual_backward(loss), opt.step())")
         return
     if trainer.gradient_clip_val is not None:
         raise ValueError("gradient_clip_val is applied by automatic optimization only; with "
