@@ -247,3 +247,13 @@ def test_a_trainer_fit_writes_tensorboard_events(tmp_path):
     steps = [e.step for e in events.Scalars("train_loss_step")]
     assert steps == sorted(steps) and len(steps) == trainer.global_step
     assert len(events.Scalars("train_loss_epoch")) == 2
+
+
+def test_csv_flushes_rows_whose_steps_skip_the_multiples(tmp_path):
+    """The Trainer logs at steps 50, 100, ... (log_every_n_steps=50); with flush_logs_every_n_steps=100 the
+    rows reach the file at step 100 instead of only when the run ends."""
+    logger = CSVLogger(tmp_path)
+    logger.log_metrics({"x": 1.0}, step=50)
+    assert not logger.metrics_file.exists()
+    logger.log_metrics({"x": 2.0}, step=100)
+    assert [r["x"] for r in read_csv(logger.metrics_file)] == ["1.0", "2.0"]

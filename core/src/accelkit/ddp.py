@@ -132,9 +132,18 @@ class DDPStrategy(Strategy):
 
     def sync_buffers(self, model: nn.Module) -> None:
         """DDP's ``broadcast_buffers``: rank 0's buffers (batch-norm statistics...) to every rank."""
-        if isinstance(model, nn.parallel.DistributedDataParallel) and model.broadcast_buffers:
-            for buffer in model.module.buffers():
-                dist.broadcast(buffer, src=0)
+        if not (isinstance(model, nn.parallel.DistributedDataParallel) and model.broadcast_buffers):
+            return
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for buffer in model.module.buffers():
+            by_dtype.setdefault(buffer.dtype, []).append(buffer)
+        for buffers in by_dtype.values():  # one collective per dtype, not one per buffer
+            flat = torch.cat([b.reshape(-1) for b in buffers])
+            dist.broadcast(flat, src=0)
+            offset = 0
+            for buffer in buffers:
+                buffer.copy_(flat[offset:offset + buffer.numel()].view_as(buffer))
+                offset += buffer.numel()
 
     def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
         if not dist.is_initialized():

@@ -36,7 +36,8 @@ class CSVLogger(VersionedLogger):
     :param version: an int (directory ``version_<n>``) or a string (the directory name); by default the next
         free ``version_<n>``, chosen on first use.
     :param prefix: put before every metric name, joined by ``-``.
-    :param flush_logs_every_n_steps: write buffered rows when ``(step + 1)`` is a multiple of this.
+    :param flush_logs_every_n_steps: write buffered rows each time ``step + 1`` reaches or passes a multiple of
+        this (Lightning writes when it is one; rows logged every 50 steps would then never be written early).
     """
 
     #: Joins :attr:`prefix` and metric names.
@@ -55,6 +56,7 @@ class CSVLogger(VersionedLogger):
         self._columns: list[str] = []
         self._written_columns: list[str] | None = None  # None: this logger has not written metrics.csv yet
         self._logged_rows = 0
+        self._flushed_bucket = 0
 
 
 
@@ -101,7 +103,11 @@ class CSVLogger(VersionedLogger):
                 self._columns.append(key)
         self._pending.append(row)
         self._logged_rows += 1
-        if (step + 1) % self.flush_logs_every_n_steps == 0:
+        # Written whenever the step crosses a multiple of flush_logs_every_n_steps (whatever steps the rows
+        # carry: logging every 50 steps with the default 100 writes every second row).
+        bucket = (step + 1) // self.flush_logs_every_n_steps
+        if bucket != self._flushed_bucket:
+            self._flushed_bucket = bucket
             self.save()
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
