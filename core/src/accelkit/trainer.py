@@ -17,7 +17,7 @@ from accelkit.errors import ConfigurationError
 from accelkit.plugins import PluginManager
 from accelkit.resolve import Composition, compose, print_notices
 from accelkit.trainer_args import (CLOUD_ONLY, callback_list, check_barebones, check_run_arguments, env_seed,
-                                   logger_list, split_datamodule)
+                                   logger_list, parse_max_time, split_datamodule)
 from accelkit.trainer_props import TrainerProperties
 
 
@@ -142,8 +142,6 @@ class Trainer(TrainerProperties):
                                  enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
                                  detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps), problems)
         try:
-            from accelkit.loops.fit import parse_max_time
-
             self.max_time = parse_max_time(max_time)
         except ValueError as exc:
             problems.append(str(exc))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import math
 import numbers
 import os
 from pathlib import Path
@@ -149,3 +151,25 @@ def split_datamodule(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any
     if datamodule is not None and not isinstance(datamodule, DataModule):
         raise TypeError(f"datamodule must be an accelkit.DataModule, got {type(datamodule).__name__}")
     return loaders, datamodule
+
+
+def parse_max_time(value: Any) -> float | None:
+    """``max_time`` as seconds: a ``"DD:HH:MM:SS"`` string, a ``timedelta``, a dict of ``timedelta`` arguments,
+    or ``None``."""
+    if value is None:
+        return None
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, dict):
+        seconds = datetime.timedelta(**value).total_seconds()
+    elif isinstance(value, str):
+        parts = value.split(":")
+        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a timedelta or a dict")
+        days, hours, minutes, secs = (int(p) for p in parts)
+        seconds = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs).total_seconds()
+    else:
+        raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS', a datetime.timedelta or a dict")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"max_time={value!r} must be a positive duration")
+    return seconds

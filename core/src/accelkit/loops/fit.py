@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 import warnings
 from typing import Any, Iterator
@@ -39,7 +38,7 @@ class FitLoop:
         self.val_limits = [trainer._data.num_batches(loader, "val") for loader in (self.val_loaders or [])]
         trainer.num_val_batches = list(self.val_limits)
 
-    def run(self, resuming: bool) -> None:
+    def run(self) -> None:
         """The whole fit, from ``on_fit_start`` to ``on_fit_end``."""
         trainer = self.trainer
         hooks = trainer._hooks
@@ -279,27 +278,3 @@ def isolated_rng() -> Iterator[None]:
         random.setstate(python_state)
         if np is not None:
             np.random.set_state(numpy_state)
-
-
-def parse_max_time(value: Any) -> float | None:
-    """``max_time`` as seconds: a ``"DD:HH:MM:SS"`` string, a ``timedelta``, a dict of ``timedelta`` arguments,
-    or ``None``."""
-    import datetime
-
-    if value is None:
-        return None
-    if isinstance(value, datetime.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, dict):
-        seconds = datetime.timedelta(**value).total_seconds()
-    elif isinstance(value, str):
-        parts = value.split(":")
-        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
-            raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a timedelta or a dict")
-        days, hours, minutes, secs = (int(p) for p in parts)
-        seconds = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs).total_seconds()
-    else:
-        raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS', a datetime.timedelta or a dict")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"max_time={value!r} must be a positive duration")
-    return seconds

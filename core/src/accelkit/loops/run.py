@@ -99,7 +99,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
                 _check_optimization(trainer, module)
                 if checkpoint is not None:
                     checkpointing.restore_training_state(trainer, checkpoint)
-                FitLoop(trainer).run(resuming=checkpoint is not None)
+                FitLoop(trainer).run()
                 result = None
             elif stage == "predict":
                 loaders_ = _require(trainer._data.loaders("predict"), "predict", module)
