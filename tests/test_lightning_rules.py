@@ -133,3 +133,18 @@ def test_callback_metrics_start_empty_for_each_run(tmp_path):
     assert "train_loss_epoch" in trainer.callback_metrics
     trainer.test(model, verbose=False)
     assert set(trainer.callback_metrics) == {"test_loss"}
+
+
+class RankZeroMetric(RegressionModule):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_score", torch.nn.functional.mse_loss(self(x), y), rank_zero_only=True)
+
+
+@pytest.mark.slow
+def test_a_monitor_on_a_rank_zero_only_metric_fails_instead_of_hanging(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", num_sanity_val_steps=0,
+                            callbacks=[accelkit.callbacks.EarlyStopping(monitor="val_score")])
+    with pytest.raises(accelkit.WorkerError, match="EarlyStopping monitors 'val_score', which is logged with "
+                                                   "rank_zero_only=True"):
+        trainer.fit(RankZeroMetric())

@@ -55,6 +55,8 @@ class MetricStore:
         self.epoch_end = False
         #: this process is global rank zero (values logged with ``rank_zero_only`` elsewhere are dropped)
         self.is_global_zero = True
+        #: names logged with ``rank_zero_only=True`` (known on every rank)
+        self.rank_zero_only_names: set[str] = set()
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -83,8 +85,10 @@ class MetricStore:
             raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}")
         if add_dataloader_idx and self.num_dataloaders > 1:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
-        if rank_zero_only and not self.is_global_zero:
-            return
+        if rank_zero_only:
+            self.rank_zero_only_names.add(name)
+            if not self.is_global_zero:
+                return
         metric = None
         if isinstance(value, torch.Tensor):
             if value.numel() != 1:

@@ -53,6 +53,8 @@ class Publisher:
         ``self.log`` calls count as epoch values), then publish what the hook logged. Returns all logged."""
         trainer = self.trainer
         metrics, reduce = trainer._metrics, trainer.strategy.reduce
+        if metrics.rank_zero_only_names and trainer.world_size > 1:
+            _check_monitors(trainer, metrics.rank_zero_only_names)
         logged, shown = metrics.compute_epoch(reduce)
         self.publish(logged, shown, metrics.epoch_aliases, to_loggers)
         done = set(metrics.entries)
@@ -74,6 +76,18 @@ class Publisher:
             row = {**logged, "epoch": trainer.current_epoch}
             for logger in trainer.loggers:
                 logger.log_metrics(row, step=trainer.global_step)
+
+
+def _check_monitors(trainer: Any, rank_zero_names: set[str]) -> None:
+    """A metric only rank 0 has cannot drive a decision every rank makes together (checkpoint names, early
+    stopping, a plateau scheduler): the other ranks would wait for it forever. Every rank raises instead."""
+    monitors = [(type(c).__name__, getattr(c, "monitor", None)) for c in trainer.callbacks]
+    monitors += [(f"lr_scheduler {type(c.scheduler).__name__}", c.monitor) for c in trainer.lr_scheduler_configs]
+    for owner, monitor in monitors:
+        if monitor is not None and monitor in rank_zero_names:
+            raise ValueError(f"{owner} monitors {monitor!r}, which is logged with rank_zero_only=True, so only rank 0 "
+                             f"has it while all {trainer.world_size} ranks must decide together; log it with "
+                             "sync_dist=True instead")
 
 
 def _as_tensors(values: dict[str, float]) -> dict[str, torch.Tensor]:
