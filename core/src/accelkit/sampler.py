@@ -139,8 +139,27 @@ def default_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_r
     return ShardSampler(dataset, num_replicas, rank, shuffle=shuffle, seed=seed, sampler=None if plain else sampler)
 
 
-_LOADER_ARGS = ("num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
-                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
+_LOADER_ARGS = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+                "pin_memory_device", "in_order")
+
+
+def rebuild_loader(loader: DataLoader, **changes: Any) -> DataLoader:
+    """A ``DataLoader`` like ``loader`` with ``changes`` (a ``sampler``, a ``worker_init_fn`` ...): its dataset
+    and every setting carry over; without a new ``sampler`` its sampler (or batch sampler) is kept."""
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    if "sampler" not in changes and "batch_sampler" not in changes:
+        if loader.batch_size is None:  # built with a batch_sampler: keep it
+            kwargs.pop("batch_size", None)
+            kwargs.pop("drop_last", None)
+            changes["batch_sampler"] = loader.batch_sampler
+        else:
+            changes["sampler"] = loader.sampler
+    kwargs.update(changes)
+    return DataLoader(loader.dataset, **kwargs)
 
 
 def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, seed: int, stage: str) -> Any:
@@ -182,11 +201,7 @@ def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, 
     shuffle = isinstance(loader.sampler, RandomSampler) and stage == "fit"
     new_sampler = hook(dataset=loader.dataset, sampler=loader.sampler, shuffle=shuffle, num_replicas=num_replicas,
                        rank=rank, seed=seed, stage=stage)
-    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
-    if kwargs.get("num_workers", 0) == 0:
-        kwargs.pop("prefetch_factor", None)
-        kwargs.pop("persistent_workers", None)
-    return DataLoader(loader.dataset, batch_size=loader.batch_size, sampler=new_sampler, **kwargs)
+    return rebuild_loader(loader, sampler=new_sampler)
 
 
 def set_epoch(loader: Any, epoch: int) -> list[Any]:

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, SequentialSampler
 from accelkit.errors import ConfigurationError
 from accelkit.module import Module
 from accelkit.precision import Precision
-from accelkit.sampler import distribute_dataloader, rank_aware_sampler
+from accelkit.sampler import distribute_dataloader, rank_aware_sampler, rebuild_loader
 from accelkit.strategy import Strategy
 from accelkit.utils import move_to_device, worker_init_function
 
@@ -102,13 +102,13 @@ class DataConnector:
         if os.environ.get("ACCELKIT_SEED_WORKERS") == "1" and isinstance(loader, DataLoader) and \
                 loader.num_workers > 0 and loader.worker_init_fn is None:
             # seed_everything(workers=True): each worker process gets its own reproducible seed
-            loader = _rebuild(loader, worker_init_fn=functools.partial(worker_init_function,
+            loader = rebuild_loader(loader, worker_init_fn=functools.partial(worker_init_function,
                                                                        rank=trainer.strategy.global_rank))
         if kind == "train" and trainer.overfit_batches and isinstance(loader, DataLoader) and not isinstance(
                 loader.sampler, SequentialSampler) and rank_aware_sampler(loader) is None:
             warnings.warn("overfit_batches: the training loader shuffles; accelkit replaces its sampler with a "
                           "SequentialSampler so the same batches repeat every epoch.", UserWarning, stacklevel=3)
-            loader = _rebuild(loader, sampler=SequentialSampler(loader.dataset))
+            loader = _sequential(loader)
         if trainer.use_distributed_sampler:
             # one process too: a sampler built for other ranks than the run has gets a warning
             kwargs = trainer.strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
@@ -200,24 +200,8 @@ def _datamodule_base() -> type:
     return DataModule
 
 
-_LOADER_ARGS = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
-                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
-
-
-def _rebuild(loader: DataLoader, **changes: Any) -> DataLoader:
-    """A copy of ``loader`` with ``changes`` (a sampler, a worker_init_fn)."""
-    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
-    if kwargs.get("num_workers", 0) == 0:
-        kwargs.pop("prefetch_factor", None)
-        kwargs.pop("persistent_workers", None)
-    if "sampler" not in changes:
-        if loader.batch_size is None:  # built with a batch_sampler: keep it
-            kwargs.pop("batch_size", None)
-            kwargs.pop("drop_last", None)
-            changes["batch_sampler"] = loader.batch_sampler
-        else:
-            changes["sampler"] = loader.sampler
-    elif loader.batch_size is None:
+def _sequential(loader: DataLoader) -> DataLoader:
+    """``loader`` in dataset order (``overfit_batches``)."""
+    if loader.batch_size is None:
         raise ValueError("overfit_batches cannot re-order a loader built with a batch_sampler")
-    kwargs.update(changes)
-    return DataLoader(loader.dataset, **kwargs)
+    return rebuild_loader(loader, sampler=SequentialSampler(loader.dataset))
