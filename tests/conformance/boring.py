@@ -88,12 +88,15 @@ def main():
         expect(isinstance(trainer.callback_metrics[name], torch.Tensor), f"callback_metrics[{name!r}] not a tensor")
     after = trainer.validate(model, dataloaders=loader)
     tested = trainer.test(model, dataloaders=loader)
+    # callback_metrics hold the last run's metrics (Lightning resets them when each run starts: after predict()
+    # they are empty again)
+    expect(isinstance(trainer.callback_metrics.get("test_loss"), torch.Tensor), "test_loss not in callback_metrics")
     predictions = trainer.predict(model, dataloaders=loader)
+    expect(trainer.callback_metrics == {}, f"predict() kept metrics of earlier runs: {trainer.callback_metrics}")
 
     expect(isinstance(before, list) and len(before) == 1 and "val_loss" in before[0], f"validate returned {before}")
     expect(after[0]["val_loss"] < 0.5 * before[0]["val_loss"], f"val loss did not fall: {before} -> {after}")
     expect(abs(tested[0]["test_loss"] - after[0]["val_loss"]) < 1e-4, f"test {tested} != validate {after}")
-    expect(isinstance(trainer.callback_metrics.get("test_loss"), torch.Tensor), "test_loss not in callback_metrics")
 
     ends = read(args.root, "train_end")
     world = args.devices
