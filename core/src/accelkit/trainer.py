@@ -371,6 +371,7 @@ class Trainer(TrainerProperties):
 
     @staticmethod
     def _has_step(module: Any, name: str) -> bool:
+        from accelkit.loops.hooks import _overrides
         from accelkit.module import Module
 
-        return getattr(type(module), name, None) is not getattr(Module, name)
+        return _overrides(module, Module, name)

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import torch
 
-from accelkit.loops.hooks import accepts_positional
+from accelkit.loops.hooks import _overrides, accepts_positional
 from accelkit.optim import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategy import Strategy
@@ -14,7 +14,7 @@ from accelkit.strategy import Strategy
 
 def _defaults(obj: Any, base: type, *names: str) -> bool:
     """Whether ``obj``'s class keeps ``base``'s implementation of every method in ``names``."""
-    return all(getattr(type(obj), name, None) is getattr(base, name, None) for name in names)
+    return not any(_overrides(obj, base, name) for name in names)
 
 
 class Optimization:
@@ -101,7 +101,7 @@ class Optimization:
 
     def closure(self) -> Any:
         """Lightning's optimizer closure: ``training_step``, zero_grad (first batch of a window), backward.
-        Runs once per batch; further calls (several optimizers) return the same loss."""
+        Runs once per batch; a second call returns the same loss instead of back-propagating twice."""
         if self._ran:
             return self._loss
         self._ran = True
@@ -141,16 +141,13 @@ class Optimization:
             with self.strategy.no_backward_sync(self.trainer.model, enabled=True):
                 self.closure()
             return self.output, False
-        hook = self._optimizer_step
-        epoch = self.trainer.current_epoch
-        stepped = False
-        for wrapped in self.wrapped:
-            self._stepped = False
-            if hook is not None:
-                hook(epoch, batch_idx, wrapped, self.closure)
-            else:
-                self.step(wrapped.optimizer, self.closure)
-            stepped = stepped or self._stepped
+        # Automatic optimization has one optimizer (several are refused before the fit starts, as in Lightning).
+        self._stepped = False
+        if self._optimizer_step is not None:
+            self._optimizer_step(self.trainer.current_epoch, batch_idx, self.wrapped[0], self.closure)
+        else:
+            self.step(self.optimizers[0], self.closure)
+        stepped = self._stepped
         if not self._ran:
             raise RuntimeError(f"{type(self.module).__name__}.optimizer_step did not call the closure: call "
                                "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
