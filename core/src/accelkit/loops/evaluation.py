@@ -136,7 +136,8 @@ def check_dataloader_idx(step: Any, name: str, count: int) -> bool:
 
 
 def _description(stage: str, dl_idx: int, count: int) -> str:
-    name = {"validate": "Validation", "test": "Testing", "sanity_check": "Sanity Checking"}[stage]
+    name = {"validate": "Validation", "test": "Testing", "sanity_check": "Sanity Checking",
+            "predict": "Predicting"}[stage]
     return f"{name} DataLoader {dl_idx}" if count > 1 else name
 
 
@@ -160,8 +161,7 @@ class PredictionLoop:
             for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 extra = (dl_idx,) if len(loaders) > 1 else ()
                 predictions: list[Any] = []
-                bar = trainer._progress(limit, _description("test", dl_idx, len(loaders)).replace("Testing",
-                                                                                                "Predicting"), True)
+                bar = trainer._progress(limit, _description("predict", dl_idx, len(loaders)), True)
                 try:
                     for batch_idx, batch in data.batches(loader, "predict", limit, dl_idx):
                         hooks.call("on_predict_batch_start", batch, batch_idx, *extra)

@@ -234,20 +234,20 @@ class FitLoop:
                 bar.close()
         trainer._epoch_training_done = True
         publisher.end_epoch(hooks, "on_train_epoch_end", monitoring_last=True)
-        if automatic:
-            for config in trainer.lr_scheduler_configs:
-                if config.interval == "epoch" and config.reduce_on_plateau and \
-                        (trainer.current_epoch + 1) % config.frequency == 0:
-                    step_scheduler(trainer.lightning_module, config, trainer.callback_metrics, optim.scheduler_hook)
+        if automatic:  # plateau schedulers step once the epoch's metrics (validation's too) are published
+            self._step_epoch_schedulers([c for c in trainer.lr_scheduler_configs
+                                         if c.interval == "epoch" and c.reduce_on_plateau])
         trainer.current_epoch += 1
         trainer._epoch_training_done = False
         return ran
 
     def _step_epoch_schedulers(self, configs: list[Any]) -> None:
+        """Step the epoch-interval schedulers in ``configs`` whose ``frequency`` this epoch reaches."""
         trainer = self.trainer
         for config in configs:
             if (trainer.current_epoch + 1) % config.frequency == 0:
-                step_scheduler(trainer.lightning_module, config, trainer.callback_metrics, trainer._optim.scheduler_hook)
+                step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
+                               trainer._optim.scheduler_hook)
 
     def _validate(self, zero_grad: bool) -> None:
         trainer = self.trainer
