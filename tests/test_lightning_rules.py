@@ -148,3 +148,13 @@ def test_a_monitor_on_a_rank_zero_only_metric_fails_instead_of_hanging(tmp_path)
     with pytest.raises(accelkit.WorkerError, match="EarlyStopping monitors 'val_score', which is logged with "
                                                    "rank_zero_only=True"):
         trainer.fit(RankZeroMetric())
+
+
+class WithLBFGS(RegressionModule):
+    def configure_optimizers(self) -> Any:
+        return torch.optim.LBFGS(self.parameters(), lr=0.1)
+
+
+def test_an_optimizer_that_needs_its_closure_is_refused_clearly(tmp_path):
+    with pytest.raises(NotImplementedError, match="LBFGS.step\\(\\) re-evaluates the loss through its closure"):
+        quiet_trainer(tmp_path, max_epochs=1).fit(WithLBFGS())
