@@ -26,44 +26,30 @@ def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser],
     return decorate
 
 
+#: commands that read their own words (fit/validate/test/predict, on jsonargparse): name -> (help, run(words))
+RAW_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {}
+
+
+def raw_command(name: str, help: str) -> Callable:
+    """Register a sub-command that parses its own arguments: ``run(words)`` gets the words after its name."""
+
+    def decorate(run: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
+        RAW_COMMANDS[name] = (help, run)
+        return run
+
+    return decorate
+
+
 def load_module_class(target: str) -> type:
-    """Import ``path/to/file.py:ClassName`` or ``package.module:ClassName``.
+    """Import ``path/to/file.py:ClassName`` or ``package.module:ClassName`` (an :class:`accelkit.Module`).
 
     A file is imported under its own stem with its folder put first on ``sys.path``, so worker processes
     started with the ``spawn`` method can import it again by name.
     """
-    location, sep, class_name = target.rpartition(":")
-    if not sep or not location or not class_name:
-        raise SystemExit(f"accelkit: {target!r} is not of the form path/to/file.py:ClassName or package.module:Class")
-    if location.endswith(".py") or "/" in location or "\\" in location:
-        path = Path(location).resolve()
-        if not path.is_file():
-            raise SystemExit(f"accelkit: no such file: {location}")
-        sys.path.insert(0, str(path.parent))
-        module_name = path.stem
-    else:
-        module_name = location
-        if "" not in sys.path and os.getcwd() not in sys.path:
-            sys.path.insert(0, os.getcwd())  # as `python -m` would: modules in the current folder import
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.split(".")[0] != exc.name.split(".")[0]:
-            raise  # the module exists but imports something missing: the traceback is the useful answer
-        raise SystemExit(f"accelkit: cannot import {module_name!r} ({exc}); give a file path "
-                         "(path/to/file.py:Class) or a module importable from the current folder") from None
+    from accelkit.cli_paths import load_class
     from accelkit.module import Module
 
-    names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, Module)
-                   and v is not Module)
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise SystemExit(f"accelkit: {module_name} has no {class_name!r}; accelkit.Module classes found there: "
-                         f"{', '.join(names) or 'none'}")
-    if not (isinstance(cls, type) and issubclass(cls, Module)):
-        raise SystemExit(f"accelkit: {module_name}:{class_name} is a {type(cls).__name__}, not an accelkit.Module "
-                         f"subclass; accelkit.Module classes found there: {', '.join(names) or 'none'}")
-    return cls
+    return load_class(target, Module, "accelkit.Module")
 
 
 def _parse_value(text: str) -> Any:
@@ -96,7 +82,6 @@ def _fit_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keyword argument for the Module's constructor; repeatable")
 
 
-@command("fit", "train a Module, then report its test metrics", _fit_arguments)
 def _fit(args: argparse.Namespace) -> int:
     import time
 
@@ -473,6 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"accelkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_text, _) in RAW_COMMANDS.items():  # listed here; main() hands them their words
+        sub.add_parser(name, help=help_text, add_help=False)
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         sub_parser = sub.add_parser(name, help=help_text, description=help_text)
         add_arguments(sub_parser)
@@ -482,15 +469,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``accelkit`` command."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "run", None) is None:
-        parser.print_help()
-        return 2
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in RAW_COMMANDS:
+        def run() -> int:
+            return RAW_COMMANDS[words[0]][1](words[1:])
+    else:
+        parser = build_parser()
+        args = parser.parse_args(words)
+        if getattr(args, "run", None) is None:
+            parser.print_help()
+            return 2
+
+        def run() -> int:
+            return args.run(args)
     from accelkit.errors import AccelkitError
 
     try:
-        return int(args.run(args) or 0)
+        return int(run() or 0)
     except AccelkitError as exc:
         print(f"accelkit: error: {exc}", file=sys.stderr)
         return 1
@@ -498,6 +493,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
+
+from accelkit import cli_checkpoint  # noqa: E402,F401  (registers `accelkit checkpoint`)
+
+
+#: names of the configuration-driven CLI, imported (with jsonargparse) on first use: ``from accelkit.cli import CLI``
+_CONFIG_NAMES = ("CLI", "ArgumentParser", "ArgsType", "ReduceLROnPlateau", "SaveConfigCallback", "instantiate_class")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CONFIG_NAMES:
+        from accelkit import cli_config
+
+        return getattr(cli_config, name)
+    if name == "LightningCLI":
+        raise AttributeError("accelkit.cli has no 'LightningCLI'; write `from accelkit.cli import CLI as LightningCLI`")
+    raise AttributeError(f"module 'accelkit.cli' has no attribute {name!r}")
+
+
+import accelkit.cli_commands  # noqa: E402,F401  (registers fit/validate/test/predict)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
