@@ -4,18 +4,14 @@
 from __future__ import annotations
 
 import os
-import pickle
 import socket
-import tempfile
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from accelkit import checkpoint as ckpt
-from accelkit.errors import ConfigurationError, WorkerError
+from accelkit.errors import ConfigurationError
 from accelkit.strategy import _NULL_CONTEXT, StepRouter, Strategy
 
 
@@ -71,6 +67,12 @@ class DDPStrategy(Strategy):
                 "equal devices, --nnodes must equal num_nodes)."
             ]
         return []
+
+    def create_launcher(self) -> Any:
+        """Joins processes an outside launcher started (in place when there is nothing to join)."""
+        from accelkit.launchers import ExternalLauncher, InPlaceLauncher
+
+        return InPlaceLauncher() if self._env() is None else ExternalLauncher(self.cluster_environment)
 
     def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
         super().connect(accelerator, devices, num_nodes, precision)
@@ -188,15 +190,15 @@ def find_free_port() -> int:
 
 
 class DDPSpawnStrategy(DDPStrategy):
-    """Data parallel where accelkit starts one process per local device itself (``torch.multiprocessing``,
-    start method ``spawn``).
+    """Data parallel where accelkit starts one process per local device itself (a
+    :class:`~accelkit.launchers.SpawnLauncher`, start method ``spawn``).
 
     The worker of rank 0 sends its results and trained weights back, and the Trainer loads them into the
     caller's module. If a worker dies, the others are stopped and a :class:`~accelkit.errors.WorkerError`
     carries the failed worker's traceback.
     """
 
-    launches_workers = True
+    _main_port: int | None = None
 
     def _env(self) -> dict[str, int] | None:
         return None  # this strategy owns its processes; any launcher environment is not ours
@@ -213,45 +215,28 @@ class DDPSpawnStrategy(DDPStrategy):
     def global_rank(self) -> int:
         return self._local_rank
 
+    def create_launcher(self) -> Any:
+        """One worker per local device."""
+        from accelkit.launchers import SpawnLauncher
+
+        return SpawnLauncher(len(self.devices))
+
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        import torch.multiprocessing as mp
+        """Pick a free rendezvous port, then start the workers."""
+        self._main_port = find_free_port()
+        try:
+            return super().launch(function, *args, **kwargs)
+        finally:
+            self._main_port = None
 
-        port = find_free_port()
-        # Plain pickle, not torch.multiprocessing's: that one moves every tensor (the caller's module included)
-        # into shared memory, so all workers would step the same parameters and each update would land
-        # world_size times. Each worker must get its own copy.
-        payload = pickle.dumps((self, function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-        with tempfile.TemporaryDirectory(prefix="accelkit-spawn-") as tmp:
-            result_path = Path(tmp) / "rank0.pt"
-            try:
-                mp.start_processes(
-                    _spawned_worker,
-                    args=(payload, port, str(result_path)),
-                    nprocs=len(self.devices),
-                    join=True,
-                    start_method="spawn",
-                )
-            except mp.ProcessRaisedException as exc:
-                raise WorkerError(f"a worker process of strategy {self.name!r} failed; its traceback:\n{exc}") from None
-            except mp.ProcessExitedException as exc:
-                raise WorkerError(
-                    f"a worker process of strategy {self.name!r} died ({exc}); the other workers were stopped."
-                ) from None
-            return torch.load(result_path, weights_only=False)
+    def worker_init(self, index: int) -> None:
+        """Rank ``index`` of ``len(devices)``: the rendezvous variables ``torch.distributed`` reads, and this
+        worker's share of the host's cores."""
+        from accelkit.launchers import share_cores
 
-
-def _spawned_worker(index: int, payload: bytes, port: int, result_path: str) -> None:
-    strategy, function, args, kwargs = pickle.loads(payload)
-    if "OMP_NUM_THREADS" not in os.environ:
-        # N workers each running as many intra-op threads as there are cores oversubscribe the host; while
-        # one waits in a collective its threads spin and starve the others (40x slower steps seen with gloo
-        # on 2 cores). Share the cores out, as torchrun does by setting OMP_NUM_THREADS.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, len(strategy.devices))))
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
-    os.environ["WORLD_SIZE"] = str(len(strategy.devices))
-    strategy._local_rank = index
-    result = function(*args, **kwargs)
-    if index == 0:
-        ckpt.atomic_save(result, result_path)
+        super().worker_init(index)
+        share_cores(len(self.devices))
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(self._main_port)
+        os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
+        os.environ["WORLD_SIZE"] = str(len(self.devices))

@@ -23,6 +23,7 @@ import pluggy
 if TYPE_CHECKING:
     from accelkit.records import (
         AcceleratorRecord,
+        ClusterEnvironmentRecord,
         PrecisionRecord,
         RunConfig,
         StrategyRecord,
@@ -32,7 +33,7 @@ PROJECT_NAME = "accelkit"
 
 #: Version of this hook contract. Plugins declare the range they support in a module-level
 #: ``ACCELKIT_API`` string (a :pep:`440` specifier such as ``">=1.0,<2"``).
-HOOK_API_VERSION = "1.0"
+HOOK_API_VERSION = "1.1"
 
 #: Decorator marking a hook *specification* of the ``accelkit`` project (used in this module only).
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -71,6 +72,21 @@ def accelkit_register_precisions() -> list[PrecisionRecord]:
     :return: a list of :class:`~accelkit.records.PrecisionRecord`. As with strategies, a record names the
         accelerators it applies to, so ``"16-mixed"`` can mean float16 autocast on one device and bfloat16 on
         another.
+    """
+
+
+@hookspec
+def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
+    """Name the cluster environments (schedulers, launchers) this plugin can recognise.
+
+    :return: a list of :class:`~accelkit.records.ClusterEnvironmentRecord`. Each names an
+        :class:`~accelkit.environments.ClusterEnvironment` subclass (or a ``"module:Class"`` string) and its
+        detection priority. When a run is composed, the environments are asked highest priority first (ties by
+        name); the first whose ``detect(env)`` answers ``True`` describes the process (its ranks, world size and
+        rendezvous address), and ``strategy="auto"`` then joins the processes its launcher started.
+
+    Added in hook API 1.1. Detection reads only the environment mapping it is given: it must not start a device
+    runtime or talk to the network.
     """
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from accelkit.result import WorkerResult
+from accelkit.strategy import RunContext
 
 
 def _best_path(trainer: Any) -> str:
@@ -86,7 +87,7 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
         for logger in trainer.loggers:
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     trainer.should_stop = False
-    strategy.stage, strategy.root_dir = stage, trainer.default_root_dir
+    strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
     output: WorkerResult = strategy.launch(run_stage, trainer, stage, model, datamodule, loaders, ckpt_path,
                                            weights_only, prepared, options)
     trainer._warned_hooks = True

@@ -118,6 +118,11 @@ class RunConfig:
     :param strategy: the canonical strategy name (``"auto"`` until resolved).
     :param precision: the canonical precision name.
     :param user_devices: the ``devices`` value exactly as the user gave it.
+    :param processes_per_node: processes on each node, as the chosen strategy lays them out (``None`` until the
+        strategy is connected; :attr:`world_size` then assumes one process per device).
+    :param devices_per_process: devices each process drives (1 until the strategy says otherwise).
+    :param data_parallel_size: into how many parts the data is split (``None`` until the strategy is connected).
+    :param cluster_environment: the detected cluster environment (torchrun, SLURM...), or ``None``.
     """
 
     accelerator: str
@@ -128,8 +133,40 @@ class RunConfig:
     precision: str = "32-true"
     user_devices: Any = "auto"
     extras: dict[str, Any] = field(default_factory=dict)
+    processes_per_node: int | None = None
+    devices_per_process: int = 1
+    data_parallel_size: int | None = None
+    cluster_environment: Any = None
 
     @property
     def world_size(self) -> int:
-        """Total number of processes/replicas across nodes."""
-        return len(self.devices) * self.num_nodes
+        """Total number of processes across nodes (one per device until the strategy's layout is known)."""
+        per_node = self.processes_per_node if self.processes_per_node is not None else len(self.devices)
+        return per_node * self.num_nodes
+
+
+@dataclass(frozen=True)
+class ClusterEnvironmentRecord:
+    """A cluster environment a plugin provides (a scheduler or launcher whose variables describe the run).
+
+    :param name: the environment's name (``"slurm"``), shown by ``accelkit doctor``; unique across plugins.
+    :param target: an :class:`~accelkit.environments.ClusterEnvironment` subclass or ``"module:Class"``.
+    :param priority: detection order: environments are asked highest priority first (ties by name) and the first
+        that detects itself wins. The core's built-ins use 10 (Kubeflow) to 50 (torchrun); see
+        ``docs/environments.rst`` for why launchers that run inside others rank higher.
+    :param description: one line shown by ``accelkit plugins`` and the docs.
+    """
+
+    name: str
+    target: Any
+    priority: int = 0
+    description: str = ""
+    #: filled in by the plugin manager: the distribution (or plugin name) that provided the record.
+    provider: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", normalize_name(self.name))
+
+    def load(self) -> Any:
+        """Return the environment class, importing it if ``target`` is a string."""
+        return load_target(self.target)

@@ -15,7 +15,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from typing import Any
 
 from accelkit.accelerator import Accelerator
-from accelkit.errors import ConfigurationError, PluginError
+from accelkit.errors import ConfigurationError, PluginConflictError, PluginError
 from accelkit.plugins import PluginManager, suggest
 from accelkit.precision import Precision
 from accelkit.records import RunConfig, lookup_key
@@ -71,9 +71,15 @@ class Resolver:
 
     # ----------------------------------------------------------------- messages
     def unknown(self, kind: str, name: str, known: list[str], section: str) -> str:
-        """A message for an unknown name, or raise the import error of the plugin that should provide it."""
+        """A message for an unknown name, or raise the import error of the plugin that should provide it (or the
+        conflict of two plugins claiming it)."""
         key = lookup_key(name)
-        dist = catalog().get(section, {}).get(key)
+        conflict = self.registry.conflict(name, ("strategy", "precision") if kind == "plugin" else (kind,))
+        if conflict is not None:
+            raise PluginConflictError(f"{conflict.message()}.")
+        hints = self.manager.install_hints() if hasattr(self.manager, "install_hints") else {}
+        dist = catalog().get(section, {}).get(key) or hints.get(section, {}).get(key)
+
         def related(info: Any) -> bool:
             return (dist is not None and lookup_key(info.distribution) == lookup_key(dist)) or (
                 key in lookup_key(info.name)) or (bool(info.distribution) and key in lookup_key(info.distribution))
@@ -97,6 +103,8 @@ class Resolver:
         if others:
             message += " Not loaded, so not searched: " + ", ".join(
                 f"plugin {i.name!r} ({i.provider}, {i.status})" for i in others) + "."
+        if dist is None and not hint and not stopped:
+            message += " No installed plugin provides it; `accelkit plugins` lists what is installed."
         if not missing and not stopped and not getattr(self.manager, "autoload", True):
             installed = f"The {dist!r} distribution is installed, but plugin" if dist is not None else "Plugin"
             message += (f" {installed} discovery is off (ACCELKIT_DISABLE_PLUGIN_AUTOLOAD); unset it or pass the "
@@ -194,6 +202,8 @@ def compose(
             strategy = obj
         elif isinstance(obj, Precision):
             precision = obj
+    if isinstance(precision, Precision):  # hooks see its real name, not the "32-true" every Precision inherits
+        precision.name = reg.precision_name(precision)
     for name in plugin_names or []:
         key = lookup_key(name)
         if key in reg.strategies:
@@ -271,6 +281,10 @@ def compose(
         # the run is fully resolved: the strategy's and every plugin's own checks are reported together
         strategy_obj.connect(acc_instance, parsed, num_nodes, precision_obj)
         problems.extend(strategy_obj.validate())
+        if not problems:
+            config.processes_per_node = strategy_obj.processes_per_node
+            config.devices_per_process = strategy_obj.devices_per_process
+            config.data_parallel_size = strategy_obj.data_parallel_size
         for found in manager.hook.accelkit_validate_config(config=config):
             problems.extend(found or [])
     if problems:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,18 +28,22 @@ class Strategy:
     """Base class: how the module, the data and the optimizer are laid out, and how processes talk.
 
     A strategy is configured in the parent process (:meth:`connect`), then :meth:`launch` runs the Trainer's
-    work in every worker (in place, for single-process strategies). Inside a worker the Trainer calls
-    :meth:`setup_environment`, :meth:`setup_module`, :meth:`batch_to_device`, :meth:`backward`,
-    :meth:`optimizer_step`, :meth:`step_end`, the collectives, and finally :meth:`teardown`.
+    work on every process through the strategy's :attr:`launcher` (in place, for single-process strategies).
+    Inside a worker the Trainer calls :meth:`setup_runtime` first, then :meth:`setup_environment`,
+    :meth:`setup_module`, :meth:`batch_to_device`, :meth:`backward`, :meth:`optimizer_step`, :meth:`step_end`,
+    the collectives, and finally :meth:`teardown`.
+
+    **Topology.** A strategy states its process layout separately from its devices:
+    :attr:`processes_per_node` and :attr:`devices_per_process` (one process per device for DDP; one process over
+    every local device for an SPMD strategy), and :attr:`data_parallel_size`/:attr:`data_parallel_rank`, which
+    decide how the data is sharded. :attr:`world_size` counts *processes*, as ``trainer.world_size`` does in
+    Lightning. See ``docs/topology.rst``.
 
     :param options: strategy options (from the record or the user).
     """
 
     #: canonical name, filled in from the record that chose this class
     name: str = ""
-    #: ``True`` when :meth:`launch` starts worker processes/replicas of its own; the Trainer then sends the
-    #: trained weights and results back to the caller's objects.
-    launches_workers: bool = False
 
     def __init__(self, **options: Any) -> None:
         self.options = options
@@ -48,6 +53,12 @@ class Strategy:
         self.num_nodes = 1
         self._local_rank = 0
         self._node_rank = 0
+        #: the cluster environment detected when the run was composed (torchrun, SLURM, ...), or ``None`` for a
+        #: plain process; set by the resolver before :meth:`connect`
+        self.cluster_environment: Any = None
+        #: what the Trainer is launching (stage and root folder); set right before :meth:`launch`
+        self.run_context = RunContext()
+        self._launcher: Any = None
 
     # ----------------------------------------------------------------- composition (parent)
     def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
@@ -63,9 +74,19 @@ class Strategy:
 
     # ----------------------------------------------------------------- topology
     @property
+    def processes_per_node(self) -> int:
+        """How many processes take part on each node: one per device by default."""
+        return len(self.devices)
+
+    @property
+    def devices_per_process(self) -> int:
+        """How many devices each process drives: one by default; all of the node's for an SPMD strategy."""
+        return 1
+
+    @property
     def world_size(self) -> int:
-        """Number of processes/replicas taking part, across nodes."""
-        return len(self.devices) * self.num_nodes
+        """Number of processes taking part, across nodes (``trainer.world_size``)."""
+        return self.processes_per_node * self.num_nodes
 
     @property
     def local_rank(self) -> int:
@@ -80,12 +101,23 @@ class Strategy:
     @property
     def global_rank(self) -> int:
         """Index of this process among all."""
-        return self._node_rank * len(self.devices) + self._local_rank
+        return self._node_rank * self.processes_per_node + self._local_rank
 
     @property
     def is_global_zero(self) -> bool:
         """Whether this is the process that writes files and prints."""
         return self.global_rank == 0
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Into how many parts the data is split: one per process by default. A strategy whose processes each
+        shard the batch over their own devices (SPMD) counts processes, not devices."""
+        return self.world_size
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """Which part of the data this process reads (``0 .. data_parallel_size - 1``)."""
+        return self.global_rank
 
     @property
     def root_device(self) -> torch.device:
@@ -98,22 +130,62 @@ class Strategy:
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:
-        """``num_replicas``/``rank`` for the data sampler, or ``None`` when every process reads all data."""
-        if self.world_size <= 1:
+        """``num_replicas``/``rank`` for the data sampler (from :attr:`data_parallel_size` and
+        :attr:`data_parallel_rank`), or ``None`` when every process reads all data."""
+        if self.data_parallel_size <= 1:
             return None
-        return {"num_replicas": self.world_size, "rank": self.global_rank}
+        return {"num_replicas": self.data_parallel_size, "rank": self.data_parallel_rank}
 
-    # ----------------------------------------------------------------- lifecycle
-    #: the stage being launched (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``), set by the Trainer
-    #: right before :meth:`launch`
-    stage: str | None = None
-    #: the Trainer's ``default_root_dir`` for the run being launched (a place for a strategy's own files)
-    root_dir: Path | None = None
+    # ----------------------------------------------------------------- launching
+    @property
+    def stage(self) -> str | None:
+        """The stage being launched (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``): ``run_context.stage``."""
+        return self.run_context.stage
+
+    @property
+    def root_dir(self) -> Path | None:
+        """The Trainer's ``default_root_dir`` for the run being launched: ``run_context.root_dir``."""
+        return self.run_context.root_dir
+
+    def create_launcher(self) -> Any:
+        """The :class:`~accelkit.launchers.Launcher` this strategy's runs go through. In place by default;
+        strategies that start processes return a :class:`~accelkit.launchers.SpawnLauncher` (or their own)."""
+        from accelkit.launchers import InPlaceLauncher
+
+        return InPlaceLauncher()
+
+    @property
+    def launcher(self) -> Any:
+        """The launcher, created by :meth:`create_launcher` on first use (after :meth:`connect`)."""
+        if self._launcher is None:
+            self._launcher = self.create_launcher()
+        return self._launcher
+
+    @property
+    def launches_workers(self) -> bool:
+        """Whether the launcher starts workers of its own: the Trainer then sends the trained weights and
+        results back to the caller's objects."""
+        return bool(self.launcher.launches_workers)
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run ``function`` in every worker and return the global-zero worker's result
+        """Run ``function`` in every worker through :attr:`launcher` and return the global-zero worker's result
         (a :class:`~accelkit.result.WorkerResult` for the Trainer's work)."""
-        return function(*args, **kwargs)
+        return self.launcher.launch(self, function, *args, **kwargs)
+
+    def worker_init(self, index: int) -> None:
+        """Called in each worker a :class:`~accelkit.launchers.SpawnLauncher` started, right after it unpickled
+        its copy of the run and before the work: ``index`` is the worker's local index. Set the rank here."""
+        self._local_rank = index
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_launcher"] = None  # the workers need no launcher of their own (and it may hold the parent's state)
+        return state
+
+    # ----------------------------------------------------------------- lifecycle (worker)
+    def setup_runtime(self) -> None:
+        """First call in every worker, before anything reads :attr:`root_device`: configure the device runtime
+        (an SPMD strategy switches torch_xla to SPMD mode here). Nothing by default."""
 
     def setup_environment(self) -> None:
         """Prepare this process: claim the device, join the process group."""
@@ -216,6 +288,20 @@ class Strategy:
         return obj
 
     # ----------------------------------------------------------------- checkpoints
+    def module_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """What a checkpoint's ``"state_dict"`` holds for ``model`` (the object :meth:`setup_module` returned, or
+        the user's module): the unwrapped module's ``state_dict()``. A sharding strategy returns its shards."""
+        return self.unwrap(model).state_dict()
+
+    def optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """What a checkpoint holds for ``optimizer``: its ``state_dict()``. A sharding strategy returns shards."""
+        return optimizer.state_dict()
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """The complete weights of ``model`` (on global zero at least), sent back to the caller's module after a
+        spawned fit. :meth:`module_state_dict` by default; a sharding strategy gathers its shards."""
+        return self.module_state_dict(model)
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
         """Write ``checkpoint`` atomically, from the global-zero process only; every process waits for it."""
         if self.is_global_zero:
@@ -232,6 +318,18 @@ class Strategy:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r}, devices={self.devices}, num_nodes={self.num_nodes})"
+
+
+@dataclass
+class RunContext:
+    """What the Trainer is launching, passed to the strategy (:attr:`Strategy.run_context`) rather than guessed.
+
+    :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"`` (``None`` before the first launch).
+    :param root_dir: the Trainer's ``default_root_dir`` (a place for the strategy's own files).
+    """
+
+    stage: str | None = None
+    root_dir: Path | None = None
 
 
 def _tied_parameter_names(module: nn.Module) -> list[list[str]]:
@@ -261,11 +359,17 @@ class StepRouter(nn.Module):
 class SingleDeviceStrategy(Strategy):
     """One process, one device."""
 
+    @property
+    def processes_per_node(self) -> int:
+        """One process."""
+        return 1
+
     def validate(self) -> list[str]:
-        if self.world_size != 1:
+        asked = len(self.devices) * self.num_nodes
+        if asked != 1:
             return [
                 f"strategy {self.name or 'single_device'!r} runs on one device, but devices={self.devices} and "
-                f"num_nodes={self.num_nodes} ask for {self.world_size}; use devices=1 or a distributed strategy."
+                f"num_nodes={self.num_nodes} ask for {asked}; use devices=1 or a distributed strategy."
             ]
         return []
 

@@ -52,6 +52,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
     hooks = trainer._hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
     previous_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
+        strategy.setup_runtime()  # before anything reads root_device
         strategy.setup_environment()
         trainer._metrics.is_global_zero = strategy.is_global_zero
         rank_zero_only.rank = strategy.global_rank

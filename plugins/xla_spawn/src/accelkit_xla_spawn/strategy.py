@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 import pickle
 import sys
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
+
 from typing import Any, Callable, Mapping
 
 import torch
@@ -19,6 +18,7 @@ import torch
 from accelkit import checkpoint as ckpt
 from accelkit.errors import ConfigurationError, WorkerError
 from accelkit.result import WorkerResult
+from accelkit.launchers import SpawnLauncher
 from accelkit.strategy import SingleDeviceStrategy, Strategy
 
 from accelkit_xla_spawn.removed_api import add_removed_api_hint, removed_api_hint
@@ -113,8 +113,19 @@ def launch_failure_hint(env: Mapping[str, str], world_size: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------- shared base
-class _XLAStrategyBase(Strategy):
-    """What both XLA strategies share: the device loader, graph cuts, CPU checkpoints."""
+class XLAStrategy(Strategy):
+    """Public base of the XLA strategies: what every strategy driving torch_xla shares.
+
+    * :meth:`process_dataloader` wraps loaders in torch_xla's ``MpDeviceLoader`` (background host-to-device
+      copies, one graph cut per batch);
+    * :meth:`step_end` cuts the lazy graph after every optimizer step, so each step is the same graph;
+    * :meth:`save_checkpoint` materialises the tensors, moves them to the CPU and writes one file atomically;
+    * :meth:`teardown` runs what is still pending on the device.
+
+    ``xla_single``, ``xla_spawn`` and other plugins' XLA strategies (``xla_spmd`` in accelkit-xla-spmd) build on
+    it; a subclass states its topology and how it places the module and the batches. torch_xla is imported only
+    inside these methods, which run in a worker, never when the class is imported.
+    """
 
     def _xla(self) -> Any:
         import torch_xla
@@ -163,10 +174,12 @@ class _XLAStrategyBase(Strategy):
         super().teardown()
 
 
-class XLASingleStrategy(_XLAStrategyBase, SingleDeviceStrategy):
-    """One XLA core in this process, no spawn (the ``"auto"`` strategy for ``devices=1`` or ``devices=[k]``)."""
+#: the name this base had before it became public (kept for plugins that imported it)
+_XLAStrategyBase = XLAStrategy
 
-    launches_workers = False
+
+class XLASingleStrategy(XLAStrategy, SingleDeviceStrategy):
+    """One XLA core in this process, no spawn (the ``"auto"`` strategy for ``devices=1`` or ``devices=[k]``)."""
 
     def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``function`` here; an ``AttributeError``/``ImportError`` naming a torch_xla 1.x name that 2.x
@@ -187,7 +200,7 @@ class XLASingleStrategy(_XLAStrategyBase, SingleDeviceStrategy):
 
 
 # --------------------------------------------------------------------------------------------- spawn
-class XLASpawnStrategy(_XLAStrategyBase):
+class XLASpawnStrategy(XLAStrategy):
     """One replica per local XLA core through ``torch_xla.launch`` (PJRT), data parallel.
 
     The model is replicated; after ``backward`` the gradients are averaged across replicas with torch_xla's
@@ -197,8 +210,6 @@ class XLASpawnStrategy(_XLAStrategyBase):
     On a pod (several hosts) the same command runs on every host; each host launches its local replicas and
     PJRT joins them (see ``docs/tpu.rst``).
     """
-
-    launches_workers = True
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -235,39 +246,13 @@ class XLASpawnStrategy(_XLAStrategyBase):
             problems.append(RUNTIME_TOUCHED_MESSAGE)
         return problems
 
-    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Start one replica per local core with ``torch_xla.launch``; return replica 0's output.
+    def create_launcher(self) -> Any:
+        """An :class:`XLALauncher`: one replica per local core through ``torch_xla.launch``."""
+        return XLALauncher()
 
-        The trainer, module and loaders are pickled once here; each replica unpickles its own copy, so
-        replicas share no Python state even where PJRT runs them as threads of one process.
-        """
-        if xla_runtime_initialized():
-            raise RuntimeError(RUNTIME_TOUCHED_MESSAGE)
-        try:
-            payload = pickle.dumps((self, function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-        except (pickle.PicklingError, TypeError, AttributeError) as exc:
-            raise WorkerError(
-                f"strategy {self.name or 'xla_spawn'!r} sends the trainer, the module and the data to each replica "
-                f"by pickling them, and that failed: {exc}. Define the module and datasets at module level (not "
-                "inside a function) and keep open files/locks out of them."
-            ) from None
-        import torch_xla  # imported at the moment of spawning; the runtime is not started here
-
-        with tempfile.TemporaryDirectory(prefix="accelkit-xla-") as tmp:
-            result_path = Path(tmp) / "replica0.pt"
-            try:
-                torch_xla.launch(_replica_main, args=(payload, str(result_path)))
-            except Exception as exc:  # noqa: BLE001 - any failure in a replica
-                raise WorkerError(
-                    f"a replica of strategy {self.name or 'xla_spawn'!r} failed: {type(exc).__name__}: {exc}."
-                    # a torch_xla 1.x name explains the failure; the CPU collectives note would mislead
-                    + ("" if removed_api_hint(exc) else launch_failure_hint(os.environ, self.world_size))
-                ) from exc
-            if not result_path.is_file():
-                if self._node_rank != 0:
-                    return WorkerResult()  # other hosts of a pod: replica 0 (on host 0) reports the run
-                raise WorkerError("the replicas ended without replica 0 returning its result.")
-            return torch.load(result_path, weights_only=False)
+    def worker_init(self, index: int) -> None:
+        """Inside a replica: ranks come from ``torch_xla.runtime`` from now on."""
+        self._in_replica = True
 
     # ----------------------------------------------------------------- topology
     @property
@@ -374,16 +359,54 @@ class XLASpawnStrategy(_XLAStrategyBase):
         return pickle.loads(xm.xla_rendezvous(payload, tag="accelkit_broadcast")[src])
 
 
-def _replica_main(index: int, payload: bytes, result_path: str) -> None:
-    """Body of one replica: unpickle a private copy of the run, mark the strategy as inside a replica, run it,
-    and let global replica 0 write its output for the parent. An ``AttributeError``/``ImportError`` naming a
-    torch_xla 1.x name that 2.x removed gets its replacement added to the message (same exception, re-raised)."""
-    strategy, function, args, kwargs = pickle.loads(payload)
-    strategy._in_replica = True
+class XLALauncher(SpawnLauncher):
+    """Starts one replica per local XLA device with ``torch_xla.launch`` (PJRT), using the core's spawn protocol
+    (:class:`~accelkit.launchers.SpawnLauncher`): the run is pickled once here and each replica unpickles its
+    own copy, so replicas share no Python state even where PJRT runs them as threads of one process.
+
+    On a pod, hosts other than host 0 return an empty :class:`~accelkit.result.WorkerResult`: replica 0, on
+    host 0, reports the run.
+    """
+
+    temp_prefix = "accelkit-xla-"
+
+    def __init__(self) -> None:
+        super().__init__(num_processes=1)  # torch_xla decides: every local device
+
+    def start(self, entry: Callable[..., None], args: tuple, num_processes: int) -> None:
+        """``torch_xla.launch(entry, args)``; a failure names the replica's exception, with the torch_xla 1.x
+        replacement or the PJRT CPU collectives note when one explains it."""
+        import torch_xla  # imported at the moment of spawning; the runtime is not started here
+
+        try:
+            torch_xla.launch(_replica_entry, args=(entry, *args))
+        except Exception as exc:  # noqa: BLE001 - any failure in a replica
+            raise WorkerError(
+                f"a replica failed: {type(exc).__name__}: {exc}."
+                # a torch_xla 1.x name explains the failure; the CPU collectives note would mislead
+                + ("" if removed_api_hint(exc) else launch_failure_hint(os.environ, self._world_size))
+            ) from exc
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Refuse when this process already runs the XLA runtime, then spawn the replicas."""
+        if xla_runtime_initialized():
+            raise RuntimeError(RUNTIME_TOUCHED_MESSAGE)
+        self._world_size = strategy.world_size
+        self._node_rank = strategy.node_rank
+        return super().launch(strategy, function, *args, **kwargs)
+
+    def missing_result(self, strategy: Any) -> Any:
+        """Another host of a pod has replica 0: this host reports an empty result."""
+        if self._node_rank != 0:
+            return WorkerResult()
+        return super().missing_result(strategy)
+
+
+def _replica_entry(index: int, entry: Callable[..., None], payload: bytes, result_path: str) -> None:
+    """Body of one replica: the core's worker entry; an ``AttributeError``/``ImportError`` naming a torch_xla 1.x
+    name that 2.x removed gets its replacement added to the message (same exception, re-raised)."""
     try:
-        output = function(*args, **kwargs)
+        entry(index, payload, result_path)
     except (AttributeError, ImportError) as exc:
         add_removed_api_hint(exc)
         raise
-    if strategy.global_rank == 0:
-        ckpt.atomic_save(output, result_path)

@@ -1,0 +1,149 @@
+"""Launchers: how a strategy's work reaches its processes.
+
+A strategy says *what* runs where (its topology); a launcher says *how the processes come to exist*:
+
+* :class:`InPlaceLauncher` -- the work runs in the calling process (one device, or one process driving many);
+* :class:`ExternalLauncher` -- something else (torchrun, ``srun``, ``mpirun``) already started every process;
+  each one runs the work in place and joins the others;
+* :class:`SpawnLauncher` -- accelkit starts the processes itself. This is the one implementation of the
+  spawn protocol: the run is pickled once in the caller, every worker unpickles a private copy, calls
+  :meth:`Strategy.worker_init <accelkit.Strategy.worker_init>` with its index, runs the work, and the global-zero
+  worker writes its :class:`~accelkit.result.WorkerResult` to a file the caller reads back. Plugins subclass it
+  to start workers another way (torch_xla's launcher) by overriding :meth:`SpawnLauncher.start`.
+
+A strategy picks its launcher in :meth:`Strategy.create_launcher <accelkit.Strategy.create_launcher>`.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from accelkit import checkpoint as ckpt
+from accelkit.errors import WorkerError
+
+
+class Launcher:
+    """Base class: run ``function`` for a strategy and return the global-zero process's result."""
+
+    #: ``True`` when this launcher starts processes (or replicas) of its own: the Trainer then copies the
+    #: workers' outcome (trained weights, metrics, callback states) back into the caller's objects.
+    launches_workers: bool = False
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``function(*args, **kwargs)`` on every process of ``strategy``'s run; return global zero's result."""
+        raise NotImplementedError(f"{type(self).__name__} must implement launch()")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class InPlaceLauncher(Launcher):
+    """The work runs here, in the calling process."""
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+
+class ExternalLauncher(InPlaceLauncher):
+    """Every process was started by an outside launcher (torchrun, ``srun``, ``mpirun``...); each runs the work
+    in place and the strategy joins them (its :attr:`~accelkit.Strategy.cluster_environment` says how).
+
+    :param environment: the detected cluster environment, shown in ``repr`` and error messages.
+    """
+
+    def __init__(self, environment: Any = None) -> None:
+        self.environment = environment
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(environment={getattr(self.environment, 'name', self.environment)!r})"
+
+
+class SpawnLauncher(Launcher):
+    """Start ``num_processes`` workers on this machine and run the work in each.
+
+    :param num_processes: how many workers to start.
+    :param start_method: the :mod:`multiprocessing` start method (``"spawn"``: a fresh interpreter per worker,
+        the only method that is safe with threads and device runtimes).
+    """
+
+    launches_workers = True
+    #: prefix of the temporary folder that carries the global-zero worker's result back
+    temp_prefix = "accelkit-spawn-"
+
+    def __init__(self, num_processes: int, start_method: str = "spawn") -> None:
+        if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
+            raise ValueError(f"num_processes={num_processes!r} must be an int >= 1")
+        self.num_processes = num_processes
+        self.start_method = start_method
+
+    def payload(self, strategy: Any, function: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
+        """The run, pickled once. Plain pickle, not torch.multiprocessing's reducer: that one would move every
+        tensor (the caller's module included) into shared memory, and the workers would then all step the
+        same parameters."""
+        try:
+            return pickle.dumps((strategy, function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise WorkerError(
+                f"strategy {strategy.name or type(strategy).__name__!r} sends the trainer, the module and the data "
+                f"to each worker by pickling them, and that failed: {exc}. Define the module and datasets at module "
+                "level (not inside a function) and keep open files, locks and modules out of them."
+            ) from None
+
+    def start(self, entry: Callable[..., None], args: tuple, num_processes: int) -> None:
+        """Start ``num_processes`` workers running ``entry(index, *args)`` and wait for all of them.
+
+        Raises :class:`~accelkit.errors.WorkerError` when one fails; the others are stopped."""
+        import torch.multiprocessing as mp
+
+        try:
+            mp.start_processes(entry, args=args, nprocs=num_processes, join=True, start_method=self.start_method)
+        except mp.ProcessRaisedException as exc:
+            raise WorkerError(f"a worker process failed; its traceback:\n{exc}") from None
+        except mp.ProcessExitedException as exc:
+            raise WorkerError(f"a worker process died ({exc}); the other workers were stopped.") from None
+
+    def missing_result(self, strategy: Any) -> Any:
+        """What to return when no worker of this host wrote a result (global zero runs on another host)."""
+        raise WorkerError("the workers ended without the global-zero worker returning its result.")
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        payload = self.payload(strategy, function, args, kwargs)
+        with tempfile.TemporaryDirectory(prefix=self.temp_prefix) as tmp:
+            result_path = Path(tmp) / "result.pt"
+            try:
+                self.start(worker_entry, (payload, str(result_path)), self.num_processes)
+            except WorkerError as exc:
+                name = strategy.name or type(strategy).__name__
+                raise WorkerError(f"strategy {name!r}: {exc}") from exc.__cause__
+            if not result_path.is_file():
+                return self.missing_result(strategy)
+            return torch.load(result_path, weights_only=False)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_processes={self.num_processes})"
+
+
+def worker_entry(index: int, payload: bytes, result_path: str) -> None:
+    """Body of one spawned worker: unpickle a private copy of the run, let the strategy set up this process
+    (:meth:`~accelkit.Strategy.worker_init`), run the work, and, on global zero, write the result atomically."""
+    strategy, function, args, kwargs = pickle.loads(payload)
+    strategy.worker_init(index)
+    result = function(*args, **kwargs)
+    if strategy.global_rank == 0:
+        ckpt.atomic_save(result, result_path)
+
+
+def share_cores(num_processes: int) -> None:
+    """Give each of ``num_processes`` workers its share of the host's cores, unless ``OMP_NUM_THREADS`` says.
+
+    N workers each running as many intra-op threads as there are cores oversubscribe the host; while one waits in
+    a collective its threads spin and starve the others (40x slower steps seen with gloo on 2 cores). torchrun
+    sets ``OMP_NUM_THREADS`` for the same reason."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, num_processes)))
