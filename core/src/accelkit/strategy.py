@@ -302,6 +302,28 @@ class Strategy:
         spawned fit. :meth:`module_state_dict` by default; a sharding strategy gathers its shards."""
         return self.module_state_dict(model)
 
+    def full_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The complete state of ``optimizer`` in ``optimizer.state_dict()``'s form, sent back to the caller after a
+        spawned fit: :meth:`optimizer_state_dict` by default; a sharding strategy gathers its shards."""
+        return self.optimizer_state_dict(model, optimizer)
+
+    #: whether a checkpoint is read after :meth:`setup_module` (into the set-up module: a sharding strategy reads
+    #: each process's shards) rather than before it, into the plain module
+    restore_checkpoint_after_setup: bool = False
+
+    def load_module_state_dict(self, model: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Load a checkpoint's ``"state_dict"`` into ``model`` (the plain module, or the set-up one when
+        :attr:`restore_checkpoint_after_setup`): the unwrapped module's ``load_state_dict``."""
+        return self.unwrap(model).load_state_dict(state_dict, strict=strict)
+
+    def load_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                                  state: dict[str, Any]) -> None:
+        """Load one of a checkpoint's ``"optimizer_states"`` into ``optimizer`` (a state keyed by parameter names,
+        as sharded checkpoints hold it, is numbered first)."""
+        from accelkit.distributed_checkpoint import optimizer_state_by_index
+
+        optimizer.load_state_dict(optimizer_state_by_index(state))
+
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
         """Write ``checkpoint`` atomically, from the global-zero process only; every process waits for it."""
         if self.is_global_zero:
@@ -309,7 +331,11 @@ class Strategy:
         self.barrier("save_checkpoint")
 
     def load_checkpoint(self, path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
-        """Read a checkpoint onto the CPU."""
+        """Read a checkpoint onto the CPU: a file, or a whole sharded checkpoint directory (any world size)."""
+        from accelkit import distributed_checkpoint
+
+        if distributed_checkpoint.is_sharded_checkpoint(path):
+            return distributed_checkpoint.load_full(path, weights_only=weights_only)
         return ckpt.load(path, weights_only=weights_only)
 
     def teardown(self) -> None:

@@ -258,8 +258,9 @@ class ModelCheckpoint(Checkpoint):
         target.write_text("".join(f"{path!r}: {float(score)!r}\n" for path, score in self.best_k_models.items()))
 
     def _find_last_checkpoints(self, trainer: Any) -> set[str]:
-        """The ``last.ckpt`` / ``last-v<n>.ckpt`` files in this callback's folder (for ``ckpt_path="last"``:
-        the newest of them is the run's latest state, even when a previous run's ``last.ckpt`` is there too)."""
+        """The ``last.ckpt`` / ``last-v<n>.ckpt`` files (or sharded checkpoint directories) in this callback's
+        folder (for ``ckpt_path="last"``: the newest of them is the run's latest state, even when a previous run's
+        ``last.ckpt`` is there too)."""
         folder = Path(self._resolve_dirpath(trainer))
         pattern = re.compile(rf"^{re.escape(self.CHECKPOINT_NAME_LAST)}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
         return {str(p) for p in folder.iterdir() if pattern.match(p.name)} if folder.is_dir() else set()
@@ -414,8 +415,9 @@ class ModelCheckpoint(Checkpoint):
 
     @staticmethod
     def _reuse(trainer: Any, source: str, target: str, symbolic: bool) -> None:
-        """Make ``target`` the file ``source`` (a hard link, a copy where links fail, or a symbolic link), swapped
-        in atomically: readers see the old ``target`` or the new one, never a partial file."""
+        """Make ``target`` the checkpoint ``source`` (a hard link, a copy where links fail or ``source`` is a sharded
+        checkpoint directory, or a symbolic link), swapped in atomically: readers see the old ``target`` or the new
+        one, never a partial file."""
         if trainer.is_global_zero and os.path.abspath(source) != os.path.abspath(target):
             folder = os.path.dirname(os.path.abspath(target))
             os.makedirs(folder, exist_ok=True)
@@ -425,14 +427,18 @@ class ModelCheckpoint(Checkpoint):
             try:
                 if symbolic:
                     os.symlink(os.path.relpath(source, folder), temporary)
+                elif os.path.isdir(source):  # a sharded checkpoint: a directory cannot be hard-linked
+                    shutil.copytree(source, temporary, symlinks=True)
                 else:
                     try:
                         os.link(source, temporary)
                     except OSError:  # a file system without hard links
                         shutil.copyfile(source, temporary)
-                os.replace(temporary, target)
+                _swap_in(temporary, target)
             except BaseException:
-                if os.path.lexists(temporary):
+                if os.path.isdir(temporary) and not os.path.islink(temporary):
+                    shutil.rmtree(temporary, ignore_errors=True)
+                elif os.path.lexists(temporary):
                     os.unlink(temporary)
                 raise
         trainer.strategy.barrier()
@@ -449,8 +455,24 @@ class ModelCheckpoint(Checkpoint):
 
     @staticmethod
     def _remove(trainer: Any, path: str) -> None:
+        """Remove a checkpoint file, link, or sharded checkpoint directory (global zero only)."""
         if trainer.is_global_zero and os.path.lexists(path):
-            os.remove(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+
+
+def _swap_in(temporary: str, target: str) -> None:
+    """Rename ``temporary`` to ``target``. A directory at ``target`` (a sharded checkpoint) cannot be replaced by
+    one rename: it is moved aside first and removed after the new one is in place."""
+    if os.path.isdir(target) and not os.path.islink(target):
+        aside = f"{temporary}.old"
+        os.rename(target, aside)
+        os.rename(temporary, target)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(temporary, target)
 
 
 def _fitting(trainer: Any) -> bool:

@@ -13,18 +13,25 @@ def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any
     """The checkpoint of the current state. ``weights_only``: the weights, progress and hyperparameters only.
 
     Callback states and ``on_save_checkpoint`` hooks come in Lightning's order: every callback's
-    ``state_dict``, the DataModule's, the callbacks' ``on_save_checkpoint``, then the Module's."""
+    ``state_dict``, the DataModule's, the callbacks' ``on_save_checkpoint``, then the Module's.
+
+    The weights and optimizer states come from the strategy's ``module_state_dict``/``optimizer_state_dict``
+    (a sharding strategy gives this process's shards, which its ``save_checkpoint`` writes as a directory)."""
     epoch = trainer.current_epoch
+    strategy = trainer.strategy
+    model = _model(trainer, module)
     checkpoint: dict[str, Any] = {
         "accelkit_version": __version__,
         "epoch": epoch,
         "global_step": trainer.global_step,
-        "state_dict": module.state_dict(),
+        "state_dict": strategy.module_state_dict(model),
         "loops": {"resume_epoch": epoch + (1 if getattr(trainer, "_epoch_training_done", False) else 0)},
     }
     datamodule = getattr(trainer, "datamodule", None)
     if not weights_only:
         checkpoint.update(trainer._training_state())
+        if trainer._optimizers:  # live optimizers: in the form the strategy saves (shards, for FSDP)
+            checkpoint["optimizer_states"] = [strategy.optimizer_state_dict(model, o) for o in trainer._optimizers]
         states = {}
         for callback in trainer.callbacks:
             state = callback.state_dict()
@@ -45,9 +52,16 @@ def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any
     return checkpoint
 
 
-def restore_module_and_callbacks(trainer: Any, module: Any, checkpoint: dict[str, Any]) -> None:
+def _model(trainer: Any, module: Any) -> Any:
+    """The object the strategy set up around ``module`` (its wrapper, or the sharded module), else ``module``."""
+    model = getattr(trainer, "_model", None)
+    return model if model is not None and module is trainer._module else module
+
+
+def restore_module_and_callbacks(trainer: Any, module: Any, checkpoint: dict[str, Any], model: Any = None) -> None:
     """The Module's ``on_load_checkpoint``, the callbacks' ``on_load_checkpoint`` and states, the DataModule's
-    state, then the weights (Lightning's order)."""
+    state, then the weights (Lightning's order), through the strategy's ``load_module_state_dict`` into ``model``
+    (the set-up module when the strategy restores after setup; ``module`` by default)."""
     if "state_dict" not in checkpoint:
         raise KeyError(f"the checkpoint has no 'state_dict' (its keys: {sorted(checkpoint)[:12]}); a bare "
                        "state_dict is loaded with module.load_state_dict(torch.load(path)), not ckpt_path=")
@@ -62,11 +76,13 @@ def restore_module_and_callbacks(trainer: Any, module: Any, checkpoint: dict[str
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and type(datamodule).__qualname__ in checkpoint:
         datamodule.load_state_dict(checkpoint[type(datamodule).__qualname__])
-    module.load_state_dict(checkpoint["state_dict"], strict=module.strict_loading)
+    trainer.strategy.load_module_state_dict(model if model is not None else module, checkpoint["state_dict"],
+                                            strict=module.strict_loading)
 
 
 def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
-    """Optimizers, schedulers, precision and progress (``fit`` only)."""
+    """Optimizers (through the strategy's ``load_optimizer_state_dict``), schedulers, precision and progress
+    (``fit`` only)."""
     optimizers = trainer.optimizers
     saved = checkpoint.get("optimizer_states")
     if saved is None:
@@ -78,7 +94,7 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
                          f"{len(optimizers)} optimizer(s)")
     for index, (optimizer, state) in enumerate(zip(optimizers, saved)):
         try:
-            optimizer.load_state_dict(state)
+            trainer.strategy.load_optimizer_state_dict(trainer.model, optimizer, state)
         except (KeyError, ValueError) as exc:
             raise ValueError(f"optimizer {index} ({type(optimizer).__name__}) cannot take the checkpoint's state "
                              f"({type(exc).__name__}: {exc}); was it saved with another optimizer or model?") from None
