@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from accelkit.hookspecs import hookimpl
-from accelkit.records import RunConfig
+from accelkit.records import ClusterEnvironmentRecord, RunConfig
 from accelkit.sampler import default_distributed_sampler
 
 ACCELKIT_API = ">=1.0,<2"
@@ -20,6 +20,28 @@ def accelkit_default_strategy(config: RunConfig) -> str | None:
     if config.world_size > 1 and all(v in os.environ for v in _LAUNCHER_VARIABLES):
         return "ddp"
     return config.accelerator_cls.auto_strategy(len(config.devices), config.num_nodes)
+
+
+_ENVIRONMENTS = "accelkit.builtin_environments:"
+
+
+@hookimpl
+def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
+    """The launchers the core recognises. Priorities order detection where their variables overlap: torchrun's
+    variables are exported by hand inside other jobs, ``jsrun`` sets MPI's variables too, ``mpirun`` inside a SLURM
+    allocation leaves SLURM's describing the allocation, and Kubeflow's are torchrun's without ``LOCAL_RANK``."""
+    return [
+        ClusterEnvironmentRecord("torchrun", _ENVIRONMENTS + "TorchrunEnvironment", priority=50,
+                                 description="torchrun / TorchElastic (RANK, WORLD_SIZE, LOCAL_RANK)"),
+        ClusterEnvironmentRecord("lsf", _ENVIRONMENTS + "LSFEnvironment", priority=40,
+                                 description="IBM Spectrum LSF's jsrun (LSB_JOBID, JSM_NAMESPACE_*)"),
+        ClusterEnvironmentRecord("mpi", _ENVIRONMENTS + "MPIEnvironment", priority=30,
+                                 description="mpirun: Open MPI (OMPI_COMM_WORLD_*) or PMI (PMI_RANK, PMI_SIZE)"),
+        ClusterEnvironmentRecord("slurm", _ENVIRONMENTS + "SLURMEnvironment", priority=20,
+                                 description="SLURM's srun (SLURM_PROCID, SLURM_NTASKS)"),
+        ClusterEnvironmentRecord("kubeflow", _ENVIRONMENTS + "KubeflowEnvironment", priority=10,
+                                 description="a Kubeflow PyTorchJob pod (MASTER_ADDR, WORLD_SIZE, RANK; no LOCAL_RANK)"),
+    ]
 
 
 @hookimpl(trylast=True)

@@ -30,7 +30,13 @@ from packaging.version import Version
 
 from accelkit import hookspecs
 from accelkit.errors import PluginConflictError, PluginError
-from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord, lookup_key
+from accelkit.records import (
+    AcceleratorRecord,
+    ClusterEnvironmentRecord,
+    PrecisionRecord,
+    StrategyRecord,
+    lookup_key,
+)
 
 ENTRY_POINT_GROUP = "accelkit"
 DISABLE_AUTOLOAD_ENV = "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"
@@ -209,12 +215,13 @@ def _core_module() -> Any:
 
 
 class Registry:
-    """Every named accelerator, strategy and precision, keyed by name and alias."""
+    """Every named accelerator, strategy, precision and cluster environment, keyed by name (and alias)."""
 
     def __init__(self) -> None:
         self.accelerators: dict[str, AcceleratorRecord] = {}
         self.strategies: dict[str, list[StrategyRecord]] = {}
         self.precisions: dict[str, list[PrecisionRecord]] = {}
+        self.cluster_environments: dict[str, ClusterEnvironmentRecord] = {}
 
     @classmethod
     def build(cls, manager: PluginManager) -> Registry:
@@ -224,6 +231,8 @@ class Registry:
             ("accelerator", manager.hook.accelkit_register_accelerators, registry._add_accelerator),
             ("strategy", manager.hook.accelkit_register_strategies, registry._add_scoped(registry.strategies)),
             ("precision", manager.hook.accelkit_register_precisions, registry._add_scoped(registry.precisions)),
+            ("cluster environment", manager.hook.accelkit_register_cluster_environments,
+             registry._add_cluster_environment),
         )
         for kind, hook, add in kinds:
             for impl in reversed(hook.get_hookimpls()):  # registration order, so messages are stable
@@ -246,6 +255,13 @@ class Registry:
             if key in self.accelerators and self.accelerators[key] is not record:
                 return name, self.accelerators[key].provider
             self.accelerators[key] = record
+        return None
+
+    def _add_cluster_environment(self, record: ClusterEnvironmentRecord) -> tuple[str, str] | None:
+        key = lookup_key(record.name)
+        if key in self.cluster_environments and self.cluster_environments[key] is not record:
+            return record.name, self.cluster_environments[key].provider
+        self.cluster_environments[key] = record
         return None
 
     @staticmethod
@@ -279,6 +295,11 @@ class Registry:
         """Canonical precision names, for one accelerator or all."""
         return sorted({r.name for rs in self.precisions.values() for r in rs
                        if accelerator is None or r.runs_on(accelerator)})
+
+    def cluster_environment_names(self) -> list[str]:
+        """Registered cluster environment names, in detection order (highest priority first, ties by name)."""
+        records = sorted(self.cluster_environments.values(), key=lambda r: (-r.priority, r.name))
+        return [r.name for r in records]
 
     @staticmethod
     def find_scoped(table: dict[str, list[Any]], name: str, accelerator: str) -> Any:

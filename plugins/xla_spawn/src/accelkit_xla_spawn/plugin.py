@@ -9,7 +9,7 @@ import sys
 from typing import Any
 
 from accelkit import hookimpl
-from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
+from accelkit.records import AcceleratorRecord, ClusterEnvironmentRecord, PrecisionRecord, StrategyRecord
 
 ACCELKIT_API = ">=1.0,<2"
 
@@ -38,6 +38,13 @@ def accelkit_register_strategies() -> list[StrategyRecord]:
 def accelkit_register_precisions() -> list[PrecisionRecord]:
     """Full precision on XLA (other precisions come from other plugins)."""
     return [PrecisionRecord("32-true", "accelkit.precision:Precision", aliases=("32",), accelerators=_XLA)]
+
+
+@hookimpl
+def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
+    """The TPU pod view (one process per host). Lowest priority: torchrun started on a TPU VM wins over it."""
+    return [ClusterEnvironmentRecord("tpu_pod", "accelkit_xla_spawn.environments:TPUPodEnvironment", priority=5,
+                                     description="a Cloud TPU pod host (TPU_WORKER_ID, TPU_WORKER_HOSTNAMES)")]
 
 
 def translate_tpu_cores(value: Any) -> Any:

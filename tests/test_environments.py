@@ -1,0 +1,343 @@
+"""Cluster environments: each launcher's variables (recorded as dicts) read into ranks and a rendezvous address;
+bad values named; detection order; a third party's environment; ``strategy="auto"`` joining under a launcher,
+including real two-process runs shaped like ``srun`` and ``mpirun`` on the loopback."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit
+from accelkit import hookimpl
+from accelkit.environments import (
+    ClusterEnvironment,
+    KubeflowEnvironment,
+    LSFEnvironment,
+    MPIEnvironment,
+    SLURMEnvironment,
+    TorchrunEnvironment,
+    detect_cluster_environment,
+    first_host,
+    port_from_job_id,
+)
+from accelkit.errors import ConfigurationError, PluginConflictError
+from accelkit.plugins import PluginManager
+from accelkit.records import ClusterEnvironmentRecord
+
+#: every variable some built-in environment reads: cleared from os.environ by the ``clean`` fixture
+LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "LSB_", "JSM_", "TORCHELASTIC_", "GROUP_",
+                     "TPU_WORKER", "CLOUD_TPU_")
+LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT",
+                  "KUBERNETES_PORT")
+
+
+def without_launchers(env: dict[str, str]) -> dict[str, str]:
+    """``env`` less every launcher variable."""
+    return {k: v for k, v in env.items() if not k.startswith(LAUNCHER_PREFIXES) and k not in LAUNCHER_NAMES}
+
+
+@pytest.fixture
+def clean(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """This process's environment without any launcher's variables, and no installed plugin discovered."""
+    for key in list(os.environ):
+        if key.startswith(LAUNCHER_PREFIXES) or key in LAUNCHER_NAMES:
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("ACCELKIT_BLOCK_PLUGINS", raising=False)
+    return monkeypatch
+
+
+# ---------------------------------------------------------------------------------------- recorded environments
+# What each launcher set in rank 3 of a 2-node x 2-process job (values as the launchers print them).
+TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+            "GROUP_WORLD_SIZE": "2", "ROLE_RANK": "3", "MASTER_ADDR": "node0.cluster", "MASTER_PORT": "29400",
+            "TORCHELASTIC_RUN_ID": "job-17", "TORCHELASTIC_RESTART_COUNT": "0"}
+SLURM = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_NNODES": "2",
+         "SLURM_JOB_ID": "4321987", "SLURM_JOB_NAME": "train.sh", "SLURM_JOB_NODELIST": "gpu[07-08]",
+         "SLURM_STEP_NODELIST": "gpu[07-08]", "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+         "SLURM_NTASKS_PER_NODE": "2"}
+OPEN_MPI = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_COMM_WORLD_NODE_RANK": "1", "OMPI_UNIVERSE_SIZE": "4",
+            "OMPI_MCA_ess_base_jobid": "3101884417", "MASTER_ADDR": "host0"}
+INTEL_MPI = {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2", "MASTER_ADDR": "host0",
+             "MASTER_PORT": "23456"}
+KUBEFLOW = {"KUBERNETES_PORT": "tcp://10.96.0.1:443", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
+            "WORLD_SIZE": "3", "RANK": "2", "PYTHONUNBUFFERED": "0"}
+LSF = {"LSB_JOBID": "98765", "JSM_NAMESPACE_RANK": "3", "JSM_NAMESPACE_SIZE": "4", "JSM_NAMESPACE_LOCAL_RANK": "1",
+       "JSM_NAMESPACE_LOCAL_SIZE": "2", "LSB_HOSTS": "batch2 a01n01 a01n01 a01n02 a01n02"}
+
+SHAPE = ("world_size", "global_rank", "local_rank", "local_world_size", "num_nodes", "node_rank", "main_address",
+         "main_port")
+
+
+def shape(environment: ClusterEnvironment) -> tuple:
+    return tuple(getattr(environment, attr) for attr in SHAPE)
+
+
+@pytest.mark.parametrize(("env", "cls", "expected"), [
+    (TORCHRUN, TorchrunEnvironment, (4, 3, 1, 2, 2, 1, "node0.cluster", 29400)),
+    (SLURM, SLURMEnvironment, (4, 3, 1, 2, 2, 1, "gpu07", 10000 + 4321987 % 20000)),
+    (OPEN_MPI, MPIEnvironment, (4, 3, 1, 2, 2, 1, "host0", 10000 + 3101884417 % 20000)),
+    (INTEL_MPI, MPIEnvironment, (4, 3, 1, 2, 2, 1, "host0", 23456)),
+    (KUBEFLOW, KubeflowEnvironment, (3, 2, 0, 1, 3, 2, "job-master-0", 23456)),
+    (LSF, LSFEnvironment, (4, 3, 1, 2, 2, 1, "a01n01", 10000 + 98765 % 20000)),
+], ids=["torchrun", "slurm", "open-mpi", "intel-mpi", "kubeflow", "lsf"])
+def test_each_environment_reads_its_launchers_variables(env, cls, expected):
+    found = detect_cluster_environment(PluginManager(autoload=False), env)
+    assert type(found) is cls
+    assert shape(found) == expected
+    assert found.validate() == []
+    assert found.launches_every_process
+
+
+def test_reasons_name_the_variables_that_matched():
+    assert "RANK=3" in TorchrunEnvironment(TORCHRUN).reason()
+    assert "TORCHELASTIC_RUN_ID=job-17" in TorchrunEnvironment(TORCHRUN).reason()
+    hand_made = {k: TORCHRUN[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    assert "torchrun" not in TorchrunEnvironment(hand_made).reason().split(" by ")[1]
+    assert "SLURM_PROCID=3" in SLURMEnvironment(SLURM).reason() and "4321987" in SLURMEnvironment(SLURM).reason()
+    assert "Open MPI" in MPIEnvironment(OPEN_MPI).reason() and "PMI" in MPIEnvironment(INTEL_MPI).reason()
+    assert "KUBERNETES_PORT" in KubeflowEnvironment(KUBEFLOW).reason()
+    assert "LSB_JOBID=98765" in LSFEnvironment(LSF).reason()
+
+
+def test_a_plain_process_has_no_environment():
+    assert detect_cluster_environment(PluginManager(autoload=False), {"HOME": "/root", "PATH": "/bin"}) is None
+    assert detect_cluster_environment(None, {}) is None  # the core's built-ins without a manager
+
+
+# ---------------------------------------------------------------------------------------- SLURM corner cases
+@pytest.mark.parametrize(("nodelist", "first"), [
+    ("node[01-04]", "node01"),
+    ("node[01-04,07],gpu5", "node01"),
+    ("gpu5,node[01-04]", "gpu5"),
+    ("node[7]", "node7"),
+    ("rack[2-3]-n[05-06]", "rack2-n05"),
+    ("host0 host1", "host0"),
+    ("node[001,003-005]", "node001"),
+    ("single", "single"),
+])
+def test_first_host_of_a_slurm_node_list(nodelist, first):
+    assert first_host(nodelist) == first
+
+
+@pytest.mark.parametrize("job_name", ["bash", "interactive"])
+def test_interactive_allocation_is_not_slurm(job_name):
+    env = {**SLURM, "SLURM_JOB_NAME": job_name}
+    assert not SLURMEnvironment.detect(env)
+    assert detect_cluster_environment(None, env) is None
+
+
+def test_allocation_without_tasks_is_not_slurm():
+    env = {k: v for k, v in SLURM.items() if k != "SLURM_NTASKS"}
+    assert detect_cluster_environment(None, env) is None
+
+
+def test_slurm_step_node_list_and_tasks_per_node():
+    # A step on the last two nodes of a 4-node job: rank 0 runs on the step's first node, not the job's.
+    env = {**SLURM, "SLURM_JOB_NODELIST": "cn[1-4]", "SLURM_STEP_NODELIST": "cn[3-4]", "SLURM_NODEID": "1",
+           "SLURM_STEP_TASKS_PER_NODE": "3,1", "SLURM_NTASKS": "4", "SLURM_PROCID": "3", "SLURM_LOCALID": "0"}
+    slurm = SLURMEnvironment(env)
+    assert slurm.main_address == "cn3"
+    assert slurm.local_world_size == 1  # node 1 of "3,1"
+    assert SLURMEnvironment({**env, "SLURM_NODEID": "0", "SLURM_PROCID": "0"}).local_world_size == 3
+    assert SLURMEnvironment({**env, "SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3"}).local_world_size == 1
+
+
+def test_slurm_port_and_address_overrides():
+    slurm = SLURMEnvironment({**SLURM, "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "31000"})
+    assert (slurm.main_address, slurm.main_port) == ("10.1.2.3", 31000)
+    # every task of a job derives the same port from the job id; different jobs get different ports
+    assert SLURMEnvironment(SLURM).main_port == SLURMEnvironment({**SLURM, "SLURM_PROCID": "0"}).main_port
+    assert port_from_job_id("4321987") != port_from_job_id("4321988")
+    assert all(10000 <= port_from_job_id(j) < 30000 for j in ("1", "99999999", "abc.def"))
+
+
+# ---------------------------------------------------------------------------------------- MPI corner cases
+def test_mpirun_inside_a_slurm_allocation_is_mpi():
+    # mpirun in an sbatch script: SLURM's variables describe the allocation (one task per node), not the ranks
+    env = {**OPEN_MPI, "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_JOB_NAME": "job"}
+    assert type(detect_cluster_environment(None, env)) is MPIEnvironment
+
+
+def test_srun_with_pmi_is_slurm():
+    # srun --mpi=pmi2 sets PMI_RANK/PMI_SIZE equal to SLURM's: SLURM's environment knows the host list
+    env = {**SLURM, "PMI_RANK": SLURM["SLURM_PROCID"], "PMI_SIZE": SLURM["SLURM_NTASKS"]}
+    assert type(detect_cluster_environment(None, env)) is SLURMEnvironment
+
+
+def test_mpi_across_nodes_needs_master_addr():
+    env = {k: v for k, v in OPEN_MPI.items() if k != "MASTER_ADDR"}
+    problems = MPIEnvironment(env).validate()
+    assert len(problems) == 1 and "MASTER_ADDR" in problems[0] and "mpirun -x" in problems[0]
+    one_node = {**env, "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
+    assert MPIEnvironment(one_node).main_address == "127.0.0.1" and MPIEnvironment(one_node).validate() == []
+
+
+def test_open_mpi_node_rank_variable_is_not_the_node_index():
+    # OMPI_COMM_WORLD_NODE_RANK counts processes on the node across jobs; the node index comes from the ranks
+    env = {**OPEN_MPI, "OMPI_COMM_WORLD_NODE_RANK": "7"}
+    assert MPIEnvironment(env).node_rank == 1
+
+
+# ---------------------------------------------------------------------------------------- Kubeflow, LSF
+def test_kubeflow_with_torchrun_in_the_pod_is_torchrun():
+    env = {**KUBEFLOW, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    assert type(detect_cluster_environment(None, env)) is TorchrunEnvironment
+
+
+def test_lsf_reads_the_rank_file(tmp_path):
+    rankfile = tmp_path / "rankfile"
+    rankfile.write_text("launch3\nb01n01\nb01n01\nb01n02\nb01n02\n")
+    env = {**{k: v for k, v in LSF.items() if k != "LSB_HOSTS"}, "LSB_DJOB_RANKFILE": str(rankfile)}
+    lsf = LSFEnvironment(env)
+    assert (lsf.main_address, lsf.num_nodes, lsf.node_rank) == ("b01n01", 2, 1)
+    missing = LSFEnvironment({**env, "LSB_DJOB_RANKFILE": str(tmp_path / "gone")}).validate()
+    assert any("LSB_DJOB_RANKFILE=" in p and "cannot be read" in p for p in missing)
+
+
+# ---------------------------------------------------------------------------------------- bad values
+@pytest.mark.parametrize(("cls", "env", "variable"), [
+    (TorchrunEnvironment, {**TORCHRUN, "RANK": "abc"}, "RANK='abc'"),
+    (TorchrunEnvironment, {**TORCHRUN, "MASTER_PORT": "http"}, "MASTER_PORT='http'"),
+    (SLURMEnvironment, {**SLURM, "SLURM_NTASKS": "four"}, "SLURM_NTASKS='four'"),
+    (SLURMEnvironment, {**SLURM, "SLURM_STEP_TASKS_PER_NODE": "2(x)"}, "SLURM_STEP_TASKS_PER_NODE='2(x)'"),
+    (MPIEnvironment, {**OPEN_MPI, "OMPI_COMM_WORLD_LOCAL_RANK": "1.0"}, "OMPI_COMM_WORLD_LOCAL_RANK='1.0'"),
+    (LSFEnvironment, {**LSF, "JSM_NAMESPACE_SIZE": ""}, "JSM_NAMESPACE_SIZE=''"),
+    (KubeflowEnvironment, {**KUBEFLOW, "WORLD_SIZE": "3 pods"}, "WORLD_SIZE='3 pods'"),
+])
+def test_a_bad_value_is_reported_naming_the_variable(cls, env, variable):
+    problems = cls(env).validate()
+    assert any(p.startswith(variable) for p in problems), problems
+    assert any("not an integer" in p or "not a task count" in p for p in problems), problems
+
+
+def test_reading_a_bad_value_raises_a_configuration_error():
+    with pytest.raises(ConfigurationError, match=r"RANK='abc' is not an integer"):
+        _ = TorchrunEnvironment({**TORCHRUN, "RANK": "abc"}).global_rank
+
+
+@pytest.mark.parametrize(("env", "fragment"), [
+    ({**TORCHRUN, "RANK": "4"}, "global rank 4 is outside 0..3"),
+    ({**TORCHRUN, "LOCAL_RANK": "2"}, "local rank 2 is outside 0..1"),
+    ({**TORCHRUN, "MASTER_PORT": "70000"}, "port 70000"),
+    ({**TORCHRUN, "WORLD_SIZE": "0", "RANK": "0"}, "world size is 0"),
+])
+def test_inconsistent_values_are_reported(env, fragment):
+    problems = TorchrunEnvironment(env).validate()
+    assert any(fragment in p for p in problems), problems
+    assert all("torchrun" in p for p in problems)  # the environment is named
+
+
+def test_missing_required_value_says_which():
+    env = {k: v for k, v in SLURM.items() if k != "SLURM_LOCALID"}
+    assert any("SLURM_LOCALID is not set" in p for p in SLURMEnvironment(env).validate())
+
+
+# ---------------------------------------------------------------------------------------- order and plugins
+def test_detection_order_is_priority_then_name():
+    manager = PluginManager(autoload=False)
+    assert manager.registry.cluster_environment_names() == ["torchrun", "lsf", "mpi", "slurm", "kubeflow"]
+    # torchrun's variables exported inside a SLURM job: torchrun started these processes
+    both = {**SLURM, **TORCHRUN}
+    assert type(detect_cluster_environment(manager, both)) is TorchrunEnvironment
+
+
+class SchedulerEnvironment(ClusterEnvironment):
+    """A scheduler the core does not know: ``MYSCHED_TASK`` of ``MYSCHED_TASKS``, rank 0 on ``MYSCHED_HEAD``."""
+
+    name = "mysched"
+    required = ("MYSCHED_TASK", "MYSCHED_TASKS")
+
+    @property
+    def world_size(self) -> int:
+        return self._int("MYSCHED_TASKS")
+
+    @property
+    def global_rank(self) -> int:
+        return self._int("MYSCHED_TASK")
+
+    @property
+    def local_rank(self) -> int:
+        return self._int("MYSCHED_LOCAL", default=0)
+
+    @property
+    def local_world_size(self) -> int:
+        return self._int("MYSCHED_PER_HOST", default=1)
+
+    @property
+    def num_nodes(self) -> int:
+        return self.world_size // self.local_world_size
+
+    @property
+    def main_address(self) -> str:
+        return self.env.get("MYSCHED_HEAD", "127.0.0.1")
+
+
+class SchedulerPlugin:
+    """A third-party plugin object registering :class:`SchedulerEnvironment` above every built-in."""
+
+    ACCELKIT_API = ">=1.1,<2"
+
+    def __init__(self, priority: int = 100, name: str = "mysched") -> None:
+        self.priority, self.name = priority, name
+
+    @hookimpl
+    def accelkit_register_cluster_environments(self):
+        return [ClusterEnvironmentRecord(self.name, SchedulerEnvironment, priority=self.priority,
+                                         description="a scheduler the core does not know")]
+
+
+MYSCHED = {"MYSCHED_TASK": "1", "MYSCHED_TASKS": "2", "MYSCHED_LOCAL": "1", "MYSCHED_PER_HOST": "2",
+           "MYSCHED_HEAD": "head.example"}
+
+
+def test_third_party_environment_on_a_plugin_manager():
+    manager = PluginManager(autoload=False)
+    manager.add_plugin(SchedulerPlugin(), name="mysched-plugin")
+    record = manager.registry.cluster_environments["mysched"]
+    assert record.provider == "plugin 'mysched-plugin'" and record.priority == 100
+    found = detect_cluster_environment(manager, {**MYSCHED, **TORCHRUN})  # ranks above torchrun
+    assert type(found) is SchedulerEnvironment
+    assert (found.global_rank, found.world_size, found.main_address, found.main_port) == (1, 2, "head.example", 29400)
+    assert "MYSCHED_TASK=1" in found.reason()
+
+
+def test_equal_priorities_are_asked_by_name():
+    manager = PluginManager(autoload=False)
+    manager.add_plugin(SchedulerPlugin(priority=50, name="zz_sched"), name="z")
+    manager.add_plugin(SchedulerPlugin(priority=50, name="aa_sched"), name="a")
+    assert manager.registry.cluster_environment_names()[:3] == ["aa_sched", "torchrun", "zz_sched"]
+    assert detect_cluster_environment(manager, {**MYSCHED, **TORCHRUN}).name == "mysched"  # class name, record aa
+
+
+def test_a_name_claimed_twice_is_refused():
+    manager = PluginManager(autoload=False)
+    manager.add_plugin(SchedulerPlugin(name="slurm"), name="impostor")
+    with pytest.warns(RuntimeWarning, match=r"cluster environment name 'slurm' is claimed by both"):
+        manager.registry  # noqa: B018
+    # every environment is asked when a run is composed, so detection (and with it every run) says so
+    with pytest.raises(PluginConflictError, match=r"'slurm' is claimed by both accelkit \(core\) and plugin 'impostor'"):
+        detect_cluster_environment(manager, SLURM)
+
+
+def test_a_broken_detect_names_its_plugin():
+    class Broken(SchedulerEnvironment):
+        @classmethod
+        def detect(cls, env):
+            raise KeyError("MYSCHED_TASK")
+
+    class BrokenPlugin(SchedulerPlugin):
+        @hookimpl
+        def accelkit_register_cluster_environments(self):
+            return [ClusterEnvironmentRecord("broken", Broken, priority=99)]
+
+    manager = PluginManager(autoload=False)
+    manager.add_plugin(BrokenPlugin(), name="broken-plugin")
+    with pytest.raises(accelkit.PluginError, match=r"'broken' \(plugin 'broken-plugin'\) failed to detect: KeyError"):
+        detect_cluster_environment(manager, {})
