@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from accelkit.hookspecs import hookimpl
-from accelkit.records import ClusterEnvironmentRecord, RunConfig
+from accelkit.records import ClusterEnvironmentRecord, LoggerRecord, RunConfig
 from accelkit.sampler import default_distributed_sampler
 
 ACCELKIT_API = ">=1.0,<2"
@@ -63,3 +63,14 @@ def accelkit_environment_variables() -> dict[str, str]:
         "SLURM_*": "set by SLURM's srun/sbatch",
         "ACCELKIT_*": "accelkit settings (plugin blocking, autoload, seed)",
     }
+
+
+@hookimpl
+def accelkit_register_loggers() -> list[LoggerRecord]:
+    """The core's loggers: ``"csv"`` and ``"tensorboard"`` (the latter needs the ``tensorboard`` package)."""
+    return [
+        LoggerRecord("csv", "accelkit.loggers.csv_logs:CSVLogger",
+                     description="metrics.csv and hparams.csv under <save_dir>/logs/version_<n>"),
+        LoggerRecord("tensorboard", "accelkit.loggers.tensorboard:TensorBoardLogger", aliases=("tb",),
+                     description="TensorBoard event files (pip install tensorboard)"),
+    ]

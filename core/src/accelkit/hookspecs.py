@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from accelkit.records import (
         AcceleratorRecord,
         ClusterEnvironmentRecord,
+        LoggerRecord,
         PrecisionRecord,
         RunConfig,
         StrategyRecord,
@@ -176,4 +177,17 @@ def accelkit_diagnose(environ: dict[str, str]) -> list[str] | None:
     :param environ: a copy of the process environment.
     :return: human-readable problems, each naming what is wrong and how to fix it (a legacy variable set without
         its replacement, say), or ``None``. Must not initialise a device runtime.
+    """
+
+
+@hookspec
+def accelkit_register_loggers() -> list[LoggerRecord]:
+    """Name the experiment loggers (trackers) this plugin provides.
+
+    :return: a list of :class:`~accelkit.records.LoggerRecord`. Each names an :class:`~accelkit.loggers.Logger`
+        subclass (or a ``"module:Class"`` string, imported only when the logger is used) and its aliases, so that
+        ``Trainer(logger="mlflow")``, ``logger=["csv", "mlflow"]`` and ``--trainer.logger mlflow`` build it. A
+        logger chosen by name is constructed as ``cls(save_dir=<default_root_dir>)``.
+
+    Added in hook API 1.1. Must be cheap: importing the tracker's package here is a bug.
     """

@@ -170,3 +170,15 @@ class ClusterEnvironmentRecord:
     def load(self) -> Any:
         """Return the environment class, importing it if ``target`` is a string."""
         return load_target(self.target)
+
+
+@dataclass(frozen=True)
+class LoggerRecord(_Record):
+    """An experiment logger (tracker) a plugin provides, chosen by name: ``Trainer(logger="tensorboard")``.
+
+    :param name: the canonical name (``"mlflow"``).
+    :param target: an :class:`~accelkit.loggers.Logger` subclass or ``"module:Class"``; built as
+        ``cls(save_dir=<the Trainer's default_root_dir>)`` when chosen by name.
+    :param aliases: other names users may write (``("tb",)``).
+    :param description: one line shown by ``accelkit plugins``.
+    """
