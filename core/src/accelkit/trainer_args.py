@@ -122,8 +122,11 @@ def callback_list(callbacks: Any) -> list[Any]:
     return items
 
 
-def logger_list(logger: Any, root: Path) -> list[Any]:
-    """``logger=`` as a list: ``True``/``None`` a CSV logger under ``root``, ``False`` none, loggers as given."""
+def logger_list(logger: Any, root: Path, manager: Any = None) -> list[Any]:
+    """``logger=`` as a list: ``True``/``None`` a CSV logger under ``root``, ``False`` none, loggers as given; a
+    name (``"tensorboard"``, ``"csv"``, a plugin's ``"mlflow"``), alone or in a list, is the registered logger
+    built with ``save_dir=root`` (:mod:`accelkit.loggers.registry`; ``manager`` is the run's plugin manager, a
+    fresh one when omitted)."""
     from accelkit.loggers import CSVLogger
 
     if logger is None or logger is True:
@@ -131,10 +134,18 @@ def logger_list(logger: Any, root: Path) -> list[Any]:
     if logger is False:
         return []
     items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
+    if any(isinstance(item, str) for item in items):
+        from accelkit.loggers.registry import build_logger
+
+        if manager is None:
+            from accelkit.plugins import PluginManager
+
+            manager = PluginManager()
+        items = [build_logger(item, root, manager) if isinstance(item, str) else item for item in items]
     for item in items:
         if not callable(getattr(item, "log_metrics", None)):
             raise TypeError(f"logger={item!r} is not a logger (it has no log_metrics method); pass an "
-                            "accelkit.loggers.Logger, a list of them, True or False")
+                            "accelkit.loggers.Logger, a registered logger name, a list of them, True or False")
     return items
 
 
