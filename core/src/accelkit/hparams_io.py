@@ -189,6 +189,11 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict[str, Any]:
+    from accelkit import distributed_checkpoint
+
+    if isinstance(source, (str, os.PathLike)) and distributed_checkpoint.is_sharded_checkpoint(source):
+        checkpoint = distributed_checkpoint.load_full(source, weights_only=weights_only)  # any world size, on the CPU
+        return checkpoint if map_location is None else _move(checkpoint, map_location)
     if isinstance(source, (str, os.PathLike)) and not Path(source).is_file():
         raise FileNotFoundError(f"checkpoint {os.fspath(source)!r} does not exist")
     try:
@@ -204,6 +209,16 @@ def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict
     if not isinstance(checkpoint, dict):
         raise ValueError(f"checkpoint holds a {type(checkpoint).__name__}, not a checkpoint dict")
     return checkpoint
+
+
+def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
+    """The tensors of a checkpoint read on the CPU, moved as ``torch.load(map_location=...)`` would have put them."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(checkpoint, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, map_location=map_location, weights_only=False)
 
 
 def _init_kwargs(cls: type, stored: dict[str, Any], hparams_name: str | None,

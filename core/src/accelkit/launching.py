@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from accelkit.distributed_checkpoint import METADATA_FILE, is_sharded_checkpoint
 from accelkit.result import WorkerResult
 from accelkit.strategy import RunContext
 
@@ -40,7 +41,7 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
     if ckpt_path == "last":
         # The newest last*.ckpt of the checkpoint callbacks (a second run in the same folder writes last-v1.ckpt).
         found = {Path(p) for c in trainer.checkpoint_callbacks for p in c._find_last_checkpoints(trainer)}
-        found = [p for p in found if p.is_file()]
+        found = [p for p in found if p.is_file() or is_sharded_checkpoint(p)]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
         warnings.warn(f"ckpt_path='last': no checkpoint at {trainer.checkpoint_path} yet; starting from scratch.",
@@ -48,9 +49,11 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
         return None
     if ckpt_path is not None:
         path = Path(ckpt_path)
-        if path.is_dir():
-            raise IsADirectoryError(f"ckpt_path={str(ckpt_path)!r} is a directory; give the .ckpt file in it")
-        if not path.is_file():
+        if path.is_dir() and not is_sharded_checkpoint(path):
+            raise IsADirectoryError(f"ckpt_path={str(ckpt_path)!r} is a directory but not a sharded checkpoint (no "
+                                    f"{METADATA_FILE} and .metadata in it); give the .ckpt file or sharded "
+                                    "checkpoint directory in it")
+        if not path.is_file() and not path.is_dir():
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
     return ckpt_path
 

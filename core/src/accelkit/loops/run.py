@@ -78,10 +78,16 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
             from accelkit.summary import summarize
 
             summarize(module, max_depth=1)
-        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only) if ckpt_path is not None else None
-        if checkpoint is not None:
+        # A sharding strategy reads its checkpoint after setup, into the module it sharded (restore after setup)
+        late = bool(strategy.restore_checkpoint_after_setup)
+        checkpoint = None
+        if ckpt_path is not None and not late:
+            checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
             checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
         trainer._model = strategy.setup_module(module)
+        if ckpt_path is not None and late:
+            checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+            checkpointing.restore_module_and_callbacks(trainer, module, checkpoint, model=trainer._model)
         trainer._data = DataConnector(trainer, module, datamodule, loaders)
         trainer._publisher = Publisher(trainer)
         if stage == "fit" and strategy.is_global_zero:
@@ -124,8 +130,9 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
         spawned = stage == "fit" and strategy.launches_workers
         return WorkerResult(
             result=ckpt.to_cpu(result),
-            state_dict=ckpt.to_cpu(module.state_dict()) if spawned else None,
-            training_state=ckpt.to_cpu(trainer._training_state()) if spawned else None,
+            # full weights and optimizer states (gathered from every process by a sharding strategy)
+            state_dict=ckpt.to_cpu(strategy.full_state_dict(trainer.model)) if spawned else None,
+            training_state=ckpt.to_cpu(_full_training_state(trainer)) if spawned else None,
             callback_metrics=ckpt.to_cpu(trainer.callback_metrics),
             logged_metrics=ckpt.to_cpu(trainer.logged_metrics),
             progress_bar_metrics=dict(trainer.progress_bar_metrics),
@@ -151,6 +158,16 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
     finally:
         torch.use_deterministic_algorithms(previous_deterministic)
         strategy.teardown()
+
+
+def _full_training_state(trainer: Any) -> dict[str, Any]:
+    """The training state sent back to the caller: the optimizers' complete states (``full_optimizer_state_dict``:
+    every process takes part when they are sharded)."""
+    state = dict(trainer._training_state())
+    if trainer._optimizers:
+        state["optimizer_states"] = [trainer.strategy.full_optimizer_state_dict(trainer.model, o)
+                                     for o in trainer._optimizers]
+    return state
 
 
 def _configure_model(module: Any) -> None:
