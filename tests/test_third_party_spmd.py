@@ -1,0 +1,46 @@
+"""A third party writes a one-process-many-devices strategy with public names only (tests/third_party_spmd/)."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PLUGIN_DIR = Path(__file__).resolve().parent / "third_party_spmd"
+
+
+def test_the_plugin_uses_no_private_name() -> None:
+    tree = ast.parse((PLUGIN_DIR / "spmd_plugin.py").read_text())
+    private = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            private += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            if node.module != "__future__" and any(p.startswith("_") for p in (node.module or "").split(".")):
+                private.append(node.module)
+        elif isinstance(node, ast.Import):
+            private += [a.name for a in node.names if any(p.startswith("_") for p in a.name.split("."))]
+        elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+            private.append(node.attr)
+    assert private == []
+
+
+@pytest.mark.xla
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+def test_third_party_spmd_strategy_trains_on_four_devices(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("XRT_TPU_CONFIG", "TPU_NUM_DEVICES")}
+    env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"})
+    proc = subprocess.run([sys.executable, str(PLUGIN_DIR / "scenario.py"), str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["devices"] == 4
+    assert (result["world_size"], result["devices_per_process"]) == (1, 4)
+    assert result["sharding"] == "{devices=[4,1]0,1,2,3}"
+    assert result["global_step"] == 8
+    assert result["diff"] <= 1e-5
