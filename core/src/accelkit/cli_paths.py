@@ -1,0 +1,161 @@
+"""Class paths in configurations: Lightning's names mapped to accelkit's, and ``file.py:Class`` targets.
+
+A YAML file written for ``LightningCLI`` names classes such as ``lightning.pytorch.callbacks.ModelCheckpoint``.
+:func:`translate_text` rewrites every such path to the accelkit class of the same job before the text is parsed,
+and refuses a Lightning class accelkit has no counterpart for, naming what accelkit offers instead. Importing
+this module imports neither jsonargparse nor Lightning.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from accelkit.errors import ConfigurationError
+
+#: Lightning's package prefixes, newest first (``lightning.pytorch`` and the older ``pytorch_lightning``).
+LIGHTNING_PREFIXES = ("lightning.pytorch.", "pytorch_lightning.")
+
+#: Lightning name (without the package prefix) -> accelkit class path. Lightning re-exports classes from
+#: several modules (``callbacks.ModelCheckpoint`` and ``callbacks.model_checkpoint.ModelCheckpoint``), so a
+#: name is looked up by its sub-package and class name (see :func:`accelkit_class_path`).
+LIGHTNING_CLASSES: dict[str, str] = {
+    "LightningModule": "accelkit.Module",
+    "LightningDataModule": "accelkit.DataModule",
+    "Trainer": "accelkit.Trainer",
+    "callbacks.Callback": "accelkit.callbacks.Callback",
+    "callbacks.Checkpoint": "accelkit.callbacks.Checkpoint",
+    "callbacks.ModelCheckpoint": "accelkit.callbacks.ModelCheckpoint",
+    "callbacks.EarlyStopping": "accelkit.callbacks.EarlyStopping",
+    "callbacks.LearningRateMonitor": "accelkit.callbacks.LearningRateMonitor",
+    "callbacks.DeviceStatsMonitor": "accelkit.callbacks.DeviceStatsMonitor",
+    "loggers.Logger": "accelkit.loggers.Logger",
+    "loggers.CSVLogger": "accelkit.loggers.CSVLogger",
+    "loggers.TensorBoardLogger": "accelkit.loggers.TensorBoardLogger",
+    "loggers.MLFlowLogger": "accelkit_mlflow.MLFlowLogger",
+    "profilers.Profiler": "accelkit.profilers.Profiler",
+    "profilers.SimpleProfiler": "accelkit.profilers.SimpleProfiler",
+    "profilers.PyTorchProfiler": "accelkit.profilers.PyTorchProfiler",
+    "cli.ReduceLROnPlateau": "accelkit.cli.ReduceLROnPlateau",
+    "cli.SaveConfigCallback": "accelkit.cli.SaveConfigCallback",
+    "cli.LightningCLI": "accelkit.cli.CLI",
+}
+
+#: Distributions that provide an accelkit class named above, for the message when it is not installed.
+_DISTRIBUTIONS = {"accelkit_mlflow": "accelkit-mlflow"}
+
+_PATH = re.compile(r"(?<![\w.])(?:lightning\.pytorch|pytorch_lightning)(?:\.[A-Za-z_]\w*)+")
+
+
+def _key(path: str) -> tuple[str, str]:
+    """``("callbacks", "ModelCheckpoint")`` for any of Lightning's spellings of that class."""
+    for prefix in LIGHTNING_PREFIXES:
+        if path.startswith(prefix):
+            path = path[len(prefix):]
+            break
+    parts = path.split(".")
+    return (parts[0] if len(parts) > 1 else ""), parts[-1]
+
+
+_BY_KEY = {_key(name): target for name, target in LIGHTNING_CLASSES.items()}
+
+
+def accelkit_class_path(lightning_path: str) -> str:
+    """The accelkit class path standing for a Lightning class path.
+
+    :param lightning_path: e.g. ``"lightning.pytorch.callbacks.early_stopping.EarlyStopping"``.
+    :raise ConfigurationError: when accelkit has no such class; the message names the classes it has in the same
+        group (callbacks, loggers ...).
+    """
+    group, name = _key(lightning_path)
+    target = _BY_KEY.get((group, name))
+    if target is None:
+        same_group = sorted(t for (g, _), t in _BY_KEY.items() if g == group) or sorted(set(_BY_KEY.values()))
+        from accelkit.plugins import suggest
+
+        hint = suggest(name, [t.rsplit(".", 1)[1] for t in same_group])
+        raise ConfigurationError(f"{lightning_path!r} has no accelkit counterpart.{hint} accelkit provides "
+                                 f"{', '.join(same_group)}; write one of those class paths (or your own class) "
+                                 "in the configuration")
+    module = target.split(".", 1)[0]
+    if module in _DISTRIBUTIONS:
+        import importlib.util
+
+        if importlib.util.find_spec(module) is None:
+            raise ConfigurationError(f"{lightning_path!r} maps to {target}, which the {_DISTRIBUTIONS[module]} "
+                                     f"distribution provides; install it: pip install {_DISTRIBUTIONS[module]}")
+    return target
+
+
+def translate_text(text: str) -> str:
+    """``text`` with every Lightning class path replaced by its accelkit counterpart (see
+    :func:`accelkit_class_path`); text without one is returned unchanged."""
+    if "lightning" not in text:
+        return text
+    return _PATH.sub(lambda match: accelkit_class_path(match.group(0)), text)
+
+
+def translate_value(value: Any) -> Any:
+    """:func:`translate_text` applied to every string inside nested dicts and lists."""
+    if isinstance(value, str):
+        return translate_text(value)
+    if isinstance(value, dict):
+        return {key: translate_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(translate_value(item) for item in value)
+    return value
+
+
+def load_class(target: str, base: type, kind: str) -> type:
+    """Import ``path/to/file.py:ClassName`` or ``package.module:ClassName`` and check it subclasses ``base``.
+
+    A file is imported under its own stem with its folder put first on ``sys.path``, so worker processes
+    started with the ``spawn`` method can import it again by name.
+
+    :param kind: how ``base`` is named in messages (``"accelkit.Module"``).
+    :raise SystemExit: with a message naming the bad part and the classes the module has.
+    """
+    location, sep, class_name = target.rpartition(":")
+    if not sep or not location or not class_name:
+        raise SystemExit(f"accelkit: {target!r} is not of the form path/to/file.py:ClassName or package.module:Class")
+    if location.endswith(".py") or "/" in location or "\\" in location:
+        path = Path(location).resolve()
+        if not path.is_file():
+            raise SystemExit(f"accelkit: no such file: {location}")
+        if str(path.parent) not in sys.path:
+            sys.path.insert(0, str(path.parent))
+        module_name = path.stem
+    else:
+        module_name = location
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` would: modules in the current folder import
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.split(".")[0] != exc.name.split(".")[0]:
+            raise  # the module exists but imports something missing: the traceback is the useful answer
+        raise SystemExit(f"accelkit: cannot import {module_name!r} ({exc}); give a file path "
+                         "(path/to/file.py:Class) or a module importable from the current folder") from None
+    names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, base)
+                   and v is not base)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise SystemExit(f"accelkit: {module_name} has no {class_name!r}; {kind} classes found there: "
+                         f"{', '.join(names) or 'none'}")
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise SystemExit(f"accelkit: {module_name}:{class_name} is a {type(cls).__name__}, not an {kind} "
+                         f"subclass; {kind} classes found there: {', '.join(names) or 'none'}")
+    return cls
+
+
+def dotted_class_path(target: str, base: type, kind: str) -> str:
+    """``path/to/file.py:Class`` or ``package.module:Class`` as the dotted path a configuration uses
+    (``file.Class``), importing it (see :func:`load_class`); a target without ``:`` is returned unchanged."""
+    if ":" not in target:
+        return target
+    cls = load_class(target, base, kind)
+    return f"{cls.__module__}.{cls.__qualname__}"

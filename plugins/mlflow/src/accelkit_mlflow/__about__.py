@@ -1,0 +1,3 @@
+"""The version of accelkit-mlflow."""
+
+__version__ = "0.1.0"
