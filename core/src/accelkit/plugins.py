@@ -12,17 +12,29 @@ The object an entry point names (usually a module) carries :data:`accelkit.hooki
   the user asks for a name it could have provided.
 * ``ACCELKIT_DISABLE_PLUGIN_AUTOLOAD=1`` turns entry-point discovery off; ``ACCELKIT_BLOCK_PLUGINS=a,b`` and
   ``Trainer(plugins=["no:a"])`` block plugins by entry-point name.
-* A name claimed by two distributions is a :class:`~accelkit.errors.PluginConflictError` naming both.
+* A plugin whose ``accelkit_register_*`` (or ``accelkit_configure``) implementation raises is marked ``failed``
+  with its exception and unregistered; every other plugin keeps working (``accelkit plugins``/``doctor`` list it).
+* A name claimed by two plugins fails only the runs that ask for that name, with a
+  :class:`~accelkit.errors.PluginConflictError` naming both providers and the value that blocks one.
+* A function named like a hook but without ``@accelkit.hookimpl`` is ignored by pluggy: registration warns.
+* A plugin may name distributions that provide names it does not (install hints): a module attribute
+  ``ACCELKIT_INSTALL_HINTS = {"accelerators": {"npu": "acme-npu"}}`` (sections ``accelerators``, ``strategies``,
+  ``precisions``), read only from loaded plugins and used only to word "not available" errors.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata as importlib_metadata
+import inspect
 import os
+import sys
+import types
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -96,6 +108,7 @@ class PluginManager(pluggy.PluginManager):
         from accelkit import _builtin
 
         self.register(_builtin, name="accelkit-core")
+        self.register(_Diagnostics(self), name="accelkit-core-diagnostics")
         self.hook.accelkit_configure.call_historic(kwargs={"manager": self})
         if autoload is None:
             autoload = os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip().lower() not in ("1", "true", "yes")
@@ -129,7 +142,7 @@ class PluginManager(pluggy.PluginManager):
                 continue
             try:
                 plugin = ep.load()
-            except Exception as exc:  # a broken plugin must not take the tool down
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the tool down
                 info.status, info.error = FAILED, exc
                 info.reason = f"{type(exc).__name__}: {exc}"
                 warnings.warn(f"accelkit plugin {ep.name!r} ({info.provider}) failed to load and is skipped: "
@@ -139,10 +152,17 @@ class PluginManager(pluggy.PluginManager):
 
     def add_plugin(self, plugin: Any, name: str | None = None) -> PluginInfo:
         """Register a plugin object passed by the user (``Trainer(plugins=[obj])``)."""
+        if plugin is None or isinstance(plugin, (bool, int, float, complex, str, bytes)):
+            raise TypeError(f"{plugin!r} is not a plugin: pass a module or object carrying @accelkit.hookimpl "
+                            "functions (and an ACCELKIT_API string)")
+        if self.is_registered(plugin):  # the same module found through its entry point, or passed twice
+            registered = self.get_name(plugin)
+            return self.infos.get(registered) or PluginInfo(name=registered, plugin=plugin)
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-        existing = self.get_plugin(name)
-        if existing is plugin:
-            return self.infos[name]
+        base, number = name, 1
+        while self.has_plugin(name) or name in self.infos:  # two instances of one plugin class
+            number += 1
+            name = f"{base}#{number}"
         info = PluginInfo(name=name)
         self.infos[name] = info
         self._register_checked(plugin, info)
@@ -170,9 +190,12 @@ class PluginManager(pluggy.PluginManager):
             info.reason = (f"supports hook API {declared} but this accelkit provides {hookspecs.HOOK_API_VERSION}; "
                            f"upgrade {info.distribution or info.name} or accelkit")
             return
+        _warn_unmarked(self, plugin, info)
         try:
             self.register(plugin, name=info.name)
-        except Exception as exc:  # pluggy validates hook names and signatures here
+        except Exception as exc:  # noqa: BLE001 - pluggy checks names and signatures; accelkit_configure runs
+            if self.is_registered(plugin):  # a historic hook raised after pluggy had registered the plugin
+                self.unregister(plugin)
             info.status, info.error, info.reason = FAILED, exc, f"{type(exc).__name__}: {exc}"
             return
         # pluggy accepts an implementation without a specification (it stays "pending"): a misspelt name
@@ -204,8 +227,75 @@ class PluginManager(pluggy.PluginManager):
         return "accelkit (core)" if plugin is _core_module() else repr(plugin)
 
     def failures(self) -> list[PluginInfo]:
-        """Plugins that failed to load."""
+        """Plugins that failed to load (including those whose registration hooks raised)."""
         return [i for i in self.infos.values() if i.status == FAILED]
+
+    def conflicts(self) -> list[str]:
+        """One sentence per name claimed by two plugins (each fails only the runs that use that name)."""
+        return [c.message() for c in self.registry.conflicts]
+
+    def install_hints(self) -> dict[str, dict[str, str]]:
+        """``{section: {name key: distribution}}`` from the ``ACCELKIT_INSTALL_HINTS`` of loaded plugins."""
+        hints: dict[str, dict[str, str]] = {}
+        for info in self.infos.values():
+            declared = getattr(info.plugin, "ACCELKIT_INSTALL_HINTS", None) if info.status == LOADED else None
+            if not isinstance(declared, dict):
+                continue
+            for section, names in declared.items():
+                if isinstance(names, dict):
+                    hints.setdefault(str(section), {}).update(
+                        {lookup_key(n): str(d) for n, d in names.items() if isinstance(d, str)})
+        return hints
+
+    def info_of(self, plugin: Any) -> PluginInfo | None:
+        """The :class:`PluginInfo` of a registered plugin object, if it has one."""
+        for info in self.infos.values():
+            if info.plugin is plugin:
+                return info
+        return None
+
+    def mark_failed(self, plugin: Any, error: BaseException, where: str) -> None:
+        """Take a plugin out because one of its hooks raised: it is unregistered and reported as ``failed``."""
+        name = self.get_name(plugin) or getattr(plugin, "__name__", None) or type(plugin).__name__
+        info = self.info_of(plugin) or self.infos.setdefault(name, PluginInfo(name=name))
+        info.status, info.error, info.plugin, info.hooks = FAILED, error, None, []
+        info.reason = f"{where} raised {type(error).__name__}: {error}"
+        if self.is_registered(plugin):
+            self.unregister(plugin)
+        self._registry = None
+        warnings.warn(f"accelkit plugin {info.name!r} ({info.provider}) is skipped: {info.reason}. Other plugins "
+                      f"keep working; block it with {BLOCK_ENV}={info.name} to silence this.", RuntimeWarning,
+                      stacklevel=4)
+
+
+
+class _Diagnostics:
+    """The manager's own ``accelkit doctor`` findings: names claimed twice (each fails only the runs using it)."""
+
+    def __init__(self, manager: PluginManager) -> None:
+        self.manager = manager
+
+    @hookspecs.hookimpl
+    def accelkit_diagnose(self) -> list[str]:
+        """Every conflict, with the value that blocks one of its plugins."""
+        return [f"{c} Until then, only runs that use this name fail." for c in self.manager.conflicts()]
+
+
+def _warn_unmarked(manager: PluginManager, plugin: Any, info: PluginInfo) -> None:
+    """Warn about functions named like a hook that lack ``@accelkit.hookimpl`` (pluggy ignores them)."""
+    known = sorted(n for n in vars(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_"))
+    for name in sorted(n for n in dir(plugin) if n.startswith(f"{hookspecs.PROJECT_NAME}_")):
+        value = inspect.getattr_static(plugin, name, None)
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if not inspect.isroutine(value) or manager.parse_hookimpl_opts(plugin, name) is not None:
+            continue
+        if name in known or suggest(name, known):
+            warnings.warn(f"plugin {info.name!r} ({info.provider}) defines {name}() without @accelkit.hookimpl, so "
+                          f"it is never called; decorate it with @accelkit.hookimpl.{suggest(name, known)}"
+                          if name not in known else
+                          f"plugin {info.name!r} ({info.provider}) defines {name}() without @accelkit.hookimpl, so "
+                          "it is never called; decorate it with @accelkit.hookimpl.", RuntimeWarning, stacklevel=4)
 
 
 def _core_module() -> Any:
@@ -214,72 +304,154 @@ def _core_module() -> Any:
     return _builtin
 
 
-class Registry:
-    """Every named accelerator, strategy, precision and cluster environment, keyed by name (and alias)."""
+@dataclass
+class Conflict:
+    """One name claimed by two plugins, for overlapping accelerators (``None``: any accelerator).
+
+    :param kind: ``"accelerator"``, ``"strategy"`` or ``"precision"``.
+    :param name: the name as the second claimant spelt it.
+    :param providers: display names of the claimants (:attr:`PluginInfo.provider`).
+    :param plugins: their entry-point names (what ``ACCELKIT_BLOCK_PLUGINS`` and ``"no:NAME"`` take); ``""`` for
+        plugin objects passed to the Trainer, which are removed from ``plugins=[...]`` instead.
+    :param accelerators: where both claims apply (scoped names); ``None`` for accelerators or unscoped claims.
+    """
+
+    kind: str
+    name: str
+    providers: list[str]
+    plugins: list[str]
+    accelerators: frozenset[str] | None = None
+
+    def covers(self, accelerator: str) -> bool:
+        """Whether a run on ``accelerator`` that asks for this name meets the conflict."""
+        return self.accelerators is None or accelerator in self.accelerators
+
+    def message(self) -> str:
+        """The sentence naming both providers and how to block one of them."""
+        claimants = " and ".join(self.providers)
+        where = f" on accelerator {', '.join(sorted(self.accelerators))}" if self.accelerators else ""
+        blockable = [p for p in self.plugins if p]
+        fixes = [f"{BLOCK_ENV}={p} (or Trainer(plugins=['no:{p}']))" for p in blockable]
+        if len(blockable) < len(self.plugins):
+            fixes.append("remove one of the plugin objects from Trainer(plugins=[...])")
+        return f"{self.kind} name {self.name!r}{where} is claimed by both {claimants}; to use it, block one: " + (
+            " or ".join(fixes) + (", or uninstall one of them" if blockable else ""))
+
+
+class _Table(dict):
+    """A name table that also remembers the names claimed twice (left out of it, or kept and checked)."""
 
     def __init__(self) -> None:
-        self.accelerators: dict[str, AcceleratorRecord] = {}
-        self.strategies: dict[str, list[StrategyRecord]] = {}
-        self.precisions: dict[str, list[PrecisionRecord]] = {}
-        self.cluster_environments: dict[str, ClusterEnvironmentRecord] = {}
+        super().__init__()
+        self.conflicts: dict[str, list[Conflict]] = {}
+
+
+class Registry:
+    """Every named accelerator, strategy and precision, keyed by name and alias.
+
+    A registration hook that raises takes only its own plugin out (:meth:`PluginManager.mark_failed`); a name
+    claimed twice is kept out of the tables and raises :class:`~accelkit.errors.PluginConflictError` when a run
+    asks for it (:attr:`conflicts` lists them).
+    """
+
+    def __init__(self) -> None:
+        self.accelerators: dict[str, AcceleratorRecord] = _Table()
+        self.strategies: dict[str, list[StrategyRecord]] = _Table()
+        self.precisions: dict[str, list[PrecisionRecord]] = _Table()
+        self.cluster_environments: dict[str, ClusterEnvironmentRecord] = _Table()
+        #: every name claimed twice
+        self.conflicts: list[Conflict] = []
+        self._plugin_names: dict[str, str] = {}
 
     @classmethod
     def build(cls, manager: PluginManager) -> Registry:
-        registry = cls()
-        conflicts: list[str] = []
-        kinds = (
-            ("accelerator", manager.hook.accelkit_register_accelerators, registry._add_accelerator),
-            ("strategy", manager.hook.accelkit_register_strategies, registry._add_scoped(registry.strategies)),
-            ("precision", manager.hook.accelkit_register_precisions, registry._add_scoped(registry.precisions)),
-            ("cluster environment", manager.hook.accelkit_register_cluster_environments,
-             registry._add_cluster_environment),
-        )
-        for kind, hook, add in kinds:
-            for impl in reversed(hook.get_hookimpls()):  # registration order, so messages are stable
-                for record in impl.function() or []:
-                    provider = manager.provider_of(impl.plugin)
-                    object.__setattr__(record, "provider", provider)
-                    clash = add(record)
-                    if clash is not None:
-                        conflicts.append(
-                            f"{kind} name {clash[0]!r} is claimed by both {clash[1]} and {provider}; uninstall one "
-                            f"of them or block one with {BLOCK_ENV}"
-                        )
-        if conflicts:
-            raise PluginConflictError("; ".join(conflicts))
+        """Call every plugin's registration hooks; a plugin whose hooks raise is marked failed and skipped."""
+        hooks = (("accelerator", manager.hook.accelkit_register_accelerators, AcceleratorRecord),
+                 ("strategy", manager.hook.accelkit_register_strategies, StrategyRecord),
+                 ("precision", manager.hook.accelkit_register_precisions, PrecisionRecord),
+                 ("cluster environment", manager.hook.accelkit_register_cluster_environments,
+                  ClusterEnvironmentRecord))
+        implementing = {id(impl.plugin) for _, hook, _ in hooks for impl in hook.get_hookimpls()}
+        # plugins in registration order, so messages are stable
+        order = [plugin for _, plugin in manager.list_name_plugin() if id(plugin) in implementing]
+        while True:  # a failure unregisters its plugin; start again without it
+            registry = cls()
+            try:
+                for plugin in order:
+                    registry._add_plugin(manager, plugin, hooks)
+            except _HookFailed as failed:
+                if failed.plugin is _core_module():
+                    raise failed.error from None
+                manager.mark_failed(failed.plugin, failed.error, failed.where)
+                order = [p for p in order if p is not failed.plugin]
+                continue
+            break
+        for conflict in registry.conflicts:
+            warnings.warn(f"{conflict.message()}. Runs that use this name fail until then; others are unaffected.",
+                          RuntimeWarning, stacklevel=4)
         return registry
 
-    def _add_accelerator(self, record: AcceleratorRecord) -> tuple[str, str] | None:
+    def _add_plugin(self, manager: PluginManager, plugin: Any, hooks: Any) -> None:
+        collected = []
+        for kind, hook, record_type in hooks:
+            for impl in hook.get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+                where = f"{impl.plugin_name}.{hook.name}()"
+                try:
+                    records = list(impl.function() or [])
+                except Exception as exc:  # noqa: BLE001 - the plugin is taken out, the others keep working
+                    raise _HookFailed(plugin, exc, where) from None
+                for record in records:
+                    if not isinstance(record, record_type):
+                        raise _HookFailed(plugin, TypeError(f"returned {record!r}, not a {record_type.__name__}"),
+                                          where)
+                collected.extend((kind, record) for record in records)
+        info = manager.info_of(plugin)
+        provider = manager.provider_of(plugin)
+        for kind, record in collected:
+            object.__setattr__(record, "provider", provider)
+            # what ACCELKIT_BLOCK_PLUGINS takes: entry-point names only (objects passed to the Trainer are removed)
+            self._plugin_names[provider] = info.name if info is not None and info.distribution else ""
+            if kind == "accelerator":
+                self._add_named(kind, self.accelerators, record, record.names)
+            elif kind == "cluster environment":
+                self._add_named(kind, self.cluster_environments, record, (record.name,))
+            else:
+                self._add_scoped(kind, self.strategies if kind == "strategy" else self.precisions, record)
+
+    def _conflict(self, kind: str, name: str, providers: list[str], accelerators: Any = None) -> Conflict:
+        conflict = Conflict(kind, name, providers, [self._plugin_names.get(p, "") for p in providers],
+                            None if accelerators is None else frozenset(accelerators))
+        self.conflicts.append(conflict)
+        return conflict
+
+    def _add_named(self, kind: str, table: Any, record: Any, names: Iterable[str]) -> None:
+        for name in names:
+            key = lookup_key(name)
+            if key in table.conflicts:  # a third claimant joins the conflict
+                table.conflicts[key][0].providers.append(record.provider)
+                table.conflicts[key][0].plugins.append(self._plugin_names.get(record.provider, ""))
+            elif key in table and table[key] is not record:
+                table.conflicts[key] = [self._conflict(kind, name, [table.pop(key).provider, record.provider])]
+            else:
+                table[key] = record
+
+    def _add_scoped(self, kind: str, table: Any, record: StrategyRecord) -> None:
         for name in record.names:
             key = lookup_key(name)
-            if key in self.accelerators and self.accelerators[key] is not record:
-                return name, self.accelerators[key].provider
-            self.accelerators[key] = record
-        return None
-
-    def _add_cluster_environment(self, record: ClusterEnvironmentRecord) -> tuple[str, str] | None:
-        key = lookup_key(record.name)
-        if key in self.cluster_environments and self.cluster_environments[key] is not record:
-            return record.name, self.cluster_environments[key].provider
-        self.cluster_environments[key] = record
-        return None
-
-    @staticmethod
-    def _add_scoped(table: dict[str, list[Any]]) -> Any:
-        def add(record: StrategyRecord) -> tuple[str, str] | None:
-            for name in record.names:
-                key = lookup_key(name)
-                if any(other is record for other in table.get(key, [])):
-                    continue  # a name and an alias that differ only in spelling ("bf16-true"/"bf16_true")
-                for other in table.get(key, []):
-                    if other.accelerators is None or record.accelerators is None or (
-                        set(other.accelerators) & set(record.accelerators)
-                    ):
-                        return name, other.provider
-                table.setdefault(key, []).append(record)
-            return None
-
-        return add
+            if any(other is record for other in table.get(key, [])):
+                continue  # a name and an alias that differ only in spelling ("bf16-true"/"bf16_true")
+            for other in table.get(key, []):
+                if other.accelerators is None or record.accelerators is None:
+                    shared = other.accelerators if record.accelerators is None else record.accelerators
+                else:
+                    shared = set(other.accelerators) & set(record.accelerators)
+                    if not shared:
+                        continue
+                table.conflicts.setdefault(key, []).append(
+                    self._conflict(kind, name, [other.provider, record.provider], shared))
+            table.setdefault(key, []).append(record)
 
     # ----------------------------------------------------------------- look-ups
     def accelerator_names(self) -> list[str]:
@@ -303,14 +475,90 @@ class Registry:
 
     @staticmethod
     def find_scoped(table: dict[str, list[Any]], name: str, accelerator: str) -> Any:
-        """The record registered under ``name`` for ``accelerator``, or ``None``."""
+        """The record registered under ``name`` for ``accelerator``, or ``None``; a
+        :class:`~accelkit.errors.PluginConflictError` if two plugins claim that name there."""
+        for conflict in getattr(table, "conflicts", {}).get(lookup_key(name), []):
+            if conflict.covers(accelerator):
+                raise PluginConflictError(f"{conflict.message()}.")
         for record in table.get(lookup_key(name), []):
             if record.runs_on(accelerator):
                 return record
         return None
 
+    def precision_name(self, precision: Any) -> str:
+        """The registered name of a precision instance the user built (``TruePrecision(torch.float64)`` ->
+        ``"64-true"``): its own ``name`` if it or its class sets one, else the record with its class and options,
+        else its class name (never the ``"32-true"`` it inherits from :class:`~accelkit.precision.Precision`)."""
+        cls = type(precision)
+        if "name" in vars(precision) or "name" in vars(cls):
+            return str(precision.name)
+        for record in {id(r): r for rs in self.precisions.values() for r in rs}.values():
+            target = record.target
+            if (target is not cls if not isinstance(target, str) else target.rpartition(":")[2] != cls.__name__):
+                continue
+            if record.load() is cls and all(_same_option(getattr(precision, k, v), v)
+                                            for k, v in dict(record.options).items()):
+                return record.name
+        return cls.__name__
+
+    def conflict(self, name: str, kinds: Iterable[str] = ("accelerator", "strategy", "precision")) -> Conflict | None:
+        """The conflict over ``name`` among ``kinds``, if two plugins claim it."""
+        key = lookup_key(name)
+        for conflict in self.conflicts:
+            if conflict.kind in kinds and lookup_key(conflict.name) == key:
+                return conflict
+        return None
+
+
+def _same_option(value: Any, option: Any) -> bool:
+    if isinstance(option, str) and not isinstance(value, str):  # dtype options are spelt "float64"
+        return str(value).removeprefix("torch.") == option
+    return bool(value == option)
+
+
+class _HookFailed(Exception):
+    def __init__(self, plugin: Any, error: BaseException, where: str) -> None:
+        super().__init__(where)
+        self.plugin, self.error, self.where = plugin, error, where
+
 
 def suggest(name: str, choices: Iterable[str]) -> str:
-    """``" Did you mean 'x'?"`` for the closest choice, or ``""``."""
-    close = difflib.get_close_matches(str(name).lower(), list(choices), n=1, cutoff=0.6)
+    """``" Did you mean 'x'?"`` for the closest choice, or ``""``.
+
+    Only close spellings that start alike count: ``"npu"`` is another device, not a typo of ``"tpu"``."""
+    name = str(name).lower()
+    close = [c for c in difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6) if c[:1] == name[:1]]
     return f" Did you mean {close[0]!r}?" if close else ""
+
+
+# ----------------------------------------------------------------------------------------------- spawned workers
+@dataclass(frozen=True)
+class PluginModule:
+    """A plugin module passed to ``Trainer(plugins=[...])``, as it travels to spawned workers: by import name
+    (a module object cannot be pickled; each worker imports it again)."""
+
+    name: str
+
+    def load(self) -> Any:
+        """Import the module in this process."""
+        return importlib.import_module(self.name)
+
+
+def portable_plugins(objects: list[Any]) -> list[Any]:
+    """``objects`` with each module replaced by a :class:`PluginModule` (for pickling the Trainer)."""
+    portable = []
+    for obj in objects:
+        if isinstance(obj, types.ModuleType):
+            name = obj.__name__
+            if sys.modules.get(name) is not obj or (obj.__spec__ is None and name != "__main__"):
+                raise PluginError(f"plugin module {name!r} was not imported from a file, so spawned workers cannot "
+                                  "import it again; put its hooks in an importable module (or register it through "
+                                  "an entry point), or use a strategy that does not spawn workers")
+            obj = PluginModule(name)
+        portable.append(obj)
+    return portable
+
+
+def resolve_plugins(objects: list[Any]) -> list[Any]:
+    """The inverse of :func:`portable_plugins`, in a worker: each :class:`PluginModule` imported again."""
+    return [obj.load() if isinstance(obj, PluginModule) else obj for obj in objects]

@@ -14,10 +14,22 @@ import torch
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
-from accelkit.plugins import PluginManager
+from accelkit.plugins import PluginManager, portable_plugins, resolve_plugins
 from accelkit.resolve import Composition, compose, print_notices
-from accelkit.trainer_args import (CLOUD_ONLY, callback_list, check_barebones, check_run_arguments, env_seed,
-                                   logger_list, parse_max_time, split_datamodule)
+from accelkit.trainer_args import (
+    CLOUD_ONLY,
+    callback_list,
+    check_barebones,
+    check_device_count,
+    check_loaders,
+    check_root_dir,
+    check_run_arguments,
+    env_seed,
+    logger_list,
+    parse_max_time,
+    plugin_arguments,
+    split_datamodule,
+)
 from accelkit.trainer_props import TrainerProperties
 
 
@@ -106,10 +118,7 @@ class Trainer(TrainerProperties):
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
                 raise ConfigurationError(reason)
-        plugin_list = plugins if isinstance(plugins, (list, tuple)) else ([] if plugins is None else [plugins])
-        self._blocked = [p[3:] for p in plugin_list if isinstance(p, str) and p.startswith("no:")]
-        names = [p for p in plugin_list if isinstance(p, str) and not p.startswith("no:")]
-        self._plugin_objects = [p for p in plugin_list if not isinstance(p, str)]
+        self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
         self._manager: PluginManager | None = None
 
         from accelkit.precision import Precision
@@ -145,6 +154,9 @@ class Trainer(TrainerProperties):
             self.max_time = parse_max_time(max_time)
         except ValueError as exc:
             problems.append(str(exc))
+        too_many = check_device_count(arguments["devices"], arguments["accelerator"], manager)
+        if too_many:
+            raise ConfigurationError(problems + [too_many])  # the accelerator would try to build the list
         try:
             composition = compose(manager, accelerator=arguments["accelerator"], devices=arguments["devices"],
                                   strategy=arguments["strategy"], precision=arguments["precision"],
@@ -166,6 +178,10 @@ class Trainer(TrainerProperties):
         fast = int(fast_dev_run)
         self.barebones = barebones
         self.default_root_dir = Path(default_root_dir or os.getcwd())
+        writes = not (fast or barebones) and (enable_checkpointing is not False or logger in (None, True))
+        unwritable = check_root_dir(self.default_root_dir) if writes else None
+        if unwritable:
+            raise ConfigurationError(unwritable)
         self.max_steps = fast if fast else max_steps
         self.max_epochs = 1 if fast else (max_epochs if max_epochs is not None else (1000 if max_steps == -1
                                                                                      else None))
@@ -251,11 +267,13 @@ class Trainer(TrainerProperties):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_manager"] = None  # pluggy managers hold modules; workers rebuild theirs
+        state["_plugin_objects"] = portable_plugins(self._plugin_objects)  # plugin modules travel by name
         state["_hooks"] = state["_data"] = state["_publisher"] = state["_optim"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._plugin_objects = resolve_plugins(self._plugin_objects)
         from accelkit.precision import Precision
         from accelkit.strategy import Strategy
 
@@ -276,6 +294,7 @@ class Trainer(TrainerProperties):
         from accelkit.launching import launch
 
         train_dataloaders, datamodule = split_datamodule(train_dataloaders, datamodule, "train_dataloaders")
+        check_loaders("fit", {"train": train_dataloaders, "val": val_dataloaders})
         launch(self, "fit", model, datamodule, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path,
                weights_only, {})
 
@@ -286,6 +305,7 @@ class Trainer(TrainerProperties):
         from accelkit.launching import launch
 
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
+        check_loaders("validate", {"val": dataloaders})
         return launch(self, "validate", model, datamodule, {"val": dataloaders}, ckpt_path, weights_only,
                       {"verbose": verbose})
 
@@ -295,6 +315,7 @@ class Trainer(TrainerProperties):
         from accelkit.launching import launch
 
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
+        check_loaders("test", {"test": dataloaders})
         return launch(self, "test", model, datamodule, {"test": dataloaders}, ckpt_path, weights_only,
                       {"verbose": verbose})
 
@@ -305,6 +326,7 @@ class Trainer(TrainerProperties):
         from accelkit.launching import launch
 
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
+        check_loaders("predict", {"predict": dataloaders})
         return launch(self, "predict", model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
                       {"return_predictions": True if return_predictions is None else return_predictions})
 

@@ -184,3 +184,137 @@ def parse_max_time(value: Any) -> float | None:
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"max_time={value!r} must be a positive duration")
     return seconds
+
+
+# ----------------------------------------------------------------------------------------------- plugins, devices
+def plugin_arguments(plugins: Any) -> tuple[list[str], list[str], list[Any]]:
+    """``plugins=`` as ``(blocked names, strategy/precision names, objects)``; anything else is refused naming it.
+
+    Accepted: ``None``, one item or a list/tuple of: ``"no:NAME"`` (block an installed plugin), a strategy or
+    precision name, a :class:`~accelkit.strategy.Strategy` or :class:`~accelkit.precision.Precision` instance,
+    or a plugin (a module or object carrying ``@accelkit.hookimpl`` functions).
+    """
+    from accelkit.precision import Precision
+    from accelkit.strategy import Strategy
+
+    items = plugins if isinstance(plugins, (list, tuple)) else ([] if plugins is None else [plugins])
+    works = ("plugins= takes a list of plugin modules/objects (with @accelkit.hookimpl functions), strategy or "
+             "precision names or instances, and 'no:NAME' to block an installed plugin")
+    problems: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            if not item.strip() or item.strip() == "no:":
+                problems.append(f"plugins item {item!r} is an empty name; {works}.")
+        elif isinstance(item, type) and issubclass(item, (Strategy, Precision)):
+            problems.append(f"plugins item {item.__name__} is a class; pass an instance "
+                            f"({item.__name__}(...)) or its registered name.")
+        elif not isinstance(item, (Strategy, Precision)) and not _looks_like_plugin(item):
+            problems.append(f"plugins item {item!r} ({type(item).__name__}) is not a plugin; {works}.")
+    if problems:
+        raise ConfigurationError(problems)
+    blocked = [p.strip()[3:] for p in items if isinstance(p, str) and p.strip().startswith("no:")]
+    names = [p for p in items if isinstance(p, str) and not p.strip().startswith("no:")]
+    return blocked, names, [p for p in items if not isinstance(p, str)]
+
+
+def _looks_like_plugin(item: Any) -> bool:
+    """A module, or an object with an ``ACCELKIT_API`` declaration or an ``accelkit_*`` attribute."""
+    import types
+
+    if isinstance(item, types.ModuleType):
+        return True
+    if item is None or isinstance(item, (numbers.Number, bytes, bytearray, list, tuple, dict, set)):
+        return False
+    return hasattr(item, "ACCELKIT_API") or any(n.startswith("accelkit_") for n in dir(item))
+
+
+#: more processes than any one machine runs, whatever its device count (each is a Python process)
+MAX_DEVICES_PER_NODE = 256
+
+
+def check_device_count(devices: Any, accelerator: Any, manager: Any) -> str | None:
+    """A problem when ``devices`` (an int or a digit string) asks for more processes than is sane here: over
+    ``max(256, 8 x device_count)`` of the named accelerator (asked through its class, starting no runtime).
+    ``None`` when it is fine or not a count (the accelerator parses the rest)."""
+    from accelkit.accelerator import Accelerator
+    from accelkit.records import lookup_key
+
+    cls: Any = None
+    if isinstance(accelerator, Accelerator) or (isinstance(accelerator, type) and issubclass(accelerator, Accelerator)):
+        cls = accelerator
+    elif isinstance(accelerator, str) and lookup_key(accelerator) != "auto":
+        try:
+            record = manager.registry.accelerators.get(lookup_key(accelerator))
+            cls = record.load() if record is not None else None
+        except Exception:  # noqa: BLE001 - the resolver reports unknown or broken accelerators itself
+            cls = None
+    try:
+        device_count = int(cls.device_count()) if cls is not None and cls.is_available() else None
+    except Exception:  # noqa: BLE001 - as above
+        device_count = None
+    accelerator = getattr(cls, "name", None) or str(accelerator)
+    count = devices
+    if isinstance(devices, str) and devices.strip().isascii() and devices.strip().isdigit():
+        count = int(devices.strip())
+    if not _is_int(count):
+        return None
+    limit = max(MAX_DEVICES_PER_NODE, 8 * (device_count or 1))
+    if count <= limit:
+        return None
+    here = f"{accelerator!r} has {device_count} device(s) here" if device_count else f"{accelerator!r} is asked"
+    return (f"devices={devices!r} would start {count} processes on this node, but {here}; accelkit refuses more "
+            f"than {limit} (max({MAX_DEVICES_PER_NODE}, 8 per device)). Use devices='auto', -1 (every device) or "
+            f"an int up to {device_count or limit}.")
+
+
+# ----------------------------------------------------------------------------------------------- where runs write
+def check_root_dir(root: Path) -> str | None:
+    """A problem when ``root`` (``default_root_dir``) cannot be written: the nearest existing folder on its path
+    must be a folder this process may write into. Found when the Trainer is built, not after the first epoch."""
+    probe = Path(os.path.abspath(root))
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        return (f"default_root_dir={str(root)!r} cannot be created: {str(probe)!r} is a file, not a folder. Pass a "
+                "folder path (logs and checkpoints go under it).")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return (f"default_root_dir={str(root)!r} is not writable: this process may not write into {str(probe)!r} "
+                "(permissions or a read-only file system). Pass a folder you can write to, or turn logging and "
+                "checkpointing off (logger=False, enable_checkpointing=False).")
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- loaders
+def check_loaders(stage: str, loaders: dict[str, Any]) -> None:
+    """Refuse, before anything starts, a loader argument that cannot be one: not iterable, a string, or a
+    map-style ``Dataset`` (which yields single samples, not batches). Lists/tuples/dicts of loaders are checked
+    item by item. Names the argument and the value."""
+    from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+    arguments = {"train": "train_dataloaders", "val": "val_dataloaders"} if stage == "fit" else {}
+    for key, value in loaders.items():
+        if value is None:
+            continue
+        argument = arguments.get(key, "dataloaders")
+        items = list(value.items()) if isinstance(value, dict) else (
+            list(enumerate(value)) if isinstance(value, (list, tuple)) else [(None, value)])
+        for index, item in items:
+            where = argument if index is None else f"{argument}[{index!r}]"
+            if isinstance(item, DataLoader):
+                continue
+            problem = None
+            if isinstance(item, (str, bytes)) or item is None:
+                problem = f"is {item!r}, not a loader"
+            elif isinstance(item, Dataset) and not isinstance(item, IterableDataset):
+                problem = (f"is a {type(item).__name__} (a map-style Dataset: iterating it gives single samples, "
+                           f"not batches); wrap it: DataLoader(dataset, batch_size=...)")
+            else:
+                try:
+                    iter(item)
+                except TypeError:
+                    problem = f"is a {type(item).__name__} ({item!r:.80}), which is not iterable"
+            if problem is not None:
+                raise TypeError(f"{stage}(): {where} {problem}. Pass a torch.utils.data.DataLoader (or any iterable of "
+                                "batches), a list/dict of them, or a DataModule.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -74,6 +75,7 @@ class Optimization:
         self._ran = False
         self._loss: Any = None
         self.output: Any = None
+        self._warned_skip = False
 
     # ----------------------------------------------------------------- automatic
     def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -122,6 +124,12 @@ class Optimization:
             self.zero_grad()
         if loss is None:
             self._loss = None
+            if not self._warned_skip:  # once per run, as Lightning's warning cache
+                self._warned_skip = True
+                warnings.warn(f"{type(self.module).__name__}.training_step returned None for batch {self._batch_idx} "
+                              f"(epoch {self.trainer.current_epoch}), so that batch is skipped: no backward, and the "
+                              "optimizer step moves nothing. If this was on purpose, ignore this warning; otherwise "
+                              "return the loss (or {'loss': loss}).", UserWarning, stacklevel=2)
             return None
         if self.accumulate > 1:
             loss = loss / self.accumulate
