@@ -4,11 +4,14 @@ including real two-process runs shaped like ``srun`` and ``mpirun`` on the loopb
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -27,7 +30,9 @@ from accelkit.environments import (
 )
 from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.plugins import PluginManager
-from accelkit.records import ClusterEnvironmentRecord
+from accelkit.records import ClusterEnvironmentRecord, RunConfig
+from accelkit.strategy import DDPStrategy, find_free_port
+from helpers.guards import PYTHON, TESTS, child_env
 
 #: every variable some built-in environment reads: cleared from os.environ by the ``clean`` fixture
 LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "LSB_", "JSM_", "TORCHELASTIC_", "GROUP_",
@@ -341,3 +346,180 @@ def test_a_broken_detect_names_its_plugin():
     manager.add_plugin(BrokenPlugin(), name="broken-plugin")
     with pytest.raises(accelkit.PluginError, match=r"'broken' \(plugin 'broken-plugin'\) failed to detect: KeyError"):
         detect_cluster_environment(manager, {})
+
+
+# ---------------------------------------------------------------------------------------- strategy="auto" joins
+def srun_env(rank: int, tasks: int = 2) -> dict[str, str]:
+    """What ``srun --ntasks-per-node=2 python train.py`` gives task ``rank`` on one node."""
+    return {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(tasks), "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
+            "SLURM_NNODES": "1", "SLURM_JOB_ID": "777", "SLURM_JOB_NAME": "fit", "SLURM_JOB_NODELIST": "localhost",
+            "SLURM_TASKS_PER_NODE": str(tasks)}
+
+
+def mpirun_env(rank: int, ranks: int = 2) -> dict[str, str]:
+    """What Open MPI's ``mpirun -np 2 python train.py`` gives rank ``rank`` on one node."""
+    return {"OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": str(ranks),
+            "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "OMPI_COMM_WORLD_LOCAL_SIZE": str(ranks)}
+
+
+def trainer(cpu_plugin, **kwargs):
+    kwargs.setdefault("plugins", [])
+    kwargs["plugins"] = [cpu_plugin, *kwargs["plugins"]]
+    return accelkit.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, **kwargs)
+
+
+@pytest.mark.parametrize(("env", "name"), [(srun_env(1), "slurm"), (mpirun_env(1), "mpi"),
+                                           ({**TORCHRUN, "RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+                                             "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"},
+                                            "torchrun")], ids=["srun", "mpirun", "torchrun"])
+def test_auto_under_a_launcher_joins_with_ddp(clean, cpu_plugin, env, name):
+    for key, value in env.items():
+        clean.setenv(key, value)
+    run = trainer(cpu_plugin, devices=2)
+    assert run.strategy.name == "ddp"  # not ddp_spawn: the processes exist already
+    assert run.strategy.cluster_environment.name == name
+    assert (run.global_rank, run.local_rank, run.world_size, run.strategy.node_rank) == (1, 1, 2, 0)
+    assert run.strategy.launcher.launches_workers is False
+
+
+def test_explicit_ddp_spawn_ignores_the_launcher(clean, cpu_plugin):
+    for key, value in srun_env(1).items():
+        clean.setenv(key, value)
+    run = trainer(cpu_plugin, devices=2, strategy="ddp_spawn")
+    assert run.strategy.name == "ddp_spawn" and run.global_rank == 0 and run.strategy.launcher.launches_workers
+
+
+def test_interactive_allocation_spawns(clean, cpu_plugin):
+    for key, value in {**srun_env(0), "SLURM_JOB_NAME": "interactive"}.items():
+        clean.setenv(key, value)
+    assert trainer(cpu_plugin, devices=2).strategy.name == "ddp_spawn"
+
+
+def test_launcher_and_devices_that_disagree_are_refused(clean, cpu_plugin):
+    for key, value in srun_env(1, tasks=3).items():
+        clean.setenv(key, value)
+    with pytest.raises(ConfigurationError, match=r"the launcher started 3 processes \(slurm: SLURM_PROCID=1"):
+        trainer(cpu_plugin, devices=2)
+
+
+def test_a_bad_launcher_variable_is_named_by_the_trainer(clean, cpu_plugin):
+    for key, value in {**srun_env(1), "SLURM_PROCID": "one"}.items():
+        clean.setenv(key, value)
+    with pytest.raises(ConfigurationError, match=r"SLURM_PROCID='one' is not an integer"):
+        trainer(cpu_plugin, devices=2)
+
+
+def test_ddp_without_a_launcher_still_says_how_to_start_one(clean, cpu_plugin):
+    with pytest.raises(ConfigurationError, match="torchrun --nproc-per-node 2"):
+        trainer(cpu_plugin, devices=2, strategy="ddp")
+
+
+def test_third_party_environment_through_trainer_plugins(clean, cpu_plugin):
+    for key, value in MYSCHED.items():
+        clean.setenv(key, value)
+    run = trainer(cpu_plugin, devices=2, plugins=[SchedulerPlugin()])
+    assert run.strategy.name == "ddp" and run.strategy.cluster_environment.name == "mysched"
+    assert (run.global_rank, run.local_rank, run.world_size) == (1, 1, 2)
+
+
+def test_a_hand_built_ddp_strategy_reads_the_builtin_environments(clean):
+    for key, value in srun_env(1).items():
+        clean.setenv(key, value)
+    strategy = DDPStrategy()
+    assert strategy.cluster_environment is None  # never composed
+    assert (strategy.global_rank, strategy.local_rank) == (1, 1)
+
+
+def test_a_pod_view_does_not_make_auto_join():
+    from accelkit import _builtin
+
+    class PodLike(SchedulerEnvironment):
+        launches_every_process = False
+
+    cpu = PluginManager(autoload=False)
+    import accelkit_cpu.plugin
+
+    cpu.add_plugin(accelkit_cpu.plugin, name="cpu")
+    acc = cpu.registry.accelerators["cpu"].load()
+    config = RunConfig(accelerator="cpu", accelerator_cls=acc, devices=[0, 1],
+                       cluster_environment=PodLike(MYSCHED))
+    assert _builtin.accelkit_default_strategy(config) == acc.auto_strategy(2, 1) != "ddp"
+    config.cluster_environment = SchedulerEnvironment(MYSCHED)
+    assert _builtin.accelkit_default_strategy(config) == "ddp"
+
+
+# ---------------------------------------------------------------------------------------- real joins on loopback
+def run_ranks(tmp_path: Path, launcher_env, timeout: float = 150) -> list[dict]:
+    """Start two ranks of tests/helpers/launcher_env_fit.py as a launcher would; return their JSON lines."""
+    port = find_free_port()
+    base = without_launchers(child_env())
+    base.pop("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", None)  # the installed cpu plugin is found as in a real job
+    base.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+    script = TESTS / "helpers" / "launcher_env_fit.py"
+    procs = [subprocess.Popen([PYTHON, str(script), str(tmp_path)], env={**base, **launcher_env(rank)},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=timeout))
+    finally:
+        for proc in procs:  # a rank left waiting for its peer must not outlive the test
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(out + err[-4000:] for out, err in outputs)
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("launcher_env", "name"), [(srun_env, "slurm"), (mpirun_env, "mpi")],
+                         ids=["srun-shaped", "mpirun-shaped"])
+def test_two_launched_processes_join_and_train_together(tmp_path, launcher_env, name):
+    reports = run_ranks(tmp_path, launcher_env)
+    assert [r["rank"] for r in reports] == [0, 1]
+    for report in reports:
+        assert report == {**report, "strategy": "ddp", "environment": name, "world_size": 2, "global_step": 3}
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert ranks[0]["pid"] != ranks[1]["pid"]
+    # each rank read its own shard, yet the all-reduced gradients keep the replicas bit-identical
+    for key in ranks[0]["state_dict"]:
+        assert torch.equal(ranks[0]["state_dict"][key], ranks[1]["state_dict"][key]), key
+    from helpers.models import RegressionModule
+
+    initial = RegressionModule().state_dict()
+    assert not torch.equal(ranks[0]["state_dict"]["layer.weight"], initial["layer.weight"])
+
+
+# ---------------------------------------------------------------------------------------- accelkit doctor
+def test_doctor_names_the_detected_environment_and_why(clean, cpu_plugin, capsys):
+    from accelkit import cli
+
+    manager = PluginManager(autoload=False)
+    manager.add_plugin(cpu_plugin, name="cpu")
+    plain = cli.doctor_report(manager)["cluster_environment"]
+    assert plain["name"] is None and plain["reason"].startswith("none: a plain process")
+    assert plain["asked"] == ["torchrun", "lsf", "mpi", "slurm", "kubeflow"]
+
+    for key, value in srun_env(1).items():
+        clean.setenv(key, value)
+    report = cli.doctor_report(manager)
+    found = report["cluster_environment"]
+    assert found["name"] == "slurm" and "SLURM_PROCID=1" in found["reason"]
+    assert (found["global_rank"], found["world_size"], found["main_address"]) == (1, 2, "localhost")
+    assert not report["problems"]
+
+    clean.setenv("SLURM_PROCID", "x")
+    report = cli.doctor_report(manager)
+    assert any(p.startswith("SLURM_PROCID='x' is not an integer") for p in report["problems"])
+
+
+def test_doctor_text_shows_the_environment(clean, capsys):
+    from accelkit import cli
+
+    for key, value in mpirun_env(0).items():
+        clean.setenv(key, value)
+    cli.main(["doctor"])
+    out = capsys.readouterr().out
+    assert "Cluster environment (asked in order: torchrun" in out
+    assert "mpi: OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2 set by Open MPI's mpirun" in out
+    assert "rank 0 of 2 (local rank 0 of 2, node 0 of 1), rendezvous 127.0.0.1:29500" in out

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from accelkit.errors import ConfigurationError
 from accelkit.hookspecs import hookimpl
 from accelkit.records import ClusterEnvironmentRecord, LoggerRecord, RunConfig
 from accelkit.sampler import default_distributed_sampler
 
 ACCELKIT_API = ">=1.0,<2"
 
-_LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
-
 
 @hookimpl(trylast=True)
 def accelkit_default_strategy(config: RunConfig) -> str | None:
-    """``"auto"``: processes started by torchrun join with ``ddp``; otherwise ask the accelerator."""
-    if config.world_size > 1 and all(v in os.environ for v in _LAUNCHER_VARIABLES):
-        return "ddp"
+    """``"auto"``: processes a launcher started (torchrun, srun, mpirun..., see ``config.cluster_environment``)
+    join with ``ddp``; otherwise ask the accelerator (which may start processes itself, ``ddp_spawn``)."""
+    environment = config.cluster_environment
+    if environment is not None and getattr(environment, "launches_every_process", True):
+        try:
+            joined = environment.world_size > 1
+        except ConfigurationError:
+            joined = True  # a bad variable: the joining strategy's validate() names it
+        if joined:
+            return "ddp"
     return config.accelerator_cls.auto_strategy(len(config.devices), config.num_nodes)
 
 
@@ -61,6 +66,9 @@ def accelkit_environment_variables() -> dict[str, str]:
         "MASTER_ADDR": "rendezvous host",
         "MASTER_PORT": "rendezvous port",
         "SLURM_*": "set by SLURM's srun/sbatch",
+        "OMPI_COMM_WORLD_*": "set by Open MPI's mpirun",
+        "PMI_*": "set by MPICH / Intel MPI launchers (and srun --mpi=pmi2)",
+        "JSM_NAMESPACE_*": "set by LSF's jsrun",
         "ACCELKIT_*": "accelkit settings (plugin blocking, autoload, seed)",
     }
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -156,12 +157,10 @@ def _quiet_manager() -> Any:
 
 def _records_of(manager: Any, plugin: Any) -> dict[str, list[dict[str, Any]]]:
     """What one loaded plugin registers, read from its own ``accelkit_register_*`` implementations."""
-    provided: dict[str, list[dict[str, Any]]] = {"accelerators": [], "strategies": [], "precisions": [],
-                                                 "loggers": []}
+    provided: dict[str, list[dict[str, Any]]] = {"accelerators": [], "strategies": [], "precisions": []}
     hooks = (("accelerators", manager.hook.accelkit_register_accelerators),
              ("strategies", manager.hook.accelkit_register_strategies),
-             ("precisions", manager.hook.accelkit_register_precisions),
-             ("loggers", manager.hook.accelkit_register_loggers))
+             ("precisions", manager.hook.accelkit_register_precisions))
     for kind, hook in hooks:
         for impl in hook.get_hookimpls():
             if impl.plugin is not plugin:
@@ -171,7 +170,7 @@ def _records_of(manager: Any, plugin: Any) -> dict[str, list[dict[str, Any]]]:
                                          "description": record.description}
                 if kind == "accelerators":
                     entry["priority"] = record.priority
-                elif kind != "loggers":
+                else:
                     entry["accelerators"] = None if record.accelerators is None else list(record.accelerators)
                 provided[kind].append(entry)
     return provided
@@ -194,7 +193,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "name": info.name, "distribution": info.distribution, "version": info.version,
             "status": info.status, "reason": info.reason, "api": info.api, "hooks": list(info.hooks),
-            "provides": {"accelerators": [], "strategies": [], "precisions": [], "loggers": []},
+            "provides": {"accelerators": [], "strategies": [], "precisions": []},
         }
         if info.status == "loaded":
             try:
@@ -246,8 +245,6 @@ def _plugins(args: argparse.Namespace) -> int:
             print(f"  accelerators: {_names(provides['accelerators'], False)}")
             print(f"  strategies: {_names(provides['strategies'], True)}")
             print(f"  precisions: {_names(provides['precisions'], True)}")
-            if provides["loggers"]:
-                print(f"  loggers: {_names(provides['loggers'], False)}")
             print(f"  hooks: {', '.join(plugin['hooks']) or '-'}")
     for conflict in report["conflicts"]:
         print(f"\nconflict: {conflict}")
@@ -321,7 +318,9 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
     :param manager: a :class:`~accelkit.plugins.PluginManager`; a fresh one if omitted.
     :return: ``python``, ``packages`` (accelkit, torch, each plugin distribution and its requirements with the
         installed versions), ``plugins``, ``accelerators`` (availability, reason, device count, provider),
-        ``auto`` (what ``accelerator="auto"`` picks), ``environment`` and ``problems`` (each with its fix).
+        ``auto`` (what ``accelerator="auto"`` picks), ``environment``, ``cluster_environment`` (the launcher
+        environment detected, why, and the ranks it gives; ``name`` ``None`` for a plain process) and ``problems``
+        (each with its fix).
     """
     import os
     import platform
@@ -400,6 +399,7 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
                         "environment. Fix: start processes with torchrun (which sets all three) or unset them.")
     for found in manager.hook.accelkit_diagnose(environ=dict(os.environ)):
         problems.extend(found or [])
+    cluster = _cluster_environment_report(manager, registry, problems)
 
     return {
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
@@ -409,8 +409,31 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
         "accelerators": accelerators,
         "auto": auto,
         "environment": environment,
+        "cluster_environment": cluster,
         "problems": problems,
     }
+
+
+def _cluster_environment_report(manager: Any, registry: Any, problems: list[str]) -> dict[str, Any]:
+    """Which launcher's environment describes this process (``accelkit.environments``), and why."""
+    from accelkit.environments import detect_cluster_environment
+
+    asked = registry.cluster_environment_names() if registry is not None else []
+    report: dict[str, Any] = {"name": None, "reason": "none: a plain process (no launcher's variables are set)",
+                              "asked": asked, "problems": []}
+    if registry is None:
+        return report
+    try:
+        found = detect_cluster_environment(manager)
+    except Exception as exc:  # noqa: BLE001 - a broken or doubly claimed environment is a finding, not a crash
+        report["reason"] = f"detection failed: {exc}"
+        problems.append(f"cluster environment detection failed: {exc}")
+        return report
+    if found is not None:
+        report.update(found.describe())
+        problems.extend(f"{p} Fix: correct the launcher's variables or start the script with the launcher."
+                        for p in report["problems"])
+    return report
 
 
 @command("doctor", "check this machine: versions, plugins, which accelerators are usable and why not, "
@@ -444,6 +467,13 @@ def _doctor(args: argparse.Namespace) -> int:
     for var in report["environment"]:
         value = "(unset)" if var["value"] is None else var["value"]
         print(f"  {var['name']:<26} {value:<20} {var['description']}")
+    cluster = report["cluster_environment"]
+    print("\nCluster environment (asked in order: " + (", ".join(cluster["asked"]) or "none registered") + "):")
+    print(f"  {cluster['name']}: {cluster['reason']}" if cluster["name"] else f"  {cluster['reason']}")
+    if cluster["name"] and not cluster["problems"]:
+        print(f"  rank {cluster['global_rank']} of {cluster['world_size']} (local rank {cluster['local_rank']} of "
+              f"{cluster['local_world_size']}, node {cluster['node_rank']} of {cluster['num_nodes']}), rendezvous "
+              f"{cluster['main_address']}:{cluster['main_port']}")
     print("\nProblems:" if report["problems"] else "\nNo problems found.")
     for problem in report["problems"]:
         print(f"  - {problem}")
@@ -501,25 +531,20 @@ from accelkit import cli_checkpoint  # noqa: E402,F401  (registers `accelkit che
 
 
 #: names of the configuration-driven CLI, imported (with jsonargparse) on first use: ``from accelkit.cli import CLI``
-_CONFIG_NAMES = {"CLI": "CLI", "ArgumentParser": "ArgumentParser", "ArgsType": "ArgsType",
-                 "ReduceLROnPlateau": "ReduceLROnPlateau", "SaveConfigCallback": "SaveConfigCallback",
-                 "instantiate_class": "instantiate_class",
-                 # Lightning's names, so that `from accelkit.cli import LightningCLI` needs no `as` either
-                 "LightningCLI": "CLI", "LightningArgumentParser": "ArgumentParser"}
+_CONFIG_NAMES = ("CLI", "ArgumentParser", "ArgsType", "ReduceLROnPlateau", "SaveConfigCallback", "instantiate_class")
 
 
 def __getattr__(name: str) -> Any:
     if name in _CONFIG_NAMES:
         from accelkit import cli_config
 
-        return getattr(cli_config, _CONFIG_NAMES[name])
+        return getattr(cli_config, name)
+    if name == "LightningCLI":
+        raise AttributeError("accelkit.cli has no 'LightningCLI'; write `from accelkit.cli import CLI as LightningCLI`")
     raise AttributeError(f"module 'accelkit.cli' has no attribute {name!r}")
 
 
-import accelkit.cli_commands  # noqa: F401  (registers fit/validate/test/predict)
+import accelkit.cli_commands  # noqa: E402,F401  (registers fit/validate/test/predict)
 
 if __name__ == "__main__":  # pragma: no cover
-    # `python -m accelkit.cli`: the commands registered themselves in the module `accelkit.cli`, not in __main__
-    from accelkit.cli import main as _main
-
-    sys.exit(_main())
+    sys.exit(main())

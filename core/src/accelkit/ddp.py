@@ -21,8 +21,9 @@ _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 class DDPStrategy(Strategy):
     """Data parallel over ``torch.distributed``: one process per device, gradients all-reduced in backward.
 
-    This class joins processes that something else started (``torchrun``, SLURM's ``srun``): it reads
-    ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` from the environment.
+    This class joins processes that something else started (``torchrun``, SLURM's ``srun``, ``mpirun``...): the
+    ranks, world size and rendezvous address come from its :attr:`cluster_environment` (see
+    :mod:`accelkit.environments`).
     Options not consumed here (``find_unused_parameters``, ``static_graph``, ...) go to
     :class:`torch.nn.parallel.DistributedDataParallel`.
     """
@@ -39,56 +40,81 @@ class DDPStrategy(Strategy):
         super().__init__(**options)
         self.timeout_s = timeout_s
 
-    # environment of an external launcher
-    def _env(self) -> dict[str, int] | None:
-        env = os.environ
-        if "RANK" in env and "WORLD_SIZE" in env and "LOCAL_RANK" in env:  # torchrun / torch.distributed.run
-            return {"rank": int(env["RANK"]), "local_rank": int(env["LOCAL_RANK"]), "world_size": int(env["WORLD_SIZE"])}
-        if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
-            return {"rank": int(env["SLURM_PROCID"]), "local_rank": int(env.get("SLURM_LOCALID", 0)),
-                    "world_size": int(env["SLURM_NTASKS"])}
-        return None
+    # the outside launcher's environment
+    def _env(self) -> Any:
+        """The :class:`~accelkit.environments.ClusterEnvironment` whose processes this strategy joins, or ``None``.
+
+        The resolver sets :attr:`cluster_environment` (detected once, through every plugin's environments); a
+        strategy built by hand and never composed asks the core's built-in environments itself. An environment
+        whose launcher starts one process per host that spawns its own workers (a TPU pod) is nothing to join.
+        """
+        environment = self.cluster_environment
+        if environment is None:
+            if "_builtin_environment" not in self.__dict__:  # asked once: ranks are read on every log call
+                from accelkit.environments import detect_cluster_environment
+
+                self._builtin_environment = detect_cluster_environment(None)
+            environment = self._builtin_environment
+        if environment is None or not getattr(environment, "launches_every_process", True):
+            return None
+        return environment
 
     def validate(self) -> list[str]:
         env = self._env()
         if env is None:
             if self.world_size == 1:
                 return []
-            return [
+            return [(
                 f"strategy {self.name or 'ddp'!r} joins processes started by a launcher, but RANK/WORLD_SIZE/"
                 f"LOCAL_RANK are not set: start the script with `torchrun --nproc-per-node {len(self.devices)} "
-                f"--nnodes {self.num_nodes} ...` (or srun), or use strategy='ddp_spawn' to let accelkit start "
-                "the processes."
-            ]
-        if env["world_size"] != self.world_size:
-            return [
-                f"the launcher started {env['world_size']} processes (WORLD_SIZE) but devices={self.devices} x "
-                f"num_nodes={self.num_nodes} = {self.world_size}; make them agree (torchrun --nproc-per-node must "
-                "equal devices, --nnodes must equal num_nodes)."
-            ]
+                f"--nnodes {self.num_nodes} ...` (or srun, mpirun), or use strategy='ddp_spawn' to let accelkit "
+                "start the processes."
+            )]
+        problems = env.validate()
+        if problems:
+            return problems
+        if env.world_size != self.world_size:
+            return [(
+                f"the launcher started {env.world_size} processes ({env.name}: {env.reason()}) but devices="
+                f"{self.devices} x num_nodes={self.num_nodes} = {self.world_size}; make them agree (torchrun "
+                "--nproc-per-node / srun --ntasks-per-node must equal devices, --nnodes / --nodes must equal "
+                "num_nodes)."
+            )]
         return []
 
     def create_launcher(self) -> Any:
         """Joins processes an outside launcher started (in place when there is nothing to join)."""
         from accelkit.launchers import ExternalLauncher, InPlaceLauncher
 
-        return InPlaceLauncher() if self._env() is None else ExternalLauncher(self.cluster_environment)
-
-    def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
-        super().connect(accelerator, devices, num_nodes, precision)
         env = self._env()
-        if env is not None:
-            self._local_rank = env["local_rank"]
-            self._node_rank = env["rank"] // max(len(self.devices), 1)
+        return InPlaceLauncher() if env is None else ExternalLauncher(env)
+
+    @property
+    def local_rank(self) -> int:
+        """The launcher's local rank when joining one (read from :attr:`cluster_environment`)."""
+        env = self._env()
+        return env.local_rank if env is not None else super().local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """When joining a launcher: the global rank over :attr:`processes_per_node` (processes placed node by
+        node, which every launcher here does)."""
+        env = self._env()
+        return env.global_rank // max(self.processes_per_node, 1) if env is not None else super().node_rank
 
     @property
     def global_rank(self) -> int:
+        """The launcher's global rank when joining one."""
         env = self._env()
-        return env["rank"] if env is not None else super().global_rank
+        return env.global_rank if env is not None else super().global_rank
 
     def _init_process_group(self) -> None:
         self._owns_process_group = False
         if dist.is_available() and not dist.is_initialized() and self.world_size > 1:
+            env = self._env()
+            if env is not None:  # the rendezvous torch's env:// reads, as the launcher's environment gives it
+                os.environ["MASTER_ADDR"] = env.main_address
+                os.environ["MASTER_PORT"] = str(env.main_port)
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29500")
             from datetime import timedelta
@@ -200,8 +226,8 @@ class DDPSpawnStrategy(DDPStrategy):
 
     _main_port: int | None = None
 
-    def _env(self) -> dict[str, int] | None:
-        return None  # this strategy owns its processes; any launcher environment is not ours
+    def _env(self) -> Any:
+        return None  # this strategy starts its own processes; a launcher's environment is not one to join
 
     def validate(self) -> list[str]:
         if self.num_nodes != 1:

@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from typing import Any
 
 from accelkit.accelerator import Accelerator
+from accelkit.environments import detect_cluster_environment
 from accelkit.errors import ConfigurationError, PluginConflictError, PluginError
 from accelkit.plugins import PluginManager, suggest
 from accelkit.precision import Precision
@@ -241,6 +242,8 @@ def compose(
         parsed = [0]
     config = RunConfig(accelerator=acc_name, accelerator_cls=acc_cls, devices=parsed, num_nodes=num_nodes,
                        user_devices=devices)
+    # which launcher started this process, asked once: the default strategy joins it, the strategy reads its ranks
+    config.cluster_environment = detect_cluster_environment(manager)
 
     # strategy
     strategy_obj: Strategy | None = None
@@ -279,6 +282,8 @@ def compose(
             problems.append(f"precision {config.precision!r} cannot run on {acc_name!r}: {exc}")
     if strategy_obj is not None and precision_obj is not None and not problems:
         # the run is fully resolved: the strategy's and every plugin's own checks are reported together
+        if strategy_obj.cluster_environment is None:  # a strategy instance may bring its own
+            strategy_obj.cluster_environment = config.cluster_environment
         strategy_obj.connect(acc_instance, parsed, num_nodes, precision_obj)
         problems.extend(strategy_obj.validate())
         if not problems:
