@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -157,10 +156,12 @@ def _quiet_manager() -> Any:
 
 def _records_of(manager: Any, plugin: Any) -> dict[str, list[dict[str, Any]]]:
     """What one loaded plugin registers, read from its own ``accelkit_register_*`` implementations."""
-    provided: dict[str, list[dict[str, Any]]] = {"accelerators": [], "strategies": [], "precisions": []}
+    provided: dict[str, list[dict[str, Any]]] = {"accelerators": [], "strategies": [], "precisions": [],
+                                                 "loggers": []}
     hooks = (("accelerators", manager.hook.accelkit_register_accelerators),
              ("strategies", manager.hook.accelkit_register_strategies),
-             ("precisions", manager.hook.accelkit_register_precisions))
+             ("precisions", manager.hook.accelkit_register_precisions),
+             ("loggers", manager.hook.accelkit_register_loggers))
     for kind, hook in hooks:
         for impl in hook.get_hookimpls():
             if impl.plugin is not plugin:
@@ -170,7 +171,7 @@ def _records_of(manager: Any, plugin: Any) -> dict[str, list[dict[str, Any]]]:
                                          "description": record.description}
                 if kind == "accelerators":
                     entry["priority"] = record.priority
-                else:
+                elif kind != "loggers":
                     entry["accelerators"] = None if record.accelerators is None else list(record.accelerators)
                 provided[kind].append(entry)
     return provided
@@ -193,7 +194,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "name": info.name, "distribution": info.distribution, "version": info.version,
             "status": info.status, "reason": info.reason, "api": info.api, "hooks": list(info.hooks),
-            "provides": {"accelerators": [], "strategies": [], "precisions": []},
+            "provides": {"accelerators": [], "strategies": [], "precisions": [], "loggers": []},
         }
         if info.status == "loaded":
             try:
@@ -245,6 +246,8 @@ def _plugins(args: argparse.Namespace) -> int:
             print(f"  accelerators: {_names(provides['accelerators'], False)}")
             print(f"  strategies: {_names(provides['strategies'], True)}")
             print(f"  precisions: {_names(provides['precisions'], True)}")
+            if provides["loggers"]:
+                print(f"  loggers: {_names(provides['loggers'], False)}")
             print(f"  hooks: {', '.join(plugin['hooks']) or '-'}")
     for conflict in report["conflicts"]:
         print(f"\nconflict: {conflict}")
@@ -531,20 +534,25 @@ from accelkit import cli_checkpoint  # noqa: E402,F401  (registers `accelkit che
 
 
 #: names of the configuration-driven CLI, imported (with jsonargparse) on first use: ``from accelkit.cli import CLI``
-_CONFIG_NAMES = ("CLI", "ArgumentParser", "ArgsType", "ReduceLROnPlateau", "SaveConfigCallback", "instantiate_class")
+_CONFIG_NAMES = {"CLI": "CLI", "ArgumentParser": "ArgumentParser", "ArgsType": "ArgsType",
+                 "ReduceLROnPlateau": "ReduceLROnPlateau", "SaveConfigCallback": "SaveConfigCallback",
+                 "instantiate_class": "instantiate_class",
+                 # Lightning's names, so that `from accelkit.cli import LightningCLI` needs no `as` either
+                 "LightningCLI": "CLI", "LightningArgumentParser": "ArgumentParser"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _CONFIG_NAMES:
         from accelkit import cli_config
 
-        return getattr(cli_config, name)
-    if name == "LightningCLI":
-        raise AttributeError("accelkit.cli has no 'LightningCLI'; write `from accelkit.cli import CLI as LightningCLI`")
+        return getattr(cli_config, _CONFIG_NAMES[name])
     raise AttributeError(f"module 'accelkit.cli' has no attribute {name!r}")
 
 
-import accelkit.cli_commands  # noqa: E402,F401  (registers fit/validate/test/predict)
+import accelkit.cli_commands  # noqa: F401  (registers fit/validate/test/predict)
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    # `python -m accelkit.cli`: the commands registered themselves in the module `accelkit.cli`, not in __main__
+    from accelkit.cli import main as _main
+
+    sys.exit(_main())
