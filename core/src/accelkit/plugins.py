@@ -116,6 +116,8 @@ class PluginManager(pluggy.PluginManager):
         self.autoload = bool(autoload)
         if autoload:
             self.load_entrypoints()
+            # registration hooks run now, so a plugin whose hook raises is "failed" in every listing from the start
+            self.registry  # noqa: B018
 
     # ----------------------------------------------------------------- discovery
     def load_entrypoints(self) -> None:

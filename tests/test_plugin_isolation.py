@@ -1,0 +1,287 @@
+"""One bad plugin does not take the others down (issue 10): a registration hook that raises marks only its plugin
+failed (runs, ``accelkit plugins`` and ``accelkit doctor`` go on and report it), a name claimed twice fails only the
+runs that use it and prints the value that blocks one, hook-named functions without ``@hookimpl`` warn, plugin
+modules reach spawned workers, precision instances keep their names, and install hints come from plugins."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import accelkit
+import pytest
+import torch
+from accelkit.errors import PluginConflictError
+from accelkit.plugins import FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
+from accelkit.precision import MixedPrecision, TruePrecision
+from accelkit.records import AcceleratorRecord
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers.models import RegressionModule
+
+PROVIDER = '''
+from accelkit import Accelerator, hookimpl
+from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
+ACCELKIT_API = ">=1.0,<2"
+
+class Acc(Accelerator):
+    name = "{name}"
+
+    def device(self, index):
+        import torch
+        return torch.device("cpu")
+
+@hookimpl
+def accelkit_register_accelerators():
+    return [AcceleratorRecord("{name}", Acc)]
+
+@hookimpl
+def accelkit_register_strategies():
+    return [StrategyRecord("single_device", "accelkit.strategy:SingleDeviceStrategy", accelerators=("{name}",))]
+
+@hookimpl
+def accelkit_register_precisions():
+    return [PrecisionRecord("32-true", "accelkit.precision:Precision", accelerators=("{name}",))]
+'''
+RAISER = '''
+from accelkit import hookimpl
+ACCELKIT_API = ">=1.0,<2"
+
+@hookimpl
+def accelkit_register_accelerators():
+    raise RuntimeError("vendor runtime exploded")
+'''
+UNMARKED = '''
+ACCELKIT_API = ">=1.0,<2"
+
+def accelkit_register_accelerators():  # no @hookimpl: pluggy never calls it
+    return []
+'''
+HINTER = '''
+ACCELKIT_API = ">=1.0,<2"
+ACCELKIT_INSTALL_HINTS = {"accelerators": {"npu": "acme-npu"}}
+'''
+
+SCENARIOS = '''
+import contextlib, io, json, warnings
+import accelkit
+from accelkit import cli
+from accelkit.plugins import PluginManager
+
+def attempt(**kwargs):
+    try:
+        trainer = accelkit.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False, **kwargs)
+    except Exception as exc:
+        return {"error": type(exc).__name__, "message": str(exc)}
+    return {"accelerator": trainer.config.accelerator}
+
+def command(name):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = cli.main([name])
+    return {"code": code, "text": out.getvalue()}
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    manager = PluginManager()
+infos = {n: {"status": i.status, "reason": i.reason} for n, i in manager.infos.items()}
+print(json.dumps({
+    "infos": infos, "warnings": [str(w.message) for w in caught],
+    "cpu": attempt(accelerator="cpu"), "twin": attempt(accelerator="twin"), "npu": attempt(accelerator="npu"),
+    "plugins": command("plugins"), "doctor": command("doctor"),
+    "plugins_report": cli.plugin_report(), "doctor_problems": cli.doctor_report()["problems"],
+}))
+'''
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory, make_distribution, run_python):
+    """One interpreter with five real distributions installed: a raising one, two claiming 'twin', one whose hook
+    lacks @hookimpl and one advertising an install hint."""
+    site = tmp_path_factory.mktemp("bad") / "site"
+    make_distribution(site, "acme-raiser", "0.9.0", {"raiser": "acme_raiser"}, {"acme_raiser": RAISER})
+    make_distribution(site, "acme-one", "1.0.0", {"one": "acme_one"}, {"acme_one": PROVIDER.format(name="twin")})
+    make_distribution(site, "acme-two", "2.0.0", {"two": "acme_two"}, {"acme_two": PROVIDER.format(name="twin")})
+    make_distribution(site, "acme-unmarked", "1.0.0", {"unmarked": "acme_unmarked"}, {"acme_unmarked": UNMARKED})
+    make_distribution(site, "acme-hinter", "1.0.0", {"hinter": "acme_hinter"}, {"acme_hinter": HINTER})
+    return run_python(SCENARIOS, path=[site])
+
+
+def test_a_raising_registration_hook_fails_only_its_plugin(observed):
+    raiser = observed["infos"]["raiser"]
+    assert raiser["status"] == FAILED
+    assert "accelkit_register_accelerators" in raiser["reason"] and "vendor runtime exploded" in raiser["reason"]
+    assert observed["cpu"] == {"accelerator": "cpu"}  # the others keep working
+    assert any("'raiser'" in w and "ACCELKIT_BLOCK_PLUGINS=raiser" in w for w in observed["warnings"])
+
+
+def test_plugins_and_doctor_report_the_failed_plugin_instead_of_crashing(observed):
+    listed = {p["name"]: p for p in observed["plugins_report"]["plugins"]}
+    assert listed["raiser"]["status"] == FAILED and "vendor runtime exploded" in listed["raiser"]["reason"]
+    assert "raiser" in observed["plugins"]["text"] and "vendor runtime exploded" in observed["plugins"]["text"]
+    problems = " ".join(observed["doctor_problems"])
+    assert "'raiser'" in problems and "vendor runtime exploded" in problems
+    assert "'twin'" in problems and "ACCELKIT_BLOCK_PLUGINS=one" in problems  # the conflict, with its fix
+    assert "vendor runtime exploded" in observed["doctor"]["text"] and "Traceback" not in observed["doctor"]["text"]
+
+
+def test_a_name_claimed_twice_fails_only_runs_that_use_it(observed):
+    twin = observed["twin"]
+    assert twin["error"] == "PluginConflictError"
+    for words in ("'twin'", "acme-one 1.0.0", "acme-two 2.0.0", "ACCELKIT_BLOCK_PLUGINS=one",
+                  "ACCELKIT_BLOCK_PLUGINS=two", "plugins=['no:one']"):
+        assert words in twin["message"], words
+    assert observed["cpu"] == {"accelerator": "cpu"}
+
+
+def test_a_hook_without_hookimpl_warns_naming_it(observed):
+    assert any("'unmarked'" in w and "accelkit_register_accelerators()" in w and "@accelkit.hookimpl" in w
+               for w in observed["warnings"])
+
+
+def test_a_plugin_advertises_an_install_hint_and_no_distant_suggestion_is_made(observed):
+    npu = observed["npu"]
+    assert npu["error"] == "ConfigurationError"
+    assert "pip install acme-npu" in npu["message"]
+    assert "Did you mean" not in npu["message"]  # 'npu' is another device, not a typo of 'tpu'
+
+
+# ---------------------------------------------------------------------------------------------- in process
+class Raiser:
+    ACCELKIT_API = ">=1.0,<2"
+
+    @accelkit.hookimpl
+    def accelkit_register_strategies(self):
+        raise KeyError("missing vendor table")
+
+
+class ConfigureRaiser:
+    ACCELKIT_API = ">=1.0,<2"
+
+    @accelkit.hookimpl
+    def accelkit_configure(self, manager):
+        raise RuntimeError("configure failed")
+
+
+class Twin:
+    ACCELKIT_API = ">=1.0,<2"
+
+    @accelkit.hookimpl
+    def accelkit_register_accelerators(self):
+        return [AcceleratorRecord("twin", "accelkit.accelerator:Accelerator")]
+
+
+class SeesConfig:
+    ACCELKIT_API = ">=1.0,<2"
+
+    def __init__(self):
+        self.precisions = []
+
+    @accelkit.hookimpl
+    def accelkit_validate_config(self, config):
+        self.precisions.append(config.precision)
+
+
+def quiet_trainer(**kwargs):
+    return accelkit.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                            enable_model_summary=False, **kwargs)
+
+
+def test_a_plugin_object_whose_hook_raises_is_failed_and_the_run_goes_on(cpu_manager, cpu_plugin):
+    with pytest.warns(RuntimeWarning, match="missing vendor table"):
+        trainer = quiet_trainer(accelerator="cpu", plugins=[cpu_plugin, Raiser()])
+    infos = trainer.plugin_manager.infos
+    assert infos["Raiser"].status == FAILED and "accelkit_register_strategies" in infos["Raiser"].reason
+    assert not trainer.plugin_manager.has_plugin("Raiser")  # unregistered: none of its hooks run any more
+
+
+def test_a_raising_configure_hook_leaves_the_plugin_unregistered(isolated, cpu_plugin):
+    manager = PluginManager()
+    with pytest.raises(accelkit.errors.PluginError, match="configure failed"):
+        manager.add_plugin(ConfigureRaiser())
+    assert manager.infos["ConfigureRaiser"].status == FAILED and not manager.has_plugin("ConfigureRaiser")
+
+
+def test_two_instances_of_one_plugin_class_conflict_only_where_used(isolated, cpu_plugin):
+    with pytest.warns(RuntimeWarning, match="'twin' is claimed by both"):
+        assert quiet_trainer(accelerator="cpu", plugins=[cpu_plugin, Twin(), Twin()]).config.accelerator == "cpu"
+    with pytest.raises(PluginConflictError, match="remove one of the plugin objects"), \
+            pytest.warns(RuntimeWarning):
+        quiet_trainer(accelerator="twin", plugins=[cpu_plugin, Twin(), Twin()])
+
+
+def test_an_unmarked_hook_method_warns(isolated):
+    class Forgot:
+        ACCELKIT_API = ">=1.0,<2"
+
+        def accelkit_validate_config(self, config):
+            return ["never seen"]
+
+    with pytest.warns(RuntimeWarning, match=r"accelkit_validate_config\(\) without @accelkit.hookimpl"):
+        PluginManager().add_plugin(Forgot())
+
+
+@pytest.mark.parametrize("precision, name", [(TruePrecision(torch.float64), "64-true"),
+                                             (MixedPrecision("bfloat16"), "bf16-mixed")])
+def test_a_precision_instance_in_plugins_is_reported_with_its_name(isolated, cpu_plugin, precision, name):
+    seen = SeesConfig()
+    trainer = quiet_trainer(accelerator="cpu", plugins=[cpu_plugin, seen, precision])
+    assert trainer.precision is precision and seen.precisions == [name] and trainer.config.precision == name
+
+
+def test_a_precision_subclass_without_a_record_is_named_after_its_class(isolated, cpu_plugin):
+    class Mine(TruePrecision):
+        pass
+
+    seen = SeesConfig()
+    quiet_trainer(accelerator="cpu", plugins=[cpu_plugin, seen, Mine(torch.float16)])
+    assert seen.precisions == ["Mine"]  # not the "32-true" every Precision inherits
+
+
+PLUGIN_MODULE = '''
+import os
+import accelkit
+ACCELKIT_API = ">=1.0,<2"
+
+@accelkit.hookimpl
+def accelkit_configure(manager):
+    folder = os.environ.get("ISOLATION_SEEN")
+    if folder:
+        open(os.path.join(folder, str(os.getpid())), "w").close()
+'''
+
+
+def test_a_plugin_module_reaches_every_spawned_worker(isolated, cpu_plugin, tmp_path, monkeypatch):
+    (tmp_path / "isolation_plugin.py").write_text(PLUGIN_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    monkeypatch.setenv("ISOLATION_SEEN", str(seen))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    import isolation_plugin
+
+    trainer = quiet_trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1,
+                            plugins=[cpu_plugin, isolation_plugin])
+    trainer.fit(RegressionModule())  # was: "cannot pickle 'module' object"
+    import os
+
+    workers = {p.name for p in seen.iterdir()} - {str(os.getpid())}
+    assert len(workers) == 2  # the module registered its hook in each worker
+
+
+def test_portable_plugins_round_trip_and_refuse_modules_that_cannot_be_imported_again():
+    assert resolve_plugins(portable_plugins([accelkit.hookspecs])) == [accelkit.hookspecs]
+    fake = types.ModuleType("made_up_in_memory")
+    with pytest.raises(accelkit.errors.PluginError, match="'made_up_in_memory'.*importable module"):
+        portable_plugins([fake])
+
+
+def test_the_manager_lists_conflicts_for_the_cli(isolated):
+    manager = PluginManager()
+    manager.add_plugin(Twin(), name="first")
+    manager.add_plugin(Twin(), name="second")
+    with pytest.warns(RuntimeWarning):
+        conflicts = manager.conflicts()
+    assert len(conflicts) == 1 and "'first'" in conflicts[0] and "'second'" in conflicts[0]
+    assert manager.infos["first"].status == LOADED  # a conflict is not a failure: other names of both still work
