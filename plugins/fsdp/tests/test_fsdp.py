@@ -1,0 +1,173 @@
+"""The ``fsdp`` strategy on real CPU processes over gloo: equal to DDP, 1/N of its memory per rank, gradient
+accumulation without syncs, bf16 mixed precision, refused options, and joining torchrun's processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit
+from accelkit.errors import ConfigurationError
+from accelkit.strategy import find_free_port
+from accelkit_fsdp import FSDPStrategy
+from fsdp_models import MLP, Block, Probe
+
+HERE = Path(__file__).resolve().parent
+QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+             enable_model_summary=False, limit_val_batches=0)
+
+
+def fit(root: Path, strategy: object, devices: int, tag: str, epochs: int = 1, model: MLP | None = None,
+        **kwargs: object) -> tuple[MLP, list[dict]]:
+    """Fit an MLP; return it (holding the trained weights) and each rank's Probe record."""
+    model = model or MLP()
+    trainer = accelkit.Trainer(strategy=strategy, devices=devices, max_epochs=epochs, default_root_dir=root,
+                               callbacks=[Probe(root, tag)], **QUIET, **kwargs)
+    trainer.fit(model)
+    return model, [torch.load(root / f"{tag}-rank{r}.pt", weights_only=True) for r in range(devices)]
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m, key=key: f"{key}: {m}")
+
+
+def total(record: dict) -> int:
+    return sum(record["peak"].values())
+
+
+@pytest.fixture(scope="module")
+def fsdp2(tmp_path_factory: pytest.TempPathFactory) -> tuple[MLP, list[dict]]:
+    """One epoch of fsdp on 2 processes (Block units), shared as the reference of several tests."""
+    return fit(tmp_path_factory.mktemp("fsdp2"), FSDPStrategy(auto_wrap_policy=[Block]), 2, "fsdp")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [2, 4])
+def test_fsdp_equals_ddp_with_one_nth_of_the_memory_per_rank(tmp_path, devices, request):
+    ddp_model, ddp = fit(tmp_path, "ddp_spawn", devices, "ddp")
+    if devices == 2:
+        model, fsdp = request.getfixturevalue("fsdp2")
+    else:
+        model, fsdp = fit(tmp_path, FSDPStrategy(auto_wrap_policy=[Block]), devices, "fsdp")
+    # The caller's module holds the trained full weights, equal to DDP's on the same global batches.
+    assert all(not hasattr(p, "to_local") for p in model.parameters())
+    same(model.state_dict(), ddp_model.state_dict(), atol=1e-5)
+    assert not torch.equal(model.head.weight, MLP().head.weight)  # training moved it
+    assert [r["rank"] for r in fsdp] == list(range(devices))
+    assert len({r["pid"] for r in fsdp}) == devices and {r["launcher"] for r in fsdp} == {"SpawnLauncher"}
+    # Per-rank peak bytes of parameters, gradients and Adam state (local shards, measured during the steps).
+    full = total(ddp[0])
+    assert {total(r) for r in ddp} == {full}
+    for record in fsdp:
+        for part in ("params", "grads", "optimizer"):
+            assert 0 < record["peak"][part] <= ddp[0]["peak"][part] / devices * 1.1, (part, record, ddp[0])
+        assert total(record) == pytest.approx(full / devices, rel=0.1)
+    assert sum(total(r) for r in fsdp) == pytest.approx(full, rel=0.01)  # the shards add up to one copy
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_skips_the_sync_and_matches_one_process(tmp_path):
+    # 2 ranks x 2 accumulated batches of 4 = global batches of 16, as one process with batches of 16 (SGD).
+    reference = MLP(optimizer="sgd", lr=0.05)
+    accelkit.Trainer(devices=1, max_epochs=1, default_root_dir=tmp_path / "one", **QUIET).fit(reference)
+    model, records = fit(tmp_path, "fsdp", 2, "accumulate", model=MLP(optimizer="sgd", lr=0.05, global_batch=8),
+                         accumulate_grad_batches=2)
+    same(model.state_dict(), reference.state_dict(), atol=1e-5)
+    # Inside the accumulation window no gradient reaches the sharded parameters (no reduce-scatter ran);
+    # at the window's end it does.
+    for record in records:
+        assert record["grads_after_backward"] == [False, True] * 4
+
+
+@pytest.mark.slow
+def test_bf16_mixed_computes_in_bfloat16_and_keeps_float32_shards(tmp_path, fsdp2):
+    reference, _ = fsdp2
+    model, records = fit(tmp_path, "fsdp", 2, "bf16", precision="bf16-mixed")
+    for record in records:
+        assert record["forward_dtypes"] == ["torch.bfloat16"]  # gathered parameters, during the forward
+        assert record["param_dtypes"] == ["torch.float32"]  # the sharded parameters the optimizer steps
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    same(model.state_dict(), reference.state_dict(), atol=5e-2)
+    assert not all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+
+
+def test_mixed_precision_policy_of_each_precision():
+    strategy = FSDPStrategy()
+    for name, param, reduce in (("bf16-mixed", torch.bfloat16, torch.float32),
+                                ("16-mixed", torch.float16, torch.float32), ("32-true", None, None)):
+        strategy.precision = type("P", (), {"name": name})()
+        policy = strategy.mixed_precision_policy()
+        assert (policy.param_dtype, policy.reduce_dtype) == (param, reduce)
+
+
+def test_refused_options_name_what_works():
+    with pytest.raises(ConfigurationError, match=r"unknown fsdp option\(s\) \['shard_grads'\].*auto_wrap_policy"):
+        FSDPStrategy(shard_grads=True)
+    with pytest.raises(ConfigurationError, match="names no importable class"):
+        FSDPStrategy(auto_wrap_policy="fsdp_models:NoSuchBlock")
+    with pytest.raises(ConfigurationError, match="not a torch.nn.Module subclass"):
+        FSDPStrategy(activation_checkpointing=[int])
+    with pytest.raises(ConfigurationError, match="parameter count >= 1"):
+        FSDPStrategy(auto_wrap_policy=0)
+    known = r"knows \['16-mixed', '32-true', 'bf16-mixed'\], not precision='64-true'"
+    with pytest.raises(ConfigurationError, match=known):
+        accelkit.Trainer(accelerator="cpu", strategy="fsdp", devices=2, precision="64-true", logger=False)
+    with pytest.raises(ConfigurationError, match="start every node with torchrun"):
+        accelkit.Trainer(accelerator="cpu", strategy="fsdp", devices=1, num_nodes=2, logger=False)
+
+
+def test_auto_wrap_by_parameter_count_takes_children_before_parents():
+    model = MLP(width=8, depth=2)
+    units = FSDPStrategy(auto_wrap_policy=70)._units(model)
+    # each block's Linear holds 72 parameters: the Linears become units, their Block parents then hold none new
+    assert units == [model.blocks[1].linear, model.blocks[0].linear, model.inp]
+    assert FSDPStrategy(auto_wrap_policy=(Block,))._units(model) == [model.blocks[1], model.blocks[0]]
+
+
+@pytest.mark.slow
+def test_activation_checkpointing_and_cpu_offload_train_like_the_default(tmp_path, fsdp2):
+    reference, _ = fsdp2
+    model, _ = fit(tmp_path, FSDPStrategy(auto_wrap_policy=[Block], activation_checkpointing=[Block],
+                                          cpu_offload=True), 2, "options")
+    same(model.state_dict(), reference.state_dict(), atol=1e-6)
+
+
+@pytest.mark.slow
+def test_torchrun_two_nodes_on_loopback_join_instead_of_spawning(tmp_path, fsdp2):
+    reference, _ = fsdp2
+    port = find_free_port()
+    commands = [
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
+         str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port), "--rdzv-backend", "static",
+         str(HERE / "torchrun_fsdp.py"), str(tmp_path), "2"]
+        for rank in range(2)
+    ]
+    env = {k: v for k, v in __import__("os").environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = str(HERE)
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for cmd in commands]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=120)[0])
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outputs)
+    records = [torch.load(tmp_path / f"torchrun-rank{r}.pt", weights_only=True) for r in range(2)]
+    assert [r["rank"] for r in records] == [0, 1] and {r["world_size"] for r in records} == {2}
+    # joined: each rank is the process torchrun started (no worker of its own), under an ExternalLauncher
+    assert {r["launcher"] for r in records} == {"ExternalLauncher"}
+    assert records[0]["ppid"] != records[1]["ppid"]  # two torchrun agents, one per "node"
+    same(torch.load(tmp_path / "torchrun-weights.pt", weights_only=True), reference.state_dict(), atol=1e-5)

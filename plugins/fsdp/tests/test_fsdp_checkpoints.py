@@ -1,0 +1,127 @@
+"""Sharded checkpoints of real ``fsdp`` runs (2 and 4 CPU processes over gloo): written as directories by every
+rank, resumed at other world sizes (2 -> 4, 2 -> 1), loaded into a plain module, consolidated into one file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit
+from accelkit import distributed_checkpoint as dcp_io
+from fsdp_models import MLP, Block
+
+pytestmark = pytest.mark.slow
+
+QUIET = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+             limit_val_batches=0)
+
+
+def trainer(root: Path, strategy: object = "fsdp", devices: int = 2, epochs: int = 2, **kwargs: object) -> accelkit.Trainer:
+    return accelkit.Trainer(strategy=strategy, devices=devices, max_epochs=epochs, default_root_dir=root, **QUIET,
+                            **kwargs)
+
+
+def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 0.0) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m, key=key: f"{key}: {m}")
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Two epochs of fsdp on 2 processes, a sharded checkpoint after each epoch (and last.ckpt)."""
+    root = tmp_path_factory.mktemp("fsdp2")
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1, save_last=True)
+    model = MLP()
+    from accelkit_fsdp import FSDPStrategy
+
+    run = trainer(root, strategy=FSDPStrategy(auto_wrap_policy="fsdp_models:Block"), callbacks=[callback])
+    run.fit(model)
+    return {"root": root, "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "trainer": run, "folder": root / "ckpt"}
+
+
+def test_checkpoints_are_sharded_directories_written_by_every_rank(saved_run):
+    folder = saved_run["folder"]
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["epoch=0-step=4.ckpt", "epoch=1-step=8.ckpt", "last.ckpt"], names  # no temporary left
+    for name in names:
+        assert dcp_io.is_sharded_checkpoint(folder / name)
+        shards = sorted(p.name for p in (folder / name).glob("*.distcp"))
+        assert len(shards) == 2, shards  # one file per rank
+    assert not (folder / "last.ckpt").is_symlink()  # a copy of the directory: survives top-k removal
+    assert saved_run["trainer"].checkpoint_callback.best_model_path.endswith("epoch=1-step=8.ckpt")
+
+
+def test_a_plain_module_loads_the_sharded_directory_without_a_process_group(saved_run):
+    import torch.distributed as dist
+
+    last = saved_run["folder"] / "last.ckpt"
+    loaded = MLP.load_from_checkpoint(last)
+    assert not dist.is_initialized()
+    same(loaded.state_dict(), saved_run["weights"])
+    # validate(ckpt_path=dir) on one device reads the whole checkpoint into the unsharded module
+    model = MLP()
+    run = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                           default_root_dir=saved_run["root"] / "val")
+    metrics = run.validate(model, ckpt_path=last, verbose=False)
+    same(model.state_dict(), saved_run["weights"])
+    assert metrics[0]["val_loss"] > 0
+
+
+def test_resume_at_four_processes_equals_the_uninterrupted_two_process_run(saved_run, tmp_path):
+    model = MLP()
+    run = trainer(tmp_path, devices=4, enable_checkpointing=False)
+    run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
+    assert run.global_step == 8
+    same(model.state_dict(), saved_run["weights"], atol=1e-5)
+
+
+def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(saved_run, tmp_path):
+    model = MLP()
+    run = trainer(tmp_path, strategy="auto", devices=1, enable_checkpointing=False)
+    run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
+    assert run.global_step == 8
+    same(model.state_dict(), saved_run["weights"], atol=1e-5)
+
+
+def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path):
+    out = tmp_path / "model.ckpt"
+    accelkit_cli = Path(sys.executable).with_name("accelkit")
+    proc = subprocess.run([str(accelkit_cli), "checkpoint", "consolidate", str(saved_run["folder"] / "last.ckpt"),
+                           str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    checkpoint = torch.load(out, weights_only=True)
+    same(checkpoint["state_dict"], saved_run["weights"])
+    assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8
+    (optimizer,) = checkpoint["optimizer_states"]
+    assert optimizer["param_groups"][0]["params"] == list(range(len(saved_run["weights"])))  # optimizer.state_dict()
+    fresh = MLP()
+    adam = fresh.configure_optimizers()
+    adam.load_state_dict(optimizer)  # the ordinary single-file format
+    assert int(adam.state[fresh.head.weight]["step"]) == 8
+    # the consolidated file resumes like any checkpoint; a second consolidate refuses to overwrite
+    again = subprocess.run([str(accelkit_cli), "checkpoint", "consolidate", str(saved_run["folder"] / "last.ckpt"),
+                            str(out)], capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "--force" in again.stderr
+
+
+def test_ckpt_path_last_finds_the_directory(saved_run):
+    run = saved_run["trainer"]
+    from accelkit.launching import _resolve_ckpt
+
+    assert Path(_resolve_ckpt(run, "last", "fit", True)).name == "last.ckpt"
+    with pytest.raises(IsADirectoryError, match="not a sharded checkpoint"):
+        _resolve_ckpt(run, saved_run["root"], "fit", True)
+
+
+def test_block_is_the_unit_the_string_policy_named():
+    from accelkit_fsdp import FSDPStrategy
+
+    assert FSDPStrategy(auto_wrap_policy="fsdp_models:Block").auto_wrap_policy == (Block,)
