@@ -198,7 +198,24 @@ def scenario_train(out: Path) -> dict:
     return result
 
 
-SCENARIOS = {"train": scenario_train}
+def scenario_debug(out: Path) -> dict:
+    """``strategy="xla_spmd_debug"`` before anything else uses torch_xla (its variables must precede the runtime)."""
+    imported_before = "torch_xla" in sys.modules
+    model = MLP()
+    trainer = Trainer(accelerator="tpu", strategy="xla_spmd_debug", devices="auto", max_epochs=3, logger=False,
+                      enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
+                      default_root_dir=out)
+    trainer.fit(model, DataLoader(dataset(), batch_size=BATCH))
+    report = out / "xla_debug" / "fit-rank0.json"
+    data = json.loads(report.read_text())
+    return {"strategy": type(trainer.strategy).__name__, "torch_xla_imported_before_fit": imported_before,
+            "batch_shardings": model.batch_shardings, "world_size": data["world_size"], "rank": data["rank"],
+            "summary": data["summary"], "findings": [f["code"] for f in data["findings"]],
+            "text_head": (out / "xla_debug" / "fit-rank0.txt").read_text()[:300],
+            "log_exists": (out / "xla_debug" / "pt_xla_debug.log").is_file()}
+
+
+SCENARIOS = {"train": scenario_train, "debug": scenario_debug}
 
 if __name__ == "__main__":
     name, outdir = sys.argv[1], Path(sys.argv[2])

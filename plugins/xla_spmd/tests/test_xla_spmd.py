@@ -83,3 +83,19 @@ def test_checkpoint_resume_equals_uninterrupted_run(run) -> None:
     assert run["resumed_global_step"] == 3 * STEPS_PER_EPOCH
     assert run["diff_resumed"] <= 1e-6
     assert run["diff_resumed_dp"] <= 1e-6  # saved FSDP-sharded, resumed data parallel
+
+
+def test_xla_spmd_debug_writes_one_report_for_the_host(tmp_path, run_spmd_scenario) -> None:
+    """The debug composition (accelkit-xla-spawn-debug's mixin over xla_spmd), chosen by name."""
+    result = run_spmd_scenario("debug", tmp_path)
+    assert result["strategy"] == "XLASPMDDebugStrategy"
+    assert result["torch_xla_imported_before_fit"] is False
+    assert result["batch_shardings"][0] == "{devices=[4,1]0,1,2,3}"
+    assert (result["rank"], result["world_size"]) == (0, 1)
+    assert result["text_head"].startswith("accelkit XLA debug report - replica 0 of 1")
+    assert result["log_exists"]
+    # the step graph compiles during warm-up; the only later compilation is the epoch-end metric graph, once,
+    # when the first epoch ends (it shows in the window of step 5); the report names it
+    assert result["summary"]["compilations_in_warmup"] >= 1
+    assert set(result["summary"]["compile_steps_after_warmup"]) <= {STEPS_PER_EPOCH + 1}
+    assert set(result["findings"]) <= {"recompilation"}
