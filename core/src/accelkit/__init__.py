@@ -12,7 +12,8 @@ from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
 from accelkit.datamodule import DataModule
-from accelkit.errors import AccelkitError, ConfigurationError, PluginConflictError, PluginError, WorkerError
+from accelkit.errors import (AccelkitError, ConfigurationError, PluginConflictError, PluginError, TrainingInterrupted,
+                             WorkerError)
 from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
 from accelkit.module import Module
 from accelkit.precision import MixedPrecision, Precision, TruePrecision
@@ -43,6 +44,7 @@ __all__ = [
     "StrategyRecord",
     "Trainer",
     "TruePrecision",
+    "TrainingInterrupted",
     "WorkerError",
     "__version__",
     "hookimpl",

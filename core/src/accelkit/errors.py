@@ -34,3 +34,9 @@ class PluginConflictError(PluginError):
 
 class WorkerError(AccelkitError, RuntimeError):
     """A worker process or replica failed; the message carries its traceback."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """SIGINT/SIGTERM stopped the run. The message says where it stopped, where its state was saved and how to
+    resume. A ``KeyboardInterrupt``, so scripts end as on Ctrl-C (non-zero) and ``except Exception`` does not
+    swallow it."""

@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
+import signal
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from accelkit import checkpoint as ckpt
-from accelkit.errors import WorkerError
+from accelkit import interrupt
+from accelkit.errors import TrainingInterrupted, WorkerError
 
 
 class Launcher:
@@ -44,10 +49,27 @@ class Launcher:
 
 
 class InPlaceLauncher(Launcher):
-    """The work runs here, in the calling process."""
+    """The work runs here, in the calling process.
+
+    The first SIGINT/SIGTERM during ``fit`` stops training at the end of the current batch (a checkpoint of that
+    state is written and :class:`~accelkit.errors.TrainingInterrupted` raised); the second raises
+    ``KeyboardInterrupt`` at once.
+    """
 
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return function(*args, **kwargs)
+        if strategy.run_context.stage != "fit":
+            return function(*args, **kwargs)  # nothing to save: Ctrl-C keeps its usual meaning
+        control = interrupt.StopControl()
+
+        def first(signum: int) -> None:
+            control.request(signum)
+            interrupt.announce_first(signum, "stopping after the current batch and saving a checkpoint")
+
+        def second(signum: int) -> None:
+            raise KeyboardInterrupt(f"{interrupt._NAMES.get(signum, signum)} received twice: stopped at once")
+
+        with interrupt.handle_signals(first, second), interrupt.active(control):
+            return function(*args, **kwargs)
 
 
 class ExternalLauncher(InPlaceLauncher):
@@ -59,6 +81,11 @@ class ExternalLauncher(InPlaceLauncher):
 
     def __init__(self, environment: Any = None) -> None:
         self.environment = environment
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run in place. Signals keep their default meaning: the outside launcher delivers them to each process
+        at its own moment, so the processes could not agree on a step to stop at."""
+        return function(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(environment={getattr(self.environment, 'name', self.environment)!r})"
@@ -95,29 +122,76 @@ class SpawnLauncher(Launcher):
                 "level (not inside a function) and keep open files, locks and modules out of them."
             ) from None
 
+    #: seconds the workers get to reach the agreed step and save after the first signal, before they are killed
+    grace_s: float = 60.0
+
     def start(self, entry: Callable[..., None], args: tuple, num_processes: int) -> None:
         """Start ``num_processes`` workers running ``entry(index, *args)`` and wait for all of them.
 
-        Raises :class:`~accelkit.errors.WorkerError` when one fails; the others are stopped."""
+        Raises :class:`~accelkit.errors.WorkerError` when one fails; the others are stopped. On a second signal
+        (:meth:`stop_now`) every worker is killed."""
         import torch.multiprocessing as mp
 
+        self._context = context = mp.start_processes(entry, args=args, nprocs=num_processes, join=False,
+                                                     start_method=self.start_method)
         try:
-            mp.start_processes(entry, args=args, nprocs=num_processes, join=True, start_method=self.start_method)
+            while not context.join(timeout=0.2):
+                if self._deadline is not None and time.monotonic() > self._deadline:
+                    self._kill()
+                    raise TrainingInterrupted(
+                        f"the workers did not reach a consistent point within {self.grace_s:.0f} s of the signal "
+                        "and were stopped; nothing was saved by this interruption.")
         except mp.ProcessRaisedException as exc:
             raise WorkerError(f"a worker process failed; its traceback:\n{exc}") from None
         except mp.ProcessExitedException as exc:
             raise WorkerError(f"a worker process died ({exc}); the other workers were stopped.") from None
+        finally:
+            self._kill()  # nothing outlives the launch, whatever ended it
+            self._context = None
+
+    def _kill(self) -> None:
+        """SIGTERM to every live worker (they exit through their cleanup handlers), SIGKILL after 3 s."""
+        context = getattr(self, "_context", None)
+        processes = [p for p in (context.processes if context is not None else ()) if p.is_alive()]
+        for process in processes:
+            process.terminate()
+        deadline = time.monotonic() + 3.0
+        for process in processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+
+    def stop_gracefully(self, signum: int, stage: str | None) -> None:
+        """First signal: during ``fit``, agree on a step for every worker to stop at and give them
+        :attr:`grace_s` to get there and save; in other stages there is nothing to save, so stop at once."""
+        if stage != "fit":
+            self.stop_now(signum)
+        interrupt.StopControl(self._block).request(signum, workers=self.num_processes)
+        self._deadline = time.monotonic() + self.grace_s
+        interrupt.announce_first(signum, "the workers stop after the same step and save a checkpoint")
+
+    def stop_now(self, signum: int) -> None:
+        """Second signal (or a stage with nothing to save): kill every worker and raise."""
+        self._kill()
+        raise TrainingInterrupted(f"{interrupt._NAMES.get(signum, signum)}: the workers were stopped at once; "
+                                  "nothing was saved by this interruption.")
 
     def missing_result(self, strategy: Any) -> Any:
         """What to return when no worker of this host wrote a result (global zero runs on another host)."""
         raise WorkerError("the workers ended without the global-zero worker returning its result.")
 
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        remove_stale_temp_dirs()
         payload = self.payload(strategy, function, args, kwargs)
-        with tempfile.TemporaryDirectory(prefix=self.temp_prefix) as tmp:
+        self._block = interrupt.shared_block(self.num_processes)
+        self._deadline: float | None = None
+        stage = strategy.run_context.stage
+        with tempfile.TemporaryDirectory(prefix=f"{self.temp_prefix}{os.getpid()}-") as tmp:
             result_path = Path(tmp) / "result.pt"
             try:
-                self.start(worker_entry, (payload, str(result_path)), self.num_processes)
+                with interrupt.handle_signals(lambda s: self.stop_gracefully(s, stage), self.stop_now):
+                    self.start(worker_entry, (payload, str(result_path), self._block), self.num_processes)
             except WorkerError as exc:
                 name = strategy.name or type(strategy).__name__
                 raise WorkerError(f"strategy {name!r}: {exc}") from exc.__cause__
@@ -129,14 +203,53 @@ class SpawnLauncher(Launcher):
         return f"{type(self).__name__}(num_processes={self.num_processes})"
 
 
-def worker_entry(index: int, payload: bytes, result_path: str) -> None:
+def worker_entry(index: int, payload: bytes, result_path: str, block: Any = None) -> None:
     """Body of one spawned worker: unpickle a private copy of the run, let the strategy set up this process
-    (:meth:`~accelkit.Strategy.worker_init`), run the work, and, on global zero, write the result atomically."""
+    (:meth:`~accelkit.Strategy.worker_init`), run the work, and, on global zero, write the result atomically.
+
+    A terminal's Ctrl-C reaches every process of its group: workers ignore SIGINT and leave the decision to the
+    launching process, which shares ``block`` (see :mod:`accelkit.interrupt`) with them."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)  # exit through finally/atexit: temp files go too
     strategy, function, args, kwargs = pickle.loads(payload)
     strategy.worker_init(index)
-    result = function(*args, **kwargs)
+    with interrupt.active(interrupt.StopControl(block, index)):
+        result = function(*args, **kwargs)
     if strategy.global_rank == 0:
         ckpt.atomic_save(result, result_path)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+_TEMP_PREFIXES = ("accelkit-spawn-", "accelkit-xla-")
+
+
+def remove_stale_temp_dirs(root: str | None = None) -> list[Path]:
+    """Remove the result folders of earlier launches whose launching process is gone (killed with ``-9``, say);
+    their names carry the launching process's id. Returns what was removed."""
+    removed = []
+    base = Path(root or tempfile.gettempdir())
+    for path in base.glob("accelkit-*-*"):
+        prefix = next((p for p in _TEMP_PREFIXES if path.name.startswith(p)), None)
+        pid = path.name[len(prefix):].split("-", 1)[0] if prefix else ""
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def share_cores(num_processes: int) -> None:

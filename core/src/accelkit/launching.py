@@ -113,4 +113,11 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
             state = output.callback_states.get(callback.state_key)
             if state:
                 callback.load_state_dict(state)
+    if output.interrupted:
+        import sys
+
+        from accelkit.errors import TrainingInterrupted
+
+        print(f"accelkit: {output.interrupted}", file=sys.stderr, flush=True)
+        raise TrainingInterrupted(output.interrupted)
     return output.result

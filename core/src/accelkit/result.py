@@ -23,6 +23,8 @@ class WorkerResult:
     :param global_step: optimizer steps taken.
     :param callback_states: each callback's ``state_dict()`` by its ``state_key`` (best checkpoint paths...).
     :param should_stop: whether a callback or the module asked to stop.
+    :param interrupted: set when SIGINT/SIGTERM stopped ``fit``: the line saying where it stopped, where the state
+        was saved and how to resume (the caller then raises :class:`~accelkit.errors.TrainingInterrupted`).
     """
 
     result: Any = None
@@ -35,3 +37,4 @@ class WorkerResult:
     global_step: int = 0
     callback_states: dict[str, Any] = field(default_factory=dict)
     should_stop: bool = False
+    interrupted: str | None = None

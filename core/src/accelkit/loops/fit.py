@@ -9,6 +9,7 @@ from typing import Any, Iterator
 
 import torch
 
+from accelkit import interrupt
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.optim import step_scheduler
 from accelkit.sampler import set_epoch
@@ -24,6 +25,8 @@ class FitLoop:
         self._started = time.monotonic()
         self._batches_since_val = 0
         self._val_requested = False
+        #: set when a SIGINT/SIGTERM stop was reached (see :mod:`accelkit.interrupt`)
+        self.interrupted = False
 
     # ----------------------------------------------------------------- set-up
     def _load_val(self) -> None:
@@ -79,6 +82,8 @@ class FitLoop:
                     warnings.warn(f"epoch {trainer.current_epoch - 1} produced no training batches; stopping.",
                                   UserWarning, stacklevel=2)
                     break
+        if self.interrupted:
+            return  # stopped by a signal mid-epoch: no end-of-training hooks (the caller saves and raises)
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
 
@@ -102,6 +107,8 @@ class FitLoop:
     # ----------------------------------------------------------------- stopping
     def _done(self) -> bool:
         trainer = self.trainer
+        if self.interrupted:
+            return True
         if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
             return True
         if trainer.max_epochs is not None and trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs:
@@ -182,6 +189,7 @@ class FitLoop:
                         if c.interval == "epoch" and not c.reduce_on_plateau] \
             if automatic else []
         metrics = trainer._metrics
+        stop = interrupt.current()
         ran = 0
         skipped_rest = False
         try:
@@ -219,6 +227,11 @@ class FitLoop:
                     publisher.log_step(bar)
                 if self.val_loaders and self._val_due(batch_idx, is_last):
                     self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
+                if stop is not None:
+                    stop.report(trainer.global_step)
+                    if stop.due(trainer.global_step):  # SIGINT/SIGTERM: every process stops after this step
+                        self.interrupted = True
+                        return ran
                 if (trainer.should_stop or trainer.max_steps != -1 or trainer.max_time is not None) and \
                         self._stop_within_epoch():  # the cheap test first: most runs set none of these
                     break

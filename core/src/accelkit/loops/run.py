@@ -47,6 +47,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
     trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics = {}, {}, {}
     trainer.num_training_batches, trainer.num_val_batches = None, []
     trainer._optim = None
+    interrupted = None
     anomaly = torch.autograd.detect_anomaly() if trainer.detect_anomaly else contextlib.nullcontext()
     callbacks = trainer._merge_callbacks(module)
     hooks = trainer._hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
@@ -106,8 +107,11 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
                 _check_optimization(trainer, module)
                 if checkpoint is not None:
                     checkpointing.restore_training_state(trainer, checkpoint)
-                FitLoop(trainer).run()
+                loop = FitLoop(trainer)
+                loop.run()
                 result = None
+                if loop.interrupted:
+                    interrupted = _save_interrupted(trainer, module)
             elif stage == "predict":
                 loaders_ = _require(trainer._data.loaders("predict"), "predict", module)
                 limits = [trainer._data.num_batches(loader, "predict") for loader in loaders_]
@@ -143,6 +147,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
                                          if getattr(cb, "_monitors_metrics", False)})
             if strategy.launches_workers else {},
             should_stop=trainer.should_stop,
+            interrupted=interrupted,
         )
     except BaseException as exc:
         for fn in hooks.callback_plan("on_exception"):
@@ -237,3 +242,20 @@ def _print_results(stage: str, results: list[dict[str, float]]) -> None:
     for row in table:
         print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
     print(line)
+
+
+def _save_interrupted(trainer: Any, module: Any) -> str:
+    """Every process stopped after the same step on SIGINT/SIGTERM: save that state; return the line that says
+    where it stopped and how to resume."""
+    from pathlib import Path
+
+    from accelkit import interrupt
+
+    control = interrupt.current()
+    folder = getattr(trainer.checkpoint_callback, "dirpath", None) or Path(trainer.default_root_dir) / "checkpoints"
+    path = Path(folder) / "interrupted.ckpt"
+    trainer.save_checkpoint(path)
+    return (f"{control.signal_name if control else 'a signal'} stopped training at epoch {trainer.current_epoch}, "
+            f"step {trainer.global_step}; the state is saved in {path}. Resume with "
+            f"trainer.fit(model, ckpt_path={str(path)!r}) (it restarts epoch {trainer.current_epoch} from its "
+            "first batch).")

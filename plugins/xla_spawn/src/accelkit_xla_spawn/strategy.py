@@ -402,11 +402,11 @@ class XLALauncher(SpawnLauncher):
         return super().missing_result(strategy)
 
 
-def _replica_entry(index: int, entry: Callable[..., None], payload: bytes, result_path: str) -> None:
+def _replica_entry(index: int, entry: Callable[..., None], *args: Any) -> None:
     """Body of one replica: the core's worker entry; an ``AttributeError``/``ImportError`` naming a torch_xla 1.x
     name that 2.x removed gets its replacement added to the message (same exception, re-raised)."""
     try:
-        entry(index, payload, result_path)
+        entry(index, *args)
     except (AttributeError, ImportError) as exc:
         add_removed_api_hint(exc)
         raise

@@ -1,0 +1,31 @@
+"""A fit that prints each step and sleeps in it, for the signal tests: ``python interrupt_fit.py ROOT DEVICES``."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import accelkit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import RegressionModule  # noqa: E402
+
+
+class Slow(accelkit.Callback):
+    """Prints ``step <global_step> <pid>`` after every batch, then sleeps (long when asked, to test a second signal)."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        sys.stdout.write(f"step {trainer.global_step} {os.getpid()}\n")  # one write: workers share the pipe
+        sys.stdout.flush()
+        time.sleep(float(os.environ.get("SLOW_S", "0.05")))
+
+
+if __name__ == "__main__":
+    root, devices = sys.argv[1], int(sys.argv[2])
+    torch.manual_seed(0)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, max_epochs=1000, logger=False,
+                               enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
+                               callbacks=[Slow()])
+    trainer.fit(RegressionModule())

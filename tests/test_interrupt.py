@@ -1,0 +1,123 @@
+"""SIGINT/SIGTERM stop a run at a consistent step, save it and say how to resume; a second signal stops at once;
+no temporary folder outlives its run. Real processes and real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from accelkit.launchers import remove_stale_temp_dirs
+
+HELPER = Path(__file__).parent / "helpers" / "interrupt_fit.py"
+
+
+def _start(tmp_path: Path, devices: int, slow_s: float = 0.05) -> subprocess.Popen:
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), SLOW_S=str(slow_s))
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return subprocess.Popen([sys.executable, str(HELPER), str(tmp_path / "run"), str(devices)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for_step(proc: subprocess.Popen, step: int, seen: list[str] | None = None) -> set[int]:
+    """Read ``step N PID`` lines until step ``step`` (appending them to ``seen``); return the pids that printed
+    (the training processes)."""
+    pids = set()
+    seen = [] if seen is None else seen
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            proc.kill()
+            raise AssertionError(f"the run ended before step {step}: {proc.stderr.read()[-2000:]}")
+        if line.startswith("step "):
+            seen.append(line)
+            _, number, pid = line.split()
+            pids.add(int(pid))
+            if int(number) >= step:
+                return pids
+    proc.kill()
+    raise AssertionError(f"no step {step} within 120 s")
+
+
+def _finish(proc: subprocess.Popen) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
+def _gone(pids: set[int]) -> bool:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if Path(f"/proc/{p}").exists() and "zombie" not in
+                 (Path(f"/proc/{p}/status").read_text() if Path(f"/proc/{p}/status").exists() else "")]
+        if not alive:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices, sig", [(1, signal.SIGINT), (2, signal.SIGINT), (2, signal.SIGTERM)])
+def test_a_signal_to_the_caller_stops_every_process_after_one_step_and_saves_it(tmp_path, devices, sig):
+    proc = _start(tmp_path, devices)
+    lines: list[str] = []
+    pids = _wait_for_step(proc, 3, lines)
+    assert len(pids) == (1 if devices == 1 else 2)
+    proc.send_signal(sig)  # to the calling process only, as `kill -INT <pid>` does
+    out, err = _finish(proc)
+    out = "".join(lines) + out
+    assert proc.returncode != 0
+    name = signal.Signals(sig).name
+    assert f"{name} stopped training at epoch" in err and "Resume with trainer.fit(model, ckpt_path=" in err, err
+    saved = tmp_path / "run" / "checkpoints" / "interrupted.ckpt"
+    checkpoint = torch.load(saved, weights_only=True)
+    # every process stopped after the same step: the last step printed is the saved one
+    printed = [int(line.split()[1]) for line in out.splitlines() if line.startswith("step ")]
+    assert checkpoint["global_step"] == max(printed) >= 3
+    if devices > 1:
+        last_by_pid: dict[str, int] = {}
+        for line in out.splitlines():
+            if line.startswith("step "):
+                last_by_pid[line.split()[2]] = int(line.split()[1])
+        assert set(last_by_pid.values()) == {checkpoint["global_step"]}, last_by_pid
+    assert _gone(pids), "a worker outlived the interrupted run"
+    assert list((tmp_path / "tmp").iterdir()) == [], "a temporary folder outlived the run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices", [1, 2])
+def test_a_second_signal_stops_at_once_without_saving(tmp_path, devices):
+    proc = _start(tmp_path, devices, slow_s=3600)  # each step sleeps an hour: only a second signal ends the run
+    pids = _wait_for_step(proc, 1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = _finish(proc)  # bounded by _finish's timeout, far below the hour a step sleeps
+    assert proc.returncode != 0
+    assert "press Ctrl-C again to stop at once" in err
+    assert not (tmp_path / "run" / "checkpoints" / "interrupted.ckpt").exists()
+    assert _gone(pids)
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_stale_result_folders_of_dead_launchers_are_removed(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    stale = tmp_path / f"accelkit-spawn-{dead_pid}-abc"
+    ours = tmp_path / f"accelkit-xla-{os.getpid()}-def"
+    foreign = tmp_path / "accelkit-spawn-notapid"
+    for folder in (stale, ours, foreign):
+        folder.mkdir()
+        (folder / "result.pt").write_bytes(b"x")
+    removed = remove_stale_temp_dirs(str(tmp_path))
+    assert removed == [stale] and not stale.exists()
+    assert ours.exists() and foreign.exists()
