@@ -189,8 +189,8 @@ def keyed_by_index(state: dict[str, Any]) -> bool:
 def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
     """A name-keyed optimizer state as ``optimizer.state_dict()`` would give it: parameters numbered in the order
     of the parameter groups (no model needed; an index-keyed state is returned unchanged)."""
-    if keyed_by_index(state):
-        return state
+    if keyed_by_index(state):  # DCP stores dictionary keys as strings: number the per-parameter states again
+        return {**state, "state": {int(k): v for k, v in state.get("state", {}).items()}}
     index: dict[str, int] = {}
     groups = []
     for group in state.get("param_groups", []):

@@ -1,0 +1,166 @@
+"""accelkit.distributed_checkpoint in one process (no process group): sharded directories written atomically, read
+whole, consolidated; a failed or killed save leaves no checkpoint; directory checkpoints through the Trainer and
+ModelCheckpoint (top-k removal, last.ckpt as a copy or a link, ckpt_path="last")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from accelkit import distributed_checkpoint as dcp_io  # noqa: E402
+from accelkit.launching import _resolve_ckpt  # noqa: E402
+from accelkit.strategy import SingleDeviceStrategy  # noqa: E402
+from helpers.guards import PYTHON, child_env  # noqa: E402
+from helpers.models import RegressionModule  # noqa: E402
+
+
+def trained_state() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+def checkpoint_of(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    return {"epoch": 2, "global_step": 7, "state_dict": model.state_dict(),
+            "optimizer_states": [optimizer.state_dict()], "loops": {"resume_epoch": 3},
+            "callbacks": {"ModelCheckpoint": {"best_model_score": torch.tensor(0.5)}}, "hyper_parameters": {"lr": 0.1}}
+
+
+def test_save_then_load_full_and_consolidate(tmp_path):
+    model, optimizer = trained_state()
+    target = dcp_io.save(checkpoint_of(model, optimizer), tmp_path / "a.ckpt")
+    assert dcp_io.is_sharded_checkpoint(target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]  # no temporary left beside it
+    loaded = dcp_io.load_full(target)
+    assert loaded["epoch"] == 2 and loaded["global_step"] == 7 and loaded["loops"] == {"resume_epoch": 3}
+    assert loaded["callbacks"]["ModelCheckpoint"]["best_model_score"] == 0.5
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded["state_dict"][key], value), key
+    fresh, adam = trained_state()
+    adam.load_state_dict(loaded["optimizer_states"][0])
+    assert torch.equal(adam.state[fresh[0].weight]["exp_avg"], optimizer.state[model[0].weight]["exp_avg"])
+    out = dcp_io.consolidate(target, tmp_path / "one.ckpt")
+    plain = torch.load(out, weights_only=True)
+    assert plain.keys() == loaded.keys()
+    assert torch.equal(plain["state_dict"]["2.weight"], model[2].weight)
+
+
+def test_a_second_save_replaces_the_directory_whole(tmp_path):
+    model, optimizer = trained_state()
+    dcp_io.save(checkpoint_of(model, optimizer), tmp_path / "a.ckpt")
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    dcp_io.save({**checkpoint_of(model, optimizer), "epoch": 5}, tmp_path / "a.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
+    loaded = dcp_io.load_full(tmp_path / "a.ckpt")
+    assert loaded["epoch"] == 5 and torch.equal(loaded["state_dict"]["0.weight"], model[0].weight)
+
+
+def test_a_failed_save_leaves_no_directory(tmp_path):
+    model, optimizer = trained_state()
+    state = checkpoint_of(model, optimizer)
+    state["state_dict"]["not_picklable"] = lambda: None  # fails while DCP writes the non-tensor entries
+    from torch.distributed.checkpoint import CheckpointException  # a BaseException, carrying each rank's error
+
+    with pytest.raises(CheckpointException, match="pickle"):
+        dcp_io.save(state, tmp_path / "a.ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
+KILLED_SAVE = """
+import os, signal, sys, torch
+from accelkit import distributed_checkpoint as dcp_io
+
+class DiesWhenPickled:
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+state = {"state_dict": {"w": torch.ones(1000), "z": DiesWhenPickled()}, "epoch": 1}
+dcp_io.save(state, sys.argv[1])
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_save_leaves_no_checkpoint_and_the_next_save_cleans_up(tmp_path):
+    target = tmp_path / "a.ckpt"
+    proc = subprocess.run([PYTHON, "-c", KILLED_SAVE, str(target)], env=child_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == -9, proc.stderr
+    assert not os.path.lexists(target)
+    leftovers = [p.name for p in tmp_path.iterdir()]
+    assert len(leftovers) == 1 and leftovers[0].startswith(".a.ckpt.tmp-"), leftovers  # hidden, never the target
+    assert not dcp_io.is_sharded_checkpoint(tmp_path / leftovers[0])
+    model, optimizer = trained_state()
+    dcp_io.save(checkpoint_of(model, optimizer), target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.ckpt"]
+
+
+def test_optimizer_state_by_name_and_back():
+    model, optimizer = trained_state()
+    by_index = optimizer.state_dict()
+    by_name = dcp_io.optimizer_state_by_name(by_index, model, optimizer)
+    assert by_name["param_groups"][0]["params"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert not dcp_io.keyed_by_index(by_name) and dcp_io.keyed_by_index(by_index)
+    back = dcp_io.optimizer_state_by_index(by_name)
+    assert back["param_groups"] == by_index["param_groups"]
+    assert all(torch.equal(back["state"][i]["exp_avg"], by_index["state"][i]["exp_avg"]) for i in range(4))
+    other = torch.optim.Adam(torch.nn.Linear(2, 2).parameters())
+    with pytest.raises(ValueError, match="covers 4 parameters, the optimizer 2"):
+        dcp_io.optimizer_state_by_name(by_index, torch.nn.Linear(2, 2), other)
+
+
+def test_ckpt_path_accepts_a_sharded_directory_and_refuses_other_directories(tmp_path):
+    model, optimizer = trained_state()
+    dcp_io.save(checkpoint_of(model, optimizer), tmp_path / "a.ckpt")
+    assert _resolve_ckpt(None, tmp_path / "a.ckpt", "fit", True) == tmp_path / "a.ckpt"
+    with pytest.raises(IsADirectoryError, match="not a sharded checkpoint"):
+        _resolve_ckpt(None, tmp_path, "fit", True)
+    with pytest.raises(FileNotFoundError):
+        _resolve_ckpt(None, tmp_path / "missing.ckpt", "fit", True)
+
+
+class DirectoryCheckpoints(SingleDeviceStrategy):
+    """One process whose checkpoints are sharded directories (one shard): the directory path of the core."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+        dcp_io.save(checkpoint, path)
+
+
+def fit(root: Path, callback: Any, epochs: int, model: Any = None, **kwargs: Any) -> tuple[accelkit.Trainer, Any]:
+    model = model or RegressionModule()
+    trainer = accelkit.Trainer(accelerator="cpu", strategy=DirectoryCheckpoints(), devices=1, max_epochs=epochs,
+                               logger=False, enable_progress_bar=False, enable_model_summary=False,
+                               limit_val_batches=0, default_root_dir=root, callbacks=[callback])
+    trainer.fit(model, **kwargs)
+    return trainer, model
+
+
+@pytest.mark.parametrize("save_last", [True, "link"])
+def test_model_checkpoint_keeps_top_k_directories_and_last(tmp_path, save_last):
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=1, save_last=save_last)
+    trainer, model = fit(tmp_path, callback, epochs=3)
+    folder = tmp_path / "ckpt"
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=2-step=12.ckpt", "last.ckpt"]  # epochs 0, 1 removed
+    assert dcp_io.is_sharded_checkpoint(folder / "epoch=2-step=12.ckpt")
+    last = folder / "last.ckpt"
+    assert last.is_symlink() == (save_last == "link") and dcp_io.is_sharded_checkpoint(last)
+    loaded = RegressionModule.load_from_checkpoint(last)
+    assert torch.equal(loaded.layer.weight, model.layer.weight)
+    # ckpt_path="last" finds the directory and resumes from it
+    resumed, _ = fit(tmp_path, accelkit.callbacks.ModelCheckpoint(dirpath=folder, save_top_k=1, save_last=save_last),
+                     epochs=4, ckpt_path="last")
+    assert resumed.global_step == 16
+    assert sorted(p.name for p in folder.iterdir()) == ["epoch=3-step=16.ckpt", "last.ckpt"]
+    assert dcp_io.load_full(folder / "last.ckpt")["global_step"] == 16
