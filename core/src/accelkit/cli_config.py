@@ -119,6 +119,20 @@ def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
     return cls(*positional, **dict(init.get("init_args") or {}))
 
 
+def instantiate_config(parser: Any, config: Namespace) -> Namespace:
+    """``config`` with its classes built (jsonargparse's ``instantiate``, ``instantiate_classes`` before 4.49)."""
+    method = getattr(parser, "instantiate", None)
+    return method(config) if callable(method) else parser.instantiate_classes(config)
+
+
+def dump_config(parser: Any, config: Namespace) -> str:
+    """``config`` as YAML with every key, ``null`` values included (so that the file repeats the run)."""
+    import inspect
+
+    keep_nulls = "skip_unset" if "skip_unset" in inspect.signature(parser.dump).parameters else "skip_none"
+    return parser.dump(config, **{keep_nulls: False})
+
+
 class ArgumentParser(_JsonArgParser):
     """jsonargparse's parser with the argument groups a CLI needs (Lightning's ``LightningArgumentParser``).
 
@@ -128,6 +142,7 @@ class ArgumentParser(_JsonArgParser):
     def __init__(self, *args: Any, description: str = "accelkit command line tool", **kwargs: Any) -> None:
         kwargs.setdefault("parser_mode", PARSER_MODE)
         kwargs.setdefault("dump_header", [f"accelkit=={__version__}"])
+        kwargs.setdefault("allow_abbrev", False)  # a misspelt key is reported with the close one, not guessed
         super().__init__(*args, description=description, **kwargs)
         #: keys of callback argument groups added with :meth:`add_lightning_class_args`
         self.callback_keys: list[str] = []
@@ -196,7 +211,7 @@ class SaveConfigCallback(Callback):
                  overwrite: bool = False, multifile: bool = False, save_to_log_dir: bool = True) -> None:
         self.parser = parser
         self.config = config
-        self.config_text = parser.dump(config, skip_none=False)
+        self.config_text = dump_config(parser, config)
         self.config_filename = config_filename
         self.overwrite = overwrite
         self.multifile = multifile

@@ -54,11 +54,9 @@ def close_key(key: str, keys: list[str]) -> str | None:
 
 
 def _accepted(message: str) -> str:
-    choices = _CHOICES.findall(message)
-    if choices:
-        return ", ".join(dict.fromkeys(choices))
-    found = [a or b for a, b in _EXPECTED.findall(message)]
-    return ", ".join(dict.fromkeys("null" if f == "NoneType" else f for f in found))
+    choices = [c.replace("typing.", "") for c in _CHOICES.findall(message)]
+    found = [a or b for a, b in _EXPECTED.findall(message) if not (b or "").startswith(("typing.Literal", "Literal"))]
+    return ", ".join(dict.fromkeys(choices + ["null" if f == "NoneType" else f for f in found]))
 
 
 def explain(parser: Any, message: str) -> str:

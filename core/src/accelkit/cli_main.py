@@ -21,6 +21,7 @@ from accelkit.cli_config import (
     _class_init,
     _ConfiguredOptimizers,
     _param_help,
+    instantiate_config,
 )
 from accelkit.cli_paths import translate_text
 from accelkit.datamodule import DataModule
@@ -210,7 +211,7 @@ class CLI:
 
     def instantiate_classes(self) -> None:
         """Build the model, the data module and the Trainer from :attr:`config`."""
-        self.config_init = self.parser.instantiate_classes(self.config)
+        self.config_init = instantiate_config(self.parser, self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")
         self._add_configure_optimizers_method_to_model(self.subcommand)

@@ -75,9 +75,11 @@ def accelkit_class_path(lightning_path: str) -> str:
     target = _BY_KEY.get((group, name))
     if target is None:
         same_group = sorted(t for (g, _), t in _BY_KEY.items() if g == group) or sorted(set(_BY_KEY.values()))
-        from accelkit.plugins import suggest
+        import difflib
 
-        hint = suggest(name, [t.rsplit(".", 1)[1] for t in same_group])
+        names = {t.rsplit(".", 1)[1].lower(): t.rsplit(".", 1)[1] for t in same_group}
+        close = difflib.get_close_matches(name.lower(), list(names), n=1, cutoff=0.6)
+        hint = f" Did you mean {names[close[0]]!r}?" if close else ""
         raise ConfigurationError(f"{lightning_path!r} has no accelkit counterpart.{hint} accelkit provides "
                                  f"{', '.join(same_group)}; write one of those class paths (or your own class) "
                                  "in the configuration")
