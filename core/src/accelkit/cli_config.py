@@ -276,6 +276,12 @@ def _class_init(value: Any, classes: Any) -> dict[str, Any] | None:
     return {"class_path": f"{cls.__module__}.{cls.__name__}", "init_args": value}
 
 
-from accelkit.cli_main import CLI
+def __getattr__(name: str) -> Any:
+    if name == "CLI":  # defined in accelkit.cli_main, which imports this module
+        from accelkit.cli_main import CLI
 
-__all__ = ["CLI", "ArgsType", "ArgumentParser", "ReduceLROnPlateau", "SaveConfigCallback", "instantiate_class"]
+        return CLI
+    raise AttributeError(f"module 'accelkit.cli_config' has no attribute {name!r}")
+
+
+__all__ = ["CLI", "ArgsType", "ArgumentParser", "ReduceLROnPlateau", "SaveConfigCallback", "instantiate_class"]  # noqa: F822 - CLI comes from __getattr__
