@@ -84,8 +84,10 @@ def fit(out: Path, epochs: int, callbacks=(), ckpt_path=None, **strategy_options
     model = MLP()
     counts = Compiles()
     strategy = XLASPMDStrategy(**strategy_options) if strategy_options else "xla_spmd"
+    checkpointing = any(type(c).__name__ == "ModelCheckpoint" for c in callbacks)
     trainer = Trainer(accelerator="tpu", strategy=strategy, devices="auto", precision=precision, max_epochs=epochs,
-                      logger=False, enable_progress_bar=False, enable_checkpointing=False, log_every_n_steps=1000,
+                      logger=False, enable_progress_bar=False, enable_checkpointing=checkpointing,
+                      log_every_n_steps=1000,
                       enable_model_summary=False, callbacks=[counts, *callbacks], default_root_dir=out)
     trainer.fit(model, DataLoader(dataset(), batch_size=BATCH), ckpt_path=ckpt_path)
     return trainer, model, counts.counts
@@ -186,6 +188,24 @@ def scenario_train(out: Path) -> dict:
     _, resumed_dp_model, _ = fit(out, epochs, ckpt_path=path)
     resumed_dp = cpu_weights(resumed_dp_model)
 
+    # the usual user path: ModelCheckpoint (save_last) writes checkpoint directories; "last" resumes; the directory
+    # consolidates into one ordinary file that torch.load(weights_only=True) reads
+    from accelkit.callbacks import ModelCheckpoint
+    from accelkit.distributed_checkpoint import consolidate
+
+    folder = out / "callback"
+    _, ckpt_model, _ = fit(out, 2, callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)], fsdp_axis="fsdp")
+    result["callback_files"] = sorted(p.name for p in folder.iterdir())
+    consolidate(folder / "last.ckpt", out / "consolidated.ckpt")
+    flat = torch.load(out / "consolidated.ckpt", weights_only=True)
+    result["diff_consolidated"] = max_diff({k: v.float() for k, v in flat["state_dict"].items()},
+                                           cpu_weights(ckpt_model))
+    result["consolidated_optimizer_keys"] = sorted(str(k) for k in flat["optimizer_states"][0]["state"])
+    last_trainer, last_model, _ = fit(out, epochs, callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)],
+                                      ckpt_path="last", fsdp_axis="fsdp")
+    result["last_resumed_step"] = last_trainer.global_step
+    result["diff_last_resumed"] = max_diff(cpu_weights(last_model), fsdp)
+
     ref = reference(epochs)
     result["diff_dp"] = max_diff(dp, ref)
     result["diff_fsdp"] = max_diff(fsdp, ref)
@@ -215,7 +235,19 @@ def scenario_debug(out: Path) -> dict:
             "log_exists": (out / "xla_debug" / "pt_xla_debug.log").is_file()}
 
 
-SCENARIOS = {"train": scenario_train, "debug": scenario_debug}
+def scenario_touched(out: Path) -> dict:
+    """The script used an XLA device before fit(): the runtime started without SPMD, and the run says so."""
+    import torch_xla
+
+    (torch.ones(2, device=torch_xla.device()) * 2).cpu()
+    try:
+        fit(out, 1)
+    except RuntimeError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
+SCENARIOS = {"train": scenario_train, "debug": scenario_debug, "touched": scenario_touched}
 
 if __name__ == "__main__":
     name, outdir = sys.argv[1], Path(sys.argv[2])

@@ -85,6 +85,14 @@ def test_checkpoint_resume_equals_uninterrupted_run(run) -> None:
     assert run["diff_resumed_dp"] <= 1e-6  # saved FSDP-sharded, resumed data parallel
 
 
+def test_model_checkpoint_directories_resume_from_last_and_consolidate(run) -> None:
+    assert run["callback_files"] == ["epoch=1-step=8.ckpt", "last.ckpt"]
+    assert run["diff_consolidated"] == 0.0  # the one-file checkpoint holds the trained weights
+    assert run["consolidated_optimizer_keys"] == ["0", "1", "2", "3"]  # keyed by index, as optimizer.state_dict()
+    assert run["last_resumed_step"] == 3 * STEPS_PER_EPOCH
+    assert run["diff_last_resumed"] <= 1e-6
+
+
 def test_xla_spmd_debug_writes_one_report_for_the_host(tmp_path, run_spmd_scenario) -> None:
     """The debug composition (accelkit-xla-spawn-debug's mixin over xla_spmd), chosen by name."""
     result = run_spmd_scenario("debug", tmp_path)
@@ -99,3 +107,8 @@ def test_xla_spmd_debug_writes_one_report_for_the_host(tmp_path, run_spmd_scenar
     assert result["summary"]["compilations_in_warmup"] >= 1
     assert set(result["summary"]["compile_steps_after_warmup"]) <= {STEPS_PER_EPOCH + 1}
     assert set(result["findings"]) <= {"recompilation"}
+
+
+def test_a_runtime_started_before_fit_is_refused_with_the_reason(tmp_path, run_spmd_scenario) -> None:
+    error = run_spmd_scenario("touched", tmp_path)["error"]
+    assert error is not None and "use_spmd() must run before anything uses an XLA device" in error

@@ -14,6 +14,7 @@ renamed into place by the coordinating process (an older checkpoint of the same 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,8 +48,12 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_coordin
     barrier("accelkit_spmd_checkpoint_start")
     tensors, metadata = sharded.split(checkpoint)
     try:
-        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(str(temporary)), planner=SPMDSavePlanner(),
-                 no_dist=_no_dist())
+        with warnings.catch_warnings():
+            # DCP's notes that one process saves alone and that torch_xla's planner predates an optional argument
+            warnings.filterwarnings("ignore", message=".*assuming the intent is to save in a single process.*")
+            warnings.filterwarnings("ignore", message=".*set_up_planner has been updated.*")
+            dcp.save(tensors, storage_writer=dcp.FileSystemWriter(str(temporary)), planner=SPMDSavePlanner(),
+                     no_dist=_no_dist())
         if is_coordinator:
             ckpt.atomic_save(ckpt.to_cpu(metadata), temporary / sharded.METADATA_FILE)
     except BaseException:
