@@ -218,4 +218,4 @@ def optimizer_state_by_name(state: dict[str, Any], module: torch.nn.Module,
         count = len(group["params"])
         groups.append({**group, "params": order[offset:offset + count]})
         offset += count
-    return {"state": {order[i]: value for i, value in state.get("state", {}).items()}, "param_groups": groups}
+    return {"state": {order[int(i)]: value for i, value in state.get("state", {}).items()}, "param_groups": groups}

@@ -88,9 +88,8 @@ class FSDPStrategy(DDPStrategy):
         self._spawns = self._launcher_env() is None
 
     def _launcher_env(self) -> Any:
-        if getattr(self, "cluster_environment", None) is not None:
-            return self.cluster_environment
-        return super()._env() if hasattr(DDPStrategy, "_env") else None
+        """The launcher environment DDP would join (its ``cluster_environment``), or ``None``."""
+        return DDPStrategy._env(self)
 
     def _env(self) -> dict[str, int] | None:
         return None if self._spawns else super()._env()
@@ -205,10 +204,6 @@ class FSDPStrategy(DDPStrategy):
                     taken.update(id(p) for p in sub.parameters())
             return units
         return [sub for sub in reversed(list(module.modules())) if sub is not module and isinstance(sub, policy)]
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        """FSDP2 shards the user's module in place: it is its own wrapper."""
-        return super().unwrap(model)
 
     def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
         """While accumulating: no reduce-scatter, each process keeps its unsharded gradients until the step."""
