@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
+import threading
 from typing import Any, Callable
 
 import torch
@@ -31,7 +34,7 @@ class DDPStrategy(Strategy):
     _DDP_OPTIONS = ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
                     "bucket_cap_mb")
 
-    def __init__(self, timeout_s: float = 1800.0, **options: Any) -> None:
+    def __init__(self, timeout_s: float | None = None, **options: Any) -> None:
         unknown = sorted(set(options) - set(self._DDP_OPTIONS))
         if unknown:
             raise ConfigurationError(
@@ -119,13 +122,23 @@ class DDPStrategy(Strategy):
             os.environ.setdefault("MASTER_PORT", "29500")
             from datetime import timedelta
 
-            dist.init_process_group(
-                backend=self.accelerator.distributed_backend,
-                rank=self.global_rank,
-                world_size=self.world_size,
-                timeout=timedelta(seconds=self.timeout_s),
-            )
+            timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
+            waiting = threading.Timer(30.0, _still_waiting, args=(self, env))
+            waiting.daemon = True
+            waiting.start()
+            try:
+                dist.init_process_group(
+                    backend=self.accelerator.distributed_backend,
+                    rank=self.global_rank,
+                    world_size=self.world_size,
+                    timeout=timedelta(seconds=timeout),
+                )
+            finally:
+                waiting.cancel()
             self._owns_process_group = True
+            from accelkit import watchdog
+
+            watchdog.start(_watchdog_store(), self.global_rank, self.world_size, timeout)
 
     def setup_environment(self) -> None:
         super().setup_environment()
@@ -179,33 +192,75 @@ class DDPStrategy(Strategy):
         if op not in _REDUCE_OPS:
             raise ValueError(f"reduce op {op!r} is not one of {sorted(_REDUCE_OPS)}")
         value = value.detach().clone()
-        dist.all_reduce(value, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]))
+        with _waiting("reduce"):
+            dist.all_reduce(value, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]))
         return value / self.world_size if op == "mean" else value
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
         if not dist.is_initialized():
             return tensor.unsqueeze(0)
         out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(out, tensor.contiguous())
+        with _waiting("all_gather"):
+            dist.all_gather(out, tensor.contiguous())
         return torch.stack(out)
 
     def barrier(self, name: str | None = None) -> None:
         if dist.is_initialized():
-            dist.barrier()
+            with _waiting(f"barrier {name!r}" if name else "barrier"):
+                dist.barrier()
 
     def broadcast(self, obj: Any, src: int = 0) -> Any:
         if not dist.is_initialized():
             return obj
         box = [obj]
-        dist.broadcast_object_list(box, src=src)
+        with _waiting("broadcast"):
+            dist.broadcast_object_list(box, src=src)
         return box[0]
 
     def teardown(self) -> None:
         """Destroy the process group if this strategy created it (a group the user made stays)."""
+        from accelkit import watchdog
+
+        watchdog.stop()
         if getattr(self, "_owns_process_group", False) and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_process_group = False
         super().teardown()
+
+
+@contextlib.contextmanager
+def _waiting(what: str) -> Any:
+    """Note for the watchdog that this process waits in a collective, then restore what it was doing."""
+    from accelkit import watchdog
+
+    before = watchdog.phase()
+    watchdog.mark(what)
+    try:
+        yield
+    finally:
+        watchdog.mark(before)
+
+
+def _watchdog_store() -> Any:
+    """A client connection of its own to the run's rendezvous store, with a short timeout: the watchdog thread
+    must never sit in a store call while its process exits. ``None`` where it cannot connect (no watchdog then)."""
+    from datetime import timedelta
+
+    try:
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=timedelta(seconds=5), wait_for_workers=False)
+    except Exception:  # noqa: BLE001 - another rendezvous (file://, a custom store): the run has no watchdog
+        return None
+
+
+def _still_waiting(strategy: Any, env: Any) -> None:
+    """Printed when joining the process group takes more than 30 s: who is expected, where, and the usual cause."""
+    source = f"{env.name}: {env.reason()}" if env is not None else "set by accelkit"
+    print(f"accelkit: rank {strategy.global_rank} has waited 30 s for all {strategy.world_size} processes to join at "
+          f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). If no launcher started the "
+          "other processes, the variables are stale: unset RANK, WORLD_SIZE, LOCAL_RANK (and SLURM_*/OMPI_* when not "
+          "inside such a job), or use strategy='ddp_spawn'. It gives up after the collective timeout "
+          "(Trainer(collective_timeout=...)).", file=sys.stderr, flush=True)
 
 
 def find_free_port() -> int:

@@ -124,6 +124,9 @@ class SpawnLauncher(Launcher):
 
     #: seconds the workers get to reach the agreed step and save after the first signal, before they are killed
     grace_s: float = 60.0
+    #: whether the workers can receive a shared-memory block through :meth:`start`'s arguments (needed for the
+    #: graceful stop on a first signal; without it, a signal stops the workers at once)
+    shares_memory: bool = True
 
     def start(self, entry: Callable[..., None], args: tuple, num_processes: int) -> None:
         """Start ``num_processes`` workers running ``entry(index, *args)`` and wait for all of them.
@@ -165,7 +168,7 @@ class SpawnLauncher(Launcher):
     def stop_gracefully(self, signum: int, stage: str | None) -> None:
         """First signal: during ``fit``, agree on a step for every worker to stop at and give them
         :attr:`grace_s` to get there and save; in other stages there is nothing to save, so stop at once."""
-        if stage != "fit":
+        if stage != "fit" or self._block is None:
             self.stop_now(signum)
         interrupt.StopControl(self._block).request(signum, workers=self.num_processes)
         self._deadline = time.monotonic() + self.grace_s
@@ -184,7 +187,7 @@ class SpawnLauncher(Launcher):
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         remove_stale_temp_dirs()
         payload = self.payload(strategy, function, args, kwargs)
-        self._block = interrupt.shared_block(self.num_processes)
+        self._block = interrupt.shared_block(self.num_processes) if self.shares_memory else None
         self._deadline: float | None = None
         stage = strategy.run_context.stage
         with tempfile.TemporaryDirectory(prefix=f"{self.temp_prefix}{os.getpid()}-") as tmp:

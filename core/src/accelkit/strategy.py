@@ -44,6 +44,9 @@ class Strategy:
 
     #: canonical name, filled in from the record that chose this class
     name: str = ""
+    #: how long a collective may wait for the other processes before the run fails, in seconds; the Trainer sets
+    #: it from ``Trainer(collective_timeout=...)``
+    collective_timeout_s: float = 600.0
 
     def __init__(self, **options: Any) -> None:
         self.options = options

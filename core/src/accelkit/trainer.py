@@ -26,6 +26,7 @@ from accelkit.trainer_args import (
     check_run_arguments,
     env_seed,
     logger_list,
+    parse_collective_timeout,
     parse_max_time,
     plugin_arguments,
     split_datamodule,
@@ -92,6 +93,10 @@ class Trainer(TrainerProperties):
     :param reload_dataloaders_every_n_epochs: request the loaders again every N epochs.
     :param default_root_dir: where logs and checkpoints go (default: the working directory).
     :param seed: base seed for the distributed sampler's shuffling (default ``ACCELKIT_SEED`` or 0).
+    :param collective_timeout: how long a distributed collective (gradient exchange, barrier, metric reduction,
+        joining the process group) may wait for the other processes before the run fails: seconds or a
+        ``timedelta``; default 10 minutes (``torch.distributed``'s own default is 30). A watchdog names the rank
+        that is behind after a tenth of it (see ``docs/topology.rst``).
     :param legacy_arguments: other keyword arguments (old spellings such as a ``*_cores=`` argument); a plugin
         translates them or the Trainer raises ``TypeError``.
     """
@@ -113,7 +118,7 @@ class Trainer(TrainerProperties):
         inference_mode: bool = True, use_distributed_sampler: bool = True, profiler: Any = None,
         detect_anomaly: bool = False, barebones: bool = False, plugins: Any = None, sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
-        seed: int | None = None, **legacy_arguments: Any,
+        seed: int | None = None, collective_timeout: Any = None, **legacy_arguments: Any,
     ) -> None:
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
@@ -171,6 +176,8 @@ class Trainer(TrainerProperties):
             raise ConfigurationError(f"sync_batchnorm=True: torch.nn.SyncBatchNorm does not run on accelerator "
                                      f"{accel.name!r} (its plugin says so); use sync_batchnorm=False, or an "
                                      "accelerator whose plugin supports it")
+        if collective_timeout is not None:
+            composition.strategy.collective_timeout_s = parse_collective_timeout(collective_timeout)
         print_notices(composition.notices)
         self._composition: Composition = composition
 

@@ -318,3 +318,14 @@ def check_loaders(stage: str, loaders: dict[str, Any]) -> None:
             if problem is not None:
                 raise TypeError(f"{stage}(): {where} {problem}. Pass a torch.utils.data.DataLoader (or any iterable of "
                                 "batches), a list/dict of them, or a DataModule.")
+
+
+def parse_collective_timeout(value: Any) -> float:
+    """``Trainer(collective_timeout=...)`` in seconds: a positive number or a ``timedelta``."""
+    from datetime import timedelta
+
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0 or seconds != seconds:
+        raise ConfigurationError(f"collective_timeout={value!r} must be a positive number of seconds or a timedelta "
+                                 "(default 600: ten minutes)")
+    return float(seconds)

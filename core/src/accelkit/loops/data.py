@@ -136,6 +136,42 @@ class DataConnector:
             return int(total * limit)
         return int(limit) if total is None else min(int(limit), total)
 
+    def agree(self, limits: list[int | None], kind: str) -> list[int | None]:
+        """Make every rank run the same number of batches of each loader (the smallest count): a rank with more
+        batches would otherwise wait forever in a gradient exchange or a metric reduction the others never reach.
+        Says so when counts differ, or when some ranks' loaders have no length (which cannot be checked)."""
+        trainer = self.trainer
+        if trainer.world_size <= 1 or not limits:
+            return limits
+        import torch
+
+        strategy = trainer.strategy
+        counts = [-1 if n is None else int(n) for n in limits]
+        # one reduction (max of the counts and of their negatives): every strategy has reduce, and XLA's
+        # replicas on the CPU only support this kind of collective
+        both = strategy.reduce(torch.tensor(counts + [-c for c in counts], dtype=torch.float32,
+                                            device=strategy.root_device), "max").cpu().tolist()
+        agreed: list[int | None] = []
+        for index, count in enumerate(counts):
+            most, fewest = int(both[index]), -int(both[len(counts) + index])
+            if most == fewest:
+                agreed.append(limits[index])
+                continue
+            if fewest < 0:
+                warnings.warn(f"the {kind} loader {index} has no length on some ranks (this rank: "
+                              f"{'none' if count < 0 else count}): if the ranks yield different numbers of batches, "
+                              "the run stops in the first collective a rank does not reach. Give every rank the same "
+                              "number of batches.", UserWarning, stacklevel=3)
+                agreed.append(limits[index])
+                continue
+            warnings.warn(f"the {kind} loader {index} has different numbers of batches per rank (from {fewest} to "
+                          f"{most}; this rank {count}): every rank runs {fewest}, so none waits for an exchange the "
+                          "others never reach; the extra batches are not used. Give every rank the same number (the "
+                          "distributed sampler pads the shards when use_distributed_sampler=True).", UserWarning,
+                          stacklevel=3)
+            agreed.append(fewest)
+        return agreed
+
     # ----------------------------------------------------------------- batches
     def batches(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0,
                 lookahead: bool = False) -> Iterator[tuple]:

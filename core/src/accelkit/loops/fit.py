@@ -10,6 +10,7 @@ from typing import Any, Iterator
 import torch
 
 from accelkit import interrupt
+from accelkit.watchdog import mark
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.optim import step_scheduler
 from accelkit.sampler import set_epoch
@@ -38,7 +39,8 @@ class FitLoop:
             trainer.num_val_batches = []
             return
         self.val_loaders = trainer._data.loaders("val")
-        self.val_limits = [trainer._data.num_batches(loader, "val") for loader in (self.val_loaders or [])]
+        self.val_limits = trainer._data.agree(
+            [trainer._data.num_batches(loader, "val") for loader in (self.val_loaders or [])], "validation")
         trainer.num_val_batches = list(self.val_limits)
 
     def run(self) -> None:
@@ -55,7 +57,8 @@ class FitLoop:
             raise ValueError(f"no training data: pass train_dataloaders to fit(), a datamodule, or define "
                              f"{type(trainer.lightning_module).__name__}.train_dataloader()")
         self.train_loader = train_loaders[0]
-        trainer.num_training_batches = trainer._data.num_batches(self.train_loader, "train")
+        trainer.num_training_batches = trainer._data.agree(
+            [trainer._data.num_batches(self.train_loader, "train")], "training")[0]
         if not self._val_requested:
             self._load_val()
         interval, total = trainer.val_check_interval, trainer.num_training_batches
@@ -75,7 +78,8 @@ class FitLoop:
                 if trainer.reload_dataloaders_every_n_epochs and trainer.current_epoch > 0 and \
                         trainer.current_epoch % trainer.reload_dataloaders_every_n_epochs == 0:
                     self.train_loader = trainer._data.loaders("train")[0]
-                    trainer.num_training_batches = trainer._data.num_batches(self.train_loader, "train")
+                    trainer.num_training_batches = trainer._data.agree(
+                        [trainer._data.num_batches(self.train_loader, "train")], "training")[0]
                     self._load_val()
                 ran = self._epoch()
                 if ran == 0:
@@ -195,6 +199,7 @@ class FitLoop:
         try:
             for batch_idx, batch, is_last in data.batches(loader, "fit", limit, lookahead=True):
                 ran += 1
+                mark("training_step", trainer.global_step, batch_idx)
                 metrics.current_batch = batch
                 trainer.is_last_batch = is_last
                 for fn in start_cbs:
@@ -226,6 +231,7 @@ class FitLoop:
                 if stepped and trainer.global_step % log_every == 0:
                     publisher.log_step(bar)
                 if self.val_loaders and self._val_due(batch_idx, is_last):
+                    mark("validation")
                     self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
                 if stop is not None:
                     stop.report(trainer.global_step)

@@ -11,6 +11,7 @@ from accelkit.loops.hooks import _overrides, accepts_positional
 from accelkit.optim import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategy import Strategy
+from accelkit.watchdog import mark
 
 
 def _defaults(obj: Any, base: type, *names: str) -> bool:
@@ -123,6 +124,14 @@ class Optimization:
         if self._zero_first:  # as Lightning's closure: also when the batch is skipped (its step then moves nothing)
             self.zero_grad()
         if loss is None:
+            if self.trainer.world_size > 1:
+                raise RuntimeError(
+                    f"{type(self.module).__name__}.training_step returned None on rank {self.trainer.global_rank} "
+                    f"(batch {self._batch_idx}, step {self.trainer.global_step}) in a run of "
+                    f"{self.trainer.world_size} processes: skipping a batch on one rank leaves the others waiting "
+                    "in the gradient exchange (Lightning does not support it either). Return the loss on every "
+                    "rank; to skip a batch everywhere, make the decision identical on all ranks and return "
+                    "loss * 0, or use manual optimization.")
             self._loss = None
             if not self._warned_skip:  # once per run, as Lightning's warning cache
                 self._warned_skip = True
@@ -182,6 +191,7 @@ class Optimization:
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``on_before_backward``, the backward pass (precision scaling; the Module's ``backward`` if
         overridden), ``on_after_backward``."""
+        mark("backward")
         for fn in self._before_backward:
             fn(loss)
         if self._before_backward_m is not None:
@@ -196,6 +206,7 @@ class Optimization:
             loss.backward()
         else:
             self.strategy.backward(loss)
+        mark("after backward")
         for fn in self._after_backward:
             fn()
         if self._after_backward_m is not None:

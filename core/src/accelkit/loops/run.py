@@ -119,7 +119,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
             else:
                 kind = "val" if stage == "validate" else "test"
                 loaders_ = _require(trainer._data.loaders(kind), stage, module)
-                limits = [trainer._data.num_batches(loader, kind) for loader in loaders_]
+                limits = trainer._data.agree([trainer._data.num_batches(loader, kind) for loader in loaders_], stage)
                 result = EvaluationLoop(trainer, stage).run(loaders_, limits)
                 if options.get("verbose", True) and strategy.is_global_zero:
                     _print_results(stage, result)
@@ -150,6 +150,9 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
             interrupted=interrupted,
         )
     except BaseException as exc:
+        from accelkit import watchdog
+
+        watchdog.explain(exc)  # a distributed run that stalled: which rank was behind, and what each was doing
         for fn in hooks.callback_plan("on_exception"):
             fn(exc)
         on_exception = getattr(datamodule, "on_exception", None)

@@ -369,6 +369,9 @@ class XLALauncher(SpawnLauncher):
     """
 
     temp_prefix = "accelkit-xla-"
+    #: ``torch_xla.launch`` pickles its arguments, which a shared-memory block does not survive: a signal stops
+    #: the replicas at once
+    shares_memory = False
 
     def __init__(self) -> None:
         super().__init__(num_processes=1)  # torch_xla decides: every local device

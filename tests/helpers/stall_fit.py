@@ -1,0 +1,46 @@
+"""Two-process ``ddp_spawn`` fits where the ranks disagree, for the bounded-wait tests:
+``python stall_fit.py ROOT MODE`` with MODE ``stuck`` (rank 1 sleeps for an hour in batch 1), ``none`` (rank 1's
+training_step returns None once) or ``uneven`` (rank 0 has 4 batches per epoch, rank 1 has 3)."""
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+import accelkit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from models import RegressionModule, WeightDump, regression_data  # noqa: E402
+
+
+class Disagreeing(RegressionModule):
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def training_step(self, batch, batch_idx):
+        if self.global_rank == 1 and batch_idx == 1:
+            if self.mode == "stuck":
+                time.sleep(3600)
+            if self.mode == "none":
+                return None
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self):
+        if self.mode != "uneven":
+            return super().train_dataloader()
+        rank = self.global_rank
+        return DataLoader(regression_data(32 if rank == 0 else 24, seed=rank), batch_size=8)
+
+
+if __name__ == "__main__":
+    root, mode = sys.argv[1], sys.argv[2]
+    torch.manual_seed(0)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
+                               enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                               default_root_dir=root, collective_timeout=20, limit_val_batches=0,
+                               use_distributed_sampler=mode != "uneven", callbacks=[WeightDump(root)])
+    trainer.fit(Disagreeing(mode))
+    print(f"done global_step={trainer.global_step}")
