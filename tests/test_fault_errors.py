@@ -177,6 +177,15 @@ def test_a_truncated_checkpoint(tmp_path, good_checkpoint):
     assert str(path) in message and "truncated" in message and "1000 bytes" in message and "ok.ckpt" in message
 
 
+
+def test_load_from_checkpoint_explains_a_truncated_file_too(tmp_path, good_checkpoint):
+    path = tmp_path / "cut.ckpt"
+    path.write_bytes(good_checkpoint.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="truncated") as info:
+        RegressionModule.load_from_checkpoint(path)
+    assert str(path) in str(info.value)
+
+
 def test_an_empty_checkpoint(tmp_path):
     path = tmp_path / "empty.ckpt"
     path.touch()

@@ -285,3 +285,15 @@ def test_the_manager_lists_conflicts_for_the_cli(isolated):
         conflicts = manager.conflicts()
     assert len(conflicts) == 1 and "'first'" in conflicts[0] and "'second'" in conflicts[0]
     assert manager.infos["first"].status == LOADED  # a conflict is not a failure: other names of both still work
+
+
+def test_accelkit_plugins_and_doctor_report_the_conflict(isolated):
+    from accelkit.cli import doctor_report, plugin_report
+
+    manager = PluginManager()
+    manager.add_plugin(Twin(), name="first")
+    manager.add_plugin(Twin(), name="second")
+    with pytest.warns(RuntimeWarning):
+        listed = plugin_report(manager)["conflicts"]
+    assert len(listed) == 1 and "'first'" in listed[0] and "'second'" in listed[0]
+    assert any("'first'" in p and "'second'" in p for p in doctor_report(manager)["problems"])

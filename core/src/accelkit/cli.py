@@ -185,7 +185,6 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         has ``name``, ``distribution``, ``version``, ``status``, ``reason``, ``api``, ``hooks`` and ``provides``.
     """
     from accelkit.__about__ import __version__
-    from accelkit.errors import PluginConflictError
     from accelkit.hookspecs import HOOK_API_VERSION
 
     manager = manager or _quiet_manager()
@@ -202,11 +201,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
             except Exception as exc:  # a plugin whose register hook raises is reported, not fatal
                 entry["status"], entry["reason"] = "failed", f"its register hooks raised {type(exc).__name__}: {exc}"
         plugins.append(entry)
-    conflicts: list[str] = []
-    try:
-        manager.registry
-    except PluginConflictError as exc:
-        conflicts.append(str(exc))
+    conflicts = manager.conflicts()  # names claimed twice: each fails only the runs that use it
     return {"accelkit": __version__, "hook_api": HOOK_API_VERSION, "plugins": plugins, "conflicts": conflicts}
 
 

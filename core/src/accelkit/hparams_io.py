@@ -194,8 +194,10 @@ def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict
     if isinstance(source, (str, os.PathLike)) and distributed_checkpoint.is_sharded_checkpoint(source):
         checkpoint = distributed_checkpoint.load_full(source, weights_only=weights_only)  # any world size, on the CPU
         return checkpoint if map_location is None else _move(checkpoint, map_location)
-    if isinstance(source, (str, os.PathLike)) and not Path(source).is_file():
-        raise FileNotFoundError(f"checkpoint {os.fspath(source)!r} does not exist")
+    if isinstance(source, (str, os.PathLike)):
+        from accelkit.checkpoint import check_file
+
+        check_file(source)  # missing, a folder, empty, not a PyTorch file, truncated: a sentence naming the path
     try:
         checkpoint = torch.load(source, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as error:
