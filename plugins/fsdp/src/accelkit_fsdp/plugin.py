@@ -9,7 +9,7 @@ from __future__ import annotations
 from accelkit import hookimpl
 from accelkit.records import StrategyRecord
 
-ACCELKIT_API = ">=1.0,<2"
+ACCELKIT_API = ">=1.1,<2"  # launchers, checkpoint-state hooks (hook API 1.1)
 
 #: accelerators whose process-group backend runs FSDP2's collectives (all-gather, reduce-scatter)
 ACCELERATORS = ("cpu", "cuda")
