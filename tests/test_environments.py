@@ -523,3 +523,10 @@ def test_doctor_text_shows_the_environment(clean, capsys):
     assert "Cluster environment (asked in order: torchrun" in out
     assert "mpi: OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2 set by Open MPI's mpirun" in out
     assert "rank 0 of 2 (local rank 0 of 2, node 0 of 1), rendezvous 127.0.0.1:29500" in out
+
+
+def test_an_environment_instance_in_plugins_is_used_instead_of_detection(clean, cpu_plugin):
+    # Lightning's Trainer(plugins=[SLURMEnvironment()]): the given environment decides, nothing is detected
+    run = trainer(cpu_plugin, devices=2, plugins=[SLURMEnvironment(srun_env(1))])
+    assert run.strategy.name == "ddp" and isinstance(run.strategy.cluster_environment, SLURMEnvironment)
+    assert (run.global_rank, run.world_size) == (1, 2)

@@ -198,11 +198,16 @@ def compose(
     problems = resolver.problems
 
     # Strings in plugins=... name a strategy or a precision; objects may be Strategy/Precision instances.
+    from accelkit.environments import ClusterEnvironment
+
+    forced_environment = None
     for obj in plugin_objects or []:
         if isinstance(obj, Strategy):
             strategy = obj
         elif isinstance(obj, Precision):
             precision = obj
+        elif isinstance(obj, ClusterEnvironment):  # Lightning's plugins=[SLURMEnvironment()]: use this one
+            forced_environment = obj
     if isinstance(precision, Precision):  # hooks see its real name, not the "32-true" every Precision inherits
         precision.name = reg.precision_name(precision)
     for name in plugin_names or []:
@@ -243,7 +248,7 @@ def compose(
     config = RunConfig(accelerator=acc_name, accelerator_cls=acc_cls, devices=parsed, num_nodes=num_nodes,
                        user_devices=devices)
     # which launcher started this process, asked once: the default strategy joins it, the strategy reads its ranks
-    config.cluster_environment = detect_cluster_environment(manager)
+    config.cluster_environment = forced_environment or detect_cluster_environment(manager)
 
     # strategy
     strategy_obj: Strategy | None = None

@@ -126,12 +126,13 @@ class Trainer(TrainerProperties):
         self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
         self._manager: PluginManager | None = None
 
+        from accelkit.environments import ClusterEnvironment
         from accelkit.precision import Precision
         from accelkit.strategy import Strategy
 
         manager = self.plugin_manager
         for obj in self._plugin_objects:
-            if not isinstance(obj, (Strategy, Precision)):
+            if not isinstance(obj, (Strategy, Precision, ClusterEnvironment)):
                 manager.add_plugin(obj)
         arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
                      "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
@@ -218,7 +219,7 @@ class Trainer(TrainerProperties):
         self.enable_checkpointing = not (fast or barebones) and enable_checkpointing is not False
         self.use_distributed_sampler = use_distributed_sampler
         self.seed = seed if seed is not None else env_seed()
-        self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir)
+        self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, manager)
         from accelkit.profilers import resolve_profiler
 
         self.profiler = resolve_profiler(profiler)
@@ -281,11 +282,12 @@ class Trainer(TrainerProperties):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._plugin_objects = resolve_plugins(self._plugin_objects)
+        from accelkit.environments import ClusterEnvironment
         from accelkit.precision import Precision
         from accelkit.strategy import Strategy
 
         for obj in self._plugin_objects:
-            if not isinstance(obj, (Strategy, Precision)):
+            if not isinstance(obj, (Strategy, Precision, ClusterEnvironment)):
                 self.plugin_manager.add_plugin(obj)
 
     # ----------------------------------------------------------------- public entry points

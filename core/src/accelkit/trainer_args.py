@@ -192,8 +192,9 @@ def plugin_arguments(plugins: Any) -> tuple[list[str], list[str], list[Any]]:
 
     Accepted: ``None``, one item or a list/tuple of: ``"no:NAME"`` (block an installed plugin), a strategy or
     precision name, a :class:`~accelkit.strategy.Strategy` or :class:`~accelkit.precision.Precision` instance,
-    or a plugin (a module or object carrying ``@accelkit.hookimpl`` functions).
+    a :class:`~accelkit.environments.ClusterEnvironment` instance (used instead of detection), or a plugin (a module or object carrying ``@accelkit.hookimpl`` functions).
     """
+    from accelkit.environments import ClusterEnvironment
     from accelkit.precision import Precision
     from accelkit.strategy import Strategy
 
@@ -208,7 +209,7 @@ def plugin_arguments(plugins: Any) -> tuple[list[str], list[str], list[Any]]:
         elif isinstance(item, type) and issubclass(item, (Strategy, Precision)):
             problems.append(f"plugins item {item.__name__} is a class; pass an instance "
                             f"({item.__name__}(...)) or its registered name.")
-        elif not isinstance(item, (Strategy, Precision)) and not _looks_like_plugin(item):
+        elif not isinstance(item, (Strategy, Precision, ClusterEnvironment)) and not _looks_like_plugin(item):
             problems.append(f"plugins item {item!r} ({type(item).__name__}) is not a plugin; {works}.")
     if problems:
         raise ConfigurationError(problems)
