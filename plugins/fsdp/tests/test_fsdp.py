@@ -171,3 +171,17 @@ def test_torchrun_two_nodes_on_loopback_join_instead_of_spawning(tmp_path, fsdp2
     assert {r["launcher"] for r in records} == {"ExternalLauncher"}
     assert records[0]["ppid"] != records[1]["ppid"]  # two torchrun agents, one per "node"
     same(torch.load(tmp_path / "torchrun-weights.pt", weights_only=True), reference.state_dict(), atol=1e-5)
+
+
+def test_16_mixed_is_refused_until_the_scaler_decides_for_every_rank():
+    # float16 exists on cuda only; the strategy's own check is what a cuda run would meet
+    from accelkit_fsdp.strategy import FSDPStrategy
+
+    from accelkit.precision import MixedPrecision
+
+    strategy = FSDPStrategy()
+    precision = MixedPrecision()
+    precision.name = "16-mixed"
+    strategy.precision = precision
+    problems = " ".join(strategy.validate())
+    assert "16-mixed" in problems and "ShardedGradScaler" in problems and "bf16-mixed" in problems

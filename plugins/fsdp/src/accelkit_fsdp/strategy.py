@@ -100,6 +100,11 @@ class FSDPStrategy(DDPStrategy):
         if name not in PRECISIONS:
             problems.append(f"strategy 'fsdp' maps the precision to FSDP's mixed-precision policy and knows "
                             f"{sorted(PRECISIONS)}, not precision={name!r}; use one of those.")
+        elif name == "16-mixed":
+            problems.append("strategy 'fsdp' with precision='16-mixed' is refused for now: float16 needs a gradient "
+                            "scaler whose skip-this-step decision every rank shares (torch's ShardedGradScaler), "
+                            "and the precision plugin's scaler decides on each rank's shards alone, so ranks could "
+                            "skip different steps. Use precision='bf16-mixed' (no scaler needed).")
         if self._spawns and self.num_nodes != 1:
             problems.append(f"strategy 'fsdp' started from a plain process starts processes on this machine only; "
                             f"for num_nodes={self.num_nodes} start every node with torchrun (or srun): it then "
