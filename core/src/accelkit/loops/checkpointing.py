@@ -7,6 +7,7 @@ from typing import Any
 
 from accelkit.__about__ import __version__
 from accelkit.hparams import checkpoint_entries
+from accelkit.loops import resume
 
 
 def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any]:
@@ -29,6 +30,9 @@ def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any
     }
     datamodule = getattr(trainer, "datamodule", None)
     if not weights_only:
+        position = resume.capture(trainer)  # where the running fit is, for an exact resume (None outside fit)
+        if position is not None:
+            checkpoint["loops"][resume.POSITION_KEY] = position
         checkpoint.update(trainer._training_state())
         if trainer._optimizers:  # live optimizers: in the form the strategy saves (shards, for FSDP)
             checkpoint["optimizer_states"] = [strategy.optimizer_state_dict(model, o) for o in trainer._optimizers]
@@ -104,3 +108,4 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     loops = checkpoint.get("loops", {})
     trainer.current_epoch = int(loops.get("resume_epoch", checkpoint["epoch"]))
     trainer.global_step = int(checkpoint["global_step"])
+    trainer._resume_position = resume.position(trainer, checkpoint)  # the fit loop continues from there

@@ -174,24 +174,31 @@ class DataConnector:
 
     # ----------------------------------------------------------------- batches
     def batches(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0,
-                lookahead: bool = False) -> Iterator[tuple]:
+                lookahead: bool = False, start: int = 0, read_ahead: bool = True) -> Iterator[tuple]:
         """``(index, batch)`` on the device; with ``lookahead``, ``(index, batch, is_last)``: one batch is read
-        ahead so the last one is known even for loaders without a length."""
+        ahead so the last one is known even for loaders without a length (``read_ahead=False`` with a ``limit``:
+        ``is_last`` comes from the limit and no batch is read before its step, for a loader whose saved state
+        must match the batches trained on). ``start``: the index of the loader's first batch (a resumed epoch
+        whose first ``start`` batches were skipped); ``limit`` counts from index 0."""
         iterable = self.trainer.strategy.process_dataloader(loader, stage)
         if limit is not None:
-            iterable = itertools.islice(iterable, limit)
+            iterable = itertools.islice(iterable, max(0, limit - start))
         if self._plain:
             prepare = self._plain_prepare()
         else:
             prepare = functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
         if not lookahead:
-            for index, batch in enumerate(iterable):
+            for index, batch in enumerate(iterable, start):
                 yield index, prepare(batch)
+            return
+        if not read_ahead and limit is not None:
+            for index, batch in enumerate(iterable, start):
+                yield index, prepare(batch), index == limit - 1
             return
         iterator = iter(iterable)
         sentinel = object()
         upcoming = next(iterator, sentinel)
-        index = 0
+        index = start
         while upcoming is not sentinel:
             batch, upcoming = upcoming, next(iterator, sentinel)
             yield index, prepare(batch), upcoming is sentinel

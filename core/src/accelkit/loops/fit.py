@@ -5,15 +5,17 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 
 from accelkit import interrupt
-from accelkit.watchdog import mark
+from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.optim import step_scheduler
 from accelkit.sampler import set_epoch
+from accelkit.watchdog import mark
 
 
 class FitLoop:
@@ -28,6 +30,12 @@ class FitLoop:
         self._val_requested = False
         #: set when a SIGINT/SIGTERM stop was reached (see :mod:`accelkit.interrupt`)
         self.interrupted = False
+        # Exact resume (accelkit.loops.resume): read only when a checkpoint is written.
+        self.active = False  # a checkpoint written now records the loop's position
+        self.in_epoch = False  # inside an epoch's batches
+        self.consumed = 0  # batches of the current epoch trained on
+        self.epoch_state: dict[str, Any] | None = None  # what decided the current epoch's order
+        self._resume: Any = None  # the position to continue from (a resumed fit's first epoch)
 
     # ----------------------------------------------------------------- set-up
     def _load_val(self) -> None:
@@ -47,6 +55,12 @@ class FitLoop:
         """The whole fit, from ``on_fit_start`` to ``on_fit_end``."""
         trainer = self.trainer
         hooks = trainer._hooks
+        self._resume = getattr(trainer, "_resume_position", None)
+        trainer._resume_position = None
+        if self._resume is not None:
+            self._batches_since_val = self._resume.batches_since_val
+        resume_mod.register(trainer, self)
+        self.active = True
         hooks.call("on_fit_start")
         sanity = trainer.num_sanity_val_steps
         if sanity != 0 and trainer.limits["validate"] != 0 and \
@@ -90,6 +104,7 @@ class FitLoop:
             return  # stopped by a signal mid-epoch: no end-of-training hooks (the caller saves and raises)
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
+        self.active = False
 
     def _sanity_check(self, steps: int) -> None:
         trainer = self.trainer
@@ -177,8 +192,18 @@ class FitLoop:
         set_epoch(loader, trainer.current_epoch)
         trainer._metrics.reset(training=True)
         trainer._epoch_training_done = False
-        hooks.call("on_train_epoch_start")
+        source, start, restore_rng = loader, 0, None
+        self.epoch_state = None
+        if self._resume is not None:  # the first epoch of a resumed fit
+            source, start, restore_rng = resume_mod.begin_epoch(self, loader, self._resume)
+            self._resume = None
+        if start == 0:  # as Lightning, not called again when the fit resumes inside the epoch
+            hooks.call("on_train_epoch_start")
+        if self.epoch_state is None:
+            self.epoch_state = resume_mod.epoch_start(loader)  # once per epoch, right before the loader starts
         limit = trainer.num_training_batches
+        # a stateful loader's saved state must match the batches trained on: no batch is read before its step
+        read_ahead = limit is None or not resume_mod.is_stateful(loader)
         bar = trainer._progress(limit, f"Epoch {trainer.current_epoch}", leave=True)
         accumulate = trainer.accumulate_grad_batches
         automatic = optim.automatic
@@ -196,8 +221,13 @@ class FitLoop:
         stop = interrupt.current()
         ran = 0
         skipped_rest = False
+        self.consumed, self.in_epoch = start, True
         try:
-            for batch_idx, batch, is_last in data.batches(loader, "fit", limit, lookahead=True):
+            for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
+                                                          read_ahead=read_ahead):
+                if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
+                    resume_mod.set_rng_states(restore_rng)
+                    restore_rng = None
                 ran += 1
                 mark("training_step", trainer.global_step, batch_idx)
                 metrics.current_batch = batch
@@ -219,6 +249,7 @@ class FitLoop:
                     stepped_before = trainer.global_step
                     output = optim.training_step(batch, batch_idx)
                     stepped = trainer.global_step != stepped_before
+                self.consumed = batch_idx + 1
                 if is_last:
                     trainer._epoch_training_done = True  # a checkpoint written from here on resumes next epoch
                     self._step_epoch_schedulers(epoch_scheds)
@@ -241,6 +272,7 @@ class FitLoop:
                 if (trainer.should_stop or trainer.max_steps != -1 or trainer.max_time is not None) and \
                         self._stop_within_epoch():  # the cheap test first: most runs set none of these
                     break
+            self.in_epoch = False
             if skipped_rest:
                 self._step_epoch_schedulers(epoch_scheds)
             # The epoch's last step values reach callback_metrics even when no logging step came after them

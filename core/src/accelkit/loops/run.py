@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from accelkit import checkpoint as ckpt
-from accelkit.loops import checkpointing
+from accelkit.loops import checkpointing, resume
 from accelkit.loops.data import DataConnector
 from accelkit.loops.evaluation import EvaluationLoop, PredictionLoop
 from accelkit.loops.fit import FitLoop
@@ -55,6 +55,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
     try:
         strategy.setup_runtime()  # before anything reads root_device
         strategy.setup_environment()
+        resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
         trainer._metrics.is_global_zero = strategy.is_global_zero
         rank_zero_only.rank = strategy.global_rank
         trainer._apply_determinism()
@@ -260,5 +261,4 @@ def _save_interrupted(trainer: Any, module: Any) -> str:
     trainer.save_checkpoint(path)
     return (f"{control.signal_name if control else 'a signal'} stopped training at epoch {trainer.current_epoch}, "
             f"step {trainer.global_step}; the state is saved in {path}. Resume with "
-            f"trainer.fit(model, ckpt_path={str(path)!r}) (it restarts epoch {trainer.current_epoch} from its "
-            "first batch).")
+            f"trainer.fit(model, ckpt_path={str(path)!r}) ({resume.describe(trainer)}).")

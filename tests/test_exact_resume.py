@@ -1,0 +1,298 @@
+"""Exact resume (issue 10, part 3): a run killed at any step and resumed from ``ckpt_path="last"`` ends with the
+weights of a run never stopped: same batches in the same order, same dropout masks, same optimizer/scheduler."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, RandomSampler, Sampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from accelkit import checkpoint as ckpt  # noqa: E402
+from accelkit.loops import resume  # noqa: E402
+from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
+from helpers.resume_fit import DropoutNet, dataset, make_trainer  # noqa: E402
+
+SCRIPT = TESTS / "helpers" / "resume_fit.py"
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ---------------------------------------------------------------------------------------------- units
+def test_random_states_round_trip_through_a_weights_only_checkpoint(tmp_path):
+    import numpy as np
+
+    saved = resume.rng_states()
+    first = (torch.rand(3), np.random.rand(3), random.random())
+    ckpt.atomic_save({"rng": saved}, tmp_path / "rng.ckpt")
+    loaded = ckpt.load(tmp_path / "rng.ckpt", weights_only=True)["rng"]
+    torch.rand(5), np.random.rand(7), random.random()  # move every stream on
+    resume.set_rng_states(loaded)
+    again = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(first[0], again[0]) and (first[1] == again[1]).all() and first[2] == again[2]
+
+
+class Counting(Dataset):
+    """Counts the samples loaded."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.loaded = n, []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int) -> int:
+        self.loaded.append(index)
+        return index
+
+
+def test_skipping_batches_draws_the_same_order_and_loads_nothing_skipped():
+    data = Counting(20)
+    loader = DataLoader(data, batch_size=3, shuffle=True)
+    torch.manual_seed(5)
+    full = [b.tolist() for b in loader]
+    data.loaded.clear()
+    torch.manual_seed(5)
+    tail = [b.tolist() for b in resume.skip_batches(loader, 4)]
+    assert tail == full[4:]
+    assert sorted(data.loaded) == sorted(i for b in full[4:] for i in b)  # the skipped samples were never read
+    generator = torch.Generator().manual_seed(3)
+    inner = BatchSampler(RandomSampler(range(10), generator=generator), 2, False)
+    whole = list(inner)
+    generator.manual_seed(3)
+    assert list(resume.SkipSampler(inner, 2)) == whole[2:] and len(resume.SkipSampler(inner, 2)) == 3
+
+
+class StopAt(accelkit.Callback):
+    """Raises after ``step`` optimizer steps (a crash between two checkpoints); records what the resumed run sees."""
+
+    def __init__(self, step: int | None = None) -> None:
+        self.step, self.first_batch, self.epoch_starts = step, None, []
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.epoch_starts.append(trainer.current_epoch)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self.first_batch is None:
+            self.first_batch = (trainer.current_epoch, batch_idx, trainer.global_step)
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            raise RuntimeError("stopped here")
+
+
+def fit_until(root: Path, stop: int | None, stateful: bool = False, **kwargs: Any) -> tuple[Any, StopAt]:
+    accelkit.seed_everything(0)
+    model = DropoutNet(stateful=stateful)
+    probe = StopAt(stop)
+    trainer = make_trainer(root, epochs=3, every=5, callbacks=[probe], **kwargs)
+    last = "last" if any((root / "checkpoints").glob("last*.ckpt")) else None
+    try:
+        trainer.fit(model, ckpt_path=last)
+    except RuntimeError as exc:
+        assert "stopped here" in str(exc)
+    return model, probe
+
+
+@pytest.mark.parametrize("stateful", [False, True], ids=["DataLoader", "StatefulDataLoader"])
+def test_resume_in_the_middle_of_an_epoch_continues_after_the_batches_trained_on(tmp_path, stateful):
+    if stateful:
+        pytest.importorskip("torchdata.stateful_dataloader")
+    reference, _ = fit_until(tmp_path / "ref", None, stateful)
+    fit_until(tmp_path / "run", 8, stateful)  # last.ckpt of step 5: epoch 0, 5 of its 12 batches
+    saved = ckpt.load(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    position = saved["loops"]["position"]
+    assert (saved["global_step"], position["epoch"], position["batches"]) == (5, 0, 5)
+    if stateful:
+        assert position["ranks"][0]["loader"]["_num_yielded"] == 5  # no batch read ahead of its step
+    _, probe = fit_until(tmp_path / "run", 17, stateful)  # resumes mid-epoch 0; dies in epoch 1 (last: step 15)
+    assert probe.first_batch == (0, 5, 5)  # batch 5 of epoch 0 comes next, at step 5: nothing replayed
+    assert probe.epoch_starts == [1]  # as Lightning: on_train_epoch_start is not called again for epoch 0
+    resumed, probe = fit_until(tmp_path / "run", None, stateful)
+    assert probe.first_batch == (1, 3, 15)
+    assert same_weights(reference.state_dict(), resumed.state_dict())
+
+
+def test_epoch_end_checkpoint_resumes_at_the_next_epoch_with_the_same_random_streams(tmp_path):
+    reference, _ = fit_until(tmp_path / "ref", None)
+    checkpoint = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "run" / "checkpoints", save_last=True,
+                                                    save_top_k=0)
+    accelkit.seed_everything(0)
+    model = DropoutNet()
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=tmp_path / "run", callbacks=[checkpoint])
+    trainer.fit(model)
+    saved = ckpt.load(tmp_path / "run" / "checkpoints" / "last.ckpt")
+    assert saved["loops"]["resume_epoch"] == 1 and saved["loops"]["position"]["batches"] == 0
+    resumed, probe = fit_until(tmp_path / "run", None)
+    assert probe.first_batch == (1, 0, 12)
+    assert same_weights(reference.state_dict(), resumed.state_dict())
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(torch.randn(40, 6, generator=torch.Generator().manual_seed(0)).split(1))
+
+
+class Shuffled(Sampler):
+    """A user sampler without state_dict."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        return iter(torch.randperm(self.n).tolist())
+
+
+@pytest.mark.parametrize("kind", ["iterable", "sampler"])
+def test_what_cannot_be_resumed_exactly_is_named_at_resume(tmp_path, kind):
+    class Model(DropoutNet):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x = batch[0] if isinstance(batch, (list, tuple)) else batch
+            return self(x).pow(2).mean()
+
+        def train_dataloader(self) -> Any:
+            if kind == "iterable":
+                return DataLoader(Stream(), batch_size=4)
+            data = dataset()
+            return DataLoader(data, batch_size=4, sampler=Shuffled(len(data)))
+
+    for stop in (7, None):
+        accelkit.seed_everything(0)
+        trainer = make_trainer(tmp_path, epochs=1, every=5, callbacks=[StopAt(stop)])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                trainer.fit(Model(), ckpt_path="last" if stop is None else None)
+            except RuntimeError as exc:
+                assert "stopped here" in str(exc)
+    named = "Stream" if kind == "iterable" else "Shuffled"
+    assert any(named in str(w.message) and "resum" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    assert trainer.global_step == (10 if kind == "iterable" else 12)  # the epoch ran to its end, once
+
+
+def test_checkpoint_outside_fit_and_weights_only_carry_no_position(tmp_path):
+    accelkit.seed_everything(0)
+    model = DropoutNet()
+    trainer = make_trainer(tmp_path, epochs=1, every=0)
+    trainer.fit(model)
+    trainer.save_checkpoint(tmp_path / "after.ckpt")
+    trainer.save_checkpoint(tmp_path / "weights.ckpt", weights_only=True)
+    assert "position" not in ckpt.load(tmp_path / "after.ckpt")["loops"]
+    assert "position" not in ckpt.load(tmp_path / "weights.ckpt")["loops"]
+
+
+# ---------------------------------------------------------------------------------------------- preemption loop
+def run_script(root: Path, strategy: str, devices: int, kill_at: int | None, every: int = 3,
+               timeout: float = 120.0) -> list[int]:
+    """Run the helper fit in its own process group; SIGKILL the group once it reports step ``kill_at``.
+    Returns the steps it reported."""
+    env = child_env()
+    env["STEP_SLEEP_S"] = "0.03"
+    proc = subprocess.Popen([PYTHON, str(SCRIPT), str(root), strategy, str(devices), "3", str(every)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    steps: list[int] = []
+    try:
+        import threading
+
+        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        timer.start()
+        for line in proc.stdout:
+            if line.startswith("step "):
+                steps.append(int(line.split()[1]))
+                if kill_at is not None and steps[-1] >= kill_at:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    break
+        proc.wait(timeout=30)
+        timer.cancel()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        with_err = proc.stderr.read() if proc.stderr else ""
+        proc.stdout.close()
+        proc.stderr.close()
+    if kill_at is None:
+        assert proc.returncode == 0, with_err[-3000:]
+    else:
+        assert proc.returncode == -signal.SIGKILL or (proc.returncode == 0 and (root / "final.pt").exists()), \
+            with_err[-3000:]
+    return steps
+
+
+def preemption_loop(tmp_path: Path, strategy: str, devices: int, steps_total: int, kills: int, seed: int,
+                    every: int) -> None:
+    """SIGKILL the run at ``kills`` random steps (seeded), resuming each time from ``ckpt_path="last"``; the final
+    weights equal those of a run never stopped."""
+    run_script(tmp_path / "ref", strategy, devices, None, every)
+    reference = torch.load(tmp_path / "ref" / "final.pt", weights_only=True)
+    root = tmp_path / "run"
+    targets = sorted(random.Random(seed).sample(range(2, steps_total - 1), kills))
+    mid_epoch = 0
+    for target in targets + [None]:
+        last = root / "checkpoints" / "last.ckpt"
+        saved = ckpt.load(last) if last.exists() else None
+        resumed_from = saved["global_step"] if saved else 0
+        mid_epoch += bool(saved and saved["loops"]["position"]["batches"])
+        steps = run_script(root, strategy, devices, target, every)
+        assert steps and steps[0] == resumed_from + 1, (steps[:3], resumed_from)  # no batch trained twice
+    final = torch.load(root / "final.pt", weights_only=True)
+    assert mid_epoch >= 1, "no kill landed where the run resumes inside an epoch"
+    assert same_weights(reference, final)
+
+
+@pytest.mark.slow
+def test_preemption_loop_single_process_is_bit_identical(tmp_path):
+    preemption_loop(tmp_path, "auto", 1, steps_total=36, kills=5, seed=10, every=3)  # 12 batches per epoch
+
+
+@pytest.mark.slow
+def test_preemption_loop_ddp_spawn_is_bit_identical(tmp_path):
+    preemption_loop(tmp_path, "ddp_spawn", 2, steps_total=18, kills=2, seed=11, every=4)  # 6 per epoch and rank
+
+
+@pytest.mark.slow
+def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path):
+    """Ctrl-C writes interrupted.ckpt at a batch end; its line says where the run continues; resuming from it ends
+    with the weights of a run never stopped."""
+    reference, _ = fit_until(tmp_path / "ref", None)
+    env = child_env()
+    env["STEP_SLEEP_S"] = "0.05"
+    root = tmp_path / "run"
+    proc = subprocess.Popen([PYTHON, str(SCRIPT), str(root), "auto", "1", "3", "100"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.strip() == "step 5":
+                proc.send_signal(signal.SIGINT)
+                break
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "it continues with batch" in err, err[-2000:]
+    saved = ckpt.load(root / "checkpoints" / "interrupted.ckpt")
+    assert saved["loops"]["position"]["batches"] == saved["global_step"] >= 5  # inside epoch 0
+    env["RESUME_FROM"] = str(root / "checkpoints" / "interrupted.ckpt")
+    done = subprocess.run([PYTHON, str(SCRIPT), str(root), "auto", "1", "3", "100"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[1]) == saved["global_step"] + 1  # its first step follows the checkpoint's
+    assert same_weights(reference.state_dict(), torch.load(root / "final.pt", weights_only=True))
