@@ -33,7 +33,7 @@ class StopControl:
     """
 
     def __init__(self, block: Any = None, index: int = 0) -> None:
-        self.block = block if block is not None else [0] * (_PROGRESS + 1)
+        self.block = block if block is not None else [0] * (_PROGRESS + index + 1)
         self.index = index
 
     @property

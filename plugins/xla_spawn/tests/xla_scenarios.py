@@ -218,7 +218,7 @@ class FlatBufferAllReduceSpawn(XLASpawnStrategy):
     (pytorch/xla#5005, #9089; re-measured here: "Termination timeout for all reduce ... only 1 of them
     arrived"). What does run on CPU is ONE all-reduce of ONE flat buffer through the private
     ``torch_xla._XLAC._xla_spmd_all_reduce`` with ``XLA_THREAD_POOL_SIZE`` >= the number of replicas. This
-    subclass swaps only that primitive (and the barrier built on it); everything else -- launch, pickled
+    subclass swaps only that primitive (and the barrier, broadcast and all_gather built on it); everything else -- launch, pickled
     per-replica copies, ordinals, sharded device loader, gradient averaging, checkpoint writer -- is the
     production code. Production never uses this class.
     """
@@ -244,6 +244,16 @@ class FlatBufferAllReduceSpawn(XLASpawnStrategy):
             token = torch.zeros(1, device=self.root_device)
             self.all_reduce_("sum", [token])
             torch_xla.sync()
+
+    def all_gather(self, tensor):
+        """Each replica fills its own row of a zero float buffer; the sum over replicas is the stack (exact for
+        the small integers and bytes the Trainer gathers: sizes, serialized checkpoint records)."""
+        if not self._in_replica or self.world_size <= 1:
+            return tensor.unsqueeze(0)
+        rows = torch.zeros((self.world_size, *tensor.shape), dtype=torch.float32, device=self.root_device)
+        rows[self.global_rank] = tensor.to(self.root_device, torch.float32)
+        self.all_reduce_("sum", [rows])
+        return rows.to(tensor.dtype)
 
     def broadcast(self, obj, src=0):
         """The pickled object as bytes in a float buffer, summed over replicas (only ``src`` contributes)."""
