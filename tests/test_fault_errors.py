@@ -236,8 +236,25 @@ def test_an_optimizer_mismatch_names_the_optimizer(tmp_path):
 
     first = trainer(tmp_path)
     first.fit(Momentum(), loader())
-    with pytest.raises(ValueError, match=r"optimizer 0 \(Adam\) cannot take the checkpoint's state"):
+    with pytest.raises(ValueError, match=r"optimizer 0 \(Adam\) cannot take the checkpoint's state") as info:
         resume(first.checkpoint_path, Adam(), tmp_path / "again")
+    assert str(info.value).startswith(f"checkpoint {str(first.checkpoint_path)!r}: ")  # the file is named
+
+
+def test_weights_of_another_model_name_the_checkpoint(tmp_path):
+    class Wider(RegressionModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 3)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self.layer(batch[0]).sum()
+
+    first = trainer(tmp_path)
+    first.fit(RegressionModule(), loader())
+    with pytest.raises(RuntimeError, match="size mismatch") as info:
+        resume(first.checkpoint_path, Wider(), tmp_path / "again")
+    assert str(first.checkpoint_path) in str(info.value)
 
 
 # ---------------------------------------------------------------------------------------------- failed writes

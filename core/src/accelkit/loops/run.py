@@ -85,11 +85,13 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
         checkpoint = None
         if ckpt_path is not None and not late:
             checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
-            checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
+            with _naming(ckpt_path):
+                checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
         trainer._model = strategy.setup_module(module)
         if ckpt_path is not None and late:
             checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
-            checkpointing.restore_module_and_callbacks(trainer, module, checkpoint, model=trainer._model)
+            with _naming(ckpt_path):
+                checkpointing.restore_module_and_callbacks(trainer, module, checkpoint, model=trainer._model)
         trainer._data = DataConnector(trainer, module, datamodule, loaders)
         trainer._publisher = Publisher(trainer)
         if stage == "fit" and strategy.is_global_zero:
@@ -107,7 +109,8 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
                 trainer._optim = Optimization(trainer, module, hooks, trainer.optimizers)
                 _check_optimization(trainer, module)
                 if checkpoint is not None:
-                    checkpointing.restore_training_state(trainer, checkpoint)
+                    with _naming(ckpt_path):
+                        checkpointing.restore_training_state(trainer, checkpoint)
                 loop = FitLoop(trainer)
                 loop.run()
                 result = None
@@ -262,3 +265,14 @@ def _save_interrupted(trainer: Any, module: Any) -> str:
     return (f"{control.signal_name if control else 'a signal'} stopped training at epoch {trainer.current_epoch}, "
             f"step {trainer.global_step}; the state is saved in {path}. Resume with "
             f"trainer.fit(model, ckpt_path={str(path)!r}) ({resume.describe(trainer)}).")
+
+
+@contextlib.contextmanager
+def _naming(ckpt_path: Any) -> Any:
+    """A checkpoint that does not fit the module or its optimizers: the error names the file it came from."""
+    try:
+        yield
+    except (ValueError, RuntimeError, KeyError) as exc:
+        if exc.args and isinstance(exc.args[0], str) and str(ckpt_path) not in exc.args[0]:
+            exc.args = (f"checkpoint {str(ckpt_path)!r}: {exc.args[0]}", *exc.args[1:])
+        raise
