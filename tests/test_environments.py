@@ -530,3 +530,12 @@ def test_an_environment_instance_in_plugins_is_used_instead_of_detection(clean, 
     run = trainer(cpu_plugin, devices=2, plugins=[SLURMEnvironment(srun_env(1))])
     assert run.strategy.name == "ddp" and isinstance(run.strategy.cluster_environment, SLURMEnvironment)
     assert (run.global_rank, run.world_size) == (1, 2)
+
+
+def test_rank_variables_left_over_in_the_shell_are_refused_before_waiting(clean, cpu_plugin):
+    # no torchrun (TORCHELASTIC_RUN_ID) and no rendezvous host (MASTER_ADDR): nobody will start rank 1
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}.items():
+        clean.setenv(key, value)
+    with pytest.raises(accelkit.ConfigurationError, match="look left over in the shell") as info:
+        trainer(cpu_plugin, devices=2)
+    assert "unset RANK WORLD_SIZE LOCAL_RANK" in str(info.value)

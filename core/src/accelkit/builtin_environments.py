@@ -33,6 +33,22 @@ class TorchrunEnvironment(ClusterEnvironment):
         "TORCHELASTIC_RUN_ID": "set by torchrun only: tells it from a hand-made launch",
     }
 
+    def validate(self) -> list[str]:
+        """The base checks, and variables that look left over in the shell: ``torch.distributed``'s ``env://``
+        rendezvous needs ``MASTER_ADDR``, which torchrun and hand-written launchers set; without it (and without
+        torchrun's ``TORCHELASTIC_RUN_ID``) nobody is going to start the other ranks, and joining would wait for
+        them until the collective timeout."""
+        problems = super().validate()
+        if not problems and "TORCHELASTIC_RUN_ID" not in self.env and "MASTER_ADDR" not in self.env and \
+                self.world_size > 1:
+            problems.append(
+                f"RANK={self.env['RANK']}, WORLD_SIZE={self.env['WORLD_SIZE']}, LOCAL_RANK={self.env['LOCAL_RANK']} "
+                "are set, but neither TORCHELASTIC_RUN_ID (torchrun) nor MASTER_ADDR (any launcher's rendezvous "
+                "host): they look left over in the shell, and joining would wait for ranks nobody starts. Unset "
+                "them (`unset RANK WORLD_SIZE LOCAL_RANK`), or set MASTER_ADDR/MASTER_PORT if a launcher of your "
+                "own started these processes.")
+        return problems
+
     def reason(self) -> str:
         """Names the three rank variables, and ``TORCHELASTIC_RUN_ID`` when torchrun itself set them."""
         launcher = ("torchrun (TORCHELASTIC_RUN_ID="f"{self.env['TORCHELASTIC_RUN_ID']})"

@@ -159,6 +159,8 @@ def test_multi_node_under_torchrun_is_ddp(make_trainer, simulate_gpus, monkeypat
     monkeypatch.setenv("RANK", "3")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("MASTER_ADDR", "node0")  # torchrun sets the rendezvous host (without it they look stale)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
     trainer = make_trainer(accelerator="gpu", devices=2, num_nodes=2)
     assert isinstance(trainer.strategy, CUDADDPStrategy)
     assert (trainer.global_rank, trainer.local_rank, trainer.strategy.node_rank) == (3, 1, 1)
