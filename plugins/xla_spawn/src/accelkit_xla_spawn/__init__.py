@@ -10,6 +10,7 @@ checkpoints): other plugins' XLA strategies subclass it.
 from accelkit_xla_spawn.__about__ import __version__
 from accelkit_xla_spawn.accelerator import XLAAccelerator
 from accelkit_xla_spawn.removed_api import REPLACEMENTS, add_removed_api_hint, removed_api_hint
-from accelkit_xla_spawn.strategy import XLALauncher, XLAStrategy
+from accelkit_xla_spawn.launcher import XLALauncher
+from accelkit_xla_spawn.strategy import XLAStrategy
 
 __all__ = ["REPLACEMENTS", "XLAAccelerator", "XLALauncher", "XLAStrategy", "__version__", "add_removed_api_hint", "removed_api_hint"]
