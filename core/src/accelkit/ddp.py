@@ -270,7 +270,39 @@ def find_free_port() -> int:
         return sock.getsockname()[1]
 
 
-class DDPSpawnStrategy(DDPStrategy):
+class LocalRendezvous:
+    """Mixin for a ``torch.distributed`` strategy that may start its processes on this machine itself: a free
+    rendezvous port is chosen when launching, and each worker sets the rank and rendezvous variables that
+    ``env://`` reads, and takes its share of the host's cores. A class sets ``_spawns`` (``True`` here) to say
+    whether this run starts its workers or joins processes a launcher started.
+    """
+
+    _main_port: int | None = None
+    _spawns: bool = True
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Pick a free rendezvous port when starting the workers, then launch."""
+        self._main_port = find_free_port() if self._spawns else None
+        try:
+            return super().launch(function, *args, **kwargs)
+        finally:
+            self._main_port = None
+
+    def worker_init(self, index: int) -> None:
+        """Rank ``index`` of ``len(devices)``: the rendezvous variables ``torch.distributed`` reads, and this
+        worker's share of the host's cores."""
+        from accelkit.launchers import share_cores
+
+        super().worker_init(index)
+        world = len(self.devices)
+        share_cores(world)
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(self._main_port)
+        os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
+        os.environ["WORLD_SIZE"] = str(world)
+
+
+class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
     """Data parallel where accelkit starts one process per local device itself (a
     :class:`~accelkit.launchers.SpawnLauncher`, start method ``spawn``).
 
@@ -279,10 +311,8 @@ class DDPSpawnStrategy(DDPStrategy):
     carries the failed worker's traceback.
     """
 
-    _main_port: int | None = None
-
-    def _env(self) -> Any:
-        return None  # this strategy starts its own processes; a launcher's environment is not one to join
+    def _env(self) -> dict[str, int] | None:
+        return None  # this strategy owns its processes; any launcher environment is not ours
 
     def validate(self) -> list[str]:
         if self.num_nodes != 1:
@@ -301,23 +331,3 @@ class DDPSpawnStrategy(DDPStrategy):
         from accelkit.launchers import SpawnLauncher
 
         return SpawnLauncher(len(self.devices))
-
-    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Pick a free rendezvous port, then start the workers."""
-        self._main_port = find_free_port()
-        try:
-            return super().launch(function, *args, **kwargs)
-        finally:
-            self._main_port = None
-
-    def worker_init(self, index: int) -> None:
-        """Rank ``index`` of ``len(devices)``: the rendezvous variables ``torch.distributed`` reads, and this
-        worker's share of the host's cores."""
-        from accelkit.launchers import share_cores
-
-        super().worker_init(index)
-        share_cores(len(self.devices))
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(self._main_port)
-        os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
-        os.environ["WORLD_SIZE"] = str(len(self.devices))

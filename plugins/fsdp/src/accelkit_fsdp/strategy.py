@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from accelkit import checkpoint as ckpt
 from accelkit import distributed_checkpoint as dcp_io
-from accelkit.ddp import DDPStrategy, find_free_port
+from accelkit.ddp import DDPStrategy, LocalRendezvous, find_free_port
 from accelkit.errors import ConfigurationError
 from accelkit.records import load_target
 from torch import nn
@@ -33,7 +33,7 @@ PRECISIONS: dict[str, tuple[torch.dtype | None, torch.dtype | None]] = {
 _STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
 
 
-class FSDPStrategy(DDPStrategy):
+class FSDPStrategy(LocalRendezvous, DDPStrategy):
     """Fully sharded data parallel (FSDP2): each of N processes holds 1/N of every parameter, gradient and
     optimizer state, gathers a layer's parameters just before computing with it and frees them after.
 
@@ -119,25 +119,6 @@ class FSDPStrategy(DDPStrategy):
         from accelkit.launchers import ExternalLauncher, SpawnLauncher
 
         return SpawnLauncher(len(self.devices)) if self._spawns else ExternalLauncher(self.cluster_environment)
-
-    def launch(self, function: Any, *args: Any, **kwargs: Any) -> Any:
-        """Pick a free rendezvous port when starting the processes, then launch."""
-        self._main_port = find_free_port() if self._spawns else None
-        try:
-            return super().launch(function, *args, **kwargs)
-        finally:
-            self._main_port = None
-
-    def worker_init(self, index: int) -> None:
-        """Rank ``index`` of a spawned run: the rendezvous variables and this worker's share of the cores."""
-        from accelkit.launchers import share_cores
-
-        super().worker_init(index)
-        share_cores(len(self.devices))
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(self._main_port)
-        os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
-        os.environ["WORLD_SIZE"] = str(len(self.devices))
 
     def _init_process_group(self) -> None:
         # FSDP needs a process group even for one process (its device mesh is built on it).
