@@ -40,7 +40,7 @@ if __name__ == "__main__":
     torch.manual_seed(0)
     trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
                                enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                               default_root_dir=root, collective_timeout=20, limit_val_batches=0,
+                               default_root_dir=root, collective_timeout=12, limit_val_batches=0,
                                use_distributed_sampler=mode != "uneven", callbacks=[WeightDump(root)])
     trainer.fit(Disagreeing(mode))
     print(f"done global_step={trainer.global_step}")
