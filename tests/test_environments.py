@@ -539,3 +539,17 @@ def test_rank_variables_left_over_in_the_shell_are_refused_before_waiting(clean,
     with pytest.raises(accelkit.ConfigurationError, match="look left over in the shell") as info:
         trainer(cpu_plugin, devices=2)
     assert "unset RANK WORLD_SIZE LOCAL_RANK" in str(info.value)
+
+
+@pytest.mark.slow
+def test_ddp_spawn_asked_for_inside_a_slurm_job_starts_its_workers(clean, cpu_plugin, tmp_path):
+    # the detected environment travels with the strategy to the workers (os.environ itself cannot be pickled)
+    from helpers.models import RegressionModule
+
+    for key, value in {**srun_env(0, tasks=1), "SLURM_NTASKS": "1"}.items():
+        clean.setenv(key, value)
+    run = trainer(cpu_plugin, devices=2, strategy="ddp_spawn", max_epochs=1, enable_progress_bar=False,
+                  enable_model_summary=False, default_root_dir=tmp_path)
+    assert run.strategy.cluster_environment is not None and run.strategy.cluster_environment.name == "slurm"
+    run.fit(RegressionModule())
+    assert run.global_step == 2  # 32 samples, batch 8, two ranks

@@ -47,6 +47,19 @@ class ClusterEnvironment:
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env: Mapping[str, str] = os.environ if env is None else env
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with the strategy for spawned workers: the live process environment travels as "this process's
+        environment" (``os.environ`` cannot be pickled, and a worker must read its own), a recorded dict as is."""
+        state = self.__dict__.copy()
+        if self.env is os.environ:
+            state["env"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.env is None:
+            self.env = os.environ
+
     # ----------------------------------------------------------------- detection
     @classmethod
     def detect(cls, env: Mapping[str, str]) -> bool:
