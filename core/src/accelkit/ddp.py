@@ -311,7 +311,7 @@ class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
     carries the failed worker's traceback.
     """
 
-    def _env(self) -> dict[str, int] | None:
+    def _env(self) -> Any:
         return None  # this strategy owns its processes; any launcher environment is not ours
 
     def validate(self) -> list[str]:

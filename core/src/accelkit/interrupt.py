@@ -24,6 +24,11 @@ _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
 _NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
 
+def signal_name(signum: int) -> str:
+    """``"SIGINT"``/``"SIGTERM"`` for the signals a run stops on; ``"signal N"`` for others."""
+    return _NAMES.get(signum, f"signal {signum}")
+
+
 class StopControl:
     """The stop request one process sees: either its own (in place) or the block it shares with its launcher.
 
@@ -44,7 +49,7 @@ class StopControl:
     @property
     def signal_name(self) -> str:
         """``"SIGINT"``/``"SIGTERM"`` of the request."""
-        return _NAMES.get(self.block[_SIGNAL], f"signal {self.block[_SIGNAL]}")
+        return signal_name(self.block[_SIGNAL])
 
     def report(self, global_step: int) -> None:
         """Record this process's step (after every batch)."""
@@ -112,5 +117,5 @@ def handle_signals(on_first: Any, on_second: Any) -> Iterator[None]:
 
 def announce_first(signum: int, how: str) -> None:
     """The line printed when the first signal arrives."""
-    print(f"\naccelkit: {_NAMES.get(signum, signum)} received: {how}; press Ctrl-C again to stop at once.",
+    print(f"\naccelkit: {signal_name(signum)} received: {how}; press Ctrl-C again to stop at once.",
           file=sys.stderr, flush=True)

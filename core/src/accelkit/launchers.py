@@ -66,7 +66,7 @@ class InPlaceLauncher(Launcher):
             interrupt.announce_first(signum, "stopping after the current batch and saving a checkpoint")
 
         def second(signum: int) -> None:
-            raise KeyboardInterrupt(f"{interrupt._NAMES.get(signum, signum)} received twice: stopped at once")
+            raise KeyboardInterrupt(f"{interrupt.signal_name(signum)} received twice: stopped at once")
 
         with interrupt.handle_signals(first, second), interrupt.active(control):
             return function(*args, **kwargs)
@@ -177,7 +177,7 @@ class SpawnLauncher(Launcher):
     def stop_now(self, signum: int) -> None:
         """Second signal (or a stage with nothing to save): kill every worker and raise."""
         self._kill()
-        raise TrainingInterrupted(f"{interrupt._NAMES.get(signum, signum)}: the workers were stopped at once; "
+        raise TrainingInterrupted(f"{interrupt.signal_name(signum)}: the workers were stopped at once; "
                                   "nothing was saved by this interruption.")
 
     def missing_result(self, strategy: Any) -> Any:

@@ -126,14 +126,8 @@ class Trainer(TrainerProperties):
         self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
         self._manager: PluginManager | None = None
 
-        from accelkit.environments import ClusterEnvironment
-        from accelkit.precision import Precision
-        from accelkit.strategy import Strategy
-
         manager = self.plugin_manager
-        for obj in self._plugin_objects:
-            if not isinstance(obj, (Strategy, Precision, ClusterEnvironment)):
-                manager.add_plugin(obj)
+        self._register_plugin_objects()
         arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
                      "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
         manager.hook.accelkit_translate_arguments(arguments=arguments)
@@ -282,6 +276,11 @@ class Trainer(TrainerProperties):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._plugin_objects = resolve_plugins(self._plugin_objects)
+        self._register_plugin_objects()
+
+    def _register_plugin_objects(self) -> None:
+        """Register the ``plugins=[...]`` objects that carry hooks; strategy, precision and cluster-environment
+        instances are parts of the run, resolved by ``compose``, not plugins."""
         from accelkit.environments import ClusterEnvironment
         from accelkit.precision import Precision
         from accelkit.strategy import Strategy

@@ -136,6 +136,11 @@ class DataConnector:
             return int(total * limit)
         return int(limit) if total is None else min(int(limit), total)
 
+    def agreed_num_batches(self, loaders: list[Any], kind: str, label: str) -> list[int | None]:
+        """:meth:`num_batches` of each loader, the same on every rank (:meth:`agree`); ``label`` names the loop in
+        the warning."""
+        return self.agree([self.num_batches(loader, kind) for loader in loaders], label)
+
     def agree(self, limits: list[int | None], kind: str) -> list[int | None]:
         """Make every rank run the same number of batches of each loader (the smallest count): a rank with more
         batches would otherwise wait forever in a gradient exchange or a metric reduction the others never reach.

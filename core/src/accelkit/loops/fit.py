@@ -47,8 +47,7 @@ class FitLoop:
             trainer.num_val_batches = []
             return
         self.val_loaders = trainer._data.loaders("val")
-        self.val_limits = trainer._data.agree(
-            [trainer._data.num_batches(loader, "val") for loader in (self.val_loaders or [])], "validation")
+        self.val_limits = trainer._data.agreed_num_batches(self.val_loaders or [], "val", "validation")
         trainer.num_val_batches = list(self.val_limits)
 
     def run(self) -> None:
@@ -71,8 +70,7 @@ class FitLoop:
             raise ValueError(f"no training data: pass train_dataloaders to fit(), a datamodule, or define "
                              f"{type(trainer.lightning_module).__name__}.train_dataloader()")
         self.train_loader = train_loaders[0]
-        trainer.num_training_batches = trainer._data.agree(
-            [trainer._data.num_batches(self.train_loader, "train")], "training")[0]
+        trainer.num_training_batches = trainer._data.agreed_num_batches([self.train_loader], "train", "training")[0]
         if not self._val_requested:
             self._load_val()
         interval, total = trainer.val_check_interval, trainer.num_training_batches
@@ -92,8 +90,8 @@ class FitLoop:
                 if trainer.reload_dataloaders_every_n_epochs and trainer.current_epoch > 0 and \
                         trainer.current_epoch % trainer.reload_dataloaders_every_n_epochs == 0:
                     self.train_loader = trainer._data.loaders("train")[0]
-                    trainer.num_training_batches = trainer._data.agree(
-                        [trainer._data.num_batches(self.train_loader, "train")], "training")[0]
+                    trainer.num_training_batches = trainer._data.agreed_num_batches([self.train_loader], "train",
+                                                                                   "training")[0]
                     self._load_val()
                 ran = self._epoch()
                 if ran == 0:

@@ -123,7 +123,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
             else:
                 kind = "val" if stage == "validate" else "test"
                 loaders_ = _require(trainer._data.loaders(kind), stage, module)
-                limits = trainer._data.agree([trainer._data.num_batches(loader, kind) for loader in loaders_], stage)
+                limits = trainer._data.agreed_num_batches(loaders_, kind, stage)
                 result = EvaluationLoop(trainer, stage).run(loaders_, limits)
                 if options.get("verbose", True) and strategy.is_global_zero:
                     _print_results(stage, result)

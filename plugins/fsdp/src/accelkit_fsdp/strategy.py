@@ -77,21 +77,19 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         self.reshard_after_forward = bool(reshard_after_forward)
         self.save_distributed_checkpoint = bool(save_distributed_checkpoint)
         self._spawns = True
-        self._main_port: int | None = None
         self._module: nn.Module | None = None
 
     # ----------------------------------------------------------------- composition and launch
     def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
         """Decide once, in the caller's process, whether to start the processes or join a launcher's."""
         super().connect(accelerator, devices, num_nodes, precision)
-        self._spawns = False
         self._spawns = self._launcher_env() is None
 
     def _launcher_env(self) -> Any:
         """The launcher environment DDP would join (its ``cluster_environment``), or ``None``."""
         return DDPStrategy._env(self)
 
-    def _env(self) -> dict[str, int] | None:
+    def _env(self) -> Any:
         return None if self._spawns else super()._env()
 
     def validate(self) -> list[str]:

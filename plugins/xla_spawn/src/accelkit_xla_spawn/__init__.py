@@ -13,4 +13,5 @@ from accelkit_xla_spawn.removed_api import REPLACEMENTS, add_removed_api_hint, r
 from accelkit_xla_spawn.launcher import XLALauncher
 from accelkit_xla_spawn.strategy import XLAStrategy
 
-__all__ = ["REPLACEMENTS", "XLAAccelerator", "XLALauncher", "XLAStrategy", "__version__", "add_removed_api_hint", "removed_api_hint"]
+__all__ = ["REPLACEMENTS", "XLAAccelerator", "XLALauncher", "XLAStrategy", "__version__", "add_removed_api_hint",
+           "removed_api_hint"]

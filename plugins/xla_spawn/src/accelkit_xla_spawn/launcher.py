@@ -52,12 +52,11 @@ class XLALauncher(SpawnLauncher):
         if xla_runtime_initialized():
             raise RuntimeError(RUNTIME_TOUCHED_MESSAGE)
         self._world_size = strategy.world_size
-        self._node_rank = strategy.node_rank
         return super().launch(strategy, function, *args, **kwargs)
 
     def missing_result(self, strategy: Any) -> Any:
         """Another host of a pod has replica 0: this host reports an empty result."""
-        if self._node_rank != 0:
+        if strategy.node_rank != 0:
             return WorkerResult()
         return super().missing_result(strategy)
 
