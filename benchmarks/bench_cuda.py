@@ -45,7 +45,7 @@ def make_net(features: int, hidden: int, classes: int) -> nn.Module:
 
 
 def make_loader(data: TensorDataset, batch_size: int) -> DataLoader:
-    """Same loader for both sides; pinned, as accelkit-cuda would make it."""
+    """Same loader for both sides, pinned by its maker (accelkit uses a loader as it is given)."""
     return DataLoader(data, batch_size=batch_size, shuffle=True, drop_last=True, pin_memory=True,
                       generator=torch.Generator().manual_seed(0))
 

@@ -2,7 +2,7 @@
 scikit-learn, so nothing is downloaded).
 
     accelkit fit examples/digits.py:DigitsClassifier
-    accelkit fit examples/digits.py:DigitsClassifier --devices 2 --strategy ddp_spawn
+    accelkit fit examples/digits.py:DigitsClassifier --accelerator cpu --devices 2 --strategy ddp_spawn
 """
 
 from __future__ import annotations

@@ -22,13 +22,17 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers.requirements import requires_build_tools  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DIST_DIRS = [ROOT / "core"] + sorted(p.parent for p in (ROOT / "plugins").glob("*/pyproject.toml"))
 # Distributions whose accelerator needs torch_xla: directly, or through the accelkit-xla-spawn plugin.
 XLA_RUNTIME = "torch-xla"
 XLA_BASE = "accelkit-xla-spawn"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_build_tools(*(d / "pyproject.toml" for d in DIST_DIRS), frontend=True)]
 
 
 def project(directory: Path) -> dict:

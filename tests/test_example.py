@@ -54,7 +54,9 @@ def test_digits_defaults_reach_95_percent_in_under_a_minute(tmp_path):
 
 
 def test_digits_two_process_ddp_spawn(tmp_path):
-    stdout, _ = run_fit(tmp_path, "--devices", "2", "--strategy", "ddp_spawn", "--no-progress-bar", timeout=180)
+    # accelerator named: on a machine with one GPU, "auto" would pick it and two devices would not exist
+    stdout, _ = run_fit(tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn",
+                        "--no-progress-bar", timeout=180)
     assert "devices=[0, 1] strategy=ddp_spawn" in stdout
     # 1,257 training digits: each rank reads ceil(1257 / 2) = 629 of them, 10 batches of 64 per epoch
     assert "after 20 epochs, 200 steps" in stdout

@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accelkit  # noqa: E402
 from helpers.guards import PYTHON, TESTS, child_env, hang_guard  # noqa: E402
 from helpers.hook_recorder import HookLog, HookRecorderCallback, HookRecorderModule, call  # noqa: E402
+from helpers.requirements import requires_torch_xla  # noqa: E402
 
 CB = "Callback."
 QUIET = dict(logger=False, enable_progress_bar=False, enable_model_summary=False)
@@ -409,7 +410,7 @@ def test_ddp_spawn_every_rank_in_lightning_order(tmp_path, verb):
 # ---------------------------------------------------------------------------------------------- XLA
 @pytest.mark.slow
 @pytest.mark.xla
-@pytest.mark.skipif(__import__("importlib").util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+@requires_torch_xla
 def test_fit_on_xla_single_device(tmp_path):
     """The same fit on one XLA device (PJRT on the CPU), in a fresh interpreter: batches go to ``xla``."""
     env = child_env()

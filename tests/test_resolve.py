@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import multiprocessing
+import os
+import sys
 import sysconfig
 from pathlib import Path
 
@@ -96,17 +98,34 @@ def test_tpu_with_its_plugin_blocked_names_the_blocked_distribution(monkeypatch)
         accelkit.Trainer(accelerator="tpu", logger=False, plugins=[f"no:{ep}"])
 
 
+def third_party_directories() -> list[Path]:
+    """The directories this interpreter imports installed packages from, in ``sys.path`` order: the
+    environment's site-packages, but also a user site or ``PYTHONPATH`` folder where a machine keeps torch
+    (not the standard library, not this repository's source folders)."""
+    stdlib = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "platstdlib")}
+    found: list[Path] = []
+    for entry in sys.path:
+        path = Path(entry or ".").resolve()
+        packages = path.name in ("site-packages", "dist-packages")
+        standard = path in stdlib or (path.parent in stdlib and not packages)  # lib-dynload
+        ours = path == REPO or (REPO in path.parents and not packages)
+        if path.is_dir() and not standard and not ours and path not in found:
+            found.append(path)
+    return found
+
+
 def test_first_party_names_whose_distribution_is_not_installed(tmp_path, run_python):
-    """A real environment without the device plugins: site-packages minus every accelkit distribution but
-    the core and the cpu plugin (linked entry by entry), run with ``python -S``."""
-    site = Path(sysconfig.get_paths()["purelib"])
+    """A real environment without the device plugins: every installed package minus every accelkit
+    distribution but the core and the cpu plugin (linked entry by entry), run with ``python -S``."""
     linked = tmp_path / "site-packages"
     linked.mkdir()
-    for entry in site.iterdir():
-        low = entry.name.lower()
-        keep = not ("accelkit" in low) or low.startswith(("accelkit-", "accelkit_cpu-")) and low.endswith(".dist-info")
-        if keep:
-            (linked / entry.name).symlink_to(entry)
+    for directory in third_party_directories():
+        for entry in directory.iterdir():
+            low = entry.name.lower()
+            keep = "accelkit" not in low or (low.startswith(("accelkit-", "accelkit_cpu-"))
+                                             and low.endswith(".dist-info"))
+            if keep and not os.path.lexists(linked / entry.name):  # the first directory on sys.path wins
+                (linked / entry.name).symlink_to(entry)
     out = run_python('''
 import json, importlib.metadata as md
 import accelkit

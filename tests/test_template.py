@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers.requirements import requires_build_tools  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "templates" / "plugin"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_build_tools(TEMPLATE / "pyproject.toml")]
 
 
 def _other_plugins() -> list[str]:

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit
 from accelkit import checkpoint as ckpt
+from accelkit_cuda.strategies import CUDASingleDeviceStrategy
 
 HAS_GPU = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu,
@@ -99,31 +100,46 @@ def test_fit_on_one_gpu(tmp_path, precision):
 
 
 class InjectInf(Probe):
-    """Puts an inf into one gradient at step ``bad_step`` and records whether each step changed the weights."""
+    """Puts an inf into one gradient at step ``bad_step`` where the gradient scaler sees it, and records per step
+    whether the weights changed and the scale before and after.
+
+    The inf goes in ``on_after_backward``: the scaler unscales and checks the gradients after that hook and
+    before ``on_before_optimizer_step`` (Lightning's order too), so an inf put in later is never checked.
+    """
 
     def __init__(self, bad_step):
         super().__init__()
         self.bad_step = bad_step
         self.changed: list[bool] = []
-        self._before = None
+        self.scales: list[tuple[float, float]] = []
+        self._before: list[torch.Tensor] = []
+        self._scale = 0.0
 
-    def on_before_optimizer_step(self, optimizer):
+    def on_train_batch_start(self, batch, batch_idx):
+        self._before = [p.detach().clone() for p in self.parameters()]
+
+    def on_after_backward(self):
+        self._scale = self.trainer.precision.scaler.get_scale()  # the scaler exists once a loss was scaled
         if self.trainer.global_step == self.bad_step:
             self.net[0].weight.grad[0, 0] = float("inf")
-        self._before = [p.detach().clone() for p in self.parameters()]
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
         self.changed.append(any(not torch.equal(a, p) for a, p in zip(self._before, self.parameters())))
+        self.scales.append((self._scale, self.trainer.precision.scaler.get_scale()))
 
 
 def test_grad_scaler_skips_the_step_with_inf(tmp_path):
     torch.manual_seed(0)
-    model = InjectInf(bad_step=3)
+    bad = 3
+    model = InjectInf(bad_step=bad)
     trainer = _trainer(tmp_path, precision="16-mixed", max_steps=6, enable_checkpointing=False)
     trainer.fit(model)
-    assert model.changed == [True, True, True, False, True, True]
-    scaler = trainer.precision.scaler
-    assert scaler.get_scale() == 65536.0 / 2  # halved once, for the skipped step
+    assert len(model.changed) == 6
+    before, after = model.scales[bad]
+    assert model.changed[bad] is False and after == before / 2  # skipped, and the scale halved for it
+    for changed, (before, after) in zip(model.changed, model.scales):
+        assert changed == (after == before)  # a step is taken exactly when no inf halved the scale
+    assert model.changed[-1]  # training goes on after the skipped step
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
@@ -149,16 +165,46 @@ def test_state_saved_on_gpu_loads_on_cpu(tmp_path):
     assert cpu.current_epoch == 3
 
 
-def test_loaders_are_pinned_and_batches_arrive_on_the_gpu(tmp_path):
-    trainer = _trainer(tmp_path)
-    loader = trainer.strategy.process_dataloader(DataLoader(_data(64), batch_size=16), "fit")
-    x, _ = next(iter(loader))
-    assert x.is_pinned()
+def test_pinning_is_the_users_choice(tmp_path):
+    loader = DataLoader(_data(64), batch_size=16)
+    strategy = _trainer(tmp_path).strategy
+    assert strategy.pin_memory is False and strategy.process_dataloader(loader, "fit") is loader
+    assert not next(iter(loader))[0].is_pinned()
+    own = DataLoader(_data(64), batch_size=16, pin_memory=True)  # the user's own choice, kept
+    assert strategy.process_dataloader(own, "fit") is own and next(iter(own))[0].is_pinned()
+    copy = CUDASingleDeviceStrategy(pin_memory=True).process_dataloader(loader, "fit")
+    x, y = next(iter(copy))
+    assert copy is not loader and not loader.pin_memory
+    assert x.is_pinned() and y.is_pinned()
 
 
-@pytest.mark.skipif(HAS_GPU and torch.cuda.get_device_capability(0) >= (8, 0),
-                    reason="this GPU has native bfloat16; the refusal needs an older GPU")
+class DeviceBatches(Probe):
+    """Builds its batches on the GPU, as Lightning's PPO example does."""
+
+    def train_dataloader(self):
+        data = _data()
+        return DataLoader(TensorDataset(*(t.to("cuda") for t in data.tensors)), batch_size=32, shuffle=True)
+
+
+@pytest.mark.parametrize("pin", [False, True])
+def test_a_loader_yielding_gpu_tensors_trains(tmp_path, pin):
+    torch.manual_seed(0)
+    model = DeviceBatches()
+    trainer = _trainer(tmp_path, max_epochs=2, enable_checkpointing=False,
+                       strategy=CUDASingleDeviceStrategy(pin_memory=pin))
+    if pin:  # asked to pin, it pins what it can and names what it cannot
+        with pytest.warns(UserWarning, match=r"cannot be page-locked \(on cuda:0\)"):
+            trainer.fit(model)
+    else:
+        trainer.fit(model)
+    assert model.seen["device"] == torch.device("cuda", 0)
+    assert len(model.losses) == 2 * 16 and all(loss == loss for loss in model.losses)
+    assert sum(model.losses[-4:]) < sum(model.losses[:4])
+
+
 def test_bf16_refused_on_older_gpu(tmp_path):
+    if _native_bf16():  # asked inside the test: at collection it would initialise CUDA for the whole session
+        pytest.skip("this GPU has native bfloat16; the refusal needs an older GPU")
     with pytest.raises((ValueError, accelkit.ConfigurationError), match="native bfloat16"):
         _trainer(tmp_path, precision="bf16-mixed").fit(Probe())
 
@@ -169,21 +215,27 @@ SPAWN_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {here!r})
     from test_gpu_helpers import RankProbe
 
-    out = sys.argv[1]
-    trainer = accelkit.Trainer(accelerator="cuda", devices=-1, strategy="ddp_spawn", max_epochs=2, logger=False,
-                               enable_progress_bar=False, enable_checkpointing=False, default_root_dir=out)
-    assert not torch.cuda.is_initialized(), "resolving the run initialised CUDA in the parent"
-    model = RankProbe(out)
-    before = [p.detach().clone() for p in model.parameters()]
-    trainer.fit(model)
-    result = {{"parent_initialised": torch.cuda.is_initialized(), "world_size": trainer.world_size,
-               "weights_changed": any(not torch.equal(a, b) for a, b in zip(before, model.parameters())),
-               "param_device": str(next(model.parameters()).device)}}
-    with open(os.path.join(out, "parent.json"), "w") as f:
-        json.dump(result, f)
+
+    def main(out):
+        trainer = accelkit.Trainer(accelerator="cuda", devices=-1, strategy="ddp_spawn", max_epochs=2, logger=False,
+                                   enable_progress_bar=False, enable_checkpointing=False, default_root_dir=out)
+        assert not torch.cuda.is_initialized(), "resolving the run initialised CUDA in the parent"
+        model = RankProbe(out)
+        before = [p.detach().clone() for p in model.parameters()]
+        trainer.fit(model)
+        result = {{"parent_initialised": torch.cuda.is_initialized(), "world_size": trainer.world_size,
+                   "weights_changed": any(not torch.equal(a, b) for a, b in zip(before, model.parameters())),
+                   "param_device": str(next(model.parameters()).device)}}
+        with open(os.path.join(out, "parent.json"), "w") as f:
+            json.dump(result, f)
+
+
+    if __name__ == "__main__":  # each spawned worker re-imports this script; only the parent runs main
+        main(sys.argv[1])
 """)
 
 
+@pytest.mark.slow
 def test_ddp_spawn_one_process_per_gpu(tmp_path):
     here = str(Path(__file__).parent)
     script = tmp_path / "spawn.py"

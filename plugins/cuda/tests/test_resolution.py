@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -150,7 +153,8 @@ def test_one_gpu_is_single_device(make_trainer, simulate_gpus, no_cuda_init):
     trainer = make_trainer(accelerator="cuda", devices=[2])
     assert isinstance(trainer.strategy, CUDASingleDeviceStrategy)
     assert trainer.strategy.root_device == torch.device("cuda", 2)
-    assert trainer.accelerator.pin_memory is True
+    assert trainer.accelerator.pin_memory is True  # batches are copied with non_blocking=True
+    assert trainer.strategy.pin_memory is False  # loaders are used as given
     assert trainer.accelerator.distributed_backend == "nccl"
 
 
@@ -287,8 +291,21 @@ def test_device_and_ddp_ids():
         accelerator.setup_device(torch.device("cpu"))
 
 
-def test_device_stats_before_cuda_is_used_are_empty(no_cuda_init):
-    assert CUDAAccelerator().get_device_stats(torch.device("cuda", 0)) == {}
+_STATS_IN_A_FRESH_PROCESS = """
+import json, torch
+from accelkit_cuda.accelerator import CUDAAccelerator
+stats = CUDAAccelerator().get_device_stats(torch.device("cuda", 0))
+print(json.dumps([stats, torch.cuda.is_initialized()]))
+"""
+
+
+@pytest.mark.slow
+def test_device_stats_before_cuda_is_used_are_empty():
+    # a fresh interpreter: on a GPU machine an earlier test in this process has already used the GPU
+    done = subprocess.run([sys.executable, "-c", _STATS_IN_A_FRESH_PROCESS], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [{}, False]  # empty, and asking did not initialise CUDA
 
 
 def test_entry_point_is_declared():

@@ -11,8 +11,8 @@ from accelkit_cuda.strategies import (
     CUDADDPStrategy,
     CUDASingleDeviceStrategy,
     CUDAStrategyMixin,
-    pinned_dataloader,
 )
+from accelkit_cuda.pinning import pinned_dataloader
 
 __all__ = [
     "CUDAAccelerator",

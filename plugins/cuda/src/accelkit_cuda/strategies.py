@@ -1,4 +1,4 @@
-"""The core strategies with what GPUs add: page-locked loaders, NCCL barriers on the right GPU, spawn checks.
+"""The core strategies with what GPUs add: NCCL barriers on the right GPU, spawn checks, opt-in pinning.
 
 Each class here is the core class of the same role (:class:`~accelkit.SingleDeviceStrategy`,
 :class:`~accelkit.DDPStrategy`, :class:`~accelkit.DDPSpawnStrategy`) plus :class:`CUDAStrategyMixin`. The
@@ -9,57 +9,29 @@ DDP classes take DistributedDataParallel's options as keyword arguments, as the 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader
 
 from accelkit.strategy import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy
-
-
-def pinned_dataloader(loader: Any) -> Any:
-    """A copy of ``loader`` with ``pin_memory=True``, sharing its dataset, sampler and every other setting.
-
-    Page-locked batches are copied to the GPU asynchronously (``non_blocking=True``) by a background thread
-    of the DataLoader. Anything other than a :class:`~torch.utils.data.DataLoader`, and loaders that already
-    pin, are returned unchanged. The sampler objects are shared, so ``set_epoch`` on the original's sampler
-    still shuffles the copy.
-    """
-    if not isinstance(loader, DataLoader) or loader.pin_memory:
-        return loader
-    kwargs: dict[str, Any] = {
-        "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
-        "pin_memory": True,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context,
-        "generator": loader.generator,
-    }
-    if loader.num_workers > 0:
-        kwargs["prefetch_factor"] = loader.prefetch_factor
-        kwargs["persistent_workers"] = loader.persistent_workers
-    if hasattr(loader, "in_order"):
-        kwargs["in_order"] = loader.in_order
-    if isinstance(loader.dataset, IterableDataset):
-        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
-    elif loader.batch_sampler is not None:
-        kwargs["batch_sampler"] = loader.batch_sampler
-    else:  # batch_size=None: the sampler yields single items and collation is off
-        kwargs.update(batch_size=None, sampler=loader.sampler)
-    return DataLoader(loader.dataset, **kwargs)
+from accelkit_cuda.pinning import pinned_dataloader
 
 
 class CUDAStrategyMixin:
     """GPU additions shared by the CUDA strategies.
 
-    :param pin_memory: give DataLoaders that do not pin host memory a pinned copy (default ``True``), so
-        batches reach the GPU with asynchronous copies. ``False`` leaves every loader as the user made it.
+    :param pin_memory: ``False`` (the default) leaves every DataLoader exactly as you made it: pin host
+        memory by building it with ``DataLoader(..., pin_memory=True)``, as in Lightning. ``True`` hands each
+        DataLoader that does not pin to the run as a copy that page-locks the CPU tensors of its batches
+        (:func:`~accelkit_cuda.pinning.pinned_dataloader`); tensors the loader already puts on a GPU pass
+        through, with a warning.
     """
 
-    def __init__(self, *args: Any, pin_memory: bool = True, **options: Any) -> None:
+    def __init__(self, *args: Any, pin_memory: bool = False, **options: Any) -> None:
         if not isinstance(pin_memory, bool):
             raise TypeError(f"pin_memory={pin_memory!r} must be True or False")
         super().__init__(*args, **options)
@@ -67,9 +39,13 @@ class CUDAStrategyMixin:
         self._pinned: dict[int, tuple[Any, Any]] = {}
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """The loader itself, or (with ``pin_memory``) one pinned copy of it, made once and reused each epoch."""
+        """The loader as given; with ``pin_memory=True``, one pinning copy of it, made once and reused."""
         dataloader = super().process_dataloader(dataloader, stage)  # type: ignore[misc]
-        if not self.pin_memory:
+        if not self.pin_memory or not isinstance(dataloader, DataLoader) or dataloader.pin_memory:
+            return dataloader
+        if not torch.cuda.is_available():
+            warnings.warn("the strategy was created with pin_memory=True, but CUDA is not available in this process, "
+                          "so nothing can be page-locked; the DataLoader is used as it is.", UserWarning, stacklevel=2)
             return dataloader
         cached = self._pinned.get(id(dataloader))
         if cached is None or cached[0] is not dataloader:
@@ -78,7 +54,7 @@ class CUDAStrategyMixin:
         return cached[1]
 
     def teardown(self) -> None:
-        """Forget the pinned loader copies, then tear down as the core strategy does."""
+        """Forget the pinning loader copies, then tear down as the core strategy does."""
         self._pinned.clear()
         super().teardown()  # type: ignore[misc]
 

@@ -1,0 +1,67 @@
+"""Skip marks for tests whose tools may be missing from a machine, each naming what is missing and why.
+
+The suite also runs on machines set up for another purpose (a GPU machine without network, say). There, a test
+that needs a tool which is not installed is skipped with a reason that names the tool, instead of erroring:
+
+* :func:`requires_build_tools`: the tests that build this repository's distributions or pip-install the plugin
+  template do so without a package index (``python -m build --no-isolation``, ``pip install
+  --no-build-isolation --no-deps``), so the build frontend and the build backend named in each
+  ``pyproject.toml`` must already be installed; with build isolation they would have to be downloaded.
+* :data:`requires_torch_xla`: tests that run XLA (in a subprocess; torch_xla is never imported in the pytest
+  process, only looked up with ``find_spec``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+
+def unmet_requirements(requirements: list[str]) -> list[str]:
+    """Those of ``requirements`` (PEP 508 strings) that no installed distribution satisfies."""
+    unmet = []
+    for text in requirements:
+        requirement = Requirement(text)
+        try:
+            version = importlib.metadata.version(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            unmet.append(text)
+            continue
+        if requirement.specifier and not requirement.specifier.contains(version, prereleases=True):
+            unmet.append(f"{text} (installed: {version})")
+    return unmet
+
+
+def build_backend_requirements(*pyprojects: Path) -> list[str]:
+    """The ``[build-system] requires`` of each ``pyproject.toml``, without repeats, in order."""
+    seen: list[str] = []
+    for path in pyprojects:
+        for text in tomllib.loads(path.read_text())["build-system"]["requires"]:
+            if text not in seen:
+                seen.append(text)
+    return seen
+
+
+def requires_build_tools(*pyprojects: Path, frontend: bool = False) -> pytest.MarkDecorator:
+    """Skip unless the build backends of ``pyprojects`` (and, with ``frontend``, the ``build`` package) are
+    installed: these tests build without a package index, so nothing missing can be fetched."""
+    needed = (["build"] if frontend else []) + build_backend_requirements(*pyprojects)
+    unmet = unmet_requirements(needed)
+    reason = (f"building distributions without a package index needs {', '.join(unmet)} installed in this "
+              f"environment (pip install {' '.join(repr(r.split(' (')[0]) for r in unmet)})")
+    return pytest.mark.skipif(bool(unmet), reason=reason)
+
+
+def torch_xla_missing() -> bool:
+    """Whether torch_xla is not installed (looked up, never imported)."""
+    return importlib.util.find_spec("torch_xla") is None
+
+
+requires_torch_xla = pytest.mark.skipif(
+    torch_xla_missing(), reason="needs torch_xla, which is not installed here (pip install torch_xla, the version "
+                                "matching torch)")
