@@ -100,7 +100,7 @@ def _loop_fsdp_worker(rank: int, world: int, port: int, width: int, epochs: int,
 def loop_fsdp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
     """Seconds per step of rank 0 of the hand-written FSDP2 loop."""
     import torch.multiprocessing as mp
-    from accelkit.strategy import find_free_port
+    from accelkit.strategies.ddp import find_free_port
 
     with tempfile.TemporaryDirectory(prefix="bench-fsdp-") as tmp:
         path = os.path.join(tmp, "times.json")

@@ -21,16 +21,16 @@ import sys
 TORCH = "import time; t = time.perf_counter(); import torch; print(time.perf_counter() - t)"
 ACCELKIT = (
     "import time, warnings; warnings.simplefilter('ignore'); t = time.perf_counter(); import accelkit; "
-    "from accelkit.plugins import PluginManager; registry = PluginManager().registry; "
+    "from accelkit.plugins.manager import PluginManager; registry = PluginManager().registry; "
     "print(time.perf_counter() - t)"
 )
 EXTRA = (
     "import warnings; warnings.simplefilter('ignore'); import torch, time; t = time.perf_counter(); "
-    "import accelkit; from accelkit.plugins import PluginManager; registry = PluginManager().registry; "
+    "import accelkit; from accelkit.plugins.manager import PluginManager; registry = PluginManager().registry; "
     "print(time.perf_counter() - t)"
 )
 PLUGINS = (
-    "import warnings; warnings.simplefilter('ignore'); from accelkit.plugins import PluginManager; "
+    "import warnings; warnings.simplefilter('ignore'); from accelkit.plugins.manager import PluginManager; "
     "m = PluginManager(); r = m.registry; "
     "print(sorted(r.accelerators), sorted(r.strategies)[:6], "
     "sorted(k for k in __import__('sys').modules if k.split('.')[0] in ('torch_xla', 'jax')))"

@@ -41,8 +41,8 @@ def cpu_plugin() -> Any:
 
 @pytest.fixture
 def cpu_manager(isolated: None, cpu_plugin: Any) -> Any:
-    """A :class:`~accelkit.plugins.PluginManager` with the core and the cpu plugin only."""
-    from accelkit.plugins import PluginManager
+    """A :class:`~accelkit.plugins.manager.PluginManager` with the core and the cpu plugin only."""
+    from accelkit.plugins.manager import PluginManager
 
     manager = PluginManager(autoload=False)
     manager.add_plugin(cpu_plugin, name="cpu")

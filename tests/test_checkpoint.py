@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from accelkit import checkpoint  # noqa: E402
+from accelkit.checkpoint import files as checkpoint  # noqa: E402
 from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
 from helpers.models import ExplodingPickle, Opaque, RegressionModule  # noqa: E402
 

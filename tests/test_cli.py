@@ -138,7 +138,7 @@ def test_doctor_shows_environment_declared_by_the_core_and_plugins(clean_env, ca
     assert shown["SLURM_JOB_ID"] == "4242" and "SLURM_*" not in shown  # the prefix expands to what is set
     assert shown["MASTER_ADDR"] == "10.0.0.7"
     assert shown["RANK"] is None and "ACCELKIT_*" in shown
-    from accelkit.plugins import PluginManager
+    from accelkit.plugins.manager import PluginManager
 
     declared = set()
     for names in PluginManager().hook.accelkit_environment_variables():
@@ -156,7 +156,7 @@ def test_doctor_flags_a_half_configured_launcher_with_the_fix(clean_env, capsys)
 def test_doctor_collects_problems_from_plugin_diagnose_hooks(clean_env, capsys):
     """Any plugin's accelkit_diagnose problem reaches the report; checked with a plugin object of our own."""
     from accelkit import hookimpl
-    from accelkit.plugins import PluginManager
+    from accelkit.plugins.manager import PluginManager
 
     class Probe:
         ACCELKIT_API = ">=1.0,<2"

@@ -12,8 +12,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, TensorDataset
 
-from accelkit.datamodule import DataHooks, DataModule, dataloader_is_defined, restore_datamodule_state
-from accelkit.hparams import checkpoint_entries
+from accelkit.module.datamodule import DataHooks, DataModule, dataloader_is_defined
+from accelkit.module.saving import restore_datamodule_state
+from accelkit.module.hparams import checkpoint_entries
 
 LOADERS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accelkit  # noqa: E402
 from helpers.guards import PYTHON, TESTS, child_env, hang_guard, wait_gone  # noqa: E402
 from helpers.models import RegressionModule, WeightDump  # noqa: E402
-from accelkit.strategy import find_free_port  # noqa: E402
+from accelkit.strategies.ddp import find_free_port  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

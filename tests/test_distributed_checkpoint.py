@@ -1,4 +1,4 @@
-"""accelkit.distributed_checkpoint in one process (no process group): sharded directories written atomically, read
+"""accelkit.checkpoint.sharded in one process (no process group): sharded directories written atomically, read
 whole, consolidated; a failed or killed save leaves no checkpoint; directory checkpoints through the Trainer and
 ModelCheckpoint (top-k removal, last.ckpt as a copy or a link, ckpt_path="last")."""
 
@@ -16,9 +16,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from accelkit import distributed_checkpoint as dcp_io  # noqa: E402
-from accelkit.launching import _resolve_ckpt  # noqa: E402
-from accelkit.strategy import SingleDeviceStrategy  # noqa: E402
+from accelkit.checkpoint import sharded as dcp_io  # noqa: E402
+from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
+from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
 from helpers.guards import PYTHON, child_env  # noqa: E402
 from helpers.models import RegressionModule  # noqa: E402
 
@@ -81,7 +81,7 @@ def test_a_failed_save_leaves_no_directory(tmp_path):
 
 KILLED_SAVE = """
 import os, signal, sys, torch
-from accelkit import distributed_checkpoint as dcp_io
+from accelkit.checkpoint import sharded as dcp_io
 
 class DiesWhenPickled:
     def __reduce__(self):

@@ -17,21 +17,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit
 from accelkit import hookimpl
-from accelkit.environments import (
-    ClusterEnvironment,
-    KubeflowEnvironment,
-    LSFEnvironment,
-    MPIEnvironment,
-    SLURMEnvironment,
-    TorchrunEnvironment,
-    detect_cluster_environment,
-    first_host,
-    port_from_job_id,
-)
+from accelkit.environments.base import ClusterEnvironment, first_host, port_from_job_id
+from accelkit.environments.kubeflow import KubeflowEnvironment
+from accelkit.environments.lsf import LSFEnvironment
+from accelkit.environments.mpi import MPIEnvironment
+from accelkit.environments.slurm import SLURMEnvironment
+from accelkit.environments.torchrun import TorchrunEnvironment
+from accelkit.environments.detection import detect_cluster_environment
 from accelkit.errors import ConfigurationError, PluginConflictError
-from accelkit.plugins import PluginManager
+from accelkit.plugins.manager import PluginManager
 from accelkit.records import ClusterEnvironmentRecord, RunConfig
-from accelkit.strategy import DDPStrategy, find_free_port
+from accelkit.strategies.ddp import DDPStrategy, find_free_port
 from helpers.guards import PYTHON, TESTS, child_env
 
 #: every variable some built-in environment reads: cleared from os.environ by the ``clean`` fixture
@@ -431,7 +427,7 @@ def test_a_hand_built_ddp_strategy_reads_the_builtin_environments(clean):
 
 
 def test_a_pod_view_does_not_make_auto_join():
-    from accelkit import _builtin
+    from accelkit.plugins import builtin as _builtin
 
     class PodLike(SchedulerEnvironment):
         launches_every_process = False

@@ -19,7 +19,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset,
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from accelkit import checkpoint as ckpt  # noqa: E402
+from accelkit.checkpoint import files as ckpt  # noqa: E402
 from accelkit.loops import resume  # noqa: E402
 from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
 from helpers.resume_fit import DropoutNet, dataset, make_trainer  # noqa: E402

@@ -21,8 +21,8 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit
-from accelkit import checkpoint
-from accelkit.checkpoint import CheckpointError, UnsafeCheckpointError
+from accelkit.checkpoint import files as checkpoint
+from accelkit.checkpoint.files import CheckpointError, UnsafeCheckpointError
 from accelkit.errors import ConfigurationError
 from helpers.guards import PYTHON, TESTS, child_env
 from helpers.models import RegressionModule, regression_data
@@ -48,7 +48,7 @@ def test_a_plugins_value_that_is_no_plugin_is_named(plugins, shown):
 
 
 def test_a_strategy_class_in_plugins_asks_for_an_instance():
-    from accelkit.strategy import SingleDeviceStrategy
+    from accelkit.strategies.single_device import SingleDeviceStrategy
 
     with pytest.raises(ConfigurationError, match=r"SingleDeviceStrategy is a class; pass an instance"):
         trainer(plugins=[SingleDeviceStrategy])
@@ -261,7 +261,7 @@ def test_weights_of_another_model_name_the_checkpoint(tmp_path):
 FULL_DISK = '''
 import json, os, sys
 import torch
-from accelkit import checkpoint
+from accelkit.checkpoint import files as checkpoint
 folder = sys.argv[1] if len(sys.argv) > 1 else os.environ["TARGET"]
 path = os.path.join(folder, "last.ckpt")
 checkpoint.atomic_save({"weights": torch.arange(10.0)}, path)

@@ -19,16 +19,8 @@ import torch
 from torch import nn
 
 import accelkit
-from accelkit.datamodule import DataModule
-from accelkit.hparams import (
-    AttributeDict,
-    HyperparametersMixin,
-    checkpoint_entries,
-    hparams_to_log,
-    load_from_checkpoint,
-    load_hparams_file,
-    plain_hparams,
-)
+from accelkit.module.datamodule import DataModule
+from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log, load_from_checkpoint, load_hparams_file, plain_hparams)
 
 
 class Net(HyperparametersMixin, nn.Module):

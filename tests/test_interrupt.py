@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from accelkit.launchers import remove_stale_temp_dirs
+from accelkit.strategies.launchers.spawn import remove_stale_temp_dirs
 
 HELPER = Path(__file__).parent / "helpers" / "interrupt_fit.py"
 

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from accelkit.optim import Optimizer as WrappedOptimizer  # noqa: E402
+from accelkit.module.optimizers import Optimizer as WrappedOptimizer  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import WeightDump, quiet_trainer, regression_data  # noqa: E402
 

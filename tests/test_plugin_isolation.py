@@ -13,7 +13,7 @@ import accelkit
 import pytest
 import torch
 from accelkit.errors import PluginConflictError
-from accelkit.plugins import FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
+from accelkit.plugins.manager import FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
 from accelkit.precision import MixedPrecision, TruePrecision
 from accelkit.records import AcceleratorRecord
 
@@ -38,7 +38,7 @@ def accelkit_register_accelerators():
 
 @hookimpl
 def accelkit_register_strategies():
-    return [StrategyRecord("single_device", "accelkit.strategy:SingleDeviceStrategy", accelerators=("{name}",))]
+    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=("{name}",))]
 
 @hookimpl
 def accelkit_register_precisions():
@@ -67,7 +67,7 @@ SCENARIOS = '''
 import contextlib, io, json, warnings
 import accelkit
 from accelkit import cli
-from accelkit.plugins import PluginManager
+from accelkit.plugins.manager import PluginManager
 
 def attempt(**kwargs):
     try:

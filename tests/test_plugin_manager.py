@@ -8,7 +8,7 @@ import pytest
 import accelkit
 from accelkit.errors import PluginConflictError, PluginError
 from accelkit.hookspecs import HOOK_API_VERSION
-from accelkit.plugins import BLOCKED, FAILED, INCOMPATIBLE, LOADED, PluginManager
+from accelkit.plugins.manager import BLOCKED, FAILED, INCOMPATIBLE, LOADED, PluginManager
 from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
 
 # A plugin module that provides an available accelerator named after the plugin, with the core's
@@ -31,7 +31,7 @@ def accelkit_register_accelerators():
 
 @hookimpl
 def accelkit_register_strategies():
-    return [StrategyRecord("single_device", "accelkit.strategy:SingleDeviceStrategy", accelerators=("{name}",))]
+    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=("{name}",))]
 
 @hookimpl
 def accelkit_register_precisions():
@@ -44,7 +44,7 @@ API = 'ACCELKIT_API = ">=1.0,<2"'
 PRELUDE = '''
 import json, sys, warnings
 import accelkit
-from accelkit.plugins import PluginManager
+from accelkit.plugins.manager import PluginManager
 
 def attempt(**kwargs):
     """Build a Trainer; return what happened as a JSON-able dict."""
@@ -225,7 +225,7 @@ class Provider:
 
     @accelkit.hookimpl
     def accelkit_register_strategies(self):
-        return [StrategyRecord(s, "accelkit.strategy:SingleDeviceStrategy", accelerators=self.scope)
+        return [StrategyRecord(s, "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=self.scope)
                 for s in self.strategies]
 
 
@@ -287,7 +287,7 @@ def test_two_plugin_objects_claiming_a_name_conflict(isolated):
     with pytest.warns(RuntimeWarning, match="'acme' is claimed by both"):
         registry = manager.registry  # built: only runs that ask for 'acme' fail
     assert "other" in registry.accelerators and "acme" not in registry.accelerators
-    from accelkit.resolve import compose
+    from accelkit.plugins.compose import compose
 
     with pytest.raises(PluginConflictError) as info:
         compose(manager, accelerator="acme")

@@ -1,4 +1,4 @@
-"""Resolution: names -> one composed run (``accelkit.resolve.compose`` through the Trainer).
+"""Resolution: names -> one composed run (``accelkit.plugins.compose.compose`` through the Trainer).
 
 Unknown names list what exists and suggest the closest; first-party names whose plugin is missing name the
 distribution to install; every problem is reported at once; nothing is started before the configuration is
@@ -22,7 +22,8 @@ from accelkit import Accelerator
 from accelkit.errors import ConfigurationError
 from accelkit.precision import Precision, TruePrecision
 from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
-from accelkit.strategy import DDPSpawnStrategy, SingleDeviceStrategy
+from accelkit.strategies.ddp import DDPSpawnStrategy
+from accelkit.strategies.single_device import SingleDeviceStrategy
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -68,7 +68,7 @@ def test_no_training_batches_stops_instead_of_looping(tmp_path):
 
 
 def test_a_process_group_the_user_made_survives_fit(tmp_path):
-    from accelkit.strategy import find_free_port
+    from accelkit.strategies.ddp import find_free_port
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
     try:

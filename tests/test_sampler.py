@@ -1,5 +1,5 @@
-"""Distributed sampling: :class:`accelkit.sampler.ShardSampler` invariants (hypothesis),
-:func:`accelkit.sampler.distribute_dataloader`, and the Trainer's use of both (``use_distributed_sampler``,
+"""Distributed sampling: :class:`accelkit.strategies.sampler.ShardSampler` invariants (hypothesis),
+:func:`accelkit.strategies.sampler.distribute_dataloader`, and the Trainer's use of both (``use_distributed_sampler``,
 the ``accelkit_distributed_sampler`` hook)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset, Sampler, TensorDataset
 
 import accelkit
-from accelkit.plugins import PluginManager
-from accelkit.sampler import ShardSampler, default_distributed_sampler, distribute_dataloader, set_epoch
+from accelkit.plugins.manager import PluginManager
+from accelkit.strategies.sampler import ShardSampler, default_distributed_sampler, distribute_dataloader, set_epoch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned workers import helpers.samplers by name
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from accelkit.summary import ModelSummary, summarize
+from accelkit.module.summary import ModelSummary, summarize
 
 
 class Net(nn.Module):

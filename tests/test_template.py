@@ -65,7 +65,7 @@ def test_the_templates_own_tests_pass_when_installed(installed):
 
 def test_entry_point_discovery_and_cli_listing(installed):
     code = (
-        "from accelkit.plugins import PluginManager\n"
+        "from accelkit.plugins.manager import PluginManager\n"
         "pm = PluginManager()\n"
         "info = pm.infos['mydevice']\n"
         "print(info.status, info.distribution, info.version, info.plugin.__name__)\n"

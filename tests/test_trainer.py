@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from accelkit.strategy import SingleDeviceStrategy  # noqa: E402
+from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
 from helpers.models import RegressionModule, TiedModule, quiet_trainer, regression_data  # noqa: E402
 
 

@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from accelkit import checkpoint
+from accelkit.checkpoint import files as checkpoint
 from helpers.models import SlowPickle
 
 

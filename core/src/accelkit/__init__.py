@@ -8,19 +8,30 @@
     accelkit.Trainer(accelerator="auto", devices="auto", precision="32-true").fit(Model())
 """
 
+from accelkit import compat
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
-from accelkit.datamodule import DataModule
 from accelkit.errors import (AccelkitError, ConfigurationError, PluginConflictError, PluginError, TrainingInterrupted,
                              WorkerError)
 from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
-from accelkit.module import Module
+from accelkit.module import DataModule, Module
 from accelkit.precision import MixedPrecision, Precision, TruePrecision
 from accelkit.records import AcceleratorRecord, PrecisionRecord, RunConfig, StrategyRecord
-from accelkit.strategy import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy, Strategy
+from accelkit.strategies import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy, Strategy
 from accelkit.trainer import Trainer
-from accelkit.utils import rank_zero_only, seed_everything
+from accelkit.utilities import rank_zero_only, seed_everything
+
+compat.install()
+
+
+def __getattr__(name: str) -> object:
+    """``accelkit.utils`` and the other modules of the flat layout, as attributes (see :mod:`accelkit.compat`)."""
+    if f"accelkit.{name}" in compat.MOVED:
+        import importlib
+
+        return importlib.import_module(f"accelkit.{name}")
+    raise AttributeError(f"module 'accelkit' has no attribute {name!r}")
 
 __all__ = [
     "HOOK_API_VERSION",

@@ -8,6 +8,7 @@ plugins; the core never names a device.
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any, ClassVar
 
 import torch
@@ -81,6 +82,32 @@ class Accelerator:
 
     def teardown(self) -> None:
         """Release what :meth:`setup_device` claimed."""
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """Whether ``error`` says this device ran out of memory (the batch-size tuner then tries a smaller
+        batch instead of failing). ``False`` here: each plugin recognises its own runtime's errors."""
+        return False
+
+    def rng_state(self) -> dict[str, Any]:
+        """This device's random-generator states, for checkpoints that resume exactly: a mapping of plain data
+        (tensors, numbers) that ``torch.load(weights_only=True)`` reads back. Its keys join the host's (``torch``,
+        ``python``, ``numpy``), so choose names that cannot clash (the CUDA plugin uses ``"cuda"``). Empty by
+        default: the device has no generator of its own, or it is seeded from torch's."""
+        return {}
+
+    def set_rng_state(self, states: dict[str, Any]) -> None:
+        """Put back what :meth:`rng_state` returned. ``states`` is the whole saved mapping (host entries included);
+        a missing key, or a state saved with another device count, is left alone. Nothing by default."""
+
+    def configure_determinism(self, deterministic: bool | str | None, benchmark: bool | None) -> None:
+        """Apply ``Trainer(deterministic=..., benchmark=...)`` in the worker before the run starts.
+
+        torch's own switch (``torch.use_deterministic_algorithms``) is set by the core; this hook sets what the
+        device needs besides (CUDA: ``CUBLAS_WORKSPACE_CONFIG`` and cuDNN's benchmark mode). The default has no
+        benchmark mode and says so when one is asked for."""
+        if benchmark:
+            warnings.warn(f"Trainer(benchmark=True) has no effect on the {self.name or type(self).__name__!r} "
+                          "accelerator: it has no kernel benchmark mode.", UserWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

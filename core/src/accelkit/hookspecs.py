@@ -36,6 +36,13 @@ PROJECT_NAME = "accelkit"
 #: ``ACCELKIT_API`` string (a :pep:`440` specifier such as ``">=1.0,<2"``).
 HOOK_API_VERSION = "1.1"
 
+#: the entry-point group installed plugins announce themselves in
+ENTRY_POINT_GROUP = "accelkit"
+#: set (to anything) to skip entry-point discovery: only plugins passed to the Trainer load
+DISABLE_AUTOLOAD_ENV = "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"
+#: a comma-separated list of plugin names not to load (``Trainer(plugins=["no:NAME"])`` does the same per run)
+BLOCK_ENV = "ACCELKIT_BLOCK_PLUGINS"
+
 #: Decorator marking a hook *specification* of the ``accelkit`` project (used in this module only).
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 #: Decorator marking a plugin's hook *implementation*: ``@accelkit.hookimpl`` on a function named like a
@@ -81,7 +88,7 @@ def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
     """Name the cluster environments (schedulers, launchers) this plugin can recognise.
 
     :return: a list of :class:`~accelkit.records.ClusterEnvironmentRecord`. Each names an
-        :class:`~accelkit.environments.ClusterEnvironment` subclass (or a ``"module:Class"`` string) and its
+        :class:`~accelkit.environments.base.ClusterEnvironment` subclass (or a ``"module:Class"`` string) and its
         detection priority. When a run is composed, the environments are asked highest priority first (ties by
         name); the first whose ``detect(env)`` answers ``True`` describes the process (its ranks, world size and
         rendezvous address), and ``strategy="auto"`` then joins the processes its launcher started.
@@ -142,7 +149,7 @@ def accelkit_distributed_sampler(
 
 @hookspec(historic=True)
 def accelkit_configure(manager: Any) -> None:
-    """Called once when the plugin registers, with the :class:`~accelkit.plugins.PluginManager`.
+    """Called once when the plugin registers, with the :class:`~accelkit.plugins.manager.PluginManager`.
 
     :param manager: the manager; a plugin may read ``manager.blocked`` or register helper plugins.
         Historic: a plugin registered late still receives the call.

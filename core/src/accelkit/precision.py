@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 
-from accelkit.utils import apply_to_tensors
+from accelkit.utilities.apply_func import apply_to_tensors
 
 
 class Precision:

@@ -150,7 +150,7 @@ class ClusterEnvironmentRecord:
     """A cluster environment a plugin provides (a scheduler or launcher whose variables describe the run).
 
     :param name: the environment's name (``"slurm"``), shown by ``accelkit doctor``; unique across plugins.
-    :param target: an :class:`~accelkit.environments.ClusterEnvironment` subclass or ``"module:Class"``.
+    :param target: an :class:`~accelkit.environments.base.ClusterEnvironment` subclass or ``"module:Class"``.
     :param priority: detection order: environments are asked highest priority first (ties by name) and the first
         that detects itself wins. The core's built-ins use 10 (Kubeflow) to 50 (torchrun); see
         ``docs/environments.rst`` for why launchers that run inside others rank higher.

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit
-from accelkit import checkpoint as ckpt
+from accelkit.checkpoint import files as ckpt
 from accelkit_cuda.strategies import CUDASingleDeviceStrategy
 
 HAS_GPU = torch.cuda.is_available()

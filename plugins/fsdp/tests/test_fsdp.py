@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit
 from accelkit.errors import ConfigurationError
-from accelkit.strategy import find_free_port
+from accelkit.strategies.ddp import find_free_port
 from accelkit_fsdp import FSDPStrategy
 from fsdp_models import MLP, Block, Probe
 

@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit
-from accelkit import distributed_checkpoint as dcp_io
+from accelkit.checkpoint import sharded as dcp_io
 from fsdp_models import MLP, Block
 
 pytestmark = pytest.mark.slow
@@ -114,7 +114,7 @@ def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path):
 
 def test_ckpt_path_last_finds_the_directory(saved_run):
     run = saved_run["trainer"]
-    from accelkit.launching import _resolve_ckpt
+    from accelkit.trainer.dispatch import _resolve_ckpt
 
     assert Path(_resolve_ckpt(run, "last", "fit", True)).name == "last.ckpt"
     with pytest.raises(IsADirectoryError, match="not a sharded checkpoint"):

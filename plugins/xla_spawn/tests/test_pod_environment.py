@@ -7,8 +7,9 @@ import sys
 
 import accelkit_xla_spawn.plugin
 import pytest
-from accelkit.environments import TorchrunEnvironment, detect_cluster_environment
-from accelkit.plugins import PluginManager
+from accelkit.environments.torchrun import TorchrunEnvironment
+from accelkit.environments.detection import detect_cluster_environment
+from accelkit.plugins.manager import PluginManager
 from accelkit_xla_spawn.environments import TPUPodEnvironment
 
 #: host 2 of a four-host v4-32 pod

@@ -19,7 +19,7 @@ from accelkit_xla_spawn.accelerator import (
     parse_xla_devices,
 )
 from accelkit_xla_spawn.plugin import translate_tpu_cores
-from accelkit_xla_spawn.strategy import launch_failure_hint, pod_plan
+from accelkit_xla_spawn.runtime import launch_failure_hint, pod_plan
 
 pytestmark = pytest.mark.xla
 needs_torch_xla = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,

@@ -174,7 +174,7 @@ def scenario_single(out: Path) -> dict:
     result["names_type"] = sorted({s[1] for s in model.seen})
     result["names_first_epoch"] = [n for s in model.seen[:8] for n in s[2]]
     result["checkpoint_exists"] = trainer.checkpoint_path.is_file()
-    state = accelkit.checkpoint.load(trainer.checkpoint_path)
+    state = accelkit.checkpoint.files.load(trainer.checkpoint_path)
     result["checkpoint_devices"] = sorted({t.device.type for t in state["state_dict"].values()})
 
     # weight tying
@@ -278,7 +278,7 @@ _SPY_LOCK = __import__("threading").Lock()
 def _install_write_spy(log: Path) -> None:
     """Inside the replica process: wrap the real ``atomic_save`` so each call also appends the writer's global
     ordinal and file name to ``log`` (the write itself still happens). Installed once per process."""
-    import accelkit.checkpoint as ck
+    import accelkit.checkpoint.files as ck
 
     with _SPY_LOCK:
         if getattr(ck.atomic_save, "_spy", False):
@@ -341,7 +341,7 @@ class IndexedRegression(Regression):
 
 def scenario_spawn(out: Path) -> dict:
     """N=4 CPU replicas with xla_spawn (collective swapped as documented in FlatBufferAllReduceSpawn)."""
-    import accelkit.checkpoint as ck
+    import accelkit.checkpoint.files as ck
 
     world = int(os.environ["CPU_NUM_DEVICES"])
     model = IndexedRegression(lr=0.1)

@@ -191,7 +191,7 @@ def scenario_train(out: Path) -> dict:
     # the usual user path: ModelCheckpoint (save_last) writes checkpoint directories; "last" resumes; the directory
     # consolidates into one ordinary file that torch.load(weights_only=True) reads
     from accelkit.callbacks import ModelCheckpoint
-    from accelkit.distributed_checkpoint import consolidate
+    from accelkit.checkpoint.sharded import consolidate
 
     folder = out / "callback"
     _, ckpt_model, _ = fit(out, 2, callbacks=[ModelCheckpoint(dirpath=folder, save_last=True)], fsdp_axis="fsdp")

@@ -159,7 +159,7 @@ def _write_yaml(target: str, params: Mapping[str, Any]) -> None:
     """``params`` as YAML, atomically; what YAML cannot represent as plain data is written as its ``repr``."""
     import yaml
 
-    from accelkit.hparams import plain_hparams
+    from accelkit.module.hparams import plain_hparams
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # values plain_hparams drops are written as repr below

@@ -15,8 +15,14 @@ from typing import Any
 
 import torch
 
-from accelkit.loggers.base import (VersionedLogger, _add_prefix, _global_rank, _metric_value, _params_to_dict,
-                                   _SilentExperiment)
+from accelkit.loggers.base import (
+    VersionedLogger,
+    _add_prefix,
+    _global_rank,
+    _metric_value,
+    _params_to_dict,
+    _SilentExperiment,
+)
 
 _WRITER_KWARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
 _MISSING = ("TensorBoardLogger needs the 'tensorboard' package, which is not installed: "

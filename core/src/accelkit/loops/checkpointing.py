@@ -6,8 +6,8 @@ import warnings
 from typing import Any
 
 from accelkit.__about__ import __version__
-from accelkit.hparams import checkpoint_entries
 from accelkit.loops import resume
+from accelkit.module.hparams import checkpoint_entries
 
 
 def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any]:

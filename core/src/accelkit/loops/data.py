@@ -11,11 +11,12 @@ from typing import Any, Callable, Iterator
 from torch.utils.data import DataLoader, SequentialSampler
 
 from accelkit.errors import ConfigurationError
-from accelkit.module import Module
+from accelkit.module.module import Module
 from accelkit.precision import Precision
-from accelkit.sampler import distribute_dataloader, rank_aware_sampler, rebuild_loader
-from accelkit.strategy import Strategy
-from accelkit.utils import move_to_device, worker_init_function
+from accelkit.strategies.base import Strategy
+from accelkit.strategies.sampler import distribute_dataloader, rank_aware_sampler, rebuild_loader
+from accelkit.utilities.apply_func import move_to_device
+from accelkit.utilities.seed import worker_init_function
 
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
           "predict": "predict_dataloader"}
@@ -243,7 +244,7 @@ class DataConnector:
 
 
 def _datamodule_base() -> type:
-    from accelkit.datamodule import DataModule
+    from accelkit.module.datamodule import DataModule
 
     return DataModule
 

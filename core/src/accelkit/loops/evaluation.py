@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
-from accelkit import checkpoint as ckpt
+from accelkit.checkpoint import files as ckpt
 from accelkit.loops.hooks import accepts_positional
-from accelkit.metrics import MetricStore
-from accelkit.sampler import set_epoch
+from accelkit.loops.metrics import MetricStore
+from accelkit.strategies.sampler import set_epoch
 
 _NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
 
@@ -142,47 +142,84 @@ def _description(stage: str, dl_idx: int, count: int) -> str:
 
 
 class PredictionLoop:
-    """Runs ``predict_step`` over one or several loaders with the prediction hooks."""
+    """Runs ``predict_step`` over one or several loaders with the prediction hooks (``trainer.predict_loop``).
+
+    What prediction writers (:class:`~accelkit.callbacks.BasePredictionWriter`) read, under Lightning's names:
+    :attr:`current_batch_indices`, :attr:`epoch_batch_indices`, :attr:`predictions`. Predictions are kept
+    when the run returns them or a writer writes at the epoch end; batch indices only while there is a writer.
+    """
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
+        #: whether the run returns its predictions (``trainer.predict(return_predictions=...)``)
+        self.return_predictions = True
+        #: dataset indices of the samples of the batch being predicted (empty without a prediction writer)
+        self.current_batch_indices: list[int] = []
+        #: per loader, per batch, the dataset indices (during the run, with a prediction writer)
+        self.epoch_batch_indices: list[list[list[int]]] = []
+        self._predictions: list[list[Any]] = []
+
+    @property
+    def predictions(self) -> Any:
+        """The predictions kept (on the CPU): one list per loader, a flat list when there is one loader."""
+        if not self._predictions:
+            return []
+        return self._predictions[0] if len(self._predictions) == 1 else self._predictions
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()  # a Trainer sent to spawned workers does not carry the last run's outputs
+        state.update(_predictions=[], epoch_batch_indices=[], current_batch_indices=[])
+        return state
 
     def run(self, loaders: list[Any], limits: list[int | None], return_predictions: bool) -> Any:
         """Predictions per loader (a flat list for one loader), on the CPU; ``None`` without
         ``return_predictions``."""
+        from accelkit.loops.batch_indices import track_batch_indices
+
         trainer = self.trainer
         hooks, data, module = trainer._hooks, trainer._data, trainer.lightning_module
+        writers = trainer.prediction_writer_callbacks
+        keep = return_predictions or any(w.interval.on_epoch for w in writers)
+        self.return_predictions = return_predictions
+        self._predictions, self.epoch_batch_indices, self.current_batch_indices = [], [], []
         hooks.module_default("on_predict_model_eval")()
         pass_idx = check_dataloader_idx(module.predict_step, "predict_step", len(loaders))
-        outputs: list[list[Any]] = []
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")
             hooks.call("on_predict_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 extra = (dl_idx,) if len(loaders) > 1 else ()
                 predictions: list[Any] = []
+                indices: list[list[int]] = []
+                self._predictions.append(predictions)
+                self.epoch_batch_indices.append(indices)
+                if writers:
+                    loader, indices_of = track_batch_indices(loader, f"predict loader {dl_idx}")
                 bar = trainer._progress(limit, _description("predict", dl_idx, len(loaders)), True)
                 try:
                     for batch_idx, batch in data.batches(loader, "predict", limit, dl_idx):
+                        if writers:
+                            self.current_batch_indices = indices_of(batch_idx)
+                            indices.append(self.current_batch_indices)
                         hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
                         with trainer.precision.forward_context():
                             out = module.predict_step(batch, batch_idx, dl_idx) if pass_idx else \
                                 module.predict_step(batch, batch_idx)
                         hooks.call("on_predict_batch_end", out, batch, batch_idx, *extra)
-                        if return_predictions:
+                        if keep:
                             predictions.append(ckpt.to_cpu(out))
                         if bar is not None:
                             bar.update(1)
                 finally:
                     if bar is not None:
                         bar.close()
-                outputs.append(predictions)
             hooks.call("on_predict_epoch_end")
+            result = self.predictions if return_predictions else None
+            if not return_predictions:  # kept for the writers only (Lightning's on_predict_end)
+                self._predictions = []
+            self.epoch_batch_indices, self.current_batch_indices = [], []
             hooks.call("on_predict_end")
-        if not return_predictions:
-            return None
-        return outputs[0] if len(outputs) == 1 else outputs
-
+        return result
 
 
 def _grad_off(trainer: Any, inside_fit: bool) -> Any:

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from accelkit import interrupt
 from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
-from accelkit.optim import step_scheduler
-from accelkit.sampler import set_epoch
-from accelkit.watchdog import mark
+from accelkit.module.optimizers import step_scheduler
+from accelkit.strategies.launchers import interrupt
+from accelkit.strategies.launchers.watchdog import mark
+from accelkit.strategies.sampler import set_epoch
 
 
 class FitLoop:
@@ -28,7 +28,7 @@ class FitLoop:
         self._started = time.monotonic()
         self._batches_since_val = 0
         self._val_requested = False
-        #: set when a SIGINT/SIGTERM stop was reached (see :mod:`accelkit.interrupt`)
+        #: set when a SIGINT/SIGTERM stop was reached (see :mod:`accelkit.strategies.launchers.interrupt`)
         self.interrupted = False
         # Exact resume (accelkit.loops.resume): read only when a checkpoint is written.
         self.active = False  # a checkpoint written now records the loop's position
@@ -59,8 +59,7 @@ class FitLoop:
         if self._resume is not None:
             self._batches_since_val = self._resume.batches_since_val
         resume_mod.register(trainer, self)
-        self.active = True
-        hooks.call("on_fit_start")
+        self.active = True  # on_fit_start ran before the checkpoint's training state was restored (loops.run)
         sanity = trainer.num_sanity_val_steps
         if sanity != 0 and trainer.limits["validate"] != 0 and \
                 trainer._has_step(trainer.lightning_module, "validation_step"):
@@ -198,12 +197,13 @@ class FitLoop:
         if start == 0:  # as Lightning, not called again when the fit resumes inside the epoch
             hooks.call("on_train_epoch_start")
         if self.epoch_state is None:
-            self.epoch_state = resume_mod.epoch_start(loader)  # once per epoch, right before the loader starts
+            self.epoch_state = resume_mod.epoch_start(loader, trainer.accelerator)  # once per epoch, right before the loader starts
         limit = trainer.num_training_batches
         # a stateful loader's saved state must match the batches trained on: no batch is read before its step
         read_ahead = limit is None or not resume_mod.is_stateful(loader)
         bar = trainer._progress(limit, f"Epoch {trainer.current_epoch}", leave=True)
         accumulate = trainer.accumulate_grad_batches
+        optim.accumulate = accumulate  # a callback may change it per epoch (GradientAccumulationScheduler)
         automatic = optim.automatic
         publisher = trainer._publisher
         log_every = trainer.log_every_n_steps
@@ -224,7 +224,7 @@ class FitLoop:
             for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
                                                           read_ahead=read_ahead):
                 if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
-                    resume_mod.set_rng_states(restore_rng)
+                    resume_mod.set_rng_states(restore_rng, trainer.accelerator)
                     restore_rng = None
                 ran += 1
                 mark("training_step", trainer.global_step, batch_idx)

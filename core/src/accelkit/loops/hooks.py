@@ -9,7 +9,7 @@ import warnings
 from typing import Any, Callable
 
 from accelkit.callbacks.base import Callback
-from accelkit.module import Module
+from accelkit.module.module import Module
 
 
 def _overrides(obj: Any, base: type, name: str) -> bool:

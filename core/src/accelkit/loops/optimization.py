@@ -8,10 +8,10 @@ from typing import Any, Callable
 import torch
 
 from accelkit.loops.hooks import _overrides, accepts_positional
-from accelkit.optim import Optimizer
+from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
-from accelkit.strategy import Strategy
-from accelkit.watchdog import mark
+from accelkit.strategies.base import Strategy
+from accelkit.strategies.launchers.watchdog import mark
 
 
 def _defaults(obj: Any, base: type, *names: str) -> bool:
@@ -26,7 +26,7 @@ class Optimization:
     ``optimizer_zero_grad`` at the start of an accumulation window, ``backward``) and, at the end of the window,
     calls the Module's ``optimizer_step`` hook with it, whose default runs ``optimizer.step(closure)``, i.e.
     :meth:`step`. Manual optimization: ``training_step`` calls ``self.optimizers()`` (wrapped in
-    :class:`~accelkit.optim.Optimizer`), ``manual_backward`` and ``opt.step()``, which land here too.
+    :class:`~accelkit.module.optimizers.Optimizer`), ``manual_backward`` and ``opt.step()``, which land here too.
     """
 
     def __init__(self, trainer: Any, module: Any, hooks: Any, optimizers: list[torch.optim.Optimizer]) -> None:

@@ -45,12 +45,12 @@ def register(trainer: Any, loop: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- random states
-def rng_states() -> dict[str, Any]:
-    """This process's global random states (torch CPU, CUDA when initialised, NumPy, Python) as plain data that
-    ``torch.load(weights_only=True)`` reads back."""
+def rng_states(accelerator: Any = None) -> dict[str, Any]:
+    """This process's global random states (torch's host generator, NumPy, Python, and the device's through
+    :meth:`~accelkit.Accelerator.rng_state`) as plain data that ``torch.load(weights_only=True)`` reads back."""
     states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
+    if accelerator is not None:
+        states.update(accelerator.rng_state())
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy ships with torch wheels
@@ -61,16 +61,15 @@ def rng_states() -> dict[str, Any]:
     return states
 
 
-def set_rng_states(states: dict[str, Any]) -> None:
+def set_rng_states(states: dict[str, Any], accelerator: Any = None) -> None:
     """Put back what :func:`rng_states` returned (entries missing from ``states`` are left alone)."""
     if "torch" in states:
         torch.set_rng_state(states["torch"])
     if "python" in states:
         version, internal, gauss = states["python"]
         random.setstate((version, tuple(internal), gauss))
-    cuda = states.get("cuda")
-    if cuda is not None and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
+    if accelerator is not None:
+        accelerator.set_rng_state(states)
     saved = states.get("numpy")
     if saved is not None:
         try:
@@ -91,7 +90,7 @@ def seed_spawned_worker(strategy: Any) -> int | None:
     raw = os.environ.get("ACCELKIT_SEED")
     if raw is None or not strategy.launches_workers:
         return None
-    from accelkit.utils import seed_everything
+    from accelkit.utilities.seed import seed_everything
 
     return seed_everything(int(raw) if raw.strip().lstrip("-").isdigit() else None,
                            workers=os.environ.get("ACCELKIT_SEED_WORKERS") == "1")
@@ -139,7 +138,7 @@ def _stateful_sampler(loader: Any) -> Any:
 
 def _is_torch_or_ours(sampler: Any) -> bool:
     module = type(sampler).__module__
-    return module.startswith("torch.utils.data") or module == "accelkit.sampler"
+    return module.startswith("torch.utils.data") or module == "accelkit.strategies.sampler"
 
 
 def _unknown_samplers(loader: Any) -> list[str]:
@@ -148,10 +147,10 @@ def _unknown_samplers(loader: Any) -> list[str]:
             if not _is_torch_or_ours(s) and not callable(getattr(s, "state_dict", None))]
 
 
-def epoch_start(loader: Any) -> dict[str, Any]:
+def epoch_start(loader: Any, accelerator: Any = None) -> dict[str, Any]:
     """What decides an epoch's order: taken right before the loader is iterated (once per epoch)."""
     sampler = _stateful_sampler(loader)
-    return {"rng": rng_states(), "generators": [g.get_state() for g in _generators(loader)],
+    return {"rng": rng_states(accelerator), "generators": [g.get_state() for g in _generators(loader)],
             "sampler": sampler.state_dict() if sampler is not None else None}
 
 
@@ -164,7 +163,7 @@ def capture(trainer: Any) -> dict[str, Any] | None:
         return None
     loader = getattr(loop, "train_loader", None)
     in_epoch = loop.in_epoch and not getattr(trainer, "_epoch_training_done", False)
-    record: dict[str, Any] = {"rng": rng_states(),
+    record: dict[str, Any] = {"rng": rng_states(trainer.accelerator),
                               "generators": [g.get_state() for g in _generators(loader)] if loader is not None else [],
                               "epoch_start": loop.epoch_state if in_epoch else None}
     if loader is not None and is_stateful(loader):
@@ -253,7 +252,7 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
             # uninterrupted run's next iter() starts a new epoch from that iterator; build it at the saved
             # position so the epoch's iter() does the same (torchdata's StatefulDataLoader)
             iter(loader)
-        set_rng_states(record["rng"])
+        set_rng_states(record["rng"], trainer.accelerator)
         _set_generators(loader, record.get("generators", []))
         return loader, 0, None
     start = record.get("epoch_start") or {}
@@ -275,7 +274,7 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
                           "batch out. Give the loader a __len__ for an exact resume.", UserWarning, stacklevel=3)
         return loader, pos.batches, record["rng"]  # put back once the loader started (it may draw a seed)
     if start.get("rng") is not None:
-        set_rng_states(start["rng"])
+        set_rng_states(start["rng"], trainer.accelerator)
     _set_generators(loader, start.get("generators", []))
     sampler = _stateful_sampler(loader)
     if sampler is not None and start.get("sampler") is not None:
@@ -300,7 +299,7 @@ def skip_batches(loader: Any, count: int) -> Any:
     A map-style ``DataLoader`` gets a copy whose (batch) sampler skips them, so their samples are never loaded;
     the copy draws the same random numbers as ``loader`` would. Anything else (an ``IterableDataset``, a plain
     iterable) is read and its first ``count`` batches are dropped, with a warning naming it."""
-    from accelkit.sampler import rebuild_loader
+    from accelkit.strategies.sampler import rebuild_loader
 
     if count <= 0:
         return loader

@@ -8,19 +8,19 @@ from typing import Any
 
 import torch
 
-from accelkit import checkpoint as ckpt
+from accelkit.checkpoint import files as ckpt
 from accelkit.loops import checkpointing, resume
 from accelkit.loops.data import DataConnector
-from accelkit.loops.evaluation import EvaluationLoop, PredictionLoop
+from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.loops.fit import FitLoop
 from accelkit.loops.hooks import HookCaller, _overrides, check_removed_hooks, warn_unknown_hooks
-from accelkit.loops.logging import Publisher
+from accelkit.loops.metrics import MetricStore
 from accelkit.loops.optimization import Optimization
-from accelkit.metrics import MetricStore
-from accelkit.module import Module
-from accelkit.optim import configure_optimizers
-from accelkit.result import WorkerResult
-from accelkit.utils import rank_zero_only
+from accelkit.loops.publishing import Publisher
+from accelkit.module.module import Module
+from accelkit.module.optimizers import configure_optimizers
+from accelkit.strategies.launchers.result import WorkerResult
+from accelkit.utilities.rank_zero import rank_zero_only
 
 
 def prepare_data(trainer: Any, module: Any, datamodule: Any) -> None:
@@ -76,10 +76,6 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
         _configure_model(module)
         if trainer.sync_batchnorm and trainer.world_size > 1:
             module = _sync_batchnorm(trainer, module)
-        if stage == "fit" and trainer.enable_model_summary and strategy.is_global_zero:
-            from accelkit.summary import summarize
-
-            summarize(module, max_depth=1)
         # A sharding strategy reads its checkpoint after setup, into the module it sharded (restore after setup)
         late = bool(strategy.restore_checkpoint_after_setup)
         checkpoint = None
@@ -95,7 +91,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
         trainer._data = DataConnector(trainer, module, datamodule, loaders)
         trainer._publisher = Publisher(trainer)
         if stage == "fit" and strategy.is_global_zero:
-            from accelkit.hparams import hparams_to_log
+            from accelkit.module.hparams import hparams_to_log
 
             logged = hparams_to_log(module, datamodule)
             for logger in trainer.loggers:
@@ -108,6 +104,9 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
                 trainer._set_optimizers([strategy.setup_optimizer(o) for o in optimizers], schedulers)
                 trainer._optim = Optimization(trainer, module, hooks, trainer.optimizers)
                 _check_optimization(trainer, module)
+                # Lightning's order: on_fit_start before the optimizer, scheduler and loop states are restored (a
+                # finetuning callback rebuilds the optimizer's parameter groups there, SWA drops the scheduler)
+                hooks.call("on_fit_start")
                 if checkpoint is not None:
                     with _naming(ckpt_path):
                         checkpointing.restore_training_state(trainer, checkpoint)
@@ -119,7 +118,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
             elif stage == "predict":
                 loaders_ = _require(trainer._data.loaders("predict"), "predict", module)
                 limits = [trainer._data.num_batches(loader, "predict") for loader in loaders_]
-                result = PredictionLoop(trainer).run(loaders_, limits, options.get("return_predictions", True))
+                result = trainer.predict_loop.run(loaders_, limits, options.get("return_predictions", True))
             else:
                 kind = "val" if stage == "validate" else "test"
                 loaders_ = _require(trainer._data.loaders(kind), stage, module)
@@ -154,7 +153,7 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
             interrupted=interrupted,
         )
     except BaseException as exc:
-        from accelkit import watchdog
+        from accelkit.strategies.launchers import watchdog
 
         watchdog.explain(exc)  # a distributed run that stalled: which rank was behind, and what each was doing
         for fn in hooks.callback_plan("on_exception"):
@@ -256,7 +255,7 @@ def _save_interrupted(trainer: Any, module: Any) -> str:
     where it stopped and how to resume."""
     from pathlib import Path
 
-    from accelkit import interrupt
+    from accelkit.strategies.launchers import interrupt
 
     control = interrupt.current()
     folder = getattr(trainer.checkpoint_callback, "dirpath", None) or Path(trainer.default_root_dir) / "checkpoints"

@@ -47,3 +47,10 @@ class CPUAccelerator(Accelerator):
 
     def device(self, index: int) -> torch.device:
         return torch.device("cpu")
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """Host memory ran out: Python's ``MemoryError``, or torch's CPU allocator refusing an allocation
+        (``RuntimeError: ... DefaultCPUAllocator: can't allocate memory ...``)."""
+        if isinstance(error, MemoryError):
+            return True
+        return isinstance(error, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(error)

@@ -19,16 +19,16 @@ def accelkit_register_accelerators() -> list[AcceleratorRecord]:
 @hookimpl
 def accelkit_register_strategies() -> list[StrategyRecord]:
     return [
-        StrategyRecord("single_device", "accelkit.strategy:SingleDeviceStrategy", accelerators=_CPU,
+        StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=_CPU,
                        description="one process"),
-        StrategyRecord("ddp_spawn", "accelkit.strategy:DDPSpawnStrategy", accelerators=_CPU,
+        StrategyRecord("ddp_spawn", "accelkit.strategies.ddp:DDPSpawnStrategy", accelerators=_CPU,
                        description="N processes started by accelkit, gloo all-reduce"),
-        StrategyRecord("ddp_spawn_find_unused_parameters_true", "accelkit.strategy:DDPSpawnStrategy",
+        StrategyRecord("ddp_spawn_find_unused_parameters_true", "accelkit.strategies.ddp:DDPSpawnStrategy",
                        accelerators=_CPU, options={"find_unused_parameters": True},
                        description="ddp_spawn with find_unused_parameters=True"),
-        StrategyRecord("ddp", "accelkit.strategy:DDPStrategy", accelerators=_CPU,
+        StrategyRecord("ddp", "accelkit.strategies.ddp:DDPStrategy", accelerators=_CPU,
                        description="processes started by torchrun or srun, gloo all-reduce"),
-        StrategyRecord("ddp_find_unused_parameters_true", "accelkit.strategy:DDPStrategy", accelerators=_CPU,
+        StrategyRecord("ddp_find_unused_parameters_true", "accelkit.strategies.ddp:DDPStrategy", accelerators=_CPU,
                        options={"find_unused_parameters": True},
                        description="ddp with find_unused_parameters=True"),
     ]

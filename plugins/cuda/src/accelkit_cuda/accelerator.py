@@ -12,6 +12,14 @@ from accelkit.accelerator import parse_device_indices
 from accelkit.errors import ConfigurationError
 
 _MB = 1024.0**2
+#: texts of CUDA runtime errors that mean the device ran out of memory
+_OOM_MARKERS = (
+    "CUDA out of memory",
+    "CUDA error: out of memory",
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a non-contiguous input",
+)
 
 
 def cuda_device_count() -> int:
@@ -108,10 +116,36 @@ class CUDAAccelerator(Accelerator):
             "memory_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / _MB,
         }
 
+    def rng_state(self) -> dict[str, Any]:
+        """Every visible GPU's generator state under ``"cuda"``, once CUDA is initialised in this process."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return {"cuda": torch.cuda.get_rng_state_all()}
+        return {}
+
+    def set_rng_state(self, states: dict[str, Any]) -> None:
+        """Put back the ``"cuda"`` states if they were saved with as many GPUs as are visible now."""
+        saved = states.get("cuda")
+        if saved is not None and torch.cuda.is_available() and len(saved) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(saved)
+
+    def configure_determinism(self, deterministic: bool | str | None, benchmark: bool | None) -> None:
+        """cuBLAS needs a fixed workspace for deterministic results; ``benchmark`` is cuDNN's autotuner."""
+        if deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if benchmark is not None:
+            torch.backends.cudnn.benchmark = benchmark
+
     def teardown(self) -> None:
         """Return cached blocks to the driver so a following run in this process starts clean."""
         if torch.cuda.is_initialized():
             torch.cuda.empty_cache()
+
+    def is_out_of_memory(self, error: BaseException) -> bool:
+        """GPU memory ran out: ``torch.cuda.OutOfMemoryError``, or the runtime errors that mean the same thing
+        (a failed cuBLAS/cuDNN workspace allocation, cuDNN's "not supported" for a batch too large for it)."""
+        if isinstance(error, torch.cuda.OutOfMemoryError):
+            return True
+        return isinstance(error, RuntimeError) and any(marker in str(error) for marker in _OOM_MARKERS)
 
 
 def _describe_gpus(count: int) -> str:

@@ -3,7 +3,7 @@
 
 Device-neutral: the process-group backend is the accelerator's ``distributed_backend`` (gloo on the CPU, nccl on
 CUDA) and the device mesh is built on the accelerator's device type. Checkpoints are sharded directories written
-through :mod:`torch.distributed.checkpoint` (:mod:`accelkit.distributed_checkpoint`), loadable at any world size.
+through :mod:`torch.distributed.checkpoint` (:mod:`accelkit.checkpoint.sharded`), loadable at any world size.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from accelkit import checkpoint as ckpt
-from accelkit import distributed_checkpoint as dcp_io
-from accelkit.ddp import DDPStrategy, LocalRendezvous, find_free_port
+from accelkit.checkpoint import files as ckpt
+from accelkit.checkpoint import sharded as dcp_io
+from accelkit.strategies.ddp import DDPStrategy, LocalRendezvous, find_free_port
 from accelkit.errors import ConfigurationError
 from accelkit.records import load_target
 from torch import nn
@@ -112,9 +112,10 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         return problems
 
     def create_launcher(self) -> Any:
-        """A :class:`~accelkit.launchers.SpawnLauncher` of one process per device, or, when a launcher started
-        the processes, an :class:`~accelkit.launchers.ExternalLauncher` that joins them."""
-        from accelkit.launchers import ExternalLauncher, SpawnLauncher
+        """A :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` of one process per device, or, when a launcher started
+        the processes, an :class:`~accelkit.strategies.launchers.in_place.ExternalLauncher` that joins them."""
+        from accelkit.strategies.launchers.in_place import ExternalLauncher
+        from accelkit.strategies.launchers.spawn import SpawnLauncher
 
         return SpawnLauncher(len(self.devices)) if self._spawns else ExternalLauncher(self.cluster_environment)
 

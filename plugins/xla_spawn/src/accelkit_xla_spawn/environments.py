@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from accelkit.environments import ClusterEnvironment
+from accelkit.environments.base import ClusterEnvironment
 from accelkit.errors import ConfigurationError
 
 #: torch_xla's default coordinator port on a pod, used when ``MASTER_PORT`` is unset.
@@ -44,7 +44,7 @@ class TPUPodEnvironment(ClusterEnvironment):
                 "set on a Cloud TPU VM")
 
     def _plan(self) -> Any:
-        from accelkit_xla_spawn.strategy import pod_plan
+        from accelkit_xla_spawn.runtime import pod_plan
 
         return pod_plan(self.env, 1)  # one process per host; its local devices do not matter here
 

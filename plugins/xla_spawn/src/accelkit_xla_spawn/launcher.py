@@ -9,19 +9,19 @@ import os
 from typing import Any, Callable
 
 from accelkit.errors import WorkerError
-from accelkit.launchers import SpawnLauncher
-from accelkit.result import WorkerResult
+from accelkit.strategies.launchers.spawn import SpawnLauncher
+from accelkit.strategies.launchers.result import WorkerResult
 
 from accelkit_xla_spawn.removed_api import add_removed_api_hint, removed_api_hint
-from accelkit_xla_spawn.strategy import RUNTIME_TOUCHED_MESSAGE, launch_failure_hint, xla_runtime_initialized
+from accelkit_xla_spawn.runtime import RUNTIME_TOUCHED_MESSAGE, launch_failure_hint, xla_runtime_initialized
 
 
 class XLALauncher(SpawnLauncher):
     """Starts one replica per local XLA device with ``torch_xla.launch`` (PJRT), using the core's spawn protocol
-    (:class:`~accelkit.launchers.SpawnLauncher`): the run is pickled once here and each replica unpickles its
+    (:class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`): the run is pickled once here and each replica unpickles its
     own copy, so replicas share no Python state even where PJRT runs them as threads of one process.
 
-    On a pod, hosts other than host 0 return an empty :class:`~accelkit.result.WorkerResult`: replica 0, on
+    On a pod, hosts other than host 0 return an empty :class:`~accelkit.strategies.launchers.result.WorkerResult`: replica 0, on
     host 0, reports the run.
     """
 

@@ -1,147 +1,92 @@
 """Strategies for XLA devices: one core (``xla_single``) or one replica per core (``xla_spawn``).
 
 torch_xla is imported only inside methods that run in a replica (or, for the launcher, at the moment of
-spawning). Nothing here touches the XLA runtime in the parent process.
-"""
+spawning). Nothing here touches the XLA runtime in the parent process."""
 
 from __future__ import annotations
-
 import os
 import pickle
-import sys
-from dataclasses import dataclass
-
-from typing import Any, Callable, Mapping
-
+from typing import Any, Callable
 import torch
-
-from accelkit import checkpoint as ckpt
+from accelkit.checkpoint import files as ckpt
 from accelkit.errors import ConfigurationError
-from accelkit.strategy import SingleDeviceStrategy, Strategy
-
+from accelkit.strategies.single_device import SingleDeviceStrategy
+from accelkit.strategies.base import Strategy
 from accelkit_xla_spawn.removed_api import add_removed_api_hint
+from accelkit_xla_spawn.runtime import (RUNTIME_TOUCHED_MESSAGE, PodPlan, pod_plan, xla_runtime_initialized)
+
 
 _REDUCE_TYPES = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
-
-
-# --------------------------------------------------------------------------------------------- parent checks
-def xla_runtime_initialized() -> bool:
-    """Whether this process has already started the XLA runtime.
-
-    Answers ``False`` without importing anything when torch_xla was never imported; otherwise asks torch_xla's
-    C extension, which does not start the runtime by being asked.
-    """
-    module = sys.modules.get("torch_xla")
-    if module is None:
-        return False
-    xlac = getattr(module, "_XLAC", None)
-    probe = getattr(xlac, "_xla_runtime_is_initialized", None)
-    return bool(probe()) if callable(probe) else False
-
-
-RUNTIME_TOUCHED_MESSAGE = (
-    "the XLA runtime is already running in this (parent) process, so torch_xla cannot start one replica per "
-    "core (older torch_xla said 'Cannot replicate if number of devices (1) is different from 8'; newer says "
-    "'Runtime is already initialized'). Something used an XLA device before Trainer.fit(): a tensor created "
-    "with device=torch_xla.device()/xm.xla_device(), a model moved to it, or a torch_xla.runtime query such as "
-    "xr.world_size(). Move that code into the module: its methods and hooks run inside the replicas, or "
-    "use devices=1 (strategy 'xla_single') which needs no spawn."
-)
-
-
-@dataclass(frozen=True)
-class PodPlan:
-    """What one host of a TPU pod computes from its environment before launching its replicas.
-
-    :param host_index: this host's index (``TPU_WORKER_ID``, or ``CLOUD_TPU_TASK_ID``; 0 on a single host).
-    :param num_hosts: hosts taking part (entries of ``TPU_WORKER_HOSTNAMES``; 1 when unset).
-    :param local_world_size: replicas on this host (its local XLA devices).
-    """
-
-    host_index: int
-    num_hosts: int
-    local_world_size: int
-
-    @property
-    def world_size(self) -> int:
-        """Replicas across all hosts."""
-        return self.num_hosts * self.local_world_size
-
-    @property
-    def global_ordinals(self) -> range:
-        """The global ordinals of this host's replicas (host-major, as PJRT numbers them)."""
-        start = self.host_index * self.local_world_size
-        return range(start, start + self.local_world_size)
-
-
-def pod_plan(env: Mapping[str, str], local_devices: int) -> PodPlan:
-    """Compute this host's place in a pod from ``env`` (pure: testable with a dict).
-
-    Raises :class:`ConfigurationError` when the variables contradict each other.
-    """
-    hostnames = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",") if h.strip()]
-    num_hosts = len(hostnames) or 1
-    raw_index = env.get("TPU_WORKER_ID") or env.get("CLOUD_TPU_TASK_ID") or "0"
-    try:
-        host_index = int(raw_index)
-    except ValueError:
-        raise ConfigurationError(f"TPU_WORKER_ID={raw_index!r} is not an integer host index.") from None
-    if not 0 <= host_index < num_hosts:
-        raise ConfigurationError(
-            f"TPU_WORKER_ID={host_index} but TPU_WORKER_HOSTNAMES lists {num_hosts} host(s) "
-            f"({', '.join(hostnames) or 'none'}); the worker id must be in 0..{num_hosts - 1}."
-        )
-    if local_devices < 1:
-        raise ConfigurationError("this host has no XLA device to run replicas on.")
-    return PodPlan(host_index=host_index, num_hosts=num_hosts, local_world_size=local_devices)
-
-
-CPU_COLLECTIVES_NOTE = (
-    "PJRT_DEVICE=CPU with more than one replica: torch_xla 2.x on the CPU is known to abort in XLA's rendezvous "
-    "on cross-replica collectives (xm.all_reduce, xm.rendezvous; pytorch/xla#5005, #9089), which this strategy "
-    "needs for the gradients. Use devices=1 on the CPU, or run on a TPU."
-)
-
-
-def launch_failure_hint(env: Mapping[str, str], world_size: int) -> str:
-    """Extra explanation for a failed launch, from the environment it ran in (empty when there is none)."""
-    if env.get("PJRT_DEVICE", "").strip().upper() == "CPU" and world_size > 1:
-        return " " + CPU_COLLECTIVES_NOTE
-    return ""
 
 
 # --------------------------------------------------------------------------------------------- shared base
 class XLAStrategy(Strategy):
     """Public base of the XLA strategies: what every strategy driving torch_xla shares.
 
-    * :meth:`process_dataloader` wraps loaders in torch_xla's ``MpDeviceLoader`` (background host-to-device
-      copies, one graph cut per batch);
+    * :meth:`setup_environment` makes Lightning-era code run: the torch_xla 1.x names the TPU guides call
+      (``xm.xrt_world_size()``, ``xm.get_ordinal()``) answer with one warning each
+      (:mod:`~accelkit_xla_spawn.legacy_names`), and backward passes work in a process that ran a CPU backward
+      pass before torch_xla was imported (:mod:`~accelkit_xla_spawn.autograd_threads`);
+    * :meth:`process_dataloader` wraps loaders in a :class:`~accelkit_xla_spawn.device_loader.DeviceLoader`
+      (torch_xla's background host-to-device copies, one graph cut per batch; its threads stop when the loop
+      ends);
     * :meth:`step_end` cuts the lazy graph after every optimizer step, so each step is the same graph;
     * :meth:`save_checkpoint` materialises the tensors, moves them to the CPU and writes one file atomically;
-    * :meth:`teardown` runs what is still pending on the device.
+    * :meth:`teardown` stops the loaders' threads, runs what is still pending on the device and undoes
+      :meth:`setup_environment`.
 
     ``xla_single``, ``xla_spawn`` and other plugins' XLA strategies (``xla_spmd`` in accelkit-xla-spmd) build on
     it; a subclass states its topology and how it places the module and the batches. torch_xla is imported only
     inside these methods, which run in a worker, never when the class is imported.
     """
 
+    #: what :meth:`setup_environment` and :meth:`device_loader` set up in a worker and :meth:`teardown` undoes
+    _WORKER_STATE = ("_device_loaders", "_autograd_setting", "_legacy_names_installed")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        for key in self._WORKER_STATE:  # never travels to another process
+            state.pop(key, None)
+        return state
+
     def _xla(self) -> Any:
         import torch_xla
 
         return torch_xla
 
+    def setup_environment(self) -> None:
+        """Claim the device, then (in this worker, until :meth:`teardown`) answer the torch_xla 1.x names the
+        TPU guides use and make sure backward passes on the device work in this process."""
+        super().setup_environment()
+        from accelkit_xla_spawn import legacy_names
+        from accelkit_xla_spawn.autograd_threads import autograd_for_xla
+
+        legacy_names.install()
+        self._legacy_names_installed = True
+        self._autograd_setting = autograd_for_xla(self.root_device)
+
+    def device_loader(self, dataloader: Any, **parallel_loader_options: Any) -> Any:
+        """A :class:`~accelkit_xla_spawn.device_loader.DeviceLoader` of ``dataloader`` on :attr:`root_device`
+        that :meth:`teardown` closes; ``parallel_loader_options`` go to torch_xla's ``ParallelLoader`` (an SPMD
+        strategy passes ``input_sharding``)."""
+        from accelkit_xla_spawn.device_loader import DeviceLoader
+
+        loader = DeviceLoader(dataloader, self.root_device, **parallel_loader_options)
+        self.__dict__.setdefault("_device_loaders", []).append(loader)
+        return loader
+
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """Wrap the (already sharded) loader in torch_xla's ``MpDeviceLoader``.
+        """Wrap the (already sharded) loader in a :meth:`device_loader`.
 
         It copies batches to the device in a background thread; tensors move, other objects in a batch pass
         through untouched. The loader also cuts the graph once per batch, so evaluation loops do not build
-        one ever-growing graph.
+        one ever-growing graph. A loader that is already torch_xla's ``MpDeviceLoader`` is used as given.
         """
         import torch_xla.distributed.parallel_loader as pl
 
         if isinstance(dataloader, pl.MpDeviceLoader):
             return dataloader
-        return pl.MpDeviceLoader(dataloader, self.root_device)
+        return self.device_loader(dataloader)
 
     def step_end(self) -> None:
         """Cut the lazy graph after each optimizer step.
@@ -166,10 +111,22 @@ class XLAStrategy(Strategy):
         self.barrier("checkpoint_written")
 
     def teardown(self) -> None:
-        """Run what is still pending on the device."""
-        if xla_runtime_initialized():
-            self._xla().sync()
-        super().teardown()
+        """Stop the upload threads of every loader still open, run what is still pending on the device, restore
+        autograd's setting and remove the torch_xla 1.x stand-ins :meth:`setup_environment` added."""
+        try:
+            for loader in self.__dict__.pop("_device_loaders", []):
+                loader.close()
+            if xla_runtime_initialized():
+                self._xla().sync()
+        finally:
+            setting = self.__dict__.pop("_autograd_setting", None)
+            if setting is not None:
+                setting.close()
+            if self.__dict__.pop("_legacy_names_installed", False):
+                from accelkit_xla_spawn import legacy_names
+
+                legacy_names.uninstall()
+            super().teardown()
 
 
 #: the name this base had before it became public (kept for plugins that imported it)

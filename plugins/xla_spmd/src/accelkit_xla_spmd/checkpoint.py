@@ -1,4 +1,4 @@
-"""Sharded checkpoints of ``xla_spmd``: accelkit's sharded checkpoint directory (:mod:`accelkit.distributed_checkpoint`),
+"""Sharded checkpoints of ``xla_spmd``: accelkit's sharded checkpoint directory (:mod:`accelkit.checkpoint.sharded`),
 with the tensors written through torch_xla's ``SPMDSavePlanner``.
 
 The directory holds DCP's ``.metadata`` and data files for the tensors (``"state_dict"`` and the optimizer states,
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelkit import checkpoint as ckpt
-from accelkit import distributed_checkpoint as sharded
+from accelkit.checkpoint import files as ckpt
+from accelkit.checkpoint import sharded as sharded
 
 
 def _no_dist() -> bool:

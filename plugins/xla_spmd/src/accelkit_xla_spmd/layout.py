@@ -179,7 +179,7 @@ class HostPlan:
 
 def host_plan(env: Mapping[str, str], local_devices: int) -> HostPlan:
     """This host's place in a pod, from ``env`` (pure; the same variables ``xla_spawn`` reads)."""
-    from accelkit_xla_spawn.strategy import pod_plan
+    from accelkit_xla_spawn.runtime import pod_plan
 
     plan = pod_plan(env, local_devices)
     return HostPlan(host_index=plan.host_index, num_hosts=plan.num_hosts, local_devices=local_devices)

@@ -14,9 +14,9 @@ import os
 from typing import Any
 
 import torch
-from accelkit import checkpoint as ckpt
+from accelkit.checkpoint import files as ckpt
 from accelkit_xla_spawn import XLAStrategy
-from accelkit_xla_spawn.strategy import xla_runtime_initialized
+from accelkit_xla_spawn.runtime import xla_runtime_initialized
 from torch import nn
 
 from accelkit_xla_spmd.checkpoint import save_sharded
@@ -228,12 +228,13 @@ class XLASPMDStrategy(XLAStrategy):
         return self._batch_sharding
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """torch_xla's ``MpDeviceLoader`` with :meth:`batch_sharding`: batches reach the devices already split."""
+        """The base's device loader with :meth:`batch_sharding`: batches reach the devices already split (its
+        upload threads stop when the loop ends)."""
         import torch_xla.distributed.parallel_loader as pl
 
         if isinstance(dataloader, pl.MpDeviceLoader):
             return dataloader
-        return pl.MpDeviceLoader(dataloader, self.root_device, input_sharding=self.batch_sharding())
+        return self.device_loader(dataloader, input_sharding=self.batch_sharding())
 
     def batch_to_device(self, batch: Any) -> Any:
         """Copy what is still on the host with the batch sharding; annotate device tensors the loader could not
@@ -309,7 +310,7 @@ class XLASPMDStrategy(XLAStrategy):
     def optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's state keyed by parameter name (as sharded checkpoints hold it), its tensors left on the
         mesh, split as their parameters are."""
-        from accelkit.distributed_checkpoint import optimizer_state_by_name
+        from accelkit.checkpoint.sharded import optimizer_state_by_name
 
         return optimizer_state_by_name(optimizer.state_dict(), self.unwrap(model), optimizer)
 

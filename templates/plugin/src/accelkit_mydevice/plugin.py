@@ -28,9 +28,9 @@ def accelkit_register_accelerators() -> list[AcceleratorRecord]:
 def accelkit_register_strategies() -> list[StrategyRecord]:
     """Core strategies reused for this accelerator, plus one of the plugin's own."""
     return [
-        StrategyRecord("single_device", "accelkit.strategy:SingleDeviceStrategy", accelerators=_ON,
+        StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=_ON,
                        description="one process"),
-        StrategyRecord("ddp_spawn", "accelkit.strategy:DDPSpawnStrategy", accelerators=_ON,
+        StrategyRecord("ddp_spawn", "accelkit.strategies.ddp:DDPSpawnStrategy", accelerators=_ON,
                        description="N processes started by accelkit, gloo all-reduce"),
         StrategyRecord("mydevice_counting", "accelkit_mydevice.strategy:CountingStrategy", accelerators=_ON,
                        aliases=("counting",), description="single device, counts optimizer steps"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from accelkit.strategy import SingleDeviceStrategy
+from accelkit.strategies.single_device import SingleDeviceStrategy
 
 
 class CountingStrategy(SingleDeviceStrategy):

@@ -1,0 +1,69 @@
+"""``OnExceptionCheckpoint``: save a checkpoint when a run fails."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+from accelkit.callbacks.model_checkpoint import Checkpoint
+
+
+class OnExceptionCheckpoint(Checkpoint):
+    """Write a checkpoint of the state at the moment a run raises (Lightning's ``OnExceptionCheckpoint``).
+
+    When ``fit`` (or ``validate``/``test``/``predict``) raises, including ``KeyboardInterrupt``, this writes
+    ``<dirpath>/<filename>.ckpt`` through ``trainer.save_checkpoint`` (replacing an older one) before the
+    exception reaches you; resume with ``trainer.fit(model, ckpt_path=callback.ckpt_path)``, or with
+    ``ckpt_path="last"``, which considers this file along with the ``last.ckpt`` files of ModelCheckpoints and
+    takes the newest. If the checkpoint cannot be written, a warning says why and the run's own exception is
+    the one raised.
+
+    After a ``fit`` that completes, the file is removed: it described a failed run that a completed fit has
+    superseded (Lightning removes it at the end of every stage; here only ``fit`` does, so evaluating after a
+    failure keeps it).
+
+    It is a checkpoint callback (``trainer.checkpoint_callbacks`` lists it): as in Lightning, passing it means
+    the Trainer adds no default ModelCheckpoint, and ``enable_checkpointing=False`` refuses it.
+    In a distributed run every process must reach the exception: the save waits for all of them.
+
+    :param dirpath: the folder of the checkpoint.
+    :param filename: its name without the extension (not empty).
+    """
+
+    FILE_EXTENSION = ".ckpt"
+
+    def __init__(self, dirpath: str | os.PathLike, filename: str = "on_exception") -> None:
+        if not filename:
+            raise ValueError(f"OnExceptionCheckpoint(filename={filename!r}): the file name must not be empty")
+        if filename.endswith(self.FILE_EXTENSION):
+            raise ValueError(f"OnExceptionCheckpoint(filename={filename!r}): give the name without the "
+                             f"{self.FILE_EXTENSION} extension (it is added)")
+        self.dirpath = Path(dirpath).expanduser().resolve()
+        self.filename = filename
+
+    @property
+    def ckpt_path(self) -> str:
+        """Where the checkpoint is written: ``<dirpath>/<filename>.ckpt``."""
+        return str(self.dirpath / f"{self.filename}{self.FILE_EXTENSION}")
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        try:
+            trainer.save_checkpoint(self.ckpt_path)
+        except Exception as exc:  # the run's own exception matters more than this one
+            warnings.warn(f"OnExceptionCheckpoint could not write {self.ckpt_path} after the run raised "
+                          f"{type(exception).__name__}: {type(exc).__name__}: {exc}", UserWarning, stacklevel=2)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit" and trainer.is_global_zero:
+            path = self.ckpt_path
+            if os.path.isdir(path) and not os.path.islink(path):  # a sharded checkpoint is a directory
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.lexists(path):
+                os.remove(path)
+
+    def _find_last_checkpoints(self, trainer: Any) -> set[str]:
+        """For ``ckpt_path="last"`` (see :class:`~accelkit.callbacks.ModelCheckpoint`): this callback's file."""
+        return {self.ckpt_path}

@@ -1,0 +1,285 @@
+"""Checkpoint files: written atomically, read safely, and every bad one explained in a sentence.
+
+Writing (:func:`atomic_save`): the data goes to a temporary file next to the target, is flushed and fsynced, then
+renamed over it, and the folder is fsynced; a crash leaves the previous file. Temporary files of writers that were
+killed are removed by the next save into the same folder. A Trainer checkpoint whose weights are not finite (NaN or
+inf) is refused before anything is written, so a diverged run never replaces the last good checkpoint (set
+``ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS=1`` to write it anyway). A failed write (disk full, permissions) is an
+:class:`OSError` naming the path and the size.
+
+Reading (:func:`load`): an empty, truncated or foreign file, a folder, a bare ``state_dict`` and a file holding
+arbitrary Python objects each get a :class:`CheckpointError` naming the file, what is wrong and what would work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import math
+import os
+import pickle
+import socket
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accelkit.utilities.processes import process_alive
+from accelkit.errors import AccelkitError
+from accelkit.utilities.apply_func import apply_to_tensors
+
+#: set to ``1`` to write checkpoints whose weights hold NaN or inf (refused by default)
+ALLOW_NON_FINITE_ENV = "ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS"
+_TMP_TAG = ".accelkit-tmp-"
+
+
+class CheckpointError(AccelkitError, ValueError):
+    """A checkpoint that cannot be used (or must not be written); the message names the file, what is wrong and
+    what would work."""
+
+
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+    """A checkpoint holding Python objects that ``torch.load(weights_only=True)`` refuses to unpickle."""
+
+
+# ----------------------------------------------------------------------------------------------- writing
+def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save`` ``obj`` to ``path`` so that ``path`` is either the old file or the complete new one.
+
+    The data goes to a temporary file in the same directory, is flushed to disk, then renamed over ``path``
+    (a rename within one file system is atomic). A crash mid-write leaves no half-written checkpoint, and the
+    temporary files such crashes left behind are removed here, at the next save into that folder.
+
+    :raises CheckpointError: ``obj`` is a Trainer checkpoint whose weights are not finite (nothing is written).
+    :raises OSError: the write failed (disk full, permissions, ...); the message names the path and the size.
+    """
+    path = Path(path)
+    _refuse_non_finite(obj, path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temp_files(path.parent)
+    prefix = f".{path.name}{_TMP_TAG}{_host()}-{os.getpid()}-"
+    fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            try:
+                torch.save(obj, handle)
+                handle.flush()
+                written = handle.tell()
+                os.fsync(handle.fileno())
+            except (OSError, RuntimeError) as exc:
+                with contextlib.suppress(OSError, ValueError):
+                    written = os.fstat(handle.fileno()).st_size
+                _raise_write_error(exc, path, tmp_name, written)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_name)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _raise_write_error(exc: BaseException, path: Path, tmp_name: str, written: int) -> None:
+    """Turn torch's stream errors (``unexpected pos 17664 vs 17556``) into an OSError that says what happened."""
+    code = exc.errno if isinstance(exc, OSError) and exc.errno else None
+    if code is None:
+        try:  # torch's zip writer hides the OS error: a write that cannot complete says which
+            with open(tmp_name, "ab") as probe:
+                probe.write(b"\0" * 4096)
+                probe.flush()
+                os.fsync(probe.fileno())
+        except OSError as probe_error:
+            code = probe_error.errno
+        else:
+            if not isinstance(exc, OSError):
+                raise exc  # not a write failure (a pickling error, say): as it was
+    try:
+        usage = os.statvfs(path.parent)
+        free = f"; {usage.f_bavail * usage.f_frsize} bytes free on that file system"
+    except OSError:
+        free = ""
+    reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+              errno.EFBIG: "the file is larger than this process may write (ulimit -f)",
+              errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(
+        code or 0, os.strerror(code) if code else f"{type(exc).__name__}: {exc}")
+    raise OSError(code or errno.EIO, f"could not write checkpoint {str(path)!r}: {reason} (after {written} bytes"
+                  f"{free}). The previous file at that path, if any, is unchanged; free space or choose another "
+                  "folder (default_root_dir or ModelCheckpoint(dirpath=...)).", str(path)) from exc
+
+
+def _host() -> str:
+    return "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:40] or "host"
+
+
+def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files that killed :func:`atomic_save` writers left in ``folder``; return them.
+
+    A temporary file names its host and process id; it is stale when that process, on this host, no longer
+    runs. Files of other hosts (a shared file system) and of live writers are kept.
+    """
+    removed = []
+    host = _host()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        if _TMP_TAG not in name or not name.endswith(".tmp"):
+            continue
+        owner = name.split(_TMP_TAG, 1)[1].rsplit(".tmp", 1)[0].rsplit("-", 1)[0]
+        owner_host, _, pid = owner.rpartition("-")
+        if owner_host != host or not pid.isdigit() or process_alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, name))
+            removed.append(Path(folder) / name)
+    return removed
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename durable (the folder's entry), where the platform allows opening a folder."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _refuse_non_finite(obj: Any, path: Path) -> None:
+    """A Trainer checkpoint (``state_dict`` plus ``global_step``) with NaN/inf weights is not written."""
+    if not (isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict) and "global_step" in obj):
+        return
+    if os.environ.get(ALLOW_NON_FINITE_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return
+    bad = non_finite_tensors(obj["state_dict"])
+    if not bad:
+        return
+    kept = f"the file there ({path.stat().st_size} bytes) is kept" if path.exists() else "nothing was written"
+    shown = ", ".join(f"{name!r} ({count} non-finite)" for name, count in bad[:3])
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    raise CheckpointError(
+        f"not writing checkpoint {str(path)!r}: the weights are not finite at step {obj.get('global_step')} "
+        f"({shown}{more}), so training diverged; {kept}. Resume from the last good checkpoint with a lower learning "
+        f"rate or gradient clipping (gradient_clip_val=...); set {ALLOW_NON_FINITE_ENV}=1 to write such checkpoints.")
+
+
+def non_finite_tensors(state_dict: dict[str, Any]) -> list[tuple[str, int]]:
+    """``(name, number of NaN/inf values)`` for each floating-point tensor of ``state_dict`` that has any."""
+    bad = []
+    for name, value in state_dict.items():
+        if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex()) and value.numel():
+            finite = torch.isfinite(value)
+            if not bool(finite.all()):
+                bad.append((str(name), int((~finite).sum())))
+        elif isinstance(value, float) and not math.isfinite(value):
+            bad.append((str(name), 1))
+    return bad
+
+
+# ----------------------------------------------------------------------------------------------- reading
+def load(path: str | os.PathLike, weights_only: bool = True, map_location: Any = "cpu") -> Any:
+    """Load a checkpoint. ``weights_only=True`` (the default) refuses to unpickle arbitrary objects.
+
+    :raises FileNotFoundError: nothing at ``path``.
+    :raises IsADirectoryError: ``path`` is a folder (the message lists the checkpoints in it).
+    :raises CheckpointError: the file is empty, truncated, not a PyTorch file, damaged, or a bare ``state_dict``.
+    :raises UnsafeCheckpointError: with ``weights_only=True``, the file holds objects other than plain data.
+    """
+    path = Path(path)
+    check_file(path)
+    try:
+        checkpoint = torch.load(path, map_location=map_location, weights_only=weights_only)
+    except pickle.UnpicklingError as exc:
+        if not weights_only:
+            raise CheckpointError(f"checkpoint {str(path)!r} is damaged: unpickling failed ({exc}).") from exc
+        reason = _first_reason(exc)
+        raise UnsafeCheckpointError(
+            f"checkpoint {str(path)!r} holds Python objects that safe loading refuses ({reason}). Checkpoints "
+            "accelkit writes hold plain data only (tensors, numbers, strings, containers); this one was written "
+            "with something else (a callback's or the Module's on_save_checkpoint, or hyperparameters of another "
+            "type): store plain values there and save again.") from exc
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} ({_size(path)}) is damaged and cannot be read ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). {_alternatives(path)}") from exc
+    if isinstance(checkpoint, dict) and "state_dict" not in checkpoint and _is_bare_state_dict(checkpoint):
+        keys = ", ".join(repr(k) for k in list(checkpoint)[:3])
+        raise CheckpointError(
+            f"{str(path)!r} holds a bare state_dict (module weights only: {keys}...), not a Trainer checkpoint, so "
+            "ckpt_path= cannot resume from it. Load the weights with module.load_state_dict(torch.load(path, "
+            "weights_only=True)) before fit(), or write a full checkpoint with trainer.save_checkpoint(path).")
+    return checkpoint
+
+
+def check_file(path: str | os.PathLike) -> None:
+    """Refuse, with a sentence, what cannot be a ``torch.save`` file: a missing path, a folder, an empty file, a
+    file that is not a PyTorch archive, a truncated archive. Reads a few bytes; unpickles nothing."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(p.name for p in path.glob("*.ckpt"))[:5]
+        inside = f" It holds {', '.join(found)}." if found else " It holds no .ckpt file."
+        raise IsADirectoryError(f"checkpoint {str(path)!r} is a folder, not a checkpoint file; give the path of a "
+                                f".ckpt file in it.{inside}")
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"checkpoint {str(path)!r} is empty (0 bytes): its write never finished. "
+                              f"{_alternatives(path)}")
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if head.startswith(b"PK"):
+        if not zipfile.is_zipfile(path):
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} is truncated or damaged ({size} bytes; the end of its zip archive is "
+                f"missing, as when a copy or a write is cut off). {_alternatives(path)}")
+        return
+    if head[:1] == b"\x80":  # torch's legacy (pre-1.6) format is a sequence of pickles
+        return
+    raise CheckpointError(
+        f"{str(path)!r} ({size} bytes, starting with {head!r}) is not a PyTorch checkpoint: torch.save writes a zip "
+        f"archive. Check the path. {_alternatives(path)}")
+
+
+def _first_reason(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    useful = [line for line in lines if "GLOBAL" in line or "Unsupported" in line or "Unpickler error" in line]
+    text = useful[0] if useful else (lines[-1] if lines else type(exc).__name__)
+    return text.replace("WeightsUnpickler error: ", "")
+
+
+def _is_bare_state_dict(obj: dict[Any, Any]) -> bool:
+    return bool(obj) and all(isinstance(k, str) for k in obj) and all(
+        isinstance(v, torch.Tensor) for v in obj.values())
+
+
+def _size(path: Path) -> str:
+    try:
+        return f"{path.stat().st_size} bytes"
+    except OSError:
+        return "size unknown"
+
+
+def _alternatives(path: Path) -> str:
+    """What would work instead: the other checkpoints in the same folder, newest first."""
+    try:
+        others = sorted((p for p in path.parent.glob("*.ckpt") if p.name != path.name and p.is_file()
+                         and p.stat().st_size > 0), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        others = []
+    if not others:
+        return "Use another checkpoint, or start without ckpt_path."
+    return "Other checkpoints in that folder, newest first: " + ", ".join(p.name for p in others[:3]) + "."
+
+
+def to_cpu(obj: Any) -> Any:
+    """A copy of ``obj`` with every tensor detached and on the CPU (for saving from any device)."""
+    return apply_to_tensors(obj, lambda t: t.detach().cpu())

@@ -1,0 +1,221 @@
+"""Sharded checkpoints: a directory that every process writes its shards into, loadable at any world size.
+
+A sharded checkpoint is a directory holding a :mod:`torch.distributed.checkpoint` (DCP) checkpoint of the tensor
+state (``"state_dict"`` and ``"optimizer_states"``) and a small file, :data:`METADATA_FILE`, with everything else
+the Trainer saves (epoch, global step, loops, callbacks, hyper-parameters, precision, schedulers), written by global
+zero. That file is what tells a sharded checkpoint directory apart from any other directory.
+
+Saving is atomic: every process writes into a hidden temporary directory next to the target, and after a barrier
+global zero renames it into place, so the target is either complete or absent (or the previous checkpoint).
+
+Loading reshards: DCP reads, on each process, the pieces of every tensor that process now owns, whatever the world
+size at saving time. :func:`load_full` reads a whole checkpoint into one process without a process group (a plain
+unsharded module), and :func:`consolidate` writes it as one ordinary checkpoint file that
+``torch.load(path, weights_only=True)`` reads.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accelkit.checkpoint import files as ckpt
+
+#: the file (written last, by global zero) holding a sharded checkpoint's non-tensor parts; its presence marks
+#: a directory as an accelkit sharded checkpoint
+METADATA_FILE = "accelkit_checkpoint.pt"
+#: the key, in :data:`METADATA_FILE`, of the number of optimizer states stored in the DCP part
+OPTIMIZER_COUNT_KEY = "accelkit_num_optimizer_states"
+#: the key, in :data:`METADATA_FILE`, naming the format
+FORMAT_KEY = "accelkit_checkpoint_format"
+#: the checkpoint entries stored through DCP (sharded); everything else goes to :data:`METADATA_FILE`
+SHARDED_KEYS = ("state_dict", "optimizer_states")
+
+
+@dataclass(frozen=True)
+class DeferredState:
+    """Stands for optimizer ``index``'s state in the sharded checkpoint at ``path``, read once the optimizer
+    exists (a sharded optimizer state is read into a template built from the live optimizer)."""
+
+    path: str
+    index: int
+
+
+def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a complete sharded checkpoint directory (its metadata file and DCP's are there)."""
+    path = Path(path)
+    return path.is_dir() and (path / METADATA_FILE).is_file() and (path / ".metadata").is_file()
+
+
+def _no_op(*args: Any, **kwargs: Any) -> Any:
+    return args[0] if args else None
+
+
+def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[..., Any] = _no_op,
+         broadcast: Callable[..., Any] = _no_op, is_global_zero: bool = True) -> Path:
+    """Write ``checkpoint`` as a sharded directory at ``path`` (every process calls this, with its shards).
+
+    ``checkpoint["state_dict"]`` and ``checkpoint["optimizer_states"]`` (a list) go through DCP: each process writes
+    the shards it holds (DTensors), replicated tensors are written once. The rest is written by global zero into
+    :data:`METADATA_FILE`. The directory appears at ``path`` only when complete; a save that fails removes its
+    temporary directory, and one that was killed leaves only a hidden ``.<name>.tmp-*`` directory, removed by the
+    next save of the same name.
+
+    :param barrier: the strategy's ``barrier``; :param broadcast: its ``broadcast`` (the temporary name is agreed
+        on); both no-ops for one process.
+    """
+    import torch.distributed.checkpoint as dcp
+
+    target = Path(path).absolute()
+    token = broadcast(secrets.token_hex(4) if is_global_zero else None)
+    temporary = target.parent / f".{target.name}.tmp-{token}"
+    if is_global_zero:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a killed save
+            shutil.rmtree(stale, ignore_errors=True)
+        temporary.mkdir()
+    barrier("sharded_checkpoint_start")
+    tensors, metadata = split(checkpoint)
+    try:
+        dcp.save(tensors, checkpoint_id=temporary)
+        if is_global_zero:
+            ckpt.atomic_save(ckpt.to_cpu(metadata), temporary / METADATA_FILE)
+    except BaseException:
+        if is_global_zero:
+            shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    barrier("sharded_checkpoint_written")
+    if is_global_zero:
+        _replace(temporary, target)
+    barrier("sharded_checkpoint_renamed")
+    return target
+
+
+def split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensor part for DCP, everything else)`` of a Trainer checkpoint."""
+    optimizers = list(checkpoint.get("optimizer_states") or [])
+    tensors: dict[str, Any] = {"state_dict": checkpoint.get("state_dict", {})}
+    if optimizers:
+        tensors["optimizer_states"] = {str(i): state for i, state in enumerate(optimizers)}
+    metadata = {k: v for k, v in checkpoint.items() if k not in SHARDED_KEYS}
+    metadata[OPTIMIZER_COUNT_KEY] = len(optimizers) if "optimizer_states" in checkpoint else -1
+    metadata[FORMAT_KEY] = 1
+    return tensors, metadata
+
+
+def _replace(temporary: Path, target: Path) -> None:
+    """Rename ``temporary`` to ``target``; an existing ``target`` (file, link or directory) is moved aside first
+    and removed after."""
+    if not os.path.lexists(target):
+        os.rename(temporary, target)
+        return
+    aside = target.parent / f".{target.name}.old-{secrets.token_hex(4)}"
+    os.rename(target, aside)
+    os.rename(temporary, target)
+    remove(aside)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Remove a checkpoint: a file, a symbolic link, or a sharded directory."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
+
+
+def load_metadata(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
+    """The non-tensor parts of the sharded checkpoint at ``path`` (epoch, global step, callbacks, ...)."""
+    if not is_sharded_checkpoint(path):
+        raise FileNotFoundError(f"{os.fspath(path)!r} is not a sharded accelkit checkpoint (a directory holding "
+                                f"{METADATA_FILE} and .metadata)")
+    metadata = ckpt.load(Path(path) / METADATA_FILE, weights_only=weights_only)
+    metadata.pop(FORMAT_KEY, None)
+    return metadata
+
+
+def load_into(path: str | os.PathLike, template: dict[str, Any]) -> dict[str, Any]:
+    """Read the entries of ``template`` from the checkpoint at ``path`` into its tensors, in place (each process
+    reads the pieces of its shards, whatever the world size at saving time); returns ``template``."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    no_dist = not (dist.is_available() and dist.is_initialized())
+    dcp.load(template, checkpoint_id=Path(path), no_dist=no_dist)
+    return template
+
+
+def load_full(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
+    """The whole checkpoint at ``path`` in one process, without a process group, in the ordinary single-file
+    format: full tensors on the CPU, optimizer states keyed by index as ``optimizer.state_dict()`` gives them."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    checkpoint = load_metadata(path, weights_only=weights_only)
+    count = int(checkpoint.pop(OPTIMIZER_COUNT_KEY, -1))
+    tensors: dict[str, Any] = {}
+    # as torch's own dcp_to_torch_save: read every entry the checkpoint holds, with no template to fill
+    _load_state_dict(tensors, storage_reader=FileSystemReader(Path(path)), planner=_EmptyStateDictLoadPlanner(),
+                     no_dist=True)
+    checkpoint["state_dict"] = tensors.get("state_dict", {})
+    if count >= 0:
+        saved = tensors.get("optimizer_states", {})
+        checkpoint["optimizer_states"] = [optimizer_state_by_index(saved[str(i)]) for i in range(count)]
+    return checkpoint
+
+
+def consolidate(path: str | os.PathLike, output: str | os.PathLike) -> Path:
+    """Write the sharded checkpoint at ``path`` as one ordinary checkpoint file at ``output`` (atomically); the
+    file loads with ``torch.load(output, weights_only=True)`` and as ``ckpt_path`` of any strategy."""
+    return ckpt.atomic_save(load_full(path), output)
+
+
+# ----------------------------------------------------------------- optimizer state: by name <-> by index
+def keyed_by_index(state: dict[str, Any]) -> bool:
+    """Whether an optimizer state names its parameters by index (``optimizer.state_dict()``) rather than by name
+    (``torch.distributed.checkpoint.state_dict.get_optimizer_state_dict``)."""
+    params = [p for group in state.get("param_groups", []) for p in group.get("params", [])]
+    return all(isinstance(p, int) for p in params)
+
+
+def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
+    """A name-keyed optimizer state as ``optimizer.state_dict()`` would give it: parameters numbered in the order
+    of the parameter groups (no model needed; an index-keyed state is returned unchanged)."""
+    if keyed_by_index(state):  # DCP stores dictionary keys as strings: number the per-parameter states again
+        return {**state, "state": {int(k): v for k, v in state.get("state", {}).items()}}
+    index: dict[str, int] = {}
+    groups = []
+    for group in state.get("param_groups", []):
+        numbered = []
+        for name in group["params"]:
+            index.setdefault(name, len(index))
+            numbered.append(index[name])
+        groups.append({**group, "params": numbered})
+    per_param = {index[name]: value for name, value in state.get("state", {}).items() if name in index}
+    return {"state": per_param, "param_groups": groups}
+
+
+def optimizer_state_by_name(state: dict[str, Any], module: torch.nn.Module,
+                            optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """An index-keyed optimizer state keyed by parameter names instead, as ``set_optimizer_state_dict`` takes it
+    (the indices follow ``optimizer.param_groups``, whose parameters ``module`` names)."""
+    names = {id(p): name for name, p in module.named_parameters()}
+    order = [names.get(id(p), str(i)) for i, p in enumerate(p for g in optimizer.param_groups for p in g["params"])]
+    if len(order) != sum(len(g["params"]) for g in state.get("param_groups", [])):
+        raise ValueError(f"the checkpoint's optimizer state covers "
+                         f"{sum(len(g['params']) for g in state.get('param_groups', []))} parameters, the optimizer "
+                         f"{len(order)}; was it saved with another model or optimizer?")
+    groups, offset = [], 0
+    for group in state["param_groups"]:
+        count = len(group["params"])
+        groups.append({**group, "params": order[offset:offset + count]})
+        offset += count
+    return {"state": {order[int(i)]: value for i, value in state.get("state", {}).items()}, "param_groups": groups}

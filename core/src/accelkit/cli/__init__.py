@@ -1,0 +1,45 @@
+"""The ``accelkit`` command and the configuration-driven :class:`CLI` (Lightning's ``LightningCLI``).
+
+- :mod:`~accelkit.cli.commands`: the registry of sub-commands;
+- :mod:`~accelkit.cli.main`: the parser and :func:`main` (``accelkit ...``, ``python -m accelkit.cli ...``);
+- :mod:`~accelkit.cli.doctor`: ``accelkit plugins`` and ``accelkit doctor``;
+- :mod:`~accelkit.cli.file_command`, :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`:
+  ``fit file.py:Class``, ``fit|validate|test|predict --config``, ``checkpoint``;
+- :mod:`~accelkit.cli.lightning_cli` and :mod:`~accelkit.cli.config`: :class:`CLI` on jsonargparse, with
+  :mod:`~accelkit.cli.class_paths` and :mod:`~accelkit.cli.config_errors`.
+
+The jsonargparse-based names (``CLI``, ``LightningCLI``, ``ArgumentParser``, ``SaveConfigCallback``, ...) are
+imported on first use, so the ``accelkit`` command starts without jsonargparse.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelkit.cli.commands import command, load_module_class, raw_command
+from accelkit.cli.doctor import doctor_report, plugin_report
+from accelkit.cli.main import build_parser, main  # noqa: F401
+
+#: names imported on first use: name -> (module, attribute)
+_LAZY = {
+    "CLI": ("accelkit.cli.lightning_cli", "CLI"),
+    "LightningCLI": ("accelkit.cli.lightning_cli", "CLI"),
+    "ArgumentParser": ("accelkit.cli.config", "ArgumentParser"),
+    "LightningArgumentParser": ("accelkit.cli.config", "ArgumentParser"),
+    "ArgsType": ("accelkit.cli.config", "ArgsType"),
+    "ReduceLROnPlateau": ("accelkit.cli.config", "ReduceLROnPlateau"),
+    "SaveConfigCallback": ("accelkit.cli.config", "SaveConfigCallback"),
+    "instantiate_class": ("accelkit.cli.config", "instantiate_class"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attribute = _LAZY[name]
+        return getattr(importlib.import_module(module), attribute)
+    raise AttributeError(f"module 'accelkit.cli' has no attribute {name!r}")
+
+
+__all__ = ["build_parser", "command", "doctor_report", "load_module_class", "main", "plugin_report", "raw_command", *_LAZY]

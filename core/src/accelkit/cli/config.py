@@ -1,0 +1,279 @@
+"""``accelkit.cli.CLI``: a command with ``fit``/``validate``/``test``/``predict`` driven by YAML configurations.
+
+The job of Lightning's ``LightningCLI``, built on jsonargparse: every constructor argument of the Module, the
+DataModule and the :class:`~accelkit.Trainer` is settable from ``--config`` files or the command line, optimizers,
+schedulers, callbacks and loggers are chosen by class path, and the resolved configuration is saved next to the
+run's logs so that ``--config`` that file repeats the run. A LightningCLI script runs after changing only its
+imports (``from accelkit.cli import CLI as LightningCLI``); Lightning class paths in its YAML files are mapped to
+accelkit's classes (:mod:`accelkit.cli.class_paths`).
+
+This module imports jsonargparse; ``import accelkit`` does not import it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+import torch
+
+try:
+    from jsonargparse import ArgumentParser as _JsonArgParser
+    from jsonargparse import Namespace, get_loader, set_loader
+except ModuleNotFoundError as _missing:  # the core's optional extra
+    raise ModuleNotFoundError("accelkit.cli.CLI and `accelkit fit|validate|test|predict --config` need jsonargparse: "
+                              "pip install \"accelkit[cli]\"  (or  pip install \"jsonargparse[signatures]\")",
+                              name="jsonargparse") from _missing
+
+from accelkit.__about__ import __version__
+from accelkit.accelerator import Accelerator
+from accelkit.callbacks import Callback
+from accelkit.cli.class_paths import translate_text, translate_value
+from accelkit.cli.config_errors import explain
+from accelkit.loggers import Logger
+from accelkit.loggers import tensorboard as _tensorboard  # noqa: F401  (class name resolution needs it imported)
+from accelkit.module.datamodule import DataModule
+from accelkit.module.module import Module
+from accelkit.profilers import Profiler
+from accelkit.strategies.base import Strategy
+from accelkit.trainer.trainer import Trainer
+
+#: What ``args=`` accepts: a list of command-line words, a dict, a jsonargparse ``Namespace`` or ``None``
+#: (``sys.argv``).
+ArgsType = list[str] | dict[str, Any] | Namespace | None
+
+#: The parser mode: YAML, with Lightning class paths rewritten to accelkit's before parsing.
+PARSER_MODE = "accelkit_yaml"
+
+
+def _load(text: str) -> Any:
+    return get_loader("yaml")(translate_text(text))
+
+
+set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
+
+#: Trainer arguments whose signature says ``Any``, with the types the command line and files accept. The others
+#: come from the Trainer's signature as they are.
+TRAINER_TYPES: dict[str, Any] = {
+    "accelerator": str | Accelerator,
+    "strategy": str | Strategy,
+    "devices": int | list[int] | str,
+    "precision": int | str | None,
+    "logger": bool | Logger | str | list[Logger | str] | None,
+    "callbacks": list[Callback] | Callback | None,
+    "profiler": Profiler | str | None,
+    "plugins": str | list[str] | None,
+    "deterministic": bool | Literal["warn"] | None,
+    "max_time": str | dict[str, int] | None,
+    "default_root_dir": str | None,
+}
+#: Arguments of Lightning's Trainer that accelkit's lacks, accepted at the value Lightning's ``--print_config``
+#: writes by default so that such files load; another value is an error naming the argument.
+LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[Any, Any, str]] = {
+    "enable_autolog_hparams": (bool, True, "accelkit always logs the module's hyper-parameters to its loggers"),
+    "model_registry": (str | None, None, "it names Lightning AI's cloud model registry, which accelkit does not"
+                                         + " talk to"),
+}
+
+_LR_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
+def _param_help(cls: type) -> dict[str, str]:
+    """``:param name: text`` entries of a class docstring (one logical line each)."""
+    found: dict[str, str] = {}
+    current = None
+    for line in (cls.__doc__ or "").splitlines():
+        text = line.strip()
+        if text.startswith(":param "):
+            name, _, rest = text[len(":param "):].partition(":")
+            current = name.strip()
+            found[current] = rest.strip()
+        elif current and text and not text.startswith(":"):
+            found[current] += " " + text
+        else:
+            current = None
+    return found
+
+
+class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
+    """``torch.optim.lr_scheduler.ReduceLROnPlateau`` with the metric it watches, for ``--lr_scheduler``.
+
+    :param optimizer: the optimizer (filled in by the CLI).
+    :param monitor: the logged metric passed to ``step()`` (``"val_loss"``).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, monitor: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(optimizer, *args, **kwargs)
+        self.monitor = monitor
+
+
+def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
+    """Build ``init["class_path"]`` with positional ``args`` (one value or a tuple) and ``init["init_args"]``.
+
+    :param init: ``{"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}}``.
+    """
+    from jsonargparse._util import import_object
+
+    cls = import_object(init["class_path"])
+    positional = args if isinstance(args, tuple) else (args,)
+    return cls(*positional, **dict(init.get("init_args") or {}))
+
+
+def instantiate_config(parser: Any, config: Namespace) -> Namespace:
+    """``config`` with its classes built (jsonargparse's ``instantiate``, ``instantiate_classes`` before 4.49)."""
+    method = getattr(parser, "instantiate", None)
+    return method(config) if callable(method) else parser.instantiate_classes(config)
+
+
+def dump_config(parser: Any, config: Namespace) -> str:
+    """``config`` as YAML with every key, ``null`` values included (so that the file repeats the run)."""
+    import inspect
+
+    keep_nulls = "skip_unset" if "skip_unset" in inspect.signature(parser.dump).parameters else "skip_none"
+    return parser.dump(config, **{keep_nulls: False})
+
+
+class ArgumentParser(_JsonArgParser):
+    """jsonargparse's parser with the argument groups a CLI needs (Lightning's ``LightningArgumentParser``).
+
+    Errors name the key, the bad value, what is accepted and the closest key (:mod:`accelkit.cli.config_errors`).
+    """
+
+    def __init__(self, *args: Any, description: str = "accelkit command line tool", **kwargs: Any) -> None:
+        kwargs.setdefault("parser_mode", PARSER_MODE)
+        kwargs.setdefault("dump_header", [f"accelkit=={__version__}"])
+        kwargs.setdefault("allow_abbrev", False)  # a misspelt key is reported with the close one, not guessed
+        super().__init__(*args, description=description, **kwargs)
+        #: keys of callback argument groups added with :meth:`add_lightning_class_args`
+        self.callback_keys: list[str] = []
+        self._optimizers: dict[str, tuple[Any, str]] = {}
+        self._lr_schedulers: dict[str, tuple[Any, str]] = {}
+
+    def add_lightning_class_args(self, cls: Any, nested_key: str, subclass_mode: bool = False,
+                                 required: bool = True) -> list[str]:
+        """Add the constructor arguments of a Trainer, Module, DataModule or Callback class under ``nested_key``
+        (any subclass of it by class path with ``subclass_mode``). A callback added this way joins the run's
+        callbacks. The name is Lightning's, so ``add_arguments_to_parser`` overrides run unchanged."""
+        if not (isinstance(cls, type) and issubclass(cls, (Trainer, Module, DataModule, Callback))):
+            raise TypeError(f"add_lightning_class_args({cls!r}): give a subclass of accelkit's Trainer, Module, "
+                            "DataModule or Callback")
+        if issubclass(cls, Callback):
+            self.callback_keys.append(nested_key)
+        if subclass_mode:
+            return self.add_subclass_arguments(cls, nested_key, fail_untyped=False, required=required)
+        return self.add_class_arguments(cls, nested_key, fail_untyped=False, sub_configs=True,
+                                        instantiate=not issubclass(cls, Trainer))
+
+    def add_optimizer_args(self, optimizer_class: Any = (torch.optim.Optimizer,), nested_key: str = "optimizer",
+                           link_to: str = "AUTOMATIC") -> None:
+        """Add ``--optimizer`` (a class path with ``init_args``; ``params`` is filled in by the CLI)."""
+        self._add_optim_group(optimizer_class, nested_key, link_to, "params", self._optimizers)
+
+    def add_lr_scheduler_args(self, lr_scheduler_class: Any = _LR_SCHEDULERS, nested_key: str = "lr_scheduler",
+                              link_to: str = "AUTOMATIC") -> None:
+        """Add ``--lr_scheduler`` (a class path with ``init_args``; ``optimizer`` is filled in by the CLI)."""
+        self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self._lr_schedulers)
+
+    def _add_optim_group(self, classes: Any, key: str, link_to: str, skip: str, table: dict) -> None:
+        options = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
+        if isinstance(classes, tuple):
+            self.add_subclass_arguments(classes, key, required=False, **options)
+        else:
+            self.add_class_arguments(classes, key, sub_configs=True, **options)
+        table[key] = (classes, link_to)
+
+    def parse_object(self, cfg_obj: Any, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's, with Lightning class paths in ``cfg_obj`` mapped to accelkit's."""
+        if isinstance(cfg_obj, Namespace):
+            cfg_obj = cfg_obj.as_dict()
+        return super().parse_object(translate_value(cfg_obj), *args, **kwargs)
+
+    def error(self, message: str, ex: Exception | None = None) -> Any:
+        """Report a parse error with what :func:`accelkit.cli.config_errors.explain` adds (close key, accepted values)."""
+        return super().error(explain(self, message), ex)
+
+
+class SaveConfigCallback(Callback):
+    """Write the run's resolved configuration to ``<trainer.log_dir>/config.yaml`` when it starts, so that
+    ``--config`` that file repeats the run. The text is made in the launching process, so the callback travels to
+    spawned workers without the parser.
+
+    :param parser: the parser that read the configuration.
+    :param config: the parsed configuration (of the sub-command).
+    :param config_filename: the file name.
+    :param overwrite: replace an existing file (otherwise an existing one is an error, to protect a former run).
+    :param multifile: accepted for Lightning compatibility; the configuration is always written as one file.
+    :param save_to_log_dir: write the file; ``False`` only makes sense in a subclass overriding
+        :meth:`save_config`.
+    """
+
+    def __init__(self, parser: ArgumentParser, config: Namespace, config_filename: str = "config.yaml",
+                 overwrite: bool = False, multifile: bool = False, save_to_log_dir: bool = True) -> None:
+        self.parser = parser
+        self.config = config
+        self.config_text = dump_config(parser, config)
+        self.config_filename = config_filename
+        self.overwrite = overwrite
+        self.multifile = multifile
+        self.save_to_log_dir = save_to_log_dir
+        self.already_saved = False
+        if not save_to_log_dir and type(self).save_config is SaveConfigCallback.save_config:
+            raise ValueError("SaveConfigCallback(save_to_log_dir=False) writes nothing; override save_config() in a "
+                             "subclass to save the configuration elsewhere")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["parser"] = None  # parsers hold functions and modules; the text is what the workers need
+        return state
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Write the file (global rank zero), refusing to overwrite one unless ``overwrite=True``."""
+        if self.already_saved:
+            return
+        if self.save_to_log_dir:
+            path = os.path.join(trainer.log_dir, self.config_filename)
+            exists = trainer.strategy.broadcast(os.path.isfile(path) if trainer.is_global_zero else False)
+            if exists and not self.overwrite:
+                raise RuntimeError(f"{path} exists already: a former run's configuration. Delete it, pass "
+                                   "save_config_kwargs={'overwrite': True}, or save_config_callback=None")
+            if trainer.is_global_zero:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", encoding="utf-8") as handle:
+                    handle.write(self.config_text)
+        if trainer.is_global_zero:
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = True
+
+    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Override to save the configuration somewhere else too (runs on global rank zero only; the text is
+        :attr:`config_text`)."""
+
+
+class _ConfiguredOptimizers:
+    """A module's ``configure_optimizers`` built from ``--optimizer``/``--lr_scheduler``: the optimizer is made
+    when the Trainer asks (in the worker, on the parameters as they are then)."""
+
+    def __init__(self, module: Module, optimizer: dict[str, Any], scheduler: dict[str, Any] | None,
+                 configure: Any) -> None:
+        self.module, self.optimizer, self.scheduler, self.configure = module, optimizer, scheduler, configure
+
+    def __call__(self) -> Any:
+        optimizer = instantiate_class(self.module.parameters(), self.optimizer)
+        scheduler = instantiate_class(optimizer, self.scheduler) if self.scheduler else None
+        return self.configure(self.module, optimizer, scheduler)
+
+
+def _class_init(value: Any, classes: Any) -> dict[str, Any] | None:
+    """``{"class_path", "init_args"}`` from a parsed optimizer/scheduler group (a dict or a Namespace)."""
+    if value is None:
+        return None
+    value = value.as_dict() if isinstance(value, Namespace) else dict(value)
+    if "class_path" in value:
+        return {"class_path": value["class_path"], "init_args": dict(value.get("init_args") or {})}
+    if not value:
+        return None
+    cls = classes if isinstance(classes, type) else classes[0]
+    return {"class_path": f"{cls.__module__}.{cls.__name__}", "init_args": value}
+
+
+__all__ = ["ArgsType", "ArgumentParser", "ReduceLROnPlateau", "SaveConfigCallback", "instantiate_class"]

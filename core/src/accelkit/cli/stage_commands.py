@@ -1,0 +1,108 @@
+"""``accelkit fit|validate|test|predict``: the :class:`~accelkit.cli.CLI` machinery as commands.
+
+    accelkit fit --config run.yaml --model path/to/models.py:Net --data mypackage.data:Digits
+    accelkit test --config lightning_logs/version_0/config.yaml --ckpt_path last
+
+``--model``/``--data`` take ``path/to/file.py:Class`` or ``package.module:Class`` besides the dotted class paths
+of the configuration files. The former form ``accelkit fit file.py:Class --max-epochs 3 ...`` (a target first)
+still trains and then tests, with the options it always had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from accelkit.cli.commands import RAW_COMMANDS, raw_command
+from accelkit.cli.file_command import add_file_fit_arguments, run_file_fit
+
+_TARGET_OPTIONS = {"--model": ("accelkit.module.module", "Module", "accelkit.Module"),
+                   "--data": ("accelkit.module.datamodule", "DataModule", "accelkit.DataModule")}
+
+
+def resolve_targets(words: list[str]) -> list[str]:
+    """``--model``/``--data`` values of the form ``file.py:Class`` or ``package.module:Class`` rewritten as
+    dotted class paths (the class imported, so configuration parsing finds it)."""
+    import importlib
+
+    from accelkit.cli.class_paths import dotted_class_path
+
+    out = list(words)
+    for index, word in enumerate(out):
+        option, equals, value = word.partition("=")
+        if option not in _TARGET_OPTIONS:
+            continue
+        module, name, kind = _TARGET_OPTIONS[option]
+        base = getattr(importlib.import_module(module), name)
+        if equals and ":" in value:
+            out[index] = f"{option}={dotted_class_path(value, base, kind)}"
+        elif not equals and index + 1 < len(out) and ":" in out[index + 1] and not out[index + 1].startswith("{"):
+            out[index + 1] = dotted_class_path(out[index + 1], base, kind)
+    return out
+
+
+def _make_cli_class() -> type:
+    from accelkit.cli.lightning_cli import CLI
+
+    class CommandCLI(CLI):
+        """The CLI of the ``accelkit`` command: says where the configuration went and what the run measured."""
+
+        def _report(self, what: str) -> None:
+            trainer = self.trainer
+            if not trainer.is_global_zero:
+                return
+            shown = ", ".join(f"{k}={float(v):.4f}" for k, v in sorted(trainer.callback_metrics.items()))
+            print(f"accelkit: {what} finished after {trainer.current_epoch} epochs, {trainer.global_step} steps"
+                  + (f"; {shown}" if shown else ""))
+            if self.save_config_callback is not None and not trainer.fast_dev_run:
+                print(f"accelkit: configuration saved to {os.path.join(trainer.log_dir, 'config.yaml')} "
+                      f"(repeat with --config)")
+            if what == "fit" and trainer.enable_checkpointing:
+                print(f"accelkit: checkpoint {trainer.checkpoint_path}")
+
+        def after_fit(self) -> None:
+            self._report("fit")
+
+    return CommandCLI
+
+
+def run_config_command(subcommand: str, words: list[str]) -> int:
+    """Run ``subcommand`` through :class:`~accelkit.cli.CLI` with ``--model``/``--data`` given on the command
+    line or in ``--config`` files."""
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # class paths of modules in the current folder import, as with python -m
+    cli_class = _make_cli_class()
+    cli_class(args=[subcommand, *resolve_targets(words)], parser_kwargs={"prog": "accelkit"})
+    return 0
+
+
+def _legacy(words: list[str]) -> bool:
+    return bool(words) and not words[0].startswith("-")
+
+
+@raw_command("fit", "train a Module from --config files and options (or: accelkit fit file.py:Class, then test)")
+def _fit_command(words: list[str]) -> int:
+    if _legacy(words):
+        parser = argparse.ArgumentParser(prog="accelkit fit", description="train a Module, then report its test "
+                                         "metrics (the form before configuration files)")
+        add_file_fit_arguments(parser)
+        return run_file_fit(parser.parse_args(words))
+    return run_config_command("fit", words)
+
+
+def _evaluation(name: str, help_text: str) -> Any:
+    def run(words: list[str]) -> int:
+        return run_config_command(name, words)
+
+    run.__name__ = f"_{name}_command"
+    raw_command(name, help_text)(run)
+    return run
+
+
+_validate_command = _evaluation("validate", "run the validation loop once from --config files and options")
+_test_command = _evaluation("test", "run the test loop once from --config files and options")
+_predict_command = _evaluation("predict", "run prediction from --config files and options")
+
+__all__ = ["RAW_COMMANDS", "resolve_targets", "run_config_command"]

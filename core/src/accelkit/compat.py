@@ -1,0 +1,78 @@
+"""Import paths of accelkit 0.1's flat layout, kept working after the core moved into packages.
+
+``import accelkit.strategy`` (or ``from accelkit.trainer_args import ...``, or a class path such as
+``accelkit.cli_config.ReduceLROnPlateau`` in a saved ``config.yaml``) gives the module at its new home: the
+same module object, so classes and functions are identical whichever path named them. Nothing is imported
+until an old path is used. New code should use the paths in :data:`MOVED`'s values; ``docs/architecture.rst``
+lists them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+from types import ModuleType
+from typing import Any, Sequence
+
+#: old module path -> the module (or package) that holds its names now
+MOVED: dict[str, str] = {
+    "accelkit.strategy": "accelkit.strategies",
+    "accelkit.ddp": "accelkit.strategies.ddp",
+    "accelkit.sampler": "accelkit.strategies.sampler",
+    "accelkit.launchers": "accelkit.strategies.launchers",
+    "accelkit.result": "accelkit.strategies.launchers.result",
+    "accelkit.interrupt": "accelkit.strategies.launchers.interrupt",
+    "accelkit.watchdog": "accelkit.strategies.launchers.watchdog",
+    "accelkit.builtin_environments": "accelkit.environments",
+    "accelkit.registry": "accelkit.plugins.registry",
+    "accelkit.resolve": "accelkit.plugins.compose",
+    "accelkit.trainer_args": "accelkit.trainer.arguments",
+    "accelkit.trainer_props": "accelkit.trainer.properties",
+    "accelkit.launching": "accelkit.trainer.dispatch",
+    "accelkit.module_hooks": "accelkit.module.hooks",
+    "accelkit.datamodule": "accelkit.module.datamodule",
+    "accelkit.hparams": "accelkit.module.hparams",
+    "accelkit.hparams_io": "accelkit.module.saving",
+    "accelkit.optim": "accelkit.module.optimizers",
+    "accelkit.summary": "accelkit.module.summary",
+    "accelkit.metrics": "accelkit.loops.metrics",
+    "accelkit.loops.logging": "accelkit.loops.publishing",
+    "accelkit.distributed_checkpoint": "accelkit.checkpoint.sharded",
+    "accelkit.cli_checkpoint": "accelkit.cli.checkpoint_command",
+    "accelkit.cli_commands": "accelkit.cli.stage_commands",
+    "accelkit.cli_config": "accelkit.cli.config",
+    "accelkit.cli_main": "accelkit.cli.lightning_cli",
+    "accelkit.cli_errors": "accelkit.cli.config_errors",
+    "accelkit.cli_paths": "accelkit.cli.class_paths",
+    "accelkit.utils": "accelkit.utilities",
+}
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module at its new home is already executed."""
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Finds the old paths of :data:`MOVED` and answers with the module at its new home."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        new = MOVED.get(fullname)
+        if new is None:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
+
+
+def install() -> None:
+    """Put the finder on :data:`sys.meta_path` once (``import accelkit`` does this)."""
+    if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
+        sys.meta_path.append(MovedModuleFinder())

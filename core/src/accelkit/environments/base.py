@@ -1,0 +1,194 @@
+"""The :class:`ClusterEnvironment` base: what a launcher tells each process about its place in the run, read
+only from the mapping it is given; and small helpers for node lists and ports."""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+# The core's built-in environments, importable from here (defined in their own module to keep this one small).
+from accelkit.errors import ConfigurationError
+
+#: the rendezvous port torch uses when nothing chooses another one
+DEFAULT_PORT = 29500
+
+
+class ClusterEnvironment:
+    """Base class of a cluster environment: one process's rank, the run's size and its rendezvous address.
+
+    :param env: the variables to read (default: this process's ``os.environ``).
+
+    A subclass sets :attr:`name` and :attr:`variables`, implements :meth:`detect` (default: every name in
+    :attr:`required` is set) and the properties :attr:`world_size`, :attr:`global_rank` and :attr:`local_rank`;
+    the others have defaults computed from those. Properties raise :class:`~accelkit.ConfigurationError` for a
+    value that is not a number; :meth:`validate` collects every such problem instead.
+    """
+
+    #: the name shown by ``accelkit doctor`` and used in the registry (``"slurm"``).
+    name: ClassVar[str] = ""
+    #: the variables this environment reads, with what each one means (shown in the docs and by the doctor).
+    variables: ClassVar[dict[str, str]] = {}
+    #: the variables that must all be set for :meth:`detect` (the default implementation) to answer ``True``.
+    required: ClassVar[tuple[str, ...]] = ()
+    #: ``True`` when the launcher started every training process, so a strategy joins them (``"auto"`` then picks
+    #: ``"ddp"``); ``False`` when it started one process per host that starts its own workers (a TPU pod).
+    launches_every_process: ClassVar[bool] = True
+    #: how to fix a missing rendezvous address, ending the problem :meth:`validate` reports.
+    address_hint: ClassVar[str] = "set MASTER_ADDR to the host of rank 0."
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env: Mapping[str, str] = os.environ if env is None else env
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled with the strategy for spawned workers: the live process environment travels as "this process's
+        environment" (``os.environ`` cannot be pickled, and a worker must read its own), a recorded dict as is."""
+        state = self.__dict__.copy()
+        if self.env is os.environ:
+            state["env"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.env is None:
+            self.env = os.environ
+
+    # ----------------------------------------------------------------- detection
+    @classmethod
+    def detect(cls, env: Mapping[str, str]) -> bool:
+        """Whether ``env`` was set up by this environment's launcher."""
+        return bool(cls.required) and all(name in env for name in cls.required)
+
+    def reason(self) -> str:
+        """One line naming the variables that made this environment match, for ``accelkit doctor``."""
+        shown = [f"{name}={self.env[name]}" for name in self.required if name in self.env]
+        return f"{', '.join(shown) or 'its variables'} set"
+
+    # ----------------------------------------------------------------- reading variables
+    def _int(self, *names: str, default: int | None = None) -> int:
+        """The first of ``names`` that is set, as an int; ``default`` when none is (an error without one)."""
+        for name in names:
+            raw = self.env.get(name)
+            if raw is None:
+                continue
+            try:
+                return int(str(raw).strip())
+            except ValueError:
+                raise ConfigurationError(f"{name}={raw!r} is not an integer (cluster environment "
+                                         f"{self.name!r}).") from None
+        if default is None:
+            raise ConfigurationError(f"{' or '.join(names)} is not set, but cluster environment {self.name!r} "
+                                     "needs it; was this process started by its launcher?")
+        return default
+
+    # ----------------------------------------------------------------- the run's shape
+    @property
+    def world_size(self) -> int:
+        """The number of processes in the run, across nodes."""
+        raise NotImplementedError
+
+    @property
+    def global_rank(self) -> int:
+        """This process's index among all processes."""
+        raise NotImplementedError
+
+    @property
+    def local_rank(self) -> int:
+        """This process's index among the processes of its node."""
+        raise NotImplementedError
+
+    @property
+    def local_world_size(self) -> int:
+        """Processes on this node. Default: the world divided evenly over :attr:`num_nodes`."""
+        return max(1, self.world_size // max(1, self.num_nodes))
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes taking part. Default: 1."""
+        return 1
+
+    @property
+    def node_rank(self) -> int:
+        """This node's index. Default: the rank of the node's first process over :attr:`local_world_size`
+        (processes placed node by node)."""
+        return (self.global_rank - self.local_rank) // max(1, self.local_world_size)
+
+    @property
+    def main_address(self) -> str:
+        """The host of rank 0, where the process group meets. Default: ``MASTER_ADDR``, else the loopback."""
+        return self.env.get("MASTER_ADDR") or "127.0.0.1"
+
+    @property
+    def main_port(self) -> int:
+        """The rendezvous port. Default: ``MASTER_PORT``, else 29500."""
+        return self._int("MASTER_PORT", default=DEFAULT_PORT)
+
+    # ----------------------------------------------------------------- checks
+    def validate(self) -> list[str]:
+        """Problems with the variables: values that are not numbers (naming the variable and its value), ranks
+        outside the world, a port out of range. Empty when the environment is usable."""
+        problems: list[str] = []
+        values: dict[str, Any] = {}
+        for attr in ("world_size", "global_rank", "local_rank", "local_world_size", "num_nodes", "node_rank",
+                     "main_port", "main_address"):
+            try:
+                values[attr] = getattr(self, attr)
+            except ConfigurationError as exc:
+                problems.extend(p for p in exc.problems if p not in problems)
+        if problems:
+            return problems
+        world, rank, local = values["world_size"], values["global_rank"], values["local_rank"]
+        where = f"cluster environment {self.name!r} ({self.reason()})"
+        if world < 1:
+            problems.append(f"{where}: the world size is {world}; it must be at least 1.")
+        elif not 0 <= rank < world:
+            problems.append(f"{where}: global rank {rank} is outside 0..{world - 1}.")
+        if not 0 <= local < max(1, values["local_world_size"]):
+            problems.append(f"{where}: local rank {local} is outside 0..{values['local_world_size'] - 1} "
+                            f"({values['local_world_size']} process(es) on this node).")
+        if not 0 <= values["node_rank"] < max(1, values["num_nodes"]):
+            problems.append(f"{where}: node rank {values['node_rank']} is outside 0..{values['num_nodes'] - 1}.")
+        if not 0 < values["main_port"] < 65536:
+            problems.append(f"{where}: rendezvous port {values['main_port']} is not a TCP port (1..65535).")
+        if not values["main_address"]:
+            problems.append(f"{where}: no rendezvous address; {self.address_hint}")
+        return problems
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data for ``accelkit doctor --json``: the name, the reason, the ranks (or the problems)."""
+        problems = self.validate()
+        data: dict[str, Any] = {"name": self.name, "reason": self.reason(), "problems": problems}
+        if not problems:
+            for attr in ("world_size", "global_rank", "local_rank", "local_world_size", "num_nodes", "node_rank",
+                         "main_address", "main_port"):
+                data[attr] = getattr(self, attr)
+        return data
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.reason()})"
+
+
+# --------------------------------------------------------------------------------------------- helpers
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM-style host list: ``"node[01-04,07],gpu5"`` -> ``"node01"``,
+    ``"rack[2-3]-n[5-6]"`` -> ``"rack2-n5"``, ``"a b"`` -> ``"a"``."""
+    text = nodelist.strip()
+    depth, end = 0, len(text)
+    for index, char in enumerate(text):  # the first comma or blank outside brackets ends the first entry
+        depth += char == "["
+        depth -= char == "]"
+        if depth == 0 and char in ", ":
+            end = index
+            break
+    entry = text[:end]
+    # each bracket group stands for a range list: keep its first element, zero padding included
+    return re.sub(r"\[([^\]]*)\]", lambda m: re.split(r"[-,]", m.group(1))[0].strip(), entry)
+
+
+def port_from_job_id(job_id: str) -> int:
+    """A rendezvous port every process of a job computes alike from the job's id: 10000..29999."""
+    digits = job_id.strip()
+    number = int(digits) if digits.isdigit() else zlib.crc32(digits.encode())
+    return 10000 + number % 20000

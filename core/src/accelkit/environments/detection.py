@@ -1,0 +1,75 @@
+"""Which cluster environment started this process: every registered one is asked, in priority order."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from accelkit.environments.base import ClusterEnvironment
+
+# The core's built-in environments, importable from here (defined in their own module to keep this one small).
+from accelkit.environments.kubeflow import KubeflowEnvironment
+from accelkit.environments.lsf import LSFEnvironment
+from accelkit.environments.mpi import MPIEnvironment
+from accelkit.environments.slurm import SLURMEnvironment
+from accelkit.environments.torchrun import TorchrunEnvironment
+from accelkit.errors import PluginConflictError, PluginError
+
+
+# --------------------------------------------------------------------------------------------- detection
+def cluster_environment_records(manager: Any) -> list[Any]:
+    """The registered :class:`~accelkit.records.ClusterEnvironmentRecord` objects, in detection order:
+    highest priority first, ties by name."""
+    records = {id(r): r for r in manager.registry.cluster_environments.values()}.values()
+    return sorted(records, key=lambda r: (-r.priority, r.name))
+
+
+def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | None = None) -> ClusterEnvironment | None:
+    """The environment that describes this process, or ``None`` for a plain process.
+
+    :param manager: a :class:`~accelkit.plugins.manager.PluginManager` whose registered environments are asked; without
+        one, only the core's built-in environments.
+    :param env: the variables to read (default ``os.environ``).
+
+    Environments are asked in order of priority (highest first, ties by name) and the first whose ``detect``
+    answers ``True`` wins. Order matters because launchers overlap: torchrun's ``RANK``/``WORLD_SIZE``/
+    ``LOCAL_RANK`` are also exported inside a SLURM or MPI job, and ``mpirun`` inside a SLURM allocation leaves
+    SLURM's variables describing the allocation, not the MPI ranks.
+    """
+    env = os.environ if env is None else env
+    if manager is None:
+        from accelkit.plugins import builtin as _builtin
+
+        records = sorted(_builtin.accelkit_register_cluster_environments(), key=lambda r: (-r.priority, r.name))
+    else:
+        registry = manager.registry
+        for conflicts in getattr(registry.cluster_environments, "conflicts", {}).values():
+            # every environment is asked, so a name two plugins claim leaves detection undecidable
+            raise PluginConflictError(f"{conflicts[0].message()}.")
+        records = cluster_environment_records(manager)
+    for record in records:
+        try:
+            cls = record.load()
+            found = cls.detect(env)
+        except Exception as exc:  # a broken plugin names itself instead of failing somewhere deeper
+            raise PluginError(f"cluster environment {record.name!r} ({record.provider or 'unknown provider'}) "
+                              f"failed to detect: {type(exc).__name__}: {exc}") from exc
+        if found:
+            return cls(env)
+    return None
+
+
+__all__ = [
+    "DEFAULT_PORT",
+    "ClusterEnvironment",
+    "KubeflowEnvironment",
+    "LSFEnvironment",
+    "MPIEnvironment",
+    "SLURMEnvironment",
+    "TorchrunEnvironment",
+    "cluster_environment_records",
+    "detect_cluster_environment",
+    "first_host",
+    "port_from_job_id",
+]

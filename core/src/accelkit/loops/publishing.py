@@ -1,0 +1,94 @@
+"""From logged values to ``trainer.callback_metrics``, the loggers and the progress bar."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class Publisher:
+    """Moves what the :class:`~accelkit.loops.metrics.MetricStore` holds to the Trainer's metric dicts and loggers.
+
+    ``callback_metrics`` and ``logged_metrics`` hold CPU scalar tensors (as in Lightning); the progress bar
+    shows floats.
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    def log_step(self, bar: Any) -> None:
+        """Read the per-step values, log them, and show them on ``bar``."""
+        trainer = self.trainer
+        logged, shown = trainer._metrics.read_step()
+        if logged:
+            self._to_loggers(logged)
+            tensors = _as_tensors(logged)
+            trainer.logged_metrics.update(tensors)
+            trainer.callback_metrics.update(tensors)
+        trainer.progress_bar_metrics.update(shown)
+        self.show(bar)
+
+    def show(self, bar: Any, latest: dict[str, float] | None = None) -> None:
+        """Show the progress-bar metrics (and, for display only, ``latest`` step values) on ``bar``."""
+        shown = {**self.trainer.progress_bar_metrics, **(latest or {})}
+        if bar is not None and shown:
+            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
+
+    def publish(self, logged: dict[str, float], shown: dict[str, float], aliases: dict[str, float] | None = None,
+                to_loggers: bool = True) -> None:
+        """Record epoch metrics; ``aliases`` are plain names of metrics also logged per step (``loss`` for
+        ``loss_epoch``), visible to callbacks and schedulers but not logged twice."""
+        trainer = self.trainer
+        tensors = _as_tensors(logged)
+        trainer.logged_metrics.update(tensors)
+        trainer.callback_metrics.update(tensors)
+        trainer.callback_metrics.update(_as_tensors(aliases or {}))
+        trainer.progress_bar_metrics.update(shown)
+        if logged and to_loggers:
+            self._to_loggers(logged)
+
+    def end_epoch(self, hooks: Any, hook: str, monitoring_last: bool = False, to_loggers: bool = True) -> dict:
+        """Publish the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
+        ``self.log`` calls count as epoch values), then publish what the hook logged. Returns all logged."""
+        trainer = self.trainer
+        metrics, reduce = trainer._metrics, trainer.strategy.reduce
+        if metrics.rank_zero_only_names and trainer.world_size > 1:
+            _check_monitors(trainer, metrics.rank_zero_only_names)
+        logged, shown = metrics.compute_epoch(reduce)
+        self.publish(logged, shown, metrics.epoch_aliases, to_loggers)
+        done = set(metrics.entries)
+        metrics.epoch_end = True
+        if monitoring_last:
+            hooks.call_before_monitors(hook)
+        else:
+            hooks.call(hook)
+        late, late_shown = metrics.compute_epoch(reduce, exclude=done)
+        if late or late_shown:
+            self.publish(late, late_shown, metrics.epoch_aliases, to_loggers)
+        if monitoring_last:  # checkpointing and early stopping see what the Module's hook logged
+            hooks.call_monitors(hook)
+        return {**logged, **late}
+
+    def _to_loggers(self, logged: dict[str, float]) -> None:
+        trainer = self.trainer
+        if trainer.loggers and trainer.strategy.is_global_zero:
+            row = {**logged, "epoch": trainer.current_epoch}
+            for logger in trainer.loggers:
+                logger.log_metrics(row, step=trainer.global_step)
+
+
+def _check_monitors(trainer: Any, rank_zero_names: set[str]) -> None:
+    """A metric only rank 0 has cannot drive a decision every rank makes together (checkpoint names, early
+    stopping, a plateau scheduler): the other ranks would wait for it forever. Every rank raises instead."""
+    monitors = [(type(c).__name__, getattr(c, "monitor", None)) for c in trainer.callbacks]
+    monitors += [(f"lr_scheduler {type(c.scheduler).__name__}", c.monitor) for c in trainer.lr_scheduler_configs]
+    for owner, monitor in monitors:
+        if monitor is not None and monitor in rank_zero_names:
+            raise ValueError(f"{owner} monitors {monitor!r}, which is logged with rank_zero_only=True, so only rank 0 "
+                             f"has it while all {trainer.world_size} ranks must decide together; log it with "
+                             "sync_dist=True instead")
+
+
+def _as_tensors(values: dict[str, float]) -> dict[str, torch.Tensor]:
+    return {k: torch.tensor(v) for k, v in values.items()}

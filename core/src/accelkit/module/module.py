@@ -1,0 +1,263 @@
+"""``accelkit.Module``: the user's model, with the names LightningModule users know."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from accelkit.module.datamodule import DataHooks
+from accelkit.module.hooks import CheckpointHooks, ModelHooks
+from accelkit.module.hparams import HyperparametersMixin
+
+
+class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Module):
+    """A :class:`torch.nn.Module` that knows how to train itself: Lightning's ``LightningModule`` under our name.
+
+    Override :meth:`training_step` and :meth:`configure_optimizers`; optionally the evaluation steps, the
+    ``*_dataloader`` methods and any hook of :class:`~accelkit.module.hooks.ModelHooks`,
+    :class:`~accelkit.module.hooks.DataHooks` and :class:`~accelkit.module.hooks.CheckpointHooks`. Code written
+    for a LightningModule ports by changing the base class: the names and signatures are the same.
+    """
+
+    #: ``False`` for manual optimization: ``training_step`` calls ``self.optimizers()``, ``manual_backward`` and
+    #: ``opt.step()`` itself
+    automatic_optimization: bool = True
+    #: ``load_state_dict`` strictness when a checkpoint is restored by the Trainer
+    strict_loading: bool = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.__dict__["_trainer"] = None
+        self.__dict__["example_input_array"] = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
+        state["_trainer"] = None  # a Module is pickled into workers without its Trainer
+        return state
+
+    # ----------------------------------------------------------------- context
+    @property
+    def trainer(self) -> Any:
+        """The :class:`~accelkit.Trainer` running this module (``None`` outside a run)."""
+        return self.__dict__.get("_trainer")
+
+    @trainer.setter
+    def trainer(self, trainer: Any) -> None:
+        self.__dict__["_trainer"] = trainer
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the module's first parameter (CPU if it has none)."""
+        for param in self.parameters():
+            return param.device
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """Floating-point dtype of the module's first floating parameter (``torch.get_default_dtype()`` if none)."""
+        for param in self.parameters():
+            if param.is_floating_point():
+                return param.dtype
+        return torch.get_default_dtype()
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch being run (0-based)."""
+        return self.trainer.current_epoch if self.trainer else 0
+
+    @property
+    def global_step(self) -> int:
+        """Number of optimizer steps taken."""
+        return self.trainer.global_step if self.trainer else 0
+
+    @property
+    def global_rank(self) -> int:
+        """This process's index among all processes."""
+        return self.trainer.global_rank if self.trainer else 0
+
+    @property
+    def local_rank(self) -> int:
+        """This process's index on its node."""
+        return self.trainer.local_rank if self.trainer else 0
+
+    @property
+    def logger(self) -> Any:
+        """The Trainer's first logger (``None`` without one)."""
+        return self.trainer.logger if self.trainer else None
+
+    @property
+    def loggers(self) -> list[Any]:
+        """Every logger of the Trainer."""
+        return self.trainer.loggers if self.trainer else []
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` from the global-zero process only."""
+        if self.trainer is None or self.trainer.is_global_zero:
+            print(*args, **kwargs)
+
+    def freeze(self) -> None:
+        """Turn gradients off for every parameter and switch to evaluation mode."""
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        """Turn gradients back on for every parameter and switch to training mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
+
+    # ----------------------------------------------------------------- steps
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """What ``self(x)`` computes; override it (``training_step`` usually calls it)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define forward(); `self(x)` needs it")
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Compute the loss of one batch ``(batch, batch_idx)``: return the loss tensor, a dict with ``"loss"``,
+        or ``None`` to skip the batch. ``training_step(self, batch)`` without ``batch_idx`` is accepted."""
+        raise NotImplementedError(f"{type(self).__name__} must implement training_step(batch, batch_idx) to be fit")
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate one validation batch ``(batch, batch_idx[, dataloader_idx])`` and log metrics with :meth:`log`."""
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Evaluate one test batch ``(batch, batch_idx[, dataloader_idx])`` and log metrics with :meth:`log`."""
+
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        """Return the prediction for one batch; by default ``self(batch)`` (``self(batch[0])`` for tuples)."""
+        if isinstance(batch, (list, tuple)):
+            return self(batch[0])
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        """Return an optimizer, a list of them, ``(optimizers, schedulers)``, a dict
+        ``{"optimizer": ..., "lr_scheduler": scheduler or {"scheduler": ..., "interval": "epoch"|"step",
+        "frequency": 1, "monitor": "val_loss", "name": ..., "strict": True}}`` or a list of such dicts."""
+        raise NotImplementedError(f"{type(self).__name__} must implement configure_optimizers() to be fit")
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this module needs (a callback or a list); they replace Trainer callbacks of the same type."""
+        return []
+
+    # ----------------------------------------------------------------- logging
+    def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
+            on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
+            enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+            add_dataloader_idx: bool = True, batch_size: int | None = None, metric_attribute: str | None = None,
+            rank_zero_only: bool = False) -> None:
+        """Record a metric.
+
+        :param name: the metric's name.
+        :param value: a number, a scalar tensor, or a metric object with ``update``/``compute``/``reset``
+            (a torchmetrics ``Metric``): its ``compute()`` is the epoch value, and it is reset after each epoch.
+            Tensors stay on the device: the Trainer reads them every ``log_every_n_steps`` steps and at epoch end.
+        :param prog_bar: show it in the progress bar.
+        :param logger: send it to the loggers (default ``True``).
+        :param on_step: log the per-step value (default: ``True`` in training, ``False`` in evaluation).
+        :param on_epoch: log the epoch aggregate (default: ``False`` in training, ``True`` in evaluation).
+        :param reduce_fx: epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``
+            (or ``torch.mean``/``torch.sum``/``torch.max``/``torch.min``).
+        :param sync_dist: reduce the epoch aggregate across processes with ``reduce_fx``.
+        :param batch_size: weight for the mean (default: the batch's first dimension).
+        :param rank_zero_only: the value is known on rank 0 only: it is not reduced and other ranks' values
+            are not used (callbacks on other ranks do not see it).
+        :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N``.
+        """
+        trainer = self.trainer
+        if trainer is None:
+            raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run")
+        if sync_dist_group is not None:
+            raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
+        if enable_graph:
+            raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
+        trainer._metrics.log(name, value, prog_bar=prog_bar, logger=True if logger is None else logger,
+                             on_step=on_step, on_epoch=on_epoch, reduce_fx=reduce_fx, sync_dist=sync_dist,
+                             batch_size=batch_size, rank_zero_only=rank_zero_only,
+                             add_dataloader_idx=add_dataloader_idx)
+
+    def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
+        """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
+        for name, value in dictionary.items():
+            self.log(name, value, **kwargs)
+
+    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+        """Gather tensors (or nested collections of them) from every process along a new first dimension."""
+        from accelkit.utilities.apply_func import apply_to_tensors
+
+        if group is not None:
+            raise ValueError("all_gather(group=...) is not supported; it gathers from every process")
+        strategy = self.trainer.strategy if self.trainer else None
+        if strategy is None:
+            return apply_to_tensors(data, lambda t: t.unsqueeze(0))
+
+        def gather(t: torch.Tensor) -> torch.Tensor:
+            if sync_grads:
+                raise ValueError("all_gather(sync_grads=True) is not supported here")
+            return strategy.all_gather(t)
+
+        return apply_to_tensors(data, gather)
+
+    # ----------------------------------------------------------------- manual optimization
+    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+        """The optimizers of the run: one if there is one, else a list (wrapped so ``step`` goes through the
+        precision and strategy; ``use_pl_optimizer=False`` gives the raw ``torch.optim`` objects)."""
+        trainer = self._require_trainer("optimizers()")
+        opts = trainer._optim.wrapped if use_pl_optimizer else trainer.optimizers
+        return opts[0] if len(opts) == 1 else list(opts)
+
+    def lr_schedulers(self) -> Any:
+        """The schedulers of the run: ``None``, one, or a list."""
+        trainer = self._require_trainer("lr_schedulers()")
+        scheds = [c.scheduler for c in trainer.lr_scheduler_configs]
+        return None if not scheds else scheds[0] if len(scheds) == 1 else scheds
+
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Back-propagate in manual optimization, through the precision (loss scaling) and the strategy, with
+        the ``on_before_backward``/``on_after_backward`` hooks."""
+        trainer = self._require_trainer("manual_backward()")
+        if self.automatic_optimization:
+            raise RuntimeError("manual_backward() is for manual optimization; set `self.automatic_optimization = "
+                               "False` in __init__, or return the loss from training_step")
+        trainer._optim.backward(loss, *args, **kwargs)
+
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Let only ``optimizer``'s parameters require gradients (others are frozen until
+        :meth:`untoggle_optimizer`)."""
+        optimizer = getattr(optimizer, "optimizer", optimizer)
+        mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        saved = self.__dict__.setdefault("_toggled", {})
+        for param in self.parameters():
+            if id(param) not in mine and id(param) not in saved:
+                saved[id(param)] = param.requires_grad
+                param.requires_grad = False
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Restore ``requires_grad`` of the parameters :meth:`toggle_optimizer` froze."""
+        saved = self.__dict__.pop("_toggled", {})
+        for param in self.parameters():
+            if id(param) in saved:
+                param.requires_grad = saved[id(param)]
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+        """:meth:`toggle_optimizer` for the duration of a ``with`` block."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                       gradient_clip_algorithm: str | None = None) -> None:
+        """Clip the gradients of ``optimizer``'s parameters by norm (default) or value, after bringing them to
+        their true scale (a gradient scaler's ``unscale_``)."""
+        trainer = self._require_trainer("clip_gradients()")
+        trainer._optim.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
+
+    def _require_trainer(self, what: str) -> Any:
+        if self.trainer is None or getattr(self.trainer, "_optim", None) is None:
+            raise RuntimeError(f"{type(self).__name__}.{what} is only available while a Trainer fits the module")
+        return self.trainer

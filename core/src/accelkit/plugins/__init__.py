@@ -1,0 +1,28 @@
+"""Plugins: discovery through the ``accelkit`` entry-point group, the one registry of named implementations,
+the core's own registrations, and composing a run from the Trainer's strings.
+
+Modules: :mod:`~accelkit.plugins.manager` (finding and loading plugins), :mod:`~accelkit.plugins.registry`
+(records by name, conflicts), :mod:`~accelkit.plugins.builtin` (the core's hook implementations),
+:mod:`~accelkit.plugins.compose` (strings to one composed run).
+"""
+
+from accelkit.plugins.manager import (
+                                      BLOCK_ENV,
+                                      BLOCKED,
+                                      DISABLE_AUTOLOAD_ENV,
+                                      ENTRY_POINT_GROUP,
+                                      FAILED,
+                                      INCOMPATIBLE,
+                                      LOADED,
+                                      PluginInfo,
+                                      PluginManager,
+                                      PluginModule,
+                                      portable_plugins,
+                                      resolve_plugins,
+                                      suggest,
+)
+from accelkit.plugins.registry import Conflict, Registry
+
+__all__ = ["BLOCKED", "BLOCK_ENV", "Conflict", "DISABLE_AUTOLOAD_ENV", "ENTRY_POINT_GROUP", "FAILED",
+           "INCOMPATIBLE", "LOADED", "PluginInfo", "PluginManager", "PluginModule", "Registry", "portable_plugins",
+           "resolve_plugins", "suggest"]

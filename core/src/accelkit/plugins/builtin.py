@@ -1,0 +1,84 @@
+"""The core's own hook implementations; they run last, so any plugin can override them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelkit.errors import ConfigurationError
+from accelkit.hookspecs import hookimpl
+from accelkit.records import ClusterEnvironmentRecord, LoggerRecord, RunConfig
+from accelkit.strategies.sampler import default_distributed_sampler
+
+ACCELKIT_API = ">=1.0,<2"
+
+
+@hookimpl(trylast=True)
+def accelkit_default_strategy(config: RunConfig) -> str | None:
+    """``"auto"``: processes a launcher started (torchrun, srun, mpirun..., see ``config.cluster_environment``)
+    join with ``ddp``; otherwise ask the accelerator (which may start processes itself, ``ddp_spawn``)."""
+    environment = config.cluster_environment
+    if environment is not None and getattr(environment, "launches_every_process", True):
+        try:
+            joined = environment.world_size > 1
+        except ConfigurationError:
+            joined = True  # a bad variable: the joining strategy's validate() names it
+        if joined:
+            return "ddp"
+    return config.accelerator_cls.auto_strategy(len(config.devices), config.num_nodes)
+
+
+_ENVIRONMENTS = "accelkit.environments:"
+
+
+@hookimpl
+def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
+    """The launchers the core recognises. Priorities order detection where their variables overlap: torchrun's
+    variables are exported by hand inside other jobs, ``jsrun`` sets MPI's variables too, ``mpirun`` inside a SLURM
+    allocation leaves SLURM's describing the allocation, and Kubeflow's are torchrun's without ``LOCAL_RANK``."""
+    return [
+        ClusterEnvironmentRecord("torchrun", _ENVIRONMENTS + "TorchrunEnvironment", priority=50,
+                                 description="torchrun / TorchElastic (RANK, WORLD_SIZE, LOCAL_RANK)"),
+        ClusterEnvironmentRecord("lsf", _ENVIRONMENTS + "LSFEnvironment", priority=40,
+                                 description="IBM Spectrum LSF's jsrun (LSB_JOBID, JSM_NAMESPACE_*)"),
+        ClusterEnvironmentRecord("mpi", _ENVIRONMENTS + "MPIEnvironment", priority=30,
+                                 description="mpirun: Open MPI (OMPI_COMM_WORLD_*) or PMI (PMI_RANK, PMI_SIZE)"),
+        ClusterEnvironmentRecord("slurm", _ENVIRONMENTS + "SLURMEnvironment", priority=20,
+                                 description="SLURM's srun (SLURM_PROCID, SLURM_NTASKS)"),
+        ClusterEnvironmentRecord("kubeflow", _ENVIRONMENTS + "KubeflowEnvironment", priority=10,
+                                 description="a Kubeflow PyTorchJob pod (MASTER_ADDR, WORLD_SIZE, RANK; no LOCAL_RANK)"),
+    ]
+
+
+@hookimpl(trylast=True)
+def accelkit_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_replicas: int, rank: int,
+                                 seed: int) -> Any:
+    """Shard ``dataset`` (or the user's ``sampler``) across ranks; see :class:`accelkit.strategies.sampler.ShardSampler`."""
+    return default_distributed_sampler(dataset, sampler, shuffle, num_replicas, rank, seed)
+
+
+@hookimpl
+def accelkit_environment_variables() -> dict[str, str]:
+    """Variables set by process launchers (torchrun, SLURM) and by accelkit itself."""
+    return {
+        "RANK": "global rank, set by torchrun",
+        "WORLD_SIZE": "number of processes, set by torchrun",
+        "LOCAL_RANK": "rank on this node, set by torchrun",
+        "MASTER_ADDR": "rendezvous host",
+        "MASTER_PORT": "rendezvous port",
+        "SLURM_*": "set by SLURM's srun/sbatch",
+        "OMPI_COMM_WORLD_*": "set by Open MPI's mpirun",
+        "PMI_*": "set by MPICH / Intel MPI launchers (and srun --mpi=pmi2)",
+        "JSM_NAMESPACE_*": "set by LSF's jsrun",
+        "ACCELKIT_*": "accelkit settings (plugin blocking, autoload, seed)",
+    }
+
+
+@hookimpl
+def accelkit_register_loggers() -> list[LoggerRecord]:
+    """The core's loggers: ``"csv"`` and ``"tensorboard"`` (the latter needs the ``tensorboard`` package)."""
+    return [
+        LoggerRecord("csv", "accelkit.loggers.csv_logs:CSVLogger",
+                     description="metrics.csv and hparams.csv under <save_dir>/logs/version_<n>"),
+        LoggerRecord("tensorboard", "accelkit.loggers.tensorboard:TensorBoardLogger", aliases=("tb",),
+                     description="TensorBoard event files (pip install tensorboard)"),
+    ]

@@ -1,0 +1,309 @@
+"""Turning the Trainer's strings into one composed run.
+
+Every decision here is a registry look-up or a hook call: the resolver knows no device by name. All
+problems found are collected and raised together; nothing is spawned or initialised before the whole
+configuration is valid.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from importlib.metadata import PackageNotFoundError, distribution
+from typing import Any
+
+from accelkit.accelerator import Accelerator
+from accelkit.environments.detection import detect_cluster_environment
+from accelkit.errors import ConfigurationError, PluginConflictError, PluginError
+from accelkit.plugins.manager import PluginManager, suggest
+from accelkit.precision import Precision
+from accelkit.records import RunConfig, lookup_key
+from accelkit.strategies.base import Strategy
+
+
+@dataclass
+class Composition:
+    """The resolved run: instances of the three parts, and the :class:`RunConfig` they were built from."""
+
+    accelerator: Accelerator
+    strategy: Strategy
+    precision: Precision
+    config: RunConfig
+    notices: list[str]
+
+
+_CATALOG: dict[str, dict[str, str]] | None = None
+
+
+def catalog() -> dict[str, dict[str, str]]:
+    """Known first-party names and the distribution that provides each (used for install hints only)."""
+    global _CATALOG
+    if _CATALOG is None:
+        text = resources.files("accelkit").joinpath("catalog.toml").read_text()
+        _CATALOG = {k: {lookup_key(n): d for n, d in v.items()} for k, v in tomllib.loads(text).items()}
+    return _CATALOG
+
+
+def _installed(dist: str) -> bool:
+    try:
+        distribution(dist)
+    except PackageNotFoundError:
+        return False
+    return True
+
+
+def normalize_precision(precision: Any) -> str:
+    """``16`` -> ``"16"``, ``"BF16-Mixed"`` -> ``"bf16-mixed"``; names are matched with aliases afterwards."""
+    if isinstance(precision, bool):
+        raise ConfigurationError(f"precision={precision!r} is not a precision; use e.g. '32-true' or 'bf16-mixed'.")
+    return str(precision).strip().lower()
+
+
+class Resolver:
+    """Resolves names against a :class:`~accelkit.plugins.manager.PluginManager`'s registry."""
+
+    def __init__(self, manager: PluginManager) -> None:
+        self.manager = manager
+        self.registry = manager.registry
+        self.problems: list[str] = []
+        self.notices: list[str] = []
+
+    # ----------------------------------------------------------------- messages
+    def unknown(self, kind: str, name: str, known: list[str], section: str) -> str:
+        """A message for an unknown name, or raise the import error of the plugin that should provide it (or the
+        conflict of two plugins claiming it)."""
+        key = lookup_key(name)
+        conflict = self.registry.conflict(name, ("strategy", "precision") if kind == "plugin" else (kind,))
+        if conflict is not None:
+            raise PluginConflictError(f"{conflict.message()}.")
+        hints = self.manager.install_hints() if hasattr(self.manager, "install_hints") else {}
+        dist = catalog().get(section, {}).get(key) or hints.get(section, {}).get(key)
+
+        def related(info: Any) -> bool:
+            return (dist is not None and lookup_key(info.distribution) == lookup_key(dist)) or (
+                key in lookup_key(info.name)) or (bool(info.distribution) and key in lookup_key(info.distribution))
+
+        for info in self.manager.failures():
+            if related(info):
+                raise PluginError(
+                    f"{kind} {name!r} would come from plugin {info.name!r} ({info.provider}), which failed to "
+                    f"load: {info.reason}"
+                ) from info.error
+        stopped = [i for i in self.manager.infos.values() if i.status in ("blocked", "incompatible") and related(i)]
+        missing = dist is not None and not _installed(dist)
+        hint = "" if missing or stopped else suggest(key, known)  # a known name is not a typo of another one
+        message = f"{kind} {name!r} is not available.{hint} Available: {', '.join(known) or 'none'}."
+        if missing:
+            message += f" It is provided by the {dist!r} distribution: `pip install {dist}`."
+        for info in stopped:
+            message += f" Plugin {info.name!r} ({info.provider}) is installed but {info.status}: {info.reason}."
+        others = [i for i in self.manager.infos.values()
+                  if i.status in ("blocked", "incompatible", "failed") and i not in stopped]
+        if others:
+            message += " Not loaded, so not searched: " + ", ".join(
+                f"plugin {i.name!r} ({i.provider}, {i.status})" for i in others) + "."
+        if dist is None and not hint and not stopped:
+            message += " No installed plugin provides it; `accelkit plugins` lists what is installed."
+        if not missing and not stopped and not getattr(self.manager, "autoload", True):
+            installed = f"The {dist!r} distribution is installed, but plugin" if dist is not None else "Plugin"
+            message += (f" {installed} discovery is off (ACCELKIT_DISABLE_PLUGIN_AUTOLOAD); unset it or pass the "
+                        "plugin in plugins=[...].")
+        return message
+
+    # ----------------------------------------------------------------- parts
+    def accelerator(self, accelerator: Any, strategy: Any) -> type[Accelerator] | None:
+        if isinstance(accelerator, Accelerator):
+            return type(accelerator)
+        if isinstance(accelerator, type) and issubclass(accelerator, Accelerator):
+            return accelerator
+        reg = self.registry
+        if lookup_key(accelerator) == "auto":
+            candidates = sorted({id(r): r for r in reg.accelerators.values()}.values(),
+                                key=lambda r: (-r.priority, r.name))
+            restricted = ""
+            if isinstance(strategy, str) and lookup_key(strategy) != "auto":
+                runs_on = {a for rs in reg.strategies.get(lookup_key(strategy), []) for a in (rs.accelerators or ())}
+                if runs_on and any(r.name in runs_on for r in candidates):
+                    candidates = [r for r in candidates if r.name in runs_on]
+                    restricted = f" for strategy {strategy!r} (it runs on {', '.join(sorted(runs_on))})"
+            reasons = []
+            for record in candidates:
+                cls = record.load()
+                if cls.is_available():
+                    return cls
+                reasons.append(f"{record.name}: {cls.unavailable_reason() or 'not available'}")
+            blocked = [i.name for i in self.manager.infos.values() if i.status == "blocked"]
+            advice = (f" Installed but blocked: {', '.join(blocked)} (ACCELKIT_BLOCK_PLUGINS or 'no:NAME')."
+                      if blocked else "")
+            if not restricted and not blocked:
+                advice += " Install one, e.g. `pip install accelkit-cpu`."
+            self.problems.append(
+                f"accelerator='auto' found no available accelerator{restricted}"
+                + (f" ({'; '.join(reasons)})" if reasons else "") + "." + advice
+            )
+            return None
+        record = reg.accelerators.get(lookup_key(accelerator))
+        if record is None:
+            names = sorted(reg.accelerators)  # aliases too: they are what users type
+            self.problems.append(self.unknown("accelerator", str(accelerator), names, "accelerators"))
+            return None
+        cls = record.load()
+        if not cls.is_available():
+            self.problems.append(
+                f"accelerator {accelerator!r} is installed but not available here: "
+                f"{cls.unavailable_reason() or 'no device found'}"
+            )
+            return None
+        return cls
+
+    def instantiate(self, record: Any) -> Any:
+        """An instance of a strategy/precision record's class, with its options, named after the record."""
+        obj = record.load()(**dict(record.options))
+        obj.name = record.name
+        if record.notice:
+            self.notices.append(record.notice)
+        return obj
+
+    def scoped(self, kind: str, value: str, accelerator: str, table: dict, names: Any, section: str) -> Any:
+        record = self.registry.find_scoped(table, value, accelerator)
+        if record is not None:
+            return record
+        elsewhere = table.get(lookup_key(value))
+        if elsewhere:
+            where = sorted({a for r in elsewhere for a in (r.accelerators or ())})
+            self.problems.append(
+                f"{kind} {value!r} does not run on accelerator {accelerator!r} (it runs on {', '.join(where)}); "
+                f"{kind} names for {accelerator!r}: {', '.join(names(accelerator)) or 'none'}."
+            )
+        else:
+            self.problems.append(self.unknown(kind, value, names(accelerator), section))
+        return None
+
+
+def compose(
+    manager: PluginManager,
+    accelerator: Any = "auto",
+    devices: Any = "auto",
+    strategy: Any = "auto",
+    precision: Any = "32-true",
+    num_nodes: int = 1,
+    plugin_names: list[str] | None = None,
+    plugin_objects: list[Any] | None = None,
+) -> Composition:
+    """Resolve a run. Raises :class:`ConfigurationError` listing every problem found."""
+    resolver = Resolver(manager)
+    reg = resolver.registry
+    problems = resolver.problems
+
+    # Strings in plugins=... name a strategy or a precision; objects may be Strategy/Precision instances.
+    from accelkit.environments.base import ClusterEnvironment
+
+    forced_environment = None
+    for obj in plugin_objects or []:
+        if isinstance(obj, Strategy):
+            strategy = obj
+        elif isinstance(obj, Precision):
+            precision = obj
+        elif isinstance(obj, ClusterEnvironment):  # Lightning's plugins=[SLURMEnvironment()]: use this one
+            forced_environment = obj
+    if isinstance(precision, Precision):  # hooks see its real name, not the "32-true" every Precision inherits
+        precision.name = reg.precision_name(precision)
+    for name in plugin_names or []:
+        key = lookup_key(name)
+        if key in reg.strategies:
+            if isinstance(strategy, str) and lookup_key(strategy) not in ("auto", key):
+                problems.append(f"plugins={name!r} names a strategy, but strategy={strategy!r} was also given; "
+                                "keep one of them.")
+            strategy = name
+        elif key in reg.precisions:
+            precision = name
+        else:
+            known = sorted(set(reg.strategy_names()) | set(reg.precision_names()))
+            problems.append(resolver.unknown("plugin", name, known, "strategies"))
+
+    if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
+        problems.append(f"num_nodes={num_nodes!r} must be an int >= 1.")
+        num_nodes = 1
+
+    acc_cls = resolver.accelerator(accelerator, strategy)
+    if acc_cls is None:
+        # Without an accelerator, strategy and precision names cannot be matched to one; still report names
+        # that no installed plugin knows at all, so every problem is in the one error.
+        for kind, value, table, names, section in (
+                ("strategy", strategy, reg.strategies, reg.strategy_names, "strategies"),
+                ("precision", precision, reg.precisions, reg.precision_names, "precisions")):
+            if isinstance(value, str) and lookup_key(value) != "auto" and lookup_key(value) not in table:
+                problems.append(resolver.unknown(kind, value, names(), section))
+        raise ConfigurationError(problems)
+    acc_name = lookup_key(getattr(acc_cls, "name", "") or acc_cls.__name__)
+    acc_instance = accelerator if isinstance(accelerator, Accelerator) else acc_cls()
+
+    try:
+        parsed = acc_cls.parse_devices(devices)
+    except ConfigurationError as exc:
+        problems.extend(exc.problems)
+        parsed = [0]
+    config = RunConfig(accelerator=acc_name, accelerator_cls=acc_cls, devices=parsed, num_nodes=num_nodes,
+                       user_devices=devices)
+    # which launcher started this process, asked once: the default strategy joins it, the strategy reads its ranks
+    config.cluster_environment = forced_environment or detect_cluster_environment(manager)
+
+    # strategy
+    strategy_obj: Strategy | None = None
+    if isinstance(strategy, Strategy):
+        strategy_obj = strategy
+        config.strategy = strategy.name or type(strategy).__name__
+    else:
+        name = str(strategy)
+        if lookup_key(name) == "auto":
+            name = manager.hook.accelkit_default_strategy(config=config)
+        record = resolver.scoped("strategy", name, acc_name, reg.strategies, reg.strategy_names, "strategies")
+        if record is not None:
+            strategy_obj = resolver.instantiate(record)
+            config.strategy = record.name
+
+    # precision
+    precision_obj: Precision | None = None
+    if isinstance(precision, Precision):
+        precision_obj = precision
+        config.precision = precision.name
+    else:
+        try:
+            pname = normalize_precision(precision)
+        except ConfigurationError as exc:
+            problems.extend(exc.problems)
+        else:
+            record = resolver.scoped("precision", pname, acc_name, reg.precisions, reg.precision_names, "precisions")
+            if record is not None:
+                precision_obj = resolver.instantiate(record)
+                config.precision = record.name
+
+    if precision_obj is not None:
+        try:
+            precision_obj.connect(acc_instance)
+        except (ValueError, ConfigurationError) as exc:
+            problems.append(f"precision {config.precision!r} cannot run on {acc_name!r}: {exc}")
+    if strategy_obj is not None and precision_obj is not None and not problems:
+        # the run is fully resolved: the strategy's and every plugin's own checks are reported together
+        if strategy_obj.cluster_environment is None:  # a strategy instance may bring its own
+            strategy_obj.cluster_environment = config.cluster_environment
+        strategy_obj.connect(acc_instance, parsed, num_nodes, precision_obj)
+        problems.extend(strategy_obj.validate())
+        if not problems:
+            config.processes_per_node = strategy_obj.processes_per_node
+            config.devices_per_process = strategy_obj.devices_per_process
+            config.data_parallel_size = strategy_obj.data_parallel_size
+        for found in manager.hook.accelkit_validate_config(config=config):
+            problems.extend(found or [])
+    if problems:
+        raise ConfigurationError(problems)
+    assert strategy_obj is not None and precision_obj is not None
+    return Composition(acc_instance, strategy_obj, precision_obj, config, resolver.notices)
+
+
+def print_notices(notices: list[str]) -> None:
+    """Show one-line notices (legacy names, precision substitutions) on stderr."""
+    for notice in notices:
+        print(f"accelkit: {notice}", file=sys.stderr)

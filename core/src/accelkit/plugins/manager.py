@@ -1,0 +1,334 @@
+"""Plugin discovery and the registry of named accelerators, strategies and precisions.
+
+Installed plugins announce themselves in the ``accelkit`` entry-point group::
+
+    [project.entry-points.accelkit]
+    cpu = "accelkit_cpu.plugin"
+
+The object an entry point names (usually a module) carries :data:`accelkit.hookimpl` functions and an
+``ACCELKIT_API`` string: the range of :data:`accelkit.hookspecs.HOOK_API_VERSION` it supports.
+
+* A plugin that fails to import is recorded with its exception and skipped. The error surfaces only when
+  the user asks for a name it could have provided.
+* ``ACCELKIT_DISABLE_PLUGIN_AUTOLOAD=1`` turns entry-point discovery off; ``ACCELKIT_BLOCK_PLUGINS=a,b`` and
+  ``Trainer(plugins=["no:a"])`` block plugins by entry-point name.
+* A plugin whose ``accelkit_register_*`` (or ``accelkit_configure``) implementation raises is marked ``failed``
+  with its exception and unregistered; every other plugin keeps working (``accelkit plugins``/``doctor`` list it).
+* A name claimed by two plugins fails only the runs that ask for that name, with a
+  :class:`~accelkit.errors.PluginConflictError` naming both providers and the value that blocks one.
+* A function named like a hook but without ``@accelkit.hookimpl`` is ignored by pluggy: registration warns.
+* A plugin may name distributions that provide names it does not (install hints): a module attribute
+  ``ACCELKIT_INSTALL_HINTS = {"accelerators": {"npu": "acme-npu"}}`` (sections ``accelerators``, ``strategies``,
+  ``precisions``), read only from loaded plugins and used only to word "not available" errors.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata as importlib_metadata
+import inspect
+import os
+import sys
+import types
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from accelkit import hookspecs
+from accelkit.errors import PluginError
+from accelkit.hookspecs import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP
+from accelkit.plugins.registry import Registry, core_plugin_module
+from accelkit.records import lookup_key
+
+#: statuses a :class:`PluginInfo` can have
+LOADED, FAILED, BLOCKED, INCOMPATIBLE = "loaded", "failed", "blocked", "incompatible"
+
+
+@dataclass
+class PluginInfo:
+    """What is known about one plugin: where it came from and whether it loaded.
+
+    :param name: the entry-point name (or a name derived from the object for plugins passed directly).
+    :param distribution: the distribution that declared it (``""`` for objects passed to the Trainer).
+    :param version: that distribution's version.
+    :param status: ``"loaded"``, ``"failed"``, ``"blocked"`` or ``"incompatible"``.
+    :param reason: why it is not loaded, for the other statuses.
+    :param error: the original exception, for ``"failed"``.
+    :param hooks: the hook names it implements (loaded plugins).
+    :param plugin: the plugin object itself (loaded plugins).
+    """
+
+    name: str
+    distribution: str = ""
+    version: str = ""
+    status: str = LOADED
+    reason: str = ""
+    error: BaseException | None = None
+    hooks: list[str] = field(default_factory=list)
+    plugin: Any = None
+    api: str = ""
+
+    @property
+    def provider(self) -> str:
+        """How this plugin is named in messages: ``"accelkit-cpu 0.1.0"`` or the plugin name."""
+        return f"{self.distribution} {self.version}".strip() if self.distribution else f"plugin {self.name!r}"
+
+
+def _blocked_from_env() -> set[str]:
+    return {lookup_key(n) for n in os.environ.get(BLOCK_ENV, "").split(",") if n.strip()}
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager with accelkit's discovery, blocking and API-version checks.
+
+    :param blocked: entry-point names not to load (added to those in ``ACCELKIT_BLOCK_PLUGINS``).
+    :param autoload: discover installed plugins (default: unless ``ACCELKIT_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    """
+
+    def __init__(self, blocked: Iterable[str] = (), autoload: bool | None = None) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self.blocked = _blocked_from_env() | {lookup_key(b) for b in blocked}
+        self.infos: dict[str, PluginInfo] = {}
+        self._registry: Registry | None = None
+        from accelkit.plugins import builtin as _builtin
+
+        self.register(_builtin, name="accelkit-core")
+        self.register(_Diagnostics(self), name="accelkit-core-diagnostics")
+        self.hook.accelkit_configure.call_historic(kwargs={"manager": self})
+        if autoload is None:
+            autoload = os.environ.get(DISABLE_AUTOLOAD_ENV, "").strip().lower() not in ("1", "true", "yes")
+        #: whether installed plugins were discovered through entry points
+        self.autoload = bool(autoload)
+        if autoload:
+            self.load_entrypoints()
+            # registration hooks run now, so a plugin whose hook raises is "failed" in every listing from the start
+            self.registry  # noqa: B018
+
+    # ----------------------------------------------------------------- discovery
+    def load_entrypoints(self) -> None:
+        """Load every plugin of the ``accelkit`` entry-point group, recording failures instead of raising."""
+        entry_points = sorted(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+        unknown = sorted(self.blocked - {lookup_key(ep.name) for ep in entry_points})
+        if unknown:
+            installed = ", ".join(ep.name for ep in entry_points) or "none"
+            warnings.warn(f"blocked plugin name(s) {', '.join(map(repr, unknown))} match no installed plugin "
+                          f"(installed: {installed}); check the spelling in {BLOCK_ENV} or 'no:NAME'.",
+                          RuntimeWarning, stacklevel=3)
+        for ep in entry_points:
+            dist = getattr(ep, "dist", None)
+            info = PluginInfo(
+                name=ep.name,
+                distribution=dist.metadata["Name"] if dist is not None else "",
+                version=dist.version if dist is not None else "",
+            )
+            if lookup_key(ep.name) in self.infos or ep.name in self.infos:
+                continue
+            self.infos[ep.name] = info
+            if lookup_key(ep.name) in self.blocked:
+                info.status, info.reason = BLOCKED, f"blocked by {BLOCK_ENV} or 'no:{ep.name}'"
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the tool down
+                info.status, info.error = FAILED, exc
+                info.reason = f"{type(exc).__name__}: {exc}"
+                warnings.warn(f"accelkit plugin {ep.name!r} ({info.provider}) failed to load and is skipped: "
+                              f"{info.reason}", RuntimeWarning, stacklevel=2)
+                continue
+            self._register_checked(plugin, info)
+
+    def add_plugin(self, plugin: Any, name: str | None = None) -> PluginInfo:
+        """Register a plugin object passed by the user (``Trainer(plugins=[obj])``)."""
+        if plugin is None or isinstance(plugin, (bool, int, float, complex, str, bytes)):
+            raise TypeError(f"{plugin!r} is not a plugin: pass a module or object carrying @accelkit.hookimpl "
+                            "functions (and an ACCELKIT_API string)")
+        if self.is_registered(plugin):  # the same module found through its entry point, or passed twice
+            registered = self.get_name(plugin)
+            return self.infos.get(registered) or PluginInfo(name=registered, plugin=plugin)
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        base, number = name, 1
+        while self.has_plugin(name) or name in self.infos:  # two instances of one plugin class
+            number += 1
+            name = f"{base}#{number}"
+        info = PluginInfo(name=name)
+        self.infos[name] = info
+        self._register_checked(plugin, info)
+        if info.status == FAILED and info.error is not None:
+            raise PluginError(f"plugin {name!r} could not be registered: {info.reason}") from info.error
+        if info.status == INCOMPATIBLE:
+            raise PluginError(f"plugin {name!r} is incompatible: {info.reason}")
+        return info
+
+    def _register_checked(self, plugin: Any, info: PluginInfo) -> None:
+        declared = getattr(plugin, "ACCELKIT_API", None)
+        info.api = declared or ""
+        if declared is None:
+            info.status = INCOMPATIBLE
+            info.reason = (f"declares no ACCELKIT_API; add e.g. ACCELKIT_API = \">={hookspecs.HOOK_API_VERSION},<2\" "
+                           "to the plugin module")
+            return
+        try:
+            supported = SpecifierSet(declared)
+        except InvalidSpecifier:
+            info.status, info.reason = INCOMPATIBLE, f"ACCELKIT_API={declared!r} is not a valid version specifier"
+            return
+        if Version(hookspecs.HOOK_API_VERSION) not in supported:
+            info.status = INCOMPATIBLE
+            info.reason = (f"supports hook API {declared} but this accelkit provides {hookspecs.HOOK_API_VERSION}; "
+                           f"upgrade {info.distribution or info.name} or accelkit")
+            return
+        _warn_unmarked(self, plugin, info)
+        try:
+            self.register(plugin, name=info.name)
+        except Exception as exc:  # noqa: BLE001 - pluggy checks names and signatures; accelkit_configure runs
+            if self.is_registered(plugin):  # a historic hook raised after pluggy had registered the plugin
+                self.unregister(plugin)
+            info.status, info.error, info.reason = FAILED, exc, f"{type(exc).__name__}: {exc}"
+            return
+        # pluggy accepts an implementation without a specification (it stays "pending"): a misspelt name
+        unknown = sorted(c.name for c in (self.get_hookcallers(plugin) or []) if not c.has_spec())
+        if unknown:
+            self.unregister(plugin)
+            known = sorted(n for n in vars(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_"))
+            error = PluginError("; ".join(f"{n!r} is not an accelkit hook.{suggest(n, known)}" for n in unknown)
+                                + f" Hooks: {', '.join(known)}.")
+            info.status, info.error, info.reason = FAILED, error, f"PluginError: {error}"
+            return
+        info.status, info.plugin = LOADED, plugin
+        info.hooks = sorted(h.name for h in (self.get_hookcallers(plugin) or []))
+        self._registry = None
+
+    # ----------------------------------------------------------------- the registry
+    @property
+    def registry(self) -> Registry:
+        """The named implementations of all loaded plugins (built once, rebuilt after a registration)."""
+        if self._registry is None:
+            self._registry = Registry.build(self)
+        return self._registry
+
+    def provider_of(self, plugin: Any) -> str:
+        """The display name of the distribution or plugin behind ``plugin``."""
+        for info in self.infos.values():
+            if info.plugin is plugin:
+                return info.provider
+        return "accelkit (core)" if plugin is core_plugin_module() else repr(plugin)
+
+    def failures(self) -> list[PluginInfo]:
+        """Plugins that failed to load (including those whose registration hooks raised)."""
+        return [i for i in self.infos.values() if i.status == FAILED]
+
+    def conflicts(self) -> list[str]:
+        """One sentence per name claimed by two plugins (each fails only the runs that use that name)."""
+        return [c.message() for c in self.registry.conflicts]
+
+    def install_hints(self) -> dict[str, dict[str, str]]:
+        """``{section: {name key: distribution}}`` from the ``ACCELKIT_INSTALL_HINTS`` of loaded plugins."""
+        hints: dict[str, dict[str, str]] = {}
+        for info in self.infos.values():
+            declared = getattr(info.plugin, "ACCELKIT_INSTALL_HINTS", None) if info.status == LOADED else None
+            if not isinstance(declared, dict):
+                continue
+            for section, names in declared.items():
+                if isinstance(names, dict):
+                    hints.setdefault(str(section), {}).update(
+                        {lookup_key(n): str(d) for n, d in names.items() if isinstance(d, str)})
+        return hints
+
+    def info_of(self, plugin: Any) -> PluginInfo | None:
+        """The :class:`PluginInfo` of a registered plugin object, if it has one."""
+        for info in self.infos.values():
+            if info.plugin is plugin:
+                return info
+        return None
+
+    def mark_failed(self, plugin: Any, error: BaseException, where: str) -> None:
+        """Take a plugin out because one of its hooks raised: it is unregistered and reported as ``failed``."""
+        name = self.get_name(plugin) or getattr(plugin, "__name__", None) or type(plugin).__name__
+        info = self.info_of(plugin) or self.infos.setdefault(name, PluginInfo(name=name))
+        info.status, info.error, info.plugin, info.hooks = FAILED, error, None, []
+        info.reason = f"{where} raised {type(error).__name__}: {error}"
+        if self.is_registered(plugin):
+            self.unregister(plugin)
+        self._registry = None
+        warnings.warn(f"accelkit plugin {info.name!r} ({info.provider}) is skipped: {info.reason}. Other plugins "
+                      f"keep working; block it with {BLOCK_ENV}={info.name} to silence this.", RuntimeWarning,
+                      stacklevel=4)
+
+
+
+class _Diagnostics:
+    """The manager's own ``accelkit doctor`` findings: names claimed twice (each fails only the runs using it)."""
+
+    def __init__(self, manager: PluginManager) -> None:
+        self.manager = manager
+
+    @hookspecs.hookimpl
+    def accelkit_diagnose(self) -> list[str]:
+        """Every conflict, with the value that blocks one of its plugins."""
+        return [f"{c} Until then, only runs that use this name fail." for c in self.manager.conflicts()]
+
+
+def _warn_unmarked(manager: PluginManager, plugin: Any, info: PluginInfo) -> None:
+    """Warn about functions named like a hook that lack ``@accelkit.hookimpl`` (pluggy ignores them)."""
+    known = sorted(n for n in vars(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_"))
+    for name in sorted(n for n in dir(plugin) if n.startswith(f"{hookspecs.PROJECT_NAME}_")):
+        value = inspect.getattr_static(plugin, name, None)
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if not inspect.isroutine(value) or manager.parse_hookimpl_opts(plugin, name) is not None:
+            continue
+        if name in known or suggest(name, known):
+            warnings.warn(f"plugin {info.name!r} ({info.provider}) defines {name}() without @accelkit.hookimpl, so "
+                          f"it is never called; decorate it with @accelkit.hookimpl.{suggest(name, known)}"
+                          if name not in known else
+                          f"plugin {info.name!r} ({info.provider}) defines {name}() without @accelkit.hookimpl, so "
+                          "it is never called; decorate it with @accelkit.hookimpl.", RuntimeWarning, stacklevel=4)
+
+
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """``" Did you mean 'x'?"`` for the closest choice, or ``""``.
+
+    Only close spellings that start alike count: ``"npu"`` is another device, not a typo of ``"tpu"``."""
+    name = str(name).lower()
+    close = [c for c in difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6) if c[:1] == name[:1]]
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+# ----------------------------------------------------------------------------------------------- spawned workers
+@dataclass(frozen=True)
+class PluginModule:
+    """A plugin module passed to ``Trainer(plugins=[...])``, as it travels to spawned workers: by import name
+    (a module object cannot be pickled; each worker imports it again)."""
+
+    name: str
+
+    def load(self) -> Any:
+        """Import the module in this process."""
+        return importlib.import_module(self.name)
+
+
+def portable_plugins(objects: list[Any]) -> list[Any]:
+    """``objects`` with each module replaced by a :class:`PluginModule` (for pickling the Trainer)."""
+    portable = []
+    for obj in objects:
+        if isinstance(obj, types.ModuleType):
+            name = obj.__name__
+            if sys.modules.get(name) is not obj or (obj.__spec__ is None and name != "__main__"):
+                raise PluginError(f"plugin module {name!r} was not imported from a file, so spawned workers cannot "
+                                  "import it again; put its hooks in an importable module (or register it through "
+                                  "an entry point), or use a strategy that does not spawn workers")
+            obj = PluginModule(name)
+        portable.append(obj)
+    return portable
+
+
+def resolve_plugins(objects: list[Any]) -> list[Any]:
+    """The inverse of :func:`portable_plugins`, in a worker: each :class:`PluginModule` imported again."""
+    return [obj.load() if isinstance(obj, PluginModule) else obj for obj in objects]

@@ -1,0 +1,380 @@
+"""The :class:`Strategy` base: how one run is laid out over devices and processes, device-neutral (it talks to
+the device only through the accelerator and the precision); :class:`RunContext` and :class:`StepRouter`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from accelkit.checkpoint import files as ckpt
+from accelkit.utilities.apply_func import move_to_device
+
+NULL_CONTEXT = contextlib.nullcontext()
+
+
+class Strategy:
+    """Base class: how the module, the data and the optimizer are laid out, and how processes talk.
+
+    A strategy is configured in the parent process (:meth:`connect`), then :meth:`launch` runs the Trainer's
+    work on every process through the strategy's :attr:`launcher` (in place, for single-process strategies).
+    Inside a worker the Trainer calls :meth:`setup_runtime` first, then :meth:`setup_environment`,
+    :meth:`setup_module`, :meth:`batch_to_device`, :meth:`backward`, :meth:`optimizer_step`, :meth:`step_end`,
+    the collectives, and finally :meth:`teardown`.
+
+    **Topology.** A strategy states its process layout separately from its devices:
+    :attr:`processes_per_node` and :attr:`devices_per_process` (one process per device for DDP; one process over
+    every local device for an SPMD strategy), and :attr:`data_parallel_size`/:attr:`data_parallel_rank`, which
+    decide how the data is sharded. :attr:`world_size` counts *processes*, as ``trainer.world_size`` does in
+    Lightning. See ``docs/topology.rst``.
+
+    :param options: strategy options (from the record or the user).
+    """
+
+    #: canonical name, filled in from the record that chose this class
+    name: str = ""
+    #: how long a collective may wait for the other processes before the run fails, in seconds; the Trainer sets
+    #: it from ``Trainer(collective_timeout=...)``
+    collective_timeout_s: float = 600.0
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self.accelerator: Any = None
+        self.precision: Any = None
+        self.devices: list[int] = [0]
+        self.num_nodes = 1
+        self._local_rank = 0
+        self._node_rank = 0
+        #: the cluster environment detected when the run was composed (torchrun, SLURM, ...), or ``None`` for a
+        #: plain process; set by the resolver before :meth:`connect`
+        self.cluster_environment: Any = None
+        #: what the Trainer is launching (stage and root folder); set right before :meth:`launch`
+        self.run_context = RunContext()
+        self._launcher: Any = None
+
+    # ----------------------------------------------------------------- composition (parent)
+    def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
+        """Receive the resolved accelerator, device indices, node count and precision."""
+        self.accelerator = accelerator
+        self.devices = list(devices)
+        self.num_nodes = num_nodes
+        self.precision = precision
+
+    def validate(self) -> list[str]:
+        """Problems with this composition (each a sentence naming the value and what works)."""
+        return []
+
+    # ----------------------------------------------------------------- topology
+    @property
+    def processes_per_node(self) -> int:
+        """How many processes take part on each node: one per device by default."""
+        return len(self.devices)
+
+    @property
+    def devices_per_process(self) -> int:
+        """How many devices each process drives: one by default; all of the node's for an SPMD strategy."""
+        return 1
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes taking part, across nodes (``trainer.world_size``)."""
+        return self.processes_per_node * self.num_nodes
+
+    @property
+    def local_rank(self) -> int:
+        """Index of this process among those on its node."""
+        return self._local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """Index of this node."""
+        return self._node_rank
+
+    @property
+    def global_rank(self) -> int:
+        """Index of this process among all."""
+        return self._node_rank * self.processes_per_node + self._local_rank
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is the process that writes files and prints."""
+        return self.global_rank == 0
+
+    @property
+    def data_parallel_size(self) -> int:
+        """Into how many parts the data is split: one per process by default. A strategy whose processes each
+        shard the batch over their own devices (SPMD) counts processes, not devices."""
+        return self.world_size
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """Which part of the data this process reads (``0 .. data_parallel_size - 1``)."""
+        return self.global_rank
+
+    @property
+    def root_device(self) -> torch.device:
+        """The device this process computes on (computed once per local rank)."""
+        rank = self.local_rank
+        cached = self.__dict__.get("_root_device")
+        if cached is None or cached[0] != rank:
+            cached = self.__dict__["_root_device"] = (rank, self.accelerator.device(self.devices[rank]))
+        return cached[1]
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas``/``rank`` for the data sampler (from :attr:`data_parallel_size` and
+        :attr:`data_parallel_rank`), or ``None`` when every process reads all data."""
+        if self.data_parallel_size <= 1:
+            return None
+        return {"num_replicas": self.data_parallel_size, "rank": self.data_parallel_rank}
+
+    # ----------------------------------------------------------------- launching
+    @property
+    def stage(self) -> str | None:
+        """The stage being launched (``"fit"``, ``"validate"``, ``"test"``, ``"predict"``): ``run_context.stage``."""
+        return self.run_context.stage
+
+    @property
+    def root_dir(self) -> Path | None:
+        """The Trainer's ``default_root_dir`` for the run being launched: ``run_context.root_dir``."""
+        return self.run_context.root_dir
+
+    def create_launcher(self) -> Any:
+        """The :class:`~accelkit.strategies.launchers.base.Launcher` this strategy's runs go through. In place by default;
+        strategies that start processes return a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` (or their own)."""
+        from accelkit.strategies.launchers.in_place import InPlaceLauncher
+
+        return InPlaceLauncher()
+
+    @property
+    def launcher(self) -> Any:
+        """The launcher, created by :meth:`create_launcher` on first use (after :meth:`connect`)."""
+        if self._launcher is None:
+            self._launcher = self.create_launcher()
+        return self._launcher
+
+    @property
+    def launches_workers(self) -> bool:
+        """Whether the launcher starts workers of its own: the Trainer then sends the trained weights and
+        results back to the caller's objects."""
+        return bool(self.launcher.launches_workers)
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run ``function`` in every worker through :attr:`launcher` and return the global-zero worker's result
+        (a :class:`~accelkit.strategies.launchers.result.WorkerResult` for the Trainer's work)."""
+        return self.launcher.launch(self, function, *args, **kwargs)
+
+    def worker_init(self, index: int) -> None:
+        """Called in each worker a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` started, right after it unpickled
+        its copy of the run and before the work: ``index`` is the worker's local index. Set the rank here."""
+        self._local_rank = index
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_launcher"] = None  # the workers need no launcher of their own (and it may hold the parent's state)
+        return state
+
+    # ----------------------------------------------------------------- lifecycle (worker)
+    def setup_runtime(self) -> None:
+        """First call in every worker, before anything reads :attr:`root_device`: configure the device runtime
+        (an SPMD strategy switches torch_xla to SPMD mode here). Nothing by default."""
+
+    def setup_environment(self) -> None:
+        """Prepare this process: claim the device, join the process group."""
+        self.accelerator.setup_device(self.root_device)
+
+    def module_to_device(self, module: nn.Module) -> nn.Module:
+        """Move ``module`` to :attr:`root_device`, then run its ``on_post_move_to_device`` hook.
+
+        Weights tied before the move stay tied: a move to a device whose tensors cannot share storage with
+        the CPU's replaces every parameter object, so the ties found before the move are re-made after it.
+        If the hook then changes the number of distinct parameters, a warning says so.
+        """
+        before = len(list(module.parameters()))
+        ties = _tied_parameter_names(module)
+        module.to(self.root_device)
+        for names in ties:
+            shared = module.get_parameter(names[0])
+            for name in names[1:]:
+                owner, _, attribute = name.rpartition(".")
+                setattr(module.get_submodule(owner), attribute, shared)
+        hook = getattr(module, "on_post_move_to_device", None)
+        if callable(hook):
+            hook()
+        after = len(list(module.parameters()))
+        if before != after:
+            warnings.warn(
+                f"The model had {before} distinct parameters before the move to {self.root_device} and {after} "
+                "after it: weights that were tied are no longer shared. Tie them again in the module's "
+                "`on_post_move_to_device` hook.",
+                UserWarning,
+                stacklevel=2,
+            )
+        return module
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        """Move and convert ``module``; return the object the Trainer calls (a wrapper, for DDP)."""
+        module = self.module_to_device(module)
+        return self.precision.convert_module(module)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        """The user's module inside whatever :meth:`setup_module` returned."""
+        while isinstance(model, (nn.parallel.DistributedDataParallel, StepRouter)):
+            model = model.module
+        return model
+
+    def setup_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+        """Prepare an optimizer created for the moved module."""
+        return optimizer
+
+    def process_dataloader(self, dataloader: Any, stage: str) -> Any:
+        """Wrap a DataLoader for this device (a prefetching device loader, say). Identity by default."""
+        return dataloader
+
+    def batch_to_device(self, batch: Any) -> Any:
+        """Move a batch to :attr:`root_device`; non-tensor items pass through unchanged."""
+        device = self.root_device
+        return move_to_device(batch, device, non_blocking=bool(self.accelerator.pin_memory))
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Back-propagate (through the precision, which may scale the loss)."""
+        self.precision.backward(loss)
+
+    def pre_manual_backward(self, model: nn.Module, loss: torch.Tensor) -> None:
+        """Called before each backward pass of manual optimization (``self.manual_backward``), which runs inside
+        the step's forward pass; a wrapper that syncs gradients during backward gets ready for it here."""
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Before a manual-optimization step (which does not run inside the wrapper's forward): make the
+        module's buffers agree across processes as the wrapper's forward would have."""
+
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Average gradients across replicas before the optimizer step (DDP does this during backward)."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Step the optimizer; ``False`` if the precision skipped the step. Gradients are already reduced."""
+        return self.precision.optimizer_step(optimizer)
+
+    def step_end(self) -> None:
+        """Called after every optimizer step (a lazy device cuts its graph here)."""
+
+    def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
+        """Skip gradient synchronisation inside this context (used while accumulating gradients); a null
+        context where there is nothing to skip."""
+        return NULL_CONTEXT
+
+    # ----------------------------------------------------------------- collectives
+    def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        """Reduce ``value`` across processes (``"mean"``, ``"sum"``, ``"max"``, ``"min"``)."""
+        return value
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Gather ``tensor`` from every process along a new first dimension."""
+        return tensor.unsqueeze(0)
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process gets here."""
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        """Send a picklable object from ``src`` to every process."""
+        return obj
+
+    # ----------------------------------------------------------------- checkpoints
+    def module_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """What a checkpoint's ``"state_dict"`` holds for ``model`` (the object :meth:`setup_module` returned, or
+        the user's module): the unwrapped module's ``state_dict()``. A sharding strategy returns its shards."""
+        return self.unwrap(model).state_dict()
+
+    def optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """What a checkpoint holds for ``optimizer``: its ``state_dict()``. A sharding strategy returns shards."""
+        return optimizer.state_dict()
+
+    def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
+        """The complete weights of ``model`` (on global zero at least), sent back to the caller's module after a
+        spawned fit. :meth:`module_state_dict` by default; a sharding strategy gathers its shards."""
+        return self.module_state_dict(model)
+
+    def full_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The complete state of ``optimizer`` in ``optimizer.state_dict()``'s form, sent back to the caller after a
+        spawned fit: :meth:`optimizer_state_dict` by default; a sharding strategy gathers its shards."""
+        return self.optimizer_state_dict(model, optimizer)
+
+    #: whether a checkpoint is read after :meth:`setup_module` (into the set-up module: a sharding strategy reads
+    #: each process's shards) rather than before it, into the plain module
+    restore_checkpoint_after_setup: bool = False
+
+    def load_module_state_dict(self, model: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
+        """Load a checkpoint's ``"state_dict"`` into ``model`` (the plain module, or the set-up one when
+        :attr:`restore_checkpoint_after_setup`): the unwrapped module's ``load_state_dict``."""
+        return self.unwrap(model).load_state_dict(state_dict, strict=strict)
+
+    def load_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer,
+                                  state: dict[str, Any]) -> None:
+        """Load one of a checkpoint's ``"optimizer_states"`` into ``optimizer`` (a state keyed by parameter names,
+        as sharded checkpoints hold it, is numbered first)."""
+        from accelkit.checkpoint.sharded import optimizer_state_by_index
+
+        optimizer.load_state_dict(optimizer_state_by_index(state))
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+        """Write ``checkpoint`` atomically, from the global-zero process only; every process waits for it."""
+        if self.is_global_zero:
+            ckpt.atomic_save(ckpt.to_cpu(checkpoint), path)
+        self.barrier("save_checkpoint")
+
+    def load_checkpoint(self, path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
+        """Read a checkpoint onto the CPU: a file, or a whole sharded checkpoint directory (any world size)."""
+        from accelkit.checkpoint import sharded as distributed_checkpoint
+
+        if distributed_checkpoint.is_sharded_checkpoint(path):
+            return distributed_checkpoint.load_full(path, weights_only=weights_only)
+        return ckpt.load(path, weights_only=weights_only)
+
+    def teardown(self) -> None:
+        """Undo :meth:`setup_environment`."""
+        self.accelerator.teardown()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, devices={self.devices}, num_nodes={self.num_nodes})"
+
+
+@dataclass
+class RunContext:
+    """What the Trainer is launching, passed to the strategy (:attr:`Strategy.run_context`) rather than guessed.
+
+    :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"`` (``None`` before the first launch).
+    :param root_dir: the Trainer's ``default_root_dir`` (a place for the strategy's own files).
+    """
+
+    stage: str | None = None
+    root_dir: Path | None = None
+
+
+def _tied_parameter_names(module: nn.Module) -> list[list[str]]:
+    """Groups of parameter names that refer to one shared parameter object (only groups of two or more)."""
+    groups: dict[int, list[str]] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(param), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+class StepRouter(nn.Module):
+    """Routes ``router("training_step", batch, idx)`` to the module's method through ``forward``.
+
+    A wrapper such as DistributedDataParallel only sees work done through its ``forward``; wrapping this
+    router (rather than the module) lets the Trainer call ``training_step`` while ``self(x)`` inside it still
+    means the user's ``forward``.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.module, method)(*args, **kwargs)

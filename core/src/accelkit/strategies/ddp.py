@@ -1,0 +1,332 @@
+"""Data-parallel strategies over ``torch.distributed``: joining launched processes (``ddp``) and starting them
+(``ddp_spawn``). Device-neutral: the backend comes from the accelerator."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import threading
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from accelkit.errors import ConfigurationError
+from accelkit.strategies.base import NULL_CONTEXT, StepRouter, Strategy
+
+_REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+
+
+class DDPStrategy(Strategy):
+    """Data parallel over ``torch.distributed``: one process per device, gradients all-reduced in backward.
+
+    This class joins processes that something else started (``torchrun``, SLURM's ``srun``, ``mpirun``...): the
+    ranks, world size and rendezvous address come from its :attr:`cluster_environment` (see
+    :mod:`accelkit.environments.base`).
+    Options not consumed here (``find_unused_parameters``, ``static_graph``, ...) go to
+    :class:`torch.nn.parallel.DistributedDataParallel`.
+    """
+
+    _DDP_OPTIONS = ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
+                    "bucket_cap_mb")
+
+    def __init__(self, timeout_s: float | None = None, **options: Any) -> None:
+        unknown = sorted(set(options) - set(self._DDP_OPTIONS))
+        if unknown:
+            raise ConfigurationError(
+                f"unknown DDP option(s) {unknown}; DistributedDataParallel options accepted: {list(self._DDP_OPTIONS)}"
+            )
+        super().__init__(**options)
+        self.timeout_s = timeout_s
+
+    # the outside launcher's environment
+    def _env(self) -> Any:
+        """The :class:`~accelkit.environments.base.ClusterEnvironment` whose processes this strategy joins, or ``None``.
+
+        The resolver sets :attr:`cluster_environment` (detected once, through every plugin's environments); a
+        strategy built by hand and never composed asks the core's built-in environments itself. An environment
+        whose launcher starts one process per host that spawns its own workers (a TPU pod) is nothing to join.
+        """
+        environment = self.cluster_environment
+        if environment is None:
+            if "_builtin_environment" not in self.__dict__:  # asked once: ranks are read on every log call
+                from accelkit.environments.detection import detect_cluster_environment
+
+                self._builtin_environment = detect_cluster_environment(None)
+            environment = self._builtin_environment
+        if environment is None or not getattr(environment, "launches_every_process", True):
+            return None
+        return environment
+
+    def validate(self) -> list[str]:
+        env = self._env()
+        if env is None:
+            if self.world_size == 1:
+                return []
+            return [(
+                f"strategy {self.name or 'ddp'!r} joins processes started by a launcher, but RANK/WORLD_SIZE/"
+                f"LOCAL_RANK are not set: start the script with `torchrun --nproc-per-node {len(self.devices)} "
+                f"--nnodes {self.num_nodes} ...` (or srun, mpirun), or use strategy='ddp_spawn' to let accelkit "
+                "start the processes."
+            )]
+        problems = env.validate()
+        if problems:
+            return problems
+        if env.world_size != self.world_size:
+            return [(
+                f"the launcher started {env.world_size} processes ({env.name}: {env.reason()}) but devices="
+                f"{self.devices} x num_nodes={self.num_nodes} = {self.world_size}; make them agree (torchrun "
+                "--nproc-per-node / srun --ntasks-per-node must equal devices, --nnodes / --nodes must equal "
+                "num_nodes)."
+            )]
+        return []
+
+    def create_launcher(self) -> Any:
+        """Joins processes an outside launcher started (in place when there is nothing to join)."""
+        from accelkit.strategies.launchers.in_place import ExternalLauncher, InPlaceLauncher
+
+        env = self._env()
+        return InPlaceLauncher() if env is None else ExternalLauncher(env)
+
+    @property
+    def local_rank(self) -> int:
+        """The launcher's local rank when joining one (read from :attr:`cluster_environment`)."""
+        env = self._env()
+        return env.local_rank if env is not None else super().local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """When joining a launcher: the global rank over :attr:`processes_per_node` (processes placed node by
+        node, which every launcher here does)."""
+        env = self._env()
+        return env.global_rank // max(self.processes_per_node, 1) if env is not None else super().node_rank
+
+    @property
+    def global_rank(self) -> int:
+        """The launcher's global rank when joining one."""
+        env = self._env()
+        return env.global_rank if env is not None else super().global_rank
+
+    def _init_process_group(self) -> None:
+        self._owns_process_group = False
+        if dist.is_available() and not dist.is_initialized() and self.world_size > 1:
+            env = self._env()
+            if env is not None:  # the rendezvous torch's env:// reads, as the launcher's environment gives it
+                os.environ["MASTER_ADDR"] = env.main_address
+                os.environ["MASTER_PORT"] = str(env.main_port)
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", "29500")
+            from datetime import timedelta
+
+            timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
+            waiting = threading.Timer(30.0, _still_waiting, args=(self, env))
+            waiting.daemon = True
+            waiting.start()
+            try:
+                dist.init_process_group(
+                    backend=self.accelerator.distributed_backend,
+                    rank=self.global_rank,
+                    world_size=self.world_size,
+                    timeout=timedelta(seconds=timeout),
+                )
+            finally:
+                waiting.cancel()
+            self._owns_process_group = True
+            from accelkit.strategies.launchers import watchdog
+
+            watchdog.start(_watchdog_store(), self.global_rank, self.world_size, timeout)
+
+    def setup_environment(self) -> None:
+        super().setup_environment()
+        self._init_process_group()
+
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        module = super().setup_module(module)
+        if self.world_size == 1:
+            return module
+        device_ids = self.accelerator.ddp_device_ids(self.root_device) if hasattr(
+            self.accelerator, "ddp_device_ids") else None
+        return nn.parallel.DistributedDataParallel(StepRouter(module), device_ids=device_ids, **self.options)
+
+    def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
+        if enabled and isinstance(model, nn.parallel.DistributedDataParallel):
+            return model.no_sync()
+        return NULL_CONTEXT
+
+    def pre_manual_backward(self, model: nn.Module, loss: torch.Tensor) -> None:
+        """Arm DDP's reducer for a backward pass that runs inside the forward (manual optimization): the
+        gradients of this backward are then all-reduced as in an automatic step."""
+        if not isinstance(model, nn.parallel.DistributedDataParallel):
+            return
+        if torch.is_grad_enabled() and model.require_backward_grad_sync:
+            model.require_forward_param_sync = True
+            reducer = model.reducer
+            reducer._rebuild_buckets()
+            unused = model.find_unused_parameters and not model.static_graph
+            reducer.prepare_for_backward([loss] if unused else [])
+        else:
+            model.require_forward_param_sync = False
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """DDP's ``broadcast_buffers``: rank 0's buffers (batch-norm statistics...) to every rank."""
+        if not (isinstance(model, nn.parallel.DistributedDataParallel) and model.broadcast_buffers):
+            return
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for buffer in model.module.buffers():
+            by_dtype.setdefault(buffer.dtype, []).append(buffer)
+        for buffers in by_dtype.values():  # one collective per dtype, not one per buffer
+            flat = torch.cat([b.reshape(-1) for b in buffers])
+            dist.broadcast(flat, src=0)
+            offset = 0
+            for buffer in buffers:
+                buffer.copy_(flat[offset:offset + buffer.numel()].view_as(buffer))
+                offset += buffer.numel()
+
+    def reduce(self, value: torch.Tensor, op: str = "mean") -> torch.Tensor:
+        if not dist.is_initialized():
+            return value
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"reduce op {op!r} is not one of {sorted(_REDUCE_OPS)}")
+        value = value.detach().clone()
+        with _waiting("reduce"):
+            dist.all_reduce(value, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]))
+        return value / self.world_size if op == "mean" else value
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not dist.is_initialized():
+            return tensor.unsqueeze(0)
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        with _waiting("all_gather"):
+            dist.all_gather(out, tensor.contiguous())
+        return torch.stack(out)
+
+    def barrier(self, name: str | None = None) -> None:
+        if dist.is_initialized():
+            with _waiting(f"barrier {name!r}" if name else "barrier"):
+                dist.barrier()
+
+    def broadcast(self, obj: Any, src: int = 0) -> Any:
+        if not dist.is_initialized():
+            return obj
+        box = [obj]
+        with _waiting("broadcast"):
+            dist.broadcast_object_list(box, src=src)
+        return box[0]
+
+    def teardown(self) -> None:
+        """Destroy the process group if this strategy created it (a group the user made stays)."""
+        from accelkit.strategies.launchers import watchdog
+
+        watchdog.stop()
+        if getattr(self, "_owns_process_group", False) and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_process_group = False
+        super().teardown()
+
+
+@contextlib.contextmanager
+def _waiting(what: str) -> Any:
+    """Note for the watchdog that this process waits in a collective, then restore what it was doing."""
+    from accelkit.strategies.launchers import watchdog
+
+    before = watchdog.phase()
+    watchdog.mark(what)
+    try:
+        yield
+    finally:
+        watchdog.mark(before)
+
+
+def _watchdog_store() -> Any:
+    """A client connection of its own to the run's rendezvous store, with a short timeout: the watchdog thread
+    must never sit in a store call while its process exits. ``None`` where it cannot connect (no watchdog then)."""
+    from datetime import timedelta
+
+    try:
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                             timeout=timedelta(seconds=5), wait_for_workers=False)
+    except Exception:  # noqa: BLE001 - another rendezvous (file://, a custom store): the run has no watchdog
+        return None
+
+
+def _still_waiting(strategy: Any, env: Any) -> None:
+    """Printed when joining the process group takes more than 30 s: who is expected, where, and the usual cause."""
+    source = f"{env.name}: {env.reason()}" if env is not None else "set by accelkit"
+    print(f"accelkit: rank {strategy.global_rank} has waited 30 s for all {strategy.world_size} processes to join at "
+          f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). If no launcher started the "
+          "other processes, the variables are stale: unset RANK, WORLD_SIZE, LOCAL_RANK (and SLURM_*/OMPI_* when not "
+          "inside such a job), or use strategy='ddp_spawn'. It gives up after the collective timeout "
+          "(Trainer(collective_timeout=...)).", file=sys.stderr, flush=True)
+
+
+def find_free_port() -> int:
+    """A TCP port on the loopback interface that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalRendezvous:
+    """Mixin for a ``torch.distributed`` strategy that may start its processes on this machine itself: a free
+    rendezvous port is chosen when launching, and each worker sets the rank and rendezvous variables that
+    ``env://`` reads, and takes its share of the host's cores. A class sets ``_spawns`` (``True`` here) to say
+    whether this run starts its workers or joins processes a launcher started.
+    """
+
+    _main_port: int | None = None
+    _spawns: bool = True
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Pick a free rendezvous port when starting the workers, then launch."""
+        self._main_port = find_free_port() if self._spawns else None
+        try:
+            return super().launch(function, *args, **kwargs)
+        finally:
+            self._main_port = None
+
+    def worker_init(self, index: int) -> None:
+        """Rank ``index`` of ``len(devices)``: the rendezvous variables ``torch.distributed`` reads, and this
+        worker's share of the host's cores."""
+        from accelkit.strategies.launchers.spawn import share_cores
+
+        super().worker_init(index)
+        world = len(self.devices)
+        share_cores(world)
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(self._main_port)
+        os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
+        os.environ["WORLD_SIZE"] = str(world)
+
+
+class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
+    """Data parallel where accelkit starts one process per local device itself (a
+    :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`, start method ``spawn``).
+
+    The worker of rank 0 sends its results and trained weights back, and the Trainer loads them into the
+    caller's module. If a worker dies, the others are stopped and a :class:`~accelkit.errors.WorkerError`
+    carries the failed worker's traceback.
+    """
+
+    def _env(self) -> Any:
+        return None  # this strategy owns its processes; any launcher environment is not ours
+
+    def validate(self) -> list[str]:
+        if self.num_nodes != 1:
+            return [
+                f"strategy {self.name or 'ddp_spawn'!r} starts processes on this machine only; for "
+                f"num_nodes={self.num_nodes} start every node with torchrun and use strategy='ddp'."
+            ]
+        return []
+
+    @property
+    def global_rank(self) -> int:
+        return self._local_rank
+
+    def create_launcher(self) -> Any:
+        """One worker per local device."""
+        from accelkit.strategies.launchers.spawn import SpawnLauncher
+
+        return SpawnLauncher(len(self.devices))

@@ -1,0 +1,52 @@
+"""Launchers that start nothing: the work runs in this process (:class:`InPlaceLauncher`), or in each of
+the processes an external launcher such as torchrun or srun started (:class:`ExternalLauncher`)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from accelkit.strategies.launchers import interrupt
+from accelkit.strategies.launchers.base import Launcher
+
+
+class InPlaceLauncher(Launcher):
+    """The work runs here, in the calling process.
+
+    The first SIGINT/SIGTERM during ``fit`` stops training at the end of the current batch (a checkpoint of that
+    state is written and :class:`~accelkit.errors.TrainingInterrupted` raised); the second raises
+    ``KeyboardInterrupt`` at once.
+    """
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if strategy.run_context.stage != "fit":
+            return function(*args, **kwargs)  # nothing to save: Ctrl-C keeps its usual meaning
+        control = interrupt.StopControl()
+
+        def first(signum: int) -> None:
+            control.request(signum)
+            interrupt.announce_first(signum, "stopping after the current batch and saving a checkpoint")
+
+        def second(signum: int) -> None:
+            raise KeyboardInterrupt(f"{interrupt.signal_name(signum)} received twice: stopped at once")
+
+        with interrupt.handle_signals(first, second), interrupt.active(control):
+            return function(*args, **kwargs)
+
+
+class ExternalLauncher(InPlaceLauncher):
+    """Every process was started by an outside launcher (torchrun, ``srun``, ``mpirun``...); each runs the work
+    in place and the strategy joins them (its :attr:`~accelkit.Strategy.cluster_environment` says how).
+
+    :param environment: the detected cluster environment, shown in ``repr`` and error messages.
+    """
+
+    def __init__(self, environment: Any = None) -> None:
+        self.environment = environment
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run in place. Signals keep their default meaning: the outside launcher delivers them to each process
+        at its own moment, so the processes could not agree on a step to stop at."""
+        return function(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(environment={getattr(self.environment, 'name', self.environment)!r})"

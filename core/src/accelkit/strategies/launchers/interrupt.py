@@ -1,0 +1,121 @@
+"""Stopping a run on SIGINT/SIGTERM at a consistent point.
+
+The first signal asks the run to stop: every process finishes the same training step, a checkpoint of that state
+is written, and ``fit`` raises :class:`~accelkit.errors.TrainingInterrupted` with one line saying where it stopped
+and how to resume. A second signal stops at once.
+
+With a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`, the signal reaches the launching process (a terminal's Ctrl-C
+reaches the workers too; they ignore it). The launcher and its workers share a small block of memory: each worker
+writes its step there after every batch, and on a signal the launcher writes the step at which all of them stop
+(two steps past the furthest, so no worker has passed it: data-parallel workers stay within one step of each other).
+Reading it costs a memory load per batch, no collective.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+from typing import Any, Iterator
+
+#: slots of the shared block: [requested (0/1), stop at step, signal number, step of worker 0, worker 1, ...]
+_REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
+_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+
+
+def signal_name(signum: int) -> str:
+    """``"SIGINT"``/``"SIGTERM"`` for the signals a run stops on; ``"signal N"`` for others."""
+    return _NAMES.get(signum, f"signal {signum}")
+
+
+class StopControl:
+    """The stop request one process sees: either its own (in place) or the block it shares with its launcher.
+
+    :param block: a ``multiprocessing`` integer array without a lock (shared with the launcher), or ``None`` for a
+        private one.
+    :param index: this worker's slot for its progress (its local index).
+    """
+
+    def __init__(self, block: Any = None, index: int = 0) -> None:
+        self.block = block if block is not None else [0] * (_PROGRESS + index + 1)
+        self.index = index
+
+    @property
+    def requested(self) -> bool:
+        """Whether a stop was asked for (cheap: one memory read)."""
+        return bool(self.block[_REQUESTED])
+
+    @property
+    def signal_name(self) -> str:
+        """``"SIGINT"``/``"SIGTERM"`` of the request."""
+        return signal_name(self.block[_SIGNAL])
+
+    def report(self, global_step: int) -> None:
+        """Record this process's step (after every batch)."""
+        self.block[_PROGRESS + self.index] = global_step
+
+    def due(self, global_step: int) -> bool:
+        """Whether this process should stop now, at ``global_step``: a stop was requested and every process has
+        reached the step agreed on."""
+        return bool(self.block[_REQUESTED]) and global_step >= self.block[_STOP_AT]
+
+    def request(self, signum: int, workers: int = 1) -> None:
+        """Ask to stop: at the next batch end in place; two steps past the furthest worker across processes."""
+        furthest = max(self.block[_PROGRESS + i] for i in range(workers))
+        self.block[_SIGNAL] = int(signum)
+        self.block[_STOP_AT] = furthest + (2 if workers > 1 else 0)
+        self.block[_REQUESTED] = 1
+
+
+_current: StopControl | None = None
+
+
+def current() -> StopControl | None:
+    """The stop control of the run executing in this process (``None`` outside a run started by a launcher)."""
+    return _current
+
+
+@contextlib.contextmanager
+def active(control: StopControl) -> Iterator[StopControl]:
+    """Make ``control`` the one :func:`current` returns while the run executes."""
+    global _current
+    previous, _current = _current, control
+    try:
+        yield control
+    finally:
+        _current = previous
+
+
+def shared_block(workers: int) -> Any:
+    """A zeroed block the launcher shares with ``workers`` spawned processes."""
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn").Array("q", _PROGRESS + workers, lock=False)
+
+
+@contextlib.contextmanager
+def handle_signals(on_first: Any, on_second: Any) -> Iterator[None]:
+    """While the block runs, the first SIGINT/SIGTERM calls ``on_first(signum)`` and the next one
+    ``on_second(signum)``. Nothing is installed outside the main thread (signals only reach that one)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        seen.append(signum)
+        (on_first if len(seen) == 1 else on_second)(signum)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+
+
+def announce_first(signum: int, how: str) -> None:
+    """The line printed when the first signal arrives."""
+    print(f"\naccelkit: {signal_name(signum)} received: {how}; press Ctrl-C again to stop at once.",
+          file=sys.stderr, flush=True)

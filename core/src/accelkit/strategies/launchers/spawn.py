@@ -1,0 +1,188 @@
+"""Starting workers on this machine: :class:`SpawnLauncher` pickles the run once, starts one process per
+worker, and brings rank 0's result back; temporary folders of dead runs are cleaned up."""
+
+from __future__ import annotations
+
+import os
+import re
+import pickle
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from accelkit.utilities.processes import process_alive
+from accelkit.checkpoint import files as ckpt
+from accelkit.errors import TrainingInterrupted, WorkerError
+from accelkit.strategies.launchers import interrupt
+from accelkit.strategies.launchers.base import Launcher
+
+
+class SpawnLauncher(Launcher):
+    """Start ``num_processes`` workers on this machine and run the work in each.
+
+    :param num_processes: how many workers to start.
+    :param start_method: the :mod:`multiprocessing` start method (``"spawn"``: a fresh interpreter per worker,
+        the only method that is safe with threads and device runtimes).
+    """
+
+    launches_workers = True
+    #: prefix of the temporary folder that carries the global-zero worker's result back
+    temp_prefix = "accelkit-spawn-"
+
+    def __init__(self, num_processes: int, start_method: str = "spawn") -> None:
+        if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
+            raise ValueError(f"num_processes={num_processes!r} must be an int >= 1")
+        self.num_processes = num_processes
+        self.start_method = start_method
+
+    def payload(self, strategy: Any, function: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
+        """The run, pickled once. Plain pickle, not torch.multiprocessing's reducer: that one would move every
+        tensor (the caller's module included) into shared memory, and the workers would then all step the
+        same parameters."""
+        try:
+            return pickle.dumps((strategy, function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            raise WorkerError(
+                f"strategy {strategy.name or type(strategy).__name__!r} sends the trainer, the module and the data "
+                f"to each worker by pickling them, and that failed: {exc}. Define the module and datasets at module "
+                "level (not inside a function) and keep open files, locks and modules out of them."
+            ) from None
+
+    #: seconds the workers get to reach the agreed step and save after the first signal, before they are killed
+    grace_s: float = 60.0
+    #: whether the workers can receive a shared-memory block through :meth:`start`'s arguments (needed for the
+    #: graceful stop on a first signal; without it, a signal stops the workers at once)
+    shares_memory: bool = True
+
+    def start(self, entry: Callable[..., None], args: tuple, num_processes: int) -> None:
+        """Start ``num_processes`` workers running ``entry(index, *args)`` and wait for all of them.
+
+        Raises :class:`~accelkit.errors.WorkerError` when one fails; the others are stopped. On a second signal
+        (:meth:`stop_now`) every worker is killed."""
+        import torch.multiprocessing as mp
+
+        self._context = context = mp.start_processes(entry, args=args, nprocs=num_processes, join=False,
+                                                     start_method=self.start_method)
+        try:
+            while not context.join(timeout=0.2):
+                if self._deadline is not None and time.monotonic() > self._deadline:
+                    self._kill()
+                    raise TrainingInterrupted(
+                        f"the workers did not reach a consistent point within {self.grace_s:.0f} s of the signal "
+                        "and were stopped; nothing was saved by this interruption.")
+        except mp.ProcessRaisedException as exc:
+            raise WorkerError(f"a worker process failed; its traceback:\n{exc}") from None
+        except mp.ProcessExitedException as exc:
+            raise WorkerError(f"a worker process died ({exc}); the other workers were stopped.") from None
+        finally:
+            self._kill()  # nothing outlives the launch, whatever ended it
+            self._context = None
+
+    def _kill(self) -> None:
+        """SIGTERM to every live worker (they exit through their cleanup handlers), SIGKILL after 3 s."""
+        context = getattr(self, "_context", None)
+        processes = [p for p in (context.processes if context is not None else ()) if p.is_alive()]
+        for process in processes:
+            process.terminate()
+        deadline = time.monotonic() + 3.0
+        for process in processes:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=5)
+
+    def stop_gracefully(self, signum: int, stage: str | None) -> None:
+        """First signal: during ``fit``, agree on a step for every worker to stop at and give them
+        :attr:`grace_s` to get there and save; in other stages there is nothing to save, so stop at once."""
+        if stage != "fit" or self._block is None:
+            self.stop_now(signum)
+        interrupt.StopControl(self._block).request(signum, workers=self.num_processes)
+        self._deadline = time.monotonic() + self.grace_s
+        interrupt.announce_first(signum, "the workers stop after the same step and save a checkpoint")
+
+    def stop_now(self, signum: int) -> None:
+        """Second signal (or a stage with nothing to save): kill every worker and raise."""
+        self._kill()
+        raise TrainingInterrupted(f"{interrupt.signal_name(signum)}: the workers were stopped at once; "
+                                  "nothing was saved by this interruption.")
+
+    def missing_result(self, strategy: Any) -> Any:
+        """What to return when no worker of this host wrote a result (global zero runs on another host)."""
+        raise WorkerError("the workers ended without the global-zero worker returning its result.")
+
+    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        remove_stale_temp_dirs()
+        payload = self.payload(strategy, function, args, kwargs)
+        self._block = interrupt.shared_block(self.num_processes) if self.shares_memory else None
+        self._deadline: float | None = None
+        stage = strategy.run_context.stage
+        with tempfile.TemporaryDirectory(prefix=f"{self.temp_prefix}{os.getpid()}-") as tmp:
+            result_path = Path(tmp) / "result.pt"
+            try:
+                with interrupt.handle_signals(lambda s: self.stop_gracefully(s, stage), self.stop_now):
+                    self.start(worker_entry, (payload, str(result_path), self._block), self.num_processes)
+            except WorkerError as exc:
+                name = strategy.name or type(strategy).__name__
+                raise WorkerError(f"strategy {name!r}: {exc}") from exc.__cause__
+            if not result_path.is_file():
+                return self.missing_result(strategy)
+            return torch.load(result_path, weights_only=False)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_processes={self.num_processes})"
+
+
+def worker_entry(index: int, payload: bytes, result_path: str, block: Any = None) -> None:
+    """Body of one spawned worker: unpickle a private copy of the run, let the strategy set up this process
+    (:meth:`~accelkit.Strategy.worker_init`), run the work, and, on global zero, write the result atomically.
+
+    A terminal's Ctrl-C reaches every process of its group: workers ignore SIGINT and leave the decision to the
+    launching process, which shares ``block`` (see :mod:`accelkit.strategies.launchers.interrupt`) with them."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)  # exit through finally/atexit: temp files go too
+    strategy, function, args, kwargs = pickle.loads(payload)
+    strategy.worker_init(index)
+    with interrupt.active(interrupt.StopControl(block, index)):
+        result = function(*args, **kwargs)
+    if strategy.global_rank == 0:
+        ckpt.atomic_save(result, result_path)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+#: a launcher's temporary folder: ``{temp_prefix}{pid of the launching process}-{random}``; every launcher's
+#: :attr:`SpawnLauncher.temp_prefix` starts with ``accelkit-`` and ends with ``-``
+_TEMP_DIR = re.compile(r"accelkit-[a-z][a-z0-9_-]*?-(\d+)-")
+
+
+def remove_stale_temp_dirs(root: str | None = None) -> list[Path]:
+    """Remove the result folders of earlier launches whose launching process is gone (killed with ``-9``, say);
+    their names carry the launching process's id. Returns what was removed."""
+    removed = []
+    base = Path(root or tempfile.gettempdir())
+    for path in base.glob("accelkit-*-*"):
+        match = _TEMP_DIR.match(path.name)
+        if match is None or int(match.group(1)) == os.getpid() or process_alive(int(match.group(1))):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def share_cores(num_processes: int) -> None:
+    """Give each of ``num_processes`` workers its share of the host's cores, unless ``OMP_NUM_THREADS`` says.
+
+    N workers each running as many intra-op threads as there are cores oversubscribe the host; while one waits in
+    a collective its threads spin and starve the others (40x slower steps seen with gloo on 2 cores). torchrun
+    sets ``OMP_NUM_THREADS`` for the same reason."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, num_processes)))

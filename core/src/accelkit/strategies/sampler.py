@@ -1,0 +1,239 @@
+"""Distributed sampling: each rank reads its own shard of the data.
+
+The Trainer puts a :class:`ShardSampler` into every DataLoader of a distributed run (plugins can supply
+another through the ``accelkit_distributed_sampler`` hook). ``Trainer(use_distributed_sampler=False)`` opts out.
+
+A loader whose sampler already knows about ranks is used as given, as Lightning does: a
+``torch.utils.data.DistributedSampler``, or any sampler (or batch sampler, or a batch sampler's inner sampler)
+whose ``num_replicas`` and ``rank`` attributes are set. If those disagree with the run's world size and rank,
+a warning names both. Neither the hook nor the core re-shards such a loader.
+
+Each epoch the loop calls :func:`set_epoch` on the loader, which reaches the sampler(s) that shuffle per epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Iterator, Sized
+
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
+
+
+class ShardSampler(Sampler[int]):
+    """Yields the indices of one rank's shard.
+
+    The global order is ``range(len(dataset))`` (shuffled with ``seed + epoch`` when ``shuffle``), or the
+    order of a wrapped ``sampler``. It is padded by repeating from its start up to a multiple of
+    ``num_replicas`` so every rank gets ``ceil(n / num_replicas)`` indices; rank ``r`` takes positions
+    ``r, r + num_replicas, ...``. Only the padding (fewer than ``num_replicas`` indices) is seen twice.
+
+    :param data_source: the dataset (anything with ``len``).
+    :param num_replicas: number of ranks.
+    :param rank: this rank.
+    :param shuffle: shuffle the global order (identically on every rank) each epoch.
+    :param seed: base seed of the shuffle.
+    :param sampler: a user sampler whose order is sharded instead of ``range(len(dataset))``.
+    """
+
+    def __init__(self, data_source: Sized, num_replicas: int, rank: int, shuffle: bool = False, seed: int = 0,
+                 sampler: Sampler | None = None) -> None:
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
+        self.data_source = data_source
+        self.num_replicas, self.rank = num_replicas, rank
+        self.shuffle, self.seed = shuffle, seed
+        self.sampler = sampler
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use the order of ``epoch`` (forwarded to a wrapped sampler that has ``set_epoch``)."""
+        self.epoch = epoch
+        if self.sampler is not None and hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def global_order(self) -> list[int]:
+        """The order all ranks agree on, before sharding and padding."""
+        if self.sampler is not None:
+            return [int(i) for i in self.sampler]
+        n = len(self.data_source)
+        if not self.shuffle:
+            return list(range(n))
+        generator = torch.Generator()
+        generator.manual_seed(self.seed + self.epoch)
+        return torch.randperm(n, generator=generator).tolist()
+
+    def _source_len(self) -> int:
+        return len(self.sampler) if self.sampler is not None else len(self.data_source)
+
+    def __len__(self) -> int:
+        return math.ceil(self._source_len() / self.num_replicas)
+
+    def __iter__(self) -> Iterator[int]:
+        order = self.global_order()
+        if not order:
+            return iter(())
+        total = math.ceil(len(order) / self.num_replicas) * self.num_replicas
+        padded = (order * math.ceil(total / len(order)))[:total]
+        return iter(padded[self.rank:total:self.num_replicas])
+
+
+def is_rank_aware(sampler: Any) -> bool:
+    """Whether ``sampler`` already picks one rank's share of the data.
+
+    ``True`` for a ``torch.utils.data.DistributedSampler`` and for any object whose ``num_replicas`` and
+    ``rank`` attributes are both set (not ``None``), such as :class:`ShardSampler` or a user's own class.
+    """
+    if sampler is None:
+        return False
+    if isinstance(sampler, DistributedSampler):
+        return True
+    return getattr(sampler, "num_replicas", None) is not None and getattr(sampler, "rank", None) is not None
+
+
+def rank_aware_sampler(loader: Any) -> Any:
+    """The rank-aware object of ``loader`` (see :func:`is_rank_aware`), or ``None``.
+
+    Looked for, in order, as ``loader.sampler``, ``loader.batch_sampler`` and ``loader.batch_sampler.sampler``.
+    """
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    for candidate in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        if is_rank_aware(candidate):
+            return candidate
+    return None
+
+
+def warn_if_ranks_differ(sampler: Any, num_replicas: int, rank: int) -> bool:
+    """Warn when a rank-aware ``sampler`` splits the data differently from the run; return whether it did.
+
+    :param sampler: a rank-aware sampler (its ``num_replicas`` and ``rank`` are read).
+    :param num_replicas: the run's world size.
+    :param rank: this process's global rank.
+    """
+    theirs = (getattr(sampler, "num_replicas", None), getattr(sampler, "rank", None))
+    if theirs == (num_replicas, rank):
+        return False
+    warnings.warn(
+        f"the DataLoader's {type(sampler).__name__} has num_replicas={theirs[0]}, rank={theirs[1]}, but this run "
+        f"has world size {num_replicas} and this process is rank {rank}. accelkit uses a rank-aware sampler as "
+        f"given, so the data is split into {theirs[0]} shard(s) and this process reads shard {theirs[1]}, not "
+        f"the split of the processes. Build it with num_replicas=trainer.world_size, rank=trainer.global_rank "
+        f"(on XLA: torch_xla.runtime.world_size(), torch_xla.runtime.global_ordinal()), or pass a plain sampler "
+        f"and let accelkit shard it.",
+        UserWarning, stacklevel=3)
+    return True
+
+
+def default_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_replicas: int, rank: int,
+                                seed: int) -> Sampler:
+    """The core's sampler choice: shard the dataset, or the user's own sampler.
+
+    A rank-aware ``sampler`` (see :func:`is_rank_aware`) is returned as it is: it already reads one rank's
+    share, and sharding it again would give each rank a fraction of that share.
+    """
+    if is_rank_aware(sampler):
+        return sampler
+    plain = sampler is None or type(sampler) in (SequentialSampler, RandomSampler)
+    return ShardSampler(dataset, num_replicas, rank, shuffle=shuffle, seed=seed, sampler=None if plain else sampler)
+
+
+_LOADER_ARGS = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
+                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers",
+                "pin_memory_device", "in_order")
+
+
+def rebuild_loader(loader: DataLoader, **changes: Any) -> DataLoader:
+    """A ``DataLoader`` like ``loader`` with ``changes`` (a ``sampler``, a ``worker_init_fn`` ...): its dataset
+    and every setting carry over; without a new ``sampler`` its sampler (or batch sampler) is kept."""
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs.pop("persistent_workers", None)
+    if "sampler" not in changes and "batch_sampler" not in changes:
+        if loader.batch_size is None:  # built with a batch_sampler: keep it
+            kwargs.pop("batch_size", None)
+            kwargs.pop("drop_last", None)
+            changes["batch_sampler"] = loader.batch_sampler
+        else:
+            changes["sampler"] = loader.sampler
+    kwargs.update(changes)
+    return DataLoader(loader.dataset, **kwargs)
+
+
+def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, seed: int, stage: str) -> Any:
+    """A copy of ``loader`` whose sampler gives this rank its shard (``loader`` itself where that is impossible
+    or not wanted).
+
+    ``loader`` is returned unchanged when it is not a ``DataLoader``, when its sampler, batch sampler or the
+    batch sampler's inner sampler is rank-aware (with a warning if that sampler's ``num_replicas``/``rank``
+    differ from ``num_replicas``/``rank``), when ``num_replicas`` is 1, for an ``IterableDataset`` and for a
+    custom batch sampler (both with a warning: nothing shards them).
+
+    :param loader: the user's loader (or any iterable).
+    :param hook: the ``accelkit_distributed_sampler`` hook caller; called with keyword arguments.
+    :param num_replicas: the run's world size.
+    :param rank: this process's global rank.
+    :param seed: base seed of the shuffle.
+    :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``.
+    """
+    if not isinstance(loader, DataLoader):
+        return loader
+    given = rank_aware_sampler(loader)
+    if given is not None:
+        warn_if_ranks_differ(given, num_replicas, rank)
+        return loader
+    if num_replicas == 1:
+        return loader
+    if isinstance(loader.dataset, IterableDataset):
+        warnings.warn(
+            "an IterableDataset is used in a distributed run: accelkit cannot shard it, so every rank reads the "
+            "whole stream unless the dataset splits itself (see torch.utils.data.get_worker_info and the rank).",
+            UserWarning, stacklevel=3)
+        return loader
+    if loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler:
+        warnings.warn(
+            f"the DataLoader uses a custom batch_sampler ({type(loader.batch_sampler).__name__}); accelkit leaves it "
+            "as it is, so it must shard the data itself (or pass use_distributed_sampler=False to silence this).",
+            UserWarning, stacklevel=3)
+        return loader
+    shuffle = isinstance(loader.sampler, RandomSampler) and stage == "fit"
+    new_sampler = hook(dataset=loader.dataset, sampler=loader.sampler, shuffle=shuffle, num_replicas=num_replicas,
+                       rank=rank, seed=seed, stage=stage)
+    return rebuild_loader(loader, sampler=new_sampler)
+
+
+def set_epoch(loader: Any, epoch: int) -> list[Any]:
+    """Call ``set_epoch(epoch)`` on the samplers of ``loader`` that have it; return the objects called.
+
+    The loop calls this at the start of every epoch, before iterating the loader, so a shuffling sampler
+    (``DistributedSampler(shuffle=True)``, :class:`ShardSampler`) draws a new order per epoch that every rank
+    agrees on. Reached, each at most once: ``loader.sampler``, ``loader.batch_sampler`` (beyond Lightning, which
+    skips it) and ``loader.batch_sampler.sampler``. A device loader that wraps the DataLoader without exposing
+    a sampler (torch_xla's ``MpDeviceLoader`` keeps it as ``_loader``) is looked through. Objects without
+    ``set_epoch`` and loaders that are plain iterables are left alone.
+
+    :param loader: a DataLoader, a wrapper of one, or any iterable.
+    :param epoch: the epoch about to start (``trainer.current_epoch``).
+    """
+    inner = loader
+    for _ in range(4):  # look through a few layers of device-loader wrappers
+        if hasattr(inner, "sampler") or hasattr(inner, "batch_sampler") or not hasattr(inner, "_loader"):
+            break
+        inner = inner._loader
+    batch_sampler = getattr(inner, "batch_sampler", None)
+    found: dict[int, Any] = {}
+    for candidate in (getattr(inner, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
+        if candidate is not None and callable(getattr(candidate, "set_epoch", None)):
+            found.setdefault(id(candidate), candidate)
+    for candidate in found.values():
+        candidate.set_epoch(epoch)
+    return list(found.values())

@@ -1,0 +1,123 @@
+"""From ``Trainer.fit/validate/test/predict`` in the caller's process to the workers and back."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accelkit.checkpoint.sharded import METADATA_FILE, is_sharded_checkpoint
+from accelkit.strategies.base import RunContext
+from accelkit.strategies.launchers.result import WorkerResult
+
+
+def _best_path(trainer: Any) -> str:
+    """The best checkpoint of the first checkpoint callback; without a monitor, Lightning's "best" is the latest
+    checkpoint, which is ``last.ckpt`` when only that one is kept (the default callback)."""
+    callback = trainer.checkpoint_callback
+    if callback is None:
+        return ""
+    best = getattr(callback, "best_model_path", "")
+    if not best and getattr(callback, "monitor", None) is None:
+        best = getattr(callback, "last_model_path", "")
+    return best
+
+
+def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -> Any:
+    if ckpt_path is None and not model_given and stage != "fit":
+        best = _best_path(trainer)
+        if best:
+            print(f"accelkit: {stage}() without a model uses the best checkpoint of the last fit: {best}")
+            return best
+        return None
+    if ckpt_path == "best":
+        best = _best_path(trainer)
+        if not best:
+            raise ValueError(f"{stage}(ckpt_path='best'): no best checkpoint is known; fit first with a "
+                             "ModelCheckpoint (enable_checkpointing=True adds one), or pass a path")
+        return best
+    if ckpt_path == "last":
+        # The newest last*.ckpt of the checkpoint callbacks (a second run in the same folder writes last-v1.ckpt).
+        found = {Path(p) for c in trainer.checkpoint_callbacks for p in c._find_last_checkpoints(trainer)}
+        found = [p for p in found if p.is_file() or is_sharded_checkpoint(p)]
+        if found:
+            return str(max(found, key=lambda p: p.stat().st_mtime))
+        warnings.warn(f"ckpt_path='last': no checkpoint at {trainer.checkpoint_path} yet; starting from scratch.",
+                      UserWarning, stacklevel=4)
+        return None
+    if ckpt_path is not None:
+        path = Path(ckpt_path)
+        if path.is_dir() and not is_sharded_checkpoint(path):
+            raise IsADirectoryError(f"ckpt_path={str(ckpt_path)!r} is a directory but not a sharded checkpoint (no "
+                                    f"{METADATA_FILE} and .metadata in it); give the .ckpt file or sharded "
+                                    "checkpoint directory in it")
+        if not path.is_file() and not path.is_dir():
+            raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
+    return ckpt_path
+
+
+def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
+           weights_only: bool, options: dict[str, Any]) -> Any:
+    """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects."""
+    from accelkit.loops.run import prepare_data, run_stage
+    from accelkit.module.module import Module
+
+    model_given = model is not None
+    if model is None:
+        if stage == "fit" or trainer._module is None:
+            raise TypeError(f"Trainer.{stage}() needs a model" + ("" if stage == "fit" else
+                                                                  " (or a previous fit of this Trainer)"))
+        model = trainer._module
+        datamodule = datamodule if datamodule is not None else trainer.datamodule
+    if not isinstance(model, Module):
+        raise TypeError(f"Trainer.{stage}() needs an accelkit.Module, got {type(model).__name__}"
+                        + (": subclass accelkit.Module (a LightningModule's API) instead of torch.nn.Module"
+                           if isinstance(model, torch.nn.Module) else ""))
+    if stage in ("validate", "test"):
+        method = "validation_step" if stage == "validate" else "test_step"
+        if not trainer._has_step(model, method):
+            raise NotImplementedError(f"Trainer.{stage}() needs {type(model).__name__}.{method}(batch, "
+                                      "batch_idx): define it and log the metrics to report with self.log")
+    ckpt_path = _resolve_ckpt(trainer, ckpt_path, stage, model_given)
+    trainer.ckpt_path = ckpt_path
+    strategy = trainer.strategy
+    prepared = False
+    if strategy.launches_workers:
+        prepare_data(trainer, model, datamodule)  # once per node, before the workers start
+        prepared = True
+        for logger in trainer.loggers:
+            _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
+    trainer.should_stop = False
+    strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
+    output: WorkerResult = strategy.launch(run_stage, trainer, stage, model, datamodule, loaders, ckpt_path,
+                                           weights_only, prepared, options)
+    trainer._warned_hooks = True
+    model.trainer = trainer  # as after a Lightning run: model.current_epoch/global_step read the trainer
+    trainer._module = model
+    trainer.datamodule = datamodule
+    if strategy.launches_workers:
+        # The work ran in other processes/replicas: bring its outcome back to the caller's objects.
+        if output.state_dict is not None:
+            model.load_state_dict(output.state_dict)
+            # The optimizers lived in the workers: keep their final state for save_checkpoint() here.
+            trainer._optimizers, trainer._schedulers = [], []
+            trainer._worker_training_state = output.training_state
+        trainer.callback_metrics = output.callback_metrics
+        trainer.logged_metrics = output.logged_metrics
+        trainer.progress_bar_metrics = output.progress_bar_metrics
+        trainer.current_epoch, trainer.global_step = output.current_epoch, output.global_step
+        trainer.should_stop = output.should_stop
+        for callback in trainer.callbacks:
+            state = output.callback_states.get(callback.state_key)
+            if state:
+                callback.load_state_dict(state)
+    if output.interrupted:
+        import sys
+
+        from accelkit.errors import TrainingInterrupted
+
+        print(f"accelkit: {output.interrupted}", file=sys.stderr, flush=True)
+        raise TrainingInterrupted(output.interrupted)
+    return output.result

@@ -1,0 +1,263 @@
+"""The Trainer's read-only view of the run: the names Lightning users read from ``trainer``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+class TrainerProperties:
+    """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers)."""
+
+    # ----------------------------------------------------------------- composition
+    @property
+    def accelerator(self) -> Any:
+        """The resolved :class:`~accelkit.Accelerator`."""
+        return self._composition.accelerator
+
+    @property
+    def strategy(self) -> Any:
+        """The resolved :class:`~accelkit.Strategy`."""
+        return self._composition.strategy
+
+    @property
+    def precision(self) -> Any:
+        """The resolved :class:`~accelkit.Precision`."""
+        return self._composition.precision
+
+    @property
+    def precision_plugin(self) -> Any:
+        """Same as :attr:`precision` (Lightning 1.x name)."""
+        return self._composition.precision
+
+    @property
+    def config(self) -> Any:
+        """The resolved :class:`~accelkit.RunConfig`."""
+        return self._composition.config
+
+    # ----------------------------------------------------------------- topology
+    @property
+    def world_size(self) -> int:
+        """Number of processes/replicas."""
+        return self.strategy.world_size
+
+    @property
+    def global_rank(self) -> int:
+        """This process's index among all."""
+        return self.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's index on its node."""
+        return self.strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """This node's index."""
+        return self.strategy.node_rank
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return self.strategy.num_nodes
+
+    @property
+    def num_devices(self) -> int:
+        """Devices per node."""
+        return len(self.strategy.devices)
+
+    @property
+    def device_ids(self) -> list[int]:
+        """Indices of the devices on this node."""
+        return list(self.strategy.devices)
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process writes files and prints."""
+        return self.strategy.is_global_zero
+
+    # ----------------------------------------------------------------- modules and optimizers
+    @property
+    def lightning_module(self) -> Any:
+        """The user's Module (unwrapped)."""
+        return self._module
+
+    @property
+    def model(self) -> Any:
+        """The object the loops call: the Module, or the strategy's wrapper around it (DDP)."""
+        return self._model if self._model is not None else self._module
+
+    @property
+    def optimizers(self) -> list[Any]:
+        """The optimizers ``configure_optimizers`` returned (during and after a fit in this process)."""
+        return self._optimizers
+
+    @optimizers.setter
+    def optimizers(self, value: list[Any]) -> None:
+        self._optimizers = list(value)
+
+    @property
+    def lr_scheduler_configs(self) -> list[Any]:
+        """:class:`~accelkit.module.optimizers.LRSchedulerConfig` of every scheduler."""
+        return self._schedulers
+
+    # ----------------------------------------------------------------- loggers and files
+    @property
+    def logger(self) -> Any:
+        """The first logger, or ``None``."""
+        return self.loggers[0] if self.loggers else None
+
+    @logger.setter
+    def logger(self, value: Any) -> None:
+        self.loggers = [] if value is None else [value]
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's directory (``default_root_dir`` without a logger), a string as in Lightning."""
+        logger = self.logger
+        directory = getattr(logger, "log_dir", None) if logger is not None else None
+        return str(directory if directory is not None else self.default_root_dir)
+
+    @property
+    def checkpoint_callbacks(self) -> list[Any]:
+        """Every :class:`~accelkit.callbacks.ModelCheckpoint` of the run."""
+        from accelkit.callbacks import Checkpoint
+
+        return [c for c in self.callbacks if isinstance(c, Checkpoint)]
+
+    @property
+    def checkpoint_callback(self) -> Any:
+        """The first :class:`~accelkit.callbacks.ModelCheckpoint`, or ``None``."""
+        found = self.checkpoint_callbacks
+        return found[0] if found else None
+
+    @property
+    def early_stopping_callbacks(self) -> list[Any]:
+        """Every :class:`~accelkit.callbacks.EarlyStopping` of the run."""
+        from accelkit.callbacks import EarlyStopping
+
+        return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
+
+    @property
+    def early_stopping_callback(self) -> Any:
+        """The first :class:`~accelkit.callbacks.EarlyStopping`, or ``None``."""
+        found = self.early_stopping_callbacks
+        return found[0] if found else None
+
+    @property
+    def prediction_writer_callbacks(self) -> list[Any]:
+        """Every :class:`~accelkit.callbacks.BasePredictionWriter` of the run."""
+        from accelkit.callbacks import BasePredictionWriter
+
+        return [c for c in self.callbacks if isinstance(c, BasePredictionWriter)]
+
+    @property
+    def predict_loop(self) -> Any:
+        """The prediction loop (:class:`~accelkit.loops.evaluation.PredictionLoop`): what prediction writers read
+        during ``predict`` (``predictions``, ``current_batch_indices``, ``epoch_batch_indices``)."""
+        loop = self.__dict__.get("_predict_loop")
+        if loop is None:
+            from accelkit.loops.evaluation import PredictionLoop
+
+            loop = self._predict_loop = PredictionLoop(self)
+        return loop
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """Where the default checkpoint callback writes ``last.ckpt``."""
+        return self.default_root_dir / "checkpoints" / "last.ckpt"
+
+    # ----------------------------------------------------------------- progress
+    @property
+    def training(self) -> bool:
+        """Whether the training loop is running."""
+        return self.state.stage == "train"
+
+    @property
+    def validating(self) -> bool:
+        """Whether a validation loop is running (inside fit or ``validate``)."""
+        return self.state.stage == "validate"
+
+    @property
+    def testing(self) -> bool:
+        """Whether the test loop is running."""
+        return self.state.stage == "test"
+
+    @property
+    def predicting(self) -> bool:
+        """Whether the prediction loop is running."""
+        return self.state.stage == "predict"
+
+    @property
+    def evaluating(self) -> bool:
+        """Whether a validation or test loop is running."""
+        return self.state.stage in ("validate", "test")
+
+    # ----------------------------------------------------------------- data
+    @property
+    def limit_train_batches(self) -> int | float | None:
+        """Batches per training epoch (``Trainer(limit_train_batches=...)``)."""
+        return self.limits["fit"]
+
+    @property
+    def limit_val_batches(self) -> int | float | None:
+        """Batches per validation run."""
+        return self.limits["validate"]
+
+    @property
+    def limit_test_batches(self) -> int | float | None:
+        """Batches per test run."""
+        return self.limits["test"]
+
+    @property
+    def limit_predict_batches(self) -> int | float | None:
+        """Batches per prediction run."""
+        return self.limits["predict"]
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int] | None:
+        """``num_replicas``/``rank`` for a sampler you build yourself (``None`` with one process)."""
+        return self.strategy.distributed_sampler_kwargs
+
+    def _loaders(self, kind: str) -> Any:
+        data = getattr(self, "_data", None)
+        loaders = data.prepared.get(kind) if data is not None else None
+        if loaders is None:
+            return None
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The training loader in use (as prepared for this process), in this worker during a run."""
+        return self._loaders("train")
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation loader(s) in use (a list when there are several)."""
+        return self._loaders("val")
+
+    @property
+    def test_dataloaders(self) -> Any:
+        """The test loader(s) in use."""
+        return self._loaders("test")
+
+    @property
+    def predict_dataloaders(self) -> Any:
+        """The prediction loader(s) in use."""
+        return self._loaders("predict")
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        """Optimizer steps the fit will take: ``max_steps`` if set, else batches per epoch / accumulation x
+        ``max_epochs`` (``inf`` without a bound). Usable in ``configure_optimizers`` (OneCycleLR)."""
+        if self.max_epochs in (None, -1):
+            return self.max_steps if self.max_steps != -1 else float("inf")
+        batches = self.num_training_batches
+        if batches is None and getattr(self, "_data", None) is not None:
+            loaders = self._data.loaders("train")
+            batches = self.num_training_batches = self._data.num_batches(loaders[0], "train") if loaders else 0
+        if batches is None:
+            return float("inf")
+        total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs
+        return total if self.max_steps == -1 else min(total, self.max_steps)

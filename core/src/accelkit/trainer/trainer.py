@@ -1,0 +1,409 @@
+"""``accelkit.Trainer``: resolves the run from strings, launches it, and reports its state.
+
+The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in :mod:`accelkit.module.optimizers`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+from accelkit.callbacks.base import Callback
+from accelkit.errors import ConfigurationError
+from accelkit.plugins.compose import Composition, compose, print_notices
+from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
+from accelkit.trainer.arguments import (
+    CLOUD_ONLY,
+    callback_list,
+    check_barebones,
+    check_device_count,
+    check_loaders,
+    check_root_dir,
+    check_run_arguments,
+    env_seed,
+    logger_list,
+    parse_collective_timeout,
+    parse_max_time,
+    plugin_arguments,
+    split_datamodule,
+)
+from accelkit.trainer.properties import TrainerProperties
+
+
+@dataclass
+class TrainerState:
+    """What the Trainer is doing: ``fn`` is the entry point (``"fit"``, ``"validate"``, ``"test"``,
+    ``"predict"``); ``stage`` the loop running now (``"train"``, ``"sanity_check"``, ``"validate"``, ...)."""
+
+    fn: str | None = None
+    stage: str | None = None
+
+
+class Trainer(TrainerProperties):
+    """Compose a run from names and drive it: Lightning's ``Trainer`` arguments, resolved through plugins.
+
+    :param accelerator: an accelerator name (``"cpu"``, or any a plugin provides, with aliases), an
+        :class:`~accelkit.Accelerator` instance, or ``"auto"``: the available accelerator of highest priority.
+    :param strategy: a strategy name (``"ddp_spawn"``...), a :class:`~accelkit.Strategy`, or ``"auto"``.
+    :param devices: how many devices, which ones (``[1]``, ``"0,1"``), or ``"auto"``.
+    :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``).
+    :param precision: ``"32-true"`` (default), ``"64-true"``, ``"bf16-mixed"``, ``"16-mixed"`` ..., as the
+        accelerator's plugins provide; ints such as ``16`` are aliases.
+    :param logger: ``True`` (default) for a :class:`~accelkit.loggers.CSVLogger` under ``default_root_dir``,
+        ``False``/``None`` for none, a logger, or a list of loggers.
+    :param callbacks: :class:`~accelkit.Callback` instances (one or a list).
+    :param fast_dev_run: run 1 (``True``) or N batches of every loop once, without loggers or checkpoints.
+    :param max_epochs: stop after this many epochs (default 1000 if ``max_steps`` is not set; ``-1``: no limit).
+    :param min_epochs: a stop requested earlier (early stopping) waits for this many epochs.
+    :param max_steps: stop after this many optimizer steps (``-1``: no limit).
+    :param min_steps: a stop requested earlier waits for this many steps.
+    :param max_time: stop after this long: ``"DD:HH:MM:SS"``, a ``timedelta`` or a dict of its arguments.
+    :param limit_train_batches: batches per training epoch: an int, or a float fraction (``None``: all).
+    :param limit_val_batches: likewise for validation (``0`` turns validation off).
+    :param limit_test_batches: likewise for testing.
+    :param limit_predict_batches: likewise for prediction.
+    :param overfit_batches: train (and validate) on this many batches (or fraction) of the training data, unshuffled.
+    :param val_check_interval: validate every N training batches (int) or every fraction of an epoch (float).
+    :param check_val_every_n_epoch: validate after every N-th training epoch (``None``: count batches across
+        epochs with an int ``val_check_interval``).
+    :param num_sanity_val_steps: validation batches run before training to catch bugs early (``-1``: all).
+    :param log_every_n_steps: how often per-step metrics are read from the device and logged.
+    :param enable_checkpointing: add a :class:`~accelkit.callbacks.ModelCheckpoint` writing
+        ``<default_root_dir>/checkpoints/last.ckpt`` unless one is given.
+    :param enable_progress_bar: show a tqdm bar (global-zero process only).
+    :param enable_model_summary: print a table of the module's layers and parameter counts at fit start.
+    :param accumulate_grad_batches: sum gradients over this many batches per optimizer step.
+    :param gradient_clip_val: clip gradients to this norm (or value); ``None``: no clipping.
+    :param gradient_clip_algorithm: ``"norm"`` (default) or ``"value"``.
+    :param deterministic: ``True`` makes torch use deterministic algorithms (``"warn"``: warn where impossible).
+    :param benchmark: the value of ``torch.backends.cudnn.benchmark`` during the run (``None``: unchanged).
+    :param inference_mode: evaluate under ``torch.inference_mode()`` (``False``: ``torch.no_grad()``).
+    :param use_distributed_sampler: in a distributed run, give each rank its shard of the data (a sampler
+        that already knows its rank is left as it is).
+    :param profiler: ``"simple"``, ``"pytorch"``, a :class:`~accelkit.profilers.Profiler`, or ``None``.
+    :param detect_anomaly: run with ``torch.autograd.detect_anomaly()``.
+    :param barebones: turn off everything that costs time per step (logging, bar, checkpoints, summary).
+    :param plugins: plugin objects to register, strategy or precision names/instances (``"tpu_spawn_debug"``),
+        and ``"no:NAME"`` to block an installed plugin.
+    :param sync_batchnorm: turn batch-norm layers into ``SyncBatchNorm`` in distributed runs.
+    :param reload_dataloaders_every_n_epochs: request the loaders again every N epochs.
+    :param default_root_dir: where logs and checkpoints go (default: the working directory).
+    :param seed: base seed for the distributed sampler's shuffling (default ``ACCELKIT_SEED`` or 0).
+    :param collective_timeout: how long a distributed collective (gradient exchange, barrier, metric reduction,
+        joining the process group) may wait for the other processes before the run fails: seconds or a
+        ``timedelta``; default 10 minutes (``torch.distributed``'s own default is 30). A watchdog names the rank
+        that is behind after a tenth of it (see ``docs/topology.rst``).
+    :param legacy_arguments: other keyword arguments (old spellings such as a ``*_cores=`` argument); a plugin
+        translates them or the Trainer raises ``TypeError``.
+    """
+
+    def __init__(
+        self, *,
+        accelerator: Any = "auto", strategy: Any = "auto", devices: Any = "auto", num_nodes: int = 1,
+        precision: Any = "32-true", logger: Any = None, callbacks: Iterable[Callback] | Callback | None = None,
+        fast_dev_run: int | bool = False, max_epochs: int | None = None, min_epochs: int | None = None,
+        max_steps: int = -1, min_steps: int | None = None, max_time: Any = None,
+        limit_train_batches: int | float | None = None, limit_val_batches: int | float | None = None,
+        limit_test_batches: int | float | None = None, limit_predict_batches: int | float | None = None,
+        overfit_batches: int | float = 0.0, val_check_interval: int | float | None = None,
+        check_val_every_n_epoch: int | None = 1, num_sanity_val_steps: int | None = None,
+        log_every_n_steps: int | None = None, enable_checkpointing: bool | None = None,
+        enable_progress_bar: bool | None = None, enable_model_summary: bool | None = None,
+        accumulate_grad_batches: int = 1, gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None, deterministic: Any = None, benchmark: bool | None = None,
+        inference_mode: bool = True, use_distributed_sampler: bool = True, profiler: Any = None,
+        detect_anomaly: bool = False, barebones: bool = False, plugins: Any = None, sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
+        seed: int | None = None, collective_timeout: Any = None, **legacy_arguments: Any,
+    ) -> None:
+        for name, reason in CLOUD_ONLY.items():
+            if legacy_arguments.pop(name, None) is not None:
+                raise ConfigurationError(reason)
+        self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
+        self._manager: PluginManager | None = None
+
+        manager = self.plugin_manager
+        self._register_plugin_objects()
+        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
+                     "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
+        manager.hook.accelkit_translate_arguments(arguments=arguments)
+        if arguments["extra"]:
+            raise TypeError(f"Trainer() got unexpected keyword argument(s): {', '.join(sorted(arguments['extra']))}")
+
+        run_args = dict(
+            max_epochs=max_epochs, max_steps=max_steps, min_epochs=min_epochs, min_steps=min_steps,
+            accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm, log_every_n_steps=log_every_n_steps or 50,
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            val_check_interval=1.0 if val_check_interval is None else val_check_interval,
+            num_sanity_val_steps=2 if num_sanity_val_steps is None else num_sanity_val_steps,
+            fast_dev_run=fast_dev_run, reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+            deterministic=deterministic, limit_train_batches=limit_train_batches,
+            limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
+            limit_predict_batches=limit_predict_batches, overfit_batches=overfit_batches)
+        problems = check_run_arguments(run_args)
+        if barebones:
+            check_barebones(dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
+                                 enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
+                                 detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps), problems)
+        try:
+            self.max_time = parse_max_time(max_time)
+        except ValueError as exc:
+            problems.append(str(exc))
+        too_many = check_device_count(arguments["devices"], arguments["accelerator"], manager)
+        if too_many:
+            raise ConfigurationError(problems + [too_many])  # the accelerator would try to build the list
+        try:
+            composition = compose(manager, accelerator=arguments["accelerator"], devices=arguments["devices"],
+                                  strategy=arguments["strategy"], precision=arguments["precision"],
+                                  num_nodes=arguments["num_nodes"], plugin_names=names,
+                                  plugin_objects=self._plugin_objects)
+        except ConfigurationError as exc:
+            raise ConfigurationError(problems + exc.problems) from None
+        if problems:
+            raise ConfigurationError(problems)
+        accel = composition.accelerator
+        if sync_batchnorm and composition.strategy.world_size > 1 and not accel.supports_sync_batchnorm:
+            raise ConfigurationError(f"sync_batchnorm=True: torch.nn.SyncBatchNorm does not run on accelerator "
+                                     f"{accel.name!r} (its plugin says so); use sync_batchnorm=False, or an "
+                                     "accelerator whose plugin supports it")
+        if collective_timeout is not None:
+            composition.strategy.collective_timeout_s = parse_collective_timeout(collective_timeout)
+        print_notices(composition.notices)
+        self._composition: Composition = composition
+
+        self.fast_dev_run = fast_dev_run
+        fast = int(fast_dev_run)
+        self.barebones = barebones
+        self.default_root_dir = Path(default_root_dir or os.getcwd())
+        writes = not (fast or barebones) and (enable_checkpointing is not False or logger in (None, True))
+        unwritable = check_root_dir(self.default_root_dir) if writes else None
+        if unwritable:
+            raise ConfigurationError(unwritable)
+        self.max_steps = fast if fast else max_steps
+        self.max_epochs = 1 if fast else (max_epochs if max_epochs is not None else (1000 if max_steps == -1
+                                                                                     else None))
+        self.min_epochs, self.min_steps = min_epochs, min_steps
+        if fast:
+            limits = [fast] * 4
+        else:
+            limits = [limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches]
+            if overfit_batches:
+                limits[0] = limits[1] = overfit_batches
+        self.limits = dict(zip(("fit", "validate", "test", "predict"), limits))
+        self.overfit_batches = overfit_batches
+        self.val_check_interval = run_args["val_check_interval"]
+        self.check_val_every_n_epoch = check_val_every_n_epoch
+        self.num_sanity_val_steps = 0 if fast or barebones else run_args["num_sanity_val_steps"]
+        self.log_every_n_steps = run_args["log_every_n_steps"]
+        self.accumulate_grad_batches = accumulate_grad_batches
+        self.gradient_clip_val = gradient_clip_val
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.deterministic, self.benchmark = deterministic, benchmark
+        self.inference_mode = inference_mode
+        self.detect_anomaly = detect_anomaly
+        self.sync_batchnorm = sync_batchnorm
+        self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
+        self.enable_progress_bar = not barebones and enable_progress_bar is not False
+        self.enable_model_summary = not barebones and enable_model_summary is not False
+        self.enable_checkpointing = not (fast or barebones) and enable_checkpointing is not False
+        self.use_distributed_sampler = use_distributed_sampler
+        self.seed = seed if seed is not None else env_seed()
+        self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, manager)
+        from accelkit.profilers import resolve_profiler
+
+        self.profiler = resolve_profiler(profiler)
+        self.callbacks = callback_list(callbacks)
+        from accelkit.callbacks import Checkpoint, ModelCheckpoint
+        from accelkit.callbacks.model_summary import configure_model_summary
+
+        configure_model_summary(self.callbacks, self.enable_model_summary)
+
+        if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
+            # Lightning's default (the latest epoch=E-step=S.ckpt is best_model_path) plus last.ckpt, a hard link
+            # to the same file (written once), which ckpt_path="last" and accelkit's docs use.
+            self.callbacks.append(ModelCheckpoint(dirpath=self.default_root_dir / "checkpoints", save_last=True))
+        elif enable_checkpointing is False and any(isinstance(c, Checkpoint) for c in self.callbacks):
+            given = next(type(c).__name__ for c in self.callbacks if isinstance(c, Checkpoint))
+            raise ConfigurationError(f"enable_checkpointing=False but a checkpoint callback ({given}) is among the "
+                                     "callbacks; remove one of them")
+        if fast:
+            print(f"accelkit: fast_dev_run={fast_dev_run}: every loop runs {fast} batch(es); logging and "
+                  "checkpointing are off.")
+        self._reset_run_state()
+
+    def _reset_run_state(self) -> None:
+        from accelkit.loops.metrics import MetricStore
+
+        self.current_epoch = 0
+        self.global_step = 0
+        self.callback_metrics: dict[str, Any] = {}
+        self.logged_metrics: dict[str, Any] = {}
+        self.progress_bar_metrics: dict[str, float] = {}
+        self.should_stop = False
+        self.sanity_checking = False
+        self.is_last_batch = False
+        self.num_training_batches: int | None = None
+        self.num_val_batches: list[int | None] = []
+        self.state = TrainerState()
+        self.datamodule: Any = None
+        self.ckpt_path: Any = None
+        self._metrics = MetricStore()
+        self._module: Any = None
+        self._model: Any = None
+        self._optim: Any = None
+        self._optimizers: list[Any] = []
+        self._schedulers: list[Any] = []
+        self._worker_training_state: Any = None
+        self._warned_hooks = False
+        self._epoch_training_done = False
+
+    # ----------------------------------------------------------------- composition
+    @property
+    def plugin_manager(self) -> PluginManager:
+        """The plugin manager (rebuilt inside each spawned worker)."""
+        if self._manager is None:
+            self._manager = PluginManager(blocked=self._blocked)
+        return self._manager
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_manager"] = None  # pluggy managers hold modules; workers rebuild theirs
+        state["_plugin_objects"] = portable_plugins(self._plugin_objects)  # plugin modules travel by name
+        state["_hooks"] = state["_data"] = state["_publisher"] = state["_optim"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._plugin_objects = resolve_plugins(self._plugin_objects)
+        self._register_plugin_objects()
+
+    def _register_plugin_objects(self) -> None:
+        """Register the ``plugins=[...]`` objects that carry hooks; strategy, precision and cluster-environment
+        instances are parts of the run, resolved by ``compose``, not plugins."""
+        from accelkit.environments.base import ClusterEnvironment
+        from accelkit.precision import Precision
+        from accelkit.strategies.base import Strategy
+
+        for obj in self._plugin_objects:
+            if not isinstance(obj, (Strategy, Precision, ClusterEnvironment)):
+                self.plugin_manager.add_plugin(obj)
+
+    # ----------------------------------------------------------------- public entry points
+    def fit(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, datamodule: Any = None,
+            ckpt_path: str | os.PathLike | None = None, weights_only: bool = True) -> None:
+        """Train ``model`` on loaders, a DataModule (``fit(model, dm)`` or ``datamodule=dm``) or its own
+        ``*_dataloader`` methods.
+
+        :param ckpt_path: resume from this checkpoint (``"last"``, ``"best"`` or a path).
+        :param weights_only: load the checkpoint with ``torch.load(weights_only=True)`` (refuses arbitrary
+            pickled objects); set ``False`` only for checkpoints you trust.
+        """
+        from accelkit.trainer.dispatch import launch
+
+        train_dataloaders, datamodule = split_datamodule(train_dataloaders, datamodule, "train_dataloaders")
+        check_loaders("fit", {"train": train_dataloaders, "val": val_dataloaders})
+        launch(self, "fit", model, datamodule, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path,
+               weights_only, {})
+
+    def validate(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
+                 datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:
+        """Run the validation loop once; returns one metrics dict per loader. Without ``model``, the module of
+        the last ``fit`` (with the best checkpoint's weights when a ModelCheckpoint recorded one)."""
+        from accelkit.trainer.dispatch import launch
+
+        dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
+        check_loaders("validate", {"val": dataloaders})
+        return launch(self, "validate", model, datamodule, {"val": dataloaders}, ckpt_path, weights_only,
+                      {"verbose": verbose})
+
+    def test(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
+             datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:
+        """Run the test loop once; returns one metrics dict per loader (see :meth:`validate` for ``model``)."""
+        from accelkit.trainer.dispatch import launch
+
+        dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
+        check_loaders("test", {"test": dataloaders})
+        return launch(self, "test", model, datamodule, {"test": dataloaders}, ckpt_path, weights_only,
+                      {"verbose": verbose})
+
+    def predict(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
+                return_predictions: bool | None = None, ckpt_path: Any = None, weights_only: bool = True) -> Any:
+        """Return the predictions of every batch (on the CPU; those of the global-zero rank when distributed);
+        ``None`` with ``return_predictions=False``."""
+        from accelkit.trainer.dispatch import launch
+
+        dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
+        check_loaders("predict", {"predict": dataloaders})
+        return launch(self, "predict", model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
+                      {"return_predictions": True if return_predictions is None else return_predictions})
+
+    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False, model: Any = None,
+                        storage_options: Any = None) -> None:
+        """Write a checkpoint of the current state atomically (inside a run, every process calls it; after a
+        run, or with ``model``, in the caller)."""
+        from accelkit.loops.checkpointing import dump
+
+        if storage_options is not None:
+            raise ValueError("save_checkpoint(storage_options=...) is not supported: checkpoints go to a local path")
+        model = model if model is not None else self._module
+        if model is None:
+            raise ValueError("Trainer.save_checkpoint(path) outside a run needs the module: "
+                             "trainer.save_checkpoint(path, model=my_module)")
+        self.strategy.save_checkpoint(dump(self, model, weights_only), filepath)
+        if self.strategy.is_global_zero:
+            for logger in self.loggers:
+                after = getattr(logger, "after_save_checkpoint", None)
+                if callable(after) and getattr(self, "checkpoint_callback", None) is not None:
+                    after(self.checkpoint_callback)
+
+    # ----------------------------------------------------------------- used by the loops
+    def _training_state(self) -> dict[str, Any]:
+        """Optimizer, scheduler and precision state: live, or as the last spawned workers returned it."""
+        if not self._optimizers and self._worker_training_state is not None:
+            return self._worker_training_state
+        return {
+            "optimizer_states": [o.state_dict() for o in self._optimizers],
+            "lr_schedulers": [c.scheduler.state_dict() for c in self._schedulers],
+            "precision": self.precision.state_dict(),
+        }
+
+    def _set_optimizers(self, optimizers: list[Any], schedulers: list[Any]) -> None:
+        self._optimizers, self._schedulers = optimizers, schedulers
+
+    def _merge_callbacks(self, module: Any) -> list[Any]:
+        """The run's callbacks: the Trainer's, then the module's ``configure_callbacks()`` (replacing Trainer
+        callbacks of the same type), with checkpoint callbacks last (Lightning's order)."""
+        extra = callback_list(module.configure_callbacks())
+        if extra:
+            kinds = {type(c) for c in extra}
+            kept = [c for c in self.callbacks if type(c) not in kinds]
+            self.callbacks = kept + extra
+        from accelkit.callbacks import Checkpoint
+
+        self.callbacks = [c for c in self.callbacks if not isinstance(c, Checkpoint)] + \
+                         [c for c in self.callbacks if isinstance(c, Checkpoint)]
+        return self.callbacks
+
+    def _apply_determinism(self) -> None:
+        self.accelerator.configure_determinism(self.deterministic, self.benchmark)
+        if self.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=self.deterministic == "warn")
+
+    def _progress(self, total: int | None, description: str, leave: bool) -> Any:
+        if not (self.enable_progress_bar and self.strategy.is_global_zero):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=description, leave=leave, dynamic_ncols=True, unit="batch")
+
+    @staticmethod
+    def _has_step(module: Any, name: str) -> bool:
+        from accelkit.loops.hooks import _overrides
+        from accelkit.module.module import Module
+
+        return _overrides(module, Module, name)

@@ -1,0 +1,61 @@
+"""Seeding: :func:`seed_everything` for every random generator, and the seeds of DataLoader workers."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+
+from accelkit.utilities.rank_zero import rank_zero_only
+
+
+def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+    """Seed Python, NumPy (if installed) and torch; sets ``ACCELKIT_SEED`` so spawned workers inherit it.
+
+    :param seed: the seed (``None``: ``ACCELKIT_SEED`` from the environment, else 0).
+    :param workers: also seed every DataLoader worker process differently but reproducibly (sets
+        ``ACCELKIT_SEED_WORKERS=1``; the Trainer gives loaders without a ``worker_init_fn`` one that derives
+        each worker's seed from the base seed, the worker id and the rank).
+    """
+    if seed is None:
+        raw = os.environ.get("ACCELKIT_SEED", "0")
+        try:
+            seed = int(raw)
+        except ValueError:
+            raise ValueError(f"ACCELKIT_SEED={raw!r} is not an integer seed") from None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise TypeError(f"seed_everything(seed={seed!r}) needs an int")
+    os.environ["ACCELKIT_SEED"] = str(seed)
+    os.environ["ACCELKIT_SEED_WORKERS"] = "1" if workers else "0"
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # pragma: no cover - numpy ships with torch wheels
+        pass
+    torch.manual_seed(seed)
+    return seed
+
+
+def worker_init_function(worker_id: int, rank: int | None = None) -> None:
+    """Seed a DataLoader worker (torch, NumPy, Python) from torch's seed for it, its id and the process rank.
+
+    torch gives each worker ``base + worker_id`` where ``base`` is drawn anew from the main process's generator
+    every epoch, so the seeds differ per epoch, per worker and per rank, and repeat when the run is repeated
+    with the same ``seed_everything`` seed.
+    """
+    rank = rank_zero_only.rank if rank is None else rank
+    base = torch.initial_seed() - worker_id
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - numpy ships with torch wheels
+        seed = hash((base, worker_id, rank)) % 2**32
+        torch.manual_seed(seed)
+        random.seed(seed)
+        return
+    torch_seed, python_seed, numpy_seed = np.random.SeedSequence([base, worker_id, rank]).generate_state(3)
+    torch.manual_seed(int(torch_seed))
+    random.seed(int(python_seed))
+    np.random.seed(int(numpy_seed))

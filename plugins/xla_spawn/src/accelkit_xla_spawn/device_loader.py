@@ -1,0 +1,79 @@
+"""The loader the XLA strategies hand to the loops: torch_xla's background upload, closed when the loop ends.
+
+torch_xla's ``MpDeviceLoader`` starts a ``ParallelLoader`` at every ``iter()``: two daemon threads, one reading
+the DataLoader ahead (up to 16 batches), one copying batches to the device (up to 8 ahead). It stops them only
+when the loader is exhausted or at its next ``iter()``. A loop that stops before the end of its loader (the
+sanity check's two batches, ``limit_*_batches``, ``max_steps``, early stopping) therefore left both threads
+running, still copying batches to the device, until the interpreter exited; one caught inside torch_xla's C++
+code by the interpreter's shutdown ends the process with ``terminate called without an active exception``
+(SIGABRT, exit 134) after the script's work had succeeded.
+
+:class:`DeviceLoader` does the same upload with torch_xla's public ``ParallelLoader``, and stops its threads
+(``ParallelLoader.close()``: the queues close, the threads are joined) as soon as the iteration ends, early or
+not, and at the latest when :meth:`close` is called (the strategy's teardown does, for every loader it made).
+Importing this module imports no torch_xla.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+
+class DeviceLoader:
+    """Iterate ``loader`` with its batches already on ``device``, uploaded in the background by torch_xla.
+
+    Like torch_xla's ``MpDeviceLoader`` (the graph is cut once per batch, tensors move and other objects in a
+    batch pass through), but the upload threads of an iteration stop when it ends.
+
+    :param loader: the DataLoader (or any iterable of batches) to upload from.
+    :param device: the XLA device.
+    :param parallel_loader_options: passed to ``torch_xla.distributed.parallel_loader.ParallelLoader``
+        (``input_sharding``, ``loader_prefetch_size`` ...).
+    """
+
+    def __init__(self, loader: Any, device: Any, **parallel_loader_options: Any) -> None:
+        self.loader = loader
+        self.device = device
+        self.parallel_loader_options = parallel_loader_options
+        self._open: list[Any] = []  # ParallelLoaders whose threads may still run
+
+    @property
+    def _loader(self) -> Any:
+        """The wrapped loader under the attribute name torch_xla's ``MpDeviceLoader`` uses (code that looks
+        through device loaders for the sampler finds it there)."""
+        return self.loader
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        import torch_xla.distributed.parallel_loader as pl
+
+        self.close()  # a new pass: the previous one's threads stop first, as MpDeviceLoader does
+        parallel = pl.ParallelLoader(self.loader, [self.device], **self.parallel_loader_options)
+        self._open.append(parallel)
+        return self._batches(parallel)
+
+    def _batches(self, parallel: Any) -> Iterator[Any]:
+        try:
+            yield from parallel.per_device_loader(self.device)
+        finally:  # exhausted, or the loop stopped early and dropped the iterator
+            self._stop(parallel)
+
+    def _stop(self, parallel: Any) -> None:
+        if parallel in self._open:
+            self._open.remove(parallel)
+            parallel.close()
+
+    @property
+    def running(self) -> int:
+        """How many passes still have upload threads (0 once every iteration ended or :meth:`close` ran)."""
+        return len(self._open)
+
+    def close(self) -> None:
+        """Stop the upload threads of every pass still open (joins them; they finish the batch in hand)."""
+        for parallel in list(self._open):
+            self._stop(parallel)
+
+    def __repr__(self) -> str:
+        return f"DeviceLoader({self.loader!r}, device={self.device})"
