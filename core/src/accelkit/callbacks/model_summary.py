@@ -152,8 +152,9 @@ def configure_model_summary(callbacks: list[Any], enabled: bool) -> None:
 
 
 class RichModelSummary(ModelSummary):
-    """:class:`ModelSummary` drawn as a table with the `rich <https://github.com/Textualize/rich>`_ library (an
-    optional extra: ``pip install rich``; without it, constructing this callback raises ``ImportError``).
+    """:class:`ModelSummary` drawn as a table with the `rich <https://github.com/Textualize/rich>`_ library, an
+    optional extra (``pip install rich`` or ``pip install "accelkit[rich]"``); without it, constructing this
+    callback raises ``ImportError``.
 
     :param max_depth: as for :class:`ModelSummary`.
     :param summarize_kwargs: ``header_style`` (a rich style for the table's header, default ``"bold magenta"``).
@@ -166,7 +167,8 @@ class RichModelSummary(ModelSummary):
             import rich  # noqa: F401
         except ImportError:
             raise ImportError("RichModelSummary draws its table with the rich package, which is not installed: "
-                              "pip install rich (or use ModelSummary for the plain-text table)") from None
+                              "pip install rich (or the core's extra: pip install 'accelkit[rich]'), or use "
+                              "ModelSummary for the plain-text table") from None
         super().__init__(max_depth, **summarize_kwargs)
 
     def _check_summarize_kwargs(self, summarize_kwargs: dict[str, Any]) -> None:
