@@ -76,15 +76,15 @@ class GradientAccumulationScheduler(Callback):
                 f"GradientAccumulationScheduler needs automatic optimization, but {type(pl_module).__name__} sets "
                 "automatic_optimization=False; accumulate in training_step (step every N batches) and remove the "
                 "callback, or switch to automatic optimization")
-        from accelkit import Module
+        from accelkit.module import Module
 
         overridden = [name for name in ("optimizer_step", "optimizer_zero_grad")
                       if getattr(type(pl_module), name, None) is not getattr(Module, name)]
         if overridden and self.going_to_accumulate_grad_batches():
             warnings.warn(
-                f"{type(pl_module).__name__} overrides {' and '.join(overridden)}, and the GradientAccumulationScheduler "
-                f"accumulates batches ({self.scheduling}): those hooks run once per optimizer step, not every "
-                "batch.", UserWarning, stacklevel=2)
+                f"{type(pl_module).__name__} overrides {' and '.join(overridden)}, and the "
+                f"GradientAccumulationScheduler accumulates batches ({self.scheduling}): those hooks run once per "
+                "optimizer step, not every batch.", UserWarning, stacklevel=2)
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         """Set this epoch's factor on the trainer."""

@@ -323,7 +323,7 @@ def _install_scheduler(trainer: Any, scheduler: Any) -> None:
 def _batch_to_device(trainer: Any, pl_module: Any, batch: Any) -> Any:
     """What the fit loop does to a batch: the batch-transfer hooks (the DataModule's override wins), the move to
     the device, the precision's input conversion."""
-    from accelkit import DataModule, Module
+    from accelkit.module import DataModule, Module
 
     datamodule = trainer.datamodule
 
