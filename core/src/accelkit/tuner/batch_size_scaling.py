@@ -6,26 +6,37 @@
 
 * ``mode="power"`` doubles the batch size until a trial runs out of memory and keeps the last one that fitted;
 * ``mode="binsearch"`` doubles the same way, then bisects between the last size that fitted and the first that
-  did not.
+  did not, and keeps the largest that fitted less a safety ``margin`` (5% by default, as in Lightning 2.6).
 
 Whether an error means "out of memory" is the accelerator's call (:meth:`accelkit.Accelerator.is_out_of_memory`),
 so every device plugin recognises its own runtime's errors; any other error ends the search and propagates. The
-search never grows past the number of samples in the loaders it reads (a batch cannot be larger). Afterwards the
-weights, the Trainer and its settings are as before, and the batch size attribute holds the size found.
+search never grows past ``max_val`` nor past the number of samples in the loaders it reads (a batch cannot be
+larger). Afterwards the weights, the Trainer and its settings are as before, and the batch size attribute holds
+the size found.
 """
 
 from __future__ import annotations
 
 import gc
+import numbers
 import warnings
 from typing import Any, Callable
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
-from accelkit.tuner.session import TuningSession, attribute_holders, check_tunable, get_attribute, is_datamodule, \
-    set_attribute
+from accelkit.tuner.session import (
+    TuningSession,
+    attribute_holders,
+    check_tunable,
+    get_attribute,
+    is_datamodule,
+    set_attribute,
+)
 
+#: how the batch size is searched
 MODES = ("power", "binsearch")
+#: the fraction ``binsearch`` takes off the largest size that fitted, for safety (Lightning's default)
+DEFAULT_MARGIN = 0.05
 
 
 class _TrialWatch(Callback):
@@ -81,17 +92,27 @@ def is_out_of_memory(accelerator: Any, error: BaseException) -> bool:
     return False
 
 
-def check_batch_arguments(mode: Any, steps_per_trial: Any, init_val: Any, max_trials: Any) -> None:
-    """Refuse values the search cannot use, naming each."""
+def check_batch_arguments(mode: Any, steps_per_trial: Any, init_val: Any, max_trials: Any, margin: Any,
+                          max_val: Any) -> None:
+    """Refuse values the search cannot use, naming each; warn about a ``margin`` that ``power`` mode ignores."""
     problems = []
     if mode not in MODES:
         problems.append(f"mode={mode!r}: use 'power' (double until out of memory) or 'binsearch' (double, then "
                         "bisect between the last size that fitted and the first that did not)")
-    for name, value in (("steps_per_trial", steps_per_trial), ("init_val", init_val), ("max_trials", max_trials)):
+    integers = (("steps_per_trial", steps_per_trial), ("init_val", init_val), ("max_trials", max_trials),
+                ("max_val", max_val))
+    for name, value in integers:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             problems.append(f"{name}={value!r}: give an int >= 1")
+    if not problems and init_val > max_val:
+        problems.append(f"init_val={init_val} is above max_val={max_val}, the largest batch size to try")
+    if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not 0 <= margin < 1:
+        problems.append(f"margin={margin!r}: give the fraction to take off the size binsearch finds, 0 <= margin < 1")
     if problems:
         raise ConfigurationError([f"Tuner.scale_batch_size(): {p}" for p in problems])
+    if mode == "power" and margin != DEFAULT_MARGIN:
+        warnings.warn(f"Tuner.scale_batch_size(margin={margin!r}): the margin applies to mode='binsearch' only; "
+                      "mode='power' keeps the last power of two that fitted", UserWarning, stacklevel=4)
 
 
 def check_loader_sources(method: str, train_dataloaders: Any, dataloaders: Any) -> None:
@@ -108,14 +129,14 @@ def check_loader_sources(method: str, train_dataloaders: Any, dataloaders: Any) 
         f"attribute (self.batch_size or self.hparams.batch_size), and pass the DataModule (datamodule=dm) or nothing")
 
 
-def _next_size(mode: str, low: int, high: int | None, samples: int | None) -> int | None:
+def _next_size(mode: str, low: int, high: int | None, bound: int) -> int | None:
     """The batch size of the next trial, or ``None`` when the search is over. ``low`` is the largest size that
-    fitted (0: none yet), ``high`` the smallest that did not (``None``: none yet)."""
+    fitted (0: none yet), ``high`` the smallest that did not (``None``: none yet), ``bound`` the largest size
+    worth trying."""
     if high is None:
-        if samples is not None and low >= samples:
-            return None  # one batch already holds every sample
-        grown = low * 2
-        return grown if samples is None else min(grown, samples)
+        if low >= bound:
+            return None  # max_val reached, or one batch already holds every sample
+        return min(low * 2, bound)
     if low == 0:
         return high // 2 if high > 1 else 0  # nothing fitted yet: halve (0: not even one sample fits)
     if mode == "power" or high - low <= 1:
@@ -144,7 +165,7 @@ def _attempt(session: TuningSession, run_trial: Callable[[], Any]) -> bool:
 
 
 def _search(session: TuningSession, run_trial: Callable[[], Any], watch: _TrialWatch, holders: list[Any],
-            name: str, mode: str, init_val: int, max_trials: int) -> int:
+            name: str, mode: str, init_val: int, max_trials: int, max_val: int) -> int:
     low, high, size = 0, None, init_val
     for trial in range(1, max_trials + 1):
         set_attribute(holders, name, size)
@@ -152,7 +173,8 @@ def _search(session: TuningSession, run_trial: Callable[[], Any], watch: _TrialW
         low, high = (size, high) if fits else (low, size)
         print(f"accelkit: scale_batch_size: trial {trial}: {name}={size} "
               f"{'fits' if fits else 'runs out of memory'}")
-        size = _next_size(mode, low, high, watch.samples)
+        samples = watch.samples
+        size = _next_size(mode, low, high, max_val if samples is None else min(samples, max_val))
         if size == 0:
             raise RuntimeError(f"Tuner.scale_batch_size(): even {name}=1 runs out of memory on accelerator "
                                f"{session.trainer.accelerator.name!r}; the model itself needs a smaller footprint "
@@ -171,10 +193,11 @@ def _search(session: TuningSession, run_trial: Callable[[], Any], watch: _TrialW
 def scale_batch_size(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
                      dataloaders: Any = None, datamodule: Any = None, method: str = "fit", mode: str = "power",
                      steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
-                     batch_arg_name: str = "batch_size") -> int | None:
+                     batch_arg_name: str = "batch_size", margin: float = DEFAULT_MARGIN,
+                     max_val: int = 8192) -> int | None:
     """Search the batch size on ``trainer`` (see :meth:`accelkit.tuner.Tuner.scale_batch_size`)."""
     check_tunable(trainer, "scale_batch_size")
-    check_batch_arguments(mode, steps_per_trial, init_val, max_trials)
+    check_batch_arguments(mode, steps_per_trial, init_val, max_trials, margin, max_val)
     check_loader_sources(method, train_dataloaders, dataloaders)
     if is_datamodule(train_dataloaders if method == "fit" else dataloaders):
         datamodule = train_dataloaders if method == "fit" else dataloaders
@@ -200,7 +223,10 @@ def scale_batch_size(trainer: Any, model: Any, train_dataloaders: Any = None, va
                           val_check_interval=1.0, check_val_every_n_epoch=1, **{limit: steps_per_trial})
         try:
             found = _search(session, _trial(trainer, model, method, val_dataloaders, datamodule), watch, holders,
-                            batch_arg_name, mode, init_val, max_trials)
+                            batch_arg_name, mode, init_val, max_trials, max_val)
+            if mode == "binsearch" and margin:
+                found = max(1, int(found * (1 - margin)))
+                print(f"accelkit: scale_batch_size: {batch_arg_name}={found} after the {margin:.0%} safety margin")
         finally:
             set_attribute(holders, batch_arg_name, original if found is None else found)
     print(f"accelkit: scale_batch_size: {batch_arg_name}={found} "

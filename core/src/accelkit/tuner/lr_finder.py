@@ -21,6 +21,7 @@ from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 from accelkit.tuner.session import TuningSession, attribute_holders, check_tunable, set_attribute
 
+#: how the learning rate grows from ``min_lr`` to ``max_lr``
 MODES = ("exponential", "linear")
 #: names the learning rate is looked for under when ``attr_name`` is not given (as in Lightning)
 LR_ATTRIBUTES = ("lr", "learning_rate")
@@ -56,10 +57,11 @@ class LRFinder:
     def suggestion(self, skip_begin: int = 10, skip_end: int = 1) -> float | None:
         """The learning rate where the smoothed loss falls fastest: the steepest descent of the curve as
         :meth:`plot` draws it (against log10 of the learning rate in ``exponential`` mode, against the learning
-        rate in ``linear`` mode), each slope taken across one neighbour per 40 recorded points on each side (at
-        least one), so that a sustained fall outweighs step-to-step noise. The first ``skip_begin`` and the last ``skip_end`` points are left out, so are
-        points whose loss is not finite, and so is everything after the lowest loss (where the curve rises
-        again, a dip is not a descent). ``None``, with a warning, when fewer than two points remain.
+        rate in ``linear`` mode), each slope taken from the points a twentieth of the curve away on either side
+        (at least the neighbours), so that a sustained fall outweighs step-to-step noise. The first
+        ``skip_begin`` and the last ``skip_end`` points are left out, so are points whose loss is not finite, and
+        so is everything after the lowest loss (where the curve rises again, a dip is not a descent). ``None``,
+        with a warning, when fewer than two points remain.
         """
         for name, value in (("skip_begin", skip_begin), ("skip_end", skip_end)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -79,9 +81,9 @@ class LRFinder:
             return None
         x = [math.log10(lrs[i]) if self.mode == "exponential" else lrs[i] for i in kept]
         y = [losses[i] for i in kept]
-        # The slope at each point spans a few neighbours on each side (one per 40 points recorded): a sustained
-        # fall outweighs the step-to-step noise a single-step difference would follow.
-        reach = max(1, round(len(losses) / 40))
+        # The slope at each point spans a twentieth of the curve on each side: a sustained fall outweighs the
+        # step-to-step noise of the early, briefly averaged points that a one-step difference would follow.
+        reach = max(1, round(len(losses) / 20))
         slopes = []
         for j in range(len(kept)):
             left, right = max(0, j - reach), min(len(kept) - 1, j + reach)

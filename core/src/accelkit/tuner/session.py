@@ -19,6 +19,7 @@ import torch
 
 from accelkit.errors import ConfigurationError
 
+#: the stages a tuner's trials can run
 METHODS = ("fit", "validate", "test", "predict")
 
 
@@ -52,7 +53,7 @@ def check_method(method: Any, train_dataloaders: Any, val_dataloaders: Any, data
 
 def is_datamodule(value: Any) -> bool:
     """Whether ``value`` is a DataModule (``fit(model, dm)`` passes one where the training loaders go)."""
-    from accelkit import DataModule
+    from accelkit.module import DataModule
 
     return isinstance(value, DataModule)
 

@@ -76,7 +76,8 @@ class Tuner:
     def scale_batch_size(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
                          dataloaders: Any = None, datamodule: Any = None, method: str = "fit", mode: str = "power",
                          steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
-                         batch_arg_name: str = "batch_size") -> int | None:
+                         batch_arg_name: str = "batch_size", margin: float = 0.05,
+                         max_val: int = 8192) -> int | None:
         """Find the largest batch size whose trials do not run out of memory, and set it where the batch size
         is kept: ``model.<batch_arg_name>``, ``model.hparams``, the DataModule's attribute or its ``hparams``
         (every one of them that exists). The loaders are built anew for each trial by the ``*_dataloader``
@@ -89,16 +90,21 @@ class Tuner:
         :param datamodule: the DataModule providing the loaders (and perhaps keeping the batch size).
         :param method: the stage the trials run: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``.
         :param mode: ``"power"`` (double until out of memory; keep the last size that fitted) or
-            ``"binsearch"`` (double, then bisect between the last size that fitted and the first that did not).
+            ``"binsearch"`` (double, then bisect between the last size that fitted and the first that did not;
+            keep the largest that fitted, less ``margin``).
         :param steps_per_trial: batches each trial runs (training steps, plus as many validation batches in the
             sanity check of a ``fit`` trial).
         :param init_val: the batch size of the first trial.
         :param max_trials: the most trials the search runs.
         :param batch_arg_name: the name the batch size is kept under.
-        :returns: the batch size found (never more than the samples in the loaders), or ``None`` under
-            ``fast_dev_run`` (with a warning).
+        :param margin: the fraction ``binsearch`` takes off the largest size that fitted, as a safety buffer
+            (``0 <= margin < 1``; ``power`` mode ignores it, with a warning when it is not the default).
+        :param max_val: the largest batch size to try.
+        :returns: the batch size found (never more than ``max_val`` or the samples in the loaders), or ``None``
+            under ``fast_dev_run`` (with a warning).
         """
         check_method(method, train_dataloaders, val_dataloaders, dataloaders, "scale_batch_size")
         return scale_batch_size(self._trainer, model, train_dataloaders, val_dataloaders, dataloaders, datamodule,
                                 method=method, mode=mode, steps_per_trial=steps_per_trial, init_val=init_val,
-                                max_trials=max_trials, batch_arg_name=batch_arg_name)
+                                max_trials=max_trials, batch_arg_name=batch_arg_name, margin=margin,
+                                max_val=max_val)
