@@ -100,6 +100,7 @@ def main():
     records = fit(args, "swa", model, [StochasticWeightAveraging(swa_lrs=1e-2), every_epoch])
 
     # the final weights are the running average of the weights epochs 7, 8 and 9 started from
+    model.cpu()  # after a fit in this process the module stays on the device, as in Lightning
     starts = records[0]["starts"]
     expect(len(starts) == EPOCHS, f"{len(starts)} epoch starts recorded")
     differs_from_last = False
@@ -123,6 +124,7 @@ def main():
     expect(ckpt.is_file(), f"no checkpoint {ckpt}")
     resumed = Model()
     fit(args, "resumed", resumed, [StochasticWeightAveraging(swa_lrs=1e-2)], ckpt_path=ckpt)
+    resumed.cpu()
     for (name, value), again in zip(model.state_dict().items(), resumed.state_dict().values()):
         expect(torch.allclose(value.float(), again.float(), atol=1e-5), f"{name}: the resumed fit ended elsewhere")
     ok("swa")
