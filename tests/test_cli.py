@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from accelkit import cli
+from accelkit.cli.main import load_commands
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,7 +67,8 @@ def test_blocked_plugin_is_listed_as_blocked(clean_env, capsys):
     report = json.loads(run_cli(capsys, "plugins", "--json")[1])
     cpu = next(p for p in report["plugins"] if p["name"] == "cpu")
     assert cpu["status"] == "blocked" and "ACCELKIT_BLOCK_PLUGINS" in cpu["reason"]
-    assert cpu["provides"] == {"accelerators": [], "strategies": [], "precisions": [], "loggers": []}
+    assert cpu["provides"] == {"accelerators": [], "strategies": [], "precisions": [], "cluster_environments": [],
+                               "loggers": [], "commands": []}
 
 
 def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_distribution, run_python):
@@ -288,3 +290,125 @@ def test_plugins_piped_into_a_closed_reader_is_not_an_error():
     done = subprocess.run(f"'{sys.executable}' -m accelkit.cli plugins | head -1", shell=True, capture_output=True,
                           text=True, timeout=120)
     assert done.stdout.startswith("accelkit ") and "BrokenPipeError" not in done.stderr, done.stderr
+
+
+# ------------------------------------------------------------------------------------------- plugin commands
+COMMANDS_PLUGIN = '''
+import accelkit
+from accelkit import hookimpl
+from accelkit.records import CommandRecord
+
+ACCELKIT_API = ">=1.2,<2"
+
+
+def hello_arguments(parser):
+    parser.add_argument("name")
+    parser.add_argument("--shout", action="store_true")
+
+
+def hello(args):
+    text = f"hello, {args.name}"
+    print(text.upper() if args.shout else text)
+    return 3 if args.name == "three" else None
+
+
+def echo(words):
+    print(words)
+    return 0
+
+
+def broken_arguments(parser):
+    raise RuntimeError("options table missing")
+
+
+def count(args):
+    print(len(args.plugin_manager.registry.command_records()))
+
+
+def refuse(args):
+    raise accelkit.ConfigurationError("refusing politely")
+
+
+@hookimpl
+def accelkit_register_commands():
+    here = "acme_cli_commands:"
+    return [CommandRecord("hello", "greet someone", here + "hello_arguments", here + "hello", aliases=("hi",)),
+            CommandRecord("echo", "print the words it gets", run=echo, raw=True),
+            CommandRecord("broken", "options that cannot be built", broken_arguments, count),
+            CommandRecord("count", "count the commands", run=count),
+            CommandRecord("refuse", "raise an accelkit error", run=refuse)]
+'''
+FIT_CLAIMER = '''
+from accelkit import hookimpl
+from accelkit.records import CommandRecord
+
+ACCELKIT_API = ">=1.2,<2"
+
+
+@hookimpl
+def accelkit_register_commands():
+    return [CommandRecord("fit", "a second fit", run=lambda args: 0)]
+'''
+
+
+IGNORE_FIT_CLAIM = pytest.mark.filterwarnings("ignore:command name 'fit' is claimed:RuntimeWarning")
+
+
+@pytest.fixture
+def command_plugins(tmp_path, make_distribution, monkeypatch, clean_env):
+    """Two installed distributions (on sys.path, found through importlib.metadata in this process): one with five
+    commands, one claiming the core's ``fit``."""
+    make_distribution(tmp_path, "acme-commands", "1.0.0", {"acmecmd": "acme_cli_commands"},
+                      {"acme_cli_commands": COMMANDS_PLUGIN})
+    make_distribution(tmp_path, "acme-fitclaim", "1.0.0", {"fitclaim": "acme_cli_fitclaim"},
+                      {"acme_cli_fitclaim": FIT_CLAIMER})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    for name in ("acme_cli_commands", "acme_cli_fitclaim"):
+        sys.modules.pop(name, None)
+
+
+@IGNORE_FIT_CLAIM
+def test_a_plugin_command_runs_and_is_listed_with_its_distribution(command_plugins, capsys):
+    assert run_cli(capsys, "hello", "world", "--shout")[:2] == (0, "HELLO, WORLD\n")
+    assert run_cli(capsys, "Hi", "three")[:2] == (3, "hello, three\n")  # an alias, any case; its exit status
+    with pytest.raises(SystemExit) as exit_info, pytest.warns(RuntimeWarning, match="command name 'fit'"):
+        cli.main(["--help"])
+    listing = " ".join(capsys.readouterr().out.split())  # argparse wraps the help lines
+    assert exit_info.value.code == 0
+    assert "greet someone [acme-commands 1.0.0]" in listing and "count the commands [acme-commands 1.0.0]" in listing
+    assert "fit train a Module" in listing and "[acme-fitclaim" not in listing  # the core's fit, unmarked
+    with pytest.raises(SystemExit), pytest.warns(RuntimeWarning, match="command name 'fit'"):
+        cli.main(["hello", "--help"])
+    assert "--shout" in capsys.readouterr().out
+
+
+@IGNORE_FIT_CLAIM
+def test_a_raw_plugin_command_gets_its_words_and_a_parsed_one_gets_the_manager(command_plugins, capsys):
+    assert run_cli(capsys, "echo", "--a", "b")[:2] == (0, "['--a', 'b']\n")
+    code, out, _ = run_cli(capsys, "count")
+    assert code == 0 and int(out) == len(load_commands()[0].registry.command_records())
+
+
+@IGNORE_FIT_CLAIM
+def test_a_broken_plugin_command_fails_alone_with_its_name(command_plugins, capsys):
+    code, _, err = run_cli(capsys, "broken")
+    assert code == 1
+    assert ("accelkit: error: command 'broken' (acme-commands 1.0.0) could not be set up: RuntimeError: options "
+            "table missing") in err
+    assert run_cli(capsys, "hello", "again")[:2] == (0, "hello, again\n")
+    code, _, err = run_cli(capsys, "refuse")
+    assert code == 1 and "accelkit: error: refusing politely" in err
+
+
+@IGNORE_FIT_CLAIM
+def test_a_plugin_cannot_take_a_core_command_name(command_plugins, capsys):
+    code, out, _ = run_cli(capsys, "plugins", "--json")
+    report = json.loads(out)
+    [conflict] = report["conflicts"]
+    assert "command name 'fit'" in conflict and "acme-fitclaim 1.0.0" in conflict
+    assert "stays accelkit (core)'s" in conflict
+    mine = next(p for p in report["plugins"] if p["name"] == "acmecmd")
+    assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse"]
+    assert {c["name"] for c in report["core"]["provides"]["commands"]} == {
+        "fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"}

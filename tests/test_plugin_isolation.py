@@ -13,7 +13,7 @@ import accelkit
 import pytest
 import torch
 from accelkit.errors import PluginConflictError
-from accelkit.plugins.manager import FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
+from accelkit.plugins.manager import DUPLICATE, FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
 from accelkit.precision import MixedPrecision, TruePrecision
 from accelkit.records import AcceleratorRecord
 
@@ -62,6 +62,14 @@ HINTER = '''
 ACCELKIT_API = ">=1.0,<2"
 ACCELKIT_INSTALL_HINTS = {"accelerators": {"npu": "acme-npu"}}
 '''
+COMMAND_RAISER = '''
+from accelkit import hookimpl
+ACCELKIT_API = ">=1.2,<2"
+
+@hookimpl
+def accelkit_register_commands():
+    raise LookupError("command table gone")
+'''
 
 SCENARIOS = '''
 import contextlib, io, json, warnings
@@ -76,20 +84,21 @@ def attempt(**kwargs):
         return {"error": type(exc).__name__, "message": str(exc)}
     return {"accelerator": trainer.config.accelerator}
 
-def command(name):
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = cli.main([name])
-    return {"code": code, "text": out.getvalue()}
+def command(*words):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(words))
+    return {"code": code, "text": out.getvalue(), "err": err.getvalue()}
 
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     manager = PluginManager()
-infos = {n: {"status": i.status, "reason": i.reason} for n, i in manager.infos.items()}
+infos = {n: {"status": i.status, "reason": i.reason, "distribution": i.distribution, "failed_in": i.failed_in}
+         for n, i in manager.infos.items()}
 print(json.dumps({
     "infos": infos, "warnings": [str(w.message) for w in caught],
     "cpu": attempt(accelerator="cpu"), "twin": attempt(accelerator="twin"), "npu": attempt(accelerator="npu"),
-    "plugins": command("plugins"), "doctor": command("doctor"),
+    "plugins": command("plugins"), "doctor": command("doctor"), "no_command": command(),
     "plugins_report": cli.plugin_report(), "doctor_problems": cli.doctor_report()["problems"],
 }))
 '''
@@ -97,15 +106,21 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory, make_distribution, run_python):
-    """One interpreter with five real distributions installed: a raising one, two claiming 'twin', one whose hook
-    lacks @hookimpl and one advertising an install hint."""
+    """One interpreter with eight real distributions installed: a raising one, two claiming 'twin', one whose hook
+    lacks @hookimpl, one advertising an install hint, one whose command hook raises, and two with the entry-point
+    name 'dup' (the second on a later sys.path entry)."""
     site = tmp_path_factory.mktemp("bad") / "site"
+    later = site.parent / "later"
     make_distribution(site, "acme-raiser", "0.9.0", {"raiser": "acme_raiser"}, {"acme_raiser": RAISER})
     make_distribution(site, "acme-one", "1.0.0", {"one": "acme_one"}, {"acme_one": PROVIDER.format(name="twin")})
     make_distribution(site, "acme-two", "2.0.0", {"two": "acme_two"}, {"acme_two": PROVIDER.format(name="twin")})
     make_distribution(site, "acme-unmarked", "1.0.0", {"unmarked": "acme_unmarked"}, {"acme_unmarked": UNMARKED})
     make_distribution(site, "acme-hinter", "1.0.0", {"hinter": "acme_hinter"}, {"acme_hinter": HINTER})
-    return run_python(SCENARIOS, path=[site])
+    make_distribution(site, "acme-commands", "1.0.0", {"cmdraiser": "acme_commands"},
+                      {"acme_commands": COMMAND_RAISER})
+    make_distribution(site, "acme-dup-a", "1.0.0", {"dup": "acme_dup_a"}, {"acme_dup_a": PROVIDER.format(name="dupa")})
+    make_distribution(later, "acme-dup-b", "2.0.0", {"dup": "acme_dup_b"}, {"acme_dup_b": PROVIDER.format(name="dupb")})
+    return run_python(SCENARIOS, path=[site, later])
 
 
 def test_a_raising_registration_hook_fails_only_its_plugin(observed):
@@ -132,6 +147,42 @@ def test_a_name_claimed_twice_fails_only_runs_that_use_it(observed):
     for words in ("'twin'", "acme-one 1.0.0", "acme-two 2.0.0", "ACCELKIT_BLOCK_PLUGINS=one",
                   "ACCELKIT_BLOCK_PLUGINS=two", "plugins=['no:one']"):
         assert words in twin["message"], words
+    assert observed["cpu"] == {"accelerator": "cpu"}
+
+
+def test_doctor_says_which_hook_raised_instead_of_reinstall(observed):
+    [problem] = [p for p in observed["doctor_problems"] if "'raiser'" in p]
+    assert "accelkit_register_accelerators() raised RuntimeError: vendor runtime exploded" in problem
+    assert "acme-raiser 0.9.0" in problem and "ACCELKIT_BLOCK_PLUGINS=raiser" in problem
+    assert "reinstall" not in problem  # reinstalling the same code would raise the same error
+
+
+def test_a_raising_command_hook_is_reported_and_every_other_command_works(observed):
+    raiser = observed["infos"]["cmdraiser"]
+    assert raiser["status"] == FAILED and raiser["failed_in"] == "accelkit_register_commands"
+    assert "command table gone" in raiser["reason"]
+    listed = {p["name"]: p for p in observed["plugins_report"]["plugins"]}
+    assert listed["cmdraiser"]["status"] == FAILED and "command table gone" in listed["cmdraiser"]["reason"]
+    [problem] = [p for p in observed["doctor_problems"] if "'cmdraiser'" in p]
+    assert "accelkit_register_commands() raised LookupError: command table gone" in problem
+    assert any("'cmdraiser'" in w and "command table gone" in w for w in observed["warnings"])
+    # `accelkit` alone still lists the core's commands, and shows the failure as a warning
+    no_command = observed["no_command"]
+    assert no_command["code"] == 2 and "doctor" in no_command["text"] and "checkpoint" in no_command["text"]
+    assert "'cmdraiser'" in no_command["err"] and "command table gone" in no_command["err"]
+    assert "vendor runtime exploded" in observed["plugins"]["text"]  # `accelkit plugins` (a core command) works
+
+
+def test_a_taken_entry_point_name_is_reported_naming_both_distributions(observed):
+    assert observed["infos"]["dup"]["status"] == LOADED and observed["infos"]["dup"]["distribution"] == "acme-dup-a"
+    second = observed["infos"]["dup#2"]
+    assert second["status"] == DUPLICATE and second["distribution"] == "acme-dup-b"
+    assert "acme-dup-a 1.0.0" in second["reason"] and "acme-dup-b 2.0.0" in second["reason"]
+    assert any("'dup'" in w and "acme-dup-a 1.0.0" in w and "acme-dup-b 2.0.0" in w for w in observed["warnings"])
+    listed = [p for p in observed["plugins_report"]["plugins"] if p["name"] == "dup"]
+    assert {(p["distribution"], p["status"]) for p in listed} == {("acme-dup-a", LOADED), ("acme-dup-b", DUPLICATE)}
+    assert "[duplicate]  acme-dup-b 2.0.0" in observed["plugins"]["text"]
+    assert any("acme-dup-a 1.0.0" in p and "acme-dup-b 2.0.0" in p for p in observed["doctor_problems"])
     assert observed["cpu"] == {"accelerator": "cpu"}
 
 

@@ -9,7 +9,9 @@ import accelkit
 from accelkit.errors import PluginConflictError, PluginError
 from accelkit.hookspecs import HOOK_API_VERSION
 from accelkit.plugins.manager import BLOCKED, FAILED, INCOMPATIBLE, LOADED, PluginManager
-from accelkit.records import AcceleratorRecord, PrecisionRecord, StrategyRecord
+from accelkit.plugins.registry import CORE_PROVIDER
+from accelkit.records import (AcceleratorRecord, CommandRecord, LoggerRecord, PrecisionRecord, StrategyRecord,
+                              by_priority)
 
 # A plugin module that provides an available accelerator named after the plugin, with the core's
 # single-device strategy and 32-bit precision for it. {name} and {api} are filled in.
@@ -360,3 +362,99 @@ def test_a_misspelt_blocked_name_warns_naming_the_installed_plugins(monkeypatch)
     with pytest.warns(RuntimeWarning, match=r"'cpuu' match no installed plugin \(installed: .*cpu"):
         manager = PluginManager()
     assert manager.infos["cpu"].status == "loaded"
+
+
+# ------------------------------------------------------------------------------ the one registry (issue 15, item 5)
+class Claims:
+    """A plugin object registering a logger and a command under given names."""
+
+    ACCELKIT_API = ">=1.2,<2"
+
+    def __init__(self, logger="notebook", command="hello"):
+        self.logger, self.command = logger, command
+
+    @accelkit.hookimpl
+    def accelkit_register_loggers(self):
+        return [LoggerRecord(self.logger, "accelkit.loggers.csv_logs:CSVLogger")]
+
+    @accelkit.hookimpl
+    def accelkit_register_commands(self):
+        return [CommandRecord(self.command, "a test command", run=lambda args: 0)]
+
+
+def test_blocking_is_pluggys_own(isolated):
+    import pluggy
+
+    manager = PluginManager(blocked=["Acme-One"], autoload=False)
+    assert pluggy.PluginManager.is_blocked(manager, "acme_one")  # held in pluggy's own block list
+    assert manager.is_blocked("ACME-one") and manager.blocked == {"acme_one"}
+    assert manager.register(Provider(), name="acme_one") is None  # pluggy refuses to register a blocked name
+    assert manager.add_plugin(Provider(), name="acme_one").status == BLOCKED
+
+
+def test_records_are_sorted_by_one_key_written_once():
+    import re
+    from pathlib import Path
+
+    records = [AcceleratorRecord("b", "m:B", priority=1), AcceleratorRecord("a", "m:A", priority=1),
+               AcceleratorRecord("c", "m:C", priority=5)]
+    assert [r.name for r in by_priority([*records, records[0]])] == ["c", "a", "b"]  # each once; ties by name
+    core = Path(accelkit.__file__).parent
+    own_sorts = [str(p.relative_to(core)) for p in core.rglob("*.py")
+                 if p.name != "records.py" and re.search(r"-\s*\w+\.priority", p.read_text())]
+    assert own_sorts == []  # every other module asks records.by_priority / Registry for the order
+
+
+def test_loggers_and_commands_are_records_of_the_one_registry(isolated):
+    registry = PluginManager().registry
+    assert registry.find_logger("TB").name == "tensorboard" and registry.find_logger("csv").provider == CORE_PROVIDER
+    assert [r.name for r in registry.command_records()] == ["fit", "validate", "test", "predict", "plugins",
+                                                            "doctor", "checkpoint"]
+    assert registry.find_named(registry.commands, "Doctor").provider == CORE_PROVIDER
+    assert registry.cluster_environment_names()[0] == "torchrun"  # the highest priority
+
+
+def test_a_logger_name_claimed_twice_is_a_conflict_like_any_other(isolated):
+    manager = PluginManager()
+    manager.add_plugin(Claims(command="one"), name="first")
+    manager.add_plugin(Claims(command="two"), name="second")
+    with pytest.warns(RuntimeWarning, match="logger name 'notebook' is claimed by both"):
+        registry = manager.registry
+    with pytest.raises(PluginConflictError, match="'first'.*'second'"):
+        registry.find_logger("notebook")
+    assert registry.find_logger("csv").name == "csv"  # other names unaffected
+
+
+def test_a_core_command_name_stays_the_cores_and_the_claim_is_reported(isolated):
+    manager = PluginManager()
+    manager.add_plugin(Claims(logger="nb", command="fit"), name="claimer")
+    with pytest.warns(RuntimeWarning, match="command name 'fit' is claimed by both accelkit \\(core\\) and plugin "
+                                            "'claimer'; it stays accelkit \\(core\\)'s"):
+        registry = manager.registry
+    assert registry.find_named(registry.commands, "fit").provider == CORE_PROVIDER
+    assert any("'fit'" in c and "'claimer'" in c for c in manager.conflicts())
+
+
+def test_a_raising_logger_hook_fails_its_plugin_like_every_registration_hook(isolated):
+    class Broken(Claims):
+        @accelkit.hookimpl
+        def accelkit_register_loggers(self):
+            raise OSError("tracker table missing")
+
+    manager = PluginManager()
+    manager.add_plugin(Broken(), name="broken")
+    with pytest.warns(RuntimeWarning, match="tracker table missing"):
+        registry = manager.registry
+    info = manager.infos["broken"]
+    assert info.status == FAILED and info.failed_in == "accelkit_register_loggers"
+    assert "hello" not in registry.commands  # the whole plugin is out, not only its loggers
+
+
+def test_a_command_record_refuses_what_cannot_run():
+    with pytest.raises(ValueError, match="needs run="):
+        CommandRecord("hello", "greets")
+    with pytest.raises(ValueError, match="raw=True.*no add_arguments"):
+        CommandRecord("hello", "greets", add_arguments="m:f", run="m:g", raw=True)
+    with pytest.raises(ValueError, match="'--hello' is not a command word"):
+        CommandRecord("--hello", "greets", run="m:g")
+    assert CommandRecord(" Hello ", "greets", run="m:g", aliases=("Hi",)).names == ("hello", "hi")

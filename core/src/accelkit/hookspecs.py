@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from accelkit.records import (
         AcceleratorRecord,
         ClusterEnvironmentRecord,
+        CommandRecord,
         LoggerRecord,
         PrecisionRecord,
         RunConfig,
@@ -34,7 +35,7 @@ PROJECT_NAME = "accelkit"
 
 #: Version of this hook contract. Plugins declare the range they support in a module-level
 #: ``ACCELKIT_API`` string (a :pep:`440` specifier such as ``">=1.0,<2"``).
-HOOK_API_VERSION = "1.1"
+HOOK_API_VERSION = "1.2"
 
 #: the entry-point group installed plugins announce themselves in
 ENTRY_POINT_GROUP = "accelkit"
@@ -197,4 +198,19 @@ def accelkit_register_loggers() -> list[LoggerRecord]:
         logger chosen by name is constructed as ``cls(save_dir=<default_root_dir>)``.
 
     Added in hook API 1.1. Must be cheap: importing the tracker's package here is a bug.
+    """
+
+
+@hookspec
+def accelkit_register_commands() -> list[CommandRecord]:
+    """Name the sub-commands of the ``accelkit`` command this plugin provides (``accelkit NAME ...``).
+
+    :return: a list of :class:`~accelkit.records.CommandRecord`: a name, a help line, a function adding the
+        command's options to an :mod:`argparse` parser and a function running it (either may be a
+        ``"module:function"`` string, imported only when the command is used).
+
+    Added in hook API 1.2. Called every time ``accelkit`` starts, before its parser is built, so it must be cheap.
+    A name the core uses (``fit``, ``plugins``, ``doctor`` ...) stays the core's: a plugin claiming it is reported
+    by ``accelkit plugins`` and ``accelkit doctor`` and its command is left out. If the hook raises, the plugin is
+    reported as failed and every other command keeps working.
     """

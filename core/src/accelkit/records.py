@@ -7,6 +7,7 @@ a string is imported only when the implementation is used, which keeps plugin di
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,17 @@ def normalize_name(name: Any) -> str:
 def lookup_key(name: Any) -> str:
     """The key names are compared by: case, surrounding blanks, ``-`` versus ``_`` do not matter."""
     return normalize_name(name).replace("-", "_")
+
+
+def record_order(record: Any) -> tuple[int, str]:
+    """The one order of records: highest ``priority`` first (0 for records without one), ties by name. It is the
+    order ``accelerator="auto"`` tries accelerators and detection asks cluster environments."""
+    return (-getattr(record, "priority", 0), record.name)
+
+
+def by_priority(records: Iterable[Any]) -> list[Any]:
+    """``records`` sorted by :func:`record_order`, each record once (a record is stored under its aliases too)."""
+    return sorted({id(r): r for r in records}.values(), key=record_order)
 
 
 def load_target(target: Any) -> Any:
@@ -118,6 +130,8 @@ class RunConfig:
     :param strategy: the canonical strategy name (``"auto"`` until resolved).
     :param precision: the canonical precision name.
     :param user_devices: the ``devices`` value exactly as the user gave it.
+    :param extras: free for plugins: a note one hook leaves for a later hook of the same plugin (key it by the
+        plugin's name); the core never reads or writes it. It travels with the Trainer to spawned workers.
     :param processes_per_node: processes on each node, as the chosen strategy lays them out (``None`` until the
         strategy is connected; :attr:`world_size` then assumes one process per device).
     :param devices_per_process: devices each process drives (1 until the strategy says otherwise).
@@ -149,12 +163,13 @@ class RunConfig:
 class ClusterEnvironmentRecord:
     """A cluster environment a plugin provides (a scheduler or launcher whose variables describe the run).
 
-    :param name: the environment's name (``"slurm"``), shown by ``accelkit doctor``; unique across plugins.
+    :param name: the environment's name (``"slurm"``), listed by ``accelkit plugins`` and ``accelkit doctor``;
+        unique across plugins, and equal to the class's ``name``.
     :param target: an :class:`~accelkit.environments.base.ClusterEnvironment` subclass or ``"module:Class"``.
     :param priority: detection order: environments are asked highest priority first (ties by name) and the first
         that detects itself wins. The core's built-ins use 10 (Kubeflow) to 50 (torchrun); see
         ``docs/environments.rst`` for why launchers that run inside others rank higher.
-    :param description: one line shown by ``accelkit plugins`` and the docs.
+    :param description: one line shown by ``accelkit plugins`` and ``accelkit doctor``.
     """
 
     name: str
@@ -166,6 +181,16 @@ class ClusterEnvironmentRecord:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", normalize_name(self.name))
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        """None: an environment has one name."""
+        return ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The environment's one name."""
+        return (self.name,)
 
     def load(self) -> Any:
         """Return the environment class, importing it if ``target`` is a string."""
@@ -182,3 +207,63 @@ class LoggerRecord(_Record):
     :param aliases: other names users may write (``("tb",)``).
     :param description: one line shown by ``accelkit plugins``.
     """
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    """A sub-command of the ``accelkit`` command a plugin provides: ``accelkit NAME ...``.
+
+    :param name: the word users type after ``accelkit`` (matched ignoring case and ``-`` versus ``_``).
+    :param help: one line, shown by ``accelkit --help`` next to the distribution that provides the command and by
+        ``accelkit plugins``.
+    :param add_arguments: ``add_arguments(parser)`` adds the command's options to its :class:`argparse.ArgumentParser`
+        (or a ``"module:function"`` string, imported only then); ``None`` for a command without options. Called
+        only when the command is run or its ``--help`` is asked for, never to list the commands.
+    :param run: ``run(args)`` with the parsed :class:`argparse.Namespace` (or a ``"module:function"`` string); its
+        return value is the exit status (``None`` means 0). An :class:`~accelkit.errors.AccelkitError` it raises is
+        printed as ``accelkit: error: ...`` with exit status 1.
+    :param raw: ``True`` for a command that parses its own words: ``run(words)`` gets the list of words after its
+        name, and ``add_arguments`` must be ``None``.
+    :param aliases: other names users may type.
+    """
+
+    name: str
+    help: str
+    add_arguments: Any = None
+    run: Any = None
+    raw: bool = False
+    aliases: tuple[str, ...] = ()
+    #: filled in by the plugin manager: the distribution (or plugin name) that provided the record.
+    provider: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", normalize_name(self.name))
+        object.__setattr__(self, "aliases", tuple(normalize_name(a) for a in self.aliases))
+        for name in self.names:
+            if not name or name.startswith("-") or any(c.isspace() for c in name):
+                raise ValueError(f"CommandRecord name {name!r} is not a command word: use letters, digits, '-' and "
+                                 "'_', not starting with '-'")
+        if self.run is None:
+            raise ValueError(f"CommandRecord({self.name!r}) needs run=: the function (or 'module:function') that "
+                             "runs the command")
+        if self.raw and self.add_arguments is not None:
+            raise ValueError(f"CommandRecord({self.name!r}, raw=True) parses its own words, so it takes no "
+                             "add_arguments")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The command's name followed by its aliases."""
+        return (self.name, *self.aliases)
+
+    @property
+    def description(self) -> str:
+        """The help line (the field other records call ``description``)."""
+        return self.help
+
+    def load_run(self) -> Any:
+        """The function that runs the command, imported if ``run`` is a string."""
+        return load_target(self.run)
+
+    def load_add_arguments(self) -> Any:
+        """The function that adds the command's options (``None`` for none), imported if it is a string."""
+        return None if self.add_arguments is None else load_target(self.add_arguments)

@@ -1,8 +1,10 @@
 """The ``accelkit`` command and the configuration-driven :class:`CLI` (Lightning's ``LightningCLI``).
 
-- :mod:`~accelkit.cli.commands`: the registry of sub-commands;
-- :mod:`~accelkit.cli.main`: the parser and :func:`main` (``accelkit ...``, ``python -m accelkit.cli ...``);
-- :mod:`~accelkit.cli.doctor`: ``accelkit plugins`` and ``accelkit doctor``;
+- :mod:`~accelkit.cli.main`: the parser and :func:`main` (``accelkit ...``, ``python -m accelkit.cli ...``); the
+  sub-commands are :class:`~accelkit.records.CommandRecord` s registered through the ``accelkit_register_commands``
+  hook (the core's in :mod:`accelkit.plugins.builtin`);
+- :mod:`~accelkit.cli.commands`: helpers the commands use to read their words;
+- :mod:`~accelkit.cli.plugins_command` and :mod:`~accelkit.cli.doctor`: ``accelkit plugins`` and ``accelkit doctor``;
 - :mod:`~accelkit.cli.file_command`, :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`:
   ``fit file.py:Class``, ``fit|validate|test|predict --config``, ``checkpoint``;
 - :mod:`~accelkit.cli.lightning_cli` and :mod:`~accelkit.cli.config`: :class:`CLI` on jsonargparse, with
@@ -16,9 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelkit.cli.commands import command, load_module_class, raw_command
-from accelkit.cli.doctor import doctor_report, plugin_report
-from accelkit.cli.main import build_parser, main  # noqa: F401
+from accelkit.cli.commands import load_module_class
+from accelkit.cli.doctor import doctor_report
+from accelkit.cli.main import build_parser, main
+from accelkit.cli.plugins_command import plugin_report
 
 #: names imported on first use: name -> (module, attribute)
 _LAZY = {
@@ -42,4 +45,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'accelkit.cli' has no attribute {name!r}")
 
 
-__all__ = ["build_parser", "command", "doctor_report", "load_module_class", "main", "plugin_report", "raw_command", *_LAZY]
+__all__ = ["build_parser", "doctor_report", "load_module_class", "main", "plugin_report", *_LAZY]

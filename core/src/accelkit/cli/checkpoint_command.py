@@ -12,10 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from accelkit.cli.commands import command
 
-
-def _arguments(parser: argparse.ArgumentParser) -> None:
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``accelkit checkpoint``: the action (``consolidate``) and its paths."""
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     consolidate = actions.add_parser(
         "consolidate", help="write a sharded checkpoint directory as one checkpoint file",
@@ -26,9 +25,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     consolidate.add_argument("--force", action="store_true", help="overwrite OUT if it exists")
 
 
-@command("checkpoint", "work with checkpoints: `accelkit checkpoint consolidate DIR OUT.ckpt` writes a sharded "
-         "checkpoint directory as one file", _arguments)
-def _checkpoint(args: argparse.Namespace) -> int:
+def checkpoint_command(args: argparse.Namespace) -> int:
+    """``accelkit checkpoint consolidate DIR OUT``: write a sharded checkpoint directory as one file."""
     from accelkit.checkpoint import sharded as dcp_io
 
     if args.action != "consolidate":  # pragma: no cover - argparse allows only the listed actions

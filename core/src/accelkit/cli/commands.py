@@ -1,36 +1,10 @@
-"""The registry of ``accelkit`` sub-commands, and the helpers every command uses to read its words."""
+"""Helpers the ``accelkit`` sub-commands use to read their words. The sub-commands themselves are records
+(:class:`~accelkit.records.CommandRecord`) registered through the ``accelkit_register_commands`` hook; the
+core's are in :mod:`accelkit.plugins.builtin`."""
 
 from __future__ import annotations
 
-import argparse
-from typing import Any, Callable
-
-#: sub-command name -> (help, function adding arguments, function running it)
-COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {}
-
-
-def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None]) -> Callable:
-    """Register a sub-command (used by this module; plugins may add their own)."""
-
-    def decorate(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-        COMMANDS[name] = (help, arguments, run)
-        return run
-
-    return decorate
-
-
-#: commands that read their own words (fit/validate/test/predict, on jsonargparse): name -> (help, run(words))
-RAW_COMMANDS: dict[str, tuple[str, Callable[[list[str]], int]]] = {}
-
-
-def raw_command(name: str, help: str) -> Callable:
-    """Register a sub-command that parses its own arguments: ``run(words)`` gets the words after its name."""
-
-    def decorate(run: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
-        RAW_COMMANDS[name] = (help, run)
-        return run
-
-    return decorate
+from typing import Any
 
 
 def load_module_class(target: str) -> type:

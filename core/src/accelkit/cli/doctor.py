@@ -7,117 +7,7 @@ import os
 import sys
 from typing import Any
 
-from accelkit.cli.commands import command
-
-
-def _json_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-
-
-def _quiet_manager() -> Any:
-    """A :class:`~accelkit.plugins.manager.PluginManager` whose load failures are recorded, not printed as warnings."""
-    import warnings
-
-    from accelkit.plugins.manager import PluginManager
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return PluginManager()
-
-
-def _records_of(manager: Any, plugin: Any) -> dict[str, list[dict[str, Any]]]:
-    """What one loaded plugin registers, read from its own ``accelkit_register_*`` implementations."""
-    provided: dict[str, list[dict[str, Any]]] = {"accelerators": [], "strategies": [], "precisions": [],
-                                                 "loggers": []}
-    hooks = (("accelerators", manager.hook.accelkit_register_accelerators),
-             ("strategies", manager.hook.accelkit_register_strategies),
-             ("precisions", manager.hook.accelkit_register_precisions),
-             ("loggers", manager.hook.accelkit_register_loggers))
-    for kind, hook in hooks:
-        for impl in hook.get_hookimpls():
-            if impl.plugin is not plugin:
-                continue
-            for record in impl.function() or []:
-                entry: dict[str, Any] = {"name": record.name, "aliases": list(record.aliases),
-                                         "description": record.description}
-                if kind == "accelerators":
-                    entry["priority"] = record.priority
-                elif kind != "loggers":
-                    entry["accelerators"] = None if record.accelerators is None else list(record.accelerators)
-                provided[kind].append(entry)
-    return provided
-
-
-def plugin_report(manager: Any = None) -> dict[str, Any]:
-    """Everything ``accelkit plugins`` shows, as plain data.
-
-    :param manager: a :class:`~accelkit.plugins.manager.PluginManager`; a fresh one (with entry-point discovery) if omitted.
-    :return: ``{"accelkit": version, "hook_api": version, "plugins": [...], "conflicts": [...]}``; each plugin
-        has ``name``, ``distribution``, ``version``, ``status``, ``reason``, ``api``, ``hooks`` and ``provides``.
-    """
-    from accelkit.__about__ import __version__
-    from accelkit.hookspecs import HOOK_API_VERSION
-
-    manager = manager or _quiet_manager()
-    plugins = []
-    for info in sorted(manager.infos.values(), key=lambda i: i.name):
-        entry: dict[str, Any] = {
-            "name": info.name, "distribution": info.distribution, "version": info.version,
-            "status": info.status, "reason": info.reason, "api": info.api, "hooks": list(info.hooks),
-            "provides": {"accelerators": [], "strategies": [], "precisions": [], "loggers": []},
-        }
-        if info.status == "loaded":
-            try:
-                entry["provides"] = _records_of(manager, info.plugin)
-            except Exception as exc:  # a plugin whose register hook raises is reported, not fatal
-                entry["status"], entry["reason"] = "failed", f"its register hooks raised {type(exc).__name__}: {exc}"
-        plugins.append(entry)
-    conflicts = manager.conflicts()  # names claimed twice: each fails only the runs that use it
-    return {"accelkit": __version__, "hook_api": HOOK_API_VERSION, "plugins": plugins, "conflicts": conflicts}
-
-
-def _names(entries: list[dict[str, Any]], with_scope: bool) -> str:
-    shown = []
-    for entry in entries:
-        text = entry["name"]
-        if entry["aliases"]:
-            text += f" (alias {', '.join(entry['aliases'])})"
-        if "priority" in entry:
-            text += f" [priority {entry['priority']}]"
-        if with_scope and entry.get("accelerators"):
-            text += f" [on {', '.join(entry['accelerators'])}]"
-        shown.append(text)
-    return ", ".join(shown) or "-"
-
-
-@command("plugins", "list the installed plugins: status, what each provides, which hooks it implements",
-         _json_arguments)
-def _plugins(args: argparse.Namespace) -> int:
-    import json
-
-    report = plugin_report()
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    print(f"accelkit {report['accelkit']} (hook API {report['hook_api']}): {len(report['plugins'])} plugin(s)")
-    for plugin in report["plugins"]:
-        origin = f"{plugin['distribution']} {plugin['version']}".strip() or "(not from a distribution)"
-        print(f"\n{plugin['name']}  [{plugin['status']}]  {origin}")
-        if plugin["api"]:
-            print(f"  ACCELKIT_API: {plugin['api']}")
-        if plugin["reason"]:
-            print(f"  reason: {plugin['reason']}")
-        if plugin["status"] == "loaded":
-            provides = plugin["provides"]
-            print(f"  accelerators: {_names(provides['accelerators'], False)}")
-            print(f"  strategies: {_names(provides['strategies'], True)}")
-            print(f"  precisions: {_names(provides['precisions'], True)}")
-            if provides["loggers"]:
-                print(f"  loggers: {_names(provides['loggers'], False)}")
-            print(f"  hooks: {', '.join(plugin['hooks']) or '-'}")
-    for conflict in report["conflicts"]:
-        print(f"\nconflict: {conflict}")
-    return 1 if report["conflicts"] else 0
+from accelkit.cli.plugins_command import manager_of, quiet_manager
 
 
 def _requirement_versions(distribution_name: str) -> list[dict[str, Any]]:
@@ -180,43 +70,37 @@ def _environment_values(names: dict[str, str]) -> list[dict[str, Any]]:
     return values
 
 
-def doctor_report(manager: Any = None) -> dict[str, Any]:
-    """Everything ``accelkit doctor`` shows, as plain data. Starts no device runtime.
-
-    :param manager: a :class:`~accelkit.plugins.manager.PluginManager`; a fresh one if omitted.
-    :return: ``python``, ``packages`` (accelkit, torch, each plugin distribution and its requirements with the
-        installed versions), ``plugins``, ``accelerators`` (availability, reason, device count, provider),
-        ``auto`` (what ``accelerator="auto"`` picks), ``environment``, ``cluster_environment`` (the launcher
-        environment detected, why, and the ranks it gives; ``name`` ``None`` for a plain process) and ``problems``
-        (each with its fix).
-    """
-    import platform
-    from importlib import metadata
-
-    from accelkit.errors import PluginConflictError
+def _plugin_problem(info: Any) -> str | None:
+    """The doctor's sentence for a plugin that is not loaded, saying what happened and what fixes it."""
     from accelkit.plugins.manager import BLOCK_ENV
 
-    manager = manager or _quiet_manager()
-    problems: list[str] = []
+    block = f"block it with {BLOCK_ENV}={info.name}"
+    if info.status == "duplicate":
+        return f"plugin {info.name!r} of {info.provider} is not loaded: {info.reason}."
+    if info.status == "incompatible":
+        return f"plugin {info.name!r} ({info.provider}) is incompatible: {info.reason}."
+    if info.status != "failed":
+        return None
+    if info.failed_in == "import":
+        return (f"plugin {info.name!r} ({info.provider}) failed to import: {info.reason}. Fix: install what it needs "
+                f"or reinstall it (`pip install --force-reinstall {info.distribution or info.name}`), or {block}.")
+    what = (f"its hook {info.failed_in}() raised: {info.reason}" if info.failed_in.startswith("accelkit_") else
+            f"it was refused when it registered: {info.reason}")
+    return (f"plugin {info.name!r} ({info.provider}) is skipped because {what}. The other plugins keep working. "
+            f"Fix: upgrade {info.distribution or 'it'} or report the error to its authors; until then {block}.")
 
-    def version_of(name: str) -> str | None:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return None
 
-    packages: dict[str, Any] = {name: version_of(name) for name in ("accelkit", "torch", "pluggy", "packaging")}
+def _plugin_findings(manager: Any, packages: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
+    """Every plugin with its status, each one not loaded as a problem, and the plugin distributions' requirements
+    (their installed versions into ``packages``, unmet ones as problems)."""
     plugins = []
-    for info in sorted(manager.infos.values(), key=lambda i: i.name):
+    for info in sorted(manager.infos.values(), key=lambda i: (i.name, i.status)):
         plugins.append({"name": info.name, "distribution": info.distribution, "version": info.version,
                         "status": info.status, "reason": info.reason})
-        if info.status == "failed":
-            problems.append(f"plugin {info.name!r} ({info.provider}) failed to load: {info.reason}. Fix: reinstall "
-                            f"it (`pip install --force-reinstall {info.distribution or info.name}`) or block it "
-                            f"with {BLOCK_ENV}={info.name}.")
-        elif info.status == "incompatible":
-            problems.append(f"plugin {info.name!r} ({info.provider}) is incompatible: {info.reason}.")
-        if not info.distribution:
+        problem = _plugin_problem(info)
+        if problem:
+            problems.append(problem)
+        if not info.distribution or info.status == "duplicate":
             continue
         packages[info.distribution] = info.version
         for req in _requirement_versions(info.distribution):
@@ -227,37 +111,62 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
                 have = f"{req['installed']} is installed" if req["installed"] else "it is not installed"
                 problems.append(f"{info.distribution} requires {req['name']}{req['specifier']} but {have}. Fix: "
                                 f"`pip install '{req['name']}{req['specifier']}'`.")
+    return plugins
 
+
+def _accelerator_findings(registry: Any, problems: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+    """Each accelerator in the order ``"auto"`` tries them: available or why not; and what ``"auto"`` picks."""
     accelerators = []
     auto: str | None = None
-    try:
-        registry = manager.registry
-    except PluginConflictError as exc:
-        problems.append(f"{exc}.")
-        registry = None
-    if registry is not None:
-        records = sorted({id(r): r for r in registry.accelerators.values()}.values(),
-                         key=lambda r: (-r.priority, r.name))
-        for record in records:
-            entry: dict[str, Any] = {"name": record.name, "aliases": list(record.aliases),
-                                     "provider": record.provider, "priority": record.priority,
-                                     "available": False, "reason": "", "device_count": None}
-            try:
-                cls = record.load()
-                entry["available"] = bool(cls.is_available())
-                entry["reason"] = "" if entry["available"] else (cls.unavailable_reason() or "not available")
-                entry["device_count"] = int(cls.device_count()) if entry["available"] else None
-            except Exception as exc:  # a broken accelerator class is a finding, not a crash
-                entry["reason"] = f"could not be loaded: {type(exc).__name__}: {exc}"
-                problems.append(f"accelerator {record.name!r} ({record.provider}) {entry['reason']}. Fix: reinstall "
-                                f"its distribution.")
-            if entry["available"] and auto is None:
-                auto = record.name
-            accelerators.append(entry)
-        if auto is None:
-            problems.append("no accelerator is available, so accelerator='auto' cannot run. Fix: "
-                            "`pip install accelkit-cpu`.")
+    for record in registry.accelerator_records():
+        entry: dict[str, Any] = {"name": record.name, "aliases": list(record.aliases), "provider": record.provider,
+                                 "priority": record.priority, "available": False, "reason": "",
+                                 "device_count": None}
+        try:
+            cls = record.load()
+            entry["available"] = bool(cls.is_available())
+            entry["reason"] = "" if entry["available"] else (cls.unavailable_reason() or "not available")
+            entry["device_count"] = int(cls.device_count()) if entry["available"] else None
+        except Exception as exc:  # a broken accelerator class is a finding, not a crash
+            entry["reason"] = f"could not be loaded: {type(exc).__name__}: {exc}"
+            problems.append(f"accelerator {record.name!r} ({record.provider}) {entry['reason']}. Fix: reinstall "
+                            f"its distribution.")
+        if entry["available"] and auto is None:
+            auto = record.name
+        accelerators.append(entry)
+    if auto is None:
+        problems.append("no accelerator is available, so accelerator='auto' cannot run. Fix: "
+                        "`pip install accelkit-cpu`.")
+    return accelerators, auto
 
+
+def doctor_report(manager: Any = None) -> dict[str, Any]:
+    """Everything ``accelkit doctor`` shows, as plain data. Starts no device runtime.
+
+    :param manager: a :class:`~accelkit.plugins.manager.PluginManager`; a fresh one if omitted.
+    :return: ``python``, ``packages`` (accelkit, torch, each plugin distribution and its requirements with the
+        installed versions), ``plugins``, ``accelerators`` (availability, reason, device count, provider),
+        ``auto`` (what ``accelerator="auto"`` picks), ``environment``, ``cluster_environment`` (the launcher
+        environment detected, why, and the ranks it gives; ``name`` ``None`` for a plain process; ``registered``:
+        every cluster environment in detection order with the variables it reads that are set) and ``problems``
+        (each with its fix).
+    """
+    import platform
+    from importlib import metadata
+
+    manager = manager or quiet_manager()
+    registry = manager.registry  # built first: a plugin whose registration hook raises is "failed" below
+    problems: list[str] = []
+
+    def version_of(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    packages: dict[str, Any] = {name: version_of(name) for name in ("accelkit", "torch", "pluggy", "packaging")}
+    plugins = _plugin_findings(manager, packages, problems)
+    accelerators, auto = _accelerator_findings(registry, problems)
     environment = _environment_values(_environment_variables(manager))
     launcher = [name for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if name in os.environ]
     if launcher and len(launcher) < 3:
@@ -281,15 +190,30 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
     }
 
 
+def _registered_environments(registry: Any, problems: list[str]) -> list[dict[str, Any]]:
+    """Every registered cluster environment in detection order, with those of its variables that are set."""
+    registered = []
+    for record in registry.cluster_environment_records():
+        entry: dict[str, Any] = {"name": record.name, "provider": record.provider, "priority": record.priority,
+                                 "description": record.description, "set": {}}
+        try:
+            variables = record.load().variables
+        except Exception as exc:  # noqa: BLE001 - a broken environment class is a finding, not a crash
+            problems.append(f"cluster environment {record.name!r} ({record.provider}) cannot be imported: "
+                            f"{type(exc).__name__}: {exc}")
+            variables = {}
+        entry["set"] = {name: os.environ[name] for name in variables if name in os.environ}
+        registered.append(entry)
+    return registered
+
+
 def _cluster_environment_report(manager: Any, registry: Any, problems: list[str]) -> dict[str, Any]:
     """Which launcher's environment describes this process (``accelkit.environments.base``), and why."""
     from accelkit.environments.detection import detect_cluster_environment
 
-    asked = registry.cluster_environment_names() if registry is not None else []
     report: dict[str, Any] = {"name": None, "reason": "none: a plain process (no launcher's variables are set)",
-                              "asked": asked, "problems": []}
-    if registry is None:
-        return report
+                              "asked": registry.cluster_environment_names(),
+                              "registered": _registered_environments(registry, problems), "problems": []}
     try:
         found = detect_cluster_environment(manager)
     except Exception as exc:  # noqa: BLE001 - a broken or doubly claimed environment is a finding, not a crash
@@ -303,12 +227,11 @@ def _cluster_environment_report(manager: Any, registry: Any, problems: list[str]
     return report
 
 
-@command("doctor", "check this machine: versions, plugins, which accelerators are usable and why not, "
-         "relevant environment, problems with their fixes", _json_arguments)
-def _doctor(args: argparse.Namespace) -> int:
+def doctor_command(args: argparse.Namespace) -> int:
+    """``accelkit doctor [--json]``: exit status 1 when a problem was found."""
     import json
 
-    report = doctor_report()
+    report = doctor_report(manager_of(args))
     if args.json:
         print(json.dumps(report, indent=2))
         return 1 if report["problems"] else 0
@@ -341,6 +264,9 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"  rank {cluster['global_rank']} of {cluster['world_size']} (local rank {cluster['local_rank']} of "
               f"{cluster['local_world_size']}, node {cluster['node_rank']} of {cluster['num_nodes']}), rendezvous "
               f"{cluster['main_address']}:{cluster['main_port']}")
+    for env in cluster["registered"]:
+        shown = ", ".join(f"{k}={v}" for k, v in env["set"].items()) or "none of its variables set"
+        print(f"    {env['name']:<10} priority {env['priority']:<3} [{env['provider']}] {env['description']}: {shown}")
     print("\nProblems:" if report["problems"] else "\nNo problems found.")
     for problem in report["problems"]:
         print(f"  - {problem}")

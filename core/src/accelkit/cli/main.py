@@ -1,57 +1,117 @@
-"""The ``accelkit`` command.
+"""The ``accelkit`` command (also ``python -m accelkit.cli``).
 
-accelkit fit examples/digits.py:DigitsClassifier --devices 2 --strategy ddp_spawn"""
+    accelkit fit examples/digits.py:DigitsClassifier --devices 2 --strategy ddp_spawn
+
+Its sub-commands are records (:class:`~accelkit.records.CommandRecord`) registered through the
+``accelkit_register_commands`` hook, the core's own included: they are loaded from the plugins before the parser
+is built, and ``accelkit --help`` lists each with the distribution that provides it."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from typing import Sequence
+import warnings
+from typing import Any, Sequence
 
-# the core's command modules register their sub-commands when imported
-from accelkit.cli import checkpoint_command, doctor, stage_commands  # noqa: F401
-from accelkit.cli.commands import COMMANDS, RAW_COMMANDS
+from accelkit.errors import AccelkitError
+from accelkit.plugins.manager import PluginManager
+from accelkit.plugins.registry import CORE_PROVIDER, Registry
+from accelkit.records import CommandRecord
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``accelkit`` command."""
+def load_commands() -> tuple[PluginManager, list[warnings.WarningMessage]]:
+    """A plugin manager with every installed plugin's commands, and the warnings loading them gave (a plugin that
+    failed, a name claimed twice), for the caller to show or leave to a command that reports them itself."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = PluginManager()
+        manager.registry  # noqa: B018 - the registration hooks run now, so their failures are in `caught`
+    return manager, list(caught)
+
+
+def _help_line(record: CommandRecord) -> str:
+    return record.help if record.provider == CORE_PROVIDER else f"{record.help} [{record.provider}]"
+
+
+def build_parser(manager: PluginManager | None = None,
+                 selected: CommandRecord | None = None) -> argparse.ArgumentParser:
+    """The argument parser of the ``accelkit`` command: one sub-parser per registered command.
+
+    :param manager: the plugin manager the commands come from (a fresh one when omitted).
+    :param selected: the command about to run; only its ``add_arguments`` is called (the others are listed by name
+        and help only, so a plugin's broken option set cannot break the rest of ``accelkit``).
+    """
     from accelkit.__about__ import __version__
 
+    manager = manager or load_commands()[0]
     parser = argparse.ArgumentParser(
         prog="accelkit",
         description="Train PyTorch modules on any accelerator a plugin provides.",
-        epilog="Run 'accelkit COMMAND --help' for a command's options.",
+        epilog="Run 'accelkit COMMAND --help' for a command's options. A command marked [distribution] comes from "
+               "that installed plugin; 'accelkit plugins' lists every plugin.",
     )
     parser.add_argument("--version", action="version", version=f"accelkit {__version__}")
+    parser.set_defaults(plugin_manager=manager)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (help_text, _) in RAW_COMMANDS.items():  # listed here; main() hands them their words
-        sub.add_parser(name, help=help_text, add_help=False)
-    for name, (help_text, add_arguments, run) in COMMANDS.items():
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        add_arguments(sub_parser)
-        sub_parser.set_defaults(run=run)
+    for record in manager.registry.command_records():
+        if record.raw:  # listed here; main() hands it its words
+            sub.add_parser(record.name, aliases=list(record.aliases), help=_help_line(record), add_help=False)
+            continue
+        sub_parser = sub.add_parser(record.name, aliases=list(record.aliases), help=_help_line(record),
+                                    description=record.help)
+        sub_parser.set_defaults(command_record=record)
+        if record is selected and record.add_arguments is not None:
+            record.load_add_arguments()(sub_parser)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``accelkit`` command."""
-    words = list(sys.argv[1:] if argv is None else argv)
-    if words and words[0] in RAW_COMMANDS:
-        def run() -> int:
-            return RAW_COMMANDS[words[0]][1](words[1:])
-    else:
-        parser = build_parser()
-        args = parser.parse_args(words)
-        if getattr(args, "run", None) is None:
-            parser.print_help()
-            return 2
+def _selected(registry: Registry, words: list[str]) -> CommandRecord | None:
+    """The command the first word names (case, ``-`` versus ``_`` ignored), or ``None``."""
+    if not words or words[0].startswith("-"):
+        return None
+    return registry.find_named(registry.commands, words[0])
 
-        def run() -> int:
-            return args.run(args)
-    from accelkit.errors import AccelkitError
 
+def _prepare(words: list[str]) -> Any:
+    """The function that runs what ``words`` ask for (``None``: print the help and exit with 2)."""
+    manager, caught = load_commands()
+    record = _selected(manager.registry, words)
+    if record is None or record.provider != CORE_PROVIDER:
+        # the core's commands report plugin problems their own way (plugins, doctor, the Trainer's own warnings)
+        for warning in caught:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     try:
+        if record is not None and record.raw:
+            run_raw = record.load_run()
+            return lambda: run_raw(words[1:])
+        parser = build_parser(manager, record)
+        run = record.load_run() if record is not None else None
+    except AccelkitError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's broken command must not look like an accelkit crash
+        assert record is not None  # only a selected command's functions are loaded
+        raise CommandSetupError(f"command {record.name!r} ({record.provider}) could not be set up: "
+                                f"{type(exc).__name__}: {exc}") from exc
+    args = parser.parse_args([record.name, *words[1:]] if record is not None else words)
+    if run is None:
+        parser.print_help()
+        return None
+    return lambda: run(args)
+
+
+class CommandSetupError(AccelkitError):
+    """A command's ``add_arguments`` or ``run`` could not be imported or raised while its parser was built."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``accelkit`` command: exit status 0 on success, 1 for an
+    :class:`~accelkit.errors.AccelkitError` (printed as ``accelkit: error: ...``), 2 without a command."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    try:
+        run = _prepare(words)
+        if run is None:
+            return 2
         return int(run() or 0)
     except AccelkitError as exc:
         print(f"accelkit: error: {exc}", file=sys.stderr)
@@ -59,5 +119,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `accelkit plugins | head`: the reader left; that is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-

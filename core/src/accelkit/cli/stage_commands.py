@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
 
-from accelkit.cli.commands import RAW_COMMANDS, raw_command
 from accelkit.cli.file_command import add_file_fit_arguments, run_file_fit
 
 _TARGET_OPTIONS = {"--model": ("accelkit.module.module", "Module", "accelkit.Module"),
@@ -82,8 +80,8 @@ def _legacy(words: list[str]) -> bool:
     return bool(words) and not words[0].startswith("-")
 
 
-@raw_command("fit", "train a Module from --config files and options (or: accelkit fit file.py:Class, then test)")
-def _fit_command(words: list[str]) -> int:
+def run_fit(words: list[str]) -> int:
+    """``accelkit fit``: train from ``--config`` files and options, or the older ``accelkit fit file.py:Class``."""
     if _legacy(words):
         parser = argparse.ArgumentParser(prog="accelkit fit", description="train a Module, then report its test "
                                          "metrics (the form before configuration files)")
@@ -92,17 +90,20 @@ def _fit_command(words: list[str]) -> int:
     return run_config_command("fit", words)
 
 
-def _evaluation(name: str, help_text: str) -> Any:
-    def run(words: list[str]) -> int:
-        return run_config_command(name, words)
-
-    run.__name__ = f"_{name}_command"
-    raw_command(name, help_text)(run)
-    return run
+def run_validate(words: list[str]) -> int:
+    """``accelkit validate``: the validation loop once, from ``--config`` files and options."""
+    return run_config_command("validate", words)
 
 
-_validate_command = _evaluation("validate", "run the validation loop once from --config files and options")
-_test_command = _evaluation("test", "run the test loop once from --config files and options")
-_predict_command = _evaluation("predict", "run prediction from --config files and options")
+def run_test(words: list[str]) -> int:
+    """``accelkit test``: the test loop once, from ``--config`` files and options."""
+    return run_config_command("test", words)
 
-__all__ = ["RAW_COMMANDS", "resolve_targets", "run_config_command"]
+
+def run_predict(words: list[str]) -> int:
+    """``accelkit predict``: prediction, from ``--config`` files and options."""
+    return run_config_command("predict", words)
+
+
+__all__ = ["run_fit", "run_predict", "resolve_targets", "run_config_command", "run_test",
+           "run_validate"]

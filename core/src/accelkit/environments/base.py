@@ -27,9 +27,10 @@ class ClusterEnvironment:
     value that is not a number; :meth:`validate` collects every such problem instead.
     """
 
-    #: the name shown by ``accelkit doctor`` and used in the registry (``"slurm"``).
+    #: the name used in the registry, listed by ``accelkit plugins`` and ``accelkit doctor`` (``"slurm"``).
     name: ClassVar[str] = ""
-    #: the variables this environment reads, with what each one means (shown in the docs and by the doctor).
+    #: the variables this environment reads, with what each one means (in the docs; ``accelkit doctor`` shows those
+    #: that are set, under each registered environment).
     variables: ClassVar[dict[str, str]] = {}
     #: the variables that must all be set for :meth:`detect` (the default implementation) to answer ``True``.
     required: ClassVar[tuple[str, ...]] = ()

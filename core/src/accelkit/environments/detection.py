@@ -15,14 +15,14 @@ from accelkit.environments.mpi import MPIEnvironment
 from accelkit.environments.slurm import SLURMEnvironment
 from accelkit.environments.torchrun import TorchrunEnvironment
 from accelkit.errors import PluginConflictError, PluginError
+from accelkit.records import by_priority
 
 
 # --------------------------------------------------------------------------------------------- detection
 def cluster_environment_records(manager: Any) -> list[Any]:
     """The registered :class:`~accelkit.records.ClusterEnvironmentRecord` objects, in detection order:
     highest priority first, ties by name."""
-    records = {id(r): r for r in manager.registry.cluster_environments.values()}.values()
-    return sorted(records, key=lambda r: (-r.priority, r.name))
+    return manager.registry.cluster_environment_records()
 
 
 def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | None = None) -> ClusterEnvironment | None:
@@ -41,7 +41,7 @@ def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | Non
     if manager is None:
         from accelkit.plugins import builtin as _builtin
 
-        records = sorted(_builtin.accelkit_register_cluster_environments(), key=lambda r: (-r.priority, r.name))
+        records = by_priority(_builtin.accelkit_register_cluster_environments())
     else:
         registry = manager.registry
         for conflicts in getattr(registry.cluster_environments, "conflicts", {}).values():

@@ -2,14 +2,16 @@
 the core's own registrations, and composing a run from the Trainer's strings.
 
 Modules: :mod:`~accelkit.plugins.manager` (finding and loading plugins), :mod:`~accelkit.plugins.registry`
-(records by name, conflicts), :mod:`~accelkit.plugins.builtin` (the core's hook implementations),
-:mod:`~accelkit.plugins.compose` (strings to one composed run).
+(the one registry: accelerators, strategies, precisions, cluster environments, loggers and commands by name,
+conflicts), :mod:`~accelkit.plugins.builtin` (the core's hook implementations), :mod:`~accelkit.plugins.compose`
+(strings to one composed run, logger names to loggers).
 """
 
 from accelkit.plugins.manager import (
                                       BLOCK_ENV,
                                       BLOCKED,
                                       DISABLE_AUTOLOAD_ENV,
+                                      DUPLICATE,
                                       ENTRY_POINT_GROUP,
                                       FAILED,
                                       INCOMPATIBLE,
@@ -23,6 +25,6 @@ from accelkit.plugins.manager import (
 )
 from accelkit.plugins.registry import Conflict, Registry
 
-__all__ = ["BLOCKED", "BLOCK_ENV", "Conflict", "DISABLE_AUTOLOAD_ENV", "ENTRY_POINT_GROUP", "FAILED",
+__all__ = ["BLOCKED", "BLOCK_ENV", "Conflict", "DISABLE_AUTOLOAD_ENV", "DUPLICATE", "ENTRY_POINT_GROUP", "FAILED",
            "INCOMPATIBLE", "LOADED", "PluginInfo", "PluginManager", "PluginModule", "Registry", "portable_plugins",
            "resolve_plugins", "suggest"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from accelkit.errors import ConfigurationError
 from accelkit.hookspecs import hookimpl
-from accelkit.records import ClusterEnvironmentRecord, LoggerRecord, RunConfig
+from accelkit.records import ClusterEnvironmentRecord, CommandRecord, LoggerRecord, RunConfig
 from accelkit.strategies.sampler import default_distributed_sampler
 
 ACCELKIT_API = ">=1.0,<2"
@@ -81,4 +81,31 @@ def accelkit_register_loggers() -> list[LoggerRecord]:
                      description="metrics.csv and hparams.csv under <save_dir>/logs/version_<n>"),
         LoggerRecord("tensorboard", "accelkit.loggers.tensorboard:TensorBoardLogger", aliases=("tb",),
                      description="TensorBoard event files (pip install tensorboard)"),
+    ]
+
+
+_CLI = "accelkit.cli."
+
+
+@hookimpl
+def accelkit_register_commands() -> list[CommandRecord]:
+    """The core's sub-commands of ``accelkit``; their modules are imported only when one of them runs."""
+    stages = _CLI + "stage_commands:"
+    return [
+        CommandRecord("fit", "train a Module from --config files and options (or: accelkit fit file.py:Class, then "
+                      "test)", run=stages + "run_fit", raw=True),
+        CommandRecord("validate", "run the validation loop once from --config files and options",
+                      run=stages + "run_validate", raw=True),
+        CommandRecord("test", "run the test loop once from --config files and options",
+                      run=stages + "run_test", raw=True),
+        CommandRecord("predict", "run prediction from --config files and options",
+                      run=stages + "run_predict", raw=True),
+        CommandRecord("plugins", "list the installed plugins: status, what each provides, which hooks it implements",
+                      _CLI + "plugins_command:add_json_argument", _CLI + "plugins_command:plugins_command"),
+        CommandRecord("doctor", "check this machine: versions, plugins, which accelerators are usable and why not, "
+                      "relevant environment, problems with their fixes",
+                      _CLI + "plugins_command:add_json_argument", _CLI + "doctor:doctor_command"),
+        CommandRecord("checkpoint", "work with checkpoints: `accelkit checkpoint consolidate DIR OUT.ckpt` writes a "
+                      "sharded checkpoint directory as one file", _CLI + "checkpoint_command:add_checkpoint_arguments",
+                      _CLI + "checkpoint_command:checkpoint_command"),
     ]

@@ -8,16 +8,15 @@ configuration is valid.
 from __future__ import annotations
 
 import sys
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from importlib.metadata import PackageNotFoundError, distribution
 from typing import Any
 
 from accelkit.accelerator import Accelerator
 from accelkit.environments.detection import detect_cluster_environment
 from accelkit.errors import ConfigurationError, PluginConflictError, PluginError
-from accelkit.plugins.manager import PluginManager, suggest
+from accelkit.plugins.manager import PluginManager
+from accelkit.plugins.registry import catalog, suggest
 from accelkit.precision import Precision
 from accelkit.records import RunConfig, lookup_key
 from accelkit.strategies.base import Strategy
@@ -32,18 +31,6 @@ class Composition:
     precision: Precision
     config: RunConfig
     notices: list[str]
-
-
-_CATALOG: dict[str, dict[str, str]] | None = None
-
-
-def catalog() -> dict[str, dict[str, str]]:
-    """Known first-party names and the distribution that provides each (used for install hints only)."""
-    global _CATALOG
-    if _CATALOG is None:
-        text = resources.files("accelkit").joinpath("catalog.toml").read_text()
-        _CATALOG = {k: {lookup_key(n): d for n, d in v.items()} for k, v in tomllib.loads(text).items()}
-    return _CATALOG
 
 
 def _installed(dist: str) -> bool:
@@ -100,7 +87,7 @@ class Resolver:
         for info in stopped:
             message += f" Plugin {info.name!r} ({info.provider}) is installed but {info.status}: {info.reason}."
         others = [i for i in self.manager.infos.values()
-                  if i.status in ("blocked", "incompatible", "failed") and i not in stopped]
+                  if i.status in ("blocked", "incompatible", "failed", "duplicate") and i not in stopped]
         if others:
             message += " Not loaded, so not searched: " + ", ".join(
                 f"plugin {i.name!r} ({i.provider}, {i.status})" for i in others) + "."
@@ -120,8 +107,7 @@ class Resolver:
             return accelerator
         reg = self.registry
         if lookup_key(accelerator) == "auto":
-            candidates = sorted({id(r): r for r in reg.accelerators.values()}.values(),
-                                key=lambda r: (-r.priority, r.name))
+            candidates = reg.accelerator_records()
             restricted = ""
             if isinstance(strategy, str) and lookup_key(strategy) != "auto":
                 runs_on = {a for rs in reg.strategies.get(lookup_key(strategy), []) for a in (rs.accelerators or ())}
@@ -130,7 +116,9 @@ class Resolver:
                     restricted = f" for strategy {strategy!r} (it runs on {', '.join(sorted(runs_on))})"
             reasons = []
             for record in candidates:
-                cls = record.load()
+                cls = self.load_accelerator(record)
+                if cls is None:
+                    return None
                 if cls.is_available():
                     return cls
                 reasons.append(f"{record.name}: {cls.unavailable_reason() or 'not available'}")
@@ -149,12 +137,26 @@ class Resolver:
             names = sorted(reg.accelerators)  # aliases too: they are what users type
             self.problems.append(self.unknown("accelerator", str(accelerator), names, "accelerators"))
             return None
-        cls = record.load()
+        cls = self.load_accelerator(record)
+        if cls is None:
+            return None
         if not cls.is_available():
             self.problems.append(
                 f"accelerator {accelerator!r} is installed but not available here: "
                 f"{cls.unavailable_reason() or 'no device found'}"
             )
+            return None
+        return cls
+
+    def load_accelerator(self, record: Any) -> type[Accelerator] | None:
+        """The record's class, if its ``name`` is the record's name (strategies and precisions are matched to the
+        class's name, so a record ``"mydevice"`` whose class says ``"mydev"`` would find none); else a problem."""
+        cls = record.load()
+        if lookup_key(getattr(cls, "name", "") or "") != lookup_key(record.name):
+            self.problems.append(
+                f"accelerator record {record.name!r} ({record.provider or 'unknown provider'}) names the class "
+                f"{cls.__qualname__}, whose name is {getattr(cls, 'name', '')!r}; they must be equal: set "
+                f"name = {record.name!r} on the class (strategies and precisions are looked up by that name).")
             return None
         return cls
 
@@ -176,10 +178,23 @@ class Resolver:
             self.problems.append(
                 f"{kind} {value!r} does not run on accelerator {accelerator!r} (it runs on {', '.join(where)}); "
                 f"{kind} names for {accelerator!r}: {', '.join(names(accelerator)) or 'none'}."
+                + ("" if names(accelerator) else self.nothing_registered(kind, value, accelerator, elsewhere[0]))
             )
         else:
             self.problems.append(self.unknown(kind, value, names(accelerator), section))
         return None
+
+    def nothing_registered(self, kind: str, value: str, accelerator: str, example: Any) -> str:
+        """For the author of a new accelerator's plugin: no strategy (or precision) at all is registered for it,
+        and a record like ``example`` (one that runs elsewhere) is what is missing."""
+        owner = self.registry.accelerators.get(lookup_key(accelerator))
+        provider = f" ({owner.provider})" if owner is not None and owner.provider else ""
+        record = "StrategyRecord" if kind == "strategy" else "PrecisionRecord"
+        target = example.target if isinstance(example.target, str) else \
+            f"{example.target.__module__}:{example.target.__qualname__}"
+        return (f" No plugin registers any {kind} for {accelerator!r}: the plugin that provides it{provider} must "
+                f"register the {kind}s it supports, e.g. {record}({example.name!r}, {target!r}, "
+                f"accelerators=({accelerator!r},)) (docs/plugins.rst).")
 
 
 def compose(
@@ -307,3 +322,14 @@ def print_notices(notices: list[str]) -> None:
     """Show one-line notices (legacy names, precision substitutions) on stderr."""
     for notice in notices:
         print(f"accelkit: {notice}", file=sys.stderr)
+
+
+def build_logger(name: str, save_dir: Any, manager: PluginManager) -> Any:
+    """The logger registered as ``name`` (:meth:`~accelkit.plugins.registry.Registry.find_logger`), built as
+    ``cls(save_dir=save_dir)``; an import failure of its class names the logger and its provider."""
+    record = manager.registry.find_logger(name)
+    try:
+        cls = record.load()
+    except ImportError as exc:
+        raise ConfigurationError(f"logger={name!r} ({record.provider}) cannot be imported: {exc}") from exc
+    return cls(save_dir=save_dir)

@@ -1,4 +1,5 @@
-"""Plugin discovery and the registry of named accelerators, strategies and precisions.
+"""Plugin discovery: finding, checking and loading plugins; the records they register are kept in the one
+:class:`~accelkit.plugins.registry.Registry`.
 
 Installed plugins announce themselves in the ``accelkit`` entry-point group::
 
@@ -11,7 +12,9 @@ The object an entry point names (usually a module) carries :data:`accelkit.hooki
 * A plugin that fails to import is recorded with its exception and skipped. The error surfaces only when
   the user asks for a name it could have provided.
 * ``ACCELKIT_DISABLE_PLUGIN_AUTOLOAD=1`` turns entry-point discovery off; ``ACCELKIT_BLOCK_PLUGINS=a,b`` and
-  ``Trainer(plugins=["no:a"])`` block plugins by entry-point name.
+  ``Trainer(plugins=["no:a"])`` block plugins by entry-point name (pluggy's own blocking: ``set_blocked``).
+* Two distributions whose entry points share a name: the first found on ``sys.path`` loads, the other is listed
+  as ``duplicate`` (``accelkit plugins``, ``accelkit doctor``) and a warning names both distributions.
 * A plugin whose ``accelkit_register_*`` (or ``accelkit_configure``) implementation raises is marked ``failed``
   with its exception and unregistered; every other plugin keeps working (``accelkit plugins``/``doctor`` list it).
 * A name claimed by two plugins fails only the runs that ask for that name, with a
@@ -24,7 +27,6 @@ The object an entry point names (usually a module) carries :data:`accelkit.hooki
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata as importlib_metadata
 import inspect
@@ -43,11 +45,12 @@ from packaging.version import Version
 from accelkit import hookspecs
 from accelkit.errors import PluginError
 from accelkit.hookspecs import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP
-from accelkit.plugins.registry import Registry, core_plugin_module
+from accelkit.plugins.registry import CORE_PROVIDER, Registry, core_plugin_module, suggest
 from accelkit.records import lookup_key
 
-#: statuses a :class:`PluginInfo` can have
-LOADED, FAILED, BLOCKED, INCOMPATIBLE = "loaded", "failed", "blocked", "incompatible"
+#: statuses a :class:`PluginInfo` can have (``"duplicate"``: an entry point whose name another distribution's
+#: entry point already took; it is not loaded)
+LOADED, FAILED, BLOCKED, INCOMPATIBLE, DUPLICATE = "loaded", "failed", "blocked", "incompatible", "duplicate"
 
 
 @dataclass
@@ -57,9 +60,12 @@ class PluginInfo:
     :param name: the entry-point name (or a name derived from the object for plugins passed directly).
     :param distribution: the distribution that declared it (``""`` for objects passed to the Trainer).
     :param version: that distribution's version.
-    :param status: ``"loaded"``, ``"failed"``, ``"blocked"`` or ``"incompatible"``.
+    :param status: ``"loaded"``, ``"failed"``, ``"blocked"``, ``"incompatible"`` or ``"duplicate"``.
     :param reason: why it is not loaded, for the other statuses.
     :param error: the original exception, for ``"failed"``.
+    :param failed_in: where a ``"failed"`` plugin failed: ``"import"`` (its entry point did not import),
+        ``"registration"`` (pluggy refused it: a misspelt hook, a wrong argument name) or the name of the hook that
+        raised (``"accelkit_register_commands"``, ``"accelkit_configure"``...).
     :param hooks: the hook names it implements (loaded plugins).
     :param plugin: the plugin object itself (loaded plugins).
     """
@@ -73,6 +79,7 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     plugin: Any = None
     api: str = ""
+    failed_in: str = ""
 
     @property
     def provider(self) -> str:
@@ -94,7 +101,8 @@ class PluginManager(pluggy.PluginManager):
     def __init__(self, blocked: Iterable[str] = (), autoload: bool | None = None) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
-        self.blocked = _blocked_from_env() | {lookup_key(b) for b in blocked}
+        for name in sorted(_blocked_from_env() | {lookup_key(b) for b in blocked}):
+            self.set_blocked(name)  # pluggy's own blocking: a plugin of that name is never registered
         self.infos: dict[str, PluginInfo] = {}
         self._registry: Registry | None = None
         from accelkit.plugins import builtin as _builtin
@@ -110,6 +118,16 @@ class PluginManager(pluggy.PluginManager):
             self.load_entrypoints()
             # registration hooks run now, so a plugin whose hook raises is "failed" in every listing from the start
             self.registry  # noqa: B018
+
+    @property
+    def blocked(self) -> set[str]:
+        """The blocked plugin names (:func:`~accelkit.records.lookup_key` form), as pluggy holds them
+        (:meth:`set_blocked`): those of ``ACCELKIT_BLOCK_PLUGINS`` and the ``blocked`` argument."""
+        return {name for name, plugin in self.list_name_plugin() if plugin is None}
+
+    def is_blocked(self, name: str) -> bool:
+        """Whether plugin ``name`` is blocked; names compare as :func:`~accelkit.records.lookup_key` does."""
+        return super().is_blocked(lookup_key(name)) or super().is_blocked(name)
 
     # ----------------------------------------------------------------- discovery
     def load_entrypoints(self) -> None:
@@ -128,21 +146,46 @@ class PluginManager(pluggy.PluginManager):
                 distribution=dist.metadata["Name"] if dist is not None else "",
                 version=dist.version if dist is not None else "",
             )
-            if lookup_key(ep.name) in self.infos or ep.name in self.infos:
+            taken = self._holder_of(ep.name)
+            if taken is not None:
+                self._record_duplicate(info, taken)
                 continue
             self.infos[ep.name] = info
-            if lookup_key(ep.name) in self.blocked:
+            if self.is_blocked(ep.name):
                 info.status, info.reason = BLOCKED, f"blocked by {BLOCK_ENV} or 'no:{ep.name}'"
                 continue
             try:
                 plugin = ep.load()
             except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the tool down
-                info.status, info.error = FAILED, exc
+                info.status, info.error, info.failed_in = FAILED, exc, "import"
                 info.reason = f"{type(exc).__name__}: {exc}"
                 warnings.warn(f"accelkit plugin {ep.name!r} ({info.provider}) failed to load and is skipped: "
                               f"{info.reason}", RuntimeWarning, stacklevel=2)
                 continue
             self._register_checked(plugin, info)
+
+    def _holder_of(self, name: str) -> PluginInfo | None:
+        """The entry point already found under ``name`` (compared as :func:`~accelkit.records.lookup_key`)."""
+        for info in self.infos.values():
+            if info.distribution and info.status != DUPLICATE and lookup_key(info.name) == lookup_key(name):
+                return info
+        return None
+
+    def _record_duplicate(self, info: PluginInfo, taken: PluginInfo) -> None:
+        """A second distribution's entry point under a name already taken: listed as ``duplicate``, not loaded."""
+        if (info.distribution, info.version) == (taken.distribution, taken.version):
+            return  # the same distribution seen twice on sys.path
+        number = 2
+        while f"{info.name}#{number}" in self.infos:
+            number += 1
+        info.status = DUPLICATE
+        info.reason = (f"entry-point name {info.name!r} is already taken by {taken.provider}, found first on sys.path; "
+                       f"{info.provider}'s plugin is not loaded. Uninstall one of them "
+                       f"(`pip uninstall {info.distribution}`), or ask one author to rename the entry point")
+        self.infos[f"{info.name}#{number}"] = info
+        warnings.warn(f"accelkit plugin {info.name!r}: two distributions use this entry-point name, {taken.provider} "
+                      f"and {info.provider}; only {taken.provider}'s is loaded. Uninstall one of them, or ask one "
+                      "author to rename the entry point.", RuntimeWarning, stacklevel=3)
 
     def add_plugin(self, plugin: Any, name: str | None = None) -> PluginInfo:
         """Register a plugin object passed by the user (``Trainer(plugins=[obj])``)."""
@@ -186,11 +229,15 @@ class PluginManager(pluggy.PluginManager):
             return
         _warn_unmarked(self, plugin, info)
         try:
-            self.register(plugin, name=info.name)
+            registered = self.register(plugin, name=info.name)
         except Exception as exc:  # noqa: BLE001 - pluggy checks names and signatures; accelkit_configure runs
             if self.is_registered(plugin):  # a historic hook raised after pluggy had registered the plugin
                 self.unregister(plugin)
             info.status, info.error, info.reason = FAILED, exc, f"{type(exc).__name__}: {exc}"
+            info.failed_in = "registration" if isinstance(exc, pluggy.PluginValidationError) else "accelkit_configure"
+            return
+        if registered is None:  # pluggy refuses a blocked name
+            info.status, info.reason = BLOCKED, f"blocked by {BLOCK_ENV} or 'no:{info.name}'"
             return
         # pluggy accepts an implementation without a specification (it stays "pending"): a misspelt name
         unknown = sorted(c.name for c in (self.get_hookcallers(plugin) or []) if not c.has_spec())
@@ -200,6 +247,7 @@ class PluginManager(pluggy.PluginManager):
             error = PluginError("; ".join(f"{n!r} is not an accelkit hook.{suggest(n, known)}" for n in unknown)
                                 + f" Hooks: {', '.join(known)}.")
             info.status, info.error, info.reason = FAILED, error, f"PluginError: {error}"
+            info.failed_in = "registration"
             return
         info.status, info.plugin = LOADED, plugin
         info.hooks = sorted(h.name for h in (self.get_hookcallers(plugin) or []))
@@ -218,7 +266,11 @@ class PluginManager(pluggy.PluginManager):
         for info in self.infos.values():
             if info.plugin is plugin:
                 return info.provider
-        return "accelkit (core)" if plugin is core_plugin_module() else repr(plugin)
+        return CORE_PROVIDER if plugin is core_plugin_module() else repr(plugin)
+
+    def duplicates(self) -> list[PluginInfo]:
+        """Entry points not loaded because another distribution's entry point has the same name."""
+        return [i for i in self.infos.values() if i.status == DUPLICATE]
 
     def failures(self) -> list[PluginInfo]:
         """Plugins that failed to load (including those whose registration hooks raised)."""
@@ -248,11 +300,13 @@ class PluginManager(pluggy.PluginManager):
                 return info
         return None
 
-    def mark_failed(self, plugin: Any, error: BaseException, where: str) -> None:
-        """Take a plugin out because one of its hooks raised: it is unregistered and reported as ``failed``."""
+    def mark_failed(self, plugin: Any, error: BaseException, where: str, hook: str = "") -> None:
+        """Take a plugin out because one of its hooks (``hook``, called as ``where``) raised: it is unregistered and
+        reported as ``failed``."""
         name = self.get_name(plugin) or getattr(plugin, "__name__", None) or type(plugin).__name__
         info = self.info_of(plugin) or self.infos.setdefault(name, PluginInfo(name=name))
         info.status, info.error, info.plugin, info.hooks = FAILED, error, None, []
+        info.failed_in = hook or where
         info.reason = f"{where} raised {type(error).__name__}: {error}"
         if self.is_registered(plugin):
             self.unregister(plugin)
@@ -290,15 +344,6 @@ def _warn_unmarked(manager: PluginManager, plugin: Any, info: PluginInfo) -> Non
                           if name not in known else
                           f"plugin {info.name!r} ({info.provider}) defines {name}() without @accelkit.hookimpl, so "
                           "it is never called; decorate it with @accelkit.hookimpl.", RuntimeWarning, stacklevel=4)
-
-
-def suggest(name: str, choices: Iterable[str]) -> str:
-    """``" Did you mean 'x'?"`` for the closest choice, or ``""``.
-
-    Only close spellings that start alike count: ``"npu"`` is another device, not a typo of ``"tpu"``."""
-    name = str(name).lower()
-    close = [c for c in difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6) if c[:1] == name[:1]]
-    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 # ----------------------------------------------------------------------------------------------- spawned workers

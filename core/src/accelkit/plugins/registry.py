@@ -1,25 +1,47 @@
-"""The registry of named accelerators, strategies, precisions and cluster environments that every loaded plugin
-registered, and the names claimed twice (:class:`Conflict`). Built by :class:`~accelkit.plugins.manager.PluginManager`."""
+"""The one registry: every named accelerator, strategy, precision, cluster environment, logger and ``accelkit``
+sub-command that the loaded plugins (and the core) registered, and the names claimed twice (:class:`Conflict`).
+Built by :class:`~accelkit.plugins.manager.PluginManager` from the ``accelkit_register_*`` hooks."""
 
 from __future__ import annotations
 
+import difflib
+import tomllib
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from accelkit.errors import PluginConflictError
+from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.hookspecs import BLOCK_ENV
 from accelkit.records import (
     AcceleratorRecord,
     ClusterEnvironmentRecord,
+    CommandRecord,
+    LoggerRecord,
     PrecisionRecord,
     StrategyRecord,
+    by_priority,
     lookup_key,
 )
 
 if TYPE_CHECKING:
     from accelkit.plugins.manager import PluginManager
+
+#: one row per record kind: (kind, hook name, record class, Registry attribute, how names are kept)
+#: "named": one record per name; "scoped": one per name and accelerator; "core first": a name the core registers
+#: stays the core's and a plugin claiming it is reported (the core's own sub-commands).
+KINDS = (
+    ("accelerator", "accelkit_register_accelerators", AcceleratorRecord, "accelerators", "named"),
+    ("strategy", "accelkit_register_strategies", StrategyRecord, "strategies", "scoped"),
+    ("precision", "accelkit_register_precisions", PrecisionRecord, "precisions", "scoped"),
+    ("cluster environment", "accelkit_register_cluster_environments", ClusterEnvironmentRecord,
+     "cluster_environments", "named"),
+    ("logger", "accelkit_register_loggers", LoggerRecord, "loggers", "named"),
+    ("command", "accelkit_register_commands", CommandRecord, "commands", "core first"),
+)
+#: the provider name of the core's own records
+CORE_PROVIDER = "accelkit (core)"
 
 
 def core_plugin_module() -> Any:
@@ -29,16 +51,41 @@ def core_plugin_module() -> Any:
     return _builtin
 
 
+def suggest(name: str, choices: Iterable[str]) -> str:
+    """``" Did you mean 'x'?"`` for the closest choice, or ``""``.
+
+    Only close spellings that start alike count: ``"npu"`` is another device, not a typo of ``"tpu"``."""
+    name = str(name).lower()
+    close = [c for c in difflib.get_close_matches(name, list(choices), n=3, cutoff=0.6) if c[:1] == name[:1]]
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+_CATALOG: dict[str, dict[str, str]] | None = None
+
+
+def catalog() -> dict[str, dict[str, str]]:
+    """Known first-party names and the distribution that provides each, per section (``accelerators``,
+    ``strategies``, ``precisions``, ``loggers``); used for install hints only."""
+    global _CATALOG
+    if _CATALOG is None:
+        text = resources.files("accelkit").joinpath("catalog.toml").read_text()
+        _CATALOG = {k: {lookup_key(n): d for n, d in v.items()} for k, v in tomllib.loads(text).items()}
+    return _CATALOG
+
+
 @dataclass
 class Conflict:
     """One name claimed by two plugins, for overlapping accelerators (``None``: any accelerator).
 
-    :param kind: ``"accelerator"``, ``"strategy"`` or ``"precision"``.
+    :param kind: ``"accelerator"``, ``"strategy"``, ``"precision"``, ``"cluster environment"``, ``"logger"`` or
+        ``"command"``.
     :param name: the name as the second claimant spelt it.
     :param providers: display names of the claimants (:attr:`accelkit.plugins.manager.PluginInfo.provider`).
     :param plugins: their entry-point names (what ``ACCELKIT_BLOCK_PLUGINS`` and ``"no:NAME"`` take); ``""`` for
         plugin objects passed to the Trainer, which are removed from ``plugins=[...]`` instead.
-    :param accelerators: where both claims apply (scoped names); ``None`` for accelerators or unscoped claims.
+    :param accelerators: where both claims apply (scoped names); ``None`` for unscoped claims.
+    :param kept: the provider whose record stays usable (the core, for its own sub-commands); ``""`` when the name
+        is left out until one claimant is blocked.
     """
 
     kind: str
@@ -46,6 +93,7 @@ class Conflict:
     providers: list[str]
     plugins: list[str]
     accelerators: frozenset[str] | None = None
+    kept: str = ""
 
     def covers(self, accelerator: str) -> bool:
         """Whether a run on ``accelerator`` that asks for this name meets the conflict."""
@@ -54,6 +102,10 @@ class Conflict:
     def message(self) -> str:
         """The sentence naming both providers and how to block one of them."""
         claimants = " and ".join(self.providers)
+        if self.kept:
+            others = ", ".join(p for p in self.providers if p != self.kept)
+            return (f"{self.kind} name {self.name!r} is claimed by both {claimants}; it stays {self.kept}'s, so the "
+                    f"{self.kind} of {others} is not available (its author must rename it)")
         where = f" on accelerator {', '.join(sorted(self.accelerators))}" if self.accelerators else ""
         blockable = [p for p in self.plugins if p]
 
@@ -73,7 +125,8 @@ class _Table(dict):
 
 
 class Registry:
-    """Every named accelerator, strategy and precision, keyed by name and alias.
+    """Every named accelerator, strategy, precision, cluster environment, logger and command, keyed by the
+    :func:`~accelkit.records.lookup_key` of each name and alias.
 
     A registration hook that raises takes only its own plugin out (:meth:`PluginManager.mark_failed`); a name
     claimed twice is kept out of the tables and raises :class:`~accelkit.errors.PluginConflictError` when a run
@@ -85,21 +138,23 @@ class Registry:
         self.strategies: dict[str, list[StrategyRecord]] = _Table()
         self.precisions: dict[str, list[PrecisionRecord]] = _Table()
         self.cluster_environments: dict[str, ClusterEnvironmentRecord] = _Table()
+        self.loggers: dict[str, LoggerRecord] = _Table()
+        self.commands: dict[str, CommandRecord] = _Table()
         #: every name claimed twice
         self.conflicts: list[Conflict] = []
+        #: what each plugin registered: plugin name (as registered with the manager) -> [(kind, record)]
+        self.provided: dict[str, list[tuple[str, Any]]] = {}
         self._plugin_names: dict[str, str] = {}
 
     @classmethod
     def build(cls, manager: PluginManager) -> Registry:
         """Call every plugin's registration hooks; a plugin whose hooks raise is marked failed and skipped."""
-        hooks = (("accelerator", manager.hook.accelkit_register_accelerators, AcceleratorRecord),
-                 ("strategy", manager.hook.accelkit_register_strategies, StrategyRecord),
-                 ("precision", manager.hook.accelkit_register_precisions, PrecisionRecord),
-                 ("cluster environment", manager.hook.accelkit_register_cluster_environments,
-                  ClusterEnvironmentRecord))
-        implementing = {id(impl.plugin) for _, hook, _ in hooks for impl in hook.get_hookimpls()}
+        hooks = [(kind, getattr(manager.hook, hook), record_type, attribute, rule)
+                 for kind, hook, record_type, attribute, rule in KINDS]
+        implementing = {id(impl.plugin) for _, hook, *_ in hooks for impl in hook.get_hookimpls()}
         # plugins in registration order, so messages are stable
-        order = [plugin for _, plugin in manager.list_name_plugin() if id(plugin) in implementing]
+        order = [plugin for _, plugin in manager.list_name_plugin()
+                 if plugin is not None and id(plugin) in implementing]
         while True:  # a failure unregisters its plugin; start again without it
             registry = cls()
             try:
@@ -108,18 +163,19 @@ class Registry:
             except HookFailed as failed:
                 if failed.plugin is core_plugin_module():
                     raise failed.error from None
-                manager.mark_failed(failed.plugin, failed.error, failed.where)
+                manager.mark_failed(failed.plugin, failed.error, failed.where, failed.hook)
                 order = [p for p in order if p is not failed.plugin]
                 continue
             break
         for conflict in registry.conflicts:
-            warnings.warn(f"{conflict.message()}. Runs that use this name fail until then; others are unaffected.",
-                          RuntimeWarning, stacklevel=4)
+            consequence = ("" if conflict.kept else
+                           " Runs that use this name fail until then; others are unaffected.")
+            warnings.warn(f"{conflict.message()}.{consequence}", RuntimeWarning, stacklevel=4)
         return registry
 
     def _add_plugin(self, manager: PluginManager, plugin: Any, hooks: Any) -> None:
         collected = []
-        for kind, hook, record_type in hooks:
+        for kind, hook, record_type, attribute, rule in hooks:
             for impl in hook.get_hookimpls():
                 if impl.plugin is not plugin:
                     continue
@@ -127,38 +183,43 @@ class Registry:
                 try:
                     records = list(impl.function() or [])
                 except Exception as exc:  # noqa: BLE001 - the plugin is taken out, the others keep working
-                    raise HookFailed(plugin, exc, where) from None
+                    raise HookFailed(plugin, exc, where, hook.name) from None
                 for record in records:
                     if not isinstance(record, record_type):
                         raise HookFailed(plugin, TypeError(f"returned {record!r}, not a {record_type.__name__}"),
-                                          where)
-                collected.extend((kind, record) for record in records)
+                                         where, hook.name)
+                collected.extend((kind, attribute, rule, record) for record in records)
         info = manager.info_of(plugin)
         provider = manager.provider_of(plugin)
-        for kind, record in collected:
+        # what ACCELKIT_BLOCK_PLUGINS takes: entry-point names only (objects passed to the Trainer are removed)
+        self._plugin_names[provider] = info.name if info is not None and info.distribution else ""
+        self.provided[manager.get_name(plugin) or provider] = [(kind, record) for kind, _, _, record in collected]
+        for kind, attribute, rule, record in collected:
             object.__setattr__(record, "provider", provider)
-            # what ACCELKIT_BLOCK_PLUGINS takes: entry-point names only (objects passed to the Trainer are removed)
-            self._plugin_names[provider] = info.name if info is not None and info.distribution else ""
-            if kind == "accelerator":
-                self._add_named(kind, self.accelerators, record, record.names)
-            elif kind == "cluster environment":
-                self._add_named(kind, self.cluster_environments, record, (record.name,))
+            table = getattr(self, attribute)
+            if rule == "scoped":
+                self._add_scoped(kind, table, record)
             else:
-                self._add_scoped(kind, self.strategies if kind == "strategy" else self.precisions, record)
+                self._add_named(kind, table, record, core_first=rule == "core first")
 
-    def _conflict(self, kind: str, name: str, providers: list[str], accelerators: Any = None) -> Conflict:
+    def _conflict(self, kind: str, name: str, providers: list[str], accelerators: Any = None,
+                  kept: str = "") -> Conflict:
         conflict = Conflict(kind, name, providers, [self._plugin_names.get(p, "") for p in providers],
-                            None if accelerators is None else frozenset(accelerators))
+                            None if accelerators is None else frozenset(accelerators), kept)
         self.conflicts.append(conflict)
         return conflict
 
-    def _add_named(self, kind: str, table: Any, record: Any, names: Iterable[str]) -> None:
-        for name in names:
+    def _add_named(self, kind: str, table: Any, record: Any, core_first: bool = False) -> None:
+        # the core registers first (PluginManager.__init__), so with core_first its record is the holder
+        for name in record.names:
             key = lookup_key(name)
-            if key in table.conflicts:  # a third claimant joins the conflict
+            holder = table.get(key)
+            if core_first and holder is not None and holder.provider == CORE_PROVIDER and holder is not record:
+                self._conflict(kind, name, [holder.provider, record.provider], kept=holder.provider)
+            elif key in table.conflicts:  # a third claimant joins the conflict
                 table.conflicts[key][0].providers.append(record.provider)
                 table.conflicts[key][0].plugins.append(self._plugin_names.get(record.provider, ""))
-            elif key in table and table[key] is not record:
+            elif holder is not None and holder is not record:
                 table.conflicts[key] = [self._conflict(kind, name, [table.pop(key).provider, record.provider])]
             else:
                 table[key] = record
@@ -184,6 +245,11 @@ class Registry:
         """Canonical accelerator names."""
         return sorted({r.name for r in self.accelerators.values()})
 
+    def accelerator_records(self) -> list[AcceleratorRecord]:
+        """Every accelerator record once, in the order ``accelerator="auto"`` tries them
+        (:func:`~accelkit.records.record_order`)."""
+        return by_priority(self.accelerators.values())
+
     def strategy_names(self, accelerator: str | None = None) -> list[str]:
         """Canonical strategy names, for one accelerator or all."""
         return sorted({r.name for rs in self.strategies.values() for r in rs
@@ -194,10 +260,30 @@ class Registry:
         return sorted({r.name for rs in self.precisions.values() for r in rs
                        if accelerator is None or r.runs_on(accelerator)})
 
+    def cluster_environment_records(self) -> list[ClusterEnvironmentRecord]:
+        """Every cluster environment record, in detection order (highest priority first, ties by name)."""
+        return by_priority(self.cluster_environments.values())
+
     def cluster_environment_names(self) -> list[str]:
         """Registered cluster environment names, in detection order (highest priority first, ties by name)."""
-        records = sorted(self.cluster_environments.values(), key=lambda r: (-r.priority, r.name))
-        return [r.name for r in records]
+        return [r.name for r in self.cluster_environment_records()]
+
+    def logger_names(self) -> list[str]:
+        """Canonical logger names."""
+        return sorted({r.name for r in self.loggers.values()})
+
+    def command_records(self) -> list[CommandRecord]:
+        """Every sub-command once, in registration order: the core's first, then each plugin's."""
+        return list({id(r): r for r in self.commands.values()}.values())
+
+    @staticmethod
+    def find_named(table: dict[str, Any], name: str) -> Any:
+        """The record registered as ``name`` in a name table (accelerators, loggers, commands...), or ``None``; a
+        :class:`~accelkit.errors.PluginConflictError` if two plugins claim that name and it was left out."""
+        key = lookup_key(name)
+        for conflict in getattr(table, "conflicts", {}).get(key, []):
+            raise PluginConflictError(f"{conflict.message()}.")
+        return table.get(key)
 
     @staticmethod
     def find_scoped(table: dict[str, list[Any]], name: str, accelerator: str) -> Any:
@@ -210,6 +296,22 @@ class Registry:
             if record.runs_on(accelerator):
                 return record
         return None
+
+    def find_logger(self, name: str) -> LoggerRecord:
+        """The logger registered as ``name`` (``Trainer(logger="tensorboard")``).
+
+        :raise ConfigurationError: for an unknown name: the registered names, the close one, the distribution to
+            install when the name is a tracker of the catalog (``mlflow``).
+        :raise PluginConflictError: when two plugins claim the name.
+        """
+        record = self.find_named(self.loggers, name)
+        if record is not None:
+            return record
+        names = self.logger_names()
+        install = catalog().get("loggers", {}).get(lookup_key(name))
+        hint = f" It is provided by {install}: pip install {install}." if install else suggest(name, names)
+        raise ConfigurationError(f"logger={name!r} is not a registered logger.{hint} Registered loggers: "
+                                 f"{', '.join(names)}; or pass a logger instance (accelkit.loggers.Logger)")
 
     def precision_name(self, precision: Any) -> str:
         """The registered name of a precision instance the user built (``TruePrecision(torch.float64)`` ->
@@ -243,6 +345,8 @@ def _same_option(value: Any, option: Any) -> bool:
 
 
 class HookFailed(Exception):
-    def __init__(self, plugin: Any, error: BaseException, where: str) -> None:
+    """A plugin's registration hook raised (or returned something that is not a record of its kind)."""
+
+    def __init__(self, plugin: Any, error: BaseException, where: str, hook: str = "") -> None:
         super().__init__(where)
-        self.plugin, self.error, self.where = plugin, error, where
+        self.plugin, self.error, self.where, self.hook = plugin, error, where, hook

@@ -125,8 +125,8 @@ def callback_list(callbacks: Any) -> list[Any]:
 def logger_list(logger: Any, root: Path, manager: Any = None) -> list[Any]:
     """``logger=`` as a list: ``True``/``None`` a CSV logger under ``root``, ``False`` none, loggers as given; a
     name (``"tensorboard"``, ``"csv"``, a plugin's ``"mlflow"``), alone or in a list, is the registered logger
-    built with ``save_dir=root`` (:mod:`accelkit.plugins.loggers`; ``manager`` is the run's plugin manager, a
-    fresh one when omitted)."""
+    built with ``save_dir=root`` (:func:`accelkit.plugins.compose.build_logger`; ``manager`` is the run's plugin
+    manager, a fresh one when omitted)."""
     from accelkit.loggers import CSVLogger
 
     if logger is None or logger is True:
@@ -135,7 +135,7 @@ def logger_list(logger: Any, root: Path, manager: Any = None) -> list[Any]:
         return []
     items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
     if any(isinstance(item, str) for item in items):
-        from accelkit.plugins.loggers import build_logger
+        from accelkit.plugins.compose import build_logger
 
         if manager is None:
             from accelkit.plugins.manager import PluginManager

@@ -1,0 +1,128 @@
+"""``accelkit plugins``: every installed plugin, its status, and what it and the core register."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+#: (record kind in the registry, section of a plugin's ``provides``)
+SECTIONS = (("accelerator", "accelerators"), ("strategy", "strategies"), ("precision", "precisions"),
+            ("cluster environment", "cluster_environments"), ("logger", "loggers"), ("command", "commands"))
+#: the name the core's own hook implementations are registered under
+CORE_PLUGIN_NAME = "accelkit-core"
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--json`` option of ``accelkit plugins`` and ``accelkit doctor``."""
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+
+def quiet_manager() -> Any:
+    """A :class:`~accelkit.plugins.manager.PluginManager` whose load failures are recorded, not printed as warnings
+    (the listings report them)."""
+    import warnings
+
+    from accelkit.plugins.manager import PluginManager
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        manager = PluginManager()
+        manager.registry  # noqa: B018 - the registration hooks run here, under the filter
+    return manager
+
+
+def manager_of(args: argparse.Namespace) -> Any:
+    """The plugin manager ``accelkit`` found the command through, or a quiet new one."""
+    return getattr(args, "plugin_manager", None) or quiet_manager()
+
+
+def _entry(kind: str, record: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": record.name, "aliases": list(record.aliases), "description": record.description}
+    if kind in ("accelerator", "cluster environment"):
+        entry["priority"] = record.priority
+    elif kind in ("strategy", "precision"):
+        entry["accelerators"] = None if record.accelerators is None else list(record.accelerators)
+    return entry
+
+
+def provided_by(manager: Any, plugin_name: str | None) -> dict[str, list[dict[str, Any]]]:
+    """What one loaded plugin registered, per section (``accelerators`` ... ``commands``), from the registry;
+    every section empty for ``None`` (a plugin that is not loaded)."""
+    provided: dict[str, list[dict[str, Any]]] = {section: [] for _, section in SECTIONS}
+    sections = dict(SECTIONS)
+    for kind, record in manager.registry.provided.get(plugin_name, []) if plugin_name is not None else []:
+        provided[sections[kind]].append(_entry(kind, record))
+    return provided
+
+
+def plugin_report(manager: Any = None) -> dict[str, Any]:
+    """Everything ``accelkit plugins`` shows, as plain data.
+
+    :param manager: a :class:`~accelkit.plugins.manager.PluginManager`; a fresh one (with entry-point discovery) if
+        omitted.
+    :return: ``{"accelkit": version, "hook_api": version, "core": {"provides": ...}, "plugins": [...],
+        "conflicts": [...]}``; each plugin has ``name``, ``distribution``, ``version``, ``status`` (``loaded``,
+        ``failed``, ``blocked``, ``incompatible`` or ``duplicate``), ``reason``, ``api``, ``hooks`` and
+        ``provides`` (``accelerators``, ``strategies``, ``precisions``, ``cluster_environments``, ``loggers``,
+        ``commands``); ``core`` is what the core itself registers (cluster environments, loggers, commands).
+    """
+    from accelkit.__about__ import __version__
+    from accelkit.hookspecs import HOOK_API_VERSION
+
+    manager = manager or quiet_manager()
+    conflicts = manager.conflicts()  # builds the registry first: a plugin whose hook raises is "failed" below
+    plugins = []
+    for key, info in sorted(manager.infos.items(), key=lambda item: (item[1].name, item[0])):
+        plugins.append({
+            "name": info.name, "distribution": info.distribution, "version": info.version,
+            "status": info.status, "reason": info.reason, "api": info.api, "hooks": list(info.hooks),
+            "provides": provided_by(manager, key if info.status == "loaded" else None),
+        })
+    return {"accelkit": __version__, "hook_api": HOOK_API_VERSION,
+            "core": {"provides": provided_by(manager, CORE_PLUGIN_NAME)}, "plugins": plugins, "conflicts": conflicts}
+
+
+def _names(entries: list[dict[str, Any]]) -> str:
+    shown = []
+    for entry in entries:
+        text = entry["name"]
+        if entry["aliases"]:
+            text += f" (alias {', '.join(entry['aliases'])})"
+        if "priority" in entry:
+            text += f" [priority {entry['priority']}]"
+        if entry.get("accelerators"):
+            text += f" [on {', '.join(entry['accelerators'])}]"
+        shown.append(text)
+    return ", ".join(shown) or "-"
+
+
+def _print_provides(provides: dict[str, list[dict[str, Any]]], always: tuple[str, ...]) -> None:
+    for _, section in SECTIONS:
+        if provides[section] or section in always:
+            print(f"  {section.replace('_', ' ')}: {_names(provides[section])}")
+
+
+def plugins_command(args: argparse.Namespace) -> int:
+    """``accelkit plugins [--json]``: exit status 1 when a name is claimed twice."""
+    import json
+
+    report = plugin_report(manager_of(args))
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"accelkit {report['accelkit']} (hook API {report['hook_api']}): {len(report['plugins'])} plugin(s)")
+    print("\naccelkit (core)")
+    _print_provides(report["core"]["provides"], ())
+    for plugin in report["plugins"]:
+        origin = f"{plugin['distribution']} {plugin['version']}".strip() or "(not from a distribution)"
+        print(f"\n{plugin['name']}  [{plugin['status']}]  {origin}")
+        if plugin["api"]:
+            print(f"  ACCELKIT_API: {plugin['api']}")
+        if plugin["reason"]:
+            print(f"  reason: {plugin['reason']}")
+        if plugin["status"] == "loaded":
+            _print_provides(plugin["provides"], ("accelerators", "strategies", "precisions"))
+            print(f"  hooks: {', '.join(plugin['hooks']) or '-'}")
+    for conflict in report["conflicts"]:
+        print(f"\nconflict: {conflict}")
+    return 1 if report["conflicts"] else 0
