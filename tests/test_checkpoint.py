@@ -116,7 +116,7 @@ def test_resume_continues_at_the_right_epoch_with_identical_results(tmp_path):
     assert resumed.epochs_started == [2, 3]
     assert (trainer.current_epoch, trainer.global_step) == (4, 16) == (full_trainer.current_epoch,
                                                                         full_trainer.global_step)
-    assert trainer._optimizers[0].param_groups[0]["lr"] == pytest.approx(full_trainer._optimizers[0].param_groups[0]["lr"])
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(full_trainer.optimizers[0].param_groups[0]["lr"])
     for key, value in full.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[key], value, atol=1e-7, rtol=0)
     # not trivially equal: two epochs are not four

@@ -149,7 +149,7 @@ def test_configure_optimizers_forms(tmp_path, form, lr_after):
     before = weights(model)
     trainer = make_trainer(tmp_path, max_epochs=3)
     trainer.fit(model)
-    assert trainer._optimizers[0].param_groups[0]["lr"] == pytest.approx(lr_after)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(lr_after)
     assert not torch.equal(weights(model)["layer.weight"], before["layer.weight"])
 
 

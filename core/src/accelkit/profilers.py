@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from accelkit.loggers.base import _global_rank
+from accelkit.utilities.rank_zero import global_rank
 
 __all__ = ["Profiler", "PassThroughProfiler", "SimpleProfiler", "PyTorchProfiler", "resolve_profiler"]
 
@@ -89,7 +89,7 @@ class Profiler:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w") as handle:
                 handle.write(text + "\n")
-        elif text and _global_rank() == 0:
+        elif text and global_rank() == 0:
             print(text, flush=True)
         self.teardown(self._stage)
 

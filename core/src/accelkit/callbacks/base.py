@@ -170,3 +170,14 @@ class DeviceStatsMonitor(Callback):
         if stats and strategy.is_global_zero:
             for logger in trainer.loggers:
                 logger.log_metrics({f"device/{k}": float(v) for k, v in stats.items()}, step=trainer.global_step)
+
+
+def callback_list(callbacks: Any) -> list[Any]:
+    """``callbacks=`` as a list of :class:`~accelkit.Callback` (one, a list, or ``None``)."""
+    if callbacks is None:
+        return []
+    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+    for item in items:
+        if not isinstance(item, Callback):
+            raise TypeError(f"callbacks must be accelkit.Callback instances, got {type(item).__name__}")
+    return items

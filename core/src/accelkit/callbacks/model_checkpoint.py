@@ -257,7 +257,7 @@ class ModelCheckpoint(Checkpoint):
         target = Path(filepath) if filepath is not None else Path(self.dirpath or ".") / "best_k_models.yaml"
         target.write_text("".join(f"{path!r}: {float(score)!r}\n" for path, score in self.best_k_models.items()))
 
-    def _find_last_checkpoints(self, trainer: Any) -> set[str]:
+    def find_last_checkpoints(self, trainer: Any) -> set[str]:
         """The ``last.ckpt`` / ``last-v<n>.ckpt`` files (or sharded checkpoint directories) in this callback's
         folder (for ``ckpt_path="last"``: the newest of them is the run's latest state, even when a previous run's
         ``last.ckpt`` is there too)."""

@@ -64,6 +64,6 @@ class OnExceptionCheckpoint(Checkpoint):
             elif os.path.lexists(path):
                 os.remove(path)
 
-    def _find_last_checkpoints(self, trainer: Any) -> set[str]:
+    def find_last_checkpoints(self, trainer: Any) -> set[str]:
         """For ``ckpt_path="last"`` (see :class:`~accelkit.callbacks.ModelCheckpoint`): this callback's file."""
         return {self.ckpt_path}

@@ -22,13 +22,13 @@ import socket
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
-from accelkit.utilities.processes import process_alive
 from accelkit.errors import AccelkitError
 from accelkit.utilities.apply_func import apply_to_tensors
+from accelkit.utilities.processes import process_alive
 
 #: set to ``1`` to write checkpoints whose weights hold NaN or inf (refused by default)
 ALLOW_NON_FINITE_ENV = "ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS"
@@ -185,37 +185,49 @@ def non_finite_tensors(state_dict: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 # ----------------------------------------------------------------------------------------------- reading
-def load(path: str | os.PathLike, weights_only: bool = True, map_location: Any = "cpu") -> Any:
-    """Load a checkpoint. ``weights_only=True`` (the default) refuses to unpickle arbitrary objects.
+def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_location: Any = "cpu") -> Any:
+    """Load a checkpoint file: the one reader of checkpoint files, with one set of errors (resuming a fit,
+    ``load_from_checkpoint``, the ``accelkit checkpoint`` command). ``weights_only=True`` (the default) refuses to
+    unpickle arbitrary objects.
 
+    :param path: a path, or an open binary file.
     :raises FileNotFoundError: nothing at ``path``.
     :raises IsADirectoryError: ``path`` is a folder (the message lists the checkpoints in it).
-    :raises CheckpointError: the file is empty, truncated, not a PyTorch file, damaged, or a bare ``state_dict``.
+    :raises CheckpointError: the file is empty, truncated, not a PyTorch file, damaged, a bare ``state_dict``, or
+        holds something other than a checkpoint dict.
     :raises UnsafeCheckpointError: with ``weights_only=True``, the file holds objects other than plain data.
     """
-    path = Path(path)
-    check_file(path)
+    is_path = isinstance(path, (str, os.PathLike))
+    name = repr(str(path)) if is_path else repr(getattr(path, "name", None) or type(path).__name__)
+    if is_path:
+        path = Path(path)
+        check_file(path)
     try:
         checkpoint = torch.load(path, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as exc:
         if not weights_only:
-            raise CheckpointError(f"checkpoint {str(path)!r} is damaged: unpickling failed ({exc}).") from exc
-        reason = _first_reason(exc)
+            raise CheckpointError(f"checkpoint {name} is damaged: unpickling failed ({exc}).") from exc
         raise UnsafeCheckpointError(
-            f"checkpoint {str(path)!r} holds Python objects that safe loading refuses ({reason}). Checkpoints "
+            f"checkpoint {name} holds Python objects that safe loading refuses ({_first_reason(exc)}). Checkpoints "
             "accelkit writes hold plain data only (tensors, numbers, strings, containers); this one was written "
             "with something else (a callback's or the Module's on_save_checkpoint, or hyperparameters of another "
             "type): store plain values there and save again.") from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        where = f" ({_size(path)})" if is_path else ""
+        hint = _alternatives(path) if is_path else ""
         raise CheckpointError(
-            f"checkpoint {str(path)!r} ({_size(path)}) is damaged and cannot be read ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else ''}). {_alternatives(path)}") from exc
-    if isinstance(checkpoint, dict) and "state_dict" not in checkpoint and _is_bare_state_dict(checkpoint):
+            f"checkpoint {name}{where} is damaged and cannot be read ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). {hint}".rstrip()) from exc
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(f"checkpoint {name} holds a {type(checkpoint).__name__}, not a checkpoint dict; "
+                              "write checkpoints with trainer.save_checkpoint(path).")
+    if "state_dict" not in checkpoint and _is_bare_state_dict(checkpoint):
         keys = ", ".join(repr(k) for k in list(checkpoint)[:3])
         raise CheckpointError(
-            f"{str(path)!r} holds a bare state_dict (module weights only: {keys}...), not a Trainer checkpoint, so "
-            "ckpt_path= cannot resume from it. Load the weights with module.load_state_dict(torch.load(path, "
-            "weights_only=True)) before fit(), or write a full checkpoint with trainer.save_checkpoint(path).")
+            f"{name} holds a bare state_dict (module weights only: {keys}...), not a Trainer checkpoint, so "
+            "ckpt_path= cannot resume from it and load_from_checkpoint cannot build a module from it. Load the "
+            "weights with module.load_state_dict(torch.load(path, weights_only=True)), or write a full checkpoint "
+            "with trainer.save_checkpoint(path).")
     return checkpoint
 
 

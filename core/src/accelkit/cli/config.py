@@ -30,6 +30,7 @@ from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
 from accelkit.cli.class_paths import translate_text, translate_value
 from accelkit.cli.config_errors import explain
+from accelkit.cli.saved_config import accept_class_paths, with_class_paths
 from accelkit.loggers import Logger
 from accelkit.loggers import tensorboard as _tensorboard  # noqa: F401  (class name resolution needs it imported)
 from accelkit.module.datamodule import DataModule
@@ -47,7 +48,8 @@ PARSER_MODE = "accelkit_yaml"
 
 
 def _load(text: str) -> Any:
-    return get_loader("yaml")(translate_text(text))
+    # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
+    return accept_class_paths(get_loader("yaml")(translate_text(text)))
 
 
 set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
@@ -78,7 +80,7 @@ LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[Any, Any, str]] = {
 _LR_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
-def _param_help(cls: type) -> dict[str, str]:
+def param_help(cls: type) -> dict[str, str]:
     """``:param name: text`` entries of a class docstring (one logical line each)."""
     found: dict[str, str] = {}
     current = None
@@ -130,7 +132,10 @@ def dump_config(parser: Any, config: Namespace) -> str:
     import inspect
 
     keep_nulls = "skip_unset" if "skip_unset" in inspect.signature(parser.dump).parameters else "skip_none"
-    return parser.dump(config, **{keep_nulls: False})
+    text = parser.dump(config, **{keep_nulls: False})
+    classes = getattr(parser, "fixed_classes", None)
+    # the model and data classes are named even where this CLI fixes them, so that every command reads the file
+    return with_class_paths(text, config, classes) if classes else text
 
 
 class ArgumentParser(_JsonArgParser):
@@ -146,8 +151,11 @@ class ArgumentParser(_JsonArgParser):
         super().__init__(*args, description=description, **kwargs)
         #: keys of callback argument groups added with :meth:`add_lightning_class_args`
         self.callback_keys: list[str] = []
-        self._optimizers: dict[str, tuple[Any, str]] = {}
-        self._lr_schedulers: dict[str, tuple[Any, str]] = {}
+        #: Module and DataModule groups added with a fixed class (``{"model": Net}``; see
+        #: :mod:`accelkit.cli.saved_config`)
+        self.fixed_classes: dict[str, type] = {}
+        self.optimizer_classes: dict[str, tuple[Any, str]] = {}
+        self.lr_scheduler_classes: dict[str, tuple[Any, str]] = {}
 
     def add_lightning_class_args(self, cls: Any, nested_key: str, subclass_mode: bool = False,
                                  required: bool = True) -> list[str]:
@@ -161,18 +169,20 @@ class ArgumentParser(_JsonArgParser):
             self.callback_keys.append(nested_key)
         if subclass_mode:
             return self.add_subclass_arguments(cls, nested_key, fail_untyped=False, required=required)
+        if issubclass(cls, (Module, DataModule)):
+            self.fixed_classes[nested_key] = cls
         return self.add_class_arguments(cls, nested_key, fail_untyped=False, sub_configs=True,
                                         instantiate=not issubclass(cls, Trainer))
 
     def add_optimizer_args(self, optimizer_class: Any = (torch.optim.Optimizer,), nested_key: str = "optimizer",
                            link_to: str = "AUTOMATIC") -> None:
         """Add ``--optimizer`` (a class path with ``init_args``; ``params`` is filled in by the CLI)."""
-        self._add_optim_group(optimizer_class, nested_key, link_to, "params", self._optimizers)
+        self._add_optim_group(optimizer_class, nested_key, link_to, "params", self.optimizer_classes)
 
     def add_lr_scheduler_args(self, lr_scheduler_class: Any = _LR_SCHEDULERS, nested_key: str = "lr_scheduler",
                               link_to: str = "AUTOMATIC") -> None:
         """Add ``--lr_scheduler`` (a class path with ``init_args``; ``optimizer`` is filled in by the CLI)."""
-        self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self._lr_schedulers)
+        self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self.lr_scheduler_classes)
 
     def _add_optim_group(self, classes: Any, key: str, link_to: str, skip: str, table: dict) -> None:
         options = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
@@ -186,7 +196,7 @@ class ArgumentParser(_JsonArgParser):
         """As jsonargparse's, with Lightning class paths in ``cfg_obj`` mapped to accelkit's."""
         if isinstance(cfg_obj, Namespace):
             cfg_obj = cfg_obj.as_dict()
-        return super().parse_object(translate_value(cfg_obj), *args, **kwargs)
+        return super().parse_object(accept_class_paths(translate_value(cfg_obj)), *args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
         """Report a parse error with what :func:`accelkit.cli.config_errors.explain` adds (close key, accepted values)."""
@@ -249,7 +259,7 @@ class SaveConfigCallback(Callback):
         :attr:`config_text`)."""
 
 
-class _ConfiguredOptimizers:
+class ConfiguredOptimizers:
     """A module's ``configure_optimizers`` built from ``--optimizer``/``--lr_scheduler``: the optimizer is made
     when the Trainer asks (in the worker, on the parameters as they are then)."""
 
@@ -263,7 +273,7 @@ class _ConfiguredOptimizers:
         return self.configure(self.module, optimizer, scheduler)
 
 
-def _class_init(value: Any, classes: Any) -> dict[str, Any] | None:
+def class_init(value: Any, classes: Any) -> dict[str, Any] | None:
     """``{"class_path", "init_args"}`` from a parsed optimizer/scheduler group (a dict or a Namespace)."""
     if value is None:
         return None

@@ -19,11 +19,12 @@ from accelkit.cli.config import (
     ArgumentParser,
     ReduceLROnPlateau,
     SaveConfigCallback,
-    _class_init,
-    _ConfiguredOptimizers,
-    _param_help,
+    class_init,
+    ConfiguredOptimizers,
+    param_help,
     instantiate_config,
 )
+from accelkit.utilities.model_helpers import is_overridden
 from accelkit.errors import ConfigurationError
 from accelkit.module.datamodule import DataModule
 from accelkit.module.module import Module
@@ -47,7 +48,7 @@ def add_trainer_arguments(parser: ArgumentParser, trainer_class: type = Trainer)
     retyped = {name for name in TRAINER_TYPES if name in parameters}
     parser.add_class_arguments(trainer_class, "trainer", instantiate=False, fail_untyped=False, sub_configs=True,
                                skip=retyped)
-    helps = _param_help(Trainer)
+    helps = param_help(Trainer)
     for name in sorted(retyped):
         parser.add_argument(f"--trainer.{name}", type=TRAINER_TYPES[name], default=parameters[name].default,
                             help=helps.get(name, ""))
@@ -173,13 +174,13 @@ class CLI:
         self.add_core_arguments_to_parser(parser)
         self.add_arguments_to_parser(parser)
         if self.auto_configure_optimizers:
-            if not parser._optimizers:
+            if not parser.optimizer_classes:
                 parser.add_optimizer_args()
-            if not parser._lr_schedulers:
+            if not parser.lr_scheduler_classes:
                 parser.add_lr_scheduler_args()
-        for key, (classes, link_to) in {**parser._optimizers, **parser._lr_schedulers}.items():
+        for key, (classes, link_to) in {**parser.optimizer_classes, **parser.lr_scheduler_classes}.items():
             if link_to != "AUTOMATIC":
-                compute = None if isinstance(classes, tuple) else (lambda init, c=classes: _class_init(init, c))
+                compute = None if isinstance(classes, tuple) else (lambda init, c=classes: class_init(init, c))
                 parser.link_arguments(key, link_to, compute_fn=compute)
 
     def _parser(self, subcommand: str | None) -> ArgumentParser:
@@ -188,11 +189,17 @@ class CLI:
     # ----------------------------------------------------------------- parsing and building
     def parse_arguments(self, parser: ArgumentParser, args: ArgsType) -> None:
         """Parse ``args`` into :attr:`config` (Lightning class paths among the words mapped to accelkit's)."""
-        if isinstance(args, (dict, Namespace)):
-            self.config = parser.parse_object(args)
-            return
-        words = sys.argv[1:] if args is None else list(args)
-        self.config = parser.parse_args([translate_text(str(word)) for word in words])
+        from accelkit.cli.saved_config import fixed_classes
+
+        classes: dict[str, type] = {}
+        for each in (parser, *self._subcommand_parsers.values()):
+            classes.update(getattr(each, "fixed_classes", {}))
+        with fixed_classes(classes):  # their groups also read the class_path form of saved configurations
+            if isinstance(args, (dict, Namespace)):
+                self.config = parser.parse_object(args)
+                return
+            words = sys.argv[1:] if args is None else list(args)
+            self.config = parser.parse_args([translate_text(str(word)) for word in words])
 
     def _get(self, config: Namespace, key: str, default: Any = None) -> Any:
         return config.get(str(self.subcommand), config).get(key, default)
@@ -262,26 +269,26 @@ class CLI:
         if not self.auto_configure_optimizers or self.model is None:
             return
         parser = self._parser(subcommand)
-        optimizers = [k for k, (_, link) in parser._optimizers.items() if link == "AUTOMATIC"]
-        schedulers = [k for k, (_, link) in parser._lr_schedulers.items() if link == "AUTOMATIC"]
+        optimizers = [k for k, (_, link) in parser.optimizer_classes.items() if link == "AUTOMATIC"]
+        schedulers = [k for k, (_, link) in parser.lr_scheduler_classes.items() if link == "AUTOMATIC"]
         if not optimizers:
             return
         if len(optimizers) > 1 or len(schedulers) > 1:
             raise ConfigurationError(f"at most one optimizer and one lr_scheduler group can be AUTOMATIC, found "
                                      f"{optimizers + schedulers}; link the others (link_to=...) and write "
                                      "configure_optimizers yourself")
-        optimizer = _class_init(self._get(self.config_init, optimizers[0]), parser._optimizers[optimizers[0]][0])
+        optimizer = class_init(self._get(self.config_init, optimizers[0]), parser.optimizer_classes[optimizers[0]][0])
         if optimizer is None:
             return
         scheduler = None
         if schedulers:
-            scheduler = _class_init(self._get(self.config_init, schedulers[0]),
-                                    parser._lr_schedulers[schedulers[0]][0])
-        if type(self.model).configure_optimizers is not Module.configure_optimizers:
+            scheduler = class_init(self._get(self.config_init, schedulers[0]),
+                                    parser.lr_scheduler_classes[schedulers[0]][0])
+        if is_overridden("configure_optimizers", self.model, Module):
             warnings.warn(f"{type(self.model).__name__}.configure_optimizers is replaced by the --optimizer/"
                           f"--lr_scheduler of the configuration ({type(self).__name__}.configure_optimizers)",
                           UserWarning, stacklevel=2)
-        self.model.configure_optimizers = _ConfiguredOptimizers(self.model, optimizer, scheduler,
+        self.model.configure_optimizers = ConfiguredOptimizers(self.model, optimizer, scheduler,
                                                                 self.configure_optimizers)
 
     # ----------------------------------------------------------------- running

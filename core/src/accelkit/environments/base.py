@@ -9,7 +9,6 @@ import zlib
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-# The core's built-in environments, importable from here (defined in their own module to keep this one small).
 from accelkit.errors import ConfigurationError
 
 #: the rendezvous port torch uses when nothing chooses another one

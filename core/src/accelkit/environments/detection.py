@@ -8,12 +8,6 @@ from typing import Any
 
 from accelkit.environments.base import ClusterEnvironment
 
-# The core's built-in environments, importable from here (defined in their own module to keep this one small).
-from accelkit.environments.kubeflow import KubeflowEnvironment
-from accelkit.environments.lsf import LSFEnvironment
-from accelkit.environments.mpi import MPIEnvironment
-from accelkit.environments.slurm import SLURMEnvironment
-from accelkit.environments.torchrun import TorchrunEnvironment
 from accelkit.errors import PluginConflictError, PluginError
 from accelkit.records import by_priority
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from accelkit.loggers.base import Logger
+from accelkit.loggers.base import Logger, VersionedLogger, next_version
 from accelkit.loggers.csv_logs import CSVLogger
 
 if TYPE_CHECKING:
     from accelkit.loggers.tensorboard import TensorBoardLogger
 
-__all__ = ["Logger", "CSVLogger", "TensorBoardLogger"]
+__all__ = ["Logger", "CSVLogger", "TensorBoardLogger", "VersionedLogger", "next_version"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,33 +10,21 @@ from typing import Any
 import torch
 
 
-def _global_rank() -> int:
-    """This process's global rank as the loggers see it: the initialised process group's rank; before (or
-    without) one, ``RANK`` when torchrun's ``RANK`` and ``WORLD_SIZE`` (above 1) are set; else 0. The built-in
-    loggers write only where it is 0."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank()
-    rank, world_size = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
-    if rank.isdigit() and world_size.isdigit() and int(world_size) > 1:
-        return int(rank)
-    return 0
-
-
-class _SilentExperiment:
+class SilentExperiment:
     """Stands in for ``experiment`` on ranks other than zero: every attribute is a call that does nothing, so
     ``logger.experiment.add_image(...)`` written for rank zero is harmless elsewhere."""
 
     def __getattr__(self, name: str) -> Any:
         return self
 
-    def __call__(self, *args: Any, **kwargs: Any) -> _SilentExperiment:
+    def __call__(self, *args: Any, **kwargs: Any) -> SilentExperiment:
         return self
 
     def __bool__(self) -> bool:
         return False
 
 
-def _params_to_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
+def params_to_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
     """Hyper-parameters as a plain dict: a ``Namespace`` gives its attributes, ``None`` an empty dict."""
     if params is None:
         return {}
@@ -45,7 +33,7 @@ def _params_to_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, A
     return dict(params)
 
 
-def _metric_value(name: str, value: Any) -> int | float:
+def metric_value(name: str, value: Any) -> int | float:
     """A metric value as a Python number: one-element tensors and numpy scalars give their ``item()``, ints and
     floats stay as they are; anything else is an error naming the metric."""
     if isinstance(value, torch.Tensor):
@@ -63,15 +51,17 @@ def _metric_value(name: str, value: Any) -> int | float:
                          "number; log a float, an int or a one-element tensor") from None
 
 
-def _add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:
+def add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:
     """``metrics`` with ``prefix`` and ``separator`` put before every key (unchanged when ``prefix`` is empty)."""
     if not prefix:
         return dict(metrics)
     return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
 
 
-def _next_version(root: str) -> int:
-    """One more than the largest ``version_<n>`` directory in ``root`` (0 when there is none)."""
+def next_version(root: str | os.PathLike) -> int:
+    """One more than the largest ``version_<n>`` directory in ``root`` (0 when there is none): the version a new
+    run of a logger that writes ``<root>/version_<n>`` folders takes (the CSV and TensorBoard loggers' rule, for
+    third-party loggers to share). Read it once, before workers start (see ``Logger.version``)."""
     try:
         entries = os.listdir(root)
     except OSError:
@@ -154,10 +144,12 @@ class Logger:
 class VersionedLogger(Logger):
     """A logger writing under ``<save_dir>/<name>/version_<n>`` (the CSV and TensorBoard loggers' layout).
 
-    Subclasses call :meth:`_set_location` in ``__init__``.
+    Subclasses call :meth:`set_location` in ``__init__``; :meth:`version_dir` is this run's folder.
     """
 
-    def _set_location(self, save_dir: str | os.PathLike, name: str | None, version: int | str | None) -> None:
+    def set_location(self, save_dir: str | os.PathLike, name: str | None, version: int | str | None) -> None:
+        """Where this logger writes: ``<save_dir>/<name>/version_<n>`` (``version`` ``None``: the next free ``n``,
+        chosen on first use; a string: that folder name)."""
         self._save_dir = os.fspath(save_dir)
         self._name = name or ""
         self._version = version
@@ -172,7 +164,7 @@ class VersionedLogger(Logger):
         """The version; when none was given, the next free ``version_<n>`` number, chosen on first use. (A
         Trainer that starts processes reads it before starting them, so every process agrees.)"""
         if self._version is None:
-            self._version = _next_version(self.root_dir)
+            self._version = next_version(self.root_dir)
         return self._version
 
     @property
@@ -185,7 +177,7 @@ class VersionedLogger(Logger):
         """``<save_dir>/<name>``: the parent of every version's directory."""
         return os.path.join(self._save_dir, self._name)
 
-    def _version_dir(self) -> str:
+    def version_dir(self) -> str:
         """``<root_dir>/version_<n>`` (or ``<root_dir>/<version>`` for a string version)."""
         version = self.version
         return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accelkit.loggers.base import VersionedLogger, _add_prefix, _global_rank, _metric_value, _params_to_dict
+from accelkit.loggers.base import VersionedLogger, add_prefix, metric_value, params_to_dict
+from accelkit.utilities.rank_zero import global_rank
 
 
 def _parse_cell(text: str) -> int | float | str:
@@ -47,7 +48,7 @@ class CSVLogger(VersionedLogger):
                  prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
         if flush_logs_every_n_steps < 1:
             raise ValueError(f"flush_logs_every_n_steps must be at least 1, got {flush_logs_every_n_steps}")
-        self._set_location(save_dir, name, version)
+        self.set_location(save_dir, name, version)
         self.prefix = prefix
         self.flush_logs_every_n_steps = flush_logs_every_n_steps
         #: Every hyper-parameter logged so far (name to value).
@@ -65,7 +66,7 @@ class CSVLogger(VersionedLogger):
     @property
     def log_dir(self) -> str:
         """``<root_dir>/version_<n>`` (or ``<root_dir>/<version>`` for a string version): this run's files."""
-        return self._version_dir()
+        return self.version_dir()
 
     @property
     def metrics_file(self) -> Path:
@@ -91,13 +92,13 @@ class CSVLogger(VersionedLogger):
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Buffer one row: ``step`` (by default the number of rows logged so far) and the metrics, tensors
         converted to numbers. Writes the buffer every ``flush_logs_every_n_steps`` steps. Rank zero only."""
-        if _global_rank() != 0:
+        if global_rank() != 0:
             return
         if step is None:
             step = self._logged_rows
         row: dict[str, Any] = {"step": step}
-        for key, value in _add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
-            row[key] = _metric_value(key, value)
+        for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
+            row[key] = metric_value(key, value)
         for key in row:
             if key not in self._columns:
                 self._columns.append(key)
@@ -117,9 +118,9 @@ class CSVLogger(VersionedLogger):
         if args or kwargs:
             raise TypeError("CSVLogger.log_hyperparams takes the parameters only; unexpected extra arguments "
                             f"{list(args) + sorted(kwargs)}")
-        if _global_rank() != 0:
+        if global_rank() != 0:
             return
-        self.hparams.update(_params_to_dict(params))
+        self.hparams.update(params_to_dict(params))
         os.makedirs(self.log_dir, exist_ok=True)
         target = os.path.join(self.log_dir, "hparams.csv")
         with open(target + ".tmp", "w", newline="") as handle:
@@ -132,7 +133,7 @@ class CSVLogger(VersionedLogger):
     def save(self) -> None:
         """Write the buffered rows to ``metrics.csv``: appended when the file's header already has every column,
         otherwise the file is rewritten with the wider header. Rank zero only."""
-        if not self._pending or _global_rank() != 0:
+        if not self._pending or global_rank() != 0:
             return
         os.makedirs(self.log_dir, exist_ok=True)
         path = self.metrics_file

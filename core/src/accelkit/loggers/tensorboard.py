@@ -16,13 +16,13 @@ from typing import Any
 import torch
 
 from accelkit.loggers.base import (
+    SilentExperiment,
     VersionedLogger,
-    _add_prefix,
-    _global_rank,
-    _metric_value,
-    _params_to_dict,
-    _SilentExperiment,
+    add_prefix,
+    metric_value,
+    params_to_dict,
 )
+from accelkit.utilities.rank_zero import global_rank
 
 _WRITER_KWARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
 _MISSING = ("TensorBoardLogger needs the 'tensorboard' package, which is not installed: "
@@ -91,7 +91,7 @@ class TensorBoardLogger(VersionedLogger):
             raise TypeError(f"TensorBoardLogger got unexpected arguments {unknown}; the SummaryWriter arguments it "
                             f"passes on are {list(_WRITER_KWARGS)}")
         _require_tensorboard()
-        self._set_location(save_dir, name, version)
+        self.set_location(save_dir, name, version)
         self._sub_dir = None if sub_dir is None else os.fspath(sub_dir)
         self._log_graph = log_graph
         self._default_hp_metric = default_hp_metric
@@ -114,7 +114,7 @@ class TensorBoardLogger(VersionedLogger):
     def log_dir(self) -> str:
         """``<root_dir>/version_<n>[/<sub_dir>]``: the directory of this run's event files (``~`` and
         environment variables expanded)."""
-        path = self._version_dir()
+        path = self.version_dir()
         if self._sub_dir is not None:
             path = os.path.join(path, self._sub_dir)
         return os.path.expanduser(os.path.expandvars(path))
@@ -123,8 +123,8 @@ class TensorBoardLogger(VersionedLogger):
     def experiment(self) -> Any:
         """The ``torch.utils.tensorboard.SummaryWriter`` (created on first use), for anything beyond scalars:
         ``logger.experiment.add_image(...)``. On ranks other than zero, an object whose methods do nothing."""
-        if _global_rank() != 0:
-            return _SilentExperiment()
+        if global_rank() != 0:
+            return SilentExperiment()
         if self._experiment is None:
             _require_tensorboard()
             from torch.utils.tensorboard import SummaryWriter
@@ -135,14 +135,14 @@ class TensorBoardLogger(VersionedLogger):
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Write each metric as a scalar at ``step`` (a dict value as a group of scalars). Rank zero only."""
-        if _global_rank() != 0:
+        if global_rank() != 0:
             return
         writer = self.experiment
-        for key, value in _add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
+        for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
             if isinstance(value, Mapping):
-                writer.add_scalars(key, {k: _metric_value(f"{key}/{k}", v) for k, v in value.items()}, step)
+                writer.add_scalars(key, {k: metric_value(f"{key}/{k}", v) for k, v in value.items()}, step)
             else:
-                writer.add_scalar(key, _metric_value(key, value), step)
+                writer.add_scalar(key, metric_value(key, value), step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
                         metrics: Mapping[str, Any] | float | None = None) -> None:
@@ -150,9 +150,9 @@ class TensorBoardLogger(VersionedLogger):
         TensorBoard cannot show written as text), with ``metrics`` (a dict, or one number for ``hp_metric``);
         without metrics, ``hp_metric = -1`` when ``default_hp_metric`` is on, otherwise the parameters are only
         kept in :attr:`hparams`. Rank zero only."""
-        if _global_rank() != 0:
+        if global_rank() != 0:
             return
-        given = _params_to_dict(params)
+        given = params_to_dict(params)
         self.hparams.update(given)
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else None
@@ -164,7 +164,7 @@ class TensorBoardLogger(VersionedLogger):
         from torch.utils.tensorboard.summary import hparams
 
         flat = {key: _hparam_value(value) for key, value in _flatten(given).items()}
-        numbers = {key: _metric_value(key, value) for key, value in metrics.items()}
+        numbers = {key: metric_value(key, value) for key, value in metrics.items()}
         writer = self.experiment._get_file_writer()
         for summary in hparams(flat, numbers):
             writer.add_summary(summary)
@@ -173,7 +173,7 @@ class TensorBoardLogger(VersionedLogger):
         """Record the model's graph (traced with ``input_array``, by default ``model.example_input_array``,
         moved to the model's device) when the logger was made with ``log_graph=True``; warns when there is no
         usable input. Rank zero only."""
-        if not self._log_graph or _global_rank() != 0:
+        if not self._log_graph or global_rank() != 0:
             return
         if input_array is None:
             input_array = getattr(model, "example_input_array", None)

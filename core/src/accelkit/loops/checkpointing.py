@@ -26,16 +26,16 @@ def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any
         "epoch": epoch,
         "global_step": trainer.global_step,
         "state_dict": strategy.module_state_dict(model),
-        "loops": {"resume_epoch": epoch + (1 if getattr(trainer, "_epoch_training_done", False) else 0)},
+        "loops": {"resume_epoch": epoch + (1 if trainer.run_state.epoch_training_done else 0)},
     }
     datamodule = getattr(trainer, "datamodule", None)
     if not weights_only:
         position = resume.capture(trainer)  # where the running fit is, for an exact resume (None outside fit)
         if position is not None:
             checkpoint["loops"][resume.POSITION_KEY] = position
-        checkpoint.update(trainer._training_state())
-        if trainer._optimizers:  # live optimizers: in the form the strategy saves (shards, for FSDP)
-            checkpoint["optimizer_states"] = [strategy.optimizer_state_dict(model, o) for o in trainer._optimizers]
+        checkpoint.update(training_state(trainer))
+        if trainer.run_state.optimizers:  # live optimizers: in the form the strategy saves (shards, for FSDP)
+            checkpoint["optimizer_states"] = [strategy.optimizer_state_dict(model, o) for o in trainer.run_state.optimizers]
         states = {}
         for callback in trainer.callbacks:
             state = callback.state_dict()
@@ -58,8 +58,8 @@ def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any
 
 def _model(trainer: Any, module: Any) -> Any:
     """The object the strategy set up around ``module`` (its wrapper, or the sharded module), else ``module``."""
-    model = getattr(trainer, "_model", None)
-    return model if model is not None and module is trainer._module else module
+    model = trainer.run_state.model
+    return model if model is not None and module is trainer.run_state.module else module
 
 
 def restore_module_and_callbacks(trainer: Any, module: Any, checkpoint: dict[str, Any], model: Any = None) -> None:
@@ -108,4 +108,17 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     loops = checkpoint.get("loops", {})
     trainer.current_epoch = int(loops.get("resume_epoch", checkpoint["epoch"]))
     trainer.global_step = int(checkpoint["global_step"])
-    trainer._resume_position = resume.position(trainer, checkpoint)  # the fit loop continues from there
+    trainer.run_state.resume_position = resume.position(trainer, checkpoint)  # the fit loop continues from there
+
+
+def training_state(trainer: Any) -> dict[str, Any]:
+    """Optimizer, scheduler and precision state of ``trainer``'s run: live, or as the last spawned workers
+    returned it."""
+    run = trainer.run_state
+    if not run.optimizers and run.worker_training_state is not None:
+        return run.worker_training_state
+    return {
+        "optimizer_states": [o.state_dict() for o in run.optimizers],
+        "lr_schedulers": [c.scheduler.state_dict() for c in run.schedulers],
+        "precision": trainer.precision.state_dict(),
+    }

@@ -11,12 +11,14 @@ from typing import Any, Callable, Iterator
 from torch.utils.data import DataLoader, SequentialSampler
 
 from accelkit.errors import ConfigurationError
+from accelkit.loops.combined import CombinedBatches, arrange_loaders
 from accelkit.module.module import Module
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
 from accelkit.strategies.sampler import distribute_dataloader, rank_aware_sampler, rebuild_loader
 from accelkit.utilities.apply_func import move_to_device
-from accelkit.utilities.seed import worker_init_function
+from accelkit.utilities.combined_loader import CombinedLoader
+from accelkit.utilities.seed import SEED_WORKERS_ENV, worker_init_function
 
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
           "predict": "predict_dataloader"}
@@ -41,12 +43,12 @@ class DataConnector:
         self.prepared: dict[str, list[Any]] = {}
 
     def _pick(self, name: str) -> Any:
-        from accelkit.loops.hooks import _overrides
+        from accelkit.utilities.model_helpers import is_overridden
 
         dm = self.datamodule
-        if dm is not None and _overrides(dm, _datamodule_base(), name):
+        if dm is not None and is_overridden(name, dm, _datamodule_base()):
             return getattr(dm, name)
-        if _overrides(self.module, Module, name):
+        if is_overridden(name, self.module, Module):
             return getattr(self.module, name)
         return None
 
@@ -66,15 +68,7 @@ class DataConnector:
         raw = self.request(kind)
         if raw is None:
             return None
-        if isinstance(raw, dict):
-            if kind == "train":
-                raise ValueError("several training loaders in a dict are not supported; combine the datasets "
-                                 "(torch.utils.data.ConcatDataset) into one loader")
-            raw = list(raw.values())
-        many = raw if isinstance(raw, (list, tuple)) else [raw]
-        if kind == "train" and len(many) != 1:
-            raise ValueError(f"{len(many)} training loaders were given; accelkit trains from one loader: combine "
-                             "the datasets (torch.utils.data.ConcatDataset)")
+        many = arrange_loaders(raw, kind)  # several training loaders are combined, evaluation ones listed
         prepared = [self._prepare(loader, kind) for loader in many]
         self._check_lengths(prepared, kind)
         self.prepared[kind] = prepared
@@ -99,8 +93,10 @@ class DataConnector:
                     "allow_zero_length_dataloader_with_multiple_devices = True on the Module/DataModule")
 
     def _prepare(self, loader: Any, kind: str) -> Any:
+        if isinstance(loader, CombinedLoader):  # each loader inside is prepared; the loop reads the batches
+            return CombinedBatches(loader.map(lambda inner: self._prepare(inner, kind)))
         trainer = self.trainer
-        if os.environ.get("ACCELKIT_SEED_WORKERS") == "1" and isinstance(loader, DataLoader) and \
+        if os.environ.get(SEED_WORKERS_ENV) == "1" and isinstance(loader, DataLoader) and \
                 loader.num_workers > 0 and loader.worker_init_fn is None:
             # seed_everything(workers=True): each worker process gets its own reproducible seed
             loader = rebuild_loader(loader, worker_init_fn=functools.partial(worker_init_function,
@@ -214,16 +210,16 @@ class DataConnector:
         """Device transfer and input conversion without batch hooks, decided once per loop: the default
         strategy transfer becomes a direct :func:`move_to_device` and the default (identity) conversion is
         skipped, so a batch already on the device costs a type check per tensor."""
-        from accelkit.loops.hooks import _overrides
+        from accelkit.utilities.model_helpers import is_overridden
 
         strategy, precision = self.trainer.strategy, self.trainer.precision
         to_device, convert = self._to_device, self._convert
-        if not _overrides(strategy, Strategy, "batch_to_device"):
+        if not is_overridden("batch_to_device", strategy, Strategy):
             device, non_blocking = strategy.root_device, bool(strategy.accelerator.pin_memory)
 
             def to_device(batch: Any) -> Any:
                 return move_to_device(batch, device, non_blocking)
-        if not _overrides(precision, Precision, "convert_input"):
+        if not is_overridden("convert_input", precision, Precision):
             return to_device
 
         def prepare(batch: Any) -> Any:

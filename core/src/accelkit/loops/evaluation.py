@@ -9,6 +9,7 @@ import torch
 from accelkit.checkpoint import files as ckpt
 from accelkit.loops.hooks import accepts_positional
 from accelkit.loops.metrics import MetricStore
+from accelkit.loops.publishing import progress_bar
 from accelkit.strategies.sampler import set_epoch
 
 _NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
@@ -29,7 +30,7 @@ class EvaluationLoop:
             zero_grad: bool = False) -> list[dict[str, float]]:
         """Evaluate every batch of ``loaders`` (up to ``limits``); returns one metrics dict per loader."""
         trainer = self.trainer
-        hooks, data, module = trainer._hooks, trainer._data, trainer.lightning_module
+        hooks, data, module = trainer.run_state.hooks, trainer.run_state.data, trainer.lightning_module
         prefix = self.prefix
         if sum(n if n is not None else 1 for n in limits) == 0:
             return [{} for _ in loaders]
@@ -42,8 +43,8 @@ class EvaluationLoop:
         if zero_grad:
             hooks.module_default(f"on_{prefix}_model_zero_grad")()
         hooks.module_default(f"on_{prefix}_model_eval")()
-        saved = trainer._metrics
-        trainer._metrics = store = MetricStore()
+        saved = trainer.run_state.metrics
+        trainer.run_state.metrics = store = MetricStore()
         store.reset(training=False)
         store.is_global_zero = trainer.is_global_zero
         store.num_dataloaders = len(loaders)
@@ -63,7 +64,7 @@ class EvaluationLoop:
                     set_epoch(loader, trainer.current_epoch)  # as Lightning does for evaluation loaders too
                     store.dataloader_idx = dl_idx
                     extra = (dl_idx,) if len(loaders) > 1 else ()
-                    bar = trainer._progress(limit, _description(self.stage, dl_idx, len(loaders)),
+                    bar = progress_bar(trainer, limit, _description(self.stage, dl_idx, len(loaders)),
                                             leave=not inside_fit)
                     try:
                         for batch_idx, batch in data.batches(loader, "validate" if prefix == "validation"
@@ -85,12 +86,12 @@ class EvaluationLoop:
                         if bar is not None:
                             bar.close()
                 store.dataloader_idx = 0
-                logged = trainer._publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish) \
+                logged = trainer.run_state.publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish) \
                     if publish else self._discard()
                 hooks.call(f"on_{prefix}_end")
         finally:
             store.reset_metric_objects()  # the next validation (or the next epoch's) starts them empty
-            trainer._metrics = saved
+            trainer.run_state.metrics = saved
         if was_training:
             train_hook = hooks.module_hook(f"on_{prefix}_model_train")
             if train_hook is not None:
@@ -109,8 +110,8 @@ class EvaluationLoop:
     def _discard(self) -> dict[str, float]:
         """The sanity check runs the epoch-end hook but publishes nothing."""
         trainer = self.trainer
-        trainer._metrics.epoch_end = True
-        trainer._hooks.call(f"on_{self.prefix}_epoch_end")
+        trainer.run_state.metrics.epoch_end = True
+        trainer.run_state.hooks.call(f"on_{self.prefix}_epoch_end")
         return {}
 
 
@@ -177,7 +178,7 @@ class PredictionLoop:
         from accelkit.loops.batch_indices import track_batch_indices
 
         trainer = self.trainer
-        hooks, data, module = trainer._hooks, trainer._data, trainer.lightning_module
+        hooks, data, module = trainer.run_state.hooks, trainer.run_state.data, trainer.lightning_module
         writers = trainer.prediction_writer_callbacks
         keep = return_predictions or any(w.interval.on_epoch for w in writers)
         self.return_predictions = return_predictions
@@ -195,7 +196,7 @@ class PredictionLoop:
                 self.epoch_batch_indices.append(indices)
                 if writers:
                     loader, indices_of = track_batch_indices(loader, f"predict loader {dl_idx}")
-                bar = trainer._progress(limit, _description("predict", dl_idx, len(loaders)), True)
+                bar = progress_bar(trainer, limit, _description("predict", dl_idx, len(loaders)), True)
                 try:
                     for batch_idx, batch in data.batches(loader, "predict", limit, dl_idx):
                         if writers:

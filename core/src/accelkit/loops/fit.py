@@ -12,10 +12,13 @@ import torch
 
 from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
+from accelkit.loops.publishing import progress_bar
+from accelkit.module.module import Module
 from accelkit.module.optimizers import step_scheduler
 from accelkit.strategies.launchers import interrupt
 from accelkit.strategies.launchers.watchdog import mark
 from accelkit.strategies.sampler import set_epoch
+from accelkit.utilities.model_helpers import is_overridden
 
 
 class FitLoop:
@@ -26,7 +29,7 @@ class FitLoop:
         self.val_loaders: list[Any] | None = None
         self.val_limits: list[int | None] = []
         self._started = time.monotonic()
-        self._batches_since_val = 0
+        self.batches_since_val = 0
         self._val_requested = False
         #: set when a SIGINT/SIGTERM stop was reached (see :mod:`accelkit.strategies.launchers.interrupt`)
         self.interrupted = False
@@ -42,34 +45,34 @@ class FitLoop:
         self._val_requested = True
         trainer = self.trainer
         module = trainer.lightning_module
-        if trainer.limits["validate"] == 0 or not trainer._has_step(module, "validation_step"):
+        if trainer.limits["validate"] == 0 or not is_overridden("validation_step", module, Module):
             self.val_loaders = None
             trainer.num_val_batches = []
             return
-        self.val_loaders = trainer._data.loaders("val")
-        self.val_limits = trainer._data.agreed_num_batches(self.val_loaders or [], "val", "validation")
+        self.val_loaders = trainer.run_state.data.loaders("val")
+        self.val_limits = trainer.run_state.data.agreed_num_batches(self.val_loaders or [], "val", "validation")
         trainer.num_val_batches = list(self.val_limits)
 
     def run(self) -> None:
         """The whole fit, from ``on_fit_start`` to ``on_fit_end``."""
         trainer = self.trainer
-        hooks = trainer._hooks
-        self._resume = getattr(trainer, "_resume_position", None)
-        trainer._resume_position = None
+        hooks = trainer.run_state.hooks
+        self._resume = trainer.run_state.resume_position
+        trainer.run_state.resume_position = None
         if self._resume is not None:
-            self._batches_since_val = self._resume.batches_since_val
+            self.batches_since_val = self._resume.batches_since_val
         resume_mod.register(trainer, self)
         self.active = True  # on_fit_start ran before the checkpoint's training state was restored (loops.run)
         sanity = trainer.num_sanity_val_steps
         if sanity != 0 and trainer.limits["validate"] != 0 and \
-                trainer._has_step(trainer.lightning_module, "validation_step"):
+                is_overridden("validation_step", trainer.lightning_module, Module):
             self._sanity_check(sanity)
-        train_loaders = trainer._data.loaders("train")
+        train_loaders = trainer.run_state.data.loaders("train")
         if train_loaders is None:
             raise ValueError(f"no training data: pass train_dataloaders to fit(), a datamodule, or define "
                              f"{type(trainer.lightning_module).__name__}.train_dataloader()")
         self.train_loader = train_loaders[0]
-        trainer.num_training_batches = trainer._data.agreed_num_batches([self.train_loader], "train", "training")[0]
+        trainer.num_training_batches = trainer.run_state.data.agreed_num_batches([self.train_loader], "train", "training")[0]
         if not self._val_requested:
             self._load_val()
         interval, total = trainer.val_check_interval, trainer.num_training_batches
@@ -88,8 +91,8 @@ class FitLoop:
             while not self._done():
                 if trainer.reload_dataloaders_every_n_epochs and trainer.current_epoch > 0 and \
                         trainer.current_epoch % trainer.reload_dataloaders_every_n_epochs == 0:
-                    self.train_loader = trainer._data.loaders("train")[0]
-                    trainer.num_training_batches = trainer._data.agreed_num_batches([self.train_loader], "train",
+                    self.train_loader = trainer.run_state.data.loaders("train")[0]
+                    trainer.num_training_batches = trainer.run_state.data.agreed_num_batches([self.train_loader], "train",
                                                                                    "training")[0]
                     self._load_val()
                 ran = self._epoch()
@@ -107,7 +110,7 @@ class FitLoop:
         trainer = self.trainer
         trainer.sanity_checking = True
         trainer.state.stage = "sanity_check"
-        for fn in trainer._hooks.callback_plan("on_sanity_check_start"):
+        for fn in trainer.run_state.hooks.callback_plan("on_sanity_check_start"):
             fn()
         try:
             with isolated_rng():  # turning the sanity check on or off does not change training (Lightning too)
@@ -117,7 +120,7 @@ class FitLoop:
                     EvaluationLoop(trainer, "sanity_check").run(self.val_loaders, limits, inside_fit=True)
         finally:
             trainer.sanity_checking = False
-        for fn in trainer._hooks.callback_plan("on_sanity_check_end"):
+        for fn in trainer.run_state.hooks.callback_plan("on_sanity_check_end"):
             fn()
 
     # ----------------------------------------------------------------- stopping
@@ -177,48 +180,28 @@ class FitLoop:
                 due = (batch_idx + 1) % stride == 0
         else:
             if every is None:
-                self._batches_since_val += 1
-                return self._batches_since_val % interval == 0
+                self.batches_since_val += 1
+                return self.batches_since_val % interval == 0
             due = (batch_idx + 1) % interval == 0
         return due and (every is None or (trainer.current_epoch + 1) % every == 0)
 
     def _epoch(self) -> int:
         trainer = self.trainer
-        hooks, optim, data = trainer._hooks, trainer._optim, trainer._data
+        hooks, optim, data = trainer.run_state.hooks, trainer.run_state.optimization, trainer.run_state.data
         loader = self.train_loader
-        set_epoch(loader, trainer.current_epoch)
-        trainer._metrics.reset(training=True)
-        trainer._epoch_training_done = False
-        source, start, restore_rng = loader, 0, None
-        self.epoch_state = None
-        if self._resume is not None:  # the first epoch of a resumed fit
-            source, start, restore_rng = resume_mod.begin_epoch(self, loader, self._resume)
-            self._resume = None
-        if start == 0:  # as Lightning, not called again when the fit resumes inside the epoch
-            hooks.call("on_train_epoch_start")
-        if self.epoch_state is None:
-            self.epoch_state = resume_mod.epoch_start(loader, trainer.accelerator)  # once per epoch, right before the loader starts
+        source, start, restore_rng = self._begin_epoch(loader)
         limit = trainer.num_training_batches
-        # a stateful loader's saved state must match the batches trained on: no batch is read before its step
-        read_ahead = limit is None or not resume_mod.is_stateful(loader)
-        bar = trainer._progress(limit, f"Epoch {trainer.current_epoch}", leave=True)
-        accumulate = trainer.accumulate_grad_batches
-        optim.accumulate = accumulate  # a callback may change it per epoch (GradientAccumulationScheduler)
+        read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
+        bar = progress_bar(trainer, limit, f"Epoch {trainer.current_epoch}", leave=True)
+        # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
+        accumulate = optim.accumulate = trainer.accumulate_grad_batches
         automatic = optim.automatic
-        publisher = trainer._publisher
-        log_every = trainer.log_every_n_steps
-        start_cbs = hooks.callback_plan("on_train_batch_start")
-        start_m = hooks.module_hook("on_train_batch_start")
-        end_cbs = hooks.callback_plan("on_train_batch_end")
-        end_m = hooks.module_hook("on_train_batch_end")
-        step_scheds = [c for c in trainer.lr_scheduler_configs if c.interval == "step"] if automatic else []
-        epoch_scheds = [c for c in trainer.lr_scheduler_configs
-                        if c.interval == "epoch" and not c.reduce_on_plateau] \
-            if automatic else []
-        metrics = trainer._metrics
-        stop = interrupt.current()
-        ran = 0
-        skipped_rest = False
+        publisher, log_every = trainer.run_state.publisher, trainer.log_every_n_steps
+        start_cbs, start_m = hooks.callback_plan("on_train_batch_start"), hooks.module_hook("on_train_batch_start")
+        end_cbs, end_m = hooks.callback_plan("on_train_batch_end"), hooks.module_hook("on_train_batch_end")
+        step_scheds, epoch_scheds = self._scheduler_plan(automatic)
+        metrics, stop = trainer.run_state.metrics, interrupt.current()
+        ran, skipped_rest = 0, False
         self.consumed, self.in_epoch = start, True
         try:
             for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
@@ -249,7 +232,7 @@ class FitLoop:
                     stepped = trainer.global_step != stepped_before
                 self.consumed = batch_idx + 1
                 if is_last:
-                    trainer._epoch_training_done = True  # a checkpoint written from here on resumes next epoch
+                    trainer.run_state.epoch_training_done = True  # a checkpoint written from here on resumes next epoch
                     self._step_epoch_schedulers(epoch_scheds)
                 for fn in end_cbs:
                     fn(output, batch, batch_idx)
@@ -281,14 +264,45 @@ class FitLoop:
         finally:
             if bar is not None:
                 bar.close()
-        trainer._epoch_training_done = True
-        publisher.end_epoch(hooks, "on_train_epoch_end", monitoring_last=True)
+        self._end_epoch(automatic)
+        return ran
+
+    def _begin_epoch(self, loader: Any) -> tuple[Any, int, Any]:
+        """The epoch's start: sampler epoch, fresh epoch metrics, the resume position of a resumed fit, the hook,
+        and the record of what decides the epoch's order. Returns (batches to iterate, first index, RNG states to
+        put back once the loader started)."""
+        trainer = self.trainer
+        set_epoch(loader, trainer.current_epoch)
+        trainer.run_state.metrics.reset(training=True)
+        trainer.run_state.epoch_training_done = False
+        source, start, restore_rng = loader, 0, None
+        self.epoch_state = None
+        if self._resume is not None:  # the first epoch of a resumed fit
+            source, start, restore_rng = resume_mod.begin_epoch(self, loader, self._resume)
+            self._resume = None
+        if start == 0:  # as Lightning, not called again when the fit resumes inside the epoch
+            trainer.run_state.hooks.call("on_train_epoch_start")
+        if self.epoch_state is None:  # once per epoch, right before the loader starts
+            self.epoch_state = resume_mod.epoch_start(loader, trainer.accelerator)
+        return source, start, restore_rng
+
+    def _scheduler_plan(self, automatic: bool) -> tuple[list[Any], list[Any]]:
+        """The schedulers stepped per optimizer step, and those stepped at the epoch's end (not on plateau)."""
+        if not automatic:
+            return [], []
+        configs = self.trainer.lr_scheduler_configs
+        return ([c for c in configs if c.interval == "step"],
+                [c for c in configs if c.interval == "epoch" and not c.reduce_on_plateau])
+
+    def _end_epoch(self, automatic: bool) -> None:
+        trainer = self.trainer
+        trainer.run_state.epoch_training_done = True
+        trainer.run_state.publisher.end_epoch(trainer.run_state.hooks, "on_train_epoch_end", monitoring_last=True)
         if automatic:  # plateau schedulers step once the epoch's metrics (validation's too) are published
             self._step_epoch_schedulers([c for c in trainer.lr_scheduler_configs
                                          if c.interval == "epoch" and c.reduce_on_plateau])
         trainer.current_epoch += 1
-        trainer._epoch_training_done = False
-        return ran
+        trainer.run_state.epoch_training_done = False
 
     def _step_epoch_schedulers(self, configs: list[Any]) -> None:
         """Step the epoch-interval schedulers in ``configs`` whose ``frequency`` this epoch reaches."""
@@ -296,7 +310,7 @@ class FitLoop:
         for config in configs:
             if (trainer.current_epoch + 1) % config.frequency == 0:
                 step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
-                               trainer._optim.scheduler_hook)
+                               trainer.run_state.optimization.scheduler_hook)
 
     def _validate(self, zero_grad: bool) -> None:
         trainer = self.trainer

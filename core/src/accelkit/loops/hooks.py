@@ -8,14 +8,9 @@ import inspect
 import warnings
 from typing import Any, Callable
 
-from accelkit.callbacks.base import Callback
+from accelkit.callbacks.base import Callback, callback_list
 from accelkit.module.module import Module
-
-
-def _overrides(obj: Any, base: type, name: str) -> bool:
-    """Whether ``obj``'s class defines ``name`` differently from ``base``."""
-    mine = getattr(type(obj), name, None)
-    return mine is not None and mine is not getattr(base, name, None)
+from accelkit.utilities.model_helpers import is_overridden
 
 
 def accepts_positional(fn: Callable, count: int) -> bool:
@@ -74,7 +69,7 @@ class HookCaller:
         if plan is None:
             plan = []
             for cb in self.callbacks:
-                if not _overrides(cb, Callback, name):
+                if not is_overridden(name, cb, Callback):
                     continue
                 if monitoring is not None and bool(getattr(cb, "_monitors_metrics", False)) != monitoring:
                     continue
@@ -86,7 +81,7 @@ class HookCaller:
     def module_hook(self, name: str) -> Callable | None:
         """The Module's ``name`` if its class overrides it, else ``None``."""
         if name not in self._module_hooks:
-            fn = getattr(self.module, name) if _overrides(self.module, Module, name) else None
+            fn = getattr(self.module, name) if is_overridden(name, self.module, Module) else None
             self._module_hooks[name] = None if fn is None else self._wrap(
                 f"[LightningModule]{type(self.module).__qualname__}.{name}", fn)
         return self._module_hooks[name]
@@ -172,3 +167,18 @@ def check_removed_hooks(module: Any, callbacks: list[Any]) -> None:
                              f"use {replacement}")
     if found:
         raise NotImplementedError("; ".join(found))
+
+
+def merge_callbacks(trainer: Any, module: Any) -> list[Any]:
+    """The run's callbacks, kept as ``trainer.callbacks``: the Trainer's, then the module's
+    ``configure_callbacks()`` (replacing Trainer callbacks of the same type), with checkpoint callbacks last
+    (Lightning's order)."""
+    from accelkit.callbacks.model_checkpoint import Checkpoint
+
+    extra = callback_list(module.configure_callbacks())
+    if extra:
+        kinds = {type(c) for c in extra}
+        trainer.callbacks = [c for c in trainer.callbacks if type(c) not in kinds] + extra
+    trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, Checkpoint)] + \
+                        [c for c in trainer.callbacks if isinstance(c, Checkpoint)]
+    return trainer.callbacks

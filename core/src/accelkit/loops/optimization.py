@@ -7,7 +7,8 @@ from typing import Any, Callable
 
 import torch
 
-from accelkit.loops.hooks import _overrides, accepts_positional
+from accelkit.loops.hooks import accepts_positional
+from accelkit.utilities.model_helpers import is_overridden
 from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
@@ -16,7 +17,7 @@ from accelkit.strategies.launchers.watchdog import mark
 
 def _defaults(obj: Any, base: type, *names: str) -> bool:
     """Whether ``obj``'s class keeps ``base``'s implementation of every method in ``names``."""
-    return not any(_overrides(obj, base, name) for name in names)
+    return not any(is_overridden(name, obj, base) for name in names)
 
 
 class Optimization:

@@ -20,7 +20,7 @@ class Publisher:
     def log_step(self, bar: Any) -> None:
         """Read the per-step values, log them, and show them on ``bar``."""
         trainer = self.trainer
-        logged, shown = trainer._metrics.read_step()
+        logged, shown = trainer.run_state.metrics.read_step()
         if logged:
             self._to_loggers(logged)
             tensors = _as_tensors(logged)
@@ -52,7 +52,7 @@ class Publisher:
         """Publish the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
         ``self.log`` calls count as epoch values), then publish what the hook logged. Returns all logged."""
         trainer = self.trainer
-        metrics, reduce = trainer._metrics, trainer.strategy.reduce
+        metrics, reduce = trainer.run_state.metrics, trainer.strategy.reduce
         if metrics.rank_zero_only_names and trainer.world_size > 1:
             _check_monitors(trainer, metrics.rank_zero_only_names)
         logged, shown = metrics.compute_epoch(reduce)
@@ -92,3 +92,12 @@ def _check_monitors(trainer: Any, rank_zero_names: set[str]) -> None:
 
 def _as_tensors(values: dict[str, float]) -> dict[str, torch.Tensor]:
     return {k: torch.tensor(v) for k, v in values.items()}
+
+
+def progress_bar(trainer: Any, total: int | None, description: str, leave: bool) -> Any:
+    """A tqdm bar for a loop, on the global-zero process when ``enable_progress_bar`` (``None`` otherwise)."""
+    if not (trainer.enable_progress_bar and trainer.strategy.is_global_zero):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=description, leave=leave, dynamic_ncols=True, unit="batch")

@@ -22,6 +22,7 @@ snapshot of the random states per epoch).
 from __future__ import annotations
 
 import io
+import os
 import random
 import warnings
 import weakref
@@ -31,6 +32,8 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
+
+from accelkit.utilities.seed import SEED_WORKERS_ENV, seed_everything, seed_from_environment
 
 #: the key under ``checkpoint["loops"]`` holding the position (see the module docstring)
 POSITION_KEY = "position"
@@ -85,15 +88,12 @@ def seed_spawned_worker(strategy: Any) -> int | None:
     ``ACCELKIT_SEED`` as :func:`~accelkit.seed_everything` did in the launching process (Lightning's
     ``reset_seed``): a spawned process otherwise starts from a random state, so two identical runs differ as soon
     as something draws (dropout). Returns the seed, or ``None`` when nothing was done."""
-    import os
-
-    raw = os.environ.get("ACCELKIT_SEED")
-    if raw is None or not strategy.launches_workers:
+    if not strategy.launches_workers:
         return None
-    from accelkit.utilities.seed import seed_everything
-
-    return seed_everything(int(raw) if raw.strip().lstrip("-").isdigit() else None,
-                           workers=os.environ.get("ACCELKIT_SEED_WORKERS") == "1")
+    seed = seed_from_environment(default=None)
+    if seed is None:
+        return None
+    return seed_everything(seed, workers=os.environ.get(SEED_WORKERS_ENV) == "1")
 
 
 # ---------------------------------------------------------------------------------------------- the loader's parts
@@ -162,14 +162,14 @@ def capture(trainer: Any) -> dict[str, Any] | None:
     if loop is None or not loop.active:
         return None
     loader = getattr(loop, "train_loader", None)
-    in_epoch = loop.in_epoch and not getattr(trainer, "_epoch_training_done", False)
+    in_epoch = loop.in_epoch and not trainer.run_state.epoch_training_done
     record: dict[str, Any] = {"rng": rng_states(trainer.accelerator),
                               "generators": [g.get_state() for g in _generators(loader)] if loader is not None else [],
                               "epoch_start": loop.epoch_state if in_epoch else None}
     if loader is not None and is_stateful(loader):
         record["loader"] = loader.state_dict()
     return {"epoch": int(trainer.current_epoch), "batches": int(loop.consumed) if in_epoch else 0,
-            "batches_since_val": int(loop._batches_since_val), "world_size": int(trainer.world_size),
+            "batches_since_val": int(loop.batches_since_val), "world_size": int(trainer.world_size),
             "ranks": _gather(trainer, record)}
 
 
@@ -177,7 +177,7 @@ def describe(trainer: Any) -> str:
     """Where a checkpoint written now resumes, in words (for the line printed when a signal stops the run)."""
     loop = _LOOPS.get(trainer)
     epoch = int(trainer.current_epoch)
-    if loop is None or not loop.in_epoch or getattr(trainer, "_epoch_training_done", False):
+    if loop is None or not loop.in_epoch or trainer.run_state.epoch_training_done:
         return f"it starts epoch {epoch + (1 if getattr(trainer, '_epoch_training_done', False) else 0)}"
     return f"it continues with batch {loop.consumed} of epoch {epoch}, as if never stopped"
 

@@ -10,183 +10,234 @@ import torch
 
 from accelkit.checkpoint import files as ckpt
 from accelkit.loops import checkpointing, resume
+from accelkit.loops.checkpointing import training_state
 from accelkit.loops.data import DataConnector
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.loops.fit import FitLoop
-from accelkit.loops.hooks import HookCaller, _overrides, check_removed_hooks, warn_unknown_hooks
-from accelkit.loops.metrics import MetricStore
+from accelkit.loops.hooks import HookCaller, check_removed_hooks, merge_callbacks, warn_unknown_hooks
+from accelkit.utilities.model_helpers import is_overridden
 from accelkit.loops.optimization import Optimization
 from accelkit.loops.publishing import Publisher
 from accelkit.module.module import Module
 from accelkit.module.optimizers import configure_optimizers
 from accelkit.strategies.launchers.result import WorkerResult
-from accelkit.utilities.rank_zero import rank_zero_only
+from accelkit.utilities.rank_zero import set_global_rank
 
 
 def prepare_data(trainer: Any, module: Any, datamodule: Any) -> None:
     """``prepare_data`` of the DataModule, then of the Module (each only if overridden)."""
     if datamodule is not None:
         datamodule.prepare_data()
-    if _overrides(module, Module, "prepare_data"):
+    if is_overridden("prepare_data", module, Module):
         module.prepare_data()
 
 
 def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
               weights_only: bool, prepared: bool, options: dict[str, Any]) -> WorkerResult:
-    """Everything one worker does for ``stage`` (``fit``, ``validate``, ``test``, ``predict``)."""
+    """Everything one worker does for ``stage`` (``fit``, ``validate``, ``test``, ``predict``): set up, run the
+    stage's loop, tear down, and report what the caller needs (:class:`WorkerResult`)."""
     strategy = trainer.strategy
-    trainer.state.fn = stage
-    trainer.state.stage = {"fit": "train"}.get(stage, stage)
-    module.trainer = trainer
-    trainer._module = module
-    trainer.datamodule = datamodule
-    if datamodule is not None:
-        datamodule.trainer = trainer
-    trainer._metrics = MetricStore()
-    # Nothing of an earlier run leaks into this one (Lightning resets its results at every run).
-    trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics = {}, {}, {}
-    trainer.num_training_batches, trainer.num_val_batches = None, []
-    trainer._optim = None
-    interrupted = None
+    _begin(trainer, stage, module, datamodule)
     anomaly = torch.autograd.detect_anomaly() if trainer.detect_anomaly else contextlib.nullcontext()
-    callbacks = trainer._merge_callbacks(module)
-    hooks = trainer._hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
     previous_deterministic = torch.are_deterministic_algorithms_enabled()
     try:
-        strategy.setup_runtime()  # before anything reads root_device
-        strategy.setup_environment()
-        resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
-        trainer._metrics.is_global_zero = strategy.is_global_zero
-        rank_zero_only.rank = strategy.global_rank
-        trainer._apply_determinism()
-        if trainer.profiler is not None:
-            trainer.profiler.setup(stage=stage, local_rank=strategy.local_rank, log_dir=trainer.log_dir)
-        if not prepared:
-            rank = strategy.local_rank if getattr(module, "prepare_data_per_node", True) else strategy.global_rank
-            if rank == 0:
-                prepare_data(trainer, module, datamodule)
-            strategy.barrier("prepare_data")
-        check_removed_hooks(module, callbacks)
-        if stage == "fit" and not trainer._warned_hooks:
-            warn_unknown_hooks(module, callbacks)
-        hooks.call_datamodule("setup", stage)
-        for fn in hooks.callback_plan("setup"):
-            fn(stage)
-        module.setup(stage)
-        _configure_model(module)
-        if trainer.sync_batchnorm and trainer.world_size > 1:
-            module = _sync_batchnorm(trainer, module)
-        # A sharding strategy reads its checkpoint after setup, into the module it sharded (restore after setup)
-        late = bool(strategy.restore_checkpoint_after_setup)
-        checkpoint = None
-        if ckpt_path is not None and not late:
-            checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
-            with _naming(ckpt_path):
-                checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
-        trainer._model = strategy.setup_module(module)
-        if ckpt_path is not None and late:
-            checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
-            with _naming(ckpt_path):
-                checkpointing.restore_module_and_callbacks(trainer, module, checkpoint, model=trainer._model)
-        trainer._data = DataConnector(trainer, module, datamodule, loaders)
-        trainer._publisher = Publisher(trainer)
+        _setup_worker(trainer, stage, module, datamodule, prepared)
+        module, checkpoint = _setup_model(trainer, module, ckpt_path, weights_only)
+        trainer.run_state.data = DataConnector(trainer, module, datamodule, loaders)
+        trainer.run_state.publisher = Publisher(trainer)
         if stage == "fit" and strategy.is_global_zero:
-            from accelkit.module.hparams import hparams_to_log
-
-            logged = hparams_to_log(module, datamodule)
-            for logger in trainer.loggers:
-                if logged:
-                    logger.log_hyperparams(logged)
-                logger.log_graph(module)
+            _log_hyperparams(trainer, module, datamodule)
         with anomaly:
-            if stage == "fit":
-                optimizers, schedulers = configure_optimizers(module)
-                trainer._set_optimizers([strategy.setup_optimizer(o) for o in optimizers], schedulers)
-                trainer._optim = Optimization(trainer, module, hooks, trainer.optimizers)
-                _check_optimization(trainer, module)
-                # Lightning's order: on_fit_start before the optimizer, scheduler and loop states are restored (a
-                # finetuning callback rebuilds the optimizer's parameter groups there, SWA drops the scheduler)
-                hooks.call("on_fit_start")
-                if checkpoint is not None:
-                    with _naming(ckpt_path):
-                        checkpointing.restore_training_state(trainer, checkpoint)
-                loop = FitLoop(trainer)
-                loop.run()
-                result = None
-                if loop.interrupted:
-                    interrupted = _save_interrupted(trainer, module)
-            elif stage == "predict":
-                loaders_ = _require(trainer._data.loaders("predict"), "predict", module)
-                limits = [trainer._data.num_batches(loader, "predict") for loader in loaders_]
-                result = trainer.predict_loop.run(loaders_, limits, options.get("return_predictions", True))
-            else:
-                kind = "val" if stage == "validate" else "test"
-                loaders_ = _require(trainer._data.loaders(kind), stage, module)
-                limits = trainer._data.agreed_num_batches(loaders_, kind, stage)
-                result = EvaluationLoop(trainer, stage).run(loaders_, limits)
-                if options.get("verbose", True) and strategy.is_global_zero:
-                    _print_results(stage, result)
-        hooks.call_datamodule("teardown", stage)
-        for fn in hooks.callback_plan("teardown"):
-            fn(stage)
-        module.teardown(stage)
-        for logger in trainer.loggers if strategy.is_global_zero else []:
-            logger.finalize("success")
-        if trainer.profiler is not None:
-            trainer.profiler.describe()  # writes or prints the summary, then tears the profiler down
-        spawned = stage == "fit" and strategy.launches_workers
-        return WorkerResult(
-            result=ckpt.to_cpu(result),
-            # full weights and optimizer states (gathered from every process by a sharding strategy)
-            state_dict=ckpt.to_cpu(strategy.full_state_dict(trainer.model)) if spawned else None,
-            training_state=ckpt.to_cpu(_full_training_state(trainer)) if spawned else None,
-            callback_metrics=ckpt.to_cpu(trainer.callback_metrics),
-            logged_metrics=ckpt.to_cpu(trainer.logged_metrics),
-            progress_bar_metrics=dict(trainer.progress_bar_metrics),
-            current_epoch=trainer.current_epoch,
-            global_step=trainer.global_step,
-            # the caller's checkpoint/early-stopping callbacks learn the workers' outcome (best_model_path...)
-            callback_states=ckpt.to_cpu({cb.state_key: cb.state_dict() for cb in trainer.callbacks
-                                         if getattr(cb, "_monitors_metrics", False)})
-            if strategy.launches_workers else {},
-            should_stop=trainer.should_stop,
-            interrupted=interrupted,
-        )
+            result, interrupted = _run_loop(trainer, stage, module, checkpoint, ckpt_path, options)
+        _teardown(trainer, stage, module)
+        return _worker_result(trainer, stage, result, interrupted)
     except BaseException as exc:
-        from accelkit.strategies.launchers import watchdog
-
-        watchdog.explain(exc)  # a distributed run that stalled: which rank was behind, and what each was doing
-        for fn in hooks.callback_plan("on_exception"):
-            fn(exc)
-        on_exception = getattr(datamodule, "on_exception", None)
-        if callable(on_exception):
-            on_exception(exc)
-        for logger in trainer.loggers if strategy.is_global_zero else []:
-            with contextlib.suppress(Exception):
-                logger.save()
-                logger.finalize("failed")
+        _on_exception(trainer, datamodule, exc)
         raise
     finally:
         torch.use_deterministic_algorithms(previous_deterministic)
         strategy.teardown()
 
 
+def _begin(trainer: Any, stage: str, module: Any, datamodule: Any) -> HookCaller:
+    """Reset what an earlier run left (Lightning resets its results at every run) and build the hook caller."""
+    trainer.state.fn = stage
+    trainer.state.stage = {"fit": "train"}.get(stage, stage)
+    module.trainer = trainer
+    trainer.datamodule = datamodule
+    if datamodule is not None:
+        datamodule.trainer = trainer
+    trainer.run_state.begin(module)
+    trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics = {}, {}, {}
+    trainer.num_training_batches, trainer.num_val_batches = None, []
+    callbacks = merge_callbacks(trainer, module)
+    hooks = trainer.run_state.hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
+    return hooks
+
+
+def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepared: bool) -> None:
+    """The process and the user's objects, up to ``setup(stage)`` and ``configure_model``."""
+    strategy, hooks = trainer.strategy, trainer.run_state.hooks
+    strategy.setup_runtime()  # before anything reads root_device
+    strategy.setup_environment()
+    resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
+    trainer.run_state.metrics.is_global_zero = strategy.is_global_zero
+    set_global_rank(strategy.global_rank)
+    apply_determinism(trainer)
+    if trainer.profiler is not None:
+        trainer.profiler.setup(stage=stage, local_rank=strategy.local_rank, log_dir=trainer.log_dir)
+    if not prepared:
+        rank = strategy.local_rank if getattr(module, "prepare_data_per_node", True) else strategy.global_rank
+        if rank == 0:
+            prepare_data(trainer, module, datamodule)
+        strategy.barrier("prepare_data")
+    check_removed_hooks(module, trainer.callbacks)
+    if stage == "fit" and not trainer.run_state.warned_unknown_hooks:
+        warn_unknown_hooks(module, trainer.callbacks)
+    hooks.call_datamodule("setup", stage)
+    for fn in hooks.callback_plan("setup"):
+        fn(stage)
+    module.setup(stage)
+    _configure_model(module)
+
+
+def _setup_model(trainer: Any, module: Any, ckpt_path: Any, weights_only: bool) -> tuple[Any, Any]:
+    """The strategy's model, with the checkpoint's weights and callback states; returns (module, checkpoint).
+
+    A sharding strategy reads its checkpoint after setup, into the module it sharded (restore after setup)."""
+    strategy = trainer.strategy
+    if trainer.sync_batchnorm and trainer.world_size > 1:
+        module = _sync_batchnorm(trainer, module)
+    late = bool(strategy.restore_checkpoint_after_setup)
+    checkpoint = None
+    if ckpt_path is not None and not late:
+        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+        with _naming(ckpt_path):
+            checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
+    trainer.run_state.model = strategy.setup_module(module)
+    if ckpt_path is not None and late:
+        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+        with _naming(ckpt_path):
+            checkpointing.restore_module_and_callbacks(trainer, module, checkpoint, model=trainer.run_state.model)
+    return module, checkpoint
+
+
+def _log_hyperparams(trainer: Any, module: Any, datamodule: Any) -> None:
+    from accelkit.module.saving import hparams_to_log
+
+    logged = hparams_to_log(module, datamodule)
+    for logger in trainer.loggers:
+        if logged:
+            logger.log_hyperparams(logged)
+        logger.log_graph(module)
+
+
+def _run_loop(trainer: Any, stage: str, module: Any, checkpoint: Any, ckpt_path: Any,
+              options: dict[str, Any]) -> tuple[Any, Any]:
+    """The stage's loop; returns (its result, the interrupted-run record or ``None``)."""
+    strategy, hooks, data = trainer.strategy, trainer.run_state.hooks, trainer.run_state.data
+    if stage == "fit":
+        optimizers, schedulers = configure_optimizers(module)
+        trainer.run_state.optimizers = [strategy.setup_optimizer(o) for o in optimizers]
+        trainer.run_state.schedulers = schedulers
+        trainer.run_state.optimization = Optimization(trainer, module, hooks, trainer.optimizers)
+        _check_optimization(trainer, module)
+        # Lightning's order: on_fit_start before the optimizer, scheduler and loop states are restored (a
+        # finetuning callback rebuilds the optimizer's parameter groups there, SWA drops the scheduler)
+        hooks.call("on_fit_start")
+        if checkpoint is not None:
+            with _naming(ckpt_path):
+                checkpointing.restore_training_state(trainer, checkpoint)
+        loop = FitLoop(trainer)
+        loop.run()
+        return None, _save_interrupted(trainer, module) if loop.interrupted else None
+    if stage == "predict":
+        loaders = _require(data.loaders("predict"), "predict", module)
+        limits = [data.num_batches(loader, "predict") for loader in loaders]
+        return trainer.predict_loop.run(loaders, limits, options.get("return_predictions", True)), None
+    kind = "val" if stage == "validate" else "test"
+    loaders = _require(data.loaders(kind), stage, module)
+    limits = data.agreed_num_batches(loaders, kind, stage)
+    result = EvaluationLoop(trainer, stage).run(loaders, limits)
+    if options.get("verbose", True) and strategy.is_global_zero:
+        _print_results(stage, result)
+    return result, None
+
+
+def _teardown(trainer: Any, stage: str, module: Any) -> None:
+    hooks = trainer.run_state.hooks
+    hooks.call_datamodule("teardown", stage)
+    for fn in hooks.callback_plan("teardown"):
+        fn(stage)
+    module.teardown(stage)
+    for logger in trainer.loggers if trainer.strategy.is_global_zero else []:
+        logger.finalize("success")
+    if trainer.profiler is not None:
+        trainer.profiler.describe()  # writes or prints the summary, then tears the profiler down
+
+
+def _worker_result(trainer: Any, stage: str, result: Any, interrupted: Any) -> WorkerResult:
+    strategy = trainer.strategy
+    spawned = stage == "fit" and strategy.launches_workers
+    return WorkerResult(
+        result=ckpt.to_cpu(result),
+        # full weights and optimizer states (gathered from every process by a sharding strategy)
+        state_dict=ckpt.to_cpu(strategy.full_state_dict(trainer.model)) if spawned else None,
+        training_state=ckpt.to_cpu(_full_training_state(trainer)) if spawned else None,
+        callback_metrics=ckpt.to_cpu(trainer.callback_metrics),
+        logged_metrics=ckpt.to_cpu(trainer.logged_metrics),
+        progress_bar_metrics=dict(trainer.progress_bar_metrics),
+        current_epoch=trainer.current_epoch,
+        global_step=trainer.global_step,
+        # the caller's checkpoint/early-stopping callbacks learn the workers' outcome (best_model_path...)
+        callback_states=ckpt.to_cpu({cb.state_key: cb.state_dict() for cb in trainer.callbacks
+                                     if getattr(cb, "_monitors_metrics", False)})
+        if strategy.launches_workers else {},
+        should_stop=trainer.should_stop,
+        interrupted=interrupted,
+    )
+
+
+def _on_exception(trainer: Any, datamodule: Any, exc: BaseException) -> None:
+    from accelkit.strategies.launchers import watchdog
+
+    watchdog.explain(exc)  # a distributed run that stalled: which rank was behind, and what each was doing
+    hooks = trainer.run_state.hooks
+    if hooks is not None:
+        for fn in hooks.callback_plan("on_exception"):
+            fn(exc)
+    on_exception = getattr(datamodule, "on_exception", None)
+    if callable(on_exception):
+        on_exception(exc)
+    for logger in trainer.loggers if trainer.strategy.is_global_zero else []:
+        with contextlib.suppress(Exception):
+            logger.save()
+            logger.finalize("failed")
+
+
+def apply_determinism(trainer: Any) -> None:
+    """``Trainer(deterministic=..., benchmark=...)`` in this worker: the accelerator's part, then torch's switch."""
+    trainer.accelerator.configure_determinism(trainer.deterministic, trainer.benchmark)
+    if trainer.deterministic:
+        torch.use_deterministic_algorithms(True, warn_only=trainer.deterministic == "warn")
+
+
 def _full_training_state(trainer: Any) -> dict[str, Any]:
     """The training state sent back to the caller: the optimizers' complete states (``full_optimizer_state_dict``:
     every process takes part when they are sharded)."""
-    state = dict(trainer._training_state())
-    if trainer._optimizers:
+    state = dict(training_state(trainer))
+    if trainer.run_state.optimizers:
         state["optimizer_states"] = [trainer.strategy.full_optimizer_state_dict(trainer.model, o)
-                                     for o in trainer._optimizers]
+                                     for o in trainer.run_state.optimizers]
     return state
 
 
 def _configure_model(module: Any) -> None:
-    if _overrides(module, Module, "configure_sharded_model"):
+    if is_overridden("configure_sharded_model", module, Module):
         warnings.warn("configure_sharded_model is deprecated (as in Lightning 2.x); rename it configure_model.",
                       DeprecationWarning, stacklevel=3)
         module.configure_sharded_model()
-    if _overrides(module, Module, "configure_model"):
+    if is_overridden("configure_model", module, Module):
         module.configure_model()
 
 

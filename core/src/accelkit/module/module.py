@@ -9,11 +9,17 @@ import torch
 from torch import nn
 
 from accelkit.module.datamodule import DataHooks
+from accelkit.module.export import ExportMixin
 from accelkit.module.hooks import CheckpointHooks, ModelHooks
 from accelkit.module.hparams import HyperparametersMixin
 
 
-class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Module):
+#: Lightning's names of Module properties whose accelkit names say what they mean without naming a kind of device
+#: (the core names none): ``module.on_gpu`` is ``module.on_graphics_processor``
+LIGHTNING_NAMES = {"on_gpu": "on_graphics_processor"}
+
+
+class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, ExportMixin, nn.Module):
     """A :class:`torch.nn.Module` that knows how to train itself: Lightning's ``LightningModule`` under our name.
 
     Override :meth:`training_step` and :meth:`configure_optimizers`; optionally the evaluation steps, the
@@ -27,6 +33,10 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Mo
     automatic_optimization: bool = True
     #: ``load_state_dict`` strictness when a checkpoint is restored by the Trainer
     strict_loading: bool = True
+    #: properties ``torch.jit.script`` leaves alone when :meth:`to_torchscript` compiles the module
+    __jit_unused_properties__ = ["trainer", "device", "dtype", "current_epoch", "global_step", "global_rank",
+                                 "local_rank", "logger", "loggers", "hparams", "hparams_initial",
+                                 "on_graphics_processor", *LIGHTNING_NAMES]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -92,6 +102,22 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Mo
     def loggers(self) -> list[Any]:
         """Every logger of the Trainer."""
         return self.trainer.loggers if self.trainer else []
+
+    @property
+    def on_graphics_processor(self) -> bool:
+        """Whether the module's parameters are on a graphics processor (Lightning's ``on_gpu``, which is this
+        property under Lightning's name). In a run, the run's accelerator says whether its devices count as one
+        (:attr:`Accelerator.is_graphics_processor <accelkit.Accelerator.is_graphics_processor>`) and the module must
+        be on the run's device; outside a run, the accelerator classes loaded in this process that claim the
+        module's device type say so."""
+        from accelkit.accelerator import graphics_processor_device_types
+
+        device = self.device
+        strategy = getattr(self.trainer, "strategy", None)
+        accelerator = getattr(strategy, "accelerator", None)
+        if accelerator is not None:
+            return bool(accelerator.is_graphics_processor) and device.type == strategy.root_device.type
+        return device.type in graphics_processor_device_types()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` from the global-zero process only."""
@@ -173,7 +199,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Mo
             raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
         if enable_graph:
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
-        trainer._metrics.log(name, value, prog_bar=prog_bar, logger=True if logger is None else logger,
+        trainer.run_state.metrics.log(name, value, prog_bar=prog_bar, logger=True if logger is None else logger,
                              on_step=on_step, on_epoch=on_epoch, reduce_fx=reduce_fx, sync_dist=sync_dist,
                              batch_size=batch_size, rank_zero_only=rank_zero_only,
                              add_dataloader_idx=add_dataloader_idx)
@@ -205,7 +231,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Mo
         """The optimizers of the run: one if there is one, else a list (wrapped so ``step`` goes through the
         precision and strategy; ``use_pl_optimizer=False`` gives the raw ``torch.optim`` objects)."""
         trainer = self._require_trainer("optimizers()")
-        opts = trainer._optim.wrapped if use_pl_optimizer else trainer.optimizers
+        opts = trainer.run_state.optimization.wrapped if use_pl_optimizer else trainer.optimizers
         return opts[0] if len(opts) == 1 else list(opts)
 
     def lr_schedulers(self) -> Any:
@@ -221,7 +247,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Mo
         if self.automatic_optimization:
             raise RuntimeError("manual_backward() is for manual optimization; set `self.automatic_optimization = "
                                "False` in __init__, or return the loss from training_step")
-        trainer._optim.backward(loss, *args, **kwargs)
+        trainer.run_state.optimization.backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Let only ``optimizer``'s parameters require gradients (others are frozen until
@@ -255,9 +281,13 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, nn.Mo
         """Clip the gradients of ``optimizer``'s parameters by norm (default) or value, after bringing them to
         their true scale (a gradient scaler's ``unscale_``)."""
         trainer = self._require_trainer("clip_gradients()")
-        trainer._optim.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
+        trainer.run_state.optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
 
     def _require_trainer(self, what: str) -> Any:
-        if self.trainer is None or getattr(self.trainer, "_optim", None) is None:
+        if self.trainer is None or self.trainer.run_state.optimization is None:
             raise RuntimeError(f"{type(self).__name__}.{what} is only available while a Trainer fits the module")
         return self.trainer
+
+
+for _lightning_name, _name in LIGHTNING_NAMES.items():
+    setattr(Module, _lightning_name, getattr(Module, _name))

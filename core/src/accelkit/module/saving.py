@@ -12,7 +12,6 @@ import enum
 import inspect
 import io
 import os
-import pickle
 import sys
 import types
 import warnings
@@ -194,28 +193,14 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict[str, Any]:
-    from accelkit.checkpoint import sharded as distributed_checkpoint
+    """A checkpoint file or a sharded checkpoint's folder, read by the core's one reader
+    (:func:`accelkit.checkpoint.files.load`, with its errors)."""
+    from accelkit.checkpoint import files, sharded
 
-    if isinstance(source, (str, os.PathLike)) and distributed_checkpoint.is_sharded_checkpoint(source):
-        checkpoint = distributed_checkpoint.load_full(source, weights_only=weights_only)  # any world size, on the CPU
+    if isinstance(source, (str, os.PathLike)) and sharded.is_sharded_checkpoint(source):
+        checkpoint = sharded.load_full(source, weights_only=weights_only)  # any world size, on the CPU
         return checkpoint if map_location is None else _move(checkpoint, map_location)
-    if isinstance(source, (str, os.PathLike)):
-        from accelkit.checkpoint.files import check_file
-
-        check_file(source)  # missing, a folder, empty, not a PyTorch file, truncated: a sentence naming the path
-    try:
-        checkpoint = torch.load(source, map_location=map_location, weights_only=weights_only)
-    except pickle.UnpicklingError as error:
-        if not weights_only:
-            raise
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise pickle.UnpicklingError(
-            f"checkpoint {os.fspath(source) if isinstance(source, (str, os.PathLike)) else source!r} holds objects "
-            f"that weights_only=True loading refuses ({first}). Checkpoints written by accelkit hold plain data; if "
-            f"you trust this file, pass weights_only=False") from error
-    if not isinstance(checkpoint, dict):
-        raise ValueError(f"checkpoint holds a {type(checkpoint).__name__}, not a checkpoint dict")
-    return checkpoint
+    return files.load(source, weights_only=weights_only, map_location=map_location)
 
 
 def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:

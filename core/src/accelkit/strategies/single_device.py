@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from accelkit.strategies.base import Strategy
 
-# The DDP strategies live in accelkit.strategies.ddp; importable from here as before.
-from accelkit.strategies.ddp import DDPSpawnStrategy, DDPStrategy, find_free_port  # noqa: E402,F401
-
 
 class SingleDeviceStrategy(Strategy):
     """One process, one device."""

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from accelkit.callbacks.base import Callback
+from accelkit.callbacks.base import Callback, callback_list  # noqa: F401 - callback_list: the Trainer's argument
 from accelkit.errors import ConfigurationError
 
 #: arguments of Lightning's Trainer that only make sense with Lightning AI's own services
@@ -100,26 +100,6 @@ def check_barebones(args: dict[str, Any], problems: list[str]) -> None:
         problems.append("barebones=True and detect_anomaly=True contradict each other; drop one.")
     if args["log_every_n_steps"] is not None and args["log_every_n_steps"] != 50:
         problems.append("barebones=True turns logging off, but log_every_n_steps was passed; drop one.")
-
-
-def env_seed() -> int:
-    """The seed in ``ACCELKIT_SEED`` (0 when unset); a non-integer value is a clear error."""
-    raw = os.environ.get("ACCELKIT_SEED", "0")
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigurationError(f"ACCELKIT_SEED={raw!r} is not an integer seed") from None
-
-
-def callback_list(callbacks: Any) -> list[Any]:
-    """``callbacks=`` as a list of :class:`~accelkit.Callback` (one, a list, or ``None``)."""
-    if callbacks is None:
-        return []
-    items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
-    for item in items:
-        if not isinstance(item, Callback):
-            raise TypeError(f"callbacks must be accelkit.Callback instances, got {type(item).__name__}")
-    return items
 
 
 def logger_list(logger: Any, root: Path, manager: Any = None) -> list[Any]:

@@ -11,6 +11,7 @@ import torch
 from accelkit.checkpoint.sharded import METADATA_FILE, is_sharded_checkpoint
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
+from accelkit.utilities.model_helpers import is_overridden
 
 
 def _best_path(trainer: Any) -> str:
@@ -40,7 +41,7 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
         return best
     if ckpt_path == "last":
         # The newest last*.ckpt of the checkpoint callbacks (a second run in the same folder writes last-v1.ckpt).
-        found = {Path(p) for c in trainer.checkpoint_callbacks for p in c._find_last_checkpoints(trainer)}
+        found = {Path(p) for c in trainer.checkpoint_callbacks for p in c.find_last_checkpoints(trainer)}
         found = [p for p in found if p.is_file() or is_sharded_checkpoint(p)]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
@@ -63,21 +64,23 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
     """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects."""
     from accelkit.loops.run import prepare_data, run_stage
     from accelkit.module.module import Module
+    from accelkit.trainer.compiled import run_compiled_stage, unwrap_compiled
 
     model_given = model is not None
     if model is None:
-        if stage == "fit" or trainer._module is None:
+        if stage == "fit" or trainer.run_state.module is None:
             raise TypeError(f"Trainer.{stage}() needs a model" + ("" if stage == "fit" else
                                                                   " (or a previous fit of this Trainer)"))
-        model = trainer._module
+        model = trainer.run_state.module
         datamodule = datamodule if datamodule is not None else trainer.datamodule
+    model, compiled = unwrap_compiled(model)  # torch.compile(module): run the module, its forward compiled
     if not isinstance(model, Module):
         raise TypeError(f"Trainer.{stage}() needs an accelkit.Module, got {type(model).__name__}"
                         + (": subclass accelkit.Module (a LightningModule's API) instead of torch.nn.Module"
                            if isinstance(model, torch.nn.Module) else ""))
     if stage in ("validate", "test"):
         method = "validation_step" if stage == "validate" else "test_step"
-        if not trainer._has_step(model, method):
+        if not is_overridden(method, model, Module):
             raise NotImplementedError(f"Trainer.{stage}() needs {type(model).__name__}.{method}(batch, "
                                       "batch_idx): define it and log the metrics to report with self.log")
     ckpt_path = _resolve_ckpt(trainer, ckpt_path, stage, model_given)
@@ -91,19 +94,20 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     trainer.should_stop = False
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
-    output: WorkerResult = strategy.launch(run_stage, trainer, stage, model, datamodule, loaders, ckpt_path,
+    work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
+    output: WorkerResult = strategy.launch(*work, trainer, stage, model, datamodule, loaders, ckpt_path,
                                            weights_only, prepared, options)
-    trainer._warned_hooks = True
+    trainer.run_state.warned_unknown_hooks = True
     model.trainer = trainer  # as after a Lightning run: model.current_epoch/global_step read the trainer
-    trainer._module = model
+    trainer.run_state.module = model
     trainer.datamodule = datamodule
     if strategy.launches_workers:
         # The work ran in other processes/replicas: bring its outcome back to the caller's objects.
         if output.state_dict is not None:
             model.load_state_dict(output.state_dict)
             # The optimizers lived in the workers: keep their final state for save_checkpoint() here.
-            trainer._optimizers, trainer._schedulers = [], []
-            trainer._worker_training_state = output.training_state
+            trainer.run_state.optimizers, trainer.run_state.schedulers = [], []
+            trainer.run_state.worker_training_state = output.training_state
         trainer.callback_metrics = output.callback_metrics
         trainer.logged_metrics = output.logged_metrics
         trainer.progress_bar_metrics = output.progress_bar_metrics

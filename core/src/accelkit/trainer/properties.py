@@ -81,26 +81,27 @@ class TrainerProperties:
     @property
     def lightning_module(self) -> Any:
         """The user's Module (unwrapped)."""
-        return self._module
+        return self.run_state.module
 
     @property
     def model(self) -> Any:
         """The object the loops call: the Module, or the strategy's wrapper around it (DDP)."""
-        return self._model if self._model is not None else self._module
+        state = self.run_state
+        return state.model if state.model is not None else state.module
 
     @property
     def optimizers(self) -> list[Any]:
         """The optimizers ``configure_optimizers`` returned (during and after a fit in this process)."""
-        return self._optimizers
+        return self.run_state.optimizers
 
     @optimizers.setter
     def optimizers(self, value: list[Any]) -> None:
-        self._optimizers = list(value)
+        self.run_state.optimizers = list(value)
 
     @property
     def lr_scheduler_configs(self) -> list[Any]:
         """:class:`~accelkit.module.optimizers.LRSchedulerConfig` of every scheduler."""
-        return self._schedulers
+        return self.run_state.schedulers
 
     # ----------------------------------------------------------------- loggers and files
     @property
@@ -221,7 +222,7 @@ class TrainerProperties:
         return self.strategy.distributed_sampler_kwargs
 
     def _loaders(self, kind: str) -> Any:
-        data = getattr(self, "_data", None)
+        data = self.run_state.data
         loaders = data.prepared.get(kind) if data is not None else None
         if loaders is None:
             return None
@@ -254,9 +255,9 @@ class TrainerProperties:
         if self.max_epochs in (None, -1):
             return self.max_steps if self.max_steps != -1 else float("inf")
         batches = self.num_training_batches
-        if batches is None and getattr(self, "_data", None) is not None:
-            loaders = self._data.loaders("train")
-            batches = self.num_training_batches = self._data.num_batches(loaders[0], "train") if loaders else 0
+        if batches is None and self.run_state.data is not None:
+            loaders = self.run_state.data.loaders("train")
+            batches = self.num_training_batches = self.run_state.data.num_batches(loaders[0], "train") if loaders else 0
         if batches is None:
             return float("inf")
         total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-import torch
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
+from accelkit.loops.state import RunState
+from accelkit.profilers import resolve_profiler
 from accelkit.plugins.compose import Composition, compose, print_notices
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
 from accelkit.trainer.arguments import (
@@ -24,7 +25,6 @@ from accelkit.trainer.arguments import (
     check_loaders,
     check_root_dir,
     check_run_arguments,
-    env_seed,
     logger_list,
     parse_collective_timeout,
     parse_max_time,
@@ -32,6 +32,7 @@ from accelkit.trainer.arguments import (
     split_datamodule,
 )
 from accelkit.trainer.properties import TrainerProperties
+from accelkit.utilities.seed import seed_from_environment
 
 
 @dataclass
@@ -123,17 +124,6 @@ class Trainer(TrainerProperties):
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
                 raise ConfigurationError(reason)
-        self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
-        self._manager: PluginManager | None = None
-
-        manager = self.plugin_manager
-        self._register_plugin_objects()
-        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
-                     "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
-        manager.hook.accelkit_translate_arguments(arguments=arguments)
-        if arguments["extra"]:
-            raise TypeError(f"Trainer() got unexpected keyword argument(s): {', '.join(sorted(arguments['extra']))}")
-
         run_args = dict(
             max_epochs=max_epochs, max_steps=max_steps, min_epochs=min_epochs, min_steps=min_steps,
             accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
@@ -145,36 +135,13 @@ class Trainer(TrainerProperties):
             deterministic=deterministic, limit_train_batches=limit_train_batches,
             limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
             limit_predict_batches=limit_predict_batches, overfit_batches=overfit_batches)
-        problems = check_run_arguments(run_args)
-        if barebones:
-            check_barebones(dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
-                                 enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
-                                 detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps), problems)
-        try:
-            self.max_time = parse_max_time(max_time)
-        except ValueError as exc:
-            problems.append(str(exc))
-        too_many = check_device_count(arguments["devices"], arguments["accelerator"], manager)
-        if too_many:
-            raise ConfigurationError(problems + [too_many])  # the accelerator would try to build the list
-        try:
-            composition = compose(manager, accelerator=arguments["accelerator"], devices=arguments["devices"],
-                                  strategy=arguments["strategy"], precision=arguments["precision"],
-                                  num_nodes=arguments["num_nodes"], plugin_names=names,
-                                  plugin_objects=self._plugin_objects)
-        except ConfigurationError as exc:
-            raise ConfigurationError(problems + exc.problems) from None
-        if problems:
-            raise ConfigurationError(problems)
-        accel = composition.accelerator
-        if sync_batchnorm and composition.strategy.world_size > 1 and not accel.supports_sync_batchnorm:
-            raise ConfigurationError(f"sync_batchnorm=True: torch.nn.SyncBatchNorm does not run on accelerator "
-                                     f"{accel.name!r} (its plugin says so); use sync_batchnorm=False, or an "
-                                     "accelerator whose plugin supports it")
-        if collective_timeout is not None:
-            composition.strategy.collective_timeout_s = parse_collective_timeout(collective_timeout)
-        print_notices(composition.notices)
-        self._composition: Composition = composition
+        barebones_args = dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
+                              enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
+                              detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps) if barebones else None
+        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
+                     "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
+        self._composition: Composition = self._compose(plugins, arguments, run_args, barebones_args, max_time,
+                                                       sync_batchnorm, collective_timeout)
 
         self.fast_dev_run = fast_dev_run
         fast = int(fast_dev_run)
@@ -212,10 +179,8 @@ class Trainer(TrainerProperties):
         self.enable_model_summary = not barebones and enable_model_summary is not False
         self.enable_checkpointing = not (fast or barebones) and enable_checkpointing is not False
         self.use_distributed_sampler = use_distributed_sampler
-        self.seed = seed if seed is not None else env_seed()
-        self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, manager)
-        from accelkit.profilers import resolve_profiler
-
+        self.seed = seed if seed is not None else seed_from_environment(0)
+        self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, self.plugin_manager)
         self.profiler = resolve_profiler(profiler)
         self.callbacks = callback_list(callbacks)
         from accelkit.callbacks import Checkpoint, ModelCheckpoint
@@ -236,9 +201,50 @@ class Trainer(TrainerProperties):
                   "checkpointing are off.")
         self._reset_run_state()
 
-    def _reset_run_state(self) -> None:
-        from accelkit.loops.metrics import MetricStore
+    def _compose(self, plugins: Any, arguments: dict[str, Any], run_args: dict[str, Any],
+                 barebones_args: dict[str, Any] | None, max_time: Any, sync_batchnorm: bool,
+                 collective_timeout: Any) -> Composition:
+        """Load the plugins, let them translate the arguments, check the run-control arguments and compose the
+        run from the strings: every problem found is reported together in one :class:`ConfigurationError`."""
+        self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
+        self._manager: PluginManager | None = None
 
+        manager = self.plugin_manager
+        self._register_plugin_objects()
+        manager.hook.accelkit_translate_arguments(arguments=arguments)
+        if arguments["extra"]:
+            raise TypeError(f"Trainer() got unexpected keyword argument(s): {', '.join(sorted(arguments['extra']))}")
+
+        problems = check_run_arguments(run_args)
+        if barebones_args is not None:
+            check_barebones(barebones_args, problems)
+        try:
+            self.max_time = parse_max_time(max_time)
+        except ValueError as exc:
+            problems.append(str(exc))
+        too_many = check_device_count(arguments["devices"], arguments["accelerator"], manager)
+        if too_many:
+            raise ConfigurationError(problems + [too_many])  # the accelerator would try to build the list
+        try:
+            composition = compose(manager, accelerator=arguments["accelerator"], devices=arguments["devices"],
+                                  strategy=arguments["strategy"], precision=arguments["precision"],
+                                  num_nodes=arguments["num_nodes"], plugin_names=names,
+                                  plugin_objects=self._plugin_objects)
+        except ConfigurationError as exc:
+            raise ConfigurationError(problems + exc.problems) from None
+        if problems:
+            raise ConfigurationError(problems)
+        accel = composition.accelerator
+        if sync_batchnorm and composition.strategy.world_size > 1 and not accel.supports_sync_batchnorm:
+            raise ConfigurationError(f"sync_batchnorm=True: torch.nn.SyncBatchNorm does not run on accelerator "
+                                     f"{accel.name!r} (its plugin says so); use sync_batchnorm=False, or an "
+                                     "accelerator whose plugin supports it")
+        if collective_timeout is not None:
+            composition.strategy.collective_timeout_s = parse_collective_timeout(collective_timeout)
+        print_notices(composition.notices)
+        return composition
+
+    def _reset_run_state(self) -> None:
         self.current_epoch = 0
         self.global_step = 0
         self.callback_metrics: dict[str, Any] = {}
@@ -252,15 +258,8 @@ class Trainer(TrainerProperties):
         self.state = TrainerState()
         self.datamodule: Any = None
         self.ckpt_path: Any = None
-        self._metrics = MetricStore()
-        self._module: Any = None
-        self._model: Any = None
-        self._optim: Any = None
-        self._optimizers: list[Any] = []
-        self._schedulers: list[Any] = []
-        self._worker_training_state: Any = None
-        self._warned_hooks = False
-        self._epoch_training_done = False
+        #: what the latest run holds (module, optimizers, metrics, loop objects): see :class:`~accelkit.loops.state.RunState`
+        self.run_state = RunState()
 
     # ----------------------------------------------------------------- composition
     @property
@@ -274,7 +273,6 @@ class Trainer(TrainerProperties):
         state = self.__dict__.copy()
         state["_manager"] = None  # pluggy managers hold modules; workers rebuild theirs
         state["_plugin_objects"] = portable_plugins(self._plugin_objects)  # plugin modules travel by name
-        state["_hooks"] = state["_data"] = state["_publisher"] = state["_optim"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -350,7 +348,7 @@ class Trainer(TrainerProperties):
 
         if storage_options is not None:
             raise ValueError("save_checkpoint(storage_options=...) is not supported: checkpoints go to a local path")
-        model = model if model is not None else self._module
+        model = model if model is not None else self.run_state.module
         if model is None:
             raise ValueError("Trainer.save_checkpoint(path) outside a run needs the module: "
                              "trainer.save_checkpoint(path, model=my_module)")
@@ -360,50 +358,3 @@ class Trainer(TrainerProperties):
                 after = getattr(logger, "after_save_checkpoint", None)
                 if callable(after) and getattr(self, "checkpoint_callback", None) is not None:
                     after(self.checkpoint_callback)
-
-    # ----------------------------------------------------------------- used by the loops
-    def _training_state(self) -> dict[str, Any]:
-        """Optimizer, scheduler and precision state: live, or as the last spawned workers returned it."""
-        if not self._optimizers and self._worker_training_state is not None:
-            return self._worker_training_state
-        return {
-            "optimizer_states": [o.state_dict() for o in self._optimizers],
-            "lr_schedulers": [c.scheduler.state_dict() for c in self._schedulers],
-            "precision": self.precision.state_dict(),
-        }
-
-    def _set_optimizers(self, optimizers: list[Any], schedulers: list[Any]) -> None:
-        self._optimizers, self._schedulers = optimizers, schedulers
-
-    def _merge_callbacks(self, module: Any) -> list[Any]:
-        """The run's callbacks: the Trainer's, then the module's ``configure_callbacks()`` (replacing Trainer
-        callbacks of the same type), with checkpoint callbacks last (Lightning's order)."""
-        extra = callback_list(module.configure_callbacks())
-        if extra:
-            kinds = {type(c) for c in extra}
-            kept = [c for c in self.callbacks if type(c) not in kinds]
-            self.callbacks = kept + extra
-        from accelkit.callbacks import Checkpoint
-
-        self.callbacks = [c for c in self.callbacks if not isinstance(c, Checkpoint)] + \
-                         [c for c in self.callbacks if isinstance(c, Checkpoint)]
-        return self.callbacks
-
-    def _apply_determinism(self) -> None:
-        self.accelerator.configure_determinism(self.deterministic, self.benchmark)
-        if self.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=self.deterministic == "warn")
-
-    def _progress(self, total: int | None, description: str, leave: bool) -> Any:
-        if not (self.enable_progress_bar and self.strategy.is_global_zero):
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, desc=description, leave=leave, dynamic_ncols=True, unit="batch")
-
-    @staticmethod
-    def _has_step(module: Any, name: str) -> bool:
-        from accelkit.loops.hooks import _overrides
-        from accelkit.module.module import Module
-
-        return _overrides(module, Module, name)

@@ -79,3 +79,46 @@ def _first_dimension(data: Any) -> int | None:
         if size is not None:
             return size
     return None
+
+
+def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
+    """Lightning's name for :func:`move_to_device`: every tensor of ``batch`` on ``device`` (a ``torch.device``
+    or what ``torch.device()`` takes)."""
+    return move_to_device(batch, device if isinstance(device, torch.device) else torch.device(device))
+
+
+def apply_to_collection(data: Any, dtype: type | tuple[type, ...], function: Callable[..., Any], *args: Any,
+                        wrong_dtype: type | tuple[type, ...] | None = None, include_none: bool = True,
+                        **kwargs: Any) -> Any:
+    """``function(element, *args, **kwargs)`` for every element of type ``dtype`` inside nested mappings,
+    namedtuples, dataclasses, lists and tuples (Lightning's ``apply_to_collection``); the containers keep their
+    types and everything else passes through.
+
+    :param wrong_dtype: elements of these types are left alone even when they are also ``dtype``.
+    :param include_none: keep the entries for which ``function`` returned ``None`` (``False`` drops them from
+        mappings and sequences).
+    """
+    def apply(value: Any) -> Any:
+        return apply_to_collection(value, dtype, function, *args, wrong_dtype=wrong_dtype, include_none=include_none,
+                                   **kwargs)
+
+    if isinstance(data, dtype) and (wrong_dtype is None or not isinstance(data, wrong_dtype)):
+        return function(data, *args, **kwargs)
+    if isinstance(data, Mapping):
+        items = [(key, apply(value)) for key, value in data.items()]
+        kept = {key: value for key, value in items if include_none or value is not None}
+        if isinstance(data, MutableMapping):
+            out = copy.copy(data)
+            out.clear()
+            out.update(kept)
+            return out
+        return kept
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple: every field stays
+        return type(data)(*(apply(value) for value in data))
+    if isinstance(data, (list, tuple)):
+        values = [apply(value) for value in data]
+        return type(data)(value for value in values if include_none or value is not None)
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        return dataclasses.replace(data, **{f.name: apply(getattr(data, f.name))
+                                            for f in dataclasses.fields(data) if f.init})
+    return data

@@ -1,34 +1,86 @@
-"""Calls that run on the process of global rank 0 only (:func:`rank_zero_only`)."""
+"""Calls that run on the process of global rank 0 only: :func:`rank_zero_only`, and the messages Lightning users send
+from rank 0 (:func:`rank_zero_info`, :func:`rank_zero_debug`, :func:`rank_zero_warn`, :func:`rank_zero_deprecation`)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from typing import Any, Callable
+
+import torch
+
+
+#: launcher variables that give a rank before a process group exists, each with the size that makes it mean one
+_RANK_VARIABLES = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"), ("PMI_RANK", "PMI_SIZE"),
+                   ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
+
+
+def global_rank() -> int:
+    """This process's global rank: the one rule every part of accelkit asks (``rank_zero_only``, the loggers, the
+    profilers, seeding). In order: the process group's rank once one is initialised; a launcher's rank variable
+    whose size variable says the job has more than one process (``RANK``/``WORLD_SIZE``,
+    ``SLURM_PROCID``/``SLURM_NTASKS``...), read when asked, so a stray ``RANK`` in a one-process shell does not
+    silence rank-zero work; else ``rank_zero_only.rank``, Lightning's attribute, which the Trainer sets in every
+    worker from its strategy (and so from the cluster environment) and which is 0 outside a run."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    for rank_name, size_name in _RANK_VARIABLES:
+        rank, size = os.environ.get(rank_name, "").strip(), os.environ.get(size_name, "").strip()
+        if rank.isdigit() and size.isdigit() and int(size) > 1:
+            return int(rank)
+    return int(rank_zero_only.rank)  # type: ignore[attr-defined]
+
+
+def set_global_rank(rank: int) -> None:
+    """Record the rank of this process's run (the Trainer calls it in every worker, from its strategy)."""
+    rank_zero_only.rank = rank  # type: ignore[attr-defined]
 
 
 def rank_zero_only(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: call ``fn`` only in the global-zero process (``None`` elsewhere).
+    """Decorator: call ``fn`` only in the process of global rank 0 (:func:`global_rank`), ``None`` elsewhere.
 
-    The rank is ``rank_zero_only.rank``, which the Trainer sets in every worker; outside a run it comes from
-    the launcher's ``RANK`` (or ``SLURM_PROCID``) variable, 0 when neither is set.
-    """
+    ``rank_zero_only.rank`` holds the rank as Lightning's attribute does, for code that reads it (the Trainer sets
+    it in every worker through :func:`set_global_rank`)."""
     import functools
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if rank_zero_only.rank == 0:
+        if global_rank() == 0:
             return fn(*args, **kwargs)
         return None
 
     return wrapped
 
 
-def _rank_from_env() -> int:
-    for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK"):
-        raw = os.environ.get(name)
-        if raw is not None and raw.strip().isdigit():
-            return int(raw)
-    return 0
+rank_zero_only.rank = 0  # type: ignore[attr-defined]
+rank_zero_only.rank = global_rank()  # type: ignore[attr-defined]  # the launcher's rank, if any
 
 
-rank_zero_only.rank = _rank_from_env()  # type: ignore[attr-defined]
+#: the logger the rank-zero messages go to
+log = logging.getLogger(__name__)
+
+
+@rank_zero_only
+def rank_zero_debug(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``logging.debug`` on rank 0 only (Lightning's ``rank_zero_debug``)."""
+    log.debug(*args, stacklevel=stacklevel, **kwargs)
+
+
+@rank_zero_only
+def rank_zero_info(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``logging.info`` on rank 0 only (Lightning's ``rank_zero_info``)."""
+    log.info(*args, stacklevel=stacklevel, **kwargs)
+
+
+@rank_zero_only
+def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -> None:
+    """``warnings.warn`` on rank 0 only (Lightning's ``rank_zero_warn``); ``category`` as for ``warnings.warn``."""
+    warnings.warn(message, stacklevel=stacklevel, **kwargs)
+
+
+@rank_zero_only
+def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
+    """A :class:`DeprecationWarning` on rank 0 only (Lightning's ``rank_zero_deprecation``)."""
+    kwargs.setdefault("category", DeprecationWarning)
+    warnings.warn(message, stacklevel=stacklevel, **kwargs)

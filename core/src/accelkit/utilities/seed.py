@@ -7,7 +7,27 @@ import random
 
 import torch
 
-from accelkit.utilities.rank_zero import rank_zero_only
+from accelkit.errors import ConfigurationError
+from accelkit.utilities.rank_zero import global_rank
+
+#: the variable :func:`seed_everything` sets, so that processes started later (spawned workers) use the same seed
+SEED_ENV = "ACCELKIT_SEED"
+#: ``"1"`` when :func:`seed_everything` was asked to seed DataLoader workers too
+SEED_WORKERS_ENV = "ACCELKIT_SEED_WORKERS"
+
+
+def seed_from_environment(default: int | None = 0) -> int | None:
+    """The seed in ``ACCELKIT_SEED``, ``default`` when it is unset; the one reader of that variable.
+
+    :raises ConfigurationError: the value is not an integer (naming it)."""
+    raw = os.environ.get(SEED_ENV)
+    if raw is None:
+        return default
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigurationError(f"{SEED_ENV}={raw!r} is not an integer seed; set it to a whole number such as 42, "
+                                 f"or unset it") from None
 
 
 def seed_everything(seed: int | None = None, workers: bool = False) -> int:
@@ -19,15 +39,11 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
         each worker's seed from the base seed, the worker id and the rank).
     """
     if seed is None:
-        raw = os.environ.get("ACCELKIT_SEED", "0")
-        try:
-            seed = int(raw)
-        except ValueError:
-            raise ValueError(f"ACCELKIT_SEED={raw!r} is not an integer seed") from None
+        seed = seed_from_environment(0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed_everything(seed={seed!r}) needs an int")
-    os.environ["ACCELKIT_SEED"] = str(seed)
-    os.environ["ACCELKIT_SEED_WORKERS"] = "1" if workers else "0"
+    os.environ[SEED_ENV] = str(seed)
+    os.environ[SEED_WORKERS_ENV] = "1" if workers else "0"
     random.seed(seed)
     try:
         import numpy as np
@@ -46,7 +62,7 @@ def worker_init_function(worker_id: int, rank: int | None = None) -> None:
     every epoch, so the seeds differ per epoch, per worker and per rank, and repeat when the run is repeated
     with the same ``seed_everything`` seed.
     """
-    rank = rank_zero_only.rank if rank is None else rank
+    rank = global_rank() if rank is None else rank
     base = torch.initial_seed() - worker_id
     try:
         import numpy as np

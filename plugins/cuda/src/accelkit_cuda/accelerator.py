@@ -46,6 +46,8 @@ class CUDAAccelerator(Accelerator):
     distributed_backend = "nccl"
     autocast_device_type = "cuda"
     pin_memory = True
+    is_graphics_processor = True  # Module.on_gpu
+    device_type = "cuda"
 
     # ----------------------------------------------------------------- resolution (parent process)
     @classmethod

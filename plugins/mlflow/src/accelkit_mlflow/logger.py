@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit.loggers import Logger
-from accelkit.loggers.base import _add_prefix, _global_rank, _metric_value, _params_to_dict, _SilentExperiment
+from accelkit.loggers.base import SilentExperiment, add_prefix, metric_value, params_to_dict
+from accelkit.utilities.rank_zero import global_rank
 
 #: MLflow's limit on a parameter value's length, and on the entries of one ``log_batch`` call
 _PARAM_LENGTH = 6000
@@ -90,8 +91,8 @@ class MLFlowLogger(Logger):
     @property
     def experiment(self) -> Any:
         """The ``mlflow.tracking.MlflowClient`` (on global rank zero; its run is created on first use)."""
-        if _global_rank() != 0:
-            return _SilentExperiment()
+        if global_rank() != 0:
+            return SilentExperiment()
         if self._client is None:
             if _is_file_store(self._tracking_uri):
                 # MLflow 3 refuses its file store unless asked for; choosing a local store is that request.
@@ -154,29 +155,29 @@ class MLFlowLogger(Logger):
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         """Log the run's hyper-parameters as MLflow params (nested dicts flattened to ``outer/inner``; values as
         strings, cut to MLflow's 6000-character limit)."""
-        if _global_rank() != 0:
+        if global_rank() != 0:
             return
         from mlflow.entities import Param
 
-        flat = _flatten(_params_to_dict(params))
+        flat = _flatten(params_to_dict(params))
         entries = [Param(key, str(value)[:_PARAM_LENGTH]) for key, value in flat.items()]
         for start in range(0, len(entries), _BATCH):
             self.experiment.log_batch(self.run_id, params=entries[start:start + _BATCH], **self._sync())
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Log numeric metrics at ``step`` (names with characters MLflow refuses have them replaced by ``_``)."""
-        if _global_rank() != 0:
+        if global_rank() != 0:
             return
         from mlflow.entities import Metric
 
         timestamp = int(time.time() * 1000)
         entries = []
-        for key, value in _add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
+        for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
             clean = _INVALID_KEY.sub("_", key)
             if clean != key:
                 warnings.warn(f"MLflow refuses the characters of metric {key!r}; logged as {clean!r}", UserWarning,
                               stacklevel=2)
-            entries.append(Metric(key=clean, value=float(_metric_value(key, value)), timestamp=timestamp,
+            entries.append(Metric(key=clean, value=float(metric_value(key, value)), timestamp=timestamp,
                                   step=step or 0))
         for start in range(0, len(entries), _BATCH):
             self.experiment.log_batch(self.run_id, metrics=entries[start:start + _BATCH], **self._sync())
@@ -184,7 +185,7 @@ class MLFlowLogger(Logger):
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         """Remember the checkpoint callback; with ``log_model="all"`` log the new checkpoint now."""
         self._checkpoint_callback = checkpoint_callback
-        if self._log_model == "all" and _global_rank() == 0:
+        if self._log_model == "all" and global_rank() == 0:
             self._log_checkpoints(checkpoint_callback)
 
     def _log_checkpoints(self, callback: Any) -> None:
@@ -201,7 +202,7 @@ class MLFlowLogger(Logger):
 
     def finalize(self, status: str) -> None:
         """End the MLflow run (``FINISHED`` or ``FAILED``), first logging the checkpoints when ``log_model``."""
-        if _global_rank() != 0 or self._client is None and self._run_id is None:
+        if global_rank() != 0 or self._client is None and self._run_id is None:
             return
         if self._log_model and self._checkpoint_callback is not None and status == "success":
             self._log_checkpoints(self._checkpoint_callback)

@@ -1,0 +1,135 @@
+"""The type names Lightning users put in annotations (``lightning.pytorch.utilities.types``), for accelkit.
+
+They describe what the hooks take and return; nothing here is checked at run time::
+
+    from accelkit.utilities.types import STEP_OUTPUT, OptimizerLRScheduler
+
+    def training_step(self, batch, batch_idx) -> STEP_OUTPUT: ...
+    def configure_optimizers(self) -> OptimizerLRScheduler: ...
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Optional, Protocol, TypedDict, Union, runtime_checkable
+
+import torch
+from torch import Tensor
+from torch.optim import Optimizer
+from torch.utils.data import DataLoader
+
+from accelkit.module.optimizers import LRSchedulerConfig
+
+#: a number as ``self.log`` takes it
+_NUMBER = Union[int, float]
+#: a value ``self.log`` takes: a tensor, a number, or a metric object (torchmetrics ``Metric``)
+_METRIC = Union[Tensor, _NUMBER, Any]
+#: what ``training_step`` (and the evaluation steps) return: the loss tensor, a dict with ``"loss"``, or ``None``
+STEP_OUTPUT = Optional[Union[Tensor, Mapping[str, Any]]]
+#: what ``Trainer.validate``/``test`` return: one dict of metrics per loader
+_EVALUATE_OUTPUT = list[Mapping[str, float]]
+#: what ``Trainer.predict`` returns: the predictions of each batch (a list per loader with several loaders)
+_PREDICT_OUTPUT = Union[list[Any], list[list[Any]]]
+#: what ``train_dataloader`` returns: any iterable of batches, or a collection of them (a dict or list, combined by
+#: :class:`~accelkit.utilities.combined_loader.CombinedLoader`)
+TRAIN_DATALOADERS = Any
+#: what ``val_dataloader``/``test_dataloader``/``predict_dataloader`` return: a loader or a collection of them
+EVAL_DATALOADERS = Any
+#: the ``mode`` of a :class:`~accelkit.utilities.combined_loader.CombinedLoader`
+_COMBINED_MODE = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
+#: a DataLoader or a list of them (older annotations)
+_DATALOADERS = Union[DataLoader, Sequence[DataLoader]]
+
+
+@runtime_checkable
+class LRScheduler(Protocol):
+    """What a learning-rate scheduler offers (``torch.optim.lr_scheduler.LRScheduler`` and compatible classes)."""
+
+    optimizer: Optimizer
+    base_lrs: list[float]
+
+    def step(self, epoch: Optional[int] = None) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ReduceLROnPlateau(Protocol):
+    """What a scheduler that steps on a metric offers (``torch.optim.lr_scheduler.ReduceLROnPlateau``)."""
+
+    optimizer: Optimizer
+    mode: str
+
+    def step(self, metrics: Union[float, int, Tensor], epoch: Optional[int] = None) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+#: the scheduler classes of torch, as a tuple for ``isinstance``
+LRSchedulerTypeTuple = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+#: a torch learning-rate scheduler
+LRSchedulerTypeUnion = Union[torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau]
+#: a class of torch learning-rate scheduler
+LRSchedulerType = Union[type[torch.optim.lr_scheduler.LRScheduler], type[torch.optim.lr_scheduler.ReduceLROnPlateau]]
+#: any learning-rate scheduler the Trainer steps
+LRSchedulerPLType = Union[LRScheduler, ReduceLROnPlateau]
+
+
+class LRSchedulerConfigType(TypedDict, total=False):
+    """The ``"lr_scheduler"`` dict of ``configure_optimizers`` (see
+    :class:`~accelkit.module.optimizers.LRSchedulerConfig` for the keys' meaning)."""
+
+    scheduler: Any
+    name: Optional[str]
+    interval: str
+    frequency: int
+    reduce_on_plateau: bool
+    monitor: Optional[str]
+    strict: bool
+
+
+class OptimizerConfig(TypedDict):
+    """``{"optimizer": optimizer}``."""
+
+    optimizer: Optimizer
+
+
+class OptimizerLRSchedulerConfig(TypedDict, total=False):
+    """``{"optimizer": optimizer, "lr_scheduler": scheduler or LRSchedulerConfigType, "monitor": name}``."""
+
+    optimizer: Optimizer
+    lr_scheduler: Union[LRSchedulerTypeUnion, LRSchedulerConfigType]
+    monitor: str
+
+
+#: every form ``configure_optimizers`` may return
+OptimizerLRScheduler = Optional[Union[
+    Optimizer,
+    Sequence[Optimizer],
+    tuple[Sequence[Optimizer], Sequence[Union[LRSchedulerTypeUnion, LRSchedulerConfig, LRSchedulerConfigType]]],
+    OptimizerConfig,
+    OptimizerLRSchedulerConfig,
+    Sequence[OptimizerConfig],
+    Sequence[OptimizerLRSchedulerConfig],
+]]
+
+__all__ = [
+    "EVAL_DATALOADERS",
+    "STEP_OUTPUT",
+    "TRAIN_DATALOADERS",
+    "LRScheduler",
+    "LRSchedulerConfig",
+    "LRSchedulerConfigType",
+    "LRSchedulerPLType",
+    "LRSchedulerType",
+    "LRSchedulerTypeTuple",
+    "LRSchedulerTypeUnion",
+    "OptimizerConfig",
+    "OptimizerLRScheduler",
+    "OptimizerLRSchedulerConfig",
+    "ReduceLROnPlateau",
+]
