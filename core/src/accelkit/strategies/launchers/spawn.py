@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 import torch
 
+from accelkit.utilities.pickling import pickling_failure
 from accelkit.utilities.processes import process_alive
 from accelkit.checkpoint import files as ckpt
 from accelkit.errors import TrainingInterrupted, WorkerError
@@ -48,10 +49,12 @@ class SpawnLauncher(Launcher):
         try:
             return pickle.dumps((strategy, function, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError) as exc:
+            roots = {"strategy": strategy, "function": function, **{f"kwargs[{k!r}]": v for k, v in kwargs.items()},
+                     **{type(a).__name__.lower() if hasattr(a, "__dict__") else f"args[{i}]": a
+                        for i, a in enumerate(args)}}
             raise WorkerError(
                 f"strategy {strategy.name or type(strategy).__name__!r} sends the trainer, the module and the data "
-                f"to each worker by pickling them, and that failed: {exc}. Define the module and datasets at module "
-                "level (not inside a function) and keep open files, locks and modules out of them."
+                f"to each worker by pickling them, and that failed: {pickling_failure(roots, exc)}"
             ) from None
 
     #: seconds the workers get to reach the agreed step and save after the first signal, before they are killed
