@@ -1,0 +1,116 @@
+"""docs/plugins.rst's examples work as written: each complete distribution on that page (the ``accelkit-mydevice``
+accelerator, the ``accelkit-hello`` command) is written from the page's code blocks, built and installed with pip
+(no package index) into a folder of its own, and used as a third party would: by name, by alias, through
+``"auto"`` and through the ``accelkit`` command line."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers.requirements import requires_build_tools  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "plugins.rst"
+TEMPLATE = ROOT / "templates" / "plugin" / "pyproject.toml"
+#: the examples' [build-system] is the template's (checked below), so the template's build tools are what they need
+pytestmark = [pytest.mark.slow, requires_build_tools(TEMPLATE)]
+
+#: a code block whose first line is ``# <distribution>/<path>``
+_BLOCK = re.compile(r"^\.\. code-block:: \w+\n\n((?:    .*\n|\n)+)", re.MULTILINE)
+_PATH = re.compile(r"^# ([\w.-]+/[\w./-]+)$")
+
+
+def example_files(page: Path = PAGE) -> dict[str, dict[str, str]]:
+    """``{distribution folder: {path inside it: text}}`` for every code block of ``page`` that names its file."""
+    found: dict[str, dict[str, str]] = {}
+    for match in _BLOCK.finditer(page.read_text()):
+        lines = [line[4:] for line in match.group(1).rstrip("\n").split("\n")]
+        named = _PATH.match(lines[0])
+        if named:
+            folder, _, path = named.group(1).partition("/")
+            found.setdefault(folder, {})[path] = "\n".join(lines[1:]) + "\n"
+    return found
+
+
+def _other_plugins(keep: set[str]) -> str:
+    """Installed plugins to block, so each example is tested beside the cpu plugin only."""
+    return ",".join(sorted({ep.name for ep in importlib.metadata.entry_points(group="accelkit")} - keep))
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> dict[str, str]:
+    """Both examples written from the page, pip-installed into one --target folder; the environment that sees it."""
+    work = tmp_path_factory.mktemp("docs-examples")
+    site = work / "site"
+    examples = example_files()
+    assert set(examples) == {"accelkit-mydevice", "accelkit-hello"}, sorted(examples)
+    for folder, files in examples.items():
+        for path, text in files.items():
+            target = work / folder / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        build = tomllib.loads(files["pyproject.toml"])["build-system"]
+        assert build == tomllib.loads(TEMPLATE.read_text())["build-system"], folder
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                        "--target", str(site), str(work / folder)], check=True, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["ACCELKIT_BLOCK_PLUGINS"] = _other_plugins({"cpu", "mydevice", "hello"})
+    return env
+
+
+def run(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+FIT = '''
+import json, sys
+import accelkit
+sys.path.insert(0, {tests!r})
+from helpers.models import RegressionModule
+
+out = {{}}
+for accelerator in ("mydevice", "mydev", "auto"):
+    trainer = accelkit.Trainer(accelerator=accelerator, max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_checkpointing=False, enable_model_summary=False, default_root_dir={root!r})
+    trainer.fit(RegressionModule())
+    out[accelerator] = [trainer.config.accelerator, trainer.config.strategy, trainer.config.precision,
+                        trainer.global_step > 0]
+print(json.dumps(out))
+'''
+
+
+def test_the_first_example_trains_by_name_alias_and_auto(installed, tmp_path):
+    code = FIT.format(tests=str(ROOT / "tests"), root=str(tmp_path))
+    out = json.loads(run(installed, "-c", code).stdout.strip().splitlines()[-1])
+    for asked in ("mydevice", "mydev", "auto"):  # priority 10 wins "auto" over the cpu plugin's 0
+        assert out[asked] == ["mydevice", "single_device", "32-true", True], asked
+
+
+def test_the_command_example_runs_and_is_listed_with_its_distribution(installed, tmp_path):
+    assert run(installed, "-m", "accelkit.cli", "hello", "world", "--shout").stdout == "HELLO, WORLD\n"
+    listing = " ".join(run(installed, "-m", "accelkit.cli", "--help").stdout.split())
+    assert "hello greet someone (an example command) [accelkit-hello 0.1.0]" in listing
+    assert "who to greet" in run(installed, "-m", "accelkit.cli", "hello", "--help").stdout
+    report = json.loads(run(installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    hello = next(p for p in report["plugins"] if p["name"] == "hello")
+    assert hello["status"] == "loaded" and hello["distribution"] == "accelkit-hello"
+    assert [c["name"] for c in hello["provides"]["commands"]] == ["hello"]
+    script = Path(sys.executable).with_name("accelkit")
+    if script.exists():  # the console script too, where accelkit is pip-installed
+        done = subprocess.run([str(script), "hello", "there"], env=installed, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and done.stdout == "hello, there\n", done.stderr
