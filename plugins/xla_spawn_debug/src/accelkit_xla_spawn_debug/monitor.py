@@ -191,8 +191,16 @@ def diagnose(windows: list[Window], warmup_steps: int, transfer_step_fraction: f
     findings: list[Finding] = []
     train = [w for w in windows if w.kind == "train"]
     steady = [w for w in train if w.index > warmup_steps]
+    findings += _recompilations(train, steady, warmup_steps)
+    findings += _eval_recompilations(windows)
+    findings += _cpu_fallbacks(windows)
+    findings += _host_transfers(windows, steady, findings, transfer_step_fraction)
+    return findings
 
-    # 1. compilations after warm-up
+
+def _recompilations(train: list[Window], steady: list[Window], warmup_steps: int) -> list[Finding]:
+    """Compilations in training steps after warm-up, with the likely cause."""
+    findings: list[Finding] = []
     recompiled = [w for w in steady if w.compiles > 0]
     if recompiled:
         details = []
@@ -226,8 +234,12 @@ def diagnose(windows: list[Window], warmup_steps: int, transfer_step_fraction: f
             f"{total} compilation(s) after warm-up, in {len(recompiled)} of {len(steady)} steps after step "
             f"{warmup_steps} (steps {_steps_text([w.index for w in recompiled])})",
             details, advice))
+    return findings
 
-    # 2. evaluation passes after the first that compiled again
+
+def _eval_recompilations(windows: list[Window]) -> list[Finding]:
+    """Evaluation passes after the first that compiled again."""
+    findings: list[Finding] = []
     eval_again = [w for w in windows if w.kind == "eval" and w.index > 1 and w.compiles > 0]
     if eval_again:
         findings.append(Finding(
@@ -238,8 +250,12 @@ def diagnose(windows: list[Window], warmup_steps: int, transfer_step_fraction: f
              for w in eval_again[:20]],
             "Evaluation graphs should compile once. Keep evaluation batch shapes fixed (drop_last=True or "
             "padding) and avoid value-dependent Python control flow in validation_step/test_step."))
+    return findings
 
-    # 3. ops that fell back to the CPU
+
+def _cpu_fallbacks(windows: list[Window]) -> list[Finding]:
+    """Operations that fell back to the CPU, most called first."""
+    findings: list[Finding] = []
     totals: dict[str, int] = {}
     for w in windows:
         for name, count in w.fallbacks.items():
@@ -254,14 +270,21 @@ def diagnose(windows: list[Window], warmup_steps: int, transfer_step_fraction: f
             "Each call copies its inputs to the host, runs on the CPU and copies back, cutting the graph. Replace "
             "these ops with ones XLA supports (see the torch_xla op coverage), or move the work out of the "
             "training step (precompute it in the Dataset/DataLoader on the CPU)."))
+    return findings
 
-    # 4. device->host transfers during training steps (not counting those a CPU fallback explains)
+
+def _host_transfers(windows: list[Window], steady: list[Window], earlier: list[Finding],
+                    transfer_step_fraction: float) -> list[Finding]:
+    """Device->host transfers during training steps, not counting those the CPU fallbacks (the last of ``earlier``)
+    explain."""
+    findings: list[Finding] = []
     with_transfers = [w for w in steady if w.transfers_from_device > 0 or w.scalar_reads > 0]
+    totals = {name for w in windows for name in w.fallbacks}
     fallback_steps = [w for w in steady if w.fallbacks]
     explained = bool(fallback_steps) and not any(w.scalar_reads for w in steady) and all(
         w.transfers_from_device <= sum(w.fallbacks.values()) for w in with_transfers)
     if explained and totals:
-        findings[-1].details.append(
+        earlier[-1].details.append(
             f"these calls also account for the {sum(w.transfers_from_device for w in steady)} device->host "
             f"transfers in the {len(steady)} steps after warm-up")
     elif steady and len(with_transfers) >= transfer_step_fraction * len(steady):
