@@ -11,7 +11,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit
-from accelkit.plugins.manager import PluginManager
+from accelkit.plugins import PluginManager
 
 
 class Regression(accelkit.Module):

@@ -17,8 +17,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from accelkit.strategies.ddp import DDPSpawnStrategy, DDPStrategy
-from accelkit.strategies.single_device import SingleDeviceStrategy
+from accelkit.strategies import DDPSpawnStrategy, DDPStrategy
+from accelkit.strategies import SingleDeviceStrategy
 from accelkit_cuda.pinning import pinned_dataloader
 
 

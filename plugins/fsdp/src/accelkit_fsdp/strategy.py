@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from accelkit.checkpoint import files as ckpt
+from accelkit import checkpoint as ckpt
 from accelkit.checkpoint import sharded as dcp_io
-from accelkit.strategies.ddp import DDPStrategy, LocalRendezvous, find_free_port
+from accelkit.strategies import DDPStrategy, LocalRendezvous, find_free_port
 from accelkit.errors import ConfigurationError
 from accelkit.records import load_target
 from torch import nn
@@ -114,8 +114,8 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
     def create_launcher(self) -> Any:
         """A :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` of one process per device, or, when a launcher started
         the processes, an :class:`~accelkit.strategies.launchers.in_place.ExternalLauncher` that joins them."""
-        from accelkit.strategies.launchers.in_place import ExternalLauncher
-        from accelkit.strategies.launchers.spawn import SpawnLauncher
+        from accelkit.strategies.launchers import ExternalLauncher
+        from accelkit.strategies.launchers import SpawnLauncher
 
         return SpawnLauncher(len(self.devices)) if self._spawns else ExternalLauncher(self.cluster_environment)
 

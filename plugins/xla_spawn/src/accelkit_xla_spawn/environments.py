@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from accelkit.environments.base import ClusterEnvironment
+from accelkit.environments import ClusterEnvironment
 from accelkit.errors import ConfigurationError
 
 #: torch_xla's default coordinator port on a pod, used when ``MASTER_PORT`` is unset.

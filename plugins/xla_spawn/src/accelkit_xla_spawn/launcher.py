@@ -9,8 +9,8 @@ import os
 from typing import Any, Callable
 
 from accelkit.errors import WorkerError
-from accelkit.strategies.launchers.spawn import SpawnLauncher
-from accelkit.strategies.launchers.result import WorkerResult
+from accelkit.strategies.launchers import SpawnLauncher
+from accelkit.strategies.launchers import WorkerResult
 
 from accelkit_xla_spawn.removed_api import add_removed_api_hint, removed_api_hint
 from accelkit_xla_spawn.runtime import RUNTIME_TOUCHED_MESSAGE, launch_failure_hint, xla_runtime_initialized

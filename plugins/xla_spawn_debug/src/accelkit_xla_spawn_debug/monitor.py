@@ -65,7 +65,7 @@ def shape_signature(batch: Any) -> str:
     """A short text naming the shapes and dtypes of the tensors in ``batch`` (``"f32[32,8] i64[32]"``)."""
     import torch
 
-    from accelkit.utilities.apply_func import apply_to_tensors
+    from accelkit.utilities import apply_to_tensors
 
     parts: list[str] = []
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accelkit.checkpoint import files as ckpt
+from accelkit import checkpoint as ckpt
 from accelkit.checkpoint import sharded as sharded
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from accelkit.strategies.single_device import SingleDeviceStrategy
+from accelkit.strategies import SingleDeviceStrategy
 
 
 class CountingStrategy(SingleDeviceStrategy):
