@@ -197,6 +197,110 @@ class Resolver:
                 f"accelerators=({accelerator!r},)) (docs/plugins.rst).")
 
 
+class _Parts:
+    """The steps of :func:`compose` after the accelerator is known, each adding its problems to the resolver's."""
+
+    def __init__(self, resolver: Resolver, manager: PluginManager) -> None:
+        self.resolver, self.manager, self.registry = resolver, manager, resolver.registry
+
+    def from_plugins(self, strategy: Any, precision: Any, plugin_names: list[str] | None,
+                     plugin_objects: list[Any] | None) -> tuple[Any, Any, Any]:
+        """``plugins=[...]``: strings name a strategy or a precision; objects may be Strategy, Precision or
+        ClusterEnvironment instances. Returns the strategy, the precision and a forced cluster environment."""
+        from accelkit.environments.base import ClusterEnvironment
+
+        reg, problems = self.registry, self.resolver.problems
+        forced_environment = None
+        for obj in plugin_objects or []:
+            if isinstance(obj, Strategy):
+                strategy = obj
+            elif isinstance(obj, Precision):
+                precision = obj
+            elif isinstance(obj, ClusterEnvironment):  # Lightning's plugins=[SLURMEnvironment()]: use this one
+                forced_environment = obj
+        if isinstance(precision, Precision):  # hooks see its real name, not the "32-true" every Precision inherits
+            precision.name = reg.precision_name(precision)
+        for name in plugin_names or []:
+            key = lookup_key(name)
+            if key in reg.strategies:
+                if isinstance(strategy, str) and lookup_key(strategy) not in ("auto", key):
+                    problems.append(f"plugins={name!r} names a strategy, but strategy={strategy!r} was also given; "
+                                    "keep one of them.")
+                strategy = name
+            elif key in reg.precisions:
+                precision = name
+            else:
+                known = sorted(set(reg.strategy_names()) | set(reg.precision_names()))
+                problems.append(self.resolver.unknown("plugin", name, known, "strategies"))
+        return strategy, precision, forced_environment
+
+    def unknown_names(self, strategy: Any, precision: Any) -> None:
+        """Without an accelerator, strategy and precision names cannot be matched to one; still report names that
+        no installed plugin knows at all, so every problem is in the one error."""
+        reg = self.registry
+        for kind, value, table, names, section in (
+                ("strategy", strategy, reg.strategies, reg.strategy_names, "strategies"),
+                ("precision", precision, reg.precisions, reg.precision_names, "precisions")):
+            if isinstance(value, str) and lookup_key(value) != "auto" and lookup_key(value) not in table:
+                self.resolver.problems.append(self.resolver.unknown(kind, value, names(), section))
+
+    def strategy(self, strategy: Any, config: RunConfig) -> Strategy | None:
+        """The strategy instance (asking ``accelkit_default_strategy`` for ``"auto"``); its name into ``config``."""
+        if isinstance(strategy, Strategy):
+            config.strategy = strategy.name or type(strategy).__name__
+            return strategy
+        name = str(strategy)
+        if lookup_key(name) == "auto":
+            name = self.manager.hook.accelkit_default_strategy(config=config)
+        reg = self.registry
+        record = self.resolver.scoped("strategy", name, config.accelerator, reg.strategies, reg.strategy_names,
+                                      "strategies")
+        if record is None:
+            return None
+        config.strategy = record.name
+        return self.resolver.instantiate(record)
+
+    def precision(self, precision: Any, config: RunConfig) -> Precision | None:
+        """The precision instance; its name into ``config``."""
+        if isinstance(precision, Precision):
+            config.precision = precision.name
+            return precision
+        try:
+            name = normalize_precision(precision)
+        except ConfigurationError as exc:
+            self.resolver.problems.extend(exc.problems)
+            return None
+        reg = self.registry
+        record = self.resolver.scoped("precision", name, config.accelerator, reg.precisions, reg.precision_names,
+                                      "precisions")
+        if record is None:
+            return None
+        config.precision = record.name
+        return self.resolver.instantiate(record)
+
+    def connect(self, accelerator: Accelerator, strategy: Strategy | None, precision: Precision | None,
+                config: RunConfig) -> None:
+        """Connect the parts; once the run is fully resolved, the strategy's and every plugin's own checks."""
+        problems = self.resolver.problems
+        if precision is not None:
+            try:
+                precision.connect(accelerator)
+            except (ValueError, ConfigurationError) as exc:
+                problems.append(f"precision {config.precision!r} cannot run on {config.accelerator!r}: {exc}")
+        if strategy is None or precision is None or problems:
+            return
+        if strategy.cluster_environment is None:  # a strategy instance may bring its own
+            strategy.cluster_environment = config.cluster_environment
+        strategy.connect(accelerator, config.devices, config.num_nodes, precision)
+        problems.extend(strategy.validate())
+        if not problems:
+            config.processes_per_node = strategy.processes_per_node
+            config.devices_per_process = strategy.devices_per_process
+            config.data_parallel_size = strategy.data_parallel_size
+        for found in self.manager.hook.accelkit_validate_config(config=config):
+            problems.extend(found or [])
+
+
 def compose(
     manager: PluginManager,
     accelerator: Any = "auto",
@@ -209,52 +313,19 @@ def compose(
 ) -> Composition:
     """Resolve a run. Raises :class:`ConfigurationError` listing every problem found."""
     resolver = Resolver(manager)
-    reg = resolver.registry
+    parts = _Parts(resolver, manager)
     problems = resolver.problems
-
-    # Strings in plugins=... name a strategy or a precision; objects may be Strategy/Precision instances.
-    from accelkit.environments.base import ClusterEnvironment
-
-    forced_environment = None
-    for obj in plugin_objects or []:
-        if isinstance(obj, Strategy):
-            strategy = obj
-        elif isinstance(obj, Precision):
-            precision = obj
-        elif isinstance(obj, ClusterEnvironment):  # Lightning's plugins=[SLURMEnvironment()]: use this one
-            forced_environment = obj
-    if isinstance(precision, Precision):  # hooks see its real name, not the "32-true" every Precision inherits
-        precision.name = reg.precision_name(precision)
-    for name in plugin_names or []:
-        key = lookup_key(name)
-        if key in reg.strategies:
-            if isinstance(strategy, str) and lookup_key(strategy) not in ("auto", key):
-                problems.append(f"plugins={name!r} names a strategy, but strategy={strategy!r} was also given; "
-                                "keep one of them.")
-            strategy = name
-        elif key in reg.precisions:
-            precision = name
-        else:
-            known = sorted(set(reg.strategy_names()) | set(reg.precision_names()))
-            problems.append(resolver.unknown("plugin", name, known, "strategies"))
-
+    strategy, precision, forced_environment = parts.from_plugins(strategy, precision, plugin_names, plugin_objects)
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         problems.append(f"num_nodes={num_nodes!r} must be an int >= 1.")
         num_nodes = 1
 
     acc_cls = resolver.accelerator(accelerator, strategy)
     if acc_cls is None:
-        # Without an accelerator, strategy and precision names cannot be matched to one; still report names
-        # that no installed plugin knows at all, so every problem is in the one error.
-        for kind, value, table, names, section in (
-                ("strategy", strategy, reg.strategies, reg.strategy_names, "strategies"),
-                ("precision", precision, reg.precisions, reg.precision_names, "precisions")):
-            if isinstance(value, str) and lookup_key(value) != "auto" and lookup_key(value) not in table:
-                problems.append(resolver.unknown(kind, value, names(), section))
+        parts.unknown_names(strategy, precision)
         raise ConfigurationError(problems)
     acc_name = lookup_key(getattr(acc_cls, "name", "") or acc_cls.__name__)
     acc_instance = accelerator if isinstance(accelerator, Accelerator) else acc_cls()
-
     try:
         parsed = acc_cls.parse_devices(devices)
     except ConfigurationError as exc:
@@ -264,54 +335,9 @@ def compose(
                        user_devices=devices)
     # which launcher started this process, asked once: the default strategy joins it, the strategy reads its ranks
     config.cluster_environment = forced_environment or detect_cluster_environment(manager)
-
-    # strategy
-    strategy_obj: Strategy | None = None
-    if isinstance(strategy, Strategy):
-        strategy_obj = strategy
-        config.strategy = strategy.name or type(strategy).__name__
-    else:
-        name = str(strategy)
-        if lookup_key(name) == "auto":
-            name = manager.hook.accelkit_default_strategy(config=config)
-        record = resolver.scoped("strategy", name, acc_name, reg.strategies, reg.strategy_names, "strategies")
-        if record is not None:
-            strategy_obj = resolver.instantiate(record)
-            config.strategy = record.name
-
-    # precision
-    precision_obj: Precision | None = None
-    if isinstance(precision, Precision):
-        precision_obj = precision
-        config.precision = precision.name
-    else:
-        try:
-            pname = normalize_precision(precision)
-        except ConfigurationError as exc:
-            problems.extend(exc.problems)
-        else:
-            record = resolver.scoped("precision", pname, acc_name, reg.precisions, reg.precision_names, "precisions")
-            if record is not None:
-                precision_obj = resolver.instantiate(record)
-                config.precision = record.name
-
-    if precision_obj is not None:
-        try:
-            precision_obj.connect(acc_instance)
-        except (ValueError, ConfigurationError) as exc:
-            problems.append(f"precision {config.precision!r} cannot run on {acc_name!r}: {exc}")
-    if strategy_obj is not None and precision_obj is not None and not problems:
-        # the run is fully resolved: the strategy's and every plugin's own checks are reported together
-        if strategy_obj.cluster_environment is None:  # a strategy instance may bring its own
-            strategy_obj.cluster_environment = config.cluster_environment
-        strategy_obj.connect(acc_instance, parsed, num_nodes, precision_obj)
-        problems.extend(strategy_obj.validate())
-        if not problems:
-            config.processes_per_node = strategy_obj.processes_per_node
-            config.devices_per_process = strategy_obj.devices_per_process
-            config.data_parallel_size = strategy_obj.data_parallel_size
-        for found in manager.hook.accelkit_validate_config(config=config):
-            problems.extend(found or [])
+    strategy_obj = parts.strategy(strategy, config)
+    precision_obj = parts.precision(precision, config)
+    parts.connect(acc_instance, strategy_obj, precision_obj, config)
     if problems:
         raise ConfigurationError(problems)
     assert strategy_obj is not None and precision_obj is not None
