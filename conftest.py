@@ -1,12 +1,21 @@
-"""Suite-wide guard: no test may start torch_xla inside the pytest process.
+"""Suite-wide set-up of the core's and the plugins' tests.
 
-Importing torch_xla picks a device and sets ``PJRT_DEVICE`` in the process, after which
-``accelerator="auto"`` means XLA for every later test. XLA tests run their work in subprocesses.
+* ``tests/`` goes on ``sys.path``, so every test file (``tests/`` and ``plugins/*/tests/``) imports the shared
+  helpers as ``helpers.<module>`` (``tests/helpers/``). Workers that multiprocessing spawns inherit the path;
+  other subprocesses get it through ``helpers.guards.child_env()``.
+* No test may start torch_xla inside the pytest process. Importing torch_xla picks a device and sets
+  ``PJRT_DEVICE`` in the process, after which ``accelerator="auto"`` means XLA for every later test. XLA tests
+  run their work in subprocesses (``helpers.xla``).
 """
 
 import sys
+from pathlib import Path
 
 import pytest
+
+TESTS = str(Path(__file__).resolve().parent / "tests")
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
 
 
 @pytest.hookimpl(hookwrapper=True)

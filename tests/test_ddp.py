@@ -13,6 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
+from helpers.compare import assert_same_weights  # noqa: E402
 from helpers.guards import PYTHON, TESTS, child_env, hang_guard, wait_gone  # noqa: E402
 from helpers.models import RegressionModule, WeightDump  # noqa: E402
 from accelkit.strategies.ddp import find_free_port  # noqa: E402
@@ -29,12 +30,6 @@ def single_process_weights(tmp_path: Path, epochs: int = 2) -> tuple[dict[str, t
                                default_root_dir=tmp_path / "single", **QUIET)
     trainer.fit(model)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, trainer.global_step
-
-
-def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m: f"{key}: {m}")
 
 
 def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd):

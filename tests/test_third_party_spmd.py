@@ -5,12 +5,13 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.xla import xla_env
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "third_party_spmd"
 
@@ -30,12 +31,11 @@ def test_the_plugin_uses_no_private_name() -> None:
     assert private == []
 
 
+@pytest.mark.slow
 @pytest.mark.xla
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
 def test_third_party_spmd_strategy_trains_on_four_devices(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("XRT_TPU_CONFIG", "TPU_NUM_DEVICES")}
-    env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"})
-    proc = subprocess.run([sys.executable, str(PLUGIN_DIR / "scenario.py"), str(tmp_path)], env=env,
+    proc = subprocess.run([sys.executable, str(PLUGIN_DIR / "scenario.py"), str(tmp_path)], env=xla_env(devices=4),
                           capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stderr[-5000:]
     result = json.loads((tmp_path / "result.json").read_text())

@@ -16,6 +16,7 @@ import accelkit
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.ddp import find_free_port
 from accelkit_fsdp import FSDPStrategy
+from helpers.compare import assert_same_weights
 from fsdp_models import MLP, Block, Probe
 
 HERE = Path(__file__).resolve().parent
@@ -31,12 +32,6 @@ def fit(root: Path, strategy: object, devices: int, tag: str, epochs: int = 1, m
                                callbacks=[Probe(root, tag)], **QUIET, **kwargs)
     trainer.fit(model)
     return model, [torch.load(root / f"{tag}-rank{r}.pt", weights_only=True) for r in range(devices)]
-
-
-def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m, key=key: f"{key}: {m}")
 
 
 def total(record: dict) -> int:
@@ -59,7 +54,7 @@ def test_fsdp_equals_ddp_with_one_nth_of_the_memory_per_rank(tmp_path, devices, 
         model, fsdp = fit(tmp_path, FSDPStrategy(auto_wrap_policy=[Block]), devices, "fsdp")
     # The caller's module holds the trained full weights, equal to DDP's on the same global batches.
     assert all(not hasattr(p, "to_local") for p in model.parameters())
-    same(model.state_dict(), ddp_model.state_dict(), atol=1e-5)
+    assert_same_weights(model.state_dict(), ddp_model.state_dict(), atol=1e-5)
     assert not torch.equal(model.head.weight, MLP().head.weight)  # training moved it
     assert [r["rank"] for r in fsdp] == list(range(devices))
     assert len({r["pid"] for r in fsdp}) == devices and {r["launcher"] for r in fsdp} == {"SpawnLauncher"}
@@ -80,7 +75,7 @@ def test_gradient_accumulation_skips_the_sync_and_matches_one_process(tmp_path):
     accelkit.Trainer(devices=1, max_epochs=1, default_root_dir=tmp_path / "one", **QUIET).fit(reference)
     model, records = fit(tmp_path, "fsdp", 2, "accumulate", model=MLP(optimizer="sgd", lr=0.05, global_batch=8),
                          accumulate_grad_batches=2)
-    same(model.state_dict(), reference.state_dict(), atol=1e-5)
+    assert_same_weights(model.state_dict(), reference.state_dict(), atol=1e-5)
     # Inside the accumulation window no gradient reaches the sharded parameters (no reduce-scatter ran);
     # at the window's end it does.
     for record in records:
@@ -95,7 +90,7 @@ def test_bf16_mixed_computes_in_bfloat16_and_keeps_float32_shards(tmp_path, fsdp
         assert record["forward_dtypes"] == ["torch.bfloat16"]  # gathered parameters, during the forward
         assert record["param_dtypes"] == ["torch.float32"]  # the sharded parameters the optimizer steps
     assert {p.dtype for p in model.parameters()} == {torch.float32}
-    same(model.state_dict(), reference.state_dict(), atol=5e-2)
+    assert_same_weights(model.state_dict(), reference.state_dict(), atol=5e-2)
     assert not all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
 
 
@@ -137,7 +132,7 @@ def test_activation_checkpointing_and_cpu_offload_train_like_the_default(tmp_pat
     reference, _ = fsdp2
     model, _ = fit(tmp_path, FSDPStrategy(auto_wrap_policy=[Block], activation_checkpointing=[Block],
                                           cpu_offload=True), 2, "options")
-    same(model.state_dict(), reference.state_dict(), atol=1e-6)
+    assert_same_weights(model.state_dict(), reference.state_dict(), atol=1e-6)
 
 
 @pytest.mark.slow
@@ -170,7 +165,8 @@ def test_torchrun_two_nodes_on_loopback_join_instead_of_spawning(tmp_path, fsdp2
     # joined: each rank is the process torchrun started (no worker of its own), under an ExternalLauncher
     assert {r["launcher"] for r in records} == {"ExternalLauncher"}
     assert records[0]["ppid"] != records[1]["ppid"]  # two torchrun agents, one per "node"
-    same(torch.load(tmp_path / "torchrun-weights.pt", weights_only=True), reference.state_dict(), atol=1e-5)
+    assert_same_weights(torch.load(tmp_path / "torchrun-weights.pt", weights_only=True), reference.state_dict(),
+                        atol=1e-5)
 
 
 def test_16_mixed_is_refused_until_the_scaler_decides_for_every_rank():

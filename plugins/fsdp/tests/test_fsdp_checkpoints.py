@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit
 from accelkit.checkpoint import sharded as dcp_io
+from helpers.compare import assert_same_weights
 from fsdp_models import MLP, Block
 
 pytestmark = pytest.mark.slow
@@ -25,12 +26,6 @@ QUIET = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_
 def trainer(root: Path, strategy: object = "fsdp", devices: int = 2, epochs: int = 2, **kwargs: object) -> accelkit.Trainer:
     return accelkit.Trainer(strategy=strategy, devices=devices, max_epochs=epochs, default_root_dir=root, **QUIET,
                             **kwargs)
-
-
-def same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float = 0.0) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], atol=atol, rtol=0, msg=lambda m, key=key: f"{key}: {m}")
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +60,13 @@ def test_a_plain_module_loads_the_sharded_directory_without_a_process_group(save
     last = saved_run["folder"] / "last.ckpt"
     loaded = MLP.load_from_checkpoint(last)
     assert not dist.is_initialized()
-    same(loaded.state_dict(), saved_run["weights"])
+    assert_same_weights(loaded.state_dict(), saved_run["weights"])
     # validate(ckpt_path=dir) on one device reads the whole checkpoint into the unsharded module
     model = MLP()
     run = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                            default_root_dir=saved_run["root"] / "val")
     metrics = run.validate(model, ckpt_path=last, verbose=False)
-    same(model.state_dict(), saved_run["weights"])
+    assert_same_weights(model.state_dict(), saved_run["weights"])
     assert metrics[0]["val_loss"] > 0
 
 
@@ -80,7 +75,7 @@ def test_resume_at_four_processes_equals_the_uninterrupted_two_process_run(saved
     run = trainer(tmp_path, devices=4, enable_checkpointing=False)
     run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
     assert run.global_step == 8
-    same(model.state_dict(), saved_run["weights"], atol=1e-5)
+    assert_same_weights(model.state_dict(), saved_run["weights"], atol=1e-5)
 
 
 def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(saved_run, tmp_path):
@@ -88,7 +83,7 @@ def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(saved_ru
     run = trainer(tmp_path, strategy="auto", devices=1, enable_checkpointing=False)
     run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
     assert run.global_step == 8
-    same(model.state_dict(), saved_run["weights"], atol=1e-5)
+    assert_same_weights(model.state_dict(), saved_run["weights"], atol=1e-5)
 
 
 def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path):
@@ -98,7 +93,7 @@ def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path):
                            str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     checkpoint = torch.load(out, weights_only=True)
-    same(checkpoint["state_dict"], saved_run["weights"])
+    assert_same_weights(checkpoint["state_dict"], saved_run["weights"])
     assert checkpoint["epoch"] == 1 and checkpoint["global_step"] == 8
     (optimizer,) = checkpoint["optimizer_states"]
     assert optimizer["param_groups"][0]["params"] == list(range(len(saved_run["weights"])))  # optimizer.state_dict()

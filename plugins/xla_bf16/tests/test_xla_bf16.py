@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import json
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from helpers.xla import xla_env
+
 HERE = Path(__file__).resolve().parent
 BF16 = "torch.bfloat16"
 F32 = "torch.float32"
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PJRT_DEVICE"] = "CPU"
-    env.pop("CPU_NUM_DEVICES", None)
-    env.pop("XLA_USE_BF16", None)
-    return env
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +29,8 @@ def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("bf16")
     groups = [["32-true", "bf16-true", "bf16-mixed", "16"], ["bf16-legacy"]]
     procs = [subprocess.Popen([sys.executable, str(HERE / "bf16_run.py"), str(root), *g], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_env()) for g in groups]
+                              stderr=subprocess.PIPE, text=True,
+                              env=xla_env(devices=None, unset=("XLA_USE_BF16",))) for g in groups]
     results, errors = {}, {}
     for group, proc in zip(groups, procs):
         out, err = proc.communicate(timeout=240)
@@ -56,6 +50,7 @@ def _check_learns(result):
     assert result["last_loss"] < 0.5 * result["first_loss"], result
 
 
+@pytest.mark.slow
 @pytest.mark.xla
 def test_bf16_true_puts_weights_inputs_and_activations_in_bfloat16(runs):
     result = runs[0]["bf16-true"]
@@ -65,6 +60,7 @@ def test_bf16_true_puts_weights_inputs_and_activations_in_bfloat16(runs):
     _check_learns(result)
 
 
+@pytest.mark.slow
 @pytest.mark.xla
 def test_bf16_mixed_keeps_float32_weights_and_autocasts_matmuls(runs):
     result = runs[0]["bf16-mixed"]
@@ -76,6 +72,7 @@ def test_bf16_mixed_keeps_float32_weights_and_autocasts_matmuls(runs):
     _check_learns(result)
 
 
+@pytest.mark.slow
 @pytest.mark.xla
 def test_precision_16_runs_bf16_mixed_with_a_notice(runs):
     results, errors = runs
@@ -86,6 +83,7 @@ def test_precision_16_runs_bf16_mixed_with_a_notice(runs):
     _check_learns(result)
 
 
+@pytest.mark.slow
 @pytest.mark.xla
 def test_32_true_stays_default_and_no_legacy_variable_without_asking(runs):
     results, errors = runs
@@ -96,6 +94,7 @@ def test_32_true_stays_default_and_no_legacy_variable_without_asking(runs):
     assert "XLA_USE_BF16" not in errors["bf16-mixed"]
 
 
+@pytest.mark.slow
 @pytest.mark.xla
 def test_bf16_legacy_sets_the_deprecated_variable_on_request(runs):
     results, errors = runs

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.xla import xla_env
 
 # find_spec, not importorskip: importing torch_xla here would start it in the pytest process and set
 # PJRT_DEVICE there, which steers accelerator="auto" to XLA in every test collected afterwards.
@@ -23,16 +24,11 @@ if importlib.util.find_spec("torch_xla") is None:
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "shapes", "item", "fallback")
 
-pytestmark = pytest.mark.xla
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PJRT_DEVICE"] = "CPU"
-    env.pop("CPU_NUM_DEVICES", None)
-    for name in ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "XLA_IR_DEBUG", "XLA_HLO_DEBUG", "XLA_USE_BF16"):
-        env.pop(name, None)
-    return env
+#: Debug settings of the user's shell that would change what the scenarios measure.
+DEBUG_VARIABLES = ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "XLA_IR_DEBUG", "XLA_HLO_DEBUG", "XLA_USE_BF16")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +47,8 @@ def runs(tmp_path_factory):
             extra = ["--via-plugins"] if kind == "item" else []
             running[kind] = subprocess.Popen(
                 [sys.executable, str(HERE / "scenario.py"), kind, str(root / kind), *extra],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env=xla_env(devices=None, unset=DEBUG_VARIABLES))
         kind = next(iter(running))
         proc = running.pop(kind)
         out, err = proc.communicate(timeout=240)
