@@ -1,4 +1,5 @@
-"""Real multi-process data-parallel runs on the CPU (gloo): spawned workers, torchrun "nodes", failures."""
+"""Data-parallel runs on the CPU (gloo): real processes (spawned workers, torchrun "nodes", failures, a checkpoint
+saved after a spawned fit) and a process group the user made before fit."""
 
 from __future__ import annotations
 
@@ -9,16 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from helpers.compare import assert_same_weights  # noqa: E402
 from helpers.guards import PYTHON, TESTS, child_env, hang_guard, wait_gone  # noqa: E402
-from helpers.models import RegressionModule, WeightDump  # noqa: E402
+from helpers.models import RegressionModule, WeightDump, quiet_trainer  # noqa: E402
 from accelkit.strategies.ddp import find_free_port  # noqa: E402
-
-pytestmark = pytest.mark.slow
 
 QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False)
 
@@ -32,6 +32,7 @@ def single_process_weights(tmp_path: Path, epochs: int = 2) -> tuple[dict[str, t
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, trainer.global_step
 
 
+@pytest.mark.slow
 def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd):
     expected, single_steps = single_process_weights(tmp_path)
     initial = {k: v.clone() for k, v in RegressionModule().state_dict().items()}
@@ -73,6 +74,7 @@ def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd):
     assert len([line for line in err.split("\n") if "Epoch 1" in line]) == 1, err
 
 
+@pytest.mark.slow
 def test_torchrun_two_nodes_on_loopback_match_single_process(tmp_path):
     expected, _ = single_process_weights(tmp_path)
     port = find_free_port()
@@ -104,6 +106,7 @@ def test_torchrun_two_nodes_on_loopback_match_single_process(tmp_path):
     assert ranks[0]["global_step"] == 8
 
 
+@pytest.mark.slow
 def test_worker_failure_raises_worker_error_with_traceback_and_leaves_no_processes(tmp_path):
     proc = subprocess.run([PYTHON, str(TESTS / "helpers" / "fail_fit.py"), str(tmp_path)], env=child_env(),
                           capture_output=True, text=True, timeout=90)
@@ -115,3 +118,23 @@ def test_worker_failure_raises_worker_error_with_traceback_and_leaves_no_process
     assert "Traceback" in proc.stdout and "training_step" in proc.stdout
     pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
     assert wait_gone(pids) == [], f"worker processes {pids} outlived the failed run"
+
+
+def test_a_process_group_the_user_made_survives_fit(tmp_path):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{find_free_port()}", rank=0, world_size=1)
+    try:
+        quiet_trainer(tmp_path, strategy="ddp", max_epochs=1).fit(RegressionModule())
+        assert dist.is_initialized()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_save_checkpoint_after_a_spawned_fit_keeps_the_optimizer_state(tmp_path):
+    trainer = quiet_trainer(tmp_path, strategy="ddp_spawn", devices=2, max_epochs=1)
+    model = RegressionModule()
+    trainer.fit(model)
+    trainer.save_checkpoint(tmp_path / "after.ckpt")
+    saved = torch.load(tmp_path / "after.ckpt", weights_only=True)
+    assert len(saved["optimizer_states"]) == 1 and saved["optimizer_states"][0]["param_groups"][0]["lr"] == model.lr
+    assert saved["global_step"] == trainer.global_step > 0

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from argparse import Namespace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -257,3 +258,17 @@ def test_csv_flushes_rows_whose_steps_skip_the_multiples(tmp_path):
     assert not logger.metrics_file.exists()
     logger.log_metrics({"x": 2.0}, step=100)
     assert [r["x"] for r in read_csv(logger.metrics_file)] == ["1.0", "2.0"]
+
+
+class LogsOnce(RegressionModule):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if batch_idx == 0 and self.current_epoch == 0:
+            self.log("once", 123.0)
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_value_logged_once_is_written_once(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, logger=True, log_every_n_steps=1)
+    trainer.fit(LogsOnce())
+    rows = [row for row in trainer.logger.rows if "once" in row]
+    assert [row["step"] for row in rows] == [1]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accelkit  # noqa: E402
 from accelkit.loggers import CSVLogger  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
-from helpers.models import quiet_trainer, regression_data  # noqa: E402
+from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 QUIET = dict(enable_model_summary=False, num_sanity_val_steps=0)
 
@@ -612,3 +612,33 @@ def test_logging_and_collectives_on_ddp_spawn(tmp_path):
         assert seen["logger_is_none"]
     assert (tmp_path / "rank_zero_only_ran_on_0").exists()
     assert not (tmp_path / "rank_zero_only_ran_on_1").exists()
+
+
+# ------------------------------------------------------------------- logging from epoch-end hooks
+class EpochEndLogging(RegressionModule):
+    def on_train_epoch_end(self) -> None:
+        # the epoch aggregate of the training steps is visible here, and logs made here count
+        self.log("seen_train_loss", self.trainer.callback_metrics["train_loss_epoch"])
+
+    def on_validation_epoch_end(self) -> None:
+        self.log("val_summary", 2.0)
+
+
+def test_logs_in_epoch_end_hooks_are_epoch_metrics(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=2)
+    model = EpochEndLogging()
+    trainer.fit(model, val_dataloaders=DataLoader(regression_data(8, seed=1), batch_size=4))
+    metrics = trainer.callback_metrics
+    assert metrics["seen_train_loss"] == metrics["train_loss_epoch"]
+    assert metrics["val_summary"] == 2.0
+    assert trainer.validate(model, DataLoader(regression_data(8, seed=1), batch_size=4))[0]["val_summary"] == 2.0
+
+
+# ------------------------------------------------------------------- the progress bar's metrics
+def test_progress_bar_metrics_do_not_depend_on_showing_the_bar(tmp_path, capsys):
+    shown = []
+    for bar in (False, True):
+        trainer = quiet_trainer(tmp_path, max_epochs=1, enable_progress_bar=bar)
+        trainer.fit(RegressionModule())
+        shown.append(dict(trainer.progress_bar_metrics))
+    assert shown[0] == shown[1]

@@ -465,3 +465,37 @@ def test_validation_restores_each_submodules_mode(tmp_path):
     quiet_trainer(tmp_path, max_epochs=2).fit(model)
     assert len(model.frozen_modes) == 8 and not any(model.frozen_modes)
     assert model.layer.training  # the rest trains
+
+
+class PlateauOnStepLoss(RegressionModule):
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "train_loss"}}
+
+
+def test_a_scheduler_can_monitor_a_metric_logged_per_step_and_per_epoch(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=2)
+    trainer.fit(PlateauOnStepLoss())
+    assert trainer.callback_metrics["train_loss"] == trainer.callback_metrics["train_loss_epoch"]
+
+
+def test_the_module_reads_the_trainers_counters_after_fit(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=2)
+    model = RegressionModule()
+    trainer.fit(model)
+    assert (model.current_epoch, model.global_step) == (trainer.current_epoch, trainer.global_step) == (2, 8)
+
+
+class TrainOnly(accelkit.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+
+def test_test_without_a_test_step_is_an_error_naming_the_method(tmp_path):
+    loader = DataLoader(regression_data(8), batch_size=4)
+    with pytest.raises(NotImplementedError, match=r"TrainOnly.test_step\(batch, batch_idx\)"):
+        quiet_trainer(tmp_path).test(TrainOnly(), loader)
+    with pytest.raises(NotImplementedError, match=r"TrainOnly.validation_step\(batch, batch_idx\)"):
+        quiet_trainer(tmp_path).validate(TrainOnly(), loader)

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +22,14 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.errors import ConfigurationError  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
-from helpers.models import WeightDump, quiet_trainer, regression_data  # noqa: E402
+from helpers.models import RegressionModule, WeightDump, quiet_trainer, regression_data  # noqa: E402
 
 QUIET = dict(enable_model_summary=False)
 
@@ -590,3 +591,34 @@ def test_several_bad_values_are_reported_together(tmp_path):
     message = str(info.value)
     for part in ("max_epochs=-2", "num_sanity_val_steps=-5", "limit_val_batches=1.5"):
         assert part in message
+
+
+# ------------------------------------------------------------------- accumulate_grad_batches, limit_train_batches
+class Stream(IterableDataset):
+    """Ten samples with no ``__len__``."""
+
+    def __iter__(self):
+        data = regression_data(10)
+        return iter([data[i] for i in range(10)])
+
+
+def test_a_partial_accumulation_window_is_stepped_even_without_a_loader_length(tmp_path):
+    sized = quiet_trainer(tmp_path, max_epochs=2, accumulate_grad_batches=2)
+    sized_model = RegressionModule()
+    sized.fit(sized_model, DataLoader(regression_data(10), batch_size=2))
+    stream = quiet_trainer(tmp_path, max_epochs=2, accumulate_grad_batches=2)
+    stream_model = RegressionModule()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the trainer may warn that it cannot shard an iterable dataset
+        stream.fit(stream_model, DataLoader(Stream(), batch_size=2))
+    assert sized.global_step == stream.global_step == 6  # 5 batches, windows of 2 -> 3 steps per epoch
+    assert all(p.grad is None for p in stream_model.parameters())  # nothing left over after fit
+    for a, b in zip(sized_model.parameters(), stream_model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_no_training_batches_stops_instead_of_looping(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_steps=5, limit_train_batches=0)
+    with pytest.warns(UserWarning, match="no training is done"):
+        trainer.fit(RegressionModule())
+    assert trainer.global_step == 0 and trainer.current_epoch == 0
