@@ -138,6 +138,7 @@ def metrics(path: Path) -> list[dict[str, str]]:
 
 
 # ------------------------------------------------------------------- a LightningCLI script, imports changed
+@pytest.mark.slow  # fits in a fresh interpreter
 def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project):
     fit = run(project, "main.py", "fit", "--config", "run.yaml")
     assert fit.returncode == 0, fit.stderr
@@ -159,6 +160,7 @@ def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project
     assert "test_acc" in test.stdout
 
 
+@pytest.mark.slow  # fits in a fresh interpreter
 def test_the_saved_config_repeats_the_run(project):
     first = run(project, "main.py", "fit", "--config", "run.yaml")
     assert first.returncode == 0, first.stderr
@@ -172,6 +174,7 @@ def test_the_saved_config_repeats_the_run(project):
     assert len(losses) == 3 and losses == [r["val_loss"] for r in second_rows if r.get("val_loss")]
 
 
+@pytest.mark.slow  # fits in a fresh interpreter
 def test_print_config_round_trips(project):
     printed = run(project, "main.py", "fit", "--config", "run.yaml", "--model.lr", "0.5", "--print_config")
     assert printed.returncode == 0, printed.stderr
@@ -211,6 +214,7 @@ def test_a_lightning_class_without_counterpart_names_ours(project):
 
 
 # ------------------------------------------------------------------- the accelkit command
+@pytest.mark.slow  # fits in a fresh interpreter
 def test_accelkit_fit_config_with_file_targets_then_validate(project):
     (project / "plain.yaml").write_text(textwrap.dedent('''
         trainer: {accelerator: cpu, max_epochs: 2, enable_progress_bar: false, default_root_dir: out,
@@ -265,6 +269,7 @@ def test_dict_args_and_trainer_defaults(project, monkeypatch, tmp_path):
     assert type(cli.trainer.loggers[0]).__name__ == "CSVLogger" and cli.model.hparams["lr"] == 0.2
 
 
+@pytest.mark.slow  # fits in a fresh interpreter
 def test_ddp_spawn_runs_from_a_config(project):
     done = run(project, "main.py", "fit", "--config", "run.yaml", "--trainer.devices", "2", "--trainer.strategy",
                "ddp_spawn", "--trainer.max_epochs", "1")

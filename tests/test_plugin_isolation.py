@@ -303,6 +303,7 @@ def accelkit_configure(manager):
 '''
 
 
+@pytest.mark.slow  # a ddp_spawn fit: two worker processes
 def test_a_plugin_module_reaches_every_spawned_worker(isolated, cpu_plugin, tmp_path, monkeypatch):
     (tmp_path / "isolation_plugin.py").write_text(PLUGIN_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
