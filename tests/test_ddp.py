@@ -45,7 +45,7 @@ def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd):
                                **QUIET)
     with hang_guard(120):
         trainer.fit(model)
-    err = capfd.readouterr().err
+    out = capfd.readouterr().out  # the bar draws on standard output, as Lightning's
 
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["rank"] for r in ranks] == [0, 1] and {r["world_size"] for r in ranks} == {2}
@@ -69,9 +69,9 @@ def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd):
     assert trainer.callback_metrics["rank_max"] == 1.0
     assert trainer.callback_metrics["rank_local"] == 0.0
     # Only global rank 0 draws a progress bar: one bar line per epoch.
-    epoch0_lines = [line for line in err.split("\n") if "Epoch 0" in line]
-    assert len(epoch0_lines) == 1, err
-    assert len([line for line in err.split("\n") if "Epoch 1" in line]) == 1, err
+    epoch0_lines = [line for line in out.split("\n") if "Epoch 0" in line]
+    assert len(epoch0_lines) == 1, out
+    assert len([line for line in out.split("\n") if "Epoch 1" in line]) == 1, out
 
 
 @pytest.mark.slow

@@ -368,10 +368,10 @@ def test_a_short_epoch_still_shows_its_metrics_in_the_progress_bar(tmp_path, cap
     # 4 steps per epoch, far fewer than log_every_n_steps: the bar is refreshed once at the epoch's end.
     trainer = make_trainer(tmp_path, max_epochs=1, enable_progress_bar=True, log_every_n_steps=50)
     trainer.fit(RegressionModule())
-    err = capsys.readouterr().err
+    out = capsys.readouterr().out  # the bar draws on standard output, as Lightning's
     assert trainer.global_step == 4
-    final = err.rsplit("Epoch 0", 1)[-1]
-    assert "4/4" in final and "train_loss=" in final, err
+    final = out.rsplit("Epoch 0", 1)[-1]
+    assert "4/4" in final and "train_loss=" in final, out
 
 
 # ---------------------------------------------------------------------------------------------- run attributes

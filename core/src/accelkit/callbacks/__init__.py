@@ -8,6 +8,7 @@ from accelkit.callbacks.lambda_function import LambdaCallback
 from accelkit.callbacks.model_summary import ModelSummary, RichModelSummary
 from accelkit.callbacks.on_exception_checkpoint import OnExceptionCheckpoint
 from accelkit.callbacks.prediction_writer import BasePredictionWriter
+from accelkit.callbacks.progress import ProgressBar, RichProgressBar, RichProgressBarTheme, TQDMProgressBar
 from accelkit.callbacks.timer import Timer
 from accelkit.callbacks.finetuning import BackboneFinetuning, BaseFinetuning
 from accelkit.callbacks.gradient_accumulation_scheduler import GradientAccumulationScheduler
@@ -17,3 +18,4 @@ __all__ = ["Callback", "Checkpoint", "DeviceStatsMonitor", "EarlyStopping", "Lea
 __all__ += ["BasePredictionWriter", "LambdaCallback", "ModelSummary", "OnExceptionCheckpoint", "RichModelSummary",
             "Timer"]
 __all__ += ["BackboneFinetuning", "BaseFinetuning", "GradientAccumulationScheduler", "StochasticWeightAveraging"]
+__all__ += ["ProgressBar", "RichProgressBar", "RichProgressBarTheme", "TQDMProgressBar"]

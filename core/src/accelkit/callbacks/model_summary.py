@@ -138,11 +138,15 @@ class ModelSummary(Callback):
 
 def configure_model_summary(callbacks: list[Any], enabled: bool) -> None:
     """The Trainer's default summary (Lightning's): add a :class:`ModelSummary` to ``callbacks`` when
-    ``enabled`` (``enable_model_summary``) and none is there. A summary callback passed although the summary is
+    ``enabled`` (``enable_model_summary``) and none is there (a :class:`RichModelSummary` when the progress bar
+    is a :class:`~accelkit.callbacks.RichProgressBar`). A summary callback passed although the summary is
     off (``enable_model_summary=False``, ``barebones=True``) still runs, with a warning saying so."""
     given = [c for c in callbacks if isinstance(c, ModelSummary)]
     if enabled and not given:
-        callbacks.append(ModelSummary())
+        from accelkit.callbacks.progress.rich_progress import RichProgressBar
+
+        rich_bar = any(isinstance(c, RichProgressBar) for c in callbacks)
+        callbacks.append(RichModelSummary() if rich_bar else ModelSummary())
     elif given and not enabled:
         import warnings
 

@@ -9,10 +9,11 @@ import torch
 from accelkit.checkpoint import files as ckpt
 from accelkit.loops.hooks import accepts_positional
 from accelkit.loops.metrics import MetricStore
-from accelkit.loops.publishing import progress_bar
 from accelkit.strategies.sampler import set_epoch
 
 _NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
+#: the Trainer attribute holding each stage's batches per loader (Lightning's names)
+_COUNTS = {"validate": "num_val_batches", "test": "num_test_batches", "sanity_check": "num_sanity_val_batches"}
 
 
 class EvaluationLoop:
@@ -34,6 +35,7 @@ class EvaluationLoop:
         prefix = self.prefix
         if sum(n if n is not None else 1 for n in limits) == 0:
             return [{} for _ in loaders]
+        setattr(trainer, _COUNTS[self.stage], list(limits))  # what the progress bar counts to
         step = getattr(module, f"{prefix}_step")
         pass_idx = check_dataloader_idx(step, f"{prefix}_step", len(loaders))
         # Every sub-module's mode, restored afterwards unless the Module overrides on_*_model_train (as Lightning
@@ -64,27 +66,19 @@ class EvaluationLoop:
                     set_epoch(loader, trainer.current_epoch)  # as Lightning does for evaluation loaders too
                     store.dataloader_idx = dl_idx
                     extra = (dl_idx,) if len(loaders) > 1 else ()
-                    bar = progress_bar(trainer, limit, _description(self.stage, dl_idx, len(loaders)),
-                                            leave=not inside_fit)
-                    try:
-                        for batch_idx, batch in data.batches(loader, "validate" if prefix == "validation"
-                                                             else "test", limit, dl_idx):
-                            store.current_batch = batch
-                            for fn in start_cbs:
-                                fn(batch, batch_idx, *extra)
-                            if start_m is not None:
-                                start_m(batch, batch_idx, *extra)
-                            with forward_context():
-                                output = step(batch, batch_idx, dl_idx) if pass_idx else step(batch, batch_idx)
-                            for fn in end_cbs:
-                                fn(output, batch, batch_idx, *extra)
-                            if end_m is not None:
-                                end_m(output, batch, batch_idx, *extra)
-                            if bar is not None:
-                                bar.update(1)
-                    finally:
-                        if bar is not None:
-                            bar.close()
+                    for batch_idx, batch in data.batches(loader, "validate" if prefix == "validation"
+                                                         else "test", limit, dl_idx):
+                        store.current_batch = batch
+                        for fn in start_cbs:
+                            fn(batch, batch_idx, *extra)
+                        if start_m is not None:
+                            start_m(batch, batch_idx, *extra)
+                        with forward_context():
+                            output = step(batch, batch_idx, dl_idx) if pass_idx else step(batch, batch_idx)
+                        for fn in end_cbs:
+                            fn(output, batch, batch_idx, *extra)
+                        if end_m is not None:
+                            end_m(output, batch, batch_idx, *extra)
                 store.dataloader_idx = 0
                 logged = trainer.run_state.publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish) \
                     if publish else self._discard()
@@ -136,12 +130,6 @@ def check_dataloader_idx(step: Any, name: str, count: int) -> bool:
     return count > 1
 
 
-def _description(stage: str, dl_idx: int, count: int) -> str:
-    name = {"validate": "Validation", "test": "Testing", "sanity_check": "Sanity Checking",
-            "predict": "Predicting"}[stage]
-    return f"{name} DataLoader {dl_idx}" if count > 1 else name
-
-
 class PredictionLoop:
     """Runs ``predict_step`` over one or several loaders with the prediction hooks (``trainer.predict_loop``).
 
@@ -184,6 +172,7 @@ class PredictionLoop:
         self.return_predictions = return_predictions
         self._predictions, self.epoch_batch_indices, self.current_batch_indices = [], [], []
         hooks.module_default("on_predict_model_eval")()
+        trainer.num_predict_batches = list(limits)  # what the progress bar counts to
         pass_idx = check_dataloader_idx(module.predict_step, "predict_step", len(loaders))
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")
@@ -196,24 +185,17 @@ class PredictionLoop:
                 self.epoch_batch_indices.append(indices)
                 if writers:
                     loader, indices_of = track_batch_indices(loader, f"predict loader {dl_idx}")
-                bar = progress_bar(trainer, limit, _description("predict", dl_idx, len(loaders)), True)
-                try:
-                    for batch_idx, batch in data.batches(loader, "predict", limit, dl_idx):
-                        if writers:
-                            self.current_batch_indices = indices_of(batch_idx)
-                            indices.append(self.current_batch_indices)
-                        hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
-                        with trainer.precision.forward_context():
-                            out = module.predict_step(batch, batch_idx, dl_idx) if pass_idx else \
-                                module.predict_step(batch, batch_idx)
-                        hooks.call("on_predict_batch_end", out, batch, batch_idx, *extra)
-                        if keep:
-                            predictions.append(ckpt.to_cpu(out))
-                        if bar is not None:
-                            bar.update(1)
-                finally:
-                    if bar is not None:
-                        bar.close()
+                for batch_idx, batch in data.batches(loader, "predict", limit, dl_idx):
+                    if writers:
+                        self.current_batch_indices = indices_of(batch_idx)
+                        indices.append(self.current_batch_indices)
+                    hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
+                    with trainer.precision.forward_context():
+                        out = module.predict_step(batch, batch_idx, dl_idx) if pass_idx else \
+                            module.predict_step(batch, batch_idx)
+                    hooks.call("on_predict_batch_end", out, batch, batch_idx, *extra)
+                    if keep:
+                        predictions.append(ckpt.to_cpu(out))
             hooks.call("on_predict_epoch_end")
             result = self.predictions if return_predictions else None
             if not return_predictions:  # kept for the writers only (Lightning's on_predict_end)

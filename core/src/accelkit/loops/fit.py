@@ -12,7 +12,6 @@ import torch
 
 from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
-from accelkit.loops.publishing import progress_bar
 from accelkit.module.module import Module
 from accelkit.module.optimizers import step_scheduler
 from accelkit.strategies.launchers import interrupt
@@ -192,7 +191,6 @@ class FitLoop:
         source, start, restore_rng = self._begin_epoch(loader)
         limit = trainer.num_training_batches
         read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
-        bar = progress_bar(trainer, limit, f"Epoch {trainer.current_epoch}", leave=True)
         # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
         accumulate = optim.accumulate = trainer.accumulate_grad_batches
         automatic = optim.automatic
@@ -203,67 +201,60 @@ class FitLoop:
         metrics, stop = trainer.run_state.metrics, interrupt.current()
         ran, skipped_rest = 0, False
         self.consumed, self.in_epoch = start, True
-        try:
-            for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
-                                                          read_ahead=read_ahead):
-                if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
-                    resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-                    restore_rng = None
-                ran += 1
-                mark("training_step", trainer.global_step, batch_idx)
-                metrics.current_batch = batch
-                trainer.is_last_batch = is_last
-                for fn in start_cbs:
-                    fn(batch, batch_idx)
-                if start_m is not None and start_m(batch, batch_idx) == -1:
-                    skipped_rest = True
-                    break
-                if automatic:
-                    boundary = accumulate == 1 or (batch_idx + 1) % accumulate == 0 or is_last
-                    output, stepped = optim.run_batch(batch, batch_idx, boundary)
-                    if stepped:
-                        for config in step_scheds:
-                            if trainer.global_step % config.frequency == 0:
-                                step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
-                                               optim.scheduler_hook)
-                else:
-                    stepped_before = trainer.global_step
-                    output = optim.training_step(batch, batch_idx)
-                    stepped = trainer.global_step != stepped_before
-                self.consumed = batch_idx + 1
-                if is_last:
-                    trainer.run_state.epoch_training_done = True  # a checkpoint written from here on resumes next epoch
-                    self._step_epoch_schedulers(epoch_scheds)
-                for fn in end_cbs:
-                    fn(output, batch, batch_idx)
-                if end_m is not None:
-                    end_m(output, batch, batch_idx)
-                if bar is not None:
-                    bar.update(1)
-                if stepped and trainer.global_step % log_every == 0:
-                    publisher.log_step(bar)
-                if self.val_loaders and self._val_due(batch_idx, is_last):
-                    mark("validation")
-                    self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
-                if stop is not None:
-                    stop.report(trainer.global_step)
-                    if stop.due(trainer.global_step):  # SIGINT/SIGTERM: every process stops after this step
-                        self.interrupted = True
-                        return ran
-                if (trainer.should_stop or trainer.max_steps != -1 or trainer.max_time is not None) and \
-                        self._stop_within_epoch():  # the cheap test first: most runs set none of these
-                    break
-            self.in_epoch = False
-            if skipped_rest:
+        for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
+                                                      read_ahead=read_ahead):
+            if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
+                resume_mod.set_rng_states(restore_rng, trainer.accelerator)
+                restore_rng = None
+            ran += 1
+            mark("training_step", trainer.global_step, batch_idx)
+            metrics.current_batch = batch
+            trainer.is_last_batch = is_last
+            for fn in start_cbs:
+                fn(batch, batch_idx)
+            if start_m is not None and start_m(batch, batch_idx) == -1:
+                skipped_rest = True
+                break
+            if automatic:
+                boundary = accumulate == 1 or (batch_idx + 1) % accumulate == 0 or is_last
+                output, stepped = optim.run_batch(batch, batch_idx, boundary)
+                if stepped:
+                    for config in step_scheds:
+                        if trainer.global_step % config.frequency == 0:
+                            step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
+                                           optim.scheduler_hook)
+            else:
+                stepped_before = trainer.global_step
+                output = optim.training_step(batch, batch_idx)
+                stepped = trainer.global_step != stepped_before
+            self.consumed = batch_idx + 1
+            if is_last:
+                trainer.run_state.epoch_training_done = True  # a checkpoint written from here on resumes next epoch
                 self._step_epoch_schedulers(epoch_scheds)
-            # The epoch's last step values reach callback_metrics even when no logging step came after them
-            # (as in Lightning, where callback_metrics always hold the latest step values).
-            trainer.callback_metrics.update(metrics.latest_step_values())
-            if bar is not None:  # one read per epoch, so epochs shorter than log_every_n_steps show metrics too
-                publisher.show(bar, metrics.read_step(clear=False)[1])
-        finally:
-            if bar is not None:
-                bar.close()
+            for fn in end_cbs:
+                fn(output, batch, batch_idx)
+            if end_m is not None:
+                end_m(output, batch, batch_idx)
+            if stepped and trainer.global_step % log_every == 0:
+                publisher.log_step()
+            if self.val_loaders and self._val_due(batch_idx, is_last):
+                mark("validation")
+                self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
+            if stop is not None:
+                stop.report(trainer.global_step)
+                if stop.due(trainer.global_step):  # SIGINT/SIGTERM: every process stops after this step
+                    self.interrupted = True
+                    return ran
+            if (trainer.should_stop or trainer.max_steps != -1 or trainer.max_time is not None) and \
+                    self._stop_within_epoch():  # the cheap test first: most runs set none of these
+                break
+        self.in_epoch = False
+        if skipped_rest:
+            self._step_epoch_schedulers(epoch_scheds)
+        # The epoch's last step values reach callback_metrics and the progress bar's metrics even when no logging
+        # step came after them (as in Lightning, where both always hold the latest step values): one read per epoch.
+        trainer.callback_metrics.update(metrics.latest_step_values())
+        trainer.progress_bar_metrics.update(metrics.read_step(clear=False)[1])
         self._end_epoch(automatic)
         return ran
 

@@ -1,4 +1,5 @@
-"""From logged values to ``trainer.callback_metrics``, the loggers and the progress bar."""
+"""From logged values to ``trainer.callback_metrics``, the loggers and ``trainer.progress_bar_metrics`` (what a
+progress-bar callback shows)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import torch
 class Publisher:
     """Moves what the :class:`~accelkit.loops.metrics.MetricStore` holds to the Trainer's metric dicts and loggers.
 
-    ``callback_metrics`` and ``logged_metrics`` hold CPU scalar tensors (as in Lightning); the progress bar
-    shows floats.
+    ``callback_metrics`` and ``logged_metrics`` hold CPU scalar tensors (as in Lightning);
+    ``progress_bar_metrics`` holds floats.
     """
 
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
 
-    def log_step(self, bar: Any) -> None:
-        """Read the per-step values, log them, and show them on ``bar``."""
+    def log_step(self) -> None:
+        """Read the per-step values (one host read each), log them, and hand the progress bar its values
+        (``trainer.progress_bar_metrics``, which a bar reads without touching the device)."""
         trainer = self.trainer
         logged, shown = trainer.run_state.metrics.read_step()
         if logged:
@@ -26,14 +28,8 @@ class Publisher:
             tensors = _as_tensors(logged)
             trainer.logged_metrics.update(tensors)
             trainer.callback_metrics.update(tensors)
-        trainer.progress_bar_metrics.update(shown)
-        self.show(bar)
-
-    def show(self, bar: Any, latest: dict[str, float] | None = None) -> None:
-        """Show the progress-bar metrics (and, for display only, ``latest`` step values) on ``bar``."""
-        shown = {**self.trainer.progress_bar_metrics, **(latest or {})}
-        if bar is not None and shown:
-            bar.set_postfix({k: f"{v:.4g}" for k, v in shown.items()}, refresh=False)
+        if shown:
+            trainer.progress_bar_metrics.update(shown)
 
     def publish(self, logged: dict[str, float], shown: dict[str, float], aliases: dict[str, float] | None = None,
                 to_loggers: bool = True) -> None:
@@ -93,11 +89,3 @@ def _check_monitors(trainer: Any, rank_zero_names: set[str]) -> None:
 def _as_tensors(values: dict[str, float]) -> dict[str, torch.Tensor]:
     return {k: torch.tensor(v) for k, v in values.items()}
 
-
-def progress_bar(trainer: Any, total: int | None, description: str, leave: bool) -> Any:
-    """A tqdm bar for a loop, on the global-zero process when ``enable_progress_bar`` (``None`` otherwise)."""
-    if not (trainer.enable_progress_bar and trainer.strategy.is_global_zero):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=description, leave=leave, dynamic_ncols=True, unit="batch")

@@ -70,6 +70,7 @@ def _begin(trainer: Any, stage: str, module: Any, datamodule: Any) -> HookCaller
     trainer.run_state.begin(module)
     trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics = {}, {}, {}
     trainer.num_training_batches, trainer.num_val_batches = None, []
+    trainer.num_sanity_val_batches, trainer.num_test_batches, trainer.num_predict_batches = [], [], []
     callbacks = merge_callbacks(trainer, module)
     hooks = trainer.run_state.hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
     return hooks

@@ -147,6 +147,13 @@ class TrainerProperties:
         return found[0] if found else None
 
     @property
+    def progress_bar_callback(self) -> Any:
+        """The run's :class:`~accelkit.callbacks.ProgressBar` (``None`` when the bar is off)."""
+        from accelkit.callbacks.progress import ProgressBar
+
+        return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
+
+    @property
     def prediction_writer_callbacks(self) -> list[Any]:
         """Every :class:`~accelkit.callbacks.BasePredictionWriter` of the run."""
         from accelkit.callbacks import BasePredictionWriter

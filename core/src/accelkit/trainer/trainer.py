@@ -12,6 +12,7 @@ from typing import Any, Iterable
 
 
 from accelkit.callbacks.base import Callback
+from accelkit.callbacks.progress.default import configure_progress_bar
 from accelkit.errors import ConfigurationError
 from accelkit.loops.state import RunState
 from accelkit.profilers import resolve_profiler
@@ -75,7 +76,8 @@ class Trainer(TrainerProperties):
     :param log_every_n_steps: how often per-step metrics are read from the device and logged.
     :param enable_checkpointing: add a :class:`~accelkit.callbacks.ModelCheckpoint` writing
         ``<default_root_dir>/checkpoints/last.ckpt`` unless one is given.
-    :param enable_progress_bar: show a tqdm bar (global-zero process only).
+    :param enable_progress_bar: show the progress bar: the :class:`~accelkit.callbacks.ProgressBar` among the
+        callbacks, else a :class:`~accelkit.callbacks.TQDMProgressBar` (drawn by the global-zero process only).
     :param enable_model_summary: print a table of the module's layers and parameter counts at fit start.
     :param accumulate_grad_batches: sum gradients over this many batches per optimizer step.
     :param gradient_clip_val: clip gradients to this norm (or value); ``None``: no clipping.
@@ -186,6 +188,7 @@ class Trainer(TrainerProperties):
         from accelkit.callbacks import Checkpoint, ModelCheckpoint
         from accelkit.callbacks.model_summary import configure_model_summary
 
+        configure_progress_bar(self.callbacks, self.enable_progress_bar)
         configure_model_summary(self.callbacks, self.enable_model_summary)
 
         if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
@@ -255,6 +258,10 @@ class Trainer(TrainerProperties):
         self.is_last_batch = False
         self.num_training_batches: int | None = None
         self.num_val_batches: list[int | None] = []
+        #: batches per loader of the sanity check, the test and the prediction run (``None``: no length)
+        self.num_sanity_val_batches: list[int | None] = []
+        self.num_test_batches: list[int | None] = []
+        self.num_predict_batches: list[int | None] = []
         self.state = TrainerState()
         self.datamodule: Any = None
         self.ckpt_path: Any = None

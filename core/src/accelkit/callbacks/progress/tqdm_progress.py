@@ -1,0 +1,322 @@
+"""``TQDMProgressBar``: the Trainer's default progress bar, drawn with tqdm."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from typing import Any
+
+from accelkit.callbacks.progress.progress_bar import ProgressBar
+
+# tqdm.auto draws notebook widgets, which need ipywidgets; without it the terminal bar is the one that works
+if importlib.util.find_spec("ipywidgets") is not None:  # pragma: no cover - not installed in the test environment
+    from tqdm.auto import tqdm as _tqdm
+else:
+    from tqdm import tqdm as _tqdm
+
+#: width numbers are padded to, so the bar's text does not jump as values change
+_NUMBER_WIDTH = 5
+
+
+class Tqdm(_tqdm):
+    """A tqdm bar whose numbers in the postfix keep their width (``0.5`` shows as ``0.500``)."""
+
+    @staticmethod
+    def format_num(n: Any) -> str:
+        """``n`` as tqdm formats it, floats (and numeric strings) padded with zeros to five characters."""
+        text = n if isinstance(n, str) else _tqdm.format_num(n)
+        if isinstance(n, (float, str)) and "e" not in text:
+            try:
+                float(text)
+            except ValueError:
+                return text
+            if "." not in text:
+                text += "."
+            text = text.ljust(_NUMBER_WIDTH, "0")
+        return text
+
+
+class TQDMProgressBar(ProgressBar):
+    """The default progress bar (Lightning's ``TQDMProgressBar``): tqdm bars on standard output for training
+    (``Epoch N``, batches done of the epoch's count, and :meth:`get_metrics`), validation (under the training
+    bar inside ``fit``), the sanity check, test and prediction. A loader without a length shows the batches
+    done without a total.
+
+    Change it by passing your own instance (``Trainer(callbacks=[TQDMProgressBar(refresh_rate=10)])``) or a
+    subclass that overrides :meth:`get_metrics` or the ``init_*_tqdm`` methods, which build the bars::
+
+        class LitProgressBar(TQDMProgressBar):
+            def init_validation_tqdm(self):
+                bar = super().init_validation_tqdm()
+                bar.set_description("running validation ...")
+                return bar
+
+    The numbers move every ``refresh_rate`` batches; tqdm redraws the line at most ten times a second, and
+    :meth:`get_metrics` is asked when a redraw is due, so a bar costs a few attribute reads per batch. The
+    metrics are ``trainer.progress_bar_metrics``, read from the device every ``log_every_n_steps`` steps and
+    at each epoch's end: the bar itself never waits for the device.
+
+    :param refresh_rate: move the bars every this many batches; ``0`` hides them.
+    :param process_position: the bars' line offset (two lines per position), for several bars in one terminal.
+    :param leave: keep each epoch's finished training bar on screen (a new bar per epoch); by default one bar
+        is reused across epochs.
+    """
+
+    #: the bars' layout (tqdm's ``bar_format``)
+    BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+
+    def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
+        super().__init__()
+        for name, value in (("refresh_rate", refresh_rate), ("process_position", process_position)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{type(self).__name__}({name}={value!r}): must be an int >= 0")
+        self._refresh_rate = refresh_rate
+        self._process_position = process_position
+        self._enabled = True
+        self._leave = leave
+        self._train_progress_bar: Any = None
+        self._val_progress_bar: Any = None
+        self._test_progress_bar: Any = None
+        self._predict_progress_bar: Any = None
+        self._train_open = False  # the training bar is drawing (not closed at an epoch's end)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()  # tqdm bars hold the terminal's stream: spawned workers make their own
+        state.update(_train_progress_bar=None, _val_progress_bar=None, _test_progress_bar=None,
+                     _predict_progress_bar=None, _train_open=False)
+        return state
+
+    # ----------------------------------------------------------------- the bars
+    @property
+    def train_progress_bar(self) -> Any:
+        """The training bar (an error before training started)."""
+        return self._bar("_train_progress_bar")
+
+    @train_progress_bar.setter
+    def train_progress_bar(self, bar: Any) -> None:
+        self._train_progress_bar = bar
+
+    @property
+    def val_progress_bar(self) -> Any:
+        """The validation (or sanity check) bar."""
+        return self._bar("_val_progress_bar")
+
+    @val_progress_bar.setter
+    def val_progress_bar(self, bar: Any) -> None:
+        self._val_progress_bar = bar
+
+    @property
+    def test_progress_bar(self) -> Any:
+        """The test bar."""
+        return self._bar("_test_progress_bar")
+
+    @test_progress_bar.setter
+    def test_progress_bar(self, bar: Any) -> None:
+        self._test_progress_bar = bar
+
+    @property
+    def predict_progress_bar(self) -> Any:
+        """The prediction bar."""
+        return self._bar("_predict_progress_bar")
+
+    @predict_progress_bar.setter
+    def predict_progress_bar(self, bar: Any) -> None:
+        self._predict_progress_bar = bar
+
+    def _bar(self, attribute: str) -> Any:
+        bar = getattr(self, attribute)
+        if bar is None:
+            raise TypeError(f"The `{type(self).__name__}.{attribute}` reference has not been set yet: the bar is "
+                            "made when its loop starts")
+        return bar
+
+    @property
+    def refresh_rate(self) -> int:
+        """Batches between two moves of a bar (``0``: no bar)."""
+        return self._refresh_rate
+
+    @property
+    def process_position(self) -> int:
+        """The bars' line offset."""
+        return self._process_position
+
+    @property
+    def is_enabled(self) -> bool:
+        """Whether the bars are drawn (enabled, and ``refresh_rate`` > 0)."""
+        return self._enabled and self._refresh_rate > 0
+
+    @property
+    def is_disabled(self) -> bool:
+        """Whether the bars are hidden."""
+        return not self.is_enabled
+
+    def disable(self) -> None:
+        """Hide the bars (every process but global rank zero does)."""
+        self._enabled = False
+
+    def enable(self) -> None:
+        """Draw the bars again."""
+        self._enabled = True
+
+    # ----------------------------------------------------------------- building the bars
+    def init_sanity_tqdm(self) -> Tqdm:
+        """The sanity check's bar."""
+        return Tqdm(desc=self.sanity_check_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=False, dynamic_ncols=True, file=sys.stdout, bar_format=self.BAR_FORMAT)
+
+    def init_train_tqdm(self) -> Tqdm:
+        """The training bar."""
+        return Tqdm(desc=self.train_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=True, dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
+
+    def init_validation_tqdm(self) -> Tqdm:
+        """The validation bar: under the training bar inside ``fit`` (and cleared when done), alone in
+        ``validate``."""
+        inside_fit = self.trainer.state.fn != "validate"
+        return Tqdm(desc=self.validation_description, position=2 * self._process_position + inside_fit,
+                    disable=self.is_disabled, leave=not inside_fit, dynamic_ncols=True, file=sys.stdout,
+                    bar_format=self.BAR_FORMAT)
+
+    def init_test_tqdm(self) -> Tqdm:
+        """The test bar."""
+        return Tqdm(desc=self.test_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=True, dynamic_ncols=True, file=sys.stdout, bar_format=self.BAR_FORMAT)
+
+    def init_predict_tqdm(self) -> Tqdm:
+        """The prediction bar."""
+        return Tqdm(desc=self.predict_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=True, dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
+
+    # ----------------------------------------------------------------- sanity check
+    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+        self.val_progress_bar = self.init_sanity_tqdm()
+        self.train_progress_bar = Tqdm(disable=True)  # a placeholder: training has not started
+
+    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+        self.val_progress_bar.close()
+        self.train_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+
+    # ----------------------------------------------------------------- training
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self.train_progress_bar = self.init_train_tqdm()
+        self._train_open = True
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self._train_open:  # leave=True closed the last epoch's bar: a new line for this epoch
+            self.train_progress_bar = self.init_train_tqdm()
+            self._train_open = True
+        _restart(self.train_progress_bar, self.total_train_batches, f"Epoch {trainer.current_epoch}")
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        bar = self._train_progress_bar
+        count = batch_idx + 1
+        if not bar.disable and (count % self._refresh_rate == 0 or count == bar.total):
+            self._advance(bar, count, trainer, pl_module)
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        bar = self.train_progress_bar
+        if not bar.disable:
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
+        if self._leave:
+            bar.close()
+            self._train_open = False
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._train_open:
+            self.train_progress_bar.close()
+            self._train_open = False
+
+    # ----------------------------------------------------------------- validation
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        if not trainer.sanity_checking:
+            self.val_progress_bar = self.init_validation_tqdm()
+
+    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        if self.has_dataloader_changed(dataloader_idx):
+            label = self.sanity_check_description if trainer.sanity_checking else self.validation_description
+            _restart(self.val_progress_bar, self.total_val_batches_current_dataloader,
+                     self._label(label, dataloader_idx, trainer.num_sanity_val_batches if trainer.sanity_checking
+                                 else trainer.num_val_batches))
+
+    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                                dataloader_idx: int = 0) -> None:
+        self._move(self._val_progress_bar, batch_idx + 1)
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._train_open and trainer.state.fn == "fit":  # the training bar shows the validation's metrics
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+        self.val_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+
+    # ----------------------------------------------------------------- test and prediction
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        self.test_progress_bar = self.init_test_tqdm()
+
+    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        if self.has_dataloader_changed(dataloader_idx):
+            _restart(self.test_progress_bar, self.total_test_batches_current_dataloader,
+                     self._label(self.test_description, dataloader_idx, trainer.num_test_batches))
+
+    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        self._move(self._test_progress_bar, batch_idx + 1)
+
+    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+        self.test_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+
+    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+        self.predict_progress_bar = self.init_predict_tqdm()
+
+    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                               dataloader_idx: int = 0) -> None:
+        if self.has_dataloader_changed(dataloader_idx):
+            _restart(self.predict_progress_bar, self.total_predict_batches_current_dataloader,
+                     self._label(self.predict_description, dataloader_idx, trainer.num_predict_batches))
+
+    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        self._move(self._predict_progress_bar, batch_idx + 1)
+
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+        self.predict_progress_bar.close()
+        self.reset_dataloader_idx_tracker()
+
+    def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
+        """Print above the bar that is running (``tqdm.write``), so the bars are not broken."""
+        bar = next((b for b in (self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar,
+                                self._train_progress_bar) if b is not None and not b.disable), None)
+        if bar is None:
+            print(*args, sep=sep, **kwargs)
+        else:
+            bar.write(sep.join(map(str, args)), **kwargs)
+
+    # ----------------------------------------------------------------- moving a bar
+    def _move(self, bar: Any, count: int) -> None:
+        """An evaluation bar to ``count`` batches, every ``refresh_rate`` batches."""
+        if not bar.disable and (count % self._refresh_rate == 0 or count == bar.total):
+            bar.update(count - bar.n)
+
+    def _advance(self, bar: Any, count: int, trainer: Any, pl_module: Any) -> None:
+        """The training bar to ``count`` batches; when tqdm is about to redraw the line (its own test: enough
+        batches and ``mininterval`` seconds since the last draw), the metrics are refreshed first."""
+        if count - bar.last_print_n >= bar.miniters and time.time() - bar.last_print_t >= bar.mininterval:
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+        bar.update(count - bar.n)
+
+    @staticmethod
+    def _label(description: str, dataloader_idx: int, counts: Any) -> str:
+        several = isinstance(counts, (list, tuple)) and len(counts) > 1
+        return f"{description} DataLoader {dataloader_idx}" if several else description
+
+
+def _restart(bar: Any, total: int | None, description: str) -> None:
+    """Start ``bar`` again at 0 of ``total`` (``None``: no total, the count alone) with ``description``."""
+    bar.reset(total)
+    bar.total = total  # tqdm keeps the old total when given None
+    bar.initial = 0
+    bar.set_description(description)

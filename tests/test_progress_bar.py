@@ -1,0 +1,293 @@
+"""The progress bar as a callback: ``TQDMProgressBar`` (the Trainer's default) and ``RichProgressBar``, configured
+and subclassed as in Lightning, and the property that a bar never reads the device itself."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
+
+import accelkit
+from accelkit.callbacks import ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, TQDMProgressBar
+from accelkit.callbacks.progress import Tqdm, get_standard_metrics
+from accelkit.errors import ConfigurationError
+
+BATCHES = 8
+
+
+class Model(accelkit.Module):
+    """Logs its loss per step (on the bar) and a per-epoch value; validation and test log too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self(batch[0]).pow(2).mean()
+        self.log("train_loss", loss, prog_bar=True)
+        self.log("seen", float(batch_idx), prog_bar=True, on_step=False, on_epoch=True, reduce_fx="max")
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", self(batch[0]).pow(2).mean(), prog_bar=True)
+
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log("test_loss", self(batch[0]).pow(2).mean())
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Stream(IterableDataset):
+    """Batches without a length."""
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(0)
+        for _ in range(BATCHES):
+            yield (torch.randn(4, generator=generator),)
+
+
+def data(n: int = BATCHES) -> DataLoader:
+    return DataLoader(TensorDataset(torch.randn(n, 4, generator=torch.Generator().manual_seed(0))), batch_size=1)
+
+
+def trainer(tmp_path, **kwargs: Any) -> accelkit.Trainer:
+    settings = dict(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
+                    enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path)
+    return accelkit.Trainer(**{**settings, **kwargs})
+
+
+class RecordingTqdm(Tqdm):
+    """A Tqdm that remembers every count it moved to (``positions``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.positions: list[int] = []
+
+    def update(self, n: float = 1) -> Any:
+        result = super().update(n)
+        self.positions.append(self.n)
+        return result
+
+
+class RecordingBar(TQDMProgressBar):
+    """Draws into a string buffer and records the training bar's moves."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream = io.StringIO()
+
+    def init_train_tqdm(self) -> Tqdm:
+        return RecordingTqdm(desc=self.train_description, disable=self.is_disabled, leave=True, file=self.stream,
+                             bar_format=self.BAR_FORMAT)
+
+
+# ---------------------------------------------------------------------------------------------- the Trainer's bar
+def test_the_trainer_adds_a_tqdm_bar_unless_the_bar_is_off(tmp_path):
+    default = trainer(tmp_path)
+    assert type(default.progress_bar_callback) is TQDMProgressBar
+    assert default.progress_bar_callback in default.callbacks
+    assert trainer(tmp_path, enable_progress_bar=False).progress_bar_callback is None
+    mine = TQDMProgressBar(refresh_rate=5)
+    given = trainer(tmp_path, callbacks=[mine])
+    assert given.progress_bar_callback is mine
+    assert [c for c in given.callbacks if isinstance(c, ProgressBar)] == [mine]  # no second, default bar
+
+
+def test_a_bar_given_while_the_bar_is_off_or_two_bars_are_refused(tmp_path):
+    with pytest.raises(ConfigurationError, match="enable_progress_bar=False .* TQDMProgressBar is among the callbacks"):
+        trainer(tmp_path, enable_progress_bar=False, callbacks=[TQDMProgressBar()])
+    with pytest.raises(ConfigurationError, match="RichProgressBar is among the callbacks"):
+        accelkit.Trainer(accelerator="cpu", barebones=True, callbacks=[RichProgressBar()])
+    with pytest.raises(ConfigurationError, match="2 progress bars \\(TQDMProgressBar, RichProgressBar\\)"):
+        trainer(tmp_path, callbacks=[TQDMProgressBar(), RichProgressBar()])
+
+
+def test_arguments_are_kept_and_bad_ones_refused():
+    bar = TQDMProgressBar(refresh_rate=10, process_position=1, leave=True)
+    assert (bar.refresh_rate, bar.process_position, bar.is_enabled) == (10, 1, True)
+    assert TQDMProgressBar(refresh_rate=0).is_disabled
+    bar.disable()
+    assert bar.is_disabled and not bar.is_enabled
+    bar.enable()
+    assert bar.is_enabled
+    with pytest.raises(ValueError, match="refresh_rate=-1.*int >= 0"):
+        TQDMProgressBar(refresh_rate=-1)
+    with pytest.raises(ValueError, match="process_position='top'"):
+        TQDMProgressBar(process_position="top")
+    with pytest.raises(TypeError, match="_train_progress_bar. reference has not been set yet"):
+        TQDMProgressBar().train_progress_bar
+
+
+# ---------------------------------------------------------------------------------------------- what it shows
+def test_the_bar_counts_the_batches_and_shows_the_logged_values(tmp_path, capsys):
+    fit = trainer(tmp_path, max_epochs=2)
+    fit.fit(Model(), data(), data(4))
+    bar = fit.progress_bar_callback
+    train = bar.train_progress_bar
+    assert (train.n, train.total) == (BATCHES, BATCHES)
+    assert train.desc.startswith("Epoch 1")
+    for name in ("train_loss=", "seen=7.000", "val_loss="):  # a step value, an epoch value, validation's
+        assert name in train.postfix, train.postfix
+    assert (bar.val_progress_bar.n, bar.val_progress_bar.total) == (4, 4)
+    out = capsys.readouterr().out  # standard output, as Lightning's bar
+    assert f"{BATCHES}/{BATCHES}" in out and "Epoch 1" in out and "Validation" in out
+
+
+def test_refresh_rate_moves_the_bar_every_n_batches_and_at_the_end(tmp_path):
+    bar = RecordingBar(refresh_rate=3)
+    trainer(tmp_path, callbacks=[bar]).fit(Model(), data())
+    assert bar.train_progress_bar.positions == [3, 6, 8]
+    every = RecordingBar()
+    trainer(tmp_path, callbacks=[every]).fit(Model(), data())
+    assert every.train_progress_bar.positions == list(range(1, BATCHES + 1))
+
+
+def test_a_disabled_bar_draws_nothing(tmp_path, capsys):
+    trainer(tmp_path, callbacks=[TQDMProgressBar(refresh_rate=0)]).fit(Model(), data())
+    trainer(tmp_path, enable_progress_bar=False).fit(Model(), data())
+    captured = capsys.readouterr()
+    assert "Epoch" not in captured.out + captured.err
+
+
+def test_a_subclass_changes_what_is_shown_and_the_bars(tmp_path, capsys):
+    class LitProgressBar(TQDMProgressBar):
+        def get_metrics(self, trainer, pl_module):
+            items = super().get_metrics(trainer, pl_module)
+            items.pop("v_num", None)
+            items["lr"] = trainer.optimizers[0].param_groups[0]["lr"]
+            return items
+
+        def init_validation_tqdm(self):
+            bar = super().init_validation_tqdm()
+            bar.set_description("running validation ...")
+            return bar
+
+    bar = LitProgressBar()
+    fit = trainer(tmp_path, callbacks=[bar], logger=True)
+    fit.fit(Model(), data(), data(4))
+    postfix = bar.train_progress_bar.postfix
+    assert "lr=0.010" in postfix and "train_loss=" in postfix and "v_num" not in postfix
+    assert "running validation ..." in capsys.readouterr().out
+
+
+def test_the_loggers_version_is_shown_as_v_num(tmp_path):
+    fit = trainer(tmp_path, logger=True)
+    fit.fit(Model(), data())
+    assert get_standard_metrics(fit) == {"v_num": fit.logger.version}
+    assert f"v_num={fit.logger.version}" in fit.progress_bar_callback.train_progress_bar.postfix
+    assert get_standard_metrics(trainer(tmp_path)) == {}  # no logger, no version
+
+
+def test_a_loader_without_a_length_shows_the_count_and_the_epoch_metrics(tmp_path, capsys):
+    fit = trainer(tmp_path)
+    fit.fit(Model(), DataLoader(Stream(), batch_size=None))
+    train = fit.progress_bar_callback.train_progress_bar
+    assert train.total is None and train.n == BATCHES
+    assert "seen=7.000" in train.postfix and "train_loss=" in train.postfix
+    assert f"{BATCHES}/?" in capsys.readouterr().out
+
+
+def test_test_and_predict_bars_count_each_loader(tmp_path, capsys):
+    fit = trainer(tmp_path)
+    model = Model()
+    fit.test(model, [data(3), data(5)])
+    bar = fit.progress_bar_callback
+    assert fit.num_test_batches == [3, 5]
+    assert (bar.test_progress_bar.n, bar.test_progress_bar.total) == (5, 5)
+    fit.predict(model, data(6))
+    assert fit.num_predict_batches == [6]
+    assert (bar.predict_progress_bar.n, bar.predict_progress_bar.total) == (6, 6)
+    out = capsys.readouterr().out
+    assert "Testing DataLoader 0" in out and "Testing DataLoader 1" in out and "Predicting" in out
+
+
+def test_the_sanity_check_has_its_own_bar_and_count(tmp_path, capsys):
+    fit = trainer(tmp_path, num_sanity_val_steps=2)
+    fit.fit(Model(), data(), data(4))
+    assert fit.num_sanity_val_batches == [2]
+    assert "Sanity Checking" in capsys.readouterr().out
+
+
+def test_numbers_keep_their_width():
+    assert [Tqdm.format_num(v) for v in (0.5, 12.0, 3, "7", 1e-05)] == ["0.500", "12.00", "3", "7.000", "1e-5"]
+
+
+def test_a_bar_that_ran_pickles_without_its_tqdm_objects(tmp_path):
+    fit = trainer(tmp_path)
+    fit.fit(Model(), data())
+    copy = pickle.loads(pickle.dumps(fit.progress_bar_callback))
+    assert copy.refresh_rate == 1 and copy._train_progress_bar is None
+
+
+# ---------------------------------------------------------------------------------------------- no device reads
+class CountingTensor(torch.Tensor):
+    """A tensor that counts the times its value is read on the host (``float()``, ``item()``, ``.cpu()``)."""
+
+    reads = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.__float__, torch.Tensor.item, torch.Tensor.cpu, torch.Tensor.tolist):
+            CountingTensor.reads += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class CountedModel(Model):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = self(batch[0]).pow(2).mean()
+        self.log("train_loss", loss.detach().as_subclass(CountingTensor), prog_bar=True)
+        return loss
+
+
+@pytest.mark.parametrize("log_every", [1, 4])
+def test_the_bar_reads_no_value_from_the_device(tmp_path, log_every):
+    """What the bar shows comes from ``trainer.progress_bar_metrics``, read every ``log_every_n_steps``: a run
+    with the bar reads the logged tensors exactly as often as one without it."""
+    reads = []
+    for enabled in (False, True):
+        CountingTensor.reads = 0
+        trainer(tmp_path, enable_progress_bar=enabled, log_every_n_steps=log_every, max_epochs=2).fit(
+            CountedModel(), data(16))
+        reads.append(CountingTensor.reads)
+    assert reads[0] == reads[1] > 0, reads
+    # each logging step reads the value once; each epoch's end reads the last one for callbacks and the bar
+    assert reads[1] <= 2 * (16 // log_every) + 2 * 3, reads
+
+
+# ---------------------------------------------------------------------------------------------- rich
+def test_rich_bar_renders_the_run_and_brings_the_rich_summary(tmp_path):
+    buffer = io.StringIO()
+    bar = RichProgressBar(console_kwargs={"file": buffer, "width": 140})
+    fit = accelkit.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_checkpointing=False,
+                           num_sanity_val_steps=0, default_root_dir=tmp_path, callbacks=[bar])
+    summaries = [c for c in fit.callbacks if isinstance(c, ModelSummary)]
+    assert [type(c) for c in summaries] == [RichModelSummary]  # Lightning's default with a rich bar
+    assert fit.progress_bar_callback is bar
+    model = Model()
+    fit.fit(model, data(), data(4))
+    fit.test(model, data(3))
+    text = buffer.getvalue()
+    assert "Epoch 1" in text and f"{BATCHES}/{BATCHES}" in text, text
+    assert "train_loss:" in text and "val_loss:" in text and "seen: 7.000" in text, text
+    assert "Testing" in text and "3/3" in text, text
+    assert bar.progress is None  # stopped at the end of each loop
+
+
+def test_rich_bar_without_rich_names_the_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "rich", None)  # as if rich were not installed
+    with pytest.raises(ImportError, match="pip install rich"):
+        RichProgressBar()
+
+
+def test_rich_bar_refuses_a_bad_refresh_rate():
+    with pytest.raises(ValueError, match="refresh_rate=1.5"):
+        RichProgressBar(refresh_rate=1.5)
