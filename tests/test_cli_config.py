@@ -150,7 +150,9 @@ def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project
         "accelkit.callbacks.ModelCheckpoint", "accelkit.callbacks.LearningRateMonitor"]
     assert config["trainer"]["logger"]["class_path"] == "accelkit.loggers.CSVLogger"
     assert config["lr_scheduler"]["class_path"] == "accelkit.cli.ReduceLROnPlateau"
-    assert config["seed_everything"] == 1 and config["data"]["batch_size"] == 12
+    # the fixed classes are named too (every command reads the file), and the link's value is written
+    assert config["seed_everything"] == 1 and config["data"]["init_args"]["batch_size"] == 12
+    assert config["model"]["class_path"] == "models.Net" and config["model"]["init_args"]["hidden"] == 12
     rows = metrics(saved.parent / "metrics.csv")
     assert any(r.get("lr-Adam") for r in rows), "LearningRateMonitor saw the configured Adam"
     assert (project / "run" / "ckpt" / "last.ckpt").exists()

@@ -37,6 +37,12 @@ class Accelerator:
     supports_inference_mode: ClassVar[bool] = True
     #: whether ``torch.nn.SyncBatchNorm`` runs on this device (``Trainer(sync_batchnorm=True)``)
     supports_sync_batchnorm: ClassVar[bool] = True
+    #: whether this device counts as a graphics processor for code that asks ``Module.on_gpu`` (Lightning's name;
+    #: ``Module.on_graphics_processor`` in accelkit); the plugin of such a device sets it, with :attr:`device_type`
+    is_graphics_processor: ClassVar[bool] = False
+    #: the ``torch.device(...).type`` of this accelerator's devices, where the plugin declares it (``None``: not
+    #: declared); :func:`graphics_processor_device_types` reads it
+    device_type: ClassVar[str | None] = None
 
     # ----------------------------------------------------------------- resolution (parent process)
     @classmethod
@@ -111,6 +117,23 @@ class Accelerator:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def graphics_processor_device_types() -> set[str]:
+    """The ``device_type`` of every :class:`Accelerator` class imported in this process that says
+    :attr:`~Accelerator.is_graphics_processor` (what ``Module.on_gpu`` asks outside a run)."""
+    found: set[str] = set()
+    pending = list(Accelerator.__subclasses__())
+    seen: set[type] = set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        pending.extend(cls.__subclasses__())
+        if cls.is_graphics_processor and cls.device_type:
+            found.add(cls.device_type)
+    return found
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")

@@ -33,10 +33,6 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     automatic_optimization: bool = True
     #: ``load_state_dict`` strictness when a checkpoint is restored by the Trainer
     strict_loading: bool = True
-    #: properties ``torch.jit.script`` leaves alone when :meth:`to_torchscript` compiles the module
-    __jit_unused_properties__ = ["trainer", "device", "dtype", "current_epoch", "global_step", "global_rank",
-                                 "local_rank", "logger", "loggers", "hparams", "hparams_initial",
-                                 "on_graphics_processor", *LIGHTNING_NAMES]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -291,3 +287,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
 
 for _lightning_name, _name in LIGHTNING_NAMES.items():
     setattr(Module, _lightning_name, getattr(Module, _name))
+#: the properties accelkit's classes give a Module (``trainer``, ``device``, ``hparams`` ...), which
+#: ``torch.jit.script`` leaves alone when :meth:`~accelkit.module.export.ExportMixin.to_torchscript` compiles it
+Module.__jit_unused_properties__ = sorted({name for klass in Module.__mro__ if klass.__module__.startswith("accelkit.")
+                                           for name, value in vars(klass).items() if isinstance(value, property)})

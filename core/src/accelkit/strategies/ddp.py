@@ -15,12 +15,13 @@ import torch.distributed as dist
 from torch import nn
 
 from accelkit.errors import ConfigurationError
-from accelkit.strategies.base import NULL_CONTEXT, StepRouter, Strategy
+from accelkit.strategies.base import NULL_CONTEXT, StepRouter
+from accelkit.strategies.parallel import ParallelStrategy
 
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
 
-class DDPStrategy(Strategy):
+class DDPStrategy(ParallelStrategy):
     """Data parallel over ``torch.distributed``: one process per device, gradients all-reduced in backward.
 
     This class joins processes that something else started (``torchrun``, SLURM's ``srun``, ``mpirun``...): the

@@ -219,11 +219,15 @@ def set_epoch(loader: Any, epoch: int) -> list[Any]:
     agrees on. Reached, each at most once: ``loader.sampler``, ``loader.batch_sampler`` (beyond Lightning, which
     skips it) and ``loader.batch_sampler.sampler``. A device loader that wraps the DataLoader without exposing
     a sampler (torch_xla's ``MpDeviceLoader`` keeps it as ``_loader``) is looked through. Objects without
-    ``set_epoch`` and loaders that are plain iterables are left alone.
+    ``set_epoch`` and loaders that are plain iterables are left alone. Several loaders read as one (a
+    :class:`~accelkit.utilities.combined_loader.CombinedLoader`, whose ``flattened`` lists them) each get it.
 
     :param loader: a DataLoader, a wrapper of one, or any iterable.
     :param epoch: the epoch about to start (``trainer.current_epoch``).
     """
+    flattened = getattr(loader, "flattened", None)
+    if isinstance(flattened, list):  # several loaders read as one (a CombinedLoader): each gets the epoch
+        return [called for part in flattened for called in set_epoch(part, epoch)]
     inner = loader
     for _ in range(4):  # look through a few layers of device-loader wrappers
         if hasattr(inner, "sampler") or hasattr(inner, "batch_sampler") or not hasattr(inner, "_loader"):

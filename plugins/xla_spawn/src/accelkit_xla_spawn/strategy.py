@@ -12,6 +12,7 @@ from accelkit.checkpoint import files as ckpt
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.single_device import SingleDeviceStrategy
 from accelkit.strategies.base import Strategy
+from accelkit.strategies import ParallelStrategy
 from accelkit_xla_spawn.removed_api import add_removed_api_hint
 from accelkit_xla_spawn.runtime import (RUNTIME_TOUCHED_MESSAGE, PodPlan, pod_plan, xla_runtime_initialized)
 
@@ -155,7 +156,7 @@ class XLASingleStrategy(XLAStrategy, SingleDeviceStrategy):
 
 
 # --------------------------------------------------------------------------------------------- spawn
-class XLASpawnStrategy(XLAStrategy):
+class XLASpawnStrategy(XLAStrategy, ParallelStrategy):
     """One replica per local XLA core through ``torch_xla.launch`` (PJRT), data parallel.
 
     The model is replicated; after ``backward`` the gradients are averaged across replicas with torch_xla's

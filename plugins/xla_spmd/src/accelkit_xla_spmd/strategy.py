@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from accelkit.checkpoint import files as ckpt
+from accelkit.strategies import ParallelStrategy
 from accelkit_xla_spawn import XLAStrategy
 from accelkit_xla_spawn.runtime import xla_runtime_initialized
 from torch import nn
@@ -30,7 +31,7 @@ RUNTIME_STARTED_WITHOUT_SPMD = (
 )
 
 
-class XLASPMDStrategy(XLAStrategy):
+class XLASPMDStrategy(XLAStrategy, ParallelStrategy):
     """One process per host over all its XLA devices, with a device mesh (torch_xla SPMD).
 
     :param mesh_shape: devices along each mesh axis, across all hosts; its product must equal the number of
