@@ -65,29 +65,21 @@ def trainer(tmp_path, **kwargs: Any) -> accelkit.Trainer:
     return accelkit.Trainer(**{**settings, **kwargs})
 
 
-class RecordingTqdm(Tqdm):
-    """A Tqdm that remembers every count it moved to (``positions``)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.positions: list[int] = []
-
-    def update(self, n: float = 1) -> Any:
-        result = super().update(n)
-        self.positions.append(self.n)
-        return result
-
-
 class RecordingBar(TQDMProgressBar):
-    """Draws into a string buffer and records the training bar's moves."""
+    """Draws into a string buffer and records where the training bar stands after each batch."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.stream = io.StringIO()
+        self.positions: list[int] = []
 
     def init_train_tqdm(self) -> Tqdm:
-        return RecordingTqdm(desc=self.train_description, disable=self.is_disabled, leave=True, file=self.stream,
-                             bar_format=self.BAR_FORMAT)
+        return Tqdm(desc=self.train_description, disable=self.is_disabled, leave=True, file=self.stream,
+                    bar_format=self.BAR_FORMAT)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self.positions.append(self.train_progress_bar.n)
 
 
 # ---------------------------------------------------------------------------------------------- the Trainer's bar
@@ -145,10 +137,11 @@ def test_the_bar_counts_the_batches_and_shows_the_logged_values(tmp_path, capsys
 def test_refresh_rate_moves_the_bar_every_n_batches_and_at_the_end(tmp_path):
     bar = RecordingBar(refresh_rate=3)
     trainer(tmp_path, callbacks=[bar]).fit(Model(), data())
-    assert bar.train_progress_bar.positions == [3, 6, 8]
+    assert bar.positions == [0, 0, 3, 3, 3, 6, 6, 8]
+    assert f"{BATCHES}/{BATCHES}" in bar.stream.getvalue()
     every = RecordingBar()
     trainer(tmp_path, callbacks=[every]).fit(Model(), data())
-    assert every.train_progress_bar.positions == list(range(1, BATCHES + 1))
+    assert every.positions == list(range(1, BATCHES + 1))
 
 
 def test_a_disabled_bar_draws_nothing(tmp_path, capsys):

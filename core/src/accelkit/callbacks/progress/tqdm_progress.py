@@ -212,8 +212,12 @@ class TQDMProgressBar(ProgressBar):
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         bar = self._train_progress_bar
         count = batch_idx + 1
-        if not bar.disable and (count % self._refresh_rate == 0 or count == bar.total):
-            self._advance(bar, count, trainer, pl_module)
+        if bar.disable or (count % self._refresh_rate and count != bar.total):
+            return
+        if count - bar.last_print_n < bar.miniters:  # tqdm's own test: too few batches since the last draw
+            bar.n = count
+            return
+        self._advance(bar, count, trainer, pl_module)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         bar = self.train_progress_bar
@@ -302,9 +306,9 @@ class TQDMProgressBar(ProgressBar):
             bar.update(count - bar.n)
 
     def _advance(self, bar: Any, count: int, trainer: Any, pl_module: Any) -> None:
-        """The training bar to ``count`` batches; when tqdm is about to redraw the line (its own test: enough
-        batches and ``mininterval`` seconds since the last draw), the metrics are refreshed first."""
-        if count - bar.last_print_n >= bar.miniters and time.time() - bar.last_print_t >= bar.mininterval:
+        """The training bar to ``count`` batches through tqdm's ``update``, which redraws the line when
+        ``mininterval`` seconds passed since the last draw; the metrics are refreshed first when it will."""
+        if time.time() - bar.last_print_t >= bar.mininterval:
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
         bar.update(count - bar.n)
 
