@@ -507,3 +507,24 @@ def test_a_copy_of_a_module_with_a_compiled_forward_computes_with_its_own_weight
     assert torch.equal(twin(x), torch.ones(2, 1)) and not torch.equal(model(x), torch.ones(2, 1))
     CompiledForward.detach(model)
     assert "forward" not in model.__dict__ and math.isfinite(float(model(x).sum()))
+
+
+def test_rank_zero_warn_points_at_its_caller_and_rank_zero_only_returns_its_default(monkeypatch):
+    import warnings
+
+    from accelkit.utilities import rank_zero_only, rank_zero_warn
+
+    def caller():
+        rank_zero_warn("from the caller")  # the line the warning must name
+        return caller.__code__.co_firstlineno + 1
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        line = caller()
+    assert [(w.filename, w.lineno) for w in seen] == [(__file__, line)]
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    assert rank_zero_only(lambda: "ran", default="skipped")() == "skipped"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        caller()
+    assert seen == []  # not rank 0: nothing is warned

@@ -37,8 +37,9 @@ def set_global_rank(rank: int) -> None:
     rank_zero_only.rank = rank  # type: ignore[attr-defined]
 
 
-def rank_zero_only(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Decorator: call ``fn`` only in the process of global rank 0 (:func:`global_rank`), ``None`` elsewhere.
+def rank_zero_only(fn: Callable[..., Any], default: Any = None) -> Callable[..., Any]:
+    """Decorator: call ``fn`` only in the process of global rank 0 (:func:`global_rank`); elsewhere return
+    ``default`` (``None`` unless given: ``rank_zero_only(fn, default=0)``).
 
     ``rank_zero_only.rank`` holds the rank as Lightning's attribute does, for code that reads it (the Trainer sets
     it in every worker through :func:`set_global_rank`)."""
@@ -48,7 +49,7 @@ def rank_zero_only(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if global_rank() == 0:
             return fn(*args, **kwargs)
-        return None
+        return default
 
     return wrapped
 
@@ -57,30 +58,51 @@ rank_zero_only.rank = 0  # type: ignore[attr-defined]
 rank_zero_only.rank = global_rank()  # type: ignore[attr-defined]  # the launcher's rank, if any
 
 
-#: the logger the rank-zero messages go to
+#: the logger the rank-zero messages go to; as Lightning's, it prints INFO and above to stderr when the program
+#: configured no logging of its own
 log = logging.getLogger(__name__)
+_package_log = logging.getLogger("accelkit")
+if not logging.getLogger().hasHandlers() and not _package_log.handlers:
+    _package_log.setLevel(logging.INFO)
+    _package_log.addHandler(logging.StreamHandler())
+    _package_log.propagate = False
+
+
+# one frame between the public function and logging/warnings, so that stacklevel counts as in Lightning
+def _debug(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
+    log.debug(*args, stacklevel=stacklevel, **kwargs)
+
+
+def _info(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
+    log.info(*args, stacklevel=stacklevel, **kwargs)
+
+
+def _warn(message: str | Warning, stacklevel: int = 2, **kwargs: Any) -> None:
+    warnings.warn(message, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
 def rank_zero_debug(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
-    """``logging.debug`` on rank 0 only (Lightning's ``rank_zero_debug``)."""
-    log.debug(*args, stacklevel=stacklevel, **kwargs)
+    """``logging.debug`` on rank 0 only (Lightning's ``rank_zero_debug``); ``stacklevel`` 4 names the caller."""
+    _debug(*args, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
 def rank_zero_info(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
-    """``logging.info`` on rank 0 only (Lightning's ``rank_zero_info``)."""
-    log.info(*args, stacklevel=stacklevel, **kwargs)
+    """``logging.info`` on rank 0 only (Lightning's ``rank_zero_info``); ``stacklevel`` 4 names the caller."""
+    _info(*args, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
 def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -> None:
-    """``warnings.warn`` on rank 0 only (Lightning's ``rank_zero_warn``); ``category`` as for ``warnings.warn``."""
-    warnings.warn(message, stacklevel=stacklevel, **kwargs)
+    """``warnings.warn`` on rank 0 only (Lightning's ``rank_zero_warn``); ``category`` as for ``warnings.warn``;
+    ``stacklevel`` 4 names the caller."""
+    _warn(message, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
 def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
-    """A :class:`DeprecationWarning` on rank 0 only (Lightning's ``rank_zero_deprecation``)."""
+    """A :class:`DeprecationWarning` on rank 0 only (Lightning's ``rank_zero_deprecation``); ``stacklevel`` 5
+    names the caller's caller (the code using the deprecated name)."""
     kwargs.setdefault("category", DeprecationWarning)
-    warnings.warn(message, stacklevel=stacklevel, **kwargs)
+    _warn(message, stacklevel=stacklevel, **kwargs)
