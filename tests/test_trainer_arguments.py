@@ -622,3 +622,10 @@ def test_no_training_batches_stops_instead_of_looping(tmp_path):
     with pytest.warns(UserWarning, match="no training is done"):
         trainer.fit(RegressionModule())
     assert trainer.global_step == 0 and trainer.current_epoch == 0
+
+
+def test_options_a_single_device_strategy_does_not_read_are_refused(tmp_path):
+    from accelkit.strategies import SingleDeviceStrategy
+
+    with pytest.raises(ConfigurationError, match=r"takes no options, but was given \['device'\]"):
+        accelkit.Trainer(accelerator="cpu", strategy=SingleDeviceStrategy(device="cpu"), default_root_dir=tmp_path)
