@@ -3,6 +3,8 @@
 * ``tests/`` goes on ``sys.path``, so every test file (``tests/`` and ``plugins/*/tests/``) imports the shared
   helpers as ``helpers.<module>`` (``tests/helpers/``). Workers that multiprocessing spawns inherit the path;
   other subprocesses get it through ``helpers.guards.child_env()``.
+* The fixtures of ``helpers.fixtures`` (``isolated``, ``cpu_plugin``, ``cpu_manager``, ``make_distribution``,
+  ``run_python``) serve every test folder.
 * No test may start torch_xla inside the pytest process. Importing torch_xla picks a device and sets
   ``PJRT_DEVICE`` in the process, after which ``accelerator="auto"`` means XLA for every later test. XLA tests
   run their work in subprocesses (``helpers.xla``).
@@ -16,6 +18,8 @@ import pytest
 TESTS = str(Path(__file__).resolve().parent / "tests")
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
+
+pytest_plugins = ["helpers.fixtures"]
 
 
 @pytest.hookimpl(hookwrapper=True)

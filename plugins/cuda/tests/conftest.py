@@ -20,11 +20,8 @@ GPU_SKIP_REASON = "needs an NVIDIA GPU (torch.cuda.is_available() is False)"
 
 
 @pytest.fixture
-def make_trainer(monkeypatch):
+def make_trainer(isolated):
     """``make_trainer(**kwargs)``: a Trainer that sees only the cpu and cuda plugins, without logs or bars."""
-    monkeypatch.setenv("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", "1")
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
-        monkeypatch.delenv(name, raising=False)
 
     def make(**kwargs):
         kwargs.setdefault("logger", False)

@@ -29,7 +29,8 @@ def run_scenario() -> Callable[..., dict]:
 
 @pytest.fixture(scope="session")
 def run_python() -> Callable[..., subprocess.CompletedProcess]:
-    """``run_python(code, **env)``: run Python code in a fresh interpreter with the XLA-on-CPU environment."""
+    """``run_python(code, **env)``: run Python code in a fresh interpreter with the XLA-on-CPU environment (in
+    this folder it takes the place of the suite-wide ``run_python`` of ``helpers.fixtures``)."""
 
     def run(code: str, **env: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-c", code], env=xla_env(**env), capture_output=True, text=True,

@@ -1,4 +1,5 @@
-"""Shared fixtures of the core test suite.
+"""Fixtures shared by every test of the repository, the plugins' included (the root ``conftest.py`` loads this
+module as a pytest plugin).
 
 * ``isolated``: a process environment in which no installed plugin is discovered (so tests do not depend on
   which plugins other distributions of this repository happen to have installed) and none is blocked.
