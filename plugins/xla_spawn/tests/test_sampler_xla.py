@@ -1,8 +1,7 @@
-"""A user's own DistributedSampler on real XLA (PJRT_DEVICE=CPU), and the hint for torch_xla 1.x names.
+"""A user's own DistributedSampler on real XLA (PJRT_DEVICE=CPU), and the torch_xla 1.x names it is built with.
 
-Scenarios in ``sampler_scenarios.py``, each in its own interpreter. The multi-replica run swaps the collective
-as documented in ``xla_scenarios.FlatBufferAllReduceSpawn`` (stock collectives abort on the CPU); the
-removed-name run in replicas uses the stock ``xla_spawn`` strategy, since it fails before any collective.
+Scenarios in ``sampler_scenarios.py``, each in its own interpreter. The multi-replica runs swap the collective
+as documented in ``xla_scenarios.FlatBufferAllReduceSpawn`` (stock collectives abort on the CPU).
 """
 
 from __future__ import annotations
@@ -43,22 +42,47 @@ def test_xla_spawn_replicas_read_their_own_half_through_the_users_sampler(tmp_pa
     assert [r["sampler_epochs"] for r in ranks] == [[0, 1], [0, 1]]
 
 
-def test_a_removed_torch_xla_name_gets_its_replacement_on_xla_single(tmp_path, run_scenario) -> None:
-    result = run_scenario("removed_api", tmp_path, script=SCRIPT)
-    attribute = result["single_attribute"]
-    assert attribute["type"] == "AttributeError"
-    assert attribute["message"].startswith("module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'")
-    assert "use torch_xla.runtime.world_size() instead" in attribute["message"]
-    imported = result["single_import"]
-    assert imported["type"] == "ImportError"
-    assert "cannot import name 'get_ordinal'" in imported["message"]
-    assert "use torch_xla.runtime.global_ordinal() instead" in imported["message"]
+LEGACY = {"xrt_world_size": "torch_xla.runtime.world_size()", "get_ordinal": "torch_xla.runtime.global_ordinal()"}
 
 
-def test_a_removed_torch_xla_name_gets_its_replacement_in_the_replicas(tmp_path, run_scenario) -> None:
-    result = run_scenario("removed_api_spawn", tmp_path, script=SCRIPT, CPU_NUM_DEVICES="2")
-    failure = result["spawn_attribute"]
-    assert failure["type"] == "WorkerError" and failure["cause_type"] == "AttributeError"
-    assert "use torch_xla.runtime.world_size() instead" in failure["cause_message"]
-    assert "use torch_xla.runtime.world_size() instead" in failure["message"]
-    assert "rendezvous" not in failure["message"]  # the CPU collectives note would point the wrong way
+def _one_warning_per_name(caught: list[str]) -> None:
+    """Exactly one TorchXLALegacyNameWarning per name, naming its torch_xla 2.x replacement."""
+    assert len(caught) == 2, caught
+    for name, replacement in LEGACY.items():
+        mine = [w for w in caught if w.startswith(f"TorchXLALegacyNameWarning: xm.{name}() is a torch_xla 1.x name")]
+        assert len(mine) == 1, (name, caught)
+        assert f"Use {replacement} instead" in mine[0]
+
+
+@pytest.mark.slow
+def test_the_guides_torch_xla_1x_names_answer_inside_an_xla_single_run(tmp_path, run_scenario) -> None:
+    """xm.xrt_world_size()/xm.get_ordinal(), as attributes and imported by name, answer 1 and 0 during fit, with
+    one warning per name for the whole process (the second fit and the repeated calls warn no more); after fit
+    they are gone again and torch_xla's own AttributeError is back."""
+    result = run_scenario("legacy_names", tmp_path, script=SCRIPT)
+    for how in ("attribute", "import"):
+        assert result[how]["runtime"] == [1, 0] and result[how]["sampler"] == [1, 0], result[how]
+    _one_warning_per_name(result["attribute"]["caught"])
+    assert result["import"]["caught"] == []  # the same process: warned once already
+    after = result["after"]
+    assert after["left_on_xla_model"] == []
+    assert after["call_outside"] == "AttributeError: module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'"
+
+
+@pytest.mark.slow
+def test_the_guides_torch_xla_1x_names_answer_in_every_replica(tmp_path, run_scenario) -> None:
+    """2 replicas of xla_spawn: the guide's sampler from xm.xrt_world_size()/xm.get_ordinal() gives each replica
+    its own half (num_replicas 2, ranks 0 and 1). On PJRT_DEVICE=CPU both replicas are threads of one process,
+    which warns once per name."""
+    result = run_scenario("legacy_names_spawn", tmp_path, script=SCRIPT, CPU_NUM_DEVICES="2",
+                          XLA_THREAD_POOL_SIZE="4")
+    ranks = result["ranks"]
+    assert [r["runtime"] for r in ranks] == [[2, 0], [2, 1]]
+    assert [r["sampler"] for r in ranks] == [[2, 0], [2, 1]]
+    for epoch in range(2):
+        read = [r["epochs"][str(epoch)] for r in ranks]
+        assert sorted(read[0] + read[1]) == list(range(64))
+        assert read == [result["expected"][0][epoch], result["expected"][1][epoch]]
+    assert ranks[0]["pid"] == ranks[1]["pid"]  # one process, a thread per replica (torch_xla on the CPU)
+    for rank in ranks:
+        _one_warning_per_name(rank["caught"])

@@ -16,6 +16,7 @@ process share the stand-ins until the last of them tears down.
 from __future__ import annotations
 
 import importlib
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -85,12 +86,13 @@ def warning_text(legacy: LegacyName) -> str:
 
 
 def _stand_in(legacy: LegacyName) -> Callable[..., Any]:
-    def stand_in(*args: Any, **kwargs: Any) -> Any:
-        # torch_xla 1.x took an optional default (``defval``) for when no runtime answered; the PJRT runtime of a
-        # running XLA strategy always answers, so it never applied
+    def stand_in(defval: Any = None) -> Any:
+        # torch_xla 1.x's xrt_world_size/get_ordinal took a default (``defval``) for when no runtime answered; the
+        # PJRT runtime of a running XLA strategy always answers, so it is accepted and never needed
+        key = f"{legacy.module}.{legacy.name}"
         with _lock:
-            first = legacy.name not in _warned
-            _warned.add(legacy.name)
+            first = key not in _warned
+            _warned.add(key)
         if first:
             warnings.warn(warning_text(legacy), TorchXLALegacyNameWarning, stacklevel=2)
         return legacy.answer()
@@ -102,11 +104,13 @@ def _stand_in(legacy: LegacyName) -> Callable[..., Any]:
     return stand_in
 
 
-def install() -> list[str]:
+def install(names: tuple[LegacyName, ...] = LEGACY_NAMES) -> list[str]:
     """Add the stand-ins for the removed names that the installed torch_xla lacks (imports torch_xla).
 
     Counted: every call needs one :func:`uninstall`. Returns the ``module.name`` entries this call added (empty
     when an earlier install is still active, or when torch_xla defines them all).
+
+    :param names: the names to answer (:data:`LEGACY_NAMES`; tests give their own).
     """
     global _users
     added = []
@@ -114,35 +118,44 @@ def install() -> list[str]:
         _users += 1
         if _users > 1:
             return []
-        for legacy in LEGACY_NAMES:
-            module = importlib.import_module(legacy.module)
-            if hasattr(module, legacy.name):
-                continue  # torch_xla still defines it: its own function stays
-            shim = _stand_in(legacy)
-            setattr(module, legacy.name, shim)
-            _installed[(legacy.module, legacy.name)] = shim
-            added.append(f"{legacy.module}.{legacy.name}")
+        try:
+            for legacy in names:
+                module = importlib.import_module(legacy.module)
+                if hasattr(module, legacy.name):
+                    continue  # torch_xla still defines it: its own function stays
+                shim = _stand_in(legacy)
+                setattr(module, legacy.name, shim)
+                _installed[(legacy.module, legacy.name)] = shim
+                added.append(f"{legacy.module}.{legacy.name}")
+        except BaseException:
+            _users -= 1  # nothing stays half-installed
+            _remove_installed()
+            raise
     return added
+
+
+def _remove_installed() -> list[str]:
+    removed = []
+    for (module_name, name), shim in list(_installed.items()):
+        module = sys.modules.get(module_name)
+        if module is not None and getattr(module, name, None) is shim:
+            delattr(module, name)
+            removed.append(f"{module_name}.{name}")
+    _installed.clear()
+    return removed
 
 
 def uninstall() -> list[str]:
     """Undo one :func:`install`; the last one removes the stand-ins it added (a name someone replaced since is
     left alone). Returns the ``module.name`` entries removed."""
     global _users
-    removed = []
     with _lock:
         if _users == 0:
             return []
         _users -= 1
         if _users > 0:
             return []
-        for (module_name, name), shim in list(_installed.items()):
-            module = importlib.import_module(module_name)
-            if getattr(module, name, None) is shim:
-                delattr(module, name)
-                removed.append(f"{module_name}.{name}")
-        _installed.clear()
-    return removed
+        return _remove_installed()
 
 
 def installed() -> list[str]:
