@@ -214,11 +214,9 @@ class DataConnector:
 
         strategy, precision = self.trainer.strategy, self.trainer.precision
         to_device, convert = self._to_device, self._convert
-        if not is_overridden("batch_to_device", strategy, Strategy):
-            device, non_blocking = strategy.root_device, bool(strategy.accelerator.pin_memory)
-
-            def to_device(batch: Any) -> Any:
-                return move_to_device(batch, device, non_blocking)
+        if not is_overridden("batch_to_device", strategy, Strategy):  # a partial: no Python frame of its own
+            to_device = functools.partial(move_to_device, device=strategy.root_device,
+                                          non_blocking=bool(strategy.accelerator.pin_memory))
         if not is_overridden("convert_input", precision, Precision):
             return to_device
 

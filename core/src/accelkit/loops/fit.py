@@ -14,7 +14,7 @@ from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.module.module import Module
 from accelkit.module.optimizers import step_scheduler
-from accelkit.strategies.launchers import interrupt
+from accelkit.strategies.launchers import interrupt, watchdog
 from accelkit.strategies.launchers.watchdog import mark
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.model_helpers import is_overridden
@@ -198,7 +198,7 @@ class FitLoop:
         start_cbs, start_m = hooks.callback_plan("on_train_batch_start"), hooks.module_hook("on_train_batch_start")
         end_cbs, end_m = hooks.callback_plan("on_train_batch_end"), hooks.module_hook("on_train_batch_end")
         step_scheds, epoch_scheds = self._scheduler_plan(automatic)
-        metrics, stop = trainer.run_state.metrics, interrupt.current()
+        metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
         ran, skipped_rest = 0, False
         self.consumed, self.in_epoch = start, True
         for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
@@ -207,7 +207,8 @@ class FitLoop:
                 resume_mod.set_rng_states(restore_rng, trainer.accelerator)
                 restore_rng = None
             ran += 1
-            mark("training_step", trainer.global_step, batch_idx)
+            if marks:  # what this rank is doing, for the watchdog of a distributed run
+                mark("training_step", trainer.global_step, batch_idx)
             metrics.current_batch = batch
             trainer.is_last_batch = is_last
             for fn in start_cbs:

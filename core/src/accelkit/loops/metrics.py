@@ -10,7 +10,9 @@ import torch
 from accelkit.utilities.apply_func import batch_size_of
 
 _REDUCERS = ("mean", "sum", "max", "min")
-_CALLABLE_REDUCERS = {torch.mean: "mean", torch.sum: "sum", torch.max: "max", torch.min: "min"}
+#: ``reduce_fx`` as given (a name or a torch function) -> its name
+_REDUCE_FX = {**{name: name for name in _REDUCERS}, torch.mean: "mean", torch.sum: "sum", torch.max: "max",
+              torch.min: "min"}
 
 
 def is_metric_object(value: Any) -> bool:
@@ -72,17 +74,16 @@ class MetricStore:
         self.epoch_aliases = {}
         self.epoch_end = False
 
-    def log(self, name: str, value: Any, *, prog_bar: bool, logger: bool, on_step: bool | None,
+    def log(self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
             rank_zero_only: bool = False, add_dataloader_idx: bool = True) -> None:
-        """Record one value (see :meth:`accelkit.Module.log`)."""
-        if callable(reduce_fx):
-            if reduce_fx not in _CALLABLE_REDUCERS:
-                raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS} "
-                                 "(or torch.mean/sum/max/min)")
-            reduce_fx = _CALLABLE_REDUCERS[reduce_fx]
-        elif reduce_fx not in _REDUCERS:
-            raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}")
+        """Record one value (see :meth:`accelkit.Module.log`). Called every step: the common case (a scalar
+        tensor) takes a few attribute reads besides the ``detach``."""
+        try:
+            reduce_fx = _REDUCE_FX[reduce_fx]
+        except (KeyError, TypeError):
+            also = " (or torch.mean/sum/max/min)" if callable(reduce_fx) else ""
+            raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}{also}") from None
         if add_dataloader_idx and self.num_dataloaders > 1:
             name = f"{name}/dataloader_idx_{self.dataloader_idx}"
         if rank_zero_only:
@@ -91,11 +92,11 @@ class MetricStore:
                 return
         metric = None
         if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise ValueError(f"log({name!r}): expected a scalar, got a tensor of shape {tuple(value.shape)}")
-            value = value.detach()
-            if value.ndim:
+            if value.ndim:  # a zero-dimensional tensor holds one value; others must hold exactly one
+                if value.numel() != 1:
+                    raise ValueError(f"log({name!r}): expected a scalar, got a tensor of shape {tuple(value.shape)}")
                 value = value.reshape(())
+            value = value.detach()
             if not value.is_floating_point():
                 value = value.float()
         elif isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -12,6 +12,7 @@ from accelkit.utilities.model_helpers import is_overridden
 from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
+from accelkit.strategies.launchers import watchdog
 from accelkit.strategies.launchers.watchdog import mark
 
 
@@ -68,6 +69,15 @@ class Optimization:
         if self._profiler is None:  # no profiler to wrap them in: call the work directly
             self.training_step = self._training_step  # type: ignore[method-assign]
             self.step = self._step  # type: ignore[method-assign]
+        #: the phases are noted for the watchdog only where one runs (a distributed run)
+        self._marks = watchdog.running()
+        # Decided once: with nothing to call around the step (no hook overridden, the default strategy and
+        # precision, one optimizer, no profiler), an automatic batch is one plain sequence (:meth:`_plain_batch`).
+        self._plain = self.automatic and self._direct and self._profiler is None and self._plain_forward and \
+            self._plain_backward and self._plain_step and self._plain_step_end and len(optimizers) == 1 and not any(
+                (self._optimizer_step, self._zero_grad, self._backward, self._clip_hook, self._before_backward,
+                 self._before_backward_m, self._after_backward, self._after_backward_m, self._before_step,
+                 self._before_step_m, self._before_zero, self._before_zero_m))
         #: the Module's ``lr_scheduler_step`` (its default steps the scheduler)
         self.scheduler_hook = hooks.module_default("lr_scheduler_step")
         # per-batch state of the automatic closure
@@ -109,37 +119,12 @@ class Optimization:
         if self._ran:
             return self._loss
         self._ran = True
-        output = self.training_step(self._batch, self._batch_idx)
-        if isinstance(output, dict):
-            if "loss" not in output:
-                raise KeyError(f"training_step returned a dict without the key 'loss' (keys: {sorted(output)}); "
-                               "return {'loss': loss, ...} or the loss tensor")
-            loss = output["loss"]
-        elif output is None or isinstance(output, torch.Tensor):
-            loss = output
-            output = None if output is None else {"loss": output}
-        else:
-            raise TypeError(f"training_step returned {type(output).__name__}; return the loss tensor, a dict with "
-                            "'loss', or None to skip the batch")
-        self.output = output
+        loss, self.output = self._loss_of(self.training_step(self._batch, self._batch_idx))
         if self._zero_first:  # as Lightning's closure: also when the batch is skipped (its step then moves nothing)
             self.zero_grad()
         if loss is None:
-            if self.trainer.world_size > 1:
-                raise RuntimeError(
-                    f"{type(self.module).__name__}.training_step returned None on rank {self.trainer.global_rank} "
-                    f"(batch {self._batch_idx}, step {self.trainer.global_step}) in a run of "
-                    f"{self.trainer.world_size} processes: skipping a batch on one rank leaves the others waiting "
-                    "in the gradient exchange (Lightning does not support it either). Return the loss on every "
-                    "rank; to skip a batch everywhere, make the decision identical on all ranks and return "
-                    "loss * 0, or use manual optimization.")
+            self._skip_batch()
             self._loss = None
-            if not self._warned_skip:  # once per run, as Lightning's warning cache
-                self._warned_skip = True
-                warnings.warn(f"{type(self.module).__name__}.training_step returned None for batch {self._batch_idx} "
-                              f"(epoch {self.trainer.current_epoch}), so that batch is skipped: no backward, and the "
-                              "optimizer step moves nothing. If this was on purpose, ignore this warning; otherwise "
-                              "return the loss (or {'loss': loss}).", UserWarning, stacklevel=2)
             return None
         if self.accumulate > 1:
             loss = loss / self.accumulate
@@ -147,10 +132,46 @@ class Optimization:
         self._loss = loss
         return loss
 
+    @staticmethod
+    def _loss_of(output: Any) -> tuple[Any, Any]:
+        """``(loss, outputs)`` of what ``training_step`` returned: a tensor becomes ``{"loss": tensor}``."""
+        if isinstance(output, dict):
+            if "loss" not in output:
+                raise KeyError(f"training_step returned a dict without the key 'loss' (keys: {sorted(output)}); "
+                               "return {'loss': loss, ...} or the loss tensor")
+            return output["loss"], output
+        if output is None:
+            return None, None
+        if isinstance(output, torch.Tensor):
+            return output, {"loss": output}
+        raise TypeError(f"training_step returned {type(output).__name__}; return the loss tensor, a dict with "
+                        "'loss', or None to skip the batch")
+
+    def _skip_batch(self) -> None:
+        """``training_step`` returned ``None``: an error with several processes (the others would wait in the
+        gradient exchange), else a warning, once per run."""
+        trainer = self.trainer
+        if trainer.world_size > 1:
+            raise RuntimeError(
+                f"{type(self.module).__name__}.training_step returned None on rank {trainer.global_rank} "
+                f"(batch {self._batch_idx}, step {trainer.global_step}) in a run of "
+                f"{trainer.world_size} processes: skipping a batch on one rank leaves the others waiting "
+                "in the gradient exchange (Lightning does not support it either). Return the loss on every "
+                "rank; to skip a batch everywhere, make the decision identical on all ranks and return "
+                "loss * 0, or use manual optimization.")
+        if not self._warned_skip:  # once per run, as Lightning's warning cache
+            self._warned_skip = True
+            warnings.warn(f"{type(self.module).__name__}.training_step returned None for batch {self._batch_idx} "
+                          f"(epoch {trainer.current_epoch}), so that batch is skipped: no backward, and the "
+                          "optimizer step moves nothing. If this was on purpose, ignore this warning; otherwise "
+                          "return the loss (or {'loss': loss}).", UserWarning, stacklevel=3)
+
     def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> Any:
         """Train on one batch; step the optimizers when ``boundary`` ends the accumulation window. Returns the
         step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
         optimizers stepped."""
+        if self._plain and boundary and self.accumulate == 1 and self.trainer.gradient_clip_val is None:
+            return self._plain_batch(batch, batch_idx)
         self._batch, self._batch_idx = batch, batch_idx
         self._zero_first = self.accumulate == 1 or batch_idx % self.accumulate == 0
         self._ran = False
@@ -175,6 +196,28 @@ class Optimization:
                 self.strategy.step_end()
         return self.output, stepped
 
+    def _plain_batch(self, batch: Any, batch_idx: int) -> tuple[Any, bool]:
+        """:meth:`run_batch` with nothing to call around the step: what the closure and :meth:`step` do, in one
+        sequence (``training_step``, ``zero_grad``, ``backward``, ``optimizer.step()``)."""
+        self._batch_idx = batch_idx
+        module = self.module
+        loss, output = self._loss_of(module.training_step(batch, batch_idx) if self._pass_idx else
+                                     module.training_step(batch))
+        self.output = output
+        optimizer = self.optimizers[0]
+        optimizer.zero_grad()
+        if loss is None:
+            self._skip_batch()
+        elif self._marks:
+            mark("backward")
+            loss.backward()
+            mark("after backward")
+        else:
+            loss.backward()
+        optimizer.step()
+        self.trainer.global_step += 1
+        return output, True
+
     def zero_grad(self) -> None:
         """``on_before_zero_grad`` hooks and ``optimizer_zero_grad`` for every optimizer."""
         epoch, batch_idx = self.trainer.current_epoch, self._batch_idx
@@ -192,7 +235,8 @@ class Optimization:
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``on_before_backward``, the backward pass (precision scaling; the Module's ``backward`` if
         overridden), ``on_after_backward``."""
-        mark("backward")
+        if self._marks:
+            mark("backward")
         for fn in self._before_backward:
             fn(loss)
         if self._before_backward_m is not None:
@@ -207,7 +251,8 @@ class Optimization:
             loss.backward()
         else:
             self.strategy.backward(loss)
-        mark("after backward")
+        if self._marks:
+            mark("after backward")
         for fn in self._after_backward:
             fn()
         if self._after_backward_m is not None:

@@ -195,10 +195,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
         if enable_graph:
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
-        trainer.run_state.metrics.log(name, value, prog_bar=prog_bar, logger=True if logger is None else logger,
-                             on_step=on_step, on_epoch=on_epoch, reduce_fx=reduce_fx, sync_dist=sync_dist,
-                             batch_size=batch_size, rank_zero_only=rank_zero_only,
-                             add_dataloader_idx=add_dataloader_idx)
+        trainer.run_state.metrics.log(name, value, prog_bar, True if logger is None else logger, on_step, on_epoch,
+                                      reduce_fx, sync_dist, batch_size, rank_zero_only, add_dataloader_idx)
 
     def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""

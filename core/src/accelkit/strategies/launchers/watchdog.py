@@ -151,6 +151,11 @@ def start(store: Any, rank: int, world_size: int, timeout_s: float) -> Watchdog 
     return _active
 
 
+def running() -> bool:
+    """Whether this process's watchdog runs (a distributed run): only then do the loops note their phases."""
+    return _active is not None
+
+
 def stop() -> None:
     """Stop this process's watchdog, if one runs."""
     global _active
