@@ -10,8 +10,7 @@ from typing import Any, Callable
 import torch
 from accelkit.checkpoint import files as ckpt
 from accelkit.errors import ConfigurationError
-from accelkit.strategies.single_device import SingleDeviceStrategy
-from accelkit.strategies.base import Strategy
+from accelkit.strategies import SingleDeviceStrategy, Strategy
 from accelkit.strategies import ParallelStrategy
 from accelkit_xla_spawn.removed_api import add_removed_api_hint
 from accelkit_xla_spawn.runtime import (RUNTIME_TOUCHED_MESSAGE, PodPlan, pod_plan, xla_runtime_initialized)
