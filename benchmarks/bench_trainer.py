@@ -1,26 +1,38 @@
 """Steady-state cost of one training step: accelkit's Trainer against hand-written PyTorch loops.
 
-Two comparisons, each reported as ratios measured in one run:
+Comparisons, each reported as ratios measured in one run:
 
-``single``: one CPU process, the tiny MLP. Sides: a hand-written loop; the Trainer with the progress bar on and
-the module calling ``self.log("train_loss", loss, prog_bar=True)`` every step ("bar+log", target <= 1.03x);
-the Trainer with the bar on and no ``self.log`` ("bar"). The bar is a real tqdm bar; its output (stderr) goes to
-``/dev/null`` while the Trainer runs so that the terminal does not add its own cost to the timing.
+``single``: one CPU process, the tiny MLP. Sides: a hand-written loop; the Trainer with the default progress bar
+("trainer", target <= 1.03x); the same with the module calling ``self.log("train_loss", loss, prog_bar=True)``
+every step ("trainer+log", target <= 1.05x). With ``--bar-cost`` a fourth side runs the Trainer without the bar
+("no bar"), and the table adds the bar's own cost (trainer / no bar). The bar is the real ``TQDMProgressBar``
+callback; its output (standard output) and stderr go to ``/dev/null`` while the Trainer runs so that the terminal
+does not add its own cost to the timing.
+
+The same two ratios are also measured with *paired epochs*: in each Trainer run a callback runs one epoch of
+the hand-written loop (its own copy of the model, the same loader) right before every Trainer epoch, so the two
+epochs of a pair meet the same machine load; the ratio of each pair, median over the epochs and then over the
+rounds, is much less disturbed by a shared machine than the side-by-side runs.
+
+``opcodes``: the Python instructions per step the Trainer adds to a hand-written loop (``sys.settrace`` opcode
+events on a module whose step is one multiplication, bar on with its redraws left out, with and without
+``self.log``). A count, not a clock: the same on a loaded machine, so it shows what a change to the step path does.
 
 ``ddp``: two processes on the CPU (gloo). Sides: ``Trainer(strategy="ddp_spawn", devices=2)`` (bar + log as
-above; the bar exists on rank 0) against a hand-written two-process DDP loop started with
+above; the bar draws on rank 0) against a hand-written two-process DDP loop started with
 ``torch.multiprocessing`` (``DistributedSampler``, ``DistributedDataParallel``, the same model, data, batch
 size and Adam, and the same intra-op thread count per process as ``ddp_spawn`` gives its workers). Target
 <= 1.05x. Times are taken inside the workers and rank 0's are reported.
 
-Both Trainer sides run without a logger, checkpointing, model summary or validation (per-epoch or optional
+The Trainer sides run without a logger, checkpointing, model summary or validation (per-epoch or optional
 costs the hand-written loops do not have). Each measurement trains ``--epochs`` epochs, skips the first
 (warm-up) and keeps the fastest of the others (on a shared machine interference only adds time), as seconds
 per step. Two clocks: wall time (the result) and the CPU time of the measuring process (rank 0's for DDP),
 which a busy machine disturbs less. The sides are interleaved and their order rotates every round, so machine
 load hits all alike; the tables show medians over rounds and the per-round ratios (median ratio is the result).
 
-    .venv/bin/python benchmarks/bench_trainer.py [--rounds 9] [--epochs 5] [--width 256] [--only single|ddp]
+    .venv/bin/python benchmarks/bench_trainer.py [--rounds 9] [--epochs 5] [--width 256]
+                                                 [--only single|ddp|opcodes] [--bar-cost]
 
 On a small shared machine set ``OMP_NUM_THREADS=1``: intra-op threads spinning against other processes' load
 make wall times erratic (tens of milliseconds per step with two threads on two busy cores).
@@ -117,19 +129,23 @@ class EpochTimer(accelkit.Callback):
 
 
 @contextlib.contextmanager
-def stderr_to_devnull() -> Iterator[None]:
-    """Send file descriptor 2 (tqdm's output) to /dev/null for the duration."""
+def output_to_devnull() -> Iterator[None]:
+    """Send file descriptors 1 and 2 (the progress bar's output, gloo's lines) to /dev/null for the duration."""
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = [os.dup(1), os.dup(2)]
     devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     try:
         yield
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
 
 
 def steady(times: list[Any], steps: int) -> tuple[float, float]:
@@ -138,23 +154,35 @@ def steady(times: list[Any], steps: int) -> tuple[float, float]:
     return min(t[0] for t in timed) / steps, min(t[1] for t in timed) / steps
 
 
-def quiet_trainer(epochs: int, callbacks: list[Any], **kwargs: Any) -> accelkit.Trainer:
-    """A Trainer with the bar on and the per-epoch extras off."""
-    return accelkit.Trainer(accelerator="cpu", max_epochs=epochs, logger=False, enable_progress_bar=True,
+def quiet_trainer(epochs: int, callbacks: list[Any], bar: bool = True, **kwargs: Any) -> accelkit.Trainer:
+    """A Trainer with the bar on (unless ``bar`` is false) and the per-epoch extras off."""
+    return accelkit.Trainer(accelerator="cpu", max_epochs=epochs, logger=False, enable_progress_bar=bar,
                             enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=0,
                             callbacks=callbacks, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------ one process
-def trainer_single(loader: DataLoader, width: int, epochs: int, log: bool) -> tuple[float, float]:
-    """Seconds per step of the Trainer in this process (bar on; ``log``: the module logs every step)."""
+def trainer_single(loader: DataLoader, width: int, epochs: int, log: bool, bar: bool = True) -> tuple[float, float]:
+    """Seconds per step of the Trainer in this process (``bar``: the progress bar on; ``log``: the module logs
+    every step)."""
     timer = EpochTimer()
-    trainer = quiet_trainer(epochs, [timer], devices=1)
+    trainer = quiet_trainer(epochs, [timer], bar=bar, devices=1)
     torch.manual_seed(0)
     module = BenchModule(width, log)
-    with stderr_to_devnull():
+    with output_to_devnull():
         trainer.fit(module, train_dataloaders=loader)
     return steady(timer.times, len(loader))
+
+
+def loop_epoch(net: nn.Module, optimizer: torch.optim.Optimizer, loader: DataLoader) -> tuple[float, float]:
+    """One epoch of the hand-written loop; its wall and CPU seconds."""
+    start = clock()
+    for x, y in loader:
+        loss = F.cross_entropy(net(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return elapsed(start)
 
 
 def loop_single(loader: DataLoader, width: int, epochs: int) -> tuple[float, float]:
@@ -163,16 +191,135 @@ def loop_single(loader: DataLoader, width: int, epochs: int) -> tuple[float, flo
     net = BenchModule(width, log=False)  # the same module class, called as a plain nn.Module
     optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
     net.train()
-    times = []
-    for _ in range(epochs):
-        start = clock()
-        for x, y in loader:
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        times.append(elapsed(start))
+    times = [loop_epoch(net, optimizer, loader) for _ in range(epochs)]
     return steady(times, len(loader))
+
+
+class PairedLoop(accelkit.Callback):
+    """Runs one epoch of the hand-written loop (its own copy of the model and optimizer, the same loader) right
+    before each Trainer epoch, in the same process, so that both epochs of a pair meet the same machine load;
+    records ``(Trainer epoch, loop epoch)`` wall and CPU seconds."""
+
+    def __init__(self, loader: DataLoader, width: int) -> None:
+        self.loader = loader
+        self.net = BenchModule(width, log=False)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=1e-3)
+        self.pairs: list[tuple[tuple[float, float], tuple[float, float]]] = []
+        self._loop = self._start = (0.0, 0.0)
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self._loop = loop_epoch(self.net, self.optimizer, self.loader)
+        self._start = clock()
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self.pairs.append((elapsed(self._start), self._loop))
+
+
+def paired_single(loader: DataLoader, width: int, epochs: int, log: bool) -> tuple[float, float]:
+    """The Trainer (bar on; ``log``: ``self.log`` every step) with :class:`PairedLoop`: the median, over the epochs
+    after the warm-up one, of Trainer epoch / loop epoch, by wall and by CPU time."""
+    torch.manual_seed(0)
+    paired = PairedLoop(loader, width)
+    trainer = quiet_trainer(epochs, [paired], devices=1)
+    with output_to_devnull():
+        trainer.fit(BenchModule(width, log), train_dataloaders=loader)
+    pairs = paired.pairs[1:]
+    return (statistics.median(t[0] / lp[0] for t, lp in pairs), statistics.median(t[1] / lp[1] for t, lp in pairs))
+
+
+# ------------------------------------------------------------------------------------------ framework work
+class TinyModule(accelkit.Module):
+    """A step of almost no arithmetic (one weight), so that the framework's own work per step is what differs."""
+
+    def __init__(self, log: bool) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(1))
+        self.do_log = log
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = (self.weight * batch[0]).sum()
+        if self.do_log:
+            self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+class Batches:
+    """The same in-memory batch ``steps`` times, with a length (no data loading in the measurement)."""
+
+    def __init__(self, steps: int) -> None:
+        self.items = [(torch.ones(4),)] * steps
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
+
+
+class OpcodeCounter(accelkit.Callback):
+    """Counts the Python bytecode instructions run during the second training epoch (``sys.settrace`` with
+    opcode events: deterministic, unlike a clock on a loaded machine)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.counting = False
+
+    def trace(self, frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode" and self.counting:
+            self.count += 1
+        return self.trace
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self.counting = trainer.current_epoch == 1
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self.counting = False
+
+
+def framework_opcodes(steps: int = 200) -> dict[str, float]:
+    """Python instructions per step, beyond a hand-written loop's, of the Trainer (bar on, its redraws left
+    out), with and without ``self.log``, on :class:`TinyModule`."""
+    from accelkit.callbacks import TQDMProgressBar
+
+    class UndrawnBar(TQDMProgressBar):
+        """The default bar, whose training line is never redrawn: a redraw happens at most ten times a second, so
+        how many fall into a traced (slow) epoch depends on the clock, not on the steps. Each batch takes the path
+        of a batch between two redraws."""
+
+        def init_train_tqdm(self) -> Any:
+            bar = super().init_train_tqdm()
+            bar.mininterval = bar.miniters = float("inf")
+            return bar
+
+    batches = Batches(steps)
+    counter = OpcodeCounter()
+    module = TinyModule(log=False)
+    optimizer = torch.optim.SGD(module.parameters(), lr=0.0)
+    sys.settrace(counter.trace)
+    counter.counting = True
+    for batch_idx, batch in enumerate(batches):
+        loss = module.training_step(batch, batch_idx)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    counter.counting = False
+    sys.settrace(None)
+    result = {"loop": counter.count / steps}
+    for name, log in (("trainer", False), ("trainer+log", True)):
+        counter = OpcodeCounter()
+        trainer = quiet_trainer(2, [counter, UndrawnBar()], devices=1)
+        sys.settrace(counter.trace)  # before the fit, so the loop's own frames are traced too
+        try:
+            with output_to_devnull():
+                trainer.fit(TinyModule(log), train_dataloaders=batches)
+        finally:
+            sys.settrace(None)
+        result[name] = counter.count / steps - result["loop"]
+    return result
 
 
 # ------------------------------------------------------------------------------------------ two processes
@@ -216,7 +363,7 @@ def loop_ddp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
 
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
         path = os.path.join(tmp, "times.json")
-        with stderr_to_devnull():  # gloo's connection lines, as on the Trainer side
+        with output_to_devnull():  # gloo's connection lines, as on the Trainer side
             mp.start_processes(_loop_ddp_worker, args=(world, find_free_port(), width, epochs, path), nprocs=world,
                                join=True, start_method="spawn")
         result = json.loads(Path(path).read_text())
@@ -230,15 +377,17 @@ def trainer_ddp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
         path = os.path.join(tmp, "times.json")
         trainer = quiet_trainer(epochs, [EpochTimer(path)], devices=world, strategy="ddp_spawn")
         torch.manual_seed(0)
-        with stderr_to_devnull():
+        with output_to_devnull():
             trainer.fit(BenchModule(width, log=True), train_dataloaders=loader)
         result = json.loads(Path(path).read_text())
     return steady(result["times"], result["steps"])
 
 
 # ------------------------------------------------------------------------------------------ driver
-def interleave(sides: dict[str, Callable[[], tuple[float, float]]], rounds: int) -> dict[str, list[tuple]]:
-    """Run every side once per round, rotating their order each round; ``(wall, cpu)`` per step of each."""
+def interleave(sides: dict[str, Callable[[], tuple[float, float]]], rounds: int,
+               unit: str = "ms wall/cpu") -> dict[str, list[tuple]]:
+    """Run every side once per round, rotating their order each round; ``(wall, cpu)`` of each (seconds per
+    step, or ratios with ``unit="ratio wall/cpu"``)."""
     names = list(sides)
     results: dict[str, list[tuple]] = {name: [] for name in names}
     for r in range(rounds):
@@ -246,8 +395,9 @@ def interleave(sides: dict[str, Callable[[], tuple[float, float]]], rounds: int)
         order = names[shift:] + names[:shift]
         for name in order:
             results[name].append(sides[name]())
+        scale = 1e3 if unit.startswith("ms") else 1.0
         print(f"  round {r + 1}/{rounds} ({' > '.join(order)}): " + ", ".join(
-            f"{n} {1e3 * results[n][-1][0]:.3f}/{1e3 * results[n][-1][1]:.3f}" for n in names) + " ms wall/cpu",
+            f"{n} {scale * results[n][-1][0]:.3f}/{scale * results[n][-1][1]:.3f}" for n in names) + f" {unit}",
             flush=True)
     return results
 
@@ -258,7 +408,7 @@ def report(results: dict[str, list[tuple]], baseline: str, targets: dict[str, fl
         base = [v[clock_index] for v in results[baseline]]
         for name, values in results.items():
             per_step = statistics.median(v[clock_index] for v in values)
-            print(f"  {clock_name:<4} {name:<10}: {1e3 * per_step:.3f} ms/step (median)")
+            print(f"  {clock_name:<4} {name:<12}: {1e3 * per_step:.3f} ms/step (median)")
         for name, values in results.items():
             if name == baseline:
                 continue
@@ -274,7 +424,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--epochs", type=int, default=5, help="epochs per measurement (the first is warm-up)")
     parser.add_argument("--width", type=int, default=256, help="hidden width of the MLP")
-    parser.add_argument("--only", choices=("single", "ddp"), default=None, help="run one comparison only")
+    parser.add_argument("--only", choices=("single", "ddp", "opcodes"), default=None,
+                        help="run one comparison only")
+    parser.add_argument("--bar-cost", action="store_true", help="also run the Trainer without the progress bar")
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the first is warm-up)")
@@ -282,15 +434,36 @@ def main() -> None:
     print(f"torch {torch.__version__}, accelkit {accelkit.__version__}, {os.cpu_count()} cores; MLP width "
           f"{args.width}, batch {BATCH_SIZE}, {SAMPLES} samples; fastest of {args.epochs - 1} epochs after a "
           f"warm-up one, {args.rounds} rounds, order rotated each round", flush=True)
+    if args.only in (None, "opcodes"):
+        counts = framework_opcodes()
+        print(f"Python instructions per step (deterministic): hand-written loop {counts['loop']:.0f}; the Trainer "
+              f"adds {counts['trainer']:.0f} (bar on), {counts['trainer+log']:.0f} with self.log", flush=True)
     if args.only in (None, "single"):
         loader = DataLoader(make_data(), batch_size=BATCH_SIZE, shuffle=True)
         print(f"one process, {torch.get_num_threads()} threads, {len(loader)} steps/epoch:", flush=True)
-        results = interleave({
+        sides = {
             "loop": lambda: loop_single(loader, args.width, args.epochs),
-            "bar+log": lambda: trainer_single(loader, args.width, args.epochs, log=True),
-            "bar": lambda: trainer_single(loader, args.width, args.epochs, log=False),
-        }, args.rounds)
-        report(results, "loop", {"bar+log": 1.03, "bar": 1.03})
+            "trainer": lambda: trainer_single(loader, args.width, args.epochs, log=False),
+            "trainer+log": lambda: trainer_single(loader, args.width, args.epochs, log=True),
+        }
+        if args.bar_cost:
+            sides["no bar"] = lambda: trainer_single(loader, args.width, args.epochs, log=False, bar=False)
+        results = interleave(sides, args.rounds)
+        report(results, "loop", {"trainer": 1.03, "trainer+log": 1.05})
+        if args.bar_cost:
+            print("the progress bar's cost (Trainer with the bar / without it):")
+            report({"no bar": results["no bar"], "trainer": results["trainer"]}, "no bar", {})
+        print("paired epochs (each Trainer epoch right after a hand-written epoch in the same process; ratio of the "
+              "pair, median over epochs, then over rounds):", flush=True)
+        paired = interleave({
+            "trainer": lambda: paired_single(loader, args.width, args.epochs, log=False),
+            "trainer+log": lambda: paired_single(loader, args.width, args.epochs, log=True),
+        }, args.rounds, unit="ratio wall/cpu")
+        for clock_index, clock_name in ((0, "wall"), (1, "cpu")):
+            for name, target in (("trainer", 1.03), ("trainer+log", 1.05)):
+                ratios = [v[clock_index] for v in paired[name]]
+                print(f"  {clock_name:<4} ratio {name}/loop: {statistics.median(ratios):.3f}  target <= {target:.2f}  "
+                      f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})")
     if args.only in (None, "ddp"):
         print("two processes (gloo), rank 0's time per step:", flush=True)
         results = interleave({
