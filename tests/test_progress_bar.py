@@ -210,6 +210,20 @@ def test_the_sanity_check_has_its_own_bar_and_count(tmp_path, capsys):
     assert "Sanity Checking" in capsys.readouterr().out
 
 
+def test_a_failing_run_closes_its_bars_so_the_error_starts_a_line(tmp_path, capsys):
+    class Fails(Model):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if batch_idx == 3:
+                raise RuntimeError("step 3 failed")
+            return super().training_step(batch, batch_idx)
+
+    fit = trainer(tmp_path)
+    with pytest.raises(RuntimeError, match="step 3 failed"):
+        fit.fit(Fails(), data())
+    assert capsys.readouterr().out.endswith("\n")
+    assert fit.progress_bar_callback.train_progress_bar.disable  # closed
+
+
 def test_numbers_keep_their_width():
     assert [Tqdm.format_num(v) for v in (0.5, 12.0, 3, "7", 1e-05)] == ["0.500", "12.00", "3", "7.000", "1e-5"]
 

@@ -290,6 +290,14 @@ class TQDMProgressBar(ProgressBar):
         self.predict_progress_bar.close()
         self.reset_dataloader_idx_tracker()
 
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        """Close the open bars, so that what reports the error starts on a line of its own."""
+        for bar in (self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar,
+                    self._train_progress_bar):
+            if bar is not None:
+                bar.close()
+        self._train_open = False
+
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
         """Print above the bar that is running (``tqdm.write``), so the bars are not broken."""
         bar = next((b for b in (self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar,
