@@ -4,8 +4,8 @@ worker, and brings rank 0's result back; temporary folders of dead runs are clea
 from __future__ import annotations
 
 import os
-import re
 import pickle
+import re
 import shutil
 import signal
 import tempfile
@@ -16,12 +16,13 @@ from typing import Any, Callable
 
 import torch
 
-from accelkit.utilities.pickling import pickling_failure
-from accelkit.utilities.processes import process_alive
 from accelkit.checkpoint import files as ckpt
 from accelkit.errors import TrainingInterrupted, WorkerError
 from accelkit.strategies.launchers import interrupt
 from accelkit.strategies.launchers.base import Launcher
+from accelkit.strategies.launchers.workers import WorkerProcesses
+from accelkit.utilities.pickling import pickling_failure
+from accelkit.utilities.processes import process_alive
 
 
 class SpawnLauncher(Launcher):
@@ -66,73 +67,76 @@ class SpawnLauncher(Launcher):
     def start(self, entry: Callable[..., None], args: tuple, num_processes: int) -> None:
         """Start ``num_processes`` workers running ``entry(index, *args)`` and wait for all of them.
 
-        Raises :class:`~accelkit.errors.WorkerError` when one fails; the others are stopped. On a second signal
-        (:meth:`stop_now`) every worker is killed."""
-        import torch.multiprocessing as mp
-
-        self._context = context = mp.start_processes(entry, args=args, nprocs=num_processes, join=False,
-                                                     start_method=self.start_method)
+        Every worker's exit is watched while they start, run and end: when one fails (or dies before it started,
+        while importing the user's script), the others are stopped and a :class:`~accelkit.errors.WorkerError`
+        says what happened. On a second signal (:meth:`stop_now`) every worker is killed."""
+        workers = self._workers
         try:
-            while not context.join(timeout=0.2):
+            workers.start(entry, args, num_processes)
+            while not workers.poll(0.2):
                 if self._deadline is not None and time.monotonic() > self._deadline:
-                    self._kill()
                     raise TrainingInterrupted(
                         f"the workers did not reach a consistent point within {self.grace_s:.0f} s of the signal "
                         "and were stopped; nothing was saved by this interruption.")
-        except mp.ProcessRaisedException as exc:
-            raise WorkerError(f"a worker process failed; its traceback:\n{exc}") from None
-        except mp.ProcessExitedException as exc:
-            raise WorkerError(f"a worker process died ({exc}); the other workers were stopped.") from None
         finally:
-            self._kill()  # nothing outlives the launch, whatever ended it
-            self._context = None
+            workers.kill()  # nothing outlives the launch, whatever ended it
 
     def _kill(self) -> None:
-        """SIGTERM to every live worker (they exit through their cleanup handlers), SIGKILL after 3 s."""
-        context = getattr(self, "_context", None)
-        processes = [p for p in (context.processes if context is not None else ()) if p.is_alive()]
-        for process in processes:
-            process.terminate()
-        deadline = time.monotonic() + 3.0
-        for process in processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-            if process.is_alive():
-                process.kill()
-                process.join(timeout=5)
+        """Stop every live worker of this launch (SIGTERM, SIGKILL after 3 s)."""
+        workers = getattr(self, "_workers", None)
+        if workers is not None:
+            workers.kill()
+
+    def _workers_up(self) -> bool:
+        """Whether every worker of the launch in progress is up (its interpreter started, the script imported)."""
+        workers = getattr(self, "_workers", None)
+        return workers is not None and workers.started()
 
     def stop_gracefully(self, signum: int, stage: str | None) -> None:
         """First signal: during ``fit``, agree on a step for every worker to stop at and give them
-        :attr:`grace_s` to get there and save; in other stages there is nothing to save, so stop at once."""
-        if stage != "fit" or self._block is None:
-            self.stop_now(signum)
+        :attr:`grace_s` to get there and save; in other stages, or while a worker is not yet up (still importing
+        the user's script), there is nothing to save, so stop at once."""
+        if stage != "fit" or self._block is None or not self._workers_up():
+            self.stop_now(signum)  # nothing to save (or the workers are not even up): stop at once
         interrupt.StopControl(self._block).request(signum, workers=self.num_processes)
         self._deadline = time.monotonic() + self.grace_s
         interrupt.announce_first(signum, "the workers stop after the same step and save a checkpoint")
 
     def stop_now(self, signum: int) -> None:
-        """Second signal (or a stage with nothing to save): kill every worker and raise."""
+        """Second signal (or a stage with nothing to save, or workers not yet up): kill every worker and raise."""
+        workers = getattr(self, "_workers", None)
+        up = workers is None or not workers.processes or workers.started()  # (XLA replicas are not tracked)
         self._kill()
-        raise TrainingInterrupted(f"{interrupt.signal_name(signum)}: the workers were stopped at once; "
-                                  "nothing was saved by this interruption.")
+        raise TrainingInterrupted(f"{interrupt.signal_name(signum)}: the workers were stopped at once"
+                                  + ("" if up else " (they had not started the run yet)")
+                                  + "; nothing was saved by this interruption.")
 
     def missing_result(self, strategy: Any) -> Any:
         """What to return when no worker of this host wrote a result (global zero runs on another host)."""
         raise WorkerError("the workers ended without the global-zero worker returning its result.")
 
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Pickle the run into a file of a private temporary folder, start the workers (each reads the file),
+        watch them, and return the global-zero worker's result."""
         remove_stale_temp_dirs()
         payload = self.payload(strategy, function, args, kwargs)
         self._block = interrupt.shared_block(self.num_processes) if self.shares_memory else None
         self._deadline: float | None = None
         stage = strategy.run_context.stage
         with tempfile.TemporaryDirectory(prefix=f"{self.temp_prefix}{os.getpid()}-") as tmp:
-            result_path = Path(tmp) / "result.pt"
+            folder = Path(tmp)
+            run_path, result_path = folder / "run.pkl", folder / "result.pt"
+            run_path.write_bytes(payload)  # a file, not the start pipe: a dead worker cannot block the writer
+            del payload
+            self._workers = WorkerProcesses(folder, self.start_method)
             try:
                 with interrupt.handle_signals(lambda s: self.stop_gracefully(s, stage), self.stop_now):
-                    self.start(worker_entry, (payload, str(result_path), self._block), self.num_processes)
+                    self.start(worker_entry, (str(run_path), str(result_path), self._block), self.num_processes)
             except WorkerError as exc:
                 name = strategy.name or type(strategy).__name__
                 raise WorkerError(f"strategy {name!r}: {exc}") from exc.__cause__
+            finally:
+                self._workers = None  # the ended processes are forgotten
             if not result_path.is_file():
                 return self.missing_result(strategy)
             return torch.load(result_path, weights_only=False)
@@ -141,8 +145,9 @@ class SpawnLauncher(Launcher):
         return f"{type(self).__name__}(num_processes={self.num_processes})"
 
 
-def worker_entry(index: int, payload: bytes, result_path: str, block: Any = None) -> None:
-    """Body of one spawned worker: unpickle a private copy of the run, let the strategy set up this process
+def worker_entry(index: int, payload: bytes | str, result_path: str, block: Any = None) -> None:
+    """Body of one spawned worker: unpickle a private copy of the run (``payload``: the pickled bytes, or the path
+    of the file holding them), let the strategy set up this process
     (:meth:`~accelkit.Strategy.worker_init`), run the work, and, on global zero, write the result atomically.
 
     A terminal's Ctrl-C reaches every process of its group: workers ignore SIGINT and leave the decision to the
@@ -150,7 +155,10 @@ def worker_entry(index: int, payload: bytes, result_path: str, block: Any = None
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, _exit_on_sigterm)  # exit through finally/atexit: temp files go too
+    if isinstance(payload, str):
+        payload = Path(payload).read_bytes()
     strategy, function, args, kwargs = pickle.loads(payload)
+    del payload
     strategy.worker_init(index)
     with interrupt.active(interrupt.StopControl(block, index)):
         result = function(*args, **kwargs)

@@ -1,0 +1,181 @@
+"""The processes of one launch on this machine: started one by one, watched until every one has ended, stopped
+together.
+
+The launching process watches each worker's exit (its sentinel), so a worker that dies at any moment, while it
+imports the user's script, while it reads the run or in the middle of training, is noticed within a poll
+interval, whatever the size of what the workers receive: the run itself travels through a file in the launch's
+private folder (see :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`), never through the pipe that
+starts the process, in which the launching process could block forever writing to a worker that is already dead.
+
+In the folder, each worker leaves ``started-<index>`` once its interpreter is up (the user's script re-imported),
+and ``error-<index>.txt`` with its traceback when the run raised in it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable
+
+from accelkit.errors import WorkerError
+
+
+def started_marker(folder: Path, index: int) -> Path:
+    """The file worker ``index`` creates once its interpreter is up and its entry runs."""
+    return folder / f"started-{index}"
+
+
+def error_file(folder: Path, index: int) -> Path:
+    """The file worker ``index`` writes its traceback to when its entry raises."""
+    return folder / f"error-{index}.txt"
+
+
+class WorkerProcesses:
+    """Start, watch and stop the worker processes of one launch.
+
+    :param folder: the launch's private folder (markers and tracebacks of the workers).
+    :param start_method: the :mod:`multiprocessing` start method (``"spawn"``).
+    """
+
+    def __init__(self, folder: str | Path, start_method: str = "spawn") -> None:
+        self.folder = Path(folder)
+        self.start_method = start_method
+        self.processes: list[Any] = []
+
+    def start(self, entry: Callable[..., None], args: tuple, count: int) -> None:
+        """Start ``count`` workers running ``entry(index, *args)``. The arguments are pickled into the pipe that
+        starts each process: keep them small (file paths, a shared-memory block)."""
+        context = multiprocessing.get_context(self.start_method)
+        for index in range(count):
+            process = context.Process(target=run_worker, args=(entry, index, args, str(self.folder)),
+                                      name=f"accelkit-worker-{index}")
+            self.processes.append(process)  # known before it starts: a signal during start() still stops it
+            process.start()
+
+    def started(self) -> bool:
+        """Whether every worker is up (its interpreter started and the user's script imported)."""
+        return bool(self.processes) and all(started_marker(self.folder, i).exists()
+                                            for i in range(len(self.processes)))
+
+    def poll(self, timeout: float) -> bool:
+        """``True`` when every worker has ended well; ``False`` after waiting up to ``timeout`` seconds for one
+        to end. Raises :class:`~accelkit.errors.WorkerError` describing the first failure as soon as a worker
+        ended with a non-zero status (the caller then stops the others with :meth:`kill`)."""
+        failed = [(i, p) for i, p in enumerate(self.processes) if p.exitcode not in (None, 0)]
+        if failed:
+            raise WorkerError(self.describe_failure(failed))
+        running = [p for p in self.processes if p.exitcode is None]
+        if not running:
+            return True
+        wait([p.sentinel for p in running], timeout)
+        return False
+
+    def describe_failure(self, failed: list[tuple[int, Any]]) -> str:
+        """One sentence for the failure that came first: a worker's traceback (the earliest written) when one
+        raised, else how the first failed worker ended and what that usually means."""
+        tracebacks = [(error_file(self.folder, i), i) for i, _ in failed if error_file(self.folder, i).is_file()]
+        if tracebacks:
+            path, index = min(tracebacks, key=lambda item: item[0].stat().st_mtime_ns)
+            return f"worker {index} failed; its traceback:\n{path.read_text(errors='replace').rstrip()}"
+        index, process = failed[0]
+        code = process.exitcode
+        if code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else f"signal {-code}"
+            how = f"was killed by {name}" + (" (often the system's out-of-memory killer)" if -code == 9 else "")
+        else:
+            how = f"exited with status {code}"
+        if not started_marker(self.folder, index).exists():
+            return (f"worker {index} {how} before it started the run. A worker started with the "
+                    f"{self.start_method!r} method first imports the script that called the Trainer (its "
+                    "__main__ module) again, and that import ended it (its output above says why): keep the "
+                    "script's work under `if __name__ == \"__main__\":` and let its top level run in a worker "
+                    "process.")
+        return (f"worker {index} {how} without a Python exception (killed from outside, os._exit, or a crash in "
+                "native code); the other workers were stopped.")
+
+    def kill(self, grace_s: float = 3.0) -> None:
+        """SIGTERM to every live worker (they exit through their cleanup handlers), SIGKILL after ``grace_s``."""
+        alive = [p for p in self.processes if p.pid is not None and p.exitcode is None]
+        for process in alive:
+            process.terminate()
+        deadline = time.monotonic() + grace_s
+        for process in alive:
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                process.kill()
+                process.join(timeout=5)
+
+
+def run_worker(entry: Callable[..., None], index: int, args: tuple, folder: str) -> None:
+    """Body of every worker process: mark it started, tie its life to the launching process, run
+    ``entry(index, *args)``; an exception's traceback goes to the launch's folder and the worker exits with 1.
+    The worker then ends through :func:`end_process`."""
+    path = Path(folder)
+    started_marker(path, index).touch()
+    _die_with_parent()
+    try:
+        entry(index, *args)
+        code = 0
+    except SystemExit as exc:  # SIGTERM from the launcher (or the user's sys.exit)
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except Exception:  # noqa: BLE001 - every failure travels to the launching process
+        text = traceback.format_exc()
+        try:
+            error_file(path, index).write_text(text)
+        except OSError:  # the folder is gone (the launch was stopped): say it here at least
+            print(text, file=sys.stderr, flush=True)
+        code = 1
+    end_process(code)
+
+
+def end_process(code: int) -> None:
+    """End this process with ``code`` after what an interpreter's exit does for the user: wait for the
+    non-daemon threads, run the ``atexit`` handlers (loggers flush and close, child processes such as
+    DataLoader workers stop), flush the standard streams (Python's and the C library's); then leave with
+    :func:`os._exit`, skipping only the interpreter's own final teardown.
+
+    That teardown is where a finished worker could abort: the process-group backend outlives
+    ``destroy_process_group`` (torch keeps a reference; gloo's worker threads, the rendezvous store's thread
+    keep running), and a native thread that re-enters Python while the interpreter finalizes (releasing a tensor
+    a collective held, returning from a store call) ends the process with ``terminate called without an active
+    exception`` (SIGABRT, exit 134) although the run succeeded.
+    """
+    main = threading.main_thread()
+    for thread in threading.enumerate():
+        if thread is not main and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # noqa: SLF001 - the interpreter's own exit step, run here before os._exit
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):  # closed or replaced by the user
+            pass
+    try:
+        ctypes.CDLL(None).fflush(None)  # C/C++ output (the process-group backend's lines)
+    except (OSError, AttributeError):
+        pass
+    os._exit(code)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this worker when the launching process dies (killed with ``-9``, say), as if the whole job
+    had been killed, instead of training on as an orphan. Elsewhere nothing is set."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # the launcher died before the line above
+        os._exit(1)

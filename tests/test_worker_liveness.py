@@ -1,0 +1,56 @@
+"""A dead worker is noticed within seconds whatever the size of what the workers receive, and one signal ends a
+launch whose workers never started (issue 17, item 6)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers.guards import PYTHON, TESTS, child_env, wait_gone  # noqa: E402
+
+SCRIPT = TESTS / "helpers" / "never_starts_fit.py"
+pytestmark = pytest.mark.slow
+
+
+def test_a_worker_dying_while_importing_the_script_fails_the_launch_with_a_worker_error(tmp_path):
+    # 400,000 rows travel to each worker; the launcher used to block for ever writing them to a dead worker
+    proc = subprocess.run([PYTHON, str(SCRIPT), str(tmp_path), "raise"], env=child_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
+    caught = [line for line in proc.stdout.splitlines() if line.startswith(("CAUGHT", "NO ERROR"))]
+    assert caught == ["CAUGHT accelkit.errors.WorkerError"], proc.stdout + proc.stderr[-3000:]
+    assert "before it started the run" in proc.stdout and "__main__" in proc.stdout, proc.stdout
+    # the worker's own traceback reached the terminal
+    assert "RuntimeError: this script refuses to be imported by a worker process" in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_one_signal_ends_a_launch_whose_workers_never_started(tmp_path, sig):
+    proc = subprocess.Popen([PYTHON, str(SCRIPT), str(tmp_path), "hang"], env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 100
+        while len(list(tmp_path.glob("importing-*"))) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        workers = [int(p.name.split("-")[1]) for p in tmp_path.glob("importing-*")]
+        assert len(workers) == 2, "the workers did not begin importing the script"
+        proc.send_signal(sig)  # one signal, to the launching process only
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    name = signal.Signals(sig).name
+    assert proc.returncode == 3, out[-3000:] + err[-3000:]
+    assert "CAUGHT accelkit.errors.TrainingInterrupted" in out, out + err[-3000:]
+    assert f"{name}: the workers were stopped at once (they had not started the run yet)" in out, out
+    assert wait_gone(workers) == [], f"workers {workers} outlived the stopped launch"
+    assert not any(Path(os.environ.get("TMPDIR", "/tmp")).glob(f"accelkit-spawn-{proc.pid}-*"))
