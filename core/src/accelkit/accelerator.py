@@ -28,6 +28,10 @@ class Accelerator:
     name: ClassVar[str] = ""
     #: the ``torch.distributed`` backend the core's DDP strategies use on this device
     distributed_backend: ClassVar[str] = "gloo"
+    #: environment variables that pin this backend's sockets to one network interface (gloo's
+    #: ``GLOO_SOCKET_IFNAME`` is always set): a run whose processes accelkit starts on one machine sets each to
+    #: the loopback interface, unless the user set it (docs/topology.rst, "What a run opens to the network")
+    socket_interface_variables: ClassVar[tuple[str, ...]] = ()
     #: the ``device_type`` given to :class:`torch.autocast`, or ``None`` where autocast does not apply
     autocast_device_type: ClassVar[str | None] = None
     #: whether DataLoaders should pin host memory by default for this device

@@ -17,6 +17,7 @@ from torch import nn
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
+from accelkit.strategies.rendezvous import listen_on_loopback, rendezvous_store
 
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
@@ -127,11 +128,15 @@ class DDPStrategy(ParallelStrategy):
             waiting.daemon = True
             waiting.start()
             try:
+                # rank 0's store listens where MASTER_ADDR says (loopback for a run on this machine), not on
+                # every interface as torch's env:// store does
+                store = rendezvous_store(self.global_rank, self.world_size, timeout, spans_machines=self.num_nodes > 1)
                 dist.init_process_group(
                     backend=self.accelerator.distributed_backend,
                     rank=self.global_rank,
                     world_size=self.world_size,
                     timeout=timedelta(seconds=timeout),
+                    **({} if store is None else {"store": store}),
                 )
             finally:
                 waiting.cancel()
@@ -296,7 +301,8 @@ class LocalRendezvous:
         super().worker_init(index)
         world = len(self.devices)
         share_cores(world)
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        # every socket of the run on the loopback interface: nothing reachable from another machine
+        listen_on_loopback(os.environ, tuple(getattr(self.accelerator, "socket_interface_variables", ())))
         os.environ["MASTER_PORT"] = str(self._main_port)
         os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
         os.environ["WORLD_SIZE"] = str(world)

@@ -44,6 +44,7 @@ class CUDAAccelerator(Accelerator):
 
     name = "cuda"
     distributed_backend = "nccl"
+    socket_interface_variables = ("NCCL_SOCKET_IFNAME",)  # NCCL's bootstrap and socket transport
     autocast_device_type = "cuda"
     pin_memory = True
     is_graphics_processor = True  # Module.on_gpu

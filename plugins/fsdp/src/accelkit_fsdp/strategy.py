@@ -124,7 +124,10 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         if self.world_size == 1 and dist.is_available() and not dist.is_initialized():
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(find_free_port()))
-            dist.init_process_group(backend=self.accelerator.distributed_backend, rank=0, world_size=1)
+            timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
+            store = rendezvous_store(0, 1, timeout, spans_machines=False)  # listens where MASTER_ADDR says
+            dist.init_process_group(backend=self.accelerator.distributed_backend, rank=0, world_size=1,
+                                    **({} if store is None else {"store": store}))
             self._owns_process_group = True
             return
         super()._init_process_group()

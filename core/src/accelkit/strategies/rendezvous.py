@@ -1,0 +1,128 @@
+"""Where the processes of a ``torch.distributed`` run listen, and what reaches them.
+
+A run opens two kinds of listening sockets: the rendezvous store (a TCP key-value store that rank 0 hosts at
+``MASTER_ADDR:MASTER_PORT``, through which the processes find each other) and the process-group backend's own
+connections (gloo opens one listening socket per process; other backends, such as the one a GPU plugin brings,
+open theirs).
+
+* A run whose processes accelkit starts on this machine (``ddp_spawn``, ``fsdp`` from a plain ``python``) listens
+  on the loopback interface only: the store on ``127.0.0.1``, gloo (and any backend whose accelerator names its
+  interface variable in ``Accelerator.socket_interface_variables``) on the loopback interface. Nothing is
+  reachable from another machine. A variable the user set (``GLOO_SOCKET_IFNAME=eth0``...) is kept.
+* A run whose processes a launcher started (``torchrun``, ``srun``, ``mpirun``...) listens where the launcher
+  says: under torchrun the launcher's agent hosts the store and the processes only connect to it; otherwise rank
+  0 hosts the store on the address ``MASTER_ADDR`` names (resolved on rank 0's machine), not on every interface.
+  The backend listens where its variables say (``GLOO_SOCKET_IFNAME``), else on the address of the machine's
+  host name (gloo's default).
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import socket
+import sys
+import warnings
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, MutableMapping
+
+#: the variable that pins gloo's sockets to one network interface
+GLOO_INTERFACE_VARIABLE = "GLOO_SOCKET_IFNAME"
+#: the address a run on one machine listens on
+LOOPBACK_ADDRESS = "127.0.0.1"
+_IFF_LOOPBACK = 0x8
+
+
+def loopback_interface() -> str | None:
+    """The name of this machine's loopback network interface (``lo`` on Linux, ``lo0`` on macOS), or ``None``
+    where it cannot be told."""
+    net = Path("/sys/class/net")
+    if net.is_dir():
+        for device in sorted(net.iterdir()):
+            try:
+                if int((device / "flags").read_text().strip(), 16) & _IFF_LOOPBACK:
+                    return device.name
+            except (OSError, ValueError):
+                continue
+    names = {name for _, name in socket.if_nameindex()} if hasattr(socket, "if_nameindex") else set()
+    for name in ("lo", "lo0"):
+        if name in names:
+            return name
+    return None
+
+
+def listen_on_loopback(environ: MutableMapping[str, str], variables: tuple[str, ...] = ()) -> None:
+    """Point a run on this machine at the loopback interface: ``MASTER_ADDR`` is ``127.0.0.1``, and gloo's
+    interface variable (plus ``variables``, an accelerator's own) names the loopback interface unless the user
+    set it."""
+    environ["MASTER_ADDR"] = LOOPBACK_ADDRESS
+    interface = loopback_interface()
+    if interface is None:
+        return
+    for name in (GLOO_INTERFACE_VARIABLE, *variables):
+        environ.setdefault(name, interface)
+
+
+def uses_launcher_store(environ: MutableMapping[str, str] = os.environ) -> bool:
+    """Whether torchrun's agent hosts the rendezvous store (the processes then only connect to it)."""
+    return environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+
+
+def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
+    """The store of a run joined through ``MASTER_ADDR``/``MASTER_PORT``: rank 0 hosts it on the address
+    ``MASTER_ADDR`` names, the others connect. ``None`` under torchrun's agent store (``env://`` then connects to
+    it as torch does).
+
+    :param spans_machines: whether the run has processes on other machines: an address that resolves to a
+        loopback one on rank 0's machine (a host name mapped to ``127.0.1.1`` in ``/etc/hosts``) cannot be where
+        the others connect, so the store then listens on every interface, and a warning says so.
+    """
+    import torch.distributed as dist
+
+    if uses_launcher_store():
+        return None
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    timeout = timedelta(seconds=timeout_s)
+    options = {"world_size": world_size, "timeout": timeout, "multi_tenant": True,  # as torch's env:// store
+               "use_libuv": os.environ.get("USE_LIBUV", "0" if sys.platform == "win32" else "1") == "1"}
+    if rank != 0:
+        return dist.TCPStore(host, port, is_master=False, **options)
+    listener, why = listening_socket(host, port, spans_machines)
+    if listener is None:
+        if why:
+            warnings.warn(f"the rendezvous store of this run listens on every network interface at port {port}: "
+                          f"{why}. Set MASTER_ADDR to an address of this machine that the other machines reach.",
+                          UserWarning, stacklevel=3)
+        return dist.TCPStore(host, port, is_master=True, **options)
+    return dist.TCPStore(host, port, is_master=True, master_listen_fd=listener.detach(), **options)
+
+
+def listening_socket(host: str, port: int, spans_machines: bool) -> tuple[socket.socket | None, str]:
+    """A socket listening on ``host``'s address at ``port`` (the first address ``host`` resolves to that this
+    machine has; with ``spans_machines``, not a loopback one); else ``None`` and why (empty when torch's own
+    attempt would fail the same way, a port in use, say: torch then reports it)."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return None, f"MASTER_ADDR={host!r} does not resolve here ({exc})"
+    loopback_only = True
+    for family, kind, proto, _, address in found:
+        if spans_machines and ipaddress.ip_address(address[0].split("%")[0]).is_loopback:
+            continue
+        loopback_only = False
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(2048)
+            return sock, ""
+        except OSError as exc:
+            sock.close()
+            if exc.errno != errno.EADDRNOTAVAIL:
+                return None, ""
+    if loopback_only:
+        return None, (f"MASTER_ADDR={host!r} resolves to a loopback address on this machine, which the other "
+                      "machines of the run cannot reach")
+    return None, f"MASTER_ADDR={host!r} is not an address of this machine"

@@ -1,0 +1,98 @@
+"""No open doors (issue 17, item 3): a run on one machine listens on no address another machine reaches; a run
+across machines listens where its launcher's MASTER_ADDR says, not on every interface."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from accelkit.strategies.ddp import find_free_port  # noqa: E402
+from accelkit.strategies.rendezvous import (  # noqa: E402
+    GLOO_INTERFACE_VARIABLE, listen_on_loopback, listening_socket, loopback_interface, rendezvous_store)
+from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
+from helpers.sockets import listening_addresses, reachable_from_outside  # noqa: E402
+
+LINUX_PROC = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the listening sockets from "
+                                "/proc/net/tcp (Linux only)")
+
+
+def run_and_list_sockets(tmp_path: Path, strategy: str) -> list[tuple[str, str, int]]:
+    """Run helpers/sockets_fit.py with ``strategy``; return ``(who, address, port)`` of every listening socket the
+    two workers and their launching process held once training started."""
+    env = child_env()
+    env.pop(GLOO_INTERFACE_VARIABLE, None)
+    proc = subprocess.run([PYTHON, str(TESTS / "helpers" / "sockets_fit.py"), str(tmp_path), strategy], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    opened = []
+    for rank in range(2):
+        record = json.loads((tmp_path / f"sockets-{rank}.json").read_text())
+        opened += [(f"{who} of rank {rank}", address, port) for who, found in record.items() for address, port in found]
+    return opened
+
+
+@pytest.mark.slow
+@LINUX_PROC
+def test_a_ddp_spawn_run_listens_on_the_loopback_interface_only(tmp_path):
+    opened = run_and_list_sockets(tmp_path, "ddp_spawn")
+    assert any(who == "worker of rank 0" for who, _, _ in opened), opened  # rank 0 hosts the rendezvous store
+    assert [entry for entry in opened if reachable_from_outside(entry[1])] == [], opened
+
+
+@LINUX_PROC
+def test_the_rendezvous_store_listens_on_the_master_address_only(monkeypatch):
+    port = find_free_port()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    store = rendezvous_store(0, 1, 30.0, spans_machines=False)
+    try:
+        store.set("key", "value")
+        ours = [address for address, p in listening_addresses(os.getpid()) if p == port]
+        assert ours == ["127.0.0.1"], ours  # torch's own env:// store listens on "::" (every interface)
+    finally:
+        del store
+
+
+def test_torchruns_agent_store_is_left_to_torch(monkeypatch):
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    assert rendezvous_store(0, 2, 30.0, spans_machines=True) is None
+
+
+def test_a_run_on_one_machine_points_every_backend_at_the_loopback_interface():
+    environ: dict[str, str] = {"MASTER_ADDR": "node-7"}
+    listen_on_loopback(environ, ("OTHER_BACKEND_SOCKET_IFNAME",))
+    interface = loopback_interface()
+    assert environ["MASTER_ADDR"] == "127.0.0.1"
+    if interface is None:
+        pytest.skip("no loopback interface could be named on this machine")
+    assert environ[GLOO_INTERFACE_VARIABLE] == interface
+    assert environ["OTHER_BACKEND_SOCKET_IFNAME"] == interface
+
+
+def test_an_interface_the_user_chose_is_kept():
+    environ = {GLOO_INTERFACE_VARIABLE: "eth7"}
+    listen_on_loopback(environ)
+    assert environ[GLOO_INTERFACE_VARIABLE] == "eth7"
+
+
+def test_an_address_of_another_machine_is_not_bound_and_the_reason_is_given():
+    listener, why = listening_socket("192.0.2.77", find_free_port(), spans_machines=True)  # TEST-NET-1
+    assert listener is None and "MASTER_ADDR='192.0.2.77' is not an address of this machine" in why
+
+
+def test_a_run_across_machines_does_not_listen_on_a_loopback_address():
+    # a host name mapped to 127.0.1.1 on rank 0's machine: the other machines cannot connect there
+    listener, why = listening_socket("127.0.0.1", find_free_port(), spans_machines=True)
+    assert listener is None and "resolves to a loopback address" in why
+    listener, why = listening_socket("127.0.0.1", find_free_port(), spans_machines=False)
+    assert isinstance(listener, socket.socket) and why == ""
+    listener.close()
