@@ -265,6 +265,12 @@ class ModelCheckpoint(Checkpoint):
         pattern = re.compile(rf"^{re.escape(self.CHECKPOINT_NAME_LAST)}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
         return {str(p) for p in folder.iterdir() if pattern.match(p.name)} if folder.is_dir() else set()
 
+    def last_checkpoint_path(self, trainer: Any) -> Path:
+        """Where this callback writes ``last.ckpt`` in ``trainer``'s run: in :attr:`dirpath` when given, else in
+        ``<trainer.log_dir>/checkpoints`` when the Trainer has a logger, else in ``<default_root_dir>/checkpoints``
+        (a later run in a folder that holds one writes ``last-v1.ckpt`` beside it)."""
+        return Path(self._resolve_dirpath(trainer)) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+
     def _resolve_dirpath(self, trainer: Any) -> str:
         if self.dirpath is not None:
             return self.dirpath

@@ -26,6 +26,23 @@ def _best_path(trainer: Any) -> str:
     return best
 
 
+def _nothing_to_resume(trainer: Any) -> str:
+    """The first attempt of a run with ``ckpt_path="last"``: where its checkpoint callbacks write the checkpoint the
+    next attempt resumes from (the folder of the user's ``ModelCheckpoint``, not a default one)."""
+    places = []
+    for callback in trainer.checkpoint_callbacks:
+        if hasattr(callback, "last_checkpoint_path"):
+            path = Path(callback.last_checkpoint_path(trainer))
+            places.append(f"{path.parent} ({path.stem}*{path.suffix})")
+        else:
+            places += sorted(str(p) for p in callback.find_last_checkpoints(trainer))
+    if not places:
+        return ("ckpt_path='last': this run has no checkpoint callback (enable_checkpointing=False and no "
+                "ModelCheckpoint), so no attempt writes a checkpoint to resume from; starting from scratch.")
+    return (f"ckpt_path='last': no checkpoint in {' or '.join(places)} yet; starting from scratch. A later attempt "
+            "resumes from the newest one written there.")
+
+
 def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -> Any:
     if ckpt_path is None and not model_given and stage != "fit":
         best = _best_path(trainer)
@@ -45,8 +62,7 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
         found = [p for p in found if p.is_file() or is_sharded_checkpoint(p)]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
-        warnings.warn(f"ckpt_path='last': no checkpoint at {trainer.checkpoint_path} yet; starting from scratch.",
-                      UserWarning, stacklevel=4)
+        warnings.warn(_nothing_to_resume(trainer), UserWarning, stacklevel=4)
         return None
     if ckpt_path is not None:
         path = Path(ckpt_path)

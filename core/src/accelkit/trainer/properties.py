@@ -173,7 +173,12 @@ class TrainerProperties:
 
     @property
     def checkpoint_path(self) -> Path:
-        """Where the default checkpoint callback writes ``last.ckpt``."""
+        """Where the run's first :class:`~accelkit.callbacks.ModelCheckpoint` writes ``last.ckpt`` (its ``dirpath``,
+        the default one's ``<default_root_dir>/checkpoints`` or ``<log_dir>/checkpoints``); without one,
+        ``<default_root_dir>/checkpoints/last.ckpt``."""
+        for callback in self.checkpoint_callbacks:
+            if hasattr(callback, "last_checkpoint_path"):
+                return callback.last_checkpoint_path(self)
         return self.default_root_dir / "checkpoints" / "last.ckpt"
 
     # ----------------------------------------------------------------- progress
