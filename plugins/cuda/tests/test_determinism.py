@@ -36,16 +36,16 @@ def _loader():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("benchmark", [True, False])
-def test_benchmark_sets_cudnn_benchmark_during_the_run(tmp_path, benchmark):
+@pytest.mark.parametrize("cudnn_benchmark", [True, False])
+def test_benchmark_sets_cudnn_benchmark_during_the_run(tmp_path, cudnn_benchmark):
     previous = torch.backends.cudnn.benchmark
     try:
-        torch.backends.cudnn.benchmark = not benchmark
+        torch.backends.cudnn.benchmark = not cudnn_benchmark
         model = Probe()
-        accelkit.Trainer(accelerator="cuda", devices=1, max_epochs=1, benchmark=benchmark, logger=False,
+        accelkit.Trainer(accelerator="cuda", devices=1, max_epochs=1, benchmark=cudnn_benchmark, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path).fit(model, _loader())
-        assert model.seen and all(seen == benchmark for seen in model.seen)
+        assert model.seen and all(seen == cudnn_benchmark for seen in model.seen)
     finally:
         torch.backends.cudnn.benchmark = previous
 
