@@ -32,8 +32,7 @@ DIST_DIRS = [ROOT / "core"] + sorted(p.parent for p in (ROOT / "plugins").glob("
 XLA_RUNTIME = "torch-xla"
 XLA_BASE = "accelkit-xla-spawn"
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("distributions"),
-              requires_build_tools(*(d / "pyproject.toml" for d in DIST_DIRS), frontend=True)]
+pytestmark = [pytest.mark.slow, requires_build_tools(*(d / "pyproject.toml" for d in DIST_DIRS), frontend=True)]
 
 
 def project(directory: Path) -> dict:

@@ -40,14 +40,12 @@ def site(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("docs_site")  # one sphinx build for the tests that read it
 def test_every_page_is_built(site):
     for source in DOCS.glob("*.rst"):
         assert (site / f"{source.stem}.html").is_file(), source.name
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("docs_site")  # one sphinx build for the tests that read it
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_hook_is_documented(site, hook):
     api = (site / "api.html").read_text()

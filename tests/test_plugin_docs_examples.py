@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "plugins.rst"
 TEMPLATE = ROOT / "templates" / "plugin" / "pyproject.toml"
 #: the examples' [build-system] is the template's (checked below), so the template's build tools are what they need
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("plugin_docs_examples"), requires_build_tools(TEMPLATE)]
+pytestmark = [pytest.mark.slow, requires_build_tools(TEMPLATE)]
 
 #: a code block whose first line is ``# <distribution>/<path>``
 _BLOCK = re.compile(r"^\.\. code-block:: \w+\n\n((?:    .*\n|\n)+)", re.MULTILINE)

@@ -104,9 +104,6 @@ print(json.dumps({
 '''
 
 
-pytestmark = pytest.mark.xdist_group("plugin_isolation")  # the tests that read `observed` share one run
-
-
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory, make_distribution, run_python):
     """One interpreter with eight real distributions installed: a raising one, two claiming 'twin', one whose hook

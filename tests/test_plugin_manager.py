@@ -84,9 +84,6 @@ def _acme_site(site, make):
     return site
 
 
-pytestmark = pytest.mark.xdist_group("plugin_manager")  # the tests that read `observed` share one run
-
-
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory, make_distribution, run_python):
     """One subprocess that discovers the acme distributions through importlib.metadata, in three setups.

@@ -21,7 +21,7 @@ from helpers.requirements import requires_build_tools  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "templates" / "plugin"
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("template"), requires_build_tools(TEMPLATE / "pyproject.toml")]
+pytestmark = [pytest.mark.slow, requires_build_tools(TEMPLATE / "pyproject.toml")]
 
 
 def _other_plugins() -> list[str]:

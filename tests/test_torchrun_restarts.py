@@ -89,9 +89,6 @@ def stderr_of(root: Path) -> str:
     return root.with_suffix(".stderr").read_text()[-4000:]
 
 
-pytestmark = pytest.mark.xdist_group("torchrun_restarts")  # the tests that read `reference` share one run
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict[str, torch.Tensor]:
     """The final weights of the same command never stopped."""

@@ -20,7 +20,6 @@ from helpers.compare import assert_same_weights
 from fsdp_models import MLP, Block, Probe
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.xdist_group("fsdp")  # the tests share the module's fsdp2 run
 QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
              enable_model_summary=False, limit_val_batches=0)
 

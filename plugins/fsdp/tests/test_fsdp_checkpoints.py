@@ -17,7 +17,7 @@ from accelkit.checkpoint import sharded as dcp_io
 from helpers.compare import assert_same_weights
 from fsdp_models import MLP, Block
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("fsdp_checkpoints")]
+pytestmark = pytest.mark.slow
 
 QUIET = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
              limit_val_batches=0)

@@ -17,7 +17,6 @@ import pytest
 from helpers.xla import xla_env
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.xdist_group("xla_bf16")  # the tests share the module's fits
 BF16 = "torch.bfloat16"
 F32 = "torch.float32"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.xdist_group("xla_single"), pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.skipif(
     __import__("importlib").util.find_spec("torch_xla") is None, reason="torch_xla is not installed")]
 
 

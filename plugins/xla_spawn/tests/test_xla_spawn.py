@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.xdist_group("xla_spawn"), pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.skipif(
     __import__("importlib").util.find_spec("torch_xla") is None, reason="torch_xla is not installed")]
 
 WORLD = 4

@@ -24,7 +24,7 @@ if importlib.util.find_spec("torch_xla") is None:
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("clean", "shapes", "item", "fallback")
 
-pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.xdist_group("xla_spawn_debug")]
+pytestmark = [pytest.mark.slow, pytest.mark.xla]
 
 
 #: Debug settings of the user's shell that would change what the scenarios measure.

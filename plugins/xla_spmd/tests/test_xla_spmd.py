@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.xdist_group("xla_spmd"), pytest.mark.skipif(
+pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.skipif(
     __import__("importlib").util.find_spec("torch_xla") is None, reason="torch_xla is not installed")]
 
 STEPS_PER_EPOCH = 4  # 64 samples, batches of 16
