@@ -642,3 +642,27 @@ def test_progress_bar_metrics_do_not_depend_on_showing_the_bar(tmp_path, capsys)
         trainer.fit(RegressionModule())
         shown.append(dict(trainer.progress_bar_metrics))
     assert shown[0] == shown[1]
+
+
+def test_callback_metrics_start_empty_for_each_run(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    model = RegressionModule()
+    trainer.fit(model)
+    assert "train_loss_epoch" in trainer.callback_metrics
+    trainer.test(model, verbose=False)
+    assert set(trainer.callback_metrics) == {"test_loss"}
+
+
+class RankZeroMetric(RegressionModule):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_score", torch.nn.functional.mse_loss(self(x), y), rank_zero_only=True)
+
+
+@pytest.mark.slow
+def test_a_monitor_on_a_rank_zero_only_metric_fails_instead_of_hanging(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", num_sanity_val_steps=0,
+                            callbacks=[accelkit.callbacks.EarlyStopping(monitor="val_score")])
+    with pytest.raises(accelkit.WorkerError, match="EarlyStopping monitors 'val_score', which is logged with "
+                                                   "rank_zero_only=True"):
+        trainer.fit(RankZeroMetric())

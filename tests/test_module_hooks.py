@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from helpers.models import quiet_trainer, regression_data  # noqa: E402
+from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 QUIET = dict(enable_model_summary=False, num_sanity_val_steps=0)
 
@@ -432,3 +432,17 @@ def test_configure_callbacks_single_callback_and_checkpoint_last(tmp_path):
     assert (tmp_path / "mine" / "last.ckpt").is_file()
     assert not (tmp_path / "checkpoints").exists()
     assert counter.epochs == 1
+
+
+class OldHooks(RegressionModule):
+    def validation_epoch_end(self, outputs: Any) -> None:
+        pass
+
+    def on_epoch_end(self) -> None:
+        pass
+
+
+def test_lightning_1x_hooks_are_refused_with_their_replacement(tmp_path):
+    with pytest.raises(NotImplementedError, match="validation_epoch_end was removed.*on_validation_epoch_end.*"
+                                                  "on_epoch_end was removed"):
+        quiet_trainer(tmp_path, max_epochs=1).fit(OldHooks())

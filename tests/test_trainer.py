@@ -499,3 +499,73 @@ def test_test_without_a_test_step_is_an_error_naming_the_method(tmp_path):
         quiet_trainer(tmp_path).test(TrainOnly(), loader)
     with pytest.raises(NotImplementedError, match=r"TrainOnly.validation_step\(batch, batch_idx\)"):
         quiet_trainer(tmp_path).validate(TrainOnly(), loader)
+
+
+class SkipsSecondBatch(RegressionModule):
+    """Zero weights, SGD lr=1; training_step returns None on batch 1."""
+
+    def __init__(self) -> None:
+        super().__init__(lr=1.0)
+        nn.init.zeros_(self.layer.weight)
+        nn.init.zeros_(self.layer.bias)
+        self.weights: list[torch.Tensor] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        loss = super().training_step(batch, batch_idx)
+        return None if batch_idx == 1 else loss
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.weights.append(self.layer.weight.detach().clone())
+
+
+def test_a_skipped_batch_moves_no_weight(tmp_path):
+    """As Lightning's closure: the gradients are zeroed, no backward runs, the step moves nothing."""
+    model = SkipsSecondBatch()
+    quiet_trainer(tmp_path, max_epochs=1, limit_train_batches=3, num_sanity_val_steps=0,
+                  limit_val_batches=0).fit(model)
+    assert not torch.equal(model.weights[0], torch.zeros_like(model.weights[0]))
+    torch.testing.assert_close(model.weights[1], model.weights[0], rtol=0, atol=0)
+    assert not torch.equal(model.weights[2], model.weights[1])
+
+
+class MonitoredStepLR(RegressionModule):
+    """A StepLR whose dict carries a 'monitor' key (Lightning users leave it there for any scheduler)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lrs: list[float] = []
+
+    def configure_optimizers(self) -> Any:
+        opt = torch.optim.SGD(self.parameters(), lr=1.0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, 0.5),
+                                                   "monitor": "val_loss"}}
+
+    def on_train_epoch_start(self) -> None:
+        self.lrs.append(self.trainer.optimizers[0].param_groups[0]["lr"])
+
+
+def test_monitor_is_only_used_by_plateau_schedulers(tmp_path):
+    model = MonitoredStepLR()
+    quiet_trainer(tmp_path, max_epochs=4).fit(model)
+    assert model.lrs == [1.0, 0.5, 0.25, 0.125]  # stepped without the metric (it is not an epoch number)
+
+
+class TwoLoadersNoIndex(RegressionModule):
+    def val_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(regression_data(8, seed=1), batch_size=4), DataLoader(regression_data(8, seed=2),
+                                                                                 batch_size=4)]
+
+
+def test_several_loaders_need_a_dataloader_idx_parameter(tmp_path):
+    with pytest.raises(TypeError, match="validation_step runs over 2 loaders but takes no dataloader_idx"):
+        quiet_trainer(tmp_path, max_epochs=1).validate(TwoLoadersNoIndex())
+
+
+class WithLBFGS(RegressionModule):
+    def configure_optimizers(self) -> Any:
+        return torch.optim.LBFGS(self.parameters(), lr=0.1)
+
+
+def test_an_optimizer_that_needs_its_closure_is_refused_clearly(tmp_path):
+    with pytest.raises(NotImplementedError, match="LBFGS.step\\(\\) re-evaluates the loss through its closure"):
+        quiet_trainer(tmp_path, max_epochs=1).fit(WithLBFGS())

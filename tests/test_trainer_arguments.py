@@ -629,3 +629,38 @@ def test_options_a_single_device_strategy_does_not_read_are_refused(tmp_path):
 
     with pytest.raises(ConfigurationError, match=r"takes no options, but was given \['device'\]"):
         accelkit.Trainer(accelerator="cpu", strategy=SingleDeviceStrategy(device="cpu"), default_root_dir=tmp_path)
+
+
+def test_val_check_interval_longer_than_an_epoch_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="val_check_interval=10 must be <= the number of training batches per "
+                                         "epoch \\(4\\).*check_val_every_n_epoch=None"):
+        quiet_trainer(tmp_path, max_epochs=2, val_check_interval=10).fit(RegressionModule())
+
+
+class RecordsOrder(RegressionModule):
+    """A shuffled training loader; records the first batch's targets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: list[torch.Tensor] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if batch_idx == 0:
+            self.first.append(batch[1].flatten().clone())
+        return super().training_step(batch, batch_idx)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(32), batch_size=8, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(regression_data(16, seed=1), batch_size=8, shuffle=True)
+
+
+def test_the_sanity_check_does_not_change_the_training_order(tmp_path):
+    orders = []
+    for steps in (0, 2):
+        torch.manual_seed(123)
+        model = RecordsOrder()
+        quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=steps).fit(model)
+        orders.append(model.first[0])
+    torch.testing.assert_close(orders[0], orders[1], rtol=0, atol=0)
