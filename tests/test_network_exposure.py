@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accelkit.strategies.ddp import find_free_port  # noqa: E402
 from accelkit.strategies.rendezvous import (  # noqa: E402
-    GLOO_INTERFACE_VARIABLE, listen_on_loopback, listening_socket, loopback_interface, rendezvous_store)
+    GLOO_INTERFACE_VARIABLE, UNSHARED_STORE_VARIABLE, listen_on_loopback, listening_socket, loopback_interface,
+    rendezvous_store)
 from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
 from helpers.sockets import listening_addresses, reachable_from_outside  # noqa: E402
 
@@ -62,9 +64,27 @@ def test_the_rendezvous_store_listens_on_the_master_address_only(monkeypatch):
         del store
 
 
-def test_torchruns_agent_store_is_left_to_torch(monkeypatch):
+def test_under_torchruns_agent_store_each_attempt_has_keys_of_its_own(monkeypatch):
+    """torchrun's agent keeps one store for all restarts; a restarted process must not read what the processes of
+    the attempt before it wrote there (gloo's addresses of processes that are gone)."""
+    import torch.distributed as dist
+
+    port = find_free_port()
+    agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # as torchrun's agent hosts it
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
     monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
-    assert rendezvous_store(0, 2, 30.0, spans_machines=True) is None
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # one agent (--standalone) runs every process
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    first = rendezvous_store(0, 2, 30.0, spans_machines=False)
+    first.set("rank_1", "address of attempt 0")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    second = rendezvous_store(1, 2, 30.0, spans_machines=False)
+    assert not second.check(["rank_1"])  # attempt 1 does not see attempt 0's key
+    second.set("rank_1", "address of attempt 1")
+    assert agent.get("accelkit/attempt_0/rank_1") == b"address of attempt 0"
+    assert agent.get("accelkit/attempt_1/rank_1") == b"address of attempt 1"
 
 
 def test_a_run_on_one_machine_points_every_backend_at_the_loopback_interface():
@@ -96,3 +116,25 @@ def test_a_run_across_machines_does_not_listen_on_a_loopback_address():
     listener, why = listening_socket("127.0.0.1", find_free_port(), spans_machines=False)
     assert isinstance(listener, socket.socket) and why == ""
     listener.close()
+
+
+def test_a_restartable_torchrun_run_over_several_machines_is_told_how_to_keep_attempts_apart(monkeypatch):
+    """Each agent counts its own restarts, so no attempt number is common to the processes of several machines: no
+    prefix then, and rank 0 is told of torch's switch that gives each attempt a store of its own."""
+    import torch.distributed as dist
+
+    port = find_free_port()
+    agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True",
+                        "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RESTART_COUNT": "1",
+                        "TORCHELASTIC_MAX_RESTARTS": "3"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.warns(UserWarning, match=UNSHARED_STORE_VARIABLE + "=1"):
+        store = rendezvous_store(0, 4, 30.0, spans_machines=True)
+    store.set("key", "value")
+    assert agent.get("key") == b"value"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rendezvous_store(1, 4, 30.0, spans_machines=True)  # rank 1: rank 0 says it
+        monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
+        rendezvous_store(0, 4, 30.0, spans_machines=True)  # no restarts: nothing to say

@@ -3,7 +3,7 @@ fit of helpers/resume_fit.py (shuffled loader, dropout, Adam, a per-step schedul
 checkpoint every 4 steps and ``ckpt_path="last"`` on every attempt, as a preemptible job runs it.
 
 Each worker prints ``rank R pid P attempt A starts at step S`` when training starts; rank 0 prints ``step N``
-after every batch (``STEP_SLEEP_S`` slows the steps down) and, at the end, writes ``ROOT/final.pt`` and prints
+after every batch (``STEP_SLEEP_S`` slows the steps down; ``RESTARTED_RANK_1_DELAY_S`` delays a restarted rank 1) and, at the end, writes ``ROOT/final.pt`` and prints
 ``done``. Usage: ``torchrun ... torchrun_resume_fit.py ROOT``
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,10 @@ class ReportStart(accelkit.Callback):
 
 
 def main(root: str) -> int:
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0" and os.environ.get("RANK") == "1":
+        # a restarted rank 1 that joins late (as on a loaded machine): rank 0 then reaches the process group's
+        # rendezvous first, where the keys the killed attempt wrote must not be taken for rank 1's
+        time.sleep(float(os.environ.get("RESTARTED_RANK_1_DELAY_S", "0")))
     accelkit.seed_everything(0)
     model = DropoutNet()
     trainer = make_trainer(root, "ddp", 2, epochs=3, every=4, callbacks=[ReportStart(), PrintSteps()])

@@ -68,6 +68,15 @@ def test_fsdp_equals_ddp_with_one_nth_of_the_memory_per_rank(tmp_path, devices, 
     assert sum(total(r) for r in fsdp) == pytest.approx(full, rel=0.01)  # the shards add up to one copy
 
 
+def test_one_device_trains_the_weights_of_a_run_without_fsdp(tmp_path):
+    """One process: fsdp builds its one-process group on a loopback store and trains as a run without it."""
+    reference = MLP(optimizer="sgd", lr=0.05)
+    accelkit.Trainer(devices=1, max_epochs=1, default_root_dir=tmp_path / "one", **QUIET).fit(reference)
+    model, records = fit(tmp_path, "fsdp", 1, "single", model=MLP(optimizer="sgd", lr=0.05))
+    assert len(records) == 1
+    assert_same_weights(model.state_dict(), reference.state_dict(), atol=1e-6)
+
+
 @pytest.mark.slow
 def test_gradient_accumulation_skips_the_sync_and_matches_one_process(tmp_path):
     # 2 ranks x 2 accumulated batches of 4 = global batches of 16, as one process with batches of 16 (SGD).

@@ -54,16 +54,4 @@ def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | Non
     return None
 
 
-__all__ = [
-    "DEFAULT_PORT",
-    "ClusterEnvironment",
-    "KubeflowEnvironment",
-    "LSFEnvironment",
-    "MPIEnvironment",
-    "SLURMEnvironment",
-    "TorchrunEnvironment",
-    "cluster_environment_records",
-    "detect_cluster_environment",
-    "first_host",
-    "port_from_job_id",
-]
+__all__ = ["ClusterEnvironment", "cluster_environment_records", "detect_cluster_environment"]

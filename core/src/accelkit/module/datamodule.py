@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from accelkit.module.hparams import HyperparametersMixin
 from accelkit.utilities.apply_func import move_to_device
 
-__all__ = ["DataHooks", "DataModule", "dataloader_is_defined", "restore_datamodule_state"]
+__all__ = ["DataHooks", "DataModule", "dataloader_is_defined"]
 
 _LOADER_METHODS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 

@@ -17,7 +17,7 @@ from torch import nn
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
-from accelkit.strategies.rendezvous import listen_on_loopback, rendezvous_store
+from accelkit.strategies.rendezvous import attempt_prefix, listen_on_loopback, rendezvous_store
 
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
@@ -136,7 +136,7 @@ class DDPStrategy(ParallelStrategy):
                     rank=self.global_rank,
                     world_size=self.world_size,
                     timeout=timedelta(seconds=timeout),
-                    **({} if store is None else {"store": store}),
+                    store=store,
                 )
             finally:
                 waiting.cancel()
@@ -252,8 +252,10 @@ def _watchdog_store() -> Any:
     from datetime import timedelta
 
     try:
-        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                             timeout=timedelta(seconds=5), wait_for_workers=False)
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                              timeout=timedelta(seconds=5), wait_for_workers=False)
+        prefix = attempt_prefix()
+        return dist.PrefixStore(prefix, store) if prefix else store
     except Exception:  # noqa: BLE001 - another rendezvous (file://, a custom store): the run has no watchdog
         return None
 

@@ -30,6 +30,8 @@ from typing import Any, MutableMapping
 
 #: the variable that pins gloo's sockets to one network interface
 GLOO_INTERFACE_VARIABLE = "GLOO_SOCKET_IFNAME"
+#: torch's switch that gives every attempt of a torchrun run a store of its own, hosted by the rank 0 process
+UNSHARED_STORE_VARIABLE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: the address a run on one machine listens on
 LOOPBACK_ADDRESS = "127.0.0.1"
 _IFF_LOOPBACK = 0x8
@@ -70,10 +72,41 @@ def uses_launcher_store(environ: MutableMapping[str, str] = os.environ) -> bool:
     return environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
 
 
+def attempt_prefix(environ: MutableMapping[str, str] = os.environ) -> str:
+    """The prefix of this attempt's keys in the rendezvous store (``PrefixStore`` adds the ``/``):
+    ``accelkit/attempt_N`` under torchrun's agent store when one agent runs every process of the run
+    (``WORLD_SIZE == LOCAL_WORLD_SIZE``; ``N`` is its ``TORCHELASTIC_RESTART_COUNT``), else empty.
+
+    torchrun's agent keeps one store for every restart of its workers (torch 2.9's c10d rendezvous shares it), and
+    neither torch's ``env://`` rendezvous nor the process group puts the attempt in the keys. Without this prefix a
+    restarted process can read the keys the killed attempt wrote: gloo's listening address of a process that is
+    gone among them, so the new attempt fails with "Gloo connectFullMesh failed ... Connection refused" whenever
+    one process reads a peer's key before that peer rewrote it (a loaded machine). Over several machines each
+    agent counts its own restarts (one that restarts because another node failed does not count it), so no
+    attempt number is common to every process: :func:`warn_restarts_share_keys` says what to do there.
+    """
+    if not uses_launcher_store(environ) or environ.get("WORLD_SIZE") != environ.get("LOCAL_WORLD_SIZE"):
+        return ""
+    return f"accelkit/attempt_{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+
+
+def warn_restarts_share_keys(rank: int, environ: MutableMapping[str, str] = os.environ) -> None:
+    """On rank 0 of a torchrun run over several machines that may restart (``--max-restarts`` > 0) and shares the
+    agent's store: warn that a restarted attempt can read the keys of the failed one, and how to avoid it."""
+    if rank != 0 or not uses_launcher_store(environ) or attempt_prefix(environ):
+        return
+    if environ.get("TORCHELASTIC_MAX_RESTARTS", "0") in ("", "0"):
+        return
+    warnings.warn(f"this torchrun run spans several machines, may restart its workers and keeps one rendezvous "
+                  f"store for every attempt: a restarted attempt can read the keys of the failed one and fail to "
+                  f"connect to a process that is gone. Set {UNSHARED_STORE_VARIABLE}=1 in the environment of every "
+                  "torchrun (rank 0's process then hosts a new store for each attempt).", UserWarning, stacklevel=3)
+
+
 def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
     """The store of a run joined through ``MASTER_ADDR``/``MASTER_PORT``: rank 0 hosts it on the address
-    ``MASTER_ADDR`` names, the others connect. ``None`` under torchrun's agent store (``env://`` then connects to
-    it as torch does).
+    ``MASTER_ADDR`` names, the others connect. Under torchrun's agent store every process connects to the agent's
+    store, seen through this attempt's :func:`attempt_prefix` where there is one.
 
     :param spans_machines: whether the run has processes on other machines: an address that resolves to a
         loopback one on rank 0's machine (a host name mapped to ``127.0.1.1`` in ``/etc/hosts``) cannot be where
@@ -81,12 +114,15 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machine
     """
     import torch.distributed as dist
 
-    if uses_launcher_store():
-        return None
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     timeout = timedelta(seconds=timeout_s)
     options = {"world_size": world_size, "timeout": timeout, "multi_tenant": True,  # as torch's env:// store
                "use_libuv": os.environ.get("USE_LIBUV", "0" if sys.platform == "win32" else "1") == "1"}
+    if uses_launcher_store():
+        client = dist.TCPStore(host, port, is_master=False, **options)
+        prefix = attempt_prefix()
+        warn_restarts_share_keys(rank)
+        return dist.PrefixStore(prefix, client) if prefix else client
     if rank != 0:
         return dist.TCPStore(host, port, is_master=False, **options)
     listener, why = listening_socket(host, port, spans_machines)

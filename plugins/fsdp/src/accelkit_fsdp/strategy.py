@@ -18,6 +18,7 @@ import torch.distributed as dist
 from accelkit import checkpoint as ckpt
 from accelkit.checkpoint import sharded as dcp_io
 from accelkit.strategies import DDPStrategy, LocalRendezvous, find_free_port
+from accelkit.strategies.rendezvous import rendezvous_store
 from accelkit.errors import ConfigurationError
 from accelkit.records import load_target
 from torch import nn
@@ -127,7 +128,7 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
             timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
             store = rendezvous_store(0, 1, timeout, spans_machines=False)  # listens where MASTER_ADDR says
             dist.init_process_group(backend=self.accelerator.distributed_backend, rank=0, world_size=1,
-                                    **({} if store is None else {"store": store}))
+                                    store=store)
             self._owns_process_group = True
             return
         super()._init_process_group()
