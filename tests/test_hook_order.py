@@ -402,6 +402,9 @@ def test_ddp_spawn_every_rank_in_lightning_order(tmp_path, verb):
     assert ranks[0]["pid"] != ranks[1]["pid"]
     for rank in (0, 1):
         assert_sequence(ranks[rank]["calls"], expected, ranks[rank]["problems"])
+    # Lightning wraps the module in DistributedDataParallel only to fit (no gradients to reduce otherwise)
+    wrapped = "DistributedDataParallel" if verb == "fit" else "HookRecorderModule"
+    assert [ranks[rank]["facts"]["model"] for rank in (0, 1)] == [wrapped, wrapped]
     # Lightning's spawn launcher sends back weights, callback_metrics and ModelCheckpoint's best path only: no
     # callback hook runs in the launching process (multiprocessing.py::_collect_rank_zero_results)
     assert_sequence(parent.calls, [call("prepare_data")], parent.problems)

@@ -56,6 +56,8 @@ class HookLog:
         self.dump_dir = None if dump_dir is None else str(dump_dir)
         self.calls: list[str] = []
         self.problems: list[str] = []
+        #: what the run showed besides its calls (``"model"``: the class of ``trainer.model`` at teardown)
+        self.facts: dict[str, Any] = {}
         self._rank: int | None = None
         _LOGS[(self.id, os.getpid())] = self
 
@@ -76,10 +78,11 @@ class HookLog:
             self.dump(self._rank)
 
     def dump(self, rank: int) -> None:
-        """Write ``{"calls", "problems", "pid"}`` to ``dump_dir/rank<rank>.json`` (if ``dump_dir`` is set)."""
+        """Write ``{"calls", "problems", "facts", "pid"}`` to ``dump_dir/rank<rank>.json`` (if ``dump_dir`` is
+        set)."""
         if self.dump_dir is not None:
             self._rank = rank
-            payload = {"calls": self.calls, "problems": self.problems, "pid": os.getpid()}
+            payload = {"calls": self.calls, "problems": self.problems, "facts": self.facts, "pid": os.getpid()}
             (Path(self.dump_dir) / f"rank{rank}.json").write_text(json.dumps(payload, indent=1))
 
     @staticmethod
@@ -187,6 +190,8 @@ class HookRecorderModule(accelkit.Module):
     def teardown(self, stage: str) -> None:
         self._log("teardown", stage=_plain(stage))
         super().teardown(stage)
+        if self.trainer is not None:
+            self.hook_log.facts["model"] = type(self.trainer.model).__name__
         self.hook_log.dump(self.trainer.global_rank if self.trainer is not None else 0)
 
     def train_dataloader(self) -> Any:

@@ -150,8 +150,11 @@ class DDPStrategy(ParallelStrategy):
         self._init_process_group()
 
     def setup_module(self, module: nn.Module) -> nn.Module:
+        """Move and convert ``module``; while fitting on several processes, wrap it in ``DistributedDataParallel``.
+        ``validate``, ``test`` and ``predict`` run the module itself, as in Lightning: there are no gradients to
+        reduce, and ``trainer.model`` is then the user's module."""
         module = super().setup_module(module)
-        if self.world_size == 1:
+        if self.world_size == 1 or self.stage not in (None, "fit"):
             return module
         device_ids = self.accelerator.ddp_device_ids(self.root_device) if hasattr(
             self.accelerator, "ddp_device_ids") else None
