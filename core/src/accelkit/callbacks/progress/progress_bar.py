@@ -147,6 +147,50 @@ class ProgressBar(Callback):
         return state
 
 
+
+class RefreshingProgressBar(ProgressBar):
+    """What :class:`~accelkit.callbacks.TQDMProgressBar` and :class:`~accelkit.callbacks.RichProgressBar` share:
+    a :attr:`refresh_rate` and the switch :meth:`disable`/:meth:`enable` turn. Subclass it for a bar that moves
+    every ``refresh_rate`` batches.
+
+    :param refresh_rate: move the bars every this many batches; ``0`` hides them.
+    """
+
+    def __init__(self, refresh_rate: int = 1) -> None:
+        super().__init__()
+        check_count(self, "refresh_rate", refresh_rate)
+        self._refresh_rate = refresh_rate
+        self._enabled = True
+
+    @property
+    def refresh_rate(self) -> int:
+        """Batches between two moves of a bar (``0``: no bar)."""
+        return self._refresh_rate
+
+    @property
+    def is_enabled(self) -> bool:
+        """Whether the bars are drawn (enabled, and ``refresh_rate`` > 0)."""
+        return self._enabled and self._refresh_rate > 0
+
+    @property
+    def is_disabled(self) -> bool:
+        """Whether the bars are hidden."""
+        return not self.is_enabled
+
+    def disable(self) -> None:
+        """Hide the bars (every process but global rank zero does)."""
+        self._enabled = False
+
+    def enable(self) -> None:
+        """Draw the bars again."""
+        self._enabled = True
+
+
+def check_count(bar: Any, name: str, value: Any) -> None:
+    """Refuse a bar's argument ``name`` unless ``value`` is an int >= 0 (``ValueError`` naming the bar)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{type(bar).__name__}({name}={value!r}): must be an int >= 0")
+
 def get_standard_metrics(trainer: Any) -> dict[str, int | str]:
     """The items every bar shows: ``v_num``, the loggers' version (the last four characters of a string
     version; several loggers' distinct versions joined with ``_``), when the run has a logger."""

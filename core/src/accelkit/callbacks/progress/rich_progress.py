@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from accelkit.callbacks.progress.progress_bar import ProgressBar
+from accelkit.callbacks.progress.progress_bar import RefreshingProgressBar
 
 #: seconds between two redraws at most (the numbers still move every ``refresh_rate`` batches)
 REDRAW_INTERVAL_S = 0.1
@@ -41,7 +41,7 @@ class RichProgressBarTheme:
     metrics_format: str = ".3f"
 
 
-class RichProgressBar(ProgressBar):
+class RichProgressBar(RefreshingProgressBar):
     """Progress bars drawn with rich (Lightning's ``RichProgressBar``): one line per running loop with its
     label, the bar (a pulse for a loader without a length), batches done of the total, elapsed and remaining
     time, speed, and on the training line :meth:`get_metrics`. rich is an optional extra: ``pip install rich``
@@ -66,12 +66,8 @@ class RichProgressBar(ProgressBar):
             raise ModuleNotFoundError("RichProgressBar draws with the rich package, which is not installed: pip "
                                       "install rich (or the core's extra: pip install 'accelkit[rich]'), or use "
                                       "TQDMProgressBar") from None
-        if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
-            raise ValueError(f"RichProgressBar(refresh_rate={refresh_rate!r}): must be an int >= 0")
-        super().__init__()
-        self._refresh_rate = refresh_rate
+        super().__init__(refresh_rate)
         self._leave = leave
-        self._enabled = True
         self.theme = theme if theme is not None else RichProgressBarTheme()
         self._console_kwargs = dict(console_kwargs or {})
         self.progress: Any = None  #: the ``rich.progress.Progress`` drawing the bars (during a run)
@@ -87,29 +83,6 @@ class RichProgressBar(ProgressBar):
         state.update(progress=None, train_progress_bar_id=None, val_progress_bar_id=None, test_progress_bar_id=None,
                      predict_progress_bar_id=None)
         return state
-
-    @property
-    def refresh_rate(self) -> int:
-        """Batches between two moves of a bar (``0``: no bar)."""
-        return self._refresh_rate
-
-    @property
-    def is_enabled(self) -> bool:
-        """Whether the bars are drawn (enabled, and ``refresh_rate`` > 0)."""
-        return self._enabled and self._refresh_rate > 0
-
-    @property
-    def is_disabled(self) -> bool:
-        """Whether the bars are hidden."""
-        return not self.is_enabled
-
-    def disable(self) -> None:
-        """Hide the bars (every process but global rank zero does)."""
-        self._enabled = False
-
-    def enable(self) -> None:
-        """Draw the bars again."""
-        self._enabled = True
 
     def configure_columns(self, trainer: Any) -> list[Any]:
         """The columns of every line (rich ``ProgressColumn`` objects); override it to change them."""

@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any
 
-from accelkit.callbacks.progress.progress_bar import ProgressBar
+from accelkit.callbacks.progress.progress_bar import RefreshingProgressBar, check_count
 
 # tqdm.auto draws notebook widgets, which need ipywidgets; without it the terminal bar is the one that works
 if importlib.util.find_spec("ipywidgets") is not None:  # pragma: no cover - not installed in the test environment
@@ -37,7 +37,7 @@ class Tqdm(_tqdm):
         return text
 
 
-class TQDMProgressBar(ProgressBar):
+class TQDMProgressBar(RefreshingProgressBar):
     """The default progress bar (Lightning's ``TQDMProgressBar``): tqdm bars on standard output for training
     (``Epoch N``, batches done of the epoch's count, and :meth:`get_metrics`), validation (under the training
     bar inside ``fit``), the sanity check, test and prediction. A loader without a length shows the batches
@@ -67,13 +67,9 @@ class TQDMProgressBar(ProgressBar):
     BAR_FORMAT = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
 
     def __init__(self, refresh_rate: int = 1, process_position: int = 0, leave: bool = False) -> None:
-        super().__init__()
-        for name, value in (("refresh_rate", refresh_rate), ("process_position", process_position)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{type(self).__name__}({name}={value!r}): must be an int >= 0")
-        self._refresh_rate = refresh_rate
+        super().__init__(refresh_rate)
+        check_count(self, "process_position", process_position)
         self._process_position = process_position
-        self._enabled = True
         self._leave = leave
         self._train_progress_bar: Any = None
         self._val_progress_bar: Any = None
@@ -132,32 +128,9 @@ class TQDMProgressBar(ProgressBar):
         return bar
 
     @property
-    def refresh_rate(self) -> int:
-        """Batches between two moves of a bar (``0``: no bar)."""
-        return self._refresh_rate
-
-    @property
     def process_position(self) -> int:
         """The bars' line offset."""
         return self._process_position
-
-    @property
-    def is_enabled(self) -> bool:
-        """Whether the bars are drawn (enabled, and ``refresh_rate`` > 0)."""
-        return self._enabled and self._refresh_rate > 0
-
-    @property
-    def is_disabled(self) -> bool:
-        """Whether the bars are hidden."""
-        return not self.is_enabled
-
-    def disable(self) -> None:
-        """Hide the bars (every process but global rank zero does)."""
-        self._enabled = False
-
-    def enable(self) -> None:
-        """Draw the bars again."""
-        self._enabled = True
 
     # ----------------------------------------------------------------- building the bars
     def init_sanity_tqdm(self) -> Tqdm:
