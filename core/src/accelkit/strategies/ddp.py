@@ -17,7 +17,7 @@ from torch import nn
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
-from accelkit.strategies.rendezvous import attempt_prefix, listen_on_loopback, rendezvous_store
+from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store
 
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
@@ -255,10 +255,8 @@ def _watchdog_store() -> Any:
     from datetime import timedelta
 
     try:
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
-                              timeout=timedelta(seconds=5), wait_for_workers=False)
-        prefix = attempt_prefix()
-        return dist.PrefixStore(prefix, store) if prefix else store
+        return in_this_attempt(dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                             is_master=False, timeout=timedelta(seconds=5), wait_for_workers=False))
     except Exception:  # noqa: BLE001 - another rendezvous (file://, a custom store): the run has no watchdog
         return None
 

@@ -90,6 +90,14 @@ def attempt_prefix(environ: MutableMapping[str, str] = os.environ) -> str:
     return f"accelkit/attempt_{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
 
 
+
+def in_this_attempt(store: Any) -> Any:
+    """``store`` seen through this attempt's :func:`attempt_prefix` (``store`` itself where there is none)."""
+    import torch.distributed as dist
+
+    prefix = attempt_prefix()
+    return dist.PrefixStore(prefix, store) if prefix else store
+
 def warn_restarts_share_keys(rank: int, environ: MutableMapping[str, str] = os.environ) -> None:
     """On rank 0 of a torchrun run over several machines that may restart (``--max-restarts`` > 0) and shares the
     agent's store: warn that a restarted attempt can read the keys of the failed one, and how to avoid it."""
@@ -119,10 +127,8 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machine
     options = {"world_size": world_size, "timeout": timeout, "multi_tenant": True,  # as torch's env:// store
                "use_libuv": os.environ.get("USE_LIBUV", "0" if sys.platform == "win32" else "1") == "1"}
     if uses_launcher_store():
-        client = dist.TCPStore(host, port, is_master=False, **options)
-        prefix = attempt_prefix()
         warn_restarts_share_keys(rank)
-        return dist.PrefixStore(prefix, client) if prefix else client
+        return in_this_attempt(dist.TCPStore(host, port, is_master=False, **options))
     if rank != 0:
         return dist.TCPStore(host, port, is_master=False, **options)
     listener, why = listening_socket(host, port, spans_machines)
