@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -40,13 +39,12 @@ from bench_trainer import (
     SAMPLES,
     BenchModule,
     EpochTimer,
-    clock,
-    elapsed,
     interleave,
+    loop_epoch,
     make_data,
     quiet_trainer,
     report,
-    stderr_to_devnull,
+    output_to_devnull,
     steady,
 )
 
@@ -84,13 +82,7 @@ def _loop_fsdp_worker(rank: int, world: int, port: int, width: int, epochs: int,
         times = []
         for epoch in range(epochs):
             sampler.set_epoch(epoch)
-            start = clock()
-            for x, y in loader:
-                loss = F.cross_entropy(model(x), y)
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            times.append(elapsed(start))
+            times.append(loop_epoch(model, optimizer, loader))
         if rank == 0:
             Path(path).write_text(json.dumps({"times": times, "steps": len(loader)}))
     finally:
@@ -104,7 +96,7 @@ def loop_fsdp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
 
     with tempfile.TemporaryDirectory(prefix="bench-fsdp-") as tmp:
         path = os.path.join(tmp, "times.json")
-        with stderr_to_devnull():
+        with output_to_devnull():
             mp.start_processes(_loop_fsdp_worker, args=(world, find_free_port(), width, epochs, path), nprocs=world,
                                join=True, start_method="spawn")
         result = json.loads(Path(path).read_text())
@@ -125,7 +117,7 @@ def trainer_fsdp(width: int, epochs: int, world: int = 2) -> tuple[float, float]
         path = os.path.join(tmp, "times.json")
         trainer = quiet_trainer(epochs, [EpochTimer(path)], devices=world, strategy=fsdp_strategy())
         torch.manual_seed(0)
-        with stderr_to_devnull():
+        with output_to_devnull():
             trainer.fit(BenchModule(width, log=True), train_dataloaders=loader)
         result = json.loads(Path(path).read_text())
     return steady(result["times"], result["steps"])
@@ -170,7 +162,7 @@ def memory(strategy: Any, width: int, world: int = 2) -> list[dict[str, int]]:
     with tempfile.TemporaryDirectory(prefix="bench-fsdp-mem-") as tmp:
         trainer = quiet_trainer(1, [MemoryProbe(tmp)], devices=world, strategy=strategy)
         torch.manual_seed(0)
-        with stderr_to_devnull():
+        with output_to_devnull():
             trainer.fit(BenchModule(width, log=False), train_dataloaders=loader)
         return [json.loads(Path(tmp, f"rank{r}.json").read_text()) for r in range(world)]
 

@@ -343,13 +343,7 @@ def _loop_ddp_worker(rank: int, world: int, port: int, width: int, epochs: int, 
         times = []
         for epoch in range(epochs):
             sampler.set_epoch(epoch)
-            start = clock()
-            for x, y in loader:
-                loss = F.cross_entropy(model(x), y)
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            times.append(elapsed(start))
+            times.append(loop_epoch(model, optimizer, loader))
         if rank == 0:
             Path(path).write_text(json.dumps({"times": times, "steps": len(loader)}))
     finally:
