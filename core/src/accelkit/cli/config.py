@@ -30,7 +30,7 @@ from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
 from accelkit.cli.class_paths import translate_text, translate_value
 from accelkit.cli.config_errors import explain
-from accelkit.cli.saved_config import accept_class_paths, with_class_paths
+from accelkit.cli.saved_config import accept_class_paths, import_class_path, with_class_paths
 from accelkit.loggers import Logger
 from accelkit.loggers import tensorboard as _tensorboard  # noqa: F401  (class name resolution needs it imported)
 from accelkit.module.datamodule import DataModule
@@ -114,9 +114,7 @@ def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
 
     :param init: ``{"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}}``.
     """
-    from jsonargparse._util import import_object
-
-    cls = import_object(init["class_path"])
+    cls = import_class_path(init["class_path"])
     positional = args if isinstance(args, tuple) else (args,)
     return cls(*positional, **dict(init.get("init_args") or {}))
 

@@ -76,11 +76,17 @@ def accept_class_paths(value: Any, classes: dict[str, type] | None = None) -> An
     return out
 
 
-def _import(path: Any) -> Any:
+def import_class_path(path: str) -> Any:
+    """The object a configuration's dotted ``class_path`` names (``torch.optim.SGD``), resolved as jsonargparse
+    resolves it (its only use of jsonargparse's ``_util``)."""
     from jsonargparse._util import import_object
 
+    return import_object(path)
+
+
+def _import(path: Any) -> Any:
     try:
-        return import_object(path)
+        return import_class_path(path)
     except Exception:  # noqa: BLE001 - not importable: the parser reports the class path
         return None
 
