@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -36,9 +38,7 @@ class ExportMixin:
         :param example_inputs: the input to trace with (default ``self.example_input_array``); ``"trace"`` only.
         :param kwargs: passed to ``torch.jit.script`` / ``torch.jit.trace``.
         """
-        training = self.training
-        self.eval()
-        try:
+        with _in_eval_mode(self):
             if method == "script":
                 scripted = torch.jit.script(self, **kwargs)
             elif method == "trace":
@@ -46,8 +46,6 @@ class ExportMixin:
                 scripted = torch.jit.trace(self, example_inputs=sample, **kwargs)
             else:
                 raise ValueError(f"to_torchscript(method={method!r}): use 'script' or 'trace'")
-        finally:
-            self.train(training)
         if file_path is not None:
             torch.jit.save(scripted, os.fspath(file_path))
         return scripted
@@ -67,12 +65,19 @@ class ExportMixin:
         _require_onnx(type(self).__name__, kwargs.get("dynamo"))
         sample = self._export_input(input_sample, "to_onnx", "input_sample")
         args = sample if isinstance(sample, tuple) else (sample,)
-        training = self.training
-        self.eval()
-        try:
+        with _in_eval_mode(self):
             return torch.onnx.export(self, args, None if file_path is None else os.fspath(file_path), **kwargs)
-        finally:
-            self.train(training)
+
+
+@contextlib.contextmanager
+def _in_eval_mode(module: Any) -> Iterator[None]:
+    """``module`` in evaluation mode for the block; its training mode is put back afterwards."""
+    training = module.training
+    module.eval()
+    try:
+        yield
+    finally:
+        module.train(training)
 
 
 def _require_onnx(owner: str, dynamo: Any) -> None:
