@@ -8,6 +8,9 @@
   scenario, the documentation), so it is built once. Every other test is scheduled on its own.
 * Spread over workers, the slow tests start first and the quick ones fill the gaps at the end, so that no
   worker finishes a long test alone.
+* Spread over workers, each worker (and every process it starts) gets its share of the cores as its intra-op
+  threads (``OMP_NUM_THREADS`` = cores // workers, unless set), the rule ``ddp_spawn`` applies to its own
+  workers: threads beyond the cores only wait for each other.
 
 Loaded as a pytest plugin by the root ``conftest.py``; the xdist hooks are optional, so the suite also runs
 where pytest-xdist is missing and ``-n`` is not given.
@@ -16,6 +19,7 @@ where pytest-xdist is missing and ``-n`` is not given.
 from __future__ import annotations
 
 import ast
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -55,6 +59,14 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     if config.args_source == pytest.Config.ArgsSource.ARGS:
         return 0
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the controller of a run spread over several workers, before they start: their share of the cores as
+    ``OMP_NUM_THREADS`` (the workers and their subprocesses inherit it)."""
+    workers = getattr(config.option, "numprocesses", None)
+    if isinstance(workers, int) and workers > 1 and not hasattr(config, "workerinput"):
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
 
 
 @pytest.hookimpl(optionalhook=True)
