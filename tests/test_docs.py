@@ -46,6 +46,16 @@ def test_every_page_is_built(site):
 
 
 @pytest.mark.slow
+def test_public_classes_are_linked_under_their_import_paths(site):
+    """The build is nitpicky (docs/conf.py), so every reference resolves; and public classes are documented where
+    users import them from, so the progress-bar page's references are links to ``accelkit.callbacks.X``."""
+    page = (site / "progress-bar.html").read_text()
+    for name in ("TQDMProgressBar", "ProgressBar", "RichProgressBar", "RichProgressBarTheme"):
+        assert f'href="api.html#accelkit.callbacks.{name}"' in page, name
+    assert 'id="accelkit.callbacks.ModelCheckpoint"' in (site / "api.html").read_text()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("hook", HOOKS)
 def test_every_hook_is_documented(site, hook):
     api = (site / "api.html").read_text()

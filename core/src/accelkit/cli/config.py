@@ -150,7 +150,7 @@ class ArgumentParser(_JsonArgParser):
         #: keys of callback argument groups added with :meth:`add_lightning_class_args`
         self.callback_keys: list[str] = []
         #: Module and DataModule groups added with a fixed class (``{"model": Net}``; see
-        #: :mod:`accelkit.cli.saved_config`)
+        #: ``accelkit.cli.saved_config``)
         self.fixed_classes: dict[str, type] = {}
         self.optimizer_classes: dict[str, tuple[Any, str]] = {}
         self.lr_scheduler_classes: dict[str, tuple[Any, str]] = {}
@@ -254,7 +254,7 @@ class SaveConfigCallback(Callback):
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Override to save the configuration somewhere else too (runs on global rank zero only; the text is
-        :attr:`config_text`)."""
+        ``config_text``)."""
 
 
 class ConfiguredOptimizers:

@@ -26,8 +26,8 @@ class DDPStrategy(ParallelStrategy):
     """Data parallel over ``torch.distributed``: one process per device, gradients all-reduced in backward.
 
     This class joins processes that something else started (``torchrun``, SLURM's ``srun``, ``mpirun``...): the
-    ranks, world size and rendezvous address come from its :attr:`cluster_environment` (see
-    :mod:`accelkit.environments.base`).
+    ranks, world size and rendezvous address come from its ``cluster_environment`` (see
+    ``accelkit.environments.base``).
     Options not consumed here (``find_unused_parameters``, ``static_graph``, ...) go to
     :class:`torch.nn.parallel.DistributedDataParallel`.
     """
@@ -48,7 +48,7 @@ class DDPStrategy(ParallelStrategy):
     def _env(self) -> Any:
         """The :class:`~accelkit.environments.base.ClusterEnvironment` whose processes this strategy joins, or ``None``.
 
-        The resolver sets :attr:`cluster_environment` (detected once, through every plugin's environments); a
+        The resolver sets ``cluster_environment`` (detected once, through every plugin's environments); a
         strategy built by hand and never composed asks the core's built-in environments itself. An environment
         whose launcher starts one process per host that spawns its own workers (a TPU pod) is nothing to join.
         """
@@ -95,13 +95,13 @@ class DDPStrategy(ParallelStrategy):
 
     @property
     def local_rank(self) -> int:
-        """The launcher's local rank when joining one (read from :attr:`cluster_environment`)."""
+        """The launcher's local rank when joining one (read from ``cluster_environment``)."""
         env = self._env()
         return env.local_rank if env is not None else super().local_rank
 
     @property
     def node_rank(self) -> int:
-        """When joining a launcher: the global rank over :attr:`processes_per_node` (processes placed node by
+        """When joining a launcher: the global rank over ``processes_per_node`` (processes placed node by
         node, which every launcher here does)."""
         env = self._env()
         return env.global_rank // max(self.processes_per_node, 1) if env is not None else super().node_rank
