@@ -84,3 +84,8 @@ def descendants(pid: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def idle_worker(index: int, seconds: float) -> None:
+    """A worker entry (``entry(index, *args)`` of a launcher's workers) that only sleeps for ``seconds``."""
+    time.sleep(seconds)

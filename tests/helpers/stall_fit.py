@@ -1,8 +1,8 @@
 """Two-process ``ddp_spawn`` fits where the ranks disagree, for the bounded-wait tests:
-``python stall_fit.py ROOT MODE [COLLECTIVE_TIMEOUT]`` (12 s by default) with MODE ``stuck`` (rank 1 sleeps for an hour in batch 1), ``none`` (rank 1's
-training_step returns None once), ``uneven`` (rank 0 has 4 batches per epoch, rank 1 has 3) or ``stop0``/``stop1``
-(rank 0 or 1 writes ``stopme-<rank>`` holding its pid at batch 4, step 4, and waits there for the test to SIGSTOP
-it)."""
+``python stall_fit.py ROOT MODE [COLLECTIVE_TIMEOUT]`` (12 s by default) with MODE ``stuck`` (rank 1 sleeps for an
+hour in batch 1), ``none`` (rank 1's training_step returns None once), ``uneven`` (rank 0 has 4 batches per epoch,
+rank 1 has 3) or ``stop0``/``stop1`` (rank 0 or 1 writes ``stopme-<rank>`` holding its pid at batch 4, step 4, and
+waits there for the test to SIGSTOP it)."""
 
 import os
 import sys

@@ -17,7 +17,7 @@ def process_alive(pid: int) -> bool:
 
 
 def process_stopped(pid: int) -> bool:
-    """Whether process ``pid`` on this machine is stopped (SIGSTOP, Ctrl-Z; state ``T`` in ``/proc``). ``False``
+    """Whether process ``pid`` on this machine is stopped (SIGSTOP, SIGTSTP; state ``T`` in ``/proc``). ``False``
     where that cannot be read (the process is gone, or the system has no ``/proc``)."""
     try:
         stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()

@@ -134,7 +134,8 @@ class SpawnLauncher(Launcher):
             run_path.write_bytes(payload)  # a file, not the start pipe: a dead worker cannot block the writer
             del payload
             timeout = getattr(strategy, "collective_timeout_s", None)
-            progress = interrupt.StopControl(self._block) if self._block is not None else None
+            # the step a worker last finished, named with a stopped worker (workers record it while fitting)
+            progress = interrupt.StopControl(self._block) if self._block is not None and stage == "fit" else None
             self._workers = WorkerProcesses(
                 folder, self.start_method, stopped_limit_s=None if timeout is None else timeout + STOPPED_MARGIN_S,
                 step_of=None if progress is None else progress.step_of, collective_timeout_s=timeout)

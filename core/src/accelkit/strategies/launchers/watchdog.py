@@ -248,7 +248,7 @@ def _ranks(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
 def _process_state(note: tuple[Any, ...]) -> str:
     """`` (process N is stopped)`` where the rank's process runs on this machine and is seen stopped."""
     if len(note) >= 7 and note[6] == socket.gethostname() and process_stopped(int(note[5])):
-        return f" (its process {note[5]} is stopped: SIGSTOP or Ctrl-Z)"
+        return f" (its process {note[5]} is stopped: SIGSTOP or SIGTSTP)"
     return f" (process {note[5]} on {note[6]})" if len(note) >= 7 else ""
 
 

@@ -10,7 +10,7 @@ starts the process, in which the launching process could block forever writing t
 In the folder, each worker leaves ``started-<index>`` once its interpreter is up (the user's script re-imported),
 and ``error-<index>.txt`` with its traceback when the run raised in it.
 
-A worker that is stopped (SIGSTOP, Ctrl-Z of that process alone) holds the others up at their next collective:
+A worker that is stopped (SIGSTOP or SIGTSTP sent to it) holds the others up at their next collective:
 after :data:`STOPPED_NOTICE_S` one line names it; when the run then fails, the error names it too; and a worker
 stopped for longer than the launch's ``stopped_limit_s`` ends the launch (the others would have failed at the
 collective timeout by then). Ending the workers continues a stopped one, so that it exits through its handlers.
@@ -115,12 +115,13 @@ class WorkerProcesses:
                 print(f"accelkit: {self._stopped_worker(index)}; the other workers wait for it, and the run "
                       f"fails{timeout} unless it continues (kill -CONT {process.pid}).", file=sys.stderr, flush=True)
             if self.stopped_limit_s is not None and now - since > self.stopped_limit_s:
-                raise WorkerError(f"{self._stopped_worker(index)} for {now - since:.0f} s, longer than the "
-                                  f"collective timeout; the workers were ended.")
+                raise WorkerError(f"{self._stopped_worker(index)} for {now - since:.0f} s, past the launch's limit "
+                                  f"({self.stopped_limit_s:.0f} s: the collective timeout and a margin); the workers "
+                                  "were ended.")
 
     def _stopped_worker(self, index: int) -> str:
         step = self.step_of(index) if self.step_of is not None else None
-        return (f"worker {index} (pid {self.processes[index].pid}) is stopped (SIGSTOP or Ctrl-Z)"
+        return (f"worker {index} (pid {self.processes[index].pid}) is stopped (SIGSTOP or SIGTSTP)"
                 + (f" after step {step}" if step is not None else ""))
 
     def describe_stopped(self) -> str:
