@@ -88,7 +88,7 @@ class BoundedStore:
 
         with self._lock:
             if self._pending is not None and self._pending.is_alive():
-                raise StoreNotAnswering(f"an earlier call to the store has not returned")
+                raise StoreNotAnswering("an earlier call to the store has not returned")
             self._pending = thread = threading.Thread(target=run, name="accelkit-watchdog-store", daemon=True)
             thread.start()
         thread.join(self.timeout_s)
@@ -209,8 +209,10 @@ def _summary(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
     live = {r: n for r, n in notes.items() if r not in silent}
     working = sorted(r for r, n in live.items() if not waiting(n[2]))
     if silent:
-        return (f"{_ranks_named(silent)} stopped reporting; the others wait for "
-                f"{'them' if len(silent) > 1 else 'it'}")
+        stopped, never = [r for r in silent if notes[r] is not None], [r for r in silent if notes[r] is None]
+        said = ([f"{_ranks_named(stopped)} stopped reporting"] if stopped else []) + (
+            [f"{_ranks_named(never)} never reported"] if never else [])
+        return f"{'; '.join(said)}; the others wait for {'them' if len(silent) > 1 else 'it'}"
     if working:
         return (f"{_ranks_named(working)} {'are' if len(working) > 1 else 'is'} behind (not in a collective); the "
                 f"others wait for {'them' if len(working) > 1 else 'it'}")

@@ -54,7 +54,6 @@ class WorkerProcesses:
 
     :param folder: the launch's private folder (markers and tracebacks of the workers).
     :param start_method: the :mod:`multiprocessing` start method (``"spawn"``).
-
     :param stopped_limit_s: seconds a worker may stay stopped before the launch is ended (``None``: no limit).
     :param step_of: ``step_of(index)``, the step worker ``index`` last reported (named with a stopped worker).
     :param collective_timeout_s: the run's collective timeout (named in the line about a stopped worker).
@@ -131,7 +130,7 @@ class WorkerProcesses:
                    if p.pid is not None and p.exitcode is None and process_stopped(p.pid)]
         if not stopped:
             return ""
-        return "\n" + "; ".join(self._stopped_worker(i) for i in stopped) + ": it was ended with the others."
+        return "\n" + "; ".join(self._stopped_worker(i) for i in stopped) + " (ended with the others)."
 
     def describe_failure(self, failed: list[tuple[int, Any]]) -> str:
         """One sentence for the failure that came first: a worker's traceback (the earliest written) when one
