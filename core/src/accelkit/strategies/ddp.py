@@ -17,7 +17,7 @@ from torch import nn
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
-from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store
+from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store, uses_launcher_store
 
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
@@ -143,7 +143,8 @@ class DDPStrategy(ParallelStrategy):
             self._owns_process_group = True
             from accelkit.strategies.launchers import watchdog
 
-            watchdog.start(_watchdog_store(), self.global_rank, self.world_size, timeout)
+            watchdog.start(_watchdog_store(), self.global_rank, self.world_size, timeout,
+                           store_owner=None if uses_launcher_store() else 0)
 
     def setup_environment(self) -> None:
         super().setup_environment()
@@ -238,15 +239,14 @@ class DDPStrategy(ParallelStrategy):
 
 @contextlib.contextmanager
 def _waiting(what: str) -> Any:
-    """Note for the watchdog that this process waits in a collective, then restore what it was doing."""
+    """Note for the watchdog that this process waits in a collective, then restore what it was doing; a collective
+    that fails leaves the note as it is, for the diagnosis of the failure."""
     from accelkit.strategies.launchers import watchdog
 
     before = watchdog.phase()
     watchdog.mark(what)
-    try:
-        yield
-    finally:
-        watchdog.mark(before)
+    yield
+    watchdog.mark(before)
 
 
 def _watchdog_store() -> Any:

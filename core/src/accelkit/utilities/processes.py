@@ -1,4 +1,4 @@
-"""Processes on this machine: whether one is still running."""
+"""Processes on this machine: whether one is still running, whether it is stopped."""
 
 from __future__ import annotations
 
@@ -14,3 +14,13 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether process ``pid`` on this machine is stopped (SIGSTOP, SIGTSTP; state ``T`` in ``/proc``). ``False``
+    where that cannot be read (the process is gone, or the system has no ``/proc``)."""
+    try:
+        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "T"  # the field after the (command name)
