@@ -412,3 +412,78 @@ def test_accelkit_fit_does_not_run_a_shell_command_from_a_config_nor_from_its_sa
     again = run(loose, "-m", "accelkit.cli", "fit", "--config", str(saved_path), "--trainer.default_root_dir", "again")
     assert again.returncode == 0, again.stderr
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------- Lightning's YAML files, read as YAML
+COMMENTED_YAML = textwrap.dedent('''
+    # logger:
+    #   class_path: lightning.pytorch.loggers.wandb.WandbLogger   (off for now)
+    trainer:
+      logger: false
+      callbacks:
+        - class_path: lightning.pytorch.callbacks.ModelSummary   # ours: accelkit.callbacks.ModelSummary
+          init_args: {max_depth: 2}
+        # - class_path: lightning.pytorch.callbacks.EMAWeightAveraging
+    model:
+      class_path: loose_models.Loose
+      init_args:
+        untyped: "lightning.pytorch.loggers.WandbLogger and lightning.pytorch.Trainer, in a sentence"
+        nested:
+          _target_: lightning.pytorch.callbacks.early_stopping.EarlyStopping
+          lightning.pytorch.callbacks.Timer: a key, left alone
+''')
+
+
+def test_a_lightning_yaml_is_translated_as_yaml_not_text(loose):
+    from accelkit.callbacks import ModelSummary
+    from accelkit.cli import CLI
+
+    (loose / "commented.yaml").write_text(COMMENTED_YAML)
+    cli = CLI(run=False, args=["--config", "commented.yaml", "--trainer.default_root_dir", str(loose)])
+    summaries = [c for c in cli.trainer.callbacks if isinstance(c, ModelSummary)]
+    assert len(summaries) == 1 and summaries[0].max_depth == 2
+    given = cli.model.given
+    assert given["untyped"] == "lightning.pytorch.loggers.WandbLogger and lightning.pytorch.Trainer, in a sentence"
+    assert given["nested"] == {"_target_": "accelkit.callbacks.EarlyStopping",
+                               "lightning.pytorch.callbacks.Timer": "a key, left alone"}
+
+
+def supported_lightning_classes() -> list[tuple[str, str]]:
+    """(Lightning class path, accelkit object path) for every class the migration table says accelkit has."""
+    import importlib
+
+    from helpers.migration_table import SECTION_BY_KEY, load_rows
+
+    found = [("lightning.pytorch.LightningModule", "accelkit.Module"),
+             ("lightning.pytorch.LightningDataModule", "accelkit.DataModule"), ("lightning.pytorch.Trainer",
+                                                                                "accelkit.Trainer")]
+    for row in load_rows().values():
+        if not (row.exists and SECTION_BY_KEY[row.section].home and row.name[:1].isupper()):
+            continue
+        module, _, name = row.mirror_path.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), name)
+        except ImportError:  # a plugin's class (accelkit_mlflow) where the plugin is not installed
+            continue
+        if isinstance(obj, type):
+            found.append((f"lightning.pytorch.{row.section}.{row.name}", row.mirror_path))
+    return found
+
+
+def test_every_supported_lightning_class_path_translates_to_its_accelkit_class():
+    from accelkit.cli.class_paths import accelkit_class_path
+    from accelkit.cli.saved_config import import_class_path
+
+    pairs = supported_lightning_classes()
+    assert len(pairs) > 30 and ("lightning.pytorch.callbacks.ModelSummary", "accelkit.callbacks.ModelSummary") in pairs
+    wrong = {}
+    for lightning_path, ours in pairs:
+        for spelling in (lightning_path, lightning_path.replace("lightning.pytorch.", "pytorch_lightning.")):
+            try:
+                translated = accelkit_class_path(spelling)
+            except Exception as exc:  # noqa: BLE001 - collected, reported together
+                wrong[spelling] = repr(exc)
+                continue
+            if import_class_path(translated) is not import_class_path(ours):
+                wrong[spelling] = translated
+    assert not wrong, wrong

@@ -28,7 +28,7 @@ except ModuleNotFoundError as _missing:  # the core's optional extra
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
-from accelkit.cli.class_paths import translate_text, translate_value
+from accelkit.cli.class_paths import translate_value
 from accelkit.cli.class_path_safety import only_classes_are_built, values_of_any_stay_data
 from accelkit.cli.config_errors import explain
 from accelkit.cli.saved_config import accept_class_paths, import_class_path, with_class_paths
@@ -44,13 +44,13 @@ from accelkit.trainer.trainer import Trainer
 #: (``sys.argv``).
 ArgsType = list[str] | dict[str, Any] | Namespace | None
 
-#: The parser mode: YAML, with Lightning class paths rewritten to accelkit's before parsing.
+#: The parser mode: YAML, with Lightning class paths in the loaded data rewritten to accelkit's.
 PARSER_MODE = "accelkit_yaml"
 
 
 def _load(text: str) -> Any:
     # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
-    return accept_class_paths(get_loader("yaml")(translate_text(text)))
+    return accept_class_paths(translate_value(get_loader("yaml")(text)))
 
 
 set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
