@@ -487,3 +487,15 @@ def test_every_supported_lightning_class_path_translates_to_its_accelkit_class()
             if import_class_path(translated) is not import_class_path(ours):
                 wrong[spelling] = translated
     assert not wrong, wrong
+
+
+def test_command_line_words_translate_whole_class_paths_only():
+    from accelkit.cli.class_paths import translate_value, translate_word
+
+    assert translate_word("--trainer.callbacks+=lightning.pytorch.callbacks.ModelSummary") == \
+        "--trainer.callbacks+=accelkit.callbacks.ModelSummary"
+    assert translate_word("pytorch_lightning.loggers.CSVLogger") == "accelkit.loggers.CSVLogger"
+    assert translate_word("--model.note=use lightning.pytorch.Trainer") == "--model.note=use lightning.pytorch.Trainer"
+    # a whole Lightning path accelkit lacks, outside a class_path, is left for the parser to judge
+    assert translate_value({"note": "lightning.pytorch.loggers.WandbLogger"}) == {
+        "note": "lightning.pytorch.loggers.WandbLogger"}
