@@ -75,15 +75,15 @@ LIGHTNING_PATHS: dict[str, str] = {
 
 
 def alias_home(fullname: str) -> str | None:
-    """The module a path of :data:`MOVED` or :data:`LIGHTNING_PATHS` (or a module below one of the latter) stands
-    for, or ``None``."""
+    """The module a path of :data:`MOVED` or :data:`LIGHTNING_PATHS`, or a module below one of them, stands for
+    (``accelkit.launchers.spawn`` -> ``accelkit.strategies.launchers.spawn``), or ``None``."""
     home = MOVED.get(fullname) or LIGHTNING_PATHS.get(fullname)
     if home is not None:
         return home
     parent = fullname.rpartition(".")[0]
-    while parent and parent not in LIGHTNING_PATHS:
+    while parent and parent not in MOVED and parent not in LIGHTNING_PATHS:
         parent = parent.rpartition(".")[0]
-    return LIGHTNING_PATHS[parent] + fullname[len(parent):] if parent else None
+    return (MOVED.get(parent) or LIGHTNING_PATHS[parent]) + fullname[len(parent):] if parent else None
 
 
 class _AliasLoader(importlib.abc.Loader):
