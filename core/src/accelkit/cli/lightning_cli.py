@@ -11,7 +11,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, Namespace
 
-from accelkit.cli.class_paths import translate_text
+from accelkit.cli.class_paths import translate_word
 from accelkit.cli.config import (
     LIGHTNING_ONLY_TRAINER_ARGUMENTS,
     TRAINER_TYPES,
@@ -199,7 +199,7 @@ class CLI:
                 self.config = parser.parse_object(args)
                 return
             words = sys.argv[1:] if args is None else list(args)
-            self.config = parser.parse_args([translate_text(str(word)) for word in words])
+            self.config = parser.parse_args([translate_word(str(word)) for word in words])
 
     def _get(self, config: Namespace, key: str, default: Any = None) -> Any:
         return config.get(str(self.subcommand), config).get(key, default)
