@@ -4,6 +4,7 @@ weights of a run never stopped: same batches in the same order, same dropout mas
 from __future__ import annotations
 
 import os
+import re
 import random
 import signal
 import subprocess
@@ -296,3 +297,96 @@ def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[1]) == saved["global_step"] + 1  # its first step follows the checkpoint's
     assert same_weights(reference.state_dict(), torch.load(root / "final.pt", weights_only=True))
+
+
+# ---------------------------------------------------------------------------------------------- foreign checkpoints
+class LinearNet(accelkit.Module):
+    """The shapes of the Lightning-made fixtures (``helpers/lightning_checkpoints.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Seen(accelkit.Callback):
+    """Records ``(epoch, global_step, batch_idx)`` of every training batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int, int]] = []
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self.batches.append((trainer.current_epoch, trainer.global_step, batch_idx))
+
+
+def fit_from(root: Path, ckpt_path: Any, epochs: int = 2, batch_size: int = 4) -> Seen:
+    from helpers.lightning_checkpoints import dataset as lightning_data
+
+    seen = Seen()
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, logger=False,
+                               enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                               default_root_dir=root, callbacks=[seen])
+    trainer.fit(LinearNet(), DataLoader(lightning_data(), batch_size=batch_size), ckpt_path=ckpt_path)
+    return seen
+
+
+def test_lightning_epoch_end_checkpoint_resumes_at_the_next_epoch_as_lightning_does(tmp_path):
+    from helpers.lightning_checkpoints import EPOCH_END
+
+    seen = fit_from(tmp_path, EPOCH_END)  # Lightning wrote it at the end of epoch 0 (step 8)
+    assert seen.batches[0] == (1, 8, 0) and len(seen.batches) == 8  # epoch 1 only: epoch 0 is not trained again
+
+
+def test_lightning_mid_epoch_checkpoint_resumes_after_the_batches_it_processed(tmp_path):
+    from helpers.lightning_checkpoints import MID_EPOCH
+
+    with pytest.warns(UserWarning, match=r"written by Lightning 2\.\d+\.\d+ inside epoch 1, after 7 batch"):
+        seen = fit_from(tmp_path, MID_EPOCH)  # last.ckpt of step 15: epoch 1, 7 of its 8 batches processed
+    assert seen.batches == [(1, 15, 7)]
+
+
+def saved_copy(source: Path, target: Path, **changes: Any) -> Path:
+    checkpoint = torch.load(source, weights_only=True)
+    checkpoint.update(changes)
+    torch.save(checkpoint, target)
+    return target
+
+
+def test_checkpoint_of_a_newer_accelkit_is_refused_by_version(tmp_path):
+    fit_until(tmp_path / "run", None)
+    newer = saved_copy(tmp_path / "run" / "checkpoints" / "last.ckpt", tmp_path / "newer.ckpt",
+                       accelkit_version="9.9.0")
+    with pytest.raises(ckpt.CheckpointError, match=r"written by accelkit 9\.9\.0, newer than the installed accelkit"):
+        fit_from(tmp_path, newer)
+    with pytest.raises(ckpt.CheckpointError, match=r"accelkit 9\.9\.0, newer"):
+        DropoutNet.load_from_checkpoint(newer)
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"epoch": "zero"}, "epoch='zero'"),
+    ({"loops": "fit_loop"}, "'loops' entry of type str"),
+    ({"callbacks": ["x"]}, "'callbacks' entry of type list"),
+    ({"loops": {"fit_loop": {"epoch_progress": 3}}}, "Lightning loop states"),
+    ({"loops": {"position": {"epoch": "0"}}}, "resume position"),
+], ids=["epoch", "loops", "callbacks", "lightning-loops", "position"])
+def test_a_changed_layout_is_refused_with_a_sentence(tmp_path, changes, named):
+    from helpers.lightning_checkpoints import MID_EPOCH
+
+    changed = saved_copy(MID_EPOCH, tmp_path / "changed.ckpt", **changes)
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(named)):
+        fit_from(tmp_path, changed)
+
+
+def test_a_checkpoint_without_an_epoch_is_refused_with_a_sentence(tmp_path):
+    from helpers.lightning_checkpoints import MID_EPOCH
+
+    checkpoint = torch.load(MID_EPOCH, weights_only=True)
+    del checkpoint["epoch"]
+    torch.save(checkpoint, tmp_path / "no-epoch.ckpt")
+    with pytest.raises(ckpt.CheckpointError, match="has no 'epoch' entry, so a fit cannot resume from it"):
+        fit_from(tmp_path, tmp_path / "no-epoch.ckpt")

@@ -33,6 +33,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
+from accelkit.__about__ import __version__
+from accelkit.checkpoint.files import CheckpointError
 from accelkit.utilities.seed import SEED_WORKERS_ENV, seed_everything, seed_from_environment
 
 #: the key under ``checkpoint["loops"]`` holding the position (see the module docstring)
@@ -213,10 +215,16 @@ class Position:
 
 
 def position(trainer: Any, checkpoint: dict[str, Any]) -> Position | None:
-    """The resume position saved in ``checkpoint`` for this process (``None`` for a checkpoint without one)."""
+    """The resume position saved in ``checkpoint`` for this process (``None`` for a checkpoint without one): an
+    accelkit position, or the one Lightning's loop states (``loops["fit_loop"]``) give."""
     saved = checkpoint.get("loops", {}).get(POSITION_KEY)
     if not saved:
-        return None
+        return lightning_position(checkpoint)
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(k), int) for k in ("epoch", "batches")):
+        raise CheckpointError(f"the checkpoint's resume position (loops.{POSITION_KEY}) is a "
+                              f"{type(saved).__name__} without whole-number 'epoch' and 'batches', not what accelkit "
+                              f"{__version__} writes, so where to resume is unknown; start without ckpt_path, or "
+                              "load its weights with Module.load_from_checkpoint(path).")
     ranks = saved.get("ranks") or []
     rank, world = trainer.global_rank, trainer.world_size
     record = ranks[rank] if len(ranks) == world and rank < len(ranks) else None
@@ -227,6 +235,35 @@ def position(trainer: Any, checkpoint: dict[str, Any]) -> Position | None:
                            "random states and the data order of each process are not restored, so the resumed run "
                            "is not identical to an uninterrupted one")
     return found
+
+
+def lightning_position(checkpoint: dict[str, Any]) -> Position | None:
+    """Where Lightning resumes from its own checkpoint, read from its loop states (``loops["fit_loop"]``): the
+    epoch after the last one whose training ended, or inside an epoch after the batches it processed. ``None``
+    when the checkpoint holds no Lightning loop states.
+
+    :raises CheckpointError: the loop states are there but not in the layout Lightning 2.x writes.
+    """
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
+    if fit_loop is None:
+        return None
+    try:
+        epochs = int(fit_loop["epoch_progress"]["current"]["processed"])
+        batch_progress = fit_loop["epoch_loop.batch_progress"]
+        batches = int(batch_progress["current"]["processed"])
+        last = bool(batch_progress["is_last_batch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"the checkpoint's Lightning loop states (loops.fit_loop) lack {exc} or have another "
+                              "layout than Lightning 2.x writes, so where it stopped is unknown; start without "
+                              "ckpt_path, or load its weights with Module.load_from_checkpoint(path).") from None
+    written = checkpoint.get("pytorch-lightning_version", "of unknown version")
+    if last or batches == 0:  # the epoch's training ended (Lightning counts it as processed at its end)
+        return Position(epoch=max(epochs, int(checkpoint["epoch"]) + (1 if last else 0)), batches=0,
+                        record=None)
+    note = (f"the checkpoint was written by Lightning {written} inside epoch {epochs}, after {batches} batch(es); "
+            "Lightning keeps no random states and no data order, so the run skips the first "
+            f"{batches} batch(es) of the epoch in its own order and is not identical to an uninterrupted one")
+    return Position(epoch=epochs, batches=batches, record=None, notes=[note])
 
 
 def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[str, Any] | None]:
