@@ -390,3 +390,98 @@ def test_a_checkpoint_without_an_epoch_is_refused_with_a_sentence(tmp_path):
     torch.save(checkpoint, tmp_path / "no-epoch.ckpt")
     with pytest.raises(ckpt.CheckpointError, match="has no 'epoch' entry, so a fit cannot resume from it"):
         fit_from(tmp_path, tmp_path / "no-epoch.ckpt")
+
+
+# ---------------------------------------------------------------------------------------------- changed data
+def indexed_fit(root: Path, log: str, size: int = 32, batch_size: int = 4, stop: int | None = None,
+                every: int = 6, ckpt_path: Any = None, devices: int = 1, epochs: int = 3) -> Any:
+    """IndexNet (helpers/resume_data.py) for ``epochs`` epochs; a checkpoint every ``every`` steps; crashes after
+    step ``stop``. Returns the trainer."""
+    from helpers.resume_data import IndexNet, StopAfter
+
+    checkpoint = accelkit.callbacks.ModelCheckpoint(dirpath=root / "checkpoints", every_n_train_steps=every,
+                                                    save_last=True, save_top_k=0)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
+                               max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                               default_root_dir=root, callbacks=[checkpoint] + ([StopAfter(stop)] if stop else []))
+    accelkit.seed_everything(0)
+    try:
+        trainer.fit(IndexNet(str(root / log), size, batch_size), ckpt_path=ckpt_path)
+    except RuntimeError as exc:
+        assert stop is not None and "stopped here" in str(exc), exc
+    return trainer
+
+
+def checkpointed_epoch_0(root: Path, log: str, samples: int) -> set[int]:
+    """The samples of epoch 0 the checkpoint holds as trained: the first ``samples`` the crashed run logged."""
+    from helpers.resume_data import trained
+
+    first = trained(root / log)[0][:samples]
+    assert len(set(first)) == samples
+    return set(first)
+
+
+@pytest.mark.parametrize("batch_size", [8, 64])
+def test_resume_with_another_batch_size_trains_every_other_sample_of_the_epoch_once(tmp_path, batch_size):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)  # last.ckpt at step 6: batch 6 of 8, 24 of 32 samples
+    before = checkpointed_epoch_0(tmp_path, "a.log", 24)
+    with pytest.warns(UserWarning, match=rf"{batch_size} sample\(s\) per batch where the checkpoint's run had 4: "
+                                         r"the 24 of its 32 samples .* left out and the other 8 are trained"):
+        trainer = indexed_fit(tmp_path, "b.log", batch_size=batch_size, ckpt_path="last")
+    after = trained(tmp_path / "b.log")
+    assert sorted(after[0]) == sorted(set(range(32)) - before)  # 8 samples: none twice, none never
+    assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))  # the remaining epochs, whole
+    assert trainer.global_step == 6 + 1 + 2 * -(-32 // batch_size)
+
+
+@pytest.mark.parametrize("size, epoch_0", [(16, 0), (64, 40)], ids=["halved", "doubled"])
+def test_resume_with_another_dataset_length_counts_the_samples_trained_and_trains_the_remaining_epochs(
+        tmp_path, size, epoch_0):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)
+    said = (r"they cover its 16, so epoch 0 is complete and the run goes on with epoch 1" if epoch_0 == 0 else
+            r"each process skips the first 24 sample\(s\) of its share of 64 and trains the other 40")
+    with pytest.warns(UserWarning, match=rf"{size} sample\(s\) in the dataset where the checkpoint's run had 32: "
+                                         rf"which samples .* cannot be matched .* the 24 sample\(s\) .* {said}"):
+        trainer = indexed_fit(tmp_path, "b.log", size=size, ckpt_path="last")
+    after = trained(tmp_path / "b.log")
+    assert len(after.get(0, [])) == epoch_0 and len(set(after.get(0, []))) == epoch_0
+    assert all(sorted(after[e]) == list(range(size)) for e in (1, 2))  # never ends a run that has epochs left
+    assert trainer.current_epoch == 3 and trainer.global_step == 6 + epoch_0 // 4 + 2 * size // 4
+
+
+def test_a_checkpoint_of_an_epoch_resumed_on_other_data_resumes_again_by_samples(tmp_path):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)  # 24 samples of epoch 0 at batch size 4
+    before = checkpointed_epoch_0(tmp_path, "a.log", 24)
+    with pytest.warns(UserWarning, match="per batch"):
+        indexed_fit(tmp_path, "b.log", batch_size=2, every=7, stop=8, ckpt_path="last")  # checkpoint at step 7
+    middle = trained(tmp_path / "b.log")[0][:2]  # its one batch of 2 before that checkpoint
+    with pytest.warns(UserWarning, match=r"the 26 of its 32 samples .* left out and the other 6 are trained"):
+        indexed_fit(tmp_path, "c.log", ckpt_path="last", every=100)
+    after = trained(tmp_path / "c.log")
+    assert sorted(before | set(middle) | set(after[0])) == list(range(32)) and len(after[0]) == 6
+    assert not (before | set(middle)) & set(after[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices, then, every, samples", [(1, 2, 6, 24), (2, 1, 2, 16)], ids=["1-to-2", "2-to-1"])
+def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tmp_path, devices, then, every,
+                                                                             samples):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", devices=devices, every=every, stop=every + 1)
+    log = [line.split() for line in (tmp_path / "a.log").read_text().splitlines()]
+    per_rank = samples // (4 * devices)  # each process's batches before the checkpoint
+    before = {int(i) for rank in range(devices) for line in [x for x in log if x[1] == str(rank)][:per_rank]
+              for i in line[2:]}
+    assert len(before) == samples
+    trainer = indexed_fit(tmp_path, "b.log", devices=then, ckpt_path="last", every=100)
+    after = trained(tmp_path / "b.log")
+    assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
+    assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))
+    assert trainer.current_epoch == 3 and trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
