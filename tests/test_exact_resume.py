@@ -77,6 +77,13 @@ def test_skipping_batches_draws_the_same_order_and_loads_nothing_skipped():
     assert list(resume.SkipSampler(inner, 2)) == whole[2:] and len(resume.SkipSampler(inner, 2)) == 3
 
 
+def test_trained_indices_are_kept_as_one_bit_per_sample():
+    mask = torch.rand(1003, generator=torch.Generator().manual_seed(0)) > 0.5
+    packed = resume.pack_mask(mask)
+    assert packed.dtype == torch.uint8 and packed.numel() == 126
+    assert torch.equal(resume.unpack_mask(packed, 1003), mask)
+
+
 class StopAt(accelkit.Callback):
     """Raises after ``step`` optimizer steps (a crash between two checkpoints); records what the resumed run sees."""
 

@@ -218,7 +218,7 @@ class Position:
     notes: list[str] = field(default_factory=list)
     #: the data's shape when the checkpoint was written (:func:`geometry`); ``None`` for older or foreign ones
     geometry: dict[str, Any] | None = None
-    #: the dataset indices trained on in the epoch by every process (``None``: not known)
+    #: which dataset indices every process together trained on in the epoch (a bool mask; ``None``: not known)
     seen: torch.Tensor | None = None
     #: how many samples every process together trained on in the epoch
     samples: int = 0
@@ -244,9 +244,10 @@ def position(trainer: Any, checkpoint: dict[str, Any]) -> Position | None:
                      batches_since_val=int(saved.get("batches_since_val", 0)), record=record,
                      geometry=saved.get("geometry"), remapped=bool(saved.get("remapped", False)))
     seen = [r.get("seen") for r in ranks if isinstance(r, dict)]
-    if seen and all(isinstance(s, torch.Tensor) for s in seen) and len(seen) == len(ranks):
-        found.seen = torch.unique(torch.cat(seen))  # the padding of a sharded epoch repeats a few indices
-        found.samples = int(found.seen.numel())
+    size = (found.geometry or {}).get("dataset_len")
+    if seen and size and all(isinstance(s, torch.Tensor) for s in seen) and len(seen) == len(ranks):
+        found.seen = torch.stack([unpack_mask(s, size) for s in seen]).any(dim=0)  # padding repeats a few
+        found.samples = int(found.seen.sum())
     else:
         found.samples = sum(int(r.get("samples", 0)) for r in ranks if isinstance(r, dict))
     if record is None:
@@ -346,7 +347,7 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
 class EpochOrder:
     """What the current epoch iterates: ``source`` (the loader, or a copy of it for an epoch resumed on other
     data) from batch index ``offset``, after ``carried`` samples trained before the checkpoint it resumed from
-    (``carried_seen``: their dataset indices, when they are known)."""
+    (``carried_seen``: a bool mask of their dataset indices, when they are known)."""
 
     source: Any
     offset: int = 0
@@ -409,8 +410,9 @@ def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> t
 
 
 def _samples_trained(loop: Any, order: EpochOrder, rank: int) -> dict[str, Any]:
-    """This process's share of what the current epoch trained on: ``seen`` (dataset indices, or ``None``) and
-    ``samples`` (how many; the samples carried from an earlier checkpoint are counted by rank 0)."""
+    """This process's share of what the current epoch trained on: ``seen`` (its dataset indices as a bit mask,
+    :func:`pack_mask`, or ``None``) and ``samples`` (how many; samples carried from an earlier checkpoint without
+    their indices are counted by rank 0)."""
     batches = int(loop.consumed) - order.offset
     drawn = _drawn_indices(order.source, batches, loop.epoch_state)
     carried = order.carried if rank == 0 else 0
@@ -419,8 +421,26 @@ def _samples_trained(loop: Any, order: EpochOrder, rank: int) -> dict[str, Any]:
         return {"seen": None, "samples": carried + max(0, batches) * size}
     if order.carried and order.carried_seen is None:  # carried samples of other data: a count, no indices
         return {"seen": None, "samples": carried + int(drawn.numel())}
-    seen = drawn if order.carried_seen is None else torch.cat([order.carried_seen, drawn])
-    return {"seen": seen, "samples": int(seen.numel())}
+    size = len(order.source.dataset)
+    mask = torch.zeros(size, dtype=torch.bool) if order.carried_seen is None else order.carried_seen.clone()
+    mask[drawn[drawn < size]] = True
+    return {"seen": pack_mask(mask), "samples": int(mask.sum())}
+
+
+_BITS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+
+
+def pack_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A bool mask as bits (eight per ``uint8``): the indices a checkpoint records cost a bit per sample."""
+    padded = torch.zeros(-(-mask.numel() // 8) * 8, dtype=torch.bool)
+    padded[:mask.numel()] = mask
+    return (padded.view(-1, 8).to(torch.uint8) * _BITS).sum(dim=1).to(torch.uint8)
+
+
+def unpack_mask(packed: torch.Tensor, size: int) -> torch.Tensor:
+    """The bool mask of ``size`` entries that :func:`pack_mask` packed."""
+    bits = packed.to(torch.uint8).unsqueeze(1).bitwise_and(_BITS).ne(0)
+    return bits.reshape(-1)[:size]
 
 
 class UnseenSampler(Sampler):
@@ -431,7 +451,7 @@ class UnseenSampler(Sampler):
     """
 
     def __init__(self, sampler: Any, seen: torch.Tensor) -> None:
-        self.sampler, self.seen = sampler, seen
+        self.sampler, self.seen = sampler, seen.tolist()
         self.left = int(seen.numel() - int(seen.sum()))
 
     def __len__(self) -> int:
@@ -455,16 +475,17 @@ class _GlobalOrder:
         return iter(self.sampler.global_order())
 
 
-def _unseen_loader(loader: Any, seen: torch.Tensor, world_size: int) -> tuple[Any, str] | None:
-    """A copy of ``loader`` that leaves out the samples trained on (every other sample of the epoch once), and
-    how it shards them; ``None`` where its sampler's order is not a plain permutation of the dataset."""
+def _unseen_loader(loader: Any, mask: torch.Tensor, world_size: int) -> tuple[Any, str] | None:
+    """A copy of ``loader`` that leaves out the samples trained on (``True`` in ``mask``: every other sample of
+    the epoch once), and how it shards them; ``None`` where its sampler's order is not a plain permutation of the
+    dataset."""
     from accelkit.strategies.sampler import ShardSampler, rebuild_loader
 
     if not isinstance(loader, DataLoader) or loader.batch_size is None:
         return None
     size, sampler = len(loader.dataset), loader.sampler
-    mask = torch.zeros(size, dtype=torch.bool)
-    mask[seen[seen < size]] = True
+    if mask.numel() != size:
+        return None
     if isinstance(sampler, ShardSampler) and sampler.sampler is None:
         rest = UnseenSampler(_GlobalOrder(sampler), mask)
         new = ShardSampler(sampler.data_source, sampler.num_replicas, sampler.rank, sampler=rest)
