@@ -251,10 +251,11 @@ class FitLoop:
                     self._stop_within_epoch():  # the cheap test first: most runs set none of these
                 break
         self.in_epoch = False
-        if skipped_rest or (ran == 0 and start > 0):
+        resumed_empty = ran == 0 and start > 0  # every batch was trained before the checkpoint (on other data)
+        if skipped_rest or resumed_empty:
             self._step_epoch_schedulers(epoch_scheds)
-        if ran == 0 and start > 0:
-            self._finish_resumed_epoch(start)  # every batch was trained before the checkpoint (on other data)
+        if resumed_empty:
+            self._finish_resumed_epoch(start)
         # The epoch's last step values reach callback_metrics and the progress bar's metrics even when no logging
         # step came after them (as in Lightning, where both always hold the latest step values): one read per epoch.
         trainer.callback_metrics.update(metrics.latest_step_values())
