@@ -17,6 +17,12 @@ the batches already trained on at the sampler level (their data is never loaded)
 states of the checkpoint, so dropout and every later draw continue the same streams. A stateful loader is given
 its saved state instead. Nothing is recorded per step: the states are read when a checkpoint is written (one
 snapshot of the random states per epoch).
+
+The position also records the data's :func:`geometry` (processes, batch size, dataset length) and which dataset
+indices each process trained on in the epoch (a bit mask, drawn again when the checkpoint is written). Resumed
+with another geometry, the position is mapped by samples, not batches (:func:`resume_on_changed_data`), and a
+warning says what the run does, with numbers. Lightning's own checkpoints resume where Lightning would
+(:func:`lightning_position`).
 """
 
 from __future__ import annotations
