@@ -558,8 +558,12 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
         if skipped is None:
             return _skip_by_batches(loop, loader, pos, head)
         source, skip, share = skipped
-        which = "which samples were trained cannot be matched to this data, so " if total != now["dataset_len"] \
-            else "this loader's order cannot be drawn again, so "
+        if total != now["dataset_len"]:
+            which = "which samples were trained cannot be matched to this data, so "
+        elif pos.seen is None:
+            which = "which samples were trained was not recorded (their order could not be drawn again), so "
+        else:
+            which = f"its sampler {type(loader.sampler).__name__} cannot leave given samples out, so "
         text = f"{which}the {pos.samples} sample(s) trained before the checkpoint count against this epoch: " + (
             f"they cover its {share * trainer.world_size}, so epoch {pos.epoch} is complete and the run goes on "
             f"with epoch {pos.epoch + 1}" if skip >= share else
