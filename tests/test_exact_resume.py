@@ -492,3 +492,41 @@ def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tm
     assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
     assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))
     assert trainer.current_epoch == 3 and trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
+
+
+class IndexStream(IterableDataset):
+    """The samples of helpers.resume_data.Indexed(32) as a stream, in index order."""
+
+    def __iter__(self):
+        from helpers.resume_data import Indexed
+
+        data = Indexed(32)
+        return (data[i] for i in range(32))
+
+
+def test_a_stream_resumed_with_another_batch_size_skips_the_samples_trained_counted_in_its_batches(tmp_path):
+    from helpers.resume_data import IndexNet, trained
+
+    class StreamNet(IndexNet):
+        def train_dataloader(self) -> Any:
+            return DataLoader(IndexStream(), batch_size=self.batch_size)
+
+    def fit(log: str, batch_size: int, stop: int | None, ckpt_path: Any) -> None:
+        from helpers.resume_data import StopAfter
+
+        checkpoint = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", every_n_train_steps=6,
+                                                        save_last=True, save_top_k=0)
+        trainer = accelkit.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_progress_bar=False,
+                                   enable_model_summary=False, default_root_dir=tmp_path,
+                                   callbacks=[checkpoint] + ([StopAfter(stop)] if stop else []))
+        try:
+            trainer.fit(StreamNet(str(tmp_path / log), 32, batch_size), ckpt_path=ckpt_path)
+        except RuntimeError as exc:
+            assert "stopped here" in str(exc)
+
+    fit("a.log", 4, 7, None)  # 24 samples of the stream trained at the checkpoint of step 6
+    with pytest.warns(UserWarning, match=r"8 sample\(s\) per batch where the checkpoint's run had 4: IndexStream "
+                                         r"has no sampler .* the 24 sample\(s\) .* count as 3 batch\(es\) of 8"):
+        fit("b.log", 8, None, "last")
+    after = trained(tmp_path / "b.log")
+    assert after[0] == list(range(24, 32)) and after[1] == list(range(32))

@@ -585,11 +585,11 @@ def _skip_by_batches(loop: Any, loader: Any, pos: Position, head: str) -> tuple[
     batches = pos.samples // (size * trainer.world_size)
     limit = trainer.num_training_batches
     ends = limit is not None and batches >= limit
-    warnings.warn(f"{head} {type(loader).__name__} has no sampler to skip samples with, so the {pos.samples} "
-                  f"sample(s) trained before the checkpoint count as {batches} batch(es) of {size} per process"
+    name = type(loader.dataset if isinstance(loader, DataLoader) else loader).__name__
+    warnings.warn(f"{head} {name} has no sampler to skip samples with, so the {pos.samples} sample(s) trained "
+                  f"before the checkpoint count as {batches} batch(es) of {size} per process"
                   + (f", which cover the epoch: epoch {pos.epoch} is complete and the run goes on with epoch "
-                     f"{pos.epoch + 1}." if ends else ", skipped by reading them again; the resume is exact only "
-                     "if the loader yields the same stream."), UserWarning, stacklevel=5)
+                     f"{pos.epoch + 1}." if ends else "."), UserWarning, stacklevel=5)
     loop.epoch_order = EpochOrder(loader, batches, pos.samples, None)
     return skip_batches(loader, batches), batches, (pos.record or {}).get("rng")
 
