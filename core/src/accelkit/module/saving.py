@@ -195,12 +195,15 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
 def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict[str, Any]:
     """A checkpoint file or a sharded checkpoint's folder, read by the core's one reader
     (:func:`accelkit.checkpoint.files.load`, with its errors)."""
-    from accelkit.checkpoint import files, sharded
+    from accelkit.checkpoint import files, layout, sharded
 
     if isinstance(source, (str, os.PathLike)) and sharded.is_sharded_checkpoint(source):
         checkpoint = sharded.load_full(source, weights_only=weights_only)  # any world size, on the CPU
+        layout.check_version(checkpoint, repr(str(source)))
         return checkpoint if map_location is None else _move(checkpoint, map_location)
-    return files.load(source, weights_only=weights_only, map_location=map_location)
+    checkpoint = files.load(source, weights_only=weights_only, map_location=map_location)
+    layout.check_version(checkpoint, repr(str(getattr(source, "name", source))))
+    return checkpoint
 
 
 def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
