@@ -200,7 +200,7 @@ class ArgumentParser(_JsonArgParser):
 
     def parse_args(self, *args: Any, **kwargs: Any) -> Namespace:
         """As jsonargparse's; a value given for an ``Any``/untyped argument stays data (see
-        :func:`values_of_any_stay_data`), as in every method of this parser that reads, writes or builds values."""
+        :func:`~accelkit.cli.class_path_safety.values_of_any_stay_data`), as in every method of this parser that reads, writes or builds values."""
         with values_of_any_stay_data():
             return super().parse_args(*args, **kwargs)
 
