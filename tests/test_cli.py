@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -412,3 +413,28 @@ def test_a_plugin_cannot_take_a_core_command_name(command_plugins, capsys):
     assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse"]
     assert {c["name"] for c in report["core"]["provides"]["commands"]} == {
         "fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"}
+
+
+# ------------------------------------------------------------------------------------------- help as plain text
+RST_MARKUP = re.compile(r":(?:class|meth|func|mod|attr|data|exc|obj|ref|doc):`|``|<class '")
+
+
+def help_text(capsys, *words: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*words, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.slow  # builds the parser of every command
+def test_help_of_every_command_is_plain_text(capsys):
+    names = [record.name for record in load_commands()[0].registry.command_records()]
+    assert {"fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"} <= set(names)
+    for words in [(), *((name,) for name in names)]:
+        text = help_text(capsys, *words)
+        assert not RST_MARKUP.findall(text), (words, RST_MARKUP.findall(text))
+    fit = help_text(capsys, "fit")
+    # a docstring continued on a line starting with a role is not cut off; tuple group titles are readable
+    assert "an Accelerator instance" in re.sub(r"\s+", " ", fit)
+    assert "\nLRScheduler or ReduceLROnPlateau:" in fit
+    assert "\nTrainer.fit: Train model on loaders" in fit

@@ -8,7 +8,8 @@
 - :mod:`~accelkit.cli.file_command`, :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`:
   ``fit file.py:Class``, ``fit|validate|test|predict --config``, ``checkpoint``;
 - :mod:`~accelkit.cli.lightning_cli` and :mod:`~accelkit.cli.config`: :class:`CLI` on jsonargparse, with
-  :mod:`~accelkit.cli.class_paths` and :mod:`~accelkit.cli.config_errors`.
+  :mod:`~accelkit.cli.class_paths`, :mod:`~accelkit.cli.config_errors` and :mod:`~accelkit.cli.help_text` (``--help`` as
+  plain text).
 
 The jsonargparse-based names (``CLI``, ``LightningCLI``, ``ArgumentParser``, ``SaveConfigCallback``, ...) are
 imported on first use, so the ``accelkit`` command starts without jsonargparse.

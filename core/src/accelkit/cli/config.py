@@ -13,6 +13,7 @@ This module imports jsonargparse; ``import accelkit`` does not import it.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Literal
 
 import torch
@@ -30,6 +31,7 @@ from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
 from accelkit.cli.class_paths import translate_text, translate_value
 from accelkit.cli.config_errors import explain
+from accelkit.cli.help_text import PlainHelpFormatter
 from accelkit.cli.saved_config import accept_class_paths, import_class_path, with_class_paths
 from accelkit.loggers import Logger
 from accelkit.loggers import tensorboard as _tensorboard  # noqa: F401  (class name resolution needs it imported)
@@ -80,6 +82,9 @@ LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[Any, Any, str]] = {
 _LR_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
+_FIELD = re.compile(r":\w+(?: [^:`]*)?:(?:\s|$)")  # a field of a docstring (":param x:", ":raises:")
+
+
 def param_help(cls: type) -> dict[str, str]:
     """``:param name: text`` entries of a class docstring (one logical line each)."""
     found: dict[str, str] = {}
@@ -90,7 +95,7 @@ def param_help(cls: type) -> dict[str, str]:
             name, _, rest = text[len(":param "):].partition(":")
             current = name.strip()
             found[current] = rest.strip()
-        elif current and text and not text.startswith(":"):
+        elif current and text and not _FIELD.match(text):  # a continuation may start with a role (:class:`X`)
             found[current] += " " + text
         else:
             current = None
@@ -146,6 +151,7 @@ class ArgumentParser(_JsonArgParser):
         kwargs.setdefault("parser_mode", PARSER_MODE)
         kwargs.setdefault("dump_header", [f"accelkit=={__version__}"])
         kwargs.setdefault("allow_abbrev", False)  # a misspelt key is reported with the close one, not guessed
+        kwargs.setdefault("formatter_class", PlainHelpFormatter)
         super().__init__(*args, description=description, **kwargs)
         #: keys of callback argument groups added with :meth:`add_lightning_class_args`
         self.callback_keys: list[str] = []

@@ -1,0 +1,48 @@
+"""``--help`` as plain text: the docstrings the help is made of are reStructuredText (``:class:`~accelkit.Module```,
+````"cpu"````), which a terminal should show as ``Module`` and ``"cpu"``.
+
+:class:`PlainHelpFormatter` is the help formatter of every :class:`~accelkit.cli.config.ArgumentParser`; it
+converts the descriptions, the group titles and each option's help with :func:`plain_text` before wrapping them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from jsonargparse import DefaultHelpFormatter
+
+# :role:`text <target>` -> text; :role:`~a.b.C` -> C; :role:`a.b.C` -> a.b.C
+_ROLE = re.compile(r":[\w:+-]+:`(~?)([^`<]*?)\s*(?:<[^`>]*>)?`")
+_LITERAL = re.compile(r"``(.+?)``")
+# a group title jsonargparse makes from a tuple of classes: "(<class 'a.B'>, <class 'c.D'>)"
+_CLASS_TUPLE = re.compile(r"^\((?:<class '[\w.]+'>,?\s*)+\)$")
+_CLASS_NAME = re.compile(r"<class '(?:[\w]+\.)*(\w+)'>")
+
+
+def _role(match: re.Match) -> str:
+    short, text = match.group(1), match.group(2)
+    return text.rsplit(".", 1)[-1] if short else text
+
+
+def plain_text(text: str) -> str:
+    """``text`` (reStructuredText of a docstring) as a person reads it in a terminal: roles become their target's
+    name (``:class:`~accelkit.Module``` -> ``Module``), inline literals lose their double back-quotes, and a
+    tuple of classes (a group title jsonargparse makes) becomes ``A or B``."""
+    if _CLASS_TUPLE.match(text.strip()):
+        return " or ".join(_CLASS_NAME.findall(text))
+    return _LITERAL.sub(r"\1", _ROLE.sub(_role, text))
+
+
+class PlainHelpFormatter(DefaultHelpFormatter):
+    """jsonargparse's help formatter with every text passed through :func:`plain_text` before it is wrapped."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return super()._split_lines(plain_text(text), width)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(plain_text(text), width, indent)
+
+    def start_section(self, heading: Any) -> None:
+        """Start a group of options under its title, in plain text."""
+        super().start_section(plain_text(heading) if isinstance(heading, str) else heading)
