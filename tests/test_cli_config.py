@@ -206,6 +206,37 @@ def test_bad_keys_and_values_are_named_with_what_works(project, monkeypatch, cap
         assert text in err, err
 
 
+def test_a_parse_error_names_every_unknown_key_at_once_and_one_line_of_help(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    (project / "typo.yaml").write_text("trainer:\n  max_epoch: 2\n  max_time: {hours: 1}\nmodel:\n"
+                                       "  init_args: {lr: 0.1}\n")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "--model", "models.py:Net", "--config", "typo.yaml", "--model.hiden", "3",
+                  "--trainer.acclerator", "cpu", "--data", "models:Blobs", "--data.batch_sise", "4"])
+    assert exc.value.code == 2
+    # the keys of the file, then those of the words; the model's and the data's checked against their classes
+    assert capsys.readouterr().err.splitlines() == [
+        "accelkit fit: error: unknown key 'trainer.max_epoch'. Did you mean 'trainer.max_epochs'?",
+        "accelkit fit: error: unknown key 'model.hiden'. Did you mean 'model.hidden'?",
+        "accelkit fit: error: unknown key 'trainer.acclerator'. Did you mean 'trainer.accelerator'?",
+        "accelkit fit: error: unknown key 'data.batch_sise'. Did you mean 'data.batch_size'?",
+        "Run 'accelkit fit --help' to see every key and the values it accepts."]
+
+
+def test_a_bad_value_is_one_line_without_the_usage(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["test", "--model", "models:Net", "--trainer.max_epochs", "many"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "accelkit test: error: trainer.max_epochs: value 'many' is not accepted; accepted: int, null",
+        "Run 'accelkit test --help' to see every key and the values it accepts."]
+
+
 def test_a_lightning_class_without_counterpart_names_ours(project):
     (project / "bad.yaml").write_text("trainer:\n  callbacks:\n    - class_path: "
                                       "lightning.pytorch.callbacks.EarlyStoping\n")

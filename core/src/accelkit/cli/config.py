@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any, Literal
 
 import torch
@@ -30,7 +31,7 @@ from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
 from accelkit.cli.class_paths import translate_text, translate_value
-from accelkit.cli.config_errors import explain
+from accelkit.cli.config_errors import error_lines, explain
 from accelkit.cli.help_text import PlainHelpFormatter
 from accelkit.cli.saved_config import accept_class_paths, import_class_path, with_class_paths
 from accelkit.loggers import Logger
@@ -202,9 +203,23 @@ class ArgumentParser(_JsonArgParser):
             cfg_obj = cfg_obj.as_dict()
         return super().parse_object(accept_class_paths(translate_value(cfg_obj)), *args, **kwargs)
 
+    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's; the words are kept, so that an error names every unknown key among them."""
+        self.parsed_words = [str(word) for word in (sys.argv[1:] if args is None else args)]
+        return super().parse_args(args, *more, **kwargs)
+
     def error(self, message: str, ex: Exception | None = None) -> Any:
-        """Report a parse error with what :func:`accelkit.cli.config_errors.explain` adds (close key, accepted values)."""
-        return super().error(explain(self, message), ex)
+        """Report a parse error: with ``exit_on_error``, every unknown key with its closest known one (or the key,
+        the value and what is accepted; :mod:`accelkit.cli.config_errors`) and one line on where to find help, on
+        stderr, then exit with 2; without, raise with what :func:`~accelkit.cli.config_errors.explain` adds."""
+        if not self.exit_on_error:
+            return super().error(explain(self, message), ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        prog = parser.prog.replace(" [options]", "")
+        lines = error_lines(self, message, getattr(self, "parsed_words", []))
+        sys.stderr.write("".join(f"{prog}: error: {line}\n" for line in lines)
+                         + f"Run '{prog} --help' to see every key and the values it accepts.\n")
+        self.exit(2)
 
 
 class SaveConfigCallback(Callback):
