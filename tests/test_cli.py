@@ -259,7 +259,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits.py"
     ("nosuchpkg.mod:Model", "cannot import 'nosuchpkg.mod'"),
     (f"{EXAMPLE}:digits_datasets", "is a function, not an accelkit.Module subclass"),
     (f"{EXAMPLE}:Nope", "has no 'Nope'; accelkit.Module classes found there: DigitsClassifier"),
-    ("not-a-target", "is not of the form"),
+    ("not-a-target", "--model 'not-a-target' names no class importable from here; give path/to/file.py:Class"),
 ])
 def test_fit_names_a_bad_target_without_a_traceback(target, expected):
     done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", target], capture_output=True, text=True,
@@ -269,8 +269,9 @@ def test_fit_names_a_bad_target_without_a_traceback(target, expected):
 
 
 @pytest.mark.parametrize("extra, expected", [
-    (["--init", "hiden=3"], "DigitsClassifier(hiden=3) failed"),
-    (["--ckpt-path", "nothere.ckpt"], "--ckpt-path 'nothere.ckpt' does not exist"),
+    (["--init", "hiden=3"], "unknown key 'model.hiden'. Did you mean 'model.hidden'?"),
+    (["--init", "hidden"], "--init 'hidden' is not KEY=VALUE"),
+    (["--ckpt-path", "nothere.ckpt"], "--ckpt_path 'nothere.ckpt' does not exist"),
 ])
 def test_fit_names_bad_options_without_a_traceback(tmp_path, extra, expected):
     done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", f"{EXAMPLE}:DigitsClassifier", *extra],

@@ -317,3 +317,94 @@ def test_import_accelkit_stays_free_of_jsonargparse_tensorboard_and_mlflow():
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+# ------------------------------------------------------------------- one fit command, configurations that load back
+def printed_config(cwd: Path, *argv: str) -> str:
+    done = run(cwd, "-m", "accelkit.cli", *argv, "--print_config")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def reported(stdout: str, what: str) -> str:
+    """The path of an ``accelkit: <what> ...`` line of the command's output."""
+    line = next(line for line in stdout.splitlines() if line.startswith(f"accelkit: {what}"))
+    return line.split(what, 1)[1].split(" (")[0].strip()
+
+
+@pytest.mark.slow  # five commands in fresh interpreters
+@pytest.mark.parametrize("model, data, written", [
+    ("lib/nets.py:Net", "lib/nets.py:Blobs", "lib/nets.py:Net"),  # a file outside the current folder: kept as a file
+    ("models:Net", "models.Blobs", "models.Net"),  # importable from here: a dotted class path
+])
+def test_print_config_then_config_then_test_config_round_trip(project, model, data, written):
+    (project / "lib").mkdir()
+    (project / "lib" / "nets.py").write_text(MODELS)
+    first = printed_config(project, "fit", model, "--data", data, "--accelerator", "cpu", "--init", "hidden=6",
+                           "--no-progress-bar")
+    assert yaml.safe_load(first)["model"]["class_path"] == written
+    (project / "printed.yaml").write_text(first)
+    assert printed_config(project, "fit", "--config", "printed.yaml") == first  # loads back unchanged
+    fit = run(project, "-m", "accelkit.cli", "fit", "--config", "printed.yaml")
+    assert fit.returncode == 0, fit.stderr
+    saved_path = reported(fit.stdout, "configuration saved to")
+    saved = yaml.safe_load(Path(saved_path).read_text())
+    # the first-run defaults of either spelling: 20 epochs, seed 0, the held-out test after the fit
+    assert saved["trainer"]["max_epochs"] == 20 and saved["seed_everything"] == 0
+    assert saved["model"] == {"class_path": written, "init_args": {"hidden": 6, "lr": 0.05}}
+    assert "accelkit: held-out test_acc = " in fit.stdout
+    test = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path",
+               reported(fit.stdout, "checkpoint"))
+    assert test.returncode == 0 and "test_acc" in test.stdout, test.stderr
+    missing = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path", "nope.ckpt")
+    assert missing.returncode != 0 and missing.stderr.splitlines() == [
+        f"accelkit: error: --ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint "
+        "file, a sharded checkpoint folder, 'last' or 'best'"], missing.stderr
+
+
+def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+
+    def printed(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["fit", *argv, "--print_config"])
+        assert exc.value.code == 0
+        return capsys.readouterr().out
+
+    short = printed("models.py:Net", "--max-epochs", "3", "--accelerator", "cpu", "--init", "hidden=5", "--seed",
+                    "7", "--no-test", "--no-progress-bar", "--ckpt-path", "last")
+    long = printed("--model", "models.py:Net", "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu",
+                   "--model.hidden", "5", "--seed_everything", "7", "--test_after_fit", "false",
+                   "--trainer.enable_progress_bar", "false", "--ckpt_path", "last")
+    assert short == long
+    config = yaml.safe_load(short)
+    assert config["trainer"]["max_epochs"] == 3 and config["model"]["init_args"]["hidden"] == 5
+    assert config["test_after_fit"] is False and config["seed_everything"] == 7 and config["ckpt_path"] == "last"
+
+
+def test_a_missing_checkpoint_is_one_line(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    code = cli.main(["validate", "--model", "models:Net", "--data", "models:Blobs", "--trainer.logger", "false",
+                     "--ckpt_path", "nope.ckpt"])
+    assert code == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"accelkit: error: --ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint "
+        "file, a sharded checkpoint folder, 'last' or 'best'"]
+
+
+def test_an_existing_configuration_is_one_line(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    (project / "config.yaml").write_text("# a former run's\n")
+    code = cli.main(["fit", "models:Net", "--data", "models:Blobs", "--logger", "false", "--max-epochs", "1",
+                     "--accelerator", "cpu", "--no-progress-bar"])
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"accelkit: error: {project / 'config.yaml'} exists already: a former run's configuration. Delete "
+                   "it, choose another trainer.default_root_dir, pass save_config_kwargs={'overwrite': True}, or "
+                   "save_config_callback=None"]

@@ -5,8 +5,8 @@
   hook (the core's in :mod:`accelkit.plugins.builtin`);
 - :mod:`~accelkit.cli.commands`: helpers the commands use to read their words;
 - :mod:`~accelkit.cli.plugins_command` and :mod:`~accelkit.cli.doctor`: ``accelkit plugins`` and ``accelkit doctor``;
-- :mod:`~accelkit.cli.file_command`, :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`:
-  ``fit file.py:Class``, ``fit|validate|test|predict --config``, ``checkpoint``;
+- :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`: ``fit|validate|test|predict``
+  (``--config`` files and options, or ``fit file.py:Class --max-epochs 3``), ``checkpoint``;
 - :mod:`~accelkit.cli.lightning_cli` and :mod:`~accelkit.cli.config`: :class:`CLI` on jsonargparse, with
   :mod:`~accelkit.cli.class_paths`, :mod:`~accelkit.cli.config_errors` and :mod:`~accelkit.cli.help_text` (``--help`` as
   plain text).

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -30,10 +31,18 @@ except ModuleNotFoundError as _missing:  # the core's optional extra
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
+from accelkit.errors import ConfigurationError
 from accelkit.cli.class_paths import translate_text, translate_value
 from accelkit.cli.config_errors import error_lines, explain
 from accelkit.cli.help_text import PlainHelpFormatter
-from accelkit.cli.saved_config import accept_class_paths, import_class_path, with_class_paths
+from accelkit.cli.saved_config import (
+    accept_class_paths,
+    file_form_class_paths,
+    import_class_path,
+    resolve_file_class_paths,
+    started_in,
+    with_class_paths,
+)
 from accelkit.loggers import Logger
 from accelkit.loggers import tensorboard as _tensorboard  # noqa: F401  (class name resolution needs it imported)
 from accelkit.module.datamodule import DataModule
@@ -52,7 +61,7 @@ PARSER_MODE = "accelkit_yaml"
 
 def _load(text: str) -> Any:
     # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
-    return accept_class_paths(get_loader("yaml")(translate_text(text)))
+    return accept_class_paths(resolve_file_class_paths(get_loader("yaml")(translate_text(text))))
 
 
 set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
@@ -133,10 +142,10 @@ def instantiate_config(parser: Any, config: Namespace) -> Namespace:
 
 def dump_config(parser: Any, config: Namespace) -> str:
     """``config`` as YAML with every key, ``null`` values included (so that the file repeats the run)."""
-    import inspect
-
-    keep_nulls = "skip_unset" if "skip_unset" in inspect.signature(parser.dump).parameters else "skip_none"
-    text = parser.dump(config, **{keep_nulls: False})
+    try:
+        text = parser.dump(config, skip_unset=False)
+    except TypeError:  # jsonargparse before 4.49 (its signature is hidden behind a wrapper, so ask by calling)
+        text = parser.dump(config, skip_none=False)
     classes = getattr(parser, "fixed_classes", None)
     # the model and data classes are named even where this CLI fixes them, so that every command reads the file
     return with_class_paths(text, config, classes) if classes else text
@@ -197,6 +206,11 @@ class ArgumentParser(_JsonArgParser):
             self.add_class_arguments(classes, key, sub_configs=True, **options)
         table[key] = (classes, link_to)
 
+    def dump(self, *args: Any, **kwargs: Any) -> str:
+        """As jsonargparse's, with classes of files outside the current folder named by their file
+        (:func:`~accelkit.cli.saved_config.file_form_class_paths`), so that the text loads back from here."""
+        return file_form_class_paths(super().dump(*args, **kwargs))
+
     def parse_object(self, cfg_obj: Any, *args: Any, **kwargs: Any) -> Namespace:
         """As jsonargparse's, with Lightning class paths in ``cfg_obj`` mapped to accelkit's."""
         if isinstance(cfg_obj, Namespace):
@@ -204,9 +218,12 @@ class ArgumentParser(_JsonArgParser):
         return super().parse_object(accept_class_paths(translate_value(cfg_obj)), *args, **kwargs)
 
     def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:
-        """As jsonargparse's; the words are kept, so that an error names every unknown key among them."""
+        """As jsonargparse's; the words are kept, so that an error names every unknown key among them, and files
+        named in configurations are also looked for from the current folder (see
+        :func:`~accelkit.cli.saved_config.started_in`)."""
         self.parsed_words = [str(word) for word in (sys.argv[1:] if args is None else args)]
-        return super().parse_args(args, *more, **kwargs)
+        with started_in(Path.cwd()):
+            return super().parse_args(args, *more, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
         """Report a parse error: with ``exit_on_error``, every unknown key with its closest known one (or the key,
@@ -263,8 +280,9 @@ class SaveConfigCallback(Callback):
             path = os.path.join(trainer.log_dir, self.config_filename)
             exists = trainer.strategy.broadcast(os.path.isfile(path) if trainer.is_global_zero else False)
             if exists and not self.overwrite:
-                raise RuntimeError(f"{path} exists already: a former run's configuration. Delete it, pass "
-                                   "save_config_kwargs={'overwrite': True}, or save_config_callback=None")
+                raise ConfigurationError(f"{path} exists already: a former run's configuration. Delete it, "
+                                         "choose another trainer.default_root_dir, pass save_config_kwargs="
+                                         "{'overwrite': True}, or save_config_callback=None")
             if trainer.is_global_zero:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w", encoding="utf-8") as handle:

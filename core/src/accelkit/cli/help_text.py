@@ -41,7 +41,13 @@ class PlainHelpFormatter(DefaultHelpFormatter):
         return super()._split_lines(plain_text(text), width)
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return super()._fill_text(plain_text(text), width, indent)
+        # paragraphs are wrapped one by one; one whose lines are all indented (examples) is kept as written
+        paragraphs = plain_text(text).strip("\n").split("\n\n")
+        return "\n\n".join(
+            "\n".join(indent + line for line in paragraph.splitlines())
+            if all(line.startswith("  ") for line in paragraph.splitlines())
+            else super(PlainHelpFormatter, self)._fill_text(paragraph, width, indent)
+            for paragraph in paragraphs)
 
     def start_section(self, heading: Any) -> None:
         """Start a group of options under its title, in plain text."""
