@@ -434,7 +434,13 @@ def test_help_of_every_command_is_plain_text(capsys):
     for words in [(), *((name,) for name in names)]:
         text = help_text(capsys, *words)
         assert not RST_MARKUP.findall(text), (words, RST_MARKUP.findall(text))
+    short = help_text(capsys, "fit", f"{EXAMPLE}:DigitsClassifier")  # the model first: the same --help
     fit = help_text(capsys, "fit")
+    assert short == fit
+    # one help for both spellings, with the first-run defaults
+    assert "accelkit fit examples/digits.py:DigitsClassifier --max-epochs 3" in fit
+    assert "accelkit fit --model examples/digits.py:DigitsClassifier --trainer.max_epochs 3" in fit
+    assert "Defaults for a first run: 20 epochs" in fit and "seed 0" in fit
     # a docstring continued on a line starting with a role is not cut off; tuple group titles are readable
     assert "an Accelerator instance" in re.sub(r"\s+", " ", fit)
     assert "\nLRScheduler or ReduceLROnPlateau:" in fit
