@@ -381,7 +381,8 @@ def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):
     assert short == long
     config = yaml.safe_load(short)
     assert config["trainer"]["max_epochs"] == 3 and config["model"]["init_args"]["hidden"] == 5
-    assert config["test_after_fit"] is False and config["seed_everything"] == 7 and config["ckpt_path"] == "last"
+    assert config["seed_everything"] == 7 and config["ckpt_path"] == "last"
+    assert "test_after_fit" not in config  # the command's choice: a script's CLI reads the file too
 
 
 def test_a_missing_checkpoint_is_one_line(project, monkeypatch, capsys):

@@ -46,8 +46,9 @@ Trainer argument is --trainer.NAME or, shorter, --NAME (dashes or underscores: -
 
 Defaults for a first run: %(epochs)d epochs (when none of --trainer.max_epochs, max_steps or max_time is given; the
 Trainer's own default is 1000), seed %(seed)d, and the test loop after the fit when the model or the data has a test
-split (--test_after_fit false skips it). --print_config prints the configuration, which --config reads back, in
-this command and in validate, test and predict; the run saves it as config.yaml beside its logs.
+split (--test_after_fit false, or --no-test, skips it; a choice of the command, not written into the
+configuration). --print_config prints the configuration, which --config reads back, in this command and in
+validate, test and predict (and in a script's CLI); the run saves it as config.yaml beside its logs.
 """ % {"epochs": FIRST_RUN_MAX_EPOCHS, "seed": FIRST_RUN_SEED}
 
 
@@ -83,6 +84,27 @@ def expand_short_form(words: list[str]) -> list[str]:
         else:
             out.append(word)
     return out
+
+
+def pop_test_after_fit(words: list[str]) -> tuple[list[str], bool]:
+    """``words`` without their ``--test_after_fit true|false``, and its (last) value, ``True`` when absent. It is
+    the command's choice, not the run's: it is not written into the configuration, which a script's
+    :class:`~accelkit.cli.CLI` reads too.
+
+    :raise ConfigurationError: a value other than true or false.
+    """
+    kept: list[str] = []
+    value = "true"
+    rest = iter(words)
+    for word in rest:
+        option, equals, given = word.partition("=")
+        if option != "--test_after_fit":
+            kept.append(word)
+            continue
+        value = given if equals else next(rest, "")
+        if value.lower() not in ("true", "false"):
+            raise ConfigurationError(f"--test_after_fit {value!r}: give true or false")
+    return kept, value.lower() == "true"
 
 
 def check_ckpt_path(ckpt_path: Any) -> None:
@@ -137,22 +159,17 @@ def _resolve_target(option: str, value: str) -> str:
     return value
 
 
-def _make_cli_class() -> type:
+def _make_cli_class(test_after_fit: bool = True) -> type:
+    from accelkit.cli.config import SaveConfigCallback
     from accelkit.cli.lightning_cli import CLI
     from accelkit.module.datamodule import DataModule
     from accelkit.module.module import Module
     from accelkit.utilities.model_helpers import is_overridden
 
     class CommandCLI(CLI):
-        """The CLI of the ``accelkit`` command: the first-run defaults, ``--test_after_fit``, a ``--ckpt_path``
+        """The CLI of the ``accelkit`` command: the first-run defaults, the test after the fit, a ``--ckpt_path``
         checked before anything starts, and lines saying what ran, where the configuration went and what the run
         measured."""
-
-        def add_arguments_to_parser(self, parser: Any) -> None:
-            # on every stage, so that the configuration a fit saves is read by validate, test and predict too
-            parser.add_argument("--test_after_fit", type=bool, default=True,
-                                help="fit only: after the fit, run the test loop when the model or the data has a "
-                                     "test split, and print its metrics")
 
         def before_instantiate_classes(self) -> None:
             trainer = self.config[self.subcommand]["trainer"]
@@ -193,8 +210,11 @@ def _make_cli_class() -> type:
 
         def after_fit(self) -> None:
             self._report("fit")
-            if not self.config["fit"].get("test_after_fit", True) or not self._has_test_split():
+            if not test_after_fit or not self._has_test_split():
                 return
+            for callback in self.trainer.callbacks:  # the fit wrote it (in its workers, under a spawning strategy)
+                if isinstance(callback, SaveConfigCallback):
+                    callback.already_saved = True
             results = self.trainer.test(self.model, datamodule=self.datamodule)
             if self.trainer.is_global_zero:
                 for name, value in sorted(results[0].items()):
@@ -208,8 +228,11 @@ def run_config_command(subcommand: str, words: list[str]) -> int:
     line or in ``--config`` files, in either spelling (:func:`expand_short_form`)."""
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # class paths of modules in the current folder import, as with python -m
+    words, test_after_fit = expand_short_form(words), False
+    if subcommand == "fit":
+        words, test_after_fit = pop_test_after_fit(words)
     try:
-        cli_class = _make_cli_class()
+        cli_class = _make_cli_class(test_after_fit)
     except ModuleNotFoundError as exc:
         if exc.name != "jsonargparse":
             raise
@@ -218,7 +241,7 @@ def run_config_command(subcommand: str, words: list[str]) -> int:
     parser_kwargs: dict[str, Any] = {"prog": "accelkit"}
     if subcommand == "fit":
         parser_kwargs["fit"] = {"description": FIT_HELP}
-    cli_class(args=[subcommand, *resolve_targets(expand_short_form(words))], parser_kwargs=parser_kwargs,
+    cli_class(args=[subcommand, *resolve_targets(words)], parser_kwargs=parser_kwargs,
               seed_everything_default=FIRST_RUN_SEED)
     return 0
 
@@ -245,4 +268,5 @@ def run_predict(words: list[str]) -> int:
 
 
 __all__ = ["FIRST_RUN_MAX_EPOCHS", "FIRST_RUN_SEED", "SHORT_FORM_WORDS", "check_ckpt_path", "expand_short_form",
+           "pop_test_after_fit",
            "resolve_targets", "run_config_command", "run_fit", "run_predict", "run_test", "run_validate"]
