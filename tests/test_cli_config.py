@@ -385,16 +385,32 @@ def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):
     assert "test_after_fit" not in config  # the command's choice: a script's CLI reads the file too
 
 
-def test_a_missing_checkpoint_is_one_line(project, monkeypatch, capsys):
+@pytest.mark.parametrize("ckpt_path, message", [
+    ("nope.ckpt", "--ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint file, a "
+                  "sharded checkpoint folder, 'last' or 'best'"),
+    ("best", "--ckpt_path 'best' names the best checkpoint of a fit in the same run, and 'accelkit validate' has "
+             "none; give the checkpoint file (the fit printed its path) or 'last'"),
+])
+def test_a_missing_checkpoint_is_one_line(project, monkeypatch, capsys, ckpt_path, message):
     from accelkit import cli
 
     monkeypatch.chdir(project)
     code = cli.main(["validate", "--model", "models:Net", "--data", "models:Blobs", "--trainer.logger", "false",
-                     "--ckpt_path", "nope.ckpt"])
+                     "--ckpt_path", ckpt_path])
     assert code == 1
+    assert capsys.readouterr().err.splitlines() == [f"accelkit: error: {message.format(project=project)}"]
+
+
+def test_a_missing_config_file_is_one_line(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "--config", "nope.yaml"])
+    assert exc.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
-        f"accelkit: error: --ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint "
-        "file, a sharded checkpoint folder, 'last' or 'best'"]
+        f"accelkit fit: error: config: File does not exist: '{project / 'nope.yaml'}'",
+        "Run 'accelkit fit --help' to see every key and the values it accepts."]
 
 
 def test_an_existing_configuration_is_one_line(project, monkeypatch, capsys):

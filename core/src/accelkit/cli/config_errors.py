@@ -73,6 +73,9 @@ def explain(parser: Any, message: str) -> str:
             hint = f" Did you mean {close!r}?" if close else ""
             return f"unknown key {key!r}.{hint} (`--help` lists every key)\n{message}"
     match = _BAD_VALUE.search(message)
+    if match and not _GIVEN.search(message):  # no value to name (a file that does not exist...): what it says
+        reason = message[match.end():].strip().splitlines()
+        return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
     if match:
         given = _GIVEN.search(message)
         value = given.group(1).strip() if given else "?"

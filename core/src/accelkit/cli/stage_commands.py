@@ -107,11 +107,16 @@ def pop_test_after_fit(words: list[str]) -> tuple[list[str], bool]:
     return kept, value.lower() == "true"
 
 
-def check_ckpt_path(ckpt_path: Any) -> None:
-    """Refuse a ``--ckpt_path`` naming nothing that exists (``"last"`` and ``"best"`` are the Trainer's to find).
+def check_ckpt_path(ckpt_path: Any, stage: str = "fit") -> None:
+    """Refuse a ``--ckpt_path`` naming nothing that exists (``"last"`` is the Trainer's to find, and ``"best"`` that
+    of a ``fit``; a ``validate``, ``test`` or ``predict`` command has no fit before it whose best it could be).
 
     :raise ConfigurationError: naming the path, the folder it was looked for in, and what works.
     """
+    if str(ckpt_path) == "best" and stage != "fit":
+        raise ConfigurationError(f"--ckpt_path 'best' names the best checkpoint of a fit in the same run, and "
+                                 f"'accelkit {stage}' has none; give the checkpoint file (the fit printed its path) "
+                                 "or 'last'")
     if ckpt_path is None or str(ckpt_path) in ("last", "best") or os.path.exists(ckpt_path):
         return
     raise ConfigurationError(f"--ckpt_path {str(ckpt_path)!r} does not exist (looked for from {os.getcwd()}); give "
@@ -178,7 +183,7 @@ def _make_cli_class(test_after_fit: bool = True) -> type:
                 trainer["max_epochs"] = FIRST_RUN_MAX_EPOCHS
 
         def _start(self) -> None:
-            check_ckpt_path(self.config_init[self.subcommand].get("ckpt_path"))
+            check_ckpt_path(self.config_init[self.subcommand].get("ckpt_path"), str(self.subcommand))
 
         def before_fit(self) -> None:
             self._start()
