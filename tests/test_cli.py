@@ -418,6 +418,7 @@ def test_a_plugin_cannot_take_a_core_command_name(command_plugins, capsys):
 
 # ------------------------------------------------------------------------------------------- help as plain text
 RST_MARKUP = re.compile(r":(?:class|meth|func|mod|attr|data|exc|obj|ref|doc):`|``|<class '")
+CUT_OFF = re.compile(r".{30}\b(?:a|an|the|or|of|and|to|with),? \(type:")
 
 
 def help_text(capsys, *words: str) -> str:
@@ -434,6 +435,8 @@ def test_help_of_every_command_is_plain_text(capsys):
     for words in [(), *((name,) for name in names)]:
         text = help_text(capsys, *words)
         assert not RST_MARKUP.findall(text), (words, RST_MARKUP.findall(text))
+        # no help cut off mid-sentence ("an accelerator name (...), an (type: ...")
+        assert not CUT_OFF.findall(re.sub(r"\s+", " ", text)), (words, CUT_OFF.findall(re.sub(r"\s+", " ", text)))
     short = help_text(capsys, "fit", f"{EXAMPLE}:DigitsClassifier")  # the model first: the same --help
     fit = help_text(capsys, "fit")
     assert short == fit
