@@ -1,5 +1,6 @@
-"""``--help`` as plain text: the docstrings the help is made of are reStructuredText (``:class:`~accelkit.Module```,
-````"cpu"````), which a terminal should show as ``Module`` and ``"cpu"``.
+"""``--help`` as plain text. The docstrings the help is made of are reStructuredText, with roles (a class named
+through its ``:class:`` role) and inline literals (a value between double back-quotes), which a terminal should
+show as the bare name and the bare value.
 
 :class:`PlainHelpFormatter` is the help formatter of every :class:`~accelkit.cli.config.ArgumentParser`; it
 converts the descriptions, the group titles and each option's help with :func:`plain_text` before wrapping them.
@@ -26,9 +27,10 @@ def _role(match: re.Match) -> str:
 
 
 def plain_text(text: str) -> str:
-    """``text`` (reStructuredText of a docstring) as a person reads it in a terminal: roles become their target's
-    name (``:class:`~accelkit.Module``` -> ``Module``), inline literals lose their double back-quotes, and a
-    tuple of classes (a group title jsonargparse makes) becomes ``A or B``."""
+    """``text`` (reStructuredText of a docstring) as a person reads it in a terminal: a role becomes its target's
+    name (the last part of it after a tilde, so a ``:class:`` role naming ``~accelkit.Module`` reads ``Module``),
+    an inline literal loses its double back-quotes, and a tuple of classes (a group title jsonargparse makes)
+    becomes ``A or B``."""
     if _CLASS_TUPLE.match(text.strip()):
         return " or ".join(_CLASS_NAME.findall(text))
     return _LITERAL.sub(r"\1", _ROLE.sub(_role, text))
