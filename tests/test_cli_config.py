@@ -225,15 +225,20 @@ def test_a_parse_error_names_every_unknown_key_at_once_and_one_line_of_help(proj
         "Run 'accelkit fit --help' to see every key and the values it accepts."]
 
 
-def test_a_bad_value_is_one_line_without_the_usage(project, monkeypatch, capsys):
+@pytest.mark.parametrize("argv, problem", [
+    (["--trainer.max_epochs", "many"], "trainer.max_epochs: value 'many' is not accepted; accepted: int, null"),
+    # a model's argument: named by its key, not as "model: value NestedArg(...)", with its own type only
+    (["--model.hidden", "wide"], "model.hidden: value 'wide' is not accepted; accepted: int"),
+])
+def test_a_bad_value_is_one_line_without_the_usage(project, monkeypatch, capsys, argv, problem):
     from accelkit import cli
 
     monkeypatch.chdir(project)
     with pytest.raises(SystemExit) as exc:
-        cli.main(["test", "--model", "models:Net", "--trainer.max_epochs", "many"])
+        cli.main(["test", "--model", "models:Net", *argv])
     assert exc.value.code == 2
     assert capsys.readouterr().err.splitlines() == [
-        "accelkit test: error: trainer.max_epochs: value 'many' is not accepted; accepted: int, null",
+        f"accelkit test: error: {problem}",
         "Run 'accelkit test --help' to see every key and the values it accepts."]
 
 

@@ -23,6 +23,7 @@ _GIVEN = re.compile(r"Given value: (.*)")
 _EXPECTED = re.compile(r"Expected a (?:<class '([\w.]+)'>|(\S+))")
 _CLASS_OPTION = re.compile(r'Parser key "([^"]+)":.*?Problem with given class_path \'([^\']+)\':\s*'
                            r"Option '([^']+)' is not accepted", re.DOTALL)
+_NESTED = re.compile(r"""^NestedArg\(key='([^']+)', val='(.*)'\)$""")
 _CHOICES = re.compile(r"Expected a (typing\.Literal\[[^\]]*\]|Literal\[[^\]]*\])")
 
 
@@ -78,9 +79,14 @@ def explain(parser: Any, message: str) -> str:
         return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
     if match:
         given = _GIVEN.search(message)
-        value = given.group(1).strip() if given else "?"
+        key, value = match.group(1), given.group(1).strip() if given else "?"
+        nested = _NESTED.match(value)  # a --model.hidden abc: jsonargparse shows the group and its NestedArg
         accepted = _accepted(message)
-        return (f"{match.group(1)}: value {value!r} is not accepted"
+        if nested:
+            key, value = f"{key}.{nested.group(1)}", nested.group(2)
+            inner = message.split(f'Parser key "{nested.group(1)}":', 1)
+            accepted = _accepted(inner[1].split("\n    - ", 1)[0]) if len(inner) == 2 else ""
+        return (f"{key}: value {value!r} is not accepted"
                 + (f"; accepted: {accepted}" if accepted else "") + f"\n{message}")
     return message
 
