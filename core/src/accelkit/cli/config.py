@@ -31,7 +31,6 @@ except ModuleNotFoundError as _missing:  # the core's optional extra
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
-from accelkit.errors import ConfigurationError
 from accelkit.cli.class_paths import translate_text, translate_value
 from accelkit.cli.config_errors import error_lines, explain
 from accelkit.cli.help_text import PlainHelpFormatter
@@ -43,6 +42,7 @@ from accelkit.cli.saved_config import (
     started_in,
     with_class_paths,
 )
+from accelkit.errors import ConfigurationError
 from accelkit.loggers import Logger
 from accelkit.loggers import tensorboard as _tensorboard  # noqa: F401  (class name resolution needs it imported)
 from accelkit.module.datamodule import DataModule
