@@ -206,6 +206,42 @@ def test_bad_keys_and_values_are_named_with_what_works(project, monkeypatch, cap
         assert text in err, err
 
 
+def test_a_parse_error_names_every_unknown_key_at_once_and_one_line_of_help(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    (project / "typo.yaml").write_text("trainer:\n  max_epoch: 2\n  max_time: {hours: 1}\nmodel:\n"
+                                       "  init_args: {lr: 0.1}\n")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "--model", "models.py:Net", "--config", "typo.yaml", "--model.hiden", "3",
+                  "--trainer.acclerator", "cpu", "--data", "models:Blobs", "--data.batch_sise", "4"])
+    assert exc.value.code == 2
+    # the keys of the file, then those of the words; the model's and the data's checked against their classes
+    assert capsys.readouterr().err.splitlines() == [
+        "accelkit fit: error: unknown key 'trainer.max_epoch'. Did you mean 'trainer.max_epochs'?",
+        "accelkit fit: error: unknown key 'model.hiden'. Did you mean 'model.hidden'?",
+        "accelkit fit: error: unknown key 'trainer.acclerator'. Did you mean 'trainer.accelerator'?",
+        "accelkit fit: error: unknown key 'data.batch_sise'. Did you mean 'data.batch_size'?",
+        "Run 'accelkit fit --help' to see every key and the values it accepts."]
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--trainer.max_epochs", "many"], "trainer.max_epochs: value 'many' is not accepted; accepted: int, null"),
+    # a model's argument: named by its key, not as "model: value NestedArg(...)", with its own type only
+    (["--model.hidden", "wide"], "model.hidden: value 'wide' is not accepted; accepted: int"),
+])
+def test_a_bad_value_is_one_line_without_the_usage(project, monkeypatch, capsys, argv, problem):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["test", "--model", "models:Net", *argv])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"accelkit test: error: {problem}",
+        "Run 'accelkit test --help' to see every key and the values it accepts."]
+
+
 def test_a_lightning_class_without_counterpart_names_ours(project):
     (project / "bad.yaml").write_text("trainer:\n  callbacks:\n    - class_path: "
                                       "lightning.pytorch.callbacks.EarlyStoping\n")
@@ -498,3 +534,111 @@ def test_command_line_words_translate_whole_class_paths_only():
     # a whole Lightning path accelkit lacks, outside a class_path, is left for the parser to judge
     assert translate_value({"note": "lightning.pytorch.loggers.WandbLogger"}) == {
         "note": "lightning.pytorch.loggers.WandbLogger"}
+
+
+# ------------------------------------------------------------------- one fit command, configurations that load back
+def printed_config(cwd: Path, *argv: str) -> str:
+    done = run(cwd, "-m", "accelkit.cli", *argv, "--print_config")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def reported(stdout: str, what: str) -> str:
+    """The path of an ``accelkit: <what> ...`` line of the command's output."""
+    line = next(line for line in stdout.splitlines() if line.startswith(f"accelkit: {what}"))
+    return line.split(what, 1)[1].split(" (")[0].strip()
+
+
+@pytest.mark.slow  # five commands in fresh interpreters
+@pytest.mark.parametrize("model, data, written", [
+    ("lib/nets.py:Net", "lib/nets.py:Blobs", "lib/nets.py:Net"),  # a file outside the current folder: kept as a file
+    ("models:Net", "models.Blobs", "models.Net"),  # importable from here: a dotted class path
+])
+def test_print_config_then_config_then_test_config_round_trip(project, model, data, written):
+    (project / "lib").mkdir()
+    (project / "lib" / "nets.py").write_text(MODELS)
+    first = printed_config(project, "fit", model, "--data", data, "--accelerator", "cpu", "--init", "hidden=6",
+                           "--no-progress-bar")
+    assert yaml.safe_load(first)["model"]["class_path"] == written
+    (project / "printed.yaml").write_text(first)
+    assert printed_config(project, "fit", "--config", "printed.yaml") == first  # loads back unchanged
+    fit = run(project, "-m", "accelkit.cli", "fit", "--config", "printed.yaml")
+    assert fit.returncode == 0, fit.stderr
+    saved_path = reported(fit.stdout, "configuration saved to")
+    saved = yaml.safe_load(Path(saved_path).read_text())
+    # the first-run defaults of either spelling: 20 epochs, seed 0, the held-out test after the fit
+    assert saved["trainer"]["max_epochs"] == 20 and saved["seed_everything"] == 0
+    assert saved["model"] == {"class_path": written, "init_args": {"hidden": 6, "lr": 0.05}}
+    assert "accelkit: held-out test_acc = " in fit.stdout
+    test = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path",
+               reported(fit.stdout, "checkpoint"))
+    assert test.returncode == 0 and "test_acc" in test.stdout, test.stderr
+    missing = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path", "nope.ckpt")
+    assert missing.returncode != 0 and missing.stderr.splitlines() == [
+        f"accelkit: error: --ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint "
+        "file, a sharded checkpoint folder, 'last' or 'best'"], missing.stderr
+
+
+def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+
+    def printed(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["fit", *argv, "--print_config"])
+        assert exc.value.code == 0
+        return capsys.readouterr().out
+
+    short = printed("models.py:Net", "--max-epochs", "3", "--accelerator", "cpu", "--init", "hidden=5", "--seed",
+                    "7", "--no-test", "--no-progress-bar", "--ckpt-path", "last")
+    long = printed("--model", "models.py:Net", "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu",
+                   "--model.hidden", "5", "--seed_everything", "7", "--test_after_fit", "false",
+                   "--trainer.enable_progress_bar", "false", "--ckpt_path", "last")
+    assert short == long
+    config = yaml.safe_load(short)
+    assert config["trainer"]["max_epochs"] == 3 and config["model"]["init_args"]["hidden"] == 5
+    assert config["seed_everything"] == 7 and config["ckpt_path"] == "last"
+    assert "test_after_fit" not in config  # the command's choice: a script's CLI reads the file too
+
+
+@pytest.mark.parametrize("ckpt_path, message", [
+    ("nope.ckpt", "--ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint file, a "
+                  "sharded checkpoint folder, 'last' or 'best'"),
+    ("best", "--ckpt_path 'best' names the best checkpoint of a fit in the same run, and 'accelkit validate' has "
+             "none; give the checkpoint file (the fit printed its path) or 'last'"),
+])
+def test_a_missing_checkpoint_is_one_line(project, monkeypatch, capsys, ckpt_path, message):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    code = cli.main(["validate", "--model", "models:Net", "--data", "models:Blobs", "--trainer.logger", "false",
+                     "--ckpt_path", ckpt_path])
+    assert code == 1
+    assert capsys.readouterr().err.splitlines() == [f"accelkit: error: {message.format(project=project)}"]
+
+
+def test_a_missing_config_file_is_one_line(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "--config", "nope.yaml"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"accelkit fit: error: config: File does not exist: '{project / 'nope.yaml'}'",
+        "Run 'accelkit fit --help' to see every key and the values it accepts."]
+
+
+def test_an_existing_configuration_is_one_line(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    (project / "config.yaml").write_text("# a former run's\n")
+    code = cli.main(["fit", "models:Net", "--data", "models:Blobs", "--logger", "false", "--max-epochs", "1",
+                     "--accelerator", "cpu", "--no-progress-bar"])
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"accelkit: error: {project / 'config.yaml'} exists already: a former run's configuration. Delete "
+                   "it, choose another trainer.default_root_dir, pass save_config_kwargs={'overwrite': True}, or "
+                   "save_config_callback=None"]

@@ -49,7 +49,12 @@ LIGHTNING_CLASSES: dict[str, str] = {
 #: Distributions that provide an accelkit class named above, for the message when it is not installed.
 _DISTRIBUTIONS = {"accelkit_mlflow": "accelkit-mlflow"}
 
-_PATH = re.compile(r"(?:lightning\.pytorch|pytorch_lightning)(?:\.[A-Za-z_]\w*)+")
+#: module name -> file, for each module :func:`load_class` imported from a file (``examples/digits.py:Net`` is
+#: module ``digits``); a saved configuration names such classes by their file (see
+#: :func:`accelkit.cli.saved_config.file_form_class_paths`).
+FILE_MODULES: dict[str, Path] = {}
+
+_PATH = re.compile(r"(?<![\w.])(?:lightning\.pytorch|pytorch_lightning)(?:\.[A-Za-z_]\w*)+")
 
 #: the keys whose value is a class path to translate: jsonargparse's, and hydra's ``_target_``
 CLASS_PATH_KEYS = ("class_path", "_target_")
@@ -194,6 +199,8 @@ def load_class(target: str, base: type, kind: str) -> type:
             raise  # the module exists but imports something missing: the traceback is the useful answer
         raise SystemExit(f"accelkit: cannot import {module_name!r} ({exc}); give a file path "
                          "(path/to/file.py:Class) or a module importable from the current folder") from None
+    if location.endswith(".py") or "/" in location or "\\" in location:
+        FILE_MODULES[module_name] = path
     names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, base)
                    and v is not base)
     cls = getattr(module, class_name, None)

@@ -142,8 +142,11 @@ class CLI:
             kwargs = {"description": description, **sub_kwargs.get(name, {})}
             parser = self.init_parser(**kwargs)
             self._add_arguments(parser)
-            self._subcommand_method_arguments[name] = parser.add_method_arguments(self.trainer_class, name,
-                                                                                  skip=set(skip))
+            added = parser.add_method_arguments(self.trainer_class, name, skip=set(skip))
+            self._subcommand_method_arguments[name] = added
+            for group in parser._action_groups:  # titled by the docstring's first line, which may stop mid-sentence
+                if any(action.dest in added for action in group._group_actions):
+                    group.title = f"Trainer.{name}: {description.rstrip('.')}"
             self._subcommand_parsers[name] = parser
             subcommands.add_subcommand(name, parser, help=description)
 
