@@ -33,6 +33,7 @@ from accelkit.trainer.arguments import (
     split_datamodule,
 )
 from accelkit.trainer.properties import TrainerProperties
+from accelkit.trainer.removed_arguments import removed_argument_message
 from accelkit.utilities.seed import seed_from_environment
 
 
@@ -216,7 +217,7 @@ class Trainer(TrainerProperties):
         self._register_plugin_objects()
         manager.hook.accelkit_translate_arguments(arguments=arguments)
         if arguments["extra"]:
-            raise TypeError(f"Trainer() got unexpected keyword argument(s): {', '.join(sorted(arguments['extra']))}")
+            raise TypeError(removed_argument_message(arguments["extra"], Trainer.__init__))
 
         problems = check_run_arguments(run_args)
         if barebones_args is not None:
