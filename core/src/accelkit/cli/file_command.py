@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from accelkit.cli.commands import load_module_class, parse_value
+from accelkit.trainer.summary import print_fit_summary
 
 
 def add_file_fit_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,13 +67,8 @@ def run_file_fit(args: argparse.Namespace) -> int:
           f"strategy={config.strategy} precision={config.precision} num_nodes={config.num_nodes}")
     start = time.perf_counter()
     trainer.fit(model, ckpt_path=args.ckpt_path)
-    elapsed = time.perf_counter() - start
-    if trainer.is_global_zero:
-        shown = ", ".join(f"{k}={v:.4f}" for k, v in sorted(trainer.callback_metrics.items()))
-        print(f"accelkit: fit finished in {elapsed:.1f} s after {trainer.current_epoch} epochs, "
-              f"{trainer.global_step} steps; {shown}")
-        if trainer.enable_checkpointing:
-            print(f"accelkit: checkpoint {trainer.checkpoint_path}")
+    if trainer.progress_bar_callback is None:  # with a bar, fit() printed the summary itself
+        print_fit_summary(trainer, time.perf_counter() - start)
     has_test = type(model).test_step is not accelkit.Module.test_step
     if not args.no_test and has_test and model.test_dataloader() is not None:
         results = trainer.test(model)

@@ -196,6 +196,7 @@ def _worker_result(trainer: Any, stage: str, result: Any, interrupted: Any) -> W
         if strategy.launches_workers else {},
         should_stop=trainer.should_stop,
         interrupted=interrupted,
+        stop_reason=trainer.run_state.stop_reason if stage == "fit" else None,
     )
 
 
