@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import sys
 import time
@@ -43,6 +44,16 @@ def plain_lines() -> bool:
         return not sys.stdout.isatty()
     except (AttributeError, ValueError):  # no stdout, or a closed one
         return True
+
+
+class _Discard(io.TextIOBase):
+    """A text stream that keeps nothing: where the bars draw while the progress is printed as plain lines."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+_DISCARD = _Discard()
 
 
 class Tqdm(_tqdm):
@@ -127,8 +138,10 @@ class TQDMProgressBar(RefreshingProgressBar):
         self._restore_warnings()
 
     @property
-    def _hidden(self) -> bool:
-        return self.is_disabled or self._plain
+    def _stream(self) -> Any:
+        """Where the bars draw: standard output, or nowhere when the progress goes out as plain lines (the bars
+        still count and hold their metrics, for subclasses that read them, as with Lightning's)."""
+        return _DISCARD if self._plain else sys.stdout
 
     # ----------------------------------------------------------------- the bars
     @property
@@ -182,31 +195,31 @@ class TQDMProgressBar(RefreshingProgressBar):
     # ----------------------------------------------------------------- building the bars
     def init_sanity_tqdm(self) -> Tqdm:
         """The sanity check's bar."""
-        return Tqdm(desc=self.sanity_check_description, position=2 * self._process_position, disable=self._hidden,
-                    leave=False, dynamic_ncols=True, file=sys.stdout, bar_format=self.BAR_FORMAT)
+        return Tqdm(desc=self.sanity_check_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=False, dynamic_ncols=True, file=self._stream, bar_format=self.BAR_FORMAT)
 
     def init_train_tqdm(self) -> Tqdm:
         """The training bar."""
-        return Tqdm(desc=self.train_description, position=2 * self._process_position, disable=self._hidden,
-                    leave=True, dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
+        return Tqdm(desc=self.train_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=True, dynamic_ncols=True, file=self._stream, smoothing=0, bar_format=self.BAR_FORMAT)
 
     def init_validation_tqdm(self) -> Tqdm:
         """The validation bar: under the training bar inside ``fit`` (and cleared when done), alone in
         ``validate``."""
         inside_fit = self.trainer.state.fn != "validate"
         return Tqdm(desc=self.validation_description, position=2 * self._process_position + inside_fit,
-                    disable=self._hidden, leave=not inside_fit, dynamic_ncols=True, file=sys.stdout,
+                    disable=self.is_disabled, leave=not inside_fit, dynamic_ncols=True, file=self._stream,
                     bar_format=self.BAR_FORMAT)
 
     def init_test_tqdm(self) -> Tqdm:
         """The test bar."""
-        return Tqdm(desc=self.test_description, position=2 * self._process_position, disable=self._hidden,
-                    leave=True, dynamic_ncols=True, file=sys.stdout, bar_format=self.BAR_FORMAT)
+        return Tqdm(desc=self.test_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=True, dynamic_ncols=True, file=self._stream, bar_format=self.BAR_FORMAT)
 
     def init_predict_tqdm(self) -> Tqdm:
         """The prediction bar."""
-        return Tqdm(desc=self.predict_description, position=2 * self._process_position, disable=self._hidden,
-                    leave=True, dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
+        return Tqdm(desc=self.predict_description, position=2 * self._process_position, disable=self.is_disabled,
+                    leave=True, dynamic_ncols=True, file=self._stream, smoothing=0, bar_format=self.BAR_FORMAT)
 
     # ----------------------------------------------------------------- sanity check
     def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
@@ -243,7 +256,7 @@ class TQDMProgressBar(RefreshingProgressBar):
         bar = self.train_progress_bar
         if not bar.disable:
             bar.set_postfix(self.get_metrics(trainer, pl_module))
-        elif self._plain and self.is_enabled:
+        if self._plain and self.is_enabled:
             self._line(f"Epoch {trainer.current_epoch}", f"{self._train_batches}/{_shown(self.total_train_batches)}",
                        self.get_metrics(trainer, pl_module))
         if self._leave:
@@ -331,6 +344,9 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
         """Print above the bar that is running (``tqdm.write``), so the bars are not broken."""
+        if self._plain:
+            print(*args, sep=sep, **kwargs)
+            return
         bar = next((b for b in (self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar,
                                 self._train_progress_bar) if b is not None and not b.disable), None)
         if bar is None:
