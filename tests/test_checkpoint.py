@@ -130,6 +130,26 @@ def test_missing_ckpt_path_is_a_clear_error(tmp_path):
         trainer.fit(RegressionModule(), ckpt_path=tmp_path / "nowhere.ckpt")
 
 
+@pytest.mark.filterwarnings("ignore:ModelCheckpoint. the folder changed")  # the resumed fit writes elsewhere
+def test_each_stage_given_a_checkpoint_says_which_file_it_loaded(tmp_path, capsys):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=tmp_path)
+    model = RegressionModule()
+    trainer.fit(model)
+    path = trainer.checkpoint_callback.last_model_path
+    capsys.readouterr()
+    trainer.test(model, ckpt_path=path, verbose=False)
+    trainer.validate(model, ckpt_path="last", verbose=False)
+    trainer.predict(model, dataloaders=model.test_dataloader(), ckpt_path=path)
+    accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False, default_root_dir=tmp_path / "again").fit(model, ckpt_path=path)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "loaded checkpoint" in line]
+    assert lines == [f"accelkit: {stage}() loaded checkpoint {path}" for stage in ("test", "validate", "predict", "fit")]
+    capsys.readouterr()
+    trainer.test(model, verbose=False)  # no checkpoint given, none loaded: nothing said
+    assert "loaded checkpoint" not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------------- safe loading
 class AddOpaque(accelkit.Callback):
     """Puts an arbitrary pickled object into every checkpoint."""

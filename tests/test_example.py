@@ -58,5 +58,5 @@ def test_digits_two_process_ddp_spawn(tmp_path):
                         "--no-progress-bar", timeout=180)
     assert "devices=[0, 1] strategy=ddp_spawn" in stdout
     # 1,257 training digits: each rank reads ceil(1257 / 2) = 629 of them, 10 batches of 64 per epoch
-    assert "after 20 epochs, 200 steps" in stdout
+    assert "fit stopped: max_epochs=20 reached; 20 epoch(s), 200 step(s)" in stdout
     assert held_out_accuracy(stdout) >= 0.95, stdout

@@ -128,6 +128,9 @@ def test_training_step_returning_none_every_step_warns_once_as_lightning(tmp_pat
         run.fit(module, loader())
     skipped = [str(w.message) for w in caught if "returned None" in str(w.message)]
     assert len(skipped) == 1 and "AlwaysNone.training_step returned None for batch 0" in skipped[0]
+    # the warning names the user's training_step (file and line), not the loop of accelkit that called it
+    where = [(w.filename, w.lineno) for w in caught if "returned None" in str(w.message)]
+    assert where == [(__file__, AlwaysNone.training_step.__code__.co_firstlineno)], where
     assert run.global_step == 8  # Lightning counts the (empty) optimizer steps too
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
 

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from accelkit.errors import ConfigurationError
+from accelkit.trainer.summary import print_fit_summary
 
 _TARGET_OPTIONS = {"--model": ("accelkit.module.module", "Module", "accelkit.Module"),
                    "--data": ("accelkit.module.datamodule", "DataModule", "accelkit.DataModule")}
@@ -195,16 +196,11 @@ def _make_cli_class(test_after_fit: bool = True) -> type:
 
         def _report(self, what: str) -> None:
             trainer = self.trainer
-            if not trainer.is_global_zero:
-                return
-            shown = ", ".join(f"{k}={float(v):.4f}" for k, v in sorted(trainer.callback_metrics.items()))
-            print(f"accelkit: {what} finished after {trainer.current_epoch} epochs, {trainer.global_step} steps"
-                  + (f"; {shown}" if shown else ""))
-            if self.save_config_callback is not None and not trainer.fast_dev_run:
+            if what == "fit" and trainer.progress_bar_callback is None:  # with a bar, fit() printed it
+                print_fit_summary(trainer)
+            if trainer.is_global_zero and self.save_config_callback is not None and not trainer.fast_dev_run:
                 print(f"accelkit: configuration saved to {os.path.join(trainer.log_dir, 'config.yaml')} "
                       f"(repeat with --config)")
-            if what == "fit" and trainer.enable_checkpointing:
-                print(f"accelkit: checkpoint {trainer.checkpoint_path}")
 
         def _has_test_split(self) -> bool:
             if not is_overridden("test_step", self.model, Module):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import timedelta
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from accelkit.callbacks import EarlyStopping, Timer
 from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.module.module import Module
@@ -102,6 +104,7 @@ class FitLoop:
                     break
         if self.interrupted:
             return  # stopped by a signal mid-epoch: no end-of-training hooks (the caller saves and raises)
+        trainer.run_state.stop_reason = self.stop_reason()
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
         self.active = False
@@ -148,6 +151,23 @@ class FitLoop:
         trainer = self.trainer
         return (trainer.min_epochs is None or trainer.current_epoch >= trainer.min_epochs) and (
             trainer.min_steps is None or trainer.global_step >= trainer.min_steps)
+
+    def stop_reason(self) -> str:
+        """Why training ended, in a few words for the end-of-fit summary (the rule of :meth:`_done` that held)."""
+        trainer = self.trainer
+        if not trainer.num_training_batches:
+            return "no training batches (limit_train_batches=0 or an empty loader)"
+        if trainer.fast_dev_run:
+            return f"fast_dev_run={trainer.fast_dev_run} done"
+        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+            return f"max_steps={trainer.max_steps} reached"
+        if self._out_of_time():
+            return f"max_time={timedelta(seconds=round(trainer.max_time))} reached"
+        if trainer.should_stop and self._minimums_met():
+            return _requested_stop(trainer)
+        if trainer.max_epochs is not None and trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs:
+            return f"max_epochs={trainer.max_epochs} reached"
+        return "an epoch produced no training batches"
 
     def _out_of_time(self) -> bool:
         limit = self.trainer.max_time
@@ -347,3 +367,15 @@ def isolated_rng() -> Iterator[None]:
         random.setstate(python_state)
         if np is not None:
             np.random.set_state(numpy_state)
+
+
+def _requested_stop(trainer: Any) -> str:
+    """Who set ``trainer.should_stop``: an :class:`~accelkit.callbacks.EarlyStopping` that stopped (its monitor and
+    reason), a :class:`~accelkit.callbacks.Timer` out of time, or else the Module or a callback of the user."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, EarlyStopping) and callback.stopping_reason.value:
+            return (f"early stopping on {callback.monitor} "
+                    f"({callback.stopping_reason.name.lower().replace('_', ' ')})")
+        if isinstance(callback, Timer) and callback.duration is not None and callback.time_remaining("train") <= 0:
+            return f"Timer(duration={timedelta(seconds=round(callback.duration))}) reached"
+    return "trainer.should_stop was set"

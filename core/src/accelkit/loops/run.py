@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from typing import Any
 
@@ -44,6 +45,8 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
     try:
         _setup_worker(trainer, stage, module, datamodule, prepared)
         module, checkpoint = _setup_model(trainer, module, ckpt_path, weights_only)
+        if checkpoint is not None and strategy.is_global_zero:  # which file, as Lightning's "Restoring states"
+            print(f"accelkit: {stage}() loaded checkpoint {os.path.abspath(os.fspath(ckpt_path))}", flush=True)
         trainer.run_state.data = DataConnector(trainer, module, datamodule, loaders)
         trainer.run_state.publisher = Publisher(trainer)
         if stage == "fit" and strategy.is_global_zero:
@@ -207,6 +210,7 @@ def _worker_result(trainer: Any, stage: str, result: Any, interrupted: Any) -> W
         if strategy.launches_workers else {},
         should_stop=trainer.should_stop,
         interrupted=interrupted,
+        stop_reason=trainer.run_state.stop_reason if stage == "fit" else None,
     )
 
 

@@ -129,6 +129,7 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
         trainer.progress_bar_metrics = output.progress_bar_metrics
         trainer.current_epoch, trainer.global_step = output.current_epoch, output.global_step
         trainer.should_stop = output.should_stop
+        trainer.run_state.stop_reason = output.stop_reason
         for callback in trainer.callbacks:
             state = output.callback_states.get(callback.state_key)
             if state:

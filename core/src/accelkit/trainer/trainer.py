@@ -6,6 +6,7 @@ The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -33,6 +34,8 @@ from accelkit.trainer.arguments import (
     split_datamodule,
 )
 from accelkit.trainer.properties import TrainerProperties
+from accelkit.trainer.removed_arguments import removed_argument_message
+from accelkit.trainer.summary import print_fit_summary
 from accelkit.utilities.seed import seed_from_environment
 
 
@@ -216,7 +219,7 @@ class Trainer(TrainerProperties):
         self._register_plugin_objects()
         manager.hook.accelkit_translate_arguments(arguments=arguments)
         if arguments["extra"]:
-            raise TypeError(f"Trainer() got unexpected keyword argument(s): {', '.join(sorted(arguments['extra']))}")
+            raise TypeError(removed_argument_message(arguments["extra"], Trainer.__init__))
 
         problems = check_run_arguments(run_args)
         if barebones_args is not None:
@@ -312,8 +315,11 @@ class Trainer(TrainerProperties):
 
         train_dataloaders, datamodule = split_datamodule(train_dataloaders, datamodule, "train_dataloaders")
         check_loaders("fit", {"train": train_dataloaders, "val": val_dataloaders})
+        started = time.perf_counter()
         launch(self, "fit", model, datamodule, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path,
                weights_only, {})
+        if self.progress_bar_callback is not None:  # quiet with enable_progress_bar=False, barebones, tuner trials
+            print_fit_summary(self, time.perf_counter() - started)
 
     def validate(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
                  datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:
