@@ -19,6 +19,7 @@ import accelkit  # noqa: E402
 from accelkit.checkpoint import sharded as dcp_io  # noqa: E402
 from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
 from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
+from helpers.damage import RunsCommand, copy_checkpoint, flip_bytes, plant_malicious_index, truncate  # noqa: E402
 from helpers.guards import PYTHON, child_env  # noqa: E402
 from helpers.models import RegressionModule  # noqa: E402
 
@@ -164,3 +165,66 @@ def test_model_checkpoint_keeps_top_k_directories_and_last(tmp_path, save_last):
     assert resumed.global_step == 16
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=3-step=16.ckpt", "last.ckpt"]
     assert dcp_io.load_full(folder / "last.ckpt")["global_step"] == 16
+
+
+# ------------------------------------------------------------------------- nothing in a sharded checkpoint runs
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sharded checkpoint written by a real (one-process) fit: two epochs, 8 steps."""
+    root = tmp_path_factory.mktemp("genuine")
+    fit(root, accelkit.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1), epochs=2)
+    return root / "ckpt" / "epoch=1-step=8.ckpt"
+
+
+def test_a_malicious_index_is_refused_on_every_one_device_path_and_never_runs(genuine, tmp_path, capsys):
+    from accelkit import cli
+    from accelkit.checkpoint.files import UnsafeCheckpointError
+
+    marker = tmp_path / "marker"
+    bad = plant_malicious_index(copy_checkpoint(genuine, tmp_path / "bad.ckpt"), marker)
+    refused = r"holds Python objects that safe loading refuses \(Unsupported global: GLOBAL posix.system\)"
+    with pytest.raises(UnsafeCheckpointError, match=refused):
+        RegressionModule.load_from_checkpoint(bad)
+    with pytest.raises(UnsafeCheckpointError, match=refused):
+        fit(tmp_path / "resume", accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "out"), epochs=3,
+            ckpt_path=bad)
+    assert cli.main(["checkpoint", "consolidate", str(bad), str(tmp_path / "one.ckpt")]) != 0
+    assert "safe loading refuses (Unsupported global: GLOBAL posix.system)" in capsys.readouterr().err
+    assert not marker.exists() and not (tmp_path / "one.ckpt").exists()
+    assert RegressionModule.load_from_checkpoint(genuine).layer.weight.shape == (1, 4)  # the genuine one loads
+
+
+def test_a_malicious_entry_in_a_shard_is_refused_unless_weights_only_false(tmp_path):
+    from accelkit.checkpoint.files import UnsafeCheckpointError
+
+    marker = tmp_path / "marker"
+    model, optimizer = trained_state()
+    state = checkpoint_of(model, optimizer)
+    state["state_dict"]["extra"] = RunsCommand(marker)  # pickled into the shard as an object entry
+    target = dcp_io.save(state, tmp_path / "a.ckpt")
+    with pytest.raises(UnsafeCheckpointError, match="GLOBAL posix.system"):
+        dcp_io.load_full(target)
+    assert not marker.exists()
+    dcp_io.load_full(target, weights_only=False)  # the caller's explicit choice: it runs
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / ".metadata").write_bytes(b""), r"its index '.*\.metadata' is empty \(0 bytes\)"),
+    (lambda d: truncate(d / ".metadata", 100), r"its index '.*\.metadata' cannot be read \(100 bytes; "
+                                               "UnpicklingError: pickle data was truncated"),
+    (lambda d: flip_bytes(next(d.glob("*.distcp")), 0), r"its shard '.*__0_0\.distcp' cannot be read"),
+    (lambda d: flip_bytes(next(d.glob("*.distcp")), next(d.glob("*.distcp")).stat().st_size // 2),
+     r"its shard '.*__0_0\.distcp' cannot be read"),
+], ids=["empty index", "truncated index", "shard flipped at its start", "shard flipped in the middle"])
+def test_a_damaged_index_or_shard_is_named_and_called_damaged(genuine, tmp_path, damage, message):
+    from accelkit.checkpoint.files import CheckpointError, UnsafeCheckpointError
+
+    broken = copy_checkpoint(genuine, tmp_path / "broken.ckpt")
+    damage(broken)
+    with pytest.raises(CheckpointError, match=r"sharded checkpoint '.*broken\.ckpt' is damaged: " + message) as info:
+        RegressionModule.load_from_checkpoint(broken)
+    assert not isinstance(info.value, UnsafeCheckpointError)
+    with pytest.raises(CheckpointError, match="is damaged: " + message):
+        fit(tmp_path / "resume", accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "out"), epochs=3,
+            ckpt_path=broken)

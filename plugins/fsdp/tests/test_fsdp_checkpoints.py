@@ -14,7 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit
 from accelkit.checkpoint import sharded as dcp_io
+from accelkit.errors import WorkerError
 from helpers.compare import assert_same_weights
+from helpers.damage import copy_checkpoint, flip_bytes, plant_malicious_index
 from fsdp_models import MLP, Block
 
 pytestmark = pytest.mark.slow
@@ -120,3 +122,20 @@ def test_block_is_the_unit_the_string_policy_named():
     from accelkit_fsdp import FSDPStrategy
 
     assert FSDPStrategy(auto_wrap_policy="fsdp_models:Block").auto_wrap_policy == (Block,)
+
+
+def test_a_malicious_index_is_refused_under_fsdp_and_never_runs(saved_run, tmp_path):
+    marker = tmp_path / "marker"
+    bad = plant_malicious_index(copy_checkpoint(saved_run["folder"] / "last.ckpt", tmp_path / "bad.ckpt"), marker)
+    with pytest.raises(WorkerError, match=r"UnsafeCheckpointError: checkpoint '.*bad\.ckpt/\.metadata' holds Python "
+                                          r"objects that safe loading refuses \(Unsupported global: GLOBAL posix"):
+        trainer(tmp_path, devices=2, epochs=3, enable_checkpointing=False).fit(MLP(), ckpt_path=bad)
+    assert not marker.exists()
+
+
+def test_a_damaged_shard_is_named_under_fsdp(saved_run, tmp_path):
+    broken = copy_checkpoint(saved_run["folder"] / "last.ckpt", tmp_path / "broken.ckpt")
+    flip_bytes(broken / "__1_0.distcp", 0)
+    with pytest.raises(WorkerError, match=r"CheckpointError: sharded checkpoint '.*broken\.ckpt' is damaged: its "
+                                          r"shard '.*__1_0\.distcp' cannot be read"):
+        trainer(tmp_path, devices=2, epochs=3, enable_checkpointing=False).fit(MLP(), ckpt_path=broken)

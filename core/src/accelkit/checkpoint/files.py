@@ -19,6 +19,7 @@ import math
 import os
 import pickle
 import socket
+import stat
 import tempfile
 import zipfile
 from pathlib import Path
@@ -207,11 +208,7 @@ def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_loc
     except pickle.UnpicklingError as exc:
         if not weights_only:
             raise CheckpointError(f"checkpoint {name} is damaged: unpickling failed ({exc}).") from exc
-        raise UnsafeCheckpointError(
-            f"checkpoint {name} holds Python objects that safe loading refuses ({_first_reason(exc)}). Checkpoints "
-            "accelkit writes hold plain data only (tensors, numbers, strings, containers); this one was written "
-            "with something else (a callback's or the Module's on_save_checkpoint, or hyperparameters of another "
-            "type): store plain values there and save again.") from exc
+        raise unsafe_checkpoint_error(name, exc) from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         where = f" ({_size(path)})" if is_path else ""
         hint = _alternatives(path) if is_path else ""
@@ -231,6 +228,19 @@ def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_loc
     return checkpoint
 
 
+def unsafe_checkpoint_error(name: str, reason: str | BaseException) -> UnsafeCheckpointError:
+    """The one refusal of a checkpoint holding objects safe loading does not admit (a file, or a part of a sharded
+    checkpoint): ``name`` is the file's quoted path, ``reason`` what was refused (``GLOBAL posix.system``) or the
+    weights-only unpickler's error, whose telling line is quoted."""
+    if isinstance(reason, BaseException):
+        reason = _first_reason(reason)
+    return UnsafeCheckpointError(
+        f"checkpoint {name} holds Python objects that safe loading refuses ({reason}). Checkpoints "
+        "accelkit writes hold plain data only (tensors, numbers, strings, containers); this one was written "
+        "with something else (a callback's or the Module's on_save_checkpoint, or hyperparameters of another "
+        "type): store plain values there and save again.")
+
+
 def check_file(path: str | os.PathLike) -> None:
     """Refuse, with a sentence, what cannot be a ``torch.save`` file: a missing path, a folder, an empty file, a
     file that is not a PyTorch archive, a truncated archive. Reads a few bytes; unpickles nothing."""
@@ -241,6 +251,9 @@ def check_file(path: str | os.PathLike) -> None:
         raise IsADirectoryError(f"checkpoint {str(path)!r} is a folder, not a checkpoint file; give the path of a "
                                 f".ckpt file in it.{inside}")
     if not path.is_file():
+        if os.path.exists(path):  # a device, a FIFO, a socket: opening it could block or never end
+            raise CheckpointError(f"checkpoint {str(path)!r} is {_file_kind(path)}, not a regular file; give the "
+                                  "path of a checkpoint file written by trainer.save_checkpoint or ModelCheckpoint.")
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     size = path.stat().st_size
     if size == 0:
@@ -259,6 +272,15 @@ def check_file(path: str | os.PathLike) -> None:
     raise CheckpointError(
         f"{str(path)!r} ({size} bytes, starting with {head!r}) is not a PyTorch checkpoint: torch.save writes a zip "
         f"archive. Check the path. {_alternatives(path)}")
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
 
 
 def _first_reason(exc: BaseException) -> str:

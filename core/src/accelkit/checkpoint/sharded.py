@@ -11,15 +11,17 @@ global zero renames it into place, so the target is either complete or absent (o
 Loading reshards: DCP reads, on each process, the pieces of every tensor that process now owns, whatever the world
 size at saving time. :func:`load_full` reads a whole checkpoint into one process without a process group (a plain
 unsharded module), and :func:`consolidate` writes it as one ordinary checkpoint file that
-``torch.load(path, weights_only=True)`` reads.
+``torch.load(path, weights_only=True)`` reads. Reading runs nothing from the checkpoint and names a damaged file
+(:mod:`accelkit.checkpoint.dcp_reading`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,10 +44,12 @@ SHARDED_KEYS = ("state_dict", "optimizer_states")
 @dataclass(frozen=True)
 class DeferredState:
     """Stands for optimizer ``index``'s state in the sharded checkpoint at ``path``, read once the optimizer
-    exists (a sharded optimizer state is read into a template built from the live optimizer)."""
+    exists (a sharded optimizer state is read into a template built from the live optimizer); ``weights_only``
+    as the load that deferred it."""
 
     path: str
     index: int
+    weights_only: bool = True
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
@@ -141,30 +145,57 @@ def load_metadata(path: str | os.PathLike, weights_only: bool = True) -> dict[st
     return metadata
 
 
-def load_into(path: str | os.PathLike, template: dict[str, Any]) -> dict[str, Any]:
+def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: bool = True) -> dict[str, Any]:
     """Read the entries of ``template`` from the checkpoint at ``path`` into its tensors, in place (each process
-    reads the pieces of its shards, whatever the world size at saving time); returns ``template``."""
+    reads the pieces of its shards, whatever the world size at saving time); returns ``template``.
+
+    Nothing in the checkpoint runs: DCP's index admits only DCP's types, other entries only plain data unless
+    ``weights_only=False`` (:mod:`accelkit.checkpoint.dcp_reading`).
+
+    :raises UnsafeCheckpointError: the checkpoint holds other objects. :raises CheckpointError: a file of it is
+        damaged (named).
+    """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    from accelkit.checkpoint.dcp_reading import SafeLoadPlanner, SafeReader
 
     no_dist = not (dist.is_available() and dist.is_initialized())
-    dcp.load(template, checkpoint_id=Path(path), no_dist=no_dist)
+    with _real_failure():
+        dcp.load(template, storage_reader=SafeReader(path), planner=SafeLoadPlanner(path, weights_only),
+                 no_dist=no_dist)
     return template
+
+
+@contextlib.contextmanager
+def _real_failure() -> Iterator[None]:
+    """Raise the error inside DCP's ``CheckpointException`` (a ``BaseException``, which ``except Exception``
+    misses) in its place: the damaged file, the refused object, ``No space left on device``."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from accelkit.checkpoint.dcp_reading import unwrap_failure
+
+    try:
+        yield
+    except CheckpointException as exc:
+        raise unwrap_failure(exc) from exc
 
 
 def load_full(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
     """The whole checkpoint at ``path`` in one process, without a process group, in the ordinary single-file
-    format: full tensors on the CPU, optimizer states keyed by index as ``optimizer.state_dict()`` gives them."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    format: full tensors on the CPU, optimizer states keyed by index as ``optimizer.state_dict()`` gives them.
+    As safe as :func:`load_into`."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
+    from accelkit.checkpoint.dcp_reading import SafeEverythingPlanner, SafeReader
+
+    reader = SafeReader(path)  # the index first: refused or damaged before anything else is read
     checkpoint = load_metadata(path, weights_only=weights_only)
     count = int(checkpoint.pop(OPTIMIZER_COUNT_KEY, -1))
     tensors: dict[str, Any] = {}
     # as torch's own dcp_to_torch_save: read every entry the checkpoint holds, with no template to fill
-    _load_state_dict(tensors, storage_reader=FileSystemReader(Path(path)), planner=_EmptyStateDictLoadPlanner(),
-                     no_dist=True)
+    with _real_failure():
+        _load_state_dict(tensors, storage_reader=reader, planner=SafeEverythingPlanner(path, weights_only),
+                         no_dist=True)
     checkpoint["state_dict"] = tensors.get("state_dict", {})
     if count >= 0:
         saved = tensors.get("optimizer_states", {})
