@@ -73,9 +73,8 @@ def test_a_failed_save_leaves_no_directory(tmp_path):
     model, optimizer = trained_state()
     state = checkpoint_of(model, optimizer)
     state["state_dict"]["not_picklable"] = lambda: None  # fails while DCP writes the non-tensor entries
-    from torch.distributed.checkpoint import CheckpointException  # a BaseException, carrying each rank's error
-
-    with pytest.raises(CheckpointException, match="pickle"):
+    # the real error, not DCP's CheckpointException (a BaseException, which `except Exception` handlers miss)
+    with pytest.raises(AttributeError, match="Can't pickle local object"):
         dcp_io.save(state, tmp_path / "a.ckpt")
     assert list(tmp_path.iterdir()) == []
 

@@ -87,16 +87,9 @@ def _raise_write_error(exc: BaseException, path: Path, tmp_name: str, written: i
     """Turn torch's stream errors (``unexpected pos 17664 vs 17556``) into an OSError that says what happened."""
     code = exc.errno if isinstance(exc, OSError) and exc.errno else None
     if code is None:
-        try:  # torch's zip writer hides the OS error: a write that cannot complete says which
-            with open(tmp_name, "ab") as probe:
-                probe.write(b"\0" * 4096)
-                probe.flush()
-                os.fsync(probe.fileno())
-        except OSError as probe_error:
-            code = probe_error.errno
-        else:
-            if not isinstance(exc, OSError):
-                raise exc  # not a write failure (a pickling error, say): as it was
+        code = probe_write_error(tmp_name)  # torch's zip writer hides the OS error
+        if code is None and not isinstance(exc, OSError):
+            raise exc  # not a write failure (a pickling error, say): as it was
     try:
         usage = os.statvfs(path.parent)
         free = f"; {usage.f_bavail * usage.f_frsize} bytes free on that file system"
@@ -109,6 +102,20 @@ def _raise_write_error(exc: BaseException, path: Path, tmp_name: str, written: i
     raise OSError(code or errno.EIO, f"could not write checkpoint {str(path)!r}: {reason} (after {written} bytes"
                   f"{free}). The previous file at that path, if any, is unchanged; free space or choose another "
                   "folder (default_root_dir or ModelCheckpoint(dirpath=...)).", str(path)) from exc
+
+
+def probe_write_error(file: str | os.PathLike) -> int | None:
+    """The ``errno`` of appending 4 KiB to ``file`` (flushed to disk), or ``None`` if that works: what a write that
+    failed without saying why (torch's zip writer: ``unexpected pos 704 vs 598``) met, such as ``ENOSPC``. A
+    successful probe leaves its bytes; probe a file that is discarded anyway."""
+    try:
+        with open(file, "ab") as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as probe_error:
+        return probe_error.errno
+    return None
 
 
 def _host() -> str:

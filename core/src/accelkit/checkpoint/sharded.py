@@ -88,7 +88,8 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
     barrier("sharded_checkpoint_start")
     tensors, metadata = split(checkpoint)
     try:
-        dcp.save(tensors, checkpoint_id=temporary)
+        with _write_error(target, temporary), _real_failure():
+            dcp.save(tensors, checkpoint_id=temporary)
         if is_global_zero:
             ckpt.atomic_save(ckpt.to_cpu(metadata), temporary / METADATA_FILE)
     except BaseException:
@@ -100,6 +101,24 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
         _replace(temporary, target)
     barrier("sharded_checkpoint_renamed")
     return target
+
+
+@contextlib.contextmanager
+def _write_error(target: Path, temporary: Path) -> Iterator[None]:
+    """A failed write of the shards (disk full, quota, permissions) as an OSError naming the checkpoint, the
+    cause and what is kept; torch's writer may hide the OS error in a RuntimeError: a probe write finds it."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else None
+        if code is None:
+            code = ckpt.probe_write_error(temporary / f".probe-{secrets.token_hex(4)}")
+        if code is None:
+            raise
+        cause = os.strerror(code) + (f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else "")
+        raise OSError(code, f"could not write sharded checkpoint {str(target)!r}: {cause}. The previous "
+                      "checkpoint at that path, if any, is unchanged; free space or choose another folder "
+                      "(default_root_dir or ModelCheckpoint(dirpath=...)).") from exc
 
 
 def split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
