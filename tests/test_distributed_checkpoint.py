@@ -100,7 +100,7 @@ def test_a_killed_save_leaves_no_checkpoint_and_the_next_save_cleans_up(tmp_path
     assert proc.returncode == -9, proc.stderr
     assert not os.path.lexists(target)
     leftovers = [p.name for p in tmp_path.iterdir()]
-    assert len(leftovers) == 1 and leftovers[0].startswith(".a.ckpt.tmp-"), leftovers  # hidden, never the target
+    assert len(leftovers) == 1 and leftovers[0].startswith(dcp_io.hidden_sibling(target, "tmp-").name), leftovers
     assert not dcp_io.is_sharded_checkpoint(tmp_path / leftovers[0])
     model, optimizer = trained_state()
     dcp_io.save(checkpoint_of(model, optimizer), target)
@@ -227,3 +227,12 @@ def test_a_damaged_index_or_shard_is_named_and_called_damaged(genuine, tmp_path,
     with pytest.raises(CheckpointError, match="is damaged: " + message):
         fit(tmp_path / "resume", accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "out"), epochs=3,
             ckpt_path=broken)
+
+
+def test_a_240_character_directory_name_saves_and_replaces(tmp_path):
+    model, optimizer = trained_state()
+    target = tmp_path / ("d" * 240 + ".ckpt")
+    dcp_io.save(checkpoint_of(model, optimizer), target)
+    dcp_io.save({**checkpoint_of(model, optimizer), "epoch": 5}, target)  # moved aside under a short name too
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert dcp_io.load_full(target)["epoch"] == 5

@@ -33,7 +33,7 @@ from accelkit.utilities.processes import process_alive
 
 #: set to ``1`` to write checkpoints whose weights hold NaN or inf (refused by default)
 ALLOW_NON_FINITE_ENV = "ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS"
-_TMP_TAG = ".accelkit-tmp-"
+_TMP_TAG = ".accelkit-tmp-"  # temporary files: .accelkit-tmp-<host>-<pid>-<random>.tmp
 
 
 class CheckpointError(AccelkitError, ValueError):
@@ -60,7 +60,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     _refuse_non_finite(obj, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(path.parent)
-    prefix = f".{path.name}{_TMP_TAG}{_host()}-{os.getpid()}-"
+    prefix = f"{_TMP_TAG}{_host()}-{os.getpid()}-"  # short and hidden: the target's own name may be near 255
     fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     written = 0
     try:

@@ -18,6 +18,7 @@ unsharded module), and :func:`consolidate` writes it as one ordinary checkpoint 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import secrets
 import shutil
@@ -69,8 +70,8 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
     ``checkpoint["state_dict"]`` and ``checkpoint["optimizer_states"]`` (a list) go through DCP: each process writes
     the shards it holds (DTensors), replicated tensors are written once. The rest is written by global zero into
     :data:`METADATA_FILE`. The directory appears at ``path`` only when complete; a save that fails removes its
-    temporary directory, and one that was killed leaves only a hidden ``.<name>.tmp-*`` directory, removed by the
-    next save of the same name.
+    temporary directory, and one that was killed leaves only a hidden ``.accelkit-<hash>.tmp-*`` directory
+    (:func:`hidden_sibling`), removed by the next save of the same name.
 
     :param barrier: the strategy's ``barrier``; :param broadcast: its ``broadcast`` (the temporary name is agreed
         on); both no-ops for one process.
@@ -79,10 +80,10 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
 
     target = Path(path).absolute()
     token = broadcast(secrets.token_hex(4) if is_global_zero else None)
-    temporary = target.parent / f".{target.name}.tmp-{token}"
+    temporary = hidden_sibling(target, f"tmp-{token}")
     if is_global_zero:
         target.parent.mkdir(parents=True, exist_ok=True)
-        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a killed save
+        for stale in target.parent.glob(hidden_sibling(target, "tmp-*").name):  # left by a killed save
             shutil.rmtree(stale, ignore_errors=True)
         temporary.mkdir()
     barrier("sharded_checkpoint_start")
@@ -139,10 +140,18 @@ def _replace(temporary: Path, target: Path) -> None:
     if not os.path.lexists(target):
         os.rename(temporary, target)
         return
-    aside = target.parent / f".{target.name}.old-{secrets.token_hex(4)}"
+    aside = hidden_sibling(target, f"old-{secrets.token_hex(4)}")
     os.rename(target, aside)
     os.rename(temporary, target)
     remove(aside)
+
+
+def hidden_sibling(target: Path, tag: str) -> Path:
+    """A short hidden name beside ``target`` for its temporary (``tag="tmp-<token>"``) or set-aside copy:
+    ``.accelkit-<8 hex digits of target's name>.<tag>``, so a target name near the 255-byte limit still has one,
+    and the stale temporaries of one target are found by a glob (``tag="tmp-*"``)."""
+    digest = hashlib.sha1(target.name.encode(), usedforsecurity=False).hexdigest()[:8]
+    return target.parent / f".accelkit-{digest}.{tag}"
 
 
 def remove(path: str | os.PathLike) -> None:
