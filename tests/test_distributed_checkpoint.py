@@ -208,14 +208,24 @@ def test_a_malicious_entry_in_a_shard_is_refused_unless_weights_only_false(tmp_p
     assert marker.exists()
 
 
+def flip_weight_bytes(directory: Path) -> None:
+    """Invert the bytes of the saved ``layer.weight`` inside the shard: a valid file with other numbers."""
+    weight = RegressionModule.load_from_checkpoint(directory).layer.weight.detach().numpy().tobytes()
+    shard = next(directory.glob("*.distcp"))
+    flip_bytes(shard, shard.read_bytes().index(weight), len(weight))
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda d: (d / ".metadata").write_bytes(b""), r"its index '.*\.metadata' is empty \(0 bytes\)"),
     (lambda d: truncate(d / ".metadata", 100), r"its index '.*\.metadata' cannot be read \(100 bytes; "
                                                "UnpicklingError: pickle data was truncated"),
-    (lambda d: flip_bytes(next(d.glob("*.distcp")), 0), r"its shard '.*__0_0\.distcp' cannot be read"),
-    (lambda d: flip_bytes(next(d.glob("*.distcp")), next(d.glob("*.distcp")).stat().st_size // 2),
-     r"its shard '.*__0_0\.distcp' cannot be read"),
-], ids=["empty index", "truncated index", "shard flipped at its start", "shard flipped in the middle"])
+    (lambda d: flip_bytes(next(d.glob("*.distcp")), 0), r"its shard '.*__0_0\.distcp' \(\d+ bytes\) does not match "
+                                                         "the checksum saved with it"),
+    (flip_weight_bytes, r"its shard '.*__0_0\.distcp' \(\d+ bytes\) does not match the checksum saved with it"),
+    (lambda d: truncate(next(d.glob("*.distcp")), 100), r"its shard '.*__0_0\.distcp' \(100 bytes\) does not "
+                                                        "match"),
+], ids=["empty index", "truncated index", "shard flipped at its start", "a weight's bytes flipped",
+        "truncated shard"])
 def test_a_damaged_index_or_shard_is_named_and_called_damaged(genuine, tmp_path, damage, message):
     from accelkit.checkpoint.files import CheckpointError, UnsafeCheckpointError
 
@@ -236,3 +246,17 @@ def test_a_240_character_directory_name_saves_and_replaces(tmp_path):
     dcp_io.save({**checkpoint_of(model, optimizer), "epoch": 5}, target)  # moved aside under a short name too
     assert [p.name for p in tmp_path.iterdir()] == [target.name]
     assert dcp_io.load_full(target)["epoch"] == 5
+
+
+def test_a_damaged_shard_of_a_checkpoint_saved_without_checksums_is_named(genuine, tmp_path):
+    """Checkpoints written before the checksums (none saved): a broken shard is still named as damaged."""
+    from accelkit.checkpoint.files import CheckpointError
+
+    broken = copy_checkpoint(genuine, tmp_path / "old.ckpt")
+    saved = torch.load(broken / dcp_io.METADATA_FILE, weights_only=True)
+    del saved[dcp_io.CHECKSUMS_KEY]
+    torch.save(saved, broken / dcp_io.METADATA_FILE)
+    shard = next(broken.glob("*.distcp"))
+    flip_bytes(shard, shard.stat().st_size // 2)
+    with pytest.raises(CheckpointError, match=r"is damaged: its shard '.*__0_0\.distcp' cannot be read"):
+        dcp_io.load_full(broken)

@@ -96,11 +96,30 @@ class SafeReader(FileSystemReader):
     swallows an error of ``read_metadata`` and fails later on an assertion) and any failure to read a shard
     turned into a :class:`~accelkit.checkpoint.files.CheckpointError` naming the shard file."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, checksums: dict[str, int] | None = None) -> None:
         super().__init__(Path(path))
         self.checkpoint = str(path)
-        self.metadata = read_dcp_metadata(path)
+        self.checksums = dict(checksums or {})
+        self.checked: set[str] = set()
+        self.metadata = read_dcp_metadata(path)  # first: an empty or truncated index says so
+        self.check(DCP_METADATA_FILE, "index")
         self.reading: str | None = None
+
+    def check(self, name: str, what: str = "shard") -> None:
+        """Compare file ``name`` with its CRC-32 saved in the checkpoint (once; files without one pass)."""
+        if name in self.checked or name not in self.checksums:
+            return
+        file = Path(self.checkpoint) / name
+        try:
+            actual = ckpt.crc32_of(file)
+        except OSError as exc:
+            raise ckpt.CheckpointError(f"sharded checkpoint {self.checkpoint!r} is damaged: its {what} "
+                                       f"{str(file)!r} cannot be read ({exc.strerror or exc}). {_ELSE}") from exc
+        if actual != self.checksums[name]:
+            raise ckpt.CheckpointError(
+                f"sharded checkpoint {self.checkpoint!r} is damaged: its {what} {str(file)!r} ({file.stat().st_size} "
+                f"bytes) does not match the checksum saved with it (its bytes changed after saving). {_ELSE}")
+        self.checked.add(name)
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """The index read at construction (accelkit writes no per-rank index: asked for one, there is none)."""
@@ -117,6 +136,8 @@ class SafeReader(FileSystemReader):
 
     def read_data(self, plan: Any, planner: Any) -> Any:
         """DCP's read, with a failure naming the shard file it came from."""
+        for item in plan.items:
+            self.check(self.storage_data[item.storage_index].relative_path)
         try:
             return super().read_data(plan, planner)
         except ckpt.CheckpointError:

@@ -22,6 +22,7 @@ import socket
 import stat
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import IO, Any
 
@@ -288,6 +289,15 @@ def _file_kind(path: Path) -> str:
         if test(mode):
             return kind
     return "a special file"
+
+
+def crc32_of(file: str | os.PathLike) -> int:
+    """The CRC-32 of ``file``'s bytes, read in 16 MiB pieces."""
+    value = 0
+    with open(file, "rb") as handle:
+        while piece := handle.read(1 << 24):
+            value = zlib.crc32(piece, value)
+    return value
 
 
 def _first_reason(exc: BaseException) -> str:

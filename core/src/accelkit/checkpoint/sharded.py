@@ -38,6 +38,9 @@ METADATA_FILE = "accelkit_checkpoint.pt"
 OPTIMIZER_COUNT_KEY = "accelkit_num_optimizer_states"
 #: the key, in :data:`METADATA_FILE`, naming the format
 FORMAT_KEY = "accelkit_checkpoint_format"
+#: the key, in :data:`METADATA_FILE`, of the CRC-32 of every other file of the directory (:func:`file_checksums`),
+#: checked as each file is read: flipped bytes inside a tensor's data are otherwise read without complaint
+CHECKSUMS_KEY = "accelkit_file_checksums"
 #: the checkpoint entries stored through DCP (sharded); everything else goes to :data:`METADATA_FILE`
 SHARDED_KEYS = ("state_dict", "optimizer_states")
 
@@ -91,7 +94,8 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
     try:
         with _write_error(target, temporary), _real_failure():
             dcp.save(tensors, checkpoint_id=temporary)
-        if is_global_zero:
+        if is_global_zero:  # every process has written its files (DCP's save ends with a collective)
+            metadata[CHECKSUMS_KEY] = file_checksums(temporary)
             ckpt.atomic_save(ckpt.to_cpu(metadata), temporary / METADATA_FILE)
     except BaseException:
         if is_global_zero:
@@ -120,6 +124,15 @@ def _write_error(target: Path, temporary: Path) -> Iterator[None]:
         raise OSError(code, f"could not write sharded checkpoint {str(target)!r}: {cause}. The previous "
                       "checkpoint at that path, if any, is unchanged; free space or choose another folder "
                       "(default_root_dir or ModelCheckpoint(dirpath=...)).") from exc
+
+
+def file_checksums(folder: str | os.PathLike) -> dict[str, int]:
+    """The CRC-32 of every file in ``folder`` (DCP's index and shards), by name."""
+    checksums = {}
+    for file in sorted(Path(folder).iterdir()):
+        if file.is_file() and file.name != METADATA_FILE:
+            checksums[file.name] = ckpt.crc32_of(file)
+    return checksums
 
 
 def split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -170,7 +183,16 @@ def load_metadata(path: str | os.PathLike, weights_only: bool = True) -> dict[st
                                 f"{METADATA_FILE} and .metadata)")
     metadata = ckpt.load(Path(path) / METADATA_FILE, weights_only=weights_only)
     metadata.pop(FORMAT_KEY, None)
+    metadata.pop(CHECKSUMS_KEY, None)
     return metadata
+
+
+def _reader(path: str | os.PathLike) -> Any:
+    """DCP's reader of ``path`` that runs nothing and checks each file against the checksums saved with it."""
+    from accelkit.checkpoint.dcp_reading import SafeReader
+
+    saved = ckpt.load(Path(path) / METADATA_FILE)  # plain data: read safely
+    return SafeReader(path, checksums=saved.get(CHECKSUMS_KEY) if isinstance(saved, dict) else None)
 
 
 def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: bool = True) -> dict[str, Any]:
@@ -185,11 +207,11 @@ def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: b
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
-    from accelkit.checkpoint.dcp_reading import SafeLoadPlanner, SafeReader
+    from accelkit.checkpoint.dcp_reading import SafeLoadPlanner
 
     no_dist = not (dist.is_available() and dist.is_initialized())
     with _real_failure():
-        dcp.load(template, storage_reader=SafeReader(path), planner=SafeLoadPlanner(path, weights_only),
+        dcp.load(template, storage_reader=_reader(path), planner=SafeLoadPlanner(path, weights_only),
                  no_dist=no_dist)
     return template
 
@@ -214,10 +236,10 @@ def load_full(path: str | os.PathLike, weights_only: bool = True) -> dict[str, A
     As safe as :func:`load_into`."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
-    from accelkit.checkpoint.dcp_reading import SafeEverythingPlanner, SafeReader
+    from accelkit.checkpoint.dcp_reading import SafeEverythingPlanner
 
-    reader = SafeReader(path)  # the index first: refused or damaged before anything else is read
     checkpoint = load_metadata(path, weights_only=weights_only)
+    reader = _reader(path)  # DCP's index: refused or damaged before any shard is read
     count = int(checkpoint.pop(OPTIMIZER_COUNT_KEY, -1))
     tensors: dict[str, Any] = {}
     # as torch's own dcp_to_torch_save: read every entry the checkpoint holds, with no template to fill
