@@ -28,3 +28,74 @@ autodoc_default_options = {"show-inheritance": True}
 # Device runtimes are never imported to build the docs (plugin modules import them lazily anyway).
 rst_epilog = f".. |hookapi| replace:: {__import__('accelkit').HOOK_API_VERSION}\n"
 autodoc_mock_imports = ["torch_xla"]
+
+# Every cross-reference must resolve (sphinx -n): a reference to an accelkit name that is not documented, or is
+# documented under another path than the one users import, fails the build. The build runs offline, so the
+# documentation of torch, the standard library and other dependencies (intersphinx inventories) is not there;
+# references into them are left as plain text.
+nitpicky = True
+_EXTERNAL = ("torch", "os", "collections", "pathlib", "argparse", "jsonargparse", "io", "enum", "contextlib",
+             "multiprocessing", "typing", "datetime", "numpy", "logging", "concurrent", "tqdm", "rich", "pluggy",
+             "inspect", "types", "abc", "threading", "subprocess", "signal", "socket", "importlib", "packaging",
+             "tempfile", "functools", "warnings", "sys", "mlflow", "tensorboard", "torchmetrics", "yaml",
+             "dataclasses", "builtins", "re", "json", "time", "uuid", "weakref", "queue", "pickle", "math",
+             "optuna", "lightning", "pytorch_lightning", "torchdata", "safetensors", "traceback", "shutil")
+nitpick_ignore_regex = [(r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
+                        # builtins and common short spellings of external types in signatures and docstrings
+                        (r"py:.*", r"(int|float|str|bool|bytes|dict|list|tuple|set|frozenset|object|type|None|"
+                                   r"callable|Callable|Any|Path|Namespace|Tensor|nn\.Module|timedelta|"
+                                   r"optional|Optional|Iterable|Iterator|Mapping|Sequence|Union|TypeVar|"
+                                   r"Exception|BaseException|RuntimeError|ValueError|TypeError|KeyError|"
+                                   r"AttributeError|ImportError|OSError|FileNotFoundError|NotImplementedError|"
+                                   r"DataLoader|Dataset|Sampler|Optimizer|LRScheduler|ArgumentParser)"),
+                        # private names (a base class or an annotation may name one; they are not documented)
+                        (r"py:.*", r"(.*\.)?_\w+"),
+                        # the loops' internals, which signatures of documented classes may name
+                        (r"py:.*", r"accelkit\.loops\..*")]
+
+
+def _same_object_target(app, env, node, contnode):
+    """Resolve a Python reference written with an object's defining path (``accelkit.strategies.parallel.
+    ParallelStrategy``, as base classes and signatures spell it) to the path it is documented under
+    (``accelkit.strategies.ParallelStrategy``): the same object, documented once, under the name users import."""
+    import importlib
+
+    if node.get("refdomain") != "py" or not node.get("reftarget", "").startswith("accelkit"):
+        return None
+    domain = env.get_domain("py")
+
+    def find(path: str):
+        parts = path.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except Exception:
+                continue
+            try:
+                for attr in parts[cut:]:
+                    obj = getattr(obj, attr)
+            except AttributeError:
+                return None
+            return obj
+        return None
+
+    if not hasattr(env, "_accelkit_documented"):
+        documented = {}
+        for name, entry in domain.objects.items():
+            if name.startswith("accelkit") and not entry.aliased:
+                obj = find(name)
+                if obj is not None and not isinstance(obj, (str, int, float, bool, tuple, frozenset)):
+                    documented.setdefault(id(obj), name)
+        env._accelkit_documented = documented
+    wanted = find(node["reftarget"])
+    name = env._accelkit_documented.get(id(wanted)) if wanted is not None else None
+    if name is None:
+        return None
+    from sphinx.util.nodes import make_refnode
+
+    entry = domain.objects[name]
+    return make_refnode(app.builder, node["refdoc"], entry.docname, entry.node_id, contnode, name)
+
+
+def setup(app):
+    app.connect("missing-reference", _same_object_target)

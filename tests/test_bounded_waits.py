@@ -1,10 +1,13 @@
-"""Distributed runs whose ranks disagree end with a message naming the rank, instead of waiting 30 minutes.
-Real two-process ddp_spawn runs on gloo."""
+"""Distributed runs whose ranks disagree, or whose rank is stopped, end with a message naming the rank, instead
+of waiting 30 minutes. Real two-process ddp_spawn runs on gloo."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,8 @@ import torch
 
 import accelkit
 from accelkit.errors import ConfigurationError
+from accelkit.strategies.launchers import watchdog
+from helpers.guards import child_env, descendants, wait_gone
 
 HELPER = Path(__file__).parent / "helpers" / "stall_fit.py"
 
@@ -65,3 +70,109 @@ def test_the_collective_timeout_reaches_the_strategy(tmp_path):
     assert trainer.strategy.collective_timeout_s == 120.0
     assert accelkit.Trainer(accelerator="cpu", devices=1, default_root_dir=tmp_path).strategy.collective_timeout_s \
         == 600.0
+
+
+def _stop_rank(tmp_path: Path, rank: int, collective_timeout: int = 20) -> tuple[int, str, int, list[int]]:
+    """Run ``stall_fit.py stop<rank>``, SIGSTOP that rank where it waits at step 4 and let the run end (within the
+    collective timeout and a bounded margin: the subprocess timeout). Returns (exit status, stderr, the stopped
+    pid, every process the run had started that is still alive 10 s after it ended)."""
+    proc = subprocess.Popen([sys.executable, str(HELPER), str(tmp_path), f"stop{rank}", str(collective_timeout)],
+                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        marker, deadline = tmp_path / f"stopme-{rank}", time.monotonic() + 240
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), "the rank never reached step 4"
+        time.sleep(0.2)  # the pid is written
+        pid, started = int(marker.read_text()), descendants(proc.pid)
+        time.sleep(2.5)  # what the rank is doing reaches the others (its watchdog reports once a second)
+        os.kill(pid, signal.SIGSTOP)
+        _, err = proc.communicate(timeout=collective_timeout + 60)
+    finally:
+        if proc.poll() is None:
+            for child in descendants(proc.pid):
+                os.kill(child, signal.SIGKILL)
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, err, pid, wait_gone(started)
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_0_ends_the_run_naming_it_and_leaves_nothing_running(tmp_path):
+    # rank 0 keeps the store the watchdogs talk through: the others' diagnosis used to wait on it for ever
+    code, err, pid, left = _stop_rank(tmp_path, 0)
+    assert code != 0, err[-3000:]
+    assert left == [], f"processes {left} outlived the run"
+    assert "WorkerError" in err, err[-3000:]
+    assert f"worker 0 (pid {pid}) is stopped (SIGSTOP or SIGTSTP) after step 4 (ended with the others)" in err
+    # rank 1's diagnosis is skipped, saying why, instead of blocking
+    assert "the run's store, kept by rank 0's process, does not answer" in err, err[-3000:]
+    assert "The diagnosis was skipped" in err
+    assert "different collectives" not in err and "stopped reporting" not in err
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_1_is_named_with_the_step_it_stopped_at(tmp_path):
+    code, err, pid, left = _stop_rank(tmp_path, 1)
+    assert code != 0, err[-3000:]
+    assert left == [], f"processes {left} outlived the run"
+    assert f"worker 1 (pid {pid}) is stopped (SIGSTOP or SIGTSTP) after step 4 (ended with the others)" in err
+    # rank 0's diagnosis of the failed collective: what was observed, the right step, no invented cause
+    failure = [line for line in err.splitlines() if "when the collective failed, rank 0 had waited" in line]
+    assert len(failure) == 1, err[-3000:]
+    assert "rank 1 stopped reporting" in failure[0]
+    assert (f"(its process {pid} is stopped: SIGSTOP or SIGTSTP); its last one: step 4, batch 4, in training_step"
+            in failure[0])
+    assert "rank 0: step 4, batch 4, in backward" in failure[0]
+    assert "different" not in failure[0] and "in setup" not in failure[0]
+
+
+@pytest.fixture
+def store():
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+
+
+def _publish(store, rank: int, note: tuple) -> None:
+    import json
+
+    store.set(f"accelkit/watchdog/{rank}", json.dumps(note))
+
+
+def test_a_diagnosis_of_an_immediate_failure_says_how_long_the_rank_waited(store):
+    now = time.time()
+    _publish(store, 1, (4, 4, "backward", now, now, os.getpid(), "elsewhere"))
+    watchdog.mark("backward", 4, 4)
+    text = watchdog.Watchdog(store, 0, 2, timeout_s=1200, warn_after_s=120).diagnose(failed=True)
+    assert text.startswith("when the collective failed, rank 0 had waited 0 s in backward: every rank is in "
+                           "backward at the same step"), text
+    assert "no progress" not in text and "120 s" not in text
+
+
+def test_a_rank_that_stopped_reporting_is_named_not_blamed_on_different_collectives(store):
+    now = time.time()
+    _publish(store, 1, (0, -1, "setup", now - 30, now - 20, 1, "elsewhere"))  # its last report, 20 s ago
+    watchdog.mark("backward", 4, 4)
+    text = watchdog.Watchdog(store, 0, 2, timeout_s=20, warn_after_s=10).diagnose()
+    assert "rank 1 stopped reporting" in text, text
+    assert "rank 1: no report for 20 s (process 1 on elsewhere); its last one: step 0, batch -1, in setup" in text
+    assert "different" not in text
+
+
+def test_a_failure_in_a_rank_s_own_work_gets_no_diagnosis(store):
+    watchdog.start(store, 0, 2, timeout_s=20)
+    try:
+        watchdog.mark("training_step", 3, 3)
+        error = ValueError("the user's own bug")
+        watchdog.explain(error)
+        assert not getattr(error, "__notes__", None)
+        watchdog.mark("reduce")
+        error = RuntimeError("Connection closed by peer")
+        watchdog.explain(error)
+        assert "when the collective failed, rank 0 had waited 0 s in reduce: rank 1 never reported" in \
+            error.__notes__[0], error.__notes__
+    finally:
+        watchdog.stop()

@@ -286,3 +286,215 @@ def test_import_accelkit_stays_free_of_jsonargparse_tensorboard_and_mlflow():
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+# ------------------------------------------------------------------- what a configuration file can build
+UNTRUSTED_MODELS = textwrap.dedent('''
+    from typing import Any, Callable, Optional
+
+    import torch
+
+    import accelkit
+
+
+    class Loose(accelkit.Module):
+        """Arguments typed Any, object, not typed, inside containers, and Callable."""
+
+        def __init__(self, extra: Any = None, untyped=None, nested: dict[str, Any] = None, items: list[Any] = None,
+                     maybe: Optional[Any] = None, anything: object = None, factory: Callable = None,
+                     scheduler: torch.optim.lr_scheduler.LRScheduler = None):
+            super().__init__()
+            self.given = dict(extra=extra, untyped=untyped, nested=nested, items=items, maybe=maybe,
+                              anything=anything, factory=factory)
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+''')
+
+# a module whose import leaves a mark: naming it in a configuration must not import it
+IMPORT_MARKER_MODULE = 'import pathlib\npathlib.Path(__file__).with_name("IMPORTED").touch()\n\nclass Thing:\n    pass\n'
+
+
+def shell(marker: Path) -> dict:
+    return {"class_path": "os.system", "init_args": {"command": f"touch {marker}"}}
+
+
+@pytest.fixture
+def loose(tmp_path: Path, monkeypatch) -> Path:
+    (tmp_path / "loose_models.py").write_text(UNTRUSTED_MODELS)
+    (tmp_path / "marks_on_import.py").write_text(IMPORT_MARKER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def build(tmp_path: Path, init_args: dict) -> object:
+    from accelkit.cli import CLI
+
+    return CLI(run=False, args={"model": {"class_path": "loose_models.Loose", "init_args": init_args},
+                                "trainer": {"logger": False, "default_root_dir": str(tmp_path)}})
+
+
+@pytest.mark.parametrize("argument, value, given", [
+    ("extra", lambda m: shell(m), lambda m: shell(m)),
+    ("untyped", lambda m: shell(m), lambda m: shell(m)),
+    ("nested", lambda m: {"x": shell(m)}, lambda m: {"x": shell(m)}),
+    ("items", lambda m: [shell(m)], lambda m: [shell(m)]),
+    ("maybe", lambda m: shell(m), lambda m: shell(m)),
+    ("anything", lambda m: shell(m), lambda m: shell(m)),
+])
+def test_a_class_path_for_an_argument_typed_any_or_untyped_stays_plain_data(loose, argument, value, given):
+    marker = loose / "MARKER"
+    with pytest.warns(UserWarning, match="naming class_path 'os.system' .* stays plain data"):
+        cli = build(loose, {argument: value(marker)})
+    assert not marker.exists(), "the configuration ran a shell command"
+    assert cli.model.given[argument] == given(marker)
+
+
+def test_a_class_path_for_an_argument_typed_any_imports_nothing(loose):
+    import sys
+
+    from accelkit.cli import CLI
+
+    (loose / "e.yaml").write_text(yaml.safe_dump({"trainer": {"logger": False, "default_root_dir": str(loose)},
+                                                  "model": {"class_path": "loose_models.Loose", "init_args": {
+                                                      "extra": {"class_path": "marks_on_import.Thing"}}}}))
+    # a file, then the command line (jsonargparse merges the two, looking up the classes named on both sides)
+    override = json.dumps({"class_path": "marks_on_import.Thing", "init_args": {"a": 1}})
+    with pytest.warns(UserWarning, match="'marks_on_import.Thing'"):
+        cli = CLI(run=False, args=["--config", "e.yaml", "--model.init_args.extra", override])
+    assert cli.model.given["extra"] == {"class_path": "marks_on_import.Thing", "init_args": {"a": 1}}
+    assert "marks_on_import" not in sys.modules and not (loose / "IMPORTED").exists()
+
+
+def test_a_class_path_naming_a_function_is_refused_before_it_is_called(loose):
+    from accelkit.errors import ConfigurationError
+
+    marker = loose / "MARKER"
+    with pytest.raises(ConfigurationError, match=r"model.init_args.factory: class_path 'os.system' names a function, "
+                                                 r"not a class; a configuration builds only classes"):
+        build(loose, {"factory": shell(marker)})
+    assert not marker.exists()
+
+
+def test_a_class_path_where_a_class_is_annotated_is_still_built(loose, capsys):
+    import torch
+
+    cli = build(loose, {"factory": {"class_path": "torch.nn.ReLU"}})
+    assert isinstance(cli.model.given["factory"], torch.nn.ReLU)
+    # ...and only a subclass of the annotation (jsonargparse's check, kept)
+    with pytest.raises(SystemExit):
+        build(loose, {"scheduler": {"class_path": "torch.nn.ReLU"}})
+    assert "torch.nn.ReLU" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two fits in fresh interpreters
+def test_accelkit_fit_does_not_run_a_shell_command_from_a_config_nor_from_its_saved_config(loose):
+    marker = loose / "MARKER"
+    (loose / "e.yaml").write_text(yaml.safe_dump({
+        "trainer": {"accelerator": "cpu", "max_steps": 1, "enable_progress_bar": False, "default_root_dir": "out"},
+        "model": {"class_path": "loose_models.Loose", "init_args": {"extra": shell(marker), "untyped": shell(marker)}},
+    }))
+    first = run(loose, "-m", "accelkit.cli", "fit", "--config", "e.yaml")
+    assert first.returncode == 0, first.stderr
+    assert not marker.exists()
+    saved_path = next((loose / "out").rglob("config.yaml"))
+    saved = yaml.safe_load(saved_path.read_text())
+    assert saved["model"]["init_args"]["extra"] == shell(marker) == saved["model"]["init_args"]["untyped"]
+    again = run(loose, "-m", "accelkit.cli", "fit", "--config", str(saved_path), "--trainer.default_root_dir", "again")
+    assert again.returncode == 0, again.stderr
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------- Lightning's YAML files, read as YAML
+COMMENTED_YAML = textwrap.dedent('''
+    # logger:
+    #   class_path: lightning.pytorch.loggers.wandb.WandbLogger   (off for now)
+    trainer:
+      logger: false
+      callbacks:
+        - class_path: lightning.pytorch.callbacks.ModelSummary   # ours: accelkit.callbacks.ModelSummary
+          init_args: {max_depth: 2}
+        # - class_path: lightning.pytorch.callbacks.EMAWeightAveraging
+    model:
+      class_path: loose_models.Loose
+      init_args:
+        untyped: "lightning.pytorch.loggers.WandbLogger and lightning.pytorch.Trainer, in a sentence"
+        nested:
+          _target_: lightning.pytorch.callbacks.early_stopping.EarlyStopping
+          lightning.pytorch.callbacks.Timer: a key, left alone
+''')
+
+
+def test_a_lightning_yaml_is_translated_as_yaml_not_text(loose):
+    from accelkit.callbacks import ModelSummary
+    from accelkit.cli import CLI
+
+    (loose / "commented.yaml").write_text(COMMENTED_YAML)
+    cli = CLI(run=False, args=["--config", "commented.yaml", "--trainer.default_root_dir", str(loose)])
+    summaries = [c for c in cli.trainer.callbacks if isinstance(c, ModelSummary)]
+    assert len(summaries) == 1 and summaries[0].max_depth == 2
+    given = cli.model.given
+    assert given["untyped"] == "lightning.pytorch.loggers.WandbLogger and lightning.pytorch.Trainer, in a sentence"
+    assert given["nested"] == {"_target_": "accelkit.callbacks.EarlyStopping",
+                               "lightning.pytorch.callbacks.Timer": "a key, left alone"}
+
+
+def supported_lightning_classes() -> list[tuple[str, str]]:
+    """(Lightning class path, accelkit object path) for every class the migration table says accelkit has."""
+    import importlib
+
+    from helpers.migration_table import SECTION_BY_KEY, load_rows
+
+    found = [("lightning.pytorch.LightningModule", "accelkit.Module"),
+             ("lightning.pytorch.LightningDataModule", "accelkit.DataModule"), ("lightning.pytorch.Trainer",
+                                                                                "accelkit.Trainer")]
+    for row in load_rows().values():
+        if not (row.exists and SECTION_BY_KEY[row.section].home and row.name[:1].isupper()):
+            continue
+        module, _, name = row.mirror_path.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), name)
+        except ImportError:  # a plugin's class (accelkit_mlflow) where the plugin is not installed
+            continue
+        if isinstance(obj, type):
+            found.append((f"lightning.pytorch.{row.section}.{row.name}", row.mirror_path))
+    return found
+
+
+def test_every_supported_lightning_class_path_translates_to_its_accelkit_class():
+    from accelkit.cli.class_paths import accelkit_class_path
+    from accelkit.cli.saved_config import import_class_path
+
+    pairs = supported_lightning_classes()
+    assert len(pairs) > 30 and ("lightning.pytorch.callbacks.ModelSummary", "accelkit.callbacks.ModelSummary") in pairs
+    wrong = {}
+    for lightning_path, ours in pairs:
+        for spelling in (lightning_path, lightning_path.replace("lightning.pytorch.", "pytorch_lightning.")):
+            try:
+                translated = accelkit_class_path(spelling)
+            except Exception as exc:  # noqa: BLE001 - collected, reported together
+                wrong[spelling] = repr(exc)
+                continue
+            if import_class_path(translated) is not import_class_path(ours):
+                wrong[spelling] = translated
+    assert not wrong, wrong
+
+
+def test_command_line_words_translate_whole_class_paths_only():
+    from accelkit.cli.class_paths import translate_value, translate_word
+
+    assert translate_word("--trainer.callbacks+=lightning.pytorch.callbacks.ModelSummary") == \
+        "--trainer.callbacks+=accelkit.callbacks.ModelSummary"
+    assert translate_word("pytorch_lightning.loggers.CSVLogger") == "accelkit.loggers.CSVLogger"
+    assert translate_word("--model.note=use lightning.pytorch.Trainer") == "--model.note=use lightning.pytorch.Trainer"
+    # a whole Lightning path accelkit lacks, outside a class_path, is left for the parser to judge
+    assert translate_value({"note": "lightning.pytorch.loggers.WandbLogger"}) == {
+        "note": "lightning.pytorch.loggers.WandbLogger"}

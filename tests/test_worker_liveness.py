@@ -1,5 +1,6 @@
-"""A dead worker is noticed within seconds whatever the size of what the workers receive, and one signal ends a
-launch whose workers never started (issue 17, item 6)."""
+"""A dead worker is noticed within seconds whatever the size of what the workers receive, one signal ends a
+launch whose workers never started (issue 17, item 6), and a worker stopped too long ends its launch (issue 23,
+item 3)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers.guards import PYTHON, TESTS, child_env, wait_gone  # noqa: E402
+from accelkit.errors import WorkerError  # noqa: E402
+from accelkit.strategies.launchers.workers import WorkerProcesses  # noqa: E402
+from helpers.guards import PYTHON, TESTS, child_env, idle_worker, wait_gone  # noqa: E402
 
 SCRIPT = TESTS / "helpers" / "never_starts_fit.py"
 pytestmark = pytest.mark.slow
@@ -54,3 +57,21 @@ def test_one_signal_ends_a_launch_whose_workers_never_started(tmp_path, sig):
     assert f"{name}: the workers were stopped at once (they had not started the run yet)" in out, out
     assert wait_gone(workers) == [], f"workers {workers} outlived the stopped launch"
     assert not any(Path(os.environ.get("TMPDIR", "/tmp")).glob(f"accelkit-spawn-{proc.pid}-*"))
+
+
+def test_a_worker_stopped_past_the_launch_s_limit_ends_the_launch_naming_it(tmp_path):
+    workers = WorkerProcesses(tmp_path, stopped_limit_s=1.0)
+    workers.start(idle_worker, (600,), 2)
+    try:
+        deadline = time.monotonic() + 100
+        while not workers.started() and time.monotonic() < deadline:
+            workers.poll(0.2)
+        pid = workers.processes[1].pid
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(WorkerError, match=rf"^worker 1 \(pid {pid}\) is stopped \(SIGSTOP or SIGTSTP\) for \d+ s, "
+                                              r"past the launch's limit \(1 s"):
+            while not workers.poll(0.2) and time.monotonic() < deadline:
+                pass
+    finally:
+        workers.kill()  # the stopped worker is continued, so SIGTERM ends it
+    assert wait_gone([p.pid for p in workers.processes]) == []

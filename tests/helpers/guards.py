@@ -64,3 +64,28 @@ def child_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and those they started in turn (read from ``/proc``: Linux)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        parent = int(stat[stat.rfind(")") + 2:].split()[1])  # the field after the state
+        children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def idle_worker(index: int, seconds: float) -> None:
+    """A worker entry (``entry(index, *args)`` of a launcher's workers) that only sleeps for ``seconds``."""
+    time.sleep(seconds)

@@ -1,7 +1,10 @@
 """Two-process ``ddp_spawn`` fits where the ranks disagree, for the bounded-wait tests:
-``python stall_fit.py ROOT MODE`` with MODE ``stuck`` (rank 1 sleeps for an hour in batch 1), ``none`` (rank 1's
-training_step returns None once) or ``uneven`` (rank 0 has 4 batches per epoch, rank 1 has 3)."""
+``python stall_fit.py ROOT MODE [COLLECTIVE_TIMEOUT]`` (12 s by default) with MODE ``stuck`` (rank 1 sleeps for an
+hour in batch 1), ``none`` (rank 1's training_step returns None once), ``uneven`` (rank 0 has 4 batches per epoch,
+rank 1 has 3) or ``stop0``/``stop1`` (rank 0 or 1 writes ``stopme-<rank>`` holding its pid at batch 4, step 4, and
+waits there for the test to SIGSTOP it)."""
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,9 +29,14 @@ class Disagreeing(RegressionModule):
                 time.sleep(3600)
             if self.mode == "none":
                 return None
+        if self.mode == f"stop{self.global_rank}" and batch_idx == 4:
+            (Path(self.trainer.default_root_dir) / f"stopme-{self.global_rank}").write_text(str(os.getpid()))
+            time.sleep(3600)
         return super().training_step(batch, batch_idx)
 
     def train_dataloader(self):
+        if self.mode.startswith("stop"):  # 8 batches per rank
+            return DataLoader(regression_data(32), batch_size=2)
         if self.mode != "uneven":
             return super().train_dataloader()
         rank = self.global_rank
@@ -37,10 +45,11 @@ class Disagreeing(RegressionModule):
 
 if __name__ == "__main__":
     root, mode = sys.argv[1], sys.argv[2]
+    timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 12
     torch.manual_seed(0)
     trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
                                enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                               default_root_dir=root, collective_timeout=12, limit_val_batches=0,
+                               default_root_dir=root, collective_timeout=timeout, limit_val_batches=0,
                                use_distributed_sampler=mode != "uneven", callbacks=[WeightDump(root)])
     trainer.fit(Disagreeing(mode))
     print(f"done global_step={trainer.global_step}")

@@ -45,7 +45,7 @@ class Accelerator:
     #: ``Module.on_graphics_processor`` in accelkit); the plugin of such a device sets it, with :attr:`device_type`
     is_graphics_processor: ClassVar[bool] = False
     #: the ``torch.device(...).type`` of this accelerator's devices, where the plugin declares it (``None``: not
-    #: declared); :func:`graphics_processor_device_types` reads it
+    #: declared); ``graphics_processor_device_types()`` reads it
     device_type: ClassVar[str | None] = None
 
     # ----------------------------------------------------------------- resolution (parent process)
@@ -144,7 +144,7 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def parse_device_indices(devices: Any, available: int, accelerator: str) -> list[int]:
-    """Parse a ``devices`` specification against ``available`` visible devices (see :meth:`Accelerator.parse_devices`)."""
+    """Parse a ``devices`` specification against ``available`` visible devices (see :meth:`~accelkit.Accelerator.parse_devices`)."""
     allowed = (
         "an int N >= 1 (the first N devices), -1 or 'auto' (all), a list of distinct indices such as [0, 2], "
         "or a string such as '0,1'"

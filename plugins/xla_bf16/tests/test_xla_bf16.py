@@ -16,6 +16,9 @@ import pytest
 
 from helpers.xla import xla_env
 
+if importlib.util.find_spec("accelkit_xla_bf16") is None:  # find_spec: importing the plugin is for the tests below
+    pytest.skip("the accelkit-xla-bf16 plugin is not installed", allow_module_level=True)
+
 HERE = Path(__file__).resolve().parent
 BF16 = "torch.bfloat16"
 F32 = "torch.float32"

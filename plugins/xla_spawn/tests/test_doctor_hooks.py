@@ -4,7 +4,11 @@ import os
 import subprocess
 import sys
 
-from accelkit_xla_spawn import plugin
+import pytest
+
+pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
+
+from accelkit_xla_spawn import plugin  # noqa: E402
 
 
 def test_names_the_pjrt_variables_and_the_legacy_one():

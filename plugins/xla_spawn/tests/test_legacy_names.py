@@ -13,9 +13,11 @@ import warnings
 
 import pytest
 
-from accelkit_xla_spawn import legacy_names
-from accelkit_xla_spawn.legacy_names import LegacyName, TorchXLALegacyNameWarning
-from accelkit_xla_spawn.removed_api import REPLACEMENTS
+pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
+
+from accelkit_xla_spawn import legacy_names  # noqa: E402
+from accelkit_xla_spawn.legacy_names import LegacyName, TorchXLALegacyNameWarning  # noqa: E402
+from accelkit_xla_spawn.removed_api import REPLACEMENTS  # noqa: E402
 
 
 _serial = itertools.count()

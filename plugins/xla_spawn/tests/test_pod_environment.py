@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import sys
 
-import accelkit_xla_spawn.plugin
 import pytest
-from accelkit.environments.torchrun import TorchrunEnvironment
-from accelkit.environments.detection import detect_cluster_environment
-from accelkit.plugins.manager import PluginManager
-from accelkit_xla_spawn.environments import TPUPodEnvironment
+
+pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
+
+import accelkit_xla_spawn.plugin  # noqa: E402
+import pytest  # noqa: E402
+from accelkit.environments.torchrun import TorchrunEnvironment  # noqa: E402
+from accelkit.environments.detection import detect_cluster_environment  # noqa: E402
+from accelkit.plugins.manager import PluginManager  # noqa: E402
+from accelkit_xla_spawn.environments import TPUPodEnvironment  # noqa: E402
 
 #: host 2 of a four-host v4-32 pod
 POD = {"TPU_WORKER_ID": "2", "TPU_WORKER_HOSTNAMES": "10.130.0.5,10.130.0.6,10.130.0.7,10.130.0.8",

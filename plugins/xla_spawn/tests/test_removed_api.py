@@ -12,7 +12,9 @@ import types
 
 import pytest
 
-from accelkit_xla_spawn import REPLACEMENTS, add_removed_api_hint, removed_api_hint
+pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
+
+from accelkit_xla_spawn import REPLACEMENTS, add_removed_api_hint, removed_api_hint  # noqa: E402
 
 XM = types.ModuleType("torch_xla.core.xla_model")
 RUNTIME = types.ModuleType("torch_xla.runtime")

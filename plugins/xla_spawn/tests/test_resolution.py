@@ -12,14 +12,16 @@ import json
 import pytest
 
 from accelkit.errors import ConfigurationError
-from accelkit_xla_spawn.accelerator import (
+pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
+
+from accelkit_xla_spawn.accelerator import (  # noqa: E402
     availability,
     cores_per_chip,
     local_device_count,
     parse_xla_devices,
 )
-from accelkit_xla_spawn.plugin import translate_tpu_cores
-from accelkit_xla_spawn.runtime import launch_failure_hint, pod_plan
+from accelkit_xla_spawn.plugin import translate_tpu_cores  # noqa: E402
+from accelkit_xla_spawn.runtime import launch_failure_hint, pod_plan  # noqa: E402
 
 pytestmark = pytest.mark.xla
 needs_torch_xla = pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None,

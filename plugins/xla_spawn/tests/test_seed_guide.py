@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from accelkit_xla_spawn.legacy_names import LEGACY_NAMES, warning_text
+pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
+
+from accelkit_xla_spawn.legacy_names import LEGACY_NAMES, warning_text  # noqa: E402
 
 pytestmark = [pytest.mark.xla, pytest.mark.slow,
               pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")]

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from accelkit_xla_spawn_debug.monitor import Window, diagnose, render_report, summary
+pytest.importorskip("accelkit_xla_spawn_debug", reason="the accelkit-xla-spawn-debug plugin is not installed")
+
+from accelkit_xla_spawn_debug.monitor import Window, diagnose, render_report, summary  # noqa: E402
 
 
 def _steps(n, **per_step):

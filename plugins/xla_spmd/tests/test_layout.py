@@ -7,7 +7,9 @@ import sys
 
 import pytest
 from accelkit.errors import ConfigurationError
-from accelkit_xla_spmd import HostPlan, MeshLayout, XLASPMDStrategy, host_plan
+pytest.importorskip("accelkit_xla_spmd", reason="the accelkit-xla-spmd plugin is not installed")
+
+from accelkit_xla_spmd import HostPlan, MeshLayout, XLASPMDStrategy, host_plan  # noqa: E402
 
 
 def test_default_mesh_puts_every_device_on_the_data_axis() -> None:

@@ -1,4 +1,4 @@
-"""Callbacks: the :class:`Callback` base and the built-in callbacks."""
+"""Callbacks: the :class:`~accelkit.Callback` base and the built-in callbacks."""
 
 from accelkit.callbacks.base import Callback, DeviceStatsMonitor
 from accelkit.callbacks.early_stopping import EarlyStopping

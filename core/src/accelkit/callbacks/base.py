@@ -18,7 +18,7 @@ class Callback:
     @property
     def state_key(self) -> str:
         """Key of this callback's state in a checkpoint (its class name; subclasses with several instances in
-        one run add their distinguishing arguments, see :meth:`_generate_state_key`)."""
+        one run add their distinguishing arguments, see ``_generate_state_key()``)."""
         return type(self).__qualname__
 
     def _generate_state_key(self, **kwargs: Any) -> str:
@@ -142,7 +142,7 @@ class Callback:
 
     # ----------------------------------------------------------------- checkpoints
     def state_dict(self) -> dict[str, Any]:
-        """This callback's state, saved in checkpoints under :attr:`state_key`."""
+        """This callback's state, saved in checkpoints under :attr:`~accelkit.Callback.state_key`."""
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

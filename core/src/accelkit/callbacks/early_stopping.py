@@ -46,8 +46,8 @@ class EarlyStopping(Callback):
     :param log_rank_zero_only: log the messages from the global-zero process only.
 
     The decision is the same in every process: if any process decides to stop, all stop. Checks are skipped
-    during the sanity check, with ``fast_dev_run`` and outside ``fit``. After the run, :attr:`stopped_epoch`,
-    :attr:`stopping_reason` and :attr:`stopping_reason_message` tell when and why it stopped.
+    during the sanity check, with ``fast_dev_run`` and outside ``fit``. After the run, ``stopped_epoch``,
+    ``stopping_reason`` and ``stopping_reason_message`` tell when and why it stopped.
     """
 
     _monitors_metrics = True  # the loops run its epoch-end hooks after the Module's, to see what it logged

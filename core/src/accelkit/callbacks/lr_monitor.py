@@ -25,7 +25,7 @@ class LearningRateMonitor(Callback):
     Names follow Lightning: ``lr-<OptimizerClass>``, or the ``name`` of the scheduler's configuration; a second
     optimizer of the same class gets ``-1``, ``-2`` ...; an optimizer with several parameter groups gets
     ``/pg1``, ``/pg2`` ... (or ``/<group name>`` when its groups have a ``"name"``). Every value logged is also put
-    in ``trainer.callback_metrics``. :attr:`lrs` keeps every value logged, by name. The Trainer must have a logger.
+    in ``trainer.callback_metrics``. ``lrs`` keeps every value logged, by name. The Trainer must have a logger.
     """
 
     def __init__(self, logging_interval: str | None = None, log_momentum: bool = False,

@@ -59,8 +59,8 @@ class ModelCheckpoint(Checkpoint):
 
     The three triggers ``every_n_train_steps``, ``every_n_epochs`` and ``train_time_interval`` are mutually
     exclusive. Nothing is saved during the sanity check, with ``fast_dev_run``, outside ``fit``, or twice at the
-    same global step. After a run, :attr:`best_model_path`, :attr:`best_model_score` and :attr:`best_k_models`
-    tell which files are best; ``trainer.test(ckpt_path="best")`` loads :attr:`best_model_path`.
+    same global step. After a run, ``best_model_path``, ``best_model_score`` and ``best_k_models``
+    tell which files are best; ``trainer.test(ckpt_path="best")`` loads ``best_model_path``.
     """
 
     _monitors_metrics = True  # the loops run its epoch-end hooks after the Module's, to see what it logged
@@ -239,7 +239,7 @@ class ModelCheckpoint(Checkpoint):
     def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
                                ver: int | None = None) -> str:
         """The path a checkpoint with ``metrics`` gets: ``filename`` (default: this callback's template) with its
-        fields filled, ``-v<ver>`` when ``ver`` is given, the extension, inside :attr:`dirpath` when known.
+        fields filled, ``-v<ver>`` when ``ver`` is given, the extension, inside ``dirpath`` when known.
 
         ``ModelCheckpoint(filename="{epoch}-{val_loss:.2f}")`` with ``{"epoch": 2, "val_loss": 0.1234}`` gives
         ``epoch=2-val_loss=0.12.ckpt``.
@@ -252,7 +252,7 @@ class ModelCheckpoint(Checkpoint):
         return os.path.join(self.dirpath, name) if self.dirpath else name
 
     def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
-        """Write :attr:`best_k_models` (path: score) as YAML-compatible lines to ``filepath``
+        """Write ``best_k_models`` (path: score) as YAML-compatible lines to ``filepath``
         (default ``<dirpath>/best_k_models.yaml``)."""
         target = Path(filepath) if filepath is not None else Path(self.dirpath or ".") / "best_k_models.yaml"
         target.write_text("".join(f"{path!r}: {float(score)!r}\n" for path, score in self.best_k_models.items()))
@@ -266,7 +266,7 @@ class ModelCheckpoint(Checkpoint):
         return {str(p) for p in folder.iterdir() if pattern.match(p.name)} if folder.is_dir() else set()
 
     def last_checkpoint_path(self, trainer: Any) -> Path:
-        """Where this callback writes ``last.ckpt`` in ``trainer``'s run: in :attr:`dirpath` when given, else in
+        """Where this callback writes ``last.ckpt`` in ``trainer``'s run: in ``dirpath`` when given, else in
         ``<trainer.log_dir>/checkpoints`` when the Trainer has a logger, else in ``<default_root_dir>/checkpoints``
         (a later run in a folder that holds one writes ``last-v1.ckpt`` beside it)."""
         return Path(self._resolve_dirpath(trainer)) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
@@ -450,7 +450,7 @@ class ModelCheckpoint(Checkpoint):
         trainer.strategy.barrier()
 
     def _removable(self, trainer: Any, previous: str, current: str) -> bool:
-        """Only files inside :attr:`dirpath`, never the one just written nor the one the run resumed from."""
+        """Only files inside ``dirpath``, never the one just written nor the one the run resumed from."""
         if previous == current:
             return False
         previous_path = Path(previous).absolute()

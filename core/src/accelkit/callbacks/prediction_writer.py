@@ -18,12 +18,12 @@ class WriteInterval(str, Enum):
 
     @property
     def on_batch(self) -> bool:
-        """Whether :meth:`BasePredictionWriter.write_on_batch_end` is called."""
+        """Whether :meth:`~accelkit.callbacks.BasePredictionWriter.write_on_batch_end` is called."""
         return self in (WriteInterval.BATCH, WriteInterval.BATCH_AND_EPOCH)
 
     @property
     def on_epoch(self) -> bool:
-        """Whether :meth:`BasePredictionWriter.write_on_epoch_end` is called."""
+        """Whether :meth:`~accelkit.callbacks.BasePredictionWriter.write_on_epoch_end` is called."""
         return self in (WriteInterval.EPOCH, WriteInterval.BATCH_AND_EPOCH)
 
 
@@ -47,7 +47,7 @@ class BasePredictionWriter(Callback):
 
     def __init__(self, write_interval: str = "batch") -> None:
         try:
-            #: a :class:`WriteInterval` (``interval.on_batch``, ``interval.on_epoch``)
+            #: a :class:`~accelkit.callbacks.prediction_writer.WriteInterval` (``interval.on_batch``, ``interval.on_epoch``)
             self.interval = WriteInterval(getattr(write_interval, "value", write_interval))
         except ValueError:
             raise ConfigurationError(f"BasePredictionWriter(write_interval={write_interval!r}): must be one of "

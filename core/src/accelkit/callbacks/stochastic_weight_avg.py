@@ -182,7 +182,7 @@ class StochasticWeightAveraging(Callback):
 
     def reset_batch_norm_and_save_state(self, pl_module: nn.Module) -> None:
         """Zero the batch-norm running statistics and switch the layers to a cumulative average
-        (``momentum=None``), keeping their momenta in :attr:`momenta`."""
+        (``momentum=None``), keeping their momenta in ``momenta``."""
         self.momenta = {}
         for module in pl_module.modules():
             if not isinstance(module, BATCH_NORM_TYPES) or module.running_mean is None:

@@ -18,7 +18,7 @@ _DHMS = re.compile(r"\s*(\d+):(\d+):(\d+):(\d+)\s*")
 
 def parse_duration(duration: Any) -> float | None:
     """``duration`` in seconds: ``None``, a ``"DD:HH:MM:SS"`` string, a ``datetime.timedelta`` or a dict of
-    ``timedelta`` keyword arguments (``{"hours": 2}``). Anything else raises :class:`ConfigurationError`."""
+    ``timedelta`` keyword arguments (``{"hours": 2}``). Anything else raises :class:`~accelkit.ConfigurationError`."""
     if duration is None:
         return None
     if isinstance(duration, str):

@@ -1,13 +1,13 @@
-"""The ``accelkit`` command and the configuration-driven :class:`CLI` (Lightning's ``LightningCLI``).
+"""The ``accelkit`` command and the configuration-driven :class:`~accelkit.cli.CLI` (Lightning's ``LightningCLI``).
 
 - :mod:`~accelkit.cli.main`: the parser and :func:`main` (``accelkit ...``, ``python -m accelkit.cli ...``); the
   sub-commands are :class:`~accelkit.records.CommandRecord` s registered through the ``accelkit_register_commands``
-  hook (the core's in :mod:`accelkit.plugins.builtin`);
-- :mod:`~accelkit.cli.commands`: helpers the commands use to read their words;
+  hook (the core's in ``accelkit.plugins.builtin``);
+- ``commands``: helpers the commands use to read their words;
 - :mod:`~accelkit.cli.plugins_command` and :mod:`~accelkit.cli.doctor`: ``accelkit plugins`` and ``accelkit doctor``;
-- :mod:`~accelkit.cli.file_command`, :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`:
+- ``file_command``, :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`:
   ``fit file.py:Class``, ``fit|validate|test|predict --config``, ``checkpoint``;
-- :mod:`~accelkit.cli.lightning_cli` and :mod:`~accelkit.cli.config`: :class:`CLI` on jsonargparse, with
+- ``lightning_cli`` and :mod:`~accelkit.cli.config`: :class:`~accelkit.cli.CLI` on jsonargparse, with
   :mod:`~accelkit.cli.class_paths` and :mod:`~accelkit.cli.config_errors`.
 
 The jsonargparse-based names (``CLI``, ``LightningCLI``, ``ArgumentParser``, ``SaveConfigCallback``, ...) are

@@ -28,7 +28,8 @@ except ModuleNotFoundError as _missing:  # the core's optional extra
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
-from accelkit.cli.class_paths import translate_text, translate_value
+from accelkit.cli.class_paths import translate_value
+from accelkit.cli.class_path_safety import only_classes_are_built, values_of_any_stay_data
 from accelkit.cli.config_errors import explain
 from accelkit.cli.saved_config import accept_class_paths, import_class_path, with_class_paths
 from accelkit.loggers import Logger
@@ -43,13 +44,13 @@ from accelkit.trainer.trainer import Trainer
 #: (``sys.argv``).
 ArgsType = list[str] | dict[str, Any] | Namespace | None
 
-#: The parser mode: YAML, with Lightning class paths rewritten to accelkit's before parsing.
+#: The parser mode: YAML, with Lightning class paths in the loaded data rewritten to accelkit's.
 PARSER_MODE = "accelkit_yaml"
 
 
 def _load(text: str) -> Any:
     # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
-    return accept_class_paths(get_loader("yaml")(translate_text(text)))
+    return accept_class_paths(translate_value(get_loader("yaml")(text)))
 
 
 set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
@@ -150,7 +151,7 @@ class ArgumentParser(_JsonArgParser):
         #: keys of callback argument groups added with :meth:`add_lightning_class_args`
         self.callback_keys: list[str] = []
         #: Module and DataModule groups added with a fixed class (``{"model": Net}``; see
-        #: :mod:`accelkit.cli.saved_config`)
+        #: ``accelkit.cli.saved_config``)
         self.fixed_classes: dict[str, type] = {}
         self.optimizer_classes: dict[str, tuple[Any, str]] = {}
         self.lr_scheduler_classes: dict[str, tuple[Any, str]] = {}
@@ -194,7 +195,46 @@ class ArgumentParser(_JsonArgParser):
         """As jsonargparse's, with Lightning class paths in ``cfg_obj`` mapped to accelkit's."""
         if isinstance(cfg_obj, Namespace):
             cfg_obj = cfg_obj.as_dict()
-        return super().parse_object(accept_class_paths(translate_value(cfg_obj)), *args, **kwargs)
+        with values_of_any_stay_data():
+            return super().parse_object(accept_class_paths(translate_value(cfg_obj)), *args, **kwargs)
+
+    def parse_args(self, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's; a value given for an ``Any``/untyped argument stays data (see
+        :func:`values_of_any_stay_data`), as in every method of this parser that reads, writes or builds values."""
+        with values_of_any_stay_data():
+            return super().parse_args(*args, **kwargs)
+
+    def parse_string(self, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().parse_string(*args, **kwargs)
+
+    def parse_path(self, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().parse_path(*args, **kwargs)
+
+    def parse_env(self, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().parse_env(*args, **kwargs)
+
+    def dump(self, *args: Any, **kwargs: Any) -> str:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().dump(*args, **kwargs)
+
+    def instantiate(self, *args: Any, **kwargs: Any) -> Any:
+        """As jsonargparse's (see :meth:`parse_args`; ``instantiate_classes`` before jsonargparse 4.49)."""
+        only_classes_are_built(args[0] if args else kwargs.get("cfg"))
+        with values_of_any_stay_data():
+            return super().instantiate(*args, **kwargs)
+
+    def instantiate_classes(self, *args: Any, **kwargs: Any) -> Any:
+        """As jsonargparse's (see :meth:`parse_args`); jsonargparse's name for :meth:`instantiate` before 4.49."""
+        only_classes_are_built(args[0] if args else kwargs.get("cfg"))
+        with values_of_any_stay_data():
+            return super().instantiate_classes(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
         """Report a parse error with what :func:`accelkit.cli.config_errors.explain` adds (close key, accepted values)."""
@@ -254,7 +294,7 @@ class SaveConfigCallback(Callback):
 
     def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Override to save the configuration somewhere else too (runs on global rank zero only; the text is
-        :attr:`config_text`)."""
+        ``config_text``)."""
 
 
 class ConfiguredOptimizers:

@@ -11,7 +11,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, Namespace
 
-from accelkit.cli.class_paths import translate_text
+from accelkit.cli.class_paths import translate_word
 from accelkit.cli.config import (
     LIGHTNING_ONLY_TRAINER_ARGUMENTS,
     TRAINER_TYPES,
@@ -128,7 +128,7 @@ class CLI:
         return parser
 
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict[str, Any], sub_kwargs: dict[str, Any]) -> None:
-        """Build :attr:`parser` (with a sub-parser per sub-command when ``add_subcommands``)."""
+        """Build ``parser`` (with a sub-parser per sub-command when ``add_subcommands``)."""
         self.parser = self.init_parser(**main_kwargs)
         self._subcommand_parsers: dict[str, ArgumentParser] = {}
         self._subcommand_method_arguments: dict[str, list[str]] = {}
@@ -188,7 +188,7 @@ class CLI:
 
     # ----------------------------------------------------------------- parsing and building
     def parse_arguments(self, parser: ArgumentParser, args: ArgsType) -> None:
-        """Parse ``args`` into :attr:`config` (Lightning class paths among the words mapped to accelkit's)."""
+        """Parse ``args`` into ``config`` (Lightning class paths among the words mapped to accelkit's)."""
         from accelkit.cli.saved_config import fixed_classes
 
         classes: dict[str, type] = {}
@@ -199,7 +199,7 @@ class CLI:
                 self.config = parser.parse_object(args)
                 return
             words = sys.argv[1:] if args is None else list(args)
-            self.config = parser.parse_args([translate_text(str(word)) for word in words])
+            self.config = parser.parse_args([translate_word(str(word)) for word in words])
 
     def _get(self, config: Namespace, key: str, default: Any = None) -> Any:
         return config.get(str(self.subcommand), config).get(key, default)
@@ -217,7 +217,7 @@ class CLI:
         """Override to run code before the classes are built."""
 
     def instantiate_classes(self) -> None:
-        """Build the model, the data module and the Trainer from :attr:`config`."""
+        """Build the model, the data module and the Trainer from ``config``."""
         self.config_init = instantiate_config(self.parser, self.config)
         self.datamodule = self._get(self.config_init, "data")
         self.model = self._get(self.config_init, "model")

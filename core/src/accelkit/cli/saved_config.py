@@ -62,7 +62,10 @@ def accept_class_paths(value: Any, classes: dict[str, type] | None = None) -> An
         group = out.get(key)
         if isinstance(group, dict) and "class_path" in group:
             named = group["class_path"]
-            if named not in (class_path_of(cls), cls.__name__) and _import(named) is not cls:
+            # another path to the same class (a re-export) is imported to compare; a path naming a class of
+            # another name is refused without importing anything
+            if named not in (class_path_of(cls), cls.__name__) and (
+                    str(named).rpartition(".")[2] != cls.__name__ or _import(named) is not cls):
                 raise ClassPathMismatch(
                     f"{key}.class_path is {named!r}, but this command builds its {key} from {class_path_of(cls)} "
                     f"(a CLI given that class, without subclass_mode_{'model' if key == 'model' else 'data'}=True): "

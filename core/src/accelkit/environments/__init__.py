@@ -1,8 +1,8 @@
 """Cluster environments: what a launcher (torchrun, SLURM's ``srun``, ``mpirun``, a Kubeflow PyTorchJob, LSF's
 ``jsrun``) tells each process it started about its place in the run.
 
-The base class is :class:`ClusterEnvironment` (:mod:`~accelkit.environments.base`); one module per launcher it
-recognises; :func:`detect_cluster_environment` (:mod:`~accelkit.environments.detection`) asks every registered one.
+The base class is :class:`ClusterEnvironment` (``base``); one module per launcher it
+recognises; :func:`detect_cluster_environment` (``detection``) asks every registered one.
 """
 
 from accelkit.environments.base import DEFAULT_PORT, ClusterEnvironment, first_host, port_from_job_id

@@ -113,7 +113,7 @@ class MPIEnvironment(ClusterEnvironment):
 
     @property
     def main_address(self) -> str:
-        """``MASTER_ADDR``; the loopback on one node; empty (a problem :meth:`validate` reports) otherwise."""
+        """``MASTER_ADDR``; the loopback on one node; empty (a problem ``validate()`` reports) otherwise."""
         if self.env.get("MASTER_ADDR"):
             return self.env["MASTER_ADDR"]
         return "127.0.0.1" if self.num_nodes == 1 else ""

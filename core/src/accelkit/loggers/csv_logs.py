@@ -41,7 +41,7 @@ class CSVLogger(VersionedLogger):
         this (Lightning writes when it is one; rows logged every 50 steps would then never be written early).
     """
 
-    #: Joins :attr:`prefix` and metric names.
+    #: Joins ``prefix`` and metric names.
     LOGGER_JOIN_CHAR = "-"
 
     def __init__(self, save_dir: str | os.PathLike, name: str | None = "logs", version: int | str | None = None,

@@ -80,7 +80,7 @@ class TensorBoardLogger(VersionedLogger):
     :raises ModuleNotFoundError: when the ``tensorboard`` package is not installed.
     """
 
-    #: Joins :attr:`prefix` and metric names.
+    #: Joins ``prefix`` and metric names.
     LOGGER_JOIN_CHAR = "-"
 
     def __init__(self, save_dir: str | os.PathLike, name: str | None = "lightning_logs",

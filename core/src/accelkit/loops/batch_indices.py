@@ -17,7 +17,7 @@ from accelkit.strategies.sampler import rebuild_loader
 
 
 class RecordingBatchSampler(Sampler[list[int]]):
-    """Yields the batches of ``batch_sampler`` and keeps their indices in :attr:`seen` (one list per batch).
+    """Yields the batches of ``batch_sampler`` and keeps their indices in ``seen`` (one list per batch).
 
     A sampler of single indices (a loader with ``batch_size=None``) is recorded with ``single=True``: each
     index is a batch of one sample.

@@ -37,6 +37,7 @@ class FitLoop:
         self.in_epoch = False  # inside an epoch's batches
         self.consumed = 0  # batches of the current epoch trained on
         self.epoch_state: dict[str, Any] | None = None  # what decided the current epoch's order
+        self.epoch_order: Any = None  # what the current epoch iterates (resume.EpochOrder)
         self._resume: Any = None  # the position to continue from (a resumed fit's first epoch)
 
     # ----------------------------------------------------------------- set-up
@@ -94,8 +95,8 @@ class FitLoop:
                     trainer.num_training_batches = trainer.run_state.data.agreed_num_batches([self.train_loader], "train",
                                                                                    "training")[0]
                     self._load_val()
-                ran = self._epoch()
-                if ran == 0:
+                trained = self._epoch()
+                if trained == 0:
                     warnings.warn(f"epoch {trainer.current_epoch - 1} produced no training batches; stopping.",
                                   UserWarning, stacklevel=2)
                     break
@@ -250,14 +251,26 @@ class FitLoop:
                     self._stop_within_epoch():  # the cheap test first: most runs set none of these
                 break
         self.in_epoch = False
-        if skipped_rest:
+        resumed_empty = ran == 0 and start > 0  # every batch was trained before the checkpoint (on other data)
+        if skipped_rest or resumed_empty:
             self._step_epoch_schedulers(epoch_scheds)
+        if resumed_empty:
+            self._finish_resumed_epoch(start)
         # The epoch's last step values reach callback_metrics and the progress bar's metrics even when no logging
         # step came after them (as in Lightning, where both always hold the latest step values): one read per epoch.
         trainer.callback_metrics.update(metrics.latest_step_values())
         trainer.progress_bar_metrics.update(metrics.read_step(clear=False)[1])
         self._end_epoch(automatic)
-        return ran
+        return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
+
+    def _finish_resumed_epoch(self, start: int) -> None:
+        """A resumed epoch with no batch left (its samples were all trained before the checkpoint, which was
+        written on other data) ends as its last batch would have: validation when it is due at the epoch's end."""
+        trainer = self.trainer
+        trainer.run_state.epoch_training_done = True
+        if self.val_loaders and isinstance(trainer.val_check_interval, float) and \
+                self._val_due(start - 1, is_last=True):
+            self._validate(zero_grad=False)
 
     def _begin_epoch(self, loader: Any) -> tuple[Any, int, Any]:
         """The epoch's start: sampler epoch, fresh epoch metrics, the resume position of a resumed fit, the hook,
@@ -269,6 +282,7 @@ class FitLoop:
         trainer.run_state.epoch_training_done = False
         source, start, restore_rng = loader, 0, None
         self.epoch_state = None
+        self.epoch_order = resume_mod.EpochOrder(loader)
         if self._resume is not None:  # the first epoch of a resumed fit
             source, start, restore_rng = resume_mod.begin_epoch(self, loader, self._resume)
             self._resume = None

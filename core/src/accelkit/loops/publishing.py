@@ -9,7 +9,7 @@ import torch
 
 
 class Publisher:
-    """Moves what the :class:`~accelkit.loops.metrics.MetricStore` holds to the Trainer's metric dicts and loggers.
+    """Moves what the ``MetricStore`` holds to the Trainer's metric dicts and loggers.
 
     ``callback_metrics`` and ``logged_metrics`` hold CPU scalar tensors (as in Lightning);
     ``progress_bar_metrics`` holds floats.

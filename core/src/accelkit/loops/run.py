@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from accelkit.checkpoint import files as ckpt
+from accelkit.checkpoint import layout
 from accelkit.loops import checkpointing, resume
 from accelkit.loops.checkpointing import training_state
 from accelkit.loops.data import DataConnector
@@ -112,15 +113,24 @@ def _setup_model(trainer: Any, module: Any, ckpt_path: Any, weights_only: bool) 
     late = bool(strategy.restore_checkpoint_after_setup)
     checkpoint = None
     if ckpt_path is not None and not late:
-        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+        checkpoint = _read_checkpoint(strategy, ckpt_path, weights_only)
         with _naming(ckpt_path):
             checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
     trainer.run_state.model = strategy.setup_module(module)
     if ckpt_path is not None and late:
-        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+        checkpoint = _read_checkpoint(strategy, ckpt_path, weights_only)
         with _naming(ckpt_path):
             checkpointing.restore_module_and_callbacks(trainer, module, checkpoint, model=trainer.run_state.model)
     return module, checkpoint
+
+
+def _read_checkpoint(strategy: Any, ckpt_path: Any, weights_only: bool) -> dict[str, Any]:
+    """The strategy's reading of ``ckpt_path``, refused with a sentence when a newer accelkit wrote it or its
+    entries have another shape."""
+    checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+    layout.check_version(checkpoint, repr(str(ckpt_path)))
+    layout.check_entries(checkpoint, repr(str(ckpt_path)))
+    return checkpoint
 
 
 def _log_hyperparams(trainer: Any, module: Any, datamodule: Any) -> None:
@@ -147,6 +157,7 @@ def _run_loop(trainer: Any, stage: str, module: Any, checkpoint: Any, ckpt_path:
         # finetuning callback rebuilds the optimizer's parameter groups there, SWA drops the scheduler)
         hooks.call("on_fit_start")
         if checkpoint is not None:
+            layout.check_training_layout(checkpoint, repr(str(ckpt_path)))
             with _naming(ckpt_path):
                 checkpointing.restore_training_state(trainer, checkpoint)
         loop = FitLoop(trainer)

@@ -16,11 +16,11 @@ class RunState:
 
     :ivar module: the user's :class:`~accelkit.Module` (kept after the run: ``trainer.lightning_module``).
     :ivar model: what the strategy made of it (a DDP wrapper, say); ``None`` outside a worker's run.
-    :ivar metrics: what ``Module.log`` recorded, kept on the device until read (:class:`MetricStore`).
-    :ivar hooks: the :class:`~accelkit.loops.hooks.HookCaller` of the run.
-    :ivar data: the :class:`~accelkit.loops.data.DataConnector` (the run's loaders and their sizes).
-    :ivar publisher: the :class:`~accelkit.loops.publishing.Publisher` of logged values.
-    :ivar optimization: the :class:`~accelkit.loops.optimization.Optimization` of a fit (``None`` otherwise).
+    :ivar metrics: what ``Module.log`` recorded, kept on the device until read (``MetricStore``).
+    :ivar hooks: the ``HookCaller`` of the run.
+    :ivar data: the ``DataConnector`` (the run's loaders and their sizes).
+    :ivar publisher: the ``Publisher`` of logged values.
+    :ivar optimization: the ``Optimization`` of a fit (``None`` otherwise).
     :ivar optimizers: the optimizers ``configure_optimizers`` returned, as the strategy set them up.
     :ivar schedulers: their :class:`~accelkit.module.optimizers.LRSchedulerConfig`.
     :ivar worker_training_state: optimizer/scheduler/precision state that spawned workers sent back (their

@@ -29,7 +29,7 @@ def _default_loader(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def dataloader_is_defined(obj: Any, name: str) -> bool:
     """Whether ``obj`` provides the ``name`` loader (``"train_dataloader"``, ...): it overrides the method, or
-    :meth:`DataModule.from_datasets` gave it one. The defaults of :class:`DataHooks` return ``None`` and do not
+    :meth:`~accelkit.DataModule.from_datasets` gave it one. The defaults of :class:`DataHooks` return ``None`` and do not
     count."""
     method = getattr(obj, name, None)
     if method is None:
@@ -54,14 +54,14 @@ class DataHooks:
     def prepare_data(self) -> None:
         """Download or write data to disk, once per node (local rank 0; once in all if
         ``prepare_data_per_node`` is ``False``), before the processes start where the strategy spawns them.
-        State set here is not seen by the other processes: set it in :meth:`setup`."""
+        State set here is not seen by the other processes: set it in ``setup()``."""
 
     def setup(self, stage: str) -> None:
         """Build datasets and splits, in every process, at the start of ``fit``, ``validate``, ``test`` or
         ``predict`` (``stage`` is that name)."""
 
     def teardown(self, stage: str) -> None:
-        """Release what :meth:`setup` built, in every process, at the end of ``stage``."""
+        """Release what ``setup()`` built, in every process, at the end of ``stage``."""
 
     @_default_loader
     def train_dataloader(self) -> Any:
@@ -99,7 +99,7 @@ class DataHooks:
 
 
 class _DatasetLoaders:
-    """The loader method :meth:`DataModule.from_datasets` attaches: a picklable callable (a closure would not
+    """The loader method :meth:`~accelkit.DataModule.from_datasets` attaches: a picklable callable (a closure would not
     travel to spawned workers)."""
 
     def __init__(self, datasets: Any, batch_size: int, num_workers: int, shuffle: bool) -> None:
@@ -121,7 +121,7 @@ class _DatasetLoaders:
 class DataModule(DataHooks, HyperparametersMixin):
     """Lightning's ``LightningDataModule``: the data of a run in one reusable, picklable object.
 
-    Override :meth:`prepare_data`, :meth:`setup`, the ``*_dataloader`` methods you need and :meth:`teardown`;
+    Override ``prepare_data()``, ``setup()``, the ``*_dataloader`` methods you need and ``teardown()``;
     ``self.save_hyperparameters()`` in ``__init__`` works as in a Module (they are stored in checkpoints under
     ``"datamodule_hyper_parameters"``). :meth:`state_dict` is saved in checkpoints under the class's qualified
     name and given back to :meth:`load_state_dict` on resume. ``self.trainer`` is the running Trainer
@@ -155,7 +155,7 @@ class DataModule(DataHooks, HyperparametersMixin):
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (on resume and in :meth:`load_from_checkpoint`)."""
+        """Restore what :meth:`state_dict` returned (on resume and in :meth:`~accelkit.module.hparams.load_from_checkpoint`)."""
 
     def on_exception(self, exception: BaseException) -> None:
         """Called when a run ends with an exception, before it propagates."""

@@ -169,7 +169,7 @@ class ModelHooks:
     def configure_gradient_clipping(self, optimizer: torch.optim.Optimizer, gradient_clip_val: float | None = None,
                                     gradient_clip_algorithm: str | None = None) -> None:
         """Clip gradients before the step; the default applies the Trainer's ``gradient_clip_val`` and
-        ``gradient_clip_algorithm`` through :meth:`clip_gradients`."""
+        ``gradient_clip_algorithm`` through :meth:`~accelkit.Module.clip_gradients`."""
         self.clip_gradients(optimizer, gradient_clip_val=gradient_clip_val,
                             gradient_clip_algorithm=gradient_clip_algorithm)
 

@@ -24,7 +24,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
 
     Override :meth:`training_step` and :meth:`configure_optimizers`; optionally the evaluation steps, the
     ``*_dataloader`` methods and any hook of :class:`~accelkit.module.hooks.ModelHooks`,
-    :class:`~accelkit.module.hooks.DataHooks` and :class:`~accelkit.module.hooks.CheckpointHooks`. Code written
+    :class:`accelkit.module.datamodule.DataHooks` and :class:`~accelkit.module.hooks.CheckpointHooks`. Code written
     for a LightningModule ports by changing the base class: the names and signatures are the same.
     """
 

@@ -1,7 +1,7 @@
 """Hyper-parameters as plain data, in and out of checkpoints (the storage side of :mod:`accelkit.module.hparams`).
 
-:func:`plain_hparams` keeps only what ``torch.load(weights_only=True)`` reads back, so
-:func:`load_from_checkpoint` never unpickles objects from a file. The public names are re-exported by
+:func:`~accelkit.module.hparams.plain_hparams` keeps only what ``torch.load(weights_only=True)`` reads back, so
+:func:`~accelkit.module.hparams.load_from_checkpoint` never unpickles objects from a file. The public names are re-exported by
 :mod:`accelkit.module.hparams`; import them from there.
 """
 
@@ -107,7 +107,7 @@ def plain_hparams(hparams: Mapping[str, Any] | Namespace) -> dict[str, Any]:
     ``pathlib.Path`` becomes ``str``, NumPy scalars Python numbers, NumPy arrays lists, ``Namespace``,
     :class:`AttributeDict` and dataclass instances ``dict``, enum members their value, tensors CPU tensors; tuples
     stay tuples. A value that cannot be converted (an ``nn.Module``, a class, a function, an arbitrary object) is
-    left out with a warning naming its key: pass it again as a keyword of :func:`load_from_checkpoint`.
+    left out with a warning naming its key: pass it again as a keyword of :func:`~accelkit.module.hparams.load_from_checkpoint`.
     """
     source = vars(hparams) if isinstance(hparams, Namespace) else hparams
     plain = {key: _plain(value, str(key)) for key, value in source.items()}
@@ -195,12 +195,15 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
 def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict[str, Any]:
     """A checkpoint file or a sharded checkpoint's folder, read by the core's one reader
     (:func:`accelkit.checkpoint.files.load`, with its errors)."""
-    from accelkit.checkpoint import files, sharded
+    from accelkit.checkpoint import files, layout, sharded
 
     if isinstance(source, (str, os.PathLike)) and sharded.is_sharded_checkpoint(source):
         checkpoint = sharded.load_full(source, weights_only=weights_only)  # any world size, on the CPU
+        layout.check_version(checkpoint, repr(str(source)))
         return checkpoint if map_location is None else _move(checkpoint, map_location)
-    return files.load(source, weights_only=weights_only, map_location=map_location)
+    checkpoint = files.load(source, weights_only=weights_only, map_location=map_location)
+    layout.check_version(checkpoint, repr(str(getattr(source, "name", source))))
+    return checkpoint
 
 
 def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
@@ -280,7 +283,7 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
 
 
 def restore_module_state(module: Any, checkpoint: dict[str, Any], strict: bool | None) -> None:
-    """Restore a module built by :func:`load_from_checkpoint`: its ``configure_model``, ``on_load_checkpoint``
+    """Restore a module built by :func:`~accelkit.module.hparams.load_from_checkpoint`: its ``configure_model``, ``on_load_checkpoint``
     and ``load_state_dict``, then a move to the checkpoint's device."""
     # strict_loading set on the instance (in __init__) is a declaration that an explicit strict must match;
     # a class-level value is only the default

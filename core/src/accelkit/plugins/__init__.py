@@ -1,9 +1,9 @@
 """Plugins: discovery through the ``accelkit`` entry-point group, the one registry of named implementations,
 the core's own registrations, and composing a run from the Trainer's strings.
 
-Modules: :mod:`~accelkit.plugins.manager` (finding and loading plugins), :mod:`~accelkit.plugins.registry`
+Modules: ``manager`` (finding and loading plugins), :mod:`~accelkit.plugins.registry`
 (the one registry: accelerators, strategies, precisions, cluster environments, loggers and commands by name,
-conflicts), :mod:`~accelkit.plugins.builtin` (the core's hook implementations), :mod:`~accelkit.plugins.compose`
+conflicts), ``builtin`` (the core's hook implementations), :mod:`~accelkit.plugins.compose`
 (strings to one composed run, logger names to loggers).
 """
 

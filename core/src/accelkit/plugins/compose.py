@@ -24,7 +24,7 @@ from accelkit.strategies.base import Strategy
 
 @dataclass
 class Composition:
-    """The resolved run: instances of the three parts, and the :class:`RunConfig` they were built from."""
+    """The resolved run: instances of the three parts, and the :class:`~accelkit.RunConfig` they were built from."""
 
     accelerator: Accelerator
     strategy: Strategy
@@ -311,7 +311,7 @@ def compose(
     plugin_names: list[str] | None = None,
     plugin_objects: list[Any] | None = None,
 ) -> Composition:
-    """Resolve a run. Raises :class:`ConfigurationError` listing every problem found."""
+    """Resolve a run. Raises :class:`~accelkit.ConfigurationError` listing every problem found."""
     resolver = Resolver(manager)
     parts = _Parts(resolver, manager)
     problems = resolver.problems

@@ -122,7 +122,7 @@ class PluginManager(pluggy.PluginManager):
     @property
     def blocked(self) -> set[str]:
         """The blocked plugin names (:func:`~accelkit.records.lookup_key` form), as pluggy holds them
-        (:meth:`set_blocked`): those of ``ACCELKIT_BLOCK_PLUGINS`` and the ``blocked`` argument."""
+        (``set_blocked()``): those of ``ACCELKIT_BLOCK_PLUGINS`` and the ``blocked`` argument."""
         return {name for name, plugin in self.list_name_plugin() if plugin is None}
 
     def is_blocked(self, name: str) -> bool:

@@ -346,7 +346,7 @@ class Strategy:
 
 @dataclass
 class RunContext:
-    """What the Trainer is launching, passed to the strategy (:attr:`Strategy.run_context`) rather than guessed.
+    """What the Trainer is launching, passed to the strategy (:attr:`~accelkit.Strategy.run_context`) rather than guessed.
 
     :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"`` (``None`` before the first launch).
     :param root_dir: the Trainer's ``default_root_dir`` (a place for the strategy's own files).

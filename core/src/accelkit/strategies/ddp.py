@@ -17,7 +17,7 @@ from torch import nn
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
-from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store
+from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store, uses_launcher_store
 
 #: seconds a process waits for the others to join before saying so (and, with stale launcher variables that no
 #: launcher process stands behind, before it stops)
@@ -29,8 +29,8 @@ class DDPStrategy(ParallelStrategy):
     """Data parallel over ``torch.distributed``: one process per device, gradients all-reduced in backward.
 
     This class joins processes that something else started (``torchrun``, SLURM's ``srun``, ``mpirun``...): the
-    ranks, world size and rendezvous address come from its :attr:`cluster_environment` (see
-    :mod:`accelkit.environments.base`).
+    ranks, world size and rendezvous address come from its ``cluster_environment`` (see
+    ``accelkit.environments.base``).
     Options not consumed here (``find_unused_parameters``, ``static_graph``, ...) go to
     :class:`torch.nn.parallel.DistributedDataParallel`.
     """
@@ -51,7 +51,7 @@ class DDPStrategy(ParallelStrategy):
     def _env(self) -> Any:
         """The :class:`~accelkit.environments.base.ClusterEnvironment` whose processes this strategy joins, or ``None``.
 
-        The resolver sets :attr:`cluster_environment` (detected once, through every plugin's environments); a
+        The resolver sets ``cluster_environment`` (detected once, through every plugin's environments); a
         strategy built by hand and never composed asks the core's built-in environments itself. An environment
         whose launcher starts one process per host that spawns its own workers (a TPU pod) is nothing to join.
         """
@@ -98,13 +98,13 @@ class DDPStrategy(ParallelStrategy):
 
     @property
     def local_rank(self) -> int:
-        """The launcher's local rank when joining one (read from :attr:`cluster_environment`)."""
+        """The launcher's local rank when joining one (read from ``cluster_environment``)."""
         env = self._env()
         return env.local_rank if env is not None else super().local_rank
 
     @property
     def node_rank(self) -> int:
-        """When joining a launcher: the global rank over :attr:`processes_per_node` (processes placed node by
+        """When joining a launcher: the global rank over ``processes_per_node`` (processes placed node by
         node, which every launcher here does)."""
         env = self._env()
         return env.global_rank // max(self.processes_per_node, 1) if env is not None else super().node_rank
@@ -151,7 +151,8 @@ class DDPStrategy(ParallelStrategy):
             self._owns_process_group = True
             from accelkit.strategies.launchers import watchdog
 
-            watchdog.start(_watchdog_store(), self.global_rank, self.world_size, timeout)
+            watchdog.start(_watchdog_store(), self.global_rank, self.world_size, timeout,
+                           store_owner=None if uses_launcher_store() else 0)
 
     def setup_environment(self) -> None:
         super().setup_environment()
@@ -246,15 +247,14 @@ class DDPStrategy(ParallelStrategy):
 
 @contextlib.contextmanager
 def _waiting(what: str) -> Any:
-    """Note for the watchdog that this process waits in a collective, then restore what it was doing."""
+    """Note for the watchdog that this process waits in a collective, then restore what it was doing; a collective
+    that fails leaves the note as it is, for the diagnosis of the failure."""
     from accelkit.strategies.launchers import watchdog
 
     before = watchdog.phase()
     watchdog.mark(what)
-    try:
-        yield
-    finally:
-        watchdog.mark(before)
+    yield
+    watchdog.mark(before)
 
 
 def _watchdog_store() -> Any:

@@ -92,7 +92,7 @@ def attempt_prefix(environ: MutableMapping[str, str] = os.environ) -> str:
 
 
 def in_this_attempt(store: Any) -> Any:
-    """``store`` seen through this attempt's :func:`attempt_prefix` (``store`` itself where there is none)."""
+    """``store`` seen through this attempt's ``attempt_prefix()`` (``store`` itself where there is none)."""
     import torch.distributed as dist
 
     prefix = attempt_prefix()
@@ -114,7 +114,7 @@ def warn_restarts_share_keys(rank: int, environ: MutableMapping[str, str] = os.e
 def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
     """The store of a run joined through ``MASTER_ADDR``/``MASTER_PORT``: rank 0 hosts it on the address
     ``MASTER_ADDR`` names, the others connect. Under torchrun's agent store every process connects to the agent's
-    store, seen through this attempt's :func:`attempt_prefix` where there is one.
+    store, seen through this attempt's ``attempt_prefix()`` where there is one.
 
     :param spans_machines: whether the run has processes on other machines: an address that resolves to a
         loopback one on rank 0's machine (a host name mapped to ``127.0.1.1`` in ``/etc/hosts``) cannot be where

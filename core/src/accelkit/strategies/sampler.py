@@ -220,7 +220,7 @@ def set_epoch(loader: Any, epoch: int) -> list[Any]:
     skips it) and ``loader.batch_sampler.sampler``. A device loader that wraps the DataLoader without exposing
     a sampler (torch_xla's ``MpDeviceLoader`` keeps it as ``_loader``) is looked through. Objects without
     ``set_epoch`` and loaders that are plain iterables are left alone. Several loaders read as one (a
-    :class:`~accelkit.utilities.combined_loader.CombinedLoader`, whose ``flattened`` lists them) each get it.
+    :class:`accelkit.utilities.CombinedLoader`, whose ``flattened`` lists them) each get it.
 
     :param loader: a DataLoader, a wrapper of one, or any iterable.
     :param epoch: the epoch about to start (``trainer.current_epoch``).

@@ -1,9 +1,9 @@
 """Small helpers shared by the core, the plugins and users, under the names ``lightning.pytorch.utilities`` gives
-them: tensors in nested data (:mod:`~accelkit.utilities.apply_func`), seeding (:mod:`~accelkit.utilities.seed`),
-rank-zero-only calls and messages (:mod:`~accelkit.utilities.rank_zero`), gradient norms
-(:mod:`~accelkit.utilities.grads`), several loaders read as one (:mod:`~accelkit.utilities.combined_loader`), the
-attribute dict of hyper-parameters (:mod:`~accelkit.utilities.parsing`). The type names of annotations are in
-:mod:`accelkit.utilities.types` (imported on its own: ``from accelkit.utilities.types import STEP_OUTPUT``).
+them: tensors in nested data (``accelkit.utilities.apply_func``), seeding (``accelkit.utilities.seed``),
+rank-zero-only calls and messages (``accelkit.utilities.rank_zero``), gradient norms
+(``accelkit.utilities.grads``), several loaders read as one (``accelkit.utilities.combined_loader``), the
+attribute dict of hyper-parameters (``accelkit.utilities.parsing``). The type names of annotations are in
+``accelkit.utilities.types`` (imported on its own: ``from accelkit.utilities.types import STEP_OUTPUT``).
 """
 
 from accelkit.utilities.apply_func import apply_to_collection, apply_to_tensors, batch_size_of, move_data_to_device, \

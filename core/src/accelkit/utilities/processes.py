@@ -1,4 +1,4 @@
-"""Processes on this machine: whether one is still running."""
+"""Processes on this machine: whether one is still running, whether it is stopped, its parents' names."""
 
 from __future__ import annotations
 
@@ -15,6 +15,15 @@ def process_alive(pid: int) -> bool:
         return True
     return True
 
+
+def process_stopped(pid: int) -> bool:
+    """Whether process ``pid`` on this machine is stopped (SIGSTOP, SIGTSTP; state ``T`` in ``/proc``). ``False``
+    where that cannot be read (the process is gone, or the system has no ``/proc``)."""
+    try:
+        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "T"  # the field after the (command name)
 
 def ancestor_names(pid: int | None = None) -> list[str] | None:
     """The command names (``/proc/<pid>/comm``, at most 15 characters) of the parent of ``pid`` (default: this

@@ -38,11 +38,11 @@ def set_global_rank(rank: int) -> None:
 
 
 def rank_zero_only(fn: Callable[..., Any], default: Any = None) -> Callable[..., Any]:
-    """Decorator: call ``fn`` only in the process of global rank 0 (:func:`global_rank`); elsewhere return
+    """Decorator: call ``fn`` only in the process of global rank 0 (``global_rank()``); elsewhere return
     ``default`` (``None`` unless given: ``rank_zero_only(fn, default=0)``).
 
     ``rank_zero_only.rank`` holds the rank as Lightning's attribute does, for code that reads it (the Trainer sets
-    it in every worker through :func:`set_global_rank`)."""
+    it in every worker through ``set_global_rank()``)."""
     import functools
 
     @functools.wraps(fn)

@@ -1,6 +1,6 @@
 """accelkit-cuda: NVIDIA GPUs for accelkit (accelerator ``cuda``, alias ``gpu``).
 
-Importing this package does not initialise CUDA; see :mod:`accelkit_cuda.accelerator`.
+Importing this package does not initialise CUDA; see ``accelkit_cuda.accelerator``.
 """
 
 from accelkit_cuda.__about__ import __version__

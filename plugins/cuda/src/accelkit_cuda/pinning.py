@@ -98,7 +98,7 @@ class PinCPUTensorsCollate:
 def pinned_dataloader(loader: Any) -> Any:
     """A copy of ``loader`` that page-locks the CPU tensors of its batches, sharing every other setting.
 
-    The copy has ``pin_memory=True`` and the loader's ``collate_fn`` wrapped in :class:`PinCPUTensorsCollate`,
+    The copy has ``pin_memory=True`` and the loader's ``collate_fn`` wrapped in ``PinCPUTensorsCollate``,
     so tensors already on a GPU pass through instead of failing. Its dataset and sampler objects are the
     original's (``set_epoch`` on the original's sampler still shuffles the copy). Anything other than a
     :class:`~torch.utils.data.DataLoader`, and a loader that already pins, is returned unchanged. The copy

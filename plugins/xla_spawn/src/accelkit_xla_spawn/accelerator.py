@@ -137,7 +137,7 @@ class XLAAccelerator(Accelerator):
 
     @classmethod
     def device_count(cls) -> int:
-        """Local XLA devices, from the environment only (see :func:`local_device_count`)."""
+        """Local XLA devices, from the environment only (see ``local_device_count()``)."""
         if not cls.is_available():
             return 0
         return local_device_count(os.environ, tpu_device_files())

@@ -3,7 +3,7 @@
 On a pod the same command runs on every host (``gcloud compute tpus tpu-vm ssh --worker=all``); each host's
 process then starts its own replicas (``xla_spawn``) or drives all its devices (SPMD). So this environment
 counts *host* processes: one per host, and ``launches_every_process`` is ``False`` (``strategy="auto"`` does not
-pick ``ddp`` here). Reading the variables is shared with the strategy's :func:`~accelkit_xla_spawn.strategy.pod_plan`.
+pick ``ddp`` here). Reading the variables is shared with the strategy's ``pod_plan()``.
 
 Importing this module imports neither torch_xla nor the strategy module (that happens on first use).
 """
@@ -95,7 +95,7 @@ class TPUPodEnvironment(ClusterEnvironment):
         return self._int("MASTER_PORT", default=TPU_COORDINATOR_PORT)
 
     def validate(self) -> list[str]:
-        """The pod variables' contradictions as :func:`pod_plan` words them, else the base class's checks."""
+        """The pod variables' contradictions as ``pod_plan()`` words them, else the base class's checks."""
         try:
             self._plan()
         except ConfigurationError as exc:

@@ -47,7 +47,7 @@ def removed_api_hint(exc: BaseException) -> str | None:
 
     Recognised: an ``AttributeError`` such as ``module 'torch_xla.core.xla_model' has no attribute
     'xrt_world_size'`` and an ``ImportError`` such as ``cannot import name 'get_ordinal' from
-    'torch_xla.core.xla_model'``, for the names in :data:`REPLACEMENTS` on a ``torch_xla`` module only.
+    'torch_xla.core.xla_model'``, for the names in ``REPLACEMENTS`` on a ``torch_xla`` module only.
 
     :param exc: the exception raised by the user's code.
     """

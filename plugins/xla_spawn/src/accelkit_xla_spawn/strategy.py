@@ -25,8 +25,8 @@ class XLAStrategy(Strategy):
 
     * :meth:`setup_environment` makes Lightning-era code run: the torch_xla 1.x names the TPU guides call
       (``xm.xrt_world_size()``, ``xm.get_ordinal()``) answer with one warning each
-      (:mod:`~accelkit_xla_spawn.legacy_names`), and backward passes work in a process that ran a CPU backward
-      pass before torch_xla was imported (:mod:`~accelkit_xla_spawn.autograd_threads`);
+      (``legacy_names``), and backward passes work in a process that ran a CPU backward
+      pass before torch_xla was imported (``autograd_threads``);
     * :meth:`process_dataloader` wraps loaders in a :class:`~accelkit_xla_spawn.device_loader.DeviceLoader`
       (torch_xla's background host-to-device copies, one graph cut per batch; its threads stop when the loop
       ends);
@@ -66,7 +66,7 @@ class XLAStrategy(Strategy):
         self._autograd_setting = autograd_for_xla(self.root_device)
 
     def device_loader(self, dataloader: Any, **parallel_loader_options: Any) -> Any:
-        """A :class:`~accelkit_xla_spawn.device_loader.DeviceLoader` of ``dataloader`` on :attr:`root_device`
+        """A :class:`~accelkit_xla_spawn.device_loader.DeviceLoader` of ``dataloader`` on ``root_device``
         that :meth:`teardown` closes; ``parallel_loader_options`` go to torch_xla's ``ParallelLoader`` (an SPMD
         strategy passes ``input_sharding``)."""
         from accelkit_xla_spawn.device_loader import DeviceLoader

@@ -13,5 +13,5 @@ from accelkit_xla_spawn_debug.strategy import XLADebugMixin
 
 
 class XLASPMDDebugStrategy(XLADebugMixin, XLASPMDStrategy):
-    """:class:`~accelkit_xla_spmd.XLASPMDStrategy` with the debug behaviour of :class:`XLADebugMixin`; accepts the
+    """:class:`~accelkit_xla_spmd.XLASPMDStrategy` with the debug behaviour of ``XLADebugMixin``; accepts the
     options of both (``mesh_shape``, ``fsdp_axis`` ... and ``output_dir``, ``warmup_steps`` ...)."""

@@ -292,7 +292,7 @@ class XLASPMDStrategy(XLAStrategy, ParallelStrategy):
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
-        """Write a sharded checkpoint directory at ``path`` (see :mod:`accelkit_xla_spmd.checkpoint`): each
+        """Write a sharded checkpoint directory at ``path`` (see ``accelkit_xla_spmd.checkpoint``): each
         shard written by the host holding it, the rest by host 0, renamed into place when complete.
 
         Called before the runtime started (a CPU module saved before ``fit``), it writes one file as the base

@@ -10,7 +10,7 @@ from accelkit.callbacks.base import Callback
 
 class ProgressBar(Callback):
     """Base class of progress bars (Lightning's ``ProgressBar``): a :class:`~accelkit.Callback` that follows the
-    loops through the usual hooks and shows what :meth:`get_metrics` returns.
+    loops through the usual hooks and shows what :meth:`~accelkit.callbacks.ProgressBar.get_metrics` returns.
 
     Subclass it for a bar of your own: implement :meth:`disable` and :meth:`enable`, and draw from the batch hooks
     (``on_train_batch_end`` and the others). The counts of the running loops are :attr:`total_train_batches`,

@@ -44,7 +44,7 @@ class RichProgressBarTheme:
 class RichProgressBar(RefreshingProgressBar):
     """Progress bars drawn with rich (Lightning's ``RichProgressBar``): one line per running loop with its
     label, the bar (a pulse for a loader without a length), batches done of the total, elapsed and remaining
-    time, speed, and on the training line :meth:`get_metrics`. rich is an optional extra: ``pip install rich``
+    time, speed, and on the training line :meth:`~accelkit.callbacks.ProgressBar.get_metrics`. rich is an optional extra: ``pip install rich``
     (or ``pip install "accelkit[rich]"``); without it, constructing this callback raises ``ImportError``.
 
     With this bar among the callbacks, the Trainer's default model summary is a

@@ -1,7 +1,7 @@
 """Launchers: how a strategy's work reaches its processes (in place, under an external launcher, or spawned),
 with what a worker sends back (:mod:`~accelkit.strategies.launchers.result`), stopping on a signal
 (:mod:`~accelkit.strategies.launchers.interrupt`) and naming the rank that holds a run up
-(:mod:`~accelkit.strategies.launchers.watchdog`).
+(``watchdog``).
 """
 
 from accelkit.strategies.launchers.base import Launcher

@@ -55,6 +55,10 @@ class StopControl:
         """Record this process's step (after every batch)."""
         self.block[_PROGRESS + self.index] = global_step
 
+    def step_of(self, index: int) -> int:
+        """The step worker ``index`` last recorded (:meth:`report`)."""
+        return int(self.block[_PROGRESS + index])
+
     def due(self, global_step: int) -> bool:
         """Whether this process should stop now, at ``global_step``: a stop was requested and every process has
         reached the step agreed on."""

@@ -25,6 +25,11 @@ from accelkit.utilities.pickling import pickling_failure
 from accelkit.utilities.processes import process_alive
 
 
+#: seconds past the collective timeout a worker may stay stopped before the launch ends (its peers fail at the
+#: timeout; this ends the launch should they not)
+STOPPED_MARGIN_S = 30.0
+
+
 class SpawnLauncher(Launcher):
     """Start ``num_processes`` workers on this machine and run the work in each.
 
@@ -128,7 +133,12 @@ class SpawnLauncher(Launcher):
             run_path, result_path = folder / "run.pkl", folder / "result.pt"
             run_path.write_bytes(payload)  # a file, not the start pipe: a dead worker cannot block the writer
             del payload
-            self._workers = WorkerProcesses(folder, self.start_method)
+            timeout = getattr(strategy, "collective_timeout_s", None)
+            # the step a worker last finished, named with a stopped worker (workers record it while fitting)
+            progress = interrupt.StopControl(self._block) if self._block is not None and stage == "fit" else None
+            self._workers = WorkerProcesses(
+                folder, self.start_method, stopped_limit_s=None if timeout is None else timeout + STOPPED_MARGIN_S,
+                step_of=None if progress is None else progress.step_of, collective_timeout_s=timeout)
             try:
                 with interrupt.handle_signals(lambda s: self.stop_gracefully(s, stage), self.stop_now):
                     self.start(worker_entry, (str(run_path), str(result_path), self._block), self.num_processes)

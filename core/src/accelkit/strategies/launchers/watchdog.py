@@ -2,22 +2,37 @@
 
 Each process of a ``torch.distributed`` run notes what it is doing in a module-level slot (:func:`mark`: the step,
 the batch and a phase such as ``"training_step"`` or ``"barrier 'save_checkpoint'"``; a few attribute writes per
-batch). A daemon thread publishes that note to the process group's key-value store when it changes (at most once a
-second). When this process has made no progress for :attr:`Watchdog.warn_after_s`, the thread reads every rank's
-note and prints one diagnosis naming the ranks that are behind, what each rank is doing and for how long. When the
-collective timeout (``Trainer(collective_timeout=...)``) ends the run, the same diagnosis is attached to the error.
+batch). A daemon thread publishes that note, with the time it was published, to the process group's key-value
+store once a second. When this process has made no progress for :attr:`Watchdog.warn_after_s`, the thread reads
+every rank's note and prints one diagnosis naming the ranks that are behind or that stopped reporting, what each
+rank is doing and for how long. When a collective fails (the collective timeout, ``Trainer(collective_timeout=...)``,
+or a lost peer), the same diagnosis is attached to the error.
+
+Every store call of the watchdog is bounded (:data:`STORE_TIMEOUT_S`): the store lives in one process (rank 0's,
+or the launcher's), and a call to a process that is stopped or frozen would otherwise never return. A diagnosis
+that cannot be read in time says so instead.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
+
+from accelkit.utilities.processes import process_stopped
 
 #: phases in which a process waits for the others (a collective); anything else is the process's own work
 WAITING_PREFIXES = ("backward", "barrier", "reduce", "all_gather", "broadcast", "setup")
+#: seconds a store call of the watchdog may take before it is given up (the store's process does not answer)
+STORE_TIMEOUT_S = 5.0
+#: seconds between two reports of a rank; a rank whose last report is older than :data:`SILENT_AFTER_S` has
+#: stopped reporting (its process is stopped, frozen or gone: a live process's thread reports on time)
+REPORT_EVERY_S = 1.0
+SILENT_AFTER_S = 5.0
 
 _state: dict[str, Any] = {"step": 0, "batch": -1, "phase": "setup", "since": time.time()}
 
@@ -38,6 +53,52 @@ def phase() -> str:
     return _state["phase"]
 
 
+def waiting(what: str) -> bool:
+    """Whether the phase ``what`` is a wait for the other ranks (a collective)."""
+    return str(what).startswith(WAITING_PREFIXES)
+
+
+class StoreNotAnswering(TimeoutError):
+    """A store call of the watchdog did not return within :data:`STORE_TIMEOUT_S`."""
+
+
+class BoundedStore:
+    """Calls to a ``torch.distributed.Store`` that give up after ``timeout_s``: each runs in a daemon thread, and
+    while one has not returned (the store's process is stopped) the next fails at once instead of queueing
+    behind it.
+
+    :param store: the store.
+    :param timeout_s: seconds a call may take.
+    """
+
+    def __init__(self, store: Any, timeout_s: float = STORE_TIMEOUT_S) -> None:
+        self.store, self.timeout_s = store, timeout_s
+        self._lock = threading.Lock()
+        self._pending: threading.Thread | None = None
+
+    def call(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(store)``, or :class:`StoreNotAnswering` after ``timeout_s`` (an exception of ``fn`` is raised)."""
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = fn(self.store)
+            except BaseException as exc:  # noqa: BLE001 - carried to the caller
+                box["error"] = exc
+
+        with self._lock:
+            if self._pending is not None and self._pending.is_alive():
+                raise StoreNotAnswering("an earlier call to the store has not returned")
+            self._pending = thread = threading.Thread(target=run, name="accelkit-watchdog-store", daemon=True)
+            thread.start()
+        thread.join(self.timeout_s)
+        if thread.is_alive():
+            raise StoreNotAnswering(f"the store did not answer within {self.timeout_s:.0f} s")
+        if "error" in box:
+            raise box["error"]
+        return box.get("value")
+
+
 class Watchdog:
     """The thread that publishes this rank's note and diagnoses stalls (see the module docstring).
 
@@ -46,14 +107,17 @@ class Watchdog:
     :param world_size: number of processes.
     :param timeout_s: the collective timeout (reported in the diagnosis).
     :param warn_after_s: seconds without progress before the diagnosis is printed.
+    :param store_owner: the rank whose process keeps the store (``None``: a launcher's process keeps it).
     """
 
-    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, warn_after_s: float) -> None:
-        self.store, self.rank, self.world_size = store, rank, world_size
-        self.timeout_s, self.warn_after_s = timeout_s, warn_after_s
+    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, warn_after_s: float,
+                 store_owner: int | None = 0) -> None:
+        self.store, self.rank, self.world_size = BoundedStore(store), rank, world_size
+        self.timeout_s, self.warn_after_s, self.store_owner = timeout_s, warn_after_s, store_owner
         self.last_diagnosis = ""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="accelkit-watchdog", daemon=True)
+        self._where = (os.getpid(), socket.gethostname())
 
     def start(self) -> Watchdog:
         """Start the thread; returns ``self``."""
@@ -64,90 +128,143 @@ class Watchdog:
     def stop(self) -> None:
         """Stop the thread (at teardown)."""
         self._stop.set()
-        self._thread.join(timeout=15)  # a store call in flight ends within its 5 s timeout
+        self._thread.join(timeout=STORE_TIMEOUT_S + 2)  # every store call of the thread ends within its timeout
 
     def _key(self, rank: int) -> str:
         return f"accelkit/watchdog/{rank}"
 
+    def own_note(self) -> tuple[Any, ...]:
+        """This rank's note as published: step, batch, phase, since, published at, pid, host."""
+        return (_state["step"], _state["batch"], _state["phase"], _state["since"], time.time(), *self._where)
+
     def _run(self) -> None:
-        published, warned_for = None, None
-        while not self._stop.wait(1.0):
-            note = (_state["step"], _state["batch"], _state["phase"], _state["since"])
+        warned_for, tick = None, time.monotonic()
+        while not self._stop.wait(REPORT_EVERY_S):
+            note, last_tick, tick = self.own_note(), tick, time.monotonic()
+            if tick - last_tick > SILENT_AFTER_S:  # this process was itself stopped or frozen: no diagnosis now
+                warned_for = note[:4]
             try:
-                if note != published:
-                    self.store.set(self._key(self.rank), json.dumps(note))
-                    published = note
-                if time.time() - note[3] >= self.warn_after_s and warned_for != note:
-                    warned_for = note
-                    self.last_diagnosis = self.diagnose()
-                    print(f"accelkit watchdog (rank {self.rank}): {self.last_diagnosis}", file=sys.stderr,
-                          flush=True)
+                self.store.call(lambda store, text=json.dumps(note): store.set(self._key(self.rank), text))
+            except StoreNotAnswering:
+                pass  # the store's process does not answer: the diagnosis below says so
             except Exception:  # noqa: BLE001 - the store is gone (the run ended, or a rank died): stop quietly
                 return
+            if time.time() - note[3] >= self.warn_after_s and warned_for != note[:4]:
+                warned_for = note[:4]
+                self.last_diagnosis = self.diagnose()
+                print(f"accelkit watchdog (rank {self.rank}): {self.last_diagnosis}", file=sys.stderr, flush=True)
 
-    def notes(self) -> dict[int, tuple[int, int, str, float] | None]:
-        """Every rank's last published note (``None`` for a rank that never published one)."""
+    def notes(self) -> dict[int, tuple[Any, ...] | None]:
+        """Every rank's last published note (``None`` for a rank that never published one); raises
+        :class:`StoreNotAnswering` when the store does not answer within :data:`STORE_TIMEOUT_S`."""
+        return self.store.call(self._read_notes)
+
+    def _read_notes(self, store: Any) -> dict[int, tuple[Any, ...] | None]:
         found: dict[int, Any] = {}
         keys = [self._key(r) for r in range(self.world_size)]
         try:
-            present = self.store.check(keys)
+            present = store.check(keys)
         except Exception:  # noqa: BLE001 - some stores lack check(): ask key by key
             present = False
         for rank, key in enumerate(keys):
             try:
-                if present or self.store.check([key]):
-                    found[rank] = tuple(json.loads(self.store.get(key)))
+                if present or store.check([key]):
+                    found[rank] = tuple(json.loads(store.get(key)))
                 else:
                     found[rank] = None
             except Exception:  # noqa: BLE001 - a key that cannot be read is reported as unknown
                 found[rank] = None
         return found
 
-    def diagnose(self) -> str:
-        """One paragraph: which ranks are behind, and what every rank is doing, for how long."""
-        notes = self.notes()
-        notes[self.rank] = (_state["step"], _state["batch"], _state["phase"], _state["since"])
+    def diagnose(self, failed: bool = False) -> str:
+        """One paragraph saying what was observed: which ranks are behind or stopped reporting, and what every rank
+        is doing, for how long (``failed``: written for the error of a failed collective, not as a warning)."""
         now = time.time()
-        known = {r: n for r, n in notes.items() if n is not None}
-        silent = sorted(r for r, n in notes.items() if n is None)
-        working = sorted(r for r, n in known.items() if not str(n[2]).startswith(WAITING_PREFIXES))
-        phases = {str(n[2]) for n in known.values()}
-        if working or silent:
-            behind = sorted(set(working) | set(silent))
-            head = (f"rank{'s' if len(behind) > 1 else ''} {', '.join(map(str, behind))} "
-                    f"{'are' if len(behind) > 1 else 'is'} behind (not in a collective); the others wait for "
-                    f"{'them' if len(behind) > 1 else 'it'}")
-        elif len(phases) > 1:
-            head = ("the ranks wait in different collectives: one was called on some ranks only, or the ranks run "
-                    "different numbers of steps")
-        else:
-            lowest = min((n[0], n[1]) for n in known.values()) if known else None
-            behind = sorted(r for r, n in known.items() if (n[0], n[1]) == lowest)
-            head = (f"every rank waits in {phases.pop() if phases else 'a collective'}"
-                    + (f"; ranks {', '.join(map(str, behind))} are at an earlier step" if len(behind) < len(known)
-                       else " at the same step (a network or device problem?)"))
-        lines = []
-        for rank in sorted(notes)[:16]:
-            note = notes[rank]
-            if note is None:
-                lines.append(f"rank {rank}: no report (not started, or stuck before its first step)")
-            else:
-                step, batch, what, since = note
-                lines.append(f"rank {rank}: step {step}, batch {batch}, in {what} for {now - since:.0f} s")
-        return (f"no progress for {self.warn_after_s:.0f} s: {head}. " + "; ".join(lines)
-                + f". The run fails when the collective timeout ({self.timeout_s:.0f} s, "
+        own = self.own_note()
+        prefix = (f"when the collective failed, rank {self.rank} had waited {now - own[3]:.0f} s in {own[2]}"
+                  if failed else f"no progress for {now - own[3]:.0f} s")
+        try:
+            notes = self.notes()
+        except StoreNotAnswering as exc:
+            keeper = f"rank {self.store_owner}'s process" if self.store_owner is not None else "the launcher"
+            return (f"{prefix}; the other ranks' reports could not be read: the run's store, kept by {keeper}, "
+                    f"does not answer ({exc}): that process is stopped, frozen or gone. The diagnosis was skipped."
+                    + ("" if failed else self._ending()))
+        notes[self.rank] = own
+        return f"{prefix}: {_summary(notes, now)}. {_ranks(notes, now)}." + ("" if failed else self._ending())
+
+    def _ending(self) -> str:
+        return (f" The run fails when the collective timeout ({self.timeout_s:.0f} s, "
                 "Trainer(collective_timeout=...)) ends.")
+
+
+def _silent(note: tuple[Any, ...] | None, now: float) -> bool:
+    """Whether a rank has stopped reporting (no note, or its last one is older than :data:`SILENT_AFTER_S`)."""
+    return note is None or len(note) < 5 or now - note[4] > SILENT_AFTER_S
+
+
+def _summary(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
+    """The first sentence of a diagnosis: which ranks hold the others up, from what they reported."""
+    silent = sorted(r for r, n in notes.items() if _silent(n, now))
+    live = {r: n for r, n in notes.items() if r not in silent}
+    working = sorted(r for r, n in live.items() if not waiting(n[2]))
+    if silent:
+        stopped, never = [r for r in silent if notes[r] is not None], [r for r in silent if notes[r] is None]
+        said = ([f"{_ranks_named(stopped)} stopped reporting"] if stopped else []) + (
+            [f"{_ranks_named(never)} never reported"] if never else [])
+        return f"{'; '.join(said)}; the others wait for {'them' if len(silent) > 1 else 'it'}"
+    if working:
+        return (f"{_ranks_named(working)} {'are' if len(working) > 1 else 'is'} behind (not in a collective); the "
+                f"others wait for {'them' if len(working) > 1 else 'it'}")
+    phases = sorted({str(n[2]) for n in live.values()})
+    if len(phases) > 1:
+        return f"the ranks are in different phases ({', '.join(phases)})"
+    lowest = min((n[0], n[1]) for n in live.values())
+    behind = sorted(r for r, n in live.items() if (n[0], n[1]) == lowest)
+    if len(behind) < len(live):
+        return f"every rank is in {phases[0]}; {_ranks_named(behind)} at an earlier step"
+    return f"every rank is in {phases[0]} at the same step"
+
+
+def _ranks_named(ranks: list[int]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _ranks(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
+    """What each rank (the first 16) reported, and how long ago for a rank that stopped reporting."""
+    lines = []
+    for rank in sorted(notes)[:16]:
+        note = notes[rank]
+        if note is None:
+            lines.append(f"rank {rank}: no report (not started, or stuck before its first report)")
+            continue
+        step, batch, what, since = note[:4]
+        line = f"rank {rank}: step {step}, batch {batch}, in {what} for {now - since:.0f} s"
+        if _silent(note, now):
+            line = (f"rank {rank}: no report for {now - note[4]:.0f} s{_process_state(note)}; its last one: step "
+                    f"{step}, batch {batch}, in {what}")
+        lines.append(line)
+    return "; ".join(lines)
+
+
+def _process_state(note: tuple[Any, ...]) -> str:
+    """`` (process N is stopped)`` where the rank's process runs on this machine and is seen stopped."""
+    if len(note) >= 7 and note[6] == socket.gethostname() and process_stopped(int(note[5])):
+        return f" (its process {note[5]} is stopped: SIGSTOP or SIGTSTP)"
+    return f" (process {note[5]} on {note[6]})" if len(note) >= 7 else ""
 
 
 _active: Watchdog | None = None
 
 
-def start(store: Any, rank: int, world_size: int, timeout_s: float) -> Watchdog | None:
-    """Start the watchdog of this process (warning after a tenth of the timeout, at least 10 s, at most 120 s)."""
+def start(store: Any, rank: int, world_size: int, timeout_s: float, store_owner: int | None = 0) -> Watchdog | None:
+    """Start the watchdog of this process (warning after a tenth of the timeout, at least 10 s, at most 120 s);
+    ``store_owner`` is the rank whose process keeps the store (``None``: a launcher's process)."""
     global _active
     if store is None or world_size <= 1:
         return None
-    _active = Watchdog(store, rank, world_size, timeout_s, warn_after_s=min(120.0, max(10.0, timeout_s / 10))).start()
+    _active = Watchdog(store, rank, world_size, timeout_s, warn_after_s=min(120.0, max(10.0, timeout_s / 10)),
+                       store_owner=store_owner).start()
     return _active
 
 
@@ -165,13 +282,15 @@ def stop() -> None:
 
 
 def explain(exc: BaseException) -> None:
-    """Attach the latest diagnosis to ``exc`` (a collective timeout, say) as a note, when the watchdog has one."""
+    """Attach a diagnosis to ``exc`` as a note when it came out of a collective (a collective timeout, a lost
+    peer): what every rank reported then. It takes at most :data:`STORE_TIMEOUT_S`; a failure in this rank's own
+    work (its traceback says what happened) gets none."""
     watchdog = _active
-    if watchdog is None:
+    if watchdog is None or not waiting(phase()) or phase() == "setup":
         return
     try:
-        text = watchdog.diagnose()
-    except Exception:  # noqa: BLE001 - the store may be gone with the failed collective
+        text = watchdog.diagnose(failed=True)
+    except Exception:  # noqa: BLE001 - a diagnosis must not hide the error it explains
         text = watchdog.last_diagnosis
     if text and hasattr(exc, "add_note"):
         exc.add_note(f"accelkit watchdog (rank {watchdog.rank}): {text}")

@@ -9,11 +9,17 @@ starts the process, in which the launching process could block forever writing t
 
 In the folder, each worker leaves ``started-<index>`` once its interpreter is up (the user's script re-imported),
 and ``error-<index>.txt`` with its traceback when the run raised in it.
+
+A worker that is stopped (SIGSTOP or SIGTSTP sent to it) holds the others up at their next collective:
+after :data:`STOPPED_NOTICE_S` one line names it; when the run then fails, the error names it too; and a worker
+stopped for longer than the launch's ``stopped_limit_s`` ends the launch (the others would have failed at the
+collective timeout by then). Ending the workers continues a stopped one, so that it exits through its handlers.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -27,6 +33,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from accelkit.errors import WorkerError
+from accelkit.utilities.processes import process_stopped
+
+#: seconds a worker is seen stopped before one line names it
+STOPPED_NOTICE_S = 5.0
 
 
 def started_marker(folder: Path, index: int) -> Path:
@@ -44,12 +54,19 @@ class WorkerProcesses:
 
     :param folder: the launch's private folder (markers and tracebacks of the workers).
     :param start_method: the :mod:`multiprocessing` start method (``"spawn"``).
+    :param stopped_limit_s: seconds a worker may stay stopped before the launch is ended (``None``: no limit).
+    :param step_of: ``step_of(index)``, the step worker ``index`` last reported (named with a stopped worker).
+    :param collective_timeout_s: the run's collective timeout (named in the line about a stopped worker).
     """
 
-    def __init__(self, folder: str | Path, start_method: str = "spawn") -> None:
+    def __init__(self, folder: str | Path, start_method: str = "spawn", stopped_limit_s: float | None = None,
+                 step_of: Callable[[int], int] | None = None, collective_timeout_s: float | None = None) -> None:
         self.folder = Path(folder)
         self.start_method = start_method
         self.processes: list[Any] = []
+        self.stopped_limit_s, self.step_of, self.collective_timeout_s = stopped_limit_s, step_of, collective_timeout_s
+        self._stopped_since: dict[int, float] = {}
+        self._noticed: set[int] = set()
 
     def start(self, entry: Callable[..., None], args: tuple, count: int) -> None:
         """Start ``count`` workers running ``entry(index, *args)``. The arguments are pickled into the pipe that
@@ -72,12 +89,48 @@ class WorkerProcesses:
         ended with a non-zero status (the caller then stops the others with :meth:`kill`)."""
         failed = [(i, p) for i, p in enumerate(self.processes) if p.exitcode not in (None, 0)]
         if failed:
-            raise WorkerError(self.describe_failure(failed))
+            raise WorkerError(self.describe_failure(failed) + self.describe_stopped())
         running = [p for p in self.processes if p.exitcode is None]
         if not running:
             return True
+        self.watch_stopped()
         wait([p.sentinel for p in running], timeout)
         return False
+
+    def watch_stopped(self) -> None:
+        """Note which workers are stopped, name one stopped for :data:`STOPPED_NOTICE_S` (once per stop), and
+        raise :class:`~accelkit.errors.WorkerError` for one stopped longer than ``stopped_limit_s``."""
+        now = time.monotonic()
+        for index, process in enumerate(self.processes):
+            if process.pid is None or process.exitcode is not None or not process_stopped(process.pid):
+                self._stopped_since.pop(index, None)  # running again (or ended): a new stop is a new episode
+                self._noticed.discard(index)
+                continue
+            since = self._stopped_since.setdefault(index, now)
+            if now - since >= STOPPED_NOTICE_S and index not in self._noticed:
+                self._noticed.add(index)
+                timeout = (f" when the collective timeout ({self.collective_timeout_s:.0f} s) ends"
+                           if self.collective_timeout_s is not None else "")
+                print(f"accelkit: {self._stopped_worker(index)}; the other workers wait for it, and the run "
+                      f"fails{timeout} unless it continues (kill -CONT {process.pid}).", file=sys.stderr, flush=True)
+            if self.stopped_limit_s is not None and now - since > self.stopped_limit_s:
+                raise WorkerError(f"{self._stopped_worker(index)} for {now - since:.0f} s, past the launch's limit "
+                                  f"({self.stopped_limit_s:.0f} s: the collective timeout and a margin); the workers "
+                                  "were ended.")
+
+    def _stopped_worker(self, index: int) -> str:
+        step = self.step_of(index) if self.step_of is not None else None
+        return (f"worker {index} (pid {self.processes[index].pid}) is stopped (SIGSTOP or SIGTSTP)"
+                + (f" after step {step}" if step is not None else ""))
+
+    def describe_stopped(self) -> str:
+        """A sentence naming the workers seen stopped when the run failed (they are ended with the others), or
+        ``""``."""
+        stopped = [i for i, p in enumerate(self.processes)
+                   if p.pid is not None and p.exitcode is None and process_stopped(p.pid)]
+        if not stopped:
+            return ""
+        return "\n" + "; ".join(self._stopped_worker(i) for i in stopped) + " (ended with the others)."
 
     def describe_failure(self, failed: list[tuple[int, Any]]) -> str:
         """One sentence for the failure that came first: a worker's traceback (the earliest written) when one
@@ -107,6 +160,9 @@ class WorkerProcesses:
         alive = [p for p in self.processes if p.pid is not None and p.exitcode is None]
         for process in alive:
             process.terminate()
+            if process_stopped(process.pid):  # a stopped process acts on SIGTERM once continued
+                with contextlib.suppress(OSError):
+                    os.kill(process.pid, signal.SIGCONT)
         deadline = time.monotonic() + grace_s
         for process in alive:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
