@@ -25,6 +25,7 @@ def process_stopped(pid: int) -> bool:
         return False
     return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "T"  # the field after the (command name)
 
+
 def ancestor_names(pid: int | None = None) -> list[str] | None:
     """The command names (``/proc/<pid>/comm``, at most 15 characters) of the parent of ``pid`` (default: this
     process), its parent, and so on up to process 1; ``None`` where ``/proc`` cannot tell (not Linux)."""
