@@ -67,8 +67,10 @@ def read_dcp_metadata(path: str | os.PathLike) -> Metadata:
     """DCP's index (:class:`~torch.distributed.checkpoint.metadata.Metadata`) of the checkpoint directory ``path``,
     unpickled admitting only DCP's metadata types: nothing in the file runs.
 
-    :raises UnsafeCheckpointError: the index names any other Python object (refused as the single-file path does).
-    :raises CheckpointError: the index is missing, empty, truncated or not DCP's: the checkpoint is damaged.
+    :raises ~accelkit.checkpoint.files.UnsafeCheckpointError: the index names any other Python object (refused as
+        the single-file path does).
+    :raises ~accelkit.checkpoint.files.CheckpointError: the index is missing, empty, truncated or not DCP's: the
+        checkpoint is damaged.
     """
     file = Path(path) / DCP_METADATA_FILE
     name = repr(str(file))

@@ -202,8 +202,8 @@ def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: b
     Nothing in the checkpoint runs: DCP's index admits only DCP's types, other entries only plain data unless
     ``weights_only=False`` (:mod:`accelkit.checkpoint.dcp_reading`).
 
-    :raises UnsafeCheckpointError: the checkpoint holds other objects. :raises CheckpointError: a file of it is
-        damaged (named).
+    :raises ~accelkit.checkpoint.files.UnsafeCheckpointError: the checkpoint holds other objects.
+    :raises ~accelkit.checkpoint.files.CheckpointError: a file of it is damaged (named).
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
