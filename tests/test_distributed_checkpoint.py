@@ -19,6 +19,7 @@ import accelkit  # noqa: E402
 from accelkit.checkpoint import sharded as dcp_io  # noqa: E402
 from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
 from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
+from accelkit.checkpoint.files import UnsafeCheckpointError  # noqa: E402
 from helpers.damage import RunsCommand, copy_checkpoint, flip_bytes, plant_malicious_index, truncate  # noqa: E402
 from helpers.guards import PYTHON, child_env  # noqa: E402
 from helpers.models import RegressionModule  # noqa: E402
@@ -177,7 +178,6 @@ def genuine(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_a_malicious_index_is_refused_on_every_one_device_path_and_never_runs(genuine, tmp_path, capsys):
     from accelkit import cli
-    from accelkit.checkpoint.files import UnsafeCheckpointError
 
     marker = tmp_path / "marker"
     bad = plant_malicious_index(copy_checkpoint(genuine, tmp_path / "bad.ckpt"), marker)
@@ -194,8 +194,6 @@ def test_a_malicious_index_is_refused_on_every_one_device_path_and_never_runs(ge
 
 
 def test_a_malicious_entry_in_a_shard_is_refused_unless_weights_only_false(tmp_path):
-    from accelkit.checkpoint.files import UnsafeCheckpointError
-
     marker = tmp_path / "marker"
     model, optimizer = trained_state()
     state = checkpoint_of(model, optimizer)
@@ -206,6 +204,15 @@ def test_a_malicious_entry_in_a_shard_is_refused_unless_weights_only_false(tmp_p
     assert not marker.exists()
     dcp_io.load_full(target, weights_only=False)  # the caller's explicit choice: it runs
     assert marker.exists()
+
+
+def test_weights_only_false_reads_objects_kept_beside_the_shards(tmp_path):
+    model, optimizer = trained_state()
+    target = dcp_io.save({**checkpoint_of(model, optimizer), "note": RunsCommand(tmp_path / "x")}, tmp_path / "a.ckpt")
+    with pytest.raises(UnsafeCheckpointError, match="posix.system"):
+        dcp_io.load_full(target)
+    dcp_io.load_full(target, weights_only=False)
+    assert (tmp_path / "x").exists()
 
 
 def flip_weight_bytes(directory: Path) -> None:
@@ -227,7 +234,7 @@ def flip_weight_bytes(directory: Path) -> None:
 ], ids=["empty index", "truncated index", "shard flipped at its start", "a weight's bytes flipped",
         "truncated shard"])
 def test_a_damaged_index_or_shard_is_named_and_called_damaged(genuine, tmp_path, damage, message):
-    from accelkit.checkpoint.files import CheckpointError, UnsafeCheckpointError
+    from accelkit.checkpoint.files import CheckpointError
 
     broken = copy_checkpoint(genuine, tmp_path / "broken.ckpt")
     damage(broken)

@@ -187,11 +187,11 @@ def load_metadata(path: str | os.PathLike, weights_only: bool = True) -> dict[st
     return metadata
 
 
-def _reader(path: str | os.PathLike) -> Any:
+def _reader(path: str | os.PathLike, weights_only: bool) -> Any:
     """DCP's reader of ``path`` that runs nothing and checks each file against the checksums saved with it."""
     from accelkit.checkpoint.dcp_reading import SafeReader
 
-    saved = ckpt.load(Path(path) / METADATA_FILE)  # plain data: read safely
+    saved = ckpt.load(Path(path) / METADATA_FILE, weights_only=weights_only)
     return SafeReader(path, checksums=saved.get(CHECKSUMS_KEY) if isinstance(saved, dict) else None)
 
 
@@ -211,7 +211,7 @@ def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: b
 
     no_dist = not (dist.is_available() and dist.is_initialized())
     with _real_failure():
-        dcp.load(template, storage_reader=_reader(path), planner=SafeLoadPlanner(path, weights_only),
+        dcp.load(template, storage_reader=_reader(path, weights_only), planner=SafeLoadPlanner(path, weights_only),
                  no_dist=no_dist)
     return template
 
@@ -239,7 +239,7 @@ def load_full(path: str | os.PathLike, weights_only: bool = True) -> dict[str, A
     from accelkit.checkpoint.dcp_reading import SafeEverythingPlanner
 
     checkpoint = load_metadata(path, weights_only=weights_only)
-    reader = _reader(path)  # DCP's index: refused or damaged before any shard is read
+    reader = _reader(path, weights_only)  # DCP's index: refused or damaged before any shard is read
     count = int(checkpoint.pop(OPTIMIZER_COUNT_KEY, -1))
     tensors: dict[str, Any] = {}
     # as torch's own dcp_to_torch_save: read every entry the checkpoint holds, with no template to fill
