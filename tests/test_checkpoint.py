@@ -180,3 +180,14 @@ def test_save_checkpoint_outside_a_run_names_what_is_missing(tmp_path):
     saved = torch.load(tmp_path / "x.ckpt", weights_only=True)
     assert saved["state_dict"].keys() == module.state_dict().keys()
     assert all(torch.equal(saved["state_dict"][k], v) for k, v in module.state_dict().items())
+
+
+def test_a_240_character_filename_saves(tmp_path):
+    """245 characters with ``.ckpt``, under the 255-byte limit: the temporary file's name must not add to it."""
+    name = "m" * 240
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", filename=name)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=tmp_path, callbacks=[callback])
+    trainer.fit(RegressionModule())
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [name + ".ckpt"]  # no temporary left beside it
+    assert checkpoint.load(tmp_path / "ckpt" / (name + ".ckpt"))["global_step"] == 4

@@ -205,6 +205,20 @@ def test_random_bytes_are_not_a_checkpoint_and_no_unsafe_load_is_suggested(tmp_p
     assert "weights_only" not in str(info.value)
 
 
+@pytest.mark.parametrize("kind", ["character device", "named pipe"])
+def test_a_device_or_a_fifo_is_not_a_regular_file(tmp_path, kind):
+    if kind == "named pipe":
+        path = tmp_path / "pipe.ckpt"
+        os.mkfifo(path)  # opening it would wait for a writer forever
+    else:
+        path = Path("/dev/zero")  # reading it would never end
+    message = rf"checkpoint '{re.escape(str(path))}' is a {kind}, not a regular file"
+    with pytest.raises(CheckpointError, match=message):
+        resume(path, root=tmp_path)
+    with pytest.raises(CheckpointError, match=message):
+        RegressionModule.load_from_checkpoint(path)
+
+
 def test_a_folder_lists_the_checkpoints_in_it(tmp_path, good_checkpoint):
     with pytest.raises(IsADirectoryError, match="last.ckpt"):
         checkpoint.load(good_checkpoint.parent)

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from accelkit.checkpoint.files import check_file
 from accelkit.checkpoint.sharded import METADATA_FILE, is_sharded_checkpoint
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
@@ -71,6 +72,8 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
                                     f"{METADATA_FILE} and .metadata in it); give the .ckpt file or sharded "
                                     "checkpoint directory in it")
         if not path.is_file() and not path.is_dir():
+            if path.exists():  # /dev/zero, a FIFO: refused before anything opens it
+                check_file(path)
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
     return ckpt_path
 
