@@ -57,9 +57,11 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
                              "ModelCheckpoint (enable_checkpointing=True adds one), or pass a path")
         return best
     if ckpt_path == "last":
-        # The newest last*.ckpt of the checkpoint callbacks (a second run in the same folder writes last-v1.ckpt).
+        # The newest last*.ckpt of the checkpoint callbacks: of every earlier run's version folder for the default
+        # callback, else of its folder (where a second run writes last-v1.ckpt). An empty file is a name another
+        # run claimed and has not written yet (or never wrote: it was stopped).
         found = {Path(p) for c in trainer.checkpoint_callbacks for p in c.find_last_checkpoints(trainer)}
-        found = [p for p in found if p.is_file() or is_sharded_checkpoint(p)]
+        found = [p for p in found if (p.is_file() and p.stat().st_size > 0) or is_sharded_checkpoint(p)]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
         warnings.warn(_nothing_to_resume(trainer), UserWarning, stacklevel=4)
@@ -106,8 +108,8 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
     if strategy.launches_workers:
         prepare_data(trainer, model, datamodule)  # once per node, before the workers start
         prepared = True
-        for logger in trainer.loggers:
-            _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
+        for folder in [*trainer.loggers, *trainer.versioned_loggers()]:
+            _ = folder.version  # claimed here, so the workers and the caller agree on the run's folder
     trainer.should_stop = False
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
