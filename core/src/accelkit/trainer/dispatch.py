@@ -43,6 +43,24 @@ def _nothing_to_resume(trainer: Any) -> str:
             "resumes from the newest one written there.")
 
 
+def claim_run_folders(trainer: Any) -> None:
+    """Claim the version folders of the run's loggers (and of :attr:`~accelkit.Trainer.run_folder` when the first
+    logger has none) before the run starts: on global rank zero, or in the caller of a strategy that starts
+    workers (the other processes take rank zero's). Loggers of one run writing under the same root share one
+    version folder (``logger=["csv", "tensorboard"]`` both write ``lightning_logs/version_<n>``)."""
+    if not (trainer.strategy.launches_workers or trainer.is_global_zero):
+        return
+    folders = trainer.versioned_loggers()
+    shared = {folder.root_dir: folder.version for folder in folders if folder.version_claimed}
+    for folder in folders:
+        if folder.version_claimed:
+            continue
+        if folder.root_dir in shared:
+            folder.version = shared[folder.root_dir]
+        else:
+            shared[folder.root_dir] = folder.version
+
+
 def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -> Any:
     if ckpt_path is None and not model_given and stage != "fit":
         best = _best_path(trainer)
@@ -101,6 +119,7 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
         if not is_overridden(method, model, Module):
             raise NotImplementedError(f"Trainer.{stage}() needs {type(model).__name__}.{method}(batch, "
                                       "batch_idx): define it and log the metrics to report with self.log")
+    claim_run_folders(trainer)
     ckpt_path = _resolve_ckpt(trainer, ckpt_path, stage, model_given)
     trainer.ckpt_path = ckpt_path
     strategy = trainer.strategy
@@ -108,8 +127,8 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
     if strategy.launches_workers:
         prepare_data(trainer, model, datamodule)  # once per node, before the workers start
         prepared = True
-        for folder in [*trainer.loggers, *trainer.versioned_loggers()]:
-            _ = folder.version  # claimed here, so the workers and the caller agree on the run's folder
+        for logger in trainer.loggers:
+            _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     trainer.should_stop = False
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
