@@ -31,6 +31,19 @@ def run_fit(tmp_path: Path, *extra: str, timeout: float) -> tuple[str, float]:
     return proc.stdout, elapsed
 
 
+def logged(version: Path, name: str) -> list[float]:
+    """The values of metric ``name`` the default logger wrote into the version folder (TensorBoard's events, or
+    the CSV logger's metrics.csv where tensorboard is not installed)."""
+    if (version / "metrics.csv").is_file():
+        with open(version / "metrics.csv", newline="") as handle:
+            return [float(row[name]) for row in csv.DictReader(handle) if row.get(name)]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(version))
+    events.Reload()
+    return [event.value for event in events.Scalars(name)]
+
+
 def held_out_accuracy(stdout: str) -> float:
     match = re.search(r"held-out test_acc = ([0-9.]+)", stdout)
     assert match, stdout
@@ -42,12 +55,11 @@ def test_digits_defaults_reach_95_percent_in_under_a_minute(tmp_path):
     assert "devices=[0] strategy=single_device precision=32-true" in stdout
     assert held_out_accuracy(stdout) >= 0.95, stdout
     assert elapsed < 60, f"took {elapsed:.1f} s"
-    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
-    # The loss falls: the CSV logger's per-step train_loss (every 50 steps) and per-epoch val_loss.
-    with open(tmp_path / "logs" / "version_0" / "metrics.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    train = [float(r["train_loss"]) for r in rows if r.get("train_loss")]
-    val = [float(r["val_loss"]) for r in rows if r.get("val_loss")]
+    version = tmp_path / "lightning_logs" / "version_0"  # the run's folder, as Lightning lays it out
+    assert (version / "checkpoints" / "last.ckpt").is_file()
+    assert f"accelkit: checkpoint {version / 'checkpoints' / 'last.ckpt'}" in stdout
+    # The loss falls: the default logger's per-step train_loss (every 50 steps) and per-epoch val_loss.
+    train, val = logged(version, "train_loss"), logged(version, "val_loss")
     assert len(train) >= 5 and len(val) == 20
     assert max(train[-3:]) < 0.5 * train[0], train
     assert val[-1] < 0.5 * val[0], val
