@@ -246,3 +246,35 @@ def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tm
     assert not (tmp_path / "config.yaml").exists()
     logged = yaml.safe_load((versions[2] / "config.yaml").read_text())["trainer"]["logger"]
     assert logged == "mlflow"
+
+
+_TORCHRUN_FIT = """
+import json, sys
+import accelkit
+sys.path.insert(0, {tests!r})
+from helpers.models import RegressionModule
+trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=1, default_root_dir={root!r},
+                           enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+trainer.fit(RegressionModule(n=16))
+with open({root!r} + f"/rank{{trainer.global_rank}}.json", "w") as handle:
+    json.dump({{"log_dir": trainer.log_dir, "checkpoint": str(trainer.checkpoint_path)}}, handle)
+"""
+
+
+@pytest.mark.slow  # torchrun starts two processes
+def test_processes_started_by_torchrun_agree_on_rank_zeros_version_folder(tmp_path):
+    (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)  # an earlier run
+    script = tmp_path / "fit.py"
+    script.write_text(_TORCHRUN_FIT.format(tests=str(ROOT / "tests"), root=str(tmp_path)))
+    from accelkit.strategies import find_free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_") and k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(find_free_port()), str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    version = tmp_path / "lightning_logs" / "version_1"
+    assert [r["log_dir"] for r in reports] == [str(version)] * 2
+    assert [r["checkpoint"] for r in reports] == [str(version / "checkpoints" / "last.ckpt")] * 2
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0", "version_1"]

@@ -144,7 +144,8 @@ class TrainerProperties:
         from accelkit.loggers import VersionedLogger
 
         found = [logger for logger in self.loggers if isinstance(logger, VersionedLogger)]
-        if self.logger is not None and getattr(self.logger, "log_dir", None) is None:
+        first = self.logger  # (a VersionedLogger's log_dir is not read here: reading it claims its version)
+        if first is not None and not isinstance(first, VersionedLogger) and getattr(first, "log_dir", None) is None:
             found.append(self.run_folder)
         return found
 
