@@ -284,8 +284,8 @@ class ModelCheckpoint(Checkpoint):
             return self.dirpath
         if getattr(trainer, "loggers", None):
             log_dir = getattr(trainer, "log_dir", None) or trainer.loggers[0].log_dir
-            return str(Path(log_dir) / "checkpoints")
-        return str(Path(trainer.default_root_dir) / "checkpoints")
+            return os.path.realpath(Path(log_dir) / "checkpoints")  # absolute, as a given dirpath is made
+        return os.path.realpath(Path(trainer.default_root_dir) / "checkpoints")
 
     def _choose_path(self, trainer: Any, metrics: dict[str, Any], filename: str | None = None,
                      reusable: str | None = None) -> str:
