@@ -130,6 +130,28 @@ def test_without_a_logger_a_second_run_reports_its_versioned_file(tmp_path):
     assert load(second.checkpoint_path)["global_step"] == second.global_step
 
 
+def test_last_skips_a_name_another_run_claimed_but_never_wrote(tmp_path):
+    first = fit(tmp_path)
+    claimed = tmp_path / "lightning_logs" / "version_7" / "checkpoints" / "last.ckpt"
+    claimed.parent.mkdir(parents=True)
+    claimed.touch()  # what a run killed while writing its first checkpoint leaves: the empty claim of the name
+    resumed = fit(tmp_path, max_epochs=2, ckpt_path="last")
+    assert resumed.ckpt_path == str(first.checkpoint_path)
+
+
+def test_a_failed_save_releases_the_name_it_claimed(tmp_path):
+    class Diverges(RegressionModule):
+        def on_train_epoch_end(self):
+            with torch.no_grad():
+                self.layer.weight.fill_(float("nan"))
+
+    trainer = accelkit.Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, logger=False,
+                               enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    with pytest.raises(Exception, match="not finite"):
+        trainer.fit(Diverges(n=16))
+    assert not list((tmp_path / "checkpoints").glob("*.ckpt"))  # no empty file left under a checkpoint's name
+
+
 @pytest.mark.slow  # two processes per fit
 def test_two_ddp_spawn_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path):
     spawn = dict(devices=2, strategy="ddp_spawn")

@@ -339,11 +339,18 @@ class ModelCheckpoint(Checkpoint):
             last_path = self._choose_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, self.last_model_path)
             previous_last, self.last_model_path = self.last_model_path, last_path
         writes = self._writes
-        if top_k and self.save_top_k != 0:
-            if self.monitor is None:
-                self._save_latest(trainer, candidates)
-            else:
-                self._save_if_top_k(trainer, candidates, at_epoch_end)
+        try:
+            if top_k and self.save_top_k != 0:
+                if self.monitor is None:
+                    self._save_latest(trainer, candidates)
+                else:
+                    self._save_if_top_k(trainer, candidates, at_epoch_end)
+        except BaseException:
+            if last_path is not None:  # last was not written: free its name and keep the previous one
+                self.last_model_path = previous_last or ""
+                if trainer.is_global_zero:
+                    _release(last_path)
+            raise
         if last_path is None:
             return
         if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
