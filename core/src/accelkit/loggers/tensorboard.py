@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import warnings
+import weakref
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
@@ -147,6 +148,8 @@ class TensorBoardLogger(VersionedLogger):
             _require_tensorboard()
             os.makedirs(self.log_dir, exist_ok=True)
             self._experiment = _writer_module().SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+            # kept open over the stages (see finalize); closed with this logger, or at exit, ending its thread
+            weakref.finalize(self, self._experiment.close)
         return self._experiment
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
@@ -225,7 +228,8 @@ class TensorBoardLogger(VersionedLogger):
     def finalize(self, status: str) -> None:
         """Flush the event file at the end of a stage and keep it open: the stages a Trainer runs next in this
         process (``validate``, ``test``...) write into the same file, one event file per process and version
-        (Lightning starts a new one per stage). :meth:`close` closes it."""
+        (Lightning starts a new one per stage). :meth:`close` closes it, as does the end of this logger or of the
+        process."""
         self.save()
 
     def close(self) -> None:
