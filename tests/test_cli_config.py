@@ -143,7 +143,6 @@ def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project
     fit = run(project, "main.py", "fit", "--config", "run.yaml")
     assert fit.returncode == 0, fit.stderr
     saved = project / "run" / "lightning_logs" / "version_0" / "config.yaml"
-    saved = saved if saved.exists() else project / "run" / "logs" / "version_0" / "config.yaml"
     config = yaml.safe_load(saved.read_text())
     # Lightning's class paths became accelkit's; the link filled model.hidden; the chosen seed is recorded.
     assert [c["class_path"] for c in config["trainer"]["callbacks"]] == [
@@ -264,14 +263,15 @@ def test_accelkit_fit_config_with_file_targets_then_validate(project):
                "--data", "models:Blobs", "--data.batch_size", "8")
     assert done.returncode == 0, done.stderr
     assert "accelkit: configuration saved to" in done.stdout
-    saved = yaml.safe_load((project / "out" / "logs" / "version_0" / "config.yaml").read_text())
+    version = project / "out" / "lightning_logs" / "version_0"  # both loggers' folder, the config's and checkpoints'
+    saved = yaml.safe_load((version / "config.yaml").read_text())
     assert saved["model"] == {"class_path": "models.Net", "init_args": {"hidden": 6, "lr": 0.05}}
     assert saved["data"]["init_args"]["batch_size"] == 8
     assert saved["trainer"]["logger"] == ["csv", "tensorboard"]
-    assert list((project / "out" / "lightning_logs").rglob("events.out.tfevents*")) or \
-        list((project / "out").rglob("events.out.tfevents*"))
-    validate = run(project, "-m", "accelkit.cli", "validate", "--config", "out/logs/version_0/config.yaml",
-                   "--ckpt_path", "out/checkpoints/last.ckpt")
+    assert list(version.glob("events.out.tfevents*")) and (version / "metrics.csv").is_file()
+    assert f"accelkit: checkpoint {version / 'checkpoints' / 'last.ckpt'}" in done.stdout
+    validate = run(project, "-m", "accelkit.cli", "validate", "--config", "out/lightning_logs/version_0/config.yaml",
+                   "--ckpt_path", "out/lightning_logs/version_0/checkpoints/last.ckpt")
     assert validate.returncode == 0, validate.stderr
     assert "val_loss" in validate.stdout
 

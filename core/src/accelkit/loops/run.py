@@ -88,6 +88,7 @@ def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepar
     resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
     trainer.run_state.metrics.is_global_zero = strategy.is_global_zero
     set_global_rank(strategy.global_rank)
+    _agree_on_run_folders(trainer)
     apply_determinism(trainer)
     if trainer.profiler is not None:
         trainer.profiler.setup(stage=stage, local_rank=strategy.local_rank, log_dir=trainer.log_dir)
@@ -104,6 +105,18 @@ def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepar
         fn(stage)
     module.setup(stage)
     _configure_model(module)
+
+
+def _agree_on_run_folders(trainer: Any) -> None:
+    """Processes started from outside (torchrun, srun) each built their own Trainer: they take global rank zero's
+    version folders (spawned workers got them with the Trainer, chosen before the start)."""
+    strategy = trainer.strategy
+    if strategy.world_size < 2 or strategy.launches_workers:
+        return
+    folders = trainer.versioned_loggers()
+    chosen = strategy.broadcast([folder.version for folder in folders] if strategy.is_global_zero else None)
+    for folder, version in zip(folders, chosen):
+        folder.version = version
 
 
 def _setup_model(trainer: Any, module: Any, ckpt_path: Any, weights_only: bool) -> tuple[Any, Any]:

@@ -25,7 +25,8 @@ from torch import nn
 
 from accelkit.utilities.parsing import AttributeDict
 
-__all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams"]
+__all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams",
+           "save_hparams_to_yaml"]
 
 # ------------------------------------------------------------------------------------------------ plain data
 #: where a checkpoint keeps the hyper-parameters, and the name they were saved under
@@ -190,6 +191,22 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ValueError(f"hparams_file {str(path)!r} holds a {type(data).__name__}, not a mapping of names to values")
     return dict(data)
+
+
+def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, Any]) -> None:
+    """Write ``hparams`` to the YAML file ``config_yaml`` atomically (what :func:`load_hparams_file` and
+    ``load_from_checkpoint(..., hparams_file=)`` read back, the loggers' ``hparams.yaml``); a value YAML cannot
+    hold as plain data is written as its ``repr``."""
+    import yaml
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the values plain_hparams drops are written as their repr below
+        plain = plain_hparams(dict(hparams))
+    data = {str(k): plain[k] if k in plain else repr(v) for k, v in hparams.items()}
+    target = os.fspath(config_yaml)
+    with open(target + ".tmp", "w") as handle:
+        yaml.safe_dump(data, handle, sort_keys=True)
+    os.replace(target + ".tmp", target)
 
 
 def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict[str, Any]:
