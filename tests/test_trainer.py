@@ -569,3 +569,20 @@ class WithLBFGS(RegressionModule):
 def test_an_optimizer_that_needs_its_closure_is_refused_clearly(tmp_path):
     with pytest.raises(NotImplementedError, match="LBFGS.step\\(\\) re-evaluates the loss through its closure"):
         quiet_trainer(tmp_path, max_epochs=1).fit(WithLBFGS())
+
+
+def test_a_trainer_and_its_logger_are_freed_after_fit(tmp_path):
+    """Nothing the run registers keeps the Trainer alive: a process that builds many Trainers (an optuna study)
+    does not keep every one, with its logger's open event file, until it exits."""
+    import gc
+    import weakref
+
+    def one_fit() -> tuple[weakref.ref, weakref.ref]:
+        trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False,
+                                   enable_model_summary=False, default_root_dir=tmp_path)
+        trainer.fit(RegressionModule())
+        return weakref.ref(trainer), weakref.ref(trainer.logger)
+
+    trainer, logger = one_fit()
+    gc.collect()
+    assert trainer() is None and logger() is None

@@ -46,13 +46,21 @@ from accelkit.utilities.seed import SEED_WORKERS_ENV, seed_everything, seed_from
 #: the key under ``checkpoint["loops"]`` holding the position (see the module docstring)
 POSITION_KEY = "position"
 
-# the fit loop running for each trainer (not an attribute: a trainer pickled to spawned workers stays light)
-_LOOPS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+# the fit loop running for each trainer (not an attribute: a trainer pickled to spawned workers stays light). Weak
+# on both sides: the loop refers to its trainer, so a strong value would keep every trainer (and what it holds:
+# loggers' open files, the module) alive for the rest of the process.
+_LOOPS: weakref.WeakKeyDictionary[Any, weakref.ref] = weakref.WeakKeyDictionary()
 
 
 def register(trainer: Any, loop: Any) -> None:
     """Make ``loop`` the fit loop whose position checkpoints of ``trainer`` record."""
-    _LOOPS[trainer] = loop
+    _LOOPS[trainer] = weakref.ref(loop)
+
+
+def _loop_of(trainer: Any) -> Any:
+    """The fit loop registered for ``trainer``, while it exists."""
+    ref = _LOOPS.get(trainer)
+    return ref() if ref is not None else None
 
 
 # ---------------------------------------------------------------------------------------------- random states
@@ -166,7 +174,7 @@ def epoch_start(loader: Any, accelerator: Any = None) -> dict[str, Any]:
 def capture(trainer: Any) -> dict[str, Any] | None:
     """The position of the running fit (``None`` outside one). Every process calls this when a checkpoint is
     written (``Trainer.save_checkpoint`` is collective), so the per-process records are gathered here."""
-    loop = _LOOPS.get(trainer)
+    loop = _loop_of(trainer)
     if loop is None or not loop.active:
         return None
     loader = getattr(loop, "train_loader", None)
@@ -187,7 +195,7 @@ def capture(trainer: Any) -> dict[str, Any] | None:
 
 def describe(trainer: Any) -> str:
     """Where a checkpoint written now resumes, in words (for the line printed when a signal stops the run)."""
-    loop = _LOOPS.get(trainer)
+    loop = _loop_of(trainer)
     epoch = int(trainer.current_epoch)
     if loop is None or not loop.in_epoch or trainer.run_state.epoch_training_done:
         return f"it starts epoch {epoch + (1 if getattr(trainer, '_epoch_training_done', False) else 0)}"
