@@ -1,5 +1,5 @@
 """(s) A user project that reaches Lightning's classes through the package attribute (AntoineBch29/simulation-audio-
-project, ``train.py`` and ``Model/LightningModule.py``): ``import lightning as L``, then
+project, ``train.py`` and ``Model/LightningModule.py``): with the package ``lightning`` imported as ``L``,
 ``L.pytorch.loggers.TensorBoardLogger(save_dir="Logs/")`` and ``L.pytorch.callbacks.ModelCheckpoint`` whose
 ``dirpath`` is the logger's ``log_dir`` and whose file name holds two logged metrics.
 
