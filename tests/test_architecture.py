@@ -123,6 +123,32 @@ def test_old_class_paths_in_saved_configs_still_resolve():
     assert DDPStrategy is new
 
 
+def test_lightnings_pytorch_attribute_is_accelkit_itself():
+    """``import lightning as L`` then ``L.pytorch.callbacks.ModelCheckpoint``: with the import changed the program
+    reads ``accelkit.pytorch...``, which is accelkit (as ``lightning.pytorch`` -> ``accelkit`` in the guide)."""
+    import accelkit
+
+    assert accelkit.pytorch is accelkit
+    from accelkit.callbacks import ModelCheckpoint
+
+    assert accelkit.pytorch.callbacks.ModelCheckpoint is ModelCheckpoint
+    with pytest.raises(AttributeError, match="module 'accelkit' has no attribute 'no_such_package'"):
+        accelkit.no_such_package
+
+
+@pytest.mark.slow
+def test_a_subpackage_not_imported_yet_is_an_attribute(run_python):
+    """In a fresh interpreter, ``accelkit.loggers`` (not imported by ``import accelkit``) is reached as an
+    attribute, as ``L.pytorch.loggers.TensorBoardLogger`` does."""
+    found = run_python("""
+        import json, sys
+        import accelkit as L
+        before = "accelkit.loggers" in sys.modules
+        print(json.dumps([before, L.pytorch.loggers.TensorBoardLogger.__module__]))
+    """)
+    assert found == [False, "accelkit.loggers.tensorboard"]
+
+
 def test_every_name_a_module_exports_exists():
     """``from accelkit.x import *`` works everywhere: each name in a module's ``__all__`` is defined there (a name
     left behind when its definition moved makes the star import raise)."""

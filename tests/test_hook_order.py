@@ -232,6 +232,25 @@ def test_fit_single_process(tmp_path):
     assert {"recorded": True} in ckpt["callbacks"].values()
 
 
+@pytest.mark.parametrize("base", ["lightning.pytorch", "pytorch_lightning"])
+def test_a_lightning_callback_runs_its_hooks_in_lightning_order(tmp_path, base):
+    """A callback written for Lightning (deriving from Lightning's ``Callback``, as libraries' callbacks do) is
+    accepted and called exactly where an accelkit Callback is, with the Trainer and the user's Module."""
+    lightning_callback = pytest.importorskip(base).Callback
+    methods = {k: v for k, v in vars(HookRecorderCallback).items() if not k.startswith("__") or k == "__init__"}
+    recorder = type("LightningHookRecorder", (lightning_callback,), methods)
+    assert not issubclass(recorder, accelkit.Callback)
+    log = HookLog()
+    from accelkit.callbacks import ModelCheckpoint
+
+    run = accelkit.Trainer(callbacks=[recorder(log), ModelCheckpoint(dirpath=tmp_path / "ckpt")], accelerator="cpu",
+                           devices=1, max_epochs=2, default_root_dir=tmp_path, **QUIET)
+    run.fit(HookRecorderModule(log))
+    assert_sequence(log.calls, expected_fit(), log.problems)
+    ckpt = torch.load(next((tmp_path / "ckpt").glob("*.ckpt")), weights_only=True)
+    assert {"recorded": True} in ckpt["callbacks"].values()
+
+
 @pytest.mark.parametrize("verb", ["validate", "test", "predict"])
 def test_evaluate_single_process(tmp_path, verb):
     log = HookLog()

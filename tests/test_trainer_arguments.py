@@ -144,11 +144,25 @@ def test_num_sanity_val_steps_default_is_two(tmp_path):
 
 
 class MetricsAtSanityEnd(accelkit.Callback):
+    """What ``callback_metrics``/``logged_metrics`` hold in the sanity check's ``on_validation_end`` and
+    ``on_sanity_check_end`` and when training starts."""
+
     def __init__(self) -> None:
         self.seen: dict[str, Any] = {}
 
+    def _keep(self, when: str, trainer: Any) -> None:
+        self.seen[when] = {"callback": dict(trainer.callback_metrics), "logged": dict(trainer.logged_metrics)}
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking:
+            self._keep("validation_end", trainer)
+
     def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
-        self.seen = {"callback": dict(trainer.callback_metrics), "logged": dict(trainer.logged_metrics)}
+        self._keep("sanity_end", trainer)
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.seen.setdefault("train_start", {"callback": dict(trainer.callback_metrics),
+                                             "logged": dict(trainer.logged_metrics)})
 
 
 def test_sanity_check_metrics_are_not_logged(tmp_path):
@@ -161,7 +175,11 @@ def test_sanity_check_metrics_are_not_logged(tmp_path):
                             **QUIET)
     trainer.fit(model)
     assert model.sanity_calls() == 2
-    assert "val_loss" not in spy.seen["callback"] and "val_loss" not in spy.seen["logged"]
+    # as in Lightning: the sanity check's value is in callback_metrics until the check ends (a callback's
+    # on_validation_end reads it there), then cleared before training; no logger receives it
+    for when in ("validation_end", "sanity_end"):
+        assert "val_loss" in spy.seen[when]["callback"] and "val_loss" in spy.seen[when]["logged"], when
+    assert spy.seen["train_start"] == {"callback": {}, "logged": {}}
     rows = [row for row in logger.rows if row.get("val_loss") not in (None, "")]
     assert len(rows) == 1  # the epoch's validation only, not the sanity check
 

@@ -31,11 +31,20 @@ compat.install()
 
 
 def __getattr__(name: str) -> object:
-    """``accelkit.utils`` and the other modules of the flat layout, as attributes (see :mod:`accelkit.compat`)."""
-    if f"accelkit.{name}" in compat.MOVED:
-        import importlib
+    """``accelkit.utils`` and the other modules of the flat layout, as attributes (see :mod:`accelkit.compat`), the
+    subpackages not imported yet (``accelkit.loggers``), and
+    ``accelkit.pytorch``, accelkit itself: programs that ``import lightning as L`` reach Lightning's names as
+    ``L.pytorch.callbacks.ModelCheckpoint``, and with the import changed that reads ``accelkit.callbacks...``."""
+    if name == "pytorch":
+        import sys
 
-        return importlib.import_module(f"accelkit.{name}")
+        return sys.modules[__name__]
+    import importlib
+    import importlib.util
+
+    if f"accelkit.{name}" in compat.MOVED or (
+            not name.startswith("_") and importlib.util.find_spec(f"accelkit.{name}") is not None):
+        return importlib.import_module(f"accelkit.{name}")  # a subpackage not imported yet (``accelkit.loggers``)
     raise AttributeError(f"module 'accelkit' has no attribute {name!r}")
 
 __all__ = [

@@ -172,12 +172,35 @@ class DeviceStatsMonitor(Callback):
                 logger.log_metrics({f"device/{k}": float(v) for k, v in stats.items()}, step=trainer.global_step)
 
 
+#: modules defining Lightning's ``Callback`` base class (``lightning.pytorch`` and the ``pytorch_lightning`` package)
+LIGHTNING_CALLBACK_MODULES = ("lightning.pytorch.callbacks.callback", "pytorch_lightning.callbacks.callback")
+
+
+def lightning_callback_base(obj: Any) -> type | None:
+    """The ``Callback`` base class of Lightning (``lightning.pytorch`` or ``pytorch_lightning``) that ``obj``'s class
+    derives from, or ``None``: told from the module names of the class's MRO, so Lightning is never imported."""
+    for klass in type(obj).__mro__:
+        if klass.__qualname__ == "Callback" and klass.__module__ in LIGHTNING_CALLBACK_MODULES:
+            return klass
+    return None
+
+
+def callback_base(obj: Any) -> type:
+    """The base class whose hooks count as "not overridden" for the callback ``obj``: :class:`Callback`, or for a
+    callback written for Lightning, Lightning's ``Callback`` (see :func:`lightning_callback_base`)."""
+    if isinstance(obj, Callback):
+        return Callback
+    return lightning_callback_base(obj) or Callback
+
+
 def callback_list(callbacks: Any) -> list[Any]:
-    """``callbacks=`` as a list of :class:`~accelkit.Callback` (one, a list, or ``None``)."""
+    """``callbacks=`` as a list (one, a list, or ``None``) of :class:`~accelkit.Callback` instances, or of
+    Lightning ``Callback`` instances (libraries' callbacks for Lightning; their hooks run as accelkit's do)."""
     if callbacks is None:
         return []
     items = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
     for item in items:
-        if not isinstance(item, Callback):
-            raise TypeError(f"callbacks must be accelkit.Callback instances, got {type(item).__name__}")
+        if not isinstance(item, Callback) and lightning_callback_base(item) is None:
+            raise TypeError(f"callbacks must be accelkit.Callback instances (or, with lightning installed, "
+                            f"lightning.pytorch.Callback ones), got {item!r} ({type(item).__name__})")
     return items

@@ -80,8 +80,9 @@ class EvaluationLoop:
                         if end_m is not None:
                             end_m(output, batch, batch_idx, *extra)
                 store.dataloader_idx = 0
-                logged = trainer.run_state.publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish) \
-                    if publish else self._discard()
+                # the sanity check's values reach callback_metrics (its on_validation_end sees them, as in
+                # Lightning) but no logger, and the fit clears them when the check ends
+                logged = trainer.run_state.publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish)
                 hooks.call(f"on_{prefix}_end")
         finally:
             store.reset_metric_objects()  # the next validation (or the next epoch's) starts them empty
@@ -100,13 +101,6 @@ class EvaluationLoop:
             else:
                 results.append({k: v for k, v in logged.items() if k.endswith(suffix) or "/dataloader_idx_" not in k})
         return results
-
-    def _discard(self) -> dict[str, float]:
-        """The sanity check runs the epoch-end hook but publishes nothing."""
-        trainer = self.trainer
-        trainer.run_state.metrics.epoch_end = True
-        trainer.run_state.hooks.call(f"on_{self.prefix}_epoch_end")
-        return {}
 
 
 def check_dataloader_idx(step: Any, name: str, count: int) -> bool:

@@ -125,6 +125,8 @@ class FitLoop:
             trainer.sanity_checking = False
         for fn in trainer.run_state.hooks.callback_plan("on_sanity_check_end"):
             fn()
+        for values in (trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics):
+            values.clear()  # what the sanity check logged is gone before training (Lightning resets them here too)
 
     # ----------------------------------------------------------------- stopping
     def _done(self) -> bool:

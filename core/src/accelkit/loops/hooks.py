@@ -7,7 +7,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from accelkit.callbacks.base import Callback, callback_list
+from accelkit.callbacks.base import Callback, callback_base, callback_list
 from accelkit.module.module import Module
 from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.user_code import warn_at
@@ -69,7 +69,7 @@ class HookCaller:
         if plan is None:
             plan = []
             for cb in self.callbacks:
-                if not is_overridden(name, cb, Callback):
+                if not is_overridden(name, cb, callback_base(cb)):
                     continue
                 if monitoring is not None and bool(getattr(cb, "_monitors_metrics", False)) != monitoring:
                     continue
@@ -123,7 +123,8 @@ class HookCaller:
 def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
     """Warn once per name about methods that look like hooks (``on_*``) but match none (a typo such as
     ``on_validation_epoch_ends`` would otherwise never run, silently)."""
-    targets = [(module, Module, MODULE_HOOKS, "Module")] + [(cb, Callback, CALLBACK_HOOKS, "Callback") for cb in callbacks]
+    targets = [(module, Module, MODULE_HOOKS, "Module")] + [(cb, callback_base(cb), CALLBACK_HOOKS, "Callback")
+                                                           for cb in callbacks]
     for obj, base, known, kind in targets:
         for name in dir(type(obj)):
             if not name.startswith("on_") or name in known or not callable(getattr(type(obj), name, None)):

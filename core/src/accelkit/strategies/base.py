@@ -285,6 +285,11 @@ class Strategy:
         """Send a picklable object from ``src`` to every process."""
         return obj
 
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:  # noqa: A002 - Lightning's name
+        """Agree on ``decision`` across processes (one process here: the decision itself; the parallel strategies
+        combine every process's, see :class:`~accelkit.strategies.parallel.ParallelStrategy`)."""
+        return bool(decision)
+
     # ----------------------------------------------------------------- checkpoints
     def module_state_dict(self, model: nn.Module) -> dict[str, Any]:
         """What a checkpoint's ``"state_dict"`` holds for ``model`` (the object :meth:`setup_module` returned, or

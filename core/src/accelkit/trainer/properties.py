@@ -2,13 +2,58 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from pathlib import Path
 from typing import Any
 
 
+class _AcceleratorConnectorView:
+    """The one thing callbacks written for Lightning read from Lightning's private ``trainer._accelerator_connector``
+    (optuna-integration's pruning callback asks ``is_distributed``); anything else is refused, naming it."""
+
+    def __init__(self, trainer: Any) -> None:
+        self._trainer = trainer
+
+    @property
+    def is_distributed(self) -> bool:
+        """Whether the run's strategy is a parallel one (DDP and the like), as Lightning's connector answers."""
+        from accelkit.strategies.parallel import ParallelStrategy
+
+        return isinstance(self._trainer.strategy, ParallelStrategy)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(f"trainer._accelerator_connector.{name} is a private part of Lightning's Trainer that "
+                             f"accelkit does not have (it offers only trainer._accelerator_connector.is_distributed); "
+                             f"read the run's setup from trainer.strategy, trainer.accelerator or trainer.precision")
+
+
 class TrainerProperties:
     """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers)."""
+
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for a name the Trainer lacks: fail with a sentence naming it (a callback written for Lightning
+        may ask for Lightning's private parts) rather than a bare ``AttributeError``."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if isinstance(getattr(type(self), name, None), property):
+            return object.__getattribute__(self, name)  # the property itself raised: let its own error through
+        if name.startswith("_"):
+            raise AttributeError(f"accelkit's Trainer has no attribute {name!r}: it is a private part of Lightning's "
+                                 f"Trainer, which accelkit does not reproduce (a callback written for Lightning that "
+                                 f"reads it needs a public attribute instead; see the Trainer's attributes in "
+                                 f"docs/migrating-from-lightning.rst)")
+        close = difflib.get_close_matches(name, [n for n in dir(self) if not n.startswith("_")], n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]!r}?" if close else " (see the Trainer's attributes in " \
+                                                              "docs/migrating-from-lightning.rst)"
+        raise AttributeError(f"accelkit's Trainer has no attribute {name!r}{hint}")
+
+    @property
+    def _accelerator_connector(self) -> Any:
+        """What callbacks written for Lightning read of Lightning's private connector (``is_distributed``)."""
+        return _AcceleratorConnectorView(self)
 
     # ----------------------------------------------------------------- composition
     @property

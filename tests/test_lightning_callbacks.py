@@ -1,0 +1,188 @@
+"""Callbacks written for Lightning run on accelkit's Trainer (issue 22, item 3).
+
+Libraries ship callbacks deriving from ``lightning.pytorch.Callback`` (or ``pytorch_lightning.Callback``):
+optuna-integration's pruning callback, Lightning's own callback classes used as a library's. With ``lightning``
+installed, accelkit's Trainer accepts them and calls their hooks where it calls its own callbacks' (the order is
+checked by ``test_hook_order.py::test_a_lightning_callback_runs_its_hooks_in_lightning_order``), with its Trainer
+and the user's Module. What such a callback asks that accelkit lacks fails with a sentence naming the attribute.
+The core never imports Lightning: it tells such a callback from its class's MRO module names.
+
+The tests with real libraries fit in this process (one CPU device); the conformance scripts
+``optuna_pruning.py`` and ``lightning_callbacks.py`` run the same under ``ddp_spawn``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
+
+pl = pytest.importorskip("lightning.pytorch", reason="these tests need lightning installed")
+
+
+def loader() -> DataLoader:
+    return DataLoader(regression_data(16), batch_size=4)
+
+
+class Asks(pl.Callback):
+    """A Lightning callback that reads ``trainer.<name>`` when training starts."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        getattr(trainer, self.name)
+
+
+def test_other_objects_are_still_refused_naming_them(tmp_path):
+    with pytest.raises(TypeError, match=r"callbacks must be accelkit.Callback instances \(or, with lightning "
+                                        r"installed, lightning.pytorch.Callback ones\), got 'early' \(str\)"):
+        quiet_trainer(tmp_path, callbacks=["early"])
+
+
+def test_a_lightning_callback_gets_accelkits_trainer_and_module(tmp_path):
+    seen: dict[str, Any] = {}
+
+    class Reads(pl.Callback):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            seen.update(trainer=trainer, module=pl_module, epoch=trainer.current_epoch,
+                        loss=float(trainer.callback_metrics["train_loss"]), rank=trainer.global_rank)
+
+    trainer = quiet_trainer(tmp_path, max_epochs=2, callbacks=Reads())
+    module = RegressionModule()
+    trainer.fit(module, loader())
+    assert seen["trainer"] is trainer and seen["module"] is module
+    assert (seen["epoch"], seen["rank"]) == (1, 0) and seen["loss"] > 0
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("_logger_connector", "accelkit's Trainer has no attribute '_logger_connector': it is a private part of "
+                          "Lightning's Trainer"),
+    ("curent_epoch", "accelkit's Trainer has no attribute 'curent_epoch'; did you mean 'current_epoch'?"),
+])
+def test_what_accelkit_lacks_fails_with_a_sentence_naming_it(tmp_path, name, expected):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[Asks(name)])
+    with pytest.raises(AttributeError) as info:
+        trainer.fit(RegressionModule(), loader())
+    assert str(info.value).startswith(expected), str(info.value)
+
+
+def test_a_property_failing_inside_keeps_its_own_error(tmp_path):
+    class Broken(accelkit.Trainer):
+        @property
+        def broken(self) -> Any:
+            return self.run_state.no_such_thing
+
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        Broken(accelerator="cpu", devices=1, logger=False).broken
+
+
+def test_the_accelerator_connector_answers_only_is_distributed(tmp_path):
+    trainer = quiet_trainer(tmp_path)
+    assert trainer._accelerator_connector.is_distributed is False
+    with pytest.raises(AttributeError, match=r"trainer._accelerator_connector.strategy is a private part of "
+                                             r"Lightning's Trainer that accelkit does not have"):
+        trainer._accelerator_connector.strategy
+
+
+@pytest.mark.slow
+def test_the_core_never_imports_lightning(run_python):
+    """A fit with accelkit's own callbacks leaves ``lightning`` and ``pytorch_lightning`` unimported."""
+    found = run_python("""
+        import json, sys
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        import accelkit
+        from accelkit.callbacks import EarlyStopping
+
+        class Net(accelkit.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = torch.nn.Linear(2, 1)
+            def training_step(self, batch, batch_idx):
+                loss = self.layer(batch[0]).pow(2).mean()
+                self.log("train_loss", loss)
+                return loss
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        data = DataLoader(TensorDataset(torch.randn(8, 2)), batch_size=4)
+        trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False,
+                                   enable_checkpointing=False, enable_progress_bar=False,
+                                   callbacks=[EarlyStopping("train_loss", check_on_train_epoch_end=True)])
+        trainer.fit(Net(), data)
+        print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "pytorch_lightning"))))
+    """)
+    assert found == []
+
+
+@pytest.mark.slow
+def test_optuna_pruning_callback_reports_and_prunes(tmp_path):
+    """optuna-integration's ``PyTorchLightningPruningCallback``, unchanged: a study of two trials, the first
+    reports each epoch's ``val_loss`` and completes, the second (a learning rate of 0) is pruned at epoch 0."""
+    optuna = pytest.importorskip("optuna")
+    integration = pytest.importorskip("optuna_integration")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+    def objective(trial: Any) -> float:
+        lr = trial.suggest_float("lr", 0.0, 0.1)
+        module = RegressionModule(lr=lr)
+        callback = integration.PyTorchLightningPruningCallback(trial, monitor="val_loss")
+        trainer = quiet_trainer(tmp_path, max_epochs=3, num_sanity_val_steps=0, callbacks=[callback])
+        trainer.fit(module, loader(), loader())
+        return float(trainer.callback_metrics["val_loss"])
+
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
+    study.enqueue_trial({"lr": 0.1})
+    study.enqueue_trial({"lr": 0.0})
+    study.optimize(objective, n_trials=2)
+    first, second = study.trials
+    assert first.state == optuna.trial.TrialState.COMPLETE
+    assert sorted(first.intermediate_values) == [0, 1, 2]
+    assert first.value == pytest.approx(first.intermediate_values[2])
+    assert second.state == optuna.trial.TrialState.PRUNED
+    assert sorted(second.intermediate_values) == [0]
+
+
+@pytest.mark.slow
+def test_lightnings_early_stopping_and_backbone_finetuning_as_library_callbacks(tmp_path):
+    """Two of Lightning's callback classes, used as a third-party library's: ``EarlyStopping`` stops a fit whose
+    ``val_loss`` does not improve, and ``BackboneFinetuning`` keeps ``backbone`` frozen, then adds it to the
+    optimizer at the epoch it names."""
+    from lightning.pytorch.callbacks import BackboneFinetuning, EarlyStopping
+
+    class WithBackbone(RegressionModule):
+        def __init__(self, lr: float) -> None:
+            super().__init__(lr=lr)
+            self.backbone = torch.nn.Linear(4, 4)
+            self.frozen_at: list[bool] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(self.backbone(x))
+
+        def on_train_epoch_start(self) -> None:
+            self.frozen_at.append(not any(p.requires_grad for p in self.backbone.parameters()))
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD([p for p in self.parameters() if p.requires_grad], lr=self.lr)
+
+    stop = EarlyStopping(monitor="val_loss", patience=2)
+    flat = quiet_trainer(tmp_path, max_epochs=10, num_sanity_val_steps=0, callbacks=[stop])
+    flat.fit(WithBackbone(lr=0.0), loader(), loader())
+    assert (stop.stopped_epoch, flat.current_epoch) == (2, 3)
+
+    module = WithBackbone(lr=0.05)
+    finetune = quiet_trainer(tmp_path, max_epochs=3, num_sanity_val_steps=0,
+                             callbacks=[BackboneFinetuning(unfreeze_backbone_at_epoch=2)])
+    finetune.fit(module, loader(), loader())
+    assert module.frozen_at == [True, True, False]
+    assert len(finetune.optimizers[0].param_groups) == 2
