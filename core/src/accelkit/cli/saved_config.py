@@ -4,10 +4,10 @@
 A CLI built for fixed classes (``CLI(Net, Digits)``) parses its model and data groups without a class path
 (``model: {hidden: 12}``), while the ``accelkit`` command, which can train any Module, needs one
 (``model: {class_path: models.Net, init_args: {hidden: 12}}``); a file written in one form was refused by the other
-("does not accept option ..."). So the saved file always names the classes (:func:`with_class_paths`, which also
+("does not accept option ..."). So the saved file always names the classes (``with_class_paths()``, which also
 writes the values that argument links filled in, so that a command without the links builds the same objects), and
-a fixed-class CLI reads that form too (:func:`accept_class_paths`, applied to every configuration it loads while
-:func:`fixed_classes` says which groups are fixed).
+a fixed-class CLI reads that form too (``accept_class_paths()``, applied to every configuration it loads while
+``fixed_classes()`` says which groups are fixed).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def class_path_of(cls: type) -> str:
 @contextlib.contextmanager
 def fixed_classes(classes: dict[str, type]) -> Iterator[None]:
     """While parsing: the groups built with a fixed class (``{"model": Net}``), whose ``class_path`` form
-    :func:`accept_class_paths` turns into the plain form."""
+    ``accept_class_paths()`` turns into the plain form."""
     token = _FIXED.set(dict(classes))
     try:
         yield

@@ -194,7 +194,7 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, Any]) -> None:
-    """Write ``hparams`` to the YAML file ``config_yaml`` atomically (what :func:`load_hparams_file` and
+    """Write ``hparams`` to the YAML file ``config_yaml`` atomically (what :func:`~accelkit.module.hparams.load_hparams_file` and
     ``load_from_checkpoint(..., hparams_file=)`` read back, the loggers' ``hparams.yaml``); a value YAML cannot
     hold as plain data is written as its ``repr``."""
     import yaml

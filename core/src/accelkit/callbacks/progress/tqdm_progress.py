@@ -23,7 +23,7 @@ else:
 _NUMBER_WIDTH = 5
 
 #: the environment variable that chooses the bar's output: ``bar`` (tqdm's redrawn line), ``lines`` (one plain line
-#: per epoch and per evaluation); unset, lines when standard output is not a terminal (see :func:`plain_lines`)
+#: per epoch and per evaluation); unset, lines when standard output is not a terminal (see :func:`~accelkit.callbacks.progress.tqdm_progress.plain_lines`)
 PROGRESS_VARIABLE = "ACCELKIT_PROGRESS"
 
 
@@ -126,7 +126,7 @@ class TQDMProgressBar(RefreshingProgressBar):
         return state
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        """As :meth:`ProgressBar.setup`; then choose bars or plain lines (:func:`plain_lines`) and, when bars are
+        """As :meth:`ProgressBar.setup`; then choose bars or plain lines (:func:`~accelkit.callbacks.progress.tqdm_progress.plain_lines`) and, when bars are
         drawn, print warnings above them rather than inside their line."""
         super().setup(trainer, pl_module, stage)
         self._plain = plain_lines()
