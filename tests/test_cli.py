@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -412,3 +413,49 @@ def test_a_plugin_cannot_take_a_core_command_name(command_plugins, capsys):
     assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse"]
     assert {c["name"] for c in report["core"]["provides"]["commands"]} == {
         "fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"}
+
+
+# ------------------------------------------------------------------------------------------- deprecated commands
+#: a plugin written against the hook API 1.1 docs: its command is registered by accelkit.cli.command at import
+LEGACY_COMMAND_PLUGIN = '''
+from accelkit.cli import command
+
+ACCELKIT_API = ">=1.1,<2"
+
+
+def status_arguments(parser):
+    parser.add_argument("--nodes", type=int, default=1)
+
+
+@command("acme-status", "show the acme cluster's status", status_arguments)
+def status(args):
+    print(f"acme: {args.nodes} node(s)")
+    return 0
+'''
+
+
+@pytest.fixture
+def legacy_command_plugin(tmp_path, make_distribution, monkeypatch, clean_env):
+    """An installed distribution whose plugin uses the deprecated ``accelkit.cli.command`` decorator."""
+    make_distribution(tmp_path, "acme-legacy", "1.1.0", {"acmelegacy": "acme_legacy_cli"},
+                      {"acme_legacy_cli": LEGACY_COMMAND_PLUGIN})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("acme_legacy_cli", None)
+
+
+def test_a_plugin_using_the_removed_cli_command_still_loads_and_runs_with_one_warning(legacy_command_plugin,
+                                                                                      capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, out, _ = run_cli(capsys, "acme-status", "--nodes", "2")
+    assert (code, out) == (0, "acme: 2 node(s)\n")
+    deprecations = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert deprecations == [
+        "accelkit.cli.command is deprecated since hook API 1.2 and will be removed in 2.0: use an "
+        "accelkit_register_commands hook returning accelkit.records.CommandRecord (see docs/plugins.rst, 'Adding a "
+        "command') instead"]
+    code, out, _ = run_cli(capsys, "plugins", "--json")
+    mine = next(p for p in json.loads(out)["plugins"] if p["name"] == "acmelegacy")
+    assert mine["status"] == "loaded"
+    assert [c["name"] for c in mine["provides"]["commands"]] == ["acme-status"]

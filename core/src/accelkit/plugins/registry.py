@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.hookspecs import BLOCK_ENV
+from accelkit.plugins.legacy_commands import commands_of
 from accelkit.records import (
     AcceleratorRecord,
     ClusterEnvironmentRecord,
@@ -154,7 +155,7 @@ class Registry:
         implementing = {id(impl.plugin) for _, hook, *_ in hooks for impl in hook.get_hookimpls()}
         # plugins in registration order, so messages are stable
         order = [plugin for _, plugin in manager.list_name_plugin()
-                 if plugin is not None and id(plugin) in implementing]
+                 if plugin is not None and (id(plugin) in implementing or commands_of(plugin))]
         while True:  # a failure unregisters its plugin; start again without it
             registry = cls()
             try:
@@ -189,6 +190,8 @@ class Registry:
                         raise HookFailed(plugin, TypeError(f"returned {record!r}, not a {record_type.__name__}"),
                                          where, hook.name)
                 collected.extend((kind, attribute, rule, record) for record in records)
+        if plugin is not core_plugin_module():  # accelkit.cli.command, deprecated in hook API 1.2
+            collected.extend(("command", "commands", "core first", record) for record in commands_of(plugin))
         info = manager.info_of(plugin)
         provider = manager.provider_of(plugin)
         # what ACCELKIT_BLOCK_PLUGINS takes: entry-point names only (objects passed to the Trainer are removed)
