@@ -172,7 +172,10 @@ def test_blocked_through_trainer_plugins_no_name(discovered):
 def test_an_incompatible_api_range_is_skipped_with_a_reason(discovered):
     old = discovered["infos"]["old"]
     assert old["status"] == INCOMPATIBLE
-    assert ">=0.1,<1" in old["reason"] and HOOK_API_VERSION in old["reason"] and "acme-old" in old["reason"]
+    assert old["reason"] == (  # capped below the running version: the plugin must move, not accelkit
+        f"acme-old supports hook API >=0.1,<1; this accelkit provides {HOOK_API_VERSION}: install a release of acme-old "
+        f"that supports hook API {HOOK_API_VERSION} (upgrading accelkit cannot help), or an accelkit whose hook API it "
+        "supports")
     asked = discovered["old"]
     assert asked["error"] == "ConfigurationError" and "incompatible" in asked["message"]
 
@@ -270,6 +273,22 @@ def test_plugin_objects_with_an_unusable_api_declaration_are_refused(isolated, a
     for word in words:
         assert word in str(info.value)
     assert "acme" not in manager.registry.accelerator_names()
+
+
+@pytest.mark.parametrize("api, side", [
+    (">=1.0,<1.1", "install a release of plugin 'capped' that supports hook API {v} (upgrading accelkit cannot help), "
+                   "or an accelkit whose hook API it supports"),
+    (">=9.1,<10", "upgrade accelkit (`pip install -U accelkit`), or install a release of plugin 'capped' that "
+                  "supports hook API {v}")])
+def test_the_incompatibility_reason_says_which_side_must_move(isolated, api, side):
+    class Plugin(Provider):
+        ACCELKIT_API = api
+
+    with pytest.raises(PluginError) as info:
+        PluginManager().add_plugin(Plugin(), name="capped")
+    verb = "supports" if api.startswith(">=1.0") else "needs"
+    assert str(info.value) == (f"plugin 'capped' is incompatible: plugin 'capped' {verb} hook API {api}; this accelkit "
+                               f"provides {HOOK_API_VERSION}: " + side.format(v=HOOK_API_VERSION))
 
 
 @pytest.mark.parametrize("api", [">=1.0,<2", ">=1", "==1.*", "~=1.0"])

@@ -223,9 +223,7 @@ class PluginManager(pluggy.PluginManager):
             info.status, info.reason = INCOMPATIBLE, f"ACCELKIT_API={declared!r} is not a valid version specifier"
             return
         if Version(hookspecs.HOOK_API_VERSION) not in supported:
-            info.status = INCOMPATIBLE
-            info.reason = (f"supports hook API {declared} but this accelkit provides {hookspecs.HOOK_API_VERSION}; "
-                           f"upgrade {info.distribution or info.name} or accelkit")
+            info.status, info.reason = INCOMPATIBLE, incompatibility(info, declared)
             return
         _warn_unmarked(self, plugin, info)
         try:
@@ -315,6 +313,22 @@ class PluginManager(pluggy.PluginManager):
                       f"keep working; block it with {BLOCK_ENV}={info.name} to silence this.", RuntimeWarning,
                       stacklevel=4)
 
+
+
+def incompatibility(info: PluginInfo, declared: str) -> str:
+    """Why a plugin whose ``ACCELKIT_API`` excludes the running hook API is not loaded, and which side must move:
+    a plugin capped below the running version needs a newer release of itself (upgrading accelkit cannot help); a
+    plugin that needs a newer hook API needs a newer accelkit."""
+    running, supported = Version(hookspecs.HOOK_API_VERSION), SpecifierSet(declared)
+    plugin = info.distribution or f"plugin {info.name!r}"
+    needs_newer = any(spec.operator in (">", ">=", "~=", "==", "===") and running not in SpecifierSet(str(spec))
+                      for spec in supported)
+    if needs_newer:
+        return (f"{plugin} needs hook API {declared}; this accelkit provides {running}: upgrade accelkit "
+                f"(`pip install -U accelkit`), or install a release of {plugin} that supports hook API {running}")
+    return (f"{plugin} supports hook API {declared}; this accelkit provides {running}: install a release of {plugin} "
+            f"that supports hook API {running} (upgrading accelkit cannot help), or an accelkit whose hook API it "
+            "supports")
 
 
 class _Diagnostics:
