@@ -330,6 +330,10 @@ def refuse(args):
     raise accelkit.ConfigurationError("refusing politely")
 
 
+def crash(args):
+    raise RuntimeError("disk on fire")
+
+
 @hookimpl
 def accelkit_register_commands():
     here = "acme_cli_commands:"
@@ -337,7 +341,8 @@ def accelkit_register_commands():
             CommandRecord("echo", "print the words it gets", run=echo, raw=True),
             CommandRecord("broken", "options that cannot be built", broken_arguments, count),
             CommandRecord("count", "count the commands", run=count),
-            CommandRecord("refuse", "raise an accelkit error", run=refuse)]
+            CommandRecord("refuse", "raise an accelkit error", run=refuse),
+            CommandRecord("crash", "raise something else", run=crash)]
 '''
 FIT_CLAIMER = '''
 from accelkit import hookimpl
@@ -400,6 +405,11 @@ def test_a_broken_plugin_command_fails_alone_with_its_name(command_plugins, caps
     assert run_cli(capsys, "hello", "again")[:2] == (0, "hello, again\n")
     code, _, err = run_cli(capsys, "refuse")
     assert code == 1 and "accelkit: error: refusing politely" in err
+    code, _, err = run_cli(capsys, "crash")  # not an accelkit error: its traceback, then whose command it is
+    assert code == 1 and 'raise RuntimeError("disk on fire")' in err
+    assert err.splitlines()[-1] == (
+        "accelkit: error: command 'crash' of plugin 'acmecmd' (acme-commands 1.0.0) raised RuntimeError: disk on fire "
+        "(the traceback above is the plugin's: report it to the authors of acme-commands)")
 
 
 @IGNORE_FIT_CLAIM
@@ -410,7 +420,8 @@ def test_a_plugin_cannot_take_a_core_command_name(command_plugins, capsys):
     assert "command name 'fit'" in conflict and "acme-fitclaim 1.0.0" in conflict
     assert "stays accelkit (core)'s" in conflict
     mine = next(p for p in report["plugins"] if p["name"] == "acmecmd")
-    assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse"]
+    assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse",
+                                                                 "crash"]
     assert {c["name"] for c in report["core"]["provides"]["commands"]} == {
         "fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"}
 

@@ -71,6 +71,12 @@ def accelkit_register_commands():
     raise LookupError("command table gone")
 '''
 
+# plugins whose entry points fail to import, so what they would provide is unknown: a logger, a precision, a strategy
+FAILS_TO_IMPORT = '''
+import acme_sdk_not_installed
+ACCELKIT_API = ">=1.0,<2"
+'''
+
 SCENARIOS = '''
 import contextlib, io, json, warnings
 import accelkit
@@ -78,8 +84,9 @@ from accelkit import cli
 from accelkit.plugins.manager import PluginManager
 
 def attempt(**kwargs):
+    kwargs.setdefault("logger", False)
     try:
-        trainer = accelkit.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False, **kwargs)
+        trainer = accelkit.Trainer(enable_progress_bar=False, enable_checkpointing=False, **kwargs)
     except Exception as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
     return {"accelerator": trainer.config.accelerator}
@@ -98,6 +105,9 @@ infos = {n: {"status": i.status, "reason": i.reason, "distribution": i.distribut
 print(json.dumps({
     "infos": infos, "warnings": [str(w.message) for w in caught],
     "cpu": attempt(accelerator="cpu"), "twin": attempt(accelerator="twin"), "npu": attempt(accelerator="npu"),
+    "jsonlines": attempt(accelerator="cpu", logger="jsonlines"),
+    "stochround": attempt(accelerator="cpu", precision="stochround"),
+    "striped": attempt(accelerator="cpu", strategy="striped"),
     "plugins": command("plugins"), "doctor": command("doctor"), "no_command": command(),
     "plugins_report": cli.plugin_report(), "doctor_problems": cli.doctor_report()["problems"],
 }))
@@ -106,9 +116,9 @@ print(json.dumps({
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory, make_distribution, run_python):
-    """One interpreter with eight real distributions installed: a raising one, two claiming 'twin', one whose hook
-    lacks @hookimpl, one advertising an install hint, one whose command hook raises, and two with the entry-point
-    name 'dup' (the second on a later sys.path entry)."""
+    """One interpreter with eleven real distributions installed: a raising one, two claiming 'twin', one whose hook
+    lacks @hookimpl, one advertising an install hint, one whose command hook raises, two with the entry-point
+    name 'dup' (the second on a later sys.path entry) and three that fail to import."""
     site = tmp_path_factory.mktemp("bad") / "site"
     later = site.parent / "later"
     make_distribution(site, "acme-raiser", "0.9.0", {"raiser": "acme_raiser"}, {"acme_raiser": RAISER})
@@ -120,6 +130,9 @@ def observed(tmp_path_factory, make_distribution, run_python):
                       {"acme_commands": COMMAND_RAISER})
     make_distribution(site, "acme-dup-a", "1.0.0", {"dup": "acme_dup_a"}, {"acme_dup_a": PROVIDER.format(name="dupa")})
     make_distribution(later, "acme-dup-b", "2.0.0", {"dup": "acme_dup_b"}, {"acme_dup_b": PROVIDER.format(name="dupb")})
+    for name in ("jsonlines", "stochround", "striped"):
+        make_distribution(site, f"accelkit-{name}", "0.1.0", {name: f"accelkit_{name}"},
+                          {f"accelkit_{name}": FAILS_TO_IMPORT})
     return run_python(SCENARIOS, path=[site, later])
 
 
@@ -196,6 +209,14 @@ def test_a_plugin_advertises_an_install_hint_and_no_distant_suggestion_is_made(o
     assert npu["error"] == "ConfigurationError"
     assert "pip install acme-npu" in npu["message"]
     assert "Did you mean" not in npu["message"]  # 'npu' is another device, not a typo of 'tpu'
+
+
+@pytest.mark.parametrize("name, kind", [("jsonlines", "logger"), ("stochround", "precision"),
+                                        ("striped", "strategy")])
+def test_a_name_of_a_plugin_that_failed_to_load_names_that_plugin(observed, name, kind):
+    assert observed[name] == {"error": "PluginError", "message": (
+        f"{kind} {name!r} would come from plugin {name!r} (accelkit-{name} 0.1.0), which failed to load: "
+        "ModuleNotFoundError: No module named 'acme_sdk_not_installed'")}
 
 
 # ---------------------------------------------------------------------------------------------- in process
