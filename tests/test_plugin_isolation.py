@@ -12,7 +12,7 @@ from pathlib import Path
 import accelkit
 import pytest
 import torch
-from accelkit.errors import PluginConflictError
+from accelkit.errors import PluginConflictError, PluginError
 from accelkit.plugins.manager import DUPLICATE, FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
 from accelkit.precision import MixedPrecision, TruePrecision
 from accelkit.records import AcceleratorRecord
@@ -102,7 +102,7 @@ with warnings.catch_warnings(record=True) as caught:
     manager = PluginManager()
 infos = {n: {"status": i.status, "reason": i.reason, "distribution": i.distribution, "failed_in": i.failed_in}
          for n, i in manager.infos.items()}
-print(json.dumps({
+out = {
     "infos": infos, "warnings": [str(w.message) for w in caught],
     "cpu": attempt(accelerator="cpu"), "twin": attempt(accelerator="twin"), "npu": attempt(accelerator="npu"),
     "jsonlines": attempt(accelerator="cpu", logger="jsonlines"),
@@ -110,7 +110,21 @@ print(json.dumps({
     "striped": attempt(accelerator="cpu", strategy="striped"),
     "plugins": command("plugins"), "doctor": command("doctor"), "no_command": command(),
     "plugins_report": cli.plugin_report(), "doctor_problems": cli.doctor_report()["problems"],
-}))
+}
+
+# the other 'dup' distribution, chosen by ACCELKIT_PREFER; then a preference that matches no distribution
+import os
+for prefer in ("dup=ACME_dup_b", "dup=acme-dup-c"):
+    os.environ["ACCELKIT_PREFER"] = prefer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = PluginManager()
+    out[prefer] = {
+        "infos": {n: {"status": i.status, "reason": i.reason, "distribution": i.distribution}
+                  for n, i in manager.infos.items() if n.startswith("dup")},
+        "warnings": [str(w.message) for w in caught if "dup" in str(w.message)],
+        "dupa": attempt(accelerator="dupa"), "dupb": attempt(accelerator="dupb"), "plugins": command("plugins")}
+print(json.dumps(out))
 '''
 
 
@@ -197,6 +211,36 @@ def test_a_taken_entry_point_name_is_reported_naming_both_distributions(observed
     assert "[duplicate]  acme-dup-b 2.0.0" in observed["plugins"]["text"]
     assert any("acme-dup-a 1.0.0" in p and "acme-dup-b 2.0.0" in p for p in observed["doctor_problems"])
     assert observed["cpu"] == {"accelerator": "cpu"}
+
+
+def test_accelkit_prefer_loads_the_other_distribution_of_a_taken_name(observed):
+    chosen = observed["dup=ACME_dup_b"]
+    assert chosen["infos"]["dup"] == {"status": LOADED, "reason": "", "distribution": "acme-dup-b"}
+    assert chosen["infos"]["dup#2"] == {"status": DUPLICATE, "distribution": "acme-dup-a", "reason": (
+        "entry-point name 'dup' is also provided by acme-dup-b 2.0.0, which ACCELKIT_PREFER=dup=acme-dup-b chose; "
+        "acme-dup-a 1.0.0's plugin is not loaded")}
+    assert chosen["warnings"] == []  # the user chose: nothing to warn about
+    assert chosen["dupb"] == {"accelerator": "dupb"} and chosen["dupa"]["error"] == "ConfigurationError"
+    assert ("dup  [loaded]  acme-dup-b 2.0.0\n  ACCELKIT_API: >=1.0,<2\n  chosen over other distributions of this "
+            "name by ACCELKIT_PREFER=dup=acme-dup-b") in chosen["plugins"]["text"]
+    # without a preference the first on sys.path loads, and the warning says how to choose
+    assert any("Choose one with ACCELKIT_PREFER=dup=DISTRIBUTION" in w for w in observed["warnings"])
+
+
+def test_a_preference_for_a_distribution_that_does_not_have_the_name_warns(observed):
+    unmatched = observed["dup=acme-dup-c"]
+    assert unmatched["infos"]["dup"]["distribution"] == "acme-dup-a"  # as without a preference
+    assert ("ACCELKIT_PREFER prefers distribution 'acme_dup_c' for plugin name 'dup', but that name is provided by "
+            "acme-dup-a, acme-dup-b; check the spelling (NAME=DISTRIBUTION, as `accelkit plugins` lists them).") in \
+        unmatched["warnings"]
+
+
+def test_a_malformed_preference_is_refused_with_the_form_to_use(isolated, monkeypatch):
+    monkeypatch.setenv("ACCELKIT_PREFER", "dup")
+    with pytest.raises(PluginError) as info:
+        PluginManager()
+    assert str(info.value) == ("ACCELKIT_PREFER item 'dup' is not NAME=DISTRIBUTION: write e.g. "
+                               "ACCELKIT_PREFER=\"mpi=acme-mpi\" to load acme-mpi's plugin named 'mpi'")
 
 
 def test_a_hook_without_hookimpl_warns_naming_it(observed):

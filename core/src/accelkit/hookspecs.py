@@ -43,6 +43,8 @@ ENTRY_POINT_GROUP = "accelkit"
 DISABLE_AUTOLOAD_ENV = "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"
 #: a comma-separated list of plugin names not to load (``Trainer(plugins=["no:NAME"])`` does the same per run)
 BLOCK_ENV = "ACCELKIT_BLOCK_PLUGINS"
+#: which distribution loads when two claim one entry-point name: ``"NAME=DISTRIBUTION,..."``
+PREFER_ENV = "ACCELKIT_PREFER"
 
 #: Decorator marking a hook *specification* of the ``accelkit`` project (used in this module only).
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
