@@ -139,3 +139,18 @@ def test_save_checkpoint_after_a_spawned_fit_keeps_the_optimizer_state(tmp_path)
     saved = torch.load(tmp_path / "after.ckpt", weights_only=True)
     assert len(saved["optimizer_states"]) == 1 and saved["optimizer_states"][0]["param_groups"][0]["lr"] == model.lr
     assert saved["global_step"] == trainer.global_step > 0
+
+
+@pytest.mark.slow
+def test_a_precision_that_recasts_parameters_after_ddp_wrapped_them_is_refused(tmp_path):
+    from helpers.precisions import CastAfterStep
+
+    trainer = accelkit.Trainer(devices=2, strategy="ddp_spawn", max_steps=3, enable_progress_bar=False,
+                               enable_model_summary=False, plugins=[CastAfterStep()], default_root_dir=tmp_path,
+                               **QUIET)
+    with hang_guard(120), pytest.raises(accelkit.WorkerError) as info:
+        trainer.fit(RegressionModule())
+    assert ("precision 'cast-after-step' (CastAfterStep) cast parameter 'layer.weight' from float32 to float64 after "
+            "the module was wrapped in DistributedDataParallel, whose gradient all-reduce holds the parameters as they "
+            "were, so the 2 processes would train apart; a precision may convert parameters only in convert_module, "
+            "which runs before the strategy wraps the module (docs/plugins.rst, 'Precision')") in str(info.value)
