@@ -23,10 +23,12 @@ import pluggy
 if TYPE_CHECKING:
     from accelkit.records import (
         AcceleratorRecord,
+        CallbackRecord,
         ClusterEnvironmentRecord,
         CommandRecord,
         LoggerRecord,
         PrecisionRecord,
+        ProfilerRecord,
         RunConfig,
         StrategyRecord,
     )
@@ -35,7 +37,7 @@ PROJECT_NAME = "accelkit"
 
 #: Version of this hook contract. Plugins declare the range they support in a module-level
 #: ``ACCELKIT_API`` string (a :pep:`440` specifier such as ``">=1.0,<2"``).
-HOOK_API_VERSION = "1.2"
+HOOK_API_VERSION = "1.3"
 
 #: the entry-point group installed plugins announce themselves in
 ENTRY_POINT_GROUP = "accelkit"
@@ -215,4 +217,29 @@ def accelkit_register_commands() -> list[CommandRecord]:
     A name the core uses (``fit``, ``plugins``, ``doctor`` ...) stays the core's: a plugin claiming it is reported
     by ``accelkit plugins`` and ``accelkit doctor`` and its command is left out. If the hook raises, the plugin is
     reported as failed and every other command keeps working.
+    """
+
+
+@hookspec
+def accelkit_register_callbacks() -> list[CallbackRecord]:
+    """Name the callbacks this plugin provides, so users can ask for them by name.
+
+    :return: a list of :class:`~accelkit.records.CallbackRecord`: a name, an :class:`~accelkit.Callback` subclass
+        (or a ``"module:Class"`` string, imported only when the callback is used), aliases and a description.
+        ``Trainer(callbacks=["ema"])`` and ``--trainer.callbacks ema`` build it as ``cls()``.
+
+    Added in hook API 1.3. Must be cheap: import nothing heavy here.
+    """
+
+
+@hookspec
+def accelkit_register_profilers() -> list[ProfilerRecord]:
+    """Name the profilers this plugin provides, so users can ask for them by name.
+
+    :return: a list of :class:`~accelkit.records.ProfilerRecord`: a name, an :class:`~accelkit.profilers.Profiler`
+        subclass (or a ``"module:Class"`` string, imported only when the profiler is used), aliases and a
+        description. ``Trainer(profiler="nvtx")`` builds it as ``cls()``; the core's ``"simple"`` and ``"pytorch"``
+        stay the core's.
+
+    Added in hook API 1.3. Must be cheap: import no profiling runtime here.
     """

@@ -7,7 +7,8 @@ from typing import Any
 
 #: (record kind in the registry, section of a plugin's ``provides``)
 SECTIONS = (("accelerator", "accelerators"), ("strategy", "strategies"), ("precision", "precisions"),
-            ("cluster environment", "cluster_environments"), ("logger", "loggers"), ("command", "commands"))
+            ("cluster environment", "cluster_environments"), ("logger", "loggers"), ("command", "commands"),
+            ("callback", "callbacks"), ("profiler", "profilers"))
 #: the name the core's own hook implementations are registered under
 CORE_PLUGIN_NAME = "accelkit-core"
 
@@ -65,7 +66,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         ``failed``, ``blocked``, ``incompatible`` or ``duplicate``), ``reason``, ``preferred`` (the ``ACCELKIT_PREFER``
         setting that chose it over a duplicate, or ``""``), ``api``, ``hooks`` and
         ``provides`` (``accelerators``, ``strategies``, ``precisions``, ``cluster_environments``, ``loggers``,
-        ``commands``); ``core`` is what the core itself registers (cluster environments, loggers, commands).
+        ``commands``, ``callbacks``, ``profilers``); ``core`` is what the core itself registers (cluster environments, loggers, commands).
     """
     from accelkit.__about__ import __version__
     from accelkit.hookspecs import HOOK_API_VERSION

@@ -389,3 +389,50 @@ def build_logger(name: str, save_dir: Any, manager: PluginManager) -> Any:
     except ImportError as exc:
         raise ConfigurationError(f"logger={name!r} ({record.provider}) cannot be imported: {exc}") from exc
     return cls(save_dir=save_dir)
+
+
+#: the profiler names the core resolves itself (:func:`accelkit.profilers.resolve_profiler`)
+CORE_PROFILERS = ("simple", "pytorch", "advanced")
+
+
+def build_named(kind: str, name: str, manager: PluginManager) -> Any:
+    """The callback or profiler (``kind``) a plugin registered as ``name``, built as ``cls()``.
+
+    :raise ConfigurationError: for an unknown name: the close name ("did you mean"), the registered names, and the
+        plugins that did not load; :class:`~accelkit.errors.PluginError` when the plugin that would provide it failed
+        to load.
+    """
+    registry = manager.registry
+    table = registry.callbacks if kind == "callback" else registry.profilers
+    record = registry.find_named(table, name)
+    if record is None:
+        resolver = Resolver(manager)
+        stopped = resolver.raise_if_failed(kind, name, f"{kind}s")
+        names = registry.names_of(table) + (["simple", "pytorch"] if kind == "profiler" else [])
+        argument = "callbacks=[...]" if kind == "callback" else "profiler="
+        raise ConfigurationError(
+            f"{kind} {name!r} is not a registered {kind}.{suggest(lookup_key(name), sorted(table) + names)} "
+            f"Registered {kind}s: {', '.join(names) or 'none'}; or pass an instance in {argument}."
+            + resolver.not_loaded(stopped))
+    try:
+        cls = record.load()
+    except ImportError as exc:
+        raise ConfigurationError(f"{kind} {name!r} ({record.provider}) cannot be imported: {exc}") from exc
+    return cls()
+
+
+def named_callbacks(callbacks: Any, manager: PluginManager) -> Any:
+    """``Trainer(callbacks=...)`` with each name (``"ema"``) replaced by the callback a plugin registered for it."""
+    if isinstance(callbacks, str):
+        return [build_named("callback", callbacks, manager)]
+    if isinstance(callbacks, (list, tuple)):
+        return [build_named("callback", c, manager) if isinstance(c, str) else c for c in callbacks]
+    return callbacks
+
+
+def named_profiler(profiler: Any, manager: PluginManager) -> Any:
+    """``Trainer(profiler=...)`` with a plugin's profiler name (``"nvtx"``) replaced by that profiler; the core's
+    own names (:data:`CORE_PROFILERS`) are left to :func:`accelkit.profilers.resolve_profiler`."""
+    if isinstance(profiler, str) and profiler.strip().lower() not in CORE_PROFILERS:
+        return build_named("profiler", profiler, manager)
+    return profiler

@@ -17,10 +17,12 @@ from accelkit.hookspecs import BLOCK_ENV
 from accelkit.plugins.legacy_commands import commands_of
 from accelkit.records import (
     AcceleratorRecord,
+    CallbackRecord,
     ClusterEnvironmentRecord,
     CommandRecord,
     LoggerRecord,
     PrecisionRecord,
+    ProfilerRecord,
     StrategyRecord,
     by_priority,
     lookup_key,
@@ -40,6 +42,8 @@ KINDS = (
      "cluster_environments", "named"),
     ("logger", "accelkit_register_loggers", LoggerRecord, "loggers", "named"),
     ("command", "accelkit_register_commands", CommandRecord, "commands", "core first"),
+    ("callback", "accelkit_register_callbacks", CallbackRecord, "callbacks", "named"),
+    ("profiler", "accelkit_register_profilers", ProfilerRecord, "profilers", "named"),
 )
 #: the provider name of the core's own records
 CORE_PROVIDER = "accelkit (core)"
@@ -126,8 +130,8 @@ class _Table(dict):
 
 
 class Registry:
-    """Every named accelerator, strategy, precision, cluster environment, logger and command, keyed by the
-    :func:`~accelkit.records.lookup_key` of each name and alias.
+    """Every named accelerator, strategy, precision, cluster environment, logger, command, callback and profiler,
+    keyed by the :func:`~accelkit.records.lookup_key` of each name and alias.
 
     A registration hook that raises takes only its own plugin out (:meth:`PluginManager.mark_failed`); a name
     claimed twice is kept out of the tables and raises :class:`~accelkit.errors.PluginConflictError` when a run
@@ -141,6 +145,8 @@ class Registry:
         self.cluster_environments: dict[str, ClusterEnvironmentRecord] = _Table()
         self.loggers: dict[str, LoggerRecord] = _Table()
         self.commands: dict[str, CommandRecord] = _Table()
+        self.callbacks: dict[str, CallbackRecord] = _Table()
+        self.profilers: dict[str, ProfilerRecord] = _Table()
         #: every name claimed twice
         self.conflicts: list[Conflict] = []
         #: what each plugin registered: plugin name (as registered with the manager) -> [(kind, record)]
@@ -274,6 +280,10 @@ class Registry:
     def logger_names(self) -> list[str]:
         """Canonical logger names."""
         return sorted({r.name for r in self.loggers.values()})
+
+    def names_of(self, table: dict[str, Any]) -> list[str]:
+        """Canonical names of a name table (``registry.callbacks``, ``registry.profilers``...)."""
+        return sorted({r.name for r in table.values()})
 
     def command_records(self) -> list[CommandRecord]:
         """Every sub-command once, in registration order: the core's first, then each plugin's."""
