@@ -25,10 +25,11 @@ def test_the_check_fails_when_a_listed_name_disappears_or_loses_a_parameter():
     # a scratch listing as it would read had the current names had one more name and parameter in the last release
     listing["names"]["accelkit.records:DeviceRecord"] = ["name"]
     listing["names"]["accelkit.hookspecs:accelkit_diagnose"].append("manager")
-    assert sorted(plugin_api.check(listing, "1.3")) == [
-        "accelkit.hookspecs:accelkit_diagnose lost parameter(s) manager in hook API 1.3: plugins calling or "
+    listing["hook_api"] = "1.2"
+    assert sorted(plugin_api.check(listing, "1.4")) == [
+        "accelkit.hookspecs:accelkit_diagnose lost parameter(s) manager in hook API 1.4: plugins calling or "
         "implementing it with them break; removing a parameter needs a major version",
-        "accelkit.records:DeviceRecord (hook API 1.2) is gone in hook API 1.3: keep it until the next major version, "
+        "accelkit.records:DeviceRecord (hook API 1.2) is gone in hook API 1.4: keep it until the next major version, "
         "or serve it from accelkit.utilities.deprecation.DEPRECATED with a warning naming its replacement"]
     assert plugin_api.check(listing, "2.0") == []  # a major version may remove names
 
@@ -37,9 +38,11 @@ def test_the_check_fails_when_the_code_drops_a_listed_method(monkeypatch):
     from accelkit.records import CommandRecord
 
     monkeypatch.delattr(CommandRecord, "load_run")
+    listed = plugin_api.load()["hook_api"]
     assert plugin_api.check(plugin_api.load()) == [
-        "accelkit.records:CommandRecord.load_run (hook API 1.2) is gone in hook API 1.2: keep it until the next major "
-        "version, or serve it from accelkit.utilities.deprecation.DEPRECATED with a warning naming its replacement"]
+        f"accelkit.records:CommandRecord.load_run (hook API {listed}) is gone in hook API {HOOK_API_VERSION}: keep it "
+        "until the next major version, or serve it from accelkit.utilities.deprecation.DEPRECATED with a warning "
+        "naming its replacement"]
 
 
 def test_the_listing_covers_the_names_the_plugin_docs_offer():
