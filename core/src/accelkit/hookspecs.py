@@ -152,6 +152,25 @@ def accelkit_distributed_sampler(
     """
 
 
+@hookspec(firstresult=True)
+def accelkit_shard_iterable(dataset: Any, num_replicas: int, rank: int, stage: str) -> Any:
+    """Return the part of a stream (an ``IterableDataset``) a rank should read in a distributed run.
+
+    :param dataset: the DataLoader's ``IterableDataset``.
+    :param num_replicas: the number of ranks reading data.
+    :param rank: this rank's index among them.
+    :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``.
+    :return: an ``IterableDataset`` that yields only this rank's items (the loader is rebuilt around it, every
+        other setting kept), or ``None`` to defer. Stops at first non-None result. Without an answer the core
+        leaves the stream whole and warns that every rank reads all of it. The loader's workers each run the
+        returned dataset's ``__iter__``: split by ``torch.utils.data.get_worker_info()`` there too, or every worker
+        of a rank reads the rank's whole part.
+
+    Added in hook API 1.3. Asked under the same conditions as ``accelkit_distributed_sampler``, for the loaders that
+    hook is not asked about because their dataset is an ``IterableDataset``.
+    """
+
+
 @hookspec(historic=True)
 def accelkit_configure(manager: Any) -> None:
     """Called once when the plugin registers, with the :class:`~accelkit.plugins.manager.PluginManager`.
