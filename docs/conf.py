@@ -39,7 +39,7 @@ _EXTERNAL = ("torch", "os", "collections", "pathlib", "argparse", "jsonargparse"
              "inspect", "types", "abc", "threading", "subprocess", "signal", "socket", "importlib", "packaging",
              "tempfile", "functools", "warnings", "sys", "mlflow", "tensorboard", "torchmetrics", "yaml",
              "dataclasses", "builtins", "re", "json", "time", "uuid", "weakref", "queue", "pickle", "math",
-             "optuna", "lightning", "pytorch_lightning", "torchdata", "safetensors", "traceback", "shutil")
+             "optuna", "lightning", "pytorch_lightning", "torchdata", "safetensors", "traceback", "shutil", "_pickle")
 nitpick_ignore_regex = [(r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
                         # builtins and common short spellings of external types in signatures and docstrings
                         (r"py:.*", r"(int|float|str|bool|bytes|dict|list|tuple|set|frozenset|object|type|None|"

@@ -102,6 +102,16 @@ def test_every_old_module_path_imports_as_its_new_home(old):
     assert importlib.import_module(old) is importlib.import_module(new)
 
 
+def test_a_module_below_an_old_package_path_is_the_module_at_its_new_home():
+    """Not a second copy of its file loaded under the old name (which also replaced the package's attribute)."""
+    import sys
+
+    home = importlib.import_module("accelkit.strategies.launchers.spawn")
+    assert importlib.import_module("accelkit.launchers.spawn") is home
+    assert sys.modules["accelkit.strategies.launchers.spawn"] is home
+    assert importlib.import_module("accelkit.strategies.launchers").spawn is home
+
+
 def test_old_class_paths_in_saved_configs_still_resolve():
     from accelkit.cli.config import ReduceLROnPlateau
 

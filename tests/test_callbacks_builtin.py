@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accelkit  # noqa: E402
 from accelkit.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason  # noqa: E402
 from accelkit.callbacks.lr_monitor import LearningRateMonitor  # noqa: E402
+from accelkit.loggers import CSVLogger  # noqa: E402
 from accelkit.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import regression_data  # noqa: E402
@@ -331,7 +332,7 @@ def logged(trainer: accelkit.Trainer, column: str) -> list[tuple[int, float]]:
 
 def test_lr_monitor_logs_each_epoch(tmp_path):
     monitor = LearningRateMonitor(logging_interval="epoch", log_momentum=True)
-    trainer = make_trainer(tmp_path, max_epochs=3, logger=True, callbacks=[monitor])
+    trainer = make_trainer(tmp_path, max_epochs=3, logger=CSVLogger(tmp_path), callbacks=[monitor])
     trainer.fit(TwoGroups())
     assert logged(trainer, "lr-SGD/weight") == [(0, 0.1), (4, 0.05), (8, 0.025)]
     assert logged(trainer, "lr-SGD/bias") == [(0, 0.2), (4, 0.1), (8, 0.05)]
@@ -342,7 +343,8 @@ def test_lr_monitor_logs_each_epoch(tmp_path):
 
 def test_lr_monitor_logs_every_n_steps(tmp_path):
     monitor = LearningRateMonitor(logging_interval="step")
-    trainer = make_trainer(tmp_path, max_epochs=2, logger=True, log_every_n_steps=2, callbacks=[monitor])
+    trainer = make_trainer(tmp_path, max_epochs=2, logger=CSVLogger(tmp_path), log_every_n_steps=2,
+                           callbacks=[monitor])
     trainer.fit(Scripted(lr=0.03))
     # before steps 2, 4, 6, 8 (global_step + 1 a multiple of 2), with the step count of the moment
     assert logged(trainer, "lr-SGD") == [(1, 0.03), (3, 0.03), (5, 0.03), (7, 0.03)]

@@ -130,6 +130,26 @@ def test_missing_ckpt_path_is_a_clear_error(tmp_path):
         trainer.fit(RegressionModule(), ckpt_path=tmp_path / "nowhere.ckpt")
 
 
+@pytest.mark.filterwarnings("ignore:ModelCheckpoint. the folder changed")  # the resumed fit writes elsewhere
+def test_each_stage_given_a_checkpoint_says_which_file_it_loaded(tmp_path, capsys):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=tmp_path)
+    model = RegressionModule()
+    trainer.fit(model)
+    path = trainer.checkpoint_callback.last_model_path
+    capsys.readouterr()
+    trainer.test(model, ckpt_path=path, verbose=False)
+    trainer.validate(model, ckpt_path="last", verbose=False)
+    trainer.predict(model, dataloaders=model.test_dataloader(), ckpt_path=path)
+    accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
+                     enable_model_summary=False, default_root_dir=tmp_path / "again").fit(model, ckpt_path=path)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "loaded checkpoint" in line]
+    assert lines == [f"accelkit: {stage}() loaded checkpoint {path}" for stage in ("test", "validate", "predict", "fit")]
+    capsys.readouterr()
+    trainer.test(model, verbose=False)  # no checkpoint given, none loaded: nothing said
+    assert "loaded checkpoint" not in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------------------------------------- safe loading
 class AddOpaque(accelkit.Callback):
     """Puts an arbitrary pickled object into every checkpoint."""
@@ -160,3 +180,14 @@ def test_save_checkpoint_outside_a_run_names_what_is_missing(tmp_path):
     saved = torch.load(tmp_path / "x.ckpt", weights_only=True)
     assert saved["state_dict"].keys() == module.state_dict().keys()
     assert all(torch.equal(saved["state_dict"][k], v) for k, v in module.state_dict().items())
+
+
+def test_a_240_character_filename_saves(tmp_path):
+    """245 characters with ``.ckpt``, under the 255-byte limit: the temporary file's name must not add to it."""
+    name = "m" * 240
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", filename=name)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=tmp_path, callbacks=[callback])
+    trainer.fit(RegressionModule())
+    assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [name + ".ckpt"]  # no temporary left beside it
+    assert checkpoint.load(tmp_path / "ckpt" / (name + ".ckpt"))["global_step"] == 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -259,7 +260,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits.py"
     ("nosuchpkg.mod:Model", "cannot import 'nosuchpkg.mod'"),
     (f"{EXAMPLE}:digits_datasets", "is a function, not an accelkit.Module subclass"),
     (f"{EXAMPLE}:Nope", "has no 'Nope'; accelkit.Module classes found there: DigitsClassifier"),
-    ("not-a-target", "is not of the form"),
+    ("not-a-target", "--model 'not-a-target' names no class importable from here; give path/to/file.py:Class"),
 ])
 def test_fit_names_a_bad_target_without_a_traceback(target, expected):
     done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", target], capture_output=True, text=True,
@@ -269,8 +270,9 @@ def test_fit_names_a_bad_target_without_a_traceback(target, expected):
 
 
 @pytest.mark.parametrize("extra, expected", [
-    (["--init", "hiden=3"], "DigitsClassifier(hiden=3) failed"),
-    (["--ckpt-path", "nothere.ckpt"], "--ckpt-path 'nothere.ckpt' does not exist"),
+    (["--init", "hiden=3"], "unknown key 'model.hiden'. Did you mean 'model.hidden'?"),
+    (["--init", "hidden"], "--init 'hidden' is not KEY=VALUE"),
+    (["--ckpt-path", "nothere.ckpt"], "--ckpt_path 'nothere.ckpt' does not exist"),
 ])
 def test_fit_names_bad_options_without_a_traceback(tmp_path, extra, expected):
     done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", f"{EXAMPLE}:DigitsClassifier", *extra],
@@ -470,3 +472,37 @@ def test_a_plugin_using_the_removed_cli_command_still_loads_and_runs_with_one_wa
     mine = next(p for p in json.loads(out)["plugins"] if p["name"] == "acmelegacy")
     assert mine["status"] == "loaded"
     assert [c["name"] for c in mine["provides"]["commands"]] == ["acme-status"]
+
+
+# ------------------------------------------------------------------------------------------- help as plain text
+RST_MARKUP = re.compile(r":(?:class|meth|func|mod|attr|data|exc|obj|ref|doc):`|``|<class '")
+CUT_OFF = re.compile(r".{30}\b(?:a|an|the|or|of|and|to|with),? \(type:")
+
+
+def help_text(capsys, *words: str) -> str:
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*words, "--help"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.slow  # builds the parser of every command
+def test_help_of_every_command_is_plain_text(capsys):
+    names = [record.name for record in load_commands()[0].registry.command_records()]
+    assert {"fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"} <= set(names)
+    for words in [(), *((name,) for name in names)]:
+        text = help_text(capsys, *words)
+        assert not RST_MARKUP.findall(text), (words, RST_MARKUP.findall(text))
+        # no help cut off mid-sentence ("an accelerator name (...), an (type: ...")
+        assert not CUT_OFF.findall(re.sub(r"\s+", " ", text)), (words, CUT_OFF.findall(re.sub(r"\s+", " ", text)))
+    short = help_text(capsys, "fit", f"{EXAMPLE}:DigitsClassifier")  # the model first: the same --help
+    fit = help_text(capsys, "fit")
+    assert short == fit
+    # one help for both spellings, with the first-run defaults
+    assert "accelkit fit examples/digits.py:DigitsClassifier --max-epochs 3" in fit
+    assert "accelkit fit --model examples/digits.py:DigitsClassifier --trainer.max_epochs 3" in fit
+    assert "Defaults for a first run: 20 epochs" in fit and "seed 0" in fit
+    # a docstring continued on a line starting with a role is not cut off; tuple group titles are readable
+    assert "an Accelerator instance" in re.sub(r"\s+", " ", fit)
+    assert "\nLRScheduler or ReduceLROnPlateau:" in fit
+    assert "\nTrainer.fit: Train model on loaders" in fit

@@ -143,7 +143,6 @@ def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project
     fit = run(project, "main.py", "fit", "--config", "run.yaml")
     assert fit.returncode == 0, fit.stderr
     saved = project / "run" / "lightning_logs" / "version_0" / "config.yaml"
-    saved = saved if saved.exists() else project / "run" / "logs" / "version_0" / "config.yaml"
     config = yaml.safe_load(saved.read_text())
     # Lightning's class paths became accelkit's; the link filled model.hidden; the chosen seed is recorded.
     assert [c["class_path"] for c in config["trainer"]["callbacks"]] == [
@@ -206,6 +205,42 @@ def test_bad_keys_and_values_are_named_with_what_works(project, monkeypatch, cap
         assert text in err, err
 
 
+def test_a_parse_error_names_every_unknown_key_at_once_and_one_line_of_help(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    (project / "typo.yaml").write_text("trainer:\n  max_epoch: 2\n  max_time: {hours: 1}\nmodel:\n"
+                                       "  init_args: {lr: 0.1}\n")
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "--model", "models.py:Net", "--config", "typo.yaml", "--model.hiden", "3",
+                  "--trainer.acclerator", "cpu", "--data", "models:Blobs", "--data.batch_sise", "4"])
+    assert exc.value.code == 2
+    # the keys of the file, then those of the words; the model's and the data's checked against their classes
+    assert capsys.readouterr().err.splitlines() == [
+        "accelkit fit: error: unknown key 'trainer.max_epoch'. Did you mean 'trainer.max_epochs'?",
+        "accelkit fit: error: unknown key 'model.hiden'. Did you mean 'model.hidden'?",
+        "accelkit fit: error: unknown key 'trainer.acclerator'. Did you mean 'trainer.accelerator'?",
+        "accelkit fit: error: unknown key 'data.batch_sise'. Did you mean 'data.batch_size'?",
+        "Run 'accelkit fit --help' to see every key and the values it accepts."]
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["--trainer.max_epochs", "many"], "trainer.max_epochs: value 'many' is not accepted; accepted: int, null"),
+    # a model's argument: named by its key, not as "model: value NestedArg(...)", with its own type only
+    (["--model.hidden", "wide"], "model.hidden: value 'wide' is not accepted; accepted: int"),
+])
+def test_a_bad_value_is_one_line_without_the_usage(project, monkeypatch, capsys, argv, problem):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["test", "--model", "models:Net", *argv])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"accelkit test: error: {problem}",
+        "Run 'accelkit test --help' to see every key and the values it accepts."]
+
+
 def test_a_lightning_class_without_counterpart_names_ours(project):
     (project / "bad.yaml").write_text("trainer:\n  callbacks:\n    - class_path: "
                                       "lightning.pytorch.callbacks.EarlyStoping\n")
@@ -228,14 +263,15 @@ def test_accelkit_fit_config_with_file_targets_then_validate(project):
                "--data", "models:Blobs", "--data.batch_size", "8")
     assert done.returncode == 0, done.stderr
     assert "accelkit: configuration saved to" in done.stdout
-    saved = yaml.safe_load((project / "out" / "logs" / "version_0" / "config.yaml").read_text())
+    version = project / "out" / "lightning_logs" / "version_0"  # both loggers' folder, the config's and checkpoints'
+    saved = yaml.safe_load((version / "config.yaml").read_text())
     assert saved["model"] == {"class_path": "models.Net", "init_args": {"hidden": 6, "lr": 0.05}}
     assert saved["data"]["init_args"]["batch_size"] == 8
     assert saved["trainer"]["logger"] == ["csv", "tensorboard"]
-    assert list((project / "out" / "lightning_logs").rglob("events.out.tfevents*")) or \
-        list((project / "out").rglob("events.out.tfevents*"))
-    validate = run(project, "-m", "accelkit.cli", "validate", "--config", "out/logs/version_0/config.yaml",
-                   "--ckpt_path", "out/checkpoints/last.ckpt")
+    assert list(version.glob("events.out.tfevents*")) and (version / "metrics.csv").is_file()
+    assert f"accelkit: checkpoint {version / 'checkpoints' / 'last.ckpt'}" in done.stdout
+    validate = run(project, "-m", "accelkit.cli", "validate", "--config", "out/lightning_logs/version_0/config.yaml",
+                   "--ckpt_path", "out/lightning_logs/version_0/checkpoints/last.ckpt")
     assert validate.returncode == 0, validate.stderr
     assert "val_loss" in validate.stdout
 
@@ -322,3 +358,323 @@ def test_a_plugin_callback_by_name_on_the_command_line(project, monkeypatch, tmp
         assert [type(c).__name__ for c in cli.trainer.callbacks][:2] == ["Ema", "SaveConfigCallback"]
     finally:
         sys.modules.pop("acme_extras_plugin", None)
+
+
+# ------------------------------------------------------------------- what a configuration file can build
+UNTRUSTED_MODELS = textwrap.dedent('''
+    from typing import Any, Callable, Optional
+
+    import torch
+
+    import accelkit
+
+
+    class Loose(accelkit.Module):
+        """Arguments typed Any, object, not typed, inside containers, and Callable."""
+
+        def __init__(self, extra: Any = None, untyped=None, nested: dict[str, Any] = None, items: list[Any] = None,
+                     maybe: Optional[Any] = None, anything: object = None, factory: Callable = None,
+                     scheduler: torch.optim.lr_scheduler.LRScheduler = None):
+            super().__init__()
+            self.given = dict(extra=extra, untyped=untyped, nested=nested, items=items, maybe=maybe,
+                              anything=anything, factory=factory)
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+''')
+
+# a module whose import leaves a mark: naming it in a configuration must not import it
+IMPORT_MARKER_MODULE = 'import pathlib\npathlib.Path(__file__).with_name("IMPORTED").touch()\n\nclass Thing:\n    pass\n'
+
+
+def shell(marker: Path) -> dict:
+    return {"class_path": "os.system", "init_args": {"command": f"touch {marker}"}}
+
+
+@pytest.fixture
+def loose(tmp_path: Path, monkeypatch) -> Path:
+    (tmp_path / "loose_models.py").write_text(UNTRUSTED_MODELS)
+    (tmp_path / "marks_on_import.py").write_text(IMPORT_MARKER_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def build(tmp_path: Path, init_args: dict) -> object:
+    from accelkit.cli import CLI
+
+    return CLI(run=False, args={"model": {"class_path": "loose_models.Loose", "init_args": init_args},
+                                "trainer": {"logger": False, "default_root_dir": str(tmp_path)}})
+
+
+@pytest.mark.parametrize("argument, value, given", [
+    ("extra", lambda m: shell(m), lambda m: shell(m)),
+    ("untyped", lambda m: shell(m), lambda m: shell(m)),
+    ("nested", lambda m: {"x": shell(m)}, lambda m: {"x": shell(m)}),
+    ("items", lambda m: [shell(m)], lambda m: [shell(m)]),
+    ("maybe", lambda m: shell(m), lambda m: shell(m)),
+    ("anything", lambda m: shell(m), lambda m: shell(m)),
+])
+def test_a_class_path_for_an_argument_typed_any_or_untyped_stays_plain_data(loose, argument, value, given):
+    marker = loose / "MARKER"
+    with pytest.warns(UserWarning, match="naming class_path 'os.system' .* stays plain data"):
+        cli = build(loose, {argument: value(marker)})
+    assert not marker.exists(), "the configuration ran a shell command"
+    assert cli.model.given[argument] == given(marker)
+
+
+def test_a_class_path_for_an_argument_typed_any_imports_nothing(loose):
+    import sys
+
+    from accelkit.cli import CLI
+
+    (loose / "e.yaml").write_text(yaml.safe_dump({"trainer": {"logger": False, "default_root_dir": str(loose)},
+                                                  "model": {"class_path": "loose_models.Loose", "init_args": {
+                                                      "extra": {"class_path": "marks_on_import.Thing"}}}}))
+    # a file, then the command line (jsonargparse merges the two, looking up the classes named on both sides)
+    override = json.dumps({"class_path": "marks_on_import.Thing", "init_args": {"a": 1}})
+    with pytest.warns(UserWarning, match="'marks_on_import.Thing'"):
+        cli = CLI(run=False, args=["--config", "e.yaml", "--model.init_args.extra", override])
+    assert cli.model.given["extra"] == {"class_path": "marks_on_import.Thing", "init_args": {"a": 1}}
+    assert "marks_on_import" not in sys.modules and not (loose / "IMPORTED").exists()
+
+
+def test_a_class_path_naming_a_function_is_refused_before_it_is_called(loose):
+    from accelkit.errors import ConfigurationError
+
+    marker = loose / "MARKER"
+    with pytest.raises(ConfigurationError, match=r"model.init_args.factory: class_path 'os.system' names a function, "
+                                                 r"not a class; a configuration builds only classes"):
+        build(loose, {"factory": shell(marker)})
+    assert not marker.exists()
+
+
+def test_a_class_path_where_a_class_is_annotated_is_still_built(loose, capsys):
+    import torch
+
+    cli = build(loose, {"factory": {"class_path": "torch.nn.ReLU"}})
+    assert isinstance(cli.model.given["factory"], torch.nn.ReLU)
+    # ...and only a subclass of the annotation (jsonargparse's check, kept)
+    with pytest.raises(SystemExit):
+        build(loose, {"scheduler": {"class_path": "torch.nn.ReLU"}})
+    assert "torch.nn.ReLU" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # two fits in fresh interpreters
+def test_accelkit_fit_does_not_run_a_shell_command_from_a_config_nor_from_its_saved_config(loose):
+    marker = loose / "MARKER"
+    (loose / "e.yaml").write_text(yaml.safe_dump({
+        "trainer": {"accelerator": "cpu", "max_steps": 1, "enable_progress_bar": False, "default_root_dir": "out"},
+        "model": {"class_path": "loose_models.Loose", "init_args": {"extra": shell(marker), "untyped": shell(marker)}},
+    }))
+    first = run(loose, "-m", "accelkit.cli", "fit", "--config", "e.yaml")
+    assert first.returncode == 0, first.stderr
+    assert not marker.exists()
+    saved_path = next((loose / "out").rglob("config.yaml"))
+    saved = yaml.safe_load(saved_path.read_text())
+    assert saved["model"]["init_args"]["extra"] == shell(marker) == saved["model"]["init_args"]["untyped"]
+    again = run(loose, "-m", "accelkit.cli", "fit", "--config", str(saved_path), "--trainer.default_root_dir", "again")
+    assert again.returncode == 0, again.stderr
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------- Lightning's YAML files, read as YAML
+COMMENTED_YAML = textwrap.dedent('''
+    # logger:
+    #   class_path: lightning.pytorch.loggers.wandb.WandbLogger   (off for now)
+    trainer:
+      logger: false
+      callbacks:
+        - class_path: lightning.pytorch.callbacks.ModelSummary   # ours: accelkit.callbacks.ModelSummary
+          init_args: {max_depth: 2}
+        # - class_path: lightning.pytorch.callbacks.EMAWeightAveraging
+    model:
+      class_path: loose_models.Loose
+      init_args:
+        untyped: "lightning.pytorch.loggers.WandbLogger and lightning.pytorch.Trainer, in a sentence"
+        nested:
+          _target_: lightning.pytorch.callbacks.early_stopping.EarlyStopping
+          lightning.pytorch.callbacks.Timer: a key, left alone
+''')
+
+
+def test_a_lightning_yaml_is_translated_as_yaml_not_text(loose):
+    from accelkit.callbacks import ModelSummary
+    from accelkit.cli import CLI
+
+    (loose / "commented.yaml").write_text(COMMENTED_YAML)
+    cli = CLI(run=False, args=["--config", "commented.yaml", "--trainer.default_root_dir", str(loose)])
+    summaries = [c for c in cli.trainer.callbacks if isinstance(c, ModelSummary)]
+    assert len(summaries) == 1 and summaries[0].max_depth == 2
+    given = cli.model.given
+    assert given["untyped"] == "lightning.pytorch.loggers.WandbLogger and lightning.pytorch.Trainer, in a sentence"
+    assert given["nested"] == {"_target_": "accelkit.callbacks.EarlyStopping",
+                               "lightning.pytorch.callbacks.Timer": "a key, left alone"}
+
+
+def supported_lightning_classes() -> list[tuple[str, str]]:
+    """(Lightning class path, accelkit object path) for every class the migration table says accelkit has."""
+    import importlib
+
+    from helpers.migration_table import SECTION_BY_KEY, load_rows
+
+    found = [("lightning.pytorch.LightningModule", "accelkit.Module"),
+             ("lightning.pytorch.LightningDataModule", "accelkit.DataModule"), ("lightning.pytorch.Trainer",
+                                                                                "accelkit.Trainer")]
+    for row in load_rows().values():
+        if not (row.exists and SECTION_BY_KEY[row.section].home and row.name[:1].isupper()):
+            continue
+        module, _, name = row.mirror_path.rpartition(".")
+        try:
+            obj = getattr(importlib.import_module(module), name)
+        except ImportError:  # a plugin's class (accelkit_mlflow) where the plugin is not installed
+            continue
+        if isinstance(obj, type):
+            found.append((f"lightning.pytorch.{row.section}.{row.name}", row.mirror_path))
+    return found
+
+
+def test_every_supported_lightning_class_path_translates_to_its_accelkit_class():
+    from accelkit.cli.class_paths import accelkit_class_path
+    from accelkit.cli.saved_config import import_class_path
+
+    pairs = supported_lightning_classes()
+    assert len(pairs) > 30 and ("lightning.pytorch.callbacks.ModelSummary", "accelkit.callbacks.ModelSummary") in pairs
+    wrong = {}
+    for lightning_path, ours in pairs:
+        for spelling in (lightning_path, lightning_path.replace("lightning.pytorch.", "pytorch_lightning.")):
+            try:
+                translated = accelkit_class_path(spelling)
+            except Exception as exc:  # noqa: BLE001 - collected, reported together
+                wrong[spelling] = repr(exc)
+                continue
+            if import_class_path(translated) is not import_class_path(ours):
+                wrong[spelling] = translated
+    assert not wrong, wrong
+
+
+def test_command_line_words_translate_whole_class_paths_only():
+    from accelkit.cli.class_paths import translate_value, translate_word
+
+    assert translate_word("--trainer.callbacks+=lightning.pytorch.callbacks.ModelSummary") == \
+        "--trainer.callbacks+=accelkit.callbacks.ModelSummary"
+    assert translate_word("pytorch_lightning.loggers.CSVLogger") == "accelkit.loggers.CSVLogger"
+    assert translate_word("--model.note=use lightning.pytorch.Trainer") == "--model.note=use lightning.pytorch.Trainer"
+    # a whole Lightning path accelkit lacks, outside a class_path, is left for the parser to judge
+    assert translate_value({"note": "lightning.pytorch.loggers.WandbLogger"}) == {
+        "note": "lightning.pytorch.loggers.WandbLogger"}
+
+
+# ------------------------------------------------------------------- one fit command, configurations that load back
+def printed_config(cwd: Path, *argv: str) -> str:
+    done = run(cwd, "-m", "accelkit.cli", *argv, "--print_config")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def reported(stdout: str, what: str) -> str:
+    """The path of an ``accelkit: <what> ...`` line of the command's output."""
+    line = next(line for line in stdout.splitlines() if line.startswith(f"accelkit: {what}"))
+    return line.split(what, 1)[1].split(" (")[0].strip()
+
+
+@pytest.mark.slow  # five commands in fresh interpreters
+@pytest.mark.parametrize("model, data, written", [
+    ("lib/nets.py:Net", "lib/nets.py:Blobs", "lib/nets.py:Net"),  # a file outside the current folder: kept as a file
+    ("models:Net", "models.Blobs", "models.Net"),  # importable from here: a dotted class path
+])
+def test_print_config_then_config_then_test_config_round_trip(project, model, data, written):
+    (project / "lib").mkdir()
+    (project / "lib" / "nets.py").write_text(MODELS)
+    first = printed_config(project, "fit", model, "--data", data, "--accelerator", "cpu", "--init", "hidden=6",
+                           "--no-progress-bar")
+    assert yaml.safe_load(first)["model"]["class_path"] == written
+    (project / "printed.yaml").write_text(first)
+    assert printed_config(project, "fit", "--config", "printed.yaml") == first  # loads back unchanged
+    fit = run(project, "-m", "accelkit.cli", "fit", "--config", "printed.yaml")
+    assert fit.returncode == 0, fit.stderr
+    saved_path = reported(fit.stdout, "configuration saved to")
+    saved = yaml.safe_load(Path(saved_path).read_text())
+    # the first-run defaults of either spelling: 20 epochs, seed 0, the held-out test after the fit
+    assert saved["trainer"]["max_epochs"] == 20 and saved["seed_everything"] == 0
+    assert saved["model"] == {"class_path": written, "init_args": {"hidden": 6, "lr": 0.05}}
+    assert "accelkit: held-out test_acc = " in fit.stdout
+    test = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path",
+               reported(fit.stdout, "checkpoint"))
+    assert test.returncode == 0 and "test_acc" in test.stdout, test.stderr
+    missing = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path", "nope.ckpt")
+    assert missing.returncode != 0 and missing.stderr.splitlines() == [
+        f"accelkit: error: --ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint "
+        "file, a sharded checkpoint folder, 'last' or 'best'"], missing.stderr
+
+
+def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+
+    def printed(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exc:
+            cli.main(["fit", *argv, "--print_config"])
+        assert exc.value.code == 0
+        return capsys.readouterr().out
+
+    short = printed("models.py:Net", "--max-epochs", "3", "--accelerator", "cpu", "--init", "hidden=5", "--seed",
+                    "7", "--no-test", "--no-progress-bar", "--ckpt-path", "last")
+    long = printed("--model", "models.py:Net", "--trainer.max_epochs", "3", "--trainer.accelerator", "cpu",
+                   "--model.hidden", "5", "--seed_everything", "7", "--test_after_fit", "false",
+                   "--trainer.enable_progress_bar", "false", "--ckpt_path", "last")
+    assert short == long
+    config = yaml.safe_load(short)
+    assert config["trainer"]["max_epochs"] == 3 and config["model"]["init_args"]["hidden"] == 5
+    assert config["seed_everything"] == 7 and config["ckpt_path"] == "last"
+    assert "test_after_fit" not in config  # the command's choice: a script's CLI reads the file too
+
+
+@pytest.mark.parametrize("ckpt_path, message", [
+    ("nope.ckpt", "--ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint file, a "
+                  "sharded checkpoint folder, 'last' or 'best'"),
+    ("best", "--ckpt_path 'best' names the best checkpoint of a fit in the same run, and 'accelkit validate' has "
+             "none; give the checkpoint file (the fit printed its path) or 'last'"),
+])
+def test_a_missing_checkpoint_is_one_line(project, monkeypatch, capsys, ckpt_path, message):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    code = cli.main(["validate", "--model", "models:Net", "--data", "models:Blobs", "--trainer.logger", "false",
+                     "--ckpt_path", ckpt_path])
+    assert code == 1
+    assert capsys.readouterr().err.splitlines() == [f"accelkit: error: {message.format(project=project)}"]
+
+
+def test_a_missing_config_file_is_one_line(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["fit", "--config", "nope.yaml"])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"accelkit fit: error: config: File does not exist: '{project / 'nope.yaml'}'",
+        "Run 'accelkit fit --help' to see every key and the values it accepts."]
+
+
+def test_an_existing_configuration_is_one_line(project, monkeypatch, capsys):
+    from accelkit import cli
+
+    monkeypatch.chdir(project)
+    (project / "config.yaml").write_text("# a former run's\n")
+    code = cli.main(["fit", "models:Net", "--data", "models:Blobs", "--logger", "false", "--max-epochs", "1",
+                     "--accelerator", "cpu", "--no-progress-bar"])
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"accelkit: error: {project / 'config.yaml'} exists already: a former run's configuration. Delete "
+                   "it, choose another trainer.default_root_dir, pass save_config_kwargs={'overwrite': True}, or "
+                   "save_config_callback=None"]

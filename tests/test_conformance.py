@@ -32,6 +32,19 @@ def test_the_suite_has_the_scripts_the_issue_asks_for() -> None:
         assert f'ok("{name}")' in source, f"{name}.py must end with ok({name!r})"
 
 
+def test_the_base_classes_go_by_lightnings_names() -> None:
+    """``L.LightningModule`` / ``L.LightningDataModule`` are accelkit's classes themselves, so the scripts change
+    only their imports (``import accelkit as L``; ``from accelkit import LightningModule``)."""
+    import accelkit
+
+    assert accelkit.LightningModule is accelkit.Module
+    assert accelkit.LightningDataModule is accelkit.DataModule
+    for name in SCRIPTS:
+        source = (CONFORMANCE / f"{name}.py").read_text()
+        assert " as LightningModule" not in source and " as LightningDataModule" not in source, name
+    assert "class BoringModel(L.LightningModule)" in (CONFORMANCE / "boring.py").read_text()
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ACCELKIT_", "PJRT_", "XRT_", "TPU_")) and k not in (

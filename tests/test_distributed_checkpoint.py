@@ -19,6 +19,8 @@ import accelkit  # noqa: E402
 from accelkit.checkpoint import sharded as dcp_io  # noqa: E402
 from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
 from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
+from accelkit.checkpoint.files import UnsafeCheckpointError  # noqa: E402
+from helpers.damage import RunsCommand, copy_checkpoint, flip_bytes, plant_malicious_index, truncate  # noqa: E402
 from helpers.guards import PYTHON, child_env  # noqa: E402
 from helpers.models import RegressionModule  # noqa: E402
 
@@ -72,9 +74,8 @@ def test_a_failed_save_leaves_no_directory(tmp_path):
     model, optimizer = trained_state()
     state = checkpoint_of(model, optimizer)
     state["state_dict"]["not_picklable"] = lambda: None  # fails while DCP writes the non-tensor entries
-    from torch.distributed.checkpoint import CheckpointException  # a BaseException, carrying each rank's error
-
-    with pytest.raises(CheckpointException, match="pickle"):
+    # the real error, not DCP's CheckpointException (a BaseException, which `except Exception` handlers miss)
+    with pytest.raises(AttributeError, match="Can't pickle local object"):
         dcp_io.save(state, tmp_path / "a.ckpt")
     assert list(tmp_path.iterdir()) == []
 
@@ -100,7 +101,7 @@ def test_a_killed_save_leaves_no_checkpoint_and_the_next_save_cleans_up(tmp_path
     assert proc.returncode == -9, proc.stderr
     assert not os.path.lexists(target)
     leftovers = [p.name for p in tmp_path.iterdir()]
-    assert len(leftovers) == 1 and leftovers[0].startswith(".a.ckpt.tmp-"), leftovers  # hidden, never the target
+    assert len(leftovers) == 1 and leftovers[0].startswith(dcp_io.hidden_sibling(target, "tmp-").name), leftovers
     assert not dcp_io.is_sharded_checkpoint(tmp_path / leftovers[0])
     model, optimizer = trained_state()
     dcp_io.save(checkpoint_of(model, optimizer), target)
@@ -164,3 +165,105 @@ def test_model_checkpoint_keeps_top_k_directories_and_last(tmp_path, save_last):
     assert resumed.global_step == 16
     assert sorted(p.name for p in folder.iterdir()) == ["epoch=3-step=16.ckpt", "last.ckpt"]
     assert dcp_io.load_full(folder / "last.ckpt")["global_step"] == 16
+
+
+# ------------------------------------------------------------------------- nothing in a sharded checkpoint runs
+@pytest.fixture(scope="module")
+def genuine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sharded checkpoint written by a real (one-process) fit: two epochs, 8 steps."""
+    root = tmp_path_factory.mktemp("genuine")
+    fit(root, accelkit.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1), epochs=2)
+    return root / "ckpt" / "epoch=1-step=8.ckpt"
+
+
+def test_a_malicious_index_is_refused_on_every_one_device_path_and_never_runs(genuine, tmp_path, capsys):
+    from accelkit import cli
+
+    marker = tmp_path / "marker"
+    bad = plant_malicious_index(copy_checkpoint(genuine, tmp_path / "bad.ckpt"), marker)
+    refused = r"holds Python objects that safe loading refuses \(Unsupported global: GLOBAL posix.system\)"
+    with pytest.raises(UnsafeCheckpointError, match=refused):
+        RegressionModule.load_from_checkpoint(bad)
+    with pytest.raises(UnsafeCheckpointError, match=refused):
+        fit(tmp_path / "resume", accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "out"), epochs=3,
+            ckpt_path=bad)
+    assert cli.main(["checkpoint", "consolidate", str(bad), str(tmp_path / "one.ckpt")]) != 0
+    assert "safe loading refuses (Unsupported global: GLOBAL posix.system)" in capsys.readouterr().err
+    assert not marker.exists() and not (tmp_path / "one.ckpt").exists()
+    assert RegressionModule.load_from_checkpoint(genuine).layer.weight.shape == (1, 4)  # the genuine one loads
+
+
+def test_a_malicious_entry_in_a_shard_is_refused_unless_weights_only_false(tmp_path):
+    marker = tmp_path / "marker"
+    model, optimizer = trained_state()
+    state = checkpoint_of(model, optimizer)
+    state["state_dict"]["extra"] = RunsCommand(marker)  # pickled into the shard as an object entry
+    target = dcp_io.save(state, tmp_path / "a.ckpt")
+    with pytest.raises(UnsafeCheckpointError, match="GLOBAL posix.system"):
+        dcp_io.load_full(target)
+    assert not marker.exists()
+    dcp_io.load_full(target, weights_only=False)  # the caller's explicit choice: it runs
+    assert marker.exists()
+
+
+def test_weights_only_false_reads_objects_kept_beside_the_shards(tmp_path):
+    model, optimizer = trained_state()
+    target = dcp_io.save({**checkpoint_of(model, optimizer), "note": RunsCommand(tmp_path / "x")}, tmp_path / "a.ckpt")
+    with pytest.raises(UnsafeCheckpointError, match="posix.system"):
+        dcp_io.load_full(target)
+    dcp_io.load_full(target, weights_only=False)
+    assert (tmp_path / "x").exists()
+
+
+def flip_weight_bytes(directory: Path) -> None:
+    """Invert the bytes of the saved ``layer.weight`` inside the shard: a valid file with other numbers."""
+    weight = RegressionModule.load_from_checkpoint(directory).layer.weight.detach().numpy().tobytes()
+    shard = next(directory.glob("*.distcp"))
+    flip_bytes(shard, shard.read_bytes().index(weight), len(weight))
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: (d / ".metadata").write_bytes(b""), r"its index '.*\.metadata' is empty \(0 bytes\)"),
+    (lambda d: truncate(d / ".metadata", 100), r"its index '.*\.metadata' cannot be read \(100 bytes; "
+                                               "UnpicklingError: pickle data was truncated"),
+    (lambda d: flip_bytes(next(d.glob("*.distcp")), 0), r"its shard '.*__0_0\.distcp' \(\d+ bytes\) does not match "
+                                                         "the checksum saved with it"),
+    (flip_weight_bytes, r"its shard '.*__0_0\.distcp' \(\d+ bytes\) does not match the checksum saved with it"),
+    (lambda d: truncate(next(d.glob("*.distcp")), 100), r"its shard '.*__0_0\.distcp' \(100 bytes\) does not "
+                                                        "match"),
+], ids=["empty index", "truncated index", "shard flipped at its start", "a weight's bytes flipped",
+        "truncated shard"])
+def test_a_damaged_index_or_shard_is_named_and_called_damaged(genuine, tmp_path, damage, message):
+    from accelkit.checkpoint.files import CheckpointError
+
+    broken = copy_checkpoint(genuine, tmp_path / "broken.ckpt")
+    damage(broken)
+    with pytest.raises(CheckpointError, match=r"sharded checkpoint '.*broken\.ckpt' is damaged: " + message) as info:
+        RegressionModule.load_from_checkpoint(broken)
+    assert not isinstance(info.value, UnsafeCheckpointError)
+    with pytest.raises(CheckpointError, match="is damaged: " + message):
+        fit(tmp_path / "resume", accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "out"), epochs=3,
+            ckpt_path=broken)
+
+
+def test_a_240_character_directory_name_saves_and_replaces(tmp_path):
+    model, optimizer = trained_state()
+    target = tmp_path / ("d" * 240 + ".ckpt")
+    dcp_io.save(checkpoint_of(model, optimizer), target)
+    dcp_io.save({**checkpoint_of(model, optimizer), "epoch": 5}, target)  # moved aside under a short name too
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]
+    assert dcp_io.load_full(target)["epoch"] == 5
+
+
+def test_a_damaged_shard_of_a_checkpoint_saved_without_checksums_is_named(genuine, tmp_path):
+    """Checkpoints written before the checksums (none saved): a broken shard is still named as damaged."""
+    from accelkit.checkpoint.files import CheckpointError
+
+    broken = copy_checkpoint(genuine, tmp_path / "old.ckpt")
+    saved = torch.load(broken / dcp_io.METADATA_FILE, weights_only=True)
+    del saved[dcp_io.CHECKSUMS_KEY]
+    torch.save(saved, broken / dcp_io.METADATA_FILE)
+    shard = next(broken.glob("*.distcp"))
+    flip_bytes(shard, shard.stat().st_size // 2)
+    with pytest.raises(CheckpointError, match=r"is damaged: its shard '.*__0_0\.distcp' cannot be read"):
+        dcp_io.load_full(broken)

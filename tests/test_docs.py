@@ -75,6 +75,7 @@ def test_every_hook_is_exercised_by_a_test(hook):
 
 def _attribute_documented(package: str, name: str) -> bool:
     """A module-level constant is documented by a ``#:`` comment (or a string after it) where it is defined."""
+    pytest.importorskip("sphinx", reason="sphinx reads the '#:' comments (it is not installed)")
     from sphinx.pycode import ModuleAnalyzer
 
     module = importlib.import_module(package)

@@ -549,3 +549,53 @@ def test_ddp_spawn_asked_for_inside_a_slurm_job_starts_its_workers(clean, cpu_pl
     assert run.strategy.cluster_environment is not None and run.strategy.cluster_environment.name == "slurm"
     run.fit(RegressionModule())
     assert run.global_step == 2  # 32 samples, batch 8, two ranks
+
+
+# ---------------------------------------------------------------------------------------- stale launcher variables
+def launcher_named(tmp_path: Path, name: str) -> str:
+    """A copy of ``sh`` called ``name``: a real parent process with a launcher's command name."""
+    import shutil
+
+    path = tmp_path / name
+    shutil.copy("/bin/sh", path)
+    return str(path)
+
+
+@pytest.mark.slow
+def test_stale_mpi_variables_stop_the_run_after_the_wait_and_name_the_variables(tmp_path):
+    """Each rank alone, as after `export OMPI_COMM_WORLD_RANK=...`: it stops after about 30 s with a sentence, well
+    before the collective timeout (1800 s by default)."""
+    base = without_launchers(child_env())
+    base.pop("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", None)
+    script = TESTS / "helpers" / "launcher_env_fit.py"
+    procs = [subprocess.Popen([PYTHON, str(script), str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env={**base, **mpirun_env(rank), "MASTER_ADDR": "127.0.0.1",
+                                              "MASTER_PORT": str(find_free_port())}) for rank in (0, 1)]
+    try:
+        outputs = [proc.communicate(timeout=240) for proc in procs]  # an upper bound against a hang
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs)):
+        assert proc.returncode == 1, err[-2000:]
+        assert f"ConfigurationError: rank {rank} waited 30 s for all 2 processes to join" in err, err[-2000:]
+        assert (f"OMPI_COMM_WORLD_RANK={rank}, OMPI_COMM_WORLD_SIZE=2 set by Open MPI's mpirun, but no launcher "
+                "process") in err and "these variables are stale" in err
+
+
+@pytest.mark.slow
+def test_doctor_reports_stale_mpi_variables_and_not_those_under_mpirun(clean, tmp_path):
+    from accelkit import cli
+
+    for key, value in mpirun_env(0).items():
+        clean.setenv(key, value)
+    assert MPIEnvironment().launcher_running() is False
+    report = cli.doctor_report(PluginManager(autoload=False))
+    assert any("these variables are stale" in p and "OMPI_COMM_WORLD_RANK=0" in p for p in report["problems"])
+    # the same variables in a process that a (real, if borrowed) `mpirun` process runs: not stale
+    code = "from accelkit.environments.mpi import MPIEnvironment; print(MPIEnvironment().launcher_running())"
+    proc = subprocess.run([launcher_named(tmp_path, "mpirun"), "-c", f'"{PYTHON}" -c "{code}"'],
+                          env={**child_env(), **mpirun_env(0)}, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "True", proc.stderr

@@ -4,6 +4,7 @@ weights of a run never stopped: same batches in the same order, same dropout mas
 from __future__ import annotations
 
 import os
+import re
 import random
 import signal
 import subprocess
@@ -74,6 +75,13 @@ def test_skipping_batches_draws_the_same_order_and_loads_nothing_skipped():
     whole = list(inner)
     generator.manual_seed(3)
     assert list(resume.SkipSampler(inner, 2)) == whole[2:] and len(resume.SkipSampler(inner, 2)) == 3
+
+
+def test_trained_indices_are_kept_as_one_bit_per_sample():
+    mask = torch.rand(1003, generator=torch.Generator().manual_seed(0)) > 0.5
+    packed = resume.pack_mask(mask)
+    assert packed.dtype == torch.uint8 and packed.numel() == 126
+    assert torch.equal(resume.unpack_mask(packed, 1003), mask)
 
 
 class StopAt(accelkit.Callback):
@@ -296,3 +304,229 @@ def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[1]) == saved["global_step"] + 1  # its first step follows the checkpoint's
     assert same_weights(reference.state_dict(), torch.load(root / "final.pt", weights_only=True))
+
+
+# ---------------------------------------------------------------------------------------------- foreign checkpoints
+class LinearNet(accelkit.Module):
+    """The shapes of the Lightning-made fixtures (``helpers/lightning_checkpoints.py``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class Seen(accelkit.Callback):
+    """Records ``(epoch, global_step, batch_idx)`` of every training batch."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, int, int]] = []
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self.batches.append((trainer.current_epoch, trainer.global_step, batch_idx))
+
+
+def fit_from(root: Path, ckpt_path: Any, epochs: int = 2, batch_size: int = 4) -> Seen:
+    from helpers.lightning_checkpoints import dataset as lightning_data
+
+    seen = Seen()
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, logger=False,
+                               enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                               default_root_dir=root, callbacks=[seen])
+    trainer.fit(LinearNet(), DataLoader(lightning_data(), batch_size=batch_size), ckpt_path=ckpt_path)
+    return seen
+
+
+def test_lightning_epoch_end_checkpoint_resumes_at_the_next_epoch_as_lightning_does(tmp_path):
+    from helpers.lightning_checkpoints import EPOCH_END
+
+    seen = fit_from(tmp_path, EPOCH_END)  # Lightning wrote it at the end of epoch 0 (step 8)
+    assert seen.batches[0] == (1, 8, 0) and len(seen.batches) == 8  # epoch 1 only: epoch 0 is not trained again
+
+
+def test_lightning_mid_epoch_checkpoint_resumes_after_the_batches_it_processed(tmp_path):
+    from helpers.lightning_checkpoints import MID_EPOCH
+
+    with pytest.warns(UserWarning, match=r"written by Lightning 2\.\d+\.\d+ inside epoch 1, after 7 batch"):
+        seen = fit_from(tmp_path, MID_EPOCH)  # last.ckpt of step 15: epoch 1, 7 of its 8 batches processed
+    assert seen.batches == [(1, 15, 7)]
+
+
+def saved_copy(source: Path, target: Path, **changes: Any) -> Path:
+    checkpoint = torch.load(source, weights_only=True)
+    checkpoint.update(changes)
+    torch.save(checkpoint, target)
+    return target
+
+
+def test_checkpoint_of_a_newer_accelkit_is_refused_by_version(tmp_path):
+    fit_until(tmp_path / "run", None)
+    newer = saved_copy(tmp_path / "run" / "checkpoints" / "last.ckpt", tmp_path / "newer.ckpt",
+                       accelkit_version="9.9.0")
+    with pytest.raises(ckpt.CheckpointError, match=r"written by accelkit 9\.9\.0, newer than the installed accelkit"):
+        fit_from(tmp_path, newer)
+    with pytest.raises(ckpt.CheckpointError, match=r"accelkit 9\.9\.0, newer"):
+        DropoutNet.load_from_checkpoint(newer)
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"epoch": "zero"}, "epoch='zero'"),
+    ({"loops": "fit_loop"}, "'loops' entry of type str"),
+    ({"callbacks": ["x"]}, "'callbacks' entry of type list"),
+    ({"loops": {"fit_loop": {"epoch_progress": 3}}}, "Lightning loop states"),
+    ({"loops": {"position": {"epoch": "0"}}}, "resume position"),
+], ids=["epoch", "loops", "callbacks", "lightning-loops", "position"])
+def test_a_changed_layout_is_refused_with_a_sentence(tmp_path, changes, named):
+    from helpers.lightning_checkpoints import MID_EPOCH
+
+    changed = saved_copy(MID_EPOCH, tmp_path / "changed.ckpt", **changes)
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(named)):
+        fit_from(tmp_path, changed)
+
+
+def test_a_checkpoint_without_an_epoch_is_refused_with_a_sentence(tmp_path):
+    from helpers.lightning_checkpoints import MID_EPOCH
+
+    checkpoint = torch.load(MID_EPOCH, weights_only=True)
+    del checkpoint["epoch"]
+    torch.save(checkpoint, tmp_path / "no-epoch.ckpt")
+    with pytest.raises(ckpt.CheckpointError, match="has no 'epoch' entry, so a fit cannot resume from it"):
+        fit_from(tmp_path, tmp_path / "no-epoch.ckpt")
+
+
+# ---------------------------------------------------------------------------------------------- changed data
+def indexed_fit(root: Path, log: str, size: int = 32, batch_size: int = 4, stop: int | None = None,
+                every: int = 6, ckpt_path: Any = None, devices: int = 1, epochs: int = 3) -> Any:
+    """IndexNet (helpers/resume_data.py) for ``epochs`` epochs; a checkpoint every ``every`` steps; crashes after
+    step ``stop``. Returns the trainer."""
+    from helpers.resume_data import IndexNet, StopAfter
+
+    checkpoint = accelkit.callbacks.ModelCheckpoint(dirpath=root / "checkpoints", every_n_train_steps=every,
+                                                    save_last=True, save_top_k=0)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
+                               max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                               default_root_dir=root, callbacks=[checkpoint] + ([StopAfter(stop)] if stop else []))
+    accelkit.seed_everything(0)
+    try:
+        trainer.fit(IndexNet(str(root / log), size, batch_size), ckpt_path=ckpt_path)
+    except RuntimeError as exc:
+        assert stop is not None and "stopped here" in str(exc), exc
+    return trainer
+
+
+def checkpointed_epoch_0(root: Path, log: str, samples: int) -> set[int]:
+    """The samples of epoch 0 the checkpoint holds as trained: the first ``samples`` the crashed run logged."""
+    from helpers.resume_data import trained
+
+    first = trained(root / log)[0][:samples]
+    assert len(set(first)) == samples
+    return set(first)
+
+
+@pytest.mark.parametrize("batch_size", [8, 64])
+def test_resume_with_another_batch_size_trains_every_other_sample_of_the_epoch_once(tmp_path, batch_size):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)  # last.ckpt at step 6: batch 6 of 8, 24 of 32 samples
+    before = checkpointed_epoch_0(tmp_path, "a.log", 24)
+    with pytest.warns(UserWarning, match=rf"{batch_size} sample\(s\) per batch where the checkpoint's run had 4: "
+                                         r"the 24 of its 32 samples .* left out and the other 8 are trained"):
+        trainer = indexed_fit(tmp_path, "b.log", batch_size=batch_size, ckpt_path="last")
+    after = trained(tmp_path / "b.log")
+    assert sorted(after[0]) == sorted(set(range(32)) - before)  # 8 samples: none twice, none never
+    assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))  # the remaining epochs, whole
+    assert trainer.global_step == 6 + 1 + 2 * -(-32 // batch_size)
+
+
+@pytest.mark.parametrize("size, epoch_0", [(16, 0), (64, 40)], ids=["halved", "doubled"])
+def test_resume_with_another_dataset_length_counts_the_samples_trained_and_trains_the_remaining_epochs(
+        tmp_path, size, epoch_0):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)
+    said = (r"they cover its 16, so epoch 0 is complete and the run goes on with epoch 1" if epoch_0 == 0 else
+            r"each process skips the first 24 sample\(s\) of its share of 64 and trains the other 40")
+    with pytest.warns(UserWarning, match=rf"{size} sample\(s\) in the dataset where the checkpoint's run had 32: "
+                                         rf"which samples .* cannot be matched .* the 24 sample\(s\) .* {said}"):
+        trainer = indexed_fit(tmp_path, "b.log", size=size, ckpt_path="last")
+    after = trained(tmp_path / "b.log")
+    assert len(after.get(0, [])) == epoch_0 and len(set(after.get(0, []))) == epoch_0
+    assert all(sorted(after[e]) == list(range(size)) for e in (1, 2))  # never ends a run that has epochs left
+    assert trainer.current_epoch == 3 and trainer.global_step == 6 + epoch_0 // 4 + 2 * size // 4
+
+
+def test_a_checkpoint_of_an_epoch_resumed_on_other_data_resumes_again_by_samples(tmp_path):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)  # 24 samples of epoch 0 at batch size 4
+    before = checkpointed_epoch_0(tmp_path, "a.log", 24)
+    with pytest.warns(UserWarning, match="per batch"):
+        indexed_fit(tmp_path, "b.log", batch_size=2, every=7, stop=8, ckpt_path="last")  # checkpoint at step 7
+    middle = trained(tmp_path / "b.log")[0][:2]  # its one batch of 2 before that checkpoint
+    with pytest.warns(UserWarning, match=r"the 26 of its 32 samples .* left out and the other 6 are trained"):
+        indexed_fit(tmp_path, "c.log", ckpt_path="last", every=100)
+    after = trained(tmp_path / "c.log")
+    assert sorted(before | set(middle) | set(after[0])) == list(range(32)) and len(after[0]) == 6
+    assert not (before | set(middle)) & set(after[0])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("devices, then, every, samples", [(1, 2, 6, 24), (2, 1, 2, 16)], ids=["1-to-2", "2-to-1"])
+def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tmp_path, devices, then, every,
+                                                                             samples):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", devices=devices, every=every, stop=every + 1)
+    log = [line.split() for line in (tmp_path / "a.log").read_text().splitlines()]
+    per_rank = samples // (4 * devices)  # each process's batches before the checkpoint
+    before = {int(i) for rank in range(devices) for line in [x for x in log if x[1] == str(rank)][:per_rank]
+              for i in line[2:]}
+    assert len(before) == samples
+    trainer = indexed_fit(tmp_path, "b.log", devices=then, ckpt_path="last", every=100)
+    after = trained(tmp_path / "b.log")
+    assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
+    assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))
+    assert trainer.current_epoch == 3 and trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
+
+
+class IndexStream(IterableDataset):
+    """The samples of helpers.resume_data.Indexed(32) as a stream, in index order."""
+
+    def __iter__(self):
+        from helpers.resume_data import Indexed
+
+        data = Indexed(32)
+        return (data[i] for i in range(32))
+
+
+def test_a_stream_resumed_with_another_batch_size_skips_the_samples_trained_counted_in_its_batches(tmp_path):
+    from helpers.resume_data import IndexNet, trained
+
+    class StreamNet(IndexNet):
+        def train_dataloader(self) -> Any:
+            return DataLoader(IndexStream(), batch_size=self.batch_size)
+
+    def fit(log: str, batch_size: int, stop: int | None, ckpt_path: Any) -> None:
+        from helpers.resume_data import StopAfter
+
+        checkpoint = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", every_n_train_steps=6,
+                                                        save_last=True, save_top_k=0)
+        trainer = accelkit.Trainer(accelerator="cpu", max_epochs=2, logger=False, enable_progress_bar=False,
+                                   enable_model_summary=False, default_root_dir=tmp_path,
+                                   callbacks=[checkpoint] + ([StopAfter(stop)] if stop else []))
+        try:
+            trainer.fit(StreamNet(str(tmp_path / log), 32, batch_size), ckpt_path=ckpt_path)
+        except RuntimeError as exc:
+            assert "stopped here" in str(exc)
+
+    fit("a.log", 4, 7, None)  # 24 samples of the stream trained at the checkpoint of step 6
+    with pytest.warns(UserWarning, match=r"8 sample\(s\) per batch where the checkpoint's run had 4: IndexStream "
+                                         r"has no sampler .* the 24 sample\(s\) .* count as 3 batch\(es\) of 8"):
+        fit("b.log", 8, None, "last")
+    after = trained(tmp_path / "b.log")
+    assert after[0] == list(range(24, 32)) and after[1] == list(range(32))

@@ -128,6 +128,9 @@ def test_training_step_returning_none_every_step_warns_once_as_lightning(tmp_pat
         run.fit(module, loader())
     skipped = [str(w.message) for w in caught if "returned None" in str(w.message)]
     assert len(skipped) == 1 and "AlwaysNone.training_step returned None for batch 0" in skipped[0]
+    # the warning names the user's training_step (file and line), not the loop of accelkit that called it
+    where = [(w.filename, w.lineno) for w in caught if "returned None" in str(w.message)]
+    assert where == [(__file__, AlwaysNone.training_step.__code__.co_firstlineno)], where
     assert run.global_step == 8  # Lightning counts the (empty) optimizer steps too
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
 
@@ -200,6 +203,20 @@ def test_random_bytes_are_not_a_checkpoint_and_no_unsafe_load_is_suggested(tmp_p
         resume(path)
     assert "is not a PyTorch checkpoint" in str(info.value) and str(path) in str(info.value)
     assert "weights_only" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["character device", "named pipe"])
+def test_a_device_or_a_fifo_is_not_a_regular_file(tmp_path, kind):
+    if kind == "named pipe":
+        path = tmp_path / "pipe.ckpt"
+        os.mkfifo(path)  # opening it would wait for a writer forever
+    else:
+        path = Path("/dev/zero")  # reading it would never end
+    message = rf"checkpoint '{re.escape(str(path))}' is a {kind}, not a regular file"
+    with pytest.raises(CheckpointError, match=message):
+        resume(path, root=tmp_path)
+    with pytest.raises(CheckpointError, match=message):
+        RegressionModule.load_from_checkpoint(path)
 
 
 def test_a_folder_lists_the_checkpoints_in_it(tmp_path, good_checkpoint):

@@ -528,3 +528,59 @@ def test_rank_zero_warn_points_at_its_caller_and_rank_zero_only_returns_its_defa
         warnings.simplefilter("always")
         caller()
     assert seen == []  # not rank 0: nothing is warned
+
+
+# ------------------------------------------------------------------- rank_zero_only before any run
+@pytest.mark.slow
+@pytest.mark.parametrize("variable, value", [(None, None), ("RANK", "1"), ("LOCAL_RANK", "2"), ("SLURM_PROCID", "3"),
+                                             ("JSM_NAMESPACE_RANK", "1")])
+def test_rank_zero_only_has_the_launchers_rank_from_import(run_python, variable, value):
+    """As Lightning's, ``rank_zero_only.rank`` is set when accelkit is imported, from the first of ``RANK``,
+    ``LOCAL_RANK``, ``SLURM_PROCID``, ``JSM_NAMESPACE_RANK`` (a start-up ``@rank_zero_only`` call works before any
+    Trainer exists, and is skipped on a launcher's other ranks); ``lightning_utilities``' decorator, which programs
+    written for Lightning import directly, gets the same rank; a run then sets the rank it knows (here 0)."""
+    env = {name: "" for name in rank_zero_module.LAUNCHER_RANK_VARIABLES}
+    if variable:
+        env[variable] = value
+    out = run_python("""
+        import json
+        from torch.utils.data import DataLoader, TensorDataset
+        import torch
+        import accelkit
+        from accelkit.utilities import rank_zero_only
+
+        @rank_zero_only
+        def log_hyperparameters():
+            return "logged"
+
+        seen = {"rank": rank_zero_only.rank, "call": log_hyperparameters()}
+        try:
+            from lightning_utilities.core.rank_zero import rank_zero_only as theirs
+        except ImportError:
+            theirs = None
+        if theirs is not None:
+            seen["theirs"] = theirs(log_hyperparameters.__wrapped__)()
+
+        class Net(accelkit.Module):
+            def __init__(self):
+                super().__init__()
+                self.layer = torch.nn.Linear(2, 1)
+            def training_step(self, batch, batch_idx):
+                return self.layer(batch[0]).sum()
+            def on_train_start(self):
+                seen["in_run"] = rank_zero_only.rank
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        data = DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+        accelkit.Trainer(accelerator="cpu", devices=1, max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False).fit(Net(), data)
+        seen["after_run_theirs"] = theirs.rank if theirs is not None else 0
+        print(json.dumps(seen))
+    """, env=env)
+    rank = int(value) if value else 0
+    assert out["rank"] == rank
+    assert out["call"] == ("logged" if rank == 0 else None)
+    if importlib.util.find_spec("lightning_utilities") is not None:
+        assert out["theirs"] == out["call"]
+    assert out["in_run"] == 0 and out["after_run_theirs"] == 0

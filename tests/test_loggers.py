@@ -28,12 +28,13 @@ def read_csv(path: str | Path) -> list[dict[str, str]]:
 # ---------------------------------------------------------------------------------------------------- CSV
 def test_csv_layout_and_versions(tmp_path):
     first = CSVLogger(tmp_path)
-    assert first.name == "logs" and first.version == 0
-    assert first.save_dir == str(tmp_path) and first.root_dir == os.path.join(tmp_path, "logs")
-    assert first.log_dir == os.path.join(tmp_path, "logs", "version_0")
+    assert first.name == "lightning_logs" and first.version == 0  # Lightning's default folder
+    assert first.save_dir == str(tmp_path) and first.root_dir == os.path.join(tmp_path, "lightning_logs")
+    assert first.log_dir == os.path.join(tmp_path, "lightning_logs", "version_0")
     first.log_metrics({"loss": 1.0}, step=0)
     first.save()
-    assert first.metrics_file == tmp_path / "logs" / "version_0" / "metrics.csv" and first.metrics_file.is_file()
+    assert first.metrics_file == tmp_path / "lightning_logs" / "version_0" / "metrics.csv"
+    assert first.metrics_file.is_file()
     second = CSVLogger(tmp_path)
     assert second.version == 1  # version_0 exists
     named = CSVLogger(tmp_path, name="exp", version="run-a")
@@ -180,7 +181,8 @@ def test_tensorboard_hyperparameters_with_a_metric_or_none(tmp_path):
     without = TensorBoardLogger(tmp_path, version=1, default_hp_metric=False)
     without.log_hyperparams({"lr": 0.1})
     without.finalize("success")
-    assert without.hparams == {"lr": 0.1} and not os.path.exists(without.log_dir)  # nothing to write
+    assert without.hparams == {"lr": 0.1}
+    assert os.listdir(without.log_dir) == ["hparams.yaml"]  # no event file: nothing for TensorBoard to show
 
 
 class Tiny(torch.nn.Module):
@@ -200,7 +202,7 @@ def test_tensorboard_graph(tmp_path):
     assert accumulate(logger.log_dir).Tags()["graph"] is True
     off = TensorBoardLogger(tmp_path)  # log_graph=False: documented no-op
     off.log_graph(Tiny())
-    assert not os.path.exists(off.log_dir)
+    assert os.listdir(off.log_dir) == []  # its version folder is claimed, but nothing is written
     no_input = TensorBoardLogger(tmp_path, log_graph=True)
     with pytest.warns(UserWarning, match="example_input_array"):
         no_input.log_graph(torch.nn.Linear(2, 2))
@@ -268,7 +270,7 @@ class LogsOnce(RegressionModule):
 
 
 def test_a_value_logged_once_is_written_once(tmp_path):
-    trainer = quiet_trainer(tmp_path, max_epochs=1, logger=True, log_every_n_steps=1)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, logger=CSVLogger(tmp_path), log_every_n_steps=1)
     trainer.fit(LogsOnce())
     rows = [row for row in trainer.logger.rows if "once" in row]
     assert [row["step"] for row in rows] == [1]

@@ -91,12 +91,16 @@ def test_self_logger_and_loggers(tmp_path):
     assert model.seen["logger"][0] is None and model.seen["loggers"][0] == []
 
 
-def test_default_logger_is_a_csv_logger(tmp_path):
+def test_the_default_logger_records_the_logged_values(tmp_path):
+    """Lightning's default logger: TensorBoard where it is installed (else CSV, see test_run_folder.py)."""
     trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, enable_progress_bar=False,
                                enable_checkpointing=False, default_root_dir=tmp_path, **QUIET)
     trainer.fit(Net(), loader())
-    assert isinstance(trainer.logger, CSVLogger)
-    assert any(row.get("train_loss_epoch") is not None for row in trainer.logger.rows)
+    if isinstance(trainer.logger, CSVLogger):
+        assert any(row.get("train_loss_epoch") is not None for row in trainer.logger.rows)
+    else:
+        assert type(trainer.logger).__name__ == "TensorBoardLogger"
+        assert read_tensorboard(trainer.logger.log_dir)["train_loss_epoch"]
 
 
 def read_tensorboard(directory: str) -> dict[str, list[tuple[int, float]]]:

@@ -49,7 +49,9 @@ from helpers.migration_table import (  # noqa: E402
     STATUSES,
     Row,
     counts,
+    covering_row,
     lightning_names,
+    load_module_rows,
     load_rows,
     sync_guide,
     tabled_names,
@@ -57,6 +59,7 @@ from helpers.migration_table import (  # noqa: E402
 
 NAMES = lightning_names()
 ROWS = load_rows()
+MODULE_ROWS = load_module_rows()
 RUN_ROWS = [pytest.param(key, id=f"{key[0]}:{key[1]}", marks=[pytest.mark.slow] if key in SLOW else [])
             for key in sorted(key for key, row in ROWS.items() if row.exists)]
 REFUSED_ROWS = sorted(key for key, row in ROWS.items() if row.status == "refused")
@@ -247,6 +250,52 @@ def test_missing_keywords_are_listed(key: str) -> None:
     listed = row.missing_parameters if name.count(".") == 0 else []
     assert missing == listed, (f"{key}: ours lacks Lightning's keywords {missing}; the row lists {listed} "
                                "(set missing_parameters in tests/data/migration_rows.toml)")
+
+
+# --------------------------------------------------------------------------------------------- module paths
+def _imports(path: str) -> bool:
+    try:
+        importlib.import_module(path)
+    except ImportError:
+        return False
+    return True
+
+
+def test_every_lightning_module_path_imports_from_accelkit_or_has_a_row() -> None:
+    """Lightning's public submodules (``modules`` of the names file) under the mechanical rule
+    ``lightning.pytorch.X`` -> ``accelkit.X``: each imports, or a ``not yet`` row of module_rows.toml covers it."""
+    modules = NAMES["modules"]
+    assert "utilities.model_summary" in modules and len(modules) > 100
+    missing = [path for path in modules if covering_row(path, MODULE_ROWS) is None and not _imports(f"accelkit.{path}")]
+    assert not missing, (f"accelkit has no module for Lightning's {missing}: add one (or an alias in "
+                         "accelkit.compat.LIGHTNING_PATHS), or a row in tests/data/module_rows.toml")
+
+
+def test_module_rows_name_lightning_paths_that_accelkit_lacks() -> None:
+    stale = [path for path in MODULE_ROWS if path not in NAMES["modules"]]
+    assert not stale, f"tests/data/module_rows.toml has rows for paths Lightning does not have: {stale}"
+    present = [path for path in MODULE_ROWS if _imports(f"accelkit.{path}")]
+    assert not present, f"accelkit now has {present}: remove their rows from tests/data/module_rows.toml"
+
+
+def test_lightning_module_paths_are_the_objects_at_accelkit_homes() -> None:
+    from accelkit.callbacks import Callback, ModelSummary as ModelSummaryCallback
+    from accelkit.core.mixins.hparams_mixin import HyperparametersMixin
+    from accelkit.core.module import Module
+    from accelkit.callbacks.callback import Callback as CallbackThere
+    from accelkit.plugins.environments import SLURMEnvironment
+    from accelkit.utilities.model_summary import ModelSummary, summarize
+
+    import accelkit.module.summary as summary
+
+    assert (ModelSummary, summarize) == (summary.ModelSummary, summary.summarize)
+    assert ModelSummary is not ModelSummaryCallback and CallbackThere is Callback
+    assert Module is accelkit.Module and HyperparametersMixin is accelkit.module.HyperparametersMixin
+    assert SLURMEnvironment is accelkit.environments.SLURMEnvironment
+    # a module below an alias of a package is the module at its home, not a second copy of its file
+    assert importlib.import_module("accelkit.core.datamodule") is importlib.import_module("accelkit.module.datamodule")
+    assert importlib.import_module("accelkit.plugins.environments.slurm") is \
+        importlib.import_module("accelkit.environments.slurm")
 
 
 # --------------------------------------------------------------------------------------------- the guide

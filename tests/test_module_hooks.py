@@ -362,6 +362,10 @@ def test_misspelt_hooks_warn_once_naming_the_closest_hook(tmp_path):
     assert len(callback_warnings) == 1, texts
     assert "'on_validation_epoch_end'" in module_warnings[0]
     assert "'on_train_epoch_end'" in callback_warnings[0]
+    # each warning points at the misspelt method in this file, not at accelkit's hook table
+    places = {(w.filename, w.lineno) for w in caught if "looks like a" in str(w.message)}
+    assert places == {(__file__, Misspelt.on_validation_epoch_ends.__code__.co_firstlineno),
+                      (__file__, MisspeltCallback.on_train_epoch_ed.__code__.co_firstlineno)}, places
 
 
 def test_correct_hooks_do_not_warn(tmp_path):

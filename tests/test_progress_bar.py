@@ -59,6 +59,13 @@ def data(n: int = BATCHES) -> DataLoader:
     return DataLoader(TensorDataset(torch.randn(n, 4, generator=torch.Generator().manual_seed(0))), batch_size=1)
 
 
+@pytest.fixture(autouse=True)
+def drawn_bars(monkeypatch):
+    """The tests of this file look at the drawn bars, which pytest's captured (not a terminal) standard output
+    would otherwise get as plain lines; the plain lines' own tests set the variable themselves."""
+    monkeypatch.setenv("ACCELKIT_PROGRESS", "bar")
+
+
 def trainer(tmp_path, **kwargs: Any) -> accelkit.Trainer:
     settings = dict(accelerator="cpu", max_epochs=1, logger=False, enable_checkpointing=False,
                     enable_model_summary=False, num_sanity_val_steps=0, default_root_dir=tmp_path)
@@ -298,3 +305,115 @@ def test_rich_bar_without_rich_names_the_install(monkeypatch):
 def test_rich_bar_refuses_a_bad_refresh_rate():
     with pytest.raises(ValueError, match="refresh_rate=1.5"):
         RichProgressBar(refresh_rate=1.5)
+
+
+# ---------------------------------------------------------------------------------------------- files and pipes
+PIPED_FIT = """
+import warnings
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+import accelkit
+
+class Net(accelkit.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+    def forward(self, x):
+        return self.layer(x)
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch[0]).pow(2).mean()
+        self.log("train_loss", loss, prog_bar=True)
+        if batch_idx == 2:
+            warnings.warn("a warning from the user's training_step")
+        return loss
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.layer(batch[0]).pow(2).mean(), prog_bar=True)
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+data = DataLoader(TensorDataset(torch.randn(16, 4, generator=torch.Generator().manual_seed(0))), batch_size=2)
+trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=3, logger=False, enable_checkpointing=False,
+                           enable_model_summary=False)
+trainer.fit(Net(), data, data)
+trainer.predict(trainer.lightning_module, data)
+"""
+
+
+#: where PIPED_FIT warns
+WARNING_LINE = next(i for i, line in enumerate(PIPED_FIT.splitlines(), 1) if "warnings.warn(" in line)
+
+
+def _run_fit(tmp_path, env_extra: dict[str, str], use_pty: bool = False) -> tuple[bytes, bytes]:
+    """The piped fit in a fresh interpreter: its standard output and error, read through a pipe (or a pty)."""
+    import os
+    import subprocess
+
+    from helpers.guards import child_env
+
+    script = tmp_path / "piped_fit.py"
+    script.write_text(PIPED_FIT)
+    env = {**child_env(), **env_extra}
+    if not use_pty:
+        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr.decode()
+        return proc.stdout, proc.stderr
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 24 rows, 120 columns
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=env, stdout=follower, stderr=follower)
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert proc.wait(timeout=300) == 0, out.decode(errors="replace")
+    os.close(leader)
+    return out, b""
+
+
+@pytest.mark.slow
+def test_piped_output_is_one_plain_line_per_epoch(tmp_path, monkeypatch):
+    monkeypatch.delenv("ACCELKIT_PROGRESS")
+    out, err = _run_fit(tmp_path, {})
+    assert b"\r" not in out and b"\x1b" not in out, out
+    lines = out.decode().splitlines()
+    epochs = [line for line in lines if line.startswith("Epoch ")]
+    assert [line.split(":")[0] for line in epochs] == ["Epoch 0", "Epoch 1", "Epoch 2"], lines
+    assert all(" 8/8 batches, " in line and "train_loss=" in line and "val_loss=" in line for line in epochs), lines
+    assert "Predicting: 8 batches" in lines
+    assert any(line.startswith("accelkit: fit stopped: max_epochs=3 reached") for line in lines), lines
+    # the user's warning goes to standard error, naming the user's line, once
+    assert err.decode().count("UserWarning: a warning from the user's training_step") == 1, err
+    assert f"piped_fit.py:{WARNING_LINE}: UserWarning" in err.decode(), err
+
+
+def test_a_bad_progress_choice_names_the_ones_that_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACCELKIT_PROGRESS", "fancy")
+    with pytest.raises(ConfigurationError, match="ACCELKIT_PROGRESS='fancy' is not understood; use 'bar'"):
+        trainer(tmp_path).fit(Model(), data())
+
+
+@pytest.mark.slow
+def test_in_a_terminal_a_warning_gets_its_own_line_above_the_bar(tmp_path, monkeypatch):
+    import re
+
+    monkeypatch.delenv("ACCELKIT_PROGRESS")
+    out, _ = _run_fit(tmp_path, {}, use_pty=True)
+    text = out.decode(errors="replace")
+    assert "\r" in text and "Epoch 0" in text  # drawn bars, in a terminal
+    at = text.index("UserWarning: a warning from the user's training_step")
+    start = text.rfind("\r", 0, at)  # where the cursor last went back to the line's start
+    ours = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", text[start + 1:at]).strip()
+    erased = text[text.rfind("\r", 0, start) + 1:start]  # what was written over the bar before that
+    # the warning starts its own line (its location, the user's line, first); the bar's line was blanked first
+    assert ours.endswith(f"piped_fit.py:{WARNING_LINE}:") and "Epoch" not in ours and "it/s" not in ours, repr(ours)
+    assert erased.strip() == "", repr(erased)

@@ -181,6 +181,12 @@ def test_a_fixed_class_cli_refuses_a_config_naming_another_class(project):
         assert accept_class_paths(nested, {"model": Net}) == {"test": {"model": {"lr": 0.5}}}
         with pytest.raises(ClassPathMismatch, match="model.class_path is 'models.Blobs', but this command builds"):
             accept_class_paths({"model": {"class_path": "models.Blobs"}}, {"model": Net})
+        # a class of another name is refused without importing the module that names it
+        (project / "marks_on_import.py").write_text('import pathlib\npathlib.Path(__file__).with_name("IMPORTED")'
+                                                    '.touch()\nclass Other:\n    pass\n')
+        with pytest.raises(ClassPathMismatch, match="model.class_path is 'marks_on_import.Other'"):
+            accept_class_paths({"model": {"class_path": "marks_on_import.Other"}}, {"model": Net})
+        assert "marks_on_import" not in sys.modules and not (project / "IMPORTED").exists()
         cli = CLI(Net, Blobs, run=False, args={"model": {"class_path": "models.Net", "init_args": {"hidden": 3}},
                                                "trainer": {"accelerator": "cpu", "logger": False}})
         assert cli.model.hparams.hidden == 3

@@ -108,7 +108,7 @@ def test_accelkit_fit_through_the_alias(installed, tmp_path):
                  "--default-root-dir", str(tmp_path), cwd=tmp_path)
     assert "training Regression on mydevice devices=[0] strategy=mydevice_counting" in result.stdout, result.stdout
     assert "after 3 epochs, 12 steps" in result.stdout, result.stdout
-    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_a_plugin_declaring_an_unsupported_api_is_reported_incompatible(installed, tmp_path):

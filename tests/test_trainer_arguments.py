@@ -548,6 +548,57 @@ def test_sync_batchnorm_on_one_device_is_a_no_op(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- refused arguments
+#: Lightning 1.x Trainer arguments (Lightning's 2.0 upgrade guide): a value, and what the error must tell to write
+LIGHTNING_1X = {
+    "gpus": (2, "accelerator='gpu', devices=2"),
+    "progress_bar_refresh_rate": (10, "TQDMProgressBar(refresh_rate=10)"),
+    "resume_from_checkpoint": ("last.ckpt", "trainer.fit(model, ckpt_path='last.ckpt')"),
+    "auto_lr_find": (True, "Tuner(trainer).lr_find(model)"),
+    "auto_scale_batch_size": ("power", "Tuner(trainer).scale_batch_size(model)"),
+    "weights_summary": ("full", "ModelSummary(max_depth="),
+    "checkpoint_callback": (False, "enable_checkpointing=False"),
+    "flush_logs_every_n_steps": (50, "CSVLogger(save_dir, flush_logs_every_n_steps=50)"),
+    "prepare_data_per_node": (False, "self.prepare_data_per_node = False"),
+    "num_processes": (2, "accelerator='cpu', devices=2"),
+    "auto_select_gpus": (True, "devices='auto'"),
+    "distributed_backend": ("ddp", "strategy='ddp'"),
+    "process_position": (1, "TQDMProgressBar(process_position=1)"),
+    "log_gpu_memory": ("all", "DeviceStatsMonitor()"),
+    "stochastic_weight_avg": (True, "StochasticWeightAveraging(swa_lrs="),
+    "terminate_on_nan": (True, "detect_anomaly=True"),
+    "weights_save_path": ("w", "ModelCheckpoint(dirpath='w')"),
+    "reload_dataloaders_every_epoch": (True, "reload_dataloaders_every_n_epochs=1"),
+    "replace_sampler_ddp": (False, "use_distributed_sampler=False"),
+    "amp_backend": ("apex", "precision='16-mixed'"),
+    "amp_level": ("O2", "precision='16-mixed'"),
+    "move_metrics_to_cpu": (True, "remove it"),
+    "multiple_trainloader_mode": ("min_size", "CombinedLoader(loaders, mode='min_size')"),
+    "track_grad_norm": (2, "grad_norm(self, norm_type=2)"),
+    "truncated_bptt_steps": (5, "manual optimization"),
+    "ipus": (8, "not supported"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LIGHTNING_1X))
+def test_a_lightning_1x_argument_is_named_with_its_2x_spelling(name, tmp_path):
+    value, replacement = LIGHTNING_1X[name]
+    with pytest.raises(TypeError) as info:
+        accelkit.Trainer(accelerator="cpu", default_root_dir=tmp_path, **{name: value})
+    message = str(info.value)
+    assert f"{name}={value!r} (removed in Lightning 2.0): use " in message and replacement in message, message
+
+
+def test_every_lightning_1x_argument_and_typo_is_reported_at_once(tmp_path):
+    with pytest.raises(TypeError) as info:
+        accelkit.Trainer(accelerator="cpu", default_root_dir=tmp_path, gpus=1, progress_bar_refresh_rate=10,
+                         weights_summary=None, max_epoch=3)
+    message = str(info.value)
+    assert "\n" not in message
+    for part in ("gpus=1", "accelerator='gpu', devices=1", "TQDMProgressBar(refresh_rate=10)", "weights_summary=None",
+                 "max_epoch (did you mean 'max_epochs'?)"):
+        assert part in message, (part, message)
+
+
 def test_model_registry_is_refused_mentioning_lightning_cloud(tmp_path):
     with pytest.raises(ConfigurationError) as info:
         accelkit.Trainer(accelerator="cpu", model_registry="x", default_root_dir=tmp_path)

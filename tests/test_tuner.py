@@ -92,7 +92,7 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 def test_lr_find_sweeps_and_puts_the_model_and_trainer_back(tmp_path):
     accelkit.seed_everything(0)
     model = Regressor()
-    trainer = _trainer(tmp_path, max_epochs=3)  # a CSV logger and the default checkpoint callback
+    trainer = _trainer(tmp_path, max_epochs=3)  # the default logger and checkpoint callback
     weights, callbacks, loggers = _weights(model), trainer.callbacks, trainer.loggers
     settings = {name: getattr(trainer, name) for name in ("max_steps", "max_epochs", "limits", "global_step",
                                                           "current_epoch", "num_sanity_val_steps")}
@@ -112,14 +112,14 @@ def test_lr_find_sweeps_and_puts_the_model_and_trainer_back(tmp_path):
     assert all(p.grad is None for p in model.parameters())
     assert trainer.callbacks is callbacks and trainer.loggers is loggers
     assert {name: getattr(trainer, name) for name in settings} == settings
-    assert not (tmp_path / "checkpoints").exists() and not list(tmp_path.rglob("*.csv"))
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # (the run's version folder is claimed, empty)
     # update_attr=True (the default) set the suggestion where the module keeps its learning rate
     assert model.hparams.lr == finder.suggestion()
     # the real fit afterwards runs as configured
     model.seen_lrs.clear()
     trainer.fit(model)
     assert trainer.global_step == 3 and model.seen_lrs == [finder.suggestion()] * 3
-    assert (tmp_path / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_the_suggestion_lies_in_the_falling_part_of_the_curve(tmp_path):
@@ -309,7 +309,7 @@ def test_scale_batch_size_finds_the_largest_batch_under_a_memory_limit(tmp_path,
     lines = [line for line in capsys.readouterr().out.splitlines() if "trial" in line]
     assert [int(line.split("batch_size=")[1].split()[0]) for line in lines] == tried
     assert _same(_weights(model), weights) and trainer.callbacks is callbacks and trainer.global_step == 0
-    assert not (tmp_path / "checkpoints").exists()
+    assert not [p for p in tmp_path.rglob("*.ckpt")]
     trainer.fit(model)
     assert trainer.global_step == 2 * math.ceil(256 / expected)
 

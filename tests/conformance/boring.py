@@ -12,7 +12,6 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
 
 from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
@@ -35,7 +34,7 @@ class RandomDataset(Dataset):
         return len(self.x)
 
 
-class BoringModel(LightningModule):
+class BoringModel(L.LightningModule):
     def __init__(self, root: str):
         super().__init__()
         self.layer = nn.Linear(FEATURES, 2)

@@ -17,8 +17,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import Callback  # was: from lightning.pytorch import Callback
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 from accelkit.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint  # was: lightning.pytorch.callbacks
+from accelkit.loggers import CSVLogger  # was: from lightning.pytorch.loggers import CSVLogger
 
 from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
@@ -89,7 +90,7 @@ def main():
                                  mode="min", save_top_k=2)
     stopping = EarlyStopping(monitor="val_loss", mode="min", patience=2, min_delta=1e-3)
     lr_monitor = LearningRateMonitor(logging_interval="epoch")
-    trainer = L.Trainer(max_epochs=MAX_EPOCHS, enable_progress_bar=False,
+    trainer = L.Trainer(max_epochs=MAX_EPOCHS, enable_progress_bar=False, logger=CSVLogger(args.root),
                         callbacks=[checkpoint, stopping, lr_monitor, RecordOutcome(args.root)], **trainer_kwargs(args))
     trainer.fit(Regressor(), train, val)
 

@@ -17,8 +17,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
 import accelkit as L  # was: import lightning as L
-from accelkit import DataModule as LightningDataModule  # was: from lightning.pytorch import LightningDataModule
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import LightningDataModule  # was: from lightning.pytorch import LightningDataModule
+from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 
 from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 

@@ -13,7 +13,6 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
 
 from _cli import append, expect, ok, parse_args, read, trainer_kwargs, write
 
@@ -38,7 +37,7 @@ class Discriminator(nn.Module):
         return self.net(x)
 
 
-class GAN(LightningModule):
+class GAN(L.LightningModule):
     def __init__(self, root: str, latent_dim: int = LATENT, lr: float = 0.02):
         super().__init__()
         self.automatic_optimization = False

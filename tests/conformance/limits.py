@@ -16,7 +16,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit.loggers import CSVLogger  # was: from lightning.pytorch.loggers import CSVLogger
 
 from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
@@ -83,7 +84,8 @@ def main():
 
     def trainer(name: str, **kwargs) -> "L.Trainer":
         folder = Path(args.root) / name
-        return L.Trainer(enable_progress_bar=False, **{**base, "default_root_dir": str(folder)}, **kwargs)
+        return L.Trainer(enable_progress_bar=False, logger=CSVLogger(folder),
+                         **{**base, "default_root_dir": str(folder)}, **kwargs)
 
     # fast_dev_run=True: one training and one validation batch, no sanity check, nothing written
     fdr = trainer("fast_dev_run", fast_dev_run=True, max_epochs=5)

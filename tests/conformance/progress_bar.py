@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 from accelkit.callbacks import RichModelSummary  # was: from lightning.pytorch.callbacks import RichModelSummary
 from accelkit.callbacks import RichProgressBar  # was: from lightning.pytorch.callbacks import RichProgressBar
 from accelkit.callbacks import TQDMProgressBar  # was: from lightning.pytorch.callbacks import TQDMProgressBar

@@ -10,6 +10,9 @@ take the same keywords.
 Lightning's API reference lists them. ``lightning.pytorch.utilities.types`` has no ``__all__`` and imports
 ``typing``/``torch`` names into itself: ``reexports`` lists the names in it that Lightning does not define (a class
 or function from another package, or a name neither defined by a class, function or assignment in the module).
+``modules`` lists the public submodules of ``lightning.pytorch`` that import (relative paths): the module paths
+programs import, each of which has an accelkit module under the mechanical rule or a row of
+``tests/data/module_rows.toml``.
 """
 
 from __future__ import annotations
@@ -72,6 +75,25 @@ def _reexports(module) -> list[str]:
     return found
 
 
+def _modules(package) -> list[str]:
+    """The public submodules of ``package`` that import, as paths relative to it (``utilities.model_summary``):
+    the module paths Lightning programs import; a path with a private part (``_graveyard``) is left out."""
+    import importlib
+    import pkgutil
+
+    found = []
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        relative = info.name[len(package.__name__) + 1:]
+        if any(part.startswith("_") for part in relative.split(".")):
+            continue
+        try:
+            importlib.import_module(info.name)
+        except Exception:  # noqa: BLE001 - what does not import here is not a path programs can use
+            continue
+        found.append(relative)
+    return sorted(found)
+
+
 def main() -> None:
     import torch
     import lightning
@@ -105,7 +127,8 @@ def main() -> None:
         signatures[f"tuner.Tuner.{name}"] = _parameters(getattr(tuner.Tuner, name))
     json.dump({"lightning_version": lightning.__version__, "torch_version": torch.__version__,
                "python_version": sys.version.split()[0], "sections": sections, "signatures": signatures,
-               "reexports": {"utilities.types": _reexports(utility_types)}, "supplements": SUPPLEMENTS},
+               "reexports": {"utilities.types": _reexports(utility_types)}, "supplements": SUPPLEMENTS,
+               "modules": _modules(pl)},
               sys.stdout, indent=1, sort_keys=True)
     sys.stdout.write("\n")
 

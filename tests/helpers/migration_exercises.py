@@ -291,6 +291,9 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "config": lambda t, m: isinstance(t.config, accelkit.RunConfig) and t.config.accelerator == "cpu",
     "plugin_manager": lambda t, m: t.plugin_manager.registry is not None,
     "checkpoint_path": lambda t, m: isinstance(t.checkpoint_path, Path),
+    "checkpoint_dir": lambda t, m: t.checkpoint_dir == t.checkpoint_path.parent,
+    "run_folder": lambda t, m: isinstance(t.run_folder, accelkit.loggers.RunFolder),
+    "versioned_loggers": lambda t, m: t.versioned_loggers() == list(t.loggers),  # its CSVLogger
     "run_state": lambda t, m: t.run_state.module is m and list(t.run_state.optimizers) == list(t.optimizers),
     # the arguments accelkit keeps as attributes (the shared run's values)
     "benchmark": lambda t, m: t.benchmark is None, "deterministic": lambda t, m: t.deterministic is None,

@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NAMES_FILE = ROOT / "tests" / "data" / "lightning_names.json"
 ROWS_FILE = ROOT / "tests" / "data" / "migration_rows.toml"
+MODULE_ROWS_FILE = ROOT / "tests" / "data" / "module_rows.toml"
 GUIDE = ROOT / "docs" / "migrating-from-lightning.rst"
 
 STATUSES = ("supported", "differs", "refused", "not yet", "accelkit")
@@ -197,6 +198,43 @@ def render_counts(rows: dict[tuple[str, str], Row], names: dict | None = None) -
     return lines
 
 
+def load_module_rows() -> dict[str, Row]:
+    """The rows of ``module_rows.toml``: Lightning's module paths (relative to ``lightning.pytorch``) that accelkit
+    has no module for, each covering the paths below it too."""
+    data = tomllib.loads(MODULE_ROWS_FILE.read_text())
+    rows = {}
+    for path, entry in data.items():
+        unknown = set(entry) - {"status", "notes"}
+        if unknown or entry.get("status") != "not yet" or not entry.get("notes"):
+            raise ValueError(f"{MODULE_ROWS_FILE.name}: [{path}] needs status = \"not yet\" and notes, and nothing "
+                             f"else (found {sorted(entry)})")
+        rows[path] = Row(section="modules", name=path, **entry)
+    return rows
+
+
+def covering_row(path: str, rows: dict[str, Row]) -> Row | None:
+    """The row of ``path`` or of the nearest module above it, or ``None``."""
+    while path:
+        if path in rows:
+            return rows[path]
+        path = path.rpartition(".")[0]
+    return None
+
+
+def render_module_table(rows: dict[str, Row], names: dict) -> list[str]:
+    """The ``list-table`` block of Lightning's module paths that accelkit lacks, as lines (with a count)."""
+    modules = names["modules"]
+    lacking = [path for path in modules if covering_row(path, rows) is not None]
+    lines = [f"Of Lightning {names['lightning_version']}'s {len(modules)} public module paths, "
+             f"**{len(modules) - len(lacking)} import** from accelkit with ``accelkit`` for ``lightning.pytorch``; "
+             f"these {len(lacking)} do not (a row covers the paths below it):", "",
+             ".. list-table:: Lightning module paths accelkit lacks", "   :header-rows: 1", "   :widths: 40 60", "",
+             "   * - Module path", "     - Use instead"]
+    for row in rows.values():
+        lines += [f"   * - ``lightning.pytorch.{row.name}``", f"     - {row.notes}"]
+    return lines
+
+
 START, END = ".. migration-table: {} start", ".. migration-table: {} end"
 
 
@@ -207,6 +245,7 @@ def sync_guide(text: str, rows: dict[tuple[str, str], Row] | None = None, names:
     names = names or lightning_names()
     blocks = {"counts": render_counts(rows, names)}
     blocks.update({section.key: render_table(section, rows, names) for section in SECTIONS})
+    blocks["modules"] = render_module_table(load_module_rows(), names)
     for key, lines in blocks.items():
         start, end = START.format(key), END.format(key)
         pattern = re.compile(rf"^{re.escape(start)}\n.*?^{re.escape(end)}$", re.S | re.M)

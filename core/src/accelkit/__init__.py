@@ -16,6 +16,11 @@ from accelkit.errors import (AccelkitError, ConfigurationError, PluginConflictEr
                              WorkerError)
 from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
 from accelkit.module import DataModule, Module
+
+#: Lightning's names for the two base classes: the same class objects as :class:`Module` and :class:`DataModule`
+#: (not subclasses), so ``import accelkit as L; class LitModel(L.LightningModule)`` runs unchanged
+LightningModule = Module
+LightningDataModule = DataModule
 from accelkit.precision import MixedPrecision, Precision, TruePrecision
 from accelkit.records import AcceleratorRecord, PrecisionRecord, RunConfig, StrategyRecord
 from accelkit.strategies import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy, Strategy
@@ -43,6 +48,8 @@ __all__ = [
     "DataModule",
     "DDPSpawnStrategy",
     "DDPStrategy",
+    "LightningDataModule",
+    "LightningModule",
     "MixedPrecision",
     "Module",
     "PluginConflictError",

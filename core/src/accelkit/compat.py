@@ -1,4 +1,6 @@
-"""Import paths of accelkit 0.1's flat layout, kept working after the core moved into packages.
+"""Import paths of accelkit 0.1's flat layout, kept working after the core moved into packages, and Lightning's module
+paths under the mechanical rule ``lightning.pytorch.X`` -> ``accelkit.X`` where accelkit's modules are named otherwise
+(:data:`LIGHTNING_PATHS`).
 
 ``import accelkit.strategy`` (or ``from accelkit.trainer_args import ...``, or a class path such as
 ``accelkit.cli_config.ReduceLROnPlateau`` in a saved ``config.yaml``) gives the module at its new home: the
@@ -50,6 +52,40 @@ MOVED: dict[str, str] = {
 }
 
 
+#: Lightning's module paths under the mechanical rule (``lightning.pytorch.X`` -> ``accelkit.X``) where accelkit's
+#: names live elsewhere -> the accelkit module (or package) holding them, so that a program importing from Lightning's
+#: module path imports after changing only the package name (``from accelkit.utilities.model_summary import
+#: ModelSummary``). A module below a path given here that names a package maps below its home
+#: (``accelkit.core.module`` -> ``accelkit.module.module``). ``tests/data/module_rows.toml`` lists Lightning's module
+#: paths accelkit has no module for.
+LIGHTNING_PATHS: dict[str, str] = {
+    "accelkit.core": "accelkit.module",
+    "accelkit.core.optimizer": "accelkit.module.optimizers",
+    "accelkit.core.mixins": "accelkit.module",
+    "accelkit.core.mixins.hparams_mixin": "accelkit.module.hparams",
+    "accelkit.callbacks.callback": "accelkit.callbacks.base",
+    "accelkit.callbacks.checkpoint": "accelkit.callbacks.model_checkpoint",
+    "accelkit.callbacks.device_stats_monitor": "accelkit.callbacks.base",
+    "accelkit.callbacks.rich_model_summary": "accelkit.callbacks.model_summary",
+    "accelkit.loggers.logger": "accelkit.loggers.base",
+    "accelkit.plugins.environments": "accelkit.environments",
+    "accelkit.strategies.strategy": "accelkit.strategies.base",
+    "accelkit.utilities.model_summary": "accelkit.module.summary",
+}
+
+
+def alias_home(fullname: str) -> str | None:
+    """The module a path of :data:`MOVED` or :data:`LIGHTNING_PATHS`, or a module below one of them, stands for
+    (``accelkit.launchers.spawn`` -> ``accelkit.strategies.launchers.spawn``), or ``None``."""
+    home = MOVED.get(fullname) or LIGHTNING_PATHS.get(fullname)
+    if home is not None:
+        return home
+    parent = fullname.rpartition(".")[0]
+    while parent and parent not in MOVED and parent not in LIGHTNING_PATHS:
+        parent = parent.rpartition(".")[0]
+    return (MOVED.get(parent) or LIGHTNING_PATHS[parent]) + fullname[len(parent):] if parent else None
+
+
 class _AliasLoader(importlib.abc.Loader):
     def __init__(self, target: str) -> None:
         self.target = target
@@ -62,17 +98,22 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
-    """Finds the old paths of :data:`MOVED` and answers with the module at its new home."""
+    """Finds the old paths of :data:`MOVED` and Lightning's paths of :data:`LIGHTNING_PATHS` and answers with the
+    module at its home (:func:`alias_home`)."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        new = MOVED.get(fullname)
+        if not fullname.startswith("accelkit."):
+            return None
+        new = alias_home(fullname)
         if new is None:
             return None
         return importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
 
 
 def install() -> None:
-    """Put the finder on :data:`sys.meta_path` once (``import accelkit`` does this)."""
+    """Put the finder first on :data:`sys.meta_path` once (``import accelkit`` does this): first, so that a module
+    below a Lightning path standing for a package (``accelkit.core.module``) is the module at its home, not a second
+    copy of that file loaded under the other name."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
-        sys.meta_path.append(MovedModuleFinder())
+        sys.meta_path.insert(0, MovedModuleFinder())

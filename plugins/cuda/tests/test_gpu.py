@@ -146,8 +146,9 @@ def test_grad_scaler_skips_the_step_with_inf(tmp_path):
 def test_state_saved_on_gpu_loads_on_cpu(tmp_path):
     torch.manual_seed(0)
     model = Probe()
-    _trainer(tmp_path, precision="16-mixed", max_epochs=2).fit(model)
-    path = tmp_path / "checkpoints" / "last.ckpt"
+    trainer = _trainer(tmp_path, precision="16-mixed", max_epochs=2)
+    trainer.fit(model)
+    path = trainer.checkpoint_path
     state = ckpt.load(path)  # map_location cpu, weights_only
     tensors = [t for t in state["state_dict"].values()]
     assert tensors and all(t.device.type == "cpu" for t in tensors)

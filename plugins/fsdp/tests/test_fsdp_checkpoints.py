@@ -14,7 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit
 from accelkit.checkpoint import sharded as dcp_io
+from accelkit.errors import WorkerError
 from helpers.compare import assert_same_weights
+from helpers.damage import copy_checkpoint, flip_bytes, plant_malicious_index
 from fsdp_models import MLP, Block
 
 pytestmark = pytest.mark.slow
@@ -120,3 +122,42 @@ def test_block_is_the_unit_the_string_policy_named():
     from accelkit_fsdp import FSDPStrategy
 
     assert FSDPStrategy(auto_wrap_policy="fsdp_models:Block").auto_wrap_policy == (Block,)
+
+
+def test_a_malicious_index_is_refused_under_fsdp_and_never_runs(saved_run, tmp_path):
+    marker = tmp_path / "marker"
+    bad = plant_malicious_index(copy_checkpoint(saved_run["folder"] / "last.ckpt", tmp_path / "bad.ckpt"), marker)
+    with pytest.raises(WorkerError, match=r"UnsafeCheckpointError: checkpoint '.*bad\.ckpt/\.metadata' holds Python "
+                                          r"objects that safe loading refuses \(Unsupported global: GLOBAL posix"):
+        trainer(tmp_path, devices=2, epochs=3, enable_checkpointing=False).fit(MLP(), ckpt_path=bad)
+    assert not marker.exists()
+
+
+def test_a_damaged_shard_is_named_under_fsdp(saved_run, tmp_path):
+    broken = copy_checkpoint(saved_run["folder"] / "last.ckpt", tmp_path / "broken.ckpt")
+    flip_bytes(broken / "__1_0.distcp", 0)
+    with pytest.raises(WorkerError, match=r"CheckpointError: sharded checkpoint '.*broken\.ckpt' is damaged: its "
+                                          r"shard '.*__1_0\.distcp' \(\d+ bytes\) does not match the checksum"):
+        trainer(tmp_path, devices=2, epochs=3, enable_checkpointing=False).fit(MLP(), ckpt_path=broken)
+
+
+def test_a_full_disk_at_save_is_the_error_and_the_previous_checkpoint_loads(tmp_path):
+    """2 fsdp processes save each epoch into a 400 KiB tmpfs (mounted in a private mount namespace): the first
+    checkpoint fits, the second does not."""
+    import shutil
+
+    unshare = shutil.which("unshare")
+    disk, kept = tmp_path / "disk", tmp_path / "kept"
+    disk.mkdir()
+    script = Path(__file__).with_name("disk_full_fsdp.py")
+    mount = f"mount -t tmpfs -o size=400k tmpfs {disk}"
+    if unshare is None or subprocess.run([unshare, "-rm", "sh", "-c", mount], capture_output=True).returncode:
+        pytest.skip("needs a small tmpfs of its own: unshare -rm with mount -t tmpfs (user and mount namespaces)")
+    command = f"{mount} && {sys.executable} {script} {disk} 3; code=$?; cp -a {disk} {kept}; exit $code"
+    proc = subprocess.run([unshare, "-rm", "sh", "-c", command], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "OSError: [Errno 28] could not write sharded checkpoint '" in proc.stderr, proc.stderr[-3000:]
+    assert "epoch=1-step=8.ckpt': No space left on device" in proc.stderr
+    assert "without a Python exception" not in proc.stderr
+    assert sorted(p.name for p in kept.iterdir()) == ["epoch=0-step=4.ckpt"]  # no partial directory left
+    assert MLP.load_from_checkpoint(kept / "epoch=0-step=4.ckpt").head.weight.shape == (1, 64)

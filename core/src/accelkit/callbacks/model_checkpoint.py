@@ -7,6 +7,7 @@ on the paths even when their metrics differ, and only it touches the disk.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -128,6 +129,7 @@ class ModelCheckpoint(Checkpoint):
         self.auto_insert_metric_name = auto_insert_metric_name
         self.filename = filename
         self.dirpath: str | None = os.path.realpath(os.path.expanduser(dirpath)) if dirpath else None
+        self._in_run_folder = dirpath is None  # the default folder: <log_dir>/checkpoints, a new one per run
         self._save_on_train_epoch_end = save_on_train_epoch_end
         self._enable_version_counter = enable_version_counter
         self.kth_value = torch.tensor(float("inf") if mode == "min" else float("-inf"))
@@ -218,7 +220,8 @@ class ModelCheckpoint(Checkpoint):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the bookkeeping. When the folder changed since the checkpoint, only ``best_model_path`` is
-        restored (the other files are not where this callback now saves), with a warning."""
+        restored (the other files are not where this callback now saves), with a warning, except for the default
+        folder of a resumed run, a new version folder beside the checkpoint's."""
         saved_dir = state_dict.get("dirpath", self.dirpath)
         if self.dirpath is None:  # not set up yet (a spawned run's state coming back): adopt the saved folder
             self.dirpath = saved_dir
@@ -229,7 +232,8 @@ class ModelCheckpoint(Checkpoint):
             self.kth_value = state_dict.get("kth_value", self.kth_value)
             self.best_k_models = dict(state_dict.get("best_k_models", self.best_k_models))
             self.last_model_path = state_dict.get("last_model_path", self.last_model_path)
-        else:
+        elif not (self._in_run_folder and _sibling_run_folders(saved_dir, self.dirpath)):
+            # (A resumed run with the default folder writes into its own new version folder, by design: no warning.)
             warnings.warn(f"ModelCheckpoint: the folder changed from {saved_dir!r} to {self.dirpath!r}; "
                           "best_model_score, best_k_models, kth_best_model_path, kth_value and last_model_path are "
                           "not restored, only best_model_path.", UserWarning, stacklevel=2)
@@ -259,16 +263,20 @@ class ModelCheckpoint(Checkpoint):
 
     def find_last_checkpoints(self, trainer: Any) -> set[str]:
         """The ``last.ckpt`` / ``last-v<n>.ckpt`` files (or sharded checkpoint directories) in this callback's
-        folder (for ``ckpt_path="last"``: the newest of them is the run's latest state, even when a previous run's
-        ``last.ckpt`` is there too)."""
+        folder, and, for the default folder of a run with a logger (``<root>/version_<n>/checkpoints``), in the
+        ``checkpoints`` folder of every version beside it: for ``ckpt_path="last"``, the newest of them is the
+        latest state of the newest run, which lives in an earlier version folder than the run now starting."""
         folder = Path(self._resolve_dirpath(trainer))
+        folders = [folder]
+        if self._in_run_folder and getattr(trainer, "loggers", None):
+            folders += sorted(folder.parent.parent.glob(f"*/{folder.name}"))
         pattern = re.compile(rf"^{re.escape(self.CHECKPOINT_NAME_LAST)}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
-        return {str(p) for p in folder.iterdir() if pattern.match(p.name)} if folder.is_dir() else set()
+        return {str(p) for f in folders if f.is_dir() for p in f.iterdir() if pattern.match(p.name)}
 
     def last_checkpoint_path(self, trainer: Any) -> Path:
         """Where this callback writes ``last.ckpt`` in ``trainer``'s run: in ``dirpath`` when given, else in
         ``<trainer.log_dir>/checkpoints`` when the Trainer has a logger, else in ``<default_root_dir>/checkpoints``
-        (a later run in a folder that holds one writes ``last-v1.ckpt`` beside it)."""
+        (a later run in a folder that holds one, or a run started at the same time, writes ``last-v1.ckpt``)."""
         return Path(self._resolve_dirpath(trainer)) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
 
     def _resolve_dirpath(self, trainer: Any) -> str:
@@ -276,16 +284,19 @@ class ModelCheckpoint(Checkpoint):
             return self.dirpath
         if getattr(trainer, "loggers", None):
             log_dir = getattr(trainer, "log_dir", None) or trainer.loggers[0].log_dir
-            return str(Path(log_dir) / "checkpoints")
-        return str(Path(trainer.default_root_dir) / "checkpoints")
+            return os.path.realpath(Path(log_dir) / "checkpoints")  # absolute, as a given dirpath is made
+        return os.path.realpath(Path(trainer.default_root_dir) / "checkpoints")
 
     def _choose_path(self, trainer: Any, metrics: dict[str, Any], filename: str | None = None,
                      reusable: str | None = None) -> str:
-        """The next free name (``reusable`` may be overwritten), chosen by global zero and broadcast."""
+        """The next free name (``reusable`` may be overwritten), chosen by global zero and broadcast. With the
+        version counter a free name is claimed by creating an empty file there exclusively (the checkpoint then
+        replaces it): a run started at the same time in the same folder takes the next name instead of
+        overwriting this run's file."""
         path = self.format_checkpoint_name(metrics, filename)
         if trainer.is_global_zero and self._enable_version_counter:
             version = self.STARTING_VERSION
-            while os.path.exists(path) and path != reusable:
+            while path != reusable and not _claim(path):
                 path = self.format_checkpoint_name(metrics, filename, ver=version)
                 version += 1
         return trainer.strategy.broadcast(path)
@@ -328,11 +339,18 @@ class ModelCheckpoint(Checkpoint):
             last_path = self._choose_path(trainer, candidates, self.CHECKPOINT_NAME_LAST, self.last_model_path)
             previous_last, self.last_model_path = self.last_model_path, last_path
         writes = self._writes
-        if top_k and self.save_top_k != 0:
-            if self.monitor is None:
-                self._save_latest(trainer, candidates)
-            else:
-                self._save_if_top_k(trainer, candidates, at_epoch_end)
+        try:
+            if top_k and self.save_top_k != 0:
+                if self.monitor is None:
+                    self._save_latest(trainer, candidates)
+                else:
+                    self._save_if_top_k(trainer, candidates, at_epoch_end)
+        except BaseException:
+            if last_path is not None:  # last was not written: free its name and keep the previous one
+                self.last_model_path = previous_last or ""
+                if trainer.is_global_zero:
+                    _release(last_path)
+            raise
         if last_path is None:
             return
         if self.save_last == "link" and self._last_checkpoint_saved and self.save_top_k != 0:
@@ -409,7 +427,12 @@ class ModelCheckpoint(Checkpoint):
             self._remove(trainer, dropped)
 
     def _write(self, trainer: Any, path: str) -> None:
-        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        try:
+            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        except BaseException:
+            if trainer.is_global_zero:
+                _release(path)
+            raise
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = path
         self._writes += 1
@@ -469,9 +492,38 @@ class ModelCheckpoint(Checkpoint):
                 os.remove(path)
 
 
+def _claim(path: str) -> bool:
+    """Create an empty file at ``path`` if nothing is there (exclusively: of two runs, one wins); whether it did."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _release(path: str) -> None:
+    """Remove the empty file :func:`_claim` left at ``path`` when no checkpoint replaced it."""
+    with contextlib.suppress(OSError):
+        if os.path.isfile(path) and not os.path.islink(path) and os.path.getsize(path) == 0:
+            os.remove(path)
+
+
+def _sibling_run_folders(saved: str | None, current: str | None) -> bool:
+    """Whether ``saved`` and ``current`` are the same-named folders of two version folders of one root
+    (``<root>/version_0/checkpoints`` and ``<root>/version_1/checkpoints``)."""
+    if not saved or not current:
+        return False
+    saved_path, current_path = Path(saved), Path(current)
+    return saved_path.name == current_path.name and saved_path.parent.parent == current_path.parent.parent
+
+
 def _swap_in(temporary: str, target: str) -> None:
     """Rename ``temporary`` to ``target``. A directory at ``target`` (a sharded checkpoint) cannot be replaced by
-    one rename: it is moved aside first and removed after the new one is in place."""
+    one rename: it is moved aside first and removed after the new one is in place; a directory replacing a file
+    (the empty claim of the name) takes its place after the file is removed."""
+    if os.path.isdir(temporary) and os.path.isfile(target) and not os.path.islink(target):
+        os.remove(target)
     if os.path.isdir(target) and not os.path.islink(target):
         aside = f"{temporary}.old"
         os.rename(target, aside)

@@ -8,7 +8,7 @@ inf) is refused before anything is written, so a diverged run never replaces the
 :class:`OSError` naming the path and the size.
 
 Reading (:func:`load`): an empty, truncated or foreign file, a folder, a bare ``state_dict`` and a file holding
-arbitrary Python objects each get a :class:`CheckpointError` naming the file, what is wrong and what would work.
+arbitrary Python objects each get a :class:`~accelkit.checkpoint.CheckpointError` naming the file, what is wrong and what would work.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import math
 import os
 import pickle
 import socket
+import stat
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,7 +34,7 @@ from accelkit.utilities.processes import process_alive
 
 #: set to ``1`` to write checkpoints whose weights hold NaN or inf (refused by default)
 ALLOW_NON_FINITE_ENV = "ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS"
-_TMP_TAG = ".accelkit-tmp-"
+_TMP_TAG = ".accelkit-tmp-"  # temporary files: .accelkit-tmp-<host>-<pid>-<random>.tmp
 
 
 class CheckpointError(AccelkitError, ValueError):
@@ -59,7 +61,7 @@ def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
     _refuse_non_finite(obj, path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temp_files(path.parent)
-    prefix = f".{path.name}{_TMP_TAG}{_host()}-{os.getpid()}-"
+    prefix = f"{_TMP_TAG}{_host()}-{os.getpid()}-"  # short and hidden: the target's own name may be near 255
     fd, tmp_name = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
     written = 0
     try:
@@ -86,16 +88,9 @@ def _raise_write_error(exc: BaseException, path: Path, tmp_name: str, written: i
     """Turn torch's stream errors (``unexpected pos 17664 vs 17556``) into an OSError that says what happened."""
     code = exc.errno if isinstance(exc, OSError) and exc.errno else None
     if code is None:
-        try:  # torch's zip writer hides the OS error: a write that cannot complete says which
-            with open(tmp_name, "ab") as probe:
-                probe.write(b"\0" * 4096)
-                probe.flush()
-                os.fsync(probe.fileno())
-        except OSError as probe_error:
-            code = probe_error.errno
-        else:
-            if not isinstance(exc, OSError):
-                raise exc  # not a write failure (a pickling error, say): as it was
+        code = probe_write_error(tmp_name)  # torch's zip writer hides the OS error
+        if code is None and not isinstance(exc, OSError):
+            raise exc  # not a write failure (a pickling error, say): as it was
     try:
         usage = os.statvfs(path.parent)
         free = f"; {usage.f_bavail * usage.f_frsize} bytes free on that file system"
@@ -108,6 +103,20 @@ def _raise_write_error(exc: BaseException, path: Path, tmp_name: str, written: i
     raise OSError(code or errno.EIO, f"could not write checkpoint {str(path)!r}: {reason} (after {written} bytes"
                   f"{free}). The previous file at that path, if any, is unchanged; free space or choose another "
                   "folder (default_root_dir or ModelCheckpoint(dirpath=...)).", str(path)) from exc
+
+
+def probe_write_error(file: str | os.PathLike) -> int | None:
+    """The ``errno`` of appending 4 KiB to ``file`` (flushed to disk), or ``None`` if that works: what a write that
+    failed without saying why (torch's zip writer: ``unexpected pos 704 vs 598``) met, such as ``ENOSPC``. A
+    successful probe leaves its bytes; probe a file that is discarded anyway."""
+    try:
+        with open(file, "ab") as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    except OSError as probe_error:
+        return probe_error.errno
+    return None
 
 
 def _host() -> str:
@@ -207,11 +216,7 @@ def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_loc
     except pickle.UnpicklingError as exc:
         if not weights_only:
             raise CheckpointError(f"checkpoint {name} is damaged: unpickling failed ({exc}).") from exc
-        raise UnsafeCheckpointError(
-            f"checkpoint {name} holds Python objects that safe loading refuses ({_first_reason(exc)}). Checkpoints "
-            "accelkit writes hold plain data only (tensors, numbers, strings, containers); this one was written "
-            "with something else (a callback's or the Module's on_save_checkpoint, or hyperparameters of another "
-            "type): store plain values there and save again.") from exc
+        raise unsafe_checkpoint_error(name, exc) from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
         where = f" ({_size(path)})" if is_path else ""
         hint = _alternatives(path) if is_path else ""
@@ -231,6 +236,19 @@ def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_loc
     return checkpoint
 
 
+def unsafe_checkpoint_error(name: str, reason: str | BaseException) -> UnsafeCheckpointError:
+    """The one refusal of a checkpoint holding objects safe loading does not admit (a file, or a part of a sharded
+    checkpoint): ``name`` is the file's quoted path, ``reason`` what was refused (``GLOBAL posix.system``) or the
+    weights-only unpickler's error, whose telling line is quoted."""
+    if isinstance(reason, BaseException):
+        reason = _first_reason(reason)
+    return UnsafeCheckpointError(
+        f"checkpoint {name} holds Python objects that safe loading refuses ({reason}). Checkpoints "
+        "accelkit writes hold plain data only (tensors, numbers, strings, containers); this one was written "
+        "with something else (a callback's or the Module's on_save_checkpoint, or hyperparameters of another "
+        "type): store plain values there and save again.")
+
+
 def check_file(path: str | os.PathLike) -> None:
     """Refuse, with a sentence, what cannot be a ``torch.save`` file: a missing path, a folder, an empty file, a
     file that is not a PyTorch archive, a truncated archive. Reads a few bytes; unpickles nothing."""
@@ -241,6 +259,9 @@ def check_file(path: str | os.PathLike) -> None:
         raise IsADirectoryError(f"checkpoint {str(path)!r} is a folder, not a checkpoint file; give the path of a "
                                 f".ckpt file in it.{inside}")
     if not path.is_file():
+        if os.path.exists(path):  # a device, a FIFO, a socket: opening it could block or never end
+            raise CheckpointError(f"checkpoint {str(path)!r} is {_file_kind(path)}, not a regular file; give the "
+                                  "path of a checkpoint file written by trainer.save_checkpoint or ModelCheckpoint.")
         raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
     size = path.stat().st_size
     if size == 0:
@@ -259,6 +280,24 @@ def check_file(path: str | os.PathLike) -> None:
     raise CheckpointError(
         f"{str(path)!r} ({size} bytes, starting with {head!r}) is not a PyTorch checkpoint: torch.save writes a zip "
         f"archive. Check the path. {_alternatives(path)}")
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+def crc32_of(file: str | os.PathLike) -> int:
+    """The CRC-32 of ``file``'s bytes, read in 16 MiB pieces."""
+    value = 0
+    with open(file, "rb") as handle:
+        while piece := handle.read(1 << 24):
+            value = zlib.crc32(piece, value)
+    return value
 
 
 def _first_reason(exc: BaseException) -> str:

@@ -11,15 +11,18 @@ global zero renames it into place, so the target is either complete or absent (o
 Loading reshards: DCP reads, on each process, the pieces of every tensor that process now owns, whatever the world
 size at saving time. :func:`load_full` reads a whole checkpoint into one process without a process group (a plain
 unsharded module), and :func:`consolidate` writes it as one ordinary checkpoint file that
-``torch.load(path, weights_only=True)`` reads.
+``torch.load(path, weights_only=True)`` reads. Reading runs nothing from the checkpoint and names a damaged file
+(:mod:`accelkit.checkpoint.dcp_reading`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +38,9 @@ METADATA_FILE = "accelkit_checkpoint.pt"
 OPTIMIZER_COUNT_KEY = "accelkit_num_optimizer_states"
 #: the key, in :data:`METADATA_FILE`, naming the format
 FORMAT_KEY = "accelkit_checkpoint_format"
+#: the key, in :data:`METADATA_FILE`, of the CRC-32 of every other file of the directory (:func:`file_checksums`),
+#: checked as each file is read: flipped bytes inside a tensor's data are otherwise read without complaint
+CHECKSUMS_KEY = "accelkit_file_checksums"
 #: the checkpoint entries stored through DCP (sharded); everything else goes to :data:`METADATA_FILE`
 SHARDED_KEYS = ("state_dict", "optimizer_states")
 
@@ -42,10 +48,12 @@ SHARDED_KEYS = ("state_dict", "optimizer_states")
 @dataclass(frozen=True)
 class DeferredState:
     """Stands for optimizer ``index``'s state in the sharded checkpoint at ``path``, read once the optimizer
-    exists (a sharded optimizer state is read into a template built from the live optimizer)."""
+    exists (a sharded optimizer state is read into a template built from the live optimizer); ``weights_only``
+    as the load that deferred it."""
 
     path: str
     index: int
+    weights_only: bool = True
 
 
 def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
@@ -65,8 +73,8 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
     ``checkpoint["state_dict"]`` and ``checkpoint["optimizer_states"]`` (a list) go through DCP: each process writes
     the shards it holds (DTensors), replicated tensors are written once. The rest is written by global zero into
     :data:`METADATA_FILE`. The directory appears at ``path`` only when complete; a save that fails removes its
-    temporary directory, and one that was killed leaves only a hidden ``.<name>.tmp-*`` directory, removed by the
-    next save of the same name.
+    temporary directory, and one that was killed leaves only a hidden ``.accelkit-<hash>.tmp-*`` directory
+    (:func:`hidden_sibling`), removed by the next save of the same name.
 
     :param barrier: the strategy's ``barrier``; :param broadcast: its ``broadcast`` (the temporary name is agreed
         on); both no-ops for one process.
@@ -75,17 +83,19 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
 
     target = Path(path).absolute()
     token = broadcast(secrets.token_hex(4) if is_global_zero else None)
-    temporary = target.parent / f".{target.name}.tmp-{token}"
+    temporary = hidden_sibling(target, f"tmp-{token}")
     if is_global_zero:
         target.parent.mkdir(parents=True, exist_ok=True)
-        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a killed save
+        for stale in target.parent.glob(hidden_sibling(target, "tmp-*").name):  # left by a killed save
             shutil.rmtree(stale, ignore_errors=True)
         temporary.mkdir()
     barrier("sharded_checkpoint_start")
     tensors, metadata = split(checkpoint)
     try:
-        dcp.save(tensors, checkpoint_id=temporary)
-        if is_global_zero:
+        with _write_error(target, temporary), _real_failure():
+            dcp.save(tensors, checkpoint_id=temporary)
+        if is_global_zero:  # every process has written its files (DCP's save ends with a collective)
+            metadata[CHECKSUMS_KEY] = file_checksums(temporary)
             ckpt.atomic_save(ckpt.to_cpu(metadata), temporary / METADATA_FILE)
     except BaseException:
         if is_global_zero:
@@ -96,6 +106,33 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
         _replace(temporary, target)
     barrier("sharded_checkpoint_renamed")
     return target
+
+
+@contextlib.contextmanager
+def _write_error(target: Path, temporary: Path) -> Iterator[None]:
+    """A failed write of the shards (disk full, quota, permissions) as an OSError naming the checkpoint, the
+    cause and what is kept; torch's writer may hide the OS error in a RuntimeError: a probe write finds it."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        code = exc.errno if isinstance(exc, OSError) and exc.errno else None
+        if code is None:
+            code = ckpt.probe_write_error(temporary / f".probe-{secrets.token_hex(4)}")
+        if code is None:
+            raise
+        cause = os.strerror(code) + (f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else "")
+        raise OSError(code, f"could not write sharded checkpoint {str(target)!r}: {cause}. The previous "
+                      "checkpoint at that path, if any, is unchanged; free space or choose another folder "
+                      "(default_root_dir or ModelCheckpoint(dirpath=...)).") from exc
+
+
+def file_checksums(folder: str | os.PathLike) -> dict[str, int]:
+    """The CRC-32 of every file in ``folder`` (DCP's index and shards), by name."""
+    checksums = {}
+    for file in sorted(Path(folder).iterdir()):
+        if file.is_file() and file.name != METADATA_FILE:
+            checksums[file.name] = ckpt.crc32_of(file)
+    return checksums
 
 
 def split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -116,10 +153,18 @@ def _replace(temporary: Path, target: Path) -> None:
     if not os.path.lexists(target):
         os.rename(temporary, target)
         return
-    aside = target.parent / f".{target.name}.old-{secrets.token_hex(4)}"
+    aside = hidden_sibling(target, f"old-{secrets.token_hex(4)}")
     os.rename(target, aside)
     os.rename(temporary, target)
     remove(aside)
+
+
+def hidden_sibling(target: Path, tag: str) -> Path:
+    """A short hidden name beside ``target`` for its temporary (``tag="tmp-<token>"``) or set-aside copy:
+    ``.accelkit-<8 hex digits of target's name>.<tag>``, so a target name near the 255-byte limit still has one,
+    and the stale temporaries of one target are found by a glob (``tag="tmp-*"``)."""
+    digest = hashlib.sha1(target.name.encode(), usedforsecurity=False).hexdigest()[:8]
+    return target.parent / f".accelkit-{digest}.{tag}"
 
 
 def remove(path: str | os.PathLike) -> None:
@@ -138,33 +183,69 @@ def load_metadata(path: str | os.PathLike, weights_only: bool = True) -> dict[st
                                 f"{METADATA_FILE} and .metadata)")
     metadata = ckpt.load(Path(path) / METADATA_FILE, weights_only=weights_only)
     metadata.pop(FORMAT_KEY, None)
+    metadata.pop(CHECKSUMS_KEY, None)
     return metadata
 
 
-def load_into(path: str | os.PathLike, template: dict[str, Any]) -> dict[str, Any]:
+def _reader(path: str | os.PathLike, weights_only: bool) -> Any:
+    """DCP's reader of ``path`` that runs nothing and checks each file against the checksums saved with it."""
+    from accelkit.checkpoint.dcp_reading import SafeReader
+
+    saved = ckpt.load(Path(path) / METADATA_FILE, weights_only=weights_only)
+    return SafeReader(path, checksums=saved.get(CHECKSUMS_KEY) if isinstance(saved, dict) else None)
+
+
+def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: bool = True) -> dict[str, Any]:
     """Read the entries of ``template`` from the checkpoint at ``path`` into its tensors, in place (each process
-    reads the pieces of its shards, whatever the world size at saving time); returns ``template``."""
+    reads the pieces of its shards, whatever the world size at saving time); returns ``template``.
+
+    Nothing in the checkpoint runs: DCP's index admits only DCP's types, other entries only plain data unless
+    ``weights_only=False`` (:mod:`accelkit.checkpoint.dcp_reading`).
+
+    :raises ~accelkit.checkpoint.files.UnsafeCheckpointError: the checkpoint holds other objects.
+    :raises ~accelkit.checkpoint.files.CheckpointError: a file of it is damaged (named).
+    """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+    from accelkit.checkpoint.dcp_reading import SafeLoadPlanner
 
     no_dist = not (dist.is_available() and dist.is_initialized())
-    dcp.load(template, checkpoint_id=Path(path), no_dist=no_dist)
+    with _real_failure():
+        dcp.load(template, storage_reader=_reader(path, weights_only), planner=SafeLoadPlanner(path, weights_only),
+                 no_dist=no_dist)
     return template
+
+
+@contextlib.contextmanager
+def _real_failure() -> Iterator[None]:
+    """Raise the error inside DCP's ``CheckpointException`` (a ``BaseException``, which ``except Exception``
+    misses) in its place: the damaged file, the refused object, ``No space left on device``."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from accelkit.checkpoint.dcp_reading import unwrap_failure
+
+    try:
+        yield
+    except CheckpointException as exc:
+        raise unwrap_failure(exc) from exc
 
 
 def load_full(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
     """The whole checkpoint at ``path`` in one process, without a process group, in the ordinary single-file
-    format: full tensors on the CPU, optimizer states keyed by index as ``optimizer.state_dict()`` gives them."""
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    format: full tensors on the CPU, optimizer states keyed by index as ``optimizer.state_dict()`` gives them.
+    As safe as :func:`load_into`."""
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
+    from accelkit.checkpoint.dcp_reading import SafeEverythingPlanner
+
     checkpoint = load_metadata(path, weights_only=weights_only)
+    reader = _reader(path, weights_only)  # DCP's index: refused or damaged before any shard is read
     count = int(checkpoint.pop(OPTIMIZER_COUNT_KEY, -1))
     tensors: dict[str, Any] = {}
     # as torch's own dcp_to_torch_save: read every entry the checkpoint holds, with no template to fill
-    _load_state_dict(tensors, storage_reader=FileSystemReader(Path(path)), planner=_EmptyStateDictLoadPlanner(),
-                     no_dist=True)
+    with _real_failure():
+        _load_state_dict(tensors, storage_reader=reader, planner=SafeEverythingPlanner(path, weights_only),
+                         no_dist=True)
     checkpoint["state_dict"] = tensors.get("state_dict", {})
     if count >= 0:
         saved = tensors.get("optimizer_states", {})

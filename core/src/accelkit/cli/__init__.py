@@ -5,10 +5,11 @@
   hook (the core's in ``accelkit.plugins.builtin``);
 - ``commands``: helpers the commands use to read their words;
 - :mod:`~accelkit.cli.plugins_command` and :mod:`~accelkit.cli.doctor`: ``accelkit plugins`` and ``accelkit doctor``;
-- ``file_command``, :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`:
-  ``fit file.py:Class``, ``fit|validate|test|predict --config``, ``checkpoint``;
+- :mod:`~accelkit.cli.stage_commands`, :mod:`~accelkit.cli.checkpoint_command`: ``fit|validate|test|predict``
+  (``--config`` files and options, or ``fit file.py:Class --max-epochs 3``), ``checkpoint``;
 - ``lightning_cli`` and :mod:`~accelkit.cli.config`: :class:`~accelkit.cli.CLI` on jsonargparse, with
-  :mod:`~accelkit.cli.class_paths` and :mod:`~accelkit.cli.config_errors`.
+  :mod:`~accelkit.cli.class_paths`, :mod:`~accelkit.cli.config_errors` and :mod:`~accelkit.cli.help_text` (``--help``
+  as plain text).
 
 The jsonargparse-based names (``CLI``, ``LightningCLI``, ``ArgumentParser``, ``SaveConfigCallback``, ...) are
 imported on first use, so the ``accelkit`` command starts without jsonargparse.

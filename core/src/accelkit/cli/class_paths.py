@@ -1,9 +1,10 @@
 """Class paths in configurations: Lightning's names mapped to accelkit's, and ``file.py:Class`` targets.
 
 A YAML file written for ``LightningCLI`` names classes such as ``lightning.pytorch.callbacks.ModelCheckpoint``.
-:func:`translate_text` rewrites every such path to the accelkit class of the same job before the text is parsed,
-and refuses a Lightning class accelkit has no counterpart for, naming what accelkit offers instead. Importing
-this module imports neither jsonargparse nor Lightning.
+:func:`translate_value` rewrites every such class path of a loaded configuration (the values of ``class_path`` keys,
+and of hydra-style ``_target_`` keys) to the accelkit class of the same job, and refuses a Lightning class accelkit
+has no counterpart for, naming what accelkit offers instead. It works on the YAML's data, not on its text: comments,
+keys and other strings are left as they are. Importing this module imports neither jsonargparse nor Lightning.
 """
 
 from __future__ import annotations
@@ -48,7 +49,15 @@ LIGHTNING_CLASSES: dict[str, str] = {
 #: Distributions that provide an accelkit class named above, for the message when it is not installed.
 _DISTRIBUTIONS = {"accelkit_mlflow": "accelkit-mlflow"}
 
+#: module name -> file, for each module :func:`load_class` imported from a file (``examples/digits.py:Net`` is
+#: module ``digits``); a saved configuration names such classes by their file (see
+#: :func:`accelkit.cli.saved_config.file_form_class_paths`).
+FILE_MODULES: dict[str, Path] = {}
+
 _PATH = re.compile(r"(?<![\w.])(?:lightning\.pytorch|pytorch_lightning)(?:\.[A-Za-z_]\w*)+")
+
+#: the keys whose value is a class path to translate: jsonargparse's, and hydra's ``_target_``
+CLASS_PATH_KEYS = ("class_path", "_target_")
 
 
 def _key(path: str) -> tuple[str, str]:
@@ -64,17 +73,56 @@ def _key(path: str) -> tuple[str, str]:
 _BY_KEY = {_key(name): target for name, target in LIGHTNING_CLASSES.items()}
 
 
+def is_lightning_path(value: object) -> bool:
+    """Whether ``value`` is a dotted path under one of :data:`LIGHTNING_PREFIXES` (a whole string, nothing else)."""
+    return isinstance(value, str) and _PATH.fullmatch(value) is not None
+
+
+def _mirror(lightning_path: str, group: str, name: str) -> str | None:
+    """The accelkit class at Lightning's path under the mechanical rule ``lightning.pytorch.X -> accelkit.X``, or at
+    ``accelkit.<group>.<Name>`` (Lightning's ``callbacks.model_summary.ModelSummary`` is
+    ``accelkit.callbacks.ModelSummary``); only accelkit's own modules are imported to look."""
+    rest = lightning_path.split(".", 2)[2] if lightning_path.startswith("lightning.") else \
+        lightning_path.split(".", 1)[1]
+    for candidate in dict.fromkeys([f"accelkit.{rest}", f"accelkit.{group}.{name}" if group else ""]):
+        module_name, _, attribute = candidate.rpartition(".")
+        if not module_name.startswith("accelkit"):
+            continue
+        try:
+            found = getattr(importlib.import_module(module_name), attribute, None)
+        except ImportError:
+            continue
+        if isinstance(found, type):
+            return candidate
+    return None
+
+
+def _offered(group: str) -> list[str]:
+    """The class paths accelkit offers in a sub-package (``callbacks``...): :data:`LIGHTNING_CLASSES`' and the
+    classes ``accelkit.<group>`` exports, one per class name."""
+    offered = {t.rsplit(".", 1)[1]: t for (g, _), t in _BY_KEY.items() if g == group}
+    try:
+        module = importlib.import_module(f"accelkit.{group}") if group.isidentifier() else None
+    except ImportError:
+        module = None
+    for name in getattr(module, "__all__", []):
+        if isinstance(getattr(module, name, None), type):
+            offered.setdefault(name, f"accelkit.{group}.{name}")
+    return sorted(offered.values())
+
+
 def accelkit_class_path(lightning_path: str) -> str:
-    """The accelkit class path standing for a Lightning class path.
+    """The accelkit class path standing for a Lightning class path: the one :data:`LIGHTNING_CLASSES` names, else
+    the accelkit class at the same path with ``accelkit`` for ``lightning.pytorch`` (or in the same sub-package).
 
     :param lightning_path: e.g. ``"lightning.pytorch.callbacks.early_stopping.EarlyStopping"``.
     :raise ConfigurationError: when accelkit has no such class; the message names the classes it has in the same
         group (callbacks, loggers ...).
     """
     group, name = _key(lightning_path)
-    target = _BY_KEY.get((group, name))
+    target = _BY_KEY.get((group, name)) or _BY_KEY.get(("", name)) or _mirror(lightning_path, group, name)
     if target is None:
-        same_group = sorted(t for (g, _), t in _BY_KEY.items() if g == group) or sorted(set(_BY_KEY.values()))
+        same_group = _offered(group) or sorted(set(_BY_KEY.values()))
         import difflib
 
         names = {t.rsplit(".", 1)[1].lower(): t.rsplit(".", 1)[1] for t in same_group}
@@ -93,23 +141,32 @@ def accelkit_class_path(lightning_path: str) -> str:
     return target
 
 
-def translate_text(text: str) -> str:
-    """``text`` with every Lightning class path replaced by its accelkit counterpart (see
-    :func:`accelkit_class_path`); text without one is returned unchanged."""
-    if "lightning" not in text:
-        return text
-    return _PATH.sub(lambda match: accelkit_class_path(match.group(0)), text)
-
-
 def translate_value(value: Any) -> Any:
-    """:func:`translate_text` applied to every string inside nested dicts and lists."""
-    if isinstance(value, str):
-        return translate_text(value)
+    """A loaded configuration with the Lightning class path of every ``class_path`` (or ``_target_``) key replaced
+    by its accelkit counterpart (see :func:`accelkit_class_path`), in nested dicts and lists. A string that is a
+    whole Lightning class path elsewhere (``--trainer.logger lightning.pytorch.loggers.CSVLogger``) is replaced when
+    accelkit has the class and left alone otherwise; other keys and strings are left as they are."""
     if isinstance(value, dict):
-        return {key: translate_value(item) for key, item in value.items()}
+        return {key: (accelkit_class_path(item) if key in CLASS_PATH_KEYS and is_lightning_path(item)
+                      else translate_value(item)) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(translate_value(item) for item in value)
+    if is_lightning_path(value):
+        try:
+            return accelkit_class_path(value)
+        except ConfigurationError:
+            return value
     return value
+
+
+def translate_word(word: str) -> str:
+    """A command-line word with a Lightning class path given as the whole word or as the whole value of
+    ``--key=value`` replaced (see :func:`translate_value`); values in YAML or JSON form are translated when the
+    configuration loader reads them."""
+    option, equals, given = word.partition("=")
+    if equals and option.startswith("-"):
+        return f"{option}={translate_value(given)}"
+    return translate_value(word)
 
 
 def load_class(target: str, base: type, kind: str) -> type:
@@ -142,6 +199,8 @@ def load_class(target: str, base: type, kind: str) -> type:
             raise  # the module exists but imports something missing: the traceback is the useful answer
         raise SystemExit(f"accelkit: cannot import {module_name!r} ({exc}); give a file path "
                          "(path/to/file.py:Class) or a module importable from the current folder") from None
+    if location.endswith(".py") or "/" in location or "\\" in location:
+        FILE_MODULES[module_name] = path
     names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, base)
                    and v is not base)
     cls = getattr(module, class_name, None)

@@ -13,6 +13,9 @@ This module imports jsonargparse; ``import accelkit`` does not import it.
 from __future__ import annotations
 
 import os
+import re
+import sys
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -28,9 +31,19 @@ except ModuleNotFoundError as _missing:  # the core's optional extra
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
-from accelkit.cli.class_paths import translate_text, translate_value
-from accelkit.cli.config_errors import explain
-from accelkit.cli.saved_config import accept_class_paths, import_class_path, with_class_paths
+from accelkit.cli.class_paths import translate_value
+from accelkit.cli.class_path_safety import only_classes_are_built, values_of_any_stay_data
+from accelkit.cli.config_errors import error_lines, explain
+from accelkit.cli.help_text import PlainHelpFormatter
+from accelkit.cli.saved_config import (
+    accept_class_paths,
+    file_form_class_paths,
+    import_class_path,
+    resolve_file_class_paths,
+    started_in,
+    with_class_paths,
+)
+from accelkit.errors import ConfigurationError
 from accelkit.loggers import Logger
 from accelkit.loggers import tensorboard as _tensorboard  # noqa: F401  (class name resolution needs it imported)
 from accelkit.module.datamodule import DataModule
@@ -43,13 +56,13 @@ from accelkit.trainer.trainer import Trainer
 #: (``sys.argv``).
 ArgsType = list[str] | dict[str, Any] | Namespace | None
 
-#: The parser mode: YAML, with Lightning class paths rewritten to accelkit's before parsing.
+#: The parser mode: YAML, with Lightning class paths in the loaded data rewritten to accelkit's.
 PARSER_MODE = "accelkit_yaml"
 
 
 def _load(text: str) -> Any:
     # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
-    return accept_class_paths(get_loader("yaml")(translate_text(text)))
+    return accept_class_paths(resolve_file_class_paths(translate_value(get_loader("yaml")(text))))
 
 
 set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
@@ -80,6 +93,9 @@ LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[Any, Any, str]] = {
 _LR_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
+_FIELD = re.compile(r":\w+(?: [^:`]*)?:(?:\s|$)")  # a field of a docstring (":param x:", ":raises:")
+
+
 def param_help(cls: type) -> dict[str, str]:
     """``:param name: text`` entries of a class docstring (one logical line each)."""
     found: dict[str, str] = {}
@@ -90,7 +106,7 @@ def param_help(cls: type) -> dict[str, str]:
             name, _, rest = text[len(":param "):].partition(":")
             current = name.strip()
             found[current] = rest.strip()
-        elif current and text and not text.startswith(":"):
+        elif current and text and not _FIELD.match(text):  # a continuation may start with a role (:class:`X`)
             found[current] += " " + text
         else:
             current = None
@@ -127,10 +143,10 @@ def instantiate_config(parser: Any, config: Namespace) -> Namespace:
 
 def dump_config(parser: Any, config: Namespace) -> str:
     """``config`` as YAML with every key, ``null`` values included (so that the file repeats the run)."""
-    import inspect
-
-    keep_nulls = "skip_unset" if "skip_unset" in inspect.signature(parser.dump).parameters else "skip_none"
-    text = parser.dump(config, **{keep_nulls: False})
+    try:
+        text = parser.dump(config, skip_unset=False)
+    except TypeError:  # jsonargparse before 4.49 (its signature is hidden behind a wrapper, so ask by calling)
+        text = parser.dump(config, skip_none=False)
     classes = getattr(parser, "fixed_classes", None)
     # the model and data classes are named even where this CLI fixes them, so that every command reads the file
     return with_class_paths(text, config, classes) if classes else text
@@ -146,6 +162,7 @@ class ArgumentParser(_JsonArgParser):
         kwargs.setdefault("parser_mode", PARSER_MODE)
         kwargs.setdefault("dump_header", [f"accelkit=={__version__}"])
         kwargs.setdefault("allow_abbrev", False)  # a misspelt key is reported with the close one, not guessed
+        kwargs.setdefault("formatter_class", PlainHelpFormatter)
         super().__init__(*args, description=description, **kwargs)
         #: keys of callback argument groups added with :meth:`add_lightning_class_args`
         self.callback_keys: list[str] = []
@@ -190,15 +207,72 @@ class ArgumentParser(_JsonArgParser):
             self.add_class_arguments(classes, key, sub_configs=True, **options)
         table[key] = (classes, link_to)
 
+    def dump(self, *args: Any, **kwargs: Any) -> str:
+        """As jsonargparse's, with classes of files outside the current folder named by their file
+        (:func:`~accelkit.cli.saved_config.file_form_class_paths`), so that the text loads back from here."""
+        return file_form_class_paths(super().dump(*args, **kwargs))
+
     def parse_object(self, cfg_obj: Any, *args: Any, **kwargs: Any) -> Namespace:
         """As jsonargparse's, with Lightning class paths in ``cfg_obj`` mapped to accelkit's."""
         if isinstance(cfg_obj, Namespace):
             cfg_obj = cfg_obj.as_dict()
-        return super().parse_object(accept_class_paths(translate_value(cfg_obj)), *args, **kwargs)
+        with values_of_any_stay_data():
+            return super().parse_object(accept_class_paths(translate_value(cfg_obj)), *args, **kwargs)
+
+    def parse_string(self, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().parse_string(*args, **kwargs)
+
+    def parse_path(self, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().parse_path(*args, **kwargs)
+
+    def parse_env(self, *args: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().parse_env(*args, **kwargs)
+
+    def dump(self, *args: Any, **kwargs: Any) -> str:
+        """As jsonargparse's (see :meth:`parse_args`)."""
+        with values_of_any_stay_data():
+            return super().dump(*args, **kwargs)
+
+    def instantiate(self, *args: Any, **kwargs: Any) -> Any:
+        """As jsonargparse's (see :meth:`parse_args`; ``instantiate_classes`` before jsonargparse 4.49)."""
+        only_classes_are_built(args[0] if args else kwargs.get("cfg"))
+        with values_of_any_stay_data():
+            return super().instantiate(*args, **kwargs)
+
+    def instantiate_classes(self, *args: Any, **kwargs: Any) -> Any:
+        """As jsonargparse's (see :meth:`parse_args`); jsonargparse's name for :meth:`instantiate` before 4.49."""
+        only_classes_are_built(args[0] if args else kwargs.get("cfg"))
+        with values_of_any_stay_data():
+            return super().instantiate_classes(*args, **kwargs)
+
+    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:
+        """As jsonargparse's, with three differences: a value given for an ``Any``/untyped argument stays data (see
+        :func:`~accelkit.cli.class_path_safety.values_of_any_stay_data`, as in every method of this parser that
+        reads, writes or builds values); the words are kept, so that an error names every unknown key among them;
+        files named in configurations are also looked for from the current folder (see
+        :func:`~accelkit.cli.saved_config.started_in`)."""
+        self.parsed_words = [str(word) for word in (sys.argv[1:] if args is None else args)]
+        with started_in(Path.cwd()), values_of_any_stay_data():
+            return super().parse_args(args, *more, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None) -> Any:
-        """Report a parse error with what :func:`accelkit.cli.config_errors.explain` adds (close key, accepted values)."""
-        return super().error(explain(self, message), ex)
+        """Report a parse error: with ``exit_on_error``, every unknown key with its closest known one (or the key,
+        the value and what is accepted; :mod:`accelkit.cli.config_errors`) and one line on where to find help, on
+        stderr, then exit with 2; without, raise with what :func:`~accelkit.cli.config_errors.explain` adds."""
+        if not self.exit_on_error:
+            return super().error(explain(self, message), ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        prog = parser.prog.replace(" [options]", "")
+        lines = error_lines(self, message, getattr(self, "parsed_words", []))
+        sys.stderr.write("".join(f"{prog}: error: {line}\n" for line in lines)
+                         + f"Run '{prog} --help' to see every key and the values it accepts.\n")
+        self.exit(2)
 
 
 class SaveConfigCallback(Callback):
@@ -242,8 +316,9 @@ class SaveConfigCallback(Callback):
             path = os.path.join(trainer.log_dir, self.config_filename)
             exists = trainer.strategy.broadcast(os.path.isfile(path) if trainer.is_global_zero else False)
             if exists and not self.overwrite:
-                raise RuntimeError(f"{path} exists already: a former run's configuration. Delete it, pass "
-                                   "save_config_kwargs={'overwrite': True}, or save_config_callback=None")
+                raise ConfigurationError(f"{path} exists already: a former run's configuration. Delete it, "
+                                         "choose another trainer.default_root_dir, pass save_config_kwargs="
+                                         "{'overwrite': True}, or save_config_callback=None")
             if trainer.is_global_zero:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "w", encoding="utf-8") as handle:

@@ -8,6 +8,7 @@ the accepted types or choices.
 from __future__ import annotations
 
 import difflib
+import inspect
 import re
 from typing import Any
 
@@ -20,6 +21,9 @@ _UNKNOWN = (re.compile(r"does not accept option '([^']+)'"),
 _BAD_VALUE = re.compile(r'Parser key "([^"]+)":')
 _GIVEN = re.compile(r"Given value: (.*)")
 _EXPECTED = re.compile(r"Expected a (?:<class '([\w.]+)'>|(\S+))")
+_CLASS_OPTION = re.compile(r'Parser key "([^"]+)":.*?Problem with given class_path \'([^\']+)\':\s*'
+                           r"Option '([^']+)' is not accepted", re.DOTALL)
+_NESTED = re.compile(r"""^NestedArg\(key='([^']+)', val='(.*)'\)$""")
 _CHOICES = re.compile(r"Expected a (typing\.Literal\[[^\]]*\]|Literal\[[^\]]*\])")
 
 
@@ -70,10 +74,145 @@ def explain(parser: Any, message: str) -> str:
             hint = f" Did you mean {close!r}?" if close else ""
             return f"unknown key {key!r}.{hint} (`--help` lists every key)\n{message}"
     match = _BAD_VALUE.search(message)
+    if match and not _GIVEN.search(message):  # no value to name (a file that does not exist...): what it says
+        reason = message[match.end():].strip().splitlines()
+        return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
     if match:
         given = _GIVEN.search(message)
-        value = given.group(1).strip() if given else "?"
+        key, value = match.group(1), given.group(1).strip() if given else "?"
+        nested = _NESTED.match(value)  # a --model.hidden abc: jsonargparse shows the group and its NestedArg
         accepted = _accepted(message)
-        return (f"{match.group(1)}: value {value!r} is not accepted"
+        if nested:
+            key, value = f"{key}.{nested.group(1)}", nested.group(2)
+            inner = message.split(f'Parser key "{nested.group(1)}":', 1)
+            accepted = _accepted(inner[1].split("\n    - ", 1)[0]) if len(inner) == 2 else ""
+        return (f"{key}: value {value!r} is not accepted"
                 + (f"; accepted: {accepted}" if accepted else "") + f"\n{message}")
     return message
+
+
+def _under_a_leaf(key: str, known: set[str]) -> bool:
+    """Whether ``key`` is a part of a known key that takes a whole mapping (``trainer.max_time.hours``)."""
+    parts = key.split(".")
+    prefixes = {".".join(parts[:cut]) for cut in range(1, len(parts))}
+    return any(p in known and not any(k.startswith(f"{p}.") for k in known) for p in prefixes)
+
+
+def _init_names(class_path: str) -> list[str] | None:
+    """The constructor's argument names of the class ``class_path`` names; ``None`` when it does not import or
+    takes ``**kwargs`` (any key may then be right)."""
+    from accelkit.cli.saved_config import import_class_path
+
+    try:
+        parameters = inspect.signature(import_class_path(class_path).__init__).parameters
+    except Exception:  # noqa: BLE001 - a short name or a typo: jsonargparse reports the class itself
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return None
+    return [name for name in parameters if name != "self"]
+
+
+def _chosen_class(group: str, words: list[str]) -> str | None:
+    """The class path given to ``--group`` among ``words`` (the last one), or ``None``."""
+    chosen = None
+    for index, word in enumerate(words):
+        if word.startswith(f"--{group}="):
+            chosen = word.split("=", 1)[1]
+        elif word == f"--{group}" and index + 1 < len(words):
+            chosen = words[index + 1]
+    return chosen if chosen and not chosen.lstrip().startswith(("{", "[")) else None
+
+
+def _unknown_in_class(key: str, known: set[str], words: list[str]) -> tuple[bool, list[str]]:
+    """Whether ``key`` lies under a group chosen by class path (``model.hidden``), and if so whether it is unknown
+    there: ``(False, [])`` for no such group or a class that cannot be judged, ``(True, candidates)`` otherwise."""
+    parts = key.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        group = ".".join(parts[:cut])
+        if f"{group}.help" not in known:
+            continue
+        chosen = _chosen_class(group, words)
+        names = _init_names(chosen) if chosen else None
+        rest = [p for p in parts[cut:] if p != "init_args"]
+        if names is None or not rest or rest[0] in ("class_path", "init_args", "dict_kwargs", "help") \
+                or rest[0] in names:
+            return False, []
+        return True, [f"{group}.{name}" for name in names]
+    return False, []
+
+
+def _flatten(value: dict, prefix: str = "") -> list[str]:
+    """A loaded configuration as the command-line words that would say the same (``--model models.Net``,
+    ``--model.hidden=3``), for checking its keys as words are checked; lists are left out."""
+    words: list[str] = []
+    for key, item in value.items():
+        name = f"{prefix}{key}"
+        if isinstance(item, dict) and "class_path" in item:
+            words += [f"--{name}", str(item["class_path"])]
+            item = item.get("init_args") or {}
+        if isinstance(item, dict) and item:
+            words += _flatten(item, f"{name}.")
+        else:
+            words.append(f"--{name}=")
+    return words
+
+
+def config_file_words(words: list[str]) -> list[str]:
+    """The keys of the ``--config``/``-c`` files among ``words`` as command-line words (see :func:`_flatten`);
+    a file that does not read as a YAML mapping adds nothing (the parser reports it)."""
+    import yaml
+
+    found: list[str] = []
+    for index, word in enumerate(words[:-1]):
+        if word in ("--config", "-c"):
+            try:
+                with open(words[index + 1], encoding="utf-8") as handle:
+                    loaded = yaml.safe_load(handle)
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(loaded, dict):
+                found += _flatten(loaded)
+    return found
+
+
+def unknown_keys(parser: Any, words: list[str], message: str = "") -> list[str]:
+    """One line per key that ``parser`` does not take, among the options of ``words`` and the one ``message`` (a
+    jsonargparse error) names, each with the closest known key: every unknown key at once, those of the model and
+    data classes (checked against the constructor of the class the words choose) and the keys of the ``--config``
+    files among the words included."""
+    known = set(known_keys(parser))
+    found: dict[str, list[str]] = {}
+    words = [*config_file_words(words), *words]
+    for word in words:
+        if not word.startswith("--") or word == "--":
+            continue
+        key = word[2:].split("=", 1)[0].rstrip("+")
+        if key in known or _under_a_leaf(key, known):
+            continue
+        in_class, candidates = _unknown_in_class(key, known, words)
+        if in_class or not any(key.startswith(f"{k}.") and f"{k}.help" in known for k in known):
+            found.setdefault(key, candidates or sorted(known))
+    match = _CLASS_OPTION.search(message)
+    if match:
+        group, class_path, option = match.groups()
+        names = _init_names(class_path) or []
+        found.setdefault(f"{group}.{option}", [f"{group}.{name}" for name in names])
+    for pattern in _UNKNOWN:
+        match = pattern.search(message)
+        if match:
+            found.setdefault(match.group(1).lstrip("-"), sorted(known))
+    lines = []
+    for key, candidates in found.items():
+        close = close_key(key, [k for k in candidates if not key.startswith(f"{k}.")])  # not its own group
+        lines.append(f"unknown key {key!r}." + (f" Did you mean {close!r}?" if close else ""))
+    return lines
+
+
+def error_lines(parser: Any, message: str, words: list[str]) -> list[str]:
+    """What a parse error shows: every unknown key with its closest known one, else the one-line summary of
+    :func:`explain` (the key, the given value, what is accepted), else jsonargparse's ``message`` itself."""
+    unknown = unknown_keys(parser, words, message)
+    if unknown:
+        return unknown
+    explained = explain(parser, message)
+    return [explained.split("\n", 1)[0]] if explained != message else [message]

@@ -147,7 +147,8 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
     :return: ``python``, ``packages`` (accelkit, torch, each plugin distribution and its requirements with the
         installed versions), ``plugins``, ``accelerators`` (availability, reason, device count, provider),
         ``auto`` (what ``accelerator="auto"`` picks), ``environment``, ``cluster_environment`` (the launcher
-        environment detected, why, and the ranks it gives; ``name`` ``None`` for a plain process; ``registered``:
+        environment detected, why, and the ranks it gives; ``name`` ``None`` for a plain process; ``stale``: the
+        sentence saying its variables are stale when no launcher process runs this one; ``registered``:
         every cluster environment in detection order with the variables it reads that are set) and ``problems``
         (each with its fix).
     """
@@ -224,6 +225,9 @@ def _cluster_environment_report(manager: Any, registry: Any, problems: list[str]
         report.update(found.describe())
         problems.extend(f"{p} Fix: correct the launcher's variables or start the script with the launcher."
                         for p in report["problems"])
+        report["stale"] = found.stale_variables()  # usable values, but no launcher stands behind them
+        if report["stale"]:
+            problems.append(report["stale"])
     return report
 
 

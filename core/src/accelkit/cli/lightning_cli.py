@@ -11,7 +11,7 @@ from typing import Any
 
 from jsonargparse import ActionConfigFile, Namespace
 
-from accelkit.cli.class_paths import translate_text
+from accelkit.cli.class_paths import translate_word
 from accelkit.cli.config import (
     LIGHTNING_ONLY_TRAINER_ARGUMENTS,
     TRAINER_TYPES,
@@ -142,8 +142,11 @@ class CLI:
             kwargs = {"description": description, **sub_kwargs.get(name, {})}
             parser = self.init_parser(**kwargs)
             self._add_arguments(parser)
-            self._subcommand_method_arguments[name] = parser.add_method_arguments(self.trainer_class, name,
-                                                                                  skip=set(skip))
+            added = parser.add_method_arguments(self.trainer_class, name, skip=set(skip))
+            self._subcommand_method_arguments[name] = added
+            for group in parser._action_groups:  # titled by the docstring's first line, which may stop mid-sentence
+                if any(action.dest in added for action in group._group_actions):
+                    group.title = f"Trainer.{name}: {description.rstrip('.')}"
             self._subcommand_parsers[name] = parser
             subcommands.add_subcommand(name, parser, help=description)
 
@@ -199,7 +202,7 @@ class CLI:
                 self.config = parser.parse_object(args)
                 return
             words = sys.argv[1:] if args is None else list(args)
-            self.config = parser.parse_args([translate_text(str(word)) for word in words])
+            self.config = parser.parse_args([translate_word(str(word)) for word in words])
 
     def _get(self, config: Namespace, key: str, default: Any = None) -> Any:
         return config.get(str(self.subcommand), config).get(key, default)

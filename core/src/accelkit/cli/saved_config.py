@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import re
 from collections.abc import Iterator
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,6 +26,7 @@ import yaml
 STAGES = ("fit", "validate", "test", "predict")
 
 _FIXED: ContextVar[dict[str, type]] = ContextVar("accelkit_cli_fixed_classes", default={})
+_STARTED_IN: ContextVar[Path | None] = ContextVar("accelkit_cli_started_in", default=None)
 
 
 class ClassPathMismatch(yaml.YAMLError):
@@ -62,7 +65,10 @@ def accept_class_paths(value: Any, classes: dict[str, type] | None = None) -> An
         group = out.get(key)
         if isinstance(group, dict) and "class_path" in group:
             named = group["class_path"]
-            if named not in (class_path_of(cls), cls.__name__) and _import(named) is not cls:
+            # another path to the same class (a re-export) is imported to compare; a path naming a class of
+            # another name is refused without importing anything
+            if named not in (class_path_of(cls), cls.__name__) and (
+                    str(named).rpartition(".")[2] != cls.__name__ or _import(named) is not cls):
                 raise ClassPathMismatch(
                     f"{key}.class_path is {named!r}, but this command builds its {key} from {class_path_of(cls)} "
                     f"(a CLI given that class, without subclass_mode_{'model' if key == 'model' else 'data'}=True): "
@@ -122,3 +128,63 @@ def _plain(value: Any) -> bool:
     if isinstance(value, dict):
         return all(isinstance(k, str) and _plain(v) for k, v in value.items())
     return False
+
+
+_CLASS_PATH_LINE = re.compile(r"^(\s*(?:-\s+)?class_path:\s+)([\w.]+)[ \t]*$", re.MULTILINE)
+_FILE_FORM = re.compile(r"\.py:[\w.]+$")
+
+
+def file_form_class_paths(text: str) -> str:
+    """``text`` (a dumped configuration) with the class paths of modules imported from a file outside the current
+    folder (``--model examples/digits.py:Net`` imports module ``digits``, which ``digits.Net`` would not find from
+    here) written in the file form, ``examples/digits.py:Net`` (relative to the current folder when under it),
+    which every command reads back (:func:`resolve_file_class_paths`). A module importable by its name from the
+    current folder keeps its dotted path."""
+    from accelkit.cli.class_paths import FILE_MODULES
+
+    if not FILE_MODULES:
+        return text
+    here = Path.cwd().resolve()
+
+    def file_form(match: re.Match) -> str:
+        parts = match.group(2).split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            file = FILE_MODULES.get(".".join(parts[:cut]))
+            if file is not None and file.parent != here:
+                shown = file.relative_to(here) if file.is_relative_to(here) else file
+                return f"{match.group(1)}{shown.as_posix()}:{'.'.join(parts[cut:])}"
+        return match.group(0)
+
+    return _CLASS_PATH_LINE.sub(file_form, text)
+
+
+def resolve_file_class_paths(value: Any) -> Any:
+    """``value`` (a loaded configuration) with every ``class_path`` of the file form (``examples/digits.py:Net``,
+    as :func:`file_form_class_paths` writes it) imported and replaced by its dotted path; the rest unchanged."""
+    from accelkit.cli.class_paths import dotted_class_path
+
+    if isinstance(value, list):
+        return [resolve_file_class_paths(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {key: resolve_file_class_paths(item) for key, item in value.items()}
+    named = out.get("class_path")
+    if isinstance(named, str) and _FILE_FORM.search(named):
+        location, _, name = named.rpartition(":")
+        started = _STARTED_IN.get()
+        # jsonargparse reads a file from the file's folder; the path was written relative to where the command ran
+        if started is not None and not Path(location).is_file() and (started / location).is_file():
+            location = str(started / location)
+        out["class_path"] = dotted_class_path(f"{location}:{name}", object, "class")
+    return out
+
+
+@contextlib.contextmanager
+def started_in(folder: Path) -> Iterator[None]:
+    """While parsing: the folder the command runs in, against which :func:`resolve_file_class_paths` also resolves
+    a relative file (jsonargparse reads a configuration file from that file's folder)."""
+    token = _STARTED_IN.set(folder)
+    try:
+        yield
+    finally:
+        _STARTED_IN.reset(token)

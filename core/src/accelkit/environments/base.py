@@ -38,6 +38,9 @@ class ClusterEnvironment:
     launches_every_process: ClassVar[bool] = True
     #: how to fix a missing rendezvous address, ending the problem :meth:`~accelkit.environments.ClusterEnvironment.validate` reports.
     address_hint: ClassVar[str] = "set MASTER_ADDR to the host of rank 0."
+    #: command names of the launcher's processes (``mpirun``, its node daemons) one of which is a parent of every
+    #: process it starts; empty: :meth:`launcher_running` cannot tell.
+    launcher_processes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env: Mapping[str, str] = os.environ if env is None else env
@@ -160,6 +163,28 @@ class ClusterEnvironment:
         if not values["main_address"]:
             problems.append(f"{where}: no rendezvous address; {self.address_hint}")
         return problems
+
+    def launcher_running(self) -> bool | None:
+        """Whether the launcher that set these variables still runs this process: ``True`` when one of
+        :attr:`launcher_processes` is among its parents, ``False`` when none is (the variables are stale: copied
+        into a shell or a job script), ``None`` when this environment or platform cannot tell."""
+        if not self.launcher_processes:
+            return None
+        from accelkit.utilities.processes import ancestor_names
+
+        names = ancestor_names()
+        if names is None:
+            return None
+        return any(name in self.launcher_processes for name in names)
+
+    def stale_variables(self) -> str | None:
+        """A sentence naming the variables when :meth:`launcher_running` says no launcher runs this process (no
+        peer will ever join), else ``None``."""
+        if self.launcher_running() is not False:
+            return None
+        return (f"{self.reason()}, but no launcher process ({', '.join(self.launcher_processes[:4])}...) runs this "
+                "process: these variables are stale (exported into the shell or copied into a job script), and "
+                "the other ranks they announce will never join. Unset them, or start the script with the launcher.")
 
     def describe(self) -> dict[str, Any]:
         """Plain data for ``accelkit doctor --json``: the name, the reason, the ranks (or the problems)."""

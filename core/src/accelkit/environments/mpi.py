@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import socket
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -34,6 +36,11 @@ class MPIEnvironment(ClusterEnvironment):
     }
     address_hint = ("MPI does not say where rank 0 runs across nodes; export MASTER_ADDR=<rank 0's host> to every "
                     "rank (Open MPI: mpirun -x MASTER_ADDR=...; MPICH: mpiexec -genv MASTER_ADDR ...).")
+    #: Open MPI's mpirun/prterun and node daemons, Hydra's (MPICH, Intel MPI) mpiexec and proxy, Slurm's step
+    #: daemon (srun --mpi), IBM's jsrun and Cray's aprun
+    launcher_processes: ClassVar[tuple[str, ...]] = (
+        "mpirun", "mpiexec", "orterun", "orted", "prterun", "prted", "prte", "mpiexec.hydra", "hydra_pmi_proxy",
+        "pmi_proxy", "slurmstepd", "srun", "jsrun", "jsm", "aprun", "flux-shell")
     _OMPI = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
     _PMI = ("PMI_RANK", "PMI_SIZE")
 
@@ -53,6 +60,18 @@ class MPIEnvironment(ClusterEnvironment):
         same_as_slurm = (SLURMEnvironment.detect(env) and env.get("SLURM_PROCID") == env[names[0]]
                          and env.get("SLURM_NTASKS") == env[names[1]])
         return not same_as_slurm
+
+    def launcher_running(self) -> bool | None:
+        """A launcher process among this process's parents; else, where the launcher left its contact address
+        (``PMIX_SERVER_URI*``, ``OMPI_MCA_orte_hnp_uri``: a container hides the parents), whether it answers."""
+        running = super().launcher_running()
+        if running:
+            return True
+        contacts = [found for name, value in self.env.items() if name.startswith(_CONTACT_VARIABLES)
+                    for found in re.findall(r"tcp4?://\[?([0-9A-Za-z.:-]+?)\]?:(\d+)", value)]
+        if contacts:
+            return any(_answers(host, int(port)) for host, port in contacts)
+        return running
 
     @property
     def _open_mpi(self) -> bool:
@@ -108,3 +127,16 @@ class MPIEnvironment(ClusterEnvironment):
             if self.env.get(variable):
                 return port_from_job_id(self.env[variable])
         return super().main_port
+
+
+#: variables where Open MPI (PMIx) leaves the address of the launcher's daemon
+_CONTACT_VARIABLES = ("PMIX_SERVER_URI", "OMPI_MCA_orte_hnp_uri", "OMPI_MCA_orte_local_daemon_uri")
+
+
+def _answers(host: str, port: int) -> bool:
+    """Whether something accepts a TCP connection at ``host:port`` within a second."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False

@@ -58,6 +58,10 @@ def add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str = "-") ->
     return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
 
 
+#: The folder of every built-in logger's versions under ``save_dir``, as in Lightning.
+DEFAULT_NAME = "lightning_logs"
+
+
 def next_version(root: str | os.PathLike) -> int:
     """One more than the largest ``version_<n>`` directory in ``root`` (0 when there is none): the version a new
     run of a logger that writes ``<root>/version_<n>`` folders takes (the CSV and TensorBoard loggers' rule, for
@@ -70,6 +74,20 @@ def next_version(root: str | os.PathLike) -> int:
              if entry.startswith("version_") and entry[len("version_"):].isdigit()
              and os.path.isdir(os.path.join(root, entry))]
     return max(taken, default=-1) + 1
+
+
+def claim_version(root: str | os.PathLike) -> int:
+    """Create the folder ``<root>/version_<n>`` for a new run and return ``n``: the next free number
+    (:func:`next_version`), created exclusively, so two runs starting together in one folder never share one
+    (the one that loses the race takes the next number)."""
+    os.makedirs(root, exist_ok=True)
+    version = next_version(root)
+    while True:
+        try:
+            os.mkdir(os.path.join(root, f"version_{version}"))
+            return version
+        except FileExistsError:  # another run took it between the listing and the creation
+            version += 1
 
 
 class Logger:
@@ -161,11 +179,21 @@ class VersionedLogger(Logger):
 
     @property
     def version(self) -> int | str:
-        """The version; when none was given, the next free ``version_<n>`` number, chosen on first use. (A
-        Trainer that starts processes reads it before starting them, so every process agrees.)"""
+        """The version; when none was given, the next free ``version_<n>`` number, claimed on first use by
+        creating its folder (:func:`claim_version`). (A Trainer that starts processes reads it before starting
+        them, and a run of several processes takes global rank zero's, so every process agrees.)"""
         if self._version is None:
-            self._version = next_version(self.root_dir)
+            self._version = claim_version(self.root_dir)
         return self._version
+
+    @version.setter
+    def version(self, value: int | str) -> None:
+        self._version = value
+
+    @property
+    def version_claimed(self) -> bool:
+        """Whether :attr:`version` is decided (given, or claimed by a first use)."""
+        return self._version is not None
 
     @property
     def save_dir(self) -> str:
@@ -181,3 +209,26 @@ class VersionedLogger(Logger):
         """``<root_dir>/version_<n>`` (or ``<root_dir>/<version>`` for a string version)."""
         version = self.version
         return os.path.join(self.root_dir, version if isinstance(version, str) else f"version_{version}")
+
+
+class RunFolder(VersionedLogger):
+    """The version folder of a run whose loggers keep no folder of their own (MLflow, a logger of yours without a
+    ``log_dir``): ``<save_dir>/lightning_logs/version_<n>``, claimed as the built-in loggers claim theirs. The
+    Trainer keeps its checkpoints and the CLI its ``config.yaml`` there; it logs nothing.
+
+    :param save_dir: the root directory (the Trainer's ``default_root_dir``).
+    """
+
+    def __init__(self, save_dir: str | os.PathLike) -> None:
+        self.set_location(save_dir, DEFAULT_NAME, None)
+
+    @property
+    def log_dir(self) -> str:
+        """This run's folder, ``<save_dir>/lightning_logs/version_<n>``."""
+        return self.version_dir()
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Nothing: metrics go to the run's loggers."""
+
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+        """Nothing: hyper-parameters go to the run's loggers."""

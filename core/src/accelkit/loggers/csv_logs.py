@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import csv
 import os
-import warnings
 from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accelkit.loggers.base import VersionedLogger, add_prefix, metric_value, params_to_dict
+from accelkit.loggers.base import DEFAULT_NAME, VersionedLogger, add_prefix, metric_value, params_to_dict
+from accelkit.module.saving import save_hparams_to_yaml
 from accelkit.utilities.rank_zero import global_rank
 
 
@@ -26,7 +26,8 @@ def _parse_cell(text: str) -> int | float | str:
 class CSVLogger(VersionedLogger):
     """Writes metrics to ``<save_dir>/<name>/version_<n>/metrics.csv``, one row per :meth:`log_metrics` call
     with a ``step`` column first, and hyper-parameters to ``hparams.csv`` (``name,value`` rows) in the same
-    directory. Lightning's ``CSVLogger`` with accelkit's file layout.
+    directory (and ``hparams.yaml``, Lightning's file). Lightning's ``CSVLogger``, with its default folder
+    ``lightning_logs``.
 
     Rows are buffered and appended to the file every ``flush_logs_every_n_steps`` steps and by :meth:`save`; when
     a metric name appears that the file has no column for, the file is rewritten with the wider header. The
@@ -44,7 +45,7 @@ class CSVLogger(VersionedLogger):
     #: Joins ``prefix`` and metric names.
     LOGGER_JOIN_CHAR = "-"
 
-    def __init__(self, save_dir: str | os.PathLike, name: str | None = "logs", version: int | str | None = None,
+    def __init__(self, save_dir: str | os.PathLike, name: str | None = DEFAULT_NAME, version: int | str | None = None,
                  prefix: str = "", flush_logs_every_n_steps: int = 100) -> None:
         if flush_logs_every_n_steps < 1:
             raise ValueError(f"flush_logs_every_n_steps must be at least 1, got {flush_logs_every_n_steps}")
@@ -58,10 +59,6 @@ class CSVLogger(VersionedLogger):
         self._written_columns: list[str] | None = None  # None: this logger has not written metrics.csv yet
         self._logged_rows = 0
         self._flushed_bucket = 0
-
-
-
-
 
     @property
     def log_dir(self) -> str:
@@ -128,7 +125,7 @@ class CSVLogger(VersionedLogger):
             writer.writerow(["name", "value"])
             writer.writerows(sorted((str(k), repr(v)) for k, v in self.hparams.items()))
         os.replace(target + ".tmp", target)
-        _write_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+        save_hparams_to_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
 
     def save(self) -> None:
         """Write the buffered rows to ``metrics.csv``: appended when the file's header already has every column,
@@ -155,17 +152,3 @@ class CSVLogger(VersionedLogger):
             self._written_columns = list(self._columns)
         self._pending.clear()
 
-
-def _write_yaml(target: str, params: Mapping[str, Any]) -> None:
-    """``params`` as YAML, atomically; what YAML cannot represent as plain data is written as its ``repr``."""
-    import yaml
-
-    from accelkit.module.hparams import plain_hparams
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # values plain_hparams drops are written as repr below
-        plain = plain_hparams(dict(params))
-    data = {str(k): plain[k] if k in plain else repr(v) for k, v in params.items()}
-    with open(target + ".tmp", "w") as handle:
-        yaml.safe_dump(data, handle, sort_keys=True)
-    os.replace(target + ".tmp", target)

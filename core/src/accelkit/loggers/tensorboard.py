@@ -1,4 +1,5 @@
-"""The TensorBoard logger: event files written by ``torch.utils.tensorboard.SummaryWriter``.
+"""The TensorBoard logger: event files written by ``torch.utils.tensorboard.SummaryWriter`` (or ``tensorboardX``'s,
+when only that package is installed, as in Lightning).
 
 The ``tensorboard`` package is an optional dependency (``pip install "accelkit[tensorboard]"``); it is imported
 when the logger first writes, never by ``import accelkit``.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import warnings
+import weakref
 from argparse import Namespace
 from collections.abc import Mapping
 from typing import Any
@@ -16,22 +18,39 @@ from typing import Any
 import torch
 
 from accelkit.loggers.base import (
+    DEFAULT_NAME,
     SilentExperiment,
     VersionedLogger,
     add_prefix,
     metric_value,
     params_to_dict,
 )
+from accelkit.module.saving import save_hparams_to_yaml
 from accelkit.utilities.rank_zero import global_rank
 
 _WRITER_KWARGS = ("comment", "purge_step", "max_queue", "flush_secs", "filename_suffix")
-_MISSING = ("TensorBoardLogger needs the 'tensorboard' package, which is not installed: "
+_MISSING = ("TensorBoardLogger needs the 'tensorboard' (or 'tensorboardX') package, neither of which is installed: "
             'pip install tensorboard  (or  pip install "accelkit[tensorboard]")')
 
 
+def tensorboard_available() -> bool:
+    """Whether ``tensorboard`` or ``tensorboardX`` can be imported (Lightning's rule for its default logger)."""
+    return any(importlib.util.find_spec(name) is not None for name in ("tensorboard", "tensorboardX"))
+
+
 def _require_tensorboard() -> None:
-    if importlib.util.find_spec("tensorboard") is None:
+    if not tensorboard_available():
         raise ModuleNotFoundError(_MISSING, name="tensorboard")
+
+
+def _writer_module() -> Any:
+    """The module holding ``SummaryWriter`` and ``summary.hparams``: torch's with ``tensorboard``, else
+    ``tensorboardX``."""
+    if importlib.util.find_spec("tensorboard") is not None:
+        import torch.utils.tensorboard as module
+    else:
+        import tensorboardX as module
+    return module
 
 
 def _flatten(params: Mapping[str, Any], parent: str = "", separator: str = "/") -> dict[str, Any]:
@@ -83,7 +102,7 @@ class TensorBoardLogger(VersionedLogger):
     #: Joins ``prefix`` and metric names.
     LOGGER_JOIN_CHAR = "-"
 
-    def __init__(self, save_dir: str | os.PathLike, name: str | None = "lightning_logs",
+    def __init__(self, save_dir: str | os.PathLike, name: str | None = DEFAULT_NAME,
                  version: int | str | None = None, log_graph: bool = False, default_hp_metric: bool = True,
                  prefix: str = "", sub_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
         unknown = sorted(set(kwargs) - set(_WRITER_KWARGS))
@@ -127,10 +146,10 @@ class TensorBoardLogger(VersionedLogger):
             return SilentExperiment()
         if self._experiment is None:
             _require_tensorboard()
-            from torch.utils.tensorboard import SummaryWriter
-
             os.makedirs(self.log_dir, exist_ok=True)
-            self._experiment = SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+            self._experiment = _writer_module().SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+            # kept open over the stages (see finalize); closed with this logger, or at exit, ending its thread
+            weakref.finalize(self, self._experiment.close)
         return self._experiment
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
@@ -146,14 +165,17 @@ class TensorBoardLogger(VersionedLogger):
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
                         metrics: Mapping[str, Any] | float | None = None) -> None:
-        """Record hyper-parameters for TensorBoard's HPARAMS tab (nested dicts flattened with ``/``, values
-        TensorBoard cannot show written as text), with ``metrics`` (a dict, or one number for ``hp_metric``);
-        without metrics, ``hp_metric = -1`` when ``default_hp_metric`` is on, otherwise the parameters are only
-        kept in :attr:`hparams`. Rank zero only."""
+        """Record hyper-parameters in ``hparams.yaml`` of the version folder (Lightning's file, which programs
+        and ``load_from_checkpoint(..., hparams_file=)`` read back) and for TensorBoard's HPARAMS tab (nested
+        dicts flattened with ``/``, values TensorBoard cannot show written as text), with ``metrics`` (a dict, or
+        one number for ``hp_metric``); without metrics, ``hp_metric = -1`` when ``default_hp_metric`` is on,
+        otherwise the parameters only go to the file and :attr:`hparams`. Rank zero only."""
         if global_rank() != 0:
             return
         given = params_to_dict(params)
         self.hparams.update(given)
+        os.makedirs(self.log_dir, exist_ok=True)
+        save_hparams_to_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else None
         elif not isinstance(metrics, Mapping):
@@ -161,8 +183,7 @@ class TensorBoardLogger(VersionedLogger):
         if not metrics:
             return
         self.log_metrics(metrics, 0)
-        from torch.utils.tensorboard.summary import hparams
-
+        hparams = _writer_module().summary.hparams
         flat = {key: _hparam_value(value) for key, value in _flatten(given).items()}
         numbers = {key: metric_value(key, value) for key, value in metrics.items()}
         writer = self.experiment._get_file_writer()
@@ -194,13 +215,25 @@ class TensorBoardLogger(VersionedLogger):
         self.experiment.add_graph(model, input_array)
 
     def save(self) -> None:
-        """Flush the event file (nothing to do before the first write)."""
+        """Flush the event file (nothing to do before the first write), and write ``hparams.yaml`` into a version
+        folder that has none yet (``{}`` when no hyper-parameters were logged), as Lightning does. Rank zero
+        only."""
         if self._experiment is not None:
             self._experiment.flush()
+        if global_rank() == 0 and self.version_claimed and os.path.isdir(self.log_dir):
+            target = os.path.join(self.log_dir, "hparams.yaml")
+            if not os.path.isfile(target):
+                save_hparams_to_yaml(target, self.hparams)
 
     def finalize(self, status: str) -> None:
-        """Flush and close the event file at the end of a run; a later run opens a new one in the same
-        directory."""
+        """Flush the event file at the end of a stage and keep it open: the stages a Trainer runs next in this
+        process (``validate``, ``test``...) write into the same file, one event file per process and version
+        (Lightning starts a new one per stage). :meth:`close` closes it, as does the end of this logger or of the
+        process."""
+        self.save()
+
+    def close(self) -> None:
+        """Flush and close the event file; a later write opens a new one in the same folder."""
         if self._experiment is not None:
             self._experiment.flush()
             self._experiment.close()

@@ -106,9 +106,13 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
         config.scheduler.load_state_dict(state)
     trainer.precision.load_state_dict(checkpoint.get("precision", {}))
     loops = checkpoint.get("loops", {})
-    trainer.current_epoch = int(loops.get("resume_epoch", checkpoint["epoch"]))
+    found = resume.position(trainer, checkpoint)  # the fit loop continues from there
+    if "resume_epoch" in loops:
+        trainer.current_epoch = int(loops["resume_epoch"])
+    else:  # Lightning's checkpoint: where its loop states say, else the epoch it names
+        trainer.current_epoch = found.epoch if found is not None else int(checkpoint["epoch"])
     trainer.global_step = int(checkpoint["global_step"])
-    trainer.run_state.resume_position = resume.position(trainer, checkpoint)  # the fit loop continues from there
+    trainer.run_state.resume_position = found
 
 
 def training_state(trainer: Any) -> dict[str, Any]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import time
+from datetime import timedelta
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from accelkit.callbacks import EarlyStopping, Timer
 from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.module.module import Module
@@ -37,6 +39,7 @@ class FitLoop:
         self.in_epoch = False  # inside an epoch's batches
         self.consumed = 0  # batches of the current epoch trained on
         self.epoch_state: dict[str, Any] | None = None  # what decided the current epoch's order
+        self.epoch_order: Any = None  # what the current epoch iterates (resume.EpochOrder)
         self._resume: Any = None  # the position to continue from (a resumed fit's first epoch)
 
     # ----------------------------------------------------------------- set-up
@@ -94,13 +97,14 @@ class FitLoop:
                     trainer.num_training_batches = trainer.run_state.data.agreed_num_batches([self.train_loader], "train",
                                                                                    "training")[0]
                     self._load_val()
-                ran = self._epoch()
-                if ran == 0:
+                trained = self._epoch()
+                if trained == 0:
                     warnings.warn(f"epoch {trainer.current_epoch - 1} produced no training batches; stopping.",
                                   UserWarning, stacklevel=2)
                     break
         if self.interrupted:
             return  # stopped by a signal mid-epoch: no end-of-training hooks (the caller saves and raises)
+        trainer.run_state.stop_reason = self.stop_reason()
         hooks.call("on_train_end")
         hooks.call("on_fit_end")
         self.active = False
@@ -147,6 +151,23 @@ class FitLoop:
         trainer = self.trainer
         return (trainer.min_epochs is None or trainer.current_epoch >= trainer.min_epochs) and (
             trainer.min_steps is None or trainer.global_step >= trainer.min_steps)
+
+    def stop_reason(self) -> str:
+        """Why training ended, in a few words for the end-of-fit summary (the rule of :meth:`_done` that held)."""
+        trainer = self.trainer
+        if not trainer.num_training_batches:
+            return "no training batches (limit_train_batches=0 or an empty loader)"
+        if trainer.fast_dev_run:
+            return f"fast_dev_run={trainer.fast_dev_run} done"
+        if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
+            return f"max_steps={trainer.max_steps} reached"
+        if self._out_of_time():
+            return f"max_time={timedelta(seconds=round(trainer.max_time))} reached"
+        if trainer.should_stop and self._minimums_met():
+            return _requested_stop(trainer)
+        if trainer.max_epochs is not None and trainer.max_epochs != -1 and trainer.current_epoch >= trainer.max_epochs:
+            return f"max_epochs={trainer.max_epochs} reached"
+        return "an epoch produced no training batches"
 
     def _out_of_time(self) -> bool:
         limit = self.trainer.max_time
@@ -250,14 +271,26 @@ class FitLoop:
                     self._stop_within_epoch():  # the cheap test first: most runs set none of these
                 break
         self.in_epoch = False
-        if skipped_rest:
+        resumed_empty = ran == 0 and start > 0  # every batch was trained before the checkpoint (on other data)
+        if skipped_rest or resumed_empty:
             self._step_epoch_schedulers(epoch_scheds)
+        if resumed_empty:
+            self._finish_resumed_epoch(start)
         # The epoch's last step values reach callback_metrics and the progress bar's metrics even when no logging
         # step came after them (as in Lightning, where both always hold the latest step values): one read per epoch.
         trainer.callback_metrics.update(metrics.latest_step_values())
         trainer.progress_bar_metrics.update(metrics.read_step(clear=False)[1])
         self._end_epoch(automatic)
-        return ran
+        return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
+
+    def _finish_resumed_epoch(self, start: int) -> None:
+        """A resumed epoch with no batch left (its samples were all trained before the checkpoint, which was
+        written on other data) ends as its last batch would have: validation when it is due at the epoch's end."""
+        trainer = self.trainer
+        trainer.run_state.epoch_training_done = True
+        if self.val_loaders and isinstance(trainer.val_check_interval, float) and \
+                self._val_due(start - 1, is_last=True):
+            self._validate(zero_grad=False)
 
     def _begin_epoch(self, loader: Any) -> tuple[Any, int, Any]:
         """The epoch's start: sampler epoch, fresh epoch metrics, the resume position of a resumed fit, the hook,
@@ -269,6 +302,7 @@ class FitLoop:
         trainer.run_state.epoch_training_done = False
         source, start, restore_rng = loader, 0, None
         self.epoch_state = None
+        self.epoch_order = resume_mod.EpochOrder(loader)
         if self._resume is not None:  # the first epoch of a resumed fit
             source, start, restore_rng = resume_mod.begin_epoch(self, loader, self._resume)
             self._resume = None
@@ -333,3 +367,15 @@ def isolated_rng() -> Iterator[None]:
         random.setstate(python_state)
         if np is not None:
             np.random.set_state(numpy_state)
+
+
+def _requested_stop(trainer: Any) -> str:
+    """Who set ``trainer.should_stop``: an :class:`~accelkit.callbacks.EarlyStopping` that stopped (its monitor and
+    reason), a :class:`~accelkit.callbacks.Timer` out of time, or else the Module or a callback of the user."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, EarlyStopping) and callback.stopping_reason.value:
+            return (f"early stopping on {callback.monitor} "
+                    f"({callback.stopping_reason.name.lower().replace('_', ' ')})")
+        if isinstance(callback, Timer) and callback.duration is not None and callback.time_remaining("train") <= 0:
+            return f"Timer(duration={timedelta(seconds=round(callback.duration))}) reached"
+    return "trainer.should_stop was set"

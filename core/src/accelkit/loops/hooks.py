@@ -5,12 +5,12 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-import warnings
 from typing import Any, Callable
 
 from accelkit.callbacks.base import Callback, callback_list
 from accelkit.module.module import Module
 from accelkit.utilities.model_helpers import is_overridden
+from accelkit.utilities.user_code import warn_at
 
 
 def accepts_positional(fn: Callable, count: int) -> bool:
@@ -132,8 +132,8 @@ def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
                 continue
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            warnings.warn(f"{type(obj).__name__}.{name} looks like a {kind} hook but matches none, so it is never "
-                          f"called{hint}", UserWarning, stacklevel=3)
+            warn_at(getattr(type(obj), name), f"{type(obj).__name__}.{name} looks like a {kind} hook but matches "
+                    f"none, so it is never called{hint}")
 
 
 #: Lightning 1.x hooks that Lightning 2.x removed, with what replaces them (Lightning raises for these too)

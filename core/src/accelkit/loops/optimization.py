@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable
 
 import torch
 
 from accelkit.loops.hooks import accepts_positional
 from accelkit.utilities.model_helpers import is_overridden
+from accelkit.utilities.user_code import warn_at
 from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
@@ -161,10 +161,11 @@ class Optimization:
                 "loss * 0, or use manual optimization.")
         if not self._warned_skip:  # once per run, as Lightning's warning cache
             self._warned_skip = True
-            warnings.warn(f"{type(self.module).__name__}.training_step returned None for batch {self._batch_idx} "
-                          f"(epoch {trainer.current_epoch}), so that batch is skipped: no backward, and the "
-                          "optimizer step moves nothing. If this was on purpose, ignore this warning; otherwise "
-                          "return the loss (or {'loss': loss}).", UserWarning, stacklevel=3)
+            warn_at(type(self.module).training_step,
+                    f"{type(self.module).__name__}.training_step returned None for batch {self._batch_idx} "
+                    f"(epoch {trainer.current_epoch}), so that batch is skipped: no backward, and the optimizer step "
+                    "moves nothing. If this was on purpose, ignore this warning; otherwise return the loss (or "
+                    "{'loss': loss}).")
 
     def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> Any:
         """Train on one batch; step the optimizers when ``boundary`` ends the accumulation window. Returns the

@@ -17,6 +17,12 @@ the batches already trained on at the sampler level (their data is never loaded)
 states of the checkpoint, so dropout and every later draw continue the same streams. A stateful loader is given
 its saved state instead. Nothing is recorded per step: the states are read when a checkpoint is written (one
 snapshot of the random states per epoch).
+
+The position also records the data's :func:`geometry` (processes, batch size, dataset length) and which dataset
+indices each process trained on in the epoch (a bit mask, drawn again when the checkpoint is written). Resumed
+with another geometry, the position is mapped by samples, not batches (:func:`resume_on_changed_data`), and a
+warning says what the run does, with numbers. Lightning's own checkpoints resume where Lightning would
+(:func:`lightning_position`).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 
+from accelkit.__about__ import __version__
+from accelkit.checkpoint.files import CheckpointError
 from accelkit.utilities.seed import SEED_WORKERS_ENV, seed_everything, seed_from_environment
 
 #: the key under ``checkpoint["loops"]`` holding the position (see the module docstring)
@@ -168,9 +176,13 @@ def capture(trainer: Any) -> dict[str, Any] | None:
                               "epoch_start": loop.epoch_state if in_epoch else None}
     if loader is not None and is_stateful(loader):
         record["loader"] = loader.state_dict()
+    order = getattr(loop, "epoch_order", None)
+    if in_epoch and loader is not None and order is not None:
+        record.update(_samples_trained(loop, order, trainer.global_rank))
     return {"epoch": int(trainer.current_epoch), "batches": int(loop.consumed) if in_epoch else 0,
             "batches_since_val": int(loop.batches_since_val), "world_size": int(trainer.world_size),
-            "ranks": _gather(trainer, record)}
+            "geometry": geometry(loader, trainer.world_size) if loader is not None else None,
+            "remapped": bool(in_epoch and order is not None and order.remapped), "ranks": _gather(trainer, record)}
 
 
 def describe(trainer: Any) -> str:
@@ -210,23 +222,74 @@ class Position:
     batches_since_val: int = 0
     record: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    #: the data's shape when the checkpoint was written (:func:`geometry`); ``None`` for older or foreign ones
+    geometry: dict[str, Any] | None = None
+    #: which dataset indices every process together trained on in the epoch (a bool mask; ``None``: not known)
+    seen: torch.Tensor | None = None
+    #: how many samples every process together trained on in the epoch
+    samples: int = 0
+    #: written inside an epoch that was itself resumed on other data (its batches do not count the loader's)
+    remapped: bool = False
 
 
 def position(trainer: Any, checkpoint: dict[str, Any]) -> Position | None:
-    """The resume position saved in ``checkpoint`` for this process (``None`` for a checkpoint without one)."""
+    """The resume position saved in ``checkpoint`` for this process (``None`` for a checkpoint without one): an
+    accelkit position, or the one Lightning's loop states (``loops["fit_loop"]``) give."""
     saved = checkpoint.get("loops", {}).get(POSITION_KEY)
     if not saved:
-        return None
+        return lightning_position(checkpoint)
+    if not isinstance(saved, dict) or not all(isinstance(saved.get(k), int) for k in ("epoch", "batches")):
+        raise CheckpointError(f"the checkpoint's resume position (loops.{POSITION_KEY}) is a "
+                              f"{type(saved).__name__} without whole-number 'epoch' and 'batches', not what accelkit "
+                              f"{__version__} writes, so where to resume is unknown; start without ckpt_path, or "
+                              "load its weights with Module.load_from_checkpoint(path).")
     ranks = saved.get("ranks") or []
     rank, world = trainer.global_rank, trainer.world_size
     record = ranks[rank] if len(ranks) == world and rank < len(ranks) else None
     found = Position(epoch=int(saved["epoch"]), batches=int(saved["batches"]),
-                     batches_since_val=int(saved.get("batches_since_val", 0)), record=record)
+                     batches_since_val=int(saved.get("batches_since_val", 0)), record=record,
+                     geometry=saved.get("geometry"), remapped=bool(saved.get("remapped", False)))
+    seen = [r.get("seen") for r in ranks if isinstance(r, dict)]
+    size = (found.geometry or {}).get("dataset_len")
+    if seen and size and all(isinstance(s, torch.Tensor) for s in seen) and len(seen) == len(ranks):
+        found.seen = torch.stack([unpack_mask(s, size) for s in seen]).any(dim=0)  # padding repeats a few
+        found.samples = int(found.seen.sum())
+    else:
+        found.samples = sum(int(r.get("samples", 0)) for r in ranks if isinstance(r, dict))
     if record is None:
         found.notes.append(f"the checkpoint was written by {len(ranks)} process(es) and this run has {world}: the "
                            "random states and the data order of each process are not restored, so the resumed run "
                            "is not identical to an uninterrupted one")
     return found
+
+
+def lightning_position(checkpoint: dict[str, Any]) -> Position | None:
+    """Where Lightning resumes from its own checkpoint, read from its loop states (``loops["fit_loop"]``): the
+    epoch after the last one whose training ended, or inside an epoch after the batches it processed. ``None``
+    when the checkpoint holds no Lightning loop states.
+
+    :raises CheckpointError: the loop states are there but not in the layout Lightning 2.x writes.
+    """
+    fit_loop = checkpoint.get("loops", {}).get("fit_loop")
+    if fit_loop is None:
+        return None
+    try:
+        epochs = int(fit_loop["epoch_progress"]["current"]["processed"])
+        batch_progress = fit_loop["epoch_loop.batch_progress"]
+        batches = int(batch_progress["current"]["processed"])
+        last = bool(batch_progress["is_last_batch"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"the checkpoint's Lightning loop states (loops.fit_loop) lack {exc} or have another "
+                              "layout than Lightning 2.x writes, so where it stopped is unknown; start without "
+                              "ckpt_path, or load its weights with Module.load_from_checkpoint(path).") from None
+    written = checkpoint.get("pytorch-lightning_version", "of unknown version")
+    if last or batches == 0:  # the epoch's training ended (Lightning counts it as processed at its end)
+        return Position(epoch=max(epochs, int(checkpoint["epoch"]) + (1 if last else 0)), batches=0,
+                        record=None)
+    note = (f"the checkpoint was written by Lightning {written} inside epoch {epochs}, after {batches} batch(es); "
+            "Lightning keeps no random states and no data order, so the run skips the first "
+            f"{batches} batch(es) of the epoch in its own order and is not identical to an uninterrupted one")
+    return Position(epoch=epochs, batches=batches, record=None, notes=[note])
 
 
 def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[str, Any] | None]:
@@ -238,6 +301,9 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
     loading them (a stateful loader gets its saved state instead)."""
     trainer = loop.trainer
     record = pos.record
+    if pos.batches and pos.geometry is not None and (
+            pos.remapped or geometry(loader, trainer.world_size) != pos.geometry):
+        return resume_on_changed_data(loop, loader, pos)
     for note in pos.notes:
         warnings.warn(f"resuming at epoch {pos.epoch}, batch {pos.batches}: {note}.", UserWarning, stacklevel=3)
     if record is None:
@@ -280,6 +346,252 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
     if sampler is not None and start.get("sampler") is not None:
         sampler.load_state_dict(start["sampler"])
     return skip_batches(loader, pos.batches), pos.batches, record["rng"]
+
+
+# ---------------------------------------------------------------------------------------------- changed data
+@dataclass
+class EpochOrder:
+    """What the current epoch iterates: ``source`` (the loader, or a copy of it for an epoch resumed on other
+    data) from batch index ``offset``, after ``carried`` samples trained before the checkpoint it resumed from
+    (``carried_seen``: a bool mask of their dataset indices, when they are known)."""
+
+    source: Any
+    offset: int = 0
+    carried: int = 0
+    carried_seen: torch.Tensor | None = None
+
+    @property
+    def remapped(self) -> bool:
+        """Whether the epoch was resumed on other data (its batches are not the loader's)."""
+        return self.carried > 0 or self.offset > 0
+
+
+def geometry(loader: Any, world_size: int) -> dict[str, Any]:
+    """The shape of a training epoch's data: processes, samples per batch and samples in the dataset (``None``
+    where unknown). A resume into another shape maps the position by samples (:func:`resume_on_changed_data`)."""
+    dataset = getattr(loader, "dataset", None)
+    try:
+        size = None if dataset is None or isinstance(dataset, IterableDataset) else len(dataset)
+    except TypeError:
+        size = None
+    return {"world_size": int(world_size), "batch_size": getattr(loader, "batch_size", None), "dataset_len": size}
+
+
+class _Indices(torch.utils.data.Dataset):
+    """A dataset whose samples are their own indices (to draw a loader's order without loading anything)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> int:
+        return int(index)
+
+
+def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> torch.Tensor | None:
+    """The dataset indices of the first ``batches`` batches of the epoch of ``loader`` that began at the states
+    ``start``: drawn again (the random states are put back afterwards), nothing is loaded. ``None`` where the
+    order cannot be drawn again (no sampler, a stateful loader or sampler, no epoch-start record)."""
+    if batches <= 0:
+        return torch.zeros(0, dtype=torch.int64)
+    if start is None or not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset) or \
+            loader.batch_sampler is None or is_stateful(loader) or _stateful_sampler(loader) is not None:
+        return None
+    now, generators = rng_states(), _generators(loader)
+    now_generators = [g.get_state() for g in generators]
+    try:
+        set_rng_states(start.get("rng") or {})
+        _set_generators(loader, start.get("generators", []))
+        # a DataLoader draws its base seed before the sampler's first draw: the probe does the same
+        probe = DataLoader(_Indices(len(loader.dataset)), batch_sampler=loader.batch_sampler, collate_fn=list,
+                           generator=loader.generator)
+        picked = [index for _, batch in zip(range(batches), probe) for index in batch]
+    finally:
+        set_rng_states(now)
+        for generator, state in zip(generators, now_generators):
+            generator.set_state(state)
+    return torch.tensor(picked, dtype=torch.int64)
+
+
+def _samples_trained(loop: Any, order: EpochOrder, rank: int) -> dict[str, Any]:
+    """This process's share of what the current epoch trained on: ``seen`` (its dataset indices as a bit mask,
+    :func:`pack_mask`, or ``None``) and ``samples`` (how many; samples carried from an earlier checkpoint without
+    their indices are counted by rank 0)."""
+    batches = int(loop.consumed) - order.offset
+    drawn = _drawn_indices(order.source, batches, loop.epoch_state)
+    carried = order.carried if rank == 0 else 0
+    if drawn is None:
+        size = getattr(order.source, "batch_size", None) or 1
+        return {"seen": None, "samples": carried + max(0, batches) * size}
+    if order.carried and order.carried_seen is None:  # carried samples of other data: a count, no indices
+        return {"seen": None, "samples": carried + int(drawn.numel())}
+    size = len(order.source.dataset)
+    mask = torch.zeros(size, dtype=torch.bool) if order.carried_seen is None else order.carried_seen.clone()
+    mask[drawn[drawn < size]] = True
+    return {"seen": pack_mask(mask), "samples": int(mask.sum())}
+
+
+_BITS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
+
+
+def pack_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A bool mask as bits (eight per ``uint8``): the indices a checkpoint records cost a bit per sample."""
+    padded = torch.zeros(-(-mask.numel() // 8) * 8, dtype=torch.bool)
+    padded[:mask.numel()] = mask
+    return (padded.view(-1, 8).to(torch.uint8) * _BITS).sum(dim=1).to(torch.uint8)
+
+
+def unpack_mask(packed: torch.Tensor, size: int) -> torch.Tensor:
+    """The bool mask of ``size`` entries that :func:`pack_mask` packed."""
+    bits = packed.to(torch.uint8).unsqueeze(1).bitwise_and(_BITS).ne(0)
+    return bits.reshape(-1)[:size]
+
+
+class UnseenSampler(Sampler):
+    """The order of ``sampler`` (a permutation of the dataset's indices) without the indices in ``seen``.
+
+    :param sampler: a sampler yielding every index of the dataset once.
+    :param seen: a bool tensor over the dataset's indices, ``True`` for those to leave out.
+    """
+
+    def __init__(self, sampler: Any, seen: torch.Tensor) -> None:
+        self.sampler, self.seen = sampler, seen.tolist()
+        self.left = int(seen.numel() - int(seen.sum()))
+
+    def __len__(self) -> int:
+        return self.left
+
+    def __iter__(self) -> Iterator[int]:
+        seen = self.seen
+        return (int(i) for i in self.sampler if not seen[int(i)])
+
+
+class _GlobalOrder:
+    """The order every rank of a :class:`~accelkit.strategies.sampler.ShardSampler` agrees on, before sharding."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler.data_source)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.sampler.global_order())
+
+
+def _unseen_loader(loader: Any, mask: torch.Tensor, world_size: int) -> tuple[Any, str] | None:
+    """A copy of ``loader`` that leaves out the samples trained on (``True`` in ``mask``: every other sample of
+    the epoch once), and how it shards them; ``None`` where its sampler's order is not a plain permutation of the
+    dataset."""
+    from accelkit.strategies.sampler import ShardSampler, rebuild_loader
+
+    if not isinstance(loader, DataLoader) or loader.batch_size is None:
+        return None
+    size, sampler = len(loader.dataset), loader.sampler
+    if mask.numel() != size:
+        return None
+    if isinstance(sampler, ShardSampler) and sampler.sampler is None:
+        rest = UnseenSampler(_GlobalOrder(sampler), mask)
+        new = ShardSampler(sampler.data_source, sampler.num_replicas, sampler.rank, sampler=rest)
+        padding = len(new) * sampler.num_replicas - len(rest)
+        how = f"{len(new)} per process" + (f", {padding} of them repeated to fill the last shares" if padding else "")
+    elif world_size == 1 and isinstance(sampler, (torch.utils.data.SequentialSampler,
+                                                  torch.utils.data.RandomSampler)) and \
+            not getattr(sampler, "replacement", False) and len(sampler) == size:
+        new = UnseenSampler(sampler, mask)
+        how = f"{len(new)} in all"
+    else:
+        return None
+    return rebuild_loader(loader, sampler=new), how
+
+
+def _skipped_loader(loader: Any, samples: int, world_size: int) -> tuple[Any, int, int] | None:
+    """A copy of ``loader`` whose sampler skips ``samples // world_size`` samples of this process's share
+    (all of it when the share is smaller); returns (it, samples skipped per process, the share's size)."""
+    from accelkit.strategies.sampler import rebuild_loader
+
+    if not isinstance(loader, DataLoader) or loader.batch_size is None or loader.sampler is None or \
+            isinstance(loader.dataset, IterableDataset):
+        return None
+    share = len(loader.sampler)
+    skip = min(share, samples // world_size)
+    return rebuild_loader(loader, sampler=SkipSampler(loader.sampler, skip)), skip, share
+
+
+def _changes(saved: dict[str, Any], now: dict[str, Any]) -> str:
+    words = {"world_size": "process(es)", "batch_size": "sample(s) per batch", "dataset_len": "sample(s) in the dataset"}
+    changed = [f"{now.get(key)} {word} where the checkpoint's run had {saved.get(key)}" for key, word in words.items()
+               if saved.get(key) != now.get(key)]
+    return ", ".join(changed) or "the data of the checkpoint's run, which had itself resumed this epoch on other data"
+
+
+def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[str, Any] | None]:
+    """Resume inside an epoch when the processes, the batch size or the dataset's length differ from the
+    checkpoint's (see :func:`begin_epoch` for what it returns). The position is mapped by samples, never by
+    batches, and a warning says with numbers what the run does:
+
+    - the same dataset, drawn again: the samples trained on are left out and every other sample of the epoch is
+      trained once (a sharded run pads the last shares with a few repeated samples, as every epoch);
+    - another dataset length (or an order that cannot be drawn again): each process skips its share of the number
+      of samples trained on; when that covers the epoch, the epoch is complete and the run goes on with the next.
+    """
+    trainer = loop.trainer
+    now = geometry(loader, trainer.world_size)
+    start_states = (pos.record or {}).get("epoch_start") or {}
+    if start_states.get("rng") is not None:  # same processes: the epoch's order as the checkpoint's run drew it
+        set_rng_states(start_states["rng"], trainer.accelerator)
+        _set_generators(loader, start_states.get("generators", []))
+    head = f"resuming inside epoch {pos.epoch} with {_changes(pos.geometry or {}, now)}:"
+    total = pos.geometry.get("dataset_len") if pos.geometry else None
+    unseen = _unseen_loader(loader, pos.seen, trainer.world_size) \
+        if pos.seen is not None and total is not None and total == now["dataset_len"] else None
+    if unseen is not None:
+        source, how = unseen
+        carried_seen = pos.seen
+        text = (f"the {pos.samples} of its {total} samples trained before the checkpoint are left out and the "
+                f"other {total - pos.samples} are trained ({how}), each once in this epoch")
+    else:
+        carried_seen = None
+        skipped = _skipped_loader(loader, pos.samples, trainer.world_size)
+        if skipped is None:
+            return _skip_by_batches(loop, loader, pos, head)
+        source, skip, share = skipped
+        if total != now["dataset_len"]:
+            which = "which samples were trained cannot be matched to this data, so "
+        elif pos.seen is None:
+            which = "which samples were trained was not recorded (their order could not be drawn again), so "
+        else:
+            which = f"its sampler {type(loader.sampler).__name__} cannot leave given samples out, so "
+        text = f"{which}the {pos.samples} sample(s) trained before the checkpoint count against this epoch: " + (
+            f"they cover its {share * trainer.world_size}, so epoch {pos.epoch} is complete and the run goes on "
+            f"with epoch {pos.epoch + 1}" if skip >= share else
+            f"each process skips the first {skip} sample(s) of its share of {share} and trains the other "
+            f"{share - skip}")
+    limit = trainer.num_training_batches
+    start = max(0, limit - len(source)) if limit is not None else 0
+    warnings.warn(f"{head} {text}. The random states differ from an uninterrupted run's.", UserWarning, stacklevel=4)
+    loop.epoch_state = epoch_start(source, trainer.accelerator)
+    loop.epoch_order = EpochOrder(source, start, pos.samples, carried_seen)
+    return source, start, (pos.record or {}).get("rng")
+
+
+def _skip_by_batches(loop: Any, loader: Any, pos: Position, head: str) -> tuple[Any, int, dict[str, Any] | None]:
+    """The last resort of :func:`resume_on_changed_data` (no sampler to skip samples with): skip as many batches
+    as hold the samples trained on, counted with this run's batch size and processes."""
+    trainer = loop.trainer
+    size = getattr(loader, "batch_size", None) or 1
+    batches = pos.samples // (size * trainer.world_size)
+    limit = trainer.num_training_batches
+    ends = limit is not None and batches >= limit
+    name = type(loader.dataset if isinstance(loader, DataLoader) else loader).__name__
+    warnings.warn(f"{head} {name} has no sampler to skip samples with, so the {pos.samples} sample(s) trained "
+                  f"before the checkpoint count as {batches} batch(es) of {size} per process"
+                  + (f", which cover the epoch: epoch {pos.epoch} is complete and the run goes on with epoch "
+                     f"{pos.epoch + 1}." if ends else "."), UserWarning, stacklevel=5)
+    loop.epoch_order = EpochOrder(loader, batches, pos.samples, None)
+    return skip_batches(loader, batches), batches, (pos.record or {}).get("rng")
 
 
 def _set_generators(loader: Any, states: list[Any]) -> None:

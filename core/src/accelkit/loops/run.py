@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import warnings
 from typing import Any
 
 import torch
 
 from accelkit.checkpoint import files as ckpt
+from accelkit.checkpoint import layout
 from accelkit.loops import checkpointing, resume
 from accelkit.loops.checkpointing import training_state
 from accelkit.loops.data import DataConnector
@@ -43,6 +45,8 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
     try:
         _setup_worker(trainer, stage, module, datamodule, prepared)
         module, checkpoint = _setup_model(trainer, module, ckpt_path, weights_only)
+        if checkpoint is not None and strategy.is_global_zero:  # which file, as Lightning's "Restoring states"
+            print(f"accelkit: {stage}() loaded checkpoint {os.path.abspath(os.fspath(ckpt_path))}", flush=True)
         trainer.run_state.data = DataConnector(trainer, module, datamodule, loaders)
         trainer.run_state.publisher = Publisher(trainer)
         if stage == "fit" and strategy.is_global_zero:
@@ -84,6 +88,7 @@ def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepar
     resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
     trainer.run_state.metrics.is_global_zero = strategy.is_global_zero
     set_global_rank(strategy.global_rank)
+    _agree_on_run_folders(trainer)
     apply_determinism(trainer)
     if trainer.profiler is not None:
         trainer.profiler.setup(stage=stage, local_rank=strategy.local_rank, log_dir=trainer.log_dir)
@@ -102,6 +107,18 @@ def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepar
     _configure_model(module)
 
 
+def _agree_on_run_folders(trainer: Any) -> None:
+    """Processes started from outside (torchrun, srun) each built their own Trainer: they take global rank zero's
+    version folders (spawned workers got them with the Trainer, chosen before the start)."""
+    strategy = trainer.strategy
+    if strategy.world_size < 2 or strategy.launches_workers:
+        return
+    folders = trainer.versioned_loggers()
+    chosen = strategy.broadcast([folder.version for folder in folders] if strategy.is_global_zero else None)
+    for folder, version in zip(folders, chosen):
+        folder.version = version
+
+
 def _setup_model(trainer: Any, module: Any, ckpt_path: Any, weights_only: bool) -> tuple[Any, Any]:
     """The strategy's model, with the checkpoint's weights and callback states; returns (module, checkpoint).
 
@@ -112,15 +129,24 @@ def _setup_model(trainer: Any, module: Any, ckpt_path: Any, weights_only: bool) 
     late = bool(strategy.restore_checkpoint_after_setup)
     checkpoint = None
     if ckpt_path is not None and not late:
-        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+        checkpoint = _read_checkpoint(strategy, ckpt_path, weights_only)
         with _naming(ckpt_path):
             checkpointing.restore_module_and_callbacks(trainer, module, checkpoint)
     trainer.run_state.model = strategy.setup_module(module)
     if ckpt_path is not None and late:
-        checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+        checkpoint = _read_checkpoint(strategy, ckpt_path, weights_only)
         with _naming(ckpt_path):
             checkpointing.restore_module_and_callbacks(trainer, module, checkpoint, model=trainer.run_state.model)
     return module, checkpoint
+
+
+def _read_checkpoint(strategy: Any, ckpt_path: Any, weights_only: bool) -> dict[str, Any]:
+    """The strategy's reading of ``ckpt_path``, refused with a sentence when a newer accelkit wrote it or its
+    entries have another shape."""
+    checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
+    layout.check_version(checkpoint, repr(str(ckpt_path)))
+    layout.check_entries(checkpoint, repr(str(ckpt_path)))
+    return checkpoint
 
 
 def _log_hyperparams(trainer: Any, module: Any, datamodule: Any) -> None:
@@ -147,6 +173,7 @@ def _run_loop(trainer: Any, stage: str, module: Any, checkpoint: Any, ckpt_path:
         # finetuning callback rebuilds the optimizer's parameter groups there, SWA drops the scheduler)
         hooks.call("on_fit_start")
         if checkpoint is not None:
+            layout.check_training_layout(checkpoint, repr(str(ckpt_path)))
             with _naming(ckpt_path):
                 checkpointing.restore_training_state(trainer, checkpoint)
         loop = FitLoop(trainer)
@@ -196,6 +223,7 @@ def _worker_result(trainer: Any, stage: str, result: Any, interrupted: Any) -> W
         if strategy.launches_workers else {},
         should_stop=trainer.should_stop,
         interrupted=interrupted,
+        stop_reason=trainer.run_state.stop_reason if stage == "fit" else None,
     )
 
 

@@ -28,6 +28,8 @@ class RunState:
     :ivar resume_position: where a resumed fit continues (:func:`accelkit.loops.resume.position`).
     :ivar epoch_training_done: the current epoch's training batches are all done (validation may still run).
     :ivar warned_unknown_hooks: the misspelled-hook warning was given once for this Trainer.
+    :ivar stop_reason: why the latest fit stopped (``"max_epochs=20 reached"``, early stopping, a time limit...),
+        as its fit loop saw it; ``None`` before a fit ended (see :mod:`accelkit.trainer.summary`).
     """
 
     module: Any = None
@@ -43,12 +45,14 @@ class RunState:
     resume_position: Any = None
     epoch_training_done: bool = False
     warned_unknown_hooks: bool = False
+    stop_reason: str | None = None
 
     def begin(self, module: Any) -> None:
         """Start a run of ``module``: a fresh metric store; nothing of an earlier run's loop objects is kept."""
         self.module, self.metrics = module, MetricStore()
         self.optimization = None
         self.epoch_training_done = False
+        self.stop_reason = None
 
     def __getstate__(self) -> dict[str, Any]:
         # sent to spawned workers with the Trainer: the loop objects of the caller's last run stay behind

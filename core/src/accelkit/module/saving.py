@@ -25,7 +25,8 @@ from torch import nn
 
 from accelkit.utilities.parsing import AttributeDict
 
-__all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams"]
+__all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams",
+           "save_hparams_to_yaml"]
 
 # ------------------------------------------------------------------------------------------------ plain data
 #: where a checkpoint keeps the hyper-parameters, and the name they were saved under
@@ -192,15 +193,34 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     return dict(data)
 
 
+def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, Any]) -> None:
+    """Write ``hparams`` to the YAML file ``config_yaml`` atomically (what :func:`load_hparams_file` and
+    ``load_from_checkpoint(..., hparams_file=)`` read back, the loggers' ``hparams.yaml``); a value YAML cannot
+    hold as plain data is written as its ``repr``."""
+    import yaml
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the values plain_hparams drops are written as their repr below
+        plain = plain_hparams(dict(hparams))
+    data = {str(k): plain[k] if k in plain else repr(v) for k, v in hparams.items()}
+    target = os.fspath(config_yaml)
+    with open(target + ".tmp", "w") as handle:
+        yaml.safe_dump(data, handle, sort_keys=True)
+    os.replace(target + ".tmp", target)
+
+
 def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict[str, Any]:
     """A checkpoint file or a sharded checkpoint's folder, read by the core's one reader
     (:func:`accelkit.checkpoint.files.load`, with its errors)."""
-    from accelkit.checkpoint import files, sharded
+    from accelkit.checkpoint import files, layout, sharded
 
     if isinstance(source, (str, os.PathLike)) and sharded.is_sharded_checkpoint(source):
         checkpoint = sharded.load_full(source, weights_only=weights_only)  # any world size, on the CPU
+        layout.check_version(checkpoint, repr(str(source)))
         return checkpoint if map_location is None else _move(checkpoint, map_location)
-    return files.load(source, weights_only=weights_only, map_location=map_location)
+    checkpoint = files.load(source, weights_only=weights_only, map_location=map_location)
+    layout.check_version(checkpoint, repr(str(getattr(source, "name", source))))
+    return checkpoint
 
 
 def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def accelkit_register_loggers() -> list[LoggerRecord]:
     """The core's loggers: ``"csv"`` and ``"tensorboard"`` (the latter needs the ``tensorboard`` package)."""
     return [
         LoggerRecord("csv", "accelkit.loggers.csv_logs:CSVLogger",
-                     description="metrics.csv and hparams.csv under <save_dir>/logs/version_<n>"),
+                     description="metrics.csv and hparams.csv under <save_dir>/lightning_logs/version_<n>"),
         LoggerRecord("tensorboard", "accelkit.loggers.tensorboard:TensorBoardLogger", aliases=("tb",),
                      description="TensorBoard event files (pip install tensorboard)"),
     ]
@@ -92,8 +92,8 @@ def accelkit_register_commands() -> list[CommandRecord]:
     """The core's sub-commands of ``accelkit``; their modules are imported only when one of them runs."""
     stages = _CLI + "stage_commands:"
     return [
-        CommandRecord("fit", "train a Module from --config files and options (or: accelkit fit file.py:Class, then "
-                      "test)", run=stages + "run_fit", raw=True),
+        CommandRecord("fit", "train a Module, then test it: accelkit fit FILE.py:Class [--max-epochs N ...], or "
+                      "with --model, --config files and options", run=stages + "run_fit", raw=True),
         CommandRecord("validate", "run the validation loop once from --config files and options",
                       run=stages + "run_validate", raw=True),
         CommandRecord("test", "run the test loop once from --config files and options",

@@ -19,6 +19,9 @@ from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
 from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store, uses_launcher_store
 
+#: seconds a process waits for the others to join before saying so (and, with stale launcher variables that no
+#: launcher process stands behind, before it stops)
+STILL_WAITING_S = 30.0
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
 
@@ -124,13 +127,18 @@ class DDPStrategy(ParallelStrategy):
             from datetime import timedelta
 
             timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
-            waiting = threading.Timer(30.0, _still_waiting, args=(self, env))
+            stale = env.stale_variables() if env is not None else None
+            waiting = threading.Timer(STILL_WAITING_S, _still_waiting, args=(self, env))
             waiting.daemon = True
-            waiting.start()
+            if not stale:
+                waiting.start()
             try:
                 # rank 0's store listens where MASTER_ADDR says (loopback for a run on this machine), not on
-                # every interface as torch's env:// store does
-                store = rendezvous_store(self.global_rank, self.world_size, timeout, spans_machines=self.num_nodes > 1)
+                # every interface as torch's env:// store does; with stale launcher variables, nobody will join:
+                # wait STILL_WAITING_S, then stop with what is wrong
+                store = _join_store(self, min(timeout, STILL_WAITING_S) if stale else timeout, stale)
+                if stale:  # they joined after all: the run's own timeout from here on
+                    store.set_timeout(timedelta(seconds=timeout))
                 dist.init_process_group(
                     backend=self.accelerator.distributed_backend,
                     rank=self.global_rank,
@@ -301,6 +309,40 @@ def _watchdog_store() -> Any:
                                              is_master=False, timeout=timedelta(seconds=5), wait_for_workers=False))
     except Exception:  # noqa: BLE001 - another rendezvous (file://, a custom store): the run has no watchdog
         return None
+
+
+def _join_store(strategy: Any, timeout: float, stale: str | None) -> Any:
+    """The run's rendezvous store; when it cannot be had within ``timeout`` and ``stale`` names stale launcher
+    variables, a :class:`~accelkit.errors.ConfigurationError` saying so (not the store's timeout)."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    try:
+        # a store client retries past its timeout (~2.5 times it): with stale variables, wait for rank 0 here
+        if stale and strategy.global_rank != 0 and not _accepts_within(host, port, timeout):
+            raise TimeoutError(f"nothing listens at {host}:{port}")
+        return rendezvous_store(strategy.global_rank, strategy.world_size, timeout,
+                                spans_machines=strategy.num_nodes > 1)
+    except (RuntimeError, ValueError, TimeoutError) as exc:  # torch's DistStoreError is a RuntimeError
+        if not stale:
+            raise
+        raise ConfigurationError(
+            f"rank {strategy.global_rank} waited {timeout:.0f} s for all {strategy.world_size} processes to join "
+            f"at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} and stops: {stale} Or use "
+            "strategy='ddp_spawn' to start the processes here.") from exc
+
+
+def _accepts_within(host: str, port: int, seconds: float) -> bool:
+    """Whether something accepts TCP connections at ``host:port`` within ``seconds`` (tried twice a second)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=1.0):
+                return True
+        except OSError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.5)
 
 
 def _still_waiting(strategy: Any, env: Any) -> None:

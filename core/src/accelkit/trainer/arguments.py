@@ -103,14 +103,15 @@ def check_barebones(args: dict[str, Any], problems: list[str]) -> None:
 
 
 def logger_list(logger: Any, root: Path, manager: Any = None) -> list[Any]:
-    """``logger=`` as a list: ``True``/``None`` a CSV logger under ``root``, ``False`` none, loggers as given; a
+    """``logger=`` as a list: ``True``/``None`` the default logger under ``root``
+    (:func:`accelkit.loggers.default_logger`), ``False`` none, loggers as given; a
     name (``"tensorboard"``, ``"csv"``, a plugin's ``"mlflow"``), alone or in a list, is the registered logger
     built with ``save_dir=root`` (:func:`accelkit.plugins.compose.build_logger`; ``manager`` is the run's plugin
     manager, a fresh one when omitted)."""
-    from accelkit.loggers import CSVLogger
+    from accelkit.loggers import default_logger
 
     if logger is None or logger is True:
-        return [CSVLogger(root)]
+        return [default_logger(root)]
     if logger is False:
         return []
     items = list(logger) if isinstance(logger, (list, tuple)) else [logger]

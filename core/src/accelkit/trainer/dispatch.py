@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from accelkit.checkpoint.files import check_file
 from accelkit.checkpoint.sharded import METADATA_FILE, is_sharded_checkpoint
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
@@ -43,6 +44,24 @@ def _nothing_to_resume(trainer: Any) -> str:
             "resumes from the newest one written there.")
 
 
+def claim_run_folders(trainer: Any) -> None:
+    """Claim the version folders of the run's loggers (and of :attr:`~accelkit.Trainer.run_folder` when the first
+    logger has none) before the run starts: on global rank zero, or in the caller of a strategy that starts
+    workers (the other processes take rank zero's). Loggers of one run writing under the same root share one
+    version folder (``logger=["csv", "tensorboard"]`` both write ``lightning_logs/version_<n>``)."""
+    if not (trainer.strategy.launches_workers or trainer.is_global_zero):
+        return
+    folders = trainer.versioned_loggers()
+    shared = {folder.root_dir: folder.version for folder in folders if folder.version_claimed}
+    for folder in folders:
+        if folder.version_claimed:
+            continue
+        if folder.root_dir in shared:
+            folder.version = shared[folder.root_dir]
+        else:
+            shared[folder.root_dir] = folder.version
+
+
 def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -> Any:
     if ckpt_path is None and not model_given and stage != "fit":
         best = _best_path(trainer)
@@ -57,9 +76,11 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
                              "ModelCheckpoint (enable_checkpointing=True adds one), or pass a path")
         return best
     if ckpt_path == "last":
-        # The newest last*.ckpt of the checkpoint callbacks (a second run in the same folder writes last-v1.ckpt).
+        # The newest last*.ckpt of the checkpoint callbacks: of every earlier run's version folder for the default
+        # callback, else of its folder (where a second run writes last-v1.ckpt). An empty file is a name another
+        # run claimed and has not written yet (or never wrote: it was stopped).
         found = {Path(p) for c in trainer.checkpoint_callbacks for p in c.find_last_checkpoints(trainer)}
-        found = [p for p in found if p.is_file() or is_sharded_checkpoint(p)]
+        found = [p for p in found if (p.is_file() and p.stat().st_size > 0) or is_sharded_checkpoint(p)]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
         warnings.warn(_nothing_to_resume(trainer), UserWarning, stacklevel=4)
@@ -71,6 +92,8 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
                                     f"{METADATA_FILE} and .metadata in it); give the .ckpt file or sharded "
                                     "checkpoint directory in it")
         if not path.is_file() and not path.is_dir():
+            if path.exists():  # /dev/zero, a FIFO: refused before anything opens it
+                check_file(path)
             raise FileNotFoundError(f"ckpt_path={str(ckpt_path)!r} does not exist")
     return ckpt_path
 
@@ -99,6 +122,7 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
         if not is_overridden(method, model, Module):
             raise NotImplementedError(f"Trainer.{stage}() needs {type(model).__name__}.{method}(batch, "
                                       "batch_idx): define it and log the metrics to report with self.log")
+    claim_run_folders(trainer)
     ckpt_path = _resolve_ckpt(trainer, ckpt_path, stage, model_given)
     trainer.ckpt_path = ckpt_path
     strategy = trainer.strategy
@@ -129,6 +153,7 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
         trainer.progress_bar_metrics = output.progress_bar_metrics
         trainer.current_epoch, trainer.global_step = output.current_epoch, output.global_step
         trainer.should_stop = output.should_stop
+        trainer.run_state.stop_reason = output.stop_reason
         for callback in trainer.callbacks:
             state = output.callback_states.get(callback.state_key)
             if state:

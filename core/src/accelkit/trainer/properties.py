@@ -115,10 +115,39 @@ class TrainerProperties:
 
     @property
     def log_dir(self) -> str:
-        """The first logger's directory (``default_root_dir`` without a logger), a string as in Lightning."""
+        """The run's folder, a string as in Lightning: the first logger's version folder
+        (``<default_root_dir>/lightning_logs/version_<n>`` for the default logger); for a logger without one
+        (MLflow), a version folder of the Trainer's own, :attr:`run_folder`; ``default_root_dir`` without a logger.
+        The default checkpoints go to its ``checkpoints`` folder and the CLI's ``config.yaml`` into it."""
         logger = self.logger
-        directory = getattr(logger, "log_dir", None) if logger is not None else None
-        return str(directory if directory is not None else self.default_root_dir)
+        if logger is None:
+            return str(self.default_root_dir)
+        directory = getattr(logger, "log_dir", None)
+        if directory is None:
+            directory = self.run_folder.log_dir
+        return str(directory)
+
+    @property
+    def run_folder(self) -> Any:
+        """The :class:`~accelkit.loggers.RunFolder` that gives :attr:`log_dir` when the first logger keeps no
+        folder of its own (claimed on first use, kept for every stage of this Trainer)."""
+        folder = self.__dict__.get("_run_folder")
+        if folder is None or folder.save_dir != str(self.default_root_dir):
+            from accelkit.loggers import RunFolder
+
+            folder = self._run_folder = RunFolder(self.default_root_dir)
+        return folder
+
+    def versioned_loggers(self) -> list[Any]:
+        """The run's loggers that choose a version folder (:class:`~accelkit.loggers.VersionedLogger`), with
+        :attr:`run_folder` when :attr:`log_dir` comes from it: the folders every process of a run must agree on."""
+        from accelkit.loggers import VersionedLogger
+
+        found = [logger for logger in self.loggers if isinstance(logger, VersionedLogger)]
+        first = self.logger  # (a VersionedLogger's log_dir is not read here: reading it claims its version)
+        if first is not None and not isinstance(first, VersionedLogger) and getattr(first, "log_dir", None) is None:
+            found.append(self.run_folder)
+        return found
 
     @property
     def checkpoint_callbacks(self) -> list[Any]:
@@ -173,13 +202,22 @@ class TrainerProperties:
 
     @property
     def checkpoint_path(self) -> Path:
-        """Where the run's first :class:`~accelkit.callbacks.ModelCheckpoint` writes ``last.ckpt`` (its ``dirpath``,
-        the default one's ``<default_root_dir>/checkpoints`` or ``<log_dir>/checkpoints``); without one,
-        ``<default_root_dir>/checkpoints/last.ckpt``."""
+        """The checkpoint this Trainer's run wrote last, as its first :class:`~accelkit.callbacks.ModelCheckpoint`
+        recorded it (``last_model_path``, else ``best_model_path``: the file written, ``last-v1.ckpt`` included);
+        before a checkpoint is written, where ``last.ckpt`` will go (``<log_dir>/checkpoints``, or the callback's
+        ``dirpath``); without a checkpoint callback, ``<default_root_dir>/checkpoints/last.ckpt``."""
         for callback in self.checkpoint_callbacks:
+            written = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
+            if written:
+                return Path(written)
             if hasattr(callback, "last_checkpoint_path"):
                 return callback.last_checkpoint_path(self)
         return self.default_root_dir / "checkpoints" / "last.ckpt"
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The folder of the run's checkpoints: that of :attr:`checkpoint_path`."""
+        return self.checkpoint_path.parent
 
     # ----------------------------------------------------------------- progress
     @property

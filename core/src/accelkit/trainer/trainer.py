@@ -6,6 +6,7 @@ The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -33,6 +34,8 @@ from accelkit.trainer.arguments import (
     split_datamodule,
 )
 from accelkit.trainer.properties import TrainerProperties
+from accelkit.trainer.removed_arguments import removed_argument_message
+from accelkit.trainer.summary import print_fit_summary
 from accelkit.utilities.seed import seed_from_environment
 
 
@@ -55,8 +58,9 @@ class Trainer(TrainerProperties):
     :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``).
     :param precision: ``"32-true"`` (default), ``"64-true"``, ``"bf16-mixed"``, ``"16-mixed"`` ..., as the
         accelerator's plugins provide; ints such as ``16`` are aliases.
-    :param logger: ``True`` (default) for a :class:`~accelkit.loggers.CSVLogger` under ``default_root_dir``,
-        ``False``/``None`` for none, a logger, or a list of loggers.
+    :param logger: ``True``/``None`` (default) for Lightning's default logger under ``default_root_dir``
+        (:func:`~accelkit.loggers.default_logger`: TensorBoard when installed, else CSV, in
+        ``lightning_logs/version_<n>``), ``False`` for none, a logger, or a list of loggers.
     :param callbacks: :class:`~accelkit.Callback` instances (one or a list), or names a plugin registered
         (``"ema"``, through ``accelkit_register_callbacks``).
     :param fast_dev_run: run 1 (``True``) or N batches of every loop once, without loggers or checkpoints.
@@ -75,8 +79,9 @@ class Trainer(TrainerProperties):
         epochs with an int ``val_check_interval``).
     :param num_sanity_val_steps: validation batches run before training to catch bugs early (``-1``: all).
     :param log_every_n_steps: how often per-step metrics are read from the device and logged.
-    :param enable_checkpointing: add a :class:`~accelkit.callbacks.ModelCheckpoint` writing
-        ``<default_root_dir>/checkpoints/last.ckpt`` unless one is given.
+    :param enable_checkpointing: add a :class:`~accelkit.callbacks.ModelCheckpoint` writing ``last.ckpt`` into the
+        run's folder, ``<log_dir>/checkpoints`` (``<default_root_dir>/checkpoints`` without a logger), unless one
+        is given.
     :param enable_progress_bar: show the progress bar: the :class:`~accelkit.callbacks.ProgressBar` among the
         callbacks, else a :class:`~accelkit.callbacks.TQDMProgressBar` (drawn by the global-zero process only).
     :param enable_model_summary: print a table of the module's layers and parameter counts at fit start.
@@ -194,9 +199,9 @@ class Trainer(TrainerProperties):
         configure_model_summary(self.callbacks, self.enable_model_summary)
 
         if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
-            # Lightning's default (the latest epoch=E-step=S.ckpt is best_model_path) plus last.ckpt, a hard link
-            # to the same file (written once), which ckpt_path="last" and accelkit's docs use.
-            self.callbacks.append(ModelCheckpoint(dirpath=self.default_root_dir / "checkpoints", save_last=True))
+            # Lightning's default (the latest epoch=E-step=S.ckpt is best_model_path, in <log_dir>/checkpoints) plus
+            # last.ckpt, a hard link to the same file (written once), which ckpt_path="last" and accelkit's docs use.
+            self.callbacks.append(ModelCheckpoint(save_last=True))
         elif enable_checkpointing is False and any(isinstance(c, Checkpoint) for c in self.callbacks):
             given = next(type(c).__name__ for c in self.callbacks if isinstance(c, Checkpoint))
             raise ConfigurationError(f"enable_checkpointing=False but a checkpoint callback ({given}) is among the "
@@ -218,7 +223,7 @@ class Trainer(TrainerProperties):
         self._register_plugin_objects()
         manager.hook.accelkit_translate_arguments(arguments=arguments)
         if arguments["extra"]:
-            raise TypeError(f"Trainer() got unexpected keyword argument(s): {', '.join(sorted(arguments['extra']))}")
+            raise TypeError(removed_argument_message(arguments["extra"], Trainer.__init__))
 
         problems = check_run_arguments(run_args)
         if barebones_args is not None:
@@ -314,8 +319,11 @@ class Trainer(TrainerProperties):
 
         train_dataloaders, datamodule = split_datamodule(train_dataloaders, datamodule, "train_dataloaders")
         check_loaders("fit", {"train": train_dataloaders, "val": val_dataloaders})
+        started = time.perf_counter()
         launch(self, "fit", model, datamodule, {"train": train_dataloaders, "val": val_dataloaders}, ckpt_path,
                weights_only, {})
+        if self.progress_bar_callback is not None:  # quiet with enable_progress_bar=False, barebones, tuner trials
+            print_fit_summary(self, time.perf_counter() - started)
 
     def validate(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
                  datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:

@@ -15,6 +15,20 @@ import torch
 _RANK_VARIABLES = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"), ("PMI_RANK", "PMI_SIZE"),
                    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"))
 
+#: the variables Lightning reads, in its order, for ``rank_zero_only.rank`` when it is imported (``LOCAL_RANK``
+#: before ``SLURM_PROCID``: SLURM sets the latter even where it does not start the processes)
+LAUNCHER_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def launcher_rank() -> int:
+    """The rank a launcher gave this process, read as Lightning reads it at import: the first of
+    :data:`LAUNCHER_RANK_VARIABLES` that is set and a whole number; 0 when none is."""
+    for name in LAUNCHER_RANK_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
 
 def global_rank() -> int:
     """This process's global rank: the one rule every part of accelkit asks (``rank_zero_only``, the loggers, the
@@ -22,7 +36,8 @@ def global_rank() -> int:
     whose size variable says the job has more than one process (``RANK``/``WORLD_SIZE``,
     ``SLURM_PROCID``/``SLURM_NTASKS``...), read when asked, so a stray ``RANK`` in a one-process shell does not
     silence rank-zero work; else ``rank_zero_only.rank``, Lightning's attribute, which the Trainer sets in every
-    worker from its strategy (and so from the cluster environment) and which is 0 outside a run."""
+    worker from its strategy (and so from the cluster environment) and which, before any run, is the launcher's
+    rank read at import (:func:`launcher_rank`, Lightning's rule)."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank()
     for rank_name, size_name in _RANK_VARIABLES:
@@ -33,8 +48,28 @@ def global_rank() -> int:
 
 
 def set_global_rank(rank: int) -> None:
-    """Record the rank of this process's run (the Trainer calls it in every worker, from its strategy)."""
+    """Record the rank of this process's run (the Trainer calls it in every worker, from its strategy), in
+    ``rank_zero_only.rank`` and, when ``lightning_utilities`` is imported, in its ``rank_zero_only.rank`` too, the
+    attribute Lightning sets for the code of Lightning's ecosystem (:func:`share_rank_with_lightning_utilities`)."""
     rank_zero_only.rank = rank  # type: ignore[attr-defined]
+    share_rank_with_lightning_utilities(overwrite=True)
+
+
+def share_rank_with_lightning_utilities(overwrite: bool = False) -> None:
+    """Give ``lightning_utilities.core.rank_zero.rank_zero_only`` (which programs written for Lightning import
+    directly, e.g. the lightning-hydra-template's logger) the rank in ``rank_zero_only.rank``, as importing
+    Lightning does; without it that decorator raises "needs to be set before use". Nothing happens where
+    ``lightning_utilities`` is not installed; a rank it already holds is kept unless ``overwrite``."""
+    import importlib.util
+    import sys
+
+    if "lightning_utilities.core.rank_zero" not in sys.modules and (
+            importlib.util.find_spec("lightning_utilities") is None):
+        return
+    from lightning_utilities.core import rank_zero as theirs
+
+    if overwrite or getattr(theirs.rank_zero_only, "rank", None) is None:
+        theirs.rank_zero_only.rank = rank_zero_only.rank  # type: ignore[attr-defined]
 
 
 def rank_zero_only(fn: Callable[..., Any], default: Any = None) -> Callable[..., Any]:
@@ -54,8 +89,8 @@ def rank_zero_only(fn: Callable[..., Any], default: Any = None) -> Callable[...,
     return wrapped
 
 
-rank_zero_only.rank = 0  # type: ignore[attr-defined]
-rank_zero_only.rank = global_rank()  # type: ignore[attr-defined]  # the launcher's rank, if any
+rank_zero_only.rank = launcher_rank()  # type: ignore[attr-defined]  # as Lightning at import; a run sets its own
+share_rank_with_lightning_utilities()
 
 
 #: the logger the rank-zero messages go to; as Lightning's, it prints INFO and above to stderr when the program

@@ -9,6 +9,13 @@ ACCELKIT_API = ">=1.0,<2"
 
 _CPU = ("cpu",)
 
+#: shown once when ``precision=16`` / ``"16"`` / ``"16-mixed"`` is chosen on the CPU (Lightning warns the same and
+#: substitutes bf16-mixed, so a program written for a GPU starts on a laptop)
+SIXTEEN_MIXED_NOTICE = (
+    "precision='16-mixed' on CPU runs as bf16-mixed (CPU autocast to bfloat16): float16 mixed precision (AMP) is "
+    "not supported on CPU; write precision='bf16-mixed' to silence this notice."
+)
+
 
 @hookimpl
 def accelkit_register_accelerators() -> list[AcceleratorRecord]:
@@ -42,4 +49,7 @@ def accelkit_register_precisions() -> list[PrecisionRecord]:
                         options={"dtype": "float64"}),
         PrecisionRecord("bf16-mixed", "accelkit.precision:MixedPrecision", aliases=("bf16",), accelerators=_CPU,
                         options={"dtype": "bfloat16"}, description="CPU autocast to bfloat16"),
+        PrecisionRecord("16-mixed", "accelkit.precision:MixedPrecision", aliases=("16",), accelerators=_CPU,
+                        options={"dtype": "bfloat16"}, notice=SIXTEEN_MIXED_NOTICE,
+                        description="runs as bf16-mixed on CPU (no float16 autocast), with a notice"),
     ]

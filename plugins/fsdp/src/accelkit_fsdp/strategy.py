@@ -259,7 +259,7 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         if isinstance(state, dcp_io.DeferredState):
             key = str(state.index)
             template = {"optimizer_states": {key: self._sharded_optimizer_state(module, optimizer)}}
-            state = dcp_io.load_into(state.path, template)["optimizer_states"][key]
+            state = dcp_io.load_into(state.path, template, state.weights_only)["optimizer_states"][key]
         if dcp_io.keyed_by_index(state):
             state = dcp_io.optimizer_state_by_name(state, module, optimizer)
         full = not any(_is_dtensor(t) for s in state.get("state", {}).values() for t in s.values())
@@ -288,10 +288,10 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
         template = {"state_dict": get_model_state_dict(self._module)}  # this run's shards, filled in place
-        checkpoint["state_dict"] = dcp_io.load_into(path, template)["state_dict"]
+        checkpoint["state_dict"] = dcp_io.load_into(path, template, weights_only)["state_dict"]
         count = int(checkpoint.pop(dcp_io.OPTIMIZER_COUNT_KEY, -1))
         if count >= 0:
-            checkpoint["optimizer_states"] = [dcp_io.DeferredState(str(path), i) for i in range(count)]
+            checkpoint["optimizer_states"] = [dcp_io.DeferredState(str(path), i, weights_only) for i in range(count)]
         return checkpoint
 
     def teardown(self) -> None:

@@ -40,10 +40,10 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_coordin
     from torch_xla.experimental.distributed_checkpoint import SPMDSavePlanner
 
     target = Path(path).absolute()
-    temporary = target.parent / f".{target.name}.tmp-spmd"
+    temporary = sharded.hidden_sibling(target, "tmp-spmd")
     if is_coordinator:
         target.parent.mkdir(parents=True, exist_ok=True)
-        for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a killed save
+        for stale in target.parent.glob(sharded.hidden_sibling(target, "tmp-*").name):  # left by a killed save
             sharded.remove(stale)
     barrier("accelkit_spmd_checkpoint_start")
     tensors, metadata = sharded.split(checkpoint)
@@ -62,7 +62,7 @@ def save_sharded(checkpoint: dict[str, Any], path: str | os.PathLike, is_coordin
         raise
     barrier("accelkit_spmd_checkpoint_written")
     if is_coordinator:
-        aside = target.parent / f".{target.name}.old-spmd"
+        aside = sharded.hidden_sibling(target, "old-spmd")
         if os.path.lexists(target):
             sharded.remove(aside)
             os.rename(target, aside)

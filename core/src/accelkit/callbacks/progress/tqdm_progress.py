@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import io
+import os
 import sys
 import time
+import warnings
 from typing import Any
 
 from accelkit.callbacks.progress.progress_bar import RefreshingProgressBar, check_count
+from accelkit.errors import ConfigurationError
 
 # tqdm.auto draws notebook widgets, which need ipywidgets; without it the terminal bar is the one that works
 if importlib.util.find_spec("ipywidgets") is not None:  # pragma: no cover - not installed in the test environment
@@ -17,6 +21,39 @@ else:
 
 #: width numbers are padded to, so the bar's text does not jump as values change
 _NUMBER_WIDTH = 5
+
+#: the environment variable that chooses the bar's output: ``bar`` (tqdm's redrawn line), ``lines`` (one plain line
+#: per epoch and per evaluation); unset, lines when standard output is not a terminal (see :func:`plain_lines`)
+PROGRESS_VARIABLE = "ACCELKIT_PROGRESS"
+
+
+def plain_lines() -> bool:
+    """Whether the progress is printed as plain lines rather than redrawn bars: as :data:`PROGRESS_VARIABLE` says,
+    else when standard output is not a terminal (a file, a pipe, a CI or SLURM log), where ``\\r`` and cursor
+    moves would pile up; a Jupyter kernel's output, which draws bars, counts as a terminal."""
+    choice = os.environ.get(PROGRESS_VARIABLE, "").strip().lower()
+    if choice in ("bar", "lines"):
+        return choice == "lines"
+    if choice:
+        raise ConfigurationError(f"{PROGRESS_VARIABLE}={choice!r} is not understood; use 'bar' (redrawn bars), "
+                                 "'lines' (one plain line per epoch) or leave it unset (lines when standard output "
+                                 "is not a terminal)")
+    if "ipykernel" in sys.modules:
+        return False
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, ValueError):  # no stdout, or a closed one
+        return True
+
+
+class _Discard(io.TextIOBase):
+    """A text stream that keeps nothing: where the bars draw while the progress is printed as plain lines."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+_DISCARD = _Discard()
 
 
 class Tqdm(_tqdm):
@@ -76,12 +113,35 @@ class TQDMProgressBar(RefreshingProgressBar):
         self._test_progress_bar: Any = None
         self._predict_progress_bar: Any = None
         self._train_open = False  # the training bar is drawing (not closed at an epoch's end)
+        self._plain = False  # plain lines instead of bars (plain_lines(), decided in setup)
+        self._train_batches = 0  # batches of the running epoch, for the plain lines
+        self._batches = 0  # batches of the running evaluation, for the plain lines
+        self._shown_warning: Any = None  # warnings.showwarning before the bars routed warnings above them
+        self._show: Any = None  # the routing function installed
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()  # tqdm bars hold the terminal's stream: spawned workers make their own
         state.update(_train_progress_bar=None, _val_progress_bar=None, _test_progress_bar=None,
-                     _predict_progress_bar=None, _train_open=False)
+                     _predict_progress_bar=None, _train_open=False, _shown_warning=None, _show=None)
         return state
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """As :meth:`ProgressBar.setup`; then choose bars or plain lines (:func:`plain_lines`) and, when bars are
+        drawn, print warnings above them rather than inside their line."""
+        super().setup(trainer, pl_module, stage)
+        self._plain = plain_lines()
+        if self.is_enabled and not self._plain:
+            self._route_warnings()
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        """Give warnings back their own printing."""
+        self._restore_warnings()
+
+    @property
+    def _stream(self) -> Any:
+        """Where the bars draw: standard output, or nowhere when the progress goes out as plain lines (the bars
+        still count and hold their metrics, for subclasses that read them, as with Lightning's)."""
+        return _DISCARD if self._plain else sys.stdout
 
     # ----------------------------------------------------------------- the bars
     @property
@@ -136,30 +196,30 @@ class TQDMProgressBar(RefreshingProgressBar):
     def init_sanity_tqdm(self) -> Tqdm:
         """The sanity check's bar."""
         return Tqdm(desc=self.sanity_check_description, position=2 * self._process_position, disable=self.is_disabled,
-                    leave=False, dynamic_ncols=True, file=sys.stdout, bar_format=self.BAR_FORMAT)
+                    leave=False, dynamic_ncols=True, file=self._stream, bar_format=self.BAR_FORMAT)
 
     def init_train_tqdm(self) -> Tqdm:
         """The training bar."""
         return Tqdm(desc=self.train_description, position=2 * self._process_position, disable=self.is_disabled,
-                    leave=True, dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
+                    leave=True, dynamic_ncols=True, file=self._stream, smoothing=0, bar_format=self.BAR_FORMAT)
 
     def init_validation_tqdm(self) -> Tqdm:
         """The validation bar: under the training bar inside ``fit`` (and cleared when done), alone in
         ``validate``."""
         inside_fit = self.trainer.state.fn != "validate"
         return Tqdm(desc=self.validation_description, position=2 * self._process_position + inside_fit,
-                    disable=self.is_disabled, leave=not inside_fit, dynamic_ncols=True, file=sys.stdout,
+                    disable=self.is_disabled, leave=not inside_fit, dynamic_ncols=True, file=self._stream,
                     bar_format=self.BAR_FORMAT)
 
     def init_test_tqdm(self) -> Tqdm:
         """The test bar."""
         return Tqdm(desc=self.test_description, position=2 * self._process_position, disable=self.is_disabled,
-                    leave=True, dynamic_ncols=True, file=sys.stdout, bar_format=self.BAR_FORMAT)
+                    leave=True, dynamic_ncols=True, file=self._stream, bar_format=self.BAR_FORMAT)
 
     def init_predict_tqdm(self) -> Tqdm:
         """The prediction bar."""
         return Tqdm(desc=self.predict_description, position=2 * self._process_position, disable=self.is_disabled,
-                    leave=True, dynamic_ncols=True, file=sys.stdout, smoothing=0, bar_format=self.BAR_FORMAT)
+                    leave=True, dynamic_ncols=True, file=self._stream, smoothing=0, bar_format=self.BAR_FORMAT)
 
     # ----------------------------------------------------------------- sanity check
     def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
@@ -184,7 +244,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         bar = self._train_progress_bar
-        count = batch_idx + 1
+        count = self._train_batches = batch_idx + 1
         if bar.disable or (count % self._refresh_rate and count != bar.total):
             return
         if count - bar.last_print_n < bar.miniters:  # tqdm's own test: too few batches since the last draw
@@ -196,6 +256,9 @@ class TQDMProgressBar(RefreshingProgressBar):
         bar = self.train_progress_bar
         if not bar.disable:
             bar.set_postfix(self.get_metrics(trainer, pl_module))
+        if self._plain and self.is_enabled:
+            self._line(f"Epoch {trainer.current_epoch}", f"{self._train_batches}/{_shown(self.total_train_batches)}",
+                       self.get_metrics(trainer, pl_module))
         if self._leave:
             bar.close()
             self._train_open = False
@@ -207,6 +270,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     # ----------------------------------------------------------------- validation
     def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        self._batches = 0
         if not trainer.sanity_checking:
             self.val_progress_bar = self.init_validation_tqdm()
 
@@ -227,9 +291,12 @@ class TQDMProgressBar(RefreshingProgressBar):
             self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
         self.val_progress_bar.close()
         self.reset_dataloader_idx_tracker()
+        if trainer.state.fn == "validate":
+            self._evaluation_line(self.validation_description)
 
     # ----------------------------------------------------------------- test and prediction
     def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        self._batches = 0
         self.test_progress_bar = self.init_test_tqdm()
 
     def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
@@ -245,8 +312,10 @@ class TQDMProgressBar(RefreshingProgressBar):
     def on_test_end(self, trainer: Any, pl_module: Any) -> None:
         self.test_progress_bar.close()
         self.reset_dataloader_idx_tracker()
+        self._evaluation_line(self.test_description)
 
     def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+        self._batches = 0
         self.predict_progress_bar = self.init_predict_tqdm()
 
     def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
@@ -262,6 +331,7 @@ class TQDMProgressBar(RefreshingProgressBar):
     def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
         self.predict_progress_bar.close()
         self.reset_dataloader_idx_tracker()
+        self._evaluation_line(self.predict_description)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """Close the open bars, so that what reports the error starts on a line of its own."""
@@ -270,9 +340,13 @@ class TQDMProgressBar(RefreshingProgressBar):
             if bar is not None:
                 bar.close()
         self._train_open = False
+        self._restore_warnings()
 
     def print(self, *args: Any, sep: str = " ", **kwargs: Any) -> None:
         """Print above the bar that is running (``tqdm.write``), so the bars are not broken."""
+        if self._plain:
+            print(*args, sep=sep, **kwargs)
+            return
         bar = next((b for b in (self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar,
                                 self._train_progress_bar) if b is not None and not b.disable), None)
         if bar is None:
@@ -283,6 +357,7 @@ class TQDMProgressBar(RefreshingProgressBar):
     # ----------------------------------------------------------------- moving a bar
     def _move(self, bar: Any, count: int) -> None:
         """An evaluation bar to ``count`` batches, every ``refresh_rate`` batches."""
+        self._batches += 1
         if not bar.disable and (count % self._refresh_rate == 0 or count == bar.total):
             bar.update(count - bar.n)
 
@@ -292,6 +367,35 @@ class TQDMProgressBar(RefreshingProgressBar):
         if time.time() - bar.last_print_t >= bar.mininterval:
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
         bar.update(count - bar.n)
+
+    # ----------------------------------------------------------------- plain lines, warnings
+    def _line(self, label: str, count: str, metrics: dict[str, Any]) -> None:
+        """One plain line of progress: ``Epoch 2: 20/20 batches, v_num=0, train_loss=0.318``."""
+        shown = "".join(f", {k}={v if isinstance(v, str) else Tqdm.format_num(v)}" for k, v in metrics.items())
+        print(f"{label}: {count} batches{shown}", flush=True)
+
+    def _evaluation_line(self, description: str) -> None:
+        if self._plain and self.is_enabled:
+            self._line(description, str(self._batches), {})
+
+    def _route_warnings(self) -> None:
+        """While bars are drawn, a warning is printed on a line of its own: tqdm clears the bars, the warning is
+        written, the bars are drawn again below it (``tqdm.external_write_mode``)."""
+        if self._show is not None:
+            return
+        original = warnings.showwarning
+
+        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+            with Tqdm.external_write_mode(file=file if file is not None else sys.stderr):
+                original(message, category, filename, lineno, file, line)
+
+        self._shown_warning, self._show = original, show
+        warnings.showwarning = show
+
+    def _restore_warnings(self) -> None:
+        if self._show is not None and warnings.showwarning is self._show:
+            warnings.showwarning = self._shown_warning
+        self._shown_warning = self._show = None
 
     @staticmethod
     def _label(description: str, dataloader_idx: int, counts: Any) -> str:
@@ -305,3 +409,7 @@ def _restart(bar: Any, total: int | None, description: str) -> None:
     bar.total = total  # tqdm keeps the old total when given None
     bar.initial = 0
     bar.set_description(description)
+
+
+def _shown(total: int | None) -> str:
+    return "?" if total is None else str(total)

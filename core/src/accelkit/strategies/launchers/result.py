@@ -25,6 +25,7 @@ class WorkerResult:
     :param should_stop: whether a callback or the module asked to stop.
     :param interrupted: set when SIGINT/SIGTERM stopped ``fit``: the line saying where it stopped, where the state
         was saved and how to resume (the caller then raises :class:`~accelkit.errors.TrainingInterrupted`).
+    :param stop_reason: why ``fit`` stopped, as the worker's fit loop saw it (``"max_epochs=20 reached"``...).
     """
 
     result: Any = None
@@ -38,3 +39,4 @@ class WorkerResult:
     callback_states: dict[str, Any] = field(default_factory=dict)
     should_stop: bool = False
     interrupted: str | None = None
+    stop_reason: str | None = None

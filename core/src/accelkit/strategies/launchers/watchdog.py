@@ -3,7 +3,7 @@
 Each process of a ``torch.distributed`` run notes what it is doing in a module-level slot (:func:`mark`: the step,
 the batch and a phase such as ``"training_step"`` or ``"barrier 'save_checkpoint'"``; a few attribute writes per
 batch). A daemon thread publishes that note, with the time it was published, to the process group's key-value
-store once a second. When this process has made no progress for :attr:`Watchdog.warn_after_s`, the thread reads
+store once a second. When this process has made no progress for ``warn_after_s``, the thread reads
 every rank's note and prints one diagnosis naming the ranks that are behind or that stopped reporting, what each
 rank is doing and for how long. When a collective fails (the collective timeout, ``Trainer(collective_timeout=...)``,
 or a lost peer), the same diagnosis is attached to the error.
@@ -29,7 +29,7 @@ from accelkit.utilities.processes import process_stopped
 WAITING_PREFIXES = ("backward", "barrier", "reduce", "all_gather", "broadcast", "setup")
 #: seconds a store call of the watchdog may take before it is given up (the store's process does not answer)
 STORE_TIMEOUT_S = 5.0
-#: seconds between two reports of a rank; a rank whose last report is older than :data:`SILENT_AFTER_S` has
+#: seconds between two reports of a rank; a rank whose last report is older than ``SILENT_AFTER_S`` has
 #: stopped reporting (its process is stopped, frozen or gone: a live process's thread reports on time)
 REPORT_EVERY_S = 1.0
 SILENT_AFTER_S = 5.0
@@ -199,7 +199,7 @@ class Watchdog:
 
 
 def _silent(note: tuple[Any, ...] | None, now: float) -> bool:
-    """Whether a rank has stopped reporting (no note, or its last one is older than :data:`SILENT_AFTER_S`)."""
+    """Whether a rank has stopped reporting (no note, or its last one is older than ``SILENT_AFTER_S``)."""
     return note is None or len(note) < 5 or now - note[4] > SILENT_AFTER_S
 
 

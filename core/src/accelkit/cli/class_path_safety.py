@@ -1,0 +1,122 @@
+"""What a configuration file can build: classes, where the argument's annotation asks for one, and nothing else.
+
+jsonargparse builds a ``{class_path: ..., init_args: ...}`` value wherever it finds one, also for an argument typed
+``Any``, ``object`` or not typed, and calls a function named by a ``class_path`` as if it were a class, so that a
+configuration file such as ``extra: {class_path: os.system, init_args: {command: ...}}`` runs a shell command
+(Lightning's CLI does the same). accelkit's parser (:class:`accelkit.cli.config.ArgumentParser`) applies two rules
+around every parse, dump and build:
+
+- :func:`values_of_any_stay_data`: a value given for an argument typed ``Any``, ``object`` or not typed is kept as
+  the plain data the file holds (with a warning naming the class path); nothing it names is imported or called;
+- :func:`only_classes_are_built`: where the annotation is a class (or a ``Callable`` returning one), the class
+  path is imported and must name a subclass of it (jsonargparse's check); a class path naming a function or any
+  other object is refused before anything is called.
+
+So a class path is imported only where the annotation is a class, and built only when it names a subclass of that
+class. Importing a module runs its top-level code: a configuration file from someone else is code, to be read
+before it is run (``docs/cli.rst``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from jsonargparse import Namespace
+from jsonargparse import _typehints as _jsonargparse_typehints  # the two functions replaced below
+
+from accelkit.cli.saved_config import import_class_path
+from accelkit.errors import ConfigurationError
+
+if not (callable(getattr(_jsonargparse_typehints, "adapt_classes_any", None))  # pragma: no cover - jsonargparse 5
+        and isinstance(getattr(_jsonargparse_typehints, "ActionTypeHint").__dict__.get("get_class_parser"),
+                       staticmethod)):
+    raise ImportError("this jsonargparse lacks adapt_classes_any or ActionTypeHint.get_class_parser, which accelkit "
+                      "replaces so that a configuration cannot build classes for arguments typed Any; install "
+                      "jsonargparse>=4.27,<5")
+
+
+def _as_given(value: Any, typehint: Any, serialize: bool, instantiate: bool, *args: Any, **kwargs: Any) -> Any:
+    """What an argument typed ``Any``, ``object`` or not typed receives: the value as the configuration gives it."""
+    if not serialize and not instantiate:
+        for path in sorted(set(class_paths_in(value))):
+            warnings.warn(f"the configuration value naming class_path {path!r} is given for an argument typed "
+                          f"{typehint!r} (any value) and stays plain data (a dict), not built: accelkit builds a "
+                          "class_path only where the argument's annotation is a class; annotate the argument with "
+                          "the base class it accepts to have the value built", UserWarning, stacklevel=2)
+    return value
+
+
+def class_paths_in(value: Any) -> Iterator[str]:
+    """Every ``class_path`` string inside ``value`` (nested dicts and lists)."""
+    if isinstance(value, dict):
+        if isinstance(value.get("class_path"), str):
+            yield value["class_path"]
+        for item in value.values():
+            yield from class_paths_in(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from class_paths_in(item)
+
+
+@contextlib.contextmanager
+def values_of_any_stay_data() -> Iterator[None]:
+    """While parsing, dumping or building: a ``{class_path: ..., init_args: ...}`` value given for an argument typed
+    ``Any``, ``object`` or not typed stays the dict it is (with a warning naming the class path); nothing it names is
+    imported or called."""
+    hints = _jsonargparse_typehints.ActionTypeHint
+    original, original_parser = _jsonargparse_typehints.adapt_classes_any, hints.__dict__["get_class_parser"]
+    _jsonargparse_typehints.adapt_classes_any = _as_given
+    # when merging two configurations, jsonargparse takes a class_path dict of an Any argument for a class to build
+    # and asks for the parser of the class it names, by name: give it no arguments unless that class is imported
+    # already (those of annotated arguments are, by the subclass check)
+    hints.get_class_parser = staticmethod(lambda val_class, *args, **kwargs: original_parser.__func__(
+        val_class if not isinstance(val_class, str) or _imported(val_class) else object, *args, **kwargs))
+    try:
+        yield
+    finally:
+        _jsonargparse_typehints.adapt_classes_any = original
+        hints.get_class_parser = original_parser
+
+
+def _imported(path: str) -> bool:
+    """Whether the object a dotted path names is in a module imported already (looked up without importing)."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        found: Any = sys.modules.get(".".join(parts[:cut]))
+        if found is None:
+            continue
+        for name in parts[cut:]:
+            found = getattr(found, name, None)
+        return found is not None
+    return False
+
+
+def only_classes_are_built(config: Any, key: str = "") -> None:
+    """Refuse a parsed configuration in which a class path to be built names something other than a class.
+
+    :param config: a parsed configuration (jsonargparse ``Namespace``); the values to be built are the
+        ``Namespace`` entries with a ``class_path`` (the plain dicts of ``Any`` arguments are data, not checked).
+    :raise ConfigurationError: naming the key and the class path.
+    """
+    if isinstance(config, Namespace):
+        path = config.get("class_path") if "class_path" in config else None
+        named = import_class_path(path) if isinstance(path, str) else None
+        if isinstance(path, str) and not inspect.isclass(named):
+            kind = "function" if callable(named) else type(named).__name__
+            raise ConfigurationError(f"{key or 'the configuration'}: class_path {path!r} names a {kind}, not a class; "
+                                     "a configuration builds only classes (a subclass of the argument's annotation), "
+                                     "so name a class there")
+        items = config.items(branches=True, nested=False)
+    elif isinstance(config, dict):
+        items = config.items()
+    elif isinstance(config, (list, tuple)):
+        items = ((f"[{index}]", item) for index, item in enumerate(config))
+    else:
+        return
+    for name, value in items:
+        only_classes_are_built(value, f"{key}.{name}".lstrip(".").replace(".[", "["))

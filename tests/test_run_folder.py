@@ -1,0 +1,302 @@
+"""One folder per run, as Lightning lays it out: ``<root>/lightning_logs/version_<n>/{hparams.yaml, events or
+metrics.csv, config.yaml, checkpoints/}``; the checkpoint a run reports is the one it wrote; ``ckpt_path="last"``
+resumes the newest run; runs started together in one folder never share a version folder or a checkpoint file."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import accelkit
+import pytest
+import torch
+import yaml
+from accelkit.checkpoint import load
+from accelkit.loggers import CSVLogger, RunFolder, TensorBoardLogger, claim_version, default_logger
+from helpers.models import RegressionModule
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "digits.py"
+
+
+def fit(root: Path, max_epochs: int = 1, ckpt_path: str | None = None, **kwargs) -> accelkit.Trainer:
+    options = dict(accelerator="cpu", devices=1, max_epochs=max_epochs, default_root_dir=root,
+                   enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    options.update(kwargs)
+    trainer = accelkit.Trainer(**options)
+    trainer.fit(RegressionModule(n=16), ckpt_path=ckpt_path)
+    return trainer
+
+
+# ------------------------------------------------------------------- the default logger and its folder
+def test_the_default_logger_is_tensorboard_when_it_imports_else_csv(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    assert type(default_logger(tmp_path)) is TensorBoardLogger
+    assert type(accelkit.Trainer(default_root_dir=tmp_path).logger) is TensorBoardLogger
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # neither tensorboard nor tensorboardX importable
+    monkeypatch.setitem(sys.modules, "tensorboardX", None)
+    logger = accelkit.Trainer(default_root_dir=tmp_path).logger
+    assert type(logger) is CSVLogger and logger.root_dir == str(tmp_path / "lightning_logs")
+
+
+def test_every_built_in_logger_writes_under_lightning_logs(tmp_path):
+    assert CSVLogger(tmp_path).root_dir == TensorBoardLogger(tmp_path).root_dir == str(tmp_path / "lightning_logs")
+    assert RunFolder(tmp_path).root_dir == str(tmp_path / "lightning_logs")
+
+
+def test_a_run_keeps_its_checkpoints_hparams_and_events_in_its_version_folder(tmp_path):
+    pytest.importorskip("tensorboard")
+    trainer = fit(tmp_path)
+    version = tmp_path / "lightning_logs" / "version_0"
+    assert trainer.log_dir == str(version)
+    assert trainer.checkpoint_path == version / "checkpoints" / "last.ckpt" and trainer.checkpoint_path.is_file()
+    assert (version / "hparams.yaml").is_file() and list(version.glob("events.out.tfevents.*"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lightning_logs"]  # no ./checkpoints, no ./logs
+
+
+def test_loggers_of_one_run_share_its_version_folder(tmp_path):
+    pytest.importorskip("tensorboard")
+    trainer = fit(tmp_path, logger=["csv", "tensorboard"])
+    csv_logger, tb_logger = trainer.loggers
+    assert csv_logger.log_dir == tb_logger.log_dir == str(tmp_path / "lightning_logs" / "version_0")
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0"]
+
+
+def test_a_logger_without_a_folder_gets_a_version_folder_of_the_trainer(tmp_path):
+    class Remote(accelkit.loggers.Logger):  # a logger sending metrics elsewhere (MLflow, a service...)
+        name, version = "remote", "abc"
+
+        def log_metrics(self, metrics, step=None):
+            pass
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+    first, second = fit(tmp_path, logger=Remote()), fit(tmp_path, logger=Remote())
+    assert first.checkpoint_path == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
+    assert first.checkpoint_path.is_file() and second.checkpoint_path.is_file()
+
+
+def test_tensorboard_logger_writes_hparams_yaml_and_one_event_file_over_five_stages(tmp_path):
+    pytest.importorskip("tensorboard")
+    trainer = fit(tmp_path)
+    model = trainer.lightning_module
+    for stage in (trainer.validate, trainer.test, trainer.validate, trainer.test):
+        stage(model, verbose=False)
+    version = Path(trainer.log_dir)
+    assert yaml.safe_load((version / "hparams.yaml").read_text()) == {}  # the module saved none: Lightning's {}
+    assert len(list(version.glob("events.out.tfevents.*"))) == 1
+
+
+def test_tensorboard_logger_experiment_is_a_summary_writer_that_takes_images(tmp_path):
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    logger = TensorBoardLogger(tmp_path)
+    assert isinstance(logger.experiment, SummaryWriter)
+    logger.experiment.add_image("grid", torch.rand(1, 4, 4), 0)
+    logger.log_hyperparams({"lr": 0.1, "layers": [2, 3]})
+    logger.finalize("success")
+    assert yaml.safe_load(Path(logger.log_dir, "hparams.yaml").read_text()) == {"lr": 0.1, "layers": [2, 3]}
+
+
+# ------------------------------------------------------------------- the checkpoint a run reports
+def test_two_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path):
+    first, second = fit(tmp_path), fit(tmp_path)
+    assert first.checkpoint_path != second.checkpoint_path
+    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
+    assert second.checkpoint_path.is_file()
+    with warnings.catch_warnings(record=True) as record:  # the resumed run writes into a new folder by design
+        warnings.simplefilter("always")
+        third = fit(tmp_path, max_epochs=2, ckpt_path="last")
+    assert not [str(w.message) for w in record if "folder changed" in str(w.message)]
+    assert third.ckpt_path == str(second.checkpoint_path)  # the newest run's last checkpoint
+    assert third.checkpoint_path == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
+    assert load(third.checkpoint_path)["global_step"] == third.global_step == 2 * second.global_step
+    assert load(second.checkpoint_path)["global_step"] == second.global_step  # the resumed file is untouched
+
+
+def test_without_a_logger_a_second_run_reports_its_versioned_file(tmp_path):
+    first = fit(tmp_path, logger=False)
+    second = fit(tmp_path, logger=False)
+    assert first.checkpoint_path == tmp_path / "checkpoints" / "last.ckpt"
+    assert second.checkpoint_path == tmp_path / "checkpoints" / "last-v1.ckpt"  # Lightning's name, reported
+    assert load(second.checkpoint_path)["global_step"] == second.global_step
+
+
+def test_last_skips_a_name_another_run_claimed_but_never_wrote(tmp_path):
+    first = fit(tmp_path)
+    claimed = tmp_path / "lightning_logs" / "version_7" / "checkpoints" / "last.ckpt"
+    claimed.parent.mkdir(parents=True)
+    claimed.touch()  # what a run killed while writing its first checkpoint leaves: the empty claim of the name
+    resumed = fit(tmp_path, max_epochs=2, ckpt_path="last")
+    assert resumed.ckpt_path == str(first.checkpoint_path)
+
+
+def test_a_failed_save_releases_the_name_it_claimed(tmp_path):
+    class Diverges(RegressionModule):
+        def on_train_epoch_end(self):
+            with torch.no_grad():
+                self.layer.weight.fill_(float("nan"))
+
+    trainer = accelkit.Trainer(accelerator="cpu", max_epochs=1, default_root_dir=tmp_path, logger=False,
+                               enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    with pytest.raises(Exception, match="not finite"):
+        trainer.fit(Diverges(n=16))
+    assert not list((tmp_path / "checkpoints").glob("*.ckpt"))  # no empty file left under a checkpoint's name
+
+
+@pytest.mark.slow  # two processes per fit
+def test_two_ddp_spawn_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path):
+    spawn = dict(devices=2, strategy="ddp_spawn")
+    first, second = fit(tmp_path, **spawn), fit(tmp_path, **spawn)
+    assert first.checkpoint_path.parent.parent.name == "version_0"
+    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
+    third = fit(tmp_path, max_epochs=2, ckpt_path="last", **spawn)
+    assert third.ckpt_path == str(second.checkpoint_path)
+    assert third.checkpoint_path == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
+    assert load(third.checkpoint_path)["global_step"] == third.global_step == 2 * second.global_step
+
+
+# ------------------------------------------------------------------- runs started together
+def _claim_after(barrier, root: str, queue) -> None:
+    barrier.wait()
+    queue.put(claim_version(root))
+
+
+@pytest.mark.slow  # starts processes
+def test_two_processes_claiming_at_once_get_distinct_versions_in_20_of_20_trials(tmp_path):
+    context = multiprocessing.get_context("fork")
+    for trial in range(20):
+        root = str(tmp_path / f"trial{trial}")
+        os.makedirs(os.path.join(root, "version_0"))  # an earlier run: both see version_1 as the next one
+        barrier, queue = context.Barrier(2), context.Queue()
+        workers = [context.Process(target=_claim_after, args=(barrier, root, queue)) for _ in range(2)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(timeout=60)
+        assert [w.exitcode for w in workers] == [0, 0]
+        assert sorted(queue.get(timeout=10) for _ in workers) == [1, 2], f"trial {trial}"
+
+
+_CONCURRENT_FIT = """
+import json, sys
+import accelkit
+sys.path.insert(0, {tests!r})
+from helpers.models import RegressionModule
+logger = sys.argv[1] == "logger"
+trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, default_root_dir={root!r}, logger=logger,
+                           enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+trainer.fit(RegressionModule(n=16))
+print(json.dumps({{"log_dir": trainer.log_dir, "checkpoint": str(trainer.checkpoint_path),
+                  "best": trainer.checkpoint_callback.best_model_path}}))
+"""
+
+
+@pytest.mark.slow  # two fits in fresh interpreters, started together
+@pytest.mark.parametrize("logger", ["logger", "no-logger"])
+def test_two_runs_started_together_in_one_folder_keep_their_own_folders_and_files(tmp_path, logger):
+    code = _CONCURRENT_FIT.format(tests=str(ROOT / "tests"), root=str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_") and k != "PYTHONPATH"}
+    runs = [subprocess.Popen([sys.executable, "-c", code, logger], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env=env) for _ in range(2)]
+    outputs = [run.communicate(timeout=240) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err[-3000:] for _, err in outputs]
+    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    checkpoints = {report["checkpoint"] for report in reports} | {report["best"] for report in reports}
+    assert len(checkpoints) == 4  # two last and two epoch files: nothing shared, nothing overwritten
+    for report in reports:
+        assert load(report["checkpoint"])["global_step"] == 4
+    if logger == "logger":
+        assert sorted(report["log_dir"] for report in reports) == [
+            str(tmp_path / "lightning_logs" / "version_0"), str(tmp_path / "lightning_logs" / "version_1")]
+
+
+# ------------------------------------------------------------------- the command line
+def _accelkit(cwd: Path, *words: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELKIT_", "MLFLOW_")) and k != "PYTHONPATH"}
+    env["PYTHONWARNINGS"] = "ignore"
+    return subprocess.run([sys.executable, "-m", "accelkit.cli", *words], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def _reported(done: subprocess.CompletedProcess) -> Path:
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("accelkit: checkpoint ")]
+    assert len(lines) == 1, done.stdout
+    return Path(lines[0][len("accelkit: checkpoint "):])
+
+
+@pytest.mark.slow  # three fits in fresh interpreters
+def test_cli_file_form_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path):
+    common = ("--max-epochs", "1", "--no-progress-bar", "--no-test", "--accelerator", "cpu")
+    first = _reported(_accelkit(tmp_path, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
+    second = _reported(_accelkit(tmp_path, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
+    assert first == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt" and first.is_file()
+    assert second == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt" and second.is_file()
+    words = ("fit", f"{EXAMPLE}:DigitsClassifier", "--max-epochs", "2", "--no-progress-bar", "--no-test",
+             "--accelerator", "cpu", "--ckpt-path", "last")
+    third = _reported(_accelkit(tmp_path, *words))
+    assert third == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
+    assert load(third)["global_step"] == 2 * load(second)["global_step"]
+
+
+@pytest.mark.slow  # three fits in fresh interpreters
+def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tmp_path):
+    pytest.importorskip("mlflow")
+    pytest.importorskip("tensorboard")
+    reported = []
+    for logger in ("csv", "tensorboard", "mlflow"):
+        done = _accelkit(tmp_path, "fit", "--model", f"{EXAMPLE}:DigitsClassifier", "--trainer.accelerator", "cpu",
+                         "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+                         "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
+                         "--trainer.logger", logger)
+        reported.append(_reported(done))
+    versions = sorted((tmp_path / "lightning_logs").iterdir())
+    assert [v.name for v in versions] == ["version_0", "version_1", "version_2"]
+    for version, checkpoint in zip(versions, reported):
+        assert checkpoint == version / "checkpoints" / "last.ckpt" and checkpoint.is_file()
+        assert (version / "config.yaml").is_file()
+    assert (versions[0] / "metrics.csv").is_file() and list(versions[1].glob("events.out.tfevents.*"))
+    assert not (tmp_path / "config.yaml").exists()
+    logged = yaml.safe_load((versions[2] / "config.yaml").read_text())["trainer"]["logger"]
+    assert logged == "mlflow"
+
+
+_TORCHRUN_FIT = """
+import json, sys
+import accelkit
+sys.path.insert(0, {tests!r})
+from helpers.models import RegressionModule
+trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=1, default_root_dir={root!r},
+                           enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+trainer.fit(RegressionModule(n=16))
+with open({root!r} + f"/rank{{trainer.global_rank}}.json", "w") as handle:
+    json.dump({{"log_dir": trainer.log_dir, "checkpoint": str(trainer.checkpoint_path)}}, handle)
+"""
+
+
+@pytest.mark.slow  # torchrun starts two processes
+def test_processes_started_by_torchrun_agree_on_rank_zeros_version_folder(tmp_path):
+    (tmp_path / "lightning_logs" / "version_0").mkdir(parents=True)  # an earlier run
+    script = tmp_path / "fit.py"
+    script.write_text(_TORCHRUN_FIT.format(tests=str(ROOT / "tests"), root=str(tmp_path)))
+    from accelkit.strategies import find_free_port
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_") and k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(find_free_port()), str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    version = tmp_path / "lightning_logs" / "version_1"
+    assert [r["log_dir"] for r in reports] == [str(version)] * 2
+    assert [r["checkpoint"] for r in reports] == [str(version / "checkpoints" / "last.ckpt")] * 2
+    assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0", "version_1"]
