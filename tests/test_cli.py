@@ -70,7 +70,7 @@ def test_blocked_plugin_is_listed_as_blocked(clean_env, capsys):
     cpu = next(p for p in report["plugins"] if p["name"] == "cpu")
     assert cpu["status"] == "blocked" and "ACCELKIT_BLOCK_PLUGINS" in cpu["reason"]
     assert cpu["provides"] == {"accelerators": [], "strategies": [], "precisions": [], "cluster_environments": [],
-                               "loggers": [], "commands": []}
+                               "loggers": [], "commands": [], "callbacks": [], "profilers": []}
 
 
 def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_distribution, run_python):
