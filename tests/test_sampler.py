@@ -500,3 +500,14 @@ def test_without_a_plugin_an_iterable_dataset_stays_whole_with_the_warning(isola
     sharded = distribute_dataloader(loader, _core_hook(), 2, 1, 0, "fit",
                                     shard_iterable=manager.hook.accelkit_shard_iterable)
     assert [int(i) for batch in sharded for i in batch[2]] == [1, 3, 5, 7]
+
+
+def test_a_streams_loader_can_be_rebuilt_with_a_worker_init_fn():
+    """seed_everything(workers=True) rebuilds loaders with a worker_init_fn; a stream's loader made its own sampler,
+    which a DataLoader refuses to be given (this raised ValueError)."""
+    from helpers.samplers import IndexStream
+
+    from accelkit.strategies.sampler import rebuild_loader
+
+    loader = rebuild_loader(DataLoader(IndexStream(6), batch_size=2), worker_init_fn=print)
+    assert loader.worker_init_fn is print and [int(i) for batch in loader for i in batch[2]] == list(range(6))

@@ -158,14 +158,14 @@ def rebuild_loader(loader: DataLoader, **changes: Any) -> DataLoader:
     if kwargs.get("num_workers", 0) == 0:
         kwargs.pop("prefetch_factor", None)
         kwargs.pop("persistent_workers", None)
+    dataset = changes.pop("dataset", loader.dataset)
     if "sampler" not in changes and "batch_sampler" not in changes:
         if loader.batch_size is None:  # built with a batch_sampler: keep it
             kwargs.pop("batch_size", None)
             kwargs.pop("drop_last", None)
             changes["batch_sampler"] = loader.batch_sampler
-        else:
-            changes["sampler"] = loader.sampler
-    dataset = changes.pop("dataset", loader.dataset)
+        else:  # a stream's loader made its own sampler, which a DataLoader refuses to be given
+            changes["sampler"] = None if isinstance(dataset, IterableDataset) else loader.sampler
     kwargs.update(changes)
     return DataLoader(dataset, **kwargs)
 
