@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_blocked_plugin_is_listed_as_blocked(clean_env, capsys):
     cpu = next(p for p in report["plugins"] if p["name"] == "cpu")
     assert cpu["status"] == "blocked" and "ACCELKIT_BLOCK_PLUGINS" in cpu["reason"]
     assert cpu["provides"] == {"accelerators": [], "strategies": [], "precisions": [], "cluster_environments": [],
-                               "loggers": [], "commands": []}
+                               "loggers": [], "commands": [], "callbacks": [], "profilers": []}
 
 
 def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_distribution, run_python):
@@ -331,6 +332,10 @@ def refuse(args):
     raise accelkit.ConfigurationError("refusing politely")
 
 
+def crash(args):
+    raise RuntimeError("disk on fire")
+
+
 @hookimpl
 def accelkit_register_commands():
     here = "acme_cli_commands:"
@@ -338,7 +343,8 @@ def accelkit_register_commands():
             CommandRecord("echo", "print the words it gets", run=echo, raw=True),
             CommandRecord("broken", "options that cannot be built", broken_arguments, count),
             CommandRecord("count", "count the commands", run=count),
-            CommandRecord("refuse", "raise an accelkit error", run=refuse)]
+            CommandRecord("refuse", "raise an accelkit error", run=refuse),
+            CommandRecord("crash", "raise something else", run=crash)]
 '''
 FIT_CLAIMER = '''
 from accelkit import hookimpl
@@ -401,6 +407,11 @@ def test_a_broken_plugin_command_fails_alone_with_its_name(command_plugins, caps
     assert run_cli(capsys, "hello", "again")[:2] == (0, "hello, again\n")
     code, _, err = run_cli(capsys, "refuse")
     assert code == 1 and "accelkit: error: refusing politely" in err
+    code, _, err = run_cli(capsys, "crash")  # not an accelkit error: its traceback, then whose command it is
+    assert code == 1 and 'raise RuntimeError("disk on fire")' in err
+    assert err.splitlines()[-1] == (
+        "accelkit: error: command 'crash' of plugin 'acmecmd' (acme-commands 1.0.0) raised RuntimeError: disk on fire "
+        "(the traceback above is the plugin's: report it to the authors of acme-commands)")
 
 
 @IGNORE_FIT_CLAIM
@@ -411,9 +422,56 @@ def test_a_plugin_cannot_take_a_core_command_name(command_plugins, capsys):
     assert "command name 'fit'" in conflict and "acme-fitclaim 1.0.0" in conflict
     assert "stays accelkit (core)'s" in conflict
     mine = next(p for p in report["plugins"] if p["name"] == "acmecmd")
-    assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse"]
+    assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse",
+                                                                 "crash"]
     assert {c["name"] for c in report["core"]["provides"]["commands"]} == {
         "fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"}
+
+
+# ------------------------------------------------------------------------------------------- deprecated commands
+#: a plugin written against the hook API 1.1 docs: its command is registered by accelkit.cli.command at import
+LEGACY_COMMAND_PLUGIN = '''
+from accelkit.cli import command
+
+ACCELKIT_API = ">=1.1,<2"
+
+
+def status_arguments(parser):
+    parser.add_argument("--nodes", type=int, default=1)
+
+
+@command("acme-status", "show the acme cluster's status", status_arguments)
+def status(args):
+    print(f"acme: {args.nodes} node(s)")
+    return 0
+'''
+
+
+@pytest.fixture
+def legacy_command_plugin(tmp_path, make_distribution, monkeypatch, clean_env):
+    """An installed distribution whose plugin uses the deprecated ``accelkit.cli.command`` decorator."""
+    make_distribution(tmp_path, "acme-legacy", "1.1.0", {"acmelegacy": "acme_legacy_cli"},
+                      {"acme_legacy_cli": LEGACY_COMMAND_PLUGIN})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield
+    sys.modules.pop("acme_legacy_cli", None)
+
+
+def test_a_plugin_using_the_removed_cli_command_still_loads_and_runs_with_one_warning(legacy_command_plugin,
+                                                                                      capsys):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, out, _ = run_cli(capsys, "acme-status", "--nodes", "2")
+    assert (code, out) == (0, "acme: 2 node(s)\n")
+    deprecations = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert deprecations == [
+        "accelkit.cli.command is deprecated since hook API 1.2 and will be removed in 2.0: use an "
+        "accelkit_register_commands hook returning accelkit.records.CommandRecord (see docs/plugins.rst, 'Adding a "
+        "command') instead"]
+    code, out, _ = run_cli(capsys, "plugins", "--json")
+    mine = next(p for p in json.loads(out)["plugins"] if p["name"] == "acmelegacy")
+    assert mine["status"] == "loaded"
+    assert [c["name"] for c in mine["provides"]["commands"]] == ["acme-status"]
 
 
 # ------------------------------------------------------------------------------------------- help as plain text

@@ -324,6 +324,42 @@ def test_import_accelkit_stays_free_of_jsonargparse_tensorboard_and_mlflow():
     assert json.loads(done.stdout) == []
 
 
+EXTRAS_PLUGIN = '''
+import accelkit
+from accelkit.records import CallbackRecord
+
+ACCELKIT_API = ">=1.3,<2"
+
+
+class Ema(accelkit.Callback):
+    pass
+
+
+@accelkit.hookimpl
+def accelkit_register_callbacks():
+    return [CallbackRecord("ema", Ema)]
+'''
+
+
+def test_a_plugin_callback_by_name_on_the_command_line(project, monkeypatch, tmp_path, make_distribution):
+    make_distribution(tmp_path / "site", "acme-extras", "1.0.0", {"acmeextras": "acme_extras_plugin"},
+                      {"acme_extras_plugin": EXTRAS_PLUGIN})
+    for name in [n for n in os.environ if n.startswith("ACCELKIT_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.syspath_prepend(str(project))
+    from accelkit.cli import CLI
+
+    models = __import__("models")
+    try:
+        cli = CLI(models.Net, models.Blobs, run=False, args=[
+            "--trainer.accelerator=cpu", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
+            "--trainer.callbacks=ema"])
+        assert [type(c).__name__ for c in cli.trainer.callbacks][:2] == ["Ema", "SaveConfigCallback"]
+    finally:
+        sys.modules.pop("acme_extras_plugin", None)
+
+
 # ------------------------------------------------------------------- what a configuration file can build
 UNTRUSTED_MODELS = textwrap.dedent('''
     from typing import Any, Callable, Optional

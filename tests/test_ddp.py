@@ -139,3 +139,35 @@ def test_save_checkpoint_after_a_spawned_fit_keeps_the_optimizer_state(tmp_path)
     saved = torch.load(tmp_path / "after.ckpt", weights_only=True)
     assert len(saved["optimizer_states"]) == 1 and saved["optimizer_states"][0]["param_groups"][0]["lr"] == model.lr
     assert saved["global_step"] == trainer.global_step > 0
+
+
+@pytest.mark.slow
+def test_a_precision_that_recasts_parameters_after_ddp_wrapped_them_is_refused(tmp_path):
+    from helpers.precisions import CastAfterStep
+
+    trainer = accelkit.Trainer(devices=2, strategy="ddp_spawn", max_steps=3, enable_progress_bar=False,
+                               enable_model_summary=False, plugins=[CastAfterStep()], default_root_dir=tmp_path,
+                               **QUIET)
+    with hang_guard(120), pytest.raises(accelkit.WorkerError) as info:
+        trainer.fit(RegressionModule())
+    assert ("precision 'cast-after-step' (CastAfterStep) cast parameter 'layer.weight' from float32 to float64 after "
+            "the module was wrapped in DistributedDataParallel, whose gradient all-reduce holds the parameters as they "
+            "were, so the 2 processes would train apart; a precision may convert parameters only in convert_module, "
+            "which runs before the strategy wraps the module (docs/plugins.rst, 'Precision')") in str(info.value)
+
+
+@pytest.mark.slow
+def test_a_ddp_subclass_reaches_the_wrapper_to_register_a_comm_hook(tmp_path):
+    from helpers.strategies import CommHookDDPSpawn
+
+    initial = RegressionModule().state_dict()
+    strategy = CommHookDDPSpawn(comm_hook="helpers.strategies:zero_gradients", find_unused_parameters=False)
+    trainer = accelkit.Trainer(devices=2, strategy=strategy, max_steps=3, enable_progress_bar=False,
+                               enable_model_summary=False, callbacks=[WeightDump(tmp_path)], default_root_dir=tmp_path,
+                               **QUIET)
+    with hang_guard(120):
+        trainer.fit(RegressionModule())
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    assert [r["global_step"] for r in ranks] == [3, 3]
+    for rank in ranks:  # the hook's zero gradients were applied: nothing moved
+        assert_same_weights(rank["state_dict"], initial, atol=0)

@@ -257,19 +257,19 @@ class SchedulerEnvironment(ClusterEnvironment):
 
     @property
     def world_size(self) -> int:
-        return self._int("MYSCHED_TASKS")
+        return self.int_variable("MYSCHED_TASKS")
 
     @property
     def global_rank(self) -> int:
-        return self._int("MYSCHED_TASK")
+        return self.int_variable("MYSCHED_TASK")
 
     @property
     def local_rank(self) -> int:
-        return self._int("MYSCHED_LOCAL", default=0)
+        return self.int_variable("MYSCHED_LOCAL", default=0)
 
     @property
     def local_world_size(self) -> int:
-        return self._int("MYSCHED_PER_HOST", default=1)
+        return self.int_variable("MYSCHED_PER_HOST", default=1)
 
     @property
     def num_nodes(self) -> int:

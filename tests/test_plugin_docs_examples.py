@@ -1,6 +1,6 @@
 """docs/plugins.rst's examples work as written: each complete distribution on that page (the ``accelkit-mydevice``
-accelerator, the ``accelkit-hello`` command) is written from the page's code blocks, built and installed with pip
-(no package index) into a folder of its own, and used as a third party would: by name, by alias, through
+accelerator, the ``accelkit-hello`` command, the ``accelkit-extras`` callback and profiler) is written from the
+page's code blocks, built and installed with pip (no package index) into a folder of its own, and used as a third party would: by name, by alias, through
 ``"auto"`` and through the ``accelkit`` command line."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def installed(tmp_path_factory) -> dict[str, str]:
     work = tmp_path_factory.mktemp("docs-examples")
     site = work / "site"
     examples = example_files()
-    assert set(examples) == {"accelkit-mydevice", "accelkit-hello"}, sorted(examples)
+    assert set(examples) == {"accelkit-mydevice", "accelkit-hello", "accelkit-extras"}, sorted(examples)
     for folder, files in examples.items():
         for path, text in files.items():
             target = work / folder / path
@@ -66,7 +66,7 @@ def installed(tmp_path_factory) -> dict[str, str]:
                         "--target", str(site), str(work / folder)], check=True, capture_output=True, text=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["ACCELKIT_BLOCK_PLUGINS"] = _other_plugins({"cpu", "mydevice", "hello"})
+    env["ACCELKIT_BLOCK_PLUGINS"] = _other_plugins({"cpu", "mydevice", "hello", "extras"})
     return env
 
 
@@ -114,3 +114,42 @@ def test_the_command_example_runs_and_is_listed_with_its_distribution(installed,
         done = subprocess.run([str(script), "hello", "there"], env=installed, capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0 and done.stdout == "hello, there\n", done.stderr
+
+
+BY_NAME = '''
+import json, sys
+import torch
+import accelkit
+sys.path.insert(0, {tests!r})
+from helpers.models import RegressionModule
+
+model = RegressionModule()
+trainer = accelkit.Trainer(accelerator="cpu", callbacks=["ema"], profiler="marks", max_steps=4, logger=False,
+                           enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
+                           default_root_dir={root!r})
+trainer.fit(model)
+[ema] = [c for c in trainer.callbacks if type(c).__name__ == "EMA"]
+out = {{"profiler": type(trainer.profiler).__name__, "counts": sum(trainer.profiler.counts.values()),
+       "averaged": all(torch.equal(p, a) for p, a in zip(model.parameters(), ema.average))}}
+try:
+    accelkit.Trainer(accelerator="cpu", callbacks=["emma"], logger=False, default_root_dir={root!r})
+except accelkit.ConfigurationError as exc:
+    out["typo"] = str(exc)
+print(json.dumps(out))
+'''
+
+
+def test_the_callback_and_profiler_example_is_used_by_name(installed, tmp_path):
+    code = BY_NAME.format(tests=str(ROOT / "tests"), root=str(tmp_path))
+    out = json.loads(run(installed, "-c", code).stdout.strip().splitlines()[-1])
+    assert out["profiler"] == "Marks" and out["counts"] > 0 and out["averaged"] is True
+    assert out["typo"].startswith(  # then the plugins blocked here: 'Not loaded, so not searched: ...'
+        "callback 'emma' is not a registered callback. Did you mean 'ema'? Registered callbacks: ema; or pass an "
+        "instance in callbacks=[...]. Not loaded, so not searched: plugin ")
+    report = json.loads(run(installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    extras = next(p for p in report["plugins"] if p["name"] == "extras")
+    assert extras["distribution"] == "accelkit-extras"
+    assert [c["name"] for c in extras["provides"]["callbacks"]] == ["ema"]
+    assert [c["name"] for c in extras["provides"]["profilers"]] == ["marks"]
+    text = run(installed, "-m", "accelkit.cli", "plugins").stdout
+    assert "  callbacks: ema\n  profilers: marks\n" in text

@@ -12,7 +12,7 @@ from pathlib import Path
 import accelkit
 import pytest
 import torch
-from accelkit.errors import PluginConflictError
+from accelkit.errors import PluginConflictError, PluginError
 from accelkit.plugins.manager import DUPLICATE, FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
 from accelkit.precision import MixedPrecision, TruePrecision
 from accelkit.records import AcceleratorRecord
@@ -71,6 +71,12 @@ def accelkit_register_commands():
     raise LookupError("command table gone")
 '''
 
+# plugins whose entry points fail to import, so what they would provide is unknown: a logger, a precision, a strategy
+FAILS_TO_IMPORT = '''
+import acme_sdk_not_installed
+ACCELKIT_API = ">=1.0,<2"
+'''
+
 SCENARIOS = '''
 import contextlib, io, json, warnings
 import accelkit
@@ -78,8 +84,9 @@ from accelkit import cli
 from accelkit.plugins.manager import PluginManager
 
 def attempt(**kwargs):
+    kwargs.setdefault("logger", False)
     try:
-        trainer = accelkit.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False, **kwargs)
+        trainer = accelkit.Trainer(enable_progress_bar=False, enable_checkpointing=False, **kwargs)
     except Exception as exc:
         return {"error": type(exc).__name__, "message": str(exc)}
     return {"accelerator": trainer.config.accelerator}
@@ -95,20 +102,37 @@ with warnings.catch_warnings(record=True) as caught:
     manager = PluginManager()
 infos = {n: {"status": i.status, "reason": i.reason, "distribution": i.distribution, "failed_in": i.failed_in}
          for n, i in manager.infos.items()}
-print(json.dumps({
+out = {
     "infos": infos, "warnings": [str(w.message) for w in caught],
     "cpu": attempt(accelerator="cpu"), "twin": attempt(accelerator="twin"), "npu": attempt(accelerator="npu"),
+    "jsonlines": attempt(accelerator="cpu", logger="jsonlines"),
+    "stochround": attempt(accelerator="cpu", precision="stochround"),
+    "striped": attempt(accelerator="cpu", strategy="striped"),
     "plugins": command("plugins"), "doctor": command("doctor"), "no_command": command(),
     "plugins_report": cli.plugin_report(), "doctor_problems": cli.doctor_report()["problems"],
-}))
+}
+
+# the other 'dup' distribution, chosen by ACCELKIT_PREFER; then a preference that matches no distribution
+import os
+for prefer in ("dup=ACME_dup_b", "dup=acme-dup-c"):
+    os.environ["ACCELKIT_PREFER"] = prefer
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager = PluginManager()
+    out[prefer] = {
+        "infos": {n: {"status": i.status, "reason": i.reason, "distribution": i.distribution}
+                  for n, i in manager.infos.items() if n.startswith("dup")},
+        "warnings": [str(w.message) for w in caught if "dup" in str(w.message)],
+        "dupa": attempt(accelerator="dupa"), "dupb": attempt(accelerator="dupb"), "plugins": command("plugins")}
+print(json.dumps(out))
 '''
 
 
 @pytest.fixture(scope="module")
 def observed(tmp_path_factory, make_distribution, run_python):
-    """One interpreter with eight real distributions installed: a raising one, two claiming 'twin', one whose hook
-    lacks @hookimpl, one advertising an install hint, one whose command hook raises, and two with the entry-point
-    name 'dup' (the second on a later sys.path entry)."""
+    """One interpreter with eleven real distributions installed: a raising one, two claiming 'twin', one whose hook
+    lacks @hookimpl, one advertising an install hint, one whose command hook raises, two with the entry-point
+    name 'dup' (the second on a later sys.path entry) and three that fail to import."""
     site = tmp_path_factory.mktemp("bad") / "site"
     later = site.parent / "later"
     make_distribution(site, "acme-raiser", "0.9.0", {"raiser": "acme_raiser"}, {"acme_raiser": RAISER})
@@ -120,6 +144,9 @@ def observed(tmp_path_factory, make_distribution, run_python):
                       {"acme_commands": COMMAND_RAISER})
     make_distribution(site, "acme-dup-a", "1.0.0", {"dup": "acme_dup_a"}, {"acme_dup_a": PROVIDER.format(name="dupa")})
     make_distribution(later, "acme-dup-b", "2.0.0", {"dup": "acme_dup_b"}, {"acme_dup_b": PROVIDER.format(name="dupb")})
+    for name in ("jsonlines", "stochround", "striped"):
+        make_distribution(site, f"accelkit-{name}", "0.1.0", {name: f"accelkit_{name}"},
+                          {f"accelkit_{name}": FAILS_TO_IMPORT})
     return run_python(SCENARIOS, path=[site, later])
 
 
@@ -186,6 +213,36 @@ def test_a_taken_entry_point_name_is_reported_naming_both_distributions(observed
     assert observed["cpu"] == {"accelerator": "cpu"}
 
 
+def test_accelkit_prefer_loads_the_other_distribution_of_a_taken_name(observed):
+    chosen = observed["dup=ACME_dup_b"]
+    assert chosen["infos"]["dup"] == {"status": LOADED, "reason": "", "distribution": "acme-dup-b"}
+    assert chosen["infos"]["dup#2"] == {"status": DUPLICATE, "distribution": "acme-dup-a", "reason": (
+        "entry-point name 'dup' is also provided by acme-dup-b 2.0.0, which ACCELKIT_PREFER=dup=acme-dup-b chose; "
+        "acme-dup-a 1.0.0's plugin is not loaded")}
+    assert chosen["warnings"] == []  # the user chose: nothing to warn about
+    assert chosen["dupb"] == {"accelerator": "dupb"} and chosen["dupa"]["error"] == "ConfigurationError"
+    assert ("dup  [loaded]  acme-dup-b 2.0.0\n  ACCELKIT_API: >=1.0,<2\n  chosen over other distributions of this "
+            "name by ACCELKIT_PREFER=dup=acme-dup-b") in chosen["plugins"]["text"]
+    # without a preference the first on sys.path loads, and the warning says how to choose
+    assert any("Choose one with ACCELKIT_PREFER=dup=DISTRIBUTION" in w for w in observed["warnings"])
+
+
+def test_a_preference_for_a_distribution_that_does_not_have_the_name_warns(observed):
+    unmatched = observed["dup=acme-dup-c"]
+    assert unmatched["infos"]["dup"]["distribution"] == "acme-dup-a"  # as without a preference
+    assert ("ACCELKIT_PREFER prefers distribution 'acme_dup_c' for plugin name 'dup', but that name is provided by "
+            "acme-dup-a, acme-dup-b; check the spelling (NAME=DISTRIBUTION, as `accelkit plugins` lists them).") in \
+        unmatched["warnings"]
+
+
+def test_a_malformed_preference_is_refused_with_the_form_to_use(isolated, monkeypatch):
+    monkeypatch.setenv("ACCELKIT_PREFER", "dup")
+    with pytest.raises(PluginError) as info:
+        PluginManager()
+    assert str(info.value) == ("ACCELKIT_PREFER item 'dup' is not NAME=DISTRIBUTION: write e.g. "
+                               "ACCELKIT_PREFER=\"mpi=acme-mpi\" to load acme-mpi's plugin named 'mpi'")
+
+
 def test_a_hook_without_hookimpl_warns_naming_it(observed):
     assert any("'unmarked'" in w and "accelkit_register_accelerators()" in w and "@accelkit.hookimpl" in w
                for w in observed["warnings"])
@@ -196,6 +253,14 @@ def test_a_plugin_advertises_an_install_hint_and_no_distant_suggestion_is_made(o
     assert npu["error"] == "ConfigurationError"
     assert "pip install acme-npu" in npu["message"]
     assert "Did you mean" not in npu["message"]  # 'npu' is another device, not a typo of 'tpu'
+
+
+@pytest.mark.parametrize("name, kind", [("jsonlines", "logger"), ("stochround", "precision"),
+                                        ("striped", "strategy")])
+def test_a_name_of_a_plugin_that_failed_to_load_names_that_plugin(observed, name, kind):
+    assert observed[name] == {"error": "PluginError", "message": (
+        f"{kind} {name!r} would come from plugin {name!r} (accelkit-{name} 0.1.0), which failed to load: "
+        "ModuleNotFoundError: No module named 'acme_sdk_not_installed'")}
 
 
 # ---------------------------------------------------------------------------------------------- in process

@@ -10,8 +10,8 @@ from accelkit.errors import PluginConflictError, PluginError
 from accelkit.hookspecs import HOOK_API_VERSION
 from accelkit.plugins.manager import BLOCKED, FAILED, INCOMPATIBLE, LOADED, PluginManager
 from accelkit.plugins.registry import CORE_PROVIDER
-from accelkit.records import (AcceleratorRecord, CommandRecord, LoggerRecord, PrecisionRecord, StrategyRecord,
-                              by_priority)
+from accelkit.records import (AcceleratorRecord, CallbackRecord, CommandRecord, LoggerRecord, PrecisionRecord,
+                              ProfilerRecord, StrategyRecord, by_priority)
 
 # A plugin module that provides an available accelerator named after the plugin, with the core's
 # single-device strategy and 32-bit precision for it. {name} and {api} are filled in.
@@ -172,7 +172,10 @@ def test_blocked_through_trainer_plugins_no_name(discovered):
 def test_an_incompatible_api_range_is_skipped_with_a_reason(discovered):
     old = discovered["infos"]["old"]
     assert old["status"] == INCOMPATIBLE
-    assert ">=0.1,<1" in old["reason"] and HOOK_API_VERSION in old["reason"] and "acme-old" in old["reason"]
+    assert old["reason"] == (  # capped below the running version: the plugin must move, not accelkit
+        f"acme-old supports hook API >=0.1,<1; this accelkit provides {HOOK_API_VERSION}: install a release of acme-old "
+        f"that supports hook API {HOOK_API_VERSION} (upgrading accelkit cannot help), or an accelkit whose hook API it "
+        "supports")
     asked = discovered["old"]
     assert asked["error"] == "ConfigurationError" and "incompatible" in asked["message"]
 
@@ -270,6 +273,22 @@ def test_plugin_objects_with_an_unusable_api_declaration_are_refused(isolated, a
     for word in words:
         assert word in str(info.value)
     assert "acme" not in manager.registry.accelerator_names()
+
+
+@pytest.mark.parametrize("api, side", [
+    (">=1.0,<1.1", "install a release of plugin 'capped' that supports hook API {v} (upgrading accelkit cannot help), "
+                   "or an accelkit whose hook API it supports"),
+    (">=9.1,<10", "upgrade accelkit (`pip install -U accelkit`), or install a release of plugin 'capped' that "
+                  "supports hook API {v}")])
+def test_the_incompatibility_reason_says_which_side_must_move(isolated, api, side):
+    class Plugin(Provider):
+        ACCELKIT_API = api
+
+    with pytest.raises(PluginError) as info:
+        PluginManager().add_plugin(Plugin(), name="capped")
+    verb = "supports" if api.startswith(">=1.0") else "needs"
+    assert str(info.value) == (f"plugin 'capped' is incompatible: plugin 'capped' {verb} hook API {api}; this accelkit "
+                               f"provides {HOOK_API_VERSION}: " + side.format(v=HOOK_API_VERSION))
 
 
 @pytest.mark.parametrize("api", [">=1.0,<2", ">=1", "==1.*", "~=1.0"])
@@ -458,3 +477,35 @@ def test_a_command_record_refuses_what_cannot_run():
     with pytest.raises(ValueError, match="'--hello' is not a command word"):
         CommandRecord("--hello", "greets", run="m:g")
     assert CommandRecord(" Hello ", "greets", run="m:g", aliases=("Hi",)).names == ("hello", "hi")
+
+
+class Extras:
+    """A plugin object naming a callback and a profiler (hook API 1.3)."""
+
+    ACCELKIT_API = ">=1.3,<2"
+
+    @accelkit.hookimpl
+    def accelkit_register_callbacks(self):
+        return [CallbackRecord("lr_monitor_lite", "accelkit.callbacks:Callback", aliases=("lrlite",))]
+
+    @accelkit.hookimpl
+    def accelkit_register_profilers(self):
+        return [ProfilerRecord("passthrough", "accelkit.profilers:PassThroughProfiler")]
+
+
+def test_callbacks_and_profilers_are_built_by_name_with_did_you_mean(isolated, cpu_plugin, tmp_path):
+    options = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                   enable_model_summary=False, default_root_dir=tmp_path, plugins=[cpu_plugin, Extras()])
+    trainer = accelkit.Trainer(callbacks=["LRLite", accelkit.Callback()], profiler="passthrough", **options)
+    assert [type(c).__name__ for c in trainer.callbacks] == ["Callback", "Callback"]
+    assert type(trainer.profiler).__name__ == "PassThroughProfiler"
+    assert accelkit.Trainer(profiler="simple", **options).profiler.__class__.__name__ == "SimpleProfiler"  # the core's
+    with pytest.raises(accelkit.ConfigurationError) as info:
+        accelkit.Trainer(profiler="pasthrough", **options)
+    assert str(info.value) == ("profiler 'pasthrough' is not a registered profiler. Did you mean 'passthrough'? "
+                               "Registered profilers: passthrough, simple, pytorch; or pass an instance in profiler=.")
+    with pytest.raises(accelkit.ConfigurationError) as info:
+        accelkit.Trainer(callbacks="lr_monitor_lit", **options)
+    assert str(info.value) == ("callback 'lr_monitor_lit' is not a registered callback. Did you mean "
+                               "'lr_monitor_lite'? Registered callbacks: lr_monitor_lite; or pass an instance in "
+                               "callbacks=[...].")

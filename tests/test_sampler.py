@@ -468,3 +468,46 @@ def test_ddp_spawn_warns_when_a_users_sampler_splits_differently(tmp_path, capfd
     for rank in range(2):
         assert ranks[rank]["epochs"]["0"] == _distributed_order(4, rank, 0)
         assert f"num_replicas=4, rank={rank}, but this run has world size 2 and this process is rank {rank}" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_ddp_spawn_a_plugin_shards_an_iterable_dataset_by_rank_and_worker(tmp_path, capfd, num_workers):
+    """2 ranks reading a 64-item stream through accelkit_shard_iterable: each reads a disjoint half (with 0 or 2
+    loader workers per rank), and the 'every rank reads the whole stream' warning is not given."""
+    from helpers.samplers import ReadRecorder, StreamModule, StreamShardingPlugin
+
+    trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, logger=False,
+                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                               default_root_dir=tmp_path, callbacks=[ReadRecorder(tmp_path)],
+                               plugins=[StreamShardingPlugin()])
+    trainer.fit(StreamModule(num_workers=num_workers))
+    read = [json.loads((tmp_path / f"rank{r}.json").read_text())["epochs"]["0"] for r in range(2)]
+    assert [len(r) for r in read] == [32, 32]
+    assert not set(read[0]) & set(read[1]) and sorted(read[0] + read[1]) == list(range(64))
+    assert "cannot shard it" not in capfd.readouterr().err
+
+
+def test_without_a_plugin_an_iterable_dataset_stays_whole_with_the_warning(isolated):
+    from helpers.samplers import IndexStream, StreamShardingPlugin
+
+    loader = DataLoader(IndexStream(8), batch_size=2)
+    manager = PluginManager()
+    with pytest.warns(UserWarning, match="every rank reads the whole stream"):
+        assert distribute_dataloader(loader, _core_hook(), 2, 0, 0, "fit",
+                                     shard_iterable=manager.hook.accelkit_shard_iterable) is loader
+    manager.add_plugin(StreamShardingPlugin())
+    sharded = distribute_dataloader(loader, _core_hook(), 2, 1, 0, "fit",
+                                    shard_iterable=manager.hook.accelkit_shard_iterable)
+    assert [int(i) for batch in sharded for i in batch[2]] == [1, 3, 5, 7]
+
+
+def test_a_streams_loader_can_be_rebuilt_with_a_worker_init_fn():
+    """seed_everything(workers=True) rebuilds loaders with a worker_init_fn; a stream's loader made its own sampler,
+    which a DataLoader refuses to be given (this raised ValueError)."""
+    from helpers.samplers import IndexStream
+
+    from accelkit.strategies.sampler import rebuild_loader
+
+    loader = rebuild_loader(DataLoader(IndexStream(6), batch_size=2), worker_init_fn=print)
+    assert loader.worker_init_fn is print and [int(i) for batch in loader for i in batch[2]] == list(range(6))

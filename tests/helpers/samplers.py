@@ -121,3 +121,50 @@ class RecordingSamplerPlugin:
         with open(Path(self.folder, f"plugin-rank{rank}.jsonl"), "a") as fh:
             fh.write(json.dumps(call) + "\n")
         return EveryOtherReversed(len(dataset), num_replicas, rank) if self.answer else None
+
+
+class IndexStream(torch.utils.data.IterableDataset):
+    """``(x, y, index)`` samples of :func:`indexed_data` as a stream: an ``IterableDataset`` that does not split
+    itself."""
+
+    def __init__(self, n: int = 64) -> None:
+        self.n = n
+
+    def __iter__(self):
+        return iter(indexed_data(self.n))
+
+
+class StridedStream(torch.utils.data.IterableDataset):
+    """Every ``step``-th item of a stream from ``start``, split again among the loader's workers: what
+    :class:`StreamShardingPlugin` returns."""
+
+    def __init__(self, stream: Any, num_replicas: int, rank: int) -> None:
+        self.stream, self.num_replicas, self.rank = stream, num_replicas, rank
+
+    def __iter__(self):
+        worker = torch.utils.data.get_worker_info()
+        workers, index = (1, 0) if worker is None else (worker.num_workers, worker.id)
+        step, start = self.num_replicas * workers, self.rank * workers + index
+        return (item for position, item in enumerate(self.stream) if position % step == start)
+
+
+class StreamShardingPlugin:
+    """A plugin object implementing ``accelkit_shard_iterable``: each rank (and each of its loader's workers) reads
+    every ``num_replicas``-th item of the stream."""
+
+    ACCELKIT_API = ">=1.3,<2"
+
+    @accelkit.hookimpl
+    def accelkit_shard_iterable(self, dataset, num_replicas, rank, stage):
+        return StridedStream(dataset, num_replicas, rank)
+
+
+class StreamModule(OwnSamplerModule):
+    """:class:`OwnSamplerModule` reading :class:`IndexStream` (``num_workers`` loader workers)."""
+
+    def __init__(self, num_workers: int = 0) -> None:
+        super().__init__()
+        self.num_workers = num_workers
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(IndexStream(self.n), batch_size=self.batch_size, num_workers=self.num_workers)

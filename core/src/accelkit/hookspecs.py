@@ -23,10 +23,12 @@ import pluggy
 if TYPE_CHECKING:
     from accelkit.records import (
         AcceleratorRecord,
+        CallbackRecord,
         ClusterEnvironmentRecord,
         CommandRecord,
         LoggerRecord,
         PrecisionRecord,
+        ProfilerRecord,
         RunConfig,
         StrategyRecord,
     )
@@ -35,7 +37,7 @@ PROJECT_NAME = "accelkit"
 
 #: Version of this hook contract. Plugins declare the range they support in a module-level
 #: ``ACCELKIT_API`` string (a :pep:`440` specifier such as ``">=1.0,<2"``).
-HOOK_API_VERSION = "1.2"
+HOOK_API_VERSION = "1.3"
 
 #: the entry-point group installed plugins announce themselves in
 ENTRY_POINT_GROUP = "accelkit"
@@ -43,6 +45,8 @@ ENTRY_POINT_GROUP = "accelkit"
 DISABLE_AUTOLOAD_ENV = "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"
 #: a comma-separated list of plugin names not to load (``Trainer(plugins=["no:NAME"])`` does the same per run)
 BLOCK_ENV = "ACCELKIT_BLOCK_PLUGINS"
+#: which distribution loads when two claim one entry-point name: ``"NAME=DISTRIBUTION,..."``
+PREFER_ENV = "ACCELKIT_PREFER"
 
 #: Decorator marking a hook *specification* of the ``accelkit`` project (used in this module only).
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -148,6 +152,25 @@ def accelkit_distributed_sampler(
     """
 
 
+@hookspec(firstresult=True)
+def accelkit_shard_iterable(dataset: Any, num_replicas: int, rank: int, stage: str) -> Any:
+    """Return the part of a stream (an ``IterableDataset``) a rank should read in a distributed run.
+
+    :param dataset: the DataLoader's ``IterableDataset``.
+    :param num_replicas: the number of ranks reading data.
+    :param rank: this rank's index among them.
+    :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``.
+    :return: an ``IterableDataset`` that yields only this rank's items (the loader is rebuilt around it, every
+        other setting kept), or ``None`` to defer. Stops at first non-None result. Without an answer the core
+        leaves the stream whole and warns that every rank reads all of it. The loader's workers each run the
+        returned dataset's ``__iter__``: split by ``torch.utils.data.get_worker_info()`` there too, or every worker
+        of a rank reads the rank's whole part.
+
+    Added in hook API 1.3. Asked under the same conditions as ``accelkit_distributed_sampler``, for the loaders that
+    hook is not asked about because their dataset is an ``IterableDataset``.
+    """
+
+
 @hookspec(historic=True)
 def accelkit_configure(manager: Any) -> None:
     """Called once when the plugin registers, with the :class:`~accelkit.plugins.manager.PluginManager`.
@@ -213,4 +236,29 @@ def accelkit_register_commands() -> list[CommandRecord]:
     A name the core uses (``fit``, ``plugins``, ``doctor`` ...) stays the core's: a plugin claiming it is reported
     by ``accelkit plugins`` and ``accelkit doctor`` and its command is left out. If the hook raises, the plugin is
     reported as failed and every other command keeps working.
+    """
+
+
+@hookspec
+def accelkit_register_callbacks() -> list[CallbackRecord]:
+    """Name the callbacks this plugin provides, so users can ask for them by name.
+
+    :return: a list of :class:`~accelkit.records.CallbackRecord`: a name, an :class:`~accelkit.Callback` subclass
+        (or a ``"module:Class"`` string, imported only when the callback is used), aliases and a description.
+        ``Trainer(callbacks=["ema"])`` and ``--trainer.callbacks ema`` build it as ``cls()``.
+
+    Added in hook API 1.3. Must be cheap: import nothing heavy here.
+    """
+
+
+@hookspec
+def accelkit_register_profilers() -> list[ProfilerRecord]:
+    """Name the profilers this plugin provides, so users can ask for them by name.
+
+    :return: a list of :class:`~accelkit.records.ProfilerRecord`: a name, an :class:`~accelkit.profilers.Profiler`
+        subclass (or a ``"module:Class"`` string, imported only when the profiler is used), aliases and a
+        description. ``Trainer(profiler="nvtx")`` builds it as ``cls()``; the core's ``"simple"`` and ``"pytorch"``
+        stay the core's.
+
+    Added in hook API 1.3. Must be cheap: import no profiling runtime here.
     """

@@ -267,3 +267,27 @@ class CommandRecord:
     def load_add_arguments(self) -> Any:
         """The function that adds the command's options (``None`` for none), imported if it is a string."""
         return None if self.add_arguments is None else load_target(self.add_arguments)
+
+
+@dataclass(frozen=True)
+class CallbackRecord(_Record):
+    """A callback a plugin provides, chosen by name: ``Trainer(callbacks=["ema"])``.
+
+    :param name: the canonical name (``"ema"``).
+    :param target: an :class:`~accelkit.Callback` subclass or ``"module:Class"``; built as ``cls()`` when chosen by
+        name (a factory function returning a callback works too).
+    :param aliases: other names users may write.
+    :param description: one line shown by ``accelkit plugins``.
+    """
+
+
+@dataclass(frozen=True)
+class ProfilerRecord(_Record):
+    """A profiler a plugin provides, chosen by name: ``Trainer(profiler="nvtx")``.
+
+    :param name: the canonical name (``"nvtx"``).
+    :param target: an :class:`~accelkit.profilers.Profiler` subclass or ``"module:Class"``; built as ``cls()`` when
+        chosen by name.
+    :param aliases: other names users may write.
+    :param description: one line shown by ``accelkit plugins``.
+    """

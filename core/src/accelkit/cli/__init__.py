@@ -23,6 +23,7 @@ from accelkit.cli.commands import load_module_class
 from accelkit.cli.doctor import doctor_report
 from accelkit.cli.main import build_parser, main
 from accelkit.cli.plugins_command import plugin_report
+from accelkit.utilities.deprecation import deprecated_attribute
 
 #: names imported on first use: name -> (module, attribute)
 _LAZY = {
@@ -43,7 +44,8 @@ def __getattr__(name: str) -> Any:
 
         module, attribute = _LAZY[name]
         return getattr(importlib.import_module(module), attribute)
-    raise AttributeError(f"module 'accelkit.cli' has no attribute {name!r}")
+    # a name removed from the plugin API keeps working, with a DeprecationWarning, until the next major version
+    return deprecated_attribute(__name__, name)
 
 
 __all__ = ["build_parser", "doctor_report", "load_module_class", "main", "plugin_report", *_LAZY]

@@ -75,7 +75,7 @@ TRAINER_TYPES: dict[str, Any] = {
     "devices": int | list[int] | str,
     "precision": int | str | None,
     "logger": bool | Logger | str | list[Logger | str] | None,
-    "callbacks": list[Callback] | Callback | None,
+    "callbacks": list[Callback | str] | Callback | str | None,
     "profiler": Profiler | str | None,
     "plugins": str | list[str] | None,
     "deterministic": bool | Literal["warn"] | None,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 import warnings
 from typing import Any, Sequence
 
@@ -97,11 +98,34 @@ def _prepare(words: list[str]) -> Any:
     if run is None:
         parser.print_help()
         return None
-    return lambda: run(args)
+    assert record is not None
+    return lambda: _run_command(record, run, args, manager)
+
+
+def _run_command(record: CommandRecord, run: Any, args: Any, manager: PluginManager) -> Any:
+    """Run a command; a plugin's command that raises something other than an accelkit error shows its traceback,
+    then a last line naming the command, its plugin and distribution (the traceback alone does not)."""
+    if record.provider == CORE_PROVIDER:
+        return run(args)
+    try:
+        return run(args)
+    except (AccelkitError, KeyboardInterrupt, SystemExit, BrokenPipeError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - reported with its traceback and its owner
+        plugin = next((i.name for i in manager.infos.values() if i.provider == record.provider), "")
+        owner = f"plugin {plugin!r} ({record.provider})" if plugin else record.provider
+        traceback.print_exc()
+        raise PluginCommandError(f"command {record.name!r} of {owner} raised {type(exc).__name__}: {exc} (the "
+                                 f"traceback above is the plugin's: report it to the authors of "
+                                 f"{record.provider.split()[0]})") from exc
 
 
 class CommandSetupError(AccelkitError):
     """A command's ``add_arguments`` or ``run`` could not be imported or raised while its parser was built."""
+
+
+class PluginCommandError(AccelkitError):
+    """A plugin's command raised an exception that is not an :class:`~accelkit.errors.AccelkitError`."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,7 +7,8 @@ from typing import Any
 
 #: (record kind in the registry, section of a plugin's ``provides``)
 SECTIONS = (("accelerator", "accelerators"), ("strategy", "strategies"), ("precision", "precisions"),
-            ("cluster environment", "cluster_environments"), ("logger", "loggers"), ("command", "commands"))
+            ("cluster environment", "cluster_environments"), ("logger", "loggers"), ("command", "commands"),
+            ("callback", "callbacks"), ("profiler", "profilers"))
 #: the name the core's own hook implementations are registered under
 CORE_PLUGIN_NAME = "accelkit-core"
 
@@ -62,9 +63,10 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         omitted.
     :return: ``{"accelkit": version, "hook_api": version, "core": {"provides": ...}, "plugins": [...],
         "conflicts": [...]}``; each plugin has ``name``, ``distribution``, ``version``, ``status`` (``loaded``,
-        ``failed``, ``blocked``, ``incompatible`` or ``duplicate``), ``reason``, ``api``, ``hooks`` and
+        ``failed``, ``blocked``, ``incompatible`` or ``duplicate``), ``reason``, ``preferred`` (the ``ACCELKIT_PREFER``
+        setting that chose it over a duplicate, or ``""``), ``api``, ``hooks`` and
         ``provides`` (``accelerators``, ``strategies``, ``precisions``, ``cluster_environments``, ``loggers``,
-        ``commands``); ``core`` is what the core itself registers (cluster environments, loggers, commands).
+        ``commands``, ``callbacks``, ``profilers``); ``core`` is what the core itself registers (cluster environments, loggers, commands).
     """
     from accelkit.__about__ import __version__
     from accelkit.hookspecs import HOOK_API_VERSION
@@ -75,7 +77,8 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
     for key, info in sorted(manager.infos.items(), key=lambda item: (item[1].name, item[0])):
         plugins.append({
             "name": info.name, "distribution": info.distribution, "version": info.version,
-            "status": info.status, "reason": info.reason, "api": info.api, "hooks": list(info.hooks),
+            "status": info.status, "reason": info.reason, "preferred": info.preferred, "api": info.api,
+            "hooks": list(info.hooks),
             "provides": provided_by(manager, key if info.status == "loaded" else None),
         })
     return {"accelkit": __version__, "hook_api": HOOK_API_VERSION,
@@ -120,6 +123,8 @@ def plugins_command(args: argparse.Namespace) -> int:
             print(f"  ACCELKIT_API: {plugin['api']}")
         if plugin["reason"]:
             print(f"  reason: {plugin['reason']}")
+        if plugin["preferred"]:
+            print(f"  chosen over other distributions of this name by {plugin['preferred']}")
         if plugin["status"] == "loaded":
             _print_provides(plugin["provides"], ("accelerators", "strategies", "precisions"))
             print(f"  hooks: {', '.join(plugin['hooks']) or '-'}")

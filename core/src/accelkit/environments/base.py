@@ -70,8 +70,10 @@ class ClusterEnvironment:
         return f"{', '.join(shown) or 'its variables'} set"
 
     # ----------------------------------------------------------------- reading variables
-    def _int(self, *names: str, default: int | None = None) -> int:
-        """The first of ``names`` that is set, as an int; ``default`` when none is (an error without one)."""
+    def int_variable(self, *names: str, default: int | None = None) -> int:
+        """The first of ``names`` set in ``self.env``, as an int; ``default`` when none is set (without a default, an
+        error naming the variables). A value that is not an integer is a
+        :class:`~accelkit.errors.ConfigurationError` naming the variable, its value and this environment."""
         for name in names:
             raw = self.env.get(name)
             if raw is None:
@@ -85,6 +87,9 @@ class ClusterEnvironment:
             raise ConfigurationError(f"{' or '.join(names)} is not set, but cluster environment {self.name!r} "
                                      "needs it; was this process started by its launcher?")
         return default
+
+    #: the name the 1.1 documentation's example used; private (``_``), kept so that code copied from it works
+    _int = int_variable
 
     # ----------------------------------------------------------------- the run's shape
     @property

@@ -109,8 +109,10 @@ class DataConnector:
         if trainer.use_distributed_sampler:
             # one process too: a sampler built for other ranks than the run has gets a warning
             kwargs = trainer.strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
-            loader = distribute_dataloader(loader, trainer.plugin_manager.hook.accelkit_distributed_sampler,
-                                           kwargs["num_replicas"], kwargs["rank"], trainer.seed, _LIMIT_KEYS[kind])
+            hooks = trainer.plugin_manager.hook
+            loader = distribute_dataloader(loader, hooks.accelkit_distributed_sampler, kwargs["num_replicas"],
+                                           kwargs["rank"], trainer.seed, _LIMIT_KEYS[kind],
+                                           shard_iterable=hooks.accelkit_shard_iterable)
         return loader
 
     def num_batches(self, loader: Any, kind: str) -> int | None:

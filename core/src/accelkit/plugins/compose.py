@@ -65,8 +65,34 @@ class Resolver:
         conflict = self.registry.conflict(name, ("strategy", "precision") if kind == "plugin" else (kind,))
         if conflict is not None:
             raise PluginConflictError(f"{conflict.message()}.")
+        dist = self.distribution_of(name, section)
+        stopped = self.raise_if_failed(kind, name, section)
+        missing = dist is not None and not _installed(dist)
+        hint = "" if missing or stopped else suggest(key, known)  # a known name is not a typo of another one
+        message = f"{kind} {name!r} is not available.{hint} Available: {', '.join(known) or 'none'}."
+        if missing:
+            message += f" It is provided by the {dist!r} distribution: `pip install {dist}`."
+        message += self.not_loaded(stopped)
+        if dist is None and not hint and not stopped:
+            message += " No installed plugin provides it; `accelkit plugins` lists what is installed."
+        if not missing and not stopped and not getattr(self.manager, "autoload", True):
+            installed = f"The {dist!r} distribution is installed, but plugin" if dist is not None else "Plugin"
+            message += (f" {installed} discovery is off (ACCELKIT_DISABLE_PLUGIN_AUTOLOAD); unset it or pass the "
+                        "plugin in plugins=[...].")
+        return message
+
+    def distribution_of(self, name: str, section: str) -> str | None:
+        """The distribution known to provide ``name`` in ``section`` (``"loggers"``...): the core's catalog of
+        first-party names, then the install hints of loaded plugins; ``None`` if none is known."""
         hints = self.manager.install_hints() if hasattr(self.manager, "install_hints") else {}
-        dist = catalog().get(section, {}).get(key) or hints.get(section, {}).get(key)
+        key = lookup_key(name)
+        return catalog().get(section, {}).get(key) or hints.get(section, {}).get(key)
+
+    def raise_if_failed(self, kind: str, name: str, section: str) -> list[Any]:
+        """Raise :class:`~accelkit.errors.PluginError` naming the plugin that would provide ``name`` (its
+        distribution is the known one, or its entry-point or distribution name contains ``name``) if it failed to
+        load; else return such plugins that are blocked or incompatible."""
+        key, dist = lookup_key(name), self.distribution_of(name, section)
 
         def related(info: Any) -> bool:
             return (dist is not None and lookup_key(info.distribution) == lookup_key(dist)) or (
@@ -78,25 +104,18 @@ class Resolver:
                     f"{kind} {name!r} would come from plugin {info.name!r} ({info.provider}), which failed to "
                     f"load: {info.reason}"
                 ) from info.error
-        stopped = [i for i in self.manager.infos.values() if i.status in ("blocked", "incompatible") and related(i)]
-        missing = dist is not None and not _installed(dist)
-        hint = "" if missing or stopped else suggest(key, known)  # a known name is not a typo of another one
-        message = f"{kind} {name!r} is not available.{hint} Available: {', '.join(known) or 'none'}."
-        if missing:
-            message += f" It is provided by the {dist!r} distribution: `pip install {dist}`."
-        for info in stopped:
-            message += f" Plugin {info.name!r} ({info.provider}) is installed but {info.status}: {info.reason}."
+        return [i for i in self.manager.infos.values() if i.status in ("blocked", "incompatible") and related(i)]
+
+    def not_loaded(self, stopped: list[Any]) -> str:
+        """Sentences naming the plugins in ``stopped`` (related to the name asked for) and every other plugin that
+        did not load, so was not searched."""
+        message = "".join(f" Plugin {i.name!r} ({i.provider}) is installed but {i.status}: {i.reason}."
+                          for i in stopped)
         others = [i for i in self.manager.infos.values()
                   if i.status in ("blocked", "incompatible", "failed", "duplicate") and i not in stopped]
         if others:
             message += " Not loaded, so not searched: " + ", ".join(
                 f"plugin {i.name!r} ({i.provider}, {i.status})" for i in others) + "."
-        if dist is None and not hint and not stopped:
-            message += " No installed plugin provides it; `accelkit plugins` lists what is installed."
-        if not missing and not stopped and not getattr(self.manager, "autoload", True):
-            installed = f"The {dist!r} distribution is installed, but plugin" if dist is not None else "Plugin"
-            message += (f" {installed} discovery is off (ACCELKIT_DISABLE_PLUGIN_AUTOLOAD); unset it or pass the "
-                        "plugin in plugins=[...].")
         return message
 
     # ----------------------------------------------------------------- parts
@@ -353,9 +372,67 @@ def print_notices(notices: list[str]) -> None:
 def build_logger(name: str, save_dir: Any, manager: PluginManager) -> Any:
     """The logger registered as ``name`` (:meth:`~accelkit.plugins.registry.Registry.find_logger`), built as
     ``cls(save_dir=save_dir)``; an import failure of its class names the logger and its provider."""
-    record = manager.registry.find_logger(name)
+    registry = manager.registry
+    if registry.find_named(registry.loggers, name) is None:  # as for accelerators: name a plugin that did not load
+        resolver = Resolver(manager)
+        stopped = resolver.raise_if_failed("logger", name, "loggers")
+        try:
+            registry.find_logger(name)
+        except ConfigurationError as exc:
+            note = resolver.not_loaded(stopped)
+            if not note:
+                raise
+            raise ConfigurationError(f"{exc}.{note}") from None
+    record = registry.find_logger(name)
     try:
         cls = record.load()
     except ImportError as exc:
         raise ConfigurationError(f"logger={name!r} ({record.provider}) cannot be imported: {exc}") from exc
     return cls(save_dir=save_dir)
+
+
+#: the profiler names the core resolves itself (:func:`accelkit.profilers.resolve_profiler`)
+CORE_PROFILERS = ("simple", "pytorch", "advanced")
+
+
+def build_named(kind: str, name: str, manager: PluginManager) -> Any:
+    """The callback or profiler (``kind``) a plugin registered as ``name``, built as ``cls()``.
+
+    :raise ConfigurationError: for an unknown name: the close name ("did you mean"), the registered names, and the
+        plugins that did not load; :class:`~accelkit.errors.PluginError` when the plugin that would provide it failed
+        to load.
+    """
+    registry = manager.registry
+    table = registry.callbacks if kind == "callback" else registry.profilers
+    record = registry.find_named(table, name)
+    if record is None:
+        resolver = Resolver(manager)
+        stopped = resolver.raise_if_failed(kind, name, f"{kind}s")
+        names = registry.names_of(table) + (["simple", "pytorch"] if kind == "profiler" else [])
+        argument = "callbacks=[...]" if kind == "callback" else "profiler="
+        raise ConfigurationError(
+            f"{kind} {name!r} is not a registered {kind}.{suggest(lookup_key(name), sorted(table) + names)} "
+            f"Registered {kind}s: {', '.join(names) or 'none'}; or pass an instance in {argument}."
+            + resolver.not_loaded(stopped))
+    try:
+        cls = record.load()
+    except ImportError as exc:
+        raise ConfigurationError(f"{kind} {name!r} ({record.provider}) cannot be imported: {exc}") from exc
+    return cls()
+
+
+def named_callbacks(callbacks: Any, manager: PluginManager) -> Any:
+    """``Trainer(callbacks=...)`` with each name (``"ema"``) replaced by the callback a plugin registered for it."""
+    if isinstance(callbacks, str):
+        return [build_named("callback", callbacks, manager)]
+    if isinstance(callbacks, (list, tuple)):
+        return [build_named("callback", c, manager) if isinstance(c, str) else c for c in callbacks]
+    return callbacks
+
+
+def named_profiler(profiler: Any, manager: PluginManager) -> Any:
+    """``Trainer(profiler=...)`` with a plugin's profiler name (``"nvtx"``) replaced by that profiler; the core's
+    own names (:data:`CORE_PROFILERS`) are left to :func:`accelkit.profilers.resolve_profiler`."""
+    if isinstance(profiler, str) and profiler.strip().lower() not in CORE_PROFILERS:
+        return build_named("profiler", profiler, manager)
+    return profiler

@@ -44,7 +44,7 @@ from packaging.version import Version
 
 from accelkit import hookspecs
 from accelkit.errors import PluginError
-from accelkit.hookspecs import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP
+from accelkit.hookspecs import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP, PREFER_ENV
 from accelkit.plugins.registry import CORE_PROVIDER, Registry, core_plugin_module, suggest
 from accelkit.records import lookup_key
 
@@ -68,6 +68,7 @@ class PluginInfo:
         raised (``"accelkit_register_commands"``, ``"accelkit_configure"``...).
     :param hooks: the hook names it implements (loaded plugins).
     :param plugin: the plugin object itself (loaded plugins).
+    :param api: the ``ACCELKIT_API`` it declares.
     """
 
     name: str
@@ -80,6 +81,8 @@ class PluginInfo:
     plugin: Any = None
     api: str = ""
     failed_in: str = ""
+    #: for a plugin loaded instead of another distribution's entry point of the same name: the setting that chose it
+    preferred: str = ""
 
     @property
     def provider(self) -> str:
@@ -91,15 +94,39 @@ def _blocked_from_env() -> set[str]:
     return {lookup_key(n) for n in os.environ.get(BLOCK_ENV, "").split(",") if n.strip()}
 
 
+def parse_preferences(text: str) -> dict[str, str]:
+    """``"dup=acme-two, mpi=acme-mpi"`` (the form of ``ACCELKIT_PREFER``) -> ``{"dup": "acme_two", "mpi":
+    "acme_mpi"}``, both sides in :func:`~accelkit.records.lookup_key` form.
+
+    :raise PluginError: for an item that is not ``NAME=DISTRIBUTION``.
+    """
+    preferences = {}
+    for item in (i.strip() for i in text.split(",")):
+        name, sep, dist = (part.strip() for part in item.partition("="))
+        if not item:
+            continue
+        if not (sep and name and dist):
+            raise PluginError(f"{PREFER_ENV} item {item!r} is not NAME=DISTRIBUTION: write e.g. "
+                              f"{PREFER_ENV}=\"mpi=acme-mpi\" to load acme-mpi's plugin named 'mpi'")
+        preferences[lookup_key(name)] = lookup_key(dist)
+    return preferences
+
+
 class PluginManager(pluggy.PluginManager):
     """pluggy's manager with accelkit's discovery, blocking and API-version checks.
 
     :param blocked: entry-point names not to load (added to those in ``ACCELKIT_BLOCK_PLUGINS``).
     :param autoload: discover installed plugins (default: unless ``ACCELKIT_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    :param prefer: entry-point name -> the distribution whose entry point of that name loads when several
+        distributions have one (added to, and overriding, those of ``ACCELKIT_PREFER``).
     """
 
-    def __init__(self, blocked: Iterable[str] = (), autoload: bool | None = None) -> None:
+    def __init__(self, blocked: Iterable[str] = (), autoload: bool | None = None,
+                 prefer: dict[str, str] | None = None) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
+        #: entry-point name -> preferred distribution (:func:`~accelkit.records.lookup_key` form)
+        self.preferences = {**parse_preferences(os.environ.get(PREFER_ENV, "")),
+                            **{lookup_key(n): lookup_key(d) for n, d in (prefer or {}).items()}}
         self.add_hookspecs(hookspecs)
         for name in sorted(_blocked_from_env() | {lookup_key(b) for b in blocked}):
             self.set_blocked(name)  # pluggy's own blocking: a plugin of that name is never registered
@@ -132,7 +159,9 @@ class PluginManager(pluggy.PluginManager):
     # ----------------------------------------------------------------- discovery
     def load_entrypoints(self) -> None:
         """Load every plugin of the ``accelkit`` entry-point group, recording failures instead of raising."""
-        entry_points = sorted(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name)
+        entry_points = sorted(importlib_metadata.entry_points(group=ENTRY_POINT_GROUP),
+                              key=lambda e: (e.name, not self._is_preferred(e)))  # stable: then sys.path order
+        self._check_preferences(entry_points)
         unknown = sorted(self.blocked - {lookup_key(ep.name) for ep in entry_points})
         if unknown:
             installed = ", ".join(ep.name for ep in entry_points) or "none"
@@ -164,6 +193,22 @@ class PluginManager(pluggy.PluginManager):
                 continue
             self._register_checked(plugin, info)
 
+    def _is_preferred(self, ep: Any) -> bool:
+        dist = getattr(ep, "dist", None)
+        wanted = self.preferences.get(lookup_key(ep.name))
+        return wanted is not None and dist is not None and lookup_key(dist.metadata["Name"]) == wanted
+
+    def _check_preferences(self, entry_points: list[Any]) -> None:
+        """Warn about a preference that matches no installed entry point of that name (nothing silently ignored)."""
+        for name, wanted in sorted(self.preferences.items()):
+            offered = sorted({ep.dist.metadata["Name"] for ep in entry_points
+                              if lookup_key(ep.name) == name and getattr(ep, "dist", None) is not None})
+            if not any(lookup_key(d) == wanted for d in offered):
+                warnings.warn(f"{PREFER_ENV} prefers distribution {wanted!r} for plugin name {name!r}, but "
+                              f"{'that name is provided by ' + ', '.join(offered) if offered else 'no installed plugin has that name'}"
+                              "; check the spelling (NAME=DISTRIBUTION, as `accelkit plugins` lists them).",
+                              RuntimeWarning, stacklevel=4)
+
     def _holder_of(self, name: str) -> PluginInfo | None:
         """The entry point already found under ``name`` (compared as :func:`~accelkit.records.lookup_key`)."""
         for info in self.infos.values():
@@ -179,13 +224,24 @@ class PluginManager(pluggy.PluginManager):
         while f"{info.name}#{number}" in self.infos:
             number += 1
         info.status = DUPLICATE
+        self.infos[f"{info.name}#{number}"] = info
+        if lookup_key(info.name) in self.preferences and taken.status != DUPLICATE and self._chosen(taken):
+            taken.preferred = f"{PREFER_ENV}={info.name}={taken.distribution}"
+            info.reason = (f"entry-point name {info.name!r} is also provided by {taken.provider}, which "
+                           f"{taken.preferred} chose; {info.provider}'s plugin is not loaded")
+            return
         info.reason = (f"entry-point name {info.name!r} is already taken by {taken.provider}, found first on sys.path; "
                        f"{info.provider}'s plugin is not loaded. Uninstall one of them "
-                       f"(`pip uninstall {info.distribution}`), or ask one author to rename the entry point")
-        self.infos[f"{info.name}#{number}"] = info
+                       f"(`pip uninstall {info.distribution}`), choose one with {PREFER_ENV}={info.name}=DISTRIBUTION, "
+                       "or ask one author to rename the entry point")
         warnings.warn(f"accelkit plugin {info.name!r}: two distributions use this entry-point name, {taken.provider} "
-                      f"and {info.provider}; only {taken.provider}'s is loaded. Uninstall one of them, or ask one "
-                      "author to rename the entry point.", RuntimeWarning, stacklevel=3)
+                      f"and {info.provider}; only {taken.provider}'s is loaded. Choose one with "
+                      f"{PREFER_ENV}={info.name}=DISTRIBUTION, uninstall one of them, or ask one author to rename the "
+                      "entry point.", RuntimeWarning, stacklevel=3)
+
+    def _chosen(self, info: PluginInfo) -> bool:
+        """Whether ``info``'s distribution is the one preferred for its entry-point name."""
+        return self.preferences.get(lookup_key(info.name)) == lookup_key(info.distribution)
 
     def add_plugin(self, plugin: Any, name: str | None = None) -> PluginInfo:
         """Register a plugin object passed by the user (``Trainer(plugins=[obj])``)."""
@@ -223,9 +279,7 @@ class PluginManager(pluggy.PluginManager):
             info.status, info.reason = INCOMPATIBLE, f"ACCELKIT_API={declared!r} is not a valid version specifier"
             return
         if Version(hookspecs.HOOK_API_VERSION) not in supported:
-            info.status = INCOMPATIBLE
-            info.reason = (f"supports hook API {declared} but this accelkit provides {hookspecs.HOOK_API_VERSION}; "
-                           f"upgrade {info.distribution or info.name} or accelkit")
+            info.status, info.reason = INCOMPATIBLE, incompatibility(info, declared)
             return
         _warn_unmarked(self, plugin, info)
         try:
@@ -315,6 +369,22 @@ class PluginManager(pluggy.PluginManager):
                       f"keep working; block it with {BLOCK_ENV}={info.name} to silence this.", RuntimeWarning,
                       stacklevel=4)
 
+
+
+def incompatibility(info: PluginInfo, declared: str) -> str:
+    """Why a plugin whose ``ACCELKIT_API`` excludes the running hook API is not loaded, and which side must move:
+    a plugin capped below the running version needs a newer release of itself (upgrading accelkit cannot help); a
+    plugin that needs a newer hook API needs a newer accelkit."""
+    running, supported = Version(hookspecs.HOOK_API_VERSION), SpecifierSet(declared)
+    plugin = info.distribution or f"plugin {info.name!r}"
+    needs_newer = any(spec.operator in (">", ">=", "~=", "==", "===") and running not in SpecifierSet(str(spec))
+                      for spec in supported)
+    if needs_newer:
+        return (f"{plugin} needs hook API {declared}; this accelkit provides {running}: upgrade accelkit "
+                f"(`pip install -U accelkit`), or install a release of {plugin} that supports hook API {running}")
+    return (f"{plugin} supports hook API {declared}; this accelkit provides {running}: install a release of {plugin} "
+            f"that supports hook API {running} (upgrading accelkit cannot help), or an accelkit whose hook API it "
+            "supports")
 
 
 class _Diagnostics:

@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.hookspecs import BLOCK_ENV
+from accelkit.plugins.legacy_commands import commands_of
 from accelkit.records import (
     AcceleratorRecord,
+    CallbackRecord,
     ClusterEnvironmentRecord,
     CommandRecord,
     LoggerRecord,
     PrecisionRecord,
+    ProfilerRecord,
     StrategyRecord,
     by_priority,
     lookup_key,
@@ -39,6 +42,8 @@ KINDS = (
      "cluster_environments", "named"),
     ("logger", "accelkit_register_loggers", LoggerRecord, "loggers", "named"),
     ("command", "accelkit_register_commands", CommandRecord, "commands", "core first"),
+    ("callback", "accelkit_register_callbacks", CallbackRecord, "callbacks", "named"),
+    ("profiler", "accelkit_register_profilers", ProfilerRecord, "profilers", "named"),
 )
 #: the provider name of the core's own records
 CORE_PROVIDER = "accelkit (core)"
@@ -125,8 +130,8 @@ class _Table(dict):
 
 
 class Registry:
-    """Every named accelerator, strategy, precision, cluster environment, logger and command, keyed by the
-    :func:`~accelkit.records.lookup_key` of each name and alias.
+    """Every named accelerator, strategy, precision, cluster environment, logger, command, callback and profiler,
+    keyed by the :func:`~accelkit.records.lookup_key` of each name and alias.
 
     A registration hook that raises takes only its own plugin out (:meth:`PluginManager.mark_failed`); a name
     claimed twice is kept out of the tables and raises :class:`~accelkit.errors.PluginConflictError` when a run
@@ -140,6 +145,8 @@ class Registry:
         self.cluster_environments: dict[str, ClusterEnvironmentRecord] = _Table()
         self.loggers: dict[str, LoggerRecord] = _Table()
         self.commands: dict[str, CommandRecord] = _Table()
+        self.callbacks: dict[str, CallbackRecord] = _Table()
+        self.profilers: dict[str, ProfilerRecord] = _Table()
         #: every name claimed twice
         self.conflicts: list[Conflict] = []
         #: what each plugin registered: plugin name (as registered with the manager) -> [(kind, record)]
@@ -154,7 +161,7 @@ class Registry:
         implementing = {id(impl.plugin) for _, hook, *_ in hooks for impl in hook.get_hookimpls()}
         # plugins in registration order, so messages are stable
         order = [plugin for _, plugin in manager.list_name_plugin()
-                 if plugin is not None and id(plugin) in implementing]
+                 if plugin is not None and (id(plugin) in implementing or commands_of(plugin))]
         while True:  # a failure unregisters its plugin; start again without it
             registry = cls()
             try:
@@ -189,6 +196,8 @@ class Registry:
                         raise HookFailed(plugin, TypeError(f"returned {record!r}, not a {record_type.__name__}"),
                                          where, hook.name)
                 collected.extend((kind, attribute, rule, record) for record in records)
+        if plugin is not core_plugin_module():  # accelkit.cli.command, deprecated in hook API 1.2
+            collected.extend(("command", "commands", "core first", record) for record in commands_of(plugin))
         info = manager.info_of(plugin)
         provider = manager.provider_of(plugin)
         # what ACCELKIT_BLOCK_PLUGINS takes: entry-point names only (objects passed to the Trainer are removed)
@@ -271,6 +280,10 @@ class Registry:
     def logger_names(self) -> list[str]:
         """Canonical logger names."""
         return sorted({r.name for r in self.loggers.values()})
+
+    def names_of(self, table: dict[str, Any]) -> list[str]:
+        """Canonical names of a name table (``registry.callbacks``, ``registry.profilers``...)."""
+        return sorted({r.name for r in table.values()})
 
     def command_records(self) -> list[CommandRecord]:
         """Every sub-command once, in registration order: the core's first, then each plugin's."""

@@ -167,7 +167,9 @@ class DDPStrategy(ParallelStrategy):
             return module
         device_ids = self.accelerator.ddp_device_ids(self.root_device) if hasattr(
             self.accelerator, "ddp_device_ids") else None
-        return nn.parallel.DistributedDataParallel(StepRouter(module), device_ids=device_ids, **self.options)
+        wrapped = nn.parallel.DistributedDataParallel(StepRouter(module), device_ids=device_ids, **self.options)
+        _ParameterCheck(self, module, wrapped)
+        return wrapped
 
     def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
         if enabled and isinstance(model, nn.parallel.DistributedDataParallel):
@@ -243,6 +245,46 @@ class DDPStrategy(ParallelStrategy):
             dist.destroy_process_group()
             self._owns_process_group = False
         super().teardown()
+
+
+class _ParameterCheck:
+    """Refuses a precision that replaced or re-cast a parameter after ``DistributedDataParallel`` wrapped the module:
+    the wrapper's gradient all-reduce holds the parameters as they were, so the processes would train apart. Asked
+    before the first two forward passes of the wrapper (a change in ``forward_context`` shows at the first, one in
+    ``optimizer_step`` at the second), then removed: nothing per step afterwards."""
+
+    def __init__(self, strategy: DDPStrategy, module: nn.Module, wrapped: nn.Module) -> None:
+        self.precision, self.world_size, self.module = strategy.precision, strategy.world_size, module
+        self.expected = [(name, p, p.dtype) for name, p in module.named_parameters()]
+        self.remaining = 2
+        self.handle = wrapped.register_forward_pre_hook(self)
+
+    def __call__(self, _wrapped: nn.Module, _args: Any) -> None:
+        self.remaining -= 1
+        problem = self.change()
+        if problem or not self.remaining:
+            self.handle.remove()
+        if problem:
+            raise ConfigurationError(problem)
+
+    def change(self) -> str:
+        """The sentence naming the first parameter replaced or re-cast since the module was wrapped, or ``""``."""
+        now = dict(self.module.named_parameters())
+        for name, param, dtype in self.expected:
+            current = now.get(name)
+            if current is not param:
+                return self.refusal(f"replaced parameter {name!r}")
+            if current.dtype != dtype:
+                return self.refusal(f"cast parameter {name!r} from {str(dtype).removeprefix('torch.')} to "
+                                    f"{str(current.dtype).removeprefix('torch.')}")
+        return ""
+
+    def refusal(self, change: str) -> str:
+        """The whole sentence, for ``change`` (what the precision did)."""
+        return (f"precision {self.precision.name!r} ({type(self.precision).__name__}) {change} after the module was "
+                f"wrapped in DistributedDataParallel, whose gradient all-reduce holds the parameters as they were, "
+                f"so the {self.world_size} processes would train apart; a precision may convert parameters only in "
+                "convert_module, which runs before the strategy wraps the module (docs/plugins.rst, 'Precision')")
 
 
 @contextlib.contextmanager

@@ -152,31 +152,33 @@ _LOADER_ARGS = ("batch_size", "num_workers", "collate_fn", "pin_memory", "drop_l
 
 
 def rebuild_loader(loader: DataLoader, **changes: Any) -> DataLoader:
-    """A ``DataLoader`` like ``loader`` with ``changes`` (a ``sampler``, a ``worker_init_fn`` ...): its dataset
-    and every setting carry over; without a new ``sampler`` its sampler (or batch sampler) is kept."""
+    """A ``DataLoader`` like ``loader`` with ``changes`` (a ``sampler``, a ``worker_init_fn``, a ``dataset`` ...):
+    every setting carries over; without a new ``sampler`` its sampler (or batch sampler) is kept."""
     kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
     if kwargs.get("num_workers", 0) == 0:
         kwargs.pop("prefetch_factor", None)
         kwargs.pop("persistent_workers", None)
+    dataset = changes.pop("dataset", loader.dataset)
     if "sampler" not in changes and "batch_sampler" not in changes:
         if loader.batch_size is None:  # built with a batch_sampler: keep it
             kwargs.pop("batch_size", None)
             kwargs.pop("drop_last", None)
             changes["batch_sampler"] = loader.batch_sampler
-        else:
-            changes["sampler"] = loader.sampler
+        else:  # a stream's loader made its own sampler, which a DataLoader refuses to be given
+            changes["sampler"] = None if isinstance(dataset, IterableDataset) else loader.sampler
     kwargs.update(changes)
-    return DataLoader(loader.dataset, **kwargs)
+    return DataLoader(dataset, **kwargs)
 
 
-def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, seed: int, stage: str) -> Any:
+def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, seed: int, stage: str,
+                          shard_iterable: Any = None) -> Any:
     """A copy of ``loader`` whose sampler gives this rank its shard (``loader`` itself where that is impossible
     or not wanted).
 
     ``loader`` is returned unchanged when it is not a ``DataLoader``, when its sampler, batch sampler or the
     batch sampler's inner sampler is rank-aware (with a warning if that sampler's ``num_replicas``/``rank``
-    differ from ``num_replicas``/``rank``), when ``num_replicas`` is 1, for an ``IterableDataset`` and for a
-    custom batch sampler (both with a warning: nothing shards them).
+    differ from ``num_replicas``/``rank``), when ``num_replicas`` is 1, for an ``IterableDataset`` no plugin shards
+    (through ``accelkit_shard_iterable``) and for a custom batch sampler (both with a warning: nothing shards them).
 
     :param loader: the user's loader (or any iterable).
     :param hook: the ``accelkit_distributed_sampler`` hook caller; called with keyword arguments.
@@ -184,6 +186,7 @@ def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, 
     :param rank: this process's global rank.
     :param seed: base seed of the shuffle.
     :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"``.
+    :param shard_iterable: the ``accelkit_shard_iterable`` hook caller, asked for an ``IterableDataset``.
     """
     if not isinstance(loader, DataLoader):
         return loader
@@ -194,9 +197,14 @@ def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, 
     if num_replicas == 1:
         return loader
     if isinstance(loader.dataset, IterableDataset):
+        shard = None if shard_iterable is None else shard_iterable(
+            dataset=loader.dataset, num_replicas=num_replicas, rank=rank, stage=stage)
+        if shard is not None:
+            return rebuild_loader(loader, dataset=shard, sampler=None)
         warnings.warn(
             "an IterableDataset is used in a distributed run: accelkit cannot shard it, so every rank reads the "
-            "whole stream unless the dataset splits itself (see torch.utils.data.get_worker_info and the rank).",
+            "whole stream unless the dataset splits itself (see torch.utils.data.get_worker_info and the rank) or a "
+            "plugin shards it (the accelkit_shard_iterable hook).",
             UserWarning, stacklevel=3)
         return loader
     if loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler:

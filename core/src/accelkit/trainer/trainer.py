@@ -17,7 +17,7 @@ from accelkit.callbacks.progress.default import configure_progress_bar
 from accelkit.errors import ConfigurationError
 from accelkit.loops.state import RunState
 from accelkit.profilers import resolve_profiler
-from accelkit.plugins.compose import Composition, compose, print_notices
+from accelkit.plugins.compose import Composition, compose, named_callbacks, named_profiler, print_notices
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
 from accelkit.trainer.arguments import (
     CLOUD_ONLY,
@@ -61,7 +61,8 @@ class Trainer(TrainerProperties):
     :param logger: ``True``/``None`` (default) for Lightning's default logger under ``default_root_dir``
         (:func:`~accelkit.loggers.default_logger`: TensorBoard when installed, else CSV, in
         ``lightning_logs/version_<n>``), ``False`` for none, a logger, or a list of loggers.
-    :param callbacks: :class:`~accelkit.Callback` instances (one or a list).
+    :param callbacks: :class:`~accelkit.Callback` instances (one or a list), or names a plugin registered
+        (``"ema"``, through ``accelkit_register_callbacks``).
     :param fast_dev_run: run 1 (``True``) or N batches of every loop once, without loggers or checkpoints.
     :param max_epochs: stop after this many epochs (default 1000 if ``max_steps`` is not set; ``-1``: no limit).
     :param min_epochs: a stop requested earlier (early stopping) waits for this many epochs.
@@ -92,7 +93,8 @@ class Trainer(TrainerProperties):
     :param inference_mode: evaluate under ``torch.inference_mode()`` (``False``: ``torch.no_grad()``).
     :param use_distributed_sampler: in a distributed run, give each rank its shard of the data (a sampler
         that already knows its rank is left as it is).
-    :param profiler: ``"simple"``, ``"pytorch"``, a :class:`~accelkit.profilers.Profiler`, or ``None``.
+    :param profiler: ``"simple"``, ``"pytorch"``, a name a plugin registered (``"nvtx"``, through
+        ``accelkit_register_profilers``), a :class:`~accelkit.profilers.Profiler`, or ``None``.
     :param detect_anomaly: run with ``torch.autograd.detect_anomaly()``.
     :param barebones: turn off everything that costs time per step (logging, bar, checkpoints, summary).
     :param plugins: plugin objects to register, strategy or precision names/instances (``"tpu_spawn_debug"``),
@@ -188,8 +190,8 @@ class Trainer(TrainerProperties):
         self.use_distributed_sampler = use_distributed_sampler
         self.seed = seed if seed is not None else seed_from_environment(0)
         self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, self.plugin_manager)
-        self.profiler = resolve_profiler(profiler)
-        self.callbacks = callback_list(callbacks)
+        self.profiler = resolve_profiler(named_profiler(profiler, self.plugin_manager))
+        self.callbacks = callback_list(named_callbacks(callbacks, self.plugin_manager))
         from accelkit.callbacks import Checkpoint, ModelCheckpoint
         from accelkit.callbacks.model_summary import configure_model_summary
 
