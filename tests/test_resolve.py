@@ -66,7 +66,7 @@ def test_names_ignore_case_blanks_and_dashes(isolated, cpu_plugin):
 
 def test_a_name_that_is_nothing_like_any_gets_no_suggestion(isolated, cpu_plugin):
     problems, _ = problems_of(cpu_plugin, precision="zzzzzz")
-    assert "Did you mean" not in problems[0] and "Available: 32-true" in problems[0]
+    assert "Did you mean" not in problems[0] and "Available: 16-mixed, 32-true, 64-true, bf16-mixed." in problems[0]
 
 
 def test_a_strategy_of_another_accelerator_says_where_it_runs(isolated, cpu_plugin):
