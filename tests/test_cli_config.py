@@ -14,6 +14,8 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
+from helpers.summary_lines import last_checkpoint  # noqa: E402
+
 MODELS = textwrap.dedent('''
     import torch
     from torch import nn
@@ -269,7 +271,7 @@ def test_accelkit_fit_config_with_file_targets_then_validate(project):
     assert saved["data"]["init_args"]["batch_size"] == 8
     assert saved["trainer"]["logger"] == ["csv", "tensorboard"]
     assert list(version.glob("events.out.tfevents*")) and (version / "metrics.csv").is_file()
-    assert f"accelkit: checkpoint {version / 'checkpoints' / 'last.ckpt'}" in done.stdout
+    assert last_checkpoint(done.stdout) == str(version / "checkpoints" / "last.ckpt")
     validate = run(project, "-m", "accelkit.cli", "validate", "--config", "out/lightning_logs/version_0/config.yaml",
                    "--ckpt_path", "out/lightning_logs/version_0/checkpoints/last.ckpt")
     assert validate.returncode == 0, validate.stderr
@@ -607,7 +609,7 @@ def test_print_config_then_config_then_test_config_round_trip(project, model, da
     assert saved["model"] == {"class_path": written, "init_args": {"hidden": 6, "lr": 0.05}}
     assert "accelkit: held-out test_acc = " in fit.stdout
     test = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path",
-               reported(fit.stdout, "checkpoint"))
+               last_checkpoint(fit.stdout))
     assert test.returncode == 0 and "test_acc" in test.stdout, test.stderr
     missing = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path", "nope.ckpt")
     assert missing.returncode != 0 and missing.stderr.splitlines() == [

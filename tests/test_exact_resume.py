@@ -302,7 +302,9 @@ def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path):
     done = subprocess.run([PYTHON, str(SCRIPT), str(root), "auto", "1", "3", "100"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert int(done.stdout.split()[1]) == saved["global_step"] + 1  # its first step follows the checkpoint's
+    assert f"fit() loaded checkpoint {root / 'checkpoints' / 'interrupted.ckpt'}" in done.stdout
+    steps = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert steps[0] == saved["global_step"] + 1  # its first step follows the checkpoint's
     assert same_weights(reference.state_dict(), torch.load(root / "final.pt", weights_only=True))
 
 

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
+from accelkit.errors import ConfigurationError  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 pl = pytest.importorskip("lightning.pytorch", reason="these tests need lightning installed")
@@ -45,7 +46,10 @@ class Asks(pl.Callback):
 
 def test_other_objects_are_still_refused_naming_them(tmp_path):
     with pytest.raises(TypeError, match=r"callbacks must be accelkit.Callback instances \(or, with lightning "
-                                        r"installed, lightning.pytorch.Callback ones\), got 'early' \(str\)"):
+                                        r"installed, lightning.pytorch.Callback ones\), got 5 \(int\)"):
+        quiet_trainer(tmp_path, callbacks=[5])
+    # a string is the name of a callback a plugin provides (issue 26): an unknown one is named as such
+    with pytest.raises(ConfigurationError, match="callback 'early' is not a registered callback"):
         quiet_trainer(tmp_path, callbacks=["early"])
 
 

@@ -19,6 +19,7 @@ import yaml
 from accelkit.checkpoint import load
 from accelkit.loggers import CSVLogger, RunFolder, TensorBoardLogger, claim_version, default_logger
 from helpers.models import RegressionModule
+from helpers.summary_lines import last_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "digits.py"
@@ -229,9 +230,7 @@ def _accelkit(cwd: Path, *words: str) -> subprocess.CompletedProcess:
 
 def _reported(done: subprocess.CompletedProcess) -> Path:
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line.startswith("accelkit: checkpoint ")]
-    assert len(lines) == 1, done.stdout
-    return Path(lines[0][len("accelkit: checkpoint "):])
+    return Path(last_checkpoint(done.stdout))
 
 
 @pytest.mark.slow  # three fits in fresh interpreters

@@ -107,7 +107,7 @@ def test_accelkit_fit_through_the_alias(installed, tmp_path):
                  "--strategy", "counting", "--max-epochs", "3", "--no-progress-bar",
                  "--default-root-dir", str(tmp_path), cwd=tmp_path)
     assert "training Regression on mydevice devices=[0] strategy=mydevice_counting" in result.stdout, result.stdout
-    assert "after 3 epochs, 12 steps" in result.stdout, result.stdout
+    assert "fit stopped: max_epochs=3 reached; 3 epoch(s), 12 step(s)" in result.stdout, result.stdout
     assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 

@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
+from accelkit.loggers import CSVLogger  # noqa: E402
 from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
 from helpers.models import RegressionModule, TiedModule, quiet_trainer, regression_data  # noqa: E402
 
@@ -184,7 +185,7 @@ class Logging(RegressionModule):
 
 
 def test_log_on_step_on_epoch_prog_bar_and_csv_rows(tmp_path):
-    trainer = make_trainer(tmp_path, max_epochs=2, logger=True, log_every_n_steps=1)
+    trainer = make_trainer(tmp_path, max_epochs=2, logger=CSVLogger(tmp_path), log_every_n_steps=1)
     trainer.fit(Logging())
     metrics = trainer.callback_metrics
     assert metrics["idx_epoch"] == pytest.approx(1.5)  # mean of 0..3, equal batch sizes
@@ -208,7 +209,7 @@ def test_log_on_step_on_epoch_prog_bar_and_csv_rows(tmp_path):
 
 
 def test_log_every_n_steps_thins_step_rows(tmp_path):
-    trainer = make_trainer(tmp_path, max_epochs=2, logger=True, log_every_n_steps=3)
+    trainer = make_trainer(tmp_path, max_epochs=2, logger=CSVLogger(tmp_path), log_every_n_steps=3)
     trainer.fit(Logging())
     with open(trainer.logger.metrics_file, newline="") as handle:
         steps = [int(r["step"]) for r in csv.DictReader(handle) if r.get("idx_step")]

@@ -15,8 +15,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from accelkit import DataModule as LightningDataModule  # was: from lightning.pytorch import LightningDataModule
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import LightningDataModule  # was: from lightning.pytorch import LightningDataModule
+from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 from accelkit.cli import LightningCLI  # was: from lightning.pytorch.cli import LightningCLI
 from accelkit.utilities.model_summary import ModelSummary  # was: from lightning.pytorch.utilities.model_summary ...
 

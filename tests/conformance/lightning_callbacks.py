@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import Callback  # was: from lightning.pytorch import Callback
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 
 from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Module as LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 
 from _cli import expect, ok, parse_args, trainer_kwargs
 

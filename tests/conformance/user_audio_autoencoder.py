@@ -15,8 +15,8 @@ import torch
 from torch import nn, optim, utils
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Module as LightningModule  # was: import lightning.pytorch as pl; pl.LightningModule
-from accelkit import DataModule as LightningDataModule  # was: pl.LightningDataModule
+from accelkit import LightningModule  # was: import lightning.pytorch as pl; pl.LightningModule
+from accelkit import LightningDataModule  # was: pl.LightningDataModule
 
 from _cli import expect, ok, parse_args, trainer_kwargs
 

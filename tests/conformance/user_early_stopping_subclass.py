@@ -24,7 +24,7 @@ def import_lightning():
 
 
 pl = import_lightning()
-from accelkit import Module as LightningModule  # noqa: E402 - was: pl.LightningModule
+from accelkit import LightningModule  # noqa: E402 - was: pl.LightningModule
 
 
 class MyEarlyStopping(pl.callbacks.EarlyStopping):

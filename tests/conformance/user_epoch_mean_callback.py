@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils import data
 
 import accelkit as pl  # was: import lightning as pl
-from accelkit import Module as LightningModule  # was: pl.LightningModule
+from accelkit import LightningModule  # was: pl.LightningModule
 
 from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 

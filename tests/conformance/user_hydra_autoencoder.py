@@ -11,8 +11,8 @@ import torch
 from torch import nn, optim, utils
 
 import accelkit as pl  # was: import lightning.pytorch as pl
-from accelkit import DataModule as LightningDataModule  # was: pl.LightningDataModule
-from accelkit import Module as LightningModule  # was: pl.LightningModule
+from accelkit import LightningDataModule  # was: pl.LightningDataModule
+from accelkit import LightningModule  # was: pl.LightningModule
 
 from _cli import expect, ok, parse_args, trainer_kwargs
 

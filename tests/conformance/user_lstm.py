@@ -10,7 +10,7 @@ from torch.optim import Adam
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Module as LightningModule  # was: L.LightningModule
+from accelkit import LightningModule  # was: L.LightningModule
 
 from _cli import expect, ok, parse_args, trainer_kwargs
 

@@ -17,8 +17,8 @@ import torchmetrics as tm
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as pl  # was: import lightning.pytorch as pl
-from accelkit import DataModule as LightningDataModule  # was: pl.LightningDataModule
-from accelkit import Module as LightningModule  # was: pl.LightningModule
+from accelkit import LightningDataModule  # was: pl.LightningDataModule
+from accelkit import LightningModule  # was: pl.LightningModule
 from accelkit.callbacks.lr_monitor import LearningRateMonitor  # was: lightning.pytorch.callbacks.lr_monitor
 from accelkit.loggers import TensorBoardLogger  # was: from lightning.pytorch.loggers import TensorBoardLogger
 

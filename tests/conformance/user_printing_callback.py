@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as pl  # was: import lightning.pytorch as pl
-from accelkit import Module as LightningModule  # was: pl.LightningModule
+from accelkit import LightningModule  # was: pl.LightningModule
 from accelkit.callbacks import Callback  # was: from lightning.pytorch.callbacks import Callback
 
 from _cli import append, expect, ok, parse_args, read, trainer_kwargs

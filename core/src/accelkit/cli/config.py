@@ -207,11 +207,6 @@ class ArgumentParser(_JsonArgParser):
             self.add_class_arguments(classes, key, sub_configs=True, **options)
         table[key] = (classes, link_to)
 
-    def dump(self, *args: Any, **kwargs: Any) -> str:
-        """As jsonargparse's, with classes of files outside the current folder named by their file
-        (:func:`~accelkit.cli.saved_config.file_form_class_paths`), so that the text loads back from here."""
-        return file_form_class_paths(super().dump(*args, **kwargs))
-
     def parse_object(self, cfg_obj: Any, *args: Any, **kwargs: Any) -> Namespace:
         """As jsonargparse's, with Lightning class paths in ``cfg_obj`` mapped to accelkit's."""
         if isinstance(cfg_obj, Namespace):
@@ -235,9 +230,11 @@ class ArgumentParser(_JsonArgParser):
             return super().parse_env(*args, **kwargs)
 
     def dump(self, *args: Any, **kwargs: Any) -> str:
-        """As jsonargparse's (see :meth:`parse_args`)."""
+        """As jsonargparse's (see :meth:`parse_args`), with classes of files outside the current folder named by
+        their file (:func:`~accelkit.cli.saved_config.file_form_class_paths`), so that the text loads back from
+        here."""
         with values_of_any_stay_data():
-            return super().dump(*args, **kwargs)
+            return file_form_class_paths(super().dump(*args, **kwargs))
 
     def instantiate(self, *args: Any, **kwargs: Any) -> Any:
         """As jsonargparse's (see :meth:`parse_args`; ``instantiate_classes`` before jsonargparse 4.49)."""
