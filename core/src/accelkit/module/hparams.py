@@ -100,15 +100,16 @@ def _captured_init_arguments(obj: Any, frame: types.FrameType) -> dict[str, Any]
 
 
 def _as_hparams(value: Any) -> AttributeDict:
-    if isinstance(value, Namespace):
+    if isinstance(value, (Namespace, types.SimpleNamespace)):
         return AttributeDict(vars(value))
     if isinstance(value, Mapping):
         return AttributeDict(value)
     if isinstance(value, (bool, int, float, str)):
         raise ValueError(f"save_hyperparameters({value!r}): a single value is not a set of hyper-parameters; "
                          f"pass names of __init__ arguments as strings, a dict, or keywords (lr={value!r})")
-    raise ValueError(f"save_hyperparameters() takes a dict, an argparse.Namespace or an AttributeDict, "
-                     f"not {type(value).__name__}")
+    raise ValueError(f"save_hyperparameters() takes a dict (or any mapping, such as an OmegaConf DictConfig), an "
+                     f"argparse.Namespace, a types.SimpleNamespace or an AttributeDict, not {type(value).__name__}; "
+                     f"pass vars(obj) or the names of __init__ arguments as strings")
 
 
 def _names(ignore: str | Iterable[str] | None) -> list[str]:
@@ -160,7 +161,8 @@ class HyperparametersMixin:
         * no argument: every argument of the calling ``__init__`` (of each class of the hierarchy whose
           ``__init__`` is on the call stack), ``**kwargs`` spread out, ``self`` and ``*args`` left out;
         * names as strings: only those ``__init__`` arguments;
-        * one ``dict``, ``argparse.Namespace`` or :class:`AttributeDict`: those values;
+        * one ``dict`` (or other mapping), ``argparse.Namespace``, ``types.SimpleNamespace`` or
+          :class:`AttributeDict`: those values;
         * keywords (an accelkit extension, ``save_hyperparameters(lr=0.1)``): those values, added to the ones
           already saved. The names ``ignore``, ``frame`` and ``logger`` cannot be saved this way.
 
