@@ -134,8 +134,9 @@ class Registry:
     """Every named accelerator, strategy, precision, cluster environment, logger, command, callback and profiler,
     keyed by the :func:`~accelkit.records.lookup_key` of each name and alias.
 
-    Built by :meth:`assemble` from plain :class:`Contribution` records. A registration hook that raises takes only
-    its own plugin out (returned as a :class:`RegistrationFailure`; the manager marks it failed); a name
+    Built by :meth:`assemble` from plain :class:`~accelkit.plugins.registry.Contribution` records. A registration
+    hook that raises takes only its own plugin out (returned as a
+    :class:`~accelkit.plugins.registry.RegistrationFailure`; the manager marks it failed); a name
     claimed twice is kept out of the tables and raises :class:`~accelkit.errors.PluginConflictError` when a run
     asks for it (:attr:`conflicts` lists them).
     """
@@ -358,10 +359,11 @@ class HookResult:
 
 @dataclass(frozen=True)
 class Contribution:
-    """One plugin's part of the registry, as plain data: what :meth:`Registry.assemble` is built from.
+    """One plugin's part of the registry, as plain data: what :meth:`Registry.assemble
+    <accelkit.plugins.Registry.assemble>` is built from.
 
     :param plugin: the plugin object (a :class:`RegistrationFailure` names it).
-    :param name: the name it is registered under (the key of :attr:`Registry.provided`).
+    :param name: the name it is registered under (the key of ``Registry.provided``).
     :param provider: how messages name it (:attr:`~accelkit.plugins.manager.PluginInfo.provider`,
         :data:`CORE_PROVIDER` for the core).
     :param blockable: its entry-point name, what ``ACCELKIT_BLOCK_PLUGINS`` and ``"no:NAME"`` take; ``""`` for plugin
@@ -380,11 +382,12 @@ class Contribution:
 @dataclass(frozen=True)
 class RegistrationFailure:
     """A plugin left out of the registry: one of its registration hooks raised, or returned something that is not a
-    record of its kind. :meth:`Registry.assemble` returns these; the manager records them.
+    record of its kind. :meth:`Registry.assemble <accelkit.plugins.Registry.assemble>` returns these; the manager
+    records them.
 
     :param plugin: the plugin object.
     :param error: the exception (a :class:`TypeError` naming the value for a wrong record).
-    :param where: the call, as messages name it (:attr:`HookResult.where`).
+    :param where: the call, as messages name it (as ``HookResult.where`` does).
     :param hook: the hook's name.
     """
 
