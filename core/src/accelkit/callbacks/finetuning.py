@@ -6,13 +6,16 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Generator, Iterable, Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +188,11 @@ class BaseFinetuning(Callback):
         return self.__dict__.setdefault("_internal_optimizer_metadata", {})
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
         """Freeze before the optimizers are configured."""
         self.freeze_before_training(pl_module)
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Note which parameters a distributed wrapper synchronises; on a resume, rebuild the saved parameter
         groups (before the optimizer's state is loaded)."""
         self._wrapper_synced = _wrapper_synced(trainer, pl_module)
@@ -202,7 +205,7 @@ class BaseFinetuning(Callback):
             self._restarting = False
         self._find_unsynced(trainer)
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Call :meth:`finetune_function` for every optimizer and record the groups it added."""
         for index, optimizer in enumerate(trainer.optimizers):
             before = len(optimizer.param_groups)
@@ -210,13 +213,13 @@ class BaseFinetuning(Callback):
             self._store(pl_module, index, before, optimizer.param_groups)
         self._find_unsynced(trainer)
 
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: "Trainer", pl_module: Any, optimizer: Any) -> None:
         """Average the gradients of unfrozen parameters that the distributed wrapper does not synchronise."""
         params = self.__dict__.get("_unsynced", {}).get(id(optimizer))
         if params:
             _average_gradients(trainer.strategy, params)
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
         """A checkpoint loaded by ``validate``/``test``/``predict`` does not rebuild groups in a later fit."""
         self._restarting = False
         self._unsynced = {}
@@ -247,7 +250,7 @@ class BaseFinetuning(Callback):
                 named[name].requires_grad = True
             optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": params})
 
-    def _find_unsynced(self, trainer: Any) -> None:
+    def _find_unsynced(self, trainer: "Trainer") -> None:
         synced = self.__dict__.get("_wrapper_synced")
         self._unsynced: dict[int, list[nn.Parameter]] = {}
         if synced is None:
@@ -318,7 +321,7 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict.get("previous_backbone_lr")
         super().load_state_dict({k: v for k, v in state_dict.items() if k != "previous_backbone_lr"})
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Check the module has a backbone, then as :meth:`BaseFinetuning.on_fit_start`."""
         _backbone(pl_module)
         super().on_fit_start(trainer, pl_module)
@@ -380,7 +383,7 @@ def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module
     return named
 
 
-def _wrapper_synced(trainer: Any, pl_module: Any) -> set[int] | None:
+def _wrapper_synced(trainer: "Trainer", pl_module: Any) -> set[int] | None:
     """The parameters a ``DistributedDataParallel`` wrapper synchronises (those trainable when it was built, which
     is before ``on_fit_start``), or ``None`` when there is no such wrapper."""
     if isinstance(trainer.model, nn.parallel.DistributedDataParallel) and trainer.world_size > 1:

@@ -7,7 +7,7 @@ import copy
 import inspect
 import logging
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +16,9 @@ from torch.optim.swa_utils import SWALR, get_swa_avg_fn
 from accelkit.callbacks.base import Callback
 from accelkit.callbacks.finetuning import BATCH_NORM_TYPES
 from accelkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ class StochasticWeightAveraging(Callback):
         return any(isinstance(module, BATCH_NORM_TYPES) for module in pl_module.modules())
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
         """Refuse sharding strategies; copy the module (before it moves to the device) to hold the average."""
         if stage != "fit":
             return
@@ -120,7 +123,7 @@ class StochasticWeightAveraging(Callback):
         self._reset()
         self._average_model = copy.deepcopy(pl_module)
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Check the run, resolve the averaging window; on a resume with a saved SWA scheduler, drop the module's
         scheduler so the SWA one is rebuilt with its state (before the schedulers' states are restored)."""
         if not pl_module.automatic_optimization:
@@ -149,7 +152,7 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler_state is not None:
             trainer.lr_scheduler_configs.clear()
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
         """Start SWA at ``swa_start`` (SWALR replaces the scheduler); fold the current weights into the average."""
         epoch = trainer.current_epoch
         in_window = self.swa_start <= epoch <= self.swa_end
@@ -159,7 +162,7 @@ class StochasticWeightAveraging(Callback):
             self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
         """Copy the averaged weights into the module and recompute its batch-norm statistics."""
         if not self._initialized:
             return
@@ -234,7 +237,7 @@ class StochasticWeightAveraging(Callback):
             self._average_model.load_state_dict(average)
 
     # ----------------------------------------------------------------- internals
-    def _initialize(self, trainer: Any, pl_module: Any) -> None:
+    def _initialize(self, trainer: "Trainer", pl_module: Any) -> None:
         self._initialized = True
         self._average_model = self._average_model.to(self._device or pl_module.device)
         optimizer = trainer.optimizers[0]
@@ -259,7 +262,7 @@ class StochasticWeightAveraging(Callback):
         if self.n_averaged is None:
             self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long, device=pl_module.device)
 
-    def _update_batch_norm(self, trainer: Any, pl_module: Any) -> None:
+    def _update_batch_norm(self, trainer: "Trainer", pl_module: Any) -> None:
         """One pass of ``training_step`` without gradients over the training loader, the batch-norm layers
         averaging the statistics of every batch; distributed processes then average theirs."""
         loader = trainer.train_dataloader
@@ -303,7 +306,7 @@ class _SWALR(SWALR):
         return state
 
 
-def _install_scheduler(trainer: Any, scheduler: Any) -> None:
+def _install_scheduler(trainer: "Trainer", scheduler: Any) -> None:
     """Put ``scheduler`` (stepped every epoch) in place of the module's scheduler."""
     from accelkit.module.optimizers import LRSchedulerConfig
 
@@ -322,7 +325,7 @@ def _install_scheduler(trainer: Any, scheduler: Any) -> None:
     configs[0] = config
 
 
-def _batch_to_device(trainer: Any, pl_module: Any, batch: Any) -> Any:
+def _batch_to_device(trainer: "Trainer", pl_module: Any, batch: Any) -> Any:
     """What the fit loop does to a batch: the batch-transfer hooks (the DataModule's override wins), the move to
     the device, the precision's input conversion."""
     from accelkit.module import DataModule, Module

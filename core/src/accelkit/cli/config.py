@@ -305,7 +305,7 @@ class SaveConfigCallback(Callback):
         state["parser"] = None  # parsers hold functions and modules; the text is what the workers need
         return state
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
         """Write the file (global rank zero), refusing to overwrite one unless ``overwrite=True``."""
         if self.already_saved:
             return
@@ -324,7 +324,7 @@ class SaveConfigCallback(Callback):
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
 
-    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def save_config(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
         """Override to save the configuration somewhere else too (runs on global rank zero only; the text is
         ``config_text``)."""
 
