@@ -40,10 +40,10 @@ def parse_duration(duration: Any) -> float | None:
     if not isinstance(duration, timedelta):
         raise ConfigurationError(f"Timer(duration={duration!r}): give a 'DD:HH:MM:SS' string, a "
                                  "datetime.timedelta or a dict of timedelta arguments (or None for no limit)")
-    seconds = duration.total_seconds()
-    if seconds < 0:
+    total = duration.total_seconds()
+    if total < 0:
         raise ConfigurationError(f"Timer(duration={duration!r}): the duration must not be negative")
-    return seconds
+    return total
 
 
 def _stage_name(stage: Any) -> str:
