@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: the batch-norm layers :meth:`~accelkit.callbacks.BaseFinetuning.freeze` treats apart (``train_bn``); subclasses count too
-BATCH_NORM_TYPES: tuple[type[nn.Module], ...] = (
+BATCH_NORM_TYPES = (
     nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
     nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d,
 )
@@ -58,6 +58,9 @@ class BaseFinetuning(Callback):
     processes by this callback before each optimizer step, so every process keeps the same weights (Lightning
     lets them drift apart, its issue 20340).
     """
+
+    # per optimizer (by id), the trainable parameters the wrapper does not synchronise (set by _find_unsynced)
+    _unsynced: dict[int, list[nn.Parameter]]
 
     def __init__(self) -> None:
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
@@ -252,7 +255,7 @@ class BaseFinetuning(Callback):
 
     def _find_unsynced(self, trainer: "Trainer") -> None:
         synced = self.__dict__.get("_wrapper_synced")
-        self._unsynced: dict[int, list[nn.Parameter]] = {}
+        self._unsynced = {}
         if synced is None:
             return
         for optimizer in trainer.optimizers:

@@ -375,6 +375,7 @@ class ModelCheckpoint(Checkpoint):
             self._remove(trainer, previous)
 
     def _save_if_top_k(self, trainer: "Trainer", candidates: dict[str, torch.Tensor], at_epoch_end: bool) -> None:
+        assert self.monitor is not None  # the caller saves the latest checkpoint instead when nothing is monitored
         current = candidates.get(self.monitor)
         if current is None:
             message = (f"ModelCheckpoint(monitor={self.monitor!r}) could not find {self.monitor!r} in the logged "

@@ -200,7 +200,7 @@ class ArgumentParser(_JsonArgParser):
         self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self.lr_scheduler_classes)
 
     def _add_optim_group(self, classes: Any, key: str, link_to: str, skip: str, table: dict) -> None:
-        options = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
+        options: dict[str, Any] = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
         if isinstance(classes, tuple):
             self.add_subclass_arguments(classes, key, required=False, **options)
         else:
@@ -248,7 +248,8 @@ class ArgumentParser(_JsonArgParser):
         with values_of_any_stay_data():
             return super().instantiate_classes(*args, **kwargs)
 
-    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:
+    # (jsonargparse's parse_args, overridden here, already differs from argparse's: it returns jsonargparse's Namespace)
+    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:  # type: ignore[override]
         """As jsonargparse's, with three differences: a value given for an ``Any``/untyped argument stays data (see
         :func:`~accelkit.cli.class_path_safety.values_of_any_stay_data`, as in every method of this parser that
         reads, writes or builds values); the words are kept, so that an error names every unknown key among them;

@@ -114,7 +114,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         device = self.device
         strategy = getattr(self.trainer, "strategy", None)
         accelerator = getattr(strategy, "accelerator", None)
-        if accelerator is not None:
+        if accelerator is not None and strategy is not None:
             return bool(accelerator.is_graphics_processor) and device.type == strategy.root_device.type
         return device.type in graphics_processor_device_types()
 
