@@ -7,7 +7,7 @@ import copy
 import inspect
 import logging
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import torch
 from torch import Tensor, nn
@@ -18,6 +18,8 @@ from accelkit.callbacks.finetuning import BATCH_NORM_TYPES
 from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from torch.nn.modules.batchnorm import _BatchNorm
+
     from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -68,13 +70,13 @@ class StochasticWeightAveraging(Callback):
         self._swa_epoch_start = swa_epoch_start
         self._swa_lrs = [float(lr) for lr in swa_lrs] if isinstance(swa_lrs, (list, tuple)) else float(swa_lrs)
         self._annealing_epochs = annealing_epochs
-        self._annealing_strategy = annealing_strategy
+        self._annealing_strategy: Literal["cos", "linear"] = "cos" if annealing_strategy == "cos" else "linear"
         self._avg_fn = avg_fn or self.avg_fn
         self._device = torch.device(device) if isinstance(device, str) else device
         self._average_model: nn.Module | None = None
         self._max_epochs: int | None = None
         self._start_epoch: int | None = None
-        self.momenta: dict[nn.Module, float | None] = {}
+        self.momenta: dict[_BatchNorm, float | None] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -159,6 +161,7 @@ class StochasticWeightAveraging(Callback):
         if in_window and not self._initialized:
             self._initialize(trainer, pl_module)
         if in_window and epoch > self._latest_update_epoch:
+            assert self._average_model is not None and self.n_averaged is not None  # setup, _initialize made them
             self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
@@ -172,6 +175,7 @@ class StochasticWeightAveraging(Callback):
                 f"{self._max_epochs}, so the averaged weights are not swapped in (as in Lightning); the module keeps "
                 "its last weights.", UserWarning, stacklevel=2)
             return
+        assert self._average_model is not None  # setup made it
         self.transfer_weights(self._average_model, pl_module)
         if self._model_contains_batch_norm:
             self._update_batch_norm(trainer, pl_module)
@@ -188,7 +192,7 @@ class StochasticWeightAveraging(Callback):
         (``momentum=None``), keeping their momenta in ``momenta``."""
         self.momenta = {}
         for module in pl_module.modules():
-            if not isinstance(module, BATCH_NORM_TYPES) or module.running_mean is None:
+            if not isinstance(module, BATCH_NORM_TYPES) or module.running_mean is None or module.running_var is None:
                 continue
             module.running_mean = torch.zeros_like(module.running_mean)
             module.running_var = torch.ones_like(module.running_var)
@@ -239,6 +243,7 @@ class StochasticWeightAveraging(Callback):
     # ----------------------------------------------------------------- internals
     def _initialize(self, trainer: "Trainer", pl_module: Any) -> None:
         self._initialized = True
+        assert self._average_model is not None  # setup made it
         self._average_model = self._average_model.to(self._device or pl_module.device)
         optimizer = trainer.optimizers[0]
         groups = optimizer.param_groups
@@ -249,7 +254,8 @@ class StochasticWeightAveraging(Callback):
                                      "give one float, or one per group")
         for lr, group in zip(lrs, groups):
             group["initial_lr"] = lr
-        self._swa_scheduler = _SWALR(optimizer, swa_lr=lrs, anneal_epochs=self._annealing_epochs,
+        # one rate per parameter group, which torch's SWALR takes (its annotation says one float only)
+        self._swa_scheduler = _SWALR(optimizer, swa_lr=lrs, anneal_epochs=self._annealing_epochs,  # type: ignore[arg-type]
                                     anneal_strategy=self._annealing_strategy,
                                     last_epoch=trainer.max_epochs if self._annealing_strategy == "cos" else -1)
         if self._scheduler_state is not None:
@@ -350,10 +356,10 @@ def _batch_to_device(trainer: "Trainer", pl_module: Any, batch: Any) -> Any:
     return trainer.precision.convert_input(batch)
 
 
-def _average_batch_norm(strategy: Any, layers: dict[nn.Module, Any]) -> None:
+def _average_batch_norm(strategy: Any, layers: dict[_BatchNorm, Any]) -> None:
     """Average the running mean and variance of ``layers`` over the processes (what one process would hold after
     seeing every process's batches, the batch counts being equal) and add up the batch counts."""
-    stats = [t for m in layers for t in (m.running_mean, m.running_var)]
+    stats = [t for m in layers for t in (m.running_mean, m.running_var) if t is not None]
     if not stats:
         return
     flat = strategy.reduce(torch.cat([t.reshape(-1) for t in stats]), "mean")
