@@ -14,6 +14,7 @@ from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -109,18 +110,18 @@ class EarlyStopping(Callback):
         return self.mode_dict[self.mode]
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Decide where the check runs when ``check_on_train_epoch_end`` was not given."""
         if self._check_on_train_epoch_end is None:
             self._check_on_train_epoch_end = (getattr(trainer, "val_check_interval", 1.0) == 1.0
                                               and getattr(trainer, "check_val_every_n_epoch", 1) == 1)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Check here when checking at the end of the training epoch."""
         if self._check_here(trainer, at_train_epoch_end=True):
             self._run_early_stopping_check(trainer)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Check here when checking after validation."""
         if self._check_here(trainer, at_train_epoch_end=False):
             self._run_early_stopping_check(trainer)

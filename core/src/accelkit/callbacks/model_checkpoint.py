@@ -24,6 +24,7 @@ from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
 #: ``{name}`` or ``{name:format_spec}`` in a filename template.
@@ -164,7 +165,7 @@ class ModelCheckpoint(Checkpoint):
         return self._every_n_epochs
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Decide the folder (agreed by every process); warn when a fit starts in a non-empty one."""
         self.dirpath = trainer.strategy.broadcast(self._resolve_dirpath(trainer))
         self._validation_ran = False
@@ -174,11 +175,12 @@ class ModelCheckpoint(Checkpoint):
                 warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", UserWarning,
                               stacklevel=2)
 
-    def on_train_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Start the clock of ``train_time_interval``."""
         self._last_time_checked = time.monotonic()
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         """Save when ``every_n_train_steps`` or ``train_time_interval`` says so."""
         if (self._every_n_train_steps < 1 and self._train_time_interval is None) or self._skip(trainer):
             return  # the first test alone runs at every step of a run saving by epochs: keep it cheap
@@ -195,12 +197,12 @@ class ModelCheckpoint(Checkpoint):
             self._last_time_checked = now
         self._save(trainer, top_k=True, at_epoch_end=False)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Save here when there is no validation or it runs at every epoch end (see ``save_on_train_epoch_end``)."""
         if not self._skip(trainer) and self._saves_at_train_epoch_end(trainer):
             self._save(trainer, top_k=self._epoch_due(trainer), at_epoch_end=True)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Save here when saving does not happen at the end of the training epoch."""
         if _fitting(trainer) and not getattr(trainer, "sanity_checking", False):
             self._validation_ran = True
@@ -405,7 +407,8 @@ class ModelCheckpoint(Checkpoint):
         kth = self.best_k_models[self.kth_best_model_path]
         return bool(current < kth if self.mode == "min" else current > kth)
 
-    def _update_best_and_save(self, trainer: "Trainer", current: torch.Tensor, candidates: dict[str, torch.Tensor]) -> None:
+    def _update_best_and_save(self, trainer: "Trainer", current: torch.Tensor, candidates: dict[str,
+                              torch.Tensor]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         dropped = None
         if len(self.best_k_models) == k:

@@ -20,6 +20,7 @@ from accelkit.errors import ConfigurationError
 if TYPE_CHECKING:
     from torch.nn.modules.batchnorm import _BatchNorm
 
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ class StochasticWeightAveraging(Callback):
         return any(isinstance(module, BATCH_NORM_TYPES) for module in pl_module.modules())
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Refuse sharding strategies; copy the module (before it moves to the device) to hold the average."""
         if stage != "fit":
             return
@@ -125,7 +126,7 @@ class StochasticWeightAveraging(Callback):
         self._reset()
         self._average_model = copy.deepcopy(pl_module)
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Check the run, resolve the averaging window; on a resume with a saved SWA scheduler, drop the module's
         scheduler so the SWA one is rebuilt with its state (before the schedulers' states are restored)."""
         if not pl_module.automatic_optimization:
@@ -154,7 +155,7 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler_state is not None:
             trainer.lr_scheduler_configs.clear()
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Start SWA at ``swa_start`` (SWALR replaces the scheduler); fold the current weights into the average."""
         epoch = trainer.current_epoch
         in_window = self.swa_start <= epoch <= self.swa_end
@@ -165,7 +166,7 @@ class StochasticWeightAveraging(Callback):
             self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
-    def on_train_end(self, trainer: "Trainer", pl_module: Any) -> None:
+    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Copy the averaged weights into the module and recompute its batch-norm statistics."""
         if not self._initialized:
             return
@@ -241,7 +242,7 @@ class StochasticWeightAveraging(Callback):
             self._average_model.load_state_dict(average)
 
     # ----------------------------------------------------------------- internals
-    def _initialize(self, trainer: "Trainer", pl_module: Any) -> None:
+    def _initialize(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._initialized = True
         assert self._average_model is not None  # setup made it
         self._average_model = self._average_model.to(self._device or pl_module.device)
@@ -268,7 +269,7 @@ class StochasticWeightAveraging(Callback):
         if self.n_averaged is None:
             self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long, device=pl_module.device)
 
-    def _update_batch_norm(self, trainer: "Trainer", pl_module: Any) -> None:
+    def _update_batch_norm(self, trainer: "Trainer", pl_module: "Module") -> None:
         """One pass of ``training_step`` without gradients over the training loader, the batch-norm layers
         averaging the statistics of every batch; distributed processes then average theirs."""
         loader = trainer.train_dataloader
@@ -331,7 +332,7 @@ def _install_scheduler(trainer: "Trainer", scheduler: Any) -> None:
     configs[0] = config
 
 
-def _batch_to_device(trainer: "Trainer", pl_module: Any, batch: Any) -> Any:
+def _batch_to_device(trainer: "Trainer", pl_module: "Module", batch: Any) -> Any:
     """What the fit loop does to a batch: the batch-transfer hooks (the DataModule's override wins), the move to
     the device, the precision's input conversion."""
     from accelkit.module import DataModule, Module

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -51,6 +51,9 @@ from accelkit.module.module import Module
 from accelkit.profilers import Profiler
 from accelkit.strategies.base import Strategy
 from accelkit.trainer.trainer import Trainer
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
 
 #: What ``args=`` accepts: a list of command-line words, a dict, a jsonargparse ``Namespace`` or ``None``
 #: (``sys.argv``).
@@ -306,7 +309,7 @@ class SaveConfigCallback(Callback):
         state["parser"] = None  # parsers hold functions and modules; the text is what the workers need
         return state
 
-    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: "Module", stage: str) -> None:
         """Write the file (global rank zero), refusing to overwrite one unless ``overwrite=True``."""
         if self.already_saved:
             return
@@ -325,7 +328,7 @@ class SaveConfigCallback(Callback):
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
 
-    def save_config(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
+    def save_config(self, trainer: Trainer, pl_module: "Module", stage: str) -> None:
         """Override to save the configuration somewhere else too (runs on global rank zero only; the text is
         ``config_text``)."""
 

@@ -71,7 +71,8 @@ class ExportMixin:
         args = sample if isinstance(sample, tuple) else (sample,)
         with _in_eval_mode(self):
             # cast: this class is only ever part of a Module, which is a torch.nn.Module
-            return torch.onnx.export(cast(torch.nn.Module, self), args, None if file_path is None else os.fspath(file_path), **kwargs)
+            return torch.onnx.export(cast(torch.nn.Module, self), args,
+                                     None if file_path is None else os.fspath(file_path), **kwargs)
 
 
 @contextlib.contextmanager

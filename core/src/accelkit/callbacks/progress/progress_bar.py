@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from accelkit.callbacks.base import Callback
 
 if TYPE_CHECKING:
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
 
@@ -117,14 +118,14 @@ class ProgressBar(Callback):
         """Print a message without breaking the bars (here: a plain ``print``)."""
         print(*args, **kwargs)
 
-    def setup(self, trainer: "Trainer", pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Remember the Trainer; on every process but global rank zero the bar is disabled (call ``super()`` when
         you override it)."""
         self._trainer = trainer
         if not trainer.is_global_zero:
             self.disable()
 
-    def get_metrics(self, trainer: "Trainer", pl_module: Any) -> dict[str, Any]:
+    def get_metrics(self, trainer: "Trainer", pl_module: "Module") -> dict[str, Any]:
         """What the bar shows: the standard items (``v_num``, the logger's version) and
         ``trainer.progress_bar_metrics`` (what ``self.log(..., prog_bar=True)`` recorded). Override it to change
         the items::
