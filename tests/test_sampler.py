@@ -132,6 +132,20 @@ def test_a_custom_sampler_is_wrapped_and_its_order_sharded(n, num_replicas, seed
         assert len({len(s) for s in per_rank}) == 1
 
 
+class Unsized(Sampler):
+    """A user sampler without a length."""
+
+    def __iter__(self):
+        return iter(range(6))
+
+
+def test_a_wrapped_sampler_without_a_length_says_so():
+    wrapped = ShardSampler(range(6), num_replicas=2, rank=0, sampler=Unsized())
+    assert list(wrapped) == [0, 2, 4]  # its order is still sharded
+    with pytest.raises(TypeError, match=r"the wrapped sampler <.*Unsized.*> has no length"):
+        len(wrapped)
+
+
 def test_set_epoch_reaches_a_wrapped_sampler():
     user = ReversedEvens(10)
     wrapped = default_distributed_sampler(range(10), user, True, 2, 1, 0)

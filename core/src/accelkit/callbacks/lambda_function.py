@@ -36,7 +36,7 @@ def _class_for(base: type, names: frozenset[str]) -> type:
 
 def _rebuild(base: type, hooks: dict[str, Callable[..., Any]]) -> LambdaCallback:
     """Unpickle a LambdaCallback (or a subclass's instance) without calling its ``__init__`` again."""
-    callback = object.__new__(_class_for(base, frozenset(hooks)))
+    callback: LambdaCallback = object.__new__(_class_for(base, frozenset(hooks)))
     callback.hooks = dict(hooks)
     return callback
 
@@ -53,6 +53,9 @@ class LambdaCallback(Callback):
 
     :param hook_functions: ``hook_name=function`` pairs.
     """
+
+    #: set on the per-hooks subclasses only (the class the user instantiated); declared for the type checker
+    _user_class: type[LambdaCallback]
 
     def __new__(cls, **hook_functions: Callable[..., Any]) -> LambdaCallback:
         unknown = sorted(set(hook_functions) - HOOK_NAMES)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.nn.parameter import UninitializedParameter
 
 from accelkit.callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
 #: ``summary_data``: the table's columns, each ``(header, one string per layer)``
 SummaryData = list[tuple[str, list[str]]]
@@ -111,7 +115,7 @@ class ModelSummary(Callback):
         """How deep the table lists layers (``0``: no summary)."""
         return self._max_depth
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._max_depth or not trainer.is_global_zero:
             return
         from accelkit.module.summary import ModelSummary as Summary

@@ -110,7 +110,7 @@ def with_class_paths(text: str, config: Any, classes: dict[str, type]) -> str:
             continue
         init = dict(group)
         parsed = config.get(key) if hasattr(config, "get") else None
-        parsed = parsed.as_dict() if hasattr(parsed, "as_dict") else parsed
+        parsed = parsed.as_dict() if parsed is not None and hasattr(parsed, "as_dict") else parsed
         for name, value in (parsed or {}).items():
             if name not in init and _plain(value):
                 init[name] = value

@@ -178,13 +178,13 @@ def _make_cli_class(test_after_fit: bool = True) -> type:
         measured."""
 
         def before_instantiate_classes(self) -> None:
-            trainer = self.config[self.subcommand]["trainer"]
+            trainer = self.config[str(self.subcommand)]["trainer"]
             if self.subcommand == "fit" and trainer.get("max_epochs") is None \
                     and trainer.get("max_steps") in (None, -1) and trainer.get("max_time") is None:
                 trainer["max_epochs"] = FIRST_RUN_MAX_EPOCHS
 
         def _start(self) -> None:
-            check_ckpt_path(self.config_init[self.subcommand].get("ckpt_path"), str(self.subcommand))
+            check_ckpt_path(self.config_init[str(self.subcommand)].get("ckpt_path"), str(self.subcommand))
 
         def before_fit(self) -> None:
             self._start()

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from accelkit.module.hparams import HyperparametersMixin
 from accelkit.utilities.apply_func import move_to_device
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 __all__ = ["DataHooks", "DataModule", "dataloader_is_defined"]
 
@@ -136,7 +139,7 @@ class DataModule(DataHooks, HyperparametersMixin):
     #: Checkpoint key of the ``__init__`` argument a datamodule's hyper-parameters were passed as.
     CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
     #: The Trainer running this datamodule (``None`` outside a run).
-    trainer: Any = None
+    trainer: "Trainer | None" = None
 
     def __init__(self) -> None:
         super().__init__()

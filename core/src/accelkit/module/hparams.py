@@ -177,9 +177,10 @@ class HyperparametersMixin:
             hparams.update(values)
             self.__dict__.setdefault("_hparams_name", "kwargs")
         else:
-            hparams = self._collect_hparams(args, frame or sys._getframe(1))
-            if hparams is None:
+            collected = self._collect_hparams(args, frame or sys._getframe(1))
+            if collected is None:
                 return
+            hparams = collected
             hparams.update(values)
         missing = [name for name in ignored if name not in hparams]
         if missing:
@@ -208,8 +209,8 @@ class HyperparametersMixin:
             if len(args) > 1:
                 raise TypeError(f"{type(self).__name__}.save_hyperparameters() takes either names of __init__ "
                                 f"arguments or one dict/Namespace, not {len(args)} mixed arguments")
-            captured = _captured_init_arguments(self, frame) or {}
-            names = [name for name, value in captured.items() if value is args[0]]
+            given = _captured_init_arguments(self, frame) or {}
+            names = [name for name, value in given.items() if value is args[0]]
             self.__dict__["_hparams_name"] = names[0] if names else None
             return _as_hparams(args[0])
         captured = _captured_init_arguments(self, frame)
@@ -259,7 +260,7 @@ class HyperparametersMixin:
         self.__dict__["_log_hyperparams"] = value
 
     @_class_only_method
-    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike | io.IOBase, map_location: Any = None,
+    def load_from_checkpoint(cls: Any, checkpoint_path: str | os.PathLike | io.IOBase, map_location: Any = None,
                              hparams_file: str | os.PathLike | None = None, strict: bool | None = None,
                              weights_only: bool = True, **overrides: Any) -> Any:
         """Build an object of this class from a checkpoint: see :func:`accelkit.module.hparams.load_from_checkpoint`.

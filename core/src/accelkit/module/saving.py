@@ -77,7 +77,8 @@ def _plain(value: Any, path: str) -> Any:
     if isinstance(value, (torch.dtype, torch.device, torch.Size, complex)):
         return value if _weights_only_accepts(value) else _dropped(path, value)
     if isinstance(value, (bool, int, float, str, bytes)):  # subclasses of the plain types
-        return next(base for base in (bool, int, float, str, bytes) if isinstance(value, base))(value)
+        # the first plain type value is an instance of, called on value: never bytes(float) and the like
+        return next(base for base in (bool, int, float, str, bytes) if isinstance(value, base))(value)  # type: ignore[arg-type]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if isinstance(value, Namespace):
@@ -233,7 +234,7 @@ def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
     return torch.load(buffer, map_location=map_location, weights_only=False)
 
 
-def _init_kwargs(cls: type, stored: dict[str, Any], hparams_name: str | None,
+def _init_kwargs(cls: type[Any], stored: dict[str, Any], hparams_name: str | None,
                  overrides: dict[str, Any]) -> dict[str, Any]:
 
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]

@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -362,7 +362,15 @@ def find_free_port() -> int:
         return sock.getsockname()[1]
 
 
-class LocalRendezvous:
+# the mixin is only ever combined with a ParallelStrategy: the type checker reads it as one (its super() calls and
+# the strategy attributes it reads); at run time its base is object
+if TYPE_CHECKING:
+    _MixedInto = ParallelStrategy
+else:
+    _MixedInto = object
+
+
+class LocalRendezvous(_MixedInto):
     """Mixin for a ``torch.distributed`` strategy that may start its processes on this machine itself: a free
     rendezvous port is chosen when launching, and each worker sets the rank and rendezvous variables that
     ``env://`` reads, and takes its share of the host's cores. A class sets ``_spawns`` (``True`` here) to say

@@ -73,7 +73,12 @@ class ShardSampler(Sampler[int]):
         return torch.randperm(n, generator=generator).tolist()
 
     def _source_len(self) -> int:
-        return len(self.sampler) if self.sampler is not None else len(self.data_source)
+        if self.sampler is None:
+            return len(self.data_source)
+        if not isinstance(self.sampler, Sized):
+            raise TypeError(f"the wrapped sampler {self.sampler!r} has no length, so the shards of its order have "
+                            "none either; give it a __len__ to know a rank's number of batches")
+        return len(self.sampler)
 
     def __len__(self) -> int:
         return math.ceil(self._source_len() / self.num_replicas)

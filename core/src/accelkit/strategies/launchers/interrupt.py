@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 #: slots of the shared block: [requested (0/1), stop at step, signal number, step of worker 0, worker 1, ...]
 _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
-_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+_NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
 
 def signal_name(signum: int) -> str:

@@ -41,6 +41,9 @@ class SpawnLauncher(Launcher):
     launches_workers = True
     #: prefix of the temporary folder that carries the global-zero worker's result back
     temp_prefix = "accelkit-spawn-"
+    # set by launch() for the run it watches (declared for the type checker)
+    _workers: WorkerProcesses | None
+    _deadline: float | None
 
     def __init__(self, num_processes: int, start_method: str = "spawn") -> None:
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
@@ -75,7 +78,9 @@ class SpawnLauncher(Launcher):
         Every worker's exit is watched while they start, run and end: when one fails (or dies before it started,
         while importing the user's script), the others are stopped and a :class:`~accelkit.errors.WorkerError`
         says what happened. On a second signal (:meth:`stop_now`) every worker is killed."""
-        workers = self._workers
+        workers = getattr(self, "_workers", None)
+        if workers is None:
+            raise RuntimeError(f"{type(self).__name__}.start() runs the workers launch() prepares; call launch()")
         try:
             workers.start(entry, args, num_processes)
             while not workers.poll(0.2):
@@ -126,7 +131,7 @@ class SpawnLauncher(Launcher):
         remove_stale_temp_dirs()
         payload = self.payload(strategy, function, args, kwargs)
         self._block = interrupt.shared_block(self.num_processes) if self.shares_memory else None
-        self._deadline: float | None = None
+        self._deadline = None
         stage = strategy.run_context.stage
         with tempfile.TemporaryDirectory(prefix=f"{self.temp_prefix}{os.getpid()}-") as tmp:
             folder = Path(tmp)
