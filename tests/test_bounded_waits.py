@@ -72,10 +72,14 @@ def test_the_collective_timeout_reaches_the_strategy(tmp_path):
         == 600.0
 
 
-def _stop_rank(tmp_path: Path, rank: int, collective_timeout: int = 20) -> tuple[int, str, int, list[int]]:
+def _stop_rank(tmp_path: Path, rank: int, collective_timeout: int = 12) -> tuple[int, str, int, list[int]]:
     """Run ``stall_fit.py stop<rank>``, SIGSTOP that rank where it waits at step 4 and let the run end (within the
     collective timeout and a bounded margin: the subprocess timeout). Returns (exit status, stderr, the stopped
-    pid, every process the run had started that is still alive 10 s after it ended)."""
+    pid, every process the run had started that is still alive 10 s after it ended).
+
+    The collective timeout (12 s) leaves room for what the tests read: the stopped rank is stopped about 3 s after
+    the other entered the collective, so when the collective fails its last report is about 9 s old, past the
+    watchdog's ``SILENT_AFTER_S`` (5 s) that makes it "stopped reporting"."""
     proc = subprocess.Popen([sys.executable, str(HELPER), str(tmp_path), f"stop{rank}", str(collective_timeout)],
                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
