@@ -54,6 +54,8 @@ class LambdaCallback(Callback):
     :param hook_functions: ``hook_name=function`` pairs.
     """
 
+    _user_class: type | None = None  # on the per-hooks subclasses: the class they were made for
+
     def __new__(cls, **hook_functions: Callable[..., Any]) -> LambdaCallback:
         unknown = sorted(set(hook_functions) - HOOK_NAMES)
         if unknown:
@@ -65,7 +67,7 @@ class LambdaCallback(Callback):
         if not_callable:
             raise TypeError("LambdaCallback needs functions; not callable: " + ", ".join(
                 f"{name}={hook_functions[name]!r}" for name in not_callable))
-        base = getattr(cls, "_user_class", cls)
+        base = cls._user_class or cls
         return super().__new__(_class_for(base, frozenset(hook_functions)))
 
     def __init__(self, **hook_functions: Callable[..., Any]) -> None:

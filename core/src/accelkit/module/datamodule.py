@@ -22,8 +22,11 @@ __all__ = ["DataHooks", "DataModule", "dataloader_is_defined"]
 _LOADER_METHODS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 
 
+_DEFAULT_LOADERS: list[Callable[..., Any]] = []  # the ``*_dataloader`` defaults of DataHooks (they return None)
+
+
 def _default_loader(method: Callable[..., Any]) -> Callable[..., Any]:
-    method._accelkit_default_dataloader = True  # type: ignore[attr-defined]
+    _DEFAULT_LOADERS.append(method)
     return method
 
 
@@ -34,7 +37,8 @@ def dataloader_is_defined(obj: Any, name: str) -> bool:
     method = getattr(obj, name, None)
     if method is None:
         return False
-    return not getattr(getattr(method, "__func__", method), "_accelkit_default_dataloader", False)
+    function = getattr(method, "__func__", method)
+    return not any(function is default for default in _DEFAULT_LOADERS)  # by identity: any object may stand here
 
 
 class DataHooks:
