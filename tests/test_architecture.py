@@ -8,6 +8,7 @@ import ast
 import importlib
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,11 @@ def test_the_architecture_page_lists_import_paths():
     assert len(_documented_paths()) >= 20
 
 
+#: the deprecation warning of accelkit 0.1's module paths, for the tests that import them on purpose
+OLD_PATH_WARNING = "ignore:accelkit.* is a module path of accelkit 0.1:DeprecationWarning"
+
+
+@pytest.mark.filterwarnings(OLD_PATH_WARNING)
 @pytest.mark.parametrize("public, home", _documented_paths())
 def test_documented_import_paths_name_the_same_object(public, home):
     def resolve(dotted: str):
@@ -134,12 +140,65 @@ def test_documented_import_paths_name_the_same_object(public, home):
     assert resolve(public) is resolve(home)
 
 
+@pytest.mark.filterwarnings(OLD_PATH_WARNING)
 @pytest.mark.parametrize("old", sorted(importlib.import_module("accelkit.compat").MOVED))
 def test_every_old_module_path_imports_as_its_new_home(old):
     new = importlib.import_module("accelkit.compat").MOVED[old]
     assert importlib.import_module(old) is importlib.import_module(new)
 
 
+def _import_with_a_fresh_finder(monkeypatch, *paths: str) -> list[warnings.WarningMessage]:
+    """Import each of ``paths`` twice, through a finder that has warned about nothing yet (the alias's entry in
+    ``sys.modules`` is dropped before each import; the module at its home stays); return the warnings raised."""
+    from accelkit import compat
+
+    monkeypatch.setattr(sys, "meta_path", [compat.MovedModuleFinder(), *sys.meta_path])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for path in [*paths, *paths]:
+            monkeypatch.delitem(sys.modules, path, raising=False)
+            __import__(path)  # an import statement's machinery: the warning names this file, as it would a user's
+    return caught
+
+
+def test_an_old_module_path_warns_once_naming_its_new_path_and_the_version_removing_it(monkeypatch):
+    caught = _import_with_a_fresh_finder(monkeypatch, "accelkit.cli_config", "accelkit.launchers.spawn")
+    assert [(w.category, str(w.message)) for w in caught] == [
+        (DeprecationWarning, "accelkit.cli_config is a module path of accelkit 0.1, deprecated (accelkit 0.3.0 removes "
+                             "it): use accelkit.cli.config instead (in imports, and in class paths of a saved "
+                             "config.yaml)"),
+        (DeprecationWarning, "accelkit.launchers.spawn is a module path of accelkit 0.1, deprecated (accelkit 0.3.0 "
+                             "removes it): use accelkit.strategies.launchers.spawn instead (in imports, and in class "
+                             "paths of a saved config.yaml)")]
+    assert caught[0].filename == __file__  # the warning points at the code importing the old path
+
+
+def test_new_paths_and_lightnings_paths_do_not_warn(monkeypatch):
+    caught = _import_with_a_fresh_finder(monkeypatch, "accelkit.utilities.model_summary", "accelkit.core.module",
+                                         "accelkit.strategies.strategy", "accelkit.cli.config", "accelkit.strategies")
+    assert caught == []
+
+
+def test_the_loops_have_no_alias_inside_the_new_layout():
+    with pytest.raises(ModuleNotFoundError, match="accelkit.loops.logging"):
+        importlib.import_module("accelkit.loops.logging")
+
+
+@pytest.mark.slow
+def test_an_old_path_imported_by_a_library_warns_under_pythons_default_filters(run_python):
+    """A class path of a saved config.yaml is imported by the CLI's parser, not by ``__main__``, where Python hides a
+    DeprecationWarning by default; accelkit shows its own (unless the interpreter was given warning options)."""
+    shown = run_python("""
+        import contextlib, importlib, io, json
+        import accelkit
+        with contextlib.redirect_stderr(io.StringIO()) as err:
+            importlib.import_module("accelkit.cli_config")
+        print(json.dumps(err.getvalue()))
+    """, env={"PYTHONWARNINGS": ""})
+    assert "DeprecationWarning: accelkit.cli_config is a module path of accelkit 0.1" in shown
+
+
+@pytest.mark.filterwarnings(OLD_PATH_WARNING)
 def test_a_module_below_an_old_package_path_is_the_module_at_its_new_home():
     """Not a second copy of its file loaded under the old name (which also replaced the package's attribute)."""
     import sys
@@ -150,6 +209,7 @@ def test_a_module_below_an_old_package_path_is_the_module_at_its_new_home():
     assert importlib.import_module("accelkit.strategies.launchers").spawn is home
 
 
+@pytest.mark.filterwarnings(OLD_PATH_WARNING)
 def test_old_class_paths_in_saved_configs_still_resolve():
     from accelkit.cli.config import ReduceLROnPlateau
 
