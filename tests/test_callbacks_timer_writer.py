@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -26,7 +26,6 @@ import accelkit  # noqa: E402
 from accelkit.callbacks import (  # noqa: E402
     BasePredictionWriter,
     LambdaCallback,
-    ModelCheckpoint,
     ModelSummary,
     OnExceptionCheckpoint,
     RichModelSummary,
@@ -221,7 +220,7 @@ def test_writer_gets_each_batch_with_its_dataset_indices(tmp_path) -> None:
     loader = DataLoader(Numbers(10), batch_size=3, shuffle=True)
     assert trainer.predict(Echo(), loader, return_predictions=False) is None
     assert len(writer.batches) == 4 and not writer.epochs
-    for prediction, indices, batch_idx, dataloader_idx in writer.batches:
+    for prediction, indices, _batch_idx, dataloader_idx in writer.batches:
         _check_pairs(prediction, indices)
         assert dataloader_idx == 0
     assert [b[2] for b in writer.batches] == [0, 1, 2, 3]

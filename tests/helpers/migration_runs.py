@@ -92,7 +92,7 @@ class ShardReport(accelkit.Callback):
         (Path(self.folder) / f"rank{trainer.global_rank}.json").write_text(json.dumps(report))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spawned(root: Path) -> tuple[dict[str, Any], ...]:
     """The :class:`ShardReport` of each of two ``ddp_spawn`` workers (``seed=7``, a shuffled loader)."""
     folder = root.parent / "spawned"
@@ -300,7 +300,7 @@ class StageProbe(accelkit.Callback):
         self.seen.setdefault("predict", trainer.num_predict_batches)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stages(ws: Workspace) -> dict[str, Any]:
     """A fit resumed from the shared checkpoint, then test and predict, watched by a :class:`StageProbe`."""
     probe = StageProbe()

@@ -9,7 +9,7 @@ from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 
 
-class WriteInterval(str, Enum):
+class WriteInterval(str, Enum):  # noqa: UP042 - not StrEnum: str() as Lightning's gives (WriteInterval.BATCH)
     """When a :class:`BasePredictionWriter` writes (compares equal to its string value)."""
 
     BATCH = "batch"

@@ -144,7 +144,8 @@ class Watchdog:
             if tick - last_tick > SILENT_AFTER_S:  # this process was itself stopped or frozen: no diagnosis now
                 warned_for = note[:4]
             try:
-                self.store.call(lambda store, text=json.dumps(note): store.set(self._key(self.rank), text))
+                # the default binds this round's note now: the call may outlive the round
+                self.store.call(lambda store, text=json.dumps(note): store.set(self._key(self.rank), text))  # noqa: B008
             except StoreNotAnswering:
                 pass  # the store's process does not answer: the diagnosis below says so
             except Exception:  # noqa: BLE001 - the store is gone (the run ended, or a rank died): stop quietly
