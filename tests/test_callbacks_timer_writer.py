@@ -237,7 +237,7 @@ def test_epoch_writer_gets_every_prediction_with_return_predictions_false(tmp_pa
     predictions, batch_indices = writer.epochs[0]
     assert batch_indices == [[[0, 1, 2], [3, 4, 5], [6]]]  # per loader, per batch
     assert len(predictions) == 3
-    for prediction, indices in zip(predictions, batch_indices[0]):
+    for prediction, indices in zip(predictions, batch_indices[0], strict=True):
         _check_pairs(prediction, indices)
     # kept for the writer only, dropped when the run ends (Lightning's on_predict_end)
     assert trainer.predict_loop.predictions == [] and trainer.predict_loop.epoch_batch_indices == []

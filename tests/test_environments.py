@@ -578,7 +578,7 @@ def test_stale_mpi_variables_stop_the_run_after_the_wait_and_name_the_variables(
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs)):
+    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 1, err[-2000:]
         assert f"ConfigurationError: rank {rank} waited 30 s for all 2 processes to join" in err, err[-2000:]
         assert (f"OMPI_COMM_WORLD_RANK={rank}, OMPI_COMM_WORLD_SIZE=2 set by Open MPI's mpirun, but no launcher "
