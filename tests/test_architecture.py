@@ -80,7 +80,8 @@ def test_the_private_name_check_sees_cross_module_uses(tmp_path):
     src = tmp_path / "core" / "src" / "pkg"
     src.mkdir(parents=True)
     (tmp_path / "plugins").mkdir()
-    (src / "a.py").write_text("class A:\n    def __init__(self):\n        self._secret = 1\n\ndef _helper():\n    pass\n")
+    (src / "a.py").write_text("class A:\n    def __init__(self):\n        self._secret = 1\n\n"
+                              "def _helper():\n    pass\n")
     (src / "b.py").write_text("from accelkit.a import _helper\n\ndef peek(a):\n    return a._secret\n")
     uses = [use.what for use in architecture.private_uses(tmp_path)]
     assert uses == ["imports _helper from accelkit.a", "uses a._secret"]

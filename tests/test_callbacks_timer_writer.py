@@ -268,7 +268,8 @@ def test_writer_on_an_iterable_dataset_warns_that_indices_are_unknown(tmp_path) 
 
 
 def test_writer_refuses_an_unknown_interval_and_says_what_to_override(tmp_path) -> None:
-    with pytest.raises(accelkit.ConfigurationError, match=r"write_interval='step'.*'batch', 'epoch', 'batch_and_epoch'"):
+    with pytest.raises(accelkit.ConfigurationError,
+                       match=r"write_interval='step'.*'batch', 'epoch', 'batch_and_epoch'"):
         BasePredictionWriter("step")
     trainer = quiet_trainer(tmp_path, callbacks=[BasePredictionWriter("epoch")], **QUIET)
     with pytest.raises(NotImplementedError, match="must override write_on_epoch_end"):

@@ -323,7 +323,8 @@ def test_a_name_claimed_twice_is_refused():
     with pytest.warns(RuntimeWarning, match=r"cluster environment name 'slurm' is claimed by both"):
         manager.registry  # noqa: B018
     # every environment is asked when a run is composed, so detection (and with it every run) says so
-    with pytest.raises(PluginConflictError, match=r"'slurm' is claimed by both accelkit \(core\) and plugin 'impostor'"):
+    with pytest.raises(PluginConflictError,
+                       match=r"'slurm' is claimed by both accelkit \(core\) and plugin 'impostor'"):
         detect_cluster_environment(manager, SLURM)
 
 

@@ -20,7 +20,8 @@ from torch import nn
 
 import accelkit
 from accelkit.module.datamodule import DataModule
-from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log, load_from_checkpoint, load_hparams_file, plain_hparams)
+from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log,
+                                     load_from_checkpoint, load_hparams_file, plain_hparams)
 
 
 class Net(HyperparametersMixin, nn.Module):

@@ -140,8 +140,8 @@ def test_set_epoch_reaches_a_wrapped_sampler():
     assert user.epochs == [3, 4]
 
 
-@pytest.mark.parametrize("plain", [torch.utils.data.SequentialSampler(range(7)), torch.utils.data.RandomSampler(range(7)),
-                                   None])
+@pytest.mark.parametrize("plain", [torch.utils.data.SequentialSampler(range(7)),
+                                   torch.utils.data.RandomSampler(range(7)), None])
 def test_plain_samplers_are_replaced_not_wrapped(plain):
     chosen = default_distributed_sampler(range(7), plain, True, 3, 2, 5)
     assert isinstance(chosen, ShardSampler) and chosen.sampler is None

@@ -491,7 +491,8 @@ def _manual(ws: Workspace) -> None:
     module = ManualNet()
     before = [p.detach().clone() for p in module.parameters()]
     fit(ws.fresh(), module)
-    assert all(not torch.equal(b, p) for b, p in zip(before, module.parameters(), strict=True)), "manual steps changed nothing"
+    assert all(not torch.equal(b, p) for b, p in zip(before, module.parameters(), strict=True)), \
+        "manual steps changed nothing"
     assert module.seen == dict.fromkeys(("toggled_optimizer", "clip_gradients", "toggle_optimizer",
                                          "untoggle_optimizer"), True), module.seen
 

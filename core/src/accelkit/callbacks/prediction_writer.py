@@ -47,7 +47,8 @@ class BasePredictionWriter(Callback):
 
     def __init__(self, write_interval: str = "batch") -> None:
         try:
-            #: a :class:`~accelkit.callbacks.prediction_writer.WriteInterval` (``interval.on_batch``, ``interval.on_epoch``)
+            #: a :class:`~accelkit.callbacks.prediction_writer.WriteInterval` (``interval.on_batch``,
+            #: ``interval.on_epoch``)
             self.interval = WriteInterval(getattr(write_interval, "value", write_interval))
         except ValueError:
             raise ConfigurationError(f"BasePredictionWriter(write_interval={write_interval!r}): must be one of "

@@ -32,7 +32,8 @@ def _default_loader(method: Callable[..., Any]) -> Callable[..., Any]:
 
 def dataloader_is_defined(obj: Any, name: str) -> bool:
     """Whether ``obj`` provides the ``name`` loader (``"train_dataloader"``, ...): it overrides the method, or
-    :meth:`~accelkit.DataModule.from_datasets` gave it one. The defaults of :class:`DataHooks` return ``None`` and do not
+    :meth:`~accelkit.DataModule.from_datasets` gave it one. The defaults of :class:`DataHooks` return ``None`` and do
+    not
     count."""
     method = getattr(obj, name, None)
     if method is None:
@@ -159,7 +160,8 @@ class DataModule(DataHooks, HyperparametersMixin):
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (on resume and in :meth:`~accelkit.module.hparams.load_from_checkpoint`)."""
+        """Restore what :meth:`state_dict` returned (on resume and in
+        :meth:`~accelkit.module.hparams.load_from_checkpoint`)."""
 
     def on_exception(self, exception: BaseException) -> None:
         """Called when a run ends with an exception, before it propagates."""
