@@ -513,6 +513,30 @@ def _configure_sharded_model(ws: Workspace) -> None:
 
 
 # --------------------------------------------------------------------------------------------- Callback
+class EpochEndMetricsSeen(accelkit.Callback):
+    """Says it monitors metrics, and records whether the Module's ``on_train_epoch_end`` had logged when its own ran."""
+
+    monitors_metrics = True
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.seen.append("logged_at_epoch_end" in trainer.callback_metrics)
+
+
+class LogsAtEpochEnd(Net):
+    def on_train_epoch_end(self) -> None:
+        self.log("logged_at_epoch_end", 1.0)
+
+
+@exercise("Callback", "monitors_metrics")
+def _monitors_metrics(ws: Workspace) -> None:
+    probe = EpochEndMetricsSeen()
+    fit(ws.fresh(), LogsAtEpochEnd(), callbacks=[probe])
+    assert probe.seen == [True]  # it ran after the Module's hook
+
+
 @exercise("Callback", "state_key")
 def _state_key(ws: Workspace) -> None:
     callback = ws.shared.callback
