@@ -202,7 +202,7 @@ def callback_base(obj: Any) -> type:
 
 
 def monitors_metrics(callback: Any) -> bool:
-    """Whether ``callback`` monitors metrics (:attr:`Callback.monitors_metrics`); a callback written for Lightning
+    """Whether ``callback`` monitors metrics (:attr:`~accelkit.Callback.monitors_metrics`); a callback written for Lightning
     does not."""
     return isinstance(callback, Callback) and bool(callback.monitors_metrics)
 

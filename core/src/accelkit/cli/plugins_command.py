@@ -67,7 +67,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         setting that chose it over a duplicate, or ``""``), ``api``, ``hooks`` and
         ``provides`` (``accelerators``, ``strategies``, ``precisions``, ``cluster_environments``, ``loggers``,
         ``commands``, ``callbacks``, ``profilers``); ``core`` is what the core itself registers (cluster environments,
-    loggers, commands).
+        loggers, commands).
     """
     from accelkit.__about__ import __version__
     from accelkit.hookspecs import HOOK_API_VERSION
