@@ -237,7 +237,9 @@ class Strategy:
         return optimizer
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """Wrap a DataLoader for this device (a prefetching device loader, say). Identity by default."""
+        """Wrap a DataLoader for this device (a prefetching device loader, say). Identity by default. A wrapper keeps
+        the DataLoader as its ``loader`` attribute, where the loops find its sampler to give it the epoch
+        (:data:`~accelkit.strategies.sampler.WRAPPED_LOADER_ATTRIBUTES`)."""
         return dataloader
 
     def batch_to_device(self, batch: Any) -> Any:
