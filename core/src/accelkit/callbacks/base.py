@@ -202,8 +202,8 @@ def callback_base(obj: Any) -> type:
 
 
 def monitors_metrics(callback: Any) -> bool:
-    """Whether ``callback`` monitors metrics (:attr:`~accelkit.Callback.monitors_metrics`); a callback written for Lightning
-    does not."""
+    """Whether ``callback`` monitors metrics (:attr:`~accelkit.Callback.monitors_metrics`); a callback written for
+    Lightning does not."""
     return isinstance(callback, Callback) and bool(callback.monitors_metrics)
 
 
