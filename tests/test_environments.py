@@ -323,7 +323,8 @@ def test_a_name_claimed_twice_is_refused():
     with pytest.warns(RuntimeWarning, match=r"cluster environment name 'slurm' is claimed by both"):
         manager.registry  # noqa: B018
     # every environment is asked when a run is composed, so detection (and with it every run) says so
-    with pytest.raises(PluginConflictError, match=r"'slurm' is claimed by both accelkit \(core\) and plugin 'impostor'"):
+    with pytest.raises(PluginConflictError,
+                       match=r"'slurm' is claimed by both accelkit \(core\) and plugin 'impostor'"):
         detect_cluster_environment(manager, SLURM)
 
 
@@ -579,7 +580,7 @@ def test_stale_mpi_variables_stop_the_run_after_the_wait_and_name_the_variables(
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs)):
+    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 1, err[-2000:]
         assert f"ConfigurationError: rank {rank} waited 5 s for all 2 processes to join" in err, err[-2000:]
         assert (f"OMPI_COMM_WORLD_RANK={rank}, OMPI_COMM_WORLD_SIZE=2 set by Open MPI's mpirun, but no launcher "

@@ -497,7 +497,8 @@ def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tm
     after = trained(tmp_path / "b.log")
     assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
     assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))
-    assert trainer.current_epoch == 3 and trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
+    assert trainer.current_epoch == 3
+    assert trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
 
 
 class IndexStream(IterableDataset):

@@ -21,7 +21,8 @@ from torch import nn
 
 import accelkit
 from accelkit.module.datamodule import DataModule
-from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log, load_from_checkpoint, load_hparams_file, plain_hparams)
+from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log,
+                                     load_from_checkpoint, load_hparams_file, plain_hparams)
 
 
 class Net(HyperparametersMixin, nn.Module):
@@ -509,7 +510,8 @@ class Regressor(accelkit.Module):
     """Lightning-style: every __init__ argument saved, the backbone left out, read back through self.hparams."""
 
     def __init__(self, backbone: nn.Module, lr: float = 0.05, data_dir: Path = Path("/data"),
-                 scale: Any = np.float32(1.0), args: Namespace = Namespace(momentum=0.0)) -> None:
+                 scale: Any = np.float32(1.0),  # noqa: B008 - call defaults, as Lightning users write them
+                 args: Namespace = Namespace(momentum=0.0)) -> None:  # noqa: B008
         super().__init__()
         self.save_hyperparameters(ignore=["backbone"])
         self.backbone = backbone

@@ -154,7 +154,7 @@ def test_backward_override_is_used_and_gets_the_loss(tmp_path):
     trainer = quiet_trainer(tmp_path, max_epochs=1, **QUIET)
     trainer.fit(model, loader())
     assert len(model.backward_losses) == 4
-    for returned, given in zip(model.losses, model.backward_losses):
+    for returned, given in zip(model.losses, model.backward_losses, strict=True):
         torch.testing.assert_close(given, returned)
     # the gradient the optimizer used is three times one backward of the batch's loss
     first_x, first_y = next(iter(loader()))

@@ -33,7 +33,8 @@ def accelkit_register_accelerators():
 
 @hookimpl
 def accelkit_register_strategies():
-    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=("{name}",))]
+    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy",
+                           accelerators=("{name}",))]
 
 @hookimpl
 def accelkit_register_precisions():
@@ -173,9 +174,9 @@ def test_an_incompatible_api_range_is_skipped_with_a_reason(discovered):
     old = discovered["infos"]["old"]
     assert old["status"] == INCOMPATIBLE
     assert old["reason"] == (  # capped below the running version: the plugin must move, not accelkit
-        f"acme-old supports hook API >=0.1,<1; this accelkit provides {HOOK_API_VERSION}: install a release of acme-old "
-        f"that supports hook API {HOOK_API_VERSION} (upgrading accelkit cannot help), or an accelkit whose hook API it "
-        "supports")
+        f"acme-old supports hook API >=0.1,<1; this accelkit provides {HOOK_API_VERSION}: install a release of "
+        f"acme-old that supports hook API {HOOK_API_VERSION} (upgrading accelkit cannot help), or an accelkit whose "
+        "hook API it supports")
     asked = discovered["old"]
     assert asked["error"] == "ConfigurationError" and "incompatible" in asked["message"]
 
@@ -226,7 +227,9 @@ class Provider:
 
     @accelkit.hookimpl
     def accelkit_register_accelerators(self):
-        return [AcceleratorRecord(self.acc, "accelkit.accelerator:Accelerator", aliases=self.aliases)] if self.acc else []
+        if not self.acc:
+            return []
+        return [AcceleratorRecord(self.acc, "accelkit.accelerator:Accelerator", aliases=self.aliases)]
 
     @accelkit.hookimpl
     def accelkit_register_strategies(self):

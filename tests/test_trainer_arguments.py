@@ -701,7 +701,7 @@ def test_a_partial_accumulation_window_is_stepped_even_without_a_loader_length(t
         stream.fit(stream_model, DataLoader(Stream(), batch_size=2))
     assert sized.global_step == stream.global_step == 6  # 5 batches, windows of 2 -> 3 steps per epoch
     assert all(p.grad is None for p in stream_model.parameters())  # nothing left over after fit
-    for a, b in zip(sized_model.parameters(), stream_model.parameters()):
+    for a, b in zip(sized_model.parameters(), stream_model.parameters(), strict=True):
         assert torch.equal(a, b)
 
 

@@ -445,7 +445,7 @@ def check_annotation(name: str, obj: Any) -> None:
 
     if not isinstance(obj, tuple):  # a tuple of classes is for isinstance (as in Lightning), not annotations
         hints = typing.get_type_hints(annotated, localns={"obj": obj})  # a string annotation, as under __future__
-        assert hints["value"] == obj or hints["value"] == typing.Optional[obj], f"{name} did not resolve: {hints}"
+        assert hints["value"] == obj or hints["value"] == (obj | None), f"{name} did not resolve: {hints}"
     layer = nn.Linear(1, 1)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     step = torch.optim.lr_scheduler.StepLR(optimizer, 1)

@@ -92,7 +92,7 @@ class ShardReport(accelkit.Callback):
         (Path(self.folder) / f"rank{trainer.global_rank}.json").write_text(json.dumps(report))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spawned(root: Path) -> tuple[dict[str, Any], ...]:
     """The :class:`ShardReport` of each of two ``ddp_spawn`` workers (``seed=7``, a shuffled loader)."""
     folder = root.parent / "spawned"
@@ -300,7 +300,7 @@ class StageProbe(accelkit.Callback):
         self.seen.setdefault("predict", trainer.num_predict_batches)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stages(ws: Workspace) -> dict[str, Any]:
     """A fit resumed from the shared checkpoint, then test and predict, watched by a :class:`StageProbe`."""
     probe = StageProbe()
@@ -491,7 +491,8 @@ def _manual(ws: Workspace) -> None:
     module = ManualNet()
     before = [p.detach().clone() for p in module.parameters()]
     fit(ws.fresh(), module)
-    assert all(not torch.equal(b, p) for b, p in zip(before, module.parameters())), "manual steps changed nothing"
+    assert all(not torch.equal(b, p) for b, p in zip(before, module.parameters(), strict=True)), \
+        "manual steps changed nothing"
     assert module.seen == dict.fromkeys(("toggled_optimizer", "clip_gradients", "toggle_optimizer",
                                          "untoggle_optimizer"), True), module.seen
 
@@ -512,6 +513,30 @@ def _configure_sharded_model(ws: Workspace) -> None:
 
 
 # --------------------------------------------------------------------------------------------- Callback
+class EpochEndMetricsSeen(accelkit.Callback):
+    """Says it monitors metrics, and records whether the Module's ``on_train_epoch_end`` had logged when its own ran."""
+
+    monitors_metrics = True
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.seen.append("logged_at_epoch_end" in trainer.callback_metrics)
+
+
+class LogsAtEpochEnd(Net):
+    def on_train_epoch_end(self) -> None:
+        self.log("logged_at_epoch_end", 1.0)
+
+
+@exercise("Callback", "monitors_metrics")
+def _monitors_metrics(ws: Workspace) -> None:
+    probe = EpochEndMetricsSeen()
+    fit(ws.fresh(), LogsAtEpochEnd(), callbacks=[probe])
+    assert probe.seen == [True]  # it ran after the Module's hook
+
+
 @exercise("Callback", "state_key")
 def _state_key(ws: Workspace) -> None:
     callback = ws.shared.callback

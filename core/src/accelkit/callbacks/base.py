@@ -14,10 +14,18 @@ class Callback:
 
     Override the hooks you need; each receives the Trainer and the user's Module (``pl_module``). A callback hook
     runs right before the Module's hook of the same name, except at the end of a training epoch, where callbacks
-    that monitor metrics (:class:`~accelkit.callbacks.ModelCheckpoint`, :class:`~accelkit.callbacks.EarlyStopping`)
-    run after the Module, so they see what its hook logged (see :doc:`/hooks`).
+    that monitor metrics (:attr:`monitors_metrics`: :class:`~accelkit.callbacks.ModelCheckpoint`,
+    :class:`~accelkit.callbacks.EarlyStopping`) run after the Module, so they see what its hook logged (see
+    :doc:`/hooks`).
     Hooks a callback does not override cost nothing: the Trainer decides once per run which ones to call.
     """
+
+    #: ``True`` for a callback that decides from logged metrics, as checkpointing and early stopping do. Such a
+    #: callback's ``on_train_epoch_end`` runs after the Module's (and after what that logged is published), and a
+    #: run whose strategy spawns workers hands its ``state_dict()`` back to the caller's instance after ``fit``
+    #: (``best_model_path``...). Set it to ``True`` on a callback class of your own that monitors metrics; it is
+    #: read once per run, as the run starts.
+    monitors_metrics: bool = False
 
     @property
     def state_key(self) -> str:
@@ -197,6 +205,12 @@ def callback_base(obj: Any) -> type:
     if isinstance(obj, Callback):
         return Callback
     return lightning_callback_base(obj) or Callback
+
+
+def monitors_metrics(callback: Any) -> bool:
+    """Whether ``callback`` monitors metrics (:attr:`~accelkit.Callback.monitors_metrics`); a callback written for
+    Lightning does not."""
+    return isinstance(callback, Callback) and bool(callback.monitors_metrics)
 
 
 def callback_list(callbacks: Any) -> list[Any]:

@@ -54,7 +54,7 @@ class EarlyStopping(Callback):
     ``stopping_reason`` and ``stopping_reason_message`` tell when and why it stopped.
     """
 
-    _monitors_metrics = True  # the loops run its epoch-end hooks after the Module's, to see what it logged
+    monitors_metrics = True  # the loops run its epoch-end hooks after the Module's, to see what it logged
     mode_dict = {"min": torch.lt, "max": torch.gt}
     order_dict = {"min": "<", "max": ">"}
 

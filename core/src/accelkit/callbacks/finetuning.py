@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the batch-norm layers :meth:`~accelkit.callbacks.BaseFinetuning.freeze` treats apart (``train_bn``); subclasses count too
+#: the batch-norm layers :meth:`~accelkit.callbacks.BaseFinetuning.freeze` treats apart (``train_bn``); subclasses count
+#: too
 BATCH_NORM_TYPES = (
     nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
     nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d,
@@ -279,7 +280,8 @@ class BackboneFinetuning(BaseFinetuning):
     :param backbone_initial_ratio_lr: the backbone's first learning rate as a fraction of the current one.
     :param backbone_initial_lr: the backbone's first learning rate (wins over the ratio).
     :param should_align: cap the backbone's learning rate at the first group's.
-    :param initial_denom_lr: passed to :meth:`~accelkit.callbacks.BaseFinetuning.unfreeze_and_add_param_group` (used when no learning rate is given).
+    :param initial_denom_lr: passed to :meth:`~accelkit.callbacks.BaseFinetuning.unfreeze_and_add_param_group`
+        (used when no learning rate is given).
     :param train_bn: train the backbone's batch-norm layers while it is frozen, and add them when it unfreezes.
     :param verbose: log both learning rates every epoch from the unfreezing on.
     :param rounding: decimals of the logged learning rates.

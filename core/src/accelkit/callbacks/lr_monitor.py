@@ -77,10 +77,10 @@ class LearningRateMonitor(Callback):
         scheduler; also written into ``trainer.callback_metrics``."""
         (scheduler_names, optimizer_names), (configs, free_optimizers) = self._names(trainer), self._sources(trainer)
         stats: dict[str, float] = {}
-        for names, config in zip(scheduler_names, configs):
+        for names, config in zip(scheduler_names, configs, strict=True):
             if interval in ("any", config.interval):
                 stats.update(self._optimizer_stats(config.scheduler.optimizer, names))
-        for names, optimizer in zip(optimizer_names, free_optimizers):  # no interval of their own: always
+        for names, optimizer in zip(optimizer_names, free_optimizers, strict=True):  # no interval of their own: always
             stats.update(self._optimizer_stats(optimizer, names))
         metrics = trainer.callback_metrics
         for name, value in stats.items():
@@ -90,7 +90,7 @@ class LearningRateMonitor(Callback):
     def _optimizer_stats(self, optimizer: Any, names: list[str]) -> dict[str, float]:
         stats: dict[str, float] = {}
         betas = "betas" in optimizer.defaults
-        for group, name in zip(optimizer.param_groups, names):
+        for group, name in zip(optimizer.param_groups, names, strict=True):
             lr = float(group["lr"])
             self.lrs.setdefault(name, []).append(lr)
             stats[name] = lr

@@ -68,7 +68,7 @@ class ModelCheckpoint(Checkpoint):
     tell which files are best; ``trainer.test(ckpt_path="best")`` loads ``best_model_path``.
     """
 
-    _monitors_metrics = True  # the loops run its epoch-end hooks after the Module's, to see what it logged
+    monitors_metrics = True  # the loops run its epoch-end hooks after the Module's, to see what it logged
     CHECKPOINT_JOIN_CHAR = "-"
     CHECKPOINT_EQUALS_CHAR = "="
     CHECKPOINT_NAME_LAST = "last"

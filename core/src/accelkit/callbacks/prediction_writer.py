@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
 
 
-class WriteInterval(str, Enum):
+class WriteInterval(str, Enum):  # noqa: UP042 - not StrEnum: str() as Lightning's gives (WriteInterval.BATCH)
     """When a :class:`BasePredictionWriter` writes (compares equal to its string value)."""
 
     BATCH = "batch"
@@ -51,7 +51,8 @@ class BasePredictionWriter(Callback):
 
     def __init__(self, write_interval: str = "batch") -> None:
         try:
-            #: a :class:`~accelkit.callbacks.prediction_writer.WriteInterval` (``interval.on_batch``, ``interval.on_epoch``)
+            #: a :class:`~accelkit.callbacks.prediction_writer.WriteInterval` (``interval.on_batch``,
+            #: ``interval.on_epoch``)
             self.interval = WriteInterval(getattr(write_interval, "value", write_interval))
         except ValueError:
             raise ConfigurationError(f"BasePredictionWriter(write_interval={write_interval!r}): must be one of "

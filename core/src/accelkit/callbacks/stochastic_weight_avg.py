@@ -185,7 +185,7 @@ class StochasticWeightAveraging(Callback):
     @staticmethod
     def transfer_weights(src_pl_module: nn.Module, dst_pl_module: nn.Module) -> None:
         """Copy the parameters of ``src_pl_module`` into ``dst_pl_module`` (in place, across devices)."""
-        for src, dst in zip(src_pl_module.parameters(), dst_pl_module.parameters()):
+        for src, dst in zip(src_pl_module.parameters(), dst_pl_module.parameters(), strict=True):
             dst.detach().copy_(src.to(dst.device))
 
     def reset_batch_norm_and_save_state(self, pl_module: nn.Module) -> None:
@@ -210,7 +210,7 @@ class StochasticWeightAveraging(Callback):
     @staticmethod
     def update_parameters(average_model: nn.Module, model: nn.Module, n_averaged: Tensor, avg_fn: _AVG_FN) -> None:
         """Fold ``model``'s parameters into ``average_model``'s; ``n_averaged`` (a tensor) counts the folds."""
-        for p_avg, p_model in zip(average_model.parameters(), model.parameters()):
+        for p_avg, p_model in zip(average_model.parameters(), model.parameters(), strict=True):
             device = p_avg.device
             current = p_model.detach().to(device)
             new = current if int(n_averaged) == 0 else avg_fn(p_avg.detach(), current, n_averaged.to(device))
@@ -253,7 +253,7 @@ class StochasticWeightAveraging(Callback):
             raise ConfigurationError(f"StochasticWeightAveraging(swa_lrs={self._swa_lrs}) gives {len(lrs)} learning "
                                      f"rates for the {len(groups)} parameter groups of {type(optimizer).__name__}; "
                                      "give one float, or one per group")
-        for lr, group in zip(lrs, groups):
+        for lr, group in zip(lrs, groups, strict=True):
             group["initial_lr"] = lr
         # one rate per parameter group, which torch's SWALR takes (its annotation says one float only)
         self._swa_scheduler = _SWALR(optimizer, swa_lr=lrs, anneal_epochs=self._annealing_epochs,  # type: ignore[arg-type]
@@ -371,7 +371,7 @@ def _average_batch_norm(strategy: Any, layers: dict[_BatchNorm, Any]) -> None:
     counts = [m.num_batches_tracked for m in layers if m.num_batches_tracked is not None]
     if counts:
         summed = strategy.reduce(torch.stack(counts).float(), "sum")
-        for count, value in zip(counts, summed):
+        for count, value in zip(counts, summed, strict=True):
             count.fill_(int(value))
 
 

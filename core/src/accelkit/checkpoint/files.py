@@ -8,7 +8,8 @@ inf) is refused before anything is written, so a diverged run never replaces the
 :class:`OSError` naming the path and the size.
 
 Reading (:func:`load`): an empty, truncated or foreign file, a folder, a bare ``state_dict`` and a file holding
-arbitrary Python objects each get a :class:`~accelkit.checkpoint.CheckpointError` naming the file, what is wrong and what would work.
+arbitrary Python objects each get a :class:`~accelkit.checkpoint.CheckpointError` naming the file, what is wrong and
+what would work.
 """
 
 from __future__ import annotations

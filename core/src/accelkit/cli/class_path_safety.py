@@ -33,7 +33,7 @@ from accelkit.cli.saved_config import import_class_path
 from accelkit.errors import ConfigurationError
 
 if not (callable(getattr(_jsonargparse_typehints, "adapt_classes_any", None))  # pragma: no cover - jsonargparse 5
-        and isinstance(getattr(_jsonargparse_typehints, "ActionTypeHint").__dict__.get("get_class_parser"),
+        and isinstance(_jsonargparse_typehints.ActionTypeHint.__dict__.get("get_class_parser"),
                        staticmethod)):
     raise ImportError("this jsonargparse lacks adapt_classes_any or ActionTypeHint.get_class_parser, which accelkit "
                       "replaces so that a configuration cannot build classes for arguments typed Any; install "

@@ -1,4 +1,5 @@
-"""The :class:`CLI` class (Lightning's ``LightningCLI``, importable from :mod:`accelkit.cli`); the parser pieces live in :mod:`accelkit.cli.config`."""
+"""The :class:`CLI` class (Lightning's ``LightningCLI``, importable from :mod:`accelkit.cli`); the parser pieces live in
+:mod:`accelkit.cli.config`."""
 
 from __future__ import annotations
 

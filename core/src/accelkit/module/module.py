@@ -278,7 +278,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         """Clip the gradients of ``optimizer``'s parameters by norm (default) or value, after bringing them to
         their true scale (a gradient scaler's ``unscale_``)."""
         trainer = self._require_trainer("clip_gradients()")
-        trainer.run_state.optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
+        trainer.run_state.optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val,
+                                            gradient_clip_algorithm)
 
     def _require_trainer(self, what: str) -> "Trainer":
         trainer = self.trainer

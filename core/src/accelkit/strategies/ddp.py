@@ -37,6 +37,8 @@ class DDPStrategy(ParallelStrategy):
     :class:`torch.nn.parallel.DistributedDataParallel`.
     """
 
+    #: whether :meth:`teardown` destroys the process group (set once this strategy created it)
+    _owns_process_group: bool = False
     _DDP_OPTIONS = ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
                     "bucket_cap_mb")
 
@@ -244,7 +246,7 @@ class DDPStrategy(ParallelStrategy):
         from accelkit.strategies.launchers import watchdog
 
         watchdog.stop()
-        if getattr(self, "_owns_process_group", False) and dist.is_initialized():
+        if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_process_group = False
         super().teardown()

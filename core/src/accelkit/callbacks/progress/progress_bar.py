@@ -26,6 +26,8 @@ class ProgressBar(Callback):
     every ``log_every_n_steps`` steps and at each epoch's end, so drawing them never waits for the device.
     """
 
+    _warned_clash = False  # warned once that a logged value replaces a standard item
+
     def __init__(self) -> None:
         self._trainer: "Trainer | None" = None
         self._current_eval_dataloader_idx: int | None = None
@@ -138,7 +140,7 @@ class ProgressBar(Callback):
         standard = get_standard_metrics(trainer)
         shown = trainer.progress_bar_metrics
         clash = sorted(standard.keys() & shown.keys())
-        if clash and not getattr(self, "_warned_clash", False):
+        if clash and not self._warned_clash:
             self._warned_clash = True
             warnings.warn(f"the progress bar shows {', '.join(clash)} itself; the value logged with prog_bar=True "
                           f"under that name replaces it (log it under another name to keep both)", UserWarning,

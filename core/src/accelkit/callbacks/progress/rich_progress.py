@@ -48,7 +48,8 @@ class RichProgressBarTheme:
 class RichProgressBar(RefreshingProgressBar):
     """Progress bars drawn with rich (Lightning's ``RichProgressBar``): one line per running loop with its
     label, the bar (a pulse for a loader without a length), batches done of the total, elapsed and remaining
-    time, speed, and on the training line :meth:`~accelkit.callbacks.ProgressBar.get_metrics`. rich is an optional extra: ``pip install rich``
+    time, speed, and on the training line :meth:`~accelkit.callbacks.ProgressBar.get_metrics`. rich is an optional
+    extra: ``pip install rich``
     (or ``pip install "accelkit[rich]"``); without it, constructing this callback raises ``ImportError``.
 
     With this bar among the callbacks, the Trainer's default model summary is a
@@ -216,8 +217,9 @@ class RichProgressBar(RefreshingProgressBar):
     def on_test_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         if self.progress is not None and self.has_dataloader_changed(dataloader_idx):
-            self.test_progress_bar_id = self._task(self.test_progress_bar_id, self.total_test_batches_current_dataloader,
-                                                   _label(self.test_description, dataloader_idx, trainer.num_test_batches))
+            label = _label(self.test_description, dataloader_idx, trainer.num_test_batches)
+            total = self.total_test_batches_current_dataloader
+            self.test_progress_bar_id = self._task(self.test_progress_bar_id, total, label)
 
     def on_test_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:

@@ -27,7 +27,8 @@ else:
 _NUMBER_WIDTH = 5
 
 #: the environment variable that chooses the bar's output: ``bar`` (tqdm's redrawn line), ``lines`` (one plain line
-#: per epoch and per evaluation); unset, lines when standard output is not a terminal (see :func:`~accelkit.callbacks.progress.tqdm_progress.plain_lines`)
+#: per epoch and per evaluation); unset, lines when standard output is not a terminal (see
+#: :func:`~accelkit.callbacks.progress.tqdm_progress.plain_lines`)
 PROGRESS_VARIABLE = "ACCELKIT_PROGRESS"
 
 
@@ -80,12 +81,14 @@ class Tqdm(_tqdm):
 
 class TQDMProgressBar(RefreshingProgressBar):
     """The default progress bar (Lightning's ``TQDMProgressBar``): tqdm bars on standard output for training
-    (``Epoch N``, batches done of the epoch's count, and :meth:`~accelkit.callbacks.ProgressBar.get_metrics`), validation (under the training
+    (``Epoch N``, batches done of the epoch's count, and :meth:`~accelkit.callbacks.ProgressBar.get_metrics`),
+    validation (under the training
     bar inside ``fit``), the sanity check, test and prediction. A loader without a length shows the batches
     done without a total.
 
     Change it by passing your own instance (``Trainer(callbacks=[TQDMProgressBar(refresh_rate=10)])``) or a
-    subclass that overrides :meth:`~accelkit.callbacks.ProgressBar.get_metrics` or the ``init_*_tqdm`` methods, which build the bars::
+    subclass that overrides :meth:`~accelkit.callbacks.ProgressBar.get_metrics` or the ``init_*_tqdm`` methods, which
+    build the bars::
 
         class LitProgressBar(TQDMProgressBar):
             def init_validation_tqdm(self):
@@ -94,7 +97,8 @@ class TQDMProgressBar(RefreshingProgressBar):
                 return bar
 
     The numbers move every ``refresh_rate`` batches; tqdm redraws the line at most ten times a second, and
-    :meth:`~accelkit.callbacks.ProgressBar.get_metrics` is asked when a redraw is due, so a bar costs a few attribute reads per batch. The
+    :meth:`~accelkit.callbacks.ProgressBar.get_metrics` is asked when a redraw is due, so a bar costs a few attribute
+    reads per batch. The
     metrics are ``trainer.progress_bar_metrics``, read from the device every ``log_every_n_steps`` steps and
     at each epoch's end: the bar itself never waits for the device.
 
@@ -130,7 +134,8 @@ class TQDMProgressBar(RefreshingProgressBar):
         return state
 
     def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
-        """As :meth:`ProgressBar.setup`; then choose bars or plain lines (:func:`~accelkit.callbacks.progress.tqdm_progress.plain_lines`) and, when bars are
+        """As :meth:`ProgressBar.setup`; then choose bars or plain lines
+        (:func:`~accelkit.callbacks.progress.tqdm_progress.plain_lines`) and, when bars are
         drawn, print warnings above them rather than inside their line."""
         super().setup(trainer, pl_module, stage)
         self._plain = plain_lines()
