@@ -207,10 +207,20 @@ def callback_base(obj: Any) -> type:
     return lightning_callback_base(obj) or Callback
 
 
+#: Lightning's classes whose callbacks its loops run after the Module's epoch-end hooks (``(module, qualname)``)
+LIGHTNING_MONITORING_CLASSES = frozenset(
+    (f"{package}.callbacks.{module}", name)
+    for package in ("lightning.pytorch", "pytorch_lightning")
+    for module, name in (("checkpoint", "Checkpoint"), ("early_stopping", "EarlyStopping")))
+
+
 def monitors_metrics(callback: Any) -> bool:
     """Whether ``callback`` monitors metrics (:attr:`~accelkit.Callback.monitors_metrics`); a callback written for
-    Lightning does not."""
-    return isinstance(callback, Callback) and bool(callback.monitors_metrics)
+    Lightning does when it derives from Lightning's ``Checkpoint`` or ``EarlyStopping``, as in Lightning's loops
+    (told from the class names, so Lightning is never imported)."""
+    if isinstance(callback, Callback):
+        return bool(callback.monitors_metrics)
+    return any((klass.__module__, klass.__qualname__) in LIGHTNING_MONITORING_CLASSES for klass in type(callback).__mro__)
 
 
 def callback_list(callbacks: Any) -> list[Any]:
