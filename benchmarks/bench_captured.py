@@ -28,14 +28,14 @@ import argparse
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
+import accelkit
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
-
-import accelkit
 
 WORKLOADS = ("mlp", "transformer")
 

@@ -20,12 +20,12 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import accelkit  # noqa: E402
-from accelkit.errors import ConfigurationError  # noqa: E402
-from accelkit.loops.captured import CALLBACK_HOOKS, MODULE_HOOKS, compile_options  # noqa: E402
-from accelkit.precision import MixedPrecision  # noqa: E402
-from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
-from helpers.models import quiet_trainer  # noqa: E402
+import accelkit
+from accelkit.errors import ConfigurationError
+from accelkit.loops.captured import CALLBACK_HOOKS, MODULE_HOOKS, compile_options
+from accelkit.precision import MixedPrecision
+from accelkit.strategies.single_device import SingleDeviceStrategy
+from helpers.models import quiet_trainer
 
 STEPS = 50
 
@@ -227,3 +227,25 @@ def test_compile_step_values() -> None:
     assert compile_options(True) == {}
     options = {"mode": "reduce-overhead", "fullgraph": True}
     assert compile_options(options) == options and compile_options(options) is not options
+
+
+# ------------------------------------------------------------------------------------------------- benchmark
+@pytest.mark.slow
+def test_benchmark_runs_on_cpu_in_a_tiny_configuration() -> None:
+    """``benchmarks/bench_captured.py --tiny`` prints, for both workloads, the eager Trainer's and the captured
+    step's ratio to the hand loop (on a CPU: that it runs, not a speed)."""
+    import subprocess
+
+    from helpers.guards import PYTHON, child_env
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_captured.py"
+    done = subprocess.run([PYTHON, str(script), "--device", "cpu", "--tiny", "--rounds", "2", "--steps", "3",
+                           "--warmup", "2"], env=child_env(), capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("device: CPU;") and "2 rounds, order rotated" in lines[0]
+    for label in ("tiny MLP 32-64-4, batch 64: hand loop", "1-layer transformer d32, seq 16, batch 4: hand loop"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(label))
+        assert lines[at + 1].split()[0] == "accelkit" and "x the hand loop (rounds " in lines[at + 1]
+        assert lines[at + 2].split()[:2] == ["accelkit", "compile_step=True"]
+        assert "x the hand loop (rounds " in lines[at + 2]

@@ -193,8 +193,16 @@ def _argument_checks() -> dict[str, Callable[[Path], Any]]:
             r, default_root_dir=r / "elsewhere", enable_checkpointing=True) else False,
         "seed": lambda r: {report["seed"] for report in _spawned(r)} == {7},
         "collective_timeout": lambda r: fit(r, collective_timeout=30)[0].global_step == 2,
+        "compile_step": lambda r: _captured(r),
         "legacy_arguments": lambda r: _unknown_argument_refused(),
     }
+
+
+def _captured(root: Path) -> bool:
+    """A fit with the captured step (torch.compile's ``eager`` backend: traced, not built, so it is quick) steps
+    and logs as the eager one does."""
+    run = fit(root, compile_step={"backend": "eager"})[0]
+    return run.global_step == 2 and run.compile_step == {"backend": "eager"} and "train_loss" in run.callback_metrics
 
 
 def _max_time(root: Path) -> bool:

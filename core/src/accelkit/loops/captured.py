@@ -51,15 +51,16 @@ _ACCEPTS = ("compile_step takes False (the eager step, default), True (torch.com
 def compile_options(value: Any) -> dict[str, Any] | None:
     """``Trainer(compile_step=...)`` as the keyword arguments of ``torch.compile`` (``None``: not captured).
 
-    :raises ValueError: naming the value, when it is neither a bool nor a dict of ``torch.compile``'s keyword
-        arguments (``fullgraph``, ``dynamic``, ``backend``, ``mode``, ``options``, ``disable``).
+    :raises TypeError: naming the value, when it is neither a bool nor a dict.
+    :raises ValueError: naming the value, when the dict holds a key that ``torch.compile`` does not take (it takes
+        ``fullgraph``, ``dynamic``, ``backend``, ``mode``, ``options``, ``disable``), or ``disable=True``.
     """
     if value is None or value is False:
         return None
     if value is True:
         return {}
     if not isinstance(value, dict):
-        raise ValueError(f"compile_step={value!r} is a {type(value).__name__}; {_ACCEPTS}.")
+        raise TypeError(f"compile_step={value!r} is a {type(value).__name__}; {_ACCEPTS}.")
     known = [name for name in inspect.signature(torch.compile).parameters if name != "model"]
     unknown = sorted(str(key) for key in value if key not in known)
     if unknown:
@@ -153,7 +154,7 @@ class CapturedStep:
         self.optimizer = optimization.optimizers[0]
         self.options = options
         self.recorder = LogRecorder()
-        self.pass_idx = accepts_positional(getattr(self.module, "training_step"), 2)
+        self.pass_idx = accepts_positional(self.module.training_step, 2)
         self.graphs = options.get("mode") in GRAPH_MODES or bool((options.get("options") or {}).get(
             "triton.cudagraphs"))
         precision = optimization.precision

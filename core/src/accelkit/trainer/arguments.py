@@ -91,7 +91,7 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
         check_limit(name, args[name], problems)
     try:
         compile_options(args.get("compile_step"))
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         problems.append(str(exc))
     return problems
 

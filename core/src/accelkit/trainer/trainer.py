@@ -132,8 +132,7 @@ class Trainer(TrainerProperties):
         inference_mode: bool = True, use_distributed_sampler: bool = True, profiler: Any = None,
         detect_anomaly: bool = False, barebones: bool = False, plugins: Any = None, sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
-        seed: int | None = None, collective_timeout: Any = None, compile_step: bool | dict[str, Any] = False,
-        **legacy_arguments: Any,
+        seed: int | None = None, collective_timeout: Any = None, compile_step: Any = False, **legacy_arguments: Any,
     ) -> None:
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
@@ -182,10 +181,8 @@ class Trainer(TrainerProperties):
         self.num_sanity_val_steps = 0 if fast or barebones else run_args["num_sanity_val_steps"]
         self.log_every_n_steps = run_args["log_every_n_steps"]
         self.accumulate_grad_batches = accumulate_grad_batches
-        self.gradient_clip_val = gradient_clip_val
-        self.gradient_clip_algorithm = gradient_clip_algorithm
-        #: ``torch.compile``'s keyword arguments for the captured step, or ``None`` (``compile_step=False``)
-        self.compile_step = compile_options(compile_step)
+        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
+        self.compile_step = compile_options(compile_step)  # torch.compile's keyword arguments, or None
         self.deterministic, self.benchmark = deterministic, benchmark
         self.inference_mode = inference_mode
         self.detect_anomaly = detect_anomaly
