@@ -249,3 +249,41 @@ def test_benchmark_runs_on_cpu_in_a_tiny_configuration() -> None:
         assert lines[at + 1].split()[0] == "accelkit" and "x the hand loop (rounds " in lines[at + 1]
         assert lines[at + 2].split()[:2] == ["accelkit", "compile_step=True"]
         assert "x the hand loop (rounds " in lines[at + 2]
+
+
+# ------------------------------------------------------------------------------------------------- traced only
+# torch.compile's "eager" backend traces the step as the captured step does but builds no kernels: quick checks of
+# what the tracing must keep (the precision's autocast, self.log under fullgraph=True, a skipped batch).
+TRACED = {"backend": "eager", "fullgraph": True}
+
+
+@pytest.mark.slow
+def test_precision_context_and_log_kept_in_one_graph(tmp_path: Path) -> None:
+    results = []
+    for compile_step in (False, TRACED):
+        module = MLPModule("adamw")
+        trainer = quiet_trainer(tmp_path, max_steps=5, precision="bf16-mixed", compile_step=compile_step,
+                                enable_model_summary=False)
+        trainer.fit(module)
+        results.append(([p.detach().clone() for p in module.parameters()], dict(trainer.callback_metrics)))
+    (eager, eager_metrics), (traced, traced_metrics) = results
+    for e, t in zip(eager, traced):
+        torch.testing.assert_close(t, e)
+    assert traced_metrics.keys() == eager_metrics.keys() and "train_loss_step" in traced_metrics
+    for name, value in eager_metrics.items():
+        torch.testing.assert_close(traced_metrics[name], value)
+
+
+class SkipsABatch(MLPModule):
+    """Returns ``None`` (Lightning's "skip this batch") for batch 1."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        return None if batch_idx == 1 else super().training_step(batch, batch_idx)
+
+
+@pytest.mark.slow
+def test_skipped_batch_refused_by_name(tmp_path: Path) -> None:
+    trainer = quiet_trainer(tmp_path, max_steps=5, compile_step={"backend": "eager"}, enable_model_summary=False)
+    with pytest.raises(RuntimeError, match=r"SkipsABatch.training_step returned None for batch 1: the captured step"):
+        trainer.fit(SkipsABatch())
+    assert trainer.global_step == 1

@@ -235,11 +235,13 @@ def _register_arguments() -> None:
         def run(ws: Workspace, check: Callable[[Path], Any] = check, name: str = name) -> None:
             result = check(ws.root / "spawn-fits" if name in SPAWNED else ws.fresh())
             assert result is True, f"Trainer({name}=...) did not do what Lightning documents (the check: {result!r})"
-        exercise(ARGUMENT, name, slow=name in SPAWNED)(run)
+        exercise(ARGUMENT, name, slow=name in SPAWNED or name in TRACED)(run)
 
 
 #: the arguments whose exercise starts two ddp_spawn workers (once, shared)
 SPAWNED = ("use_distributed_sampler", "seed")
+#: the argument checks that trace a training step with torch.compile (over 5 s: marked slow too)
+TRACED = ("compile_step",)
 
 
 _register_arguments()
