@@ -1,7 +1,7 @@
 """The captured step (``Trainer(compile_step=...)``) against the eager hand loop, the eager Trainer beside it.
 
     python benchmarks/bench_captured.py [--rounds 5] [--steps 200] [--warmup 30] [--workloads mlp transformer]
-                                        [--mode reduce-overhead] [--precision bf16-mixed] [--tiny]
+                                        [--mode reduce-overhead] [--precision bf16-mixed] [--adamw fused] [--tiny]
 
 Two workloads of issue 24: a tiny MLP 32-64-4 at batch 64 (framework overhead dominates) and an 8-layer transformer
 encoder, d512, sequence 512, batch 32 (compute dominates); ``--tiny`` shrinks the transformer (and the step counts)
@@ -84,9 +84,9 @@ def loader(spec: dict[str, Any], device: torch.device) -> DataLoader:
                       pin_memory=device.type == "cuda")
 
 
-def optimizer_for(parameters: Any, device: torch.device) -> torch.optim.Optimizer:
-    """AdamW, the fused kernel on a GPU (the fastest eager step)."""
-    return torch.optim.AdamW(parameters, lr=1e-3, fused=device.type == "cuda" or None)
+def optimizer_for(parameters: Any, spec: dict[str, Any]) -> torch.optim.Optimizer:
+    """AdamW: its fused kernel where ``spec["fused"]`` (the fastest eager step on a GPU), else torch's default."""
+    return torch.optim.AdamW(parameters, lr=1e-3, fused=spec["fused"] or None)
 
 
 def _batches(data: DataLoader) -> Any:
@@ -98,7 +98,7 @@ def hand_loop(spec: dict[str, Any], args: argparse.Namespace, device: torch.devi
     """The eager hand-written loop; returns its steady seconds per step."""
     torch.manual_seed(0)
     net = spec["make"]().to(device)
-    optimizer = optimizer_for(net.parameters(), device)
+    optimizer = optimizer_for(net.parameters(), spec)
     dtype = torch.bfloat16 if args.precision == "bf16-mixed" else None
     batches, start = _batches(loader(spec, device)), 0.0
     for step in range(args.warmup + args.steps):
@@ -132,7 +132,7 @@ class BenchModule(accelkit.Module):
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return optimizer_for(self.parameters(), self.bench_device)
+        return optimizer_for(self.parameters(), self.spec)
 
     def train_dataloader(self) -> DataLoader:
         return loader(self.spec, self.bench_device)
@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", default=None, help="torch.compile mode of the captured step (default: "
                         "reduce-overhead on a GPU, torch.compile's default on a CPU)")
     parser.add_argument("--precision", default=None, help="default: bf16-mixed on a GPU, 32-true on a CPU")
+    parser.add_argument("--adamw", choices=("fused", "foreach"), default=None,
+                        help="AdamW's implementation for every contender (default: fused on a GPU, foreach on a CPU)")
     parser.add_argument("--tiny", action="store_true", help="small transformer and few steps: proves it runs")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -217,12 +219,14 @@ def main(argv: list[str] | None = None) -> int:
     options = {"mode": mode} if mode else True
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     print(f"device: {name}; torch {torch.__version__}; accelkit {accelkit.__version__}; {args.precision}; "
+          f"AdamW {args.adamw or ('fused' if device.type == 'cuda' else 'foreach')}; "
           f"{args.steps} steps after {args.warmup}; {args.rounds} rounds, order rotated; captured step: "
           f"compile_step={options!r}")
     contenders = {"hand": hand_loop, "accelkit": trainer_run(False),
                   f"accelkit compile_step={options!r}": trainer_run(options)}
     for key in args.workloads:
         spec = workload(key, args.tiny)
+        spec["fused"] = (args.adamw or ("fused" if device.type == "cuda" else "foreach")) == "fused"
         for line in report(spec["label"], measure(spec, args, device, contenders)):
             print(line, flush=True)
     return 0

@@ -287,3 +287,10 @@ def test_skipped_batch_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match=r"SkipsABatch.training_step returned None for batch 1: the captured step"):
         trainer.fit(SkipsABatch())
     assert trainer.global_step == 1
+
+
+def test_accumulation_refused_where_graphs_replay(tmp_path: Path) -> None:
+    trainer = quiet_trainer(tmp_path, max_steps=1, accumulate_grad_batches=2, compile_step={"mode": "reduce-overhead"})
+    with pytest.raises(ConfigurationError, match=r"accumulate_grad_batches=2 with compile_step=\{'mode': "
+                                                 r"'reduce-overhead'\}: a mode that replays graphs"):
+        trainer.fit(MLPModule())

@@ -1,6 +1,6 @@
 """The captured training step, ``Trainer(compile_step=True)`` or ``compile_step={...torch.compile options}``.
 
-An automatic-optimization batch is run as two ``torch.compile``d calls instead of the closure of
+An automatic-optimization batch is run as two calls compiled with ``torch.compile`` instead of the closure of
 :class:`~accelkit.loops.optimization.Optimization`:
 
 1. the *forward call*: ``training_step`` and the loss (divided by ``accumulate_grad_batches``), compiled with its
@@ -33,8 +33,8 @@ from accelkit.precision import MixedPrecision, Precision
 from accelkit.strategies.base import Strategy
 from accelkit.utilities.model_helpers import is_overridden
 
-if TYPE_CHECKING:
-    from accelkit.loops.optimization import Optimization
+if TYPE_CHECKING:  # annotations only: optimization.py imports this module
+    import accelkit.loops.optimization
 
 #: Module hooks that run between the forward pass, the backward pass and the optimizer step: the captured step
 #: cannot call them, so a Module that overrides one is refused
@@ -72,6 +72,20 @@ def compile_options(value: Any) -> dict[str, Any] | None:
     return dict(value)
 
 
+def replays_graphs(options: dict[str, Any]) -> bool:
+    """Whether ``torch.compile`` with ``options`` replays captured graphs (a mode of :data:`GRAPH_MODES`, or the
+    ``triton.cudagraphs`` option)."""
+    return options.get("mode") in GRAPH_MODES or bool((options.get("options") or {}).get("triton.cudagraphs"))
+
+
+def _graph_accumulation(options: dict[str, Any], accumulate: int) -> str:
+    """The refusal of ``accumulate_grad_batches`` > 1 in a mode that replays graphs."""
+    return (f"accumulate_grad_batches={accumulate} with compile_step={options!r}: a mode that replays graphs keeps "
+            "a batch's gradients in the graphs' memory, which the next batch's replay reuses, so they cannot be "
+            "summed over batches; use accumulate_grad_batches=1, a mode that does not replay graphs (the "
+            "default), or compile_step=False.")
+
+
 def _precision_refusal(precision: Precision) -> str | None:
     """Why ``precision`` changes the backward pass or the optimizer step (a gradient scaler...), or ``None``."""
     name = getattr(precision, "name", None) or type(precision).__name__
@@ -88,7 +102,7 @@ def _precision_refusal(precision: Precision) -> str | None:
     return None
 
 
-def refusals(optimization: Optimization) -> list[str]:
+def refusals(optimization: accelkit.loops.optimization.Optimization) -> list[str]:
     """Every reason the fit of ``optimization`` cannot run as a captured step, each a sentence naming the hook,
     strategy, precision or setting and what would work (empty when it can)."""
     trainer, module = optimization.trainer, optimization.module
@@ -121,6 +135,9 @@ def refusals(optimization: Optimization) -> list[str]:
         problem = _precision_refusal(precision)
         if problem:
             problems.append(problem)
+    options = trainer.compile_step or {}
+    if replays_graphs(options) and trainer.accumulate_grad_batches > 1:
+        problems.append(_graph_accumulation(options, trainer.accumulate_grad_batches))
     if trainer.profiler is not None:
         problems.append(f"profiler={type(trainer.profiler).__name__} times training_step and the optimizer step "
                         "apart, but the captured step runs them as compiled calls; drop the profiler or pass "
@@ -130,7 +147,7 @@ def refusals(optimization: Optimization) -> list[str]:
 
 class LogRecorder:
     """Stands in for the run's metric store while the forward call runs: ``self.log`` calls are kept in
-    :attr:`calls` (values as traced, tensors being outputs of the compiled call) and replayed afterwards."""
+    ``calls`` (values as traced, tensors being outputs of the compiled call) and replayed afterwards."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
@@ -148,15 +165,14 @@ class CapturedStep:
     :param options: ``torch.compile``'s keyword arguments.
     """
 
-    def __init__(self, optimization: Optimization, options: dict[str, Any]) -> None:
+    def __init__(self, optimization: accelkit.loops.optimization.Optimization, options: dict[str, Any]) -> None:
         self.optimization = optimization
         self.trainer, self.module = optimization.trainer, optimization.module
         self.optimizer = optimization.optimizers[0]
         self.options = options
         self.recorder = LogRecorder()
         self.pass_idx = accepts_positional(self.module.training_step, 2)
-        self.graphs = options.get("mode") in GRAPH_MODES or bool((options.get("options") or {}).get(
-            "triton.cudagraphs"))
+        self.graphs = replays_graphs(options)
         precision = optimization.precision
         self.forward_context = precision.forward_context if is_overridden(
             "forward_context", precision, Precision) else None
@@ -191,6 +207,8 @@ class CapturedStep:
         returned, as it returned it) and whether the optimizer stepped."""
         accumulate = self.optimization.accumulate
         if self.graphs:
+            if accumulate > 1:  # set during the fit (a GradientAccumulationScheduler); refused at setup otherwise
+                raise RuntimeError(_graph_accumulation(self.options, accumulate))
             torch.compiler.cudagraph_mark_step_begin()
         loss, output = self.record(batch, batch_idx, accumulate)
         if loss is None or not isinstance(loss, torch.Tensor):
@@ -239,7 +257,7 @@ class CapturedStep:
                          "'loss'")
 
 
-def captured_step(optimization: Optimization) -> CapturedStep | None:
+def captured_step(optimization: accelkit.loops.optimization.Optimization) -> CapturedStep | None:
     """The captured step of a fit whose Trainer has ``compile_step`` set (``None`` otherwise).
 
     :raises ConfigurationError: listing every reason the fit cannot be captured (:func:`refusals`).
