@@ -13,7 +13,9 @@ every step (progress bar, logger, checkpoints and model summary off):
 * ``hand``: a hand-written eager PyTorch loop (autocast for a ``*-mixed`` precision);
 * ``accelkit``: ``accelkit.Trainer`` with the eager step;
 * ``captured``: ``accelkit.Trainer(compile_step={"mode": MODE})`` (``--mode``; default ``reduce-overhead`` on a
-  GPU, torch.compile's default mode on a CPU).
+  GPU, torch.compile's default mode on a CPU);
+* with ``--hand-compiled``: the hand loop with its loss and optimizer step compiled with the same options, the
+  floor a captured step can hope for.
 
 A contender's time is its steady per-step time inside one fit: the clock is read (after a device synchronisation)
 at the start of step ``--warmup`` and at the end of the fit, so compilation and the first steps are excluded. Every
@@ -116,6 +118,37 @@ def hand_loop(spec: dict[str, Any], args: argparse.Namespace, device: torch.devi
     return (time.perf_counter() - start) / args.steps
 
 
+def hand_compiled(options: dict[str, Any]) -> Callable[[dict[str, Any], argparse.Namespace, torch.device], float]:
+    """A contender: the hand loop with its loss and its optimizer step compiled with ``torch.compile(**options)``
+    (what a user would write by hand; the floor the captured step can hope for)."""
+    def run(spec: dict[str, Any], args: argparse.Namespace, device: torch.device) -> float:
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        net = spec["make"]().to(device)
+        optimizer = optimizer_for(net.parameters(), spec)
+        dtype = torch.bfloat16 if args.precision == "bf16-mixed" else None
+        graphs = options.get("mode") in ("reduce-overhead", "max-autotune")
+        loss_of = torch.compile(lambda x, y: F.cross_entropy(net(x), y), **options)
+        step = torch.compile(optimizer.step, **{k: v for k, v in options.items() if k != "fullgraph"})
+        batches, start = _batches(loader(spec, device)), 0.0
+        for index in range(args.warmup + args.steps):
+            if index == args.warmup:
+                synchronize(device)
+                start = time.perf_counter()
+            if graphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            x, y = (t.to(device, non_blocking=True) for t in next(batches))
+            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                loss = loss_of(x, y)
+            loss.detach()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            step()
+        synchronize(device)
+        return (time.perf_counter() - start) / args.steps
+    return run
+
+
 class BenchModule(accelkit.Module):
     """The accelkit side: the same network, loss, optimizer and loader as :func:`hand_loop`."""
 
@@ -208,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", default=None, help="default: bf16-mixed on a GPU, 32-true on a CPU")
     parser.add_argument("--adamw", choices=("fused", "foreach"), default=None,
                         help="AdamW's implementation for every contender (default: fused on a GPU, foreach on a CPU)")
+    parser.add_argument("--hand-compiled", action="store_true",
+                        help="also time the hand loop with its loss and optimizer step compiled by hand")
     parser.add_argument("--tiny", action="store_true", help="small transformer and few steps: proves it runs")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
@@ -224,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
           f"compile_step={options!r}")
     contenders = {"hand": hand_loop, "accelkit": trainer_run(False),
                   f"accelkit compile_step={options!r}": trainer_run(options)}
+    if args.hand_compiled:
+        contenders[f"hand, torch.compile({options if options is not True else ''})"] = hand_compiled(
+            options if options is not True else {})
     for key in args.workloads:
         spec = workload(key, args.tiny)
         spec["fused"] = (args.adamw or ("fused" if device.type == "cuda" else "foreach")) == "fused"
