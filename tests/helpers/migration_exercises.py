@@ -302,6 +302,7 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "enable_model_summary": lambda t, m: t.enable_model_summary is False,
     "enable_progress_bar": lambda t, m: t.enable_progress_bar is False,
     "inference_mode": lambda t, m: t.inference_mode is True, "max_time": lambda t, m: t.max_time is None,
+    "compile_step": lambda t, m: t.compile_step is None,
     "seed": lambda t, m: isinstance(t.seed, int), "sync_batchnorm": lambda t, m: t.sync_batchnorm is False,
     "use_distributed_sampler": lambda t, m: t.use_distributed_sampler is True,
 }

@@ -193,8 +193,16 @@ def _argument_checks() -> dict[str, Callable[[Path], Any]]:
             r, default_root_dir=r / "elsewhere", enable_checkpointing=True) else False,
         "seed": lambda r: {report["seed"] for report in _spawned(r)} == {7},
         "collective_timeout": lambda r: fit(r, collective_timeout=30)[0].global_step == 2,
+        "compile_step": lambda r: _captured(r),
         "legacy_arguments": lambda r: _unknown_argument_refused(),
     }
+
+
+def _captured(root: Path) -> bool:
+    """A fit with the captured step (torch.compile's ``eager`` backend: traced, not built, so it is quick) steps
+    and logs as the eager one does."""
+    run = fit(root, compile_step={"backend": "eager"})[0]
+    return run.global_step == 2 and run.compile_step == {"backend": "eager"} and "train_loss" in run.callback_metrics
 
 
 def _max_time(root: Path) -> bool:
@@ -227,11 +235,13 @@ def _register_arguments() -> None:
         def run(ws: Workspace, check: Callable[[Path], Any] = check, name: str = name) -> None:
             result = check(ws.root / "spawn-fits" if name in SPAWNED else ws.fresh())
             assert result is True, f"Trainer({name}=...) did not do what Lightning documents (the check: {result!r})"
-        exercise(ARGUMENT, name, slow=name in SPAWNED)(run)
+        exercise(ARGUMENT, name, slow=name in SPAWNED or name in TRACED)(run)
 
 
 #: the arguments whose exercise starts two ddp_spawn workers (once, shared)
 SPAWNED = ("use_distributed_sampler", "seed")
+#: the argument checks that trace a training step with torch.compile (over 5 s: marked slow too)
+TRACED = ("compile_step",)
 
 
 _register_arguments()

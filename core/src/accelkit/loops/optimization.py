@@ -6,6 +6,7 @@ from typing import Any, Callable
 
 import torch
 
+from accelkit.loops.captured import captured_step
 from accelkit.loops.hooks import accepts_positional
 from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.user_code import warn_at
@@ -88,6 +89,8 @@ class Optimization:
         self._loss: Any = None
         self.output: Any = None
         self._warned_skip = False
+        # compile_step (issue 24): the captured step runs automatic batches instead (refused here if it cannot)
+        self.captured = captured_step(self)
 
     # ----------------------------------------------------------------- automatic
     def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -171,6 +174,11 @@ class Optimization:
         """Train on one batch; step the optimizers when ``boundary`` ends the accumulation window. Returns the
         step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
         optimizers stepped."""
+        if self.captured is not None:  # compile_step: loops/captured.py runs the batch
+            output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
+            if stepped:
+                self.trainer.global_step += 1
+            return output, stepped
         if self._plain and boundary and self.accumulate == 1 and self.trainer.gradient_clip_val is None:
             return self._plain_batch(batch, batch_idx)
         self._batch, self._batch_idx = batch, batch_idx
