@@ -129,16 +129,20 @@ def test_apply_worker_result_takes_the_whole_outcome() -> None:
 
 
 def test_snapshot_and_restore_put_the_progress_and_metrics_back() -> None:
-    run = RunState(progress=Progress(current_epoch=1, global_step=5), callback_metrics={"a": 1})
+    hooks = object()
+    run = RunState(progress=Progress(current_epoch=1, global_step=5), callback_metrics={"a": 1},
+                   hooks=hooks)  # type: ignore[arg-type]
     saved = run.snapshot()
+    assert saved.hooks is hooks  # the loop objects are shared, not left out as for a spawned worker
     run.begin(object())  # type: ignore[arg-type]  # a trial
+    trial_progress = run.progress  # what a running loop holds
     run.progress.load_state_dict({"epoch": 0, "global_step": 0})
     run.progress.advance_step()
     run.callback_metrics["b"] = 2
     run.state.fn = "fit"
     run.restore(saved)
-    assert (run.progress.current_epoch, run.progress.global_step) == (1, 5)
-    assert run.callback_metrics == {"a": 1} and run.state.fn is None
+    assert run.progress is trial_progress and (run.progress.current_epoch, run.progress.global_step) == (1, 5)
+    assert run.callback_metrics == {"a": 1} and run.state.fn is None and run.hooks is hooks
 
 
 def test_a_spawned_worker_gets_no_loop_objects() -> None:

@@ -220,7 +220,7 @@ class RunState:
     def snapshot(self) -> RunState:
         """A copy to put back later with :meth:`restore` (the tuner's trials run on the same Trainer): the
         progress, stage and metric dicts copied, the objects (module, optimizers, loops) shared."""
-        saved = copy.copy(self)
+        saved = dataclasses.replace(self)  # (not copy.copy: __getstate__ leaves the loop objects out, for workers)
         saved.progress = copy.deepcopy(self.progress)
         saved.state = copy.copy(self.state)
         saved.callback_metrics = dict(self.callback_metrics)
@@ -230,9 +230,13 @@ class RunState:
         return saved
 
     def restore(self, saved: RunState) -> None:
-        """Put back every field of ``saved`` (a :meth:`snapshot`)."""
+        """Put back every field of ``saved`` (a :meth:`snapshot`); the progress record stays the same object (a
+        loop holding it sees the restored values)."""
         for item in dataclasses.fields(self):
-            setattr(self, item.name, getattr(saved, item.name))
+            if item.name != "progress":
+                setattr(self, item.name, getattr(saved, item.name))
+        for item in dataclasses.fields(Progress):
+            setattr(self.progress, item.name, copy.copy(getattr(saved.progress, item.name)))
 
     def __getstate__(self) -> dict[str, Any]:
         # sent to spawned workers with the Trainer: the loop objects of the caller's last run stay behind
