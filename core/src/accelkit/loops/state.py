@@ -176,22 +176,22 @@ class RunState:
     # The run's loop objects, for the loops that run inside it: there, never ``None``.
     @property
     def active_hooks(self) -> HookCaller:
-        """:attr:`hooks`, during a run (a ``RuntimeError`` outside one)."""
+        """``hooks``, during a run (a ``RuntimeError`` outside one)."""
         return _during_run(self.hooks, "hooks")
 
     @property
     def active_data(self) -> DataConnector:
-        """:attr:`data`, during a run."""
+        """``data``, during a run."""
         return _during_run(self.data, "data")
 
     @property
     def active_publisher(self) -> Publisher:
-        """:attr:`publisher`, during a run."""
+        """``publisher``, during a run."""
         return _during_run(self.publisher, "publisher")
 
     @property
     def active_optimization(self) -> Optimization:
-        """:attr:`optimization`, during a fit."""
+        """``optimization``, during a fit."""
         return _during_run(self.optimization, "optimization")
 
     def begin(self, module: Module, datamodule: DataModule | None = None, ckpt_path: Any = None) -> None:

@@ -44,7 +44,7 @@ __all__ = ["Trainer", "TrainerSnapshot", "TrainerState"]  # TrainerState's home 
 
 @dataclass(frozen=True, eq=False)
 class TrainerSnapshot:
-    """What :meth:`Trainer.snapshot` remembered, for :meth:`Trainer.restore`: the Trainer's attributes (settings,
+    """What :meth:`accelkit.Trainer.snapshot` remembered, for :meth:`accelkit.Trainer.restore`: the Trainer's attributes (settings,
     callbacks, loggers; shallowly) and a copy of its run state (progress, stage, metrics)."""
 
     attributes: dict[str, Any]
