@@ -172,7 +172,7 @@ class FitLoop:
             return f"fast_dev_run={trainer.fast_dev_run} done"
         if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
             return f"max_steps={trainer.max_steps} reached"
-        if self._out_of_time():
+        if self._out_of_time() and trainer.max_time is not None:
             return f"max_time={timedelta(seconds=round(trainer.max_time))} reached"
         if trainer.should_stop and self._minimums_met():
             return _requested_stop(trainer)
