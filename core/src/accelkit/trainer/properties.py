@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
-    from accelkit.trainer.trainer import Trainer
     from accelkit.loops.state import RunState, TrainerState
+    from accelkit.trainer.trainer import Trainer
 
 
 class _AcceleratorConnectorView:
