@@ -68,6 +68,16 @@ def test_restore_names_the_missing_entry() -> None:
         Progress().load_state_dict({"epoch": 1})
 
 
+def test_accumulation_boundaries_end_each_window_and_the_epoch() -> None:
+    progress = Progress()
+    steps = []
+    for batch_idx in range(7):  # 7 batches, windows of 3: steps after batches 2, 5 and the last (6)
+        progress.is_last_batch = batch_idx == 6
+        steps.append(progress.accumulation_boundary(batch_idx, 3))
+    assert [i for i, step in enumerate(steps) if step] == [2, 5, 6]
+    assert all(Progress().accumulation_boundary(i, 1) for i in range(3))
+
+
 def test_continued_keeps_the_counters_and_nothing_else() -> None:
     progress = Progress(**{f.name: _non_default(f.name, f.default if f.default is not dataclasses.MISSING
                                                 else f.default_factory())
@@ -115,7 +125,7 @@ def test_begin_keeps_no_field_of_the_previous_run() -> None:
 
 
 def test_apply_worker_result_takes_the_whole_outcome() -> None:
-    run = RunState(optimizers=[torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)])
+    run = RunState(optimizers=[object()])  # type: ignore[list-item]  # (building an optimizer costs seconds)
     result = WorkerResult(state_dict={"w": torch.zeros(1)}, training_state={"optimizer_states": [{}]},
                           callback_metrics={"loss": torch.tensor(1.0)}, logged_metrics={"loss": torch.tensor(1.0)},
                           progress_bar_metrics={"loss": 1.0}, current_epoch=2, global_step=8, should_stop=True,

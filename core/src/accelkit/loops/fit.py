@@ -250,7 +250,7 @@ class FitLoop:
                 skipped_rest = True
                 break
             if automatic:
-                boundary = accumulate == 1 or (batch_idx + 1) % accumulate == 0 or is_last
+                boundary = progress.accumulation_boundary(batch_idx, accumulate)
                 output, stepped = optim.run_batch(batch, batch_idx, boundary)
                 if stepped:
                     for config in step_scheds:

@@ -79,6 +79,12 @@ class Progress:
         self.current_epoch += 1
         self.epoch_training_done = False
 
+    def accumulation_boundary(self, batch_idx: int, accumulate: int) -> bool:
+        """Whether the optimizer steps after training batch ``batch_idx`` when gradients are summed over
+        ``accumulate`` batches: at the end of each window, and at the epoch's last batch (:attr:`is_last_batch`)
+        whatever the window's length, so no gradient is carried into the next epoch."""
+        return accumulate == 1 or (batch_idx + 1) % accumulate == 0 or self.is_last_batch
+
     def continued(self) -> Progress:
         """A fresh record for the next run of the same Trainer: the step and epoch counters go on (as Lightning's
         loop progress does across ``fit``/``validate``), every flag and batch count starts anew."""
