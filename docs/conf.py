@@ -50,8 +50,10 @@ nitpick_ignore_regex = [(r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
                                    r"DataLoader|Dataset|Sampler|Optimizer|LRScheduler|ArgumentParser)"),
                         # private names (a base class or an annotation may name one; they are not documented)
                         (r"py:.*", r"(.*\.)?_\w+"),
-                        # the loops' internals, which signatures of documented classes may name
-                        (r"py:.*", r"accelkit\.loops\..*")]
+                        # the loops' internals, which signatures of documented classes may name (the run state's
+                        # fields name them by their short names, imported for type checking only)
+                        (r"py:.*", r"accelkit\.loops\..*"),
+                        (r"py:.*", r"(MetricStore|HookCaller|DataConnector|Publisher|Optimization|FitLoop)")]
 
 
 def _same_object_target(app, env, node, contnode):

@@ -587,3 +587,41 @@ def test_a_trainer_and_its_logger_are_freed_after_fit(tmp_path):
     trainer, logger = one_fit()
     gc.collect()
     assert trainer() is None and logger() is None
+
+
+# ------------------------------------------------------------------------------------------------- run state
+READ_ONLY = ("current_epoch", "global_step", "callback_metrics", "logged_metrics", "progress_bar_metrics",
+             "is_last_batch", "num_training_batches", "num_val_batches", "num_sanity_val_batches",
+             "num_test_batches", "num_predict_batches", "state")
+
+
+@pytest.mark.parametrize("name", READ_ONLY)
+def test_progress_names_are_read_only_as_in_lightning(tmp_path: Path, name: str) -> None:
+    trainer = make_trainer(tmp_path)
+    with pytest.raises(AttributeError, match=name):
+        setattr(trainer, name, 3)
+
+
+def test_should_stop_is_settable_as_in_lightning(tmp_path: Path) -> None:
+    class StopAfterFirstBatch(accelkit.Callback):
+        def on_train_batch_end(self, trainer: Any, *args: Any) -> None:
+            trainer.should_stop = True
+
+    trainer = make_trainer(tmp_path, max_epochs=3, callbacks=[StopAfterFirstBatch()])
+    trainer.should_stop = True
+    assert trainer.should_stop is True and trainer.run_state.progress.should_stop is True
+    trainer.fit(RegressionModule(), DataLoader(regression_data(), batch_size=8))
+    assert (trainer.current_epoch, trainer.global_step, trainer.should_stop) == (1, 1, True)
+
+
+def test_snapshot_restore_puts_settings_and_progress_back(tmp_path: Path) -> None:
+    trainer = make_trainer(tmp_path, max_epochs=2, limit_train_batches=2)
+    trainer.fit(RegressionModule(), DataLoader(regression_data(), batch_size=8))
+    saved = trainer.snapshot()
+    trainer.max_epochs, trainer.limits = 5, {**trainer.limits, "fit": 1}
+    trainer.run_state.progress.load_state_dict({"epoch": 0, "global_step": 0})
+    trainer.callback_metrics["trial"] = torch.tensor(1.0)
+    trainer.restore(saved)
+    assert (trainer.max_epochs, trainer.limit_train_batches) == (2, 2)
+    assert (trainer.current_epoch, trainer.global_step) == (2, 4)
+    assert "trial" not in trainer.callback_metrics

@@ -231,6 +231,13 @@ def _root_dir(t: Any) -> Path:
 
 
 #: checks evaluated inside a callback's ``on_train_batch_end`` of the shared run's first fit (after one step)
+def _restored(t: Any) -> bool:
+    """A snapshot taken and put back at once leaves the run where it was (the same progress record)."""
+    progress, saved = t.run_state.progress, t.snapshot()
+    t.restore(saved)
+    return t.run_state.progress is progress and t.global_step == saved.run.progress.global_step
+
+
 TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "accelerator": lambda t, m: isinstance(t.accelerator, accelkit.Accelerator),
     "strategy": lambda t, m: isinstance(t.strategy, accelkit.Strategy) and t.strategy.root_device.type == "cpu",
@@ -295,6 +302,9 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "run_folder": lambda t, m: isinstance(t.run_folder, accelkit.loggers.RunFolder),
     "versioned_loggers": lambda t, m: t.versioned_loggers() == list(t.loggers),  # its CSVLogger
     "run_state": lambda t, m: t.run_state.module is m and list(t.run_state.optimizers) == list(t.optimizers),
+    "snapshot": lambda t, m: t.snapshot().run.progress.global_step == t.global_step,
+    "restore": lambda t, m: _restored(t),
+    "warned_unknown_hooks": lambda t, m: isinstance(t.warned_unknown_hooks, bool),
     # the arguments accelkit keeps as attributes (the shared run's values)
     "benchmark": lambda t, m: t.benchmark is None, "deterministic": lambda t, m: t.deterministic is None,
     "detect_anomaly": lambda t, m: t.detect_anomaly is False,

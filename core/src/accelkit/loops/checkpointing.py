@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.__about__ import __version__
 from accelkit.loops import resume
 from accelkit.module.hparams import checkpoint_entries
 
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
-def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any]:
+
+def dump(trainer: Trainer, module: Any, weights_only: bool = False) -> dict[str, Any]:
     """The checkpoint of the current state. ``weights_only``: the weights, progress and hyperparameters only.
 
     Callback states and ``on_save_checkpoint`` hooks come in Lightning's order: every callback's
@@ -18,15 +21,15 @@ def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any
 
     The weights and optimizer states come from the strategy's ``module_state_dict``/``optimizer_state_dict``
     (a sharding strategy gives this process's shards, which its ``save_checkpoint`` writes as a directory)."""
-    epoch = trainer.current_epoch
+    progress = trainer.run_state.progress.state_dict()
     strategy = trainer.strategy
     model = _model(trainer, module)
     checkpoint: dict[str, Any] = {
         "accelkit_version": __version__,
-        "epoch": epoch,
-        "global_step": trainer.global_step,
+        "epoch": progress["epoch"],
+        "global_step": progress["global_step"],
         "state_dict": strategy.module_state_dict(model),
-        "loops": {"resume_epoch": epoch + (1 if trainer.run_state.epoch_training_done else 0)},
+        "loops": {"resume_epoch": progress["resume_epoch"]},
     }
     datamodule = getattr(trainer, "datamodule", None)
     if not weights_only:
@@ -56,13 +59,13 @@ def dump(trainer: Any, module: Any, weights_only: bool = False) -> dict[str, Any
     return checkpoint
 
 
-def _model(trainer: Any, module: Any) -> Any:
+def _model(trainer: Trainer, module: Any) -> Any:
     """The object the strategy set up around ``module`` (its wrapper, or the sharded module), else ``module``."""
     model = trainer.run_state.model
     return model if model is not None and module is trainer.run_state.module else module
 
 
-def restore_module_and_callbacks(trainer: Any, module: Any, checkpoint: dict[str, Any], model: Any = None) -> None:
+def restore_module_and_callbacks(trainer: Trainer, module: Any, checkpoint: dict[str, Any], model: Any = None) -> None:
     """The Module's ``on_load_checkpoint``, the callbacks' ``on_load_checkpoint`` and states, the DataModule's
     state, then the weights (Lightning's order), through the strategy's ``load_module_state_dict`` into ``model``
     (the set-up module when the strategy restores after setup; ``module`` by default)."""
@@ -84,7 +87,7 @@ def restore_module_and_callbacks(trainer: Any, module: Any, checkpoint: dict[str
                                             strict=module.strict_loading)
 
 
-def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
+def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any]) -> None:
     """Optimizers (through the strategy's ``load_optimizer_state_dict``), schedulers, precision and progress
     (``fit`` only)."""
     optimizers = trainer.optimizers
@@ -107,15 +110,16 @@ def restore_training_state(trainer: Any, checkpoint: dict[str, Any]) -> None:
     trainer.precision.load_state_dict(checkpoint.get("precision", {}))
     loops = checkpoint.get("loops", {})
     found = resume.position(trainer, checkpoint)  # the fit loop continues from there
+    progress = {"epoch": checkpoint["epoch"], "global_step": checkpoint["global_step"]}
     if "resume_epoch" in loops:
-        trainer.current_epoch = int(loops["resume_epoch"])
-    else:  # Lightning's checkpoint: where its loop states say, else the epoch it names
-        trainer.current_epoch = found.epoch if found is not None else int(checkpoint["epoch"])
-    trainer.global_step = int(checkpoint["global_step"])
+        progress["resume_epoch"] = loops["resume_epoch"]
+    elif found is not None:  # Lightning's checkpoint: where its loop states say, else the epoch it names
+        progress["resume_epoch"] = found.epoch
+    trainer.run_state.progress.load_state_dict(progress)
     trainer.run_state.resume_position = found
 
 
-def training_state(trainer: Any) -> dict[str, Any]:
+def training_state(trainer: Trainer) -> dict[str, Any]:
     """Optimizer, scheduler and precision state of ``trainer``'s run: live, or as the last spawned workers
     returned it."""
     run = trainer.run_state

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -11,8 +11,11 @@ from accelkit.loops.hooks import accepts_positional
 from accelkit.loops.metrics import MetricStore
 from accelkit.strategies.sampler import set_epoch
 
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
+
 _NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
-#: the Trainer attribute holding each stage's batches per loader (Lightning's names)
+#: the :class:`~accelkit.loops.state.Progress` field holding each stage's batches per loader (Lightning's names)
 _COUNTS = {"validate": "num_val_batches", "test": "num_test_batches", "sanity_check": "num_sanity_val_batches"}
 
 
@@ -23,7 +26,7 @@ class EvaluationLoop:
     :param stage: ``"validate"``, ``"test"`` or ``"sanity_check"`` (validation whose metrics are discarded).
     """
 
-    def __init__(self, trainer: Any, stage: str) -> None:
+    def __init__(self, trainer: Trainer, stage: str) -> None:
         self.trainer, self.stage = trainer, stage
         self.prefix = _NAMES[stage]
 
@@ -31,11 +34,11 @@ class EvaluationLoop:
             zero_grad: bool = False) -> list[dict[str, float]]:
         """Evaluate every batch of ``loaders`` (up to ``limits``); returns one metrics dict per loader."""
         trainer = self.trainer
-        hooks, data, module = trainer.run_state.hooks, trainer.run_state.data, trainer.lightning_module
+        hooks, data, module = trainer.run_state.active_hooks, trainer.run_state.active_data, trainer.lightning_module
         prefix = self.prefix
         if sum(n if n is not None else 1 for n in limits) == 0:
             return [{} for _ in loaders]
-        setattr(trainer, _COUNTS[self.stage], list(limits))  # what the progress bar counts to
+        setattr(trainer.run_state.progress, _COUNTS[self.stage], list(limits))  # what the progress bar counts to
         step = getattr(module, f"{prefix}_step")
         pass_idx = check_dataloader_idx(step, f"{prefix}_step", len(loaders))
         # Every sub-module's mode, restored afterwards unless the Module overrides on_*_model_train (as Lightning
@@ -82,7 +85,7 @@ class EvaluationLoop:
                 store.dataloader_idx = 0
                 # the sanity check's values reach callback_metrics (its on_validation_end sees them, as in
                 # Lightning) but no logger, and the fit clears them when the check ends
-                logged = trainer.run_state.publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish)
+                logged = trainer.run_state.active_publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish)
                 hooks.call(f"on_{prefix}_end")
         finally:
             store.reset_metric_objects()  # the next validation (or the next epoch's) starts them empty
@@ -132,7 +135,7 @@ class PredictionLoop:
     when the run returns them or a writer writes at the epoch end; batch indices only while there is a writer.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         #: whether the run returns its predictions (``trainer.predict(return_predictions=...)``)
         self.return_predictions = True
@@ -160,13 +163,13 @@ class PredictionLoop:
         from accelkit.loops.batch_indices import track_batch_indices
 
         trainer = self.trainer
-        hooks, data, module = trainer.run_state.hooks, trainer.run_state.data, trainer.lightning_module
+        hooks, data, module = trainer.run_state.active_hooks, trainer.run_state.active_data, trainer.lightning_module
         writers = trainer.prediction_writer_callbacks
         keep = return_predictions or any(w.interval.on_epoch for w in writers)
         self.return_predictions = return_predictions
         self._predictions, self.epoch_batch_indices, self.current_batch_indices = [], [], []
         hooks.module_default("on_predict_model_eval")()
-        trainer.num_predict_batches = list(limits)  # what the progress bar counts to
+        trainer.run_state.progress.num_predict_batches = list(limits)  # what the progress bar counts to
         pass_idx = check_dataloader_idx(module.predict_step, "predict_step", len(loaders))
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")
@@ -199,7 +202,7 @@ class PredictionLoop:
         return result
 
 
-def _grad_off(trainer: Any, inside_fit: bool) -> Any:
+def _grad_off(trainer: Trainer, inside_fit: bool) -> Any:
     """``torch.inference_mode()`` where the Trainer asks and the accelerator allows it, else ``torch.no_grad()``
     (always inside fit: tensors made under inference mode could not be used by training afterwards)."""
     if trainer.inference_mode and not inside_fit and trainer.accelerator.supports_inference_mode:

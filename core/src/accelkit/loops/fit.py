@@ -7,7 +7,7 @@ import time
 from datetime import timedelta
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -21,11 +21,14 @@ from accelkit.strategies.launchers.watchdog import mark
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.model_helpers import is_overridden
 
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
+
 
 class FitLoop:
     """Drives ``fit`` inside one worker, calling the hooks in Lightning's order (see ``docs/hooks.rst``)."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
         self.val_loaders: list[Any] | None = None
         self.val_limits: list[int | None] = []
@@ -49,32 +52,27 @@ class FitLoop:
         module = trainer.lightning_module
         if trainer.limits["validate"] == 0 or not is_overridden("validation_step", module, Module):
             self.val_loaders = None
-            trainer.num_val_batches = []
+            trainer.run_state.progress.num_val_batches = []
             return
-        self.val_loaders = trainer.run_state.data.loaders("val")
-        self.val_limits = trainer.run_state.data.agreed_num_batches(self.val_loaders or [], "val", "validation")
-        trainer.num_val_batches = list(self.val_limits)
+        self.val_loaders = trainer.run_state.active_data.loaders("val")
+        self.val_limits = trainer.run_state.active_data.agreed_num_batches(self.val_loaders or [], "val", "validation")
+        trainer.run_state.progress.num_val_batches = list(self.val_limits)
 
     def run(self) -> None:
         """The whole fit, from ``on_fit_start`` to ``on_fit_end``."""
         trainer = self.trainer
-        hooks = trainer.run_state.hooks
+        hooks = trainer.run_state.active_hooks
         self._resume = trainer.run_state.resume_position
         trainer.run_state.resume_position = None
         if self._resume is not None:
             self.batches_since_val = self._resume.batches_since_val
-        resume_mod.register(trainer, self)
+        trainer.run_state.fit_loop = self  # what a checkpoint's exact-resume position is read from
         self.active = True  # on_fit_start ran before the checkpoint's training state was restored (loops.run)
         sanity = trainer.num_sanity_val_steps
         if sanity != 0 and trainer.limits["validate"] != 0 and \
                 is_overridden("validation_step", trainer.lightning_module, Module):
             self._sanity_check(sanity)
-        train_loaders = trainer.run_state.data.loaders("train")
-        if train_loaders is None:
-            raise ValueError(f"no training data: pass train_dataloaders to fit(), a datamodule, or define "
-                             f"{type(trainer.lightning_module).__name__}.train_dataloader()")
-        self.train_loader = train_loaders[0]
-        trainer.num_training_batches = trainer.run_state.data.agreed_num_batches([self.train_loader], "train", "training")[0]
+        self._load_train()
         if not self._val_requested:
             self._load_val()
         interval, total = trainer.val_check_interval, trainer.num_training_batches
@@ -83,7 +81,7 @@ class FitLoop:
             raise ValueError(f"val_check_interval={interval} must be <= the number of training batches per epoch "
                              f"({total}), or validation would never run; to count batches across epochs set "
                              "check_val_every_n_epoch=None (as in Lightning)")
-        trainer.state.stage = "train"
+        trainer.run_state.state.stage = "train"
         trainer.model.train()  # once: modes the hooks set from here on (a frozen sub-module) are kept
         hooks.call("on_train_start")
         if trainer.num_training_batches == 0:
@@ -93,9 +91,7 @@ class FitLoop:
             while not self._done():
                 if trainer.reload_dataloaders_every_n_epochs and trainer.current_epoch > 0 and \
                         trainer.current_epoch % trainer.reload_dataloaders_every_n_epochs == 0:
-                    self.train_loader = trainer.run_state.data.loaders("train")[0]
-                    trainer.num_training_batches = trainer.run_state.data.agreed_num_batches([self.train_loader], "train",
-                                                                                   "training")[0]
+                    self._load_train()
                     self._load_val()
                 trained = self._epoch()
                 if trained == 0:
@@ -111,9 +107,9 @@ class FitLoop:
 
     def _sanity_check(self, steps: int) -> None:
         trainer = self.trainer
-        trainer.sanity_checking = True
-        trainer.state.stage = "sanity_check"
-        for fn in trainer.run_state.hooks.callback_plan("on_sanity_check_start"):
+        trainer.run_state.progress.sanity_checking = True
+        trainer.run_state.state.stage = "sanity_check"
+        for fn in trainer.run_state.active_hooks.callback_plan("on_sanity_check_start"):
             fn()
         try:
             with isolated_rng():  # turning the sanity check on or off does not change training (Lightning too)
@@ -122,11 +118,24 @@ class FitLoop:
                     limits = [n if steps < 0 else (steps if n is None else min(steps, n)) for n in self.val_limits]
                     EvaluationLoop(trainer, "sanity_check").run(self.val_loaders, limits, inside_fit=True)
         finally:
-            trainer.sanity_checking = False
-        for fn in trainer.run_state.hooks.callback_plan("on_sanity_check_end"):
+            trainer.run_state.progress.sanity_checking = False
+        for fn in trainer.run_state.active_hooks.callback_plan("on_sanity_check_end"):
             fn()
         for values in (trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics):
             values.clear()  # what the sanity check logged is gone before training (Lightning resets them here too)
+
+    def _load_train(self) -> None:
+        """The training loader (again, when it is reloaded) and its batches per epoch, agreed by every process
+        (``trainer.num_training_batches``)."""
+        trainer = self.trainer
+        data = trainer.run_state.active_data
+        train_loaders = data.loaders("train")
+        if train_loaders is None:
+            raise ValueError(f"no training data: pass train_dataloaders to fit(), a datamodule, or define "
+                             f"{type(trainer.lightning_module).__name__}.train_dataloader()")
+        self.train_loader = train_loaders[0]
+        counts = data.agreed_num_batches([self.train_loader], "train", "training")
+        trainer.run_state.progress.num_training_batches = counts[0]
 
     # ----------------------------------------------------------------- stopping
     def _done(self) -> bool:
@@ -163,7 +172,7 @@ class FitLoop:
             return f"fast_dev_run={trainer.fast_dev_run} done"
         if trainer.max_steps != -1 and trainer.global_step >= trainer.max_steps:
             return f"max_steps={trainer.max_steps} reached"
-        if self._out_of_time():
+        if self._out_of_time() and trainer.max_time is not None:
             return f"max_time={timedelta(seconds=round(trainer.max_time))} reached"
         if trainer.should_stop and self._minimums_met():
             return _requested_stop(trainer)
@@ -209,7 +218,7 @@ class FitLoop:
 
     def _epoch(self) -> int:
         trainer = self.trainer
-        hooks, optim, data = trainer.run_state.hooks, trainer.run_state.optimization, trainer.run_state.data
+        hooks, optim, data = trainer.run_state.active_hooks, trainer.run_state.active_optimization, trainer.run_state.active_data
         loader = self.train_loader
         source, start, restore_rng = self._begin_epoch(loader)
         limit = trainer.num_training_batches
@@ -217,11 +226,12 @@ class FitLoop:
         # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
         accumulate = optim.accumulate = trainer.accumulate_grad_batches
         automatic = optim.automatic
-        publisher, log_every = trainer.run_state.publisher, trainer.log_every_n_steps
+        publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
         start_cbs, start_m = hooks.callback_plan("on_train_batch_start"), hooks.module_hook("on_train_batch_start")
         end_cbs, end_m = hooks.callback_plan("on_train_batch_end"), hooks.module_hook("on_train_batch_end")
         step_scheds, epoch_scheds = self._scheduler_plan(automatic)
         metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
+        progress = trainer.run_state.progress
         ran, skipped_rest = 0, False
         self.consumed, self.in_epoch = start, True
         for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
@@ -233,14 +243,14 @@ class FitLoop:
             if marks:  # what this rank is doing, for the watchdog of a distributed run
                 mark("training_step", trainer.global_step, batch_idx)
             metrics.current_batch = batch
-            trainer.is_last_batch = is_last
+            progress.is_last_batch = is_last
             for fn in start_cbs:
                 fn(batch, batch_idx)
             if start_m is not None and start_m(batch, batch_idx) == -1:
                 skipped_rest = True
                 break
             if automatic:
-                boundary = accumulate == 1 or (batch_idx + 1) % accumulate == 0 or is_last
+                boundary = progress.accumulation_boundary(batch_idx, accumulate)
                 output, stepped = optim.run_batch(batch, batch_idx, boundary)
                 if stepped:
                     for config in step_scheds:
@@ -253,7 +263,7 @@ class FitLoop:
                 stepped = trainer.global_step != stepped_before
             self.consumed = batch_idx + 1
             if is_last:
-                trainer.run_state.epoch_training_done = True  # a checkpoint written from here on resumes next epoch
+                progress.epoch_training_done = True  # a checkpoint written from here on resumes next epoch
                 self._step_epoch_schedulers(epoch_scheds)
             for fn in end_cbs:
                 fn(output, batch, batch_idx)
@@ -289,7 +299,7 @@ class FitLoop:
         """A resumed epoch with no batch left (its samples were all trained before the checkpoint, which was
         written on other data) ends as its last batch would have: validation when it is due at the epoch's end."""
         trainer = self.trainer
-        trainer.run_state.epoch_training_done = True
+        trainer.run_state.progress.epoch_training_done = True
         if self.val_loaders and isinstance(trainer.val_check_interval, float) and \
                 self._val_due(start - 1, is_last=True):
             self._validate(zero_grad=False)
@@ -301,7 +311,7 @@ class FitLoop:
         trainer = self.trainer
         set_epoch(loader, trainer.current_epoch)
         trainer.run_state.metrics.reset(training=True)
-        trainer.run_state.epoch_training_done = False
+        trainer.run_state.progress.epoch_training_done = False
         source, start, restore_rng = loader, 0, None
         self.epoch_state = None
         self.epoch_order = resume_mod.EpochOrder(loader)
@@ -309,7 +319,7 @@ class FitLoop:
             source, start, restore_rng = resume_mod.begin_epoch(self, loader, self._resume)
             self._resume = None
         if start == 0:  # as Lightning, not called again when the fit resumes inside the epoch
-            trainer.run_state.hooks.call("on_train_epoch_start")
+            trainer.run_state.active_hooks.call("on_train_epoch_start")
         if self.epoch_state is None:  # once per epoch, right before the loader starts
             self.epoch_state = resume_mod.epoch_start(loader, trainer.accelerator)
         return source, start, restore_rng
@@ -324,13 +334,12 @@ class FitLoop:
 
     def _end_epoch(self, automatic: bool) -> None:
         trainer = self.trainer
-        trainer.run_state.epoch_training_done = True
-        trainer.run_state.publisher.end_epoch(trainer.run_state.hooks, "on_train_epoch_end", monitoring_last=True)
+        trainer.run_state.progress.epoch_training_done = True
+        trainer.run_state.active_publisher.end_epoch(trainer.run_state.active_hooks, "on_train_epoch_end", monitoring_last=True)
         if automatic:  # plateau schedulers step once the epoch's metrics (validation's too) are published
             self._step_epoch_schedulers([c for c in trainer.lr_scheduler_configs
                                          if c.interval == "epoch" and c.reduce_on_plateau])
-        trainer.current_epoch += 1
-        trainer.run_state.epoch_training_done = False
+        trainer.run_state.progress.advance_epoch()
 
     def _step_epoch_schedulers(self, configs: list[Any]) -> None:
         """Step the epoch-interval schedulers in ``configs`` whose ``frequency`` this epoch reaches."""
@@ -338,16 +347,16 @@ class FitLoop:
         for config in configs:
             if (trainer.current_epoch + 1) % config.frequency == 0:
                 step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
-                               trainer.run_state.optimization.scheduler_hook)
+                               trainer.run_state.active_optimization.scheduler_hook)
 
     def _validate(self, zero_grad: bool) -> None:
         trainer = self.trainer
-        trainer.state.stage = "validate"
+        trainer.run_state.state.stage = "validate"
         try:
             EvaluationLoop(trainer, "validate").run(self.val_loaders, self.val_limits, inside_fit=True,
                                                     zero_grad=zero_grad)
         finally:
-            trainer.state.stage = "train"
+            trainer.run_state.state.stage = "train"
 
 
 @contextlib.contextmanager
@@ -371,7 +380,7 @@ def isolated_rng() -> Iterator[None]:
             np.random.set_state(numpy_state)
 
 
-def _requested_stop(trainer: Any) -> str:
+def _requested_stop(trainer: Trainer) -> str:
     """Who set ``trainer.should_stop``: an :class:`~accelkit.callbacks.EarlyStopping` that stopped (its monitor and
     reason), a :class:`~accelkit.callbacks.Timer` out of time, or else the Module or a callback of the user."""
     for callback in trainer.callbacks:

@@ -200,7 +200,7 @@ class Optimization:
             raise RuntimeError(f"{type(self.module).__name__}.optimizer_step did not call the closure: call "
                                "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
         if stepped:
-            self.trainer.global_step += 1
+            self.trainer.run_state.progress.advance_step()
             if not self._plain_step_end:
                 self.strategy.step_end()
         return self.output, stepped
@@ -224,7 +224,7 @@ class Optimization:
         else:
             loss.backward()
         optimizer.step()
-        self.trainer.global_step += 1
+        self.trainer.run_state.progress.advance_step()
         return output, True
 
     def zero_grad(self) -> None:
@@ -298,7 +298,7 @@ class Optimization:
             strategy.optimizer_step(optimizer)  # the strategy steps through the precision (a scaler)
         self._stepped = True
         if not self.automatic:
-            self.trainer.global_step += 1
+            self.trainer.run_state.progress.advance_step()
             if not self._plain_step_end:
                 strategy.step_end()
         return result

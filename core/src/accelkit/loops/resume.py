@@ -31,10 +31,9 @@ import io
 import os
 import random
 import warnings
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
@@ -43,26 +42,15 @@ from accelkit.__about__ import __version__
 from accelkit.checkpoint.files import CheckpointError
 from accelkit.utilities.seed import SEED_WORKERS_ENV, seed_everything, seed_from_environment
 
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
+
 #: the key under ``checkpoint["loops"]`` holding the position (see the module docstring)
 POSITION_KEY = "position"
 
 # the fit loop running for each trainer (not an attribute: a trainer pickled to spawned workers stays light). Weak
 # on both sides: the loop refers to its trainer, so a strong value would keep every trainer (and what it holds:
 # loggers' open files, the module) alive for the rest of the process.
-_LOOPS: weakref.WeakKeyDictionary[Any, weakref.ref] = weakref.WeakKeyDictionary()
-
-
-def register(trainer: Any, loop: Any) -> None:
-    """Make ``loop`` the fit loop whose position checkpoints of ``trainer`` record."""
-    _LOOPS[trainer] = weakref.ref(loop)
-
-
-def _loop_of(trainer: Any) -> Any:
-    """The fit loop registered for ``trainer``, while it exists."""
-    ref = _LOOPS.get(trainer)
-    return ref() if ref is not None else None
-
-
 # ---------------------------------------------------------------------------------------------- random states
 def rng_states(accelerator: Any = None) -> dict[str, Any]:
     """This process's global random states (torch's host generator, NumPy, Python, and the device's through
@@ -171,14 +159,14 @@ def epoch_start(loader: Any, accelerator: Any = None) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------------------- capture (saving)
-def capture(trainer: Any) -> dict[str, Any] | None:
+def capture(trainer: Trainer) -> dict[str, Any] | None:
     """The position of the running fit (``None`` outside one). Every process calls this when a checkpoint is
     written (``Trainer.save_checkpoint`` is collective), so the per-process records are gathered here."""
-    loop = _loop_of(trainer)
+    loop = trainer.run_state.fit_loop
     if loop is None or not loop.active:
         return None
     loader = getattr(loop, "train_loader", None)
-    in_epoch = loop.in_epoch and not trainer.run_state.epoch_training_done
+    in_epoch = loop.in_epoch and not trainer.run_state.progress.epoch_training_done
     record: dict[str, Any] = {"rng": rng_states(trainer.accelerator),
                               "generators": [g.get_state() for g in _generators(loader)] if loader is not None else [],
                               "epoch_start": loop.epoch_state if in_epoch else None}
@@ -193,16 +181,16 @@ def capture(trainer: Any) -> dict[str, Any] | None:
             "remapped": bool(in_epoch and order is not None and order.remapped), "ranks": _gather(trainer, record)}
 
 
-def describe(trainer: Any) -> str:
+def describe(trainer: Trainer) -> str:
     """Where a checkpoint written now resumes, in words (for the line printed when a signal stops the run)."""
-    loop = _loop_of(trainer)
+    loop = trainer.run_state.fit_loop
     epoch = int(trainer.current_epoch)
-    if loop is None or not loop.in_epoch or trainer.run_state.epoch_training_done:
-        return f"it starts epoch {epoch + (1 if getattr(trainer, '_epoch_training_done', False) else 0)}"
+    if loop is None or not loop.in_epoch or trainer.run_state.progress.epoch_training_done:
+        return f"it starts epoch {epoch + (1 if trainer.run_state.progress.epoch_training_done else 0)}"
     return f"it continues with batch {loop.consumed} of epoch {epoch}, as if never stopped"
 
 
-def _gather(trainer: Any, record: dict[str, Any]) -> list[dict[str, Any]]:
+def _gather(trainer: Trainer, record: dict[str, Any]) -> list[dict[str, Any]]:
     """``record`` of every process, in rank order (one exchange of serialized bytes through ``all_gather``)."""
     strategy = trainer.strategy
     if trainer.world_size <= 1:
@@ -240,7 +228,7 @@ class Position:
     remapped: bool = False
 
 
-def position(trainer: Any, checkpoint: dict[str, Any]) -> Position | None:
+def position(trainer: Trainer, checkpoint: dict[str, Any]) -> Position | None:
     """The resume position saved in ``checkpoint`` for this process (``None`` for a checkpoint without one): an
     accelkit position, or the one Lightning's loop states (``loops["fit_loop"]``) give."""
     saved = checkpoint.get("loops", {}).get(POSITION_KEY)

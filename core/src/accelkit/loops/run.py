@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,8 +26,11 @@ from accelkit.module.optimizers import configure_optimizers
 from accelkit.strategies.launchers.result import WorkerResult
 from accelkit.utilities.rank_zero import set_global_rank
 
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
-def prepare_data(trainer: Any, module: Any, datamodule: Any) -> None:
+
+def prepare_data(trainer: Trainer, module: Any, datamodule: Any) -> None:
     """``prepare_data`` of the DataModule, then of the Module (each only if overridden)."""
     if datamodule is not None:
         datamodule.prepare_data()
@@ -35,7 +38,7 @@ def prepare_data(trainer: Any, module: Any, datamodule: Any) -> None:
         module.prepare_data()
 
 
-def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
+def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
               weights_only: bool, prepared: bool, options: dict[str, Any]) -> WorkerResult:
     """Everything one worker does for ``stage`` (``fit``, ``validate``, ``test``, ``predict``): set up, run the
     stage's loop, tear down, and report what the caller needs (:class:`WorkerResult`)."""
@@ -64,26 +67,23 @@ def run_stage(trainer: Any, stage: str, module: Any, datamodule: Any, loaders: d
         strategy.teardown()
 
 
-def _begin(trainer: Any, stage: str, module: Any, datamodule: Any) -> HookCaller:
+def _begin(trainer: Trainer, stage: str, module: Any, datamodule: Any) -> HookCaller:
     """Reset what an earlier run left (Lightning resets its results at every run) and build the hook caller."""
-    trainer.state.fn = stage
-    trainer.state.stage = {"fit": "train"}.get(stage, stage)
+    run = trainer.run_state
+    run.begin(module, datamodule, trainer.ckpt_path)
+    run.state.fn = stage
+    run.state.stage = {"fit": "train"}.get(stage, stage)
     module.trainer = trainer
-    trainer.datamodule = datamodule
     if datamodule is not None:
         datamodule.trainer = trainer
-    trainer.run_state.begin(module)
-    trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics = {}, {}, {}
-    trainer.num_training_batches, trainer.num_val_batches = None, []
-    trainer.num_sanity_val_batches, trainer.num_test_batches, trainer.num_predict_batches = [], [], []
     callbacks = merge_callbacks(trainer, module)
     hooks = trainer.run_state.hooks = HookCaller(trainer, module, callbacks, trainer.profiler, datamodule)
     return hooks
 
 
-def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepared: bool) -> None:
+def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, prepared: bool) -> None:
     """The process and the user's objects, up to ``setup(stage)`` and ``configure_model``."""
-    strategy, hooks = trainer.strategy, trainer.run_state.hooks
+    strategy, hooks = trainer.strategy, trainer.run_state.active_hooks
     strategy.setup_runtime()  # before anything reads root_device
     strategy.setup_environment()
     resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
@@ -99,7 +99,7 @@ def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepar
             prepare_data(trainer, module, datamodule)
         strategy.barrier("prepare_data")
     check_removed_hooks(module, trainer.callbacks)
-    if stage == "fit" and not trainer.run_state.warned_unknown_hooks:
+    if stage == "fit" and not trainer.warned_unknown_hooks:
         warn_unknown_hooks(module, trainer.callbacks)
     hooks.call_datamodule("setup", stage)
     for fn in hooks.callback_plan("setup"):
@@ -108,7 +108,7 @@ def _setup_worker(trainer: Any, stage: str, module: Any, datamodule: Any, prepar
     _configure_model(module)
 
 
-def _agree_on_run_folders(trainer: Any) -> None:
+def _agree_on_run_folders(trainer: Trainer) -> None:
     """Processes started from outside (torchrun, srun) each built their own Trainer: they take global rank zero's
     version folders (spawned workers got them with the Trainer, chosen before the start)."""
     strategy = trainer.strategy
@@ -120,7 +120,7 @@ def _agree_on_run_folders(trainer: Any) -> None:
         folder.version = version
 
 
-def _setup_model(trainer: Any, module: Any, ckpt_path: Any, weights_only: bool) -> tuple[Any, Any]:
+def _setup_model(trainer: Trainer, module: Any, ckpt_path: Any, weights_only: bool) -> tuple[Any, Any]:
     """The strategy's model, with the checkpoint's weights and callback states; returns (module, checkpoint).
 
     A sharding strategy reads its checkpoint after setup, into the module it sharded (restore after setup)."""
@@ -150,7 +150,7 @@ def _read_checkpoint(strategy: Any, ckpt_path: Any, weights_only: bool) -> dict[
     return checkpoint
 
 
-def _log_hyperparams(trainer: Any, module: Any, datamodule: Any) -> None:
+def _log_hyperparams(trainer: Trainer, module: Any, datamodule: Any) -> None:
     from accelkit.module.saving import hparams_to_log
 
     logged = hparams_to_log(module, datamodule)
@@ -160,10 +160,10 @@ def _log_hyperparams(trainer: Any, module: Any, datamodule: Any) -> None:
         logger.log_graph(module)
 
 
-def _run_loop(trainer: Any, stage: str, module: Any, checkpoint: Any, ckpt_path: Any,
+def _run_loop(trainer: Trainer, stage: str, module: Any, checkpoint: Any, ckpt_path: Any,
               options: dict[str, Any]) -> tuple[Any, Any]:
     """The stage's loop; returns (its result, the interrupted-run record or ``None``)."""
-    strategy, hooks, data = trainer.strategy, trainer.run_state.hooks, trainer.run_state.data
+    strategy, hooks, data = trainer.strategy, trainer.run_state.active_hooks, trainer.run_state.active_data
     if stage == "fit":
         optimizers, schedulers = configure_optimizers(module)
         trainer.run_state.optimizers = [strategy.setup_optimizer(o) for o in optimizers]
@@ -193,8 +193,8 @@ def _run_loop(trainer: Any, stage: str, module: Any, checkpoint: Any, ckpt_path:
     return result, None
 
 
-def _teardown(trainer: Any, stage: str, module: Any) -> None:
-    hooks = trainer.run_state.hooks
+def _teardown(trainer: Trainer, stage: str, module: Any) -> None:
+    hooks = trainer.run_state.active_hooks
     hooks.call_datamodule("teardown", stage)
     for fn in hooks.callback_plan("teardown"):
         fn(stage)
@@ -205,7 +205,7 @@ def _teardown(trainer: Any, stage: str, module: Any) -> None:
         trainer.profiler.describe()  # writes or prints the summary, then tears the profiler down
 
 
-def _worker_result(trainer: Any, stage: str, result: Any, interrupted: Any) -> WorkerResult:
+def _worker_result(trainer: Trainer, stage: str, result: Any, interrupted: Any) -> WorkerResult:
     strategy = trainer.strategy
     spawned = stage == "fit" and strategy.launches_workers
     return WorkerResult(
@@ -228,7 +228,7 @@ def _worker_result(trainer: Any, stage: str, result: Any, interrupted: Any) -> W
     )
 
 
-def _on_exception(trainer: Any, datamodule: Any, exc: BaseException) -> None:
+def _on_exception(trainer: Trainer, datamodule: Any, exc: BaseException) -> None:
     from accelkit.strategies.launchers import watchdog
 
     watchdog.explain(exc)  # a distributed run that stalled: which rank was behind, and what each was doing
@@ -245,14 +245,14 @@ def _on_exception(trainer: Any, datamodule: Any, exc: BaseException) -> None:
             logger.finalize("failed")
 
 
-def apply_determinism(trainer: Any) -> None:
+def apply_determinism(trainer: Trainer) -> None:
     """``Trainer(deterministic=..., benchmark=...)`` in this worker: the accelerator's part, then torch's switch."""
     trainer.accelerator.configure_determinism(trainer.deterministic, trainer.benchmark)
     if trainer.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=trainer.deterministic == "warn")
 
 
-def _full_training_state(trainer: Any) -> dict[str, Any]:
+def _full_training_state(trainer: Trainer) -> dict[str, Any]:
     """The training state sent back to the caller: the optimizers' complete states (``full_optimizer_state_dict``:
     every process takes part when they are sharded)."""
     state = dict(training_state(trainer))
@@ -271,7 +271,7 @@ def _configure_model(module: Any) -> None:
         module.configure_model()
 
 
-def _sync_batchnorm(trainer: Any, module: Any) -> Any:
+def _sync_batchnorm(trainer: Trainer, module: Any) -> Any:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -280,7 +280,7 @@ def _sync_batchnorm(trainer: Any, module: Any) -> Any:
     return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
 
 
-def _check_optimization(trainer: Any, module: Any) -> None:
+def _check_optimization(trainer: Trainer, module: Any) -> None:
     import inspect
 
     for opt in trainer.optimizers:
@@ -331,7 +331,7 @@ def _print_results(stage: str, results: list[dict[str, float]]) -> None:
     print(line)
 
 
-def _save_interrupted(trainer: Any, module: Any) -> str:
+def _save_interrupted(trainer: Trainer, module: Any) -> str:
     """Every process stopped after the same step on SIGINT/SIGTERM: save that state; return the line that says
     where it stopped and how to resume."""
     from pathlib import Path

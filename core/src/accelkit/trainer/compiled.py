@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import copy
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 
 def unwrap_compiled(model: Any) -> tuple[Any, CompiledForward | None]:
@@ -75,7 +78,7 @@ class CompiledCall:
         self.__init__(state["module"], state["context"])
 
 
-def run_compiled_stage(compiled: CompiledForward, trainer: Any, stage: str, module: Any, *args: Any) -> Any:
+def run_compiled_stage(compiled: CompiledForward, trainer: Trainer, stage: str, module: Any, *args: Any) -> Any:
     """:func:`accelkit.loops.run.run_stage` with ``module``'s ``forward`` compiled as the user compiled it (in the
     process that runs the work: the caller's, or each spawned worker), then given back its own."""
     from accelkit.loops.run import run_stage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,8 +14,12 @@ from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
 from accelkit.utilities.model_helpers import is_overridden
 
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
-def _best_path(trainer: Any) -> str:
+
+def _best_path(trainer: Trainer) -> str:
     """The best checkpoint of the first checkpoint callback; without a monitor, Lightning's "best" is the latest
     checkpoint, which is ``last.ckpt`` when only that one is kept (the default callback)."""
     callback = trainer.checkpoint_callback
@@ -27,7 +31,7 @@ def _best_path(trainer: Any) -> str:
     return best
 
 
-def _nothing_to_resume(trainer: Any) -> str:
+def _nothing_to_resume(trainer: Trainer) -> str:
     """The first attempt of a run with ``ckpt_path="last"``: where its checkpoint callbacks write the checkpoint the
     next attempt resumes from (the folder of the user's ``ModelCheckpoint``, not a default one)."""
     places = []
@@ -44,7 +48,7 @@ def _nothing_to_resume(trainer: Any) -> str:
             "resumes from the newest one written there.")
 
 
-def claim_run_folders(trainer: Any) -> None:
+def claim_run_folders(trainer: Trainer) -> None:
     """Claim the version folders of the run's loggers (and of :attr:`~accelkit.Trainer.run_folder` when the first
     logger has none) before the run starts: on global rank zero, or in the caller of a strategy that starts
     workers (the other processes take rank zero's). Loggers of one run writing under the same root share one
@@ -62,7 +66,7 @@ def claim_run_folders(trainer: Any) -> None:
             shared[folder.root_dir] = folder.version
 
 
-def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -> Any:
+def _resolve_ckpt(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
     if ckpt_path is None and not model_given and stage != "fit":
         best = _best_path(trainer)
         if best:
@@ -98,7 +102,20 @@ def _resolve_ckpt(trainer: Any, ckpt_path: Any, stage: str, model_given: bool) -
     return ckpt_path
 
 
-def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
+def _take_worker_result(trainer: Trainer, model: Module, output: WorkerResult) -> None:
+    """The work ran in other processes/replicas: bring its outcome back to the caller's objects (the weights into
+    the module, the run state's part in one :meth:`~accelkit.loops.state.RunState.apply_worker_result`, and the
+    callbacks' states: best checkpoint paths...)."""
+    if output.state_dict is not None:
+        model.load_state_dict(output.state_dict)
+    trainer.run_state.apply_worker_result(output)
+    for callback in trainer.callbacks:
+        state = output.callback_states.get(callback.state_key)
+        if state:
+            callback.load_state_dict(state)
+
+
+def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
            weights_only: bool, options: dict[str, Any]) -> Any:
     """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects."""
     from accelkit.loops.run import prepare_data, run_stage
@@ -124,7 +141,7 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
                                       "batch_idx): define it and log the metrics to report with self.log")
     claim_run_folders(trainer)
     ckpt_path = _resolve_ckpt(trainer, ckpt_path, stage, model_given)
-    trainer.ckpt_path = ckpt_path
+    trainer.ckpt_path = ckpt_path  # the run's RunState.begin takes it from here (a spawned worker's too)
     strategy = trainer.strategy
     prepared = False
     if strategy.launches_workers:
@@ -132,32 +149,16 @@ def launch(trainer: Any, stage: str, model: Any, datamodule: Any, loaders: dict[
         prepared = True
         for logger in trainer.loggers:
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
-    trainer.should_stop = False
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
     output: WorkerResult = strategy.launch(*work, trainer, stage, model, datamodule, loaders, ckpt_path,
                                            weights_only, prepared, options)
-    trainer.run_state.warned_unknown_hooks = True
+    trainer.warned_unknown_hooks = True
     model.trainer = trainer  # as after a Lightning run: model.current_epoch/global_step read the trainer
     trainer.run_state.module = model
     trainer.datamodule = datamodule
     if strategy.launches_workers:
-        # The work ran in other processes/replicas: bring its outcome back to the caller's objects.
-        if output.state_dict is not None:
-            model.load_state_dict(output.state_dict)
-            # The optimizers lived in the workers: keep their final state for save_checkpoint() here.
-            trainer.run_state.optimizers, trainer.run_state.schedulers = [], []
-            trainer.run_state.worker_training_state = output.training_state
-        trainer.callback_metrics = output.callback_metrics
-        trainer.logged_metrics = output.logged_metrics
-        trainer.progress_bar_metrics = output.progress_bar_metrics
-        trainer.current_epoch, trainer.global_step = output.current_epoch, output.global_step
-        trainer.should_stop = output.should_stop
-        trainer.run_state.stop_reason = output.stop_reason
-        for callback in trainer.callbacks:
-            state = output.callback_states.get(callback.state_key)
-            if state:
-                callback.load_state_dict(state)
+        _take_worker_result(trainer, model, output)
     if output.interrupted:
         import sys
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 import difflib
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from accelkit.loops.state import RunState, TrainerState
+    from accelkit.trainer.trainer import Trainer
 
 
 class _AcceleratorConnectorView:
     """The one thing callbacks written for Lightning read from Lightning's private ``trainer._accelerator_connector``
     (optuna-integration's pruning callback asks ``is_distributed``); anything else is refused, naming it."""
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: TrainerProperties) -> None:
         self._trainer = trainer
 
     @property
@@ -32,6 +36,8 @@ class _AcceleratorConnectorView:
 
 class TrainerProperties:
     """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers)."""
+
+    run_state: RunState
 
     def __getattr__(self, name: str) -> Any:
         """Only reached for a name the Trainer lacks: fail with a sentence naming it (a callback written for Lightning
@@ -238,11 +244,11 @@ class TrainerProperties:
     def predict_loop(self) -> Any:
         """The prediction loop (:class:`~accelkit.loops.evaluation.PredictionLoop`): what prediction writers read
         during ``predict`` (``predictions``, ``current_batch_indices``, ``epoch_batch_indices``)."""
-        loop = self.__dict__.get("_predict_loop")
+        loop = self.run_state.predict_loop
         if loop is None:
             from accelkit.loops.evaluation import PredictionLoop
 
-            loop = self._predict_loop = PredictionLoop(self)
+            loop = self.run_state.predict_loop = PredictionLoop(cast("Trainer", self))
         return loop
 
     @property
@@ -264,7 +270,104 @@ class TrainerProperties:
         """The folder of the run's checkpoints: that of :attr:`checkpoint_path`."""
         return self.checkpoint_path.parent
 
-    # ----------------------------------------------------------------- progress
+    # ----------------------------------------------------------------- progress (read-only, as in Lightning)
+    @property
+    def current_epoch(self) -> int:
+        """Epochs completed: the epoch running now, from 0 (advanced after the epoch's end hooks)."""
+        return self.run_state.progress.current_epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken (not reset at an epoch's start)."""
+        return self.run_state.progress.global_step
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether a stop was requested; set it (``trainer.should_stop = True``) to stop the fit after the current
+        batch, once ``min_epochs``/``min_steps`` are reached."""
+        return self.run_state.progress.should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        self.run_state.progress.should_stop = bool(value)
+
+    @property
+    def sanity_checking(self) -> bool:
+        """Whether the sanity check's validation is running."""
+        return self.run_state.progress.sanity_checking
+
+    @sanity_checking.setter
+    def sanity_checking(self, value: bool) -> None:
+        self.run_state.progress.sanity_checking = bool(value)
+
+    @property
+    def is_last_batch(self) -> bool:
+        """Whether the training batch running now is the epoch's last."""
+        return self.run_state.progress.is_last_batch
+
+    @property
+    def num_training_batches(self) -> int | None:
+        """Batches per training epoch (``None``: the loader has no length)."""
+        return self.run_state.progress.num_training_batches
+
+    @property
+    def num_val_batches(self) -> list[int | None]:
+        """Validation batches per loader."""
+        return self.run_state.progress.num_val_batches
+
+    @property
+    def num_sanity_val_batches(self) -> list[int | None]:
+        """Sanity-check batches per loader."""
+        return self.run_state.progress.num_sanity_val_batches
+
+    @property
+    def num_test_batches(self) -> list[int | None]:
+        """Test batches per loader."""
+        return self.run_state.progress.num_test_batches
+
+    @property
+    def num_predict_batches(self) -> list[int | None]:
+        """Prediction batches per loader."""
+        return self.run_state.progress.num_predict_batches
+
+    @property
+    def callback_metrics(self) -> dict[str, Any]:
+        """The latest logged values (CPU scalar tensors), as callbacks (``EarlyStopping``...) read them."""
+        return self.run_state.callback_metrics
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        """The values sent to the loggers."""
+        return self.run_state.logged_metrics
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The values the progress bar shows."""
+        return self.run_state.progress_bar_metrics
+
+    @property
+    def state(self) -> TrainerState:
+        """What the Trainer is doing: the entry point (``state.fn``) and the loop running now (``state.stage``)."""
+        return self.run_state.state
+
+    @property
+    def datamodule(self) -> Any:
+        """The DataModule of the latest run (``None`` without one)."""
+        return self.run_state.datamodule
+
+    @datamodule.setter
+    def datamodule(self, value: Any) -> None:
+        self.run_state.datamodule = value
+
+    @property
+    def ckpt_path(self) -> Any:
+        """The checkpoint the latest run loaded (``None`` without one)."""
+        return self.run_state.ckpt_path
+
+    @ckpt_path.setter
+    def ckpt_path(self, value: Any) -> None:
+        self.run_state.ckpt_path = value
+
     @property
     def training(self) -> bool:
         """Whether the training loop is running."""
@@ -352,7 +455,8 @@ class TrainerProperties:
         batches = self.num_training_batches
         if batches is None and self.run_state.data is not None:
             loaders = self.run_state.data.loaders("train")
-            batches = self.num_training_batches = self.run_state.data.num_batches(loaders[0], "train") if loaders else 0
+            batches = self.run_state.data.num_batches(loaders[0], "train") if loaders else 0
+            self.run_state.progress.num_training_batches = batches
         if batches is None:
             return float("inf")
         total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs

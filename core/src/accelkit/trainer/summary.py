@@ -5,7 +5,10 @@ progress bar (not with ``enable_progress_bar=False`` or ``barebones=True``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 
 def _number(value: Any) -> str:
@@ -15,7 +18,7 @@ def _number(value: Any) -> str:
         return str(value)
 
 
-def fit_summary(trainer: Any, elapsed: float | None = None) -> list[str]:
+def fit_summary(trainer: Trainer, elapsed: float | None = None) -> list[str]:
     """The end-of-fit lines of ``trainer``'s latest fit (without the ``accelkit:`` prefix): why it stopped, its
     epochs, steps, time (``elapsed`` seconds, when given) and ``callback_metrics``; the folder of each checkpoint
     callback with the files it wrote last and best; the logs' folder when the run has a logger."""
@@ -36,7 +39,7 @@ def fit_summary(trainer: Any, elapsed: float | None = None) -> list[str]:
     return lines
 
 
-def print_fit_summary(trainer: Any, elapsed: float | None = None) -> None:
+def print_fit_summary(trainer: Trainer, elapsed: float | None = None) -> None:
     """Print :func:`fit_summary` on standard output, each line after ``accelkit:``, on global rank zero only."""
     if trainer.is_global_zero:
         for line in fit_summary(trainer, elapsed):

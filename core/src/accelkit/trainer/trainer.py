@@ -16,7 +16,7 @@ from accelkit.callbacks.base import Callback
 from accelkit.callbacks.progress.default import configure_progress_bar
 from accelkit.errors import ConfigurationError
 from accelkit.loops.captured import compile_options
-from accelkit.loops.state import RunState
+from accelkit.loops.state import RunState, TrainerState
 from accelkit.profilers import resolve_profiler
 from accelkit.plugins.compose import Composition, compose, named_callbacks, named_profiler, print_notices
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
@@ -40,13 +40,16 @@ from accelkit.trainer.summary import print_fit_summary
 from accelkit.utilities.seed import seed_from_environment
 
 
-@dataclass
-class TrainerState:
-    """What the Trainer is doing: ``fn`` is the entry point (``"fit"``, ``"validate"``, ``"test"``,
-    ``"predict"``); ``stage`` the loop running now (``"train"``, ``"sanity_check"``, ``"validate"``, ...)."""
+__all__ = ["Trainer", "TrainerSnapshot", "TrainerState"]  # TrainerState's home is accelkit.loops.state
 
-    fn: str | None = None
-    stage: str | None = None
+
+@dataclass(frozen=True, eq=False)
+class TrainerSnapshot:
+    """What :meth:`accelkit.Trainer.snapshot` remembered, for :meth:`accelkit.Trainer.restore`: the Trainer's attributes (settings,
+    callbacks, loggers; shallowly) and a copy of its run state (progress, stage, metrics)."""
+
+    attributes: dict[str, Any]
+    run: RunState
 
 
 class Trainer(TrainerProperties):
@@ -259,25 +262,24 @@ class Trainer(TrainerProperties):
         return composition
 
     def _reset_run_state(self) -> None:
-        self.current_epoch = 0
-        self.global_step = 0
-        self.callback_metrics: dict[str, Any] = {}
-        self.logged_metrics: dict[str, Any] = {}
-        self.progress_bar_metrics: dict[str, float] = {}
-        self.should_stop = False
-        self.sanity_checking = False
-        self.is_last_batch = False
-        self.num_training_batches: int | None = None
-        self.num_val_batches: list[int | None] = []
-        #: batches per loader of the sanity check, the test and the prediction run (``None``: no length)
-        self.num_sanity_val_batches: list[int | None] = []
-        self.num_test_batches: list[int | None] = []
-        self.num_predict_batches: list[int | None] = []
-        self.state = TrainerState()
-        self.datamodule: Any = None
-        self.ckpt_path: Any = None
-        #: what the latest run holds (module, optimizers, metrics, loop objects): see :class:`~accelkit.loops.state.RunState`
+        #: what the latest run holds (module, metrics, progress, loop objects): :class:`~accelkit.loops.state.RunState`;
+        #: the Trainer's ``current_epoch``, ``global_step``, ``callback_metrics``... are properties over it
         self.run_state = RunState()
+        #: the misspelled-hook warning was given once for this Trainer (not again at its next fit)
+        self.warned_unknown_hooks = False
+
+    def snapshot(self) -> TrainerSnapshot:
+        """Remember this Trainer's settings and run state, to put back with :meth:`restore` (the tuner runs its trials
+        on the user's Trainer, with settings of its own, and leaves it as it found it)."""
+        return TrainerSnapshot(attributes=dict(vars(self)), run=self.run_state.snapshot())
+
+    def restore(self, snapshot: TrainerSnapshot) -> None:
+        """Put back what :meth:`snapshot` remembered: every attribute as it was (an attribute set since is removed)
+        and the run state's progress, stage, metrics and objects."""
+        attributes = vars(self)
+        attributes.clear()
+        attributes.update(snapshot.attributes)
+        self.run_state.restore(snapshot.run)
 
     # ----------------------------------------------------------------- composition
     @property

@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import numbers
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
@@ -32,6 +32,9 @@ from accelkit.tuner.session import (
     is_datamodule,
     set_attribute,
 )
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 #: how the batch size is searched
 MODES = ("power", "binsearch")
@@ -61,16 +64,16 @@ class _TrialWatch(Callback):
             except TypeError:
                 self.lengths.append(None)
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Any) -> None:
         self.note(trainer.train_dataloader)
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: Any) -> None:
         self.note(trainer.val_dataloaders)
 
-    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: Any) -> None:
         self.note(trainer.test_dataloaders)
 
-    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: Any) -> None:
         self.note(trainer.predict_dataloaders)
 
 
@@ -190,7 +193,7 @@ def _search(session: TuningSession, run_trial: Callable[[], Any], watch: _TrialW
     return low if samples is None else min(low, samples)
 
 
-def scale_batch_size(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
+def scale_batch_size(trainer: Trainer, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
                      dataloaders: Any = None, datamodule: Any = None, method: str = "fit", mode: str = "power",
                      steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
                      batch_arg_name: str = "batch_size", margin: float = DEFAULT_MARGIN,
@@ -215,12 +218,11 @@ def scale_batch_size(trainer: Any, model: Any, train_dataloaders: Any = None, va
             "loaders from it, or name the attribute with batch_arg_name=")
     original = get_attribute(holders, batch_arg_name)
     watch = _TrialWatch()
-    limit = {"fit": "limit_validate", "validate": "limit_validate", "test": "limit_test",
-             "predict": "limit_predict"}[method]
+    limit = {"fit": "validate"}.get(method, method)
     found = None
     with TuningSession(trainer, model, watch) as session:
         session.configure(max_steps=steps_per_trial, max_epochs=-1, num_sanity_val_steps=steps_per_trial,
-                          val_check_interval=1.0, check_val_every_n_epoch=1, **{limit: steps_per_trial})
+                          val_check_interval=1.0, check_val_every_n_epoch=1, limits={limit: steps_per_trial})
         try:
             found = _search(session, _trial(trainer, model, method, val_dataloaders, datamodule), watch, holders,
                             batch_arg_name, mode, init_val, max_trials, max_val)
@@ -234,7 +236,7 @@ def scale_batch_size(trainer: Any, model: Any, train_dataloaders: Any = None, va
     return found
 
 
-def _trial(trainer: Any, model: Any, method: str, val_dataloaders: Any, datamodule: Any) -> Callable[[], Any]:
+def _trial(trainer: Trainer, model: Any, method: str, val_dataloaders: Any, datamodule: Any) -> Callable[[], Any]:
     if method == "fit":
         return lambda: trainer.fit(model, val_dataloaders=val_dataloaders, datamodule=datamodule)
     if method == "validate":

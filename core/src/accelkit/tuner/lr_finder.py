@@ -13,13 +13,16 @@ import copy
 import math
 import numbers
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 from accelkit.tuner.session import TuningSession, attribute_holders, check_tunable, set_attribute
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 #: how the learning rate grows from ``min_lr`` to ``max_lr``
 MODES = ("exponential", "linear")
@@ -136,7 +139,7 @@ class _LRSweep(Callback):
         self._average = 0.0
         self._best = math.inf
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Any) -> None:
         optimizers = list(trainer.optimizers)
         if len(optimizers) != 1:
             raise ConfigurationError(f"Tuner.lr_find() sweeps the learning rate of one optimizer, and "
@@ -148,13 +151,13 @@ class _LRSweep(Callback):
         # The sweep sets the learning rate itself: the module's schedulers do not step during it.
         trainer.lr_scheduler_configs.clear()
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
         lr = self.finder.lr_at(trainer.global_step)
         for optimizer in self.optimizers:
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             self._window.append(float(loss.detach().float().mean()))
@@ -164,7 +167,7 @@ class _LRSweep(Callback):
         self._record(trainer, sum(self._window) / len(self._window))
         self._window = []
 
-    def _record(self, trainer: Any, loss: float) -> None:
+    def _record(self, trainer: Trainer, loss: float) -> None:
         finder = self.finder
         count = len(finder.raw_losses)
         self._average = self.beta * self._average + (1 - self.beta) * loss
@@ -218,7 +221,7 @@ def lr_attribute(model: Any, attr_name: str) -> tuple[str, list[tuple[str, Any]]
                          "lr_finder.suggestion() yourself")
 
 
-def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
+def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
             datamodule: Any = None, min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100,
             mode: str = "exponential", early_stop_threshold: float | None = 4.0, update_attr: bool = True,
             attr_name: str = "") -> LRFinder | None:
@@ -236,7 +239,7 @@ def lr_find(trainer: Any, model: Any, train_dataloaders: Any = None, val_dataloa
     finder = LRFinder(mode, float(min_lr), float(max_lr), num_training)
     sweep = _LRSweep(finder, early_stop_threshold)
     with TuningSession(trainer, model, sweep) as session:
-        session.configure(max_steps=num_training, max_epochs=-1, num_sanity_val_steps=0, limit_validate=0)
+        session.configure(max_steps=num_training, max_epochs=-1, num_sanity_val_steps=0, limits={"validate": 0})
         try:
             trainer.fit(model, train_dataloaders, datamodule=datamodule)
         finally:

@@ -13,17 +13,22 @@ Trainer settings changed for the occasion, and leave the Trainer and the module 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelkit.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from accelkit.callbacks.base import Callback
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer, TrainerSnapshot
+
 #: the stages a tuner's trials can run
 METHODS = ("fit", "validate", "test", "predict")
 
 
-def check_tunable(trainer: Any, what: str) -> None:
+def check_tunable(trainer: Trainer, what: str) -> None:
     """Refuse a Trainer whose strategy runs several processes (or starts its own): the trials run one after the
     other in this process, and their outcome (an out-of-memory error, the loss of each step) must be seen here."""
     strategy = trainer.strategy
@@ -101,26 +106,26 @@ def set_attribute(holders: list[tuple[str, Any]], name: str, value: Any) -> None
 class TuningSession:
     """Run trials on ``trainer`` and ``model``, then put both back as they were.
 
-    On entry, everything the Trainer holds is remembered (its attributes, shallowly: settings, counters,
-    callbacks, loggers, the optimizers of an earlier fit), as are the module's weights (a copy on the host),
+    On entry, everything the Trainer holds is remembered (:meth:`~accelkit.Trainer.snapshot`: its settings,
+    callbacks and loggers, its run state's counters, metrics and the optimizers of an earlier fit), as are the module's weights (a copy on the host),
     train/eval modes and ``requires_grad`` flags, and its ``trainer``. The trials then run with the settings of
     :meth:`configure` (no loggers, no progress bar or summary, only the tuner's own callback, the module's
     ``configure_callbacks()`` not consulted) and their own step and epoch counters. On exit, all of it is put
-    back, whether the trials succeeded or raised. :meth:`restore_weights` puts the weights back between trials.
+    back (:meth:`~accelkit.Trainer.restore`), whether the trials succeeded or raised. :meth:`restore_weights` puts the weights back between trials.
     """
 
-    def __init__(self, trainer: Any, model: Any, callback: Any) -> None:
+    def __init__(self, trainer: Trainer, model: Module, callback: Callback) -> None:
         self.trainer, self.model, self.callback = trainer, model, callback
-        self._trainer_state: dict[str, Any] = {}
+        self._snapshot: TrainerSnapshot | None = None
         self._weights: dict[str, torch.Tensor] = {}
         self._modes: list[tuple[torch.nn.Module, bool]] = []
         self._grads: list[tuple[torch.nn.Parameter, bool]] = []
-        self._module_trainer: Any = None
+        self._module_trainer: Trainer | None = None
         self._shadowed: Any = None
 
     def __enter__(self) -> TuningSession:
         trainer, model = self.trainer, self.model
-        self._trainer_state = dict(vars(trainer))
+        self._snapshot = trainer.snapshot()
         self._module_trainer = model.trainer
         # on the host, so the copy takes no device memory from the trials (lazy parameters have nothing to copy)
         self._weights = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
@@ -138,23 +143,30 @@ class TuningSession:
         trainer.min_epochs = trainer.min_steps = None
         return self
 
-    def configure(self, **settings: Any) -> None:
-        """Set Trainer attributes for the trials (``limits`` entries by ``limit_<stage>`` keys); the step and
-        epoch counters start again from zero."""
+    def configure(self, *, max_steps: int, max_epochs: int, num_sanity_val_steps: int,
+                  val_check_interval: int | float | None = None, check_val_every_n_epoch: int | None = None,
+                  limits: dict[str, int] | None = None) -> None:
+        """The Trainer's settings for the trials: their length, the sanity check, when they validate (``None``:
+        as the Trainer says) and the batch limits of some stages (``{"validate": 3}``: ``limit_val_batches=3``);
+        the step and epoch counters start again from zero."""
         trainer = self.trainer
-        limits = dict(trainer.limits)
-        for key, value in settings.items():
-            if key.startswith("limit_"):
-                limits[key[len("limit_"):]] = value
-            else:
-                setattr(trainer, key, value)
-        trainer.limits = limits
+        trainer.max_steps = max_steps
+        trainer.max_epochs = max_epochs
+        trainer.num_sanity_val_steps = num_sanity_val_steps
+        if val_check_interval is not None:
+            trainer.val_check_interval = val_check_interval
+        if check_val_every_n_epoch is not None:
+            trainer.check_val_every_n_epoch = check_val_every_n_epoch
+        unknown = sorted(set(limits or {}) - set(trainer.limits))
+        if unknown:
+            raise ValueError(f"TuningSession.configure(limits=...): no stage {unknown[0]!r}; use "
+                             f"{', '.join(map(repr, trainer.limits))}")
+        trainer.limits = {**trainer.limits, **(limits or {})}
         self.reset_counters()
 
     def reset_counters(self) -> None:
-        """Each trial starts at step 0 of epoch 0 (``max_steps`` counts from there)."""
-        self.trainer.global_step = 0
-        self.trainer.current_epoch = 0
+        """Each trial starts at step 0 of epoch 0 (``max_steps`` counts from there), no stop requested."""
+        self.trainer.run_state.progress.load_state_dict({"epoch": 0, "global_step": 0})
         self.trainer.should_stop = False
 
     def restore_weights(self) -> None:
@@ -179,9 +191,8 @@ class TuningSession:
             else:
                 object.__setattr__(model, "configure_callbacks", self._shadowed)
             model.trainer = self._module_trainer
-            state = vars(trainer)
-            state.clear()
-            state.update(self._trainer_state)
+            if self._snapshot is not None:
+                trainer.restore(self._snapshot)
 
 
 def _no_callbacks() -> list[Any]:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.tuner.batch_size_scaling import scale_batch_size
 from accelkit.tuner.lr_finder import LRFinder, lr_find
 from accelkit.tuner.session import check_method
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 
 class Tuner:
@@ -26,7 +29,7 @@ class Tuner:
     :param trainer: the Trainer whose accelerator, precision and settings the trials use.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         from accelkit import Trainer
 
         if not isinstance(trainer, Trainer):

@@ -1,0 +1,160 @@
+"""The run's state and progress (``accelkit.loops.state``), tested on their own: no Trainer, no fit."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+import torch
+from accelkit.loops.metrics import MetricStore
+from accelkit.loops.state import CARRIED_FIELDS, Progress, RunState, TrainerState
+from accelkit.strategies.launchers.result import WorkerResult
+
+
+def _non_default(name: str, value: object) -> object:
+    """A value unlike the field's default (the default's type where it matters)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 7
+    if isinstance(value, list):
+        return [3, None]
+    if isinstance(value, dict):
+        return {f"{name}/stale": 1.0}
+    if isinstance(value, TrainerState):
+        return TrainerState(fn="fit", stage="validate")
+    if isinstance(value, MetricStore):
+        return MetricStore()
+    return object()  # None or an object: a sentinel
+
+
+# ------------------------------------------------------------------------------------------------- Progress
+def test_advance_step_and_epoch_are_the_counters_writers() -> None:
+    progress = Progress()
+    for _ in range(3):
+        progress.advance_step()
+    progress.epoch_training_done = True
+    progress.advance_epoch()
+    assert (progress.current_epoch, progress.global_step) == (1, 3)
+    assert progress.epoch_training_done is False  # the next epoch starts with none of its batches done
+
+
+def test_state_dict_round_trip() -> None:
+    progress = Progress(current_epoch=4, global_step=37)
+    restored = Progress()
+    restored.load_state_dict(progress.state_dict())
+    assert (restored.current_epoch, restored.global_step) == (4, 37)
+    assert progress.state_dict() == {"epoch": 4, "global_step": 37, "resume_epoch": 4}
+
+
+def test_a_checkpoint_after_the_epochs_batches_resumes_at_the_next_epoch() -> None:
+    progress = Progress(current_epoch=2, global_step=10, epoch_training_done=True)
+    state = progress.state_dict()
+    assert (state["epoch"], state["resume_epoch"]) == (2, 3)
+    restored = Progress(epoch_training_done=True)
+    restored.load_state_dict(state)
+    assert (restored.current_epoch, restored.global_step, restored.epoch_training_done) == (3, 10, False)
+
+
+def test_restore_without_resume_epoch_continues_the_named_epoch() -> None:
+    progress = Progress()
+    progress.load_state_dict({"epoch": 5, "global_step": "12"})  # a Lightning checkpoint's entries
+    assert (progress.current_epoch, progress.global_step) == (5, 12)
+
+
+def test_restore_names_the_missing_entry() -> None:
+    with pytest.raises(KeyError, match="'global_step'"):
+        Progress().load_state_dict({"epoch": 1})
+
+
+def test_accumulation_boundaries_end_each_window_and_the_epoch() -> None:
+    progress = Progress()
+    steps = []
+    for batch_idx in range(7):  # 7 batches, windows of 3: steps after batches 2, 5 and the last (6)
+        progress.is_last_batch = batch_idx == 6
+        steps.append(progress.accumulation_boundary(batch_idx, 3))
+    assert [i for i, step in enumerate(steps) if step] == [2, 5, 6]
+    assert all(Progress().accumulation_boundary(i, 1) for i in range(3))
+
+
+def test_continued_keeps_the_counters_and_nothing_else() -> None:
+    progress = Progress(**{f.name: _non_default(f.name, f.default if f.default is not dataclasses.MISSING
+                                                else f.default_factory())
+                           for f in dataclasses.fields(Progress)})
+    nxt = progress.continued()
+    fresh = Progress()
+    for item in dataclasses.fields(Progress):
+        expected = getattr(progress, item.name) if item.name in ("current_epoch", "global_step") \
+            else getattr(fresh, item.name)
+        assert getattr(nxt, item.name) == expected, item.name
+
+
+# ------------------------------------------------------------------------------------------------- RunState
+def _stale_run_state() -> RunState:
+    """A run state whose every field differs from a fresh one's."""
+    run = RunState()
+    for item in dataclasses.fields(RunState):
+        setattr(run, item.name, _non_default(item.name, getattr(run, item.name)))
+    run.progress = Progress(current_epoch=3, global_step=30, should_stop=True, is_last_batch=True,
+                            num_val_batches=[4])
+    return run
+
+
+def test_begin_keeps_no_field_of_the_previous_run() -> None:
+    run = _stale_run_state()
+    before = {item.name: getattr(run, item.name) for item in dataclasses.fields(RunState)}
+    module, datamodule = object(), object()
+    run.begin(module, datamodule, "last.ckpt")  # type: ignore[arg-type]
+    fresh = RunState()
+    for item in dataclasses.fields(RunState):
+        now = getattr(run, item.name)
+        if item.name in ("module", "datamodule", "ckpt_path"):
+            continue
+        if item.name == "progress":
+            assert now is not before["progress"]
+            assert (now.current_epoch, now.global_step) == (3, 30)  # the counters go on
+            assert (now.should_stop, now.is_last_batch, now.num_val_batches) == (False, False, [])
+        elif item.name in CARRIED_FIELDS:
+            assert now is before[item.name], item.name
+        elif item.name == "metrics":
+            assert isinstance(now, MetricStore) and now is not before["metrics"]
+        else:
+            assert now == getattr(fresh, item.name), f"{item.name} survived RunState.begin"
+    assert (run.module, run.datamodule, run.ckpt_path) == (module, datamodule, "last.ckpt")
+
+
+def test_apply_worker_result_takes_the_whole_outcome() -> None:
+    run = RunState(optimizers=[object()])  # type: ignore[list-item]  # (building an optimizer costs seconds)
+    result = WorkerResult(state_dict={"w": torch.zeros(1)}, training_state={"optimizer_states": [{}]},
+                          callback_metrics={"loss": torch.tensor(1.0)}, logged_metrics={"loss": torch.tensor(1.0)},
+                          progress_bar_metrics={"loss": 1.0}, current_epoch=2, global_step=8, should_stop=True,
+                          stop_reason="max_epochs=2 reached")
+    run.apply_worker_result(result)
+    assert (run.progress.current_epoch, run.progress.global_step, run.progress.should_stop) == (2, 8, True)
+    assert run.callback_metrics is result.callback_metrics and run.progress_bar_metrics == {"loss": 1.0}
+    assert run.optimizers == [] and run.worker_training_state == {"optimizer_states": [{}]}
+    assert run.stop_reason == "max_epochs=2 reached"
+
+
+def test_snapshot_and_restore_put_the_progress_and_metrics_back() -> None:
+    hooks = object()
+    run = RunState(progress=Progress(current_epoch=1, global_step=5), callback_metrics={"a": 1},
+                   hooks=hooks)  # type: ignore[arg-type]
+    saved = run.snapshot()
+    assert saved.hooks is hooks  # the loop objects are shared, not left out as for a spawned worker
+    run.begin(object())  # type: ignore[arg-type]  # a trial
+    trial_progress = run.progress  # what a running loop holds
+    run.progress.load_state_dict({"epoch": 0, "global_step": 0})
+    run.progress.advance_step()
+    run.callback_metrics["b"] = 2
+    run.state.fn = "fit"
+    run.restore(saved)
+    assert run.progress is trial_progress and (run.progress.current_epoch, run.progress.global_step) == (1, 5)
+    assert run.callback_metrics == {"a": 1} and run.state.fn is None and run.hooks is hooks
+
+
+def test_a_spawned_worker_gets_no_loop_objects() -> None:
+    run = RunState(hooks=object(), fit_loop=object(), progress=Progress(global_step=4))  # type: ignore[arg-type]
+    copied = pickle.loads(pickle.dumps(run))
+    assert copied.hooks is None and copied.fit_loop is None and copied.progress.global_step == 4
