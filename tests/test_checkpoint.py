@@ -132,6 +132,32 @@ def test_missing_ckpt_path_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore:ModelCheckpoint. the folder changed")  # the resumed fit writes elsewhere
+def test_a_checkpoint_set_on_the_trainer_is_loaded_by_the_next_stages_as_in_lightning(tmp_path):
+    def trainer_for(folder: Path) -> accelkit.Trainer:
+        return accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                                enable_model_summary=False, default_root_dir=folder)
+
+    first = trainer_for(tmp_path / "a")
+    trained = RegressionModule()
+    first.fit(trained)
+    path = first.checkpoint_callback.last_model_path
+    trainer = trainer_for(tmp_path / "b")
+    trainer.ckpt_path = path
+    assert trainer.requested_ckpt_path == path
+    fresh = RegressionModule()
+    trainer.validate(fresh)  # given no ckpt_path: loads the one set above
+    assert trainer.ckpt_path == path
+    torch.testing.assert_close(fresh.layer.weight, trained.layer.weight, rtol=0, atol=0)
+    trainer.test(RegressionModule())  # and the stage after it too
+    assert trainer.ckpt_path == path
+    with pytest.warns(UserWarning, match=r"trainer.ckpt_path was set to .*test\(ckpt_path=.*is loaded"):
+        trainer.test(RegressionModule(), ckpt_path=path)
+    assert trainer.requested_ckpt_path is None
+    trainer.validate(RegressionModule())
+    assert trainer.ckpt_path is None  # the request ended when a stage was given its own checkpoint
+
+
+@pytest.mark.filterwarnings("ignore:ModelCheckpoint. the folder changed")  # the resumed fit writes elsewhere
 def test_each_stage_given_a_checkpoint_says_which_file_it_loaded(tmp_path, capsys):
     trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
                                enable_model_summary=False, default_root_dir=tmp_path)

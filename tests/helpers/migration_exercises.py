@@ -305,6 +305,7 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "snapshot": lambda t, m: t.snapshot().run.progress.global_step == t.global_step,
     "restore": lambda t, m: _restored(t),
     "warned_unknown_hooks": lambda t, m: isinstance(t.warned_unknown_hooks, bool),
+    "requested_ckpt_path": lambda t, m: t.requested_ckpt_path is None,  # the shared run sets no trainer.ckpt_path
     # the arguments accelkit keeps as attributes (the shared run's values)
     "benchmark": lambda t, m: t.benchmark is None, "deterministic": lambda t, m: t.deterministic is None,
     "detect_anomaly": lambda t, m: t.detect_anomaly is False,

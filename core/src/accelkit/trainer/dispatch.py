@@ -66,7 +66,23 @@ def claim_run_folders(trainer: Trainer) -> None:
             shared[folder.root_dir] = folder.version
 
 
+def _requested_ckpt(trainer: Trainer, ckpt_path: Any, stage: str) -> Any:
+    """``ckpt_path``, or the one set earlier with ``trainer.ckpt_path = path`` when none is given (as Lightning does);
+    a given one wins, with a warning, and ends the request."""
+    requested = trainer.requested_ckpt_path
+    if requested is None:
+        return ckpt_path
+    if ckpt_path is None:
+        return requested
+    warnings.warn(f"trainer.ckpt_path was set to {str(requested)!r}, and {stage}(ckpt_path={str(ckpt_path)!r}) was "
+                  f"given: {str(ckpt_path)!r} is loaded, and the stages after this one no longer load "
+                  f"{str(requested)!r}", UserWarning, stacklevel=5)
+    trainer.requested_ckpt_path = None
+    return ckpt_path
+
+
 def _resolve_ckpt(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
+    ckpt_path = _requested_ckpt(trainer, ckpt_path, stage)
     if ckpt_path is None and not model_given and stage != "fit":
         best = _best_path(trainer)
         if best:
@@ -141,7 +157,7 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
                                       "batch_idx): define it and log the metrics to report with self.log")
     claim_run_folders(trainer)
     ckpt_path = _resolve_ckpt(trainer, ckpt_path, stage, model_given)
-    trainer.ckpt_path = ckpt_path  # the run's RunState.begin takes it from here (a spawned worker's too)
+    trainer.run_state.ckpt_path = ckpt_path  # the run's RunState.begin takes it from here (a spawned worker's too)
     strategy = trainer.strategy
     prepared = False
     if strategy.launches_workers:

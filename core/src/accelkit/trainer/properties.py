@@ -361,12 +361,15 @@ class TrainerProperties:
 
     @property
     def ckpt_path(self) -> Any:
-        """The checkpoint the latest run loaded (``None`` without one)."""
+        """The checkpoint the latest run loaded (``None`` without one). Setting it, as in Lightning, makes the next
+        ``fit``/``validate``/``test``/``predict`` given no ``ckpt_path`` load that checkpoint (and the stages after
+        it, until one is given a ``ckpt_path``): see :attr:`requested_ckpt_path`."""
         return self.run_state.ckpt_path
 
     @ckpt_path.setter
     def ckpt_path(self, value: Any) -> None:
         self.run_state.ckpt_path = value
+        self.requested_ckpt_path = value or None
 
     @property
     def training(self) -> bool:

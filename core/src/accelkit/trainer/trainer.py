@@ -267,6 +267,9 @@ class Trainer(TrainerProperties):
         self.run_state = RunState()
         #: the misspelled-hook warning was given once for this Trainer (not again at its next fit)
         self.warned_unknown_hooks = False
+        #: the checkpoint set with ``trainer.ckpt_path = path``, which the next stages load when they are given no
+        #: ``ckpt_path`` (as in Lightning), until a stage is given one; ``None`` when none was set
+        self.requested_ckpt_path: str | os.PathLike[str] | None = None
 
     def snapshot(self) -> TrainerSnapshot:
         """Remember this Trainer's settings and run state, to put back with :meth:`restore` (the tuner runs its trials
