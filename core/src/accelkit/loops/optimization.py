@@ -219,8 +219,8 @@ class Optimization:
     def _default_optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
                                 closure: Callable[[], Any]) -> None:
         """What the Module's default ``optimizer_step`` does (``optimizer.step(closure=closure)``), without the
-        wrapper in between."""
-        self._run_step(optimizer.optimizer, closure)
+        wrapper in between: ``optimizer`` wraps the fit's one optimizer."""
+        self._run_step(self.optimizers[0], closure)
 
     def closure(self) -> torch.Tensor | None:
         """Lightning's optimizer closure: ``training_step``, zero_grad (first batch of a window), backward.
