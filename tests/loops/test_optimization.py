@@ -13,6 +13,7 @@ from torch import nn
 import accelkit
 from accelkit.loops.hooks import HookCaller
 from accelkit.loops.optimization import Optimization
+from accelkit.precision import Precision
 from accelkit.profilers import Profiler
 from helpers.models import quiet_trainer
 
@@ -110,6 +111,37 @@ class ActionRecorder(Profiler):
         return "\n".join(self.actions)
 
 
+class LossScaling(Precision):
+    """A gradient scaler's contract without the scaler: the loss is multiplied by 1024 before backward, the gradients
+    are divided back once per step (by the clipping or by the step, whichever comes first)."""
+
+    name = "loss-scaling"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scaled = self.stepped = 0
+        self.unscaled = False
+
+    def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        self.scaled += 1
+        return loss * 1024
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        if not self.unscaled:
+            self.unscaled = True
+            for group in optimizer.param_groups:
+                for param in group["params"]:
+                    if param.grad is not None:
+                        param.grad.div_(1024)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Any = None) -> bool:
+        self.unscale_gradients(optimizer)
+        (step or optimizer.step)()
+        self.unscaled = False
+        self.stepped += 1
+        return True
+
+
 def optimization(module: accelkit.Module, tmp_path: Any, callbacks: tuple = (), **trainer_args: Any) -> Optimization:
     """The ``Optimization`` a fit of ``module`` would build, on a real one-process CPU Trainer."""
     trainer = quiet_trainer(tmp_path, callbacks=list(callbacks), **trainer_args)
@@ -149,6 +181,18 @@ def test_hooks_on_or_off_give_the_same_parameters(tmp_path, accumulate, clip):
         unclipped = Net()
         train(optimization(unclipped, tmp_path), accumulate)
         assert not torch.equal(unclipped.layer.weight, plain.layer.weight)
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_a_precision_that_scales_the_loss_steps_through_the_same_path(tmp_path, accumulate):
+    """A precision that scales the loss and unscales the gradients (the strategy's and the precision's backward and
+    step, not the plain ones) ends where the default precision does, clipping included."""
+    default, scaled, precision = Net(), Net(), LossScaling()
+    train(optimization(default, tmp_path, gradient_clip_val=0.05), accumulate)
+    train(optimization(scaled, tmp_path, gradient_clip_val=0.05, plugins=[precision]), accumulate)
+    for a, b in zip(default.parameters(), scaled.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert precision.scaled == len(BATCHES) and precision.stepped == len(BATCHES) // accumulate
 
 
 def test_step_hooks_run_in_lightnings_order(tmp_path):
