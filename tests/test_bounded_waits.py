@@ -1,5 +1,6 @@
 """Distributed runs whose ranks disagree, or whose rank is stopped, end with a message naming the rank, instead
-of waiting 30 minutes. Real two-process ddp_spawn runs on gloo."""
+of waiting 30 minutes. Real two-process ddp_spawn runs on gloo: launched from the test's own process where the run
+ends by itself, from a script's process where a rank waits (bounded by the subprocess's timeout) or is stopped."""
 
 from __future__ import annotations
 
@@ -26,8 +27,27 @@ def _run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+def _fit_here(tmp_path: Path, mode: str, capfd: pytest.CaptureFixture) -> tuple[accelkit.Trainer, Exception | None,
+                                                                                str]:
+    """Run the fit of ``stall_fit.py``'s ``mode`` from this process, which launches its two workers (one process
+    start less than running the script); return the trainer, the error the fit raised (``None``) and what the run
+    wrote to stderr (the workers' lines), followed by that error's traceback with its notes."""
+    import traceback
+
+    from helpers.stall_fit import Disagreeing, make_trainer
+
+    torch.manual_seed(0)
+    trainer = make_trainer(tmp_path, mode)
+    try:
+        trainer.fit(Disagreeing(mode))
+    except Exception as exc:  # noqa: BLE001 - the test reads what the run said
+        return trainer, exc, capfd.readouterr().err + "".join(traceback.format_exception(exc))
+    return trainer, None, capfd.readouterr().err
+
+
 @pytest.mark.slow
 def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path):
+    # in a script's process: the subprocess timeout bounds the test if the collective timeout ever failed to end it
     done = _run(tmp_path, "stuck")
     assert done.returncode != 0
     # the watchdog's diagnosis (printed when the wait passes a tenth of the timeout, and attached to the error)
@@ -38,19 +58,18 @@ def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path
 
 
 @pytest.mark.slow
-def test_none_from_training_step_on_one_rank_fails_at_once_with_the_reason(tmp_path):
-    done = _run(tmp_path, "none")
-    assert done.returncode != 0
-    assert "training_step returned None on rank 1 (batch 1, step 1) in a run of 2 processes" in done.stderr, \
-        done.stderr[-3000:]
+def test_none_from_training_step_on_one_rank_fails_at_once_with_the_reason(tmp_path, capfd):
+    _, error, err = _fit_here(tmp_path, "none", capfd)
+    assert error is not None, err[-3000:]
+    assert "training_step returned None on rank 1 (batch 1, step 1) in a run of 2 processes" in err, err[-3000:]
 
 
 @pytest.mark.slow
-def test_uneven_batch_counts_run_the_smallest_count_on_every_rank_and_say_so(tmp_path):
-    done = _run(tmp_path, "uneven")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "different numbers of batches per rank (from 3 to 4; this rank 4): every rank runs 3" in done.stderr
-    assert "done global_step=6" in done.stdout  # 2 epochs x 3 batches
+def test_uneven_batch_counts_run_the_smallest_count_on_every_rank_and_say_so(tmp_path, capfd):
+    trainer, error, err = _fit_here(tmp_path, "uneven", capfd)
+    assert error is None, err[-3000:]
+    assert "different numbers of batches per rank (from 3 to 4; this rank 4): every rank runs 3" in err
+    assert trainer.global_step == 6  # 2 epochs x 3 batches
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     for name, value in ranks[0]["state_dict"].items():
         assert torch.equal(value, ranks[1]["state_dict"][name]), name
@@ -72,10 +91,14 @@ def test_the_collective_timeout_reaches_the_strategy(tmp_path):
         == 600.0
 
 
-def _stop_rank(tmp_path: Path, rank: int, collective_timeout: int = 20) -> tuple[int, str, int, list[int]]:
+def _stop_rank(tmp_path: Path, rank: int, collective_timeout: int = 12) -> tuple[int, str, int, list[int]]:
     """Run ``stall_fit.py stop<rank>``, SIGSTOP that rank where it waits at step 4 and let the run end (within the
     collective timeout and a bounded margin: the subprocess timeout). Returns (exit status, stderr, the stopped
-    pid, every process the run had started that is still alive 10 s after it ended)."""
+    pid, every process the run had started that is still alive 10 s after it ended).
+
+    The collective timeout (12 s) leaves room for what the tests read: the stopped rank is stopped about 3 s after
+    the other entered the collective, so when the collective fails its last report is about 9 s old, past the
+    watchdog's ``SILENT_AFTER_S`` (5 s) that makes it "stopped reporting"."""
     proc = subprocess.Popen([sys.executable, str(HELPER), str(tmp_path), f"stop{rank}", str(collective_timeout)],
                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -26,7 +26,7 @@ from accelkit.callbacks.lr_monitor import LearningRateMonitor  # noqa: E402
 from accelkit.loggers import CSVLogger  # noqa: E402
 from accelkit.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
-from helpers.models import regression_data  # noqa: E402
+from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 
 class Scripted(accelkit.Module):
@@ -246,6 +246,40 @@ def test_state_survives_resume_and_best_is_loadable(tmp_path):
     trainer.test(model, ckpt_path="best")
     for key, value in best_weights.items():
         torch.testing.assert_close(model.state_dict()[key], value)
+
+
+# ---------------------------------------------------------------------------------------------- monitors_metrics
+class EpochEndProbe(accelkit.Callback):
+    """Records, at each ``on_train_epoch_end``, whether the Module's ``on_train_epoch_end`` had logged yet."""
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.seen.append("module_epoch_end" in trainer.callback_metrics)
+
+
+class MonitoringProbe(EpochEndProbe):
+    monitors_metrics = True  # a third party's callback saying it monitors metrics, as ModelCheckpoint does
+
+
+class LogsAtEpochEnd(RegressionModule):
+    def on_train_epoch_end(self) -> None:
+        self.log("module_epoch_end", 1.0)
+
+
+def test_a_callback_that_monitors_metrics_runs_after_the_modules_epoch_end(tmp_path):
+    plain, monitoring = EpochEndProbe(), MonitoringProbe()
+    quiet_trainer(tmp_path, max_epochs=1, callbacks=[monitoring, plain]).fit(LogsAtEpochEnd())
+    assert (plain.seen, monitoring.seen) == ([False], [True])
+
+
+def test_checkpointing_and_early_stopping_monitor_metrics():
+    from accelkit.callbacks.base import monitors_metrics
+
+    assert ModelCheckpoint.monitors_metrics and EarlyStopping.monitors_metrics
+    assert not accelkit.Callback.monitors_metrics and not LearningRateMonitor.monitors_metrics
+    assert monitors_metrics(EarlyStopping(monitor="val_loss")) and not monitors_metrics(EpochEndProbe())
 
 
 # ---------------------------------------------------------------------------------------------- EarlyStopping

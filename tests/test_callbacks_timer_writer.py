@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, Dataset, IterableDataset, TensorDataset
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -26,7 +26,6 @@ import accelkit  # noqa: E402
 from accelkit.callbacks import (  # noqa: E402
     BasePredictionWriter,
     LambdaCallback,
-    ModelCheckpoint,
     ModelSummary,
     OnExceptionCheckpoint,
     RichModelSummary,
@@ -221,7 +220,7 @@ def test_writer_gets_each_batch_with_its_dataset_indices(tmp_path) -> None:
     loader = DataLoader(Numbers(10), batch_size=3, shuffle=True)
     assert trainer.predict(Echo(), loader, return_predictions=False) is None
     assert len(writer.batches) == 4 and not writer.epochs
-    for prediction, indices, batch_idx, dataloader_idx in writer.batches:
+    for prediction, indices, _batch_idx, dataloader_idx in writer.batches:
         _check_pairs(prediction, indices)
         assert dataloader_idx == 0
     assert [b[2] for b in writer.batches] == [0, 1, 2, 3]
@@ -238,7 +237,7 @@ def test_epoch_writer_gets_every_prediction_with_return_predictions_false(tmp_pa
     predictions, batch_indices = writer.epochs[0]
     assert batch_indices == [[[0, 1, 2], [3, 4, 5], [6]]]  # per loader, per batch
     assert len(predictions) == 3
-    for prediction, indices in zip(predictions, batch_indices[0]):
+    for prediction, indices in zip(predictions, batch_indices[0], strict=True):
         _check_pairs(prediction, indices)
     # kept for the writer only, dropped when the run ends (Lightning's on_predict_end)
     assert trainer.predict_loop.predictions == [] and trainer.predict_loop.epoch_batch_indices == []
@@ -269,7 +268,8 @@ def test_writer_on_an_iterable_dataset_warns_that_indices_are_unknown(tmp_path) 
 
 
 def test_writer_refuses_an_unknown_interval_and_says_what_to_override(tmp_path) -> None:
-    with pytest.raises(accelkit.ConfigurationError, match=r"write_interval='step'.*'batch', 'epoch', 'batch_and_epoch'"):
+    with pytest.raises(accelkit.ConfigurationError,
+                       match=r"write_interval='step'.*'batch', 'epoch', 'batch_and_epoch'"):
         BasePredictionWriter("step")
     trainer = quiet_trainer(tmp_path, callbacks=[BasePredictionWriter("epoch")], **QUIET)
     with pytest.raises(NotImplementedError, match="must override write_on_epoch_end"):

@@ -116,7 +116,8 @@ def test_resume_continues_at_the_right_epoch_with_identical_results(tmp_path):
     assert resumed.epochs_started == [2, 3]
     assert (trainer.current_epoch, trainer.global_step) == (4, 16) == (full_trainer.current_epoch,
                                                                         full_trainer.global_step)
-    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(full_trainer.optimizers[0].param_groups[0]["lr"])
+    lr = full_trainer.optimizers[0].param_groups[0]["lr"]
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(lr)
     for key, value in full.state_dict().items():
         torch.testing.assert_close(resumed.state_dict()[key], value, atol=1e-7, rtol=0)
     # not trivially equal: two epochs are not four
@@ -144,7 +145,8 @@ def test_each_stage_given_a_checkpoint_says_which_file_it_loaded(tmp_path, capsy
     accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, enable_progress_bar=False,
                      enable_model_summary=False, default_root_dir=tmp_path / "again").fit(model, ckpt_path=path)
     lines = [line for line in capsys.readouterr().out.splitlines() if "loaded checkpoint" in line]
-    assert lines == [f"accelkit: {stage}() loaded checkpoint {path}" for stage in ("test", "validate", "predict", "fit")]
+    assert lines == [f"accelkit: {stage}() loaded checkpoint {path}"
+                     for stage in ("test", "validate", "predict", "fit")]
     capsys.readouterr()
     trainer.test(model, verbose=False)  # no checkpoint given, none loaded: nothing said
     assert "loaded checkpoint" not in capsys.readouterr().out

@@ -393,7 +393,8 @@ UNTRUSTED_MODELS = textwrap.dedent('''
 ''')
 
 # a module whose import leaves a mark: naming it in a configuration must not import it
-IMPORT_MARKER_MODULE = 'import pathlib\npathlib.Path(__file__).with_name("IMPORTED").touch()\n\nclass Thing:\n    pass\n'
+IMPORT_MARKER_MODULE = ('import pathlib\npathlib.Path(__file__).with_name("IMPORTED").touch()\n\n'
+                        'class Thing:\n    pass\n')
 
 
 def shell(marker: Path) -> dict:

@@ -27,7 +27,7 @@ from accelkit.environments.detection import detect_cluster_environment
 from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.plugins.manager import PluginManager
 from accelkit.records import ClusterEnvironmentRecord, RunConfig
-from accelkit.strategies.ddp import DDPStrategy, find_free_port
+from accelkit.strategies.ddp import JOIN_WAIT_ENV, STILL_WAITING_S, DDPStrategy, find_free_port, join_wait_s
 from helpers.guards import PYTHON, TESTS, child_env
 
 #: every variable some built-in environment reads: cleared from os.environ by the ``clean`` fixture
@@ -323,7 +323,8 @@ def test_a_name_claimed_twice_is_refused():
     with pytest.warns(RuntimeWarning, match=r"cluster environment name 'slurm' is claimed by both"):
         manager.registry  # noqa: B018
     # every environment is asked when a run is composed, so detection (and with it every run) says so
-    with pytest.raises(PluginConflictError, match=r"'slurm' is claimed by both accelkit \(core\) and plugin 'impostor'"):
+    with pytest.raises(PluginConflictError,
+                       match=r"'slurm' is claimed by both accelkit \(core\) and plugin 'impostor'"):
         detect_cluster_environment(manager, SLURM)
 
 
@@ -563,14 +564,15 @@ def launcher_named(tmp_path: Path, name: str) -> str:
 
 @pytest.mark.slow
 def test_stale_mpi_variables_stop_the_run_after_the_wait_and_name_the_variables(tmp_path):
-    """Each rank alone, as after `export OMPI_COMM_WORLD_RANK=...`: it stops after about 30 s with a sentence, well
-    before the collective timeout (1800 s by default)."""
+    """Each rank alone, as after `export OMPI_COMM_WORLD_RANK=...`: it stops after the join wait (30 s by default;
+    5 s here through ``ACCELKIT_JOIN_WAIT_S``) with a sentence, well before the collective timeout (600 s)."""
     base = without_launchers(child_env())
     base.pop("ACCELKIT_DISABLE_PLUGIN_AUTOLOAD", None)
     script = TESTS / "helpers" / "launcher_env_fit.py"
     procs = [subprocess.Popen([PYTHON, str(script), str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env={**base, **mpirun_env(rank), "MASTER_ADDR": "127.0.0.1",
-                                              "MASTER_PORT": str(find_free_port())}) for rank in (0, 1)]
+                                              "MASTER_PORT": str(find_free_port()), JOIN_WAIT_ENV: "5"})
+             for rank in (0, 1)]
     try:
         outputs = [proc.communicate(timeout=240) for proc in procs]  # an upper bound against a hang
     finally:
@@ -578,11 +580,28 @@ def test_stale_mpi_variables_stop_the_run_after_the_wait_and_name_the_variables(
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs)):
+    for rank, (proc, (_, err)) in enumerate(zip(procs, outputs, strict=True)):
         assert proc.returncode == 1, err[-2000:]
-        assert f"ConfigurationError: rank {rank} waited 30 s for all 2 processes to join" in err, err[-2000:]
+        assert f"ConfigurationError: rank {rank} waited 5 s for all 2 processes to join" in err, err[-2000:]
         assert (f"OMPI_COMM_WORLD_RANK={rank}, OMPI_COMM_WORLD_SIZE=2 set by Open MPI's mpirun, but no launcher "
                 "process") in err and "these variables are stale" in err
+
+
+def test_the_join_wait_is_30_s_unless_the_environment_variable_sets_another(monkeypatch):
+    monkeypatch.delenv(JOIN_WAIT_ENV, raising=False)
+    assert join_wait_s() == STILL_WAITING_S == 30.0
+    monkeypatch.setenv(JOIN_WAIT_ENV, " 2.5 ")
+    assert join_wait_s() == 2.5
+    monkeypatch.setenv(JOIN_WAIT_ENV, "")
+    assert join_wait_s() == 30.0
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "nan", "inf", "1e400"])
+def test_a_bad_join_wait_is_refused_naming_the_variable_and_its_value(monkeypatch, value):
+    monkeypatch.setenv(JOIN_WAIT_ENV, value)
+    with pytest.raises(ConfigurationError, match=f"ACCELKIT_JOIN_WAIT_S='{value}' is not a positive number of "
+                                                 "seconds: set it to one"):
+        join_wait_s()
 
 
 @pytest.mark.slow

@@ -267,7 +267,11 @@ def preemption_loop(tmp_path: Path, strategy: str, devices: int, steps_total: in
 
 @pytest.mark.slow
 def test_preemption_loop_single_process_is_bit_identical(tmp_path):
-    preemption_loop(tmp_path, "auto", 1, steps_total=36, kills=5, seed=10, every=3)  # 12 batches per epoch
+    # 12 batches per epoch, a checkpoint every 3 steps; the seed draws kills at steps 2, 8 and 24: one before the
+    # first checkpoint (the run starts over), one inside epoch 0 (resumes mid-epoch), one at the end of epoch 1
+    # (resumes at an epoch boundary). Three kills, each a process start, cover the cases the five of the old seed
+    # did (steps 2, 4, 15, 29, 32: the start over and mid-epoch resumes), and an epoch boundary besides.
+    preemption_loop(tmp_path, "auto", 1, steps_total=36, kills=3, seed=105, every=3)
 
 
 @pytest.mark.slow
@@ -493,7 +497,8 @@ def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tm
     after = trained(tmp_path / "b.log")
     assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
     assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))
-    assert trainer.current_epoch == 3 and trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
+    assert trainer.current_epoch == 3
+    assert trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
 
 
 class IndexStream(IterableDataset):

@@ -132,7 +132,7 @@ def test_training_step_returning_none_every_step_warns_once_as_lightning(tmp_pat
     where = [(w.filename, w.lineno) for w in caught if "returned None" in str(w.message)]
     assert where == [(__file__, AlwaysNone.training_step.__code__.co_firstlineno)], where
     assert run.global_step == 8  # Lightning counts the (empty) optimizer steps too
-    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------- default_root_dir

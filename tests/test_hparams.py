@@ -10,6 +10,7 @@ import io
 import pickle
 import warnings
 from argparse import Namespace
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from torch import nn
 
 import accelkit
 from accelkit.module.datamodule import DataModule
-from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log, load_from_checkpoint, load_hparams_file, plain_hparams)
+from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log,
+                                     load_from_checkpoint, load_hparams_file, plain_hparams)
 
 
 class Net(HyperparametersMixin, nn.Module):
@@ -131,7 +133,7 @@ def test_an_unknown_name_is_an_error_listing_the_arguments():
 
 
 @pytest.mark.parametrize("given", [{"lr": 0.1, "layers": 2}, Namespace(lr=0.1, layers=2),
-                                   AttributeDict(lr=0.1, layers=2)])
+                                   SimpleNamespace(lr=0.1, layers=2), AttributeDict(lr=0.1, layers=2)])
 def test_a_dict_namespace_or_attributedict(given):
     class Conf(HyperparametersMixin):
         def __init__(self, config: Any) -> None:
@@ -141,6 +143,18 @@ def test_a_dict_namespace_or_attributedict(given):
     assert dict(conf.hparams) == {"lr": 0.1, "layers": 2}
     assert type(conf.hparams) is AttributeDict
     assert conf.__dict__["_hparams_name"] == "config"
+
+
+def test_an_object_of_another_kind_is_refused_naming_its_type_and_what_works():
+    class Conf(HyperparametersMixin):
+        def __init__(self, config: Any) -> None:
+            self.save_hyperparameters(config)
+
+    class Settings:
+        lr = 0.1
+
+    with pytest.raises(ValueError, match=r"not Settings; pass vars\(obj\)"):
+        Conf(Settings())
 
 
 def test_keyword_values_are_an_accelkit_extension_that_accumulates():
@@ -496,7 +510,8 @@ class Regressor(accelkit.Module):
     """Lightning-style: every __init__ argument saved, the backbone left out, read back through self.hparams."""
 
     def __init__(self, backbone: nn.Module, lr: float = 0.05, data_dir: Path = Path("/data"),
-                 scale: Any = np.float32(1.0), args: Namespace = Namespace(momentum=0.0)) -> None:
+                 scale: Any = np.float32(1.0),  # noqa: B008 - call defaults, as Lightning users write them
+                 args: Namespace = Namespace(momentum=0.0)) -> None:  # noqa: B008
         super().__init__()
         self.save_hyperparameters(ignore=["backbone"])
         self.backbone = backbone

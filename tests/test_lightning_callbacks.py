@@ -190,3 +190,30 @@ def test_lightnings_early_stopping_and_backbone_finetuning_as_library_callbacks(
     finetune.fit(module, loader(), loader())
     assert module.frozen_at == [True, True, False]
     assert len(finetune.optimizers[0].param_groups) == 2
+
+
+def test_a_library_checkpoint_or_early_stopping_runs_after_the_modules_epoch_end_as_in_lightning(tmp_path):
+    """Lightning's loops run callbacks deriving from its ``Checkpoint`` or ``EarlyStopping`` after the Module's
+    ``on_train_epoch_end`` (so they see what it logged there), other callbacks before it."""
+    order: list[str] = []
+
+    class LibraryCheckpoint(pl.callbacks.Checkpoint):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            order.append("checkpoint")
+
+    class LibraryStopping(pl.callbacks.EarlyStopping):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            order.append("early_stopping")
+
+    class Plain(pl.Callback):
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            order.append("plain")
+
+    class Logs(RegressionModule):
+        def on_train_epoch_end(self) -> None:
+            order.append("module")
+
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[LibraryCheckpoint(), LibraryStopping(monitor="x"),
+                                                               Plain()])
+    trainer.fit(Logs(), loader())
+    assert order == ["plain", "module", "checkpoint", "early_stopping"]

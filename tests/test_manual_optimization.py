@@ -84,7 +84,7 @@ def test_training_step_backpropagates_once(tmp_path):
     trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[spy], **QUIET)
     trainer.fit(model, loader())
     assert len(model.records) == len(spy.grads) == 4
-    for record, grad in zip(model.records, spy.grads):
+    for record, grad in zip(model.records, spy.grads, strict=True):
         torch.testing.assert_close(grad, record["expected"], rtol=0, atol=1e-6)
         torch.testing.assert_close(record["after_step"], record["before"] - model.lr * record["expected"],
                                    rtol=0, atol=1e-6)

@@ -154,7 +154,7 @@ def test_backward_override_is_used_and_gets_the_loss(tmp_path):
     trainer = quiet_trainer(tmp_path, max_epochs=1, **QUIET)
     trainer.fit(model, loader())
     assert len(model.backward_losses) == 4
-    for returned, given in zip(model.losses, model.backward_losses):
+    for returned, given in zip(model.losses, model.backward_losses, strict=True):
         torch.testing.assert_close(given, returned)
     # the gradient the optimizer used is three times one backward of the batch's loss
     first_x, first_y = next(iter(loader()))
@@ -450,3 +450,12 @@ def test_lightning_1x_hooks_are_refused_with_their_replacement(tmp_path):
     with pytest.raises(NotImplementedError, match="validation_epoch_end was removed.*on_validation_epoch_end.*"
                                                   "on_epoch_end was removed"):
         quiet_trainer(tmp_path, max_epochs=1).fit(OldHooks())
+
+
+@pytest.mark.parametrize("hook", ["on_validation_model_eval", "on_validation_model_train", "on_test_model_eval",
+                                  "on_test_model_train", "on_predict_model_eval"])
+def test_an_evaluation_mode_hook_without_a_trainer_says_what_it_needs(hook):
+    # the hooks switch the model the Trainer runs; called on a module no Trainer runs, they say so (no bare
+    # AttributeError on None)
+    with pytest.raises(RuntimeError, match="RegressionModule has no Trainer: the evaluation-mode hooks"):
+        getattr(RegressionModule(), hook)()

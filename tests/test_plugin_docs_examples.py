@@ -1,6 +1,7 @@
 """docs/plugins.rst's examples work as written: each complete distribution on that page (the ``accelkit-mydevice``
 accelerator, the ``accelkit-hello`` command, the ``accelkit-extras`` callback and profiler) is written from the
-page's code blocks, built and installed with pip (no package index) into a folder of its own, and used as a third party would: by name, by alias, through
+page's code blocks, built and installed with pip (no package index) into a folder of its own, and used as a third party
+would: by name, by alias, through
 ``"auto"`` and through the ``accelkit`` command line."""
 
 from __future__ import annotations

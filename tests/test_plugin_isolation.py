@@ -38,7 +38,8 @@ def accelkit_register_accelerators():
 
 @hookimpl
 def accelkit_register_strategies():
-    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=("{name}",))]
+    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy",
+                           accelerators=("{name}",))]
 
 @hookimpl
 def accelkit_register_precisions():

@@ -33,7 +33,8 @@ def accelkit_register_accelerators():
 
 @hookimpl
 def accelkit_register_strategies():
-    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=("{name}",))]
+    return [StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy",
+                           accelerators=("{name}",))]
 
 @hookimpl
 def accelkit_register_precisions():
@@ -173,9 +174,9 @@ def test_an_incompatible_api_range_is_skipped_with_a_reason(discovered):
     old = discovered["infos"]["old"]
     assert old["status"] == INCOMPATIBLE
     assert old["reason"] == (  # capped below the running version: the plugin must move, not accelkit
-        f"acme-old supports hook API >=0.1,<1; this accelkit provides {HOOK_API_VERSION}: install a release of acme-old "
-        f"that supports hook API {HOOK_API_VERSION} (upgrading accelkit cannot help), or an accelkit whose hook API it "
-        "supports")
+        f"acme-old supports hook API >=0.1,<1; this accelkit provides {HOOK_API_VERSION}: install a release of "
+        f"acme-old that supports hook API {HOOK_API_VERSION} (upgrading accelkit cannot help), or an accelkit whose "
+        "hook API it supports")
     asked = discovered["old"]
     assert asked["error"] == "ConfigurationError" and "incompatible" in asked["message"]
 
@@ -226,7 +227,9 @@ class Provider:
 
     @accelkit.hookimpl
     def accelkit_register_accelerators(self):
-        return [AcceleratorRecord(self.acc, "accelkit.accelerator:Accelerator", aliases=self.aliases)] if self.acc else []
+        if not self.acc:
+            return []
+        return [AcceleratorRecord(self.acc, "accelkit.accelerator:Accelerator", aliases=self.aliases)]
 
     @accelkit.hookimpl
     def accelkit_register_strategies(self):
@@ -509,3 +512,105 @@ def test_callbacks_and_profilers_are_built_by_name_with_did_you_mean(isolated, c
     assert str(info.value) == ("callback 'lr_monitor_lit' is not a registered callback. Did you mean "
                                "'lr_monitor_lite'? Registered callbacks: lr_monitor_lite; or pass an instance in "
                                "callbacks=[...].")
+
+
+# ------------------------------------------------------------------------ a passive registry (issue 25, item 5)
+def test_the_registry_module_does_not_import_the_manager():
+    import ast
+    from pathlib import Path
+
+    import accelkit.plugins.registry as registry_module
+
+    tree = ast.parse(Path(registry_module.__file__).read_text())
+    imported = {f"{node.module}.{alias.name}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                for alias in node.names}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert "accelkit.plugins.builtin" in imported  # what it does import is seen
+    manager_names = {"accelkit.plugins.manager", "accelkit.plugins.PluginManager", "accelkit.plugins.PluginInfo"}
+    assert not {name for name in imported if name.startswith("accelkit.plugins.manager.")} | (
+        manager_names & imported)  # not even under TYPE_CHECKING
+    called = {node.func.attr for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+    assert not {"mark_failed", "info_of", "provider_of", "get_name", "list_name_plugin"} & called
+
+
+def test_the_registry_is_built_from_plain_records_and_returns_what_it_leaves_out():
+    from accelkit.plugins.registry import Contribution, HookResult, Registry
+
+    good, bad = object(), object()
+    registered = HookResult("accelkit_register_loggers", "good.accelkit_register_loggers()",
+                            (LoggerRecord("notebook", "accelkit.loggers.csv_logs:CSVLogger"),))
+    wrong = HookResult("accelkit_register_commands", "bad.accelkit_register_commands()", ("not a record",))
+    registry, failures = Registry.assemble([Contribution(good, "good", "plugin 'good'", "", (registered,)),
+                                            Contribution(bad, "bad", "plugin 'bad'", "bad", (wrong,))])
+    assert registry.find_logger("notebook").provider == "plugin 'good'"
+    assert list(registry.provided) == ["good"]  # the failing plugin contributes nothing
+    [failure] = failures
+    assert failure.plugin is bad and failure.hook == "accelkit_register_commands"
+    assert isinstance(failure.error, TypeError) and "'not a record'" in str(failure.error)
+
+
+def test_a_plugin_registered_or_unregistered_after_a_first_look_up_is_seen_at_the_next(isolated):
+    manager = PluginManager()
+    assert "hello" not in manager.registry.commands  # the first look-up builds the registry
+    plugin = Claims()
+    assert manager.register(plugin, name="claims") == "claims"  # pluggy's own register, not add_plugin
+    assert manager.registry.find_named(manager.registry.commands, "hello") is not None
+    info = manager.add_plugin(Claims(logger="notebook_two", command="bye"), name="claims_two")
+    assert info.status == LOADED and "bye" in manager.registry.commands
+    manager.unregister(info.plugin)
+    assert "bye" not in manager.registry.commands and "hello" in manager.registry.commands
+    assert info.status == "unregistered" and info.plugin is None and info.hooks == []
+    assert "unregister" in info.reason
+
+
+def test_a_plugin_blocked_or_unblocked_after_a_first_look_up_is_seen_at_the_next(isolated):
+    manager = PluginManager()
+    info = manager.add_plugin(Claims(), name="claims")
+    assert "hello" in manager.registry.commands and info.status == LOADED
+    assert "accelkit_register_commands" in info.hooks
+    manager.set_blocked("claims")  # pluggy unregisters it and refuses it from now on
+    assert "hello" not in manager.registry.commands
+    assert info.status == BLOCKED and info.plugin is None and "no:claims" in info.reason
+    assert manager.register(Claims(), name="claims") is None and "hello" not in manager.registry.commands
+    assert manager.unblock("claims")
+    assert manager.register(Claims(command="again"), name="claims") == "claims"
+    assert "again" in manager.registry.commands and info.status == LOADED
+
+
+def test_a_failing_registration_hook_reports_its_plugin_failed_in_one_place(isolated):
+    class Counting(Claims):
+        calls = 0
+
+        @accelkit.hookimpl
+        def accelkit_register_loggers(self):
+            Counting.calls += 1
+            return super().accelkit_register_loggers()
+
+    class Broken(Claims):
+        @accelkit.hookimpl
+        def accelkit_register_commands(self):
+            raise OSError("command table missing")
+
+    manager = PluginManager()
+    manager.add_plugin(Counting(), name="counting")
+    broken = Broken(logger="broken_logger", command="broken_command")
+    manager.add_plugin(broken, name="broken")
+    with pytest.warns(RuntimeWarning, match="'broken'.*command table missing"):
+        registry = manager.registry
+    [info] = manager.failures()
+    assert info is manager.infos["broken"] and info.status == FAILED
+    assert isinstance(info.error, OSError) and info.failed_in == "accelkit_register_commands"
+    assert "broken.accelkit_register_commands() raised OSError: command table missing" == info.reason
+    assert not manager.is_registered(broken) and info.plugin is None  # pluggy agrees: one status
+    assert "broken_logger" not in registry.loggers and "broken" not in registry.provided
+    assert Counting.calls == 1  # the other plugins' hooks ran once: nothing is built twice
+    assert manager.registry is registry  # recording the failure left the registry it was found in
+
+
+def test_registry_build_is_deprecated_and_gives_the_managers_registry(isolated):
+    from accelkit.plugins.registry import Registry
+
+    manager = PluginManager()
+    with pytest.warns(DeprecationWarning, match="manager.registry"):
+        assert Registry.build(manager) is manager.registry

@@ -75,8 +75,8 @@ def test_the_core_and_plugins_import_under_the_lowest_claimed_python(tmp_path):
         pytest.skip(f"the Python {version[0]}.{version[1]} installed here ({python}) has no torch to import the "
                     "core with")
     code = ("import accelkit, accelkit_cpu, accelkit_fsdp; "
-            "t = accelkit.Trainer(accelerator='cpu', devices=1, logger=False, default_root_dir=%r); "
-            "print('imported', t.strategy.name)" % str(tmp_path))
+            f"t = accelkit.Trainer(accelerator='cpu', devices=1, logger=False, default_root_dir={str(tmp_path)!r}); "
+            "print('imported', t.strategy.name)")
     done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-3000:]
 

@@ -260,7 +260,7 @@ def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tm
         reported.append(_reported(done))
     versions = sorted((tmp_path / "lightning_logs").iterdir())
     assert [v.name for v in versions] == ["version_0", "version_1", "version_2"]
-    for version, checkpoint in zip(versions, reported):
+    for version, checkpoint in zip(versions, reported, strict=True):
         assert checkpoint == version / "checkpoints" / "last.ckpt" and checkpoint.is_file()
         assert (version / "config.yaml").is_file()
     assert (versions[0] / "metrics.csv").is_file() and list(versions[1].glob("events.out.tfevents.*"))

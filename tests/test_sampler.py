@@ -132,6 +132,20 @@ def test_a_custom_sampler_is_wrapped_and_its_order_sharded(n, num_replicas, seed
         assert len({len(s) for s in per_rank}) == 1
 
 
+class Unsized(Sampler):
+    """A user sampler without a length."""
+
+    def __iter__(self):
+        return iter(range(6))
+
+
+def test_a_wrapped_sampler_without_a_length_says_so():
+    wrapped = ShardSampler(range(6), num_replicas=2, rank=0, sampler=Unsized())
+    assert list(wrapped) == [0, 2, 4]  # its order is still sharded
+    with pytest.raises(TypeError, match=r"the wrapped sampler <.*Unsized.*> has no length"):
+        len(wrapped)
+
+
 def test_set_epoch_reaches_a_wrapped_sampler():
     user = ReversedEvens(10)
     wrapped = default_distributed_sampler(range(10), user, True, 2, 1, 0)
@@ -140,8 +154,8 @@ def test_set_epoch_reaches_a_wrapped_sampler():
     assert user.epochs == [3, 4]
 
 
-@pytest.mark.parametrize("plain", [torch.utils.data.SequentialSampler(range(7)), torch.utils.data.RandomSampler(range(7)),
-                                   None])
+@pytest.mark.parametrize("plain", [torch.utils.data.SequentialSampler(range(7)),
+                                   torch.utils.data.RandomSampler(range(7)), None])
 def test_plain_samplers_are_replaced_not_wrapped(plain):
     chosen = default_distributed_sampler(range(7), plain, True, 3, 2, 5)
     assert isinstance(chosen, ShardSampler) and chosen.sampler is None
@@ -422,6 +436,20 @@ def test_set_epoch_looks_through_a_device_loader_and_ignores_plain_iterables():
     assert set_epoch([torch.zeros(1)], 1) == []
     assert set_epoch(DataLoader(_dataset(4)), 1) == []  # SequentialSampler has no set_epoch
 
+
+
+def test_set_epoch_looks_through_a_device_loader_keeping_the_loader_as_its_public_attribute():
+    pytest.importorskip("accelkit_xla_spawn")
+    from accelkit_xla_spawn.device_loader import DeviceLoader  # its module imports no torch_xla
+
+    class OwnDeviceLoader:  # a plugin's device loader of its own, following the documented convention
+        def __init__(self, loader):
+            self.loader = loader
+
+    inner = RankAware(8, 2, 0)
+    assert set_epoch(DeviceLoader(DataLoader(_dataset(8), sampler=inner), device=None), 3) == [inner]
+    assert set_epoch(OwnDeviceLoader(DataLoader(_dataset(8), sampler=inner)), 4) == [inner]
+    assert inner.epochs == [3, 4]
 
 # ---------------------------------------------------------------------------------------- real 2-process runs
 def _fit_own_sampler(tmp_path, mode, epochs=2):

@@ -45,7 +45,7 @@ def test_loss_falls(tmp_path):
     trainer = make_trainer(tmp_path, max_epochs=5, callbacks=[recorder])
     trainer.fit(RegressionModule())
     assert len(recorder.losses) == 5
-    assert all(b < a for a, b in zip(recorder.losses, recorder.losses[1:])), recorder.losses
+    assert all(b < a for a, b in zip(recorder.losses, recorder.losses[1:], strict=False)), recorder.losses
     assert recorder.losses[-1] < 0.25 * recorder.losses[0]
     assert trainer.current_epoch == 5 and trainer.global_step == 20
 

@@ -412,6 +412,25 @@ def test_overfit_batches_repeats_the_same_batches_sequentially(tmp_path):
     assert len(model.real_val_calls()) == 3 * 2  # validation is limited to 2 batches as well
 
 
+class _Stream(IterableDataset):
+    def __iter__(self):
+        data = regression_data(16)
+        return iter([data[i] for i in range(16)])
+
+
+class _StreamModule(RegressionModule):
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(_Stream(), batch_size=4)
+
+
+def test_overfit_batches_on_a_dataset_without_a_length_says_so(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, overfit_batches=2, num_sanity_val_steps=0, **QUIET)
+    with pytest.raises(ValueError, match="overfit_batches cannot re-order a loader over _Stream, a dataset without a "
+                                         "length"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        trainer.fit(_StreamModule())
+
+
 def test_overfit_batches_fraction(tmp_path):
     model = Recorder(n_train=32)
     trainer = quiet_trainer(tmp_path, max_epochs=1, overfit_batches=0.25, num_sanity_val_steps=0, **QUIET)
@@ -682,7 +701,7 @@ def test_a_partial_accumulation_window_is_stepped_even_without_a_loader_length(t
         stream.fit(stream_model, DataLoader(Stream(), batch_size=2))
     assert sized.global_step == stream.global_step == 6  # 5 batches, windows of 2 -> 3 steps per epoch
     assert all(p.grad is None for p in stream_model.parameters())  # nothing left over after fit
-    for a, b in zip(sized_model.parameters(), stream_model.parameters()):
+    for a, b in zip(sized_model.parameters(), stream_model.parameters(), strict=True):
         assert torch.equal(a, b)
 
 

@@ -103,7 +103,7 @@ def test_lr_find_sweeps_and_puts_the_model_and_trainer_back(tmp_path):
     lrs = finder.results["lr"]
     assert len(lrs) == len(finder.results["loss"]) == len(finder.raw_losses) == 40
     assert lrs[0] == pytest.approx(1e-4) and lrs[-1] == pytest.approx(10)
-    ratios = [b / a for a, b in zip(lrs, lrs[1:])]
+    ratios = [b / a for a, b in zip(lrs, lrs[1:], strict=False)]
     assert max(ratios) == pytest.approx(min(ratios)) and ratios[0] == pytest.approx(10 ** (5 / 39))
     # every step trained with the learning rate the sweep recorded for it, none with the module's own
     assert model.seen_lrs == pytest.approx(lrs)

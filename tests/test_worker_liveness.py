@@ -75,3 +75,11 @@ def test_a_worker_stopped_past_the_launch_s_limit_ends_the_launch_naming_it(tmp_
     finally:
         workers.kill()  # the stopped worker is continued, so SIGTERM ends it
     assert wait_gone([p.pid for p in workers.processes]) == []
+
+
+def test_the_spawn_launchers_start_outside_a_launch_says_so():
+    # start() runs the workers launch() prepares (their folder, the shared block): alone it names what to call
+    from accelkit.strategies.launchers.spawn import SpawnLauncher
+
+    with pytest.raises(RuntimeError, match=r"SpawnLauncher.start\(\) runs the workers launch\(\) prepares"):
+        SpawnLauncher(1).start(print, (), 1)

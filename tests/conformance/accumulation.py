@@ -115,7 +115,7 @@ def main():
         expect(record["global_step"] == sum(wanted.values()), f"rank {rank}: global_step {record['global_step']}")
 
     expected = reference(start, args.devices)
-    for (name, got), want in zip(model.cpu().named_parameters(), expected.parameters()):
+    for (name, got), want in zip(model.cpu().named_parameters(), expected.parameters(), strict=True):
         expect(torch.allclose(got, want, atol=1e-5), f"{name}: the accumulated weights differ from plain torch's")
 
     # Trainer(accumulate_grad_batches=...) and the scheduler together are refused, with a sentence

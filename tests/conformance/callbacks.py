@@ -111,7 +111,8 @@ def main():
     expect(all(re.fullmatch(r"epoch=\d+-val_loss=\d+\.\d{4}\.ckpt", f) for f in files), f"file names {files}")
     two_best = sorted(losses)[:2]
     kept = sorted(run["best_k_models"].values())
-    expect(all(abs(a - b) < 1e-6 for a, b in zip(kept, two_best)), f"best_k_models {kept} != two best {two_best}")
+    expect(all(abs(a - b) < 1e-6 for a, b in zip(kept, two_best, strict=True)),
+           f"best_k_models {kept} != two best {two_best}")
     expect(Path(run["best_model_path"]).name in files, f"best_model_path {run['best_model_path']} not kept")
 
     # the LearningRateMonitor's values reach the logger, one per epoch, shrinking with StepLR
@@ -120,7 +121,8 @@ def main():
     with open(metrics_files[0]) as handle:
         lrs = [float(row["lr-SGD"]) for row in csv.DictReader(handle) if row.get("lr-SGD")]
     expect(len(lrs) == run["current_epoch"], f"lr-SGD logged {len(lrs)} times in {run['current_epoch']} epochs")
-    expect(all(abs(b - a * 0.1) < 1e-9 for a, b in zip(lrs, lrs[1:])) and abs(lrs[0] - 0.1) < 1e-9, f"lr {lrs}")
+    expect(all(abs(b - a * 0.1) < 1e-9 for a, b in zip(lrs, lrs[1:], strict=False)) and abs(lrs[0] - 0.1) < 1e-9,
+           f"lr {lrs}")
 
     # "best" is the checkpoint with the lowest val_loss: testing it on the validation data reproduces that score
     tested = trainer.test(dataloaders=val, ckpt_path="best")

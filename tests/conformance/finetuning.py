@@ -102,7 +102,7 @@ def multiplicative(epoch):
 
 
 def close(a, b, tol=1e-5):
-    return len(a) == len(b) and all(abs(x - y) <= tol * (1 + abs(y)) for x, y in zip(a, b))
+    return len(a) == len(b) and all(abs(x - y) <= tol * (1 + abs(y)) for x, y in zip(a, b, strict=True))
 
 
 def fit(args, tag, callbacks, **fit_kwargs):

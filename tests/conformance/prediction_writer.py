@@ -89,7 +89,7 @@ def main():
         expect(len(batch_indices) == 1, f"one loader, batch_indices has {len(batch_indices)} lists")
         per_batch = batch_indices[0]
         expect(len(predictions) == len(per_batch), f"{len(predictions)} predictions, {len(per_batch)} index lists")
-        for prediction, indices in zip(predictions, per_batch):
+        for prediction, indices in zip(predictions, per_batch, strict=True):
             expect(prediction.flatten().tolist() == [2.0 * i for i in indices],
                    f"rank {rank}: prediction {prediction.flatten().tolist()} is not of samples {indices}")
         shards[rank] = [i for indices in per_batch for i in indices]

@@ -125,7 +125,7 @@ def main():
     resumed = Model()
     fit(args, "resumed", resumed, [StochasticWeightAveraging(swa_lrs=1e-2)], ckpt_path=ckpt)
     resumed.cpu()
-    for (name, value), again in zip(model.state_dict().items(), resumed.state_dict().values()):
+    for (name, value), again in zip(model.state_dict().items(), resumed.state_dict().values(), strict=True):
         expect(torch.allclose(value.float(), again.float(), atol=1e-5), f"{name}: the resumed fit ended elsewhere")
     ok("swa")
 

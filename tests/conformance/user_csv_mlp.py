@@ -1,6 +1,7 @@
 """(w) A user project's MLP, DataModule and log reading (soutrik71/pytorch_lightning_journey: ``lightning_advanced/
 engine.py`` and ``utils.py``): torchmetrics ``Accuracy`` objects logged per epoch, a cosine schedule stepped every
-batch (a scheduler dict with ``interval="step"``), a ``CSVLogger`` whose ``metrics.csv`` is read back after the fit and grouped by epoch as the
+batch (a scheduler dict with ``interval="step"``), a ``CSVLogger`` whose ``metrics.csv`` is read back after the fit and
+grouped by epoch as the
 project's ``plot_csv_logs`` does (printing instead of plotting), then ``trainer.test(ckpt_path="best")``.
 
 Stand-ins: ``sklearn.datasets.make_classification`` (20000 samples) becomes 1200 random samples whose label is

@@ -1,6 +1,8 @@
-"""(v) A user project's subclass of ``EarlyStopping`` (DiYi1999/SpaceHMchat, ``Code/AD_repository/model/mycallback.py``):
+"""(v) A user project's subclass of ``EarlyStopping`` (DiYi1999/SpaceHMchat,
+``Code/AD_repository/model/mycallback.py``):
 it turns the check after validation off (``on_validation_end`` does nothing) and runs it once when training ends
-(``on_train_end`` calls ``self._run_early_stopping_check(trainer)``; it runs before ``on_fit_end``), reached through ``pl.callbacks.EarlyStopping``.
+(``on_train_end`` calls ``self._run_early_stopping_check(trainer)``; it runs before ``on_fit_end``), reached through
+``pl.callbacks.EarlyStopping``.
 The project's ``import_lightning()`` helper picks ``lightning.pytorch`` or ``pytorch_lightning``.
 
 Stand-in: the anomaly-detection model is a regression whose ``val_loss`` never improves (learning rate 0), so the
@@ -40,8 +42,9 @@ class Record(pl.Callback):
         self.root, self.stop = root, stop
 
     def on_fit_end(self, trainer, pl_module):
-        append(self.root, "stop", trainer.global_rank, [trainer.current_epoch, self.stop.wait_count,
-                                                        trainer.should_stop, bool(torch.isfinite(self.stop.best_score))])
+        append(self.root, "stop", trainer.global_rank,
+               [trainer.current_epoch, self.stop.wait_count, trainer.should_stop,
+                bool(torch.isfinite(self.stop.best_score))])
 
 
 class Net(LightningModule):

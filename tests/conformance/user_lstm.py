@@ -56,7 +56,7 @@ def main():
     trainer.fit(model, train_dataloaders=dataloader)
     with torch.no_grad():
         after = [float(model(x)) for x in inputs]
-    errors = [(abs(b - y), abs(a - y)) for b, a, y in zip(before, after, labels.tolist())]
+    errors = [(abs(b - y), abs(a - y)) for b, a, y in zip(before, after, labels.tolist(), strict=True)]
     print({"before": before, "after": after})
     # one sample per rank under DDP averages the two samples' gradients, so only the total error is sure to fall
     expect(sum(a for _, a in errors) < sum(b for b, _ in errors), f"predictions did not approach the labels: {errors}")

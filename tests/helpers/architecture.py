@@ -1,7 +1,8 @@
 """Static checks of the code's shape (the house rules of CONTRIBUTING.md), used by tests/test_architecture.py
 and from the command line:
 
-    python tests/helpers/architecture.py    # private names used across modules, in core/ and plugins/
+    python tests/helpers/architecture.py    # private names used across modules, and private attributes named
+                                            # by strings (getattr(x, "_name")), in core/ and plugins/
 
 The import-circle and long-function checks are :mod:`import_cycles` and :mod:`long_functions` beside this file
 (copies of the shared house tools); :func:`device_identifiers` counts identifiers naming a device family.
@@ -114,9 +115,32 @@ def private_uses(root: Path = ROOT) -> list[Use]:
     return uses
 
 
+#: the built-ins that name an attribute by a string
+ATTRIBUTE_BUILTINS = ("getattr", "hasattr", "setattr", "delattr")
+
+
+def string_protocols(root: Path = ROOT) -> list[Use]:
+    """Every ``getattr``/``hasattr``/``setattr``/``delattr`` naming a private (``_name``, not ``__dunder__``)
+    attribute by a string literal in our code: a private protocol the private-name check cannot see."""
+    uses: list[Use] = []
+    for path in python_files(root):
+        rel = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ATTRIBUTE_BUILTINS and len(node.args) >= 2:
+                name = node.args[1]
+                if isinstance(name, ast.Constant) and isinstance(name.value, str) and _is_private(name.value):
+                    uses.append(Use(rel, node.lineno, f"{node.func.id}({ast.unparse(node.args[0])}, {name.value!r})"))
+    return uses
+
+
 if __name__ == "__main__":
     found = private_uses()
     for use in found:
         print(use)
     print(f"{len(found)} private name(s) used across modules")
+    named = string_protocols()
+    for use in named:
+        print(use)
+    print(f"{len(named)} private attribute(s) named by a string (some are allowed: tests/test_architecture.py)")
     sys.exit(1 if found else 0)

@@ -302,6 +302,7 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "enable_model_summary": lambda t, m: t.enable_model_summary is False,
     "enable_progress_bar": lambda t, m: t.enable_progress_bar is False,
     "inference_mode": lambda t, m: t.inference_mode is True, "max_time": lambda t, m: t.max_time is None,
+    "compile_step": lambda t, m: t.compile_step is None,
     "seed": lambda t, m: isinstance(t.seed, int), "sync_batchnorm": lambda t, m: t.sync_batchnorm is False,
     "use_distributed_sampler": lambda t, m: t.use_distributed_sampler is True,
 }
@@ -445,7 +446,7 @@ def check_annotation(name: str, obj: Any) -> None:
 
     if not isinstance(obj, tuple):  # a tuple of classes is for isinstance (as in Lightning), not annotations
         hints = typing.get_type_hints(annotated, localns={"obj": obj})  # a string annotation, as under __future__
-        assert hints["value"] == obj or hints["value"] == typing.Optional[obj], f"{name} did not resolve: {hints}"
+        assert hints["value"] == obj or hints["value"] == (obj | None), f"{name} did not resolve: {hints}"
     layer = nn.Linear(1, 1)
     optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
     step = torch.optim.lr_scheduler.StepLR(optimizer, 1)

@@ -92,7 +92,7 @@ class ShardReport(accelkit.Callback):
         (Path(self.folder) / f"rank{trainer.global_rank}.json").write_text(json.dumps(report))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spawned(root: Path) -> tuple[dict[str, Any], ...]:
     """The :class:`ShardReport` of each of two ``ddp_spawn`` workers (``seed=7``, a shuffled loader)."""
     folder = root.parent / "spawned"
@@ -193,8 +193,16 @@ def _argument_checks() -> dict[str, Callable[[Path], Any]]:
             r, default_root_dir=r / "elsewhere", enable_checkpointing=True) else False,
         "seed": lambda r: {report["seed"] for report in _spawned(r)} == {7},
         "collective_timeout": lambda r: fit(r, collective_timeout=30)[0].global_step == 2,
+        "compile_step": lambda r: _captured(r),
         "legacy_arguments": lambda r: _unknown_argument_refused(),
     }
+
+
+def _captured(root: Path) -> bool:
+    """A fit with the captured step (torch.compile's ``eager`` backend: traced, not built, so it is quick) steps
+    and logs as the eager one does."""
+    run = fit(root, compile_step={"backend": "eager"})[0]
+    return run.global_step == 2 and run.compile_step == {"backend": "eager"} and "train_loss" in run.callback_metrics
 
 
 def _max_time(root: Path) -> bool:
@@ -227,11 +235,13 @@ def _register_arguments() -> None:
         def run(ws: Workspace, check: Callable[[Path], Any] = check, name: str = name) -> None:
             result = check(ws.root / "spawn-fits" if name in SPAWNED else ws.fresh())
             assert result is True, f"Trainer({name}=...) did not do what Lightning documents (the check: {result!r})"
-        exercise(ARGUMENT, name, slow=name in SPAWNED)(run)
+        exercise(ARGUMENT, name, slow=name in SPAWNED or name in TRACED)(run)
 
 
 #: the arguments whose exercise starts two ddp_spawn workers (once, shared)
 SPAWNED = ("use_distributed_sampler", "seed")
+#: the argument checks that trace a training step with torch.compile (over 5 s: marked slow too)
+TRACED = ("compile_step",)
 
 
 _register_arguments()
@@ -300,7 +310,7 @@ class StageProbe(accelkit.Callback):
         self.seen.setdefault("predict", trainer.num_predict_batches)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _stages(ws: Workspace) -> dict[str, Any]:
     """A fit resumed from the shared checkpoint, then test and predict, watched by a :class:`StageProbe`."""
     probe = StageProbe()
@@ -491,7 +501,8 @@ def _manual(ws: Workspace) -> None:
     module = ManualNet()
     before = [p.detach().clone() for p in module.parameters()]
     fit(ws.fresh(), module)
-    assert all(not torch.equal(b, p) for b, p in zip(before, module.parameters())), "manual steps changed nothing"
+    assert all(not torch.equal(b, p) for b, p in zip(before, module.parameters(), strict=True)), \
+        "manual steps changed nothing"
     assert module.seen == dict.fromkeys(("toggled_optimizer", "clip_gradients", "toggle_optimizer",
                                          "untoggle_optimizer"), True), module.seen
 
@@ -512,6 +523,30 @@ def _configure_sharded_model(ws: Workspace) -> None:
 
 
 # --------------------------------------------------------------------------------------------- Callback
+class EpochEndMetricsSeen(accelkit.Callback):
+    """Says it monitors metrics, and records whether the Module's ``on_train_epoch_end`` had logged when its own ran."""
+
+    monitors_metrics = True
+
+    def __init__(self) -> None:
+        self.seen: list[bool] = []
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.seen.append("logged_at_epoch_end" in trainer.callback_metrics)
+
+
+class LogsAtEpochEnd(Net):
+    def on_train_epoch_end(self) -> None:
+        self.log("logged_at_epoch_end", 1.0)
+
+
+@exercise("Callback", "monitors_metrics")
+def _monitors_metrics(ws: Workspace) -> None:
+    probe = EpochEndMetricsSeen()
+    fit(ws.fresh(), LogsAtEpochEnd(), callbacks=[probe])
+    assert probe.seen == [True]  # it ran after the Module's hook
+
+
 @exercise("Callback", "state_key")
 def _state_key(ws: Workspace) -> None:
     callback = ws.shared.callback

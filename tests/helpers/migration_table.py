@@ -252,7 +252,7 @@ def sync_guide(text: str, rows: dict[tuple[str, str], Row] | None = None, names:
         if not pattern.search(text):
             raise ValueError(f"{GUIDE.name} lacks the comment lines {start!r} ... {end!r}")
         body = "\n".join([start, "", *lines, "", end])
-        text = pattern.sub(lambda _: body, text, count=1)
+        text = pattern.sub(lambda _, body=body: body, text, count=1)  # the text as it is: no escapes
     return text
 
 

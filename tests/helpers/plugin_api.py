@@ -52,7 +52,7 @@ def _members(cls: type) -> dict[str, Any]:
     for base in reversed(cls.__mro__):
         if not base.__module__.startswith("accelkit"):
             continue
-        for name, value in vars(base).items():
+        for name in vars(base):
             if not name.startswith("_"):
                 found[name] = inspect.getattr_static(cls, name)
     return found

@@ -65,3 +65,8 @@ def torch_xla_missing() -> bool:
 requires_torch_xla = pytest.mark.skipif(
     torch_xla_missing(), reason="needs torch_xla, which is not installed here (pip install torch_xla, the version "
                                 "matching torch)")
+
+
+requires_mypy = pytest.mark.skipif(
+    importlib.util.find_spec("mypy") is None,
+    reason="needs mypy, the type checker of requirements-dev.txt, which is not installed here (pip install mypy)")

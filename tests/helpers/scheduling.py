@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ast
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,7 @@ import pytest
 SHARED_SCOPES = frozenset({"module", "package", "session"})
 
 
-@lru_cache(maxsize=None)
+@cache
 def shares_setup(path: Path) -> bool:
     """Whether the test module at ``path`` defines a fixture of a scope wider than one test."""
     try:

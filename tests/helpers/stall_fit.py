@@ -2,7 +2,8 @@
 ``python stall_fit.py ROOT MODE [COLLECTIVE_TIMEOUT]`` (12 s by default) with MODE ``stuck`` (rank 1 sleeps for an
 hour in batch 1), ``none`` (rank 1's training_step returns None once), ``uneven`` (rank 0 has 4 batches per epoch,
 rank 1 has 3) or ``stop0``/``stop1`` (rank 0 or 1 writes ``stopme-<rank>`` holding its pid at batch 4, step 4, and
-waits there for the test to SIGSTOP it)."""
+waits there for the test to SIGSTOP it). A test that runs the fit from its own process (the launcher) imports
+:func:`make_trainer` and :class:`Disagreeing`."""
 
 import os
 import sys
@@ -43,13 +44,17 @@ class Disagreeing(RegressionModule):
         return DataLoader(regression_data(32 if rank == 0 else 24, seed=rank), batch_size=8)
 
 
+def make_trainer(root: str | os.PathLike, mode: str, timeout: float = 12) -> accelkit.Trainer:
+    """The two-process ``ddp_spawn`` trainer of ``mode`` (``timeout``: the collective timeout in seconds)."""
+    return accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+                            default_root_dir=root, collective_timeout=timeout, limit_val_batches=0,
+                            use_distributed_sampler=mode != "uneven", callbacks=[WeightDump(root)])
+
+
 if __name__ == "__main__":
     root, mode = sys.argv[1], sys.argv[2]
-    timeout = float(sys.argv[3]) if len(sys.argv) > 3 else 12
     torch.manual_seed(0)
-    trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
-                               enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-                               default_root_dir=root, collective_timeout=timeout, limit_val_batches=0,
-                               use_distributed_sampler=mode != "uneven", callbacks=[WeightDump(root)])
+    trainer = make_trainer(root, mode, float(sys.argv[3]) if len(sys.argv) > 3 else 12)
     trainer.fit(Disagreeing(mode))
     print(f"done global_step={trainer.global_step}")

@@ -3,7 +3,8 @@ fit of helpers/resume_fit.py (shuffled loader, dropout, Adam, a per-step schedul
 checkpoint every 4 steps and ``ckpt_path="last"`` on every attempt, as a preemptible job runs it.
 
 Each worker prints ``rank R pid P attempt A starts at step S`` when training starts; rank 0 prints ``step N``
-after every batch (``STEP_SLEEP_S`` slows the steps down; ``RESTARTED_RANK_1_DELAY_S`` delays a restarted rank 1) and, at the end, writes ``ROOT/final.pt`` and prints
+after every batch (``STEP_SLEEP_S`` slows the steps down; ``RESTARTED_RANK_1_DELAY_S`` delays a restarted rank 1) and,
+at the end, writes ``ROOT/final.pt`` and prints
 ``done``. Usage: ``torchrun ... torchrun_resume_fit.py ROOT``
 """
 

@@ -168,7 +168,7 @@ def test_hooks_on_or_off_give_the_same_parameters(tmp_path, accumulate, clip):
     hooked_opt = optimization(hooked, tmp_path, callbacks=(recorder,), gradient_clip_val=clip)
     train(plain_opt, accumulate)
     train(hooked_opt, accumulate)
-    for (name, a), b in zip(plain.named_parameters(), hooked.parameters()):
+    for (name, a), b in zip(plain.named_parameters(), hooked.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"{name} differs")
     steps = len(BATCHES) // accumulate
     assert plain_opt.trainer.global_step == hooked_opt.trainer.global_step == steps
@@ -190,7 +190,7 @@ def test_a_precision_that_scales_the_loss_steps_through_the_same_path(tmp_path, 
     default, scaled, precision = Net(), Net(), LossScaling()
     train(optimization(default, tmp_path, gradient_clip_val=0.05), accumulate)
     train(optimization(scaled, tmp_path, gradient_clip_val=0.05, plugins=[precision]), accumulate)
-    for a, b in zip(default.parameters(), scaled.parameters()):
+    for a, b in zip(default.parameters(), scaled.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     assert precision.scaled == len(BATCHES) and precision.stepped == len(BATCHES) // accumulate
 

@@ -56,7 +56,8 @@ class MinimalSPMDStrategy(XLAStrategy):
         import torch_xla.distributed.parallel_loader as pl
         import torch_xla.distributed.spmd as xs
 
-        return pl.MpDeviceLoader(dataloader, self.root_device, input_sharding=xs.ShardingSpec(self.mesh, ("data", None)))
+        return pl.MpDeviceLoader(dataloader, self.root_device,
+                                 input_sharding=xs.ShardingSpec(self.mesh, ("data", None)))
 
 
 @hookimpl

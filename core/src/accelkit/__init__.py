@@ -16,16 +16,16 @@ from accelkit.errors import (AccelkitError, ConfigurationError, PluginConflictEr
                              WorkerError)
 from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
 from accelkit.module import DataModule, Module
-
-#: Lightning's names for the two base classes: the same class objects as :class:`Module` and :class:`DataModule`
-#: (not subclasses), so ``import accelkit as L; class LitModel(L.LightningModule)`` runs unchanged
-LightningModule = Module
-LightningDataModule = DataModule
 from accelkit.precision import MixedPrecision, Precision, TruePrecision
 from accelkit.records import AcceleratorRecord, PrecisionRecord, RunConfig, StrategyRecord
 from accelkit.strategies import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy, Strategy
 from accelkit.trainer import Trainer
 from accelkit.utilities import rank_zero_only, seed_everything
+
+#: Lightning's names for the two base classes: the same class objects as :class:`Module` and :class:`DataModule`
+#: (not subclasses), so ``import accelkit as L; class LitModel(L.LightningModule)`` runs unchanged
+LightningModule = Module
+LightningDataModule = DataModule
 
 compat.install()
 

@@ -144,7 +144,8 @@ _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 def parse_device_indices(devices: Any, available: int, accelerator: str) -> list[int]:
-    """Parse a ``devices`` specification against ``available`` visible devices (see :meth:`~accelkit.Accelerator.parse_devices`)."""
+    """Parse a ``devices`` specification against ``available`` visible devices (see
+    :meth:`~accelkit.Accelerator.parse_devices`)."""
     allowed = (
         "an int N >= 1 (the first N devices), -1 or 'auto' (all), a list of distinct indices such as [0, 2], "
         "or a string such as '0,1'"
@@ -171,7 +172,8 @@ def parse_device_indices(devices: Any, available: int, accelerator: str) -> list
     if isinstance(devices, int):
         if devices == -1:
             if available < 1:
-                raise ConfigurationError(f"devices={original!r} asks for every {accelerator} device, but none is visible.")
+                raise ConfigurationError(
+                    f"devices={original!r} asks for every {accelerator} device, but none is visible.")
             return list(range(available))
         if devices < 1:
             raise ConfigurationError(f"devices={original!r} must be at least 1 (or -1/'auto' for all); use {allowed}.")

@@ -1,12 +1,16 @@
-"""Import paths of accelkit 0.1's flat layout, kept working after the core moved into packages, and Lightning's module
-paths under the mechanical rule ``lightning.pytorch.X`` -> ``accelkit.X`` where accelkit's modules are named otherwise
-(:data:`LIGHTNING_PATHS`).
+"""Import paths of accelkit 0.1's flat layout, deprecated, kept working until accelkit :data:`REMOVED_IN` after the core
+moved into packages, and Lightning's module paths under the mechanical rule ``lightning.pytorch.X`` -> ``accelkit.X``
+where accelkit's modules are named otherwise (:data:`LIGHTNING_PATHS`, not deprecated: they are how a Lightning
+program ports by changing its imports).
 
 ``import accelkit.strategy`` (or ``from accelkit.trainer_args import ...``, or a class path such as
 ``accelkit.cli_config.ReduceLROnPlateau`` in a saved ``config.yaml``) gives the module at its new home: the
-same module object, so classes and functions are identical whichever path named them. Nothing is imported
-until an old path is used. New code should use the paths in :data:`MOVED`'s values; ``docs/architecture.rst``
-lists them.
+same module object, so classes and functions are identical whichever path named them. The first import of each
+old path in a process raises a :class:`DeprecationWarning` naming the new path and :data:`REMOVED_IN`
+(:func:`moved_message`); unless the interpreter was given warning options (``-W``, ``PYTHONWARNINGS``), these
+warnings are shown wherever the import happens (Python shows a ``DeprecationWarning`` only for code run as
+``__main__``), so a class path read from a saved ``config.yaml`` is reported too. Nothing is imported until an old
+path is used. ``docs/architecture.rst`` lists the new paths.
 """
 
 from __future__ import annotations
@@ -15,10 +19,14 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+import warnings
 from types import ModuleType
 from typing import Any, Sequence
 
-#: old module path -> the module (or package) that holds its names now
+#: the accelkit version that removes the old paths of :data:`MOVED`
+REMOVED_IN = "0.3.0"
+
+#: old module path (deprecated) -> the module (or package) that holds its names now
 MOVED: dict[str, str] = {
     "accelkit.strategy": "accelkit.strategies",
     "accelkit.ddp": "accelkit.strategies.ddp",
@@ -40,7 +48,6 @@ MOVED: dict[str, str] = {
     "accelkit.optim": "accelkit.module.optimizers",
     "accelkit.summary": "accelkit.module.summary",
     "accelkit.metrics": "accelkit.loops.metrics",
-    "accelkit.loops.logging": "accelkit.loops.publishing",
     "accelkit.distributed_checkpoint": "accelkit.checkpoint.sharded",
     "accelkit.cli_checkpoint": "accelkit.cli.checkpoint_command",
     "accelkit.cli_commands": "accelkit.cli.stage_commands",
@@ -74,23 +81,36 @@ LIGHTNING_PATHS: dict[str, str] = {
 }
 
 
-def alias_home(fullname: str) -> str | None:
-    """The module a path of :data:`MOVED` or :data:`LIGHTNING_PATHS`, or a module below one of them, stands for
-    (``accelkit.launchers.spawn`` -> ``accelkit.strategies.launchers.spawn``), or ``None``."""
-    home = MOVED.get(fullname) or LIGHTNING_PATHS.get(fullname)
-    if home is not None:
-        return home
-    parent = fullname.rpartition(".")[0]
-    while parent and parent not in MOVED and parent not in LIGHTNING_PATHS:
+def home_in(paths: dict[str, str], fullname: str) -> str | None:
+    """The module that ``fullname``, a path of ``paths`` (:data:`MOVED` or :data:`LIGHTNING_PATHS`) or a module below
+    one of them, stands for (``accelkit.launchers.spawn`` -> ``accelkit.strategies.launchers.spawn``), or ``None``."""
+    parent = fullname
+    while parent and parent not in paths:
         parent = parent.rpartition(".")[0]
-    return (MOVED.get(parent) or LIGHTNING_PATHS[parent]) + fullname[len(parent):] if parent else None
+    return paths[parent] + fullname[len(parent):] if parent else None
+
+
+def alias_home(fullname: str) -> str | None:
+    """The module an old path (:data:`MOVED`) or a Lightning path (:data:`LIGHTNING_PATHS`), or a module below one of
+    them, stands for, or ``None``."""
+    return home_in(MOVED, fullname) or home_in(LIGHTNING_PATHS, fullname)
+
+
+def moved_message(old: str, new: str) -> str:
+    """The deprecation warning's sentence for the old path ``old``, whose module is now ``new``."""
+    return (f"{old} is a module path of accelkit 0.1, deprecated (accelkit {REMOVED_IN} removes it): use {new} "
+            f"instead (in imports, and in class paths of a saved config.yaml)")
 
 
 class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, deprecated: str | None = None) -> None:
         self.target = target
+        self.deprecated = deprecated
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        if self.deprecated is not None:
+            # stacklevel 2: past importlib's own frames, the code that imported the old path
+            warnings.warn(self.deprecated, DeprecationWarning, stacklevel=2)
         return importlib.import_module(self.target)
 
     def exec_module(self, module: ModuleType) -> None:
@@ -99,21 +119,32 @@ class _AliasLoader(importlib.abc.Loader):
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
     """Finds the old paths of :data:`MOVED` and Lightning's paths of :data:`LIGHTNING_PATHS` and answers with the
-    module at its home (:func:`alias_home`)."""
+    module at its home (:func:`alias_home`); the first import of each old path warns (:func:`moved_message`)."""
+
+    def __init__(self) -> None:
+        #: the old paths this finder has warned about
+        self.warned: set[str] = set()
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: Any = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith("accelkit."):
             return None
-        new = alias_home(fullname)
-        if new is None:
-            return None
-        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
+        new = home_in(MOVED, fullname)
+        if new is not None:
+            message = None if fullname in self.warned else moved_message(fullname, new)
+            self.warned.add(fullname)
+            return importlib.machinery.ModuleSpec(fullname, _AliasLoader(new, deprecated=message))
+        new = home_in(LIGHTNING_PATHS, fullname)
+        return None if new is None else importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
 
 
 def install() -> None:
     """Put the finder first on :data:`sys.meta_path` once (``import accelkit`` does this): first, so that a module
     below a Lightning path standing for a package (``accelkit.core.module``) is the module at its home, not a second
-    copy of that file loaded under the other name."""
+    copy of that file loaded under the other name. Without warning options given to the interpreter, the old paths'
+    deprecation warnings are shown wherever the import happens (see the module's description)."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, MovedModuleFinder())
+        if not sys.warnoptions:
+            warnings.filterwarnings("default", message=r"accelkit\.\S+ is a module path of accelkit 0\.1",
+                                    category=DeprecationWarning)

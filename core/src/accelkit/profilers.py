@@ -171,7 +171,8 @@ def _table(title: str, header: list[str], body: list[list[str]]) -> str:
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
 
     rule = "-" * len(line(header))
     return "\n".join([title, rule, line(header), rule, *map(line, body), rule])

@@ -59,7 +59,8 @@ def test_core_code_names_no_cuda():
 
 
 def test_only_the_catalog_names_cuda_among_other_core_files():
-    others = [f for f in CORE.rglob("*") if f.is_file() and f.suffix not in (".py", ".pyc") and f.name != "catalog.toml"]
+    others = [f for f in CORE.rglob("*")
+              if f.is_file() and f.suffix not in (".py", ".pyc") and f.name != "catalog.toml"]
     hits = [str(f.relative_to(CORE)) for f in others if WORDS.search(f.read_text(errors="replace"))]
     assert hits == []
     assert "accelkit-cuda" in (CORE / "catalog.toml").read_text()

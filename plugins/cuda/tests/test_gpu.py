@@ -124,7 +124,7 @@ class InjectInf(Probe):
             self.net[0].weight.grad[0, 0] = float("inf")
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
-        self.changed.append(any(not torch.equal(a, p) for a, p in zip(self._before, self.parameters())))
+        self.changed.append(any(not torch.equal(a, p) for a, p in zip(self._before, self.parameters(), strict=True)))
         self.scales.append((self._scale, self.trainer.precision.scaler.get_scale()))
 
 
@@ -137,7 +137,7 @@ def test_grad_scaler_skips_the_step_with_inf(tmp_path):
     assert len(model.changed) == 6
     before, after = model.scales[bad]
     assert model.changed[bad] is False and after == before / 2  # skipped, and the scale halved for it
-    for changed, (before, after) in zip(model.changed, model.scales):
+    for changed, (before, after) in zip(model.changed, model.scales, strict=True):
         assert changed == (after == before)  # a step is taken exactly when no inf halved the scale
     assert model.changed[-1]  # training goes on after the skipped step
     assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -103,7 +103,7 @@ def test_copy_pins_and_keeps_everything_else():
     generator.manual_seed(7)
     assert _batches(pinned) == expected
     assert len(expected) == 3 and all(len(b[0]) == 3 for b in expected)
-    assert all(y == x * 10 for b in expected for x, y in zip(sum(b[0], []), b[1]))
+    assert all(y == x * 10 for b in expected for x, y in zip(sum(b[0], []), b[1], strict=True))
 
 
 def test_unbatched_loader():

@@ -100,7 +100,8 @@ def test_bf16_mixed_computes_in_bfloat16_and_keeps_float32_shards(tmp_path, fsdp
         assert record["param_dtypes"] == ["torch.float32"]  # the sharded parameters the optimizer steps
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert_same_weights(model.state_dict(), reference.state_dict(), atol=5e-2)
-    assert not all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), reference.state_dict().values()))
+    pairs = zip(model.state_dict().values(), reference.state_dict().values(), strict=True)
+    assert not all(torch.equal(a, b) for a, b in pairs)
 
 
 def test_mixed_precision_policy_of_each_precision():

@@ -25,7 +25,8 @@ QUIET = dict(accelerator="cpu", logger=False, enable_progress_bar=False, enable_
              limit_val_batches=0)
 
 
-def trainer(root: Path, strategy: object = "fsdp", devices: int = 2, epochs: int = 2, **kwargs: object) -> accelkit.Trainer:
+def trainer(root: Path, strategy: object = "fsdp", devices: int = 2, epochs: int = 2,
+            **kwargs: object) -> accelkit.Trainer:
     return accelkit.Trainer(strategy=strategy, devices=devices, max_epochs=epochs, default_root_dir=root, **QUIET,
                             **kwargs)
 

@@ -35,7 +35,7 @@ def runs(tmp_path_factory):
                               stderr=subprocess.PIPE, text=True,
                               env=xla_env(devices=None, unset=("XLA_USE_BF16",))) for g in groups]
     results, errors = {}, {}
-    for group, proc in zip(groups, procs):
+    for group, proc in zip(groups, procs, strict=True):
         out, err = proc.communicate(timeout=240)
         assert proc.returncode == 0, f"fit with {group} failed:\n{err[-4000:]}"
         for line in out.splitlines():

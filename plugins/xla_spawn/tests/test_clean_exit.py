@@ -8,6 +8,8 @@ exit 134) after every result was printed. The strategies' ``DeviceLoader`` stops
 
 Two tests: no upload thread is left after fit/validate/test/predict (deterministic), and complete runs of
 ``benchmarks/exit_codes.py`` exit 0 (the abort was timing-dependent: 4 of 5 such runs aborted before the fix).
+Two runs of ``xla``, not three: the first test catches the cause every time, and two runs would still see an
+abort as frequent as the old one 24 times in 25 (three: 124 in 125), for the cost of a whole XLA process less.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def test_no_upload_thread_is_left_after_loops_that_stop_early(run_python) -> Non
     assert result["upload_threads"] == [], result["threads"]
 
 
-@pytest.mark.parametrize("kind, runs", [("xla", 3), ("xla_spawn", 1)])
+@pytest.mark.parametrize("kind, runs", [("xla", 2), ("xla_spawn", 1)])
 def test_complete_runs_exit_0(kind, runs) -> None:
     command = [sys.executable, str(ROOT / "benchmarks" / "exit_codes.py"), "--kind", kind, "--runs", str(runs)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "XRT_", "TPU_", "ACCELKIT_"))}

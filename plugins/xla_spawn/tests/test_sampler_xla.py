@@ -66,7 +66,8 @@ def test_the_guides_torch_xla_1x_names_answer_inside_an_xla_single_run(tmp_path,
     assert result["import"]["caught"] == []  # the same process: warned once already
     after = result["after"]
     assert after["left_on_xla_model"] == []
-    assert after["call_outside"] == "AttributeError: module 'torch_xla.core.xla_model' has no attribute 'xrt_world_size'"
+    assert after["call_outside"] == ("AttributeError: module 'torch_xla.core.xla_model' has no attribute "
+                                     "'xrt_world_size'")
 
 
 @pytest.mark.slow

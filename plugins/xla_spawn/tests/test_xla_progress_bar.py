@@ -63,7 +63,7 @@ def test_the_bar_shows_the_loss_without_reading_the_device_per_step(run_python) 
         assert "train_loss=" in run["postfix"], run["postfix"]
         for epoch in (0, 1):
             counts = [count for e, _, count in run["rows"] if e == epoch]
-            moves = sum(b != a for a, b in zip(counts, counts[1:]))
+            moves = sum(b != a for a, b in zip(counts, counts[1:], strict=False))
             if log_every == 4:
                 # the logging step after batch 3 is the only read inside the epoch (batch 7's shows next epoch)
                 assert len(counts) == 8 and moves == 1, (epoch, counts)

@@ -21,7 +21,7 @@ def test_auto_strategy_for_one_core_is_xla_single(single: dict) -> None:
 def test_single_core_loss_falls(single: dict) -> None:
     losses = single["epoch_losses"]
     assert len(losses) == 4
-    assert all(b < a for a, b in zip(losses, losses[1:])), losses
+    assert all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
     assert losses[-1] < 0.2 * losses[0], losses
 
 
@@ -47,7 +47,7 @@ def test_no_device_to_host_transfer_per_step(single: dict) -> None:
         counts = [r["from_device"] for r in rows if r["epoch"] == epoch]
         assert len(counts) == 8 and len(set(counts)) == 1, (epoch, counts)
     item = [r["from_device"] for r in single["item_rows"]]
-    assert all(b == a + 1 for a, b in zip(item, item[1:])), item
+    assert all(b == a + 1 for a, b in zip(item, item[1:], strict=False)), item
 
 
 def test_batches_with_non_tensor_objects(single: dict) -> None:

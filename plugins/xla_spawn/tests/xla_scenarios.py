@@ -218,7 +218,8 @@ class FlatBufferAllReduceSpawn(XLASpawnStrategy):
     (pytorch/xla#5005, #9089; re-measured here: "Termination timeout for all reduce ... only 1 of them
     arrived"). What does run on CPU is ONE all-reduce of ONE flat buffer through the private
     ``torch_xla._XLAC._xla_spmd_all_reduce`` with ``XLA_THREAD_POOL_SIZE`` >= the number of replicas. This
-    subclass swaps only that primitive (and the barrier, broadcast and all_gather built on it); everything else -- launch, pickled
+    subclass swaps only that primitive (and the barrier, broadcast and all_gather built on it); everything else --
+    launch, pickled
     per-replica copies, ordinals, sharded device loader, gradient averaging, checkpoint writer -- is the
     production code. Production never uses this class.
     """

@@ -1,7 +1,12 @@
-"""xla_spmd on real XLA devices (PJRT_DEVICE=CPU with 4 and 8 devices), one subprocess per device count.
+"""xla_spmd on real XLA devices (PJRT_DEVICE=CPU with 8 devices), in one subprocess.
 
-Each subprocess trains the same MLP several ways (data parallel, FSDP-style, a 2-D mesh, bf16-mixed/true,
+The subprocess trains the same MLP several ways (data parallel, FSDP-style, a 2-D mesh, bf16-mixed/true,
 checkpoint then resume) and compares with plain torch on one CPU device with the whole batch.
+
+One device count, 8: every assertion is written in terms of the count, and 8 makes each as strict as 4 did or
+stricter (the 1/n bound of FSDP's bytes per device; a 2-D mesh of 2 x 4, whose axes cannot be swapped unseen as
+those of 2 x 2 could). Four devices still train here (the debug scenario), so a second training scenario at 4
+proved nothing more, for a whole XLA subprocess of its own.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.skipif(
 STEPS_PER_EPOCH = 4  # 64 samples, batches of 16
 
 
-@pytest.fixture(scope="module", params=[4, 8], ids=["4dev", "8dev"])
-def run(request, tmp_path_factory, run_spmd_scenario) -> dict:
-    devices = request.param
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, run_spmd_scenario) -> dict:
+    devices = 8
     result = run_spmd_scenario("train", tmp_path_factory.mktemp(f"spmd{devices}"), CPU_NUM_DEVICES=str(devices))
     assert result["devices"] == devices
     return result

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Generator, Iterable, Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
@@ -14,10 +14,15 @@ from torch import nn
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
+
 log = logging.getLogger(__name__)
 
-#: the batch-norm layers :meth:`~accelkit.callbacks.BaseFinetuning.freeze` treats apart (``train_bn``); subclasses count too
-BATCH_NORM_TYPES: tuple[type[nn.Module], ...] = (
+#: the batch-norm layers :meth:`~accelkit.callbacks.BaseFinetuning.freeze` treats apart (``train_bn``); subclasses count
+#: too
+BATCH_NORM_TYPES = (
     nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm,
     nn.LazyBatchNorm1d, nn.LazyBatchNorm2d, nn.LazyBatchNorm3d,
 )
@@ -55,6 +60,9 @@ class BaseFinetuning(Callback):
     processes by this callback before each optimizer step, so every process keeps the same weights (Lightning
     lets them drift apart, its issue 20340).
     """
+
+    # per optimizer (by id), the trainable parameters the wrapper does not synchronise (set by _find_unsynced)
+    _unsynced: dict[int, list[nn.Parameter]]
 
     def __init__(self) -> None:
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
@@ -159,11 +167,11 @@ class BaseFinetuning(Callback):
             optimizer.add_param_group({"params": params, "lr": base_lr / denominator})
 
     # ----------------------------------------------------------------- what subclasses write
-    def freeze_before_training(self, pl_module: Any) -> None:
+    def freeze_before_training(self, pl_module: "Module") -> None:
         """Freeze what must not train at first (called in ``setup``, before ``configure_optimizers``)."""
         raise NotImplementedError(f"{type(self).__name__} must override freeze_before_training(pl_module)")
 
-    def finetune_function(self, pl_module: Any, epoch: int, optimizer: torch.optim.Optimizer) -> None:
+    def finetune_function(self, pl_module: "Module", epoch: int, optimizer: torch.optim.Optimizer) -> None:
         """Unfreeze what trains from ``epoch`` on (called at every training epoch start, for each optimizer)."""
         raise NotImplementedError(f"{type(self).__name__} must override finetune_function(pl_module, epoch, "
                                   "optimizer)")
@@ -185,11 +193,11 @@ class BaseFinetuning(Callback):
         return self.__dict__.setdefault("_internal_optimizer_metadata", {})
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Freeze before the optimizers are configured."""
         self.freeze_before_training(pl_module)
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Note which parameters a distributed wrapper synchronises; on a resume, rebuild the saved parameter
         groups (before the optimizer's state is loaded)."""
         self._wrapper_synced = _wrapper_synced(trainer, pl_module)
@@ -202,7 +210,7 @@ class BaseFinetuning(Callback):
             self._restarting = False
         self._find_unsynced(trainer)
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Call :meth:`finetune_function` for every optimizer and record the groups it added."""
         for index, optimizer in enumerate(trainer.optimizers):
             before = len(optimizer.param_groups)
@@ -210,19 +218,19 @@ class BaseFinetuning(Callback):
             self._store(pl_module, index, before, optimizer.param_groups)
         self._find_unsynced(trainer)
 
-    def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: "Trainer", pl_module: "Module", optimizer: Any) -> None:
         """Average the gradients of unfrozen parameters that the distributed wrapper does not synchronise."""
         params = self.__dict__.get("_unsynced", {}).get(id(optimizer))
         if params:
             _average_gradients(trainer.strategy, params)
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """A checkpoint loaded by ``validate``/``test``/``predict`` does not rebuild groups in a later fit."""
         self._restarting = False
         self._unsynced = {}
 
     # ----------------------------------------------------------------- internals
-    def _store(self, pl_module: Any, index: int, before: int, groups: list[dict[str, Any]]) -> None:
+    def _store(self, pl_module: "Module", index: int, before: int, groups: list[dict[str, Any]]) -> None:
         names = {p: n for n, p in pl_module.named_parameters()}
         metadata = self._metadata
         if index not in metadata:
@@ -230,7 +238,7 @@ class BaseFinetuning(Callback):
         elif len(groups) != before:  # the groups finetune_function added this epoch
             metadata[index].extend(_named_groups(groups[before:], names, pl_module, index))
 
-    def _rebuild(self, pl_module: Any, index: int, optimizer: torch.optim.Optimizer, saved: list[dict[str, Any]],
+    def _rebuild(self, pl_module: "Module", index: int, optimizer: torch.optim.Optimizer, saved: list[dict[str, Any]],
                  named: dict[str, nn.Parameter]) -> None:
         missing = [n for group in saved for n in group["params"] if n not in named]
         if missing:
@@ -247,9 +255,9 @@ class BaseFinetuning(Callback):
                 named[name].requires_grad = True
             optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": params})
 
-    def _find_unsynced(self, trainer: Any) -> None:
+    def _find_unsynced(self, trainer: "Trainer") -> None:
         synced = self.__dict__.get("_wrapper_synced")
-        self._unsynced: dict[int, list[nn.Parameter]] = {}
+        self._unsynced = {}
         if synced is None:
             return
         for optimizer in trainer.optimizers:
@@ -272,7 +280,8 @@ class BackboneFinetuning(BaseFinetuning):
     :param backbone_initial_ratio_lr: the backbone's first learning rate as a fraction of the current one.
     :param backbone_initial_lr: the backbone's first learning rate (wins over the ratio).
     :param should_align: cap the backbone's learning rate at the first group's.
-    :param initial_denom_lr: passed to :meth:`~accelkit.callbacks.BaseFinetuning.unfreeze_and_add_param_group` (used when no learning rate is given).
+    :param initial_denom_lr: passed to :meth:`~accelkit.callbacks.BaseFinetuning.unfreeze_and_add_param_group`
+        (used when no learning rate is given).
     :param train_bn: train the backbone's batch-norm layers while it is frozen, and add them when it unfreezes.
     :param verbose: log both learning rates every epoch from the unfreezing on.
     :param rounding: decimals of the logged learning rates.
@@ -318,16 +327,16 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict.get("previous_backbone_lr")
         super().load_state_dict({k: v for k, v in state_dict.items() if k != "previous_backbone_lr"})
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Check the module has a backbone, then as :meth:`BaseFinetuning.on_fit_start`."""
         _backbone(pl_module)
         super().on_fit_start(trainer, pl_module)
 
-    def freeze_before_training(self, pl_module: Any) -> None:
+    def freeze_before_training(self, pl_module: "Module") -> None:
         """Freeze ``pl_module.backbone`` (its batch-norm layers stay trainable with ``train_bn``)."""
         self.freeze(_backbone(pl_module), train_bn=self.train_bn)
 
-    def finetune_function(self, pl_module: Any, epoch: int, optimizer: torch.optim.Optimizer) -> None:
+    def finetune_function(self, pl_module: "Module", epoch: int, optimizer: torch.optim.Optimizer) -> None:
         """Unfreeze the backbone at ``unfreeze_backbone_at_epoch``; afterwards grow its learning rate."""
         current_lr = optimizer.param_groups[0]["lr"]
         if epoch == self.unfreeze_backbone_at_epoch:
@@ -365,7 +374,7 @@ def _walk(modules: Any) -> Iterable[nn.Module]:
                         f"{modules!r}")
 
 
-def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module: Any,
+def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module: "Module",
                   index: int) -> list[dict[str, Any]]:
     """``groups`` with each parameter replaced by its name in ``pl_module``."""
     named = []
@@ -380,7 +389,7 @@ def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module
     return named
 
 
-def _wrapper_synced(trainer: Any, pl_module: Any) -> set[int] | None:
+def _wrapper_synced(trainer: "Trainer", pl_module: "Module") -> set[int] | None:
     """The parameters a ``DistributedDataParallel`` wrapper synchronises (those trainable when it was built, which
     is before ``on_fit_start``), or ``None`` when there is no such wrapper."""
     if isinstance(trainer.model, nn.parallel.DistributedDataParallel) and trainer.world_size > 1:
@@ -403,7 +412,7 @@ def _average_gradients(strategy: Any, params: list[nn.Parameter]) -> None:
             param.grad = chunk.clone()
 
 
-def _backbone(pl_module: Any) -> nn.Module:
+def _backbone(pl_module: "Module") -> nn.Module:
     backbone = getattr(pl_module, "backbone", None)
     if not isinstance(backbone, nn.Module):
         raise ConfigurationError(f"BackboneFinetuning needs a torch.nn.Module in {type(pl_module).__name__}.backbone "

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
 
 class GradientAccumulationScheduler(Callback):
@@ -58,7 +62,7 @@ class GradientAccumulationScheduler(Callback):
             factor = self.scheduling[start]
         return factor
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Refuse a Trainer that also sets ``accumulate_grad_batches``."""
         if stage != "fit":
             return
@@ -69,7 +73,7 @@ class GradientAccumulationScheduler(Callback):
                 "accumulation; remove accumulate_grad_batches from the Trainer (or put it in the schedule, "
                 f"e.g. GradientAccumulationScheduler({{0: {current}}})), or remove the callback")
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Refuse manual optimization; warn when the module's optimizer hooks will not run every batch."""
         if not pl_module.automatic_optimization:
             raise RuntimeError(
@@ -86,7 +90,7 @@ class GradientAccumulationScheduler(Callback):
                 f"GradientAccumulationScheduler accumulates batches ({self.scheduling}): those hooks run once per "
                 "optimizer step, not every batch.", UserWarning, stacklevel=2)
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Set this epoch's factor on the trainer."""
         factor = self.get_accumulate_grad_batches(trainer.current_epoch)
         trainer.accumulate_grad_batches = factor

@@ -36,7 +36,7 @@ def _class_for(base: type, names: frozenset[str]) -> type:
 
 def _rebuild(base: type, hooks: dict[str, Callable[..., Any]]) -> LambdaCallback:
     """Unpickle a LambdaCallback (or a subclass's instance) without calling its ``__init__`` again."""
-    callback = object.__new__(_class_for(base, frozenset(hooks)))
+    callback: LambdaCallback = object.__new__(_class_for(base, frozenset(hooks)))
     callback.hooks = dict(hooks)
     return callback
 
@@ -54,6 +54,9 @@ class LambdaCallback(Callback):
     :param hook_functions: ``hook_name=function`` pairs.
     """
 
+    #: on the per-hooks subclasses only: the class the user instantiated
+    _user_class: type[LambdaCallback] | None = None
+
     def __new__(cls, **hook_functions: Callable[..., Any]) -> LambdaCallback:
         unknown = sorted(set(hook_functions) - HOOK_NAMES)
         if unknown:
@@ -65,7 +68,7 @@ class LambdaCallback(Callback):
         if not_callable:
             raise TypeError("LambdaCallback needs functions; not callable: " + ", ".join(
                 f"{name}={hook_functions[name]!r}" for name in not_callable))
-        base = getattr(cls, "_user_class", cls)
+        base = cls._user_class or cls
         return super().__new__(_class_for(base, frozenset(hook_functions)))
 
     def __init__(self, **hook_functions: Callable[..., Any]) -> None:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.nn.parameter import UninitializedParameter
 
 from accelkit.callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
 #: ``summary_data``: the table's columns, each ``(header, one string per layer)``
 SummaryData = list[tuple[str, list[str]]]
@@ -31,7 +35,7 @@ def summary_data(summary: Any, model: Any) -> SummaryData:
     """The columns of ``summary`` (an :class:`accelkit.module.summary.ModelSummary` of ``model``) as
     Lightning's ``summarize`` hook receives them: index, Name, Type, Params, Mode."""
     names = summary.layer_names
-    params = [_params(model.get_submodule(name), count) for name, count in zip(names, summary.param_nums)]
+    params = [_params(model.get_submodule(name), count) for name, count in zip(names, summary.param_nums, strict=True)]
     return [
         (" ", [str(i) for i in range(len(names))]),
         ("Name", list(names)),
@@ -60,14 +64,14 @@ def format_summary_table(summary_data: SummaryData, total_parameters: int, train
     lines: list[str] = []
     headers = [header for header, _ in summary_data]
     columns = [values for _, values in summary_data]
-    rows = [list(row) for row in zip(*columns)]
+    rows = [list(row) for row in zip(*columns, strict=True)]
     if rows:
         widths = [max(len(cell) for cell in [header, *values]) for header, values in summary_data]
         right = {i for i, header in enumerate(headers) if header in (" ", "Params")}
 
         def line(cells: list[str]) -> str:
             return " | ".join(c.rjust(w) if i in right else c.ljust(w)
-                              for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+                              for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
         rule = "-" * max(len(line(r)) for r in [headers, *rows])
         lines += [rule, line(headers), rule, *map(line, rows), rule]
@@ -111,7 +115,7 @@ class ModelSummary(Callback):
         """How deep the table lists layers (``0``: no summary)."""
         return self._max_depth
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         if not self._max_depth or not trainer.is_global_zero:
             return
         from accelkit.module.summary import ModelSummary as Summary
@@ -192,7 +196,7 @@ class RichModelSummary(ModelSummary):
         for header, _ in summary_data:
             table.add_column(header, justify="right" if header in (" ", "Params") else "left",
                              style="dim" if header == " " else None, no_wrap=header == "Name")
-        for row in zip(*(values for _, values in summary_data)):
+        for row in zip(*(values for _, values in summary_data), strict=True):
             table.add_row(*row)
         console = get_console()
         if table.row_count:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
-class WriteInterval(str, Enum):
+
+class WriteInterval(str, Enum):  # noqa: UP042 - not StrEnum: str() as Lightning's gives (WriteInterval.BATCH)
     """When a :class:`BasePredictionWriter` writes (compares equal to its string value)."""
 
     BATCH = "batch"
@@ -47,20 +51,22 @@ class BasePredictionWriter(Callback):
 
     def __init__(self, write_interval: str = "batch") -> None:
         try:
-            #: a :class:`~accelkit.callbacks.prediction_writer.WriteInterval` (``interval.on_batch``, ``interval.on_epoch``)
+            #: a :class:`~accelkit.callbacks.prediction_writer.WriteInterval` (``interval.on_batch``,
+            #: ``interval.on_epoch``)
             self.interval = WriteInterval(getattr(write_interval, "value", write_interval))
         except ValueError:
             raise ConfigurationError(f"BasePredictionWriter(write_interval={write_interval!r}): must be one of "
                                      f"{', '.join(repr(i.value) for i in WriteInterval)}") from None
 
-    def write_on_batch_end(self, trainer: Any, pl_module: Any, prediction: Any, batch_indices: Sequence[int] | None,
-                           batch: Any, batch_idx: int, dataloader_idx: int) -> None:
+    def write_on_batch_end(self, trainer: "Trainer", pl_module: "Module", prediction: Any,
+                           batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
+                           dataloader_idx: int) -> None:
         """Write one batch's ``prediction``; ``batch_indices`` are its samples' dataset indices."""
         raise NotImplementedError(f"{type(self).__name__}(write_interval={self.interval.value!r}) must override "
                                   "write_on_batch_end(trainer, pl_module, prediction, batch_indices, batch, "
                                   "batch_idx, dataloader_idx)")
 
-    def write_on_epoch_end(self, trainer: Any, pl_module: Any, predictions: Sequence[Any],
+    def write_on_epoch_end(self, trainer: "Trainer", pl_module: "Module", predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
         """Write every prediction of the run in this process. ``predictions``: one list per loader (a flat list
         of batch predictions when there is one loader); ``batch_indices``: per loader, per batch, the dataset
@@ -68,13 +74,13 @@ class BasePredictionWriter(Callback):
         raise NotImplementedError(f"{type(self).__name__}(write_interval={self.interval.value!r}) must override "
                                   "write_on_epoch_end(trainer, pl_module, predictions, batch_indices)")
 
-    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         if self.interval.on_batch:
             self.write_on_batch_end(trainer, pl_module, outputs, trainer.predict_loop.current_batch_indices, batch,
                                     batch_idx, dataloader_idx)
 
-    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if self.interval.on_epoch:
             loop = trainer.predict_loop
             self.write_on_epoch_end(trainer, pl_module, loop.predictions, loop.epoch_batch_indices)

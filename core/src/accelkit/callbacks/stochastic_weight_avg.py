@@ -7,7 +7,7 @@ import copy
 import inspect
 import logging
 import warnings
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import torch
 from torch import Tensor, nn
@@ -16,6 +16,12 @@ from torch.optim.swa_utils import SWALR, get_swa_avg_fn
 from accelkit.callbacks.base import Callback
 from accelkit.callbacks.finetuning import BATCH_NORM_TYPES
 from accelkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +71,13 @@ class StochasticWeightAveraging(Callback):
         self._swa_epoch_start = swa_epoch_start
         self._swa_lrs = [float(lr) for lr in swa_lrs] if isinstance(swa_lrs, (list, tuple)) else float(swa_lrs)
         self._annealing_epochs = annealing_epochs
-        self._annealing_strategy = annealing_strategy
+        self._annealing_strategy: Literal["cos", "linear"] = "cos" if annealing_strategy == "cos" else "linear"
         self._avg_fn = avg_fn or self.avg_fn
         self._device = torch.device(device) if isinstance(device, str) else device
         self._average_model: nn.Module | None = None
         self._max_epochs: int | None = None
         self._start_epoch: int | None = None
-        self.momenta: dict[nn.Module, float | None] = {}
+        self.momenta: dict[_BatchNorm, float | None] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -107,7 +113,7 @@ class StochasticWeightAveraging(Callback):
         return any(isinstance(module, BATCH_NORM_TYPES) for module in pl_module.modules())
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Refuse sharding strategies; copy the module (before it moves to the device) to hold the average."""
         if stage != "fit":
             return
@@ -120,7 +126,7 @@ class StochasticWeightAveraging(Callback):
         self._reset()
         self._average_model = copy.deepcopy(pl_module)
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Check the run, resolve the averaging window; on a resume with a saved SWA scheduler, drop the module's
         scheduler so the SWA one is rebuilt with its state (before the schedulers' states are restored)."""
         if not pl_module.automatic_optimization:
@@ -149,17 +155,18 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler_state is not None:
             trainer.lr_scheduler_configs.clear()
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Start SWA at ``swa_start`` (SWALR replaces the scheduler); fold the current weights into the average."""
         epoch = trainer.current_epoch
         in_window = self.swa_start <= epoch <= self.swa_end
         if in_window and not self._initialized:
             self._initialize(trainer, pl_module)
         if in_window and epoch > self._latest_update_epoch:
+            assert self._average_model is not None and self.n_averaged is not None  # setup, _initialize made them
             self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         """Copy the averaged weights into the module and recompute its batch-norm statistics."""
         if not self._initialized:
             return
@@ -169,6 +176,7 @@ class StochasticWeightAveraging(Callback):
                 f"{self._max_epochs}, so the averaged weights are not swapped in (as in Lightning); the module keeps "
                 "its last weights.", UserWarning, stacklevel=2)
             return
+        assert self._average_model is not None  # setup made it
         self.transfer_weights(self._average_model, pl_module)
         if self._model_contains_batch_norm:
             self._update_batch_norm(trainer, pl_module)
@@ -177,7 +185,7 @@ class StochasticWeightAveraging(Callback):
     @staticmethod
     def transfer_weights(src_pl_module: nn.Module, dst_pl_module: nn.Module) -> None:
         """Copy the parameters of ``src_pl_module`` into ``dst_pl_module`` (in place, across devices)."""
-        for src, dst in zip(src_pl_module.parameters(), dst_pl_module.parameters()):
+        for src, dst in zip(src_pl_module.parameters(), dst_pl_module.parameters(), strict=True):
             dst.detach().copy_(src.to(dst.device))
 
     def reset_batch_norm_and_save_state(self, pl_module: nn.Module) -> None:
@@ -185,7 +193,7 @@ class StochasticWeightAveraging(Callback):
         (``momentum=None``), keeping their momenta in ``momenta``."""
         self.momenta = {}
         for module in pl_module.modules():
-            if not isinstance(module, BATCH_NORM_TYPES) or module.running_mean is None:
+            if not isinstance(module, BATCH_NORM_TYPES) or module.running_mean is None or module.running_var is None:
                 continue
             module.running_mean = torch.zeros_like(module.running_mean)
             module.running_var = torch.ones_like(module.running_var)
@@ -202,7 +210,7 @@ class StochasticWeightAveraging(Callback):
     @staticmethod
     def update_parameters(average_model: nn.Module, model: nn.Module, n_averaged: Tensor, avg_fn: _AVG_FN) -> None:
         """Fold ``model``'s parameters into ``average_model``'s; ``n_averaged`` (a tensor) counts the folds."""
-        for p_avg, p_model in zip(average_model.parameters(), model.parameters()):
+        for p_avg, p_model in zip(average_model.parameters(), model.parameters(), strict=True):
             device = p_avg.device
             current = p_model.detach().to(device)
             new = current if int(n_averaged) == 0 else avg_fn(p_avg.detach(), current, n_averaged.to(device))
@@ -234,8 +242,9 @@ class StochasticWeightAveraging(Callback):
             self._average_model.load_state_dict(average)
 
     # ----------------------------------------------------------------- internals
-    def _initialize(self, trainer: Any, pl_module: Any) -> None:
+    def _initialize(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._initialized = True
+        assert self._average_model is not None  # setup made it
         self._average_model = self._average_model.to(self._device or pl_module.device)
         optimizer = trainer.optimizers[0]
         groups = optimizer.param_groups
@@ -244,9 +253,10 @@ class StochasticWeightAveraging(Callback):
             raise ConfigurationError(f"StochasticWeightAveraging(swa_lrs={self._swa_lrs}) gives {len(lrs)} learning "
                                      f"rates for the {len(groups)} parameter groups of {type(optimizer).__name__}; "
                                      "give one float, or one per group")
-        for lr, group in zip(lrs, groups):
+        for lr, group in zip(lrs, groups, strict=True):
             group["initial_lr"] = lr
-        self._swa_scheduler = _SWALR(optimizer, swa_lr=lrs, anneal_epochs=self._annealing_epochs,
+        # one rate per parameter group, which torch's SWALR takes (its annotation says one float only)
+        self._swa_scheduler = _SWALR(optimizer, swa_lr=lrs, anneal_epochs=self._annealing_epochs,  # type: ignore[arg-type]
                                     anneal_strategy=self._annealing_strategy,
                                     last_epoch=trainer.max_epochs if self._annealing_strategy == "cos" else -1)
         if self._scheduler_state is not None:
@@ -259,7 +269,7 @@ class StochasticWeightAveraging(Callback):
         if self.n_averaged is None:
             self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long, device=pl_module.device)
 
-    def _update_batch_norm(self, trainer: Any, pl_module: Any) -> None:
+    def _update_batch_norm(self, trainer: "Trainer", pl_module: "Module") -> None:
         """One pass of ``training_step`` without gradients over the training loader, the batch-norm layers
         averaging the statistics of every batch; distributed processes then average theirs."""
         loader = trainer.train_dataloader
@@ -303,7 +313,7 @@ class _SWALR(SWALR):
         return state
 
 
-def _install_scheduler(trainer: Any, scheduler: Any) -> None:
+def _install_scheduler(trainer: "Trainer", scheduler: Any) -> None:
     """Put ``scheduler`` (stepped every epoch) in place of the module's scheduler."""
     from accelkit.module.optimizers import LRSchedulerConfig
 
@@ -322,7 +332,7 @@ def _install_scheduler(trainer: Any, scheduler: Any) -> None:
     configs[0] = config
 
 
-def _batch_to_device(trainer: Any, pl_module: Any, batch: Any) -> Any:
+def _batch_to_device(trainer: "Trainer", pl_module: "Module", batch: Any) -> Any:
     """What the fit loop does to a batch: the batch-transfer hooks (the DataModule's override wins), the move to
     the device, the precision's input conversion."""
     from accelkit.module import DataModule, Module
@@ -347,10 +357,10 @@ def _batch_to_device(trainer: Any, pl_module: Any, batch: Any) -> Any:
     return trainer.precision.convert_input(batch)
 
 
-def _average_batch_norm(strategy: Any, layers: dict[nn.Module, Any]) -> None:
+def _average_batch_norm(strategy: Any, layers: dict[_BatchNorm, Any]) -> None:
     """Average the running mean and variance of ``layers`` over the processes (what one process would hold after
     seeing every process's batches, the batch counts being equal) and add up the batch counts."""
-    stats = [t for m in layers for t in (m.running_mean, m.running_var)]
+    stats = [t for m in layers for t in (m.running_mean, m.running_var) if t is not None]
     if not stats:
         return
     flat = strategy.reduce(torch.cat([t.reshape(-1) for t in stats]), "mean")
@@ -361,7 +371,7 @@ def _average_batch_norm(strategy: Any, layers: dict[nn.Module, Any]) -> None:
     counts = [m.num_batches_tracked for m in layers if m.num_batches_tracked is not None]
     if counts:
         summed = strategy.reduce(torch.stack(counts).float(), "sum")
-        for count, value in zip(counts, summed):
+        for count, value in zip(counts, summed, strict=True):
             count.fill_(int(value))
 
 

@@ -5,10 +5,14 @@ from __future__ import annotations
 import re
 import time
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
 #: the stages a Timer times (the values of Lightning's ``RunningStage`` it times)
 STAGES = ("train", "validate", "test", "predict")
@@ -37,10 +41,10 @@ def parse_duration(duration: Any) -> float | None:
     if not isinstance(duration, timedelta):
         raise ConfigurationError(f"Timer(duration={duration!r}): give a 'DD:HH:MM:SS' string, a "
                                  "datetime.timedelta or a dict of timedelta arguments (or None for no limit)")
-    seconds = duration.total_seconds()
-    if seconds < 0:
+    total = duration.total_seconds()
+    if total < 0:
         raise ConfigurationError(f"Timer(duration={duration!r}): the duration must not be negative")
-    return seconds
+    return total
 
 
 def _stage_name(stage: Any) -> str:
@@ -132,44 +136,45 @@ class Timer(Callback):
     def _finish(self, stage: str) -> None:
         self._end[stage] = self._now()
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._begin("train")
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._finish("train")
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._begin("validate")
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._finish("validate")
 
-    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._begin("test")
 
-    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._finish("test")
 
-    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._begin("predict")
 
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._finish("predict")
 
-    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         # a resumed run whose restored training time already exceeds the duration stops before training
         if self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         if self._interval == "step" and self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if self._interval == "epoch" and self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def _check_time_remaining(self, trainer: Any) -> None:
+    def _check_time_remaining(self, trainer: "Trainer") -> None:
         assert self._duration is not None
         elapsed = self.time_elapsed("train")
         should_stop = bool(trainer.strategy.broadcast(elapsed >= self._duration))  # global zero decides

@@ -127,9 +127,10 @@ class SafeReader(FileSystemReader):
         """The index read at construction (accelkit writes no per-rank index: asked for one, there is none)."""
         if kwargs.get("rank") is not None:
             raise FileNotFoundError(f"{self.checkpoint!r} has no per-rank index")
-        if getattr(self.metadata, "storage_meta", None) is None:
-            self.metadata.storage_meta = StorageMeta()
-        self.metadata.storage_meta.load_id = self.load_id
+        storage_meta = getattr(self.metadata, "storage_meta", None)
+        if storage_meta is None:
+            storage_meta = self.metadata.storage_meta = StorageMeta()
+        storage_meta.load_id = self.load_id
         return self.metadata
 
     def _slice_file(self, file: Any, sinfo: Any) -> Any:

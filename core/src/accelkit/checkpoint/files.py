@@ -8,7 +8,8 @@ inf) is refused before anything is written, so a diverged run never replaces the
 :class:`OSError` naming the path and the size.
 
 Reading (:func:`load`): an empty, truncated or foreign file, a folder, a bare ``state_dict`` and a file holding
-arbitrary Python objects each get a :class:`~accelkit.checkpoint.CheckpointError` naming the file, what is wrong and what would work.
+arbitrary Python objects each get a :class:`~accelkit.checkpoint.CheckpointError` naming the file, what is wrong and
+what would work.
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ def remove_stale_temp_files(folder: str | os.PathLike) -> list[Path]:
     A temporary file names its host and process id; it is stale when that process, on this host, no longer
     runs. Files of other hosts (a shared file system) and of live writers are kept.
     """
-    removed = []
+    removed: list[Path] = []
     host = _host()
     try:
         names = os.listdir(folder)
@@ -206,20 +207,19 @@ def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_loc
         holds something other than a checkpoint dict.
     :raises UnsafeCheckpointError: with ``weights_only=True``, the file holds objects other than plain data.
     """
-    is_path = isinstance(path, (str, os.PathLike))
-    name = repr(str(path)) if is_path else repr(getattr(path, "name", None) or type(path).__name__)
-    if is_path:
-        path = Path(path)
-        check_file(path)
+    file = Path(path) if isinstance(path, (str, os.PathLike)) else None
+    name = repr(str(path)) if file is not None else repr(getattr(path, "name", None) or type(path).__name__)
+    if file is not None:
+        check_file(file)
     try:
-        checkpoint = torch.load(path, map_location=map_location, weights_only=weights_only)
+        checkpoint = torch.load(path if file is None else file, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as exc:
         if not weights_only:
             raise CheckpointError(f"checkpoint {name} is damaged: unpickling failed ({exc}).") from exc
         raise unsafe_checkpoint_error(name, exc) from exc
     except (RuntimeError, EOFError, OSError, ValueError) as exc:
-        where = f" ({_size(path)})" if is_path else ""
-        hint = _alternatives(path) if is_path else ""
+        where = f" ({_size(file)})" if file is not None else ""
+        hint = _alternatives(file) if file is not None else ""
         raise CheckpointError(
             f"checkpoint {name}{where} is damaged and cannot be read ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0] if str(exc) else ''}). {hint}".rstrip()) from exc

@@ -23,7 +23,7 @@ import contextlib
 import inspect
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from jsonargparse import Namespace
@@ -33,7 +33,7 @@ from accelkit.cli.saved_config import import_class_path
 from accelkit.errors import ConfigurationError
 
 if not (callable(getattr(_jsonargparse_typehints, "adapt_classes_any", None))  # pragma: no cover - jsonargparse 5
-        and isinstance(getattr(_jsonargparse_typehints, "ActionTypeHint").__dict__.get("get_class_parser"),
+        and isinstance(_jsonargparse_typehints.ActionTypeHint.__dict__.get("get_class_parser"),
                        staticmethod)):
     raise ImportError("this jsonargparse lacks adapt_classes_any or ActionTypeHint.get_class_parser, which accelkit "
                       "replaces so that a configuration cannot build classes for arguments typed Any; install "
@@ -70,17 +70,19 @@ def values_of_any_stay_data() -> Iterator[None]:
     imported or called."""
     hints = _jsonargparse_typehints.ActionTypeHint
     original, original_parser = _jsonargparse_typehints.adapt_classes_any, hints.__dict__["get_class_parser"]
-    _jsonargparse_typehints.adapt_classes_any = _as_given
+    # replacing jsonargparse's function on purpose (restored below) with ours, whose signature differs in names
+    _jsonargparse_typehints.adapt_classes_any = _as_given  # type: ignore[assignment]
     # when merging two configurations, jsonargparse takes a class_path dict of an Any argument for a class to build
     # and asks for the parser of the class it names, by name: give it no arguments unless that class is imported
     # already (those of annotated arguments are, by the subclass check)
-    hints.get_class_parser = staticmethod(lambda val_class, *args, **kwargs: original_parser.__func__(
+    # (replacing jsonargparse's method on purpose, and putting it back below)
+    hints.get_class_parser = staticmethod(lambda val_class, *args, **kwargs: original_parser.__func__(  # type: ignore[method-assign]
         val_class if not isinstance(val_class, str) or _imported(val_class) else object, *args, **kwargs))
     try:
         yield
     finally:
         _jsonargparse_typehints.adapt_classes_any = original
-        hints.get_class_parser = original_parser
+        hints.get_class_parser = original_parser  # type: ignore[method-assign]
 
 
 def _imported(path: str) -> bool:
@@ -111,7 +113,7 @@ def only_classes_are_built(config: Any, key: str = "") -> None:
             raise ConfigurationError(f"{key or 'the configuration'}: class_path {path!r} names a {kind}, not a class; "
                                      "a configuration builds only classes (a subclass of the argument's annotation), "
                                      "so name a class there")
-        items = config.items(branches=True, nested=False)
+        items: Iterable[tuple[str, Any]] = config.items(branches=True, nested=False)
     elif isinstance(config, dict):
         items = config.items()
     elif isinstance(config, (list, tuple)):

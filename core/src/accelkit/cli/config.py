@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -51,6 +51,9 @@ from accelkit.module.module import Module
 from accelkit.profilers import Profiler
 from accelkit.strategies.base import Strategy
 from accelkit.trainer.trainer import Trainer
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
 
 #: What ``args=`` accepts: a list of command-line words, a dict, a jsonargparse ``Namespace`` or ``None``
 #: (``sys.argv``).
@@ -200,7 +203,7 @@ class ArgumentParser(_JsonArgParser):
         self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self.lr_scheduler_classes)
 
     def _add_optim_group(self, classes: Any, key: str, link_to: str, skip: str, table: dict) -> None:
-        options = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
+        options: dict[str, Any] = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
         if isinstance(classes, tuple):
             self.add_subclass_arguments(classes, key, required=False, **options)
         else:
@@ -248,7 +251,8 @@ class ArgumentParser(_JsonArgParser):
         with values_of_any_stay_data():
             return super().instantiate_classes(*args, **kwargs)
 
-    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:
+    # (jsonargparse's parse_args, overridden here, already differs from argparse's: it returns jsonargparse's Namespace)
+    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:  # type: ignore[override]
         """As jsonargparse's, with three differences: a value given for an ``Any``/untyped argument stays data (see
         :func:`~accelkit.cli.class_path_safety.values_of_any_stay_data`, as in every method of this parser that
         reads, writes or builds values); the words are kept, so that an error names every unknown key among them;
@@ -305,7 +309,7 @@ class SaveConfigCallback(Callback):
         state["parser"] = None  # parsers hold functions and modules; the text is what the workers need
         return state
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: "Module", stage: str) -> None:
         """Write the file (global rank zero), refusing to overwrite one unless ``overwrite=True``."""
         if self.already_saved:
             return
@@ -324,7 +328,7 @@ class SaveConfigCallback(Callback):
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
 
-    def save_config(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def save_config(self, trainer: Trainer, pl_module: "Module", stage: str) -> None:
         """Override to save the configuration somewhere else too (runs on global rank zero only; the text is
         ``config_text``)."""
 

@@ -20,7 +20,7 @@ def _requirement_versions(distribution_name: str) -> list[dict[str, Any]]:
         requires = metadata.distribution(distribution_name).requires or []
     except metadata.PackageNotFoundError:
         return []
-    found = []
+    found: list[dict[str, Any]] = []
     for text in requires:
         try:
             requirement = Requirement(text)
@@ -56,7 +56,7 @@ def _environment_variables(manager: Any) -> dict[str, str]:
 
 def _environment_values(names: dict[str, str]) -> list[dict[str, Any]]:
 
-    values = []
+    values: list[dict[str, Any]] = []
     for name, description in names.items():
         if name.endswith("*"):
             prefix = name[:-1]

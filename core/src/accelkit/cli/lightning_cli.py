@@ -1,4 +1,5 @@
-"""The :class:`CLI` class (Lightning's ``LightningCLI``, importable from :mod:`accelkit.cli`); the parser pieces live in :mod:`accelkit.cli.config`."""
+"""The :class:`CLI` class (Lightning's ``LightningCLI``, importable from :mod:`accelkit.cli`); the parser pieces live in
+:mod:`accelkit.cli.config`."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ SUBCOMMANDS: dict[str, set[str]] = {
 }
 
 
-def add_trainer_arguments(parser: ArgumentParser, trainer_class: type = Trainer) -> None:
+def add_trainer_arguments(parser: ArgumentParser, trainer_class: type[Trainer] = Trainer) -> None:
     """Every argument of ``trainer_class`` under ``--trainer.*``: typed from its signature, with the types of
     :data:`~accelkit.cli.config.TRAINER_TYPES` where the signature says ``Any``, plus the Lightning-only
     arguments of :data:`~accelkit.cli.config.LIGHTNING_ONLY_TRAINER_ARGUMENTS` at their defaults."""

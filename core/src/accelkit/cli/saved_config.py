@@ -25,7 +25,7 @@ import yaml
 #: the sub-commands whose configurations nest under their names in a top-level configuration file
 STAGES = ("fit", "validate", "test", "predict")
 
-_FIXED: ContextVar[dict[str, type]] = ContextVar("accelkit_cli_fixed_classes", default={})
+_FIXED: ContextVar[dict[str, type]] = ContextVar("accelkit_cli_fixed_classes")  # unset: none ({})
 _STARTED_IN: ContextVar[Path | None] = ContextVar("accelkit_cli_started_in", default=None)
 
 
@@ -57,7 +57,7 @@ def accept_class_paths(value: Any, classes: dict[str, type] | None = None) -> An
 
     :raises ClassPathMismatch: the class path names another class than the one the CLI builds.
     """
-    classes = _FIXED.get() if classes is None else classes
+    classes = _FIXED.get({}) if classes is None else classes
     if not classes or not isinstance(value, dict):
         return value
     out = dict(value)
@@ -110,7 +110,7 @@ def with_class_paths(text: str, config: Any, classes: dict[str, type]) -> str:
             continue
         init = dict(group)
         parsed = config.get(key) if hasattr(config, "get") else None
-        parsed = parsed.as_dict() if hasattr(parsed, "as_dict") else parsed
+        parsed = parsed.as_dict() if parsed is not None and hasattr(parsed, "as_dict") else parsed
         for name, value in (parsed or {}).items():
             if name not in init and _plain(value):
                 init[name] = value

@@ -33,7 +33,7 @@ FIRST_RUN_SEED = 0
 SHORT_FORM_WORDS = {"--seed": "--seed_everything", "--ckpt-path": "--ckpt_path", "--plugins": "--trainer.plugins+",
                     "--no-progress-bar": "--trainer.enable_progress_bar=false", "--no-test": "--test_after_fit=false"}
 
-FIT_HELP = """\
+FIT_HELP = f"""\
 Train a Module; then, when it has a test split, report its test metrics. Two spellings of one command, with the
 same options and defaults:
 
@@ -45,12 +45,12 @@ The model is path/to/file.py:Class, package.module:Class or a dotted class path,
 Trainer argument is --trainer.NAME or, shorter, --NAME (dashes or underscores: --max-epochs 3); --init KEY=VALUE is
 --model.KEY VALUE; --seed N is --seed_everything N; --no-progress-bar and --no-test turn those off.
 
-Defaults for a first run: %(epochs)d epochs (when none of --trainer.max_epochs, max_steps or max_time is given; the
-Trainer's own default is 1000), seed %(seed)d, and the test loop after the fit when the model or the data has a test
-split (--test_after_fit false, or --no-test, skips it; a choice of the command, not written into the
-configuration). --print_config prints the configuration, which --config reads back, in this command and in
+Defaults for a first run: {FIRST_RUN_MAX_EPOCHS} epochs (when none of --trainer.max_epochs, max_steps or max_time is
+given; the Trainer's own default is 1000), seed {FIRST_RUN_SEED}, and the test loop after the fit when the model or
+the data has a test split (--test_after_fit false, or --no-test, skips it; a choice of the command, not written into
+the configuration). --print_config prints the configuration, which --config reads back, in this command and in
 validate, test and predict (and in a script's CLI); the run saves it as config.yaml beside its logs.
-""" % {"epochs": FIRST_RUN_MAX_EPOCHS, "seed": FIRST_RUN_SEED}
+"""
 
 
 def expand_short_form(words: list[str]) -> list[str]:
@@ -178,13 +178,13 @@ def _make_cli_class(test_after_fit: bool = True) -> type:
         measured."""
 
         def before_instantiate_classes(self) -> None:
-            trainer = self.config[self.subcommand]["trainer"]
+            trainer = self.config[str(self.subcommand)]["trainer"]
             if self.subcommand == "fit" and trainer.get("max_epochs") is None \
                     and trainer.get("max_steps") in (None, -1) and trainer.get("max_time") is None:
                 trainer["max_epochs"] = FIRST_RUN_MAX_EPOCHS
 
         def _start(self) -> None:
-            check_ckpt_path(self.config_init[self.subcommand].get("ckpt_path"), str(self.subcommand))
+            check_ckpt_path(self.config_init[str(self.subcommand)].get("ckpt_path"), str(self.subcommand))
 
         def before_fit(self) -> None:
             self._start()

@@ -20,10 +20,12 @@ class ClusterEnvironment:
 
     :param env: the variables to read (default: this process's ``os.environ``).
 
-    A subclass sets :attr:`name` and :attr:`variables`, implements :meth:`~accelkit.environments.ClusterEnvironment.detect` (default: every name in
+    A subclass sets :attr:`name` and :attr:`variables`, implements
+    :meth:`~accelkit.environments.ClusterEnvironment.detect` (default: every name in
     :attr:`required` is set) and the properties :attr:`world_size`, :attr:`global_rank` and :attr:`local_rank`;
     the others have defaults computed from those. Properties raise :class:`~accelkit.ConfigurationError` for a
-    value that is not a number; :meth:`~accelkit.environments.ClusterEnvironment.validate` collects every such problem instead.
+    value that is not a number; :meth:`~accelkit.environments.ClusterEnvironment.validate` collects every such problem
+    instead.
     """
 
     #: the name used in the registry, listed by ``accelkit plugins`` and ``accelkit doctor`` (``"slurm"``).
@@ -31,12 +33,14 @@ class ClusterEnvironment:
     #: the variables this environment reads, with what each one means (in the docs; ``accelkit doctor`` shows those
     #: that are set, under each registered environment).
     variables: ClassVar[dict[str, str]] = {}
-    #: the variables that must all be set for :meth:`~accelkit.environments.ClusterEnvironment.detect` (the default implementation) to answer ``True``.
+    #: the variables that must all be set for :meth:`~accelkit.environments.ClusterEnvironment.detect` (the default
+    #: implementation) to answer ``True``.
     required: ClassVar[tuple[str, ...]] = ()
     #: ``True`` when the launcher started every training process, so a strategy joins them (``"auto"`` then picks
     #: ``"ddp"``); ``False`` when it started one process per host that starts its own workers (a TPU pod).
     launches_every_process: ClassVar[bool] = True
-    #: how to fix a missing rendezvous address, ending the problem :meth:`~accelkit.environments.ClusterEnvironment.validate` reports.
+    #: how to fix a missing rendezvous address, ending the problem
+    #: :meth:`~accelkit.environments.ClusterEnvironment.validate` reports.
     address_hint: ClassVar[str] = "set MASTER_ADDR to the host of rank 0."
     #: command names of the launcher's processes (``mpirun``, its node daemons) one of which is a parent of every
     #: process it starts; empty: :meth:`launcher_running` cannot tell.

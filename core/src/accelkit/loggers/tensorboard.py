@@ -47,10 +47,12 @@ def _writer_module() -> Any:
     """The module holding ``SummaryWriter`` and ``summary.hparams``: torch's with ``tensorboard``, else
     ``tensorboardX``."""
     if importlib.util.find_spec("tensorboard") is not None:
-        import torch.utils.tensorboard as module
-    else:
-        import tensorboardX as module
-    return module
+        import torch.utils.tensorboard
+
+        return torch.utils.tensorboard
+    import tensorboardX
+
+    return tensorboardX
 
 
 def _flatten(params: Mapping[str, Any], parent: str = "", separator: str = "/") -> dict[str, Any]:

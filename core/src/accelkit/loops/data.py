@@ -6,7 +6,7 @@ import functools
 import itertools
 import os
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sized
 
 from torch.utils.data import DataLoader, SequentialSampler
 
@@ -249,4 +249,7 @@ def _sequential(loader: DataLoader) -> DataLoader:
     """``loader`` in dataset order (``overfit_batches``)."""
     if loader.batch_size is None:
         raise ValueError("overfit_batches cannot re-order a loader built with a batch_sampler")
+    if not isinstance(loader.dataset, Sized):
+        raise ValueError(f"overfit_batches cannot re-order a loader over {type(loader.dataset).__name__}, a dataset "
+                         "without a length; give the loader a map-style dataset, or set overfit_batches=0")
     return rebuild_loader(loader, sampler=SequentialSampler(loader.dataset))

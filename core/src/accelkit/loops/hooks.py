@@ -7,7 +7,7 @@ import functools
 import inspect
 from typing import Any, Callable
 
-from accelkit.callbacks.base import Callback, callback_base, callback_list
+from accelkit.callbacks.base import Callback, callback_base, callback_list, monitors_metrics
 from accelkit.module.module import Module
 from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.user_code import warn_at
@@ -74,7 +74,7 @@ class HookCaller:
             for cb in self.callbacks:
                 if not is_overridden(name, cb, callback_base(cb)):
                     continue
-                if monitoring is not None and bool(getattr(cb, "_monitors_metrics", False)) != monitoring:
+                if monitoring is not None and monitors_metrics(cb) != monitoring:
                     continue
                 fn = functools.partial(getattr(cb, name), self.trainer, self.module)
                 plan.append(self._wrap(f"[Callback]{type(cb).__qualname__}.{name}", fn))

@@ -11,8 +11,8 @@ from accelkit.utilities.apply_func import batch_size_of
 
 _REDUCERS = ("mean", "sum", "max", "min")
 #: ``reduce_fx`` as given (a name or a torch function) -> its name
-_REDUCE_FX = {**{name: name for name in _REDUCERS}, torch.mean: "mean", torch.sum: "sum", torch.max: "max",
-              torch.min: "min"}
+_REDUCE_FX: dict[Any, str] = {**{name: name for name in _REDUCERS}, torch.mean: "mean", torch.sum: "sum",
+                              torch.max: "max", torch.min: "min"}
 
 
 def is_metric_object(value: Any) -> bool:

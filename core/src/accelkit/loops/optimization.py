@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accelkit.loops.captured import captured_step
 from accelkit.loops.hooks import HookCaller, accepts_positional, profiled
 from accelkit.module.module import Module
 from accelkit.module.optimizers import Optimizer
@@ -108,6 +109,9 @@ class Optimization:
         self._loss: torch.Tensor | None = None
         self.output: Any = None
         self._warned_skip = False
+        # compile_step (issue 24): the captured step runs automatic batches instead (refused here if it cannot)
+        self.captured = captured_step(self)
+        self._run_batch = self._eager_batch if self.captured is None else self._captured_batch
 
     # ----------------------------------------------------------------- decided once
     def _plan_training_step(self) -> None:
@@ -199,6 +203,18 @@ class Optimization:
         """Train on one batch; step the optimizer when ``boundary`` ends the accumulation window. Returns the
         step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
         optimizer stepped."""
+        return self._run_batch(batch, batch_idx, boundary)
+
+    def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """:meth:`run_batch` with ``compile_step``: ``loops/captured.py`` runs the batch."""
+        assert self.captured is not None
+        output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
+        if stepped:
+            self._end_step()
+        return output, stepped
+
+    def _eager_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """:meth:`run_batch`: the closure, inside ``optimizer_step`` at the end of an accumulation window."""
         self._batch, self._batch_idx = batch, batch_idx
         self._zero_first = self.accumulate == 1 or batch_idx % self.accumulate == 0
         self._ran = self._stepped = False

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from accelkit.callbacks.base import monitors_metrics
 from accelkit.checkpoint import files as ckpt
 from accelkit.checkpoint import layout
 from accelkit.loops import checkpointing, resume
@@ -219,7 +220,7 @@ def _worker_result(trainer: Any, stage: str, result: Any, interrupted: Any) -> W
         global_step=trainer.global_step,
         # the caller's checkpoint/early-stopping callbacks learn the workers' outcome (best_model_path...)
         callback_states=ckpt.to_cpu({cb.state_key: cb.state_dict() for cb in trainer.callbacks
-                                     if getattr(cb, "_monitors_metrics", False)})
+                                     if monitors_metrics(cb)})
         if strategy.launches_workers else {},
         should_stop=trainer.should_stop,
         interrupted=interrupted,

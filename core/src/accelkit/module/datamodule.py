@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -17,24 +17,32 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 from accelkit.module.hparams import HyperparametersMixin
 from accelkit.utilities.apply_func import move_to_device
 
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
+
 __all__ = ["DataHooks", "DataModule", "dataloader_is_defined"]
 
 _LOADER_METHODS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 
 
+_DEFAULT_LOADERS: list[Callable[..., Any]] = []  # the ``*_dataloader`` defaults of DataHooks (they return None)
+
+
 def _default_loader(method: Callable[..., Any]) -> Callable[..., Any]:
-    method._accelkit_default_dataloader = True  # type: ignore[attr-defined]
+    _DEFAULT_LOADERS.append(method)
     return method
 
 
 def dataloader_is_defined(obj: Any, name: str) -> bool:
     """Whether ``obj`` provides the ``name`` loader (``"train_dataloader"``, ...): it overrides the method, or
-    :meth:`~accelkit.DataModule.from_datasets` gave it one. The defaults of :class:`DataHooks` return ``None`` and do not
+    :meth:`~accelkit.DataModule.from_datasets` gave it one. The defaults of :class:`DataHooks` return ``None`` and do
+    not
     count."""
     method = getattr(obj, name, None)
     if method is None:
         return False
-    return not getattr(getattr(method, "__func__", method), "_accelkit_default_dataloader", False)
+    function = getattr(method, "__func__", method)
+    return not any(function is default for default in _DEFAULT_LOADERS)  # by identity: any object may stand here
 
 
 class DataHooks:
@@ -136,7 +144,7 @@ class DataModule(DataHooks, HyperparametersMixin):
     #: Checkpoint key of the ``__init__`` argument a datamodule's hyper-parameters were passed as.
     CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
     #: The Trainer running this datamodule (``None`` outside a run).
-    trainer: Any = None
+    trainer: "Trainer | None" = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -155,7 +163,8 @@ class DataModule(DataHooks, HyperparametersMixin):
         return {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (on resume and in :meth:`~accelkit.module.hparams.load_from_checkpoint`)."""
+        """Restore what :meth:`state_dict` returned (on resume and in
+        :meth:`~accelkit.module.hparams.load_from_checkpoint`)."""
 
     def on_exception(self, exception: BaseException) -> None:
         """Called when a run ends with an exception, before it propagates."""

@@ -7,7 +7,7 @@ import contextlib
 import importlib.util
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -17,6 +17,10 @@ from accelkit.utilities.apply_func import move_to_device
 class ExportMixin:
     """``to_torchscript`` and ``to_onnx`` for :class:`~accelkit.Module`; both run the module in evaluation mode
     and put its training mode back afterwards."""
+
+    if TYPE_CHECKING:  # what the exports use of the Module this class is part of (for the type checker)
+        @property
+        def device(self) -> torch.device: ...
 
     def _export_input(self, given: Any, method: str, argument: str) -> Any:
         """``given``, else ``example_input_array``, moved to the module's device."""
@@ -66,7 +70,9 @@ class ExportMixin:
         sample = self._export_input(input_sample, "to_onnx", "input_sample")
         args = sample if isinstance(sample, tuple) else (sample,)
         with _in_eval_mode(self):
-            return torch.onnx.export(self, args, None if file_path is None else os.fspath(file_path), **kwargs)
+            # cast: this class is only ever part of a Module, which is a torch.nn.Module
+            return torch.onnx.export(cast(torch.nn.Module, self), args,
+                                     None if file_path is None else os.fspath(file_path), **kwargs)
 
 
 @contextlib.contextmanager

@@ -7,13 +7,25 @@ module does not override costs nothing per step: the Trainer decides once per ru
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 
 class ModelHooks:
     """Hooks of the run's lifecycle, batches and optimization steps."""
+
+    if TYPE_CHECKING:  # what the defaults below use of the Module this class is part of (for the type checker)
+        @property
+        def trainer(self) -> Trainer | None: ...
+
+        def zero_grad(self, set_to_none: bool = True) -> None: ...
+
+        def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+                           gradient_clip_algorithm: str | None = None) -> None: ...
 
     # ----------------------------------------------------------------- lifecycle
     def on_fit_start(self) -> None:
@@ -107,13 +119,21 @@ class ModelHooks:
         """At the end of the prediction epoch."""
 
     # ----------------------------------------------------------------- evaluation mode
+    def _running_model(self) -> Any:
+        """The model the Trainer runs (the strategy's wrapper of this module); an error outside a run."""
+        trainer = self.trainer
+        if trainer is None:
+            raise RuntimeError(f"{type(self).__name__} has no Trainer: the evaluation-mode hooks switch the model "
+                               "a Trainer runs; call them while a Trainer runs the module, or call eval()/train()")
+        return trainer.model
+
     def on_validation_model_eval(self) -> None:
         """Put the module in evaluation mode for validation (default ``self.eval()``)."""
-        self.trainer.model.eval()
+        self._running_model().eval()
 
     def on_validation_model_train(self) -> None:
         """Put the module back in training mode after validation inside fit (default ``self.train()``)."""
-        self.trainer.model.train()
+        self._running_model().train()
 
     def on_validation_model_zero_grad(self) -> None:
         """Before validation inside fit: drop gradients so validation does not hold their memory."""
@@ -121,15 +141,15 @@ class ModelHooks:
 
     def on_test_model_eval(self) -> None:
         """Put the module in evaluation mode for testing."""
-        self.trainer.model.eval()
+        self._running_model().eval()
 
     def on_test_model_train(self) -> None:
         """After testing (only called when testing inside another stage)."""
-        self.trainer.model.train()
+        self._running_model().train()
 
     def on_predict_model_eval(self) -> None:
         """Put the module in evaluation mode for prediction."""
-        self.trainer.model.eval()
+        self._running_model().eval()
 
     # ----------------------------------------------------------------- optimization
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:

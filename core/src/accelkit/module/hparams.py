@@ -100,15 +100,16 @@ def _captured_init_arguments(obj: Any, frame: types.FrameType) -> dict[str, Any]
 
 
 def _as_hparams(value: Any) -> AttributeDict:
-    if isinstance(value, Namespace):
+    if isinstance(value, (Namespace, types.SimpleNamespace)):
         return AttributeDict(vars(value))
     if isinstance(value, Mapping):
         return AttributeDict(value)
     if isinstance(value, (bool, int, float, str)):
         raise ValueError(f"save_hyperparameters({value!r}): a single value is not a set of hyper-parameters; "
                          f"pass names of __init__ arguments as strings, a dict, or keywords (lr={value!r})")
-    raise ValueError(f"save_hyperparameters() takes a dict, an argparse.Namespace or an AttributeDict, "
-                     f"not {type(value).__name__}")
+    raise ValueError(f"save_hyperparameters() takes a dict (or any mapping, such as an OmegaConf DictConfig), an "
+                     f"argparse.Namespace, a types.SimpleNamespace or an AttributeDict, not {type(value).__name__}; "
+                     f"pass vars(obj) or the names of __init__ arguments as strings")
 
 
 def _names(ignore: str | Iterable[str] | None) -> list[str]:
@@ -160,7 +161,8 @@ class HyperparametersMixin:
         * no argument: every argument of the calling ``__init__`` (of each class of the hierarchy whose
           ``__init__`` is on the call stack), ``**kwargs`` spread out, ``self`` and ``*args`` left out;
         * names as strings: only those ``__init__`` arguments;
-        * one ``dict``, ``argparse.Namespace`` or :class:`AttributeDict`: those values;
+        * one ``dict`` (or other mapping), ``argparse.Namespace``, ``types.SimpleNamespace`` or
+          :class:`AttributeDict`: those values;
         * keywords (an accelkit extension, ``save_hyperparameters(lr=0.1)``): those values, added to the ones
           already saved. The names ``ignore``, ``frame`` and ``logger`` cannot be saved this way.
 
@@ -175,9 +177,10 @@ class HyperparametersMixin:
             hparams.update(values)
             self.__dict__.setdefault("_hparams_name", "kwargs")
         else:
-            hparams = self._collect_hparams(args, frame or sys._getframe(1))
-            if hparams is None:
+            collected = self._collect_hparams(args, frame or sys._getframe(1))
+            if collected is None:
                 return
+            hparams = collected
             hparams.update(values)
         missing = [name for name in ignored if name not in hparams]
         if missing:
@@ -206,8 +209,8 @@ class HyperparametersMixin:
             if len(args) > 1:
                 raise TypeError(f"{type(self).__name__}.save_hyperparameters() takes either names of __init__ "
                                 f"arguments or one dict/Namespace, not {len(args)} mixed arguments")
-            captured = _captured_init_arguments(self, frame) or {}
-            names = [name for name, value in captured.items() if value is args[0]]
+            given = _captured_init_arguments(self, frame) or {}
+            names = [name for name, value in given.items() if value is args[0]]
             self.__dict__["_hparams_name"] = names[0] if names else None
             return _as_hparams(args[0])
         captured = _captured_init_arguments(self, frame)
@@ -257,7 +260,7 @@ class HyperparametersMixin:
         self.__dict__["_log_hyperparams"] = value
 
     @_class_only_method
-    def load_from_checkpoint(cls, checkpoint_path: str | os.PathLike | io.IOBase, map_location: Any = None,
+    def load_from_checkpoint(cls: Any, checkpoint_path: str | os.PathLike | io.IOBase, map_location: Any = None,
                              hparams_file: str | os.PathLike | None = None, strict: bool | None = None,
                              weights_only: bool = True, **overrides: Any) -> Any:
         """Build an object of this class from a checkpoint: see :func:`accelkit.module.hparams.load_from_checkpoint`.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 from torch import nn
@@ -12,6 +12,9 @@ from accelkit.module.datamodule import DataHooks
 from accelkit.module.export import ExportMixin
 from accelkit.module.hooks import CheckpointHooks, ModelHooks
 from accelkit.module.hparams import HyperparametersMixin
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 
 #: Lightning's names of Module properties whose accelkit names say what they mean without naming a kind of device
@@ -46,12 +49,12 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
 
     # ----------------------------------------------------------------- context
     @property
-    def trainer(self) -> Any:
+    def trainer(self) -> "Trainer | None":
         """The :class:`~accelkit.Trainer` running this module (``None`` outside a run)."""
         return self.__dict__.get("_trainer")
 
     @trainer.setter
-    def trainer(self, trainer: Any) -> None:
+    def trainer(self, trainer: "Trainer | None") -> None:
         self.__dict__["_trainer"] = trainer
 
     @property
@@ -111,7 +114,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         device = self.device
         strategy = getattr(self.trainer, "strategy", None)
         accelerator = getattr(strategy, "accelerator", None)
-        if accelerator is not None:
+        if accelerator is not None and strategy is not None:
             return bool(accelerator.is_graphics_processor) and device.type == strategy.root_device.type
         return device.type in graphics_processor_device_types()
 
@@ -275,12 +278,14 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         """Clip the gradients of ``optimizer``'s parameters by norm (default) or value, after bringing them to
         their true scale (a gradient scaler's ``unscale_``)."""
         trainer = self._require_trainer("clip_gradients()")
-        trainer.run_state.optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
+        trainer.run_state.optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val,
+                                            gradient_clip_algorithm)
 
-    def _require_trainer(self, what: str) -> Any:
-        if self.trainer is None or self.trainer.run_state.optimization is None:
+    def _require_trainer(self, what: str) -> "Trainer":
+        trainer = self.trainer
+        if trainer is None or trainer.run_state.optimization is None:
             raise RuntimeError(f"{type(self).__name__}.{what} is only available while a Trainer fits the module")
-        return self.trainer
+        return trainer
 
 
 for _lightning_name, _name in LIGHTNING_NAMES.items():

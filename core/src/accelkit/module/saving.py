@@ -1,7 +1,8 @@
 """Hyper-parameters as plain data, in and out of checkpoints (the storage side of :mod:`accelkit.module.hparams`).
 
 :func:`~accelkit.module.hparams.plain_hparams` keeps only what ``torch.load(weights_only=True)`` reads back, so
-:func:`~accelkit.module.hparams.load_from_checkpoint` never unpickles objects from a file. The public names are re-exported by
+:func:`~accelkit.module.hparams.load_from_checkpoint` never unpickles objects from a file. The public names are
+re-exported by
 :mod:`accelkit.module.hparams`; import them from there.
 """
 
@@ -77,7 +78,8 @@ def _plain(value: Any, path: str) -> Any:
     if isinstance(value, (torch.dtype, torch.device, torch.Size, complex)):
         return value if _weights_only_accepts(value) else _dropped(path, value)
     if isinstance(value, (bool, int, float, str, bytes)):  # subclasses of the plain types
-        return next(base for base in (bool, int, float, str, bytes) if isinstance(value, base))(value)
+        # the first plain type value is an instance of, called on value: never bytes(float) and the like
+        return next(base for base in (bool, int, float, str, bytes) if isinstance(value, base))(value)  # type: ignore[arg-type]
     if isinstance(value, os.PathLike):
         return os.fspath(value)
     if isinstance(value, Namespace):
@@ -108,7 +110,8 @@ def plain_hparams(hparams: Mapping[str, Any] | Namespace) -> dict[str, Any]:
     ``pathlib.Path`` becomes ``str``, NumPy scalars Python numbers, NumPy arrays lists, ``Namespace``,
     :class:`AttributeDict` and dataclass instances ``dict``, enum members their value, tensors CPU tensors; tuples
     stay tuples. A value that cannot be converted (an ``nn.Module``, a class, a function, an arbitrary object) is
-    left out with a warning naming its key: pass it again as a keyword of :func:`~accelkit.module.hparams.load_from_checkpoint`.
+    left out with a warning naming its key: pass it again as a keyword of
+    :func:`~accelkit.module.hparams.load_from_checkpoint`.
     """
     source = vars(hparams) if isinstance(hparams, Namespace) else hparams
     plain = {key: _plain(value, str(key)) for key, value in source.items()}
@@ -194,7 +197,8 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, Any]) -> None:
-    """Write ``hparams`` to the YAML file ``config_yaml`` atomically (what :func:`~accelkit.module.hparams.load_hparams_file` and
+    """Write ``hparams`` to the YAML file ``config_yaml`` atomically (what
+    :func:`~accelkit.module.hparams.load_hparams_file` and
     ``load_from_checkpoint(..., hparams_file=)`` read back, the loggers' ``hparams.yaml``); a value YAML cannot
     hold as plain data is written as its ``repr``."""
     import yaml
@@ -233,7 +237,7 @@ def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
     return torch.load(buffer, map_location=map_location, weights_only=False)
 
 
-def _init_kwargs(cls: type, stored: dict[str, Any], hparams_name: str | None,
+def _init_kwargs(cls: type[Any], stored: dict[str, Any], hparams_name: str | None,
                  overrides: dict[str, Any]) -> dict[str, Any]:
 
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
@@ -300,7 +304,8 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
 
 
 def restore_module_state(module: Any, checkpoint: dict[str, Any], strict: bool | None) -> None:
-    """Restore a module built by :func:`~accelkit.module.hparams.load_from_checkpoint`: its ``configure_model``, ``on_load_checkpoint``
+    """Restore a module built by :func:`~accelkit.module.hparams.load_from_checkpoint`: its ``configure_model``,
+    ``on_load_checkpoint``
     and ``load_state_dict``, then a move to the checkpoint's device."""
     # strict_loading set on the instance (in __init__) is a declaration that an explicit strict must match;
     # a class-level value is only the default

@@ -123,7 +123,7 @@ class ModelSummary:
 
             def line(cells: list[str]) -> str:
                 return " | ".join(c.rjust(w) if k in (0, 3) else c.ljust(w)
-                                  for k, (c, w) in enumerate(zip(cells, widths))).rstrip()
+                                  for k, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
 
             rule = "-" * max(len(line(r)) for r in [header, *rows])
             lines += [rule, line(header), rule, *map(line, rows), rule]

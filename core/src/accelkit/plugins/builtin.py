@@ -45,14 +45,16 @@ def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
         ClusterEnvironmentRecord("slurm", _ENVIRONMENTS + "SLURMEnvironment", priority=20,
                                  description="SLURM's srun (SLURM_PROCID, SLURM_NTASKS)"),
         ClusterEnvironmentRecord("kubeflow", _ENVIRONMENTS + "KubeflowEnvironment", priority=10,
-                                 description="a Kubeflow PyTorchJob pod (MASTER_ADDR, WORLD_SIZE, RANK; no LOCAL_RANK)"),
+                                 description="a Kubeflow PyTorchJob pod (MASTER_ADDR, WORLD_SIZE, RANK; "
+                                             "no LOCAL_RANK)"),
     ]
 
 
 @hookimpl(trylast=True)
 def accelkit_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_replicas: int, rank: int,
                                  seed: int) -> Any:
-    """Shard ``dataset`` (or the user's ``sampler``) across ranks; see :class:`accelkit.strategies.sampler.ShardSampler`."""
+    """Shard ``dataset`` (or the user's ``sampler``) across ranks; see
+    :class:`accelkit.strategies.sampler.ShardSampler`."""
     return default_distributed_sampler(dataset, sampler, shuffle, num_replicas, rank, seed)
 
 

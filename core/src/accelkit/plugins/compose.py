@@ -134,13 +134,13 @@ class Resolver:
                     candidates = [r for r in candidates if r.name in runs_on]
                     restricted = f" for strategy {strategy!r} (it runs on {', '.join(sorted(runs_on))})"
             reasons = []
-            for record in candidates:
-                cls = self.load_accelerator(record)
+            for candidate in candidates:
+                cls = self.load_accelerator(candidate)
                 if cls is None:
                     return None
                 if cls.is_available():
                     return cls
-                reasons.append(f"{record.name}: {cls.unavailable_reason() or 'not available'}")
+                reasons.append(f"{candidate.name}: {cls.unavailable_reason() or 'not available'}")
             blocked = [i.name for i in self.manager.infos.values() if i.status == "blocked"]
             advice = (f" Installed but blocked: {', '.join(blocked)} (ACCELKIT_BLOCK_PLUGINS or 'no:NAME')."
                       if blocked else "")

@@ -2,9 +2,9 @@
 
 ``accelkit.cli.command`` and ``accelkit.cli.raw_command`` (deprecated since hook API 1.2, removed in 2.0; see
 :mod:`accelkit.utilities.deprecation`) were decorators a plugin module applied at import. Each decorated function
-becomes a :class:`~accelkit.records.CommandRecord` here; ``Registry.build`` (:class:`~accelkit.plugins.Registry`)
-adds it for the loaded plugin whose package defined the function, as if that plugin's ``accelkit_register_commands``
-had returned it.
+becomes a :class:`~accelkit.records.CommandRecord` here; the plugin manager hands it to the registry
+(:class:`~accelkit.plugins.Registry`) for the loaded plugin whose package defined the function, as if that plugin's
+``accelkit_register_commands`` had returned it.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import sys
 import types
 import warnings
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pluggy
@@ -45,44 +45,126 @@ from packaging.version import Version
 from accelkit import hookspecs
 from accelkit.errors import PluginError
 from accelkit.hookspecs import BLOCK_ENV, DISABLE_AUTOLOAD_ENV, ENTRY_POINT_GROUP, PREFER_ENV
-from accelkit.plugins.registry import CORE_PROVIDER, Registry, core_plugin_module, suggest
+from accelkit.plugins.legacy_commands import commands_of
+from accelkit.plugins.registry import (
+    CORE_PROVIDER,
+    KINDS,
+    Contribution,
+    HookResult,
+    Registry,
+    core_plugin_module,
+    suggest,
+)
 from accelkit.records import lookup_key
 
 #: statuses a :class:`PluginInfo` can have (``"duplicate"``: an entry point whose name another distribution's
-#: entry point already took; it is not loaded)
+#: entry point already took; it is not loaded; ``"unregistered"``: a plugin that loaded and was later taken out with
+#: :meth:`PluginManager.unregister`)
 LOADED, FAILED, BLOCKED, INCOMPATIBLE, DUPLICATE = "loaded", "failed", "blocked", "incompatible", "duplicate"
+UNREGISTERED = "unregistered"
+#: the statuses the manager records on a :class:`PluginInfo`; ``"loaded"``, ``"blocked"`` and ``"unregistered"``
+#: are read from pluggy (whether the plugin is registered, whether its name is blocked)
+RECORDED = (FAILED, INCOMPATIBLE, DUPLICATE)
 
 
-@dataclass
 class PluginInfo:
     """What is known about one plugin: where it came from and whether it loaded.
+
+    A plugin's status has one home. Whether it is loaded or blocked is pluggy's (``PluginManager.is_registered`` /
+    ``is_blocked``): for an info the manager keeps, :attr:`status`, :attr:`plugin`, :attr:`hooks` and
+    :attr:`reason` are read from pluggy at each access, so a plugin registered, unregistered, blocked or unblocked
+    through the manager is reported as it now is. Why a plugin did not load (``"failed"``, ``"incompatible"``,
+    ``"duplicate"``), which pluggy does not know, is recorded here. An info built by hand, outside a manager,
+    reports what it was given.
 
     :param name: the entry-point name (or a name derived from the object for plugins passed directly).
     :param distribution: the distribution that declared it (``""`` for objects passed to the Trainer).
     :param version: that distribution's version.
-    :param status: ``"loaded"``, ``"failed"``, ``"blocked"``, ``"incompatible"`` or ``"duplicate"``.
+    :param status: ``"loaded"``, ``"failed"``, ``"blocked"``, ``"incompatible"``, ``"duplicate"`` or
+        ``"unregistered"``.
     :param reason: why it is not loaded, for the other statuses.
     :param error: the original exception, for ``"failed"``.
-    :param failed_in: where a ``"failed"`` plugin failed: ``"import"`` (its entry point did not import),
-        ``"registration"`` (pluggy refused it: a misspelt hook, a wrong argument name) or the name of the hook that
-        raised (``"accelkit_register_commands"``, ``"accelkit_configure"``...).
     :param hooks: the hook names it implements (loaded plugins).
     :param plugin: the plugin object itself (loaded plugins).
     :param api: the ``ACCELKIT_API`` it declares.
+    :param failed_in: where a ``"failed"`` plugin failed: ``"import"`` (its entry point did not import),
+        ``"registration"`` (pluggy refused it: a misspelt hook, a wrong argument name) or the name of the hook that
+        raised (``"accelkit_register_commands"``, ``"accelkit_configure"``...).
+    :param preferred: for a plugin loaded instead of another distribution's entry point of the same name: the
+        setting that chose it.
     """
 
     name: str
     distribution: str = ""
     version: str = ""
-    status: str = LOADED
-    reason: str = ""
     error: BaseException | None = None
-    hooks: list[str] = field(default_factory=list)
-    plugin: Any = None
     api: str = ""
     failed_in: str = ""
-    #: for a plugin loaded instead of another distribution's entry point of the same name: the setting that chose it
     preferred: str = ""
+
+    def __init__(self, name: str, distribution: str = "", version: str = "", status: str = LOADED, reason: str = "",
+                 error: BaseException | None = None, hooks: list[str] | None = None, plugin: Any = None,
+                 api: str = "", failed_in: str = "", preferred: str = "") -> None:
+        self.name, self.distribution, self.version = name, distribution, version
+        self.error, self.api, self.failed_in, self.preferred = error, api, failed_in, preferred
+        self._status, self._reason, self._hooks, self._plugin = status, reason, list(hooks or []), plugin
+        #: the manager whose pluggy state this info reads (``None``: an info built by hand reports what it was given)
+        self._manager: PluginManager | None = None
+
+    def __repr__(self) -> str:
+        return (f"PluginInfo(name={self.name!r}, distribution={self.distribution!r}, version={self.version!r}, "
+                f"status={self.status!r}, reason={self.reason!r})")
+
+    @property
+    def status(self) -> str:
+        """``"loaded"`` while registered with its manager, ``"blocked"`` while its name is blocked there,
+        ``"unregistered"`` once taken out with ``unregister``; else the status recorded when it did not load."""
+        manager = self._manager
+        if manager is None or self._status == DUPLICATE:  # a duplicate's name is the other distribution's
+            return self._status
+        if manager.get_plugin(self.name) is not None:
+            return LOADED
+        if self._status in RECORDED:
+            return self._status
+        return BLOCKED if manager.is_blocked(self.name) else UNREGISTERED
+
+    @status.setter
+    def status(self, value: str) -> None:
+        """Record why the plugin did not load (the manager records ``"failed"``, ``"incompatible"`` or
+        ``"duplicate"``; the other statuses follow pluggy)."""
+        self._status = value
+
+    @property
+    def reason(self) -> str:
+        """Why it is not loaded (``""`` for a loaded plugin)."""
+        status = self.status
+        if self._manager is None or status in RECORDED:
+            return self._reason
+        if status == BLOCKED:
+            return f"blocked by {BLOCK_ENV} or 'no:{self.name}'"
+        if status == UNREGISTERED:
+            return "taken out with PluginManager.unregister() after it loaded"
+        return ""
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        """Record why the plugin did not load."""
+        self._reason = value
+
+    @property
+    def plugin(self) -> Any:
+        """The plugin object, while it is loaded (``None`` otherwise)."""
+        if self._manager is None:
+            return self._plugin
+        return self._manager.get_plugin(self.name) if self.status == LOADED else None
+
+    @property
+    def hooks(self) -> list[str]:
+        """The names of the hooks it implements, while it is loaded."""
+        plugin = self.plugin
+        if self._manager is None or plugin is None:
+            return self._hooks
+        return sorted(h.name for h in (self._manager.get_hookcallers(plugin) or []))
 
     @property
     def provider(self) -> str:
@@ -128,10 +210,12 @@ class PluginManager(pluggy.PluginManager):
         self.preferences = {**parse_preferences(os.environ.get(PREFER_ENV, "")),
                             **{lookup_key(n): lookup_key(d) for n, d in (prefer or {}).items()}}
         self.add_hookspecs(hookspecs)
+        #: the registry, built at the first look-up; registering, unregistering, blocking or unblocking a plugin
+        #: drops it (:meth:`register`, :meth:`unregister`, :meth:`set_blocked`, :meth:`unblock`)
+        self._registry: Registry | None = None
         for name in sorted(_blocked_from_env() | {lookup_key(b) for b in blocked}):
             self.set_blocked(name)  # pluggy's own blocking: a plugin of that name is never registered
         self.infos: dict[str, PluginInfo] = {}
-        self._registry: Registry | None = None
         from accelkit.plugins import builtin as _builtin
 
         self.register(_builtin, name="accelkit-core")
@@ -145,6 +229,42 @@ class PluginManager(pluggy.PluginManager):
             self.load_entrypoints()
             # registration hooks run now, so a plugin whose hook raises is "failed" in every listing from the start
             self.registry  # noqa: B018
+
+    # ----------------------------------------------------------------- pluggy's state, which the registry follows
+    def register(self, plugin: object, name: str | None = None) -> str | None:
+        """pluggy's ``register``; the next registry look-up sees the plugin (the cached registry is dropped)."""
+        try:
+            return super().register(plugin, name)
+        finally:
+            self._registry = None
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        """pluggy's ``unregister``; the next registry look-up no longer sees the plugin."""
+        try:
+            return super().unregister(plugin, name)
+        finally:
+            self._registry = None
+
+    def set_blocked(self, name: str) -> None:
+        """pluggy's ``set_blocked`` (unregisters a plugin of that name and refuses it from now on); the next registry
+        look-up no longer sees it."""
+        try:
+            super().set_blocked(name)
+        finally:
+            self._registry = None
+
+    def unblock(self, name: str) -> bool:
+        """pluggy's ``unblock`` (a plugin of that name may be registered again); the registry is dropped too."""
+        try:
+            return super().unblock(name)
+        finally:
+            self._registry = None
+
+    def _info(self, name: str, **fields: Any) -> PluginInfo:
+        """A :class:`PluginInfo` whose loaded/blocked status is read from this manager's pluggy state."""
+        info = PluginInfo(name, **fields)
+        info._manager = self
+        return info
 
     @property
     def blocked(self) -> set[str]:
@@ -170,8 +290,8 @@ class PluginManager(pluggy.PluginManager):
                           RuntimeWarning, stacklevel=3)
         for ep in entry_points:
             dist = getattr(ep, "dist", None)
-            info = PluginInfo(
-                name=ep.name,
+            info = self._info(
+                ep.name,
                 distribution=dist.metadata["Name"] if dist is not None else "",
                 version=dist.version if dist is not None else "",
             )
@@ -180,8 +300,7 @@ class PluginManager(pluggy.PluginManager):
                 self._record_duplicate(info, taken)
                 continue
             self.infos[ep.name] = info
-            if self.is_blocked(ep.name):
-                info.status, info.reason = BLOCKED, f"blocked by {BLOCK_ENV} or 'no:{ep.name}'"
+            if self.is_blocked(ep.name):  # its status reads "blocked" from pluggy
                 continue
             try:
                 plugin = ep.load()
@@ -248,15 +367,15 @@ class PluginManager(pluggy.PluginManager):
         if plugin is None or isinstance(plugin, (bool, int, float, complex, str, bytes)):
             raise TypeError(f"{plugin!r} is not a plugin: pass a module or object carrying @accelkit.hookimpl "
                             "functions (and an ACCELKIT_API string)")
-        if self.is_registered(plugin):  # the same module found through its entry point, or passed twice
-            registered = self.get_name(plugin)
-            return self.infos.get(registered) or PluginInfo(name=registered, plugin=plugin)
+        registered = self.get_name(plugin)  # None for a plugin not registered yet
+        if registered is not None:  # the same module found through its entry point, or passed twice
+            return self.infos.get(registered) or self._info(registered)
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
         base, number = name, 1
         while self.has_plugin(name) or name in self.infos:  # two instances of one plugin class
             number += 1
             name = f"{base}#{number}"
-        info = PluginInfo(name=name)
+        info = self._info(name)
         self.infos[name] = info
         self._register_checked(plugin, info)
         if info.status == FAILED and info.error is not None:
@@ -290,8 +409,7 @@ class PluginManager(pluggy.PluginManager):
             info.status, info.error, info.reason = FAILED, exc, f"{type(exc).__name__}: {exc}"
             info.failed_in = "registration" if isinstance(exc, pluggy.PluginValidationError) else "accelkit_configure"
             return
-        if registered is None:  # pluggy refuses a blocked name
-            info.status, info.reason = BLOCKED, f"blocked by {BLOCK_ENV} or 'no:{info.name}'"
+        if registered is None:  # pluggy refuses a blocked name; the info's status reads "blocked" from pluggy
             return
         # pluggy accepts an implementation without a specification (it stays "pending"): a misspelt name
         unknown = sorted(c.name for c in (self.get_hookcallers(plugin) or []) if not c.has_spec())
@@ -302,24 +420,53 @@ class PluginManager(pluggy.PluginManager):
                                 + f" Hooks: {', '.join(known)}.")
             info.status, info.error, info.reason = FAILED, error, f"PluginError: {error}"
             info.failed_in = "registration"
-            return
-        info.status, info.plugin = LOADED, plugin
-        info.hooks = sorted(h.name for h in (self.get_hookcallers(plugin) or []))
-        self._registry = None
 
     # ----------------------------------------------------------------- the registry
     @property
     def registry(self) -> Registry:
-        """The named implementations of all loaded plugins (built once, rebuilt after a registration)."""
+        """The named implementations of all loaded plugins: built at the first look-up, built again at the next
+        look-up after a plugin is registered, unregistered, blocked or unblocked."""
         if self._registry is None:
-            self._registry = Registry.build(self)
+            self._registry = self._build_registry()
         return self._registry
+
+    def _build_registry(self) -> Registry:
+        """Hand the registry every plugin's registration results; record the plugins it leaves out as failed and
+        warn about the names claimed twice."""
+        registry, failures = Registry.assemble(self._contributions())
+        for failure in failures:
+            if failure.plugin is core_plugin_module():
+                raise failure.error from None
+        for failure in failures:
+            self.mark_failed(failure.plugin, failure.error, failure.where, failure.hook)
+        for conflict in registry.conflicts:
+            consequence = "" if conflict.kept else " Runs that use this name fail until then; others are unaffected."
+            warnings.warn(f"{conflict.message()}.{consequence}", RuntimeWarning, stacklevel=4)
+        return registry
+
+    def _contributions(self) -> list[Contribution]:
+        """What each registered plugin gives the registry, in registration order (so messages are stable)."""
+        callers = [getattr(self.hook, hook) for _, hook, *_ in KINDS]
+        contributions = []
+        for name, plugin in self.list_name_plugin():
+            if plugin is None:
+                continue
+            results = _registration_results(plugin, callers)
+            legacy = commands_of(plugin) if plugin is not core_plugin_module() else []  # deprecated in hook API 1.2
+            if legacy:
+                results.append(HookResult("accelkit_register_commands", f"{name}: accelkit.cli.command",
+                                          tuple(legacy)))
+            if results:
+                info = self.info_of(plugin)
+                blockable = info.name if info is not None and info.distribution else ""
+                contributions.append(Contribution(plugin, name, self.provider_of(plugin), blockable, tuple(results)))
+        return contributions
 
     def provider_of(self, plugin: Any) -> str:
         """The display name of the distribution or plugin behind ``plugin``."""
-        for info in self.infos.values():
-            if info.plugin is plugin:
-                return info.provider
+        info = self.info_of(plugin)
+        if info is not None:
+            return info.provider
         return CORE_PROVIDER if plugin is core_plugin_module() else repr(plugin)
 
     def duplicates(self) -> list[PluginInfo]:
@@ -349,26 +496,40 @@ class PluginManager(pluggy.PluginManager):
 
     def info_of(self, plugin: Any) -> PluginInfo | None:
         """The :class:`PluginInfo` of a registered plugin object, if it has one."""
-        for info in self.infos.values():
-            if info.plugin is plugin:
-                return info
-        return None
+        name = self.get_name(plugin)  # None for a plugin not registered
+        info = self.infos.get(name) if name is not None else None
+        return info if info is not None and info.plugin is plugin else None
 
     def mark_failed(self, plugin: Any, error: BaseException, where: str, hook: str = "") -> None:
         """Take a plugin out because one of its hooks (``hook``, called as ``where``) raised: it is unregistered and
         reported as ``failed``."""
         name = self.get_name(plugin) or getattr(plugin, "__name__", None) or type(plugin).__name__
-        info = self.info_of(plugin) or self.infos.setdefault(name, PluginInfo(name=name))
-        info.status, info.error, info.plugin, info.hooks = FAILED, error, None, []
+        info = self.info_of(plugin) or self.infos.setdefault(name, self._info(name))
+        info.status, info.error = FAILED, error
         info.failed_in = hook or where
         info.reason = f"{where} raised {type(error).__name__}: {error}"
         if self.is_registered(plugin):
-            self.unregister(plugin)
-        self._registry = None
+            self.unregister(plugin)  # drops the registry: the next look-up is built without it
         warnings.warn(f"accelkit plugin {info.name!r} ({info.provider}) is skipped: {info.reason}. Other plugins "
                       f"keep working; block it with {BLOCK_ENV}={info.name} to silence this.", RuntimeWarning,
                       stacklevel=4)
 
+
+def _registration_results(plugin: Any, callers: list[Any]) -> list[HookResult]:
+    """Call ``plugin``'s implementations of the registration hooks ``callers``, in order, up to the first that
+    raises (its plugin is taken out, so the rest need not run)."""
+    results: list[HookResult] = []
+    for caller in callers:
+        for impl in caller.get_hookimpls():
+            if impl.plugin is not plugin:
+                continue
+            where = f"{impl.plugin_name}.{caller.name}()"
+            try:
+                records = tuple(impl.function() or ())
+            except Exception as exc:  # noqa: BLE001 - the plugin is taken out, the others keep working
+                return [*results, HookResult(caller.name, where, error=exc)]
+            results.append(HookResult(caller.name, where, records))
+    return results
 
 
 def incompatibility(info: PluginInfo, declared: str) -> str:

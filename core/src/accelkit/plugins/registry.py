@@ -1,6 +1,9 @@
 """The one registry: every named accelerator, strategy, precision, cluster environment, logger and ``accelkit``
 sub-command that the loaded plugins (and the core) registered, and the names claimed twice (:class:`Conflict`).
-Built by :class:`~accelkit.plugins.manager.PluginManager` from the ``accelkit_register_*`` hooks."""
+Built from plain data (:class:`Contribution`: each plugin's name, provider and the results of its
+``accelkit_register_*`` hooks) that :class:`~accelkit.plugins.manager.PluginManager` hands it; building calls
+nothing back, and the plugins that must be left out are returned (:class:`RegistrationFailure`) for the manager to
+record. This module does not import the manager."""
 
 from __future__ import annotations
 
@@ -10,11 +13,10 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.hookspecs import BLOCK_ENV
-from accelkit.plugins.legacy_commands import commands_of
 from accelkit.records import (
     AcceleratorRecord,
     CallbackRecord,
@@ -27,9 +29,6 @@ from accelkit.records import (
     by_priority,
     lookup_key,
 )
-
-if TYPE_CHECKING:
-    from accelkit.plugins.manager import PluginManager
 
 #: one row per record kind: (kind, hook name, record class, Registry attribute, how names are kept)
 #: "named": one record per name; "scoped": one per name and accelerator; "core first": a name the core registers
@@ -47,6 +46,8 @@ KINDS = (
 )
 #: the provider name of the core's own records
 CORE_PROVIDER = "accelkit (core)"
+#: hook name -> (kind, record class, Registry attribute, rule), from :data:`KINDS`
+_BY_HOOK = {hook: (kind, record_type, attribute, rule) for kind, hook, record_type, attribute, rule in KINDS}
 
 
 def core_plugin_module() -> Any:
@@ -133,7 +134,9 @@ class Registry:
     """Every named accelerator, strategy, precision, cluster environment, logger, command, callback and profiler,
     keyed by the :func:`~accelkit.records.lookup_key` of each name and alias.
 
-    A registration hook that raises takes only its own plugin out (:meth:`PluginManager.mark_failed`); a name
+    Built by :meth:`assemble` from plain :class:`~accelkit.plugins.registry.Contribution` records. A registration
+    hook that raises takes only its own plugin out (returned as a
+    :class:`~accelkit.plugins.registry.RegistrationFailure`; the manager marks it failed); a name
     claimed twice is kept out of the tables and raises :class:`~accelkit.errors.PluginConflictError` when a run
     asks for it (:attr:`conflicts` lists them).
     """
@@ -154,56 +157,37 @@ class Registry:
         self._plugin_names: dict[str, str] = {}
 
     @classmethod
-    def build(cls, manager: PluginManager) -> Registry:
-        """Call every plugin's registration hooks; a plugin whose hooks raise is marked failed and skipped."""
-        hooks = [(kind, getattr(manager.hook, hook), record_type, attribute, rule)
-                 for kind, hook, record_type, attribute, rule in KINDS]
-        implementing = {id(impl.plugin) for _, hook, *_ in hooks for impl in hook.get_hookimpls()}
-        # plugins in registration order, so messages are stable
-        order = [plugin for _, plugin in manager.list_name_plugin()
-                 if plugin is not None and (id(plugin) in implementing or commands_of(plugin))]
-        while True:  # a failure unregisters its plugin; start again without it
-            registry = cls()
-            try:
-                for plugin in order:
-                    registry._add_plugin(manager, plugin, hooks)
-            except HookFailed as failed:
-                if failed.plugin is core_plugin_module():
-                    raise failed.error from None
-                manager.mark_failed(failed.plugin, failed.error, failed.where, failed.hook)
-                order = [p for p in order if p is not failed.plugin]
-                continue
-            break
-        for conflict in registry.conflicts:
-            consequence = ("" if conflict.kept else
-                           " Runs that use this name fail until then; others are unaffected.")
-            warnings.warn(f"{conflict.message()}.{consequence}", RuntimeWarning, stacklevel=4)
+    def assemble(cls, contributions: Iterable[Contribution]) -> tuple[Registry, list[RegistrationFailure]]:
+        """The registry of ``contributions`` (in their order, which keeps messages stable), and the plugins left out
+        of it: one whose hook raised or returned something that is not a record of its kind. Calls nothing back;
+        the caller records the failures (:meth:`PluginManager.mark_failed
+        <accelkit.plugins.manager.PluginManager.mark_failed>`) and warns about :attr:`conflicts`."""
+        registry = cls()
+        failures: list[RegistrationFailure] = []
+        for contribution in contributions:
+            failure = _failure_in(contribution)
+            if failure is None:
+                registry._add_contribution(contribution)
+            else:
+                failures.append(failure)
+        return registry, failures
+
+    @classmethod
+    def build(cls, manager: Any) -> Registry:
+        """Deprecated (hook API 1.3, removed in 2.0): ``manager.registry``, which it returns with a
+        :class:`DeprecationWarning`. The manager builds its registry with :meth:`assemble`."""
+        warnings.warn("Registry.build(manager) is deprecated since hook API 1.3 and will be removed in 2.0: use "
+                      "manager.registry instead", DeprecationWarning, stacklevel=2)
+        registry: Registry = manager.registry
         return registry
 
-    def _add_plugin(self, manager: PluginManager, plugin: Any, hooks: Any) -> None:
-        collected = []
-        for kind, hook, record_type, attribute, rule in hooks:
-            for impl in hook.get_hookimpls():
-                if impl.plugin is not plugin:
-                    continue
-                where = f"{impl.plugin_name}.{hook.name}()"
-                try:
-                    records = list(impl.function() or [])
-                except Exception as exc:  # noqa: BLE001 - the plugin is taken out, the others keep working
-                    raise HookFailed(plugin, exc, where, hook.name) from None
-                for record in records:
-                    if not isinstance(record, record_type):
-                        raise HookFailed(plugin, TypeError(f"returned {record!r}, not a {record_type.__name__}"),
-                                         where, hook.name)
-                collected.extend((kind, attribute, rule, record) for record in records)
-        if plugin is not core_plugin_module():  # accelkit.cli.command, deprecated in hook API 1.2
-            collected.extend(("command", "commands", "core first", record) for record in commands_of(plugin))
-        info = manager.info_of(plugin)
-        provider = manager.provider_of(plugin)
+    def _add_contribution(self, contribution: Contribution) -> None:
+        collected = [(_BY_HOOK[result.hook], record) for result in contribution.results for record in result.records]
+        provider = contribution.provider
         # what ACCELKIT_BLOCK_PLUGINS takes: entry-point names only (objects passed to the Trainer are removed)
-        self._plugin_names[provider] = info.name if info is not None and info.distribution else ""
-        self.provided[manager.get_name(plugin) or provider] = [(kind, record) for kind, _, _, record in collected]
-        for kind, attribute, rule, record in collected:
+        self._plugin_names[provider] = contribution.blockable
+        self.provided[contribution.name] = [(kind, record) for (kind, *_), record in collected]
+        for (kind, _, attribute, rule), record in collected:
             object.__setattr__(record, "provider", provider)
             table = getattr(self, attribute)
             if rule == "scoped":
@@ -357,9 +341,71 @@ def _same_option(value: Any, option: Any) -> bool:
     return bool(value == option)
 
 
-class HookFailed(Exception):
-    """A plugin's registration hook raised (or returned something that is not a record of its kind)."""
+@dataclass(frozen=True)
+class HookResult:
+    """What one registration hook implementation of a plugin gave: its records, or the exception it raised.
 
-    def __init__(self, plugin: Any, error: BaseException, where: str, hook: str = "") -> None:
-        super().__init__(where)
-        self.plugin, self.error, self.where, self.hook = plugin, error, where, hook
+    :param hook: the hook's name (``"accelkit_register_strategies"``, a name of :data:`KINDS`).
+    :param where: how messages name the call (``"acme.accelkit_register_strategies()"``).
+    :param records: what it returned (empty when it raised).
+    :param error: the exception it raised, or ``None``.
+    """
+
+    hook: str
+    where: str
+    records: tuple[Any, ...] = ()
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One plugin's part of the registry, as plain data: what :meth:`Registry.assemble
+    <accelkit.plugins.Registry.assemble>` is built from.
+
+    :param plugin: the plugin object (a :class:`RegistrationFailure` names it).
+    :param name: the name it is registered under (the key of ``Registry.provided``).
+    :param provider: how messages name it (:attr:`~accelkit.plugins.manager.PluginInfo.provider`,
+        :data:`CORE_PROVIDER` for the core).
+    :param blockable: its entry-point name, what ``ACCELKIT_BLOCK_PLUGINS`` and ``"no:NAME"`` take; ``""`` for plugin
+        objects passed to the Trainer.
+    :param results: its registration hooks' results, in :data:`KINDS` order (commands of the deprecated
+        ``accelkit.cli.command`` decorators last, as ``accelkit_register_commands`` results).
+    """
+
+    plugin: Any
+    name: str
+    provider: str
+    blockable: str
+    results: tuple[HookResult, ...]
+
+
+@dataclass(frozen=True)
+class RegistrationFailure:
+    """A plugin left out of the registry: one of its registration hooks raised, or returned something that is not a
+    record of its kind. :meth:`Registry.assemble <accelkit.plugins.Registry.assemble>` returns these; the manager
+    records them.
+
+    :param plugin: the plugin object.
+    :param error: the exception (a :class:`TypeError` naming the value for a wrong record).
+    :param where: the call, as messages name it (as ``HookResult.where`` does).
+    :param hook: the hook's name.
+    """
+
+    plugin: Any
+    error: BaseException
+    where: str
+    hook: str
+
+
+def _failure_in(contribution: Contribution) -> RegistrationFailure | None:
+    """The first hook result of ``contribution`` that takes its plugin out, if any."""
+    for result in contribution.results:
+        if result.error is not None:
+            return RegistrationFailure(contribution.plugin, result.error, result.where, result.hook)
+        record_type = _BY_HOOK[result.hook][1]
+        for record in result.records:
+            if not isinstance(record, record_type):
+                return RegistrationFailure(contribution.plugin,
+                                           TypeError(f"returned {record!r}, not a {record_type.__name__}"),
+                                           result.where, result.hook)
+    return None

@@ -2,7 +2,8 @@
 
 :class:`Strategy` is the base (:mod:`~accelkit.strategies.base`); :class:`SingleDeviceStrategy` runs one process on
 one device; :class:`ParallelStrategy` is the base of those that spread a run over several
-(:mod:`~accelkit.strategies.parallel`); :class:`DDPStrategy` joins processes a launcher started and :class:`DDPSpawnStrategy` starts them
+(:mod:`~accelkit.strategies.parallel`); :class:`DDPStrategy` joins processes a launcher started and
+:class:`DDPSpawnStrategy` starts them
 (:mod:`~accelkit.strategies.ddp`). How processes come to exist is a launcher's job
 (:mod:`accelkit.strategies.launchers`); which shard of the data a rank reads is :mod:`~accelkit.strategies.sampler`.
 """

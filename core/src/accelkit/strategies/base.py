@@ -146,8 +146,10 @@ class Strategy:
         return self.run_context.root_dir
 
     def create_launcher(self) -> Any:
-        """The :class:`~accelkit.strategies.launchers.base.Launcher` this strategy's runs go through. In place by default;
-        strategies that start processes return a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` (or their own)."""
+        """The :class:`~accelkit.strategies.launchers.base.Launcher` this strategy's runs go through. In place by
+        default;
+        strategies that start processes return a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` (or their
+        own)."""
         from accelkit.strategies.launchers.in_place import InPlaceLauncher
 
         return InPlaceLauncher()
@@ -171,7 +173,8 @@ class Strategy:
         return self.launcher.launch(self, function, *args, **kwargs)
 
     def worker_init(self, index: int) -> None:
-        """Called in each worker a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` started, right after it unpickled
+        """Called in each worker a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` started, right after it
+        unpickled
         its copy of the run and before the work: ``index`` is the worker's local index. Set the rank here."""
         self._local_rank = index
 
@@ -234,7 +237,9 @@ class Strategy:
         return optimizer
 
     def process_dataloader(self, dataloader: Any, stage: str) -> Any:
-        """Wrap a DataLoader for this device (a prefetching device loader, say). Identity by default."""
+        """Wrap a DataLoader for this device (a prefetching device loader, say). Identity by default. A wrapper keeps
+        the DataLoader as its ``loader`` attribute, where the loops find its sampler to give it the epoch
+        (:data:`~accelkit.strategies.sampler.WRAPPED_LOADER_ATTRIBUTES`)."""
         return dataloader
 
     def batch_to_device(self, batch: Any) -> Any:
@@ -351,7 +356,8 @@ class Strategy:
 
 @dataclass
 class RunContext:
-    """What the Trainer is launching, passed to the strategy (:attr:`~accelkit.Strategy.run_context`) rather than guessed.
+    """What the Trainer is launching, passed to the strategy (:attr:`~accelkit.Strategy.run_context`) rather than
+    guessed.
 
     :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"`` (``None`` before the first launch).
     :param root_dir: the Trainer's ``default_root_dir`` (a place for the strategy's own files).

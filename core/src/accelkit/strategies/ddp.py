@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 import threading
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -20,8 +20,10 @@ from accelkit.strategies.parallel import ParallelStrategy
 from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store, uses_launcher_store
 
 #: seconds a process waits for the others to join before saying so (and, with stale launcher variables that no
-#: launcher process stands behind, before it stops)
+#: launcher process stands behind, before it stops); ``ACCELKIT_JOIN_WAIT_S`` sets another value
 STILL_WAITING_S = 30.0
+#: the environment variable that replaces :data:`STILL_WAITING_S` (a positive number of seconds)
+JOIN_WAIT_ENV = "ACCELKIT_JOIN_WAIT_S"
 _REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
 
@@ -35,6 +37,8 @@ class DDPStrategy(ParallelStrategy):
     :class:`torch.nn.parallel.DistributedDataParallel`.
     """
 
+    #: whether :meth:`teardown` destroys the process group (set once this strategy created it)
+    _owns_process_group: bool = False
     _DDP_OPTIONS = ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
                     "bucket_cap_mb")
 
@@ -128,15 +132,16 @@ class DDPStrategy(ParallelStrategy):
 
             timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
             stale = env.stale_variables() if env is not None else None
-            waiting = threading.Timer(STILL_WAITING_S, _still_waiting, args=(self, env))
+            patience = join_wait_s()
+            waiting = threading.Timer(patience, _still_waiting, args=(self, env, patience))
             waiting.daemon = True
             if not stale:
                 waiting.start()
             try:
                 # rank 0's store listens where MASTER_ADDR says (loopback for a run on this machine), not on
                 # every interface as torch's env:// store does; with stale launcher variables, nobody will join:
-                # wait STILL_WAITING_S, then stop with what is wrong
-                store = _join_store(self, min(timeout, STILL_WAITING_S) if stale else timeout, stale)
+                # wait join_wait_s(), then stop with what is wrong
+                store = _join_store(self, min(timeout, patience) if stale else timeout, stale)
                 if stale:  # they joined after all: the run's own timeout from here on
                     store.set_timeout(timedelta(seconds=timeout))
                 dist.init_process_group(
@@ -241,7 +246,7 @@ class DDPStrategy(ParallelStrategy):
         from accelkit.strategies.launchers import watchdog
 
         watchdog.stop()
-        if getattr(self, "_owns_process_group", False) and dist.is_initialized():
+        if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_process_group = False
         super().teardown()
@@ -345,10 +350,27 @@ def _accepts_within(host: str, port: int, seconds: float) -> bool:
             time.sleep(0.5)
 
 
-def _still_waiting(strategy: Any, env: Any) -> None:
-    """Printed when joining the process group takes more than 30 s: who is expected, where, and the usual cause."""
+def join_wait_s() -> float:
+    """Seconds a process waits for the others to join before saying so, and with stale launcher variables before it
+    stops: ``ACCELKIT_JOIN_WAIT_S`` when set (a positive number), else :data:`STILL_WAITING_S` (30 s)."""
+    raw = os.environ.get(JOIN_WAIT_ENV, "").strip()
+    if not raw:
+        return STILL_WAITING_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise ConfigurationError(f"{JOIN_WAIT_ENV}={raw!r} is not a positive number of seconds: set it to one (such as "
+                                 f"{STILL_WAITING_S:.0f}, the default) or unset it.")
+    return seconds
+
+
+def _still_waiting(strategy: Any, env: Any, waited: float) -> None:
+    """Printed when joining the process group takes longer than :func:`join_wait_s`: who is expected, where, and the
+    usual cause."""
     source = f"{env.name}: {env.reason()}" if env is not None else "set by accelkit"
-    print(f"accelkit: rank {strategy.global_rank} has waited 30 s for all {strategy.world_size} processes to join at "
+    print(f"accelkit: rank {strategy.global_rank} has waited {waited:.0f} s for all {strategy.world_size} processes to join at "
           f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). If no launcher started the "
           "other processes, the variables are stale: unset RANK, WORLD_SIZE, LOCAL_RANK (and SLURM_*/OMPI_* when not "
           "inside such a job), or use strategy='ddp_spawn'. It gives up after the collective timeout "
@@ -362,7 +384,15 @@ def find_free_port() -> int:
         return sock.getsockname()[1]
 
 
-class LocalRendezvous:
+# the mixin is only ever combined with a ParallelStrategy: the type checker reads it as one (its super() calls and
+# the strategy attributes it reads); at run time its base is object
+if TYPE_CHECKING:
+    _MixedInto = ParallelStrategy
+else:
+    _MixedInto = object
+
+
+class LocalRendezvous(_MixedInto):
     """Mixin for a ``torch.distributed`` strategy that may start its processes on this machine itself: a free
     rendezvous port is chosen when launching, and each worker sets the rank and rendezvous variables that
     ``env://`` reads, and takes its share of the host's cores. A class sets ``_spawns`` (``True`` here) to say

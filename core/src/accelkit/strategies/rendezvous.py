@@ -124,8 +124,9 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machine
 
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     timeout = timedelta(seconds=timeout_s)
-    options = {"world_size": world_size, "timeout": timeout, "multi_tenant": True,  # as torch's env:// store
-               "use_libuv": os.environ.get("USE_LIBUV", "0" if sys.platform == "win32" else "1") == "1"}
+    options: dict[str, Any] = {  # as torch's env:// store
+        "world_size": world_size, "timeout": timeout, "multi_tenant": True,
+        "use_libuv": os.environ.get("USE_LIBUV", "0" if sys.platform == "win32" else "1") == "1"}
     if uses_launcher_store():
         warn_restarts_share_keys(rank)
         return in_this_attempt(dist.TCPStore(host, port, is_master=False, **options))
@@ -151,7 +152,7 @@ def listening_socket(host: str, port: int, spans_machines: bool) -> tuple[socket
         return None, f"MASTER_ADDR={host!r} does not resolve here ({exc})"
     loopback_only = True
     for family, kind, proto, _, address in found:
-        if spans_machines and ipaddress.ip_address(address[0].split("%")[0]).is_loopback:
+        if spans_machines and ipaddress.ip_address(str(address[0]).split("%")[0]).is_loopback:
             continue
         loopback_only = False
         sock = socket.socket(family, kind, proto)

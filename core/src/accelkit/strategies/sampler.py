@@ -73,7 +73,12 @@ class ShardSampler(Sampler[int]):
         return torch.randperm(n, generator=generator).tolist()
 
     def _source_len(self) -> int:
-        return len(self.sampler) if self.sampler is not None else len(self.data_source)
+        if self.sampler is None:
+            return len(self.data_source)
+        if not isinstance(self.sampler, Sized):
+            raise TypeError(f"the wrapped sampler {self.sampler!r} has no length, so the shards of its order have "
+                            "none either; give it a __len__ to know a rank's number of batches")
+        return len(self.sampler)
 
     def __len__(self) -> int:
         return math.ceil(self._source_len() / self.num_replicas)
@@ -219,6 +224,12 @@ def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, 
     return rebuild_loader(loader, sampler=new_sampler)
 
 
+#: where a device loader wrapping a DataLoader keeps it, for :func:`set_epoch` to look through: ``loader`` (the
+#: public name: give a device loader of your own this attribute), and ``_loader``, where torch_xla's
+#: ``MpDeviceLoader`` (a third party's class) keeps it
+WRAPPED_LOADER_ATTRIBUTES = ("loader", "_loader")
+
+
 def set_epoch(loader: Any, epoch: int) -> list[Any]:
     """Call ``set_epoch(epoch)`` on the samplers of ``loader`` that have it; return the objects called.
 
@@ -226,7 +237,8 @@ def set_epoch(loader: Any, epoch: int) -> list[Any]:
     (``DistributedSampler(shuffle=True)``, :class:`ShardSampler`) draws a new order per epoch that every rank
     agrees on. Reached, each at most once: ``loader.sampler``, ``loader.batch_sampler`` (beyond Lightning, which
     skips it) and ``loader.batch_sampler.sampler``. A device loader that wraps the DataLoader without exposing
-    a sampler (torch_xla's ``MpDeviceLoader`` keeps it as ``_loader``) is looked through. Objects without
+    a sampler is looked through when it keeps the wrapped loader under a name of
+    :data:`WRAPPED_LOADER_ATTRIBUTES`. Objects without
     ``set_epoch`` and loaders that are plain iterables are left alone. Several loaders read as one (a
     :class:`accelkit.utilities.CombinedLoader`, whose ``flattened`` lists them) each get it.
 
@@ -238,9 +250,12 @@ def set_epoch(loader: Any, epoch: int) -> list[Any]:
         return [called for part in flattened for called in set_epoch(part, epoch)]
     inner = loader
     for _ in range(4):  # look through a few layers of device-loader wrappers
-        if hasattr(inner, "sampler") or hasattr(inner, "batch_sampler") or not hasattr(inner, "_loader"):
+        if hasattr(inner, "sampler") or hasattr(inner, "batch_sampler"):
             break
-        inner = inner._loader
+        wrapped = next((getattr(inner, name) for name in WRAPPED_LOADER_ATTRIBUTES if hasattr(inner, name)), None)
+        if wrapped is None:
+            break
+        inner = wrapped
     batch_sampler = getattr(inner, "batch_sampler", None)
     found: dict[int, Any] = {}
     for candidate in (getattr(inner, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):

@@ -11,6 +11,7 @@ from typing import Any
 
 from accelkit.callbacks.base import Callback, callback_list  # noqa: F401 - callback_list: the Trainer's argument
 from accelkit.errors import ConfigurationError
+from accelkit.loops.captured import compile_options
 
 #: arguments of Lightning's Trainer that only make sense with Lightning AI's own services
 CLOUD_ONLY = {
@@ -88,6 +89,10 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
     for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
                  "overfit_batches"):
         check_limit(name, args[name], problems)
+    try:
+        compile_options(args.get("compile_step"))
+    except (TypeError, ValueError) as exc:
+        problems.append(str(exc))
     return problems
 
 

@@ -15,6 +15,7 @@ from typing import Any, Iterable
 from accelkit.callbacks.base import Callback
 from accelkit.callbacks.progress.default import configure_progress_bar
 from accelkit.errors import ConfigurationError
+from accelkit.loops.captured import compile_options
 from accelkit.loops.state import RunState
 from accelkit.profilers import resolve_profiler
 from accelkit.plugins.compose import Composition, compose, named_callbacks, named_profiler, print_notices
@@ -107,6 +108,9 @@ class Trainer(TrainerProperties):
         joining the process group) may wait for the other processes before the run fails: seconds or a
         ``timedelta``; default 10 minutes (``torch.distributed``'s own default is 30). A watchdog names the rank
         that is behind after a tenth of it (see ``docs/topology.rst``).
+    :param compile_step: accelkit only: run each automatic training step as a captured step, its forward, loss,
+        backward and optimizer step compiled with ``torch.compile`` (``True``: its defaults; a dict: its keyword
+        arguments, e.g. ``{"mode": "reduce-overhead"}``). What it accepts and refuses: ``docs/captured-step.rst``.
     :param legacy_arguments: other keyword arguments (old spellings such as a ``*_cores=`` argument); a plugin
         translates them or the Trainer raises ``TypeError``.
     """
@@ -128,7 +132,7 @@ class Trainer(TrainerProperties):
         inference_mode: bool = True, use_distributed_sampler: bool = True, profiler: Any = None,
         detect_anomaly: bool = False, barebones: bool = False, plugins: Any = None, sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
-        seed: int | None = None, collective_timeout: Any = None, **legacy_arguments: Any,
+        seed: int | None = None, collective_timeout: Any = None, compile_step: Any = False, **legacy_arguments: Any,
     ) -> None:
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
@@ -143,7 +147,7 @@ class Trainer(TrainerProperties):
             fast_dev_run=fast_dev_run, reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
             deterministic=deterministic, limit_train_batches=limit_train_batches,
             limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
-            limit_predict_batches=limit_predict_batches, overfit_batches=overfit_batches)
+            limit_predict_batches=limit_predict_batches, overfit_batches=overfit_batches, compile_step=compile_step)
         barebones_args = dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
                               enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
                               detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps) if barebones else None
@@ -177,8 +181,8 @@ class Trainer(TrainerProperties):
         self.num_sanity_val_steps = 0 if fast or barebones else run_args["num_sanity_val_steps"]
         self.log_every_n_steps = run_args["log_every_n_steps"]
         self.accumulate_grad_batches = accumulate_grad_batches
-        self.gradient_clip_val = gradient_clip_val
-        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
+        self.compile_step = compile_options(compile_step)  # torch.compile's keyword arguments, or None
         self.deterministic, self.benchmark = deterministic, benchmark
         self.inference_mode = inference_mode
         self.detect_anomaly = detect_anomaly

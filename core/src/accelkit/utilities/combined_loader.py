@@ -208,7 +208,7 @@ class CombinedLoader(Iterable[tuple[Any, int, int]]):
         lengths = [_length(it) for it in self._flattened]
         if self._mode == "sequential" and self.limits is not None:
             lengths = [n if limit is None else (limit if n is None else min(n, limit))
-                       for n, limit in zip(lengths, self.limits)]
+                       for n, limit in zip(lengths, self.limits, strict=True)]
         known = [n for n in lengths if n is not None]
         if self._mode == "min_size" and known:
             return min(known)

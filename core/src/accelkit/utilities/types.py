@@ -11,7 +11,7 @@ They describe what the hooks take and return; nothing here is checked at run tim
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Optional, Protocol, TypedDict, Union, runtime_checkable
+from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -21,15 +21,15 @@ from torch.utils.data import DataLoader
 from accelkit.module.optimizers import LRSchedulerConfig
 
 #: a number as ``self.log`` takes it
-_NUMBER = Union[int, float]
+_NUMBER = int | float
 #: a value ``self.log`` takes: a tensor, a number, or a metric object (torchmetrics ``Metric``)
-_METRIC = Union[Tensor, _NUMBER, Any]
+_METRIC = Tensor | _NUMBER | Any
 #: what ``training_step`` (and the evaluation steps) return: the loss tensor, a dict with ``"loss"``, or ``None``
-STEP_OUTPUT = Optional[Union[Tensor, Mapping[str, Any]]]
+STEP_OUTPUT = Tensor | Mapping[str, Any] | None
 #: what ``Trainer.validate``/``test`` return: one dict of metrics per loader
 _EVALUATE_OUTPUT = list[Mapping[str, float]]
 #: what ``Trainer.predict`` returns: the predictions of each batch (a list per loader with several loaders)
-_PREDICT_OUTPUT = Union[list[Any], list[list[Any]]]
+_PREDICT_OUTPUT = list[Any] | list[list[Any]]
 #: what ``train_dataloader`` returns: any iterable of batches, or a collection of them (a dict or list, combined by
 #: :class:`~accelkit.utilities.combined_loader.CombinedLoader`)
 TRAIN_DATALOADERS = Any
@@ -38,7 +38,7 @@ EVAL_DATALOADERS = Any
 #: the ``mode`` of a :class:`~accelkit.utilities.combined_loader.CombinedLoader`
 _COMBINED_MODE = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
 #: a DataLoader or a list of them (older annotations)
-_DATALOADERS = Union[DataLoader, Sequence[DataLoader]]
+_DATALOADERS = DataLoader | Sequence[DataLoader]
 
 
 @runtime_checkable
@@ -48,7 +48,7 @@ class LRScheduler(Protocol):
     optimizer: Optimizer
     base_lrs: list[float]
 
-    def step(self, epoch: Optional[int] = None) -> None: ...
+    def step(self, epoch: int | None = None) -> None: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -62,7 +62,7 @@ class ReduceLROnPlateau(Protocol):
     optimizer: Optimizer
     mode: str
 
-    def step(self, metrics: Union[float, int, Tensor], epoch: Optional[int] = None) -> None: ...
+    def step(self, metrics: float | int | Tensor, epoch: int | None = None) -> None: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -72,11 +72,11 @@ class ReduceLROnPlateau(Protocol):
 #: the scheduler classes of torch, as a tuple for ``isinstance``
 LRSchedulerTypeTuple = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 #: a torch learning-rate scheduler
-LRSchedulerTypeUnion = Union[torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau]
+LRSchedulerTypeUnion = torch.optim.lr_scheduler.LRScheduler | torch.optim.lr_scheduler.ReduceLROnPlateau
 #: a class of torch learning-rate scheduler
-LRSchedulerType = Union[type[torch.optim.lr_scheduler.LRScheduler], type[torch.optim.lr_scheduler.ReduceLROnPlateau]]
+LRSchedulerType = type[torch.optim.lr_scheduler.LRScheduler] | type[torch.optim.lr_scheduler.ReduceLROnPlateau]
 #: any learning-rate scheduler the Trainer steps
-LRSchedulerPLType = Union[LRScheduler, ReduceLROnPlateau]
+LRSchedulerPLType = LRScheduler | ReduceLROnPlateau
 
 
 class LRSchedulerConfigType(TypedDict, total=False):
@@ -84,11 +84,11 @@ class LRSchedulerConfigType(TypedDict, total=False):
     :class:`~accelkit.module.optimizers.LRSchedulerConfig` for the keys' meaning)."""
 
     scheduler: Any
-    name: Optional[str]
+    name: str | None
     interval: str
     frequency: int
     reduce_on_plateau: bool
-    monitor: Optional[str]
+    monitor: str | None
     strict: bool
 
 
@@ -102,20 +102,21 @@ class OptimizerLRSchedulerConfig(TypedDict, total=False):
     """``{"optimizer": optimizer, "lr_scheduler": scheduler or LRSchedulerConfigType, "monitor": name}``."""
 
     optimizer: Optimizer
-    lr_scheduler: Union[LRSchedulerTypeUnion, LRSchedulerConfigType]
+    lr_scheduler: LRSchedulerTypeUnion | LRSchedulerConfigType
     monitor: str
 
 
 #: every form ``configure_optimizers`` may return
-OptimizerLRScheduler = Optional[Union[
-    Optimizer,
-    Sequence[Optimizer],
-    tuple[Sequence[Optimizer], Sequence[Union[LRSchedulerTypeUnion, LRSchedulerConfig, LRSchedulerConfigType]]],
-    OptimizerConfig,
-    OptimizerLRSchedulerConfig,
-    Sequence[OptimizerConfig],
-    Sequence[OptimizerLRSchedulerConfig],
-]]
+OptimizerLRScheduler = (
+    Optimizer
+    | Sequence[Optimizer]
+    | tuple[Sequence[Optimizer], Sequence[LRSchedulerTypeUnion | LRSchedulerConfig | LRSchedulerConfigType]]
+    | OptimizerConfig
+    | OptimizerLRSchedulerConfig
+    | Sequence[OptimizerConfig]
+    | Sequence[OptimizerLRSchedulerConfig]
+    | None
+)
 
 __all__ = [
     "EVAL_DATALOADERS",

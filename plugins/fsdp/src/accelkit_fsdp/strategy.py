@@ -113,7 +113,8 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         return problems
 
     def create_launcher(self) -> Any:
-        """A :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` of one process per device, or, when a launcher started
+        """A :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` of one process per device, or, when a launcher
+        started
         the processes, an :class:`~accelkit.strategies.launchers.in_place.ExternalLauncher` that joins them."""
         from accelkit.strategies.launchers import ExternalLauncher
         from accelkit.strategies.launchers import SpawnLauncher

@@ -77,7 +77,8 @@ def _positive_int(env: Mapping[str, str], key: str, default: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigurationError(f"{key}={raw!r} is not an integer; set it to the number of devices (e.g. 4).")
+        raise ConfigurationError(f"{key}={raw!r} is not an integer; set it to the number of devices (e.g. 4).") \
+            from None
     if value < 1:
         raise ConfigurationError(f"{key}={raw!r} must be at least 1.")
     return value

@@ -58,12 +58,6 @@ class DeviceLoader:
         self.parallel_loader_options = parallel_loader_options
         self._open: list[Any] = []  # ParallelLoaders whose threads may still run
 
-    @property
-    def _loader(self) -> Any:
-        """The wrapped loader under the attribute name torch_xla's ``MpDeviceLoader`` uses (code that looks
-        through device loaders for the sampler finds it there)."""
-        return self.loader
-
     def __len__(self) -> int:
         return len(self.loader)
 

@@ -18,10 +18,12 @@ from accelkit_xla_spawn.runtime import RUNTIME_TOUCHED_MESSAGE, launch_failure_h
 
 class XLALauncher(SpawnLauncher):
     """Starts one replica per local XLA device with ``torch_xla.launch`` (PJRT), using the core's spawn protocol
-    (:class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`): the run is pickled once here and each replica unpickles its
+    (:class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`): the run is pickled once here and each replica
+    unpickles its
     own copy, so replicas share no Python state even where PJRT runs them as threads of one process.
 
-    On a pod, hosts other than host 0 return an empty :class:`~accelkit.strategies.launchers.result.WorkerResult`: replica 0, on
+    On a pod, hosts other than host 0 return an empty :class:`~accelkit.strategies.launchers.result.WorkerResult`:
+    replica 0, on
     host 0, reports the run.
     """
 

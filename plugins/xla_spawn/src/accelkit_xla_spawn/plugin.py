@@ -78,7 +78,8 @@ def accelkit_translate_arguments(arguments: dict[str, Any]) -> None:
         return
     devices = translate_tpu_cores(value)
     if arguments.get("devices") not in ("auto", None, devices):
-        raise ValueError(f"tpu_cores={value!r} and devices={arguments['devices']!r} were both given; keep only devices.")
+        raise ValueError(f"tpu_cores={value!r} and devices={arguments['devices']!r} were both given; "
+                         "keep only devices.")
     accelerator = arguments.get("accelerator")
     if isinstance(accelerator, str) and accelerator.strip().lower() not in ("auto", "tpu", "xla"):
         raise ValueError(f"tpu_cores={value!r} asks for TPU cores but accelerator={accelerator!r}; drop tpu_cores "

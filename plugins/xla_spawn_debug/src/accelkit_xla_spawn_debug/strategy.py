@@ -137,7 +137,8 @@ class XLADebugMixin:
             lines.append(f"accelkit: XLA debug report of replica {rank}: {path} ({note})")
         log = Path(self.applied_environment.get("PT_XLA_DEBUG_FILE", ""))
         if log.name and log.is_file():
-            lines.append(f"accelkit: torch_xla debug log (PT_XLA_DEBUG_LEVEL={self.applied_environment.get('PT_XLA_DEBUG_LEVEL')}): {log}")
+            level = self.applied_environment.get("PT_XLA_DEBUG_LEVEL")
+            lines.append(f"accelkit: torch_xla debug log (PT_XLA_DEBUG_LEVEL={level}): {log}")
         if not lines:
             lines.append(f"accelkit: no XLA debug report was written in {self.output_dir}")
         print("\n".join(lines), file=sys.stderr, flush=True)

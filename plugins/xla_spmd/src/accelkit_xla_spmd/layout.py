@@ -119,7 +119,7 @@ class MeshLayout:
         """Devices along ``axis`` (1 for ``None``)."""
         if axis is None:
             return 1
-        return dict(zip(self.names, self.shape_for(num_devices))).get(axis, 1)
+        return dict(zip(self.names, self.shape_for(num_devices), strict=True)).get(axis, 1)
 
     def batch_axes(self) -> Any:
         """The mesh axes the batch's first dimension is split over: the data axis, plus the FSDP axis when

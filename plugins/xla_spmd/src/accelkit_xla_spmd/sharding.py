@@ -28,7 +28,8 @@ class BatchSharding(xs.ShardingSpec):
         axes = layout.batch_axes()
         axes = axes if isinstance(axes, tuple) else (axes,)
         #: the mesh has axes of size > 1 that the batch is not split on (it is replicated along them)
-        self.partial = any(size > 1 and name not in axes for name, size in zip(mesh.axis_names, mesh.mesh_shape))
+        self.partial = any(size > 1 and name not in axes
+                           for name, size in zip(mesh.axis_names, mesh.mesh_shape, strict=True))
         self._by_rank: dict[int, xs.ShardingSpec] = {}
 
     def spec(self, ndim: int) -> xs.ShardingSpec:

@@ -91,7 +91,8 @@ class XLASPMDStrategy(XLAStrategy, ParallelStrategy):
             plan = None
         if plan is not None and self.num_nodes != plan.num_hosts:
             problems.append(f"num_nodes={self.num_nodes} but this pod has {plan.num_hosts} host(s) "
-                            "(TPU_WORKER_HOSTNAMES); leave num_nodes at 1 (it is read from the pod) or make them agree.")
+                            "(TPU_WORKER_HOSTNAMES); leave num_nodes at 1 (it is read from the pod) or make them "
+                            "agree.")
         problems.extend(self.layout.problems(self.global_devices))
         return problems
 

@@ -11,7 +11,8 @@ from accelkit.errors import ConfigurationError
 
 def configure_progress_bar(callbacks: list[Any], enabled: bool) -> None:
     """The run's progress bar: the :class:`~accelkit.callbacks.ProgressBar` among ``callbacks`` if there is one, else a
-    :class:`~accelkit.callbacks.TQDMProgressBar` added when ``enabled`` (``enable_progress_bar``). Several bars, or a bar given while
+    :class:`~accelkit.callbacks.TQDMProgressBar` added when ``enabled`` (``enable_progress_bar``). Several bars, or a
+    bar given while
     the bar is off (``enable_progress_bar=False``, ``barebones=True``), are refused."""
     given = [c for c in callbacks if isinstance(c, ProgressBar)]
     if len(given) > 1:

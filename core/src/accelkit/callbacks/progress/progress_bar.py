@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks.base import Callback
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
 
 class ProgressBar(Callback):
@@ -22,13 +26,15 @@ class ProgressBar(Callback):
     every ``log_every_n_steps`` steps and at each epoch's end, so drawing them never waits for the device.
     """
 
+    _warned_clash = False  # warned once that a logged value replaces a standard item
+
     def __init__(self) -> None:
-        self._trainer: Any = None
+        self._trainer: "Trainer | None" = None
         self._current_eval_dataloader_idx: int | None = None
 
     # ----------------------------------------------------------------- context
     @property
-    def trainer(self) -> Any:
+    def trainer(self) -> "Trainer":
         """The Trainer this bar was set up with (``setup``); an error before that."""
         if self._trainer is None:
             raise TypeError(f"The `{type(self).__name__}.trainer` reference has not been set yet: the Trainer sets "
@@ -114,14 +120,14 @@ class ProgressBar(Callback):
         """Print a message without breaking the bars (here: a plain ``print``)."""
         print(*args, **kwargs)
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         """Remember the Trainer; on every process but global rank zero the bar is disabled (call ``super()`` when
         you override it)."""
         self._trainer = trainer
         if not trainer.is_global_zero:
             self.disable()
 
-    def get_metrics(self, trainer: Any, pl_module: Any) -> dict[str, Any]:
+    def get_metrics(self, trainer: "Trainer", pl_module: "Module") -> dict[str, Any]:
         """What the bar shows: the standard items (``v_num``, the logger's version) and
         ``trainer.progress_bar_metrics`` (what ``self.log(..., prog_bar=True)`` recorded). Override it to change
         the items::
@@ -134,7 +140,7 @@ class ProgressBar(Callback):
         standard = get_standard_metrics(trainer)
         shown = trainer.progress_bar_metrics
         clash = sorted(standard.keys() & shown.keys())
-        if clash and not getattr(self, "_warned_clash", False):
+        if clash and not self._warned_clash:
             self._warned_clash = True
             warnings.warn(f"the progress bar shows {', '.join(clash)} itself; the value logged with prog_bar=True "
                           f"under that name replaces it (log it under another name to keep both)", UserWarning,
@@ -191,7 +197,7 @@ def check_count(bar: Any, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{type(bar).__name__}({name}={value!r}): must be an int >= 0")
 
-def get_standard_metrics(trainer: Any) -> dict[str, int | str]:
+def get_standard_metrics(trainer: "Trainer") -> dict[str, int | str]:
     """The items every bar shows: ``v_num``, the loggers' version (the last four characters of a string
     version; several loggers' distinct versions joined with ``_``), when the run has a logger."""
     loggers = trainer.loggers

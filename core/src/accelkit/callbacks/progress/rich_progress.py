@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from accelkit.callbacks.progress.progress_bar import RefreshingProgressBar
+
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+    from accelkit.trainer.trainer import Trainer
 
 #: seconds between two redraws at most (the numbers still move every ``refresh_rate`` batches)
 REDRAW_INTERVAL_S = 0.1
@@ -44,7 +48,8 @@ class RichProgressBarTheme:
 class RichProgressBar(RefreshingProgressBar):
     """Progress bars drawn with rich (Lightning's ``RichProgressBar``): one line per running loop with its
     label, the bar (a pulse for a loader without a length), batches done of the total, elapsed and remaining
-    time, speed, and on the training line :meth:`~accelkit.callbacks.ProgressBar.get_metrics`. rich is an optional extra: ``pip install rich``
+    time, speed, and on the training line :meth:`~accelkit.callbacks.ProgressBar.get_metrics`. rich is an optional
+    extra: ``pip install rich``
     (or ``pip install "accelkit[rich]"``); without it, constructing this callback raises ``ImportError``.
 
     With this bar among the callbacks, the Trainer's default model summary is a
@@ -84,12 +89,12 @@ class RichProgressBar(RefreshingProgressBar):
                      predict_progress_bar_id=None)
         return state
 
-    def configure_columns(self, trainer: Any) -> list[Any]:
+    def configure_columns(self, trainer: "Trainer") -> list[Any]:
         """The columns of every line (rich ``ProgressColumn`` objects); override it to change them."""
         return _columns(self.theme)
 
     # ----------------------------------------------------------------- the display
-    def _start(self, trainer: Any) -> None:
+    def _start(self, trainer: "Trainer") -> None:
         if self.progress is not None or self.is_disabled:
             return
         from rich.console import Console
@@ -123,7 +128,8 @@ class RichProgressBar(RefreshingProgressBar):
         self._totals[task_id] = total
         return task_id
 
-    def _move(self, task_id: Any, count: int, trainer: Any = None, pl_module: Any = None) -> None:
+    def _move(self, task_id: Any, count: int, trainer: "Trainer | None" = None,
+              pl_module: "Module | None" = None) -> None:
         """``task_id``'s line to ``count`` batches (every ``refresh_rate``); redrawn at most every
         :data:`REDRAW_INTERVAL_S` seconds and at the loader's end, with the metrics when ``trainer`` is given."""
         progress = self.progress
@@ -135,53 +141,54 @@ class RichProgressBar(RefreshingProgressBar):
         now = time.monotonic()
         if last or now - self._drawn_at >= REDRAW_INTERVAL_S:
             progress.update(task_id, completed=count)
-            if trainer is not None:
+            if trainer is not None and pl_module is not None:
                 self._show_metrics(trainer, pl_module)
             progress.refresh()
             self._drawn_at = now
 
-    def _show_metrics(self, trainer: Any, pl_module: Any) -> None:
+    def _show_metrics(self, trainer: "Trainer", pl_module: "Module") -> None:
         if self.progress is not None and self.train_progress_bar_id is not None:
             self.progress.update(self.train_progress_bar_id,
                                  metrics=_format_metrics(self.get_metrics(trainer, pl_module), self.theme))
 
     # ----------------------------------------------------------------- hooks
-    def on_sanity_check_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_sanity_check_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._start(trainer)
 
-    def on_sanity_check_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_sanity_check_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if self.progress is not None and self.val_progress_bar_id is not None:
             self.progress.update(self.val_progress_bar_id, visible=False)
             self.progress.refresh()
         self.val_progress_bar_id = None
         self.reset_dataloader_idx_tracker()
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._start(trainer)
 
-    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         if self.progress is None:
             return
         self.train_progress_bar_id = self._task(self.train_progress_bar_id, self.total_train_batches,
                                                 f"Epoch {trainer.current_epoch}", keep=self._leave)
         self.progress.refresh()
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         if self.progress is not None:
             self._move(self.train_progress_bar_id, batch_idx + 1, trainer, pl_module)
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         if self.progress is not None:
             self._show_metrics(trainer, pl_module)
             self.progress.refresh()
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._stop()
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._start(trainer)
 
-    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         if self.progress is None or not self.has_dataloader_changed(dataloader_idx):
             return
@@ -190,11 +197,11 @@ class RichProgressBar(RefreshingProgressBar):
         self.val_progress_bar_id = self._task(self.val_progress_bar_id, self.total_val_batches_current_dataloader,
                                               _label(label, dataloader_idx, counts))
 
-    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         self._move(self.val_progress_bar_id, batch_idx + 1)
 
-    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self.reset_dataloader_idx_tracker()
         if trainer.state.fn != "fit":
             self._stop()
@@ -204,45 +211,46 @@ class RichProgressBar(RefreshingProgressBar):
             self._show_metrics(trainer, pl_module)
             self.progress.refresh()
 
-    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._start(trainer)
 
-    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         if self.progress is not None and self.has_dataloader_changed(dataloader_idx):
-            self.test_progress_bar_id = self._task(self.test_progress_bar_id, self.total_test_batches_current_dataloader,
-                                                   _label(self.test_description, dataloader_idx, trainer.num_test_batches))
+            label = _label(self.test_description, dataloader_idx, trainer.num_test_batches)
+            total = self.total_test_batches_current_dataloader
+            self.test_progress_bar_id = self._task(self.test_progress_bar_id, total, label)
 
-    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._move(self.test_progress_bar_id, batch_idx + 1)
 
-    def on_test_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self.reset_dataloader_idx_tracker()
         self._stop()
 
-    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_start(self, trainer: "Trainer", pl_module: "Module") -> None:
         self._start(trainer)
 
-    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         if self.progress is not None and self.has_dataloader_changed(dataloader_idx):
             self.predict_progress_bar_id = self._task(
                 self.predict_progress_bar_id, self.total_predict_batches_current_dataloader,
                 _label(self.predict_description, dataloader_idx, trainer.num_predict_batches))
 
-    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._move(self.predict_progress_bar_id, batch_idx + 1)
 
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_end(self, trainer: "Trainer", pl_module: "Module") -> None:
         self.reset_dataloader_idx_tracker()
         self._stop()
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
         self._stop()
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
         self._stop()
 
     def print(self, *args: Any, **kwargs: Any) -> None:

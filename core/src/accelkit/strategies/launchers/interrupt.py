@@ -4,7 +4,8 @@ The first signal asks the run to stop: every process finishes the same training 
 is written, and ``fit`` raises :class:`~accelkit.errors.TrainingInterrupted` with one line saying where it stopped
 and how to resume. A second signal stops at once.
 
-With a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`, the signal reaches the launching process (a terminal's Ctrl-C
+With a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`, the signal reaches the launching process (a
+terminal's Ctrl-C
 reaches the workers too; they ignore it). The launcher and its workers share a small block of memory: each worker
 writes its step there after every batch, and on a signal the launcher writes the step at which all of them stop
 (two steps past the furthest, so no worker has passed it: data-parallel workers stay within one step of each other).
@@ -21,7 +22,7 @@ from typing import Any, Iterator
 
 #: slots of the shared block: [requested (0/1), stop at step, signal number, step of worker 0, worker 1, ...]
 _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
-_NAMES = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+_NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 
 
 def signal_name(signum: int) -> str:

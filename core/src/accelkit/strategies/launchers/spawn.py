@@ -39,8 +39,11 @@ class SpawnLauncher(Launcher):
     """
 
     launches_workers = True
+    _workers: WorkerProcesses | None = None  # the launch in progress (set by launch)
     #: prefix of the temporary folder that carries the global-zero worker's result back
     temp_prefix = "accelkit-spawn-"
+    # set by launch() for the run it watches (declared for the type checker)
+    _deadline: float | None
 
     def __init__(self, num_processes: int, start_method: str = "spawn") -> None:
         if not isinstance(num_processes, int) or isinstance(num_processes, bool) or num_processes < 1:
@@ -76,6 +79,9 @@ class SpawnLauncher(Launcher):
         while importing the user's script), the others are stopped and a :class:`~accelkit.errors.WorkerError`
         says what happened. On a second signal (:meth:`stop_now`) every worker is killed."""
         workers = self._workers
+        if workers is None:
+            raise RuntimeError(f"{type(self).__name__}.start() runs inside launch(), which sets up the workers; "
+                               "call launch() instead")
         try:
             workers.start(entry, args, num_processes)
             while not workers.poll(0.2):
@@ -88,13 +94,13 @@ class SpawnLauncher(Launcher):
 
     def _kill(self) -> None:
         """Stop every live worker of this launch (SIGTERM, SIGKILL after 3 s)."""
-        workers = getattr(self, "_workers", None)
+        workers = self._workers
         if workers is not None:
             workers.kill()
 
     def _workers_up(self) -> bool:
         """Whether every worker of the launch in progress is up (its interpreter started, the script imported)."""
-        workers = getattr(self, "_workers", None)
+        workers = self._workers
         return workers is not None and workers.started()
 
     def stop_gracefully(self, signum: int, stage: str | None) -> None:
@@ -109,7 +115,7 @@ class SpawnLauncher(Launcher):
 
     def stop_now(self, signum: int) -> None:
         """Second signal (or a stage with nothing to save, or workers not yet up): kill every worker and raise."""
-        workers = getattr(self, "_workers", None)
+        workers = self._workers
         up = workers is None or not workers.processes or workers.started()  # (XLA replicas are not tracked)
         self._kill()
         raise TrainingInterrupted(f"{interrupt.signal_name(signum)}: the workers were stopped at once"
@@ -126,7 +132,7 @@ class SpawnLauncher(Launcher):
         remove_stale_temp_dirs()
         payload = self.payload(strategy, function, args, kwargs)
         self._block = interrupt.shared_block(self.num_processes) if self.shares_memory else None
-        self._deadline: float | None = None
+        self._deadline = None
         stage = strategy.run_context.stage
         with tempfile.TemporaryDirectory(prefix=f"{self.temp_prefix}{os.getpid()}-") as tmp:
             folder = Path(tmp)

@@ -15,6 +15,7 @@ that cannot be read in time says so instead.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -99,6 +100,10 @@ class BoundedStore:
         return box.get("value")
 
 
+def _set(store: Any, key: str, text: str) -> None:
+    store.set(key, text)
+
+
 class Watchdog:
     """The thread that publishes this rank's note and diagnoses stalls (see the module docstring).
 
@@ -144,7 +149,8 @@ class Watchdog:
             if tick - last_tick > SILENT_AFTER_S:  # this process was itself stopped or frozen: no diagnosis now
                 warned_for = note[:4]
             try:
-                self.store.call(lambda store, text=json.dumps(note): store.set(self._key(self.rank), text))
+                # functools.partial binds this round's key and note now: the call may outlive the round
+                self.store.call(functools.partial(_set, key=self._key(self.rank), text=json.dumps(note)))
             except StoreNotAnswering:
                 pass  # the store's process does not answer: the diagnosis below says so
             except Exception:  # noqa: BLE001 - the store is gone (the run ended, or a rank died): stop quietly
@@ -206,7 +212,7 @@ def _silent(note: tuple[Any, ...] | None, now: float) -> bool:
 def _summary(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
     """The first sentence of a diagnosis: which ranks hold the others up, from what they reported."""
     silent = sorted(r for r, n in notes.items() if _silent(n, now))
-    live = {r: n for r, n in notes.items() if r not in silent}
+    live = {r: n for r, n in notes.items() if n is not None and r not in silent}
     working = sorted(r for r, n in live.items() if not waiting(n[2]))
     if silent:
         stopped, never = [r for r in silent if notes[r] is not None], [r for r in silent if notes[r] is None]

@@ -73,7 +73,8 @@ class WorkerProcesses:
         starts each process: keep them small (file paths, a shared-memory block)."""
         context = multiprocessing.get_context(self.start_method)
         for index in range(count):
-            process = context.Process(target=run_worker, args=(entry, index, args, str(self.folder)),
+            # typeshed's BaseContext (what get_context returns for a str) lacks Process; every real context has it
+            process = context.Process(target=run_worker, args=(entry, index, args, str(self.folder)),  # type: ignore[attr-defined]
                                       name=f"accelkit-worker-{index}")
             self.processes.append(process)  # known before it starts: a signal during start() still stops it
             process.start()

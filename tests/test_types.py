@@ -1,0 +1,37 @@
+"""The core type-checks: mypy, configured in the workspace's ``pyproject.toml`` (``[tool.mypy]``: the files, the
+Python version, the strictness per package, the third-party libraries without type information), reports no
+error. CONTRIBUTING.md states the strictness and the command."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from helpers.requirements import requires_mypy
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mypy_config() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+
+
+def test_the_configuration_checks_every_body_and_needs_every_annotation():
+    config = mypy_config()
+    assert config["files"] == ["core/src/accelkit"]
+    assert config["check_untyped_defs"] is True
+    assert config["disallow_untyped_defs"] is True
+    assert "ignore_missing_imports" not in config  # only per library, in an override
+
+
+@pytest.mark.slow
+@requires_mypy
+def test_the_core_type_checks():
+    # The run reads [tool.mypy] of the workspace's pyproject.toml; its cache lives in .mypy_cache (ignored by git)
+    # so a second run takes a few seconds. The limit only keeps a hung checker from hanging the suite.
+    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"mypy found errors:\n{done.stdout}{done.stderr}"
+    assert "Success: no issues found" in done.stdout
