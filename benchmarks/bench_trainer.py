@@ -33,6 +33,12 @@ load hits all alike; the tables show medians over rounds and the per-round ratio
 
     .venv/bin/python benchmarks/bench_trainer.py [--rounds 9] [--epochs 5] [--width 256]
                                                  [--only single|ddp|opcodes] [--bar-cost]
+                                                 [--against OTHER/core/src] [--json PATH]
+
+``--against`` compares two versions of accelkit (a change to the step path, say): each round runs the chosen
+comparisons once in a child process importing accelkit from the given folder ("before"; ``git worktree add`` or
+``git archive`` the old commit) and once importing it from this tree ("after"), alternating which goes first, and
+reports both trees' medians and the per-round after / before.
 
 On a small shared machine set ``OMP_NUM_THREADS=1``: intra-op threads spinning against other processes' load
 make wall times erratic (tens of milliseconds per step with two threads on two busy cores).
@@ -45,6 +51,7 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -412,24 +419,14 @@ def report(results: dict[str, list[tuple]], baseline: str, targets: dict[str, fl
                   f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})")
 
 
-def main() -> None:
-    """Parse the arguments and run the chosen comparisons."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--epochs", type=int, default=5, help="epochs per measurement (the first is warm-up)")
-    parser.add_argument("--width", type=int, default=256, help="hidden width of the MLP")
-    parser.add_argument("--only", choices=("single", "ddp", "opcodes"), default=None,
-                        help="run one comparison only")
-    parser.add_argument("--bar-cost", action="store_true", help="also run the Trainer without the progress bar")
-    args = parser.parse_args()
-    if args.epochs < 2:
-        parser.error("--epochs must be at least 2 (the first is warm-up)")
-    warnings.simplefilter("ignore")  # plugin-discovery warnings of unrelated, uninstalled plugins
-    print(f"torch {torch.__version__}, accelkit {accelkit.__version__}, {os.cpu_count()} cores; MLP width "
-          f"{args.width}, batch {BATCH_SIZE}, {SAMPLES} samples; fastest of {args.epochs - 1} epochs after a "
-          f"warm-up one, {args.rounds} rounds, order rotated each round", flush=True)
+def run_comparisons(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the chosen comparisons, printing each as it ends; their results (per side, one entry per round)."""
+    found: dict[str, Any] = {"accelkit": os.path.dirname(accelkit.__file__)}
+    print(f"torch {torch.__version__}, accelkit {accelkit.__version__} ({found['accelkit']}), {os.cpu_count()} cores; "
+          f"MLP width {args.width}, batch {BATCH_SIZE}, {SAMPLES} samples; fastest of {args.epochs - 1} epochs after "
+          f"a warm-up one, {args.rounds} rounds, order rotated each round", flush=True)
     if args.only in (None, "opcodes"):
-        counts = framework_opcodes()
+        counts = found["opcodes"] = framework_opcodes()
         print(f"Python instructions per step (deterministic): hand-written loop {counts['loop']:.0f}; the Trainer "
               f"adds {counts['trainer']:.0f} (bar on), {counts['trainer+log']:.0f} with self.log", flush=True)
     if args.only in (None, "single"):
@@ -442,14 +439,14 @@ def main() -> None:
         }
         if args.bar_cost:
             sides["no bar"] = lambda: trainer_single(loader, args.width, args.epochs, log=False, bar=False)
-        results = interleave(sides, args.rounds)
+        results = found["single"] = interleave(sides, args.rounds)
         report(results, "loop", {"trainer": 1.03, "trainer+log": 1.05})
         if args.bar_cost:
             print("the progress bar's cost (Trainer with the bar / without it):")
             report({"no bar": results["no bar"], "trainer": results["trainer"]}, "no bar", {})
         print("paired epochs (each Trainer epoch right after a hand-written epoch in the same process; ratio of the "
               "pair, median over epochs, then over rounds):", flush=True)
-        paired = interleave({
+        paired = found["paired"] = interleave({
             "trainer": lambda: paired_single(loader, args.width, args.epochs, log=False),
             "trainer+log": lambda: paired_single(loader, args.width, args.epochs, log=True),
         }, args.rounds, unit="ratio wall/cpu")
@@ -460,11 +457,107 @@ def main() -> None:
                       f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})")
     if args.only in (None, "ddp"):
         print("two processes (gloo), rank 0's time per step:", flush=True)
-        results = interleave({
+        results = found["ddp"] = interleave({
             "ddp loop": lambda: loop_ddp(args.width, args.epochs),
             "ddp_spawn": lambda: trainer_ddp(args.width, args.epochs),
         }, args.rounds)
         report(results, "ddp loop", {"ddp_spawn": 1.05})
+    return found
+
+
+# ------------------------------------------------------------------------------------------ before and after
+def run_child(args: argparse.Namespace, source: str | None) -> dict[str, Any]:
+    """One round of the chosen comparisons in a child process importing accelkit from ``source`` (a ``core/src``
+    folder) or, with ``None``, from where this process imports it; its results."""
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as tmp:
+        path = os.path.join(tmp, "results.json")
+        command = [sys.executable, os.path.abspath(__file__), "--rounds", "1", "--epochs", str(args.epochs),
+                   "--width", str(args.width), "--json", path] + (["--only", args.only] if args.only else []) + \
+                  (["--bar-cost"] if args.bar_cost else [])
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+        found = json.loads(Path(path).read_text())
+    expected = os.path.realpath(source if source is not None else os.path.dirname(os.path.dirname(accelkit.__file__)))
+    if not os.path.realpath(found["accelkit"]).startswith(expected + os.sep):
+        raise RuntimeError(f"the child imported accelkit from {found['accelkit']}, not from {expected}: give --against "
+                           "a folder holding the accelkit package (a checkout's core/src)")
+    return found
+
+
+def against(args: argparse.Namespace) -> None:
+    """``--against SOURCE``: each round runs the chosen comparisons once with accelkit from ``SOURCE`` ("before")
+    and once from this tree ("after"), in child processes, alternating which goes first; then the medians of both
+    and, per round, after / before."""
+    source = os.path.abspath(args.against)
+    print(f"before: accelkit from {source}; after: accelkit from {os.path.dirname(accelkit.__file__)}; "
+          f"{args.rounds} rounds, one child process per tree and round, the order alternating", flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for r in range(args.rounds):
+        for tree in (("before", "after") if r % 2 == 0 else ("after", "before")):
+            runs[tree].append(run_child(args, source if tree == "before" else None))
+        print(f"  round {r + 1}/{args.rounds} done", flush=True)
+    report_against(runs["before"], runs["after"])
+
+
+def report_against(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
+    """Medians over the rounds of each tree's per-step times and ratios, and of the per-round after / before."""
+    if "opcodes" in after[0]:
+        print("Python instructions per step beyond the hand-written loop (deterministic), before -> after: " + ", ".join(
+            f"{side} {before[0]['opcodes'][side]:.0f} -> {after[0]['opcodes'][side]:.0f}"
+            for side in after[0]["opcodes"] if side != "loop"))
+    for comparison, baseline in (("single", "loop"), ("ddp", "ddp loop")):
+        if comparison not in after[0]:
+            continue
+        for clock_index, clock_name in ((0, "wall"), (1, "cpu")):
+            for side in after[0][comparison]:
+                line = [f"  {clock_name:<4} {side:<12}"]
+                for tree, runs in (("before", before), ("after", after)):
+                    values = [run[comparison][side][0][clock_index] for run in runs]
+                    ratios = [run[comparison][side][0][clock_index] / run[comparison][baseline][0][clock_index]
+                              for run in runs]
+                    line.append(f"{tree} {1e3 * statistics.median(values):.3f} ms/step ({side}/{baseline} "
+                                f"{statistics.median(ratios):.3f})")
+                change = [a[comparison][side][0][clock_index] / b[comparison][side][0][clock_index]
+                          for a, b in zip(after, before)]
+                line.append(f"after/before {statistics.median(change):.3f} (per round: "
+                            f"{', '.join(f'{x:.3f}' for x in change)})")
+                print(", ".join(line))
+    if "paired" in after[0]:
+        for clock_index, clock_name in ((0, "wall"), (1, "cpu")):
+            print(f"  paired epochs, {clock_name}: " + "; ".join(
+                f"{side}/loop before {statistics.median(run['paired'][side][0][clock_index] for run in before):.3f}, "
+                f"after {statistics.median(run['paired'][side][0][clock_index] for run in after):.3f}"
+                for side in after[0]["paired"]))
+
+
+def main() -> None:
+    """Parse the arguments and run the chosen comparisons (or compare two trees with ``--against``)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--epochs", type=int, default=5, help="epochs per measurement (the first is warm-up)")
+    parser.add_argument("--width", type=int, default=256, help="hidden width of the MLP")
+    parser.add_argument("--only", choices=("single", "ddp", "opcodes"), default=None,
+                        help="run one comparison only")
+    parser.add_argument("--bar-cost", action="store_true", help="also run the Trainer without the progress bar")
+    parser.add_argument("--against", metavar="SOURCE", default=None,
+                        help="a folder holding another accelkit package (a checkout's core/src): compare it (before) "
+                             "with this tree (after), round by round in child processes")
+    parser.add_argument("--json", metavar="PATH", default=None, help="also write the results to PATH as JSON")
+    args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error("--epochs must be at least 2 (the first is warm-up)")
+    if args.against is not None and not os.path.isfile(os.path.join(args.against, "accelkit", "__init__.py")):
+        parser.error(f"--against {args.against!r} holds no accelkit package (accelkit/__init__.py); give a "
+                     "checkout's core/src folder")
+    warnings.simplefilter("ignore")  # plugin-discovery warnings of unrelated, uninstalled plugins
+    if args.against is not None:
+        against(args)
+        return
+    found = run_comparisons(args)
+    if args.json is not None:
+        Path(args.json).write_text(json.dumps(found))
 
 
 if __name__ == "__main__":

@@ -227,7 +227,8 @@ class CapturedStep:
         (copied out of the graphs' memory in a mode that replays graphs)."""
         state = self.trainer.run_state
         store, recorder = state.metrics, self.recorder
-        state.metrics = recorder
+        # the recorder stands in for the store while the forward call runs (Module.log only calls its log method)
+        state.metrics = recorder  # type: ignore[assignment]
         try:
             if self.forward_context is None:
                 loss, output = self.forward_call(batch, batch_idx, accumulate)

@@ -25,6 +25,17 @@ def accepts_positional(fn: Callable, count: int) -> bool:
     return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= count
 
 
+def profiled(profiler: Any, label: str, fn: Callable) -> Callable:
+    """``fn``, each call recorded by ``profiler`` as the action ``label`` (decided once: the caller keeps the
+    wrapped callable where it would keep ``fn``)."""
+
+    def call(*args: Any) -> Any:
+        with profiler.profile(label):
+            return fn(*args)
+
+    return call
+
+
 def _public_hooks(base: type) -> set[str]:
     return {n for n in dir(base) if n.startswith("on_") and callable(getattr(base, n, None))}
 
@@ -51,15 +62,7 @@ class HookCaller:
         self._module_hooks: dict[str, Callable | None] = {}
 
     def _wrap(self, label: str, fn: Callable) -> Callable:
-        if self.profiler is None:
-            return fn
-        profiler = self.profiler
-
-        def profiled(*args: Any) -> Any:
-            with profiler.profile(label):
-                return fn(*args)
-
-        return profiled
+        return fn if self.profiler is None else profiled(self.profiler, label, fn)
 
     def callback_plan(self, name: str, monitoring: bool | None = None) -> list[Callable]:
         """Bound callables of the callbacks overriding ``name``; ``monitoring`` keeps only callbacks that monitor

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import functools
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelkit.loops.captured import captured_step
-from accelkit.loops.hooks import accepts_positional
-from accelkit.utilities.model_helpers import is_overridden
-from accelkit.utilities.user_code import warn_at
+from accelkit.loops.hooks import HookCaller, accepts_positional, profiled
+from accelkit.module.module import Module
 from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
 from accelkit.strategies.launchers import watchdog
 from accelkit.strategies.launchers.watchdog import mark
+from accelkit.utilities.model_helpers import is_overridden
+from accelkit.utilities.user_code import warn_at
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
+
+#: ``call(optimizer)`` runs ``optimizer.step()`` / ``optimizer.zero_grad()``, looked up on the instance at each call
+#: (a learning-rate scheduler wraps the instance's ``step``)
+_STEP = operator.methodcaller("step")
+_ZERO_GRAD = operator.methodcaller("zero_grad")
 
 
 def _defaults(obj: Any, base: type, *names: str) -> bool:
@@ -22,122 +34,234 @@ def _defaults(obj: Any, base: type, *names: str) -> bool:
     return not any(is_overridden(name, obj, base) for name in names)
 
 
+def _batch_only(step: Callable[..., Any]) -> Callable[[Any, int], Any]:
+    """``step`` called as ``step(batch)``: for a ``training_step`` that takes no ``batch_idx``."""
+
+    def call(batch: Any, batch_idx: int) -> Any:
+        return step(batch)
+
+    return call
+
+
+def _inside(context: Callable[[], Any], step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+    """``step`` run inside a fresh ``context()`` (the precision's forward context)."""
+
+    def call(batch: Any, batch_idx: int) -> Any:
+        with context():
+            return step(batch, batch_idx)
+
+    return call
+
+
+def _after(first: Callable[[], None], step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+    """``first()``, then ``step``."""
+
+    def call(batch: Any, batch_idx: int) -> Any:
+        first()
+        return step(batch, batch_idx)
+
+    return call
+
+
+def _mark_backward(loss: torch.Tensor) -> None:
+    mark("backward")
+
+
+def _mark_after_backward() -> None:
+    mark("after backward")
+
+
 class Optimization:
     """Optimizers of a fit and how they step.
 
-    Automatic optimization: for each batch :meth:`run_batch` builds the closure (``training_step``,
-    ``optimizer_zero_grad`` at the start of an accumulation window, ``backward``) and, at the end of the window,
-    calls the Module's ``optimizer_step`` hook with it, whose default runs ``optimizer.step(closure)``, i.e.
-    :meth:`step`. Manual optimization: ``training_step`` calls ``self.optimizers()`` (wrapped in
-    :class:`~accelkit.module.optimizers.Optimizer`), ``manual_backward`` and ``opt.step()``, which land here too.
+    Automatic optimization: for each batch :meth:`run_batch` calls the Module's ``optimizer_step`` hook with the
+    closure (:meth:`closure`: ``training_step``, ``optimizer_zero_grad`` at the start of an accumulation window,
+    ``backward``); its default runs ``optimizer.step(closure)``, i.e. :meth:`step`. Manual optimization:
+    ``training_step`` calls ``self.optimizers()`` (wrapped in :class:`~accelkit.module.optimizers.Optimizer`),
+    ``manual_backward`` and ``opt.step()``, which land in :meth:`backward` and :meth:`step`.
+
+    There is one implementation of each phase. Everything a phase could call around its work (hooks, the
+    strategy's and the precision's steps where they are not the base classes' defaults, the profiler, the
+    watchdog's notes) is decided here, once: a phase holds the callables that do something, and a phase left with
+    one callable is that callable (with nothing overridden, the backward phase is ``loss.backward``).
     """
 
-    def __init__(self, trainer: Any, module: Any, hooks: Any, optimizers: list[torch.optim.Optimizer]) -> None:
+    def __init__(self, trainer: Trainer, module: Module, hooks: HookCaller,
+                 optimizers: list[torch.optim.Optimizer]) -> None:
         self.trainer, self.module, self.hooks = trainer, module, hooks
         self.strategy, self.precision = trainer.strategy, trainer.precision
         self.optimizers = optimizers
         self.wrapped = [Optimizer(o, self) for o in optimizers]
         self.automatic = bool(module.automatic_optimization)
-        self._direct = trainer.model is module or not self.automatic
-        self._sync_buffers = trainer.model is not module and not self.automatic and any(True for _ in module.buffers())
-        self.accumulate = trainer.accumulate_grad_batches
-        step = getattr(module, "training_step")
-        self._pass_idx = accepts_positional(step, 2)
-        self._profiler = trainer.profiler
-        self._step_label = f"[LightningModule]{type(module).__qualname__}.training_step"
-        # Decided once: which hooks are overridden (a hook nobody overrides costs nothing per step).
-        self._optimizer_step = hooks.module_hook("optimizer_step")
-        self._zero_grad = hooks.module_hook("optimizer_zero_grad")
-        self._backward = hooks.module_hook("backward")
-        self._clip_hook = hooks.module_hook("configure_gradient_clipping")
-        self._before_backward = hooks.callback_plan("on_before_backward")
-        self._before_backward_m = hooks.module_hook("on_before_backward")
-        self._after_backward = hooks.callback_plan("on_after_backward")
-        self._after_backward_m = hooks.module_hook("on_after_backward")
-        self._before_step = hooks.callback_plan("on_before_optimizer_step")
-        self._before_step_m = hooks.module_hook("on_before_optimizer_step")
-        self._before_zero = hooks.callback_plan("on_before_zero_grad")
-        self._before_zero_m = hooks.module_hook("on_before_zero_grad")
-        # Decided once: where the strategy and the precision keep the base classes' defaults (nothing to do, or
-        # a plain ``loss.backward()`` / ``optimizer.step()``), the step does that directly.
-        strategy, precisions = self.strategy, {id(p): p for p in (self.precision, self.strategy.precision)}
-        self._plain_forward = _defaults(self.precision, Precision, "forward_context")
-        self._plain_backward = _defaults(strategy, Strategy, "backward") and all(
-            _defaults(p, Precision, "backward", "scale_loss") for p in precisions.values())
-        self._plain_step = _defaults(strategy, Strategy, "reduce_gradients", "optimizer_step") and all(
-            _defaults(p, Precision, "unscale_gradients", "optimizer_step") for p in precisions.values())
-        self._plain_step_end = _defaults(strategy, Strategy, "step_end")
-        if self._profiler is None:  # no profiler to wrap them in: call the work directly
-            self.training_step = self._training_step  # type: ignore[method-assign]
-            self.step = self._step  # type: ignore[method-assign]
-        #: the phases are noted for the watchdog only where one runs (a distributed run)
-        self._marks = watchdog.running()
-        # Decided once: with nothing to call around the step (no hook overridden, the default strategy and
-        # precision, one optimizer, no profiler), an automatic batch is one plain sequence (:meth:`_plain_batch`).
-        self._plain = self.automatic and self._direct and self._profiler is None and self._plain_forward and \
-            self._plain_backward and self._plain_step and self._plain_step_end and len(optimizers) == 1 and not any(
-                (self._optimizer_step, self._zero_grad, self._backward, self._clip_hook, self._before_backward,
-                 self._before_backward_m, self._after_backward, self._after_backward_m, self._before_step,
-                 self._before_step_m, self._before_zero, self._before_zero_m))
+        #: batches per optimizer step (the fit loop sets it each epoch: GradientAccumulationScheduler)
+        self.accumulate: int = trainer.accumulate_grad_batches
         #: the Module's ``lr_scheduler_step`` (its default steps the scheduler)
         self.scheduler_hook = hooks.module_default("lr_scheduler_step")
+        self._plan_training_step()
+        self._plan_backward()
+        self._plan_step()
         # per-batch state of the automatic closure
         self._batch: Any = None
         self._batch_idx = 0
         self._zero_first = False
         self._ran = False
-        self._loss: Any = None
+        self._stepped = False
+        self._loss: torch.Tensor | None = None
         self.output: Any = None
         self._warned_skip = False
         # compile_step (issue 24): the captured step runs automatic batches instead (refused here if it cannot)
         self.captured = captured_step(self)
+        self._run_batch = self._eager_batch if self.captured is None else self._captured_batch
 
-    # ----------------------------------------------------------------- automatic
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        """Call ``training_step`` through the strategy's wrapper (DDP sees the forward pass)."""
-        if self._profiler is not None:
-            with self._profiler.profile(self._step_label):
-                return self._training_step(batch, batch_idx)
-        return self._training_step(batch, batch_idx)
-
-    def _training_step(self, batch: Any, batch_idx: int) -> Any:
-        args = (batch, batch_idx) if self._pass_idx else (batch,)
-        if self._sync_buffers:  # what the wrapper's forward would have done (DDP's broadcast_buffers)
-            self.strategy.sync_buffers(self.trainer.model)
+    # ----------------------------------------------------------------- decided once
+    def _plan_training_step(self) -> None:
+        """The call of ``training_step``: through the strategy's wrapper (DDP sees the forward pass) or the
+        Module itself, in the precision's forward context, timed by the profiler."""
+        trainer, module = self.trainer, self.module
         # Manual optimization backpropagates inside training_step, so that does not run inside a wrapper's
         # forward (DDP would then wait for a backward after it); the strategy arms the wrapper before each
         # manual backward instead (Strategy.pre_manual_backward).
-        if self._plain_forward:  # the default forward context is a null context
-            if self._direct:
-                return self.module.training_step(*args)
-            return self.trainer.model("training_step", *args)
-        with self.precision.forward_context():
-            if self._direct:
-                return self.module.training_step(*args)
-            return self.trainer.model("training_step", *args)
+        direct = trainer.model is module or not self.automatic
+        call = self._module_training_step if direct else self._model_training_step
+        if not accepts_positional(module.training_step, 2):
+            call = _batch_only(call)
+        if not _defaults(self.precision, Precision, "forward_context"):
+            call = _inside(self.precision.forward_context, call)
+        if trainer.model is not module and not self.automatic and any(True for _ in module.buffers()):
+            call = _after(self._sync_buffers, call)  # what the wrapper's forward would have done
+        if trainer.profiler is not None:
+            call = profiled(trainer.profiler, f"[LightningModule]{type(module).__qualname__}.training_step", call)
+        self._training_step: Callable[[Any, int], Any] = call
 
-    def closure(self) -> Any:
+    def _plan_backward(self) -> None:
+        """The backward phase: its hooks, the watchdog's notes (distributed runs), and the pass itself (the
+        Module's ``backward`` if overridden, a plain ``loss.backward()`` where the strategy and the precisions keep
+        the defaults, else the strategy's)."""
+        hooks, strategy = self.hooks, self.strategy
+        marks = watchdog.running()
+        self._before_backward: list[Callable[[torch.Tensor], Any]] = [
+            *([_mark_backward] if marks else []), *hooks.callback_plan("on_before_backward"),
+            *self._module_hooks("on_before_backward")]
+        if not self.automatic:
+            self._before_backward.append(self._arm_manual_backward)
+        self._after_backward: list[Callable[[], Any]] = [
+            *([_mark_after_backward] if marks else []), *hooks.callback_plan("on_after_backward"),
+            *self._module_hooks("on_after_backward")]
+        self._backward_hook = hooks.module_hook("backward")
+        plain = _defaults(strategy, Strategy, "backward") and all(
+            _defaults(p, Precision, "backward", "scale_loss") for p in self._precisions())
+        self._backward_pass: Callable[..., Any] = (
+            self._module_backward if self._backward_hook is not None else
+            torch.Tensor.backward if plain else strategy.backward)
+        self._backward_with_arguments = (
+            self._module_backward if self._backward_hook is not None else self._scaled_backward)
+        #: the closure's backward phase: :meth:`backward`, or the pass alone when nothing surrounds it
+        self._backward_phase: Callable[[torch.Tensor], Any] = (
+            self.backward if self._before_backward or self._after_backward else self._backward_pass)
+
+    def _plan_step(self) -> None:
+        """The zero-grad and optimizer-step phases and ``optimizer_step`` itself."""
+        hooks, strategy = self.hooks, self.strategy
+        self._before_zero: list[Callable[[torch.optim.Optimizer], Any]] = [
+            *hooks.callback_plan("on_before_zero_grad"), *self._module_hooks("on_before_zero_grad")]
+        self._zero_grad_hook = hooks.module_hook("optimizer_zero_grad")
+        self._zero: Callable[[torch.optim.Optimizer], Any] = (
+            _ZERO_GRAD if self._zero_grad_hook is None else self._call_zero_grad_hook)
+        #: the closure's zero-grad phase: :meth:`zero_grad`, or ``optimizer.zero_grad()`` alone
+        self._zero_phase: Callable[[], Any] = self.zero_grad
+        if not self._before_zero and self._zero_grad_hook is None and len(self.optimizers) == 1:
+            self._zero_phase = functools.partial(_ZERO_GRAD, self.optimizers[0])
+        plain = _defaults(strategy, Strategy, "reduce_gradients", "optimizer_step") and all(
+            _defaults(p, Precision, "unscale_gradients", "optimizer_step") for p in self._precisions())
+        self._before_step: list[Callable[[torch.optim.Optimizer], Any]] = [
+            *([] if plain else [strategy.reduce_gradients, self.precision.unscale_gradients]),
+            *hooks.callback_plan("on_before_optimizer_step"), *self._module_hooks("on_before_optimizer_step")]
+        clip_hook = self._clip_hook = hooks.module_hook("configure_gradient_clipping")
+        if self.automatic:
+            self._before_step.append(self._clip_to_trainer if clip_hook is None else self._call_clip_hook)
+        self._step_optimizer: Callable[[torch.optim.Optimizer], Any] = _STEP if plain else strategy.optimizer_step
+        self._step_end: list[Callable[[], Any]] = [] if _defaults(strategy, Strategy, "step_end") else \
+            [strategy.step_end]
+        #: manual optimization ends its step inside ``opt.step()``; automatic after ``optimizer_step`` returns
+        self._after_step: list[Callable[[], Any]] = [] if self.automatic else [self._end_step]
+        self._run_step: Callable[[torch.optim.Optimizer, Callable[[], Any] | None], Any] = self._step
+        if self.trainer.profiler is not None:
+            self._run_step = profiled(self.trainer.profiler,
+                                      f"[Strategy]{type(strategy).__name__}.optimizer_step", self._step)
+        self._optimizer_step = hooks.module_hook("optimizer_step") or self._default_optimizer_step
+
+    def _precisions(self) -> list[Precision]:
+        """The trainer's precision and the strategy's (the same object unless a strategy brings its own)."""
+        return list({id(p): p for p in (self.precision, self.strategy.precision)}.values())
+
+    def _module_hooks(self, name: str) -> list[Callable[..., Any]]:
+        hook = self.hooks.module_hook(name)
+        return [] if hook is None else [hook]
+
+    # ----------------------------------------------------------------- automatic
+    def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """Train on one batch; step the optimizer when ``boundary`` ends the accumulation window. Returns the
+        step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
+        optimizer stepped."""
+        return self._run_batch(batch, batch_idx, boundary)
+
+    def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """:meth:`run_batch` with ``compile_step``: ``loops/captured.py`` runs the batch."""
+        assert self.captured is not None
+        output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
+        if stepped:
+            self._end_step()
+        return output, stepped
+
+    def _eager_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """:meth:`run_batch`: the closure, inside ``optimizer_step`` at the end of an accumulation window."""
+        self._batch, self._batch_idx = batch, batch_idx
+        self._zero_first = self.accumulate == 1 or batch_idx % self.accumulate == 0
+        self._ran = self._stepped = False
+        self.output = None
+        if not boundary:
+            with self.strategy.no_backward_sync(self.trainer.model, enabled=True):
+                self.closure()
+            return self.output, False
+        # Automatic optimization has one optimizer (several are refused before the fit starts, as in Lightning).
+        self._optimizer_step(self.trainer.current_epoch, batch_idx, self.wrapped[0], self.closure)
+        if not self._ran:
+            raise RuntimeError(f"{type(self.module).__name__}.optimizer_step did not call the closure: call "
+                               "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
+        if self._stepped:
+            self._end_step()
+        return self.output, self._stepped
+
+    def _default_optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
+                                closure: Callable[[], Any]) -> None:
+        """What the Module's default ``optimizer_step`` does (``optimizer.step(closure=closure)``), without the
+        wrapper in between: ``optimizer`` wraps the fit's one optimizer."""
+        self._run_step(self.optimizers[0], closure)
+
+    def closure(self) -> torch.Tensor | None:
         """Lightning's optimizer closure: ``training_step``, zero_grad (first batch of a window), backward.
         Runs once per batch; a second call returns the same loss instead of back-propagating twice."""
         if self._ran:
             return self._loss
         self._ran = True
-        loss, self.output = self._loss_of(self.training_step(self._batch, self._batch_idx))
+        loss, self.output = self._loss_of(self._training_step(self._batch, self._batch_idx))
         if self._zero_first:  # as Lightning's closure: also when the batch is skipped (its step then moves nothing)
-            self.zero_grad()
+            self._zero_phase()
         if loss is None:
             self._skip_batch()
             self._loss = None
             return None
         if self.accumulate > 1:
             loss = loss / self.accumulate
-        self.backward(loss)
+        self._backward_phase(loss)
         self._loss = loss
         return loss
 
     @staticmethod
-    def _loss_of(output: Any) -> tuple[Any, Any]:
+    def _loss_of(output: Any) -> tuple[torch.Tensor | None, Any]:
         """``(loss, outputs)`` of what ``training_step`` returned: a tensor becomes ``{"loss": tensor}``."""
+        if isinstance(output, torch.Tensor):
+            return output, {"loss": output}
         if isinstance(output, dict):
             if "loss" not in output:
                 raise KeyError(f"training_step returned a dict without the key 'loss' (keys: {sorted(output)}); "
@@ -145,8 +269,6 @@ class Optimization:
             return output["loss"], output
         if output is None:
             return None, None
-        if isinstance(output, torch.Tensor):
-            return output, {"loss": output}
         raise TypeError(f"training_step returned {type(output).__name__}; return the loss tensor, a dict with "
                         "'loss', or None to skip the batch")
 
@@ -170,138 +292,89 @@ class Optimization:
                     "moves nothing. If this was on purpose, ignore this warning; otherwise return the loss (or "
                     "{'loss': loss}).")
 
-    def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> Any:
-        """Train on one batch; step the optimizers when ``boundary`` ends the accumulation window. Returns the
-        step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
-        optimizers stepped."""
-        if self.captured is not None:  # compile_step: loops/captured.py runs the batch
-            output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
-            if stepped:
-                self.trainer.global_step += 1
-            return output, stepped
-        if self._plain and boundary and self.accumulate == 1 and self.trainer.gradient_clip_val is None:
-            return self._plain_batch(batch, batch_idx)
-        self._batch, self._batch_idx = batch, batch_idx
-        self._zero_first = self.accumulate == 1 or batch_idx % self.accumulate == 0
-        self._ran = False
-        self.output = None
-        if not boundary:
-            with self.strategy.no_backward_sync(self.trainer.model, enabled=True):
-                self.closure()
-            return self.output, False
-        # Automatic optimization has one optimizer (several are refused before the fit starts, as in Lightning).
-        self._stepped = False
-        if self._optimizer_step is not None:
-            self._optimizer_step(self.trainer.current_epoch, batch_idx, self.wrapped[0], self.closure)
-        else:
-            self.step(self.optimizers[0], self.closure)
-        stepped = self._stepped
-        if not self._ran:
-            raise RuntimeError(f"{type(self.module).__name__}.optimizer_step did not call the closure: call "
-                               "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
-        if stepped:
-            self.trainer.run_state.progress.advance_step()
-            if not self._plain_step_end:
-                self.strategy.step_end()
-        return self.output, stepped
-
-    def _plain_batch(self, batch: Any, batch_idx: int) -> tuple[Any, bool]:
-        """:meth:`run_batch` with nothing to call around the step: what the closure and :meth:`step` do, in one
-        sequence (``training_step``, ``zero_grad``, ``backward``, ``optimizer.step()``)."""
-        self._batch_idx = batch_idx
-        module = self.module
-        loss, output = self._loss_of(module.training_step(batch, batch_idx) if self._pass_idx else
-                                     module.training_step(batch))
-        self.output = output
-        optimizer = self.optimizers[0]
-        optimizer.zero_grad()
-        if loss is None:
-            self._skip_batch()
-        elif self._marks:
-            mark("backward")
-            loss.backward()
-            mark("after backward")
-        else:
-            loss.backward()
-        optimizer.step()
-        self.trainer.run_state.progress.advance_step()
-        return output, True
-
     def zero_grad(self) -> None:
         """``on_before_zero_grad`` hooks and ``optimizer_zero_grad`` for every optimizer."""
-        epoch, batch_idx = self.trainer.current_epoch, self._batch_idx
         for opt in self.optimizers:
             for fn in self._before_zero:
                 fn(opt)
-            if self._before_zero_m is not None:
-                self._before_zero_m(opt)
-            if self._zero_grad is not None:
-                self._zero_grad(epoch, batch_idx, opt)
-            else:
-                opt.zero_grad()
+            self._zero(opt)
 
-    # ----------------------------------------------------------------- shared
+    def _call_zero_grad_hook(self, optimizer: torch.optim.Optimizer) -> None:
+        assert self._zero_grad_hook is not None
+        self._zero_grad_hook(self.trainer.current_epoch, self._batch_idx, optimizer)
+
+    # ----------------------------------------------------------------- both
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """Call ``training_step`` through the strategy's wrapper (DDP sees the forward pass), in the precision's
+        forward context (manual optimization: the fit loop calls this for each batch)."""
+        return self._training_step(batch, batch_idx)
+
+    def _module_training_step(self, *args: Any) -> Any:
+        return self.module.training_step(*args)
+
+    def _model_training_step(self, *args: Any) -> Any:
+        return self.trainer.model("training_step", *args)
+
+    def _sync_buffers(self) -> None:
+        self.strategy.sync_buffers(self.trainer.model)
+
     def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """``on_before_backward``, the backward pass (precision scaling; the Module's ``backward`` if
         overridden), ``on_after_backward``."""
-        if self._marks:
-            mark("backward")
         for fn in self._before_backward:
             fn(loss)
-        if self._before_backward_m is not None:
-            self._before_backward_m(loss)
-        if not self.automatic:
-            self.strategy.pre_manual_backward(self.trainer.model, loss)
-        if self._backward is not None:
-            self._backward(self.precision.scale_loss(loss), *args, **kwargs)
-        elif args or kwargs:
-            self.precision.scale_loss(loss).backward(*args, **kwargs)
-        elif self._plain_backward:
-            loss.backward()
+        if args or kwargs:
+            self._backward_with_arguments(loss, *args, **kwargs)
         else:
-            self.strategy.backward(loss)
-        if self._marks:
-            mark("after backward")
-        for fn in self._after_backward:
-            fn()
-        if self._after_backward_m is not None:
-            self._after_backward_m()
+            self._backward_pass(loss)
+        for fn_after in self._after_backward:
+            fn_after()
+
+    def _arm_manual_backward(self, loss: torch.Tensor) -> None:
+        self.strategy.pre_manual_backward(self.trainer.model, loss)
+
+    def _module_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        assert self._backward_hook is not None
+        self._backward_hook(self.precision.scale_loss(loss), *args, **kwargs)
+
+    def _scaled_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        self.precision.scale_loss(loss).backward(*args, **kwargs)
 
     def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
         """Run ``closure``, then step ``optimizer``: reduce gradients (strategies that do so at step time),
         unscale, ``on_before_optimizer_step``, clip (automatic), precision step; manual steps also count the
         global step and end the step on the strategy."""
-        if self._profiler is not None:
-            with self._profiler.profile(f"[Strategy]{type(self.strategy).__name__}.optimizer_step"):
-                return self._step(optimizer, closure)
-        return self._step(optimizer, closure)
+        return self._run_step(optimizer, closure)
 
     def _step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
         result = closure() if closure is not None else None
-        strategy, precision, plain = self.strategy, self.precision, self._plain_step
-        if not plain:
-            strategy.reduce_gradients(optimizer)
-            precision.unscale_gradients(optimizer)
         for fn in self._before_step:
             fn(optimizer)
-        if self._before_step_m is not None:
-            self._before_step_m(optimizer)
-        if self.automatic:
-            trainer = self.trainer
-            if self._clip_hook is not None:
-                self._clip_hook(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-            elif trainer.gradient_clip_val is not None:
-                self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-        if plain:
-            optimizer.step()
-        else:
-            strategy.optimizer_step(optimizer)  # the strategy steps through the precision (a scaler)
+        self._step_optimizer(optimizer)  # the strategy steps through the precision (a scaler)
         self._stepped = True
-        if not self.automatic:
-            self.trainer.run_state.progress.advance_step()
-            if not self._plain_step_end:
-                strategy.step_end()
+        for fn_after in self._after_step:
+            fn_after()
         return result
+
+    def _end_step(self) -> None:
+        """After an optimizer step: count it, then let the strategy end it (a lazy device cuts its graph)."""
+        self._count_step()
+        for fn in self._step_end:
+            fn()
+
+    def _count_step(self) -> None:
+        """The one place ``global_step`` advances."""
+        self.trainer.run_state.progress.advance_step()
+
+    def _clip_to_trainer(self, optimizer: torch.optim.Optimizer) -> None:
+        """Clip to the Trainer's ``gradient_clip_val`` (read at each step, as Lightning does)."""
+        trainer = self.trainer
+        if trainer.gradient_clip_val is not None:
+            self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+
+    def _call_clip_hook(self, optimizer: torch.optim.Optimizer) -> None:
+        assert self._clip_hook is not None
+        self._clip_hook(optimizer, self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm)
 
     def clip(self, optimizer: torch.optim.Optimizer, value: float | None, algorithm: str | None) -> None:
         """Clip ``optimizer``'s gradients by norm (default) or value, at their true scale."""
