@@ -125,11 +125,12 @@ def test_optimizer_state_by_name_and_back():
 def test_ckpt_path_accepts_a_sharded_directory_and_refuses_other_directories(tmp_path):
     model, optimizer = trained_state()
     dcp_io.save(checkpoint_of(model, optimizer), tmp_path / "a.ckpt")
-    assert _resolve_ckpt(None, tmp_path / "a.ckpt", "fit", True) == tmp_path / "a.ckpt"
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path)
+    assert _resolve_ckpt(trainer, tmp_path / "a.ckpt", "fit", True) == tmp_path / "a.ckpt"
     with pytest.raises(IsADirectoryError, match="not a sharded checkpoint"):
-        _resolve_ckpt(None, tmp_path, "fit", True)
+        _resolve_ckpt(trainer, tmp_path, "fit", True)
     with pytest.raises(FileNotFoundError):
-        _resolve_ckpt(None, tmp_path / "missing.ckpt", "fit", True)
+        _resolve_ckpt(trainer, tmp_path / "missing.ckpt", "fit", True)
 
 
 class DirectoryCheckpoints(SingleDeviceStrategy):
