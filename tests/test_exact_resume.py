@@ -483,7 +483,7 @@ def test_a_checkpoint_of_an_epoch_resumed_on_other_data_resumes_again_by_samples
 
 @pytest.mark.slow
 @pytest.mark.parametrize("devices, then, every, samples", [(1, 2, 6, 24), (2, 1, 2, 16)], ids=["1-to-2", "2-to-1"])
-def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tmp_path, devices, then, every,
+def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tmp_path, capfd, devices, then, every,
                                                                              samples):
     from helpers.resume_data import trained
 
@@ -493,7 +493,11 @@ def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tm
     before = {int(i) for rank in range(devices) for line in [x for x in log if x[1] == str(rank)][:per_rank]
               for i in line[2:]}
     assert len(before) == samples
+    capfd.readouterr()
     trainer = indexed_fit(tmp_path, "b.log", devices=then, ckpt_path="last", every=100)
+    said = capfd.readouterr().err
+    if then > 1:  # the workers' warnings reach stderr: the resume is described once, by rank 0, not per process
+        assert said.count(f"with {then} process(es) where the checkpoint's run had {devices}") == 1, said
     after = trained(tmp_path / "b.log")
     assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
     assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import io
 import os
 import random
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -40,6 +39,7 @@ from torch.utils.data import DataLoader, IterableDataset, Sampler
 
 from accelkit.__about__ import __version__
 from accelkit.checkpoint.files import CheckpointError
+from accelkit.utilities.rank_zero import rank_zero_warn
 from accelkit.utilities.seed import SEED_WORKERS_ENV, seed_everything, seed_from_environment
 
 if TYPE_CHECKING:
@@ -301,7 +301,7 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
             pos.remapped or geometry(loader, trainer.world_size) != pos.geometry):
         return resume_on_changed_data(loop, loader, pos)
     for note in pos.notes:
-        warnings.warn(f"resuming at epoch {pos.epoch}, batch {pos.batches}: {note}.", UserWarning, stacklevel=3)
+        rank_zero_warn(f"resuming at epoch {pos.epoch}, batch {pos.batches}: {note}.", category=UserWarning, stacklevel=5)
     if record is None:
         return skip_batches(loader, pos.batches), pos.batches, None
     stateful = is_stateful(loader)
@@ -321,19 +321,19 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
     loop.epoch_state = start
     accumulate = trainer.accumulate_grad_batches
     if accumulate > 1 and pos.batches % accumulate:
-        warnings.warn(f"the checkpoint was written after batch {pos.batches} of epoch {pos.epoch}, inside a gradient "
+        rank_zero_warn(f"the checkpoint was written after batch {pos.batches} of epoch {pos.epoch}, inside a gradient "
                       f"accumulation window of {accumulate} batches: the gradients of its first "
                       f"{pos.batches % accumulate} batch(es) were not saved, so the resumed run differs.",
-                      UserWarning, stacklevel=3)
+                      category=UserWarning, stacklevel=5)
     if stateful:
         if record.get("loader") is None:
-            warnings.warn(f"the training loader {type(loader).__name__} is stateful now but was not when the "
-                          "checkpoint was written: it starts the epoch from its first batch.", UserWarning,
-                          stacklevel=3)
+            rank_zero_warn(f"the training loader {type(loader).__name__} is stateful now but was not when the "
+                          "checkpoint was written: it starts the epoch from its first batch.", category=UserWarning,
+                          stacklevel=5)
         if trainer.num_training_batches is None:
-            warnings.warn(f"the stateful training loader {type(loader).__name__} has no length, so the loop read one "
+            rank_zero_warn(f"the stateful training loader {type(loader).__name__} has no length, so the loop read one "
                           "batch ahead of its step when the checkpoint was written: the resumed epoch leaves that "
-                          "batch out. Give the loader a __len__ for an exact resume.", UserWarning, stacklevel=3)
+                          "batch out. Give the loader a __len__ for an exact resume.", category=UserWarning, stacklevel=5)
         return loader, pos.batches, record["rng"]  # put back once the loader started (it may draw a seed)
     if start.get("rng") is not None:
         set_rng_states(start["rng"], trainer.accelerator)
@@ -567,7 +567,7 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
             f"{share - skip}")
     limit = trainer.num_training_batches
     start = max(0, limit - len(source)) if limit is not None else 0
-    warnings.warn(f"{head} {text}. The random states differ from an uninterrupted run's.", UserWarning, stacklevel=4)
+    rank_zero_warn(f"{head} {text}. The random states differ from an uninterrupted run's.", category=UserWarning, stacklevel=6)
     loop.epoch_state = epoch_start(source, trainer.accelerator)
     loop.epoch_order = EpochOrder(source, start, pos.samples, carried_seen)
     return source, start, (pos.record or {}).get("rng")
@@ -582,10 +582,10 @@ def _skip_by_batches(loop: Any, loader: Any, pos: Position, head: str) -> tuple[
     limit = trainer.num_training_batches
     ends = limit is not None and batches >= limit
     name = type(loader.dataset if isinstance(loader, DataLoader) else loader).__name__
-    warnings.warn(f"{head} {name} has no sampler to skip samples with, so the {pos.samples} sample(s) trained "
+    rank_zero_warn(f"{head} {name} has no sampler to skip samples with, so the {pos.samples} sample(s) trained "
                   f"before the checkpoint count as {batches} batch(es) of {size} per process"
                   + (f", which cover the epoch: epoch {pos.epoch} is complete and the run goes on with epoch "
-                     f"{pos.epoch + 1}." if ends else "."), UserWarning, stacklevel=5)
+                     f"{pos.epoch + 1}." if ends else "."), category=UserWarning, stacklevel=7)
     loop.epoch_order = EpochOrder(loader, batches, pos.samples, None)
     return skip_batches(loader, batches), batches, (pos.record or {}).get("rng")
 
@@ -594,8 +594,8 @@ def _set_generators(loader: Any, states: list[Any]) -> None:
     generators = _generators(loader)
     if len(generators) != len(states):
         if states:
-            warnings.warn(f"the training loader has {len(generators)} torch.Generator(s) but the checkpoint holds "
-                          f"{len(states)}: its order after resuming may differ.", UserWarning, stacklevel=4)
+            rank_zero_warn(f"the training loader has {len(generators)} torch.Generator(s) but the checkpoint holds "
+                          f"{len(states)}: its order after resuming may differ.", category=UserWarning, stacklevel=6)
         return
     for generator, state in zip(generators, states):
         generator.set_state(state)
@@ -614,24 +614,24 @@ def skip_batches(loader: Any, count: int) -> Any:
     if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset):
         unknown = _unknown_samplers(loader)
         if unknown:
-            warnings.warn(f"resuming in the middle of an epoch: the sampler {', '.join(unknown)} has no state_dict, so "
+            rank_zero_warn(f"resuming in the middle of an epoch: the sampler {', '.join(unknown)} has no state_dict, so "
                           "accelkit cannot tell whether it repeats the epoch's order; the batches trained on are "
                           "skipped in the order it gives now. Give it state_dict/load_state_dict (or use a "
-                          "torchdata StatefulDataLoader) for an exact resume.", UserWarning, stacklevel=4)
+                          "torchdata StatefulDataLoader) for an exact resume.", category=UserWarning, stacklevel=6)
         if loader.num_workers > 0 and loader.persistent_workers:
-            warnings.warn("resuming in the middle of an epoch with persistent_workers=True: the resumed epoch starts "
+            rank_zero_warn("resuming in the middle of an epoch with persistent_workers=True: the resumed epoch starts "
                           "new workers, which draw their seeds at another point than the uninterrupted run; the "
                           "order of a shuffled loader may differ. Use persistent_workers=False or a torchdata "
-                          "StatefulDataLoader for an exact resume.", UserWarning, stacklevel=4)
+                          "StatefulDataLoader for an exact resume.", category=UserWarning, stacklevel=6)
         if loader.batch_sampler is not None:
             return rebuild_loader(loader, batch_sampler=SkipSampler(loader.batch_sampler, count), batch_size=1,
                                   drop_last=False)
         return rebuild_loader(loader, sampler=SkipSampler(loader.sampler, count))
     name = type(loader.dataset).__name__ if isinstance(loader, DataLoader) else type(loader).__name__
-    warnings.warn(f"resuming in the middle of an epoch: {name} has no sampler and no state_dict, so accelkit reads "
+    rank_zero_warn(f"resuming in the middle of an epoch: {name} has no sampler and no state_dict, so accelkit reads "
                   f"its first {count} batch(es) again and drops them; the resume is exact only if it yields the same "
                   "stream again. A torchdata StatefulDataLoader (or state_dict/load_state_dict on the dataset's "
-                  "loader) resumes without reading them.", UserWarning, stacklevel=4)
+                  "loader) resumes without reading them.", category=UserWarning, stacklevel=6)
     return _Dropped(loader, count)
 
 
