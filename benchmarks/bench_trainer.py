@@ -22,7 +22,11 @@ events on a module whose step is one multiplication, bar on with its redraws lef
 above; the bar draws on rank 0) against a hand-written two-process DDP loop started with
 ``torch.multiprocessing`` (``DistributedSampler``, ``DistributedDataParallel``, the same model, data, batch
 size and Adam, and the same intra-op thread count per process as ``ddp_spawn`` gives its workers). Target
-<= 1.05x. Times are taken inside the workers and rank 0's are reported.
+<= 1.05x. Times are taken inside the workers and rank 0's are reported. This is the Trainer's step on a wide
+MLP (width 256, whose arithmetic hides most of the framework), its fastest epoch, timed between its epoch hooks
+(the epoch's start and end work outside): for what a user's DDP run costs (issue 24's tiny MLP, every epoch's
+whole time, medians, counts of operators, collectives and Python instructions per step) use
+``benchmarks/bench_ddp.py``.
 
 The Trainer sides run without a logger, checkpointing, model summary or validation (per-epoch or optional
 costs the hand-written loops do not have). Each measurement trains ``--epochs`` epochs, skips the first

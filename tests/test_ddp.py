@@ -171,3 +171,31 @@ def test_a_ddp_subclass_reaches_the_wrapper_to_register_a_comm_hook(tmp_path):
     assert [r["global_step"] for r in ranks] == [3, 3]
     for rank in ranks:  # the hook's zero gradients were applied: nothing moved
         assert_same_weights(rank["state_dict"], initial, atol=0)
+
+
+def test_the_step_router_reaches_the_module_without_nn_module_getattr():
+    """The wrapper DDP holds routes every training step to the module: that costs no ``nn.Module.__getattr__`` per
+    step (the module is also a plain attribute), and the module stays a registered submodule (DDP reduces its
+    parameters' gradients)."""
+    from accelkit.strategies import StepRouter
+
+    module = RegressionModule()
+    router = StepRouter(module)
+    assert list(router.parameters()) == list(module.parameters())
+    batch = (torch.randn(4, 1), torch.randn(4, 1))
+    module.training_step = lambda batch, batch_idx: batch[0].sum()  # no Trainer here: no self.log
+    getattr_calls = []
+
+    def trace(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == "__getattr__" and \
+                frame.f_back.f_code is StepRouter.forward.__code__:
+            getattr_calls.append(frame.f_locals.get("name"))
+        return None
+
+    sys.settrace(trace)
+    try:
+        out = router("training_step", batch, 0)
+    finally:
+        sys.settrace(None)
+    assert out == batch[0].sum()
+    assert getattr_calls == [], getattr_calls

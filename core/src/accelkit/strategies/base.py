@@ -386,6 +386,9 @@ class StepRouter(nn.Module):
     def __init__(self, module: nn.Module) -> None:
         super().__init__()
         self.module = module
+        # the same module, also as a plain attribute: read every step without nn.Module.__getattr__ (a submodule
+        # is found only through it)
+        object.__setattr__(self, "routed", module)
 
     def forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.module, method)(*args, **kwargs)
+        return getattr(self.routed, method)(*args, **kwargs)

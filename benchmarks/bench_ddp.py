@@ -1,0 +1,444 @@
+"""What a user's data-parallel run costs: ``Trainer(strategy="ddp_spawn", devices=2)`` against a hand-written
+two-process DDP loop, on the CPU (gloo), on the workload of issue 24.
+
+The workload: an MLP 32-64-4, batch 64, AdamW, ``self.log("loss", loss)`` every step on the Trainer side;
+progress bar, logger, checkpointing, model summary and sanity check off. The hand loop is what a user writes:
+``torch.multiprocessing`` spawn, ``DistributedSampler(shuffle=True)`` with ``set_epoch`` every epoch, a
+``DataLoader`` of batch 64, ``DistributedDataParallel``, AdamW, ``zero_grad``/``backward``/``step``. Both sides
+give each process the same intra-op thread count (``ddp_spawn``'s share of the cores, unless
+``OMP_NUM_THREADS`` is set).
+
+Both sides use one clock, in the workers (rank 0's is reported): an epoch lasts from its start to the next
+epoch's start (the last one: to the end of training), so the sampler's ``set_epoch``, the loader's start and
+whatever the Trainer does at an epoch's end are inside it. A measurement is one run of ``--epochs`` epochs: the
+median per-step time of the epochs after the first (warm-up). Three comparisons:
+
+``side by side``: the two sides in separate runs, interleaved, their order rotated every round; per round the
+ratio Trainer / hand loop; the median ratio and the spread (lowest-highest) over the rounds, by the wall clock and
+by rank 0's CPU time (on a loaded machine a rank's wall time is mostly waiting for the other to be scheduled).
+
+``paired``: inside the Trainer's workers a callback runs one epoch of the hand-written loop (its own model,
+sampler, loader and optimizer, the same process group) right before every Trainer epoch, so both epochs of a pair
+meet the same machine load; per round the median over epochs of Trainer epoch / loop epoch, by the wall clock and
+by rank 0's CPU time. Much less disturbed by a shared machine than ``side by side``.
+
+``counts``: what load does not change, per steady step on rank 0: host operations (``torch``
+operators seen by ``torch.profiler``), collectives (gloo calls) and Python instructions (``sys.settrace``
+opcode events), for each side, with the operators and collectives the Trainer adds.
+
+    .venv/bin/python benchmarks/bench_ddp.py [--rounds 7] [--epochs 6] [--samples 8192]
+                                             [--only side-by-side|paired|counts]
+
+``benchmarks/bench_trainer.py --only ddp`` measures a different thing: a wide MLP (width 256, so the arithmetic
+hides the framework), the fastest epoch, the Trainer's epoch from its ``on_train_epoch_start`` hook (the end of
+an epoch outside it) and the bar on: use this script for what a user's DDP run costs. On a small shared machine
+set ``OMP_NUM_THREADS=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import accelkit
+
+BATCH_SIZE = 64
+WORLD = 2
+
+
+def make_data(samples: int) -> TensorDataset:
+    """A fixed random 32-feature, 4-class problem."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(samples, 32, generator=generator)
+    y = torch.randint(0, 4, (samples,), generator=generator)
+    return TensorDataset(x, y)
+
+
+def make_net() -> nn.Module:
+    """The tiny MLP 32-64-4 every side trains."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+
+
+def make_optimizer(params: Any) -> torch.optim.Optimizer:
+    """AdamW, as in the issue's workload."""
+    return torch.optim.AdamW(params, lr=1e-3)
+
+
+class Net(nn.Module):
+    """The hand loop's model: the MLP in a module of the same shape as :class:`BenchModule` (``self.net``), so
+    that the user's own code is the same on both sides."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = make_net()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class BenchModule(accelkit.Module):
+    """The Trainer's side: the MLP, ``self.log("loss", loss)`` every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = make_net()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("loss", loss)
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        return make_optimizer(self.parameters())
+
+
+def set_threads() -> None:
+    """The intra-op threads ``ddp_spawn`` gives each worker (its share of the cores), unless OMP_NUM_THREADS says."""
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORLD))
+
+
+class HandLoop:
+    """The hand-written DDP loop of one rank, in a process group that exists already."""
+
+    def __init__(self, dataset: TensorDataset) -> None:
+        self.sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+        self.loader = DataLoader(dataset, batch_size=BATCH_SIZE, sampler=self.sampler)
+        self.model = nn.parallel.DistributedDataParallel(Net())
+        self.optimizer = make_optimizer(self.model.parameters())
+        self.model.train()
+        self.epoch = 0
+
+    def run_epoch(self, steps: int | None = None) -> None:
+        """One epoch (or its first ``steps`` batches), as a user writes it."""
+        self.sampler.set_epoch(self.epoch)
+        self.epoch += 1
+        for x, y in (self.loader if steps is None else itertools.islice(self.loader, steps)):
+            loss = F.cross_entropy(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+
+def per_step(starts: list[tuple[float, float]], steps: int) -> dict[str, float]:
+    """Median seconds per step over the epochs after the first, by the wall clock and by this process's CPU time,
+    from the epochs' start times (and the end)."""
+    return {key: statistics.median(b[i] - a[i] for a, b in list(zip(starts, starts[1:]))[1:]) / steps
+            for i, key in enumerate(("per_step", "per_step_cpu"))}
+
+
+# ------------------------------------------------------------------------------------------ hand loop
+def _hand_worker(rank: int, port: int, samples: int, epochs: int, path: str) -> None:
+    set_threads()
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        loop = HandLoop(make_data(samples))
+        starts = []
+        for _ in range(epochs):
+            starts.append((time.perf_counter(), time.process_time()))
+            loop.run_epoch()
+        starts.append((time.perf_counter(), time.process_time()))
+        if rank == 0:
+            Path(path).write_text(json.dumps(per_step(starts, len(loop.loader))))
+    finally:
+        dist.destroy_process_group()
+
+
+def hand_run(samples: int, epochs: int) -> dict[str, float]:
+    """Rank 0's median seconds per step of the hand-written DDP loop (wall and CPU)."""
+    import torch.multiprocessing as mp
+
+    from accelkit.strategies import find_free_port
+
+    with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
+        path = os.path.join(tmp, "result.json")
+        mp.start_processes(_hand_worker, args=(find_free_port(), samples, epochs, path), nprocs=WORLD, join=True,
+                           start_method="spawn")
+        return json.loads(Path(path).read_text())
+
+
+# ------------------------------------------------------------------------------------------ Trainer
+class EpochStarts(accelkit.Callback):
+    """Rank 0 writes the time at every epoch's start and at the end of training to ``path``; with ``paired``,
+    one epoch of :class:`HandLoop` runs before each Trainer epoch (timed alone, left out of the Trainer's), and the
+    pairs are also timed by the process's CPU time (which a loaded machine disturbs less than the wall clock)."""
+
+    def __init__(self, path: str, samples: int, paired: bool = False) -> None:
+        self.path, self.samples, self.paired = path, samples, paired
+        self.starts: list[tuple[float, float]] = []
+        self.loop_times: list[tuple[float, float]] = []
+        self.ends: list[tuple[float, float]] = []
+        self.loop: HandLoop | None = None
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        now = (time.perf_counter(), time.process_time())
+        if self.starts:
+            self.ends.append(now)
+        if self.paired:
+            if self.loop is None:
+                self.loop = HandLoop(make_data(self.samples))
+            self.loop.run_epoch()
+            self.loop_times.append((time.perf_counter() - now[0], time.process_time() - now[1]))
+        self.starts.append((time.perf_counter(), time.process_time()))
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self.ends.append((time.perf_counter(), time.process_time()))
+        if trainer.global_rank == 0:
+            steps = trainer.num_training_batches
+            spans = [((e[0] - s[0]) / steps, (e[1] - s[1]) / steps) for s, e in zip(self.starts, self.ends)][1:]
+            result = {"per_step": statistics.median(t[0] for t in spans),
+                      "per_step_cpu": statistics.median(t[1] for t in spans)}
+            if self.paired:
+                loops = [(t[0] / len(self.loop.loader), t[1] / len(self.loop.loader)) for t in self.loop_times][1:]
+                for index, clock in enumerate(("paired", "paired_cpu")):
+                    result[clock] = statistics.median(a[index] / b[index] for a, b in zip(spans, loops))
+            Path(self.path).write_text(json.dumps(result))
+
+
+def bench_trainer(epochs: int, callbacks: list[Any]) -> accelkit.Trainer:
+    """The Trainer of the workload: ddp_spawn on two CPU processes, nothing per epoch the hand loop lacks."""
+    return accelkit.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=WORLD, max_epochs=epochs,
+                            logger=False, enable_progress_bar=False, enable_checkpointing=False,
+                            enable_model_summary=False, num_sanity_val_steps=0, callbacks=callbacks)
+
+
+def trainer_run(samples: int, epochs: int, paired: bool = False) -> dict[str, float]:
+    """Rank 0's median seconds per step of the Trainer (and, ``paired``, the median paired ratio)."""
+    loader = DataLoader(make_data(samples), batch_size=BATCH_SIZE, shuffle=True)
+    with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
+        path = os.path.join(tmp, "result.json")
+        bench_trainer(epochs, [EpochStarts(path, samples, paired)]).fit(BenchModule(), train_dataloaders=loader)
+        return json.loads(Path(path).read_text())
+
+
+# ------------------------------------------------------------------------------------------ counts
+class StepCounter:
+    """Host operators, collectives and Python instructions of ``steps`` steps on this rank."""
+
+    def __init__(self) -> None:
+        self.opcodes = 0
+        self.ops: collections.Counter[str] = collections.Counter()
+        #: opcodes per function (``file:function``)
+        self.functions: collections.Counter[str] = collections.Counter()
+
+    def trace(self, frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.opcodes += 1
+            code = frame.f_code
+            self.functions[f"{code.co_filename.rsplit('site-packages/', 1)[-1].rsplit('src/', 1)[-1]}:"
+                           f"{code.co_name}"] += 1
+        return self.trace
+
+    def measure(self, run: Callable[[], None]) -> None:
+        """Run ``run`` twice: under ``torch.profiler`` (operators), then under ``sys.settrace`` (opcodes)."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run()
+        for event in prof.events():
+            self.ops[event.name] += 1
+        sys.settrace(self.trace)
+        try:
+            run()
+        finally:
+            sys.settrace(None)
+
+
+def counts_result(counter: StepCounter, steps: int) -> dict[str, Any]:
+    """Per-step figures of ``counter`` (``steps`` steps measured)."""
+    ops = {name: n / steps for name, n in counter.ops.items()}
+    return {"ops": ops, "opcodes": counter.opcodes / steps,
+            "functions": {name: n / steps for name, n in counter.functions.items()}}
+
+
+def _hand_counts_worker(rank: int, port: int, steps: int, path: str) -> None:
+    set_threads()
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        loop = HandLoop(make_data(WORLD * BATCH_SIZE * (steps + 1)))
+        loop.run_epoch()  # warm-up
+        counter = StepCounter()
+        counter.measure(lambda: loop.run_epoch(steps))
+        if rank == 0:
+            Path(path).write_text(json.dumps(counts_result(counter, steps)))
+    finally:
+        dist.destroy_process_group()
+
+
+class CountingCallback(accelkit.Callback):
+    """Counts the third epoch's steps (the first two are warm-up) under the profiler, the fourth's opcodes."""
+
+    def __init__(self, path: str, steps: int) -> None:
+        self.path, self.steps = path, steps
+        self.counter = StepCounter()
+        self.profiler: Any = None
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        if trainer.current_epoch == 2:
+            from torch.profiler import ProfilerActivity, profile
+
+            self.profiler = profile(activities=[ProfilerActivity.CPU])
+            self.profiler.__enter__()
+        elif trainer.current_epoch == 3:
+            sys.settrace(self.counter.trace)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if trainer.current_epoch == 2:
+            self.profiler.__exit__(None, None, None)
+            for event in self.profiler.events():
+                self.counter.ops[event.name] += 1
+        elif trainer.current_epoch == 3:
+            sys.settrace(None)
+            if trainer.global_rank == 0:
+                Path(self.path).write_text(json.dumps(counts_result(self.counter, self.steps)))
+
+
+def trainer_counts(steps: int) -> dict[str, Any]:
+    """Per-step counts of the Trainer's rank 0 (epochs of ``steps`` steps)."""
+    loader = DataLoader(make_data(WORLD * BATCH_SIZE * steps), batch_size=BATCH_SIZE, shuffle=True)
+    with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
+        path = os.path.join(tmp, "result.json")
+        bench_trainer(4, [CountingCallback(path, steps)]).fit(BenchModule(), train_dataloaders=loader)
+        return json.loads(Path(path).read_text())
+
+
+def hand_counts(steps: int) -> dict[str, Any]:
+    """Per-step counts of the hand loop's rank 0."""
+    import torch.multiprocessing as mp
+
+    from accelkit.strategies import find_free_port
+
+    with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
+        path = os.path.join(tmp, "result.json")
+        mp.start_processes(_hand_counts_worker, args=(find_free_port(), steps, path), nprocs=WORLD, join=True,
+                           start_method="spawn")
+        return json.loads(Path(path).read_text())
+
+
+def is_collective(name: str) -> bool:
+    """Whether a profiler event is a collective of the process group."""
+    return name.startswith(("gloo:", "c10d::", "nccl:")) or "all_reduce" in name or "barrier" in name
+
+
+def print_counts(steps: int) -> dict[str, dict[str, Any]]:
+    """Measure and print the per-step counts of both sides; returns them."""
+    result = {"hand loop": hand_counts(steps), "ddp_spawn": trainer_counts(steps)}
+    for name, figures in result.items():
+        ops = figures["ops"]
+        host = sum(n for op, n in ops.items() if op.startswith("aten::"))
+        collectives = sum(n for op, n in ops.items() if is_collective(op))
+        figures["aten"], figures["collectives"] = host, collectives
+        print(f"  {name:<10}: {host:.2f} aten ops, {collectives:.2f} collectives, "
+              f"{figures['opcodes']:.0f} Python instructions per step")
+    hand, ours = result["hand loop"]["ops"], result["ddp_spawn"]["ops"]
+    extra = {op: ours.get(op, 0) - hand.get(op, 0) for op in set(hand) | set(ours)}
+    shown = sorted((op for op, n in extra.items() if abs(n) >= 0.01 and (op.startswith("aten::") or is_collective(op))),
+                   key=lambda op: -abs(extra[op]))
+    print("  per step, Trainer minus hand loop: " + (", ".join(f"{op} {extra[op]:+.2f}" for op in shown) or "nothing"))
+    hand, ours = result["hand loop"]["functions"], result["ddp_spawn"]["functions"]
+    extra = {name: ours.get(name, 0) - hand.get(name, 0) for name in set(hand) | set(ours)}
+    print("  Python instructions per step, Trainer minus hand loop, by function (the largest): " + ", ".join(
+        f"{name} {extra[name]:+.0f}" for name in sorted(extra, key=lambda n: -abs(extra[n]))[:16]))
+    return result
+
+
+# ------------------------------------------------------------------------------------------ driver
+def interleave(sides: dict[str, Callable[[], float]], rounds: int, unit: str) -> dict[str, list[float]]:
+    """Each side once per round, the order rotated every round; prints each round."""
+    names = list(sides)
+    results: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            results[name].append(sides[name]())
+        print(f"  round {r + 1}/{rounds} ({' > '.join(order)}): "
+              + ", ".join(f"{n} {results[n][-1] * (1e3 if unit == 'ms/step' else 1):.4f}" for n in names)
+              + f" {unit}", flush=True)
+    return results
+
+
+def spread(values: list[float]) -> str:
+    """``median (lowest-highest)``."""
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the arguments, run the comparisons, print the results."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--epochs", type=int, default=6, help="epochs per run (the first is warm-up)")
+    parser.add_argument("--samples", type=int, default=8192, help="samples per epoch (64 steps per rank: 8192)")
+    parser.add_argument("--count-steps", type=int, default=20, help="steps per counted epoch")
+    parser.add_argument("--only", choices=("side-by-side", "paired", "counts"), default=None)
+    args = parser.parse_args(argv)
+    if args.epochs < 3:
+        parser.error(f"--epochs={args.epochs} must be at least 3 (the first is warm-up, then a median)")
+    if args.rounds < 1:
+        parser.error(f"--rounds={args.rounds} must be at least 1")
+    warnings.simplefilter("ignore")  # plugin-discovery warnings of unrelated, uninstalled plugins
+    steps = args.samples // WORLD // BATCH_SIZE
+    print(f"torch {torch.__version__}, accelkit {accelkit.__version__}, {os.cpu_count()} cores, OMP_NUM_THREADS="
+          f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load {os.getloadavg()[0]:.1f}; MLP 32-64-4, batch "
+          f"{BATCH_SIZE}, AdamW, {WORLD} processes (gloo), {steps} steps per epoch per rank, median of "
+          f"{args.epochs - 1} epochs after a warm-up one, {args.rounds} rounds, order rotated", flush=True)
+    if args.only in (None, "counts"):
+        print(f"counts per step, rank 0 ({args.count_steps} steps):", flush=True)
+        print_counts(args.count_steps)
+    if args.only in (None, "side-by-side"):
+        print("side by side (separate runs):", flush=True)
+        runs: dict[str, list[dict[str, float]]] = {"hand loop": [], "ddp_spawn": []}
+
+        def side(name: str, run: Callable[[], dict[str, float]]) -> Callable[[], float]:
+            def measured() -> float:
+                runs[name].append(run())
+                return runs[name][-1]["per_step"]
+            return measured
+
+        interleave({"hand loop": side("hand loop", lambda: hand_run(args.samples, args.epochs)),
+                    "ddp_spawn": side("ddp_spawn", lambda: trainer_run(args.samples, args.epochs))},
+                   args.rounds, "ms/step")
+        for key, clock in (("per_step", "wall"), ("per_step_cpu", "rank 0's CPU time")):
+            hand, ours = ([r[key] for r in runs[name]] for name in ("hand loop", "ddp_spawn"))
+            print(f"  {clock}: hand loop {statistics.median(hand) * 1e3:.4f}, ddp_spawn "
+                  f"{statistics.median(ours) * 1e3:.4f} ms/step (medians); ratio ddp_spawn / hand loop "
+                  f"{spread([t / h for t, h in zip(ours, hand)])}  target <= 1.03", flush=True)
+    if args.only in (None, "paired"):
+        print("paired epochs (a hand-loop epoch before each Trainer epoch, in the Trainer's workers):", flush=True)
+        runs: list[dict[str, float]] = []
+
+        def paired_run() -> float:
+            runs.append(trainer_run(args.samples, args.epochs, paired=True))
+            return runs[-1]["paired"]
+
+        interleave({"ratio": paired_run}, args.rounds, "ratio")
+        print(f"  ratio ddp_spawn / hand loop, wall: {spread([r['paired'] for r in runs])}, rank 0's CPU time: "
+              f"{spread([r['paired_cpu'] for r in runs])}  target <= 1.03", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

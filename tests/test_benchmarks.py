@@ -1,0 +1,63 @@
+"""The benchmark scripts run: each in a tiny configuration on the CPU (their numbers are not checked here; the
+benchmarks themselves, on their machines, prove the speed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from helpers.guards import PYTHON, REPO, child_env  # noqa: E402
+
+BENCHMARKS = REPO / "benchmarks"
+
+
+def run_benchmark(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python benchmarks/<script> <args>`` from the repository root, one intra-op thread per process."""
+    env = {**child_env(), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([PYTHON, str(BENCHMARKS / script), *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
+    done = run_benchmark("bench_cuda.py", "--device", "cpu", "--rounds", "2", "--steps", "3", "--warmup", "1",
+                         "--profile-steps", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for workload in ("mlp: MLP 32-64-4, batch 64", "transformer: transformer 2 layers d32, seq 16, batch 4"):
+        assert workload in out, out
+    assert "round 2/2 (accelkit > " in out, out  # the order rotates
+    assert out.count("accelkit  : ") == 4 and out.count("ratio to the hand loop") >= 2, out
+    assert out.count("kernel launches") == 4 and "per step, accelkit minus hand loop: " in out, out
+    assert "aten::detach +1.00" in out, out  # self.log's one detach per step is named
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without an NVIDIA GPU")
+def test_bench_cuda_refuses_in_one_sentence_without_a_gpu():
+    done = run_benchmark("bench_cuda.py", timeout=120)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.strip().startswith("bench_cuda: no NVIDIA GPU is visible") and \
+        done.stderr.strip().endswith("--device cpu to check that the script works."), done.stderr
+    assert done.stderr.strip().count(". ") == 0, done.stderr  # one sentence
+
+
+@pytest.mark.slow
+def test_bench_ddp_counts_and_compares_a_user_s_ddp_run():
+    done = run_benchmark("bench_ddp.py", "--rounds", "1", "--epochs", "3", "--samples", "512", "--count-steps", "3")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    counts = [line for line in out.splitlines() if "collectives" in line]
+    assert len(counts) == 2, out
+    # the Trainer adds no collective to DDP's own gradient all-reduce
+    assert counts[0].split(" aten ops, ")[1].split(" collectives")[0] == \
+        counts[1].split(" aten ops, ")[1].split(" collectives")[0], counts
+    assert "side by side" in out and "paired epochs" in out, out
+    assert out.count("ratio ddp_spawn / hand loop") == 3 and out.count("CPU time") == 2, out
