@@ -47,9 +47,9 @@ def dump(trainer: Trainer, module: Any, weights_only: bool = False) -> dict[str,
         checkpoint["callbacks"] = states
     # hyperparameters of the module and the DataModule, and the DataModule's state
     entries = checkpoint_entries(module, datamodule)
-    dm_state_key = type(datamodule).__qualname__ if datamodule is not None else None
     if weights_only:
-        entries.pop(dm_state_key, None)
+        if datamodule is not None:
+            entries.pop(type(datamodule).__qualname__, None)
         checkpoint.update(entries)
         return checkpoint
     checkpoint.update(entries)

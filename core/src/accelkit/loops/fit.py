@@ -353,7 +353,7 @@ class FitLoop:
         trainer = self.trainer
         trainer.run_state.state.stage = "validate"
         try:
-            EvaluationLoop(trainer, "validate").run(self.val_loaders, self.val_limits, inside_fit=True,
+            EvaluationLoop(trainer, "validate").run(self.val_loaders or [], self.val_limits, inside_fit=True,
                                                     zero_grad=zero_grad)
         finally:
             trainer.run_state.state.stage = "train"
@@ -362,22 +362,11 @@ class FitLoop:
 @contextlib.contextmanager
 def isolated_rng() -> Iterator[None]:
     """Restore the CPU torch, Python and NumPy random states on exit (what the block draws is forgotten)."""
-    import random
-
-    torch_state, python_state = torch.get_rng_state(), random.getstate()
-    try:
-        import numpy as np
-
-        numpy_state = np.random.get_state()
-    except ImportError:  # pragma: no cover - numpy ships with torch wheels
-        np, numpy_state = None, None
+    states = resume_mod.rng_states()
     try:
         yield
     finally:
-        torch.set_rng_state(torch_state)
-        random.setstate(python_state)
-        if np is not None:
-            np.random.set_state(numpy_state)
+        resume_mod.set_rng_states(states)
 
 
 def _requested_stop(trainer: Trainer) -> str:
@@ -387,6 +376,7 @@ def _requested_stop(trainer: Trainer) -> str:
         if isinstance(callback, EarlyStopping) and callback.stopping_reason.value:
             return (f"early stopping on {callback.monitor} "
                     f"({callback.stopping_reason.name.lower().replace('_', ' ')})")
-        if isinstance(callback, Timer) and callback.duration is not None and callback.time_remaining("train") <= 0:
+        if isinstance(callback, Timer) and callback.duration is not None and \
+                (remaining := callback.time_remaining("train")) is not None and remaining <= 0:
             return f"Timer(duration={timedelta(seconds=round(callback.duration))}) reached"
     return "trainer.should_stop was set"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import io
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,9 +62,11 @@ def rng_states(accelerator: Any = None) -> dict[str, Any]:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy ships with torch wheels
         return states
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    states["numpy"] = {"kind": str(kind), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                       "has_gauss": int(has_gauss), "cached": float(cached)}
+    numpy_state = np.random.get_state(legacy=False)  # a dict whatever the bit generator (legacy: a tuple for MT19937)
+    generator = numpy_state["state"]
+    states["numpy"] = {"kind": str(numpy_state["bit_generator"]),
+                       "keys": torch.from_numpy(generator["key"].astype(np.int64)), "pos": int(generator["pos"]),
+                       "has_gauss": int(numpy_state["has_gauss"]), "cached": float(numpy_state["gauss"])}
     return states
 
 
@@ -245,9 +247,9 @@ def position(trainer: Trainer, checkpoint: dict[str, Any]) -> Position | None:
     found = Position(epoch=int(saved["epoch"]), batches=int(saved["batches"]),
                      batches_since_val=int(saved.get("batches_since_val", 0)), record=record,
                      geometry=saved.get("geometry"), remapped=bool(saved.get("remapped", False)))
-    seen = [r.get("seen") for r in ranks if isinstance(r, dict)]
+    seen = [r["seen"] for r in ranks if isinstance(r, dict) and isinstance(r.get("seen"), torch.Tensor)]
     size = (found.geometry or {}).get("dataset_len")
-    if seen and size and all(isinstance(s, torch.Tensor) for s in seen) and len(seen) == len(ranks):
+    if seen and size and len(seen) == len(ranks):
         found.seen = torch.stack([unpack_mask(s, size) for s in seen]).any(dim=0)  # padding repeats a few
         found.samples = int(found.seen.sum())
     else:
@@ -392,8 +394,8 @@ def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> t
     order cannot be drawn again (no sampler, a stateful loader or sampler, no epoch-start record)."""
     if batches <= 0:
         return torch.zeros(0, dtype=torch.int64)
-    if start is None or not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset) or \
-            loader.batch_sampler is None or is_stateful(loader) or _stateful_sampler(loader) is not None:
+    if start is None or not isinstance(loader, DataLoader) or not isinstance(loader.dataset, Sized) or \
+            isinstance(loader.dataset, IterableDataset) or loader.batch_sampler is None or is_stateful(loader) or _stateful_sampler(loader) is not None:
         return None
     now, generators = rng_states(), _generators(loader)
     now_generators = [g.get_state() for g in generators]
@@ -483,11 +485,12 @@ def _unseen_loader(loader: Any, mask: torch.Tensor, world_size: int) -> tuple[An
     dataset."""
     from accelkit.strategies.sampler import ShardSampler, rebuild_loader
 
-    if not isinstance(loader, DataLoader) or loader.batch_size is None:
+    if not isinstance(loader, DataLoader) or loader.batch_size is None or not isinstance(loader.dataset, Sized):
         return None
     size, sampler = len(loader.dataset), loader.sampler
     if mask.numel() != size:
         return None
+    new: ShardSampler | UnseenSampler
     if isinstance(sampler, ShardSampler) and sampler.sampler is None:
         rest = UnseenSampler(_GlobalOrder(sampler), mask)
         new = ShardSampler(sampler.data_source, sampler.num_replicas, sampler.rank, sampler=rest)
@@ -508,7 +511,7 @@ def _skipped_loader(loader: Any, samples: int, world_size: int) -> tuple[Any, in
     (all of it when the share is smaller); returns (it, samples skipped per process, the share's size)."""
     from accelkit.strategies.sampler import rebuild_loader
 
-    if not isinstance(loader, DataLoader) or loader.batch_size is None or loader.sampler is None or \
+    if not isinstance(loader, DataLoader) or loader.batch_size is None or not isinstance(loader.sampler, Sized) or \
             isinstance(loader.dataset, IterableDataset):
         return None
     share = len(loader.sampler)
@@ -543,7 +546,7 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
     total = pos.geometry.get("dataset_len") if pos.geometry else None
     unseen = _unseen_loader(loader, pos.seen, trainer.world_size) \
         if pos.seen is not None and total is not None and total == now["dataset_len"] else None
-    if unseen is not None:
+    if unseen is not None and total is not None:  # (an unseen loader is only drawn for a known total)
         source, how = unseen
         carried_seen = pos.seen
         text = (f"the {pos.samples} of its {total} samples trained before the checkpoint are left out and the "

@@ -14,6 +14,7 @@ from accelkit.module.hooks import CheckpointHooks, ModelHooks
 from accelkit.module.hparams import HyperparametersMixin
 
 if TYPE_CHECKING:
+    from accelkit.loops.optimization import Optimization
     from accelkit.trainer.trainer import Trainer
 
 
@@ -227,8 +228,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     def optimizers(self, use_pl_optimizer: bool = True) -> Any:
         """The optimizers of the run: one if there is one, else a list (wrapped so ``step`` goes through the
         precision and strategy; ``use_pl_optimizer=False`` gives the raw ``torch.optim`` objects)."""
-        trainer = self._require_trainer("optimizers()")
-        opts = trainer.run_state.optimization.wrapped if use_pl_optimizer else trainer.optimizers
+        optimization = self._require_optimization("optimizers()")
+        opts = optimization.wrapped if use_pl_optimizer else optimization.trainer.optimizers
         return opts[0] if len(opts) == 1 else list(opts)
 
     def lr_schedulers(self) -> Any:
@@ -240,11 +241,11 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Back-propagate in manual optimization, through the precision (loss scaling) and the strategy, with
         the ``on_before_backward``/``on_after_backward`` hooks."""
-        trainer = self._require_trainer("manual_backward()")
+        optimization = self._require_optimization("manual_backward()")
         if self.automatic_optimization:
             raise RuntimeError("manual_backward() is for manual optimization; set `self.automatic_optimization = "
                                "False` in __init__, or return the loss from training_step")
-        trainer.run_state.optimization.backward(loss, *args, **kwargs)
+        optimization.backward(loss, *args, **kwargs)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
         """Let only ``optimizer``'s parameters require gradients (others are frozen until
@@ -277,15 +278,17 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
                        gradient_clip_algorithm: str | None = None) -> None:
         """Clip the gradients of ``optimizer``'s parameters by norm (default) or value, after bringing them to
         their true scale (a gradient scaler's ``unscale_``)."""
-        trainer = self._require_trainer("clip_gradients()")
-        trainer.run_state.optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val,
-                                            gradient_clip_algorithm)
+        optimization = self._require_optimization("clip_gradients()")
+        optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
 
     def _require_trainer(self, what: str) -> "Trainer":
-        trainer = self.trainer
-        if trainer is None or trainer.run_state.optimization is None:
+        return self._require_optimization(what).trainer
+
+    def _require_optimization(self, what: str) -> "Optimization":
+        optimization = None if self.trainer is None else self.trainer.run_state.optimization
+        if optimization is None:
             raise RuntimeError(f"{type(self).__name__}.{what} is only available while a Trainer fits the module")
-        return trainer
+        return optimization
 
 
 for _lightning_name, _name in LIGHTNING_NAMES.items():

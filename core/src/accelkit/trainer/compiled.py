@@ -75,7 +75,7 @@ class CompiledCall:
         return {"module": self.module, "context": self.context}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["module"], state["context"])
+        CompiledCall.__init__(self, state["module"], state["context"])
 
 
 def run_compiled_stage(compiled: CompiledForward, trainer: Trainer, stage: str, module: Any, *args: Any) -> Any:

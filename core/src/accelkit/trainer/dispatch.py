@@ -99,8 +99,8 @@ def _resolve_ckpt(trainer: Trainer, ckpt_path: Any, stage: str, model_given: boo
         # The newest last*.ckpt of the checkpoint callbacks: of every earlier run's version folder for the default
         # callback, else of its folder (where a second run writes last-v1.ckpt). An empty file is a name another
         # run claimed and has not written yet (or never wrote: it was stopped).
-        found = {Path(p) for c in trainer.checkpoint_callbacks for p in c.find_last_checkpoints(trainer)}
-        found = [p for p in found if (p.is_file() and p.stat().st_size > 0) or is_sharded_checkpoint(p)]
+        candidates = {Path(p) for c in trainer.checkpoint_callbacks for p in c.find_last_checkpoints(trainer)}
+        found = [p for p in candidates if (p.is_file() and p.stat().st_size > 0) or is_sharded_checkpoint(p)]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))
         warnings.warn(_nothing_to_resume(trainer), UserWarning, stacklevel=4)

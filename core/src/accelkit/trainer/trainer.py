@@ -171,6 +171,7 @@ class Trainer(TrainerProperties):
         self.max_epochs = 1 if fast else (max_epochs if max_epochs is not None else (1000 if max_steps == -1
                                                                                      else None))
         self.min_epochs, self.min_steps = min_epochs, min_steps
+        limits: list[int | float | None]
         if fast:
             limits = [fast] * 4
         else:

@@ -109,7 +109,7 @@ def check_batch_arguments(mode: Any, steps_per_trial: Any, init_val: Any, max_tr
             problems.append(f"{name}={value!r}: give an int >= 1")
     if not problems and init_val > max_val:
         problems.append(f"init_val={init_val} is above max_val={max_val}, the largest batch size to try")
-    if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not 0 <= margin < 1:
+    if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not 0 <= float(margin) < 1:
         problems.append(f"margin={margin!r}: give the fraction to take off the size binsearch finds, 0 <= margin < 1")
     if problems:
         raise ConfigurationError([f"Tuner.scale_batch_size(): {p}" for p in problems])
@@ -177,13 +177,14 @@ def _search(session: TuningSession, run_trial: Callable[[], Any], watch: _TrialW
         print(f"accelkit: scale_batch_size: trial {trial}: {name}={size} "
               f"{'fits' if fits else 'runs out of memory'}")
         samples = watch.samples
-        size = _next_size(mode, low, high, max_val if samples is None else min(samples, max_val))
-        if size == 0:
+        next_size = _next_size(mode, low, high, max_val if samples is None else min(samples, max_val))
+        if next_size == 0:
             raise RuntimeError(f"Tuner.scale_batch_size(): even {name}=1 runs out of memory on accelerator "
                                f"{session.trainer.accelerator.name!r}; the model itself needs a smaller footprint "
                                "(a lower precision, a sharding strategy, or a smaller model)")
-        if size is None:
+        if next_size is None:
             break
+        size = next_size
     else:
         if low == 0:
             raise RuntimeError(f"Tuner.scale_batch_size(): no batch size fitted in max_trials={max_trials} trials "

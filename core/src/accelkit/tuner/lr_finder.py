@@ -113,8 +113,8 @@ class LRFinder:
             ax.set_xscale("log")
         ax.set_xlabel("Learning rate")
         ax.set_ylabel("Loss (smoothed)")
-        if suggest and self.suggestion() is not None:
-            index = self.optimal_index
+        index = self.optimal_index if suggest and self.suggestion() is not None else None
+        if index is not None:
             ax.plot(lrs[index], losses[index], marker="o", markersize=10, color="red")
         if show:
             plt.show()

@@ -12,7 +12,7 @@ Trainer settings changed for the occasion, and leave the Trainer and the module 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -96,7 +96,7 @@ def get_attribute(holders: list[tuple[str, Any]], name: str) -> Any:
 def set_attribute(holders: list[tuple[str, Any]], name: str, value: Any) -> None:
     """Set ``name`` to ``value`` in every holder (all of them, so the module and its ``hparams`` agree)."""
     for _, holder in holders:
-        if isinstance(holder, Mapping):
+        if isinstance(holder, MutableMapping):
             holder[name] = value
         else:
             setattr(holder, name, value)
