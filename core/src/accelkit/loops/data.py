@@ -6,7 +6,7 @@ import functools
 import itertools
 import os
 import warnings
-from typing import Any, Callable, Iterator, Sized
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sized
 
 from torch.utils.data import DataLoader, SequentialSampler
 
@@ -20,6 +20,9 @@ from accelkit.utilities.apply_func import move_to_device
 from accelkit.utilities.combined_loader import CombinedLoader
 from accelkit.utilities.seed import SEED_WORKERS_ENV, worker_init_function
 
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
+
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
           "predict": "predict_dataloader"}
 _LIMIT_KEYS = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
@@ -29,7 +32,7 @@ class DataConnector:
     """Finds loaders (given to ``fit``/``test``..., else the DataModule's, else the Module's), prepares them for
     the run (distributed sampler, ``overfit_batches``) and iterates them onto the device with the batch hooks."""
 
-    def __init__(self, trainer: Any, module: Any, datamodule: Any, given: dict[str, Any]) -> None:
+    def __init__(self, trainer: Trainer, module: Any, datamodule: Any, given: dict[str, Any]) -> None:
         self.trainer, self.module, self.datamodule, self.given = trainer, module, datamodule, given
         strategy, precision = trainer.strategy, trainer.precision
         # The batch-transfer hooks: a DataModule's override wins over the Module's (as in Lightning).

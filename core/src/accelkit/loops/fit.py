@@ -9,8 +9,6 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from accelkit.callbacks import EarlyStopping, Timer
 from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop

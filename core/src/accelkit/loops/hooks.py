@@ -5,12 +5,15 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from accelkit.callbacks.base import Callback, callback_base, callback_list, monitors_metrics
 from accelkit.module.module import Module
 from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.user_code import warn_at
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 
 def accepts_positional(fn: Callable, count: int) -> bool:
@@ -53,7 +56,7 @@ class HookCaller:
     :param profiler: a profiler whose ``profile(name)`` wraps each call, or ``None``.
     """
 
-    def __init__(self, trainer: Any, module: Any, callbacks: list[Any], profiler: Any = None,
+    def __init__(self, trainer: Trainer, module: Any, callbacks: list[Any], profiler: Any = None,
                  datamodule: Any = None) -> None:
         self.trainer, self.module, self.callbacks = trainer, module, callbacks
         self.datamodule = datamodule
@@ -173,7 +176,7 @@ def check_removed_hooks(module: Any, callbacks: list[Any]) -> None:
         raise NotImplementedError("; ".join(found))
 
 
-def merge_callbacks(trainer: Any, module: Any) -> list[Any]:
+def merge_callbacks(trainer: Trainer, module: Any) -> list[Any]:
     """The run's callbacks, kept as ``trainer.callbacks``: the Trainer's, then the module's
     ``configure_callbacks()`` (replacing Trainer callbacks of the same type), with checkpoint callbacks last
     (Lightning's order)."""

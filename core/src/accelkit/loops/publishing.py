@@ -3,9 +3,12 @@ progress-bar callback shows)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from accelkit.trainer.trainer import Trainer
 
 
 class Publisher:
@@ -15,7 +18,7 @@ class Publisher:
     ``progress_bar_metrics`` holds floats.
     """
 
-    def __init__(self, trainer: Any) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
 
     def log_step(self) -> None:
@@ -74,7 +77,7 @@ class Publisher:
                 logger.log_metrics(row, step=trainer.global_step)
 
 
-def _check_monitors(trainer: Any, rank_zero_names: set[str]) -> None:
+def _check_monitors(trainer: Trainer, rank_zero_names: set[str]) -> None:
     """A metric only rank 0 has cannot drive a decision every rank makes together (checkpoint names, early
     stopping, a plateau scheduler): the other ranks would wait for it forever. Every rank raises instead."""
     monitors = [(type(c).__name__, getattr(c, "monitor", None)) for c in trainer.callbacks]

@@ -395,7 +395,8 @@ def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> t
     if batches <= 0:
         return torch.zeros(0, dtype=torch.int64)
     if start is None or not isinstance(loader, DataLoader) or not isinstance(loader.dataset, Sized) or \
-            isinstance(loader.dataset, IterableDataset) or loader.batch_sampler is None or is_stateful(loader) or _stateful_sampler(loader) is not None:
+            isinstance(loader.dataset, IterableDataset) or loader.batch_sampler is None or is_stateful(loader) or \
+            _stateful_sampler(loader) is not None:
         return None
     now, generators = rng_states(), _generators(loader)
     now_generators = [g.get_state() for g in generators]

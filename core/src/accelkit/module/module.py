@@ -284,7 +284,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     def _require_trainer(self, what: str) -> "Trainer":
         return self._require_optimization(what).trainer
 
-    def _require_optimization(self, what: str) -> "Optimization":
+    def _require_optimization(self, what: str) -> Optimization:
         optimization = None if self.trainer is None else self.trainer.run_state.optimization
         if optimization is None:
             raise RuntimeError(f"{type(self).__name__}.{what} is only available while a Trainer fits the module")

@@ -171,13 +171,10 @@ class Trainer(TrainerProperties):
         self.max_epochs = 1 if fast else (max_epochs if max_epochs is not None else (1000 if max_steps == -1
                                                                                      else None))
         self.min_epochs, self.min_steps = min_epochs, min_steps
-        limits: list[int | float | None]
-        if fast:
-            limits = [fast] * 4
-        else:
-            limits = [limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches]
-            if overfit_batches:
-                limits[0] = limits[1] = overfit_batches
+        limits: list[int | float | None] = [limit_train_batches, limit_val_batches, limit_test_batches,
+                                            limit_predict_batches] if not fast else [fast] * 4
+        if overfit_batches and not fast:
+            limits[0] = limits[1] = overfit_batches
         self.limits = dict(zip(("fit", "validate", "test", "predict"), limits))
         self.overfit_batches = overfit_batches
         self.val_check_interval = run_args["val_check_interval"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import overload
 
 import torch
 
@@ -14,6 +15,13 @@ from accelkit.utilities.rank_zero import global_rank
 SEED_ENV = "ACCELKIT_SEED"
 #: ``"1"`` when :func:`seed_everything` was asked to seed DataLoader workers too
 SEED_WORKERS_ENV = "ACCELKIT_SEED_WORKERS"
+
+
+# an int default gives an int: the Trainer's sampler seed is never None
+@overload
+def seed_from_environment(default: int = 0) -> int: ...
+@overload
+def seed_from_environment(default: None) -> int | None: ...
 
 
 def seed_from_environment(default: int | None = 0) -> int | None:
