@@ -33,11 +33,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import accelkit
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+import accelkit
 
 WORKLOADS = ("mlp", "transformer")
 

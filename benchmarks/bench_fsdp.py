@@ -33,7 +33,6 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import accelkit
 from bench_trainer import (
     BATCH_SIZE,
     SAMPLES,
@@ -42,11 +41,13 @@ from bench_trainer import (
     interleave,
     loop_epoch,
     make_data,
+    output_to_devnull,
     quiet_trainer,
     report,
-    output_to_devnull,
     steady,
 )
+
+import accelkit
 
 
 def shard(model: nn.Module, world: int) -> nn.Module:
@@ -92,6 +93,7 @@ def _loop_fsdp_worker(rank: int, world: int, port: int, width: int, epochs: int,
 def loop_fsdp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
     """Seconds per step of rank 0 of the hand-written FSDP2 loop."""
     import torch.multiprocessing as mp
+
     from accelkit.strategies.ddp import find_free_port
 
     with tempfile.TemporaryDirectory(prefix="bench-fsdp-") as tmp:

@@ -60,8 +60,9 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -364,6 +365,7 @@ def _loop_ddp_worker(rank: int, world: int, port: int, width: int, epochs: int, 
 def loop_ddp(width: int, epochs: int, world: int = 2) -> tuple[float, float]:
     """Seconds per step of rank 0 of the hand-written DDP loop."""
     import torch.multiprocessing as mp
+
     from accelkit.strategies.ddp import find_free_port
 
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:

@@ -32,10 +32,11 @@ import time
 os.environ.setdefault("PJRT_DEVICE", "CPU")
 os.environ.setdefault("CPU_NUM_DEVICES", "4")
 
-import accelkit
 import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+import accelkit
 
 
 def make_data(steps: int, batch: int, width: int) -> TensorDataset:

@@ -216,8 +216,8 @@ def test_old_class_paths_in_saved_configs_still_resolve():
 
     module = importlib.import_module("accelkit.cli_config")  # the path configs saved before the move name
     assert module.ReduceLROnPlateau is ReduceLROnPlateau
-    from accelkit.strategy import DDPStrategy  # noqa: F401 - the old flat layout's most used path
     from accelkit.strategies import DDPStrategy as new
+    from accelkit.strategy import DDPStrategy  # noqa: F401 - the old flat layout's most used path
 
     assert DDPStrategy is new
 

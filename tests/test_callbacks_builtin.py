@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accelkit  # noqa: E402
 from accelkit.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason  # noqa: E402
 from accelkit.callbacks.lr_monitor import LearningRateMonitor  # noqa: E402
-from accelkit.loggers import CSVLogger  # noqa: E402
 from accelkit.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
+from accelkit.loggers import CSVLogger  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 

@@ -17,8 +17,14 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit
 from accelkit import ConfigurationError
-from accelkit.callbacks import (BackboneFinetuning, BaseFinetuning, Callback, GradientAccumulationScheduler,
-                                ModelCheckpoint, StochasticWeightAveraging)
+from accelkit.callbacks import (
+    BackboneFinetuning,
+    BaseFinetuning,
+    Callback,
+    GradientAccumulationScheduler,
+    ModelCheckpoint,
+    StochasticWeightAveraging,
+)
 
 SAMPLES, BATCH = 32, 8  # 4 batches per epoch
 

@@ -106,7 +106,8 @@ def _fit(tmp: Path, name: str, compile_step: Any) -> dict[str, Any]:
     graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     trainer.fit(module)
     return {"weights": [p.detach().clone() for p in module.parameters()], "steps": trainer.global_step,
-            "rows": steps.rows, "lrs": module.lrs, "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+            "rows": steps.rows, "lrs": module.lrs,
+            "metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
             "graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before}
 
 
@@ -125,7 +126,7 @@ def test_captured_weights_equal_eager(runs: dict[str, dict[str, Any]], name: str
     assert captured["graphs"] >= 2, "the captured fit compiled no graphs: it ran eagerly"
     assert eager["graphs"] == 0
     assert eager["steps"] == captured["steps"] == STEPS
-    for e, c in zip(eager["weights"], captured["weights"]):
+    for e, c in zip(eager["weights"], captured["weights"], strict=True):
         torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-5)
     assert not torch.equal(eager["weights"][0], MLPModule().net[0].weight.detach())  # it trained
 
@@ -135,7 +136,7 @@ def test_captured_weights_equal_eager(runs: dict[str, dict[str, Any]], name: str
 def test_captured_logged_values_equal_eager(runs: dict[str, dict[str, Any]], name: str) -> None:
     eager, captured = runs[f"{name}/eager"], runs[f"{name}/captured"]
     assert len(captured["rows"]) == len(eager["rows"]) and eager["rows"]
-    for e, c in zip(eager["rows"], captured["rows"]):
+    for e, c in zip(eager["rows"], captured["rows"], strict=True):
         assert c.keys() == e.keys()
         assert c == pytest.approx(e, rel=1e-4, abs=1e-6)
     assert set(captured["metrics"]) >= {"train_loss_step", "train_loss_epoch", "twice"}
@@ -267,7 +268,7 @@ def test_precision_context_and_log_kept_in_one_graph(tmp_path: Path) -> None:
         trainer.fit(module)
         results.append(([p.detach().clone() for p in module.parameters()], dict(trainer.callback_metrics)))
     (eager, eager_metrics), (traced, traced_metrics) = results
-    for e, t in zip(eager, traced):
+    for e, t in zip(eager, traced, strict=True):
         torch.testing.assert_close(t, e)
     assert traced_metrics.keys() == eager_metrics.keys() and "train_loss_step" in traced_metrics
     for name, value in eager_metrics.items():

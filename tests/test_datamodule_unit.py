@@ -13,8 +13,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler, TensorDataset
 
 from accelkit.module.datamodule import DataHooks, DataModule, dataloader_is_defined
-from accelkit.module.saving import restore_datamodule_state
 from accelkit.module.hparams import checkpoint_entries
+from accelkit.module.saving import restore_datamodule_state
 
 LOADERS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 

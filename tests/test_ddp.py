@@ -15,10 +15,10 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
+from accelkit.strategies.ddp import find_free_port  # noqa: E402
 from helpers.compare import assert_same_weights  # noqa: E402
 from helpers.guards import PYTHON, TESTS, child_env, hang_guard, wait_gone  # noqa: E402
 from helpers.models import RegressionModule, WeightDump, quiet_trainer  # noqa: E402
-from accelkit.strategies.ddp import find_free_port  # noqa: E402
 
 QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False)
 

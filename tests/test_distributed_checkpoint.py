@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.checkpoint import sharded as dcp_io  # noqa: E402
-from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
-from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
 from accelkit.checkpoint.files import UnsafeCheckpointError  # noqa: E402
+from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
+from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
 from helpers.damage import RunsCommand, copy_checkpoint, flip_bytes, plant_malicious_index, truncate  # noqa: E402
 from helpers.guards import PYTHON, child_env  # noqa: E402
 from helpers.models import RegressionModule  # noqa: E402

@@ -18,12 +18,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accelkit
 from accelkit import hookimpl
 from accelkit.environments.base import ClusterEnvironment, first_host, port_from_job_id
+from accelkit.environments.detection import detect_cluster_environment
 from accelkit.environments.kubeflow import KubeflowEnvironment
 from accelkit.environments.lsf import LSFEnvironment
 from accelkit.environments.mpi import MPIEnvironment
 from accelkit.environments.slurm import SLURMEnvironment
 from accelkit.environments.torchrun import TorchrunEnvironment
-from accelkit.environments.detection import detect_cluster_environment
 from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.plugins.manager import PluginManager
 from accelkit.records import ClusterEnvironmentRecord, RunConfig

@@ -4,8 +4,8 @@ weights of a run never stopped: same batches in the same order, same dropout mas
 from __future__ import annotations
 
 import os
-import re
 import random
+import re
 import signal
 import subprocess
 import sys

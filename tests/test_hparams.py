@@ -10,8 +10,8 @@ import io
 import pickle
 import warnings
 from argparse import Namespace
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -21,8 +21,15 @@ from torch import nn
 
 import accelkit
 from accelkit.module.datamodule import DataModule
-from accelkit.module.hparams import (AttributeDict, HyperparametersMixin, checkpoint_entries, hparams_to_log,
-                                     load_from_checkpoint, load_hparams_file, plain_hparams)
+from accelkit.module.hparams import (
+    AttributeDict,
+    HyperparametersMixin,
+    checkpoint_entries,
+    hparams_to_log,
+    load_from_checkpoint,
+    load_hparams_file,
+    plain_hparams,
+)
 
 
 class Net(HyperparametersMixin, nn.Module):

@@ -33,11 +33,11 @@ import accelkit  # noqa: E402
 import helpers.migration_runs  # noqa: E402,F401 - registers the exercises
 import helpers.migration_runs_api  # noqa: E402,F401 - registers the exercises
 from helpers.migration_exercises import (  # noqa: E402
+    MODULE_CHECKS,
     REFUSALS,
     RUNS,
     SLOW,
     TRAINER_CHECKS,
-    MODULE_CHECKS,
     Net,
     Workspace,
     check_annotation,
@@ -279,14 +279,14 @@ def test_module_rows_name_lightning_paths_that_accelkit_lacks() -> None:
 
 
 def test_lightning_module_paths_are_the_objects_at_accelkit_homes() -> None:
-    from accelkit.callbacks import Callback, ModelSummary as ModelSummaryCallback
+    import accelkit.module.summary as summary
+    from accelkit.callbacks import Callback
+    from accelkit.callbacks import ModelSummary as ModelSummaryCallback
+    from accelkit.callbacks.callback import Callback as CallbackThere
     from accelkit.core.mixins.hparams_mixin import HyperparametersMixin
     from accelkit.core.module import Module
-    from accelkit.callbacks.callback import Callback as CallbackThere
     from accelkit.plugins.environments import SLURMEnvironment
     from accelkit.utilities.model_summary import ModelSummary, summarize
-
-    import accelkit.module.summary as summary
 
     assert (ModelSummary, summarize) == (summary.ModelSummary, summary.summarize)
     assert ModelSummary is not ModelSummaryCallback and CallbackThere is Callback

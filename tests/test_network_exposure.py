@@ -17,8 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accelkit.strategies.ddp import find_free_port  # noqa: E402
 from accelkit.strategies.rendezvous import (  # noqa: E402
-    GLOO_INTERFACE_VARIABLE, UNSHARED_STORE_VARIABLE, listen_on_loopback, listening_socket, loopback_interface,
-    rendezvous_store)
+    GLOO_INTERFACE_VARIABLE,
+    UNSHARED_STORE_VARIABLE,
+    listen_on_loopback,
+    listening_socket,
+    loopback_interface,
+    rendezvous_store,
+)
 from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
 from helpers.sockets import listening_addresses, reachable_from_outside  # noqa: E402
 

@@ -9,9 +9,10 @@ import sys
 import types
 from pathlib import Path
 
-import accelkit
 import pytest
 import torch
+
+import accelkit
 from accelkit.errors import PluginConflictError, PluginError
 from accelkit.plugins.manager import DUPLICATE, FAILED, LOADED, PluginManager, portable_plugins, resolve_plugins
 from accelkit.precision import MixedPrecision, TruePrecision

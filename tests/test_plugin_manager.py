@@ -10,8 +10,16 @@ from accelkit.errors import PluginConflictError, PluginError
 from accelkit.hookspecs import HOOK_API_VERSION
 from accelkit.plugins.manager import BLOCKED, FAILED, INCOMPATIBLE, LOADED, PluginManager
 from accelkit.plugins.registry import CORE_PROVIDER
-from accelkit.records import (AcceleratorRecord, CallbackRecord, CommandRecord, LoggerRecord, PrecisionRecord,
-                              ProfilerRecord, StrategyRecord, by_priority)
+from accelkit.records import (
+    AcceleratorRecord,
+    CallbackRecord,
+    CommandRecord,
+    LoggerRecord,
+    PrecisionRecord,
+    ProfilerRecord,
+    StrategyRecord,
+    by_priority,
+)
 
 # A plugin module that provides an available accelerator named after the plugin, with the core's
 # single-device strategy and 32-bit precision for it. {name} and {api} are filled in.

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from accelkit.profilers import (PassThroughProfiler, Profiler, PyTorchProfiler, SimpleProfiler,
-                                resolve_profiler)
+from accelkit.profilers import PassThroughProfiler, Profiler, PyTorchProfiler, SimpleProfiler, resolve_profiler
 
 
 def busy(n: int = 20_000) -> int:

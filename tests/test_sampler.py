@@ -533,9 +533,8 @@ def test_without_a_plugin_an_iterable_dataset_stays_whole_with_the_warning(isola
 def test_a_streams_loader_can_be_rebuilt_with_a_worker_init_fn():
     """seed_everything(workers=True) rebuilds loaders with a worker_init_fn; a stream's loader made its own sampler,
     which a DataLoader refuses to be given (this raised ValueError)."""
-    from helpers.samplers import IndexStream
-
     from accelkit.strategies.sampler import rebuild_loader
+    from helpers.samplers import IndexStream
 
     loader = rebuild_loader(DataLoader(IndexStream(6), batch_size=2), worker_init_fn=print)
     assert loader.worker_init_fn is print and [int(i) for batch in loader for i in batch[2]] == list(range(6))

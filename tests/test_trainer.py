@@ -21,7 +21,6 @@ from accelkit.loggers import CSVLogger  # noqa: E402
 from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
 from helpers.models import RegressionModule, TiedModule, quiet_trainer, regression_data  # noqa: E402
 
-
 make_trainer = quiet_trainer
 
 

@@ -10,6 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from helpers.requirements import requires_mypy
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,16 +13,17 @@ import copy
 import math
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Callback  # was: from lightning.pytorch import Callback
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import (
+    Callback,  # was: from lightning.pytorch import Callback
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 from accelkit.callbacks import GradientAccumulationScheduler  # was: from lightning.pytorch.callbacks import ...
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
 SAMPLES, BATCH, EPOCHS, LR = 48, 4, 7, 0.05
 SCHEDULE = {4: 2, 6: 3}  # epochs 0-3: every batch; 4-5: every 2 batches; 6: every 3

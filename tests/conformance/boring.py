@@ -7,13 +7,12 @@ import math
 import os
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
 
 import accelkit as L  # was: import lightning as L
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
 FEATURES, SAMPLES, BATCH, EPOCHS = 32, 64, 8, 3
 

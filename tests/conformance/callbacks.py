@@ -11,17 +11,18 @@ import re
 from pathlib import Path
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Callback  # was: from lightning.pytorch import Callback
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import (
+    Callback,  # was: from lightning.pytorch import Callback
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 from accelkit.callbacks import EarlyStopping, LearningRateMonitor, ModelCheckpoint  # was: lightning.pytorch.callbacks
 from accelkit.loggers import CSVLogger  # was: from lightning.pytorch.loggers import CSVLogger
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
 MAX_EPOCHS = 20
 

@@ -11,16 +11,17 @@ import os
 import textwrap
 
 import torch
+from _cli import expect, ok, parse_args
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from accelkit import LightningDataModule  # was: from lightning.pytorch import LightningDataModule
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import (
+    LightningDataModule,  # was: from lightning.pytorch import LightningDataModule
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 from accelkit.cli import LightningCLI  # was: from lightning.pytorch.cli import LightningCLI
 from accelkit.utilities.model_summary import ModelSummary  # was: from lightning.pytorch.utilities.model_summary ...
-
-from _cli import expect, ok, parse_args
 
 CONFIG = textwrap.dedent("""
     # trained with lightning.pytorch 2.6; the W&B logger is off for now

@@ -7,15 +7,16 @@ module inside the compiled wrapper was trained, and that the wrapper sees the tr
 """
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import LightningDataModule  # was: from lightning.pytorch import LightningDataModule
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
+from accelkit import (
+    LightningDataModule,  # was: from lightning.pytorch import LightningDataModule
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 
 FEATURES, SAMPLES, BATCH = 8, 128, 8
 

@@ -12,15 +12,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
 import accelkit as L  # was: import lightning as L
-from accelkit import LightningDataModule  # was: from lightning.pytorch import LightningDataModule
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
+from accelkit import (
+    LightningDataModule,  # was: from lightning.pytorch import LightningDataModule
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 
 BATCH, EPOCHS = 32, 3
 

@@ -8,13 +8,12 @@ user writes it; only the imports point at accelkit.
 import math
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs, write
 
 LATENT, SAMPLES, BATCH, EPOCHS, CLIP = 8, 256, 32, 3, 0.5
 

@@ -9,13 +9,12 @@ import os
 from pathlib import Path
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
 
 class LitRegressor(LightningModule):

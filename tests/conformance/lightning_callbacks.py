@@ -14,15 +14,16 @@ the names a Lightning user writes point at accelkit.
 import sys
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Callback  # was: from lightning.pytorch import Callback
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
+from accelkit import (
+    Callback,  # was: from lightning.pytorch import Callback
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 
 try:
     from lightning.pytorch.callbacks import BackboneFinetuning, EarlyStopping  # the library's callbacks

@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -18,8 +19,6 @@ from torch.utils.data import DataLoader, TensorDataset
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 from accelkit.loggers import CSVLogger  # was: from lightning.pytorch.loggers import CSVLogger
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 BATCH = 4
 

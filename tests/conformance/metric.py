@@ -10,14 +10,13 @@ accelkit.
 import numpy as np
 import torch
 import torch.distributed as dist
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 try:
     from torchmetrics import Accuracy as _TorchmetricsAccuracy

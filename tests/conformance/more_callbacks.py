@@ -15,6 +15,7 @@ Written as a Lightning user writes it; only the imports point at accelkit.
 from pathlib import Path
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -22,8 +23,6 @@ from torch.utils.data import DataLoader, TensorDataset
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 from accelkit.callbacks import LambdaCallback, ModelSummary, OnExceptionCheckpoint  # was: lightning.pytorch.callbacks
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 FAIL_AT, MAX_STEPS = 5, 8
 

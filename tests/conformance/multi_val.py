@@ -8,14 +8,13 @@ Lightning user writes it; only the imports point at accelkit.
 import math
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 BATCH = 8
 SIZES = (32, 16)

@@ -13,14 +13,13 @@ import sys
 from pathlib import Path
 
 import torch
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import expect, ok, parse_args, trainer_kwargs
 
 try:
     import optuna

@@ -5,13 +5,12 @@ Written as a Lightning user writes it; only the imports point at accelkit.
 """
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
 FEATURES, SAMPLES, BATCH, EPOCHS = 16, 64, 8, 4
 

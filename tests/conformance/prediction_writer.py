@@ -11,14 +11,13 @@ import os
 from pathlib import Path
 
 import torch
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 from accelkit.callbacks import BasePredictionWriter  # was: from lightning.pytorch.callbacks import ...
-
-from _cli import expect, ok, parse_args, trainer_kwargs
 
 SAMPLES, BATCH = 30, 4
 

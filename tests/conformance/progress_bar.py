@@ -12,17 +12,18 @@ Written as a Lightning user writes it; only the imports point at accelkit.
 """
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-from accelkit.callbacks import RichModelSummary  # was: from lightning.pytorch.callbacks import RichModelSummary
-from accelkit.callbacks import RichProgressBar  # was: from lightning.pytorch.callbacks import RichProgressBar
-from accelkit.callbacks import TQDMProgressBar  # was: from lightning.pytorch.callbacks import TQDMProgressBar
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
+from accelkit.callbacks import (
+    RichModelSummary,  # was: from lightning.pytorch.callbacks import RichModelSummary
+    RichProgressBar,  # was: from lightning.pytorch.callbacks import RichProgressBar
+    TQDMProgressBar,  # was: from lightning.pytorch.callbacks import TQDMProgressBar
+)
 
 SAMPLES, BATCH, REFRESH = 64, 4, 3
 

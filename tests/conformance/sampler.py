@@ -7,6 +7,7 @@ changes from epoch to epoch. Written as a Lightning user writes it; only the imp
 """
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, Dataset
@@ -14,8 +15,6 @@ from torch.utils.data.distributed import DistributedSampler
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 SAMPLES, BATCH, EPOCHS = 64, 4, 2
 

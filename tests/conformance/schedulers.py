@@ -7,14 +7,13 @@ Written as a Lightning user writes it; only the imports point at accelkit.
 import math
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs, write
 
 SAMPLES, BATCH, BASE_LR = 64, 8, 0.1
 

@@ -14,17 +14,18 @@ import copy
 from pathlib import Path
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.optim.swa_utils import SWALR, update_bn
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Callback  # was: from lightning.pytorch import Callback
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import (
+    Callback,  # was: from lightning.pytorch import Callback
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 from accelkit.callbacks import ModelCheckpoint, StochasticWeightAveraging  # was: from lightning.pytorch.callbacks
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
 SAMPLES, BATCH, EPOCHS = 64, 8, 10  # swa_epoch_start=0.8 -> averaging the starts of epochs 7, 8 and 9
 

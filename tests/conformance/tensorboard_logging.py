@@ -11,13 +11,12 @@ from pathlib import Path
 
 import torch
 import yaml
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import expect, ok, parse_args, trainer_kwargs
 
 
 class LitDecoder(LightningModule):

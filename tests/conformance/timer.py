@@ -12,16 +12,17 @@ Lightning user writes it; only the imports point at accelkit.
 import time
 
 import torch
+from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import Callback  # was: from lightning.pytorch import Callback
-from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
+from accelkit import (
+    Callback,  # was: from lightning.pytorch import Callback
+    LightningModule,  # was: from lightning.pytorch import LightningModule
+)
 from accelkit.callbacks import Timer  # was: from lightning.pytorch.callbacks import Timer
-
-from _cli import expect, ok, parse_args, read, trainer_kwargs, write
 
 DURATION_S, STEP_S, SAMPLES, MAX_EPOCHS, VAL_EVERY = 1, 0.04, 64, 10, 8
 

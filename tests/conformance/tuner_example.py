@@ -14,14 +14,13 @@ refuses only ``scale_batch_size``).
 from pathlib import Path
 
 import torch
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
 from accelkit.tuner import Tuner  # was: from lightning.pytorch.tuner import Tuner
-
-from _cli import expect, ok, parse_args, trainer_kwargs
 
 MEMORY_LIMIT = 48
 BINSEARCH_RESULT = int(MEMORY_LIMIT * 0.95)  # 45

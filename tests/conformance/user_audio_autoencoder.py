@@ -12,13 +12,14 @@ import re
 from pathlib import Path
 
 import torch
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch import nn, optim, utils
 
 import accelkit as L  # was: import lightning as L
-from accelkit import LightningModule  # was: import lightning.pytorch as pl; pl.LightningModule
-from accelkit import LightningDataModule  # was: pl.LightningDataModule
-
-from _cli import expect, ok, parse_args, trainer_kwargs
+from accelkit import (
+    LightningDataModule,  # was: pl.LightningDataModule
+    LightningModule,  # was: import lightning.pytorch as pl; pl.LightningModule
+)
 
 
 class Module(LightningModule):

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import torch
 import torchmetrics
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch.utils.data import DataLoader, Dataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit import LightningDataModule  # was: L.LightningDataModule
-from accelkit import LightningModule  # was: L.LightningModule
+from accelkit import (
+    LightningDataModule,  # was: L.LightningDataModule
+    LightningModule,  # was: L.LightningModule
+)
 from accelkit.loggers import CSVLogger  # was: from lightning.pytorch.loggers import CSVLogger
-
-from _cli import expect, ok, parse_args, trainer_kwargs
 
 EPOCHS = 3
 

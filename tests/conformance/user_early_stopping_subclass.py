@@ -11,10 +11,9 @@ at accelkit.
 """
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 
 def import_lightning():

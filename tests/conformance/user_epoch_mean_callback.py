@@ -10,13 +10,12 @@ accelkit.
 from pathlib import Path
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.utils import data
 
 import accelkit as pl  # was: import lightning as pl
 from accelkit import LightningModule  # was: pl.LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 
 class LossCallback(pl.Callback):

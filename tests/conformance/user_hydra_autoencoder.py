@@ -8,13 +8,14 @@ callback's ``best_model_path``. Only the imports point at accelkit.
 """
 
 import torch
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch import nn, optim, utils
 
 import accelkit as pl  # was: import lightning.pytorch as pl
-from accelkit import LightningDataModule  # was: pl.LightningDataModule
-from accelkit import LightningModule  # was: pl.LightningModule
-
-from _cli import expect, ok, parse_args, trainer_kwargs
+from accelkit import (
+    LightningDataModule,  # was: pl.LightningDataModule
+    LightningModule,  # was: pl.LightningModule
+)
 
 
 class AutoEncoder(nn.Module):

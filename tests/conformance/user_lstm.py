@@ -5,14 +5,13 @@ afterwards. Unchanged but for the epochs (120 instead of 300) and a seed; only t
 """
 
 import torch
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch import nn
 from torch.optim import Adam
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: L.LightningModule
-
-from _cli import expect, ok, parse_args, trainer_kwargs
 
 
 class lstm(LightningModule):

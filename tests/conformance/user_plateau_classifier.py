@@ -14,15 +14,16 @@ import torch
 import torch.nn as nn
 import torch.optim as optim
 import torchmetrics as tm
+from _cli import expect, ok, parse_args, trainer_kwargs
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as pl  # was: import lightning.pytorch as pl
-from accelkit import LightningDataModule  # was: pl.LightningDataModule
-from accelkit import LightningModule  # was: pl.LightningModule
+from accelkit import (
+    LightningDataModule,  # was: pl.LightningDataModule
+    LightningModule,  # was: pl.LightningModule
+)
 from accelkit.callbacks.lr_monitor import LearningRateMonitor  # was: lightning.pytorch.callbacks.lr_monitor
 from accelkit.loggers import TensorBoardLogger  # was: from lightning.pytorch.loggers import TensorBoardLogger
-
-from _cli import expect, ok, parse_args, trainer_kwargs
 
 
 class Classifier(LightningModule):

@@ -8,14 +8,13 @@ Only the imports point at accelkit.
 import logging
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as pl  # was: import lightning.pytorch as pl
 from accelkit import LightningModule  # was: pl.LightningModule
 from accelkit.callbacks import Callback  # was: from lightning.pytorch.callbacks import Callback
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 log = logging.getLogger(__name__)
 

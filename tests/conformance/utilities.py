@@ -13,6 +13,7 @@ import warnings
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")  # the user's logging setup
 
 import torch  # noqa: E402
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs, write  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
@@ -27,8 +28,6 @@ from accelkit.utilities.types import (  # noqa: E402  # was: from lightning.pyto
     TRAIN_DATALOADERS,
     OptimizerLRScheduler,
 )
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs, write  # noqa: E402
 
 LONG, SHORT, BATCH, EPOCHS = 64, 24, 8, 2
 

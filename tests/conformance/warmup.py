@@ -9,14 +9,13 @@ only the imports point at accelkit.
 import math
 
 import torch
+from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
 from accelkit import LightningModule  # was: from lightning.pytorch import LightningModule
-
-from _cli import append, expect, ok, parse_args, read, trainer_kwargs
 
 SAMPLES, BATCH, EPOCHS, WARMUP, LR = 96, 8, 3, 10, 0.05
 

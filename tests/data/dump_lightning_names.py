@@ -95,9 +95,9 @@ def _modules(package) -> list[str]:
 
 
 def main() -> None:
-    import torch
     import lightning
     import lightning.pytorch as pl
+    import torch
     from lightning.pytorch import callbacks, loggers, strategies, tuner, utilities
     from lightning.pytorch.utilities import types as utility_types
 

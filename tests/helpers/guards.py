@@ -7,8 +7,8 @@ import faulthandler
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"

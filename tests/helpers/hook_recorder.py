@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import accelkit
 
 _ABSENT: Any = type("_Absent", (), {"__repr__": lambda self: "<absent>"})()
-_LOGS: dict[tuple[str, int], "HookLog"] = {}
+_LOGS: dict[tuple[str, int], HookLog] = {}
 
 
 def call(name: str, **args: Any) -> str:
@@ -37,7 +37,7 @@ def call(name: str, **args: Any) -> str:
     return f"{name}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
 
-def _shared_log(log_id: str, dump_dir: str | None) -> "HookLog":
+def _shared_log(log_id: str, dump_dir: str | None) -> HookLog:
     """The log with ``log_id`` in this process, created empty the first time a worker unpickles it."""
     key = (log_id, os.getpid())
     if key not in _LOGS:

@@ -12,7 +12,6 @@ import json
 import sys
 
 import accelkit
-
 from helpers.models import RegressionModule, WeightDump
 
 

@@ -17,9 +17,10 @@ exercises); this module holds the shared run and the registries.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,11 +30,11 @@ from torch.utils.data import DataLoader, TensorDataset
 import accelkit
 
 #: ``(section, name)`` -> the exercise of a ``run`` row (it takes a :class:`Workspace` and asserts)
-RUNS: dict[tuple[str, str], Callable[["Workspace"], None]] = {}
+RUNS: dict[tuple[str, str], Callable[[Workspace], None]] = {}
 #: the ``run`` exercises that start processes (the test marks them slow)
 SLOW: set[tuple[str, str]] = set()
 #: ``(section, name)`` -> a call that must raise the refusal of a ``refused`` row
-REFUSALS: dict[tuple[str, str], Callable[["Workspace"], Any]] = {}
+REFUSALS: dict[tuple[str, str], Callable[[Workspace], Any]] = {}
 FAILURE = "deliberate failure in training_step"
 
 
@@ -41,7 +42,7 @@ def exercise(section: str, *names: str, slow: bool = False) -> Callable:
     """Register the decorated function as the exercise of ``names`` in ``section`` (``slow``: it starts
     processes)."""
 
-    def register(fn: Callable[["Workspace"], None]) -> Callable[["Workspace"], None]:
+    def register(fn: Callable[[Workspace], None]) -> Callable[[Workspace], None]:
         for name in names:
             RUNS[(section, name)] = fn
             if slow:
@@ -54,7 +55,7 @@ def exercise(section: str, *names: str, slow: bool = False) -> Callable:
 def refusal(section: str, name: str) -> Callable:
     """Register the decorated function as the call that raises the refusal of ``section``/``name``."""
 
-    def register(fn: Callable[["Workspace"], Any]) -> Callable[["Workspace"], Any]:
+    def register(fn: Callable[[Workspace], Any]) -> Callable[[Workspace], Any]:
         REFUSALS[(section, name)] = fn
         return fn
 

@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+
 from accelkit.loops.metrics import MetricStore
 from accelkit.loops.state import CARRIED_FIELDS, Progress, RunState, TrainerState
 from accelkit.strategies.launchers.result import WorkerResult

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import spmd_plugin
+
 from accelkit import Module, Trainer
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from accelkit import hookimpl
 from accelkit.records import StrategyRecord
 from accelkit_xla_spawn import XLAStrategy

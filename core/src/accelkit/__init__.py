@@ -12,8 +12,14 @@ from accelkit import compat
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
-from accelkit.errors import (AccelkitError, ConfigurationError, PluginConflictError, PluginError, TrainingInterrupted,
-                             WorkerError)
+from accelkit.errors import (
+    AccelkitError,
+    ConfigurationError,
+    PluginConflictError,
+    PluginError,
+    TrainingInterrupted,
+    WorkerError,
+)
 from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
 from accelkit.module import DataModule, Module
 from accelkit.precision import MixedPrecision, Precision, TruePrecision

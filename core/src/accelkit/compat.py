@@ -20,8 +20,9 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
-from typing import Any, Sequence
+from typing import Any
 
 #: the accelkit version that removes the old paths of :data:`MOVED`
 REMOVED_IN = "0.3.0"

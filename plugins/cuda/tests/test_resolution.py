@@ -321,8 +321,9 @@ def accelkit_cuda_version():
 
 
 def test_plugin_declares_api():
-    import accelkit_cuda.plugin as plugin
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
+
+    import accelkit_cuda.plugin as plugin
 
     assert Version(accelkit.HOOK_API_VERSION) in SpecifierSet(plugin.ACCELKIT_API)

@@ -8,8 +8,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import accelkit
 from fsdp_models import MLP
+
+import accelkit
 
 if __name__ == "__main__":
     folder = Path(sys.argv[1])

@@ -6,11 +6,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import accelkit
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+import accelkit
 
 
 def _data(n: int = 64, seed: int = 1) -> TensorDataset:

@@ -12,12 +12,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fsdp_models import MLP, Block, Probe
+
 import accelkit
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.ddp import find_free_port
 from accelkit_fsdp import FSDPStrategy
 from helpers.compare import assert_same_weights
-from fsdp_models import MLP, Block, Probe
 
 HERE = Path(__file__).resolve().parent
 QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -181,9 +182,8 @@ def test_torchrun_two_nodes_on_loopback_join_instead_of_spawning(tmp_path, fsdp2
 
 def test_16_mixed_is_refused_until_the_scaler_decides_for_every_rank():
     # float16 exists on cuda only; the strategy's own check is what a cuda run would meet
-    from accelkit_fsdp.strategy import FSDPStrategy
-
     from accelkit.precision import MixedPrecision
+    from accelkit_fsdp.strategy import FSDPStrategy
 
     strategy = FSDPStrategy()
     precision = MixedPrecision()

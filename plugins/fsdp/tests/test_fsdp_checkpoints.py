@@ -12,12 +12,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from fsdp_models import MLP, Block
+
 import accelkit
 from accelkit.checkpoint import sharded as dcp_io
 from accelkit.errors import WorkerError
 from helpers.compare import assert_same_weights
 from helpers.damage import copy_checkpoint, flip_bytes, plant_malicious_index
-from fsdp_models import MLP, Block
 
 pytestmark = pytest.mark.slow
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import accelkit
 import torch
 from fsdp_models import MLP, Probe
+
+import accelkit
 
 
 def main(folder: str, num_nodes: int) -> int:

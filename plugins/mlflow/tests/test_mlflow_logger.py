@@ -10,12 +10,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-import accelkit
 import pytest
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+import accelkit
 
 pytest.importorskip("mlflow")
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,8 +6,8 @@ gets a process of its own.
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path

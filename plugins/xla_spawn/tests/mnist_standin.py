@@ -9,8 +9,9 @@ bands, so a linear model learns them in a few steps. Nothing is downloaded or wr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import torch
 

@@ -11,9 +11,9 @@ import warnings
 from pathlib import Path
 
 from torch.utils.data import DataLoader, DistributedSampler
+from xla_scenarios import FlatBufferAllReduceSpawn, IndexedData, IndexedRegression
 
 from accelkit import Callback, Trainer
-from xla_scenarios import FlatBufferAllReduceSpawn, IndexedData, IndexedRegression
 
 N, BATCH, SEED = 64, 4, 3
 

@@ -19,6 +19,7 @@ import os
 
 import torch
 import torch_xla.core.xla_model as xm
+from mnist_standin import MNIST, transforms  # was: from torchvision.datasets import MNIST; from torchvision ...
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
@@ -26,7 +27,6 @@ from torch.utils.data import DataLoader
 import accelkit as pl  # was: import pytorch_lightning as pl
 from accelkit import Callback  # was: from pytorch_lightning import Callback
 from accelkit import Module as LightningModule  # was: from pytorch_lightning import LightningModule
-from mnist_standin import MNIST, transforms  # was: from torchvision.datasets import MNIST; from torchvision ...
 
 use_tpu = True
 

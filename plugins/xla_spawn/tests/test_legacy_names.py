@@ -19,7 +19,6 @@ from accelkit_xla_spawn import legacy_names  # noqa: E402
 from accelkit_xla_spawn.legacy_names import LegacyName, TorchXLALegacyNameWarning  # noqa: E402
 from accelkit_xla_spawn.removed_api import REPLACEMENTS  # noqa: E402
 
-
 _serial = itertools.count()
 
 

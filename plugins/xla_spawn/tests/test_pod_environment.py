@@ -9,10 +9,11 @@ import pytest
 
 pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
 
-import accelkit_xla_spawn.plugin  # noqa: E402
 import pytest  # noqa: E402
-from accelkit.environments.torchrun import TorchrunEnvironment  # noqa: E402
+
+import accelkit_xla_spawn.plugin  # noqa: E402
 from accelkit.environments.detection import detect_cluster_environment  # noqa: E402
+from accelkit.environments.torchrun import TorchrunEnvironment  # noqa: E402
 from accelkit.plugins.manager import PluginManager  # noqa: E402
 from accelkit_xla_spawn.environments import TPUPodEnvironment  # noqa: E402
 

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from accelkit.errors import ConfigurationError
+
 pytest.importorskip("accelkit_xla_spawn", reason="the accelkit-xla-spawn plugin is not installed")
 
 from accelkit_xla_spawn.accelerator import (  # noqa: E402

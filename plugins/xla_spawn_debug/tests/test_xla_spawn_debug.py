@@ -6,8 +6,8 @@ process-wide. The four processes are started together once per module and awaite
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path

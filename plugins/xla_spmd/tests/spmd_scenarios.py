@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 import torch
-from accelkit import Callback, Module, Trainer
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from accelkit import Callback, Module, Trainer
 
 BATCH, SAMPLES, LR, MOMENTUM = 16, 64, 0.05, 0.9
 

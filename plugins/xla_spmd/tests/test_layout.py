@@ -6,7 +6,9 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from accelkit.errors import ConfigurationError
+
 pytest.importorskip("accelkit_xla_spmd", reason="the accelkit-xla-spmd plugin is not installed")
 
 from accelkit_xla_spmd import HostPlan, MeshLayout, XLASPMDStrategy, host_plan  # noqa: E402

@@ -38,118 +38,118 @@ class Callback:
         return f"{type(self).__qualname__}{kwargs!r}"
 
     # ----------------------------------------------------------------- run lifecycle
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """At the start of ``fit``/``validate``/``test``/``predict`` in every process (``stage`` names it)."""
 
-    def teardown(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """At the end of ``fit``/``validate``/``test``/``predict``, in every process."""
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         """When fit begins."""
 
-    def on_fit_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_fit_end(self, trainer: Trainer, pl_module: Module) -> None:
         """When fit ends."""
 
-    def on_sanity_check_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Before the validation sanity check."""
 
-    def on_sanity_check_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: Module) -> None:
         """After the validation sanity check."""
 
-    def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
         """When the run raises (including ``KeyboardInterrupt``)."""
 
     # ----------------------------------------------------------------- training
-    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         """When training begins (after the sanity check)."""
 
-    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
         """When training ends."""
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         """At the start of each training epoch."""
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         """At the end of each training epoch (after its validation), with the epoch's metrics in
         ``trainer.callback_metrics``."""
 
-    def on_train_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int) -> None:
         """Before each training batch (the batch is already on the device)."""
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         """After each training batch; ``outputs`` is what ``training_step`` returned (a dict with ``"loss"``)."""
 
-    def on_before_backward(self, trainer: "Trainer", pl_module: "Module", loss: Any) -> None:
+    def on_before_backward(self, trainer: Trainer, pl_module: Module, loss: Any) -> None:
         """Before ``loss.backward()``."""
 
-    def on_after_backward(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_after_backward(self, trainer: Trainer, pl_module: Module) -> None:
         """After the backward pass, before gradients are unscaled or clipped."""
 
-    def on_before_optimizer_step(self, trainer: "Trainer", pl_module: "Module", optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: Module, optimizer: Any) -> None:
         """Before each optimizer step, before gradient clipping."""
 
-    def on_before_zero_grad(self, trainer: "Trainer", pl_module: "Module", optimizer: Any) -> None:
+    def on_before_zero_grad(self, trainer: Trainer, pl_module: Module, optimizer: Any) -> None:
         """Before ``optimizer.zero_grad()``."""
 
     # ----------------------------------------------------------------- evaluation
-    def on_validation_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
         """When a validation run begins (also inside fit)."""
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         """When a validation run ends."""
 
-    def on_validation_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         """At the start of the validation epoch."""
 
-    def on_validation_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         """At the end of the validation epoch."""
 
-    def on_validation_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         """Before each validation batch."""
 
-    def on_validation_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         """After each validation batch."""
 
-    def on_test_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: Module) -> None:
         """When the test run begins."""
 
-    def on_test_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: Module) -> None:
         """When the test run ends."""
 
-    def on_test_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         """At the start of the test epoch."""
 
-    def on_test_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         """At the end of the test epoch."""
 
-    def on_test_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         """Before each test batch."""
 
-    def on_test_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         """After each test batch."""
 
-    def on_predict_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: Module) -> None:
         """When prediction begins."""
 
-    def on_predict_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: Module) -> None:
         """When prediction ends."""
 
-    def on_predict_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         """At the start of the prediction epoch."""
 
-    def on_predict_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         """At the end of the prediction epoch."""
 
-    def on_predict_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         """Before each prediction batch."""
 
-    def on_predict_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         """After each prediction batch."""
 
@@ -161,10 +161,10 @@ class Callback:
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
 
-    def on_save_checkpoint(self, trainer: "Trainer", pl_module: "Module", checkpoint: dict[str, Any]) -> None:
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: Module, checkpoint: dict[str, Any]) -> None:
         """Before a checkpoint is written; may add entries to ``checkpoint``."""
 
-    def on_load_checkpoint(self, trainer: "Trainer", pl_module: "Module", checkpoint: dict[str, Any]) -> None:
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: Module, checkpoint: dict[str, Any]) -> None:
         """When a checkpoint is restored, before the training state is applied."""
 
 
@@ -175,7 +175,7 @@ class DeviceStatsMonitor(Callback):
     statistics logs nothing.
     """
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if trainer.global_step % trainer.log_every_n_steps:
             return
@@ -220,7 +220,8 @@ def monitors_metrics(callback: Any) -> bool:
     (told from the class names, so Lightning is never imported)."""
     if isinstance(callback, Callback):
         return bool(callback.monitors_metrics)
-    return any((klass.__module__, klass.__qualname__) in LIGHTNING_MONITORING_CLASSES for klass in type(callback).__mro__)
+    return any((klass.__module__, klass.__qualname__) in LIGHTNING_MONITORING_CLASSES
+               for klass in type(callback).__mro__)
 
 
 def callback_list(callbacks: Any) -> list[Any]:

@@ -110,18 +110,18 @@ class EarlyStopping(Callback):
         return self.mode_dict[self.mode]
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Decide where the check runs when ``check_on_train_epoch_end`` was not given."""
         if self._check_on_train_epoch_end is None:
             self._check_on_train_epoch_end = (getattr(trainer, "val_check_interval", 1.0) == 1.0
                                               and getattr(trainer, "check_val_every_n_epoch", 1) == 1)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         """Check here when checking at the end of the training epoch."""
         if self._check_here(trainer, at_train_epoch_end=True):
             self._run_early_stopping_check(trainer)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         """Check here when checking after validation."""
         if self._check_here(trainer, at_train_epoch_end=False):
             self._run_early_stopping_check(trainer)
@@ -147,7 +147,7 @@ class EarlyStopping(Callback):
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
 
     # ----------------------------------------------------------------- the check
-    def _check_here(self, trainer: "Trainer", at_train_epoch_end: bool) -> bool:
+    def _check_here(self, trainer: Trainer, at_train_epoch_end: bool) -> bool:
         fn = getattr(getattr(trainer, "state", None), "fn", None)
         if getattr(fn, "value", fn) != "fit" or getattr(trainer, "sanity_checking", False):
             return False
@@ -168,7 +168,7 @@ class EarlyStopping(Callback):
             warnings.warn(message, RuntimeWarning, stacklevel=3)
         return False
 
-    def _run_early_stopping_check(self, trainer: "Trainer") -> None:
+    def _run_early_stopping_check(self, trainer: Trainer) -> None:
         """Compare the monitored metric with the best so far; stop every process if any one decides to stop."""
         logs = trainer.callback_metrics
         if getattr(trainer, "fast_dev_run", False) or not self._validate_condition_metric(logs):
@@ -221,7 +221,7 @@ class EarlyStopping(Callback):
                 f"{float(self.best_score):.3f}. Signaling Trainer to stop.")
         return False, EarlyStoppingReason.NOT_STOPPED, None
 
-    def _log_info(self, trainer: "Trainer", message: str) -> None:
+    def _log_info(self, trainer: Trainer, message: str) -> None:
         rank = getattr(trainer, "global_rank", 0)
         if getattr(trainer, "world_size", 1) > 1:
             if self.log_rank_zero_only and rank != 0:

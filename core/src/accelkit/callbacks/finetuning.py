@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -167,11 +167,11 @@ class BaseFinetuning(Callback):
             optimizer.add_param_group({"params": params, "lr": base_lr / denominator})
 
     # ----------------------------------------------------------------- what subclasses write
-    def freeze_before_training(self, pl_module: "Module") -> None:
+    def freeze_before_training(self, pl_module: Module) -> None:
         """Freeze what must not train at first (called in ``setup``, before ``configure_optimizers``)."""
         raise NotImplementedError(f"{type(self).__name__} must override freeze_before_training(pl_module)")
 
-    def finetune_function(self, pl_module: "Module", epoch: int, optimizer: torch.optim.Optimizer) -> None:
+    def finetune_function(self, pl_module: Module, epoch: int, optimizer: torch.optim.Optimizer) -> None:
         """Unfreeze what trains from ``epoch`` on (called at every training epoch start, for each optimizer)."""
         raise NotImplementedError(f"{type(self).__name__} must override finetune_function(pl_module, epoch, "
                                   "optimizer)")
@@ -193,11 +193,11 @@ class BaseFinetuning(Callback):
         return self.__dict__.setdefault("_internal_optimizer_metadata", {})
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Freeze before the optimizers are configured."""
         self.freeze_before_training(pl_module)
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Note which parameters a distributed wrapper synchronises; on a resume, rebuild the saved parameter
         groups (before the optimizer's state is loaded)."""
         self._wrapper_synced = _wrapper_synced(trainer, pl_module)
@@ -210,7 +210,7 @@ class BaseFinetuning(Callback):
             self._restarting = False
         self._find_unsynced(trainer)
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Call :meth:`finetune_function` for every optimizer and record the groups it added."""
         for index, optimizer in enumerate(trainer.optimizers):
             before = len(optimizer.param_groups)
@@ -218,19 +218,19 @@ class BaseFinetuning(Callback):
             self._store(pl_module, index, before, optimizer.param_groups)
         self._find_unsynced(trainer)
 
-    def on_before_optimizer_step(self, trainer: "Trainer", pl_module: "Module", optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: Module, optimizer: Any) -> None:
         """Average the gradients of unfrozen parameters that the distributed wrapper does not synchronise."""
         params = self.__dict__.get("_unsynced", {}).get(id(optimizer))
         if params:
             _average_gradients(trainer.strategy, params)
 
-    def teardown(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """A checkpoint loaded by ``validate``/``test``/``predict`` does not rebuild groups in a later fit."""
         self._restarting = False
         self._unsynced = {}
 
     # ----------------------------------------------------------------- internals
-    def _store(self, pl_module: "Module", index: int, before: int, groups: list[dict[str, Any]]) -> None:
+    def _store(self, pl_module: Module, index: int, before: int, groups: list[dict[str, Any]]) -> None:
         names = {p: n for n, p in pl_module.named_parameters()}
         metadata = self._metadata
         if index not in metadata:
@@ -238,7 +238,7 @@ class BaseFinetuning(Callback):
         elif len(groups) != before:  # the groups finetune_function added this epoch
             metadata[index].extend(_named_groups(groups[before:], names, pl_module, index))
 
-    def _rebuild(self, pl_module: "Module", index: int, optimizer: torch.optim.Optimizer, saved: list[dict[str, Any]],
+    def _rebuild(self, pl_module: Module, index: int, optimizer: torch.optim.Optimizer, saved: list[dict[str, Any]],
                  named: dict[str, nn.Parameter]) -> None:
         missing = [n for group in saved for n in group["params"] if n not in named]
         if missing:
@@ -255,7 +255,7 @@ class BaseFinetuning(Callback):
                 named[name].requires_grad = True
             optimizer.add_param_group({**{k: v for k, v in group.items() if k != "params"}, "params": params})
 
-    def _find_unsynced(self, trainer: "Trainer") -> None:
+    def _find_unsynced(self, trainer: Trainer) -> None:
         synced = self.__dict__.get("_wrapper_synced")
         self._unsynced = {}
         if synced is None:
@@ -327,16 +327,16 @@ class BackboneFinetuning(BaseFinetuning):
         self.previous_backbone_lr = state_dict.get("previous_backbone_lr")
         super().load_state_dict({k: v for k, v in state_dict.items() if k != "previous_backbone_lr"})
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Check the module has a backbone, then as :meth:`BaseFinetuning.on_fit_start`."""
         _backbone(pl_module)
         super().on_fit_start(trainer, pl_module)
 
-    def freeze_before_training(self, pl_module: "Module") -> None:
+    def freeze_before_training(self, pl_module: Module) -> None:
         """Freeze ``pl_module.backbone`` (its batch-norm layers stay trainable with ``train_bn``)."""
         self.freeze(_backbone(pl_module), train_bn=self.train_bn)
 
-    def finetune_function(self, pl_module: "Module", epoch: int, optimizer: torch.optim.Optimizer) -> None:
+    def finetune_function(self, pl_module: Module, epoch: int, optimizer: torch.optim.Optimizer) -> None:
         """Unfreeze the backbone at ``unfreeze_backbone_at_epoch``; afterwards grow its learning rate."""
         current_lr = optimizer.param_groups[0]["lr"]
         if epoch == self.unfreeze_backbone_at_epoch:
@@ -374,7 +374,7 @@ def _walk(modules: Any) -> Iterable[nn.Module]:
                         f"{modules!r}")
 
 
-def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module: "Module",
+def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module: Module,
                   index: int) -> list[dict[str, Any]]:
     """``groups`` with each parameter replaced by its name in ``pl_module``."""
     named = []
@@ -389,7 +389,7 @@ def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module
     return named
 
 
-def _wrapper_synced(trainer: "Trainer", pl_module: "Module") -> set[int] | None:
+def _wrapper_synced(trainer: Trainer, pl_module: Module) -> set[int] | None:
     """The parameters a ``DistributedDataParallel`` wrapper synchronises (those trainable when it was built, which
     is before ``on_fit_start``), or ``None`` when there is no such wrapper."""
     if isinstance(trainer.model, nn.parallel.DistributedDataParallel) and trainer.world_size > 1:
@@ -412,7 +412,7 @@ def _average_gradients(strategy: Any, params: list[nn.Parameter]) -> None:
             param.grad = chunk.clone()
 
 
-def _backbone(pl_module: "Module") -> nn.Module:
+def _backbone(pl_module: Module) -> nn.Module:
     backbone = getattr(pl_module, "backbone", None)
     if not isinstance(backbone, nn.Module):
         raise ConfigurationError(f"BackboneFinetuning needs a torch.nn.Module in {type(pl_module).__name__}.backbone "

@@ -62,7 +62,7 @@ class GradientAccumulationScheduler(Callback):
             factor = self.scheduling[start]
         return factor
 
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Refuse a Trainer that also sets ``accumulate_grad_batches``."""
         if stage != "fit":
             return
@@ -73,7 +73,7 @@ class GradientAccumulationScheduler(Callback):
                 "accumulation; remove accumulate_grad_batches from the Trainer (or put it in the schedule, "
                 f"e.g. GradientAccumulationScheduler({{0: {current}}})), or remove the callback")
 
-    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Refuse manual optimization; warn when the module's optimizer hooks will not run every batch."""
         if not pl_module.automatic_optimization:
             raise RuntimeError(
@@ -90,7 +90,7 @@ class GradientAccumulationScheduler(Callback):
                 f"GradientAccumulationScheduler accumulates batches ({self.scheduling}): those hooks run once per "
                 "optimizer step, not every batch.", UserWarning, stacklevel=2)
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Set this epoch's factor on the trainer."""
         factor = self.get_accumulate_grad_batches(trainer.current_epoch)
         trainer.accumulate_grad_batches = factor

@@ -43,7 +43,7 @@ class LearningRateMonitor(Callback):
         self.last_momentum_values: dict[str, float | None] = {}
         self.last_weight_decay_values: dict[str, float | None] = {}
 
-    def on_train_start(self, trainer: "Trainer", *args: Any, **kwargs: Any) -> None:
+    def on_train_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         """Check there is a logger, and prepare the names of what will be logged."""
         if not getattr(trainer, "loggers", None):
             raise ConfigurationError("LearningRateMonitor needs a logger, but the Trainer has none (logger=False); "
@@ -56,7 +56,7 @@ class LearningRateMonitor(Callback):
         self.last_momentum_values = {f"{name}-momentum": None for name in names}
         self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
 
-    def on_train_batch_start(self, trainer: "Trainer", *args: Any, **kwargs: Any) -> None:
+    def on_train_batch_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         """Log the values used by the coming step, every ``log_every_n_steps`` steps."""
         if self.logging_interval == "epoch":
             return
@@ -65,14 +65,14 @@ class LearningRateMonitor(Callback):
             return
         self._log(trainer, self._extract_stats(trainer, "step" if self.logging_interval is None else "any"))
 
-    def on_train_epoch_start(self, trainer: "Trainer", *args: Any, **kwargs: Any) -> None:
+    def on_train_epoch_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
         """Log the values of the coming epoch."""
         if self.logging_interval == "step":
             return
         self._log(trainer, self._extract_stats(trainer, "epoch" if self.logging_interval is None else "any"))
 
     # ----------------------------------------------------------------- values
-    def _extract_stats(self, trainer: "Trainer", interval: str) -> dict[str, float]:
+    def _extract_stats(self, trainer: Trainer, interval: str) -> dict[str, float]:
         """The values to log now: schedulers whose ``interval`` matches (``"any"``: all), optimizers without a
         scheduler; also written into ``trainer.callback_metrics``."""
         (scheduler_names, optimizer_names), (configs, free_optimizers) = self._names(trainer), self._sources(trainer)
@@ -105,25 +105,25 @@ class LearningRateMonitor(Callback):
         return stats
 
     @staticmethod
-    def _log(trainer: "Trainer", stats: dict[str, float]) -> None:
+    def _log(trainer: Trainer, stats: dict[str, float]) -> None:
         if stats and getattr(trainer, "is_global_zero", True):
             for logger in trainer.loggers:
                 logger.log_metrics(stats, step=trainer.global_step)
 
     # ----------------------------------------------------------------- names
     @staticmethod
-    def _optimizers(trainer: "Trainer") -> list[Any]:
+    def _optimizers(trainer: Trainer) -> list[Any]:
         # A wrapper optimizer (DeepSpeed-like) keeps the real one in ``.optimizer``.
         return [getattr(o, "optimizer", o) for o in getattr(trainer, "optimizers", None) or []]
 
-    def _sources(self, trainer: "Trainer") -> tuple[list[Any], list[Any]]:
+    def _sources(self, trainer: Trainer) -> tuple[list[Any], list[Any]]:
         """The scheduler configurations, and the optimizers that no scheduler drives."""
         configs = list(getattr(trainer, "lr_scheduler_configs", None) or [])
         driven = [config.scheduler.optimizer for config in configs]
         free = [o for o in self._optimizers(trainer) if not any(o is d for d in driven)]
         return configs, free
 
-    def _names(self, trainer: "Trainer") -> tuple[list[list[str]], list[list[str]]]:
+    def _names(self, trainer: Trainer) -> tuple[list[list[str]], list[list[str]]]:
         """Names per parameter group: for each scheduler configuration, then for each optimizer without one."""
         configs, free = self._sources(trainer)
         seen_types: dict[type, int] = defaultdict(int)

@@ -165,7 +165,7 @@ class ModelCheckpoint(Checkpoint):
         return self._every_n_epochs
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Decide the folder (agreed by every process); warn when a fit starts in a non-empty one."""
         self.dirpath = trainer.strategy.broadcast(self._resolve_dirpath(trainer))
         self._validation_ran = False
@@ -175,11 +175,11 @@ class ModelCheckpoint(Checkpoint):
                 warnings.warn(f"Checkpoint directory {self.dirpath} exists and is not empty.", UserWarning,
                               stacklevel=2)
 
-    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Start the clock of ``train_time_interval``."""
         self._last_time_checked = time.monotonic()
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         """Save when ``every_n_train_steps`` or ``train_time_interval`` says so."""
         if (self._every_n_train_steps < 1 and self._train_time_interval is None) or self._skip(trainer):
@@ -197,12 +197,12 @@ class ModelCheckpoint(Checkpoint):
             self._last_time_checked = now
         self._save(trainer, top_k=True, at_epoch_end=False)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         """Save here when there is no validation or it runs at every epoch end (see ``save_on_train_epoch_end``)."""
         if not self._skip(trainer) and self._saves_at_train_epoch_end(trainer):
             self._save(trainer, top_k=self._epoch_due(trainer), at_epoch_end=True)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         """Save here when saving does not happen at the end of the training epoch."""
         if _fitting(trainer) and not getattr(trainer, "sanity_checking", False):
             self._validation_ran = True
@@ -266,7 +266,7 @@ class ModelCheckpoint(Checkpoint):
         target = Path(filepath) if filepath is not None else Path(self.dirpath or ".") / "best_k_models.yaml"
         target.write_text("".join(f"{path!r}: {float(score)!r}\n" for path, score in self.best_k_models.items()))
 
-    def find_last_checkpoints(self, trainer: "Trainer") -> set[str]:
+    def find_last_checkpoints(self, trainer: Trainer) -> set[str]:
         """The ``last.ckpt`` / ``last-v<n>.ckpt`` files (or sharded checkpoint directories) in this callback's
         folder, and, for the default folder of a run with a logger (``<root>/version_<n>/checkpoints``), in the
         ``checkpoints`` folder of every version beside it: for ``ckpt_path="last"``, the newest of them is the
@@ -278,13 +278,13 @@ class ModelCheckpoint(Checkpoint):
         pattern = re.compile(rf"^{re.escape(self.CHECKPOINT_NAME_LAST)}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
         return {str(p) for f in folders if f.is_dir() for p in f.iterdir() if pattern.match(p.name)}
 
-    def last_checkpoint_path(self, trainer: "Trainer") -> Path:
+    def last_checkpoint_path(self, trainer: Trainer) -> Path:
         """Where this callback writes ``last.ckpt`` in ``trainer``'s run: in ``dirpath`` when given, else in
         ``<trainer.log_dir>/checkpoints`` when the Trainer has a logger, else in ``<default_root_dir>/checkpoints``
         (a later run in a folder that holds one, or a run started at the same time, writes ``last-v1.ckpt``)."""
         return Path(self._resolve_dirpath(trainer)) / f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
 
-    def _resolve_dirpath(self, trainer: "Trainer") -> str:
+    def _resolve_dirpath(self, trainer: Trainer) -> str:
         if self.dirpath is not None:
             return self.dirpath
         if getattr(trainer, "loggers", None):
@@ -292,7 +292,7 @@ class ModelCheckpoint(Checkpoint):
             return os.path.realpath(Path(log_dir) / "checkpoints")  # absolute, as a given dirpath is made
         return os.path.realpath(Path(trainer.default_root_dir) / "checkpoints")
 
-    def _choose_path(self, trainer: "Trainer", metrics: dict[str, Any], filename: str | None = None,
+    def _choose_path(self, trainer: Trainer, metrics: dict[str, Any], filename: str | None = None,
                      reusable: str | None = None) -> str:
         """The next free name (``reusable`` may be overwritten), chosen by global zero and broadcast. With the
         version counter a free name is claimed by creating an empty file there exclusively (the checkpoint then
@@ -307,15 +307,15 @@ class ModelCheckpoint(Checkpoint):
         return trainer.strategy.broadcast(path)
 
     # ----------------------------------------------------------------- saving
-    def _skip(self, trainer: "Trainer") -> bool:
+    def _skip(self, trainer: Trainer) -> bool:
         return (bool(getattr(trainer, "fast_dev_run", False)) or not _fitting(trainer)
                 or getattr(trainer, "sanity_checking", False)
                 or self._last_global_step_saved == trainer.global_step)
 
-    def _epoch_due(self, trainer: "Trainer") -> bool:
+    def _epoch_due(self, trainer: Trainer) -> bool:
         return self._every_n_epochs >= 1 and (trainer.current_epoch + 1) % self._every_n_epochs == 0
 
-    def _saves_at_train_epoch_end(self, trainer: "Trainer") -> bool:
+    def _saves_at_train_epoch_end(self, trainer: Trainer) -> bool:
         if self._save_on_train_epoch_end is not None:
             return self._save_on_train_epoch_end
         if _no_validation(trainer):
@@ -324,7 +324,7 @@ class ModelCheckpoint(Checkpoint):
             return False  # validation skips epochs: save after it, when the monitored metric is fresh
         return getattr(trainer, "val_check_interval", 1.0) == 1.0  # once per epoch, before the epoch's end
 
-    def _candidates(self, trainer: "Trainer") -> dict[str, torch.Tensor]:
+    def _candidates(self, trainer: Trainer) -> dict[str, torch.Tensor]:
         candidates = {}
         for key, value in trainer.callback_metrics.items():
             if isinstance(value, torch.Tensor):
@@ -336,7 +336,7 @@ class ModelCheckpoint(Checkpoint):
         candidates["step"] = step.int() if step is not None else torch.tensor(trainer.global_step)
         return candidates
 
-    def _save(self, trainer: "Trainer", top_k: bool, at_epoch_end: bool) -> None:
+    def _save(self, trainer: Trainer, top_k: bool, at_epoch_end: bool) -> None:
         candidates = self._candidates(trainer)
         last_path = previous_last = None
         if self.save_last:
@@ -369,14 +369,14 @@ class ModelCheckpoint(Checkpoint):
         if previous_last and self._removable(trainer, previous_last, last_path):
             self._remove(trainer, previous_last)
 
-    def _save_latest(self, trainer: "Trainer", candidates: dict[str, torch.Tensor]) -> None:
+    def _save_latest(self, trainer: Trainer, candidates: dict[str, torch.Tensor]) -> None:
         path = self._choose_path(trainer, candidates, reusable=self.best_model_path)
         previous, self.best_model_path = self.best_model_path, path
         self._write(trainer, path)
         if self.save_top_k == 1 and previous and self._removable(trainer, previous, path):
             self._remove(trainer, previous)
 
-    def _save_if_top_k(self, trainer: "Trainer", candidates: dict[str, torch.Tensor], at_epoch_end: bool) -> None:
+    def _save_if_top_k(self, trainer: Trainer, candidates: dict[str, torch.Tensor], at_epoch_end: bool) -> None:
         assert self.monitor is not None  # the caller saves the latest checkpoint instead when nothing is monitored
         current = candidates.get(self.monitor)
         if current is None:
@@ -398,7 +398,7 @@ class ModelCheckpoint(Checkpoint):
             print(f"Epoch {int(candidates['epoch'])}, global step {int(candidates['step'])}: "
                   f"{self.monitor!r} was not in top {self.save_top_k}")
 
-    def check_monitor_top_k(self, trainer: "Trainer", current: torch.Tensor | None = None) -> bool:
+    def check_monitor_top_k(self, trainer: Trainer, current: torch.Tensor | None = None) -> bool:
         """Whether a checkpoint scoring ``current`` belongs among the best ``save_top_k``."""
         if current is None:
             return False
@@ -407,7 +407,7 @@ class ModelCheckpoint(Checkpoint):
         kth = self.best_k_models[self.kth_best_model_path]
         return bool(current < kth if self.mode == "min" else current > kth)
 
-    def _update_best_and_save(self, trainer: "Trainer", current: torch.Tensor, candidates: dict[str,
+    def _update_best_and_save(self, trainer: Trainer, current: torch.Tensor, candidates: dict[str,
                               torch.Tensor]) -> None:
         k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
         dropped = None
@@ -433,7 +433,7 @@ class ModelCheckpoint(Checkpoint):
         if dropped and self._removable(trainer, dropped, path):
             self._remove(trainer, dropped)
 
-    def _write(self, trainer: "Trainer", path: str) -> None:
+    def _write(self, trainer: Trainer, path: str) -> None:
         try:
             trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         except BaseException:
@@ -450,7 +450,7 @@ class ModelCheckpoint(Checkpoint):
                     after_save(self)
 
     @staticmethod
-    def _reuse(trainer: "Trainer", source: str, target: str, symbolic: bool) -> None:
+    def _reuse(trainer: Trainer, source: str, target: str, symbolic: bool) -> None:
         """Make ``target`` the checkpoint ``source`` (a hard link, a copy where links fail or ``source`` is a sharded
         checkpoint directory, or a symbolic link), swapped in atomically: readers see the old ``target`` or the new
         one, never a partial file."""
@@ -479,7 +479,7 @@ class ModelCheckpoint(Checkpoint):
                 raise
         trainer.strategy.barrier()
 
-    def _removable(self, trainer: "Trainer", previous: str, current: str) -> bool:
+    def _removable(self, trainer: Trainer, previous: str, current: str) -> bool:
         """Only files inside ``dirpath``, never the one just written nor the one the run resumed from."""
         if previous == current:
             return False
@@ -490,7 +490,7 @@ class ModelCheckpoint(Checkpoint):
         return Path(self.dirpath or ".").absolute() in previous_path.parents
 
     @staticmethod
-    def _remove(trainer: "Trainer", path: str) -> None:
+    def _remove(trainer: Trainer, path: str) -> None:
         """Remove a checkpoint file, link, or sharded checkpoint directory (global zero only)."""
         if trainer.is_global_zero and os.path.lexists(path):
             if os.path.isdir(path) and not os.path.islink(path):
@@ -540,13 +540,13 @@ def _swap_in(temporary: str, target: str) -> None:
         os.replace(temporary, target)
 
 
-def _fitting(trainer: "Trainer") -> bool:
+def _fitting(trainer: Trainer) -> bool:
     """Whether the trainer runs ``fit`` (``trainer.state.fn``, a string or an enum whose value is one)."""
     fn = getattr(getattr(trainer, "state", None), "fn", None)
     return getattr(fn, "value", fn) == "fit"
 
 
-def _no_validation(trainer: "Trainer") -> bool:
+def _no_validation(trainer: Trainer) -> bool:
     """Whether this fit has no validation batches (``trainer.num_val_batches``: an int or one per loader)."""
     batches = getattr(trainer, "num_val_batches", None)
     if batches is None:

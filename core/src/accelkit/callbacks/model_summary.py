@@ -115,7 +115,7 @@ class ModelSummary(Callback):
         """How deep the table lists layers (``0``: no summary)."""
         return self._max_depth
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not self._max_depth or not trainer.is_global_zero:
             return
         from accelkit.module.summary import ModelSummary as Summary

@@ -6,7 +6,7 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelkit.callbacks.model_checkpoint import Checkpoint
 
@@ -53,14 +53,14 @@ class OnExceptionCheckpoint(Checkpoint):
         """Where the checkpoint is written: ``<dirpath>/<filename>.ckpt``."""
         return str(self.dirpath / f"{self.filename}{self.FILE_EXTENSION}")
 
-    def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
         try:
             trainer.save_checkpoint(self.ckpt_path)
         except Exception as exc:  # the run's own exception matters more than this one
             warnings.warn(f"OnExceptionCheckpoint could not write {self.ckpt_path} after the run raised "
                           f"{type(exception).__name__}: {type(exc).__name__}: {exc}", UserWarning, stacklevel=2)
 
-    def teardown(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         if stage == "fit" and trainer.is_global_zero:
             path = self.ckpt_path
             if os.path.isdir(path) and not os.path.islink(path):  # a sharded checkpoint is a directory
@@ -68,6 +68,6 @@ class OnExceptionCheckpoint(Checkpoint):
             elif os.path.lexists(path):
                 os.remove(path)
 
-    def find_last_checkpoints(self, trainer: "Trainer") -> set[str]:
+    def find_last_checkpoints(self, trainer: Trainer) -> set[str]:
         """For ``ckpt_path="last"`` (see :class:`~accelkit.callbacks.ModelCheckpoint`): this callback's file."""
         return {self.ckpt_path}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
@@ -58,7 +59,7 @@ class BasePredictionWriter(Callback):
             raise ConfigurationError(f"BasePredictionWriter(write_interval={write_interval!r}): must be one of "
                                      f"{', '.join(repr(i.value) for i in WriteInterval)}") from None
 
-    def write_on_batch_end(self, trainer: "Trainer", pl_module: "Module", prediction: Any,
+    def write_on_batch_end(self, trainer: Trainer, pl_module: Module, prediction: Any,
                            batch_indices: Sequence[int] | None, batch: Any, batch_idx: int,
                            dataloader_idx: int) -> None:
         """Write one batch's ``prediction``; ``batch_indices`` are its samples' dataset indices."""
@@ -66,7 +67,7 @@ class BasePredictionWriter(Callback):
                                   "write_on_batch_end(trainer, pl_module, prediction, batch_indices, batch, "
                                   "batch_idx, dataloader_idx)")
 
-    def write_on_epoch_end(self, trainer: "Trainer", pl_module: "Module", predictions: Sequence[Any],
+    def write_on_epoch_end(self, trainer: Trainer, pl_module: Module, predictions: Sequence[Any],
                            batch_indices: Sequence[Any]) -> None:
         """Write every prediction of the run in this process. ``predictions``: one list per loader (a flat list
         of batch predictions when there is one loader); ``batch_indices``: per loader, per batch, the dataset
@@ -74,13 +75,13 @@ class BasePredictionWriter(Callback):
         raise NotImplementedError(f"{type(self).__name__}(write_interval={self.interval.value!r}) must override "
                                   "write_on_epoch_end(trainer, pl_module, predictions, batch_indices)")
 
-    def on_predict_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         if self.interval.on_batch:
             self.write_on_batch_end(trainer, pl_module, outputs, trainer.predict_loop.current_batch_indices, batch,
                                     batch_idx, dataloader_idx)
 
-    def on_predict_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self.interval.on_epoch:
             loop = trainer.predict_loop
             self.write_on_epoch_end(trainer, pl_module, loop.predictions, loop.epoch_batch_indices)

@@ -7,7 +7,8 @@ import copy
 import inspect
 import logging
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -113,7 +114,7 @@ class StochasticWeightAveraging(Callback):
         return any(isinstance(module, BATCH_NORM_TYPES) for module in pl_module.modules())
 
     # ----------------------------------------------------------------- hooks
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Refuse sharding strategies; copy the module (before it moves to the device) to hold the average."""
         if stage != "fit":
             return
@@ -126,7 +127,7 @@ class StochasticWeightAveraging(Callback):
         self._reset()
         self._average_model = copy.deepcopy(pl_module)
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Check the run, resolve the averaging window; on a resume with a saved SWA scheduler, drop the module's
         scheduler so the SWA one is rebuilt with its state (before the schedulers' states are restored)."""
         if not pl_module.automatic_optimization:
@@ -155,7 +156,7 @@ class StochasticWeightAveraging(Callback):
         if self._scheduler_state is not None:
             trainer.lr_scheduler_configs.clear()
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         """Start SWA at ``swa_start`` (SWALR replaces the scheduler); fold the current weights into the average."""
         epoch = trainer.current_epoch
         in_window = self.swa_start <= epoch <= self.swa_end
@@ -166,7 +167,7 @@ class StochasticWeightAveraging(Callback):
             self.update_parameters(self._average_model, pl_module, self.n_averaged, self._avg_fn)
             self._latest_update_epoch = epoch
 
-    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
         """Copy the averaged weights into the module and recompute its batch-norm statistics."""
         if not self._initialized:
             return
@@ -242,7 +243,7 @@ class StochasticWeightAveraging(Callback):
             self._average_model.load_state_dict(average)
 
     # ----------------------------------------------------------------- internals
-    def _initialize(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def _initialize(self, trainer: Trainer, pl_module: Module) -> None:
         self._initialized = True
         assert self._average_model is not None  # setup made it
         self._average_model = self._average_model.to(self._device or pl_module.device)
@@ -269,7 +270,7 @@ class StochasticWeightAveraging(Callback):
         if self.n_averaged is None:
             self.n_averaged = torch.tensor(self._init_n_averaged, dtype=torch.long, device=pl_module.device)
 
-    def _update_batch_norm(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def _update_batch_norm(self, trainer: Trainer, pl_module: Module) -> None:
         """One pass of ``training_step`` without gradients over the training loader, the batch-norm layers
         averaging the statistics of every batch; distributed processes then average theirs."""
         loader = trainer.train_dataloader
@@ -313,7 +314,7 @@ class _SWALR(SWALR):
         return state
 
 
-def _install_scheduler(trainer: "Trainer", scheduler: Any) -> None:
+def _install_scheduler(trainer: Trainer, scheduler: Any) -> None:
     """Put ``scheduler`` (stepped every epoch) in place of the module's scheduler."""
     from accelkit.module.optimizers import LRSchedulerConfig
 
@@ -332,7 +333,7 @@ def _install_scheduler(trainer: "Trainer", scheduler: Any) -> None:
     configs[0] = config
 
 
-def _batch_to_device(trainer: "Trainer", pl_module: "Module", batch: Any) -> Any:
+def _batch_to_device(trainer: Trainer, pl_module: Module, batch: Any) -> Any:
     """What the fit loop does to a batch: the batch-transfer hooks (the DataModule's override wins), the move to
     the device, the precision's input conversion."""
     from accelkit.module import DataModule, Module

@@ -136,45 +136,45 @@ class Timer(Callback):
     def _finish(self, stage: str) -> None:
         self._end[stage] = self._now()
 
-    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._begin("train")
 
-    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
         self._finish("train")
 
-    def on_validation_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._begin("validate")
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         self._finish("validate")
 
-    def on_test_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._begin("test")
 
-    def on_test_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: Module) -> None:
         self._finish("test")
 
-    def on_predict_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._begin("predict")
 
-    def on_predict_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: Module) -> None:
         self._finish("predict")
 
-    def on_fit_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_fit_start(self, trainer: Trainer, pl_module: Module) -> None:
         # a resumed run whose restored training time already exceeds the duration stops before training
         if self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if self._interval == "step" and self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self._interval == "epoch" and self._duration is not None:
             self._check_time_remaining(trainer)
 
-    def _check_time_remaining(self, trainer: "Trainer") -> None:
+    def _check_time_remaining(self, trainer: Trainer) -> None:
         assert self._duration is not None
         elapsed = self.time_elapsed("train")
         should_stop = bool(trainer.strategy.broadcast(elapsed >= self._duration))  # global zero decides

@@ -207,6 +207,7 @@ def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: b
     """
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
+
     from accelkit.checkpoint.dcp_reading import SafeLoadPlanner
 
     no_dist = not (dist.is_available() and dist.is_initialized())

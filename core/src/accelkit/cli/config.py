@@ -31,8 +31,8 @@ except ModuleNotFoundError as _missing:  # the core's optional extra
 from accelkit.__about__ import __version__
 from accelkit.accelerator import Accelerator
 from accelkit.callbacks import Callback
-from accelkit.cli.class_paths import translate_value
 from accelkit.cli.class_path_safety import only_classes_are_built, values_of_any_stay_data
+from accelkit.cli.class_paths import translate_value
 from accelkit.cli.config_errors import error_lines, explain
 from accelkit.cli.help_text import PlainHelpFormatter
 from accelkit.cli.saved_config import (
@@ -309,7 +309,7 @@ class SaveConfigCallback(Callback):
         state["parser"] = None  # parsers hold functions and modules; the text is what the workers need
         return state
 
-    def setup(self, trainer: Trainer, pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Write the file (global rank zero), refusing to overwrite one unless ``overwrite=True``."""
         if self.already_saved:
             return
@@ -328,7 +328,7 @@ class SaveConfigCallback(Callback):
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
 
-    def save_config(self, trainer: Trainer, pl_module: "Module", stage: str) -> None:
+    def save_config(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Override to save the configuration somewhere else too (runs on global rank zero only; the text is
         ``config_text``)."""
 

@@ -18,18 +18,18 @@ from accelkit.cli.config import (
     TRAINER_TYPES,
     ArgsType,
     ArgumentParser,
+    ConfiguredOptimizers,
     ReduceLROnPlateau,
     SaveConfigCallback,
     class_init,
-    ConfiguredOptimizers,
-    param_help,
     instantiate_config,
+    param_help,
 )
-from accelkit.utilities.model_helpers import is_overridden
 from accelkit.errors import ConfigurationError
 from accelkit.module.datamodule import DataModule
 from accelkit.module.module import Module
 from accelkit.trainer.trainer import Trainer
+from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.seed import seed_everything
 
 #: sub-command -> the Trainer method's parameters the CLI fills in itself (the others become arguments)

@@ -13,7 +13,8 @@ import os
 import sys
 import traceback
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from accelkit.errors import AccelkitError
 from accelkit.plugins.manager import PluginManager

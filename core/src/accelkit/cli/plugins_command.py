@@ -63,8 +63,8 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         omitted.
     :return: ``{"accelkit": version, "hook_api": version, "core": {"provides": ...}, "plugins": [...],
         "conflicts": [...]}``; each plugin has ``name``, ``distribution``, ``version``, ``status`` (``loaded``,
-        ``failed``, ``blocked``, ``incompatible``, ``duplicate`` or ``unregistered``), ``reason``, ``preferred`` (the ``ACCELKIT_PREFER``
-        setting that chose it over a duplicate, or ``""``), ``api``, ``hooks`` and
+        ``failed``, ``blocked``, ``incompatible``, ``duplicate`` or ``unregistered``), ``reason``, ``preferred``
+        (the ``ACCELKIT_PREFER`` setting that chose it over a duplicate, or ``""``), ``api``, ``hooks`` and
         ``provides`` (``accelerators``, ``strategies``, ``precisions``, ``cluster_environments``, ``loggers``,
         ``commands``, ``callbacks``, ``profilers``); ``core`` is what the core itself registers (cluster environments,
         loggers, commands).

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from accelkit.environments.base import ClusterEnvironment
-
 from accelkit.errors import PluginConflictError, PluginError
 from accelkit.records import by_priority
 

@@ -9,7 +9,8 @@ loader around a sampler that records each batch's indices as they are drawn, in 
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, Sampler
 

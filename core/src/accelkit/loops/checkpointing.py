@@ -38,7 +38,8 @@ def dump(trainer: Trainer, module: Any, weights_only: bool = False) -> dict[str,
             checkpoint["loops"][resume.POSITION_KEY] = position
         checkpoint.update(training_state(trainer))
         if trainer.run_state.optimizers:  # live optimizers: in the form the strategy saves (shards, for FSDP)
-            checkpoint["optimizer_states"] = [strategy.optimizer_state_dict(model, o) for o in trainer.run_state.optimizers]
+            checkpoint["optimizer_states"] = [strategy.optimizer_state_dict(model, o)
+                                              for o in trainer.run_state.optimizers]
         states = {}
         for callback in trainer.callbacks:
             state = callback.state_dict()
@@ -99,13 +100,13 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any]) -> None
     elif len(saved) != len(optimizers):
         raise ValueError(f"the checkpoint holds {len(saved)} optimizer state(s) but configure_optimizers() returned "
                          f"{len(optimizers)} optimizer(s)")
-    for index, (optimizer, state) in enumerate(zip(optimizers, saved)):
+    for index, (optimizer, state) in enumerate(zip(optimizers, saved, strict=False)):
         try:
             trainer.strategy.load_optimizer_state_dict(trainer.model, optimizer, state)
         except (KeyError, ValueError) as exc:
             raise ValueError(f"optimizer {index} ({type(optimizer).__name__}) cannot take the checkpoint's state "
                              f"({type(exc).__name__}: {exc}); was it saved with another optimizer or model?") from None
-    for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+    for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=False):
         config.scheduler.load_state_dict(state)
     trainer.precision.load_state_dict(checkpoint.get("precision", {}))
     loops = checkpoint.get("loops", {})

@@ -6,7 +6,8 @@ import functools
 import itertools
 import os
 import warnings
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sized
+from collections.abc import Callable, Iterator, Sized
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, SequentialSampler
 

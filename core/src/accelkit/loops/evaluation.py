@@ -65,7 +65,7 @@ class EvaluationLoop:
                 end_cbs = hooks.callback_plan(f"on_{prefix}_batch_end")
                 end_m = hooks.module_hook(f"on_{prefix}_batch_end")
                 forward_context = trainer.precision.forward_context
-                for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+                for dl_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
                     set_epoch(loader, trainer.current_epoch)  # as Lightning does for evaluation loaders too
                     store.dataloader_idx = dl_idx
                     extra = (dl_idx,) if len(loaders) > 1 else ()
@@ -85,7 +85,8 @@ class EvaluationLoop:
                 store.dataloader_idx = 0
                 # the sanity check's values reach callback_metrics (its on_validation_end sees them, as in
                 # Lightning) but no logger, and the fit clears them when the check ends
-                logged = trainer.run_state.active_publisher.end_epoch(hooks, f"on_{prefix}_epoch_end", to_loggers=publish)
+                logged = trainer.run_state.active_publisher.end_epoch(hooks, f"on_{prefix}_epoch_end",
+                                                                      to_loggers=publish)
                 hooks.call(f"on_{prefix}_end")
         finally:
             store.reset_metric_objects()  # the next validation (or the next epoch's) starts them empty
@@ -174,7 +175,7 @@ class PredictionLoop:
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")
             hooks.call("on_predict_epoch_start")
-            for dl_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+            for dl_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
                 extra = (dl_idx,) if len(loaders) > 1 else ()
                 predictions: list[Any] = []
                 indices: list[list[int]] = []

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from datetime import timedelta
 import warnings
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks import EarlyStopping, Timer
@@ -216,7 +216,8 @@ class FitLoop:
 
     def _epoch(self) -> int:
         trainer = self.trainer
-        hooks, optim, data = trainer.run_state.active_hooks, trainer.run_state.active_optimization, trainer.run_state.active_data
+        run = trainer.run_state
+        hooks, optim, data = run.active_hooks, run.active_optimization, run.active_data
         loader = self.train_loader
         source, start, restore_rng = self._begin_epoch(loader)
         limit = trainer.num_training_batches
@@ -333,7 +334,8 @@ class FitLoop:
     def _end_epoch(self, automatic: bool) -> None:
         trainer = self.trainer
         trainer.run_state.progress.epoch_training_done = True
-        trainer.run_state.active_publisher.end_epoch(trainer.run_state.active_hooks, "on_train_epoch_end", monitoring_last=True)
+        run = trainer.run_state
+        run.active_publisher.end_epoch(run.active_hooks, "on_train_epoch_end", monitoring_last=True)
         if automatic:  # plateau schedulers step once the epoch's metrics (validation's too) are published
             self._step_epoch_schedulers([c for c in trainer.lr_scheduler_configs
                                          if c.interval == "epoch" and c.reduce_on_plateau])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks.base import Callback, callback_base, callback_list, monitors_metrics
 from accelkit.module.module import Module
@@ -131,7 +132,7 @@ def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
     ``on_validation_epoch_ends`` would otherwise never run, silently)."""
     targets = [(module, Module, MODULE_HOOKS, "Module")] + [(cb, callback_base(cb), CALLBACK_HOOKS, "Callback")
                                                            for cb in callbacks]
-    for obj, base, known, kind in targets:
+    for obj, _base, known, kind in targets:
         for name in dir(type(obj)):
             if not name.startswith("on_") or name in known or not callable(getattr(type(obj), name, None)):
                 continue

@@ -303,7 +303,8 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
             pos.remapped or geometry(loader, trainer.world_size) != pos.geometry):
         return resume_on_changed_data(loop, loader, pos)
     for note in pos.notes:
-        rank_zero_warn(f"resuming at epoch {pos.epoch}, batch {pos.batches}: {note}.", category=UserWarning, stacklevel=5)
+        rank_zero_warn(f"resuming at epoch {pos.epoch}, batch {pos.batches}: {note}.", category=UserWarning,
+                       stacklevel=5)
     if record is None:
         return skip_batches(loader, pos.batches), pos.batches, None
     stateful = is_stateful(loader)
@@ -335,7 +336,8 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
         if trainer.num_training_batches is None:
             rank_zero_warn(f"the stateful training loader {type(loader).__name__} has no length, so the loop read one "
                           "batch ahead of its step when the checkpoint was written: the resumed epoch leaves that "
-                          "batch out. Give the loader a __len__ for an exact resume.", category=UserWarning, stacklevel=5)
+                          "batch out. Give the loader a __len__ for an exact resume.", category=UserWarning,
+                          stacklevel=5)
         return loader, pos.batches, record["rng"]  # put back once the loader started (it may draw a seed)
     if start.get("rng") is not None:
         set_rng_states(start["rng"], trainer.accelerator)
@@ -406,10 +408,10 @@ def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> t
         # a DataLoader draws its base seed before the sampler's first draw: the probe does the same
         probe = DataLoader(_Indices(len(loader.dataset)), batch_sampler=loader.batch_sampler, collate_fn=list,
                            generator=loader.generator)
-        picked = [index for _, batch in zip(range(batches), probe) for index in batch]
+        picked = [index for _, batch in zip(range(batches), probe, strict=False) for index in batch]
     finally:
         set_rng_states(now)
-        for generator, state in zip(generators, now_generators):
+        for generator, state in zip(generators, now_generators, strict=False):
             generator.set_state(state)
     return torch.tensor(picked, dtype=torch.int64)
 
@@ -521,7 +523,8 @@ def _skipped_loader(loader: Any, samples: int, world_size: int) -> tuple[Any, in
 
 
 def _changes(saved: dict[str, Any], now: dict[str, Any]) -> str:
-    words = {"world_size": "process(es)", "batch_size": "sample(s) per batch", "dataset_len": "sample(s) in the dataset"}
+    words = {"world_size": "process(es)", "batch_size": "sample(s) per batch",
+             "dataset_len": "sample(s) in the dataset"}
     changed = [f"{now.get(key)} {word} where the checkpoint's run had {saved.get(key)}" for key, word in words.items()
                if saved.get(key) != now.get(key)]
     return ", ".join(changed) or "the data of the checkpoint's run, which had itself resumed this epoch on other data"
@@ -571,7 +574,8 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
             f"{share - skip}")
     limit = trainer.num_training_batches
     start = max(0, limit - len(source)) if limit is not None else 0
-    rank_zero_warn(f"{head} {text}. The random states differ from an uninterrupted run's.", category=UserWarning, stacklevel=6)
+    rank_zero_warn(f"{head} {text}. The random states differ from an uninterrupted run's.", category=UserWarning,
+                   stacklevel=6)
     loop.epoch_state = epoch_start(source, trainer.accelerator)
     loop.epoch_order = EpochOrder(source, start, pos.samples, carried_seen)
     return source, start, (pos.record or {}).get("rng")
@@ -601,7 +605,7 @@ def _set_generators(loader: Any, states: list[Any]) -> None:
             rank_zero_warn(f"the training loader has {len(generators)} torch.Generator(s) but the checkpoint holds "
                           f"{len(states)}: its order after resuming may differ.", category=UserWarning, stacklevel=6)
         return
-    for generator, state in zip(generators, states):
+    for generator, state in zip(generators, states, strict=False):
         generator.set_state(state)
 
 
@@ -618,7 +622,8 @@ def skip_batches(loader: Any, count: int) -> Any:
     if isinstance(loader, DataLoader) and not isinstance(loader.dataset, IterableDataset):
         unknown = _unknown_samplers(loader)
         if unknown:
-            rank_zero_warn(f"resuming in the middle of an epoch: the sampler {', '.join(unknown)} has no state_dict, so "
+            rank_zero_warn(f"resuming in the middle of an epoch: the sampler {', '.join(unknown)} has no state_dict, "
+                           "so "
                           "accelkit cannot tell whether it repeats the epoch's order; the batches trained on are "
                           "skipped in the order it gives now. Give it state_dict/load_state_dict (or use a "
                           "torchdata StatefulDataLoader) for an exact resume.", category=UserWarning, stacklevel=6)

@@ -18,12 +18,12 @@ from accelkit.loops.data import DataConnector
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.loops.fit import FitLoop
 from accelkit.loops.hooks import HookCaller, check_removed_hooks, merge_callbacks, warn_unknown_hooks
-from accelkit.utilities.model_helpers import is_overridden
 from accelkit.loops.optimization import Optimization
 from accelkit.loops.publishing import Publisher
 from accelkit.module.module import Module
 from accelkit.module.optimizers import configure_optimizers
 from accelkit.strategies.launchers.result import WorkerResult
+from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.rank_zero import set_global_rank
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _agree_on_run_folders(trainer: Trainer) -> None:
         return
     folders = trainer.versioned_loggers()
     chosen = strategy.broadcast([folder.version for folder in folders] if strategy.is_global_zero else None)
-    for folder, version in zip(folders, chosen):
+    for folder, version in zip(folders, chosen, strict=True):
         folder.version = version
 
 
@@ -324,10 +324,10 @@ def _print_results(stage: str, results: list[dict[str, float]]) -> None:
     widths = [max(len(str(r[i])) for r in [headers] + table) for i in range(len(headers))]
     line = "-" * (sum(widths) + 3 * (len(widths) - 1))
     print(line)
-    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths)))
+    print(" | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
     print(line)
     for row in table:
-        print(" | ".join(c.ljust(w) for c, w in zip(row, widths)))
+        print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     print(line)
 
 

@@ -8,8 +8,8 @@ A DataModule gathers what a run needs to get its data: ``prepare_data`` (downloa
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
@@ -144,7 +144,7 @@ class DataModule(DataHooks, HyperparametersMixin):
     #: Checkpoint key of the ``__init__`` argument a datamodule's hyper-parameters were passed as.
     CHECKPOINT_HYPER_PARAMS_NAME = "datamodule_hparams_name"
     #: The Trainer running this datamodule (``None`` outside a run).
-    trainer: "Trainer | None" = None
+    trainer: Trainer | None = None
 
     def __init__(self) -> None:
         super().__init__()

@@ -17,8 +17,8 @@ import sys
 import types
 import warnings
 from argparse import Namespace
-from collections.abc import Mapping
-from typing import Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from torch import nn
 

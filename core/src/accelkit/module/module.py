@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -50,12 +51,12 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
 
     # ----------------------------------------------------------------- context
     @property
-    def trainer(self) -> "Trainer | None":
+    def trainer(self) -> Trainer | None:
         """The :class:`~accelkit.Trainer` running this module (``None`` outside a run)."""
         return self.__dict__.get("_trainer")
 
     @trainer.setter
-    def trainer(self, trainer: "Trainer | None") -> None:
+    def trainer(self, trainer: Trainer | None) -> None:
         self.__dict__["_trainer"] = trainer
 
     @property
@@ -281,7 +282,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         optimization = self._require_optimization("clip_gradients()")
         optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
 
-    def _require_trainer(self, what: str) -> "Trainer":
+    def _require_trainer(self, what: str) -> Trainer:
         return self._require_optimization(what).trainer
 
     def _require_optimization(self, what: str) -> Optimization:

@@ -10,7 +10,8 @@ becomes a :class:`~accelkit.records.CommandRecord` here; the plugin manager hand
 from __future__ import annotations
 
 import argparse
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from accelkit.records import CommandRecord
 

@@ -323,8 +323,9 @@ class PluginManager(pluggy.PluginManager):
             offered = sorted({ep.dist.metadata["Name"] for ep in entry_points
                               if lookup_key(ep.name) == name and getattr(ep, "dist", None) is not None})
             if not any(lookup_key(d) == wanted for d in offered):
-                warnings.warn(f"{PREFER_ENV} prefers distribution {wanted!r} for plugin name {name!r}, but "
-                              f"{'that name is provided by ' + ', '.join(offered) if offered else 'no installed plugin has that name'}"
+                found = f"that name is provided by {', '.join(offered)}" if offered else \
+                    "no installed plugin has that name"
+                warnings.warn(f"{PREFER_ENV} prefers distribution {wanted!r} for plugin name {name!r}, but {found}"
                               "; check the spelling (NAME=DISTRIBUTION, as `accelkit plugins` lists them).",
                               RuntimeWarning, stacklevel=4)
 

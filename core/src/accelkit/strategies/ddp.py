@@ -8,7 +8,8 @@ import os
 import socket
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -370,10 +371,10 @@ def _still_waiting(strategy: Any, env: Any, waited: float) -> None:
     """Printed when joining the process group takes longer than :func:`join_wait_s`: who is expected, where, and the
     usual cause."""
     source = f"{env.name}: {env.reason()}" if env is not None else "set by accelkit"
-    print(f"accelkit: rank {strategy.global_rank} has waited {waited:.0f} s for all {strategy.world_size} processes to join at "
-          f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). If no launcher started the "
-          "other processes, the variables are stale: unset RANK, WORLD_SIZE, LOCAL_RANK (and SLURM_*/OMPI_* when not "
-          "inside such a job), or use strategy='ddp_spawn'. It gives up after the collective timeout "
+    print(f"accelkit: rank {strategy.global_rank} has waited {waited:.0f} s for all {strategy.world_size} processes "
+          f"to join at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). If no launcher "
+          "started the other processes, the variables are stale: unset RANK, WORLD_SIZE, LOCAL_RANK (and "
+          "SLURM_*/OMPI_* when not inside such a job), or use strategy='ddp_spawn'. It gives up after the collective timeout "
           "(Trainer(collective_timeout=...)).", file=sys.stderr, flush=True)
 
 

@@ -24,9 +24,10 @@ import os
 import socket
 import sys
 import warnings
+from collections.abc import MutableMapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, MutableMapping
+from typing import Any
 
 #: the variable that pins gloo's sockets to one network interface
 GLOO_INTERFACE_VARIABLE = "GLOO_SOCKET_IFNAME"

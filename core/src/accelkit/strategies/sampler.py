@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterator, Sized
+from collections.abc import Iterator, Sized
+from typing import Any
 
 import torch
 from torch.utils.data import (

@@ -178,7 +178,8 @@ def plugin_arguments(plugins: Any) -> tuple[list[str], list[str], list[Any]]:
 
     Accepted: ``None``, one item or a list/tuple of: ``"no:NAME"`` (block an installed plugin), a strategy or
     precision name, a :class:`~accelkit.strategies.base.Strategy` or :class:`~accelkit.precision.Precision` instance,
-    a :class:`~accelkit.environments.base.ClusterEnvironment` instance (used instead of detection), or a plugin (a module or object carrying ``@accelkit.hookimpl`` functions).
+    a :class:`~accelkit.environments.base.ClusterEnvironment` instance (used instead of detection), or a plugin (a
+    module or object carrying ``@accelkit.hookimpl`` functions).
     """
     from accelkit.environments.base import ClusterEnvironment
     from accelkit.precision import Precision

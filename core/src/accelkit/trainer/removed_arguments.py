@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 #: Lightning 1.x Trainer argument -> what to write instead (``{value!r}`` is the value the program passed)
 REMOVED_ARGUMENTS: dict[str, str] = {

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
-
+from typing import Any
 
 from accelkit.callbacks.base import Callback
 from accelkit.callbacks.progress.default import configure_progress_bar
 from accelkit.errors import ConfigurationError
 from accelkit.loops.captured import compile_options
 from accelkit.loops.state import RunState, TrainerState
-from accelkit.profilers import resolve_profiler
 from accelkit.plugins.compose import Composition, compose, named_callbacks, named_profiler, print_notices
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
+from accelkit.profilers import resolve_profiler
 from accelkit.trainer.arguments import (
     CLOUD_ONLY,
     callback_list,
@@ -39,14 +39,13 @@ from accelkit.trainer.removed_arguments import removed_argument_message
 from accelkit.trainer.summary import print_fit_summary
 from accelkit.utilities.seed import seed_from_environment
 
-
 __all__ = ["Trainer", "TrainerSnapshot", "TrainerState"]  # TrainerState's home is accelkit.loops.state
 
 
 @dataclass(frozen=True, eq=False)
 class TrainerSnapshot:
-    """What :meth:`accelkit.Trainer.snapshot` remembered, for :meth:`accelkit.Trainer.restore`: the Trainer's attributes (settings,
-    callbacks, loggers; shallowly) and a copy of its run state (progress, stage, metrics)."""
+    """What :meth:`accelkit.Trainer.snapshot` remembered, for :meth:`accelkit.Trainer.restore`: the Trainer's
+    attributes (settings, callbacks, loggers; shallowly) and a copy of its run state (progress, stage, metrics)."""
 
     attributes: dict[str, Any]
     run: RunState
@@ -175,7 +174,7 @@ class Trainer(TrainerProperties):
                                             limit_predict_batches] if not fast else [fast] * 4
         if overfit_batches and not fast:
             limits[0] = limits[1] = overfit_batches
-        self.limits = dict(zip(("fit", "validate", "test", "predict"), limits))
+        self.limits = dict(zip(("fit", "validate", "test", "predict"), limits, strict=True))
         self.overfit_batches = overfit_batches
         self.val_check_interval = run_args["val_check_interval"]
         self.check_val_every_n_epoch = check_val_every_n_epoch

@@ -20,7 +20,8 @@ from __future__ import annotations
 import gc
 import numbers
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError

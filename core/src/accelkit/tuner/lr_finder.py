@@ -243,7 +243,7 @@ def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, val_dat
         try:
             trainer.fit(model, train_dataloaders, datamodule=datamodule)
         finally:
-            for optimizer, state in zip(sweep.optimizers, sweep.optimizer_states):
+            for optimizer, state in zip(sweep.optimizers, sweep.optimizer_states, strict=True):
                 optimizer.load_state_dict(state)
     taken = len(finder.results["lr"])
     if taken == 0:

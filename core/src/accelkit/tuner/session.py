@@ -107,11 +107,12 @@ class TuningSession:
     """Run trials on ``trainer`` and ``model``, then put both back as they were.
 
     On entry, everything the Trainer holds is remembered (:meth:`~accelkit.Trainer.snapshot`: its settings,
-    callbacks and loggers, its run state's counters, metrics and the optimizers of an earlier fit), as are the module's weights (a copy on the host),
-    train/eval modes and ``requires_grad`` flags, and its ``trainer``. The trials then run with the settings of
-    :meth:`configure` (no loggers, no progress bar or summary, only the tuner's own callback, the module's
-    ``configure_callbacks()`` not consulted) and their own step and epoch counters. On exit, all of it is put
-    back (:meth:`~accelkit.Trainer.restore`), whether the trials succeeded or raised. :meth:`restore_weights` puts the weights back between trials.
+    callbacks and loggers, its run state's counters, metrics and the optimizers of an earlier fit), as are the
+    module's weights (a copy on the host), train/eval modes and ``requires_grad`` flags, and its ``trainer``. The
+    trials then run with the settings of :meth:`configure` (no loggers, no progress bar or summary, only the
+    tuner's own callback, the module's ``configure_callbacks()`` not consulted) and their own step and epoch
+    counters. On exit, all of it is put back (:meth:`~accelkit.Trainer.restore`), whether the trials succeeded or
+    raised. :meth:`restore_weights` puts the weights back between trials.
     """
 
     def __init__(self, trainer: Trainer, model: Module, callback: Callback) -> None:

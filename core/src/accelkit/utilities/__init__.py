@@ -6,8 +6,13 @@ attribute dict of hyper-parameters (``accelkit.utilities.parsing``). The type na
 ``accelkit.utilities.types`` (imported on its own: ``from accelkit.utilities.types import STEP_OUTPUT``).
 """
 
-from accelkit.utilities.apply_func import apply_to_collection, apply_to_tensors, batch_size_of, move_data_to_device, \
-    move_to_device
+from accelkit.utilities.apply_func import (
+    apply_to_collection,
+    apply_to_tensors,
+    batch_size_of,
+    move_data_to_device,
+    move_to_device,
+)
 from accelkit.utilities.combined_loader import CombinedLoader
 from accelkit.utilities.grads import grad_norm
 from accelkit.utilities.parsing import AttributeDict

@@ -8,8 +8,8 @@ yourself to choose the mode.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
 

@@ -4,7 +4,8 @@ and when that fails the error should name the object at fault, not list everythi
 from __future__ import annotations
 
 import pickle
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 #: how deep :func:`find_unpicklable` looks into attributes and containers
 MAX_DEPTH = 8

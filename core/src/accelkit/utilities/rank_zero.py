@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
-
 
 #: launcher variables that give a rank before a process group exists, each with the size that makes it mean one
 _RANK_VARIABLES = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"), ("PMI_RANK", "PMI_SIZE"),

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def warn_at(function: Callable[..., Any], message: str, category: type[Warning] = UserWarning) -> None:

@@ -5,6 +5,7 @@ Importing this package does not initialise CUDA; see ``accelkit_cuda.accelerator
 
 from accelkit_cuda.__about__ import __version__
 from accelkit_cuda.accelerator import CUDAAccelerator, cuda_device_count
+from accelkit_cuda.pinning import pinned_dataloader
 from accelkit_cuda.precision import CUDABF16MixedPrecision, CUDABF16TruePrecision
 from accelkit_cuda.strategies import (
     CUDADDPSpawnStrategy,
@@ -12,7 +13,6 @@ from accelkit_cuda.strategies import (
     CUDASingleDeviceStrategy,
     CUDAStrategyMixin,
 )
-from accelkit_cuda.pinning import pinned_dataloader
 
 __all__ = [
     "CUDAAccelerator",

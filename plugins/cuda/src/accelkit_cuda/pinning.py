@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import copy
 import warnings
-from collections.abc import Mapping, MutableMapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset

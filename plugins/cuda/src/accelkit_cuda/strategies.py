@@ -10,15 +10,15 @@ DDP classes take DistributedDataParallel's options as keyword arguments, as the 
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from accelkit.strategies import DDPSpawnStrategy, DDPStrategy
-from accelkit.strategies import SingleDeviceStrategy
+from accelkit.strategies import DDPSpawnStrategy, DDPStrategy, SingleDeviceStrategy
 from accelkit_cuda.pinning import pinned_dataloader
 
 

@@ -15,13 +15,14 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
+
 from accelkit import checkpoint as ckpt
 from accelkit.checkpoint import sharded as dcp_io
-from accelkit.strategies import DDPStrategy, LocalRendezvous, find_free_port
-from accelkit.strategies.rendezvous import rendezvous_store
 from accelkit.errors import ConfigurationError
 from accelkit.records import load_target
-from torch import nn
+from accelkit.strategies import DDPStrategy, LocalRendezvous, find_free_port
+from accelkit.strategies.rendezvous import rendezvous_store
 
 #: the precision names FSDP maps to its mixed-precision policy: (parameter/compute dtype, gradient-reduce dtype)
 PRECISIONS: dict[str, tuple[torch.dtype | None, torch.dtype | None]] = {
@@ -116,8 +117,7 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         """A :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` of one process per device, or, when a launcher
         started
         the processes, an :class:`~accelkit.strategies.launchers.in_place.ExternalLauncher` that joins them."""
-        from accelkit.strategies.launchers import ExternalLauncher
-        from accelkit.strategies.launchers import SpawnLauncher
+        from accelkit.strategies.launchers import ExternalLauncher, SpawnLauncher
 
         return SpawnLauncher(len(self.devices)) if self._spawns else ExternalLauncher(self.cluster_environment)
 

@@ -12,7 +12,8 @@ import glob
 import importlib.util
 import os
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 

@@ -16,7 +16,8 @@ Importing this module imports no torch_xla.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 
 def halt(parallel: Any) -> None:

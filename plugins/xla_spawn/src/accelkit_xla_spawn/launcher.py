@@ -6,12 +6,11 @@ torch_xla is imported only at the moment of spawning, never when this module is 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from accelkit.errors import WorkerError
-from accelkit.strategies.launchers import SpawnLauncher
-from accelkit.strategies.launchers import WorkerResult
-
+from accelkit.strategies.launchers import SpawnLauncher, WorkerResult
 from accelkit_xla_spawn.removed_api import add_removed_api_hint, removed_api_hint
 from accelkit_xla_spawn.runtime import RUNTIME_TOUCHED_MESSAGE, launch_failure_hint, xla_runtime_initialized
 

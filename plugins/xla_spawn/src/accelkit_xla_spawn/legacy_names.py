@@ -19,8 +19,9 @@ import importlib
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 class TorchXLALegacyNameWarning(FutureWarning):

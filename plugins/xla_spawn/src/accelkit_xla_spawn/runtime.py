@@ -2,9 +2,11 @@
 and what to say when a launch fails."""
 
 from __future__ import annotations
+
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
+
 from accelkit.errors import ConfigurationError
 
 

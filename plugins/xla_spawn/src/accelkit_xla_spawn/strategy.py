@@ -4,17 +4,19 @@ torch_xla is imported only inside methods that run in a replica (or, for the lau
 spawning). Nothing here touches the XLA runtime in the parent process."""
 
 from __future__ import annotations
+
 import os
 import pickle
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
+
 import torch
+
 from accelkit.checkpoint import files as ckpt
 from accelkit.errors import ConfigurationError
-from accelkit.strategies import SingleDeviceStrategy, Strategy
-from accelkit.strategies import ParallelStrategy
+from accelkit.strategies import ParallelStrategy, SingleDeviceStrategy, Strategy
 from accelkit_xla_spawn.removed_api import add_removed_api_hint
-from accelkit_xla_spawn.runtime import (RUNTIME_TOUCHED_MESSAGE, PodPlan, pod_plan, xla_runtime_initialized)
-
+from accelkit_xla_spawn.runtime import RUNTIME_TOUCHED_MESSAGE, PodPlan, pod_plan, xla_runtime_initialized
 
 _REDUCE_TYPES = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
 

@@ -7,9 +7,8 @@ then).
 
 from __future__ import annotations
 
-from accelkit_xla_spmd import XLASPMDStrategy
-
 from accelkit_xla_spawn_debug.strategy import XLADebugMixin
+from accelkit_xla_spmd import XLASPMDStrategy
 
 
 class XLASPMDDebugStrategy(XLADebugMixin, XLASPMDStrategy):

@@ -15,11 +15,11 @@ import json
 import os
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from accelkit_xla_spawn.strategy import XLASingleStrategy, XLASpawnStrategy
-
 from accelkit_xla_spawn_debug.monitor import (
     StepMonitor,
     diagnose,

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 import torch_xla.core.xla_model as xm
 import torch_xla.distributed.spmd as xs
-from accelkit.utilities import apply_to_tensors
 
+from accelkit.utilities import apply_to_tensors
 from accelkit_xla_spmd.layout import MeshLayout
 
 

@@ -14,12 +14,12 @@ import os
 from typing import Any
 
 import torch
+from torch import nn
+
 from accelkit.checkpoint import files as ckpt
 from accelkit.strategies import ParallelStrategy
 from accelkit_xla_spawn import XLAStrategy
 from accelkit_xla_spawn.runtime import xla_runtime_initialized
-from torch import nn
-
 from accelkit_xla_spmd.checkpoint import save_sharded
 from accelkit_xla_spmd.layout import ACCEPTED_OPTIONS, HostPlan, MeshLayout, host_plan
 

@@ -29,12 +29,12 @@ class ProgressBar(Callback):
     _warned_clash = False  # warned once that a logged value replaces a standard item
 
     def __init__(self) -> None:
-        self._trainer: "Trainer | None" = None
+        self._trainer: Trainer | None = None
         self._current_eval_dataloader_idx: int | None = None
 
     # ----------------------------------------------------------------- context
     @property
-    def trainer(self) -> "Trainer":
+    def trainer(self) -> Trainer:
         """The Trainer this bar was set up with (``setup``); an error before that."""
         if self._trainer is None:
             raise TypeError(f"The `{type(self).__name__}.trainer` reference has not been set yet: the Trainer sets "
@@ -120,14 +120,14 @@ class ProgressBar(Callback):
         """Print a message without breaking the bars (here: a plain ``print``)."""
         print(*args, **kwargs)
 
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Remember the Trainer; on every process but global rank zero the bar is disabled (call ``super()`` when
         you override it)."""
         self._trainer = trainer
         if not trainer.is_global_zero:
             self.disable()
 
-    def get_metrics(self, trainer: "Trainer", pl_module: "Module") -> dict[str, Any]:
+    def get_metrics(self, trainer: Trainer, pl_module: Module) -> dict[str, Any]:
         """What the bar shows: the standard items (``v_num``, the logger's version) and
         ``trainer.progress_bar_metrics`` (what ``self.log(..., prog_bar=True)`` recorded). Override it to change
         the items::
@@ -197,7 +197,7 @@ def check_count(bar: Any, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{type(bar).__name__}({name}={value!r}): must be an int >= 0")
 
-def get_standard_metrics(trainer: "Trainer") -> dict[str, int | str]:
+def get_standard_metrics(trainer: Trainer) -> dict[str, int | str]:
     """The items every bar shows: ``v_num``, the loggers' version (the last four characters of a string
     version; several loggers' distinct versions joined with ``_``), when the run has a logger."""
     loggers = trainer.loggers

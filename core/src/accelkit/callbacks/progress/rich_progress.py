@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks.progress.progress_bar import RefreshingProgressBar
 
@@ -89,12 +90,12 @@ class RichProgressBar(RefreshingProgressBar):
                      predict_progress_bar_id=None)
         return state
 
-    def configure_columns(self, trainer: "Trainer") -> list[Any]:
+    def configure_columns(self, trainer: Trainer) -> list[Any]:
         """The columns of every line (rich ``ProgressColumn`` objects); override it to change them."""
         return _columns(self.theme)
 
     # ----------------------------------------------------------------- the display
-    def _start(self, trainer: "Trainer") -> None:
+    def _start(self, trainer: Trainer) -> None:
         if self.progress is not None or self.is_disabled:
             return
         from rich.console import Console
@@ -128,8 +129,8 @@ class RichProgressBar(RefreshingProgressBar):
         self._totals[task_id] = total
         return task_id
 
-    def _move(self, task_id: Any, count: int, trainer: "Trainer | None" = None,
-              pl_module: "Module | None" = None) -> None:
+    def _move(self, task_id: Any, count: int, trainer: Trainer | None = None,
+              pl_module: Module | None = None) -> None:
         """``task_id``'s line to ``count`` batches (every ``refresh_rate``); redrawn at most every
         :data:`REDRAW_INTERVAL_S` seconds and at the loader's end, with the metrics when ``trainer`` is given."""
         progress = self.progress
@@ -146,49 +147,49 @@ class RichProgressBar(RefreshingProgressBar):
             progress.refresh()
             self._drawn_at = now
 
-    def _show_metrics(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def _show_metrics(self, trainer: Trainer, pl_module: Module) -> None:
         if self.progress is not None and self.train_progress_bar_id is not None:
             self.progress.update(self.train_progress_bar_id,
                                  metrics=_format_metrics(self.get_metrics(trainer, pl_module), self.theme))
 
     # ----------------------------------------------------------------- hooks
-    def on_sanity_check_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._start(trainer)
 
-    def on_sanity_check_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self.progress is not None and self.val_progress_bar_id is not None:
             self.progress.update(self.val_progress_bar_id, visible=False)
             self.progress.refresh()
         self.val_progress_bar_id = None
         self.reset_dataloader_idx_tracker()
 
-    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._start(trainer)
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         if self.progress is None:
             return
         self.train_progress_bar_id = self._task(self.train_progress_bar_id, self.total_train_batches,
                                                 f"Epoch {trainer.current_epoch}", keep=self._leave)
         self.progress.refresh()
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if self.progress is not None:
             self._move(self.train_progress_bar_id, batch_idx + 1, trainer, pl_module)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self.progress is not None:
             self._show_metrics(trainer, pl_module)
             self.progress.refresh()
 
-    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
         self._stop()
 
-    def on_validation_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._start(trainer)
 
-    def on_validation_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         if self.progress is None or not self.has_dataloader_changed(dataloader_idx):
             return
@@ -197,11 +198,11 @@ class RichProgressBar(RefreshingProgressBar):
         self.val_progress_bar_id = self._task(self.val_progress_bar_id, self.total_val_batches_current_dataloader,
                                               _label(label, dataloader_idx, counts))
 
-    def on_validation_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         self._move(self.val_progress_bar_id, batch_idx + 1)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.reset_dataloader_idx_tracker()
         if trainer.state.fn != "fit":
             self._stop()
@@ -211,46 +212,46 @@ class RichProgressBar(RefreshingProgressBar):
             self._show_metrics(trainer, pl_module)
             self.progress.refresh()
 
-    def on_test_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._start(trainer)
 
-    def on_test_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         if self.progress is not None and self.has_dataloader_changed(dataloader_idx):
             label = _label(self.test_description, dataloader_idx, trainer.num_test_batches)
             total = self.total_test_batches_current_dataloader
             self.test_progress_bar_id = self._task(self.test_progress_bar_id, total, label)
 
-    def on_test_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._move(self.test_progress_bar_id, batch_idx + 1)
 
-    def on_test_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.reset_dataloader_idx_tracker()
         self._stop()
 
-    def on_predict_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._start(trainer)
 
-    def on_predict_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         if self.progress is not None and self.has_dataloader_changed(dataloader_idx):
             self.predict_progress_bar_id = self._task(
                 self.predict_progress_bar_id, self.total_predict_batches_current_dataloader,
                 _label(self.predict_description, dataloader_idx, trainer.num_predict_batches))
 
-    def on_predict_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._move(self.predict_progress_bar_id, batch_idx + 1)
 
-    def on_predict_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.reset_dataloader_idx_tracker()
         self._stop()
 
-    def teardown(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         self._stop()
 
-    def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
         self._stop()
 
     def print(self, *args: Any, **kwargs: Any) -> None:

@@ -133,7 +133,7 @@ class TQDMProgressBar(RefreshingProgressBar):
                      _predict_progress_bar=None, _train_open=False, _shown_warning=None, _show=None)
         return state
 
-    def setup(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """As :meth:`ProgressBar.setup`; then choose bars or plain lines
         (:func:`~accelkit.callbacks.progress.tqdm_progress.plain_lines`) and, when bars are
         drawn, print warnings above them rather than inside their line."""
@@ -142,7 +142,7 @@ class TQDMProgressBar(RefreshingProgressBar):
         if self.is_enabled and not self._plain:
             self._route_warnings()
 
-    def teardown(self, trainer: "Trainer", pl_module: "Module", stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         """Give warnings back their own printing."""
         self._restore_warnings()
 
@@ -231,27 +231,27 @@ class TQDMProgressBar(RefreshingProgressBar):
                     leave=True, dynamic_ncols=True, file=self._stream, smoothing=0, bar_format=self.BAR_FORMAT)
 
     # ----------------------------------------------------------------- sanity check
-    def on_sanity_check_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: Module) -> None:
         self.val_progress_bar = self.init_sanity_tqdm()
         self.train_progress_bar = Tqdm(disable=True)  # a placeholder: training has not started
 
-    def on_sanity_check_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_sanity_check_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.val_progress_bar.close()
         self.train_progress_bar.close()
         self.reset_dataloader_idx_tracker()
 
     # ----------------------------------------------------------------- training
-    def on_train_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         self.train_progress_bar = self.init_train_tqdm()
         self._train_open = True
 
-    def on_train_epoch_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not self._train_open:  # leave=True closed the last epoch's bar: a new line for this epoch
             self.train_progress_bar = self.init_train_tqdm()
             self._train_open = True
         _restart(self.train_progress_bar, self.total_train_batches, f"Epoch {trainer.current_epoch}")
 
-    def on_train_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any,
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         bar = self._train_progress_bar
         count = self._train_batches = batch_idx + 1
@@ -262,7 +262,7 @@ class TQDMProgressBar(RefreshingProgressBar):
             return
         self._advance(bar, count, trainer, pl_module)
 
-    def on_train_epoch_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         bar = self.train_progress_bar
         if not bar.disable:
             bar.set_postfix(self.get_metrics(trainer, pl_module))
@@ -273,18 +273,18 @@ class TQDMProgressBar(RefreshingProgressBar):
             bar.close()
             self._train_open = False
 
-    def on_train_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self._train_open:
             self.train_progress_bar.close()
             self._train_open = False
 
     # ----------------------------------------------------------------- validation
-    def on_validation_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._batches = 0
         if not trainer.sanity_checking:
             self.val_progress_bar = self.init_validation_tqdm()
 
-    def on_validation_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         if self.has_dataloader_changed(dataloader_idx):
             label = self.sanity_check_description if trainer.sanity_checking else self.validation_description
@@ -292,11 +292,11 @@ class TQDMProgressBar(RefreshingProgressBar):
                      self._label(label, dataloader_idx, trainer.num_sanity_val_batches if trainer.sanity_checking
                                  else trainer.num_val_batches))
 
-    def on_validation_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
         self._move(self._val_progress_bar, batch_idx + 1)
 
-    def on_validation_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self._train_open and trainer.state.fn == "fit":  # the training bar shows the validation's metrics
             self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
         self.val_progress_bar.close()
@@ -305,45 +305,45 @@ class TQDMProgressBar(RefreshingProgressBar):
             self._evaluation_line(self.validation_description)
 
     # ----------------------------------------------------------------- test and prediction
-    def on_test_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._batches = 0
         self.test_progress_bar = self.init_test_tqdm()
 
-    def on_test_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         if self.has_dataloader_changed(dataloader_idx):
             _restart(self.test_progress_bar, self.total_test_batches_current_dataloader,
                      self._label(self.test_description, dataloader_idx, trainer.num_test_batches))
 
-    def on_test_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_test_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
         self._move(self._test_progress_bar, batch_idx + 1)
 
-    def on_test_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_test_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.test_progress_bar.close()
         self.reset_dataloader_idx_tracker()
         self._evaluation_line(self.test_description)
 
-    def on_predict_start(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._batches = 0
         self.predict_progress_bar = self.init_predict_tqdm()
 
-    def on_predict_batch_start(self, trainer: "Trainer", pl_module: "Module", batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         if self.has_dataloader_changed(dataloader_idx):
             _restart(self.predict_progress_bar, self.total_predict_batches_current_dataloader,
                      self._label(self.predict_description, dataloader_idx, trainer.num_predict_batches))
 
-    def on_predict_batch_end(self, trainer: "Trainer", pl_module: "Module", outputs: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
         self._move(self._predict_progress_bar, batch_idx + 1)
 
-    def on_predict_end(self, trainer: "Trainer", pl_module: "Module") -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.predict_progress_bar.close()
         self.reset_dataloader_idx_tracker()
         self._evaluation_line(self.predict_description)
 
-    def on_exception(self, trainer: "Trainer", pl_module: "Module", exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
         """Close the open bars, so that what reports the error starts on a line of its own."""
         for bar in (self._val_progress_bar, self._test_progress_bar, self._predict_progress_bar,
                     self._train_progress_bar):
@@ -371,7 +371,7 @@ class TQDMProgressBar(RefreshingProgressBar):
         if not bar.disable and (count % self._refresh_rate == 0 or count == bar.total):
             bar.update(count - bar.n)
 
-    def _advance(self, bar: Any, count: int, trainer: "Trainer", pl_module: "Module") -> None:
+    def _advance(self, bar: Any, count: int, trainer: Trainer, pl_module: Module) -> None:
         """The training bar to ``count`` batches through tqdm's ``update``, which redraws the line when
         ``mininterval`` seconds passed since the last draw; the metrics are refreshed first when it will."""
         if time.time() - bar.last_print_t >= bar.mininterval:

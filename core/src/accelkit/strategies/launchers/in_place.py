@@ -3,7 +3,8 @@ the processes an external launcher such as torchrun or srun started (:class:`Ext
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from accelkit.strategies.launchers import interrupt
 from accelkit.strategies.launchers.base import Launcher

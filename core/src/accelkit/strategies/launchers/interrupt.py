@@ -18,7 +18,8 @@ import contextlib
 import signal
 import sys
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 #: slots of the shared block: [requested (0/1), stop at step, signal number, step of worker 0, worker 1, ...]
 _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3

@@ -11,8 +11,9 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -23,7 +24,6 @@ from accelkit.strategies.launchers.base import Launcher
 from accelkit.strategies.launchers.workers import WorkerProcesses
 from accelkit.utilities.pickling import pickling_failure
 from accelkit.utilities.processes import process_alive
-
 
 #: seconds past the collective timeout a worker may stay stopped before the launch ends (its peers fail at the
 #: timeout; this ends the launch should they not)

@@ -22,7 +22,8 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from accelkit.utilities.processes import process_stopped
 

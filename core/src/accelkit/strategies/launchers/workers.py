@@ -28,9 +28,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from accelkit.errors import WorkerError
 from accelkit.utilities.processes import process_stopped
