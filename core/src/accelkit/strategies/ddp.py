@@ -374,8 +374,8 @@ def _still_waiting(strategy: Any, env: Any, waited: float) -> None:
     print(f"accelkit: rank {strategy.global_rank} has waited {waited:.0f} s for all {strategy.world_size} processes "
           f"to join at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). If no launcher "
           "started the other processes, the variables are stale: unset RANK, WORLD_SIZE, LOCAL_RANK (and "
-          "SLURM_*/OMPI_* when not inside such a job), or use strategy='ddp_spawn'. It gives up after the collective timeout "
-          "(Trainer(collective_timeout=...)).", file=sys.stderr, flush=True)
+          "SLURM_*/OMPI_* when not inside such a job), or use strategy='ddp_spawn'. It gives up after the collective "
+          "timeout (Trainer(collective_timeout=...)).", file=sys.stderr, flush=True)
 
 
 def find_free_port() -> int:
