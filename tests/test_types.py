@@ -36,3 +36,19 @@ def test_the_core_type_checks():
     done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"mypy found errors:\n{done.stdout}{done.stderr}"
     assert "Success: no issues found" in done.stdout
+
+
+@pytest.mark.slow
+@requires_mypy
+def test_a_read_of_an_attribute_the_trainer_lacks_is_a_type_error(tmp_path):
+    """The Trainer's ``__getattr__`` (a sentence for a name it lacks, at run time) is hidden from the checker, so a
+    misspelt ``trainer.X`` in the core (or in a user's typed code) is an error, not a silent ``Any``."""
+    user = tmp_path / "user_code.py"
+    user.write_text("import accelkit\n\n\ndef epoch(trainer: accelkit.Trainer) -> int:\n"
+                    "    return trainer.curent_epoch + trainer.current_epoch\n")
+    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
+                           "--cache-dir", str(ROOT / ".mypy_cache"), str(user)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert '"Trainer" has no attribute "curent_epoch"' in done.stdout, done.stdout
+    assert "current_epoch\"" not in done.stdout.replace('"curent_epoch"', "")  # the real name type-checks

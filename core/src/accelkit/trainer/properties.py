@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from accelkit.loops.state import RunState, TrainerState
+    from accelkit.plugins.compose import Composition
     from accelkit.trainer.trainer import Trainer
 
 
@@ -37,9 +38,17 @@ class _AcceleratorConnectorView:
 class TrainerProperties:
     """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers)."""
 
+    # set by Trainer.__init__; declared so that the type checker knows what the properties read
     run_state: RunState
+    _composition: Composition
+    accumulate_grad_batches: int
+    callbacks: list[Any]
+    default_root_dir: Path
+    limits: dict[str, int | float | None]
+    max_epochs: int | None
+    max_steps: int
 
-    def __getattr__(self, name: str) -> Any:
+    def _missing_attribute(self, name: str) -> Any:
         """Only reached for a name the Trainer lacks: fail with a sentence naming it (a callback written for Lightning
         may ask for Lightning's private parts) rather than a bare ``AttributeError``."""
         if name.startswith("__"):
@@ -55,6 +64,9 @@ class TrainerProperties:
         hint = f"; did you mean {close[0]!r}?" if close else " (see the Trainer's attributes in " \
                                                               "docs/migrating-from-lightning.rst)"
         raise AttributeError(f"accelkit's Trainer has no attribute {name!r}{hint}")
+
+    if not TYPE_CHECKING:  # hidden from the type checker, which then checks every read of a Trainer attribute
+        __getattr__ = _missing_attribute
 
     @property
     def _accelerator_connector(self) -> Any:
