@@ -81,8 +81,30 @@ def test_csv_first_write_replaces_a_former_runs_file(tmp_path):
     for value in (1.0, 2.0):
         logger = CSVLogger(tmp_path, version=0)
         logger.log_metrics({"v": value}, step=0)
-        logger.save()
+        if value == 1.0:
+            logger.save()
+        else:
+            with pytest.warns(UserWarning, match=r"metrics.csv of a former run in version 0 is replaced"):
+                logger.save()
     assert [r["v"] for r in read_csv(logger.metrics_file)] == ["2.0"]
+
+
+def test_csv_keeps_the_rows_an_earlier_stage_of_the_run_wrote_from_another_process(tmp_path):
+    """Under ddp_spawn the fit and the test after it write from two workers, each with a copy of the logger made
+    before its folder had a file: the test's first write keeps the fit's rows and columns (it replaced them)."""
+    logger = CSVLogger(tmp_path)
+    assert logger.version == 0  # claimed by the Trainer before the workers start
+    fit_worker = pickle.loads(pickle.dumps(logger))
+    fit_worker.log_metrics({"train_loss": 0.5}, step=0)
+    fit_worker.log_metrics({"val_loss": 0.4}, step=1)
+    fit_worker.save()
+    test_worker = pickle.loads(pickle.dumps(logger))
+    test_worker.log_metrics({"test_loss": 0.3}, step=1)
+    test_worker.save()
+    rows = read_csv(logger.metrics_file)
+    assert list(rows[0]) == ["step", "train_loss", "val_loss", "test_loss"]
+    assert [(r["train_loss"], r["val_loss"], r["test_loss"]) for r in rows] == [
+        ("0.5", "", ""), ("", "0.4", ""), ("", "", "0.3")]
 
 
 def test_csv_hyperparameters(tmp_path):

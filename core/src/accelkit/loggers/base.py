@@ -171,6 +171,7 @@ class VersionedLogger(Logger):
         self._save_dir = os.fspath(save_dir)
         self._name = name or ""
         self._version = version
+        self._own_folder = False  # the folder was claimed for this logger's run (not a version given by the user)
 
     @property
     def name(self) -> str:
@@ -184,11 +185,21 @@ class VersionedLogger(Logger):
         them, and a run of several processes takes global rank zero's, so every process agrees.)"""
         if self._version is None:
             self._version = claim_version(self.root_dir)
+            self._own_folder = True
         return self._version
 
     @version.setter
     def version(self, value: int | str) -> None:
+        # set by the Trainer to the folder another logger (or global rank zero) of the same run claimed
         self._version = value
+        self._own_folder = True
+
+    @property
+    def folder_of_this_run(self) -> bool:
+        """Whether :meth:`version_dir` was claimed for this logger's run (a new ``version_<n>`` folder, or the one
+        another logger of the run claimed), so that what is in it was written by this run (an earlier stage, in
+        another process); ``False`` for a ``version`` given to the logger, whose folder a former run may have used."""
+        return self._own_folder
 
     @property
     def version_claimed(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
+import warnings
 from argparse import Namespace
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,8 +31,10 @@ class CSVLogger(VersionedLogger):
     ``lightning_logs``.
 
     Rows are buffered and appended to the file every ``flush_logs_every_n_steps`` steps and by :meth:`save`; when
-    a metric name appears that the file has no column for, the file is rewritten with the wider header. The
-    first write of a logger replaces any ``metrics.csv`` a former run left in the same directory.
+    a metric name appears that the file has no column for, the file is rewritten with the wider header. The rows
+    of an earlier stage of the same run are kept (a ``test`` after a ``fit`` under ``ddp_spawn``, whose stages write
+    from different processes); a ``metrics.csv`` a former run left in a folder given by ``version`` is replaced,
+    with a warning, as Lightning does.
 
     :param save_dir: the root directory (the Trainer's ``default_root_dir``).
     :param name: sub-directory for this experiment; an empty string puts versions directly in ``save_dir``.
@@ -138,10 +141,7 @@ class CSVLogger(VersionedLogger):
             with open(path, "a", newline="") as handle:
                 csv.DictWriter(handle, fieldnames=self._columns).writerows(self._pending)
         else:
-            old: list[dict[str, str]] = []
-            if self._written_columns is not None and path.is_file():
-                with open(path, newline="") as handle:
-                    old = list(csv.DictReader(handle))
+            old = self._rows_to_keep(path)
             tmp = path.with_suffix(".csv.tmp")
             with open(tmp, "w", newline="") as handle:
                 writer = csv.DictWriter(handle, fieldnames=self._columns)
@@ -151,4 +151,23 @@ class CSVLogger(VersionedLogger):
             os.replace(tmp, path)
             self._written_columns = list(self._columns)
         self._pending.clear()
+
+    def _rows_to_keep(self, path: Path) -> list[dict[str, str]]:
+        """The rows of an existing ``metrics.csv`` that a rewrite keeps (their columns join :attr:`_columns` first):
+        those this logger wrote, and at its first write those of an earlier stage of the same run (a ``fit`` whose
+        rows a spawned worker wrote, before the ``test`` of another worker). A file in a folder given by ``version``
+        belongs to a former run: it is replaced, with a warning, as Lightning does."""
+        if not path.is_file():
+            return []
+        if self._written_columns is None and not self.folder_of_this_run:
+            warnings.warn(f"CSVLogger: {path} of a former run in version {self.version!r} is replaced by this run's "
+                          f"metrics; give another version (or none, for a new version_<n> folder) to keep it",
+                          UserWarning, stacklevel=4)
+            return []
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            old = list(reader)
+            header = list(reader.fieldnames or [])
+        self._columns = header + [c for c in self._columns if c not in header]
+        return old
 
