@@ -7,7 +7,6 @@ in), and reads the class-path form the ``accelkit`` command saves.
 from __future__ import annotations
 
 import os
-import runpy
 import subprocess
 import sys
 import textwrap
@@ -17,6 +16,8 @@ import pytest
 import yaml
 
 pytest.importorskip("jsonargparse")
+
+from helpers.cli_runs import run_here  # noqa: E402
 
 MODELS = textwrap.dedent('''
     import torch
@@ -127,29 +128,6 @@ def accelkit_command(*words: str) -> list[str]:
     return [sys.executable, "-m", "accelkit.cli", *words]
 
 
-def run_here(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, command: str,
-             *argv: str) -> str:
-    """Run a stage in this process, from the project's folder, as ``python main.py ...`` (``command="script"``: the
-    script itself, run as ``__main__``) or ``accelkit ...`` (``"accelkit"``: the command's entry point) would; its
-    stdout. A second interpreter would only add its start-up (the fit before it proved the script runs as a
-    program); what is tested is that the saved file drives the stage."""
-    capsys.readouterr()
-    with monkeypatch.context() as patch:
-        patch.chdir(project)
-        patch.syspath_prepend(str(project))
-        try:
-            if command == "script":
-                patch.setattr(sys, "argv", ["main.py", *argv])
-                runpy.run_path(str(project / "main.py"), run_name="__main__")
-            else:
-                from accelkit.cli.main import main
-
-                assert main(list(argv)) == 0, capsys.readouterr()
-        finally:
-            sys.modules.pop("models", None)  # the project's module, imported from its folder: not for later tests
-    return capsys.readouterr().out
-
-
 def metric(output: str, name: str) -> float:
     for line in output.splitlines():
         if line.strip().startswith(name):
@@ -173,11 +151,14 @@ def test_a_fit_config_saved_by_a_fixed_class_cli_drives_every_stage_of_both_comm
     assert config["data"]["class_path"] == "models.Blobs" and config["data"]["init_args"]["batch_size"] == 12
     checkpoint = ["--ckpt_path", "run/ckpt/last.ckpt"]
     results = {}
-    for command in ("script", "accelkit"):
-        validated = run_here(project, monkeypatch, capsys, command, "validate", "--config", str(saved), *checkpoint)
-        tested = run_here(project, monkeypatch, capsys, command, "test", "--config", str(saved), *checkpoint)
-        run_here(project, monkeypatch, capsys, command, "predict", "--config", str(saved), *checkpoint)
-        results[command] = (metric(validated, "val_loss"), metric(tested, "test_acc"))
+    # the later stages run in this process (helpers.cli_runs): the fit above started the script as a program
+    for name, script in (("script", "main.py"), ("accelkit", None)):
+        stages = {}
+        for stage in ("validate", "test", "predict"):
+            done = run_here(project, monkeypatch, capsys, stage, "--config", str(saved), *checkpoint, script=script)
+            assert done.returncode == 0, f"{name} {stage}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+            stages[stage] = done.stdout
+        results[name] = (metric(stages["validate"], "val_loss"), metric(stages["test"], "test_acc"))
     assert results["script"] == results["accelkit"], results  # the same model and data through both commands
 
 
@@ -188,9 +169,10 @@ def test_a_fit_config_saved_by_the_accelkit_command_drives_a_fixed_class_cli(pro
                                    "--model.hidden", "12"))
     saved = saved_config(project)
     assert yaml.safe_load(saved.read_text())["model"]["class_path"] == "models.Net"
-    tested = run_here(project, monkeypatch, capsys, "script", "test", "--config", str(saved), "--ckpt_path",
-                      "run/ckpt/last.ckpt")
-    assert 0.0 <= metric(tested, "test_acc") <= 1.0, tested
+    tested = run_here(project, monkeypatch, capsys, "test", "--config", str(saved), "--ckpt_path", "run/ckpt/last.ckpt",
+                      script="main.py")  # in this process: the fit above started the accelkit command as a program
+    assert tested.returncode == 0, tested.stderr[-4000:]
+    assert 0.0 <= metric(tested.stdout, "test_acc") <= 1.0, tested.stdout
 
 
 def test_a_fixed_class_cli_refuses_a_config_naming_another_class(project):
