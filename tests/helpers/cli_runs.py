@@ -9,6 +9,7 @@ torch import each.
 
 from __future__ import annotations
 
+import os
 import runpy
 import sys
 from dataclasses import dataclass
@@ -30,13 +31,18 @@ def run_here(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
              script: str | None = None, forget: tuple[str, ...] = ("models",)) -> Done:
     """Run ``accelkit *argv`` (or, with ``script``, ``python <script> *argv``) in this process from ``project``,
     with ``project`` first on ``sys.path`` as for a program started there. The modules named in ``forget`` (the
-    project's own, imported from its folder) are dropped afterwards, so later tests import theirs afresh."""
+    project's own, imported from its folder) are dropped afterwards, so later tests import theirs afresh, and the
+    files the command imported as modules (``path/to/file.py:Class``) are forgotten by the command."""
+    from accelkit.cli.class_paths import FILE_MODULES
+
     capsys.readouterr()
     code = 0
+    file_modules = dict(FILE_MODULES)  # the files this run imports as modules are this run's alone
     with monkeypatch.context() as patch:
         patch.chdir(project)
         patch.syspath_prepend(str(project))
-        patch.delenv("PYTHONPATH", raising=False)
+        for name in [name for name in os.environ if name.startswith("ACCELKIT_")] + ["PYTHONPATH"]:
+            patch.delenv(name, raising=False)  # as the tests' child processes are started
         try:
             if script is None:
                 from accelkit.cli.main import main
@@ -52,5 +58,7 @@ def run_here(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
         finally:
             for name in forget:
                 sys.modules.pop(name, None)
+            FILE_MODULES.clear()
+            FILE_MODULES.update(file_modules)
     out, err = capsys.readouterr()
     return Done(code, out, err)
