@@ -31,13 +31,18 @@ def run_here(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
              script: str | None = None, forget: tuple[str, ...] = ("models",)) -> Done:
     """Run ``accelkit *argv`` (or, with ``script``, ``python <script> *argv``) in this process from ``project``,
     with ``project`` first on ``sys.path`` as for a program started there. The modules named in ``forget`` (the
-    project's own, imported from its folder) are dropped afterwards, so later tests import theirs afresh, and the
-    files the command imported as modules (``path/to/file.py:Class``) are forgotten by the command."""
+    project's own, imported from its folder) are dropped before and after, so this run and later tests import
+    theirs afresh, and the files the command imports as modules (``path/to/file.py:Class``) are its own."""
     from accelkit.cli.class_paths import FILE_MODULES
 
     capsys.readouterr()
     code = 0
-    file_modules = dict(FILE_MODULES)  # the files this run imports as modules are this run's alone
+    # as in a fresh interpreter: neither the project's modules nor files imported as modules by earlier runs (an
+    # earlier test's ``models.py``) are known; the record of the latter is put back afterwards
+    file_modules = dict(FILE_MODULES)
+    FILE_MODULES.clear()
+    for name in forget:
+        sys.modules.pop(name, None)
     with monkeypatch.context() as patch:
         patch.chdir(project)
         patch.syspath_prepend(str(project))
