@@ -14,6 +14,7 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
+from helpers.cli_runs import run_here  # noqa: E402
 from helpers.summary_lines import last_checkpoint  # noqa: E402
 
 MODELS = textwrap.dedent('''
@@ -141,7 +142,7 @@ def metrics(path: Path) -> list[dict[str, str]]:
 
 # ------------------------------------------------------------------- a LightningCLI script, imports changed
 @pytest.mark.slow  # fits in a fresh interpreter
-def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project):
+def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project, monkeypatch, capsys):
     fit = run(project, "main.py", "fit", "--config", "run.yaml")
     assert fit.returncode == 0, fit.stderr
     saved = project / "run" / "lightning_logs" / "version_0" / "config.yaml"
@@ -158,18 +159,22 @@ def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project
     assert any(r.get("lr-Adam") for r in rows), "LearningRateMonitor saw the configured Adam"
     assert (project / "run" / "ckpt" / "last.ckpt").exists()
 
-    test = run(project, "main.py", "test", "--config", str(saved), "--ckpt_path", "run/ckpt/last.ckpt")
+    # in this process (helpers.cli_runs): the fit above started the script as a program
+    test = run_here(project, monkeypatch, capsys, "test", "--config", str(saved), "--ckpt_path", "run/ckpt/last.ckpt",
+                    script="main.py")
     assert test.returncode == 0, test.stderr
     assert "test_acc" in test.stdout
 
 
-@pytest.mark.slow  # fits in a fresh interpreter
-def test_the_saved_config_repeats_the_run(project):
-    first = run(project, "main.py", "fit", "--config", "run.yaml")
+@pytest.mark.slow  # two fits
+def test_the_saved_config_repeats_the_run(project, monkeypatch, capsys):
+    # both in this process (helpers.cli_runs; the test above starts the script as a program): the same
+    # interpreter for both runs, so that only the configuration could make them differ
+    first = run_here(project, monkeypatch, capsys, "fit", "--config", "run.yaml", script="main.py")
     assert first.returncode == 0, first.stderr
     (project / "run").rename(project / "first")
     saved = next((project / "first").rglob("config.yaml"))
-    again = run(project, "main.py", "fit", "--config", str(saved))
+    again = run_here(project, monkeypatch, capsys, "fit", "--config", str(saved), script="main.py")
     assert again.returncode == 0, again.stderr
     first_rows = metrics(next((project / "first").rglob("metrics.csv")))
     second_rows = metrics(next((project / "run").rglob("metrics.csv")))
@@ -177,12 +182,15 @@ def test_the_saved_config_repeats_the_run(project):
     assert len(losses) == 3 and losses == [r["val_loss"] for r in second_rows if r.get("val_loss")]
 
 
-@pytest.mark.slow  # fits in a fresh interpreter
-def test_print_config_round_trips(project):
-    printed = run(project, "main.py", "fit", "--config", "run.yaml", "--model.lr", "0.5", "--print_config")
+@pytest.mark.slow  # two runs of the script, each building its parser of every Trainer argument
+def test_print_config_round_trips(project, monkeypatch, capsys):
+    # in this process (helpers.cli_runs): printing parses and builds the parser only
+    printed = run_here(project, monkeypatch, capsys, "fit", "--config", "run.yaml", "--model.lr", "0.5",
+                       "--print_config", script="main.py")
     assert printed.returncode == 0, printed.stderr
     (project / "printed.yaml").write_text(printed.stdout)
-    again = run(project, "main.py", "fit", "--config", "printed.yaml", "--print_config")
+    again = run_here(project, monkeypatch, capsys, "fit", "--config", "printed.yaml", "--print_config",
+                     script="main.py")
     assert again.returncode == 0, again.stderr
     assert again.stdout == printed.stdout
     assert yaml.safe_load(printed.stdout)["model"]["lr"] == 0.5
@@ -254,7 +262,7 @@ def test_a_lightning_class_without_counterpart_names_ours(project):
 
 # ------------------------------------------------------------------- the accelkit command
 @pytest.mark.slow  # fits in a fresh interpreter
-def test_accelkit_fit_config_with_file_targets_then_validate(project):
+def test_accelkit_fit_config_with_file_targets_then_validate(project, monkeypatch, capsys):
     (project / "plain.yaml").write_text(textwrap.dedent('''
         trainer: {accelerator: cpu, max_epochs: 2, enable_progress_bar: false, default_root_dir: out,
                   logger: [csv, tensorboard]}
@@ -272,8 +280,9 @@ def test_accelkit_fit_config_with_file_targets_then_validate(project):
     assert saved["trainer"]["logger"] == ["csv", "tensorboard"]
     assert list(version.glob("events.out.tfevents*")) and (version / "metrics.csv").is_file()
     assert last_checkpoint(done.stdout) == str(version / "checkpoints" / "last.ckpt")
-    validate = run(project, "-m", "accelkit.cli", "validate", "--config", "out/lightning_logs/version_0/config.yaml",
-                   "--ckpt_path", "out/lightning_logs/version_0/checkpoints/last.ckpt")
+    # in this process (helpers.cli_runs): the fit above started the command as a program
+    validate = run_here(project, monkeypatch, capsys, "validate", "--config", "out/lightning_logs/version_0/config.yaml",
+                        "--ckpt_path", "out/lightning_logs/version_0/checkpoints/last.ckpt")
     assert validate.returncode == 0, validate.stderr
     assert "val_loss" in validate.stdout
 
@@ -576,8 +585,8 @@ def test_command_line_words_translate_whole_class_paths_only():
 
 
 # ------------------------------------------------------------------- one fit command, configurations that load back
-def printed_config(cwd: Path, *argv: str) -> str:
-    done = run(cwd, "-m", "accelkit.cli", *argv, "--print_config")
+def printed_config(cwd: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> str:
+    done = run_here(cwd, monkeypatch, capsys, *argv, "--print_config", forget=("models", "nets"))
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -588,19 +597,20 @@ def reported(stdout: str, what: str) -> str:
     return line.split(what, 1)[1].split(" (")[0].strip()
 
 
-@pytest.mark.slow  # five commands in fresh interpreters
+@pytest.mark.slow  # a fit in a fresh interpreter, four commands in this process
 @pytest.mark.parametrize("model, data, written", [
     ("lib/nets.py:Net", "lib/nets.py:Blobs", "lib/nets.py:Net"),  # a file outside the current folder: kept as a file
     ("models:Net", "models.Blobs", "models.Net"),  # importable from here: a dotted class path
 ])
-def test_print_config_then_config_then_test_config_round_trip(project, model, data, written):
+def test_print_config_then_config_then_test_config_round_trip(project, monkeypatch, capsys, model, data, written):
     (project / "lib").mkdir()
     (project / "lib" / "nets.py").write_text(MODELS)
-    first = printed_config(project, "fit", model, "--data", data, "--accelerator", "cpu", "--init", "hidden=6",
-                           "--no-progress-bar")
+    # printing, the test and the refusal run in this process (helpers.cli_runs); the fit starts the command
+    first = printed_config(project, monkeypatch, capsys, "fit", model, "--data", data, "--accelerator", "cpu",
+                           "--init", "hidden=6", "--no-progress-bar")
     assert yaml.safe_load(first)["model"]["class_path"] == written
     (project / "printed.yaml").write_text(first)
-    assert printed_config(project, "fit", "--config", "printed.yaml") == first  # loads back unchanged
+    assert printed_config(project, monkeypatch, capsys, "fit", "--config", "printed.yaml") == first  # loads back
     fit = run(project, "-m", "accelkit.cli", "fit", "--config", "printed.yaml")
     assert fit.returncode == 0, fit.stderr
     saved_path = reported(fit.stdout, "configuration saved to")
@@ -609,10 +619,11 @@ def test_print_config_then_config_then_test_config_round_trip(project, model, da
     assert saved["trainer"]["max_epochs"] == 20 and saved["seed_everything"] == 0
     assert saved["model"] == {"class_path": written, "init_args": {"hidden": 6, "lr": 0.05}}
     assert "accelkit: held-out test_acc = " in fit.stdout
-    test = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path",
-               last_checkpoint(fit.stdout))
+    test = run_here(project, monkeypatch, capsys, "test", "--config", saved_path, "--ckpt_path",
+                    last_checkpoint(fit.stdout), forget=("models", "nets"))
     assert test.returncode == 0 and "test_acc" in test.stdout, test.stderr
-    missing = run(project, "-m", "accelkit.cli", "test", "--config", saved_path, "--ckpt_path", "nope.ckpt")
+    missing = run_here(project, monkeypatch, capsys, "test", "--config", saved_path, "--ckpt_path", "nope.ckpt",
+                       forget=("models", "nets"))
     assert missing.returncode != 0 and missing.stderr.splitlines() == [
         f"accelkit: error: --ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint "
         "file, a sharded checkpoint folder, 'last' or 'best'"], missing.stderr

@@ -18,6 +18,7 @@ import torch
 import yaml
 from accelkit.checkpoint import load
 from accelkit.loggers import CSVLogger, RunFolder, TensorBoardLogger, claim_version, default_logger
+from helpers.cli_runs import Done, run_here
 from helpers.models import RegressionModule
 from helpers.summary_lines import last_checkpoint
 
@@ -228,35 +229,44 @@ def _accelkit(cwd: Path, *words: str) -> subprocess.CompletedProcess:
                           timeout=300, env=env)
 
 
-def _reported(done: subprocess.CompletedProcess) -> Path:
+def _here(cwd: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *words: str) -> Done:
+    """``accelkit *words`` in this process (helpers.cli_runs), as :func:`_accelkit` starts it."""
+    for name in [name for name in os.environ if name.startswith("MLFLOW_")]:
+        monkeypatch.delenv(name)
+    return run_here(cwd, monkeypatch, capsys, *words, forget=("digits",))
+
+
+def _reported(done: subprocess.CompletedProcess | Done) -> Path:
     assert done.returncode == 0, done.stderr[-3000:]
     return Path(last_checkpoint(done.stdout))
 
 
-@pytest.mark.slow  # three fits in fresh interpreters
-def test_cli_file_form_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path):
+@pytest.mark.slow  # three fits, the first in a fresh interpreter
+def test_cli_file_form_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path, monkeypatch, capsys):
     common = ("--max-epochs", "1", "--no-progress-bar", "--no-test", "--accelerator", "cpu")
     first = _reported(_accelkit(tmp_path, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
-    second = _reported(_accelkit(tmp_path, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
+    # the later runs in this process (helpers.cli_runs): the first started the command as a program
+    second = _reported(_here(tmp_path, monkeypatch, capsys, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
     assert first == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt" and first.is_file()
     assert second == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt" and second.is_file()
     words = ("fit", f"{EXAMPLE}:DigitsClassifier", "--max-epochs", "2", "--no-progress-bar", "--no-test",
              "--accelerator", "cpu", "--ckpt-path", "last")
-    third = _reported(_accelkit(tmp_path, *words))
+    third = _reported(_here(tmp_path, monkeypatch, capsys, *words))
     assert third == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
     assert load(third)["global_step"] == 2 * load(second)["global_step"]
 
 
-@pytest.mark.slow  # three fits in fresh interpreters
-def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tmp_path):
+@pytest.mark.slow  # three fits, one in a fresh interpreter
+def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tmp_path, monkeypatch, capsys):
     pytest.importorskip("mlflow")
     pytest.importorskip("tensorboard")
     reported = []
     for logger in ("csv", "tensorboard", "mlflow"):
-        done = _accelkit(tmp_path, "fit", "--model", f"{EXAMPLE}:DigitsClassifier", "--trainer.accelerator", "cpu",
-                         "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-                         "--trainer.limit_val_batches", "1", "--trainer.enable_progress_bar", "false",
-                         "--trainer.logger", logger)
+        words = ("fit", "--model", f"{EXAMPLE}:DigitsClassifier", "--trainer.accelerator", "cpu",
+                 "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+                 "--trainer.enable_progress_bar", "false", "--trainer.logger", logger)
+        # csv and tensorboard in this process (helpers.cli_runs); mlflow, whose client keeps global state, in its own
+        done = _accelkit(tmp_path, *words) if logger == "mlflow" else _here(tmp_path, monkeypatch, capsys, *words)
         reported.append(_reported(done))
     versions = sorted((tmp_path / "lightning_logs").iterdir())
     assert [v.name for v in versions] == ["version_0", "version_1", "version_2"]

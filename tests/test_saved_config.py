@@ -17,6 +17,8 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
+from helpers.cli_runs import run_here  # noqa: E402
+
 MODELS = textwrap.dedent('''
     import torch
     from torch import nn
@@ -140,7 +142,7 @@ def saved_config(project: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_fit_config_saved_by_a_fixed_class_cli_drives_every_stage_of_both_commands(project):
+def test_a_fit_config_saved_by_a_fixed_class_cli_drives_every_stage_of_both_commands(project, monkeypatch, capsys):
     run(project, sys.executable, "main.py", "fit", "--config", "run.yaml")
     saved = saved_config(project)
     config = yaml.safe_load(saved.read_text())
@@ -149,22 +151,28 @@ def test_a_fit_config_saved_by_a_fixed_class_cli_drives_every_stage_of_both_comm
     assert config["data"]["class_path"] == "models.Blobs" and config["data"]["init_args"]["batch_size"] == 12
     checkpoint = ["--ckpt_path", "run/ckpt/last.ckpt"]
     results = {}
-    for name, command in (("script", [sys.executable, "main.py"]), ("accelkit", accelkit_command())):
-        validated = run(project, *command, "validate", "--config", str(saved), *checkpoint).stdout
-        tested = run(project, *command, "test", "--config", str(saved), *checkpoint).stdout
-        run(project, *command, "predict", "--config", str(saved), *checkpoint)
-        results[name] = (metric(validated, "val_loss"), metric(tested, "test_acc"))
+    # the later stages run in this process (helpers.cli_runs): the fit above started the script as a program
+    for name, script in (("script", "main.py"), ("accelkit", None)):
+        stages = {}
+        for stage in ("validate", "test", "predict"):
+            done = run_here(project, monkeypatch, capsys, stage, "--config", str(saved), *checkpoint, script=script)
+            assert done.returncode == 0, f"{name} {stage}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+            stages[stage] = done.stdout
+        results[name] = (metric(stages["validate"], "val_loss"), metric(stages["test"], "test_acc"))
     assert results["script"] == results["accelkit"], results  # the same model and data through both commands
 
 
 @pytest.mark.slow
-def test_a_fit_config_saved_by_the_accelkit_command_drives_a_fixed_class_cli(project):
+def test_a_fit_config_saved_by_the_accelkit_command_drives_a_fixed_class_cli(project, monkeypatch, capsys):
     # the script links model.hidden to data.batch_size (12): the command, which has no link, is given the same
     run(project, *accelkit_command("fit", "--model", "models:Net", "--data", "models:Blobs", "--config", "run.yaml",
                                    "--model.hidden", "12"))
     saved = saved_config(project)
     assert yaml.safe_load(saved.read_text())["model"]["class_path"] == "models.Net"
-    run(project, sys.executable, "main.py", "test", "--config", str(saved), "--ckpt_path", "run/ckpt/last.ckpt")
+    tested = run_here(project, monkeypatch, capsys, "test", "--config", str(saved), "--ckpt_path", "run/ckpt/last.ckpt",
+                      script="main.py")  # in this process: the fit above started the accelkit command as a program
+    assert tested.returncode == 0, tested.stderr[-4000:]
+    assert 0.0 <= metric(tested.stdout, "test_acc") <= 1.0, tested.stdout
 
 
 def test_a_fixed_class_cli_refuses_a_config_naming_another_class(project):
