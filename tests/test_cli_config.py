@@ -281,7 +281,8 @@ def test_accelkit_fit_config_with_file_targets_then_validate(project, monkeypatc
     assert list(version.glob("events.out.tfevents*")) and (version / "metrics.csv").is_file()
     assert last_checkpoint(done.stdout) == str(version / "checkpoints" / "last.ckpt")
     # in this process (helpers.cli_runs): the fit above started the command as a program
-    validate = run_here(project, monkeypatch, capsys, "validate", "--config", "out/lightning_logs/version_0/config.yaml",
+    validate = run_here(project, monkeypatch, capsys, "validate",
+                        "--config", "out/lightning_logs/version_0/config.yaml",
                         "--ckpt_path", "out/lightning_logs/version_0/checkpoints/last.ckpt")
     assert validate.returncode == 0, validate.stderr
     assert "val_loss" in validate.stdout

@@ -27,9 +27,10 @@ pytestmark = pytest.mark.slow
 
 PAGES = ["README.md", "docs/quickstart.rst", "docs/tuner.rst", "docs/progress-bar.rst"]
 
-_RST_BLOCK = re.compile(r"(?:^\.\. needs: (?P<needs>[\w, ]+)\n\n)?^\.\. code-block:: python\n\n(?P<body>(?:    .*\n|\n)+)",
-                        re.MULTILINE)
-_MD_BLOCK = re.compile(r"(?:^<!-- needs: (?P<needs>[\w, ]+) -->\n)?^```python\n(?P<body>.*?)^```", re.MULTILINE | re.DOTALL)
+_RST_BLOCK = re.compile(r"(?:^\.\. needs: (?P<needs>[\w, ]+)\n\n)?"
+                        r"^\.\. code-block:: python\n\n(?P<body>(?:    .*\n|\n)+)", re.MULTILINE)
+_MD_BLOCK = re.compile(r"(?:^<!-- needs: (?P<needs>[\w, ]+) -->\n)?^```python\n(?P<body>.*?)^```",
+                       re.MULTILINE | re.DOTALL)
 _RST_SHELL = re.compile(r"::\n\n((?:    .*\n|\n)+)")
 _MD_SHELL = re.compile(r"^```bash\n(.*?)^```", re.MULTILINE | re.DOTALL)
 

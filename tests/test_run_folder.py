@@ -12,10 +12,11 @@ import sys
 import warnings
 from pathlib import Path
 
-import accelkit
 import pytest
 import torch
 import yaml
+
+import accelkit
 from accelkit.checkpoint import load
 from accelkit.loggers import CSVLogger, RunFolder, TensorBoardLogger, claim_version, default_logger
 from helpers.cli_runs import Done, run_here

@@ -178,9 +178,10 @@ def test_a_fit_config_saved_by_the_accelkit_command_drives_a_fixed_class_cli(pro
 def test_a_fixed_class_cli_refuses_a_config_naming_another_class(project):
     sys.path.insert(0, str(project))
     try:
+        from models import Blobs, Net
+
         from accelkit.cli import CLI
         from accelkit.cli.saved_config import ClassPathMismatch, accept_class_paths
-        from models import Blobs, Net
 
         given = {"model": {"class_path": "models.Net", "init_args": {"hidden": 3}}, "data": {"batch_size": 4}}
         assert accept_class_paths(given, {"model": Net, "data": Blobs}) == {"model": {"hidden": 3},
