@@ -26,6 +26,19 @@ ONE_PROCESS_ONLY = {"cli_yaml", "optuna_pruning", "user_audio_autoencoder", "use
                     "user_early_stopping_subclass", "user_epoch_mean_callback", "user_hydra_autoencoder", "user_lstm",
                     "user_plateau_classifier", "user_printing_callback"}
 DDP_SCRIPTS = [name for name in SCRIPTS if name not in ONE_PROCESS_ONLY]
+# Every DDP script runs on two processes with ddp_fork: the same strategy, samplers, collectives, rank-zero
+# decisions and result hand-back as ddp_spawn, with workers forked instead of started as fresh interpreters (a
+# ddp_spawn run of a script starts 5 launches of 2 interpreters, each importing torch: 70% of its time). What only a
+# spawned worker does - unpickle the Trainer, the module, the loaders and the callbacks, import the user's script
+# again - is run by these scripts on ddp_spawn too:
+SPAWN_SCRIPTS = [
+    "boring",  # Lightning's BoringModel: the whole stage sequence, pickled
+    "compiled",  # torch.compile's settings travel to spawned workers and the forward is compiled again there
+    "datamodule",  # a DataModule's prepare_data/setup per process, pickled
+    "lightning_callbacks",  # callbacks written for Lightning, pickled with their state
+    "tensorboard_logging",  # a logger's folder chosen before the start and writer state re-created in workers
+    "prediction_writer",  # a callback writing from every rank, its folder and state pickled to the workers
+]
 
 
 def test_the_suite_has_the_scripts_the_issue_asks_for() -> None:
@@ -77,6 +90,12 @@ def test_on_cpu(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", DDP_SCRIPTS)
+def test_on_ddp_fork(name: str, tmp_path: Path) -> None:
+    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_fork")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SPAWN_SCRIPTS)
 def test_on_ddp_spawn(name: str, tmp_path: Path) -> None:
     _run(name, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn")
 

@@ -199,3 +199,45 @@ def test_the_step_router_reaches_the_module_without_nn_module_getattr():
         sys.settrace(None)
     assert out == batch[0].sum()
     assert getattr_calls == [], getattr_calls
+
+
+NOTEBOOK_PROGRAM = '''
+import atexit, sys, torch
+sys.path.insert(0, {tests!r})
+import accelkit
+from helpers.models import RegressionModule
+
+class DefinedHere(RegressionModule):  # a class of __main__ with no file: what a notebook cell defines
+    pass
+
+atexit.register(print, "CALLER ATEXIT")  # the caller's handler: runs once, in the caller, not in the workers
+model = DefinedHere()
+before = model.layer.weight.detach().clone()
+trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy={strategy!r}, max_epochs=1, logger=False,
+                           enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+trainer.fit(model)
+print("FIT OK", trainer.global_step, not torch.equal(before, model.layer.weight))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp_fork", "ddp_notebook"])
+def test_ddp_fork_trains_a_module_defined_where_no_file_holds_it(strategy):
+    """A module defined in a notebook (``__main__`` without a file): ``ddp_spawn`` cannot import it in a fresh
+    interpreter, ``ddp_fork`` forks the caller, trains it on two processes and hands the weights back."""
+    program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategy=strategy)
+    with hang_guard(180):
+        done = subprocess.run([PYTHON, "-c", program], env=child_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FIT OK 2 True" in done.stdout, done.stdout + done.stderr  # 2 batches per rank, weights handed back
+    assert done.stdout.count("CALLER ATEXIT") == 1, done.stdout
+
+
+@pytest.mark.slow
+def test_ddp_spawn_cannot_import_a_module_defined_where_no_file_holds_it():
+    """Why ``ddp_fork`` exists: the same program under ``ddp_spawn`` fails, saying what its worker could not do."""
+    program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategy="ddp_spawn")
+    with hang_guard(180):
+        done = subprocess.run([PYTHON, "-c", program], env=child_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode != 0 and "FIT OK" not in done.stdout
+    assert "DefinedHere" in done.stdout + done.stderr, done.stdout + done.stderr

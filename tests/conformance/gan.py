@@ -106,7 +106,7 @@ def main():
     # Two networks stepped in turn leave parameters without gradients in each backward; under DDP a Lightning
     # user selects the strategy variant that allows that.
     kwargs = trainer_kwargs(args)
-    if kwargs["strategy"] in ("ddp", "ddp_spawn"):
+    if kwargs["strategy"] in ("ddp", "ddp_spawn", "ddp_fork"):
         kwargs["strategy"] += "_find_unused_parameters_true"
     trainer = L.Trainer(max_epochs=EPOCHS, enable_progress_bar=False, **kwargs)
     trainer.fit(model, loader)

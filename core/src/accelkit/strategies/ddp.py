@@ -435,6 +435,9 @@ class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
     carries the failed worker's traceback.
     """
 
+    #: the :mod:`multiprocessing` start method of the workers
+    start_method = "spawn"
+
     def _env(self) -> Any:
         return None  # this strategy owns its processes; any launcher environment is not ours
 
@@ -454,4 +457,16 @@ class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
         """One worker per local device."""
         from accelkit.strategies.launchers.spawn import SpawnLauncher
 
-        return SpawnLauncher(len(self.devices))
+        return SpawnLauncher(len(self.devices), self.start_method)
+
+
+class DDPForkStrategy(DDPSpawnStrategy):
+    """:class:`DDPSpawnStrategy` whose workers are forked from the calling process (Lightning's ``ddp_fork`` and
+    ``ddp_notebook``): nothing is pickled or imported again, so it works from a notebook or an interactive session,
+    where a function defined in ``__main__`` cannot be imported by a spawned worker, and each worker starts in a
+    fraction of a second. As with Lightning, the calling process must not have started what a fork cannot copy
+    (an accelerator's context, for one: such plugins do not offer it); threads of the caller do not exist in the
+    workers.
+    """
+
+    start_method = "fork"

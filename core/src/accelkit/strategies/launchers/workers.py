@@ -75,7 +75,8 @@ class WorkerProcesses:
         context = multiprocessing.get_context(self.start_method)
         for index in range(count):
             # typeshed's BaseContext (what get_context returns for a str) lacks Process; every real context has it
-            process = context.Process(target=run_worker, args=(entry, index, args, str(self.folder)),  # type: ignore[attr-defined]
+            process = context.Process(target=run_worker,  # type: ignore[attr-defined]
+                                      args=(entry, index, args, str(self.folder), self.start_method == "fork"),
                                       name=f"accelkit-worker-{index}")
             self.processes.append(process)  # known before it starts: a signal during start() still stops it
             process.start()
@@ -173,10 +174,13 @@ class WorkerProcesses:
                 process.join(timeout=5)
 
 
-def run_worker(entry: Callable[..., None], index: int, args: tuple, folder: str) -> None:
+def run_worker(entry: Callable[..., None], index: int, args: tuple, folder: str, forked: bool = False) -> None:
     """Body of every worker process: mark it started, tie its life to the launching process, run
     ``entry(index, *args)``; an exception's traceback goes to the launch's folder and the worker exits with 1.
-    The worker then ends through :func:`end_process`."""
+    The worker then ends through :func:`end_process`. A ``forked`` worker first forgets the ``atexit`` handlers
+    it inherited: they are the launching process's (removing its temporary folders, closing its loggers)."""
+    if forked:
+        atexit._clear()  # the interpreter's own way to drop every handler; the worker's code registers its own
     path = Path(folder)
     started_marker(path, index).touch()
     _die_with_parent()
