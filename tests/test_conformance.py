@@ -65,6 +65,10 @@ def test_the_base_classes_go_by_lightnings_names() -> None:
     assert "class BoringModel(L.LightningModule)" in (CONFORMANCE / "boring.py").read_text()
 
 
+def test_the_scripts_run_on_ddp_spawn_are_distributed_scripts() -> None:
+    assert SPAWN_SCRIPTS and set(SPAWN_SCRIPTS) <= set(DDP_SCRIPTS), sorted(set(SPAWN_SCRIPTS) - set(DDP_SCRIPTS))
+
+
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("ACCELKIT_", "PJRT_", "XRT_", "TPU_")) and k not in (
