@@ -81,7 +81,7 @@ class Progress:
 
     def accumulation_boundary(self, batch_idx: int, accumulate: int) -> bool:
         """Whether the optimizer steps after training batch ``batch_idx`` when gradients are summed over
-        ``accumulate`` batches: at the end of each window, and at the epoch's last batch (:attr:`is_last_batch`)
+        ``accumulate`` batches: at the end of each window, and at the epoch's last batch (``is_last_batch``)
         whatever the window's length, so no gradient is carried into the next epoch."""
         return accumulate == 1 or (batch_idx + 1) % accumulate == 0 or self.is_last_batch
 

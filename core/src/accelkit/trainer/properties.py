@@ -375,7 +375,7 @@ class TrainerProperties:
     def ckpt_path(self) -> Any:
         """The checkpoint the latest run loaded (``None`` without one). Setting it, as in Lightning, makes the next
         ``fit``/``validate``/``test``/``predict`` given no ``ckpt_path`` load that checkpoint (and the stages after
-        it, until one is given a ``ckpt_path``): see :attr:`requested_ckpt_path`."""
+        it, until one is given a ``ckpt_path``): see ``requested_ckpt_path``."""
         return self.run_state.ckpt_path
 
     @ckpt_path.setter
