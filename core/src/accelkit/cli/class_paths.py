@@ -201,6 +201,8 @@ def load_class(target: str, base: type, kind: str) -> type:
                          "(path/to/file.py:Class) or a module importable from the current folder") from None
     if location.endswith(".py") or "/" in location or "\\" in location:
         FILE_MODULES[module_name] = path
+    else:  # named by its module path this time (a later command of the same process): saved by that path
+        FILE_MODULES.pop(module_name, None)
     names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, base)
                    and v is not base)
     cls = getattr(module, class_name, None)
