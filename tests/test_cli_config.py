@@ -696,22 +696,24 @@ def test_an_existing_configuration_is_one_line(project, monkeypatch, capsys):
 
 
 def test_a_module_named_by_its_module_path_after_its_file_is_saved_by_its_module_path(tmp_path, monkeypatch):
-    """Two commands in one process (a notebook, a test): the module a first command imported from a file and a
-    second named by its module path is saved by that path, not as the file of the first command."""
+    """Two commands in one process (a notebook, a test session), in two projects: the second names its own module
+    by its module path, and its configuration is saved by that path, not as the first project's file."""
     import accelkit
     from accelkit.cli import class_paths
     from accelkit.cli.saved_config import file_form_class_paths
 
     monkeypatch.setattr(class_paths, "FILE_MODULES", {})
     monkeypatch.setattr(sys, "path", list(sys.path))
-    (tmp_path / "lib").mkdir()
-    (tmp_path / "lib" / "twice_named.py").write_text(MODELS)
-    monkeypatch.chdir(tmp_path)
+    for folder in (tmp_path / "a" / "lib", tmp_path / "b"):
+        folder.mkdir(parents=True)
+        (folder / "twice_named.py").write_text(MODELS)
+    text = "model:\n  class_path: twice_named.Net\n"
     try:
+        monkeypatch.chdir(tmp_path / "a")
         class_paths.load_class("lib/twice_named.py:Net", accelkit.Module, "accelkit.Module")
-        text = "model:\n  class_path: twice_named.Net\n"
         assert file_form_class_paths(text) == "model:\n  class_path: lib/twice_named.py:Net\n"
-        monkeypatch.chdir(tmp_path / "lib")
+        sys.modules.pop("twice_named")
+        monkeypatch.chdir(tmp_path / "b")
         class_paths.load_class("twice_named:Net", accelkit.Module, "accelkit.Module")
         assert file_form_class_paths(text) == text
     finally:
