@@ -81,5 +81,6 @@ def test_the_spawn_launchers_start_outside_a_launch_says_so():
     # start() runs the workers launch() prepares (their folder, the shared block): alone it names what to call
     from accelkit.strategies.launchers.spawn import SpawnLauncher
 
-    with pytest.raises(RuntimeError, match=r"SpawnLauncher.start\(\) runs the workers launch\(\) prepares"):
+    with pytest.raises(RuntimeError, match=r"SpawnLauncher.start\(\) runs inside launch\(\), which sets up the "
+                                           r"workers; call launch\(\) instead"):
         SpawnLauncher(1).start(print, (), 1)
