@@ -57,6 +57,7 @@ def test_trainer_checkpoint_failure_keeps_last_good_one(tmp_path):
     assert temp_files(trainer.checkpoint_path.parent) == []
 
 
+@pytest.mark.slow  # starts a process
 def test_killed_writer_leaves_previous_checkpoint_intact(tmp_path):
     path = tmp_path / "last.ckpt"
     proc = subprocess.Popen([PYTHON, str(TESTS / "helpers" / "killed_writer.py"), str(path)], env=child_env(),

@@ -73,6 +73,7 @@ def test_blocked_plugin_is_listed_as_blocked(clean_env, capsys):
                                "loggers": [], "commands": [], "callbacks": [], "profilers": []}
 
 
+@pytest.mark.slow  # starts a process
 def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_distribution, run_python):
     make_distribution(tmp_path, "accelkit-broken", "0.3.0", {"broken": "broken_plugin"},
                       {"broken_plugin": "raise ImportError('needs libfoo.so')\n"})
@@ -245,6 +246,7 @@ def test_help_lists_every_command_and_no_command_prints_help(capsys):
     assert capsys.readouterr().out.strip() == f"accelkit {importlib.metadata.version('accelkit')}"
 
 
+@pytest.mark.slow  # starts a process
 def test_the_console_script_is_installed_and_runs(tmp_path):
     script = Path(sys.executable).with_name("accelkit")
     if not script.exists():
@@ -256,6 +258,7 @@ def test_the_console_script_is_installed_and_runs(tmp_path):
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits.py"
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("target, expected", [
     ("nosuchpkg.mod:Model", "cannot import 'nosuchpkg.mod'"),
     (f"{EXAMPLE}:digits_datasets", "is a function, not an accelkit.Module subclass"),
@@ -269,6 +272,7 @@ def test_fit_names_a_bad_target_without_a_traceback(target, expected):
     assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.parametrize("extra, expected", [
     (["--init", "hiden=3"], "unknown key 'model.hiden'. Did you mean 'model.hidden'?"),
     (["--init", "hidden"], "--init 'hidden' is not KEY=VALUE"),
@@ -280,6 +284,7 @@ def test_fit_names_bad_options_without_a_traceback(tmp_path, extra, expected):
     assert done.returncode != 0 and expected in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_a_module_in_the_current_folder_imports_by_name(tmp_path):
     (tmp_path / "mymodels.py").write_text("import accelkit\n\nclass Tiny(accelkit.Module):\n    pass\n")
     done = subprocess.run([sys.executable, "-c", "import sys; from accelkit.cli import load_module_class; "
@@ -289,6 +294,7 @@ def test_a_module_in_the_current_folder_imports_by_name(tmp_path):
     assert done.stdout.strip() == "Tiny", done.stderr
 
 
+@pytest.mark.slow  # starts a process
 def test_plugins_piped_into_a_closed_reader_is_not_an_error():
     done = subprocess.run(f"'{sys.executable}' -m accelkit.cli plugins | head -1", shell=True, capture_output=True,
                           text=True, timeout=120)

@@ -251,6 +251,7 @@ def test_a_bad_value_is_one_line_without_the_usage(project, monkeypatch, capsys,
         "Run 'accelkit test --help' to see every key and the values it accepts."]
 
 
+@pytest.mark.slow  # starts a process
 def test_a_lightning_class_without_counterpart_names_ours(project):
     (project / "bad.yaml").write_text("trainer:\n  callbacks:\n    - class_path: "
                                       "lightning.pytorch.callbacks.EarlyStoping\n")
@@ -327,6 +328,7 @@ def test_ddp_spawn_runs_from_a_config(project):
     assert len(list((project / "run").rglob("config.yaml"))) == 1
 
 
+@pytest.mark.slow  # starts a process
 def test_import_accelkit_stays_free_of_jsonargparse_tensorboard_and_mlflow():
     code = ("import sys, json, accelkit, accelkit.cli.main, accelkit.loggers\n"
             "print(json.dumps(sorted(m for m in ('jsonargparse', 'tensorboard', 'mlflow', 'accelkit_mlflow') "

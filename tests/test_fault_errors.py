@@ -293,6 +293,7 @@ print(json.dumps({"error": error, "kept": kept, "left": sorted(os.listdir(folder
 '''
 
 
+@pytest.mark.slow  # starts a process
 def test_a_write_past_the_file_size_limit_is_an_oserror_naming_path_and_bytes(tmp_path, run_python):
     code = FULL_DISK.replace("{limit}", "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))")
     out = run_python(code, env={"TARGET": str(tmp_path)})
@@ -310,6 +311,7 @@ def _tmpfs_possible() -> bool:
     return probe.returncode == 0
 
 
+@pytest.mark.slow  # starts a process
 @pytest.mark.skipif(not _tmpfs_possible(), reason="needs unshare -rm to mount a tiny tmpfs")
 def test_a_full_disk_is_an_oserror_naming_path_and_bytes(tmp_path):
     folder = tmp_path / "small"
@@ -327,6 +329,7 @@ def test_a_full_disk_is_an_oserror_naming_path_and_bytes(tmp_path):
     assert out["kept"] == list(map(float, range(10))) and out["left"] == ["last.ckpt"]
 
 
+@pytest.mark.slow  # starts a process
 def test_temp_files_of_a_killed_writer_are_removed_at_the_next_save(tmp_path):
     path = tmp_path / "last.ckpt"
     proc = subprocess.Popen([PYTHON, str(TESTS / "helpers" / "killed_writer.py"), str(path)], env=child_env(),

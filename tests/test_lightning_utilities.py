@@ -493,6 +493,7 @@ def test_a_compiled_plain_torch_module_is_still_refused_with_the_reason():
         trainer().fit(torch.compile(nn.Linear(3, 1), backend="eager"), DataLoader(data(), batch_size=4))
 
 
+@pytest.mark.slow  # more than a few seconds
 def test_a_copy_of_a_module_with_a_compiled_forward_computes_with_its_own_weights():
     from accelkit.trainer.compiled import CompiledForward
 

@@ -246,6 +246,7 @@ def test_tensorboard_rejects_unknown_writer_arguments(tmp_path):
         TensorBoardLogger(tmp_path, flush_every=3)
 
 
+@pytest.mark.slow  # starts a process
 def test_missing_tensorboard_is_a_clear_error_and_import_accelkit_does_not_load_it(tmp_path):
     code = (
         "import sys, importlib.util\n"

@@ -115,6 +115,7 @@ def third_party_directories() -> list[Path]:
     return found
 
 
+@pytest.mark.slow  # starts a process
 def test_first_party_names_whose_distribution_is_not_installed(tmp_path, run_python):
     """A real environment without the device plugins: every installed package minus every accelkit
     distribution but the core and the cpu plugin (linked entry by entry), run with ``python -S``."""

@@ -110,6 +110,7 @@ def test_bf16_legacy_sets_the_deprecated_variable_on_request(runs):
     _check_learns(result)
 
 
+@pytest.mark.slow  # starts a process
 def test_records_are_xla_only_and_cheap_to_import():
     code = ("import sys, accelkit_xla_bf16.plugin as p; "
             "print([(r.name, r.aliases, r.accelerators, bool(r.notice)) for r in p.accelkit_register_precisions()],"

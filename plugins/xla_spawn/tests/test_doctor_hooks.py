@@ -33,6 +33,7 @@ def test_a_pjrt_setup_has_no_problems():
     assert plugin.accelkit_diagnose({"PJRT_DEVICE": "cpu", "CPU_NUM_DEVICES": "4"}) == []
 
 
+@pytest.mark.slow  # starts a process
 def test_doctor_shows_the_problem_and_exits_nonzero():
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     env["XRT_TPU_CONFIG"] = "localservice;0;localhost:51011"

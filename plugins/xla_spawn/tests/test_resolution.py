@@ -147,6 +147,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow  # starts a process
 @needs_torch_xla
 def test_parent_resolution_never_imports_torch_xla(run_python) -> None:
     proc = run_python(_PARENT, CPU_NUM_DEVICES="8")
@@ -162,6 +163,7 @@ def test_parent_resolution_never_imports_torch_xla(run_python) -> None:
     assert proc.stderr.count("is deprecated") == 2
 
 
+@pytest.mark.slow  # starts a process
 def test_auto_does_not_pick_xla_without_a_tpu(run_python) -> None:
     code = ("import json, sys; from accelkit import Trainer; t = Trainer(logger=False); "
             "print(json.dumps([t.accelerator.name, 'torch_xla' in sys.modules]))")
@@ -171,6 +173,7 @@ def test_auto_does_not_pick_xla_without_a_tpu(run_python) -> None:
     assert name != "xla" and imported is False
 
 
+@pytest.mark.slow  # starts a process
 @needs_torch_xla
 def test_explicit_tpu_without_a_tpu_explains_pjrt(run_python) -> None:
     code = ("from accelkit import Trainer\ntry:\n    Trainer(accelerator='tpu', logger=False)\n"
@@ -180,6 +183,7 @@ def test_explicit_tpu_without_a_tpu_explains_pjrt(run_python) -> None:
     assert "PJRT_DEVICE=TPU" in proc.stdout and "XRT_TPU_CONFIG" in proc.stdout and "retired" in proc.stdout
 
 
+@pytest.mark.slow  # starts a process
 @needs_torch_xla
 def test_wrong_device_count_is_reported_at_resolution(run_python) -> None:
     code = ("from accelkit import Trainer\ntry:\n    Trainer(accelerator='tpu', devices=3, logger=False)\n"

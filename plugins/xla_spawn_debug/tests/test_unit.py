@@ -15,6 +15,7 @@ def _steps(n, **per_step):
     return [Window("train", i, "fit", shapes=["f32[16,8]"], **per_step) for i in range(1, n + 1)]
 
 
+@pytest.mark.slow  # starts a process
 def test_plugin_registers_names_without_importing_torch_xla():
     import subprocess
 
