@@ -23,31 +23,28 @@ def accelkit_register_accelerators() -> list[AcceleratorRecord]:
                               description="the host CPU; devices=N runs N processes")]
 
 
+def _with_unused_parameters_variant(name: str, target: str, description: str) -> list[StrategyRecord]:
+    """``name`` and Lightning's ``<name>_find_unused_parameters_true`` variant of it."""
+    return [StrategyRecord(name, target, accelerators=_CPU, description=description),
+            StrategyRecord(f"{name}_find_unused_parameters_true", target, accelerators=_CPU,
+                           options={"find_unused_parameters": True},
+                           description=f"{name} with find_unused_parameters=True")]
+
+
 @hookimpl
 def accelkit_register_strategies() -> list[StrategyRecord]:
+    fork = "accelkit.strategies.ddp:DDPForkStrategy"
     return [
         StrategyRecord("single_device", "accelkit.strategies.single_device:SingleDeviceStrategy", accelerators=_CPU,
                        description="one process"),
-        StrategyRecord("ddp_spawn", "accelkit.strategies.ddp:DDPSpawnStrategy", accelerators=_CPU,
-                       description="N processes started by accelkit, gloo all-reduce"),
-        StrategyRecord("ddp_spawn_find_unused_parameters_true", "accelkit.strategies.ddp:DDPSpawnStrategy",
-                       accelerators=_CPU, options={"find_unused_parameters": True},
-                       description="ddp_spawn with find_unused_parameters=True"),
-        StrategyRecord("ddp_fork", "accelkit.strategies.ddp:DDPForkStrategy", accelerators=_CPU,
-                       description="ddp_spawn with workers forked from the caller (no pickling, fast start)"),
-        StrategyRecord("ddp_notebook", "accelkit.strategies.ddp:DDPForkStrategy", accelerators=_CPU,
-                       description="ddp_fork, by the name Lightning gives it for notebooks"),
-        StrategyRecord("ddp_fork_find_unused_parameters_true", "accelkit.strategies.ddp:DDPForkStrategy",
-                       accelerators=_CPU, options={"find_unused_parameters": True},
-                       description="ddp_fork with find_unused_parameters=True"),
-        StrategyRecord("ddp_notebook_find_unused_parameters_true", "accelkit.strategies.ddp:DDPForkStrategy",
-                       accelerators=_CPU, options={"find_unused_parameters": True},
-                       description="ddp_notebook with find_unused_parameters=True"),
-        StrategyRecord("ddp", "accelkit.strategies.ddp:DDPStrategy", accelerators=_CPU,
-                       description="processes started by torchrun or srun, gloo all-reduce"),
-        StrategyRecord("ddp_find_unused_parameters_true", "accelkit.strategies.ddp:DDPStrategy", accelerators=_CPU,
-                       options={"find_unused_parameters": True},
-                       description="ddp with find_unused_parameters=True"),
+        *_with_unused_parameters_variant("ddp_spawn", "accelkit.strategies.ddp:DDPSpawnStrategy",
+                                         "N processes started by accelkit, gloo all-reduce"),
+        *_with_unused_parameters_variant("ddp_fork", fork,
+                                         "ddp_spawn with workers forked from the caller (no pickling, fast start)"),
+        *_with_unused_parameters_variant("ddp_notebook", fork,
+                                         "ddp_fork, by the name Lightning gives it for notebooks"),
+        *_with_unused_parameters_variant("ddp", "accelkit.strategies.ddp:DDPStrategy",
+                                         "processes started by torchrun or srun, gloo all-reduce"),
     ]
 
 
