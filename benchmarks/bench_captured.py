@@ -211,8 +211,11 @@ def measure(spec: dict[str, Any], args: argparse.Namespace, device: torch.device
     times: dict[str, list[float]] = {name: [] for name in names}
     for round_ in range(args.rounds):
         shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
+        order = names[shift:] + names[:shift]
+        for name in order:
             times[name].append(contenders[name](spec, args, device))
+        print(f"  round {round_ + 1}/{args.rounds}: " + ", ".join(
+            f"{name} {times[name][-1] * 1e3:.3f}" for name in order) + " ms/step", flush=True)
     return times
 
 
