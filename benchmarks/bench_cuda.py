@@ -38,6 +38,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,7 +46,11 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-import accelkit
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_trainer import OpcodeCounter, extra_functions  # noqa: E402
+
+import accelkit  # noqa: E402
 
 LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
 
@@ -120,10 +125,12 @@ def sync(device: torch.device) -> None:
 
 
 class Span:
-    """The timed span of a run: from the start of step ``first`` to the end of step ``last``; optionally profiled."""
+    """The timed span of a run: from the start of step ``first`` to the end of step ``last``; optionally profiled,
+    or its Python instructions counted (``counter``, whose trace function the caller installs)."""
 
-    def __init__(self, device: torch.device, first: int, last: int, profile: bool = False) -> None:
-        self.device, self.first, self.last, self.profile = device, first, last, profile
+    def __init__(self, device: torch.device, first: int, last: int, profile: bool = False,
+                 counter: OpcodeCounter | None = None) -> None:
+        self.device, self.first, self.last, self.profile, self.counter = device, first, last, profile, counter
         self.seconds = 0.0
         self.events: collections.Counter[str] = collections.Counter()
         self._start = 0.0
@@ -139,11 +146,15 @@ class Span:
                 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
                 self._profiler = profile(activities=activities)
                 self._profiler.__enter__()
+            if self.counter is not None:
+                self.counter.counting = True
             self._start = time.perf_counter()
 
     def step_end(self, index: int) -> None:
         """Called at the end of every step."""
         if index == self.last:
+            if self.counter is not None:
+                self.counter.counting = False
             sync(self.device)
             self.seconds = time.perf_counter() - self._start
             if self._profiler is not None:
@@ -270,13 +281,20 @@ SIDES: dict[str, tuple[Callable[..., None], str | None]] = {
 
 
 def measure(side: Callable[..., None], w: Workload, device: torch.device, warmup: int, steps: int,
-            profile: bool = False) -> tuple[float, int, Span]:
-    """One run of ``side``: seconds per steady step, peak device memory in bytes (0 on the CPU), the span."""
-    span = Span(device, warmup, warmup + steps - 1, profile)
+            profile: bool = False, counter: OpcodeCounter | None = None) -> tuple[float, int, Span]:
+    """One run of ``side``: seconds per steady step, peak device memory in bytes (0 on the CPU), the span. With a
+    ``counter``, the whole run is traced (``sys.settrace``) and the span's instructions counted."""
+    span = Span(device, warmup, warmup + steps - 1, profile, counter)
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    side(w, device, span, warmup + steps)
+    if counter is not None:
+        sys.settrace(counter.trace)  # before the run, so that the loops' own frames are traced too
+    try:
+        side(w, device, span, warmup + steps)
+    finally:
+        if counter is not None:
+            sys.settrace(None)
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     return span.seconds / steps, peak, span
 
@@ -335,6 +353,21 @@ def profile_counts(w: Workload, device: torch.device, args: argparse.Namespace) 
                                                      or "nothing"), flush=True)
 
 
+def instruction_counts(w: Workload, device: torch.device, args: argparse.Namespace) -> None:
+    """Print the Python instructions and calls per steady step of the hand loop and accelkit (the host time a
+    small GPU step pays in full), and the functions where accelkit's differ most."""
+    functions = {}
+    for name in ("hand loop", "accelkit"):
+        counter = OpcodeCounter()
+        measure(SIDES[name][0], w, device, args.warmup, args.count_steps, counter=counter)
+        functions[name] = counter.per_function(args.count_steps)
+        print(f"  {name:<10}: {counter.count / args.count_steps:.0f} Python instructions, "
+              f"{counter.calls / args.count_steps:.0f} calls per step", flush=True)
+    print("  per step, accelkit minus hand loop, by function: " + ", ".join(
+        f"{where} {n:+.0f}" for where, n in extra_functions(functions["accelkit"], functions["hand loop"])),
+        flush=True)
+
+
 # ------------------------------------------------------------------------------------------ driver
 def workloads(device: torch.device) -> dict[str, Workload]:
     """The issue's sizes on a GPU; tiny ones on the CPU (a smoke run)."""
@@ -355,10 +388,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="timed steps per run; default 200 (5 on the CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="steps before the clock; default 50 (2 on the CPU)")
     parser.add_argument("--profile-steps", type=int, default=None, help="profiled steps; default 50 (3 on the CPU)")
+    parser.add_argument("--count-steps", type=int, default=None,
+                        help="steps whose Python instructions are counted; default 50 (one log_every_n_steps)")
     args = parser.parse_args(argv)
     cpu = args.device == "cpu"
     for name, gpu_default, cpu_default in (("rounds", 5, 2), ("steps", 200, 5), ("warmup", 50, 2),
-                                           ("profile_steps", 50, 3)):
+                                           ("profile_steps", 50, 3), ("count_steps", 50, 50)):
         value = getattr(args, name)
         if value is None:
             setattr(args, name, cpu_default if cpu else gpu_default)
@@ -390,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         compare(w, device, sides, args)
         print(f"{name}: per step under torch.profiler ({args.profile_steps} steps):", flush=True)
         profile_counts(w, device, args)
+        print(f"{name}: Python per step (sys.settrace, {args.count_steps} steps; the same on any machine):",
+              flush=True)
+        instruction_counts(w, device, args)
     return 0
 
 

@@ -51,6 +51,7 @@ make wall times erratic (tens of milliseconds per step with two threads on two b
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -273,17 +274,39 @@ class Batches:
 
 class OpcodeCounter(accelkit.Callback):
     """Counts the Python bytecode instructions run during the second training epoch (``sys.settrace`` with
-    opcode events: deterministic, unlike a clock on a loaded machine)."""
+    opcode events: deterministic, unlike a clock on a loaded machine), in all and per function (``by_code``).
+    Other users set ``counting`` themselves (``bench_cuda.py`` counts a span of steps)."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.calls = 0  # function calls and generator resumptions ("call" events)
         self.counting = False
+        self.by_code: collections.Counter[Any] = collections.Counter()
 
     def trace(self, frame: Any, event: str, arg: Any) -> Any:
         frame.f_trace_opcodes = True
         if event == "opcode" and self.counting:
             self.count += 1
+            self.by_code[frame.f_code] += 1
+        elif event == "call" and self.counting:
+            self.calls += 1
         return self.trace
+
+    def per_function(self, steps: int) -> dict[str, float]:
+        """Instructions per step of each function (``file:qualified name``, paths from the package down)."""
+        result: collections.Counter[str] = collections.Counter()
+        for code, n in self.by_code.items():
+            where = code.co_filename.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1]
+            result[f"{where}:{getattr(code, 'co_qualname', code.co_name)}"] += n
+        return {name: n / steps for name, n in result.items()}
+
+
+def extra_functions(ours: dict[str, float], theirs: dict[str, float], top: int = 12) -> list[tuple[str, float]]:
+    """The functions whose instructions per step differ most between two :meth:`OpcodeCounter.per_function`
+    results, as ``(function, ours minus theirs)``, largest difference first."""
+    extra = {name: ours.get(name, 0.0) - theirs.get(name, 0.0) for name in set(ours) | set(theirs)}
+    return [(name, extra[name]) for name in sorted(extra, key=lambda n: (-abs(extra[n]), n))[:top]
+            if abs(extra[name]) >= 0.5]
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
         self.counting = trainer.current_epoch == 1
