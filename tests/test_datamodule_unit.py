@@ -165,6 +165,33 @@ def test_transfer_batch_to_device_walks_nested_batches():
     assert same[0] is tensor  # already there: no copy
 
 
+@pytest.mark.parametrize("kind", [tuple, list])
+def test_a_batch_of_plain_tensors_moves_in_one_call(kind):
+    """The common batch, a tuple or list of tensors on the host, moves to the device in one pass of
+    ``move_to_device`` (no recursive call per tensor: the step's transfer costs what a hand loop's ``x.to(device)``
+    calls do); what it returns has the batch's type, and a tensor already there is not copied."""
+    import sys
+
+    from accelkit.utilities import apply_func
+
+    on_device = torch.ones(1, device="meta")
+    batch = kind([torch.ones(2), torch.zeros(3, dtype=torch.long), on_device])
+    calls = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is apply_func.move_to_device.__code__:
+            calls.append(frame)
+
+    sys.setprofile(profile)
+    try:
+        moved = apply_func.move_to_device(batch, torch.device("meta"), non_blocking=True)
+    finally:
+        sys.setprofile(None)
+    assert len(calls) == 1
+    assert type(moved) is kind and [t.is_meta for t in moved] == [True, True, True]
+    assert moved[1].dtype == torch.long and moved[2] is on_device and batch[0].device.type == "cpu"
+
+
 def test_state_dict_round_trip_through_a_checkpoint(tmp_path):
     dm = Folded(batch_size=2, fold=1)
     dm.seen_epochs = 3

@@ -13,7 +13,7 @@ from torch import nn
 import accelkit
 from accelkit.loops.hooks import HookCaller
 from accelkit.loops.optimization import Optimization
-from accelkit.precision import Precision
+from accelkit.precision import MixedPrecision, Precision
 from accelkit.profilers import Profiler
 from helpers.models import quiet_trainer
 
@@ -310,3 +310,31 @@ def test_manual_step_counts_inside_opt_step(tmp_path):
     for i, batch in enumerate(BATCHES[:3]):
         opt.training_step(batch, i)
     assert module.seen == [1, 2, 3]
+
+
+@pytest.mark.parametrize("scaler", [False, True])
+def test_a_mixed_precision_without_a_gradient_scaler_steps_plainly(tmp_path, scaler):
+    """``bf16-mixed`` has no gradient scaler: its step is ``loss.backward()`` and ``optimizer.step()`` with no
+    precision method around them (``Precision.passes_through``, decided once per fit); only the autocast context is
+    entered per step. With a scaler the precision's methods run."""
+    import sys
+
+    import accelkit.precision as precision_module
+
+    opt = optimization(Net(), tmp_path, plugins=[MixedPrecision(torch.bfloat16, scaler=scaler)])
+    assert opt.precision.passes_through() is not scaler
+    called: set[str] = set()
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename == precision_module.__file__:
+            called.add(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        train(opt)
+    finally:
+        sys.setprofile(None)
+    per_step = {"forward_context", "scale_loss", "optimizer_step", "unscale_gradients", "backward"} if scaler else \
+        {"forward_context"}
+    assert per_step <= called and (called - per_step) <= {"_ensure_scaler"}, called
+    assert opt.trainer.global_step == len(BATCHES)

@@ -15,6 +15,10 @@ import torch
 from torch import nn
 
 from accelkit.utilities.apply_func import apply_to_tensors
+from accelkit.utilities.model_helpers import is_overridden
+
+#: the methods a precision may change the backward pass and the optimizer step with (see ``passes_through``)
+_STEP_METHODS = ("scale_loss", "backward", "unscale_gradients", "optimizer_step")
 
 
 class Precision:
@@ -64,6 +68,13 @@ class Precision:
         """Step ``optimizer`` (through ``step`` if given). ``False`` if the step was skipped, ``None`` if unknown."""
         (step or optimizer.step)()
         return True
+
+    def passes_through(self) -> bool:
+        """Whether this precision's :meth:`scale_loss`, :meth:`backward`, :meth:`unscale_gradients` and
+        :meth:`optimizer_step` amount to a plain ``loss.backward()`` and ``optimizer.step()`` (no loss scaling,
+        nothing around them). The loops ask once per fit and then call those two directly; a subclass that changes
+        any of the four without overriding it keeps this ``False``."""
+        return not any(is_overridden(name, self, Precision) for name in _STEP_METHODS)
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (a gradient scaler's, for instance)."""
@@ -152,6 +163,11 @@ class MixedPrecision(Precision):
         scaler.step(optimizer)  # skips the step when the gradients hold inf/NaN
         scaler.update()
         return None  # finding out whether it stepped would cost a host sync on every step
+
+    def passes_through(self) -> bool:
+        """Without a gradient scaler (``bf16-mixed``) the backward pass and the step are plain, unless a subclass
+        changes them."""
+        return not self.use_scaler and not any(is_overridden(name, self, MixedPrecision) for name in _STEP_METHODS)
 
     def state_dict(self) -> dict[str, Any]:
         scaler = self._ensure_scaler()

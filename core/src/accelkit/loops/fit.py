@@ -249,7 +249,7 @@ class FitLoop:
                 skipped_rest = True
                 break
             if automatic:
-                boundary = progress.accumulation_boundary(batch_idx, accumulate)
+                boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
                 output, stepped = optim.run_batch(batch, batch_idx, boundary)
                 if stepped:
                     for config in step_scheds:
@@ -268,19 +268,19 @@ class FitLoop:
                 fn(output, batch, batch_idx)
             if end_m is not None:
                 end_m(output, batch, batch_idx)
-            if stepped and trainer.global_step % log_every == 0:
+            if stepped and progress.global_step % log_every == 0:
                 publisher.log_step()
             if self.val_loaders and self._val_due(batch_idx, is_last):
                 mark("validation")
                 self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
             if stop is not None:
-                stop.report(trainer.global_step)
-                if stop.due(trainer.global_step):  # SIGINT/SIGTERM: every process stops after this step
+                stop.report(progress.global_step)
+                if stop.due(progress.global_step):  # SIGINT/SIGTERM: every process stops after this step
                     self.interrupted = True
                     return ran
-            if (trainer.should_stop or trainer.max_steps != -1 or trainer.max_time is not None) and \
-                    self._stop_within_epoch():  # the cheap test first: most runs set none of these
-                break
+            if (progress.should_stop or trainer.max_time is not None or
+                    0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
+                break  # the cheap test first: most runs set none of these, and max_steps matters once reached
         self.in_epoch = False
         resumed_empty = ran == 0 and start > 0  # every batch was trained before the checkpoint (on other data)
         if skipped_rest or resumed_empty:

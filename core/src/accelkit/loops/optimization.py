@@ -148,8 +148,7 @@ class Optimization:
             *([_mark_after_backward] if marks else []), *hooks.callback_plan("on_after_backward"),
             *self._module_hooks("on_after_backward")]
         self._backward_hook = hooks.module_hook("backward")
-        plain = _defaults(strategy, Strategy, "backward") and all(
-            _defaults(p, Precision, "backward", "scale_loss") for p in self._precisions())
+        plain = _defaults(strategy, Strategy, "backward") and all(p.passes_through() for p in self._precisions())
         self._backward_pass: Callable[..., Any] = (
             self._module_backward if self._backward_hook is not None else
             torch.Tensor.backward if plain else strategy.backward)
@@ -172,7 +171,7 @@ class Optimization:
         if not self._before_zero and self._zero_grad_hook is None and len(self.optimizers) == 1:
             self._zero_phase = functools.partial(_ZERO_GRAD, self.optimizers[0])
         plain = _defaults(strategy, Strategy, "reduce_gradients", "optimizer_step") and all(
-            _defaults(p, Precision, "unscale_gradients", "optimizer_step") for p in self._precisions())
+            p.passes_through() for p in self._precisions())
         self._before_step: list[Callable[[torch.optim.Optimizer], Any]] = [
             *([] if plain else [strategy.reduce_gradients, self.precision.unscale_gradients]),
             *hooks.callback_plan("on_before_optimizer_step"), *self._module_hooks("on_before_optimizer_step")]
@@ -189,6 +188,9 @@ class Optimization:
             self._run_step = profiled(self.trainer.profiler,
                                       f"[Strategy]{type(strategy).__name__}.optimizer_step", self._step)
         self._optimizer_step = hooks.module_hook("optimizer_step") or self._default_optimizer_step
+        #: the Module keeps the default ``optimizer_step`` and no profiler times it: a batch calls :meth:`_step`
+        #: with the closure itself (what the default does), without the hook's frames
+        self._direct_step = self._optimizer_step == self._default_optimizer_step and self._run_step == self._step
 
     def _precisions(self) -> list[Precision]:
         """The trainer's precision and the strategy's (the same object unless a strategy brings its own)."""
@@ -224,7 +226,10 @@ class Optimization:
                 self.closure()
             return self.output, False
         # Automatic optimization has one optimizer (several are refused before the fit starts, as in Lightning).
-        self._optimizer_step(self.trainer.current_epoch, batch_idx, self.wrapped[0], self.closure)
+        if self._direct_step:
+            self._step(self.optimizers[0], self.closure)
+        else:
+            self._optimizer_step(self.trainer.current_epoch, batch_idx, self.wrapped[0], self.closure)
         if not self._ran:
             raise RuntimeError(f"{type(self.module).__name__}.optimizer_step did not call the closure: call "
                                "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
@@ -244,7 +249,12 @@ class Optimization:
         if self._ran:
             return self._loss
         self._ran = True
-        loss, self.output = self._loss_of(self._training_step(self._batch, self._batch_idx))
+        output = self._training_step(self._batch, self._batch_idx)
+        loss: torch.Tensor | None
+        if type(output) is torch.Tensor:  # the common return, without a call
+            loss, self.output = output, {"loss": output}
+        else:
+            loss, self.output = self._loss_of(output)
         if self._zero_first:  # as Lightning's closure: also when the batch is skipped (its step then moves nothing)
             self._zero_phase()
         if loss is None:

@@ -32,12 +32,14 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
     passes through."""
     kind = type(batch)
-    if kind is tuple or kind is list:  # the common batch: plain tensors, per step, often already on the device
+    if kind is tuple or kind is list:  # the common batch: plain tensors, moved in one pass without recursion
+        tensors: list[torch.Tensor] = []
         for item in batch:
-            if type(item) is not torch.Tensor or item.device != device:
+            if type(item) is not torch.Tensor:
                 break
+            tensors.append(item if item.device == device else item.to(device, non_blocking=non_blocking))
         else:
-            return batch if kind is tuple else list(batch)
+            return tuple(tensors) if kind is tuple else tensors
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, Mapping):
