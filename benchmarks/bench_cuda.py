@@ -18,7 +18,13 @@ Then a count per steady step under ``torch.profiler`` (``--profile-steps`` steps
 kernel launches, memory copies and sets, synchronizations and host operators (``aten::``), and the operators
 accelkit adds. Counts do not depend on the machine's load.
 
-    python benchmarks/bench_cuda.py [--workloads mlp transformer] [--rounds 5] [--steps 200] [--warmup 50]
+Last, the Python that a step runs on the host, which a small GPU step pays in full (the CPU queues kernels faster
+than the GPU runs them only while its Python keeps up): the instructions and calls per steady step of the hand
+loop and of accelkit (``sys.settrace`` over ``--count-steps`` steps, default 50, one ``log_every_n_steps``), and
+the functions where accelkit's instructions differ most from the hand loop's (its extra, function by function).
+
+    python benchmarks/bench_cuda.py [--workloads mlp transformer] [--rounds 7] [--steps 300] [--warmup 50]
+                                    [--profile-steps 50] [--count-steps 50]
     python benchmarks/bench_cuda.py --device cpu     # tiny sizes, a few steps: proves the script runs
 
 Without an NVIDIA GPU (and without ``--device cpu``) it says so in one sentence and exits with status 2. The
@@ -384,15 +390,15 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: tiny sizes and few steps, to check that the script works")
     parser.add_argument("--workloads", nargs="+", choices=("mlp", "transformer"), default=["mlp", "transformer"])
-    parser.add_argument("--rounds", type=int, default=None, help="default 5 (2 on the CPU)")
-    parser.add_argument("--steps", type=int, default=None, help="timed steps per run; default 200 (5 on the CPU)")
+    parser.add_argument("--rounds", type=int, default=None, help="default 7 (2 on the CPU)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per run; default 300 (5 on the CPU)")
     parser.add_argument("--warmup", type=int, default=None, help="steps before the clock; default 50 (2 on the CPU)")
     parser.add_argument("--profile-steps", type=int, default=None, help="profiled steps; default 50 (3 on the CPU)")
     parser.add_argument("--count-steps", type=int, default=None,
                         help="steps whose Python instructions are counted; default 50 (one log_every_n_steps)")
     args = parser.parse_args(argv)
     cpu = args.device == "cpu"
-    for name, gpu_default, cpu_default in (("rounds", 5, 2), ("steps", 200, 5), ("warmup", 50, 2),
+    for name, gpu_default, cpu_default in (("rounds", 7, 2), ("steps", 300, 5), ("warmup", 50, 2),
                                            ("profile_steps", 50, 3), ("count_steps", 50, 50)):
         value = getattr(args, name)
         if value is None:

@@ -27,15 +27,18 @@ def run_benchmark(script: str, *args: str, timeout: float = 300) -> subprocess.C
 @pytest.mark.slow
 def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
     done = run_benchmark("bench_cuda.py", "--device", "cpu", "--rounds", "2", "--steps", "3", "--warmup", "1",
-                         "--profile-steps", "2")
+                         "--profile-steps", "2", "--count-steps", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for workload in ("mlp: MLP 32-64-4, batch 64", "transformer: transformer 2 layers d32, seq 16, batch 4"):
         assert workload in out, out
     assert "round 2/2 (accelkit > " in out, out  # the order rotates
-    assert out.count("accelkit  : ") == 4 and out.count("ratio to the hand loop") >= 2, out
+    assert out.count("accelkit  : ") == 6 and out.count("ratio to the hand loop") >= 2, out
     assert out.count("kernel launches") == 4 and "per step, accelkit minus hand loop: " in out, out
     assert "aten::detach +1.00" in out, out  # self.log's one detach per step is named
+    # the host's Python per step: a count per side, and accelkit's extra by function (its loops among them)
+    assert out.count(" Python instructions, ") == 4 and out.count(" calls per step") == 4, out
+    assert out.count("per step, accelkit minus hand loop, by function: ") == 2 and "accelkit/loops/" in out, out
 
 
 @pytest.mark.slow
