@@ -670,3 +670,36 @@ def test_a_monitor_on_a_rank_zero_only_metric_fails_instead_of_hanging(tmp_path)
     with pytest.raises(accelkit.WorkerError, match="EarlyStopping monitors 'val_score', which is logged with "
                                                    "rank_zero_only=True"):
         trainer.fit(RankZeroMetric())
+
+
+
+def test_without_a_logger_logged_values_stay_on_the_device_as_in_lightning(tmp_path):
+    """Issue 24: without a logger nobody writes the per-step values out, so reading them to the host every
+    ``log_every_n_steps`` (a GPU synchronization) buys nothing: as Lightning 2.6.6 (whose logger connector converts
+    logged tensors to numbers only for its loggers and the progress bar), accelkit reads none during the steps;
+    ``logged_metrics`` still holds the last value, as a CPU tensor after the fit. With a logger the values are read
+    (the logger writes numbers): one read per logging step."""
+    from helpers.host_reads import host_reads_during_steps
+
+    reads, logged = host_reads_during_steps("accelkit", tmp_path)
+    assert reads == 0
+    assert set(logged) == {"watched"} and logged["watched"].device.type == "cpu" and logged["watched"].ndim == 0
+    assert host_reads_during_steps("accelkit", tmp_path, logger=True)[0] == 4  # batches 0-3 were logging steps
+
+
+@pytest.mark.slow
+def test_lightning_reads_no_logged_value_without_a_logger_either(tmp_path, run_python):
+    """The same module and count on Lightning's Trainer (in its own process: Lightning's Trainer imports torch_xla)
+    read nothing during the steps and end with the same ``logged_metrics``."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    from helpers.host_reads import host_reads_during_steps
+
+    found = run_python(f"""
+        import json
+        from helpers.host_reads import host_reads_during_steps
+        reads, logged = host_reads_during_steps("lightning", {str(tmp_path)!r})
+        print(json.dumps({{"reads": reads, "logged": {{k: float(v) for k, v in logged.items()}}}}))
+        """, path=[Path(__file__).resolve().parent])
+    ours = host_reads_during_steps("accelkit", tmp_path)
+    assert found["reads"] == ours[0] == 0
+    assert found["logged"] == pytest.approx({k: float(v) for k, v in ours[1].items()})

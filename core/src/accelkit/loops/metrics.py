@@ -135,19 +135,24 @@ class MetricStore:
             else:
                 entry.total = value if entry.total is None else _minimum(entry.total, value)
 
-    def read_step(self, clear: bool = True) -> tuple[dict[str, float], dict[str, float]]:
-        """Per-step values logged since the last read, as floats: ``(for the logger, for the progress bar)``.
+    def read_step(self, clear: bool = True, to_host: bool = True) -> tuple[dict[str, Any], dict[str, float]]:
+        """Per-step values logged since the last read: ``(for the logger, for the progress bar)``.
 
-        One host read per value. ``clear=False`` keeps them for the next read (a display-only peek), so a
-        value logged once is not reported again at later steps.
+        The progress bar's are floats (one host read each). The logger's are floats too, unless ``to_host`` is
+        ``False`` (nobody writes them out: no logger), when they stay as logged, tensors on the device, and only
+        the progress bar's values are read. ``clear=False`` keeps them for the next read (a display-only peek),
+        so a value logged once is not reported again at later steps.
         """
-        log, bar = {}, {}
+        log: dict[str, Any] = {}
+        bar: dict[str, float] = {}
         for name, entry in self.entries.items():
             if not entry.on_step or entry.step_value is None:
                 continue
             key = f"{name}_step" if entry.on_epoch else name
             raw = entry.step_value
-            value = float(raw.compute() if is_metric_object(raw) else raw)
+            value = raw.compute() if is_metric_object(raw) else raw
+            if to_host or entry.prog_bar:
+                value = float(value)
             if clear:
                 entry.step_value = None
             if entry.logger:

@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 class Publisher:
     """Moves what the ``MetricStore`` holds to the Trainer's metric dicts and loggers.
 
-    ``callback_metrics`` and ``logged_metrics`` hold CPU scalar tensors (as in Lightning);
-    ``progress_bar_metrics`` holds floats.
+    ``callback_metrics`` and ``logged_metrics`` hold scalar tensors: CPU ones, except per-step values that no
+    logger read, which stay on the device until the epoch's end (as in Lightning); ``progress_bar_metrics`` holds
+    floats.
     """
 
     def __init__(self, trainer: Trainer) -> None:
@@ -23,16 +24,30 @@ class Publisher:
 
     def log_step(self) -> None:
         """Read the per-step values (one host read each), log them, and hand the progress bar its values
-        (``trainer.progress_bar_metrics``, which a bar reads without touching the device)."""
+        (``trainer.progress_bar_metrics``, which a bar reads without touching the device). Without a logger, as in
+        Lightning, nothing but the progress bar's values is read: ``logged_metrics`` and ``callback_metrics`` get
+        the logged tensors as they are (on the device until :meth:`to_host` at the epoch's end)."""
         trainer = self.trainer
-        logged, shown = trainer.run_state.metrics.read_step()
+        loggers = bool(trainer.loggers)
+        logged, shown = trainer.run_state.metrics.read_step(to_host=loggers)
         if logged:
-            self._to_loggers(logged)
+            if loggers:
+                self._to_loggers(logged)
             tensors = _as_tensors(logged)
             trainer.logged_metrics.update(tensors)
             trainer.callback_metrics.update(tensors)
         if shown:
             trainer.progress_bar_metrics.update(shown)
+
+    def to_host(self) -> None:
+        """Copy the values of ``logged_metrics`` and ``callback_metrics`` that are still on the device (per-step
+        values no logger read, :meth:`log_step`) to the host: once per epoch, so that after a fit both hold CPU
+        tensors."""
+        trainer = self.trainer
+        for values in (trainer.logged_metrics, trainer.callback_metrics):
+            for name, value in values.items():
+                if isinstance(value, torch.Tensor):
+                    values[name] = value.cpu()
 
     def publish(self, logged: dict[str, float], shown: dict[str, float], aliases: dict[str, float] | None = None,
                 to_loggers: bool = True) -> None:
@@ -89,6 +104,6 @@ def _check_monitors(trainer: Trainer, rank_zero_names: set[str]) -> None:
                              "sync_dist=True instead")
 
 
-def _as_tensors(values: dict[str, float]) -> dict[str, torch.Tensor]:
-    return {k: torch.tensor(v) for k, v in values.items()}
+def _as_tensors(values: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in values.items()}
 

@@ -344,7 +344,8 @@ class TrainerProperties:
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
-        """The latest logged values (CPU scalar tensors), as callbacks (``EarlyStopping``...) read them."""
+        """The latest logged values (scalar tensors; without a logger, per-step values stay on the device until
+        the epoch's end), as callbacks (``EarlyStopping``...) read them."""
         return self.run_state.callback_metrics
 
     @property
