@@ -193,12 +193,12 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             are not used (callbacks on other ranks do not see it).
         :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N``.
         """
-        trainer = self.trainer
+        trainer = self.__dict__.get("_trainer")  # what the ``trainer`` property reads, without its call (per step)
         if trainer is None:
             raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run")
-        if sync_dist_group is not None:
-            raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
-        if enable_graph:
+        if sync_dist_group is not None or enable_graph:
+            if sync_dist_group is not None:
+                raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
         trainer.run_state.metrics.log(name, value, prog_bar, True if logger is None else logger, on_step, on_epoch,
                                       reduce_fx, sync_dist, batch_size, rank_zero_only, add_dataloader_idx)
