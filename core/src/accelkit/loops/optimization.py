@@ -92,6 +92,8 @@ class Optimization:
         self.strategy, self.precision = trainer.strategy, trainer.precision
         self.optimizers = optimizers
         self.wrapped = [Optimizer(o, self) for o in optimizers]
+        #: the run's progress record (the same object for the whole run: ``RunState.restore`` keeps it)
+        self._progress = trainer.run_state.progress
         self.automatic = bool(module.automatic_optimization)
         #: batches per optimizer step (the fit loop sets it each epoch: GradientAccumulationScheduler)
         self.accumulate: int = trainer.accumulate_grad_batches
@@ -367,14 +369,11 @@ class Optimization:
         return result
 
     def _end_step(self) -> None:
-        """After an optimizer step: count it, then let the strategy end it (a lazy device cuts its graph)."""
-        self._count_step()
+        """After an optimizer step: count it (the one place ``global_step`` advances, through the run's progress
+        record), then let the strategy end it (a lazy device cuts its graph)."""
+        self._progress.advance_step()
         for fn in self._step_end:
             fn()
-
-    def _count_step(self) -> None:
-        """The one place ``global_step`` advances."""
-        self.trainer.run_state.progress.advance_step()
 
     def _clip_to_trainer(self, optimizer: torch.optim.Optimizer) -> None:
         """Clip to the Trainer's ``gradient_clip_val`` (read at each step, as Lightning does)."""
