@@ -296,7 +296,9 @@ class OpcodeCounter(accelkit.Callback):
         """Instructions per step of each function (``file:qualified name``, paths from the package down)."""
         result: collections.Counter[str] = collections.Counter()
         for code, n in self.by_code.items():
-            where = code.co_filename.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1]
+            path = code.co_filename
+            where = path.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1] if "-packages/" in path or \
+                "/src/" in path else os.path.basename(path)  # a package's path from it down; a script's name
             result[f"{where}:{getattr(code, 'co_qualname', code.co_name)}"] += n
         return {name: n / steps for name, n in result.items()}
 
