@@ -5,9 +5,9 @@ An automatic-optimization batch is run as two calls compiled with ``torch.compil
 
 1. the *forward call*: ``training_step`` and the loss (divided by ``accumulate_grad_batches``), compiled with its
    backward graph (AOTAutograd), which ``loss.backward()`` then runs;
-2. the *optimizer call*: gradient clipping (``gradient_clip_val``) and ``optimizer.step()``, compiled, at the end of
-   each accumulation window (torch's optimizers make their step a graph of its own, so ``fullgraph=True`` applies
-   to the forward call only).
+2. the *optimizer call*, at the end of each accumulation window: ``optimizer.step`` compiled (as one compiles it by
+   hand), or with ``gradient_clip_val`` the clipping and ``optimizer.step()`` compiled together (torch's
+   optimizers make their step a graph of its own, so ``fullgraph=True`` applies to the forward call only).
 
 Between them the gradients are set to ``None`` at the start of a window (Lightning's ``zero_grad``). ``self.log``
 inside ``training_step`` is recorded during the forward call and handed to the run's metric store right after it,
