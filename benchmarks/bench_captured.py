@@ -85,7 +85,8 @@ def cudagraphs_recorded(device: torch.device) -> int:
 
 
 class CompileWindow:
-    """:func:`compile_counts` at a fit's start, at the start of its timed steps and at its end."""
+    """:func:`compile_counts` at a fit's start, at the start of its timed steps and at its end (while its
+    compiled functions are alive: inductor lets a CUDA-graph tree go with the last of them)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -99,8 +100,9 @@ class CompileWindow:
         """One line: what the fit compiled, and what it compiled or recorded during the timed steps."""
         start, timed, end = self.marks[0], self.marks[1], self.marks[-1]
         fit = {key: end[key] - start[key] for key in end}
+        # the CUDA graphs are counted in the tree at the end (the tree of an earlier fit may have been let go)
         return (f"{fit['graphs']} graphs, {fit['graph breaks']} graph breaks, {fit['cudagraph skips']} CUDA-graph "
-                f"skips, {fit['cudagraphs']} CUDA graphs recorded; during the timed steps "
+                f"skips, {end['cudagraphs']} CUDA graphs recorded; during the timed steps "
                 f"{end['frames'] - timed['frames']} frames compiled, {end['cudagraphs'] - timed['cudagraphs']} CUDA "
                 "graphs recorded")
 
@@ -249,6 +251,8 @@ class SteadyClock(accelkit.Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         synchronize(self.device)
         self.end = time.perf_counter()
+        if self.window is not None:  # while the compiled calls (and their CUDA-graph tree) are alive
+            self.window.mark()
 
 
 def trainer_run(compile_step: Any) -> Callable[[dict[str, Any], argparse.Namespace, torch.device], Result]:
@@ -265,8 +269,6 @@ def trainer_run(compile_step: Any) -> Callable[[dict[str, Any], argparse.Namespa
                                    enable_checkpointing=False, enable_model_summary=False, callbacks=[clock],
                                    compile_step=compile_step)
         trainer.fit(BenchModule(spec, device))
-        if window is not None:
-            window.mark()
         return (clock.end - clock.start) / args.steps, window
     return run
 
