@@ -345,6 +345,22 @@ def test_as_many_compiled_frames_per_step_as_the_hand_compiled_loop(tmp_path: Pa
     assert regions.compiled == 0
 
 
+@pytest.mark.slow
+def test_scheduler_without_clipping_steps_as_eager(tmp_path: Path) -> None:
+    """Without clipping the optimizer's own ``step`` is compiled, the scheduler's wrapper around it included: the
+    learning rates and weights are the eager fit's."""
+    results = []
+    for compile_step in (False, {"backend": "eager"}):
+        torch._dynamo.reset()
+        module = MLPModule("adamw", scheduler=True)
+        quiet_trainer(tmp_path, max_steps=6, compile_step=compile_step, enable_model_summary=False).fit(module)
+        results.append((module.lrs, [p.detach().clone() for p in module.parameters()]))
+    (eager_lrs, eager), (lrs, weights) = results
+    assert lrs == eager_lrs and len(lrs) == 6 and lrs[-1] < lrs[0]  # the scheduler stepped the rate
+    for e, w in zip(eager, weights, strict=True):
+        torch.testing.assert_close(w, e)
+
+
 class SkipsABatch(MLPModule):
     """Returns ``None`` (Lightning's "skip this batch") for batch 1."""
 
