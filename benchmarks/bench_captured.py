@@ -22,6 +22,11 @@ at the start of step ``--warmup`` and at the end of the fit, so compilation and 
 round runs each contender once, the order rotated from round to round; a contender's ratio is its time over the
 hand loop's of the same round, and the script prints the median ratio and its spread (lowest-highest) over the
 rounds. Each captured fit compiles afresh (``torch._dynamo.reset()`` first), as a new process would.
+
+For each compiled contender the script then prints what ``torch.compile`` did in its last fit (the structure that
+explains a time): the graphs compiled and the graph breaks, the frames compiled during the timed steps (a recompile
+there is a cost no warm-up hides), inductor's CUDA-graph skips, and the CUDA graphs recorded, in all and during the
+timed steps (a graph recorded again and again is a fresh graph per step).
 """
 
 from __future__ import annotations
@@ -41,12 +46,65 @@ from torch.utils.data import DataLoader, TensorDataset
 import accelkit
 
 WORKLOADS = ("mlp", "transformer")
+Result = tuple[float, "CompileWindow | None"]  # a contender's steady seconds per step, and what it compiled
 
 
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on the CPU)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def compile_counts(device: torch.device) -> dict[str, int]:
+    """``torch.compile``'s counters so far in this process: graphs, graph breaks, frames compiled, CUDA-graph
+    skips, and the CUDA graphs recorded on ``device`` (see :func:`cudagraphs_recorded`)."""
+    counters = torch._dynamo.utils.counters
+    return {"graphs": counters["stats"]["unique_graphs"], "graph breaks": sum(counters["graph_break"].values()),
+            "frames": counters["frames"]["total"], "cudagraph skips": counters["inductor"]["cudagraph_skips"],
+            "cudagraphs": cudagraphs_recorded(device)}
+
+
+def cudagraphs_recorded(device: torch.device) -> int:
+    """The CUDA graphs recorded so far by inductor's CUDA-graph trees on ``device`` (the nodes of its trees;
+    -1 where this torch keeps them elsewhere, 0 on a CPU)."""
+    if device.type != "cuda":
+        return 0
+    from torch._inductor import cudagraph_trees
+
+    try:
+        manager = cudagraph_trees.get_manager(device.index or 0, create_if_none_exists=False)
+        nodes = list(manager.get_roots()) if manager is not None else []
+        count = 0
+        while nodes:
+            node = nodes.pop()
+            count += 1
+            nodes.extend(child for children in node.children.values() for child in children)
+    except (AttributeError, TypeError):  # a private API: another torch may name it otherwise
+        return -1
+    return count
+
+
+class CompileWindow:
+    """:func:`compile_counts` at a fit's start, at the start of its timed steps and at its end (while its
+    compiled functions are alive: inductor lets a CUDA-graph tree go with the last of them)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.marks: list[dict[str, int]] = [compile_counts(device)]
+
+    def mark(self) -> None:
+        """Take the counts now."""
+        self.marks.append(compile_counts(self.device))
+
+    def summary(self) -> str:
+        """One line: what the fit compiled, and what it compiled or recorded during the timed steps."""
+        start, timed, end = self.marks[0], self.marks[1], self.marks[-1]
+        fit = {key: end[key] - start[key] for key in end}
+        # the CUDA graphs are counted in the tree at the end (the tree of an earlier fit may have been let go)
+        return (f"{fit['graphs']} graphs, {fit['graph breaks']} graph breaks, {fit['cudagraph skips']} CUDA-graph "
+                f"skips, {end['cudagraphs']} CUDA graphs recorded; during the timed steps "
+                f"{end['frames'] - timed['frames']} frames compiled, {end['cudagraphs'] - timed['cudagraphs']} CUDA "
+                "graphs recorded")
 
 
 class Transformer(nn.Module):
@@ -97,8 +155,8 @@ def _batches(data: DataLoader) -> Any:
         yield from data
 
 
-def hand_loop(spec: dict[str, Any], args: argparse.Namespace, device: torch.device) -> float:
-    """The eager hand-written loop; returns its steady seconds per step."""
+def hand_loop(spec: dict[str, Any], args: argparse.Namespace, device: torch.device) -> Result:
+    """The eager hand-written loop; returns its steady seconds per step (and ``None``: it compiles nothing)."""
     torch.manual_seed(0)
     net = spec["make"]().to(device)
     optimizer = optimizer_for(net.parameters(), spec)
@@ -116,14 +174,15 @@ def hand_loop(spec: dict[str, Any], args: argparse.Namespace, device: torch.devi
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     synchronize(device)
-    return (time.perf_counter() - start) / args.steps
+    return (time.perf_counter() - start) / args.steps, None
 
 
-def hand_compiled(options: dict[str, Any]) -> Callable[[dict[str, Any], argparse.Namespace, torch.device], float]:
+def hand_compiled(options: dict[str, Any]) -> Callable[[dict[str, Any], argparse.Namespace, torch.device], Result]:
     """A contender: the hand loop with its loss and its optimizer step compiled with ``torch.compile(**options)``
     (what a user would write by hand; the floor the captured step can hope for)."""
-    def run(spec: dict[str, Any], args: argparse.Namespace, device: torch.device) -> float:
+    def run(spec: dict[str, Any], args: argparse.Namespace, device: torch.device) -> Result:
         torch._dynamo.reset()
+        window = CompileWindow(device)
         torch.manual_seed(0)
         net = spec["make"]().to(device)
         optimizer = optimizer_for(net.parameters(), spec)
@@ -135,6 +194,7 @@ def hand_compiled(options: dict[str, Any]) -> Callable[[dict[str, Any], argparse
         for index in range(args.warmup + args.steps):
             if index == args.warmup:
                 synchronize(device)
+                window.mark()
                 start = time.perf_counter()
             if graphs:
                 torch.compiler.cudagraph_mark_step_begin()
@@ -146,7 +206,9 @@ def hand_compiled(options: dict[str, Any]) -> Callable[[dict[str, Any], argparse
             loss.backward()
             step()
         synchronize(device)
-        return (time.perf_counter() - start) / args.steps
+        seconds = (time.perf_counter() - start) / args.steps
+        window.mark()
+        return seconds, window
     return run
 
 
@@ -175,48 +237,60 @@ class BenchModule(accelkit.Module):
 class SteadyClock(accelkit.Callback):
     """Reads the clock at the start of step ``warmup`` and at the end of training (after a device sync)."""
 
-    def __init__(self, warmup: int, device: torch.device) -> None:
-        self.warmup, self.device = warmup, device
+    def __init__(self, warmup: int, device: torch.device, window: CompileWindow | None) -> None:
+        self.warmup, self.device, self.window = warmup, device, window
         self.start = self.end = 0.0
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if trainer.global_step == self.warmup:
             synchronize(self.device)
+            if self.window is not None:
+                self.window.mark()
             self.start = time.perf_counter()
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         synchronize(self.device)
         self.end = time.perf_counter()
+        if self.window is not None:  # while the compiled calls (and their CUDA-graph tree) are alive
+            self.window.mark()
 
 
-def trainer_run(compile_step: Any) -> Callable[[dict[str, Any], argparse.Namespace, torch.device], float]:
-    """A contender fitting :class:`BenchModule` with ``compile_step``; returns its steady seconds per step."""
-    def run(spec: dict[str, Any], args: argparse.Namespace, device: torch.device) -> float:
+def trainer_run(compile_step: Any) -> Callable[[dict[str, Any], argparse.Namespace, torch.device], Result]:
+    """A contender fitting :class:`BenchModule` with ``compile_step``; returns its steady seconds per step and,
+    for a captured step, what it compiled."""
+    def run(spec: dict[str, Any], args: argparse.Namespace, device: torch.device) -> Result:
+        window = None
         if compile_step:
             torch._dynamo.reset()  # compile afresh, as a new process would (and stay under the recompile limit)
-        clock = SteadyClock(args.warmup, device)
+            window = CompileWindow(device)
+        clock = SteadyClock(args.warmup, device, window)
         trainer = accelkit.Trainer(accelerator=device.type, devices=1, precision=args.precision,
                                    max_steps=args.warmup + args.steps, logger=False, enable_progress_bar=False,
                                    enable_checkpointing=False, enable_model_summary=False, callbacks=[clock],
                                    compile_step=compile_step)
         trainer.fit(BenchModule(spec, device))
-        return (clock.end - clock.start) / args.steps
+        return (clock.end - clock.start) / args.steps, window
     return run
 
 
 def measure(spec: dict[str, Any], args: argparse.Namespace, device: torch.device,
-            contenders: dict[str, Callable]) -> dict[str, list[float]]:
-    """Seconds per step of every contender, per round, the order rotated from round to round."""
+            contenders: dict[str, Callable]) -> tuple[dict[str, list[float]], dict[str, CompileWindow]]:
+    """Seconds per step of every contender, per round, the order rotated from round to round; and what each
+    compiled contender compiled in its last fit."""
     names = list(contenders)
     times: dict[str, list[float]] = {name: [] for name in names}
+    windows: dict[str, CompileWindow] = {}
     for round_ in range(args.rounds):
         shift = round_ % len(names)
         order = names[shift:] + names[:shift]
         for name in order:
-            times[name].append(contenders[name](spec, args, device))
+            seconds, window = contenders[name](spec, args, device)
+            times[name].append(seconds)
+            if window is not None:
+                windows[name] = window
         print(f"  round {round_ + 1}/{args.rounds}: " + ", ".join(
             f"{name} {times[name][-1] * 1e3:.3f}" for name in order) + " ms/step", flush=True)
-    return times
+    return times, windows
 
 
 def report(label: str, times: dict[str, list[float]]) -> list[str]:
@@ -226,7 +300,7 @@ def report(label: str, times: dict[str, list[float]]) -> list[str]:
     for name, values in times.items():
         if name == "hand":
             continue
-        ratios = sorted(v / h for v, h in zip(values, hand))
+        ratios = sorted(v / h for v, h in zip(values, hand, strict=True))
         lines.append(f"  {name:<30} {statistics.median(ratios):.3f}x the hand loop "
                      f"(rounds {ratios[0]:.3f}-{ratios[-1]:.3f}; {statistics.median(values) * 1e3:.3f} ms/step)")
     return lines
@@ -269,8 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     for key in args.workloads:
         spec = workload(key, args.tiny)
         spec["fused"] = (args.adamw or ("fused" if device.type == "cuda" else "foreach")) == "fused"
-        for line in report(spec["label"], measure(spec, args, device, contenders)):
+        times, windows = measure(spec, args, device, contenders)
+        for line in report(spec["label"], times):
             print(line, flush=True)
+        for name, window in windows.items():
+            print(f"  {name} compiled: {window.summary()}", flush=True)
     return 0
 
 

@@ -234,14 +234,16 @@ def test_compile_step_values() -> None:
 @pytest.mark.slow
 def test_benchmark_runs_on_cpu_in_a_tiny_configuration() -> None:
     """``benchmarks/bench_captured.py --tiny`` prints, for both workloads, the eager Trainer's and the captured
-    step's ratio to the hand loop (on a CPU: that it runs, not a speed)."""
+    step's ratio to the hand loop (on a CPU: that it runs, not a speed), and that the captured step compiles what
+    the hand-compiled loop compiles."""
     import subprocess
 
     from helpers.guards import PYTHON, child_env
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_captured.py"
     done = subprocess.run([PYTHON, str(script), "--device", "cpu", "--tiny", "--rounds", "2", "--steps", "3",
-                           "--warmup", "2"], env=child_env(), capture_output=True, text=True, timeout=900, check=False)
+                           "--warmup", "2", "--hand-compiled"], env=child_env(), capture_output=True, text=True,
+                          timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("device: CPU;") and "2 rounds, order rotated" in lines[0]
@@ -250,6 +252,13 @@ def test_benchmark_runs_on_cpu_in_a_tiny_configuration() -> None:
         assert lines[at + 1].split()[0] == "accelkit" and "x the hand loop (rounds " in lines[at + 1]
         assert lines[at + 2].split()[:2] == ["accelkit", "compile_step=True"]
         assert "x the hand loop (rounds " in lines[at + 2]
+        # what the captured step compiled is what the hand-compiled loop compiles (graphs, graph breaks), and
+        # nothing is compiled during the timed steps
+        compiled = {line.split(" compiled: ")[0].strip(): line.split(" compiled: ")[1]
+                    for line in lines[at:at + 7] if " compiled: " in line}
+        assert compiled["accelkit compile_step=True"] == compiled["hand, torch.compile()"]
+        assert compiled["accelkit compile_step=True"].endswith("during the timed steps 0 frames compiled, 0 CUDA "
+                                                                "graphs recorded")
 
 
 # ------------------------------------------------------------------------------------------------- traced only
@@ -273,6 +282,83 @@ def test_precision_context_and_log_kept_in_one_graph(tmp_path: Path) -> None:
     assert traced_metrics.keys() == eager_metrics.keys() and "train_loss_step" in traced_metrics
     for name, value in eager_metrics.items():
         torch.testing.assert_close(traced_metrics[name], value)
+
+
+class CompiledRegions(accelkit.Callback):
+    """From step ``start`` to the end of the fit: the compiled frames entered (torch.profiler's ``Torch-Compiled
+    Region`` events) and the frames ``torch.compile`` compiled."""
+
+    def __init__(self, start: int) -> None:
+        self.start, self.regions, self.compiled = start, 0, 0
+        self.profiler = torch.profiler.profile()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.start:
+            self.compiled = -torch._dynamo.utils.counters["frames"]["total"]
+            self.profiler.__enter__()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.profiler.__exit__(None, None, None)
+        self.compiled += torch._dynamo.utils.counters["frames"]["total"]
+        self.regions = sum(event.name.startswith("Torch-Compiled Region") for event in self.profiler.events())
+
+
+def hand_compiled_counts(steps: int, start: int) -> tuple[float, int]:
+    """The hand loop a user would compile (its loss and ``optimizer.step``, each with ``torch.compile``) on
+    :class:`MLPModule`'s network and data: compiled frames entered per step after ``start``, and graph breaks."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    module = MLPModule("adamw")
+    optimizer = module.configure_optimizers()
+    loss_of = torch.compile(lambda x, y: F.mse_loss(module.net(x), y), **TRACED)
+    step = torch.compile(optimizer.step, backend="eager")
+    batches = iter(module.train_dataloader())
+
+    def train(count: int) -> None:
+        for _ in range(count):
+            x, y = next(batches)
+            loss = loss_of(x, y)
+            optimizer.zero_grad()
+            loss.backward()
+            step()
+    train(start)
+    with torch.profiler.profile() as profiler:
+        train(steps - start)
+    regions = sum(event.name.startswith("Torch-Compiled Region") for event in profiler.events())
+    return regions / (steps - start), sum(torch._dynamo.utils.counters["graph_break"].values())
+
+
+@pytest.mark.slow
+def test_as_many_compiled_frames_per_step_as_the_hand_compiled_loop(tmp_path: Path) -> None:
+    """Per step the captured step enters the compiled frames a hand-compiled loop enters (its forward call and
+    the optimizer's step: no frame of its own around them), breaks the graph where the hand loop does (in torch's
+    optimizer only), and compiles nothing after its first steps."""
+    hand_per_step, hand_breaks = hand_compiled_counts(13, 3)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    regions = CompiledRegions(3)
+    trainer = quiet_trainer(tmp_path, max_steps=13, compile_step={"backend": "eager"}, callbacks=[regions],
+                            enable_model_summary=False)
+    trainer.fit(MLPModule("adamw"))
+    assert regions.regions / 10 == hand_per_step
+    assert sum(torch._dynamo.utils.counters["graph_break"].values()) == hand_breaks
+    assert regions.compiled == 0
+
+
+@pytest.mark.slow
+def test_scheduler_without_clipping_steps_as_eager(tmp_path: Path) -> None:
+    """Without clipping the optimizer's own ``step`` is compiled, the scheduler's wrapper around it included: the
+    learning rates and weights are the eager fit's."""
+    results = []
+    for compile_step in (False, {"backend": "eager"}):
+        torch._dynamo.reset()
+        module = MLPModule("adamw", scheduler=True)
+        quiet_trainer(tmp_path, max_steps=6, compile_step=compile_step, enable_model_summary=False).fit(module)
+        results.append((module.lrs, [p.detach().clone() for p in module.parameters()]))
+    (eager_lrs, eager), (lrs, weights) = results
+    assert lrs == eager_lrs and len(lrs) == 6 and lrs[-1] < lrs[0]  # the scheduler stepped the rate
+    for e, w in zip(eager, weights, strict=True):
+        torch.testing.assert_close(w, e)
 
 
 class SkipsABatch(MLPModule):

@@ -5,9 +5,9 @@ An automatic-optimization batch is run as two calls compiled with ``torch.compil
 
 1. the *forward call*: ``training_step`` and the loss (divided by ``accumulate_grad_batches``), compiled with its
    backward graph (AOTAutograd), which ``loss.backward()`` then runs;
-2. the *optimizer call*: gradient clipping (``gradient_clip_val``) and ``optimizer.step()``, compiled, at the end of
-   each accumulation window (torch's optimizers make their step a graph of its own, so ``fullgraph=True`` applies
-   to the forward call only).
+2. the *optimizer call*, at the end of each accumulation window: ``optimizer.step`` compiled (as one compiles it by
+   hand), or with ``gradient_clip_val`` the clipping and ``optimizer.step()`` compiled together (torch's
+   optimizers make their step a graph of its own, so ``fullgraph=True`` applies to the forward call only).
 
 Between them the gradients are set to ``None`` at the start of a window (Lightning's ``zero_grad``). ``self.log``
 inside ``training_step`` is recorded during the forward call and handed to the run's metric store right after it,
@@ -178,9 +178,12 @@ class CapturedStep:
             "forward_context", precision, Precision) else None
         self.forward_call = torch.compile(self.forward, **options)
         # torch's optimizers break the graph around their step on purpose (so that it compiles as an in-place
-        # update), so fullgraph=True holds for the forward call only
-        self.optimizer_call = torch.compile(self.optimizer_step, **{k: v for k, v in options.items()
-                                                                    if k != "fullgraph"})
+        # update), so fullgraph=True holds for the forward call only. Without clipping the optimizer's own step is
+        # compiled, as one would by hand: a function around it would be one more compiled frame, with its guards
+        # and its own graph break, on every step.
+        step_options = {k: v for k, v in options.items() if k != "fullgraph"}
+        self.step_call = torch.compile(self.optimizer.step, **step_options)
+        self.clip_step_call = torch.compile(self.clip_and_step, **step_options)
 
     def forward(self, batch: Any, batch_idx: int, accumulate: int) -> tuple[Any, Any]:
         """``training_step`` and the loss to back-propagate (traced by ``torch.compile``): ``(loss, output)``."""
@@ -191,14 +194,13 @@ class CapturedStep:
             loss = loss / accumulate
         return loss, output
 
-    def optimizer_step(self, clip_value: float | None, algorithm: str) -> None:
+    def clip_and_step(self, clip_value: float, algorithm: str) -> None:
         """Clip the gradients (by norm or value) and step the optimizer (traced by ``torch.compile``)."""
-        if clip_value:
-            params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
-            if algorithm == "value":
-                torch.nn.utils.clip_grad_value_(params, clip_value)
-            else:
-                torch.nn.utils.clip_grad_norm_(params, clip_value)
+        params = [p for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, clip_value)
+        else:
+            torch.nn.utils.clip_grad_norm_(params, clip_value)
         self.optimizer.step()
 
     def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
@@ -219,7 +221,10 @@ class CapturedStep:
         if not boundary:
             return (output if isinstance(output, dict) else {"loss": output}), False
         trainer = self.trainer
-        self.optimizer_call(trainer.gradient_clip_val, trainer.gradient_clip_algorithm or "norm")
+        if trainer.gradient_clip_val:
+            self.clip_step_call(trainer.gradient_clip_val, trainer.gradient_clip_algorithm or "norm")
+        else:
+            self.step_call()
         return (output if isinstance(output, dict) else {"loss": output}), True
 
     def record(self, batch: Any, batch_idx: int, accumulate: int) -> tuple[Any, Any]:
