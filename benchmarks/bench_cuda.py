@@ -27,8 +27,15 @@ the functions where accelkit's instructions differ most from the hand loop's (it
                                     [--profile-steps 50] [--count-steps 50]
     python benchmarks/bench_cuda.py --device cpu     # tiny sizes, a few steps: proves the script runs
 
-Without an NVIDIA GPU (and without ``--device cpu``) it says so in one sentence and exits with status 2. The
-captured step (``compile_step``) has its own benchmark, ``benchmarks/bench_captured.py``.
+With ``--captured``, two more sides run in the same rounds: ``accelkit captured``, the Trainer with
+``compile_step={"mode": "reduce-overhead"}`` (torch.compile's default mode on the CPU), and ``hand compiled``, the
+hand loop with its loss and its optimizer step compiled with the same options (what one would write by hand, the
+floor a captured step can hope for); each compiles afresh (``torch._dynamo.reset()``) inside its warm-up steps.
+Their profiled counts add the CUDA graphs replayed per step (``cudaGraphLaunch``), and the difference between the
+two compiled sides is printed as for the eager ones. ``benchmarks/bench_captured.py`` measures the captured step
+alone, with what each compiled side compiled.
+
+Without an NVIDIA GPU (and without ``--device cpu``) it says so in one sentence and exits with status 2.
 """
 
 from __future__ import annotations
@@ -191,6 +198,37 @@ def hand_loop(w: Workload, device: torch.device, span: Span, steps: int) -> None
         span.step_end(i)
 
 
+#: torch.compile's options for the compiled sides (set by main: CUDA graphs on a GPU, the default mode on the CPU)
+COMPILE: dict[str, Any] = {}
+
+
+def hand_compiled(w: Workload, device: torch.device, span: Span, steps: int) -> None:
+    """The hand loop with its loss and its optimizer step compiled with :data:`COMPILE` (``--captured``)."""
+    torch._dynamo.reset()
+    net = w.net().to(device)
+    optimizer = make_optimizer(net.parameters())
+    net.train()
+    loss_of = torch.compile(lambda x, y: F.cross_entropy(net(x), y), **COMPILE)
+    step = torch.compile(optimizer.step, **COMPILE)
+    graphs = COMPILE.get("mode") == "reduce-overhead"
+    batches = iter(make_loader(w.data(steps), w.batch))
+    ahead = next(batches, None)
+    i = -1
+    while ahead is not None:
+        i, (x, y) = i + 1, ahead
+        ahead = next(batches, None)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        span.step_start(i)
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = loss_of(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        step()
+        span.step_end(i)
+
+
 class AccelkitModule(accelkit.Module):
     """The accelkit side."""
 
@@ -232,6 +270,15 @@ def accelkit_run(w: Workload, device: torch.device, span: Span, steps: int) -> N
     """The same work through ``accelkit.Trainer``."""
     callback = type("Timing", (SpanCallback, accelkit.Callback), {})(span)
     trainer = accelkit.Trainer(accelerator=device.type, max_epochs=1, callbacks=[callback], **QUIET)
+    trainer.fit(AccelkitModule(w), train_dataloaders=make_loader(w.data(steps), w.batch))
+
+
+def accelkit_captured_run(w: Workload, device: torch.device, span: Span, steps: int) -> None:
+    """The same work through ``accelkit.Trainer(compile_step=COMPILE)`` (``--captured``)."""
+    torch._dynamo.reset()
+    callback = type("Timing", (SpanCallback, accelkit.Callback), {})(span)
+    trainer = accelkit.Trainer(accelerator=device.type, max_epochs=1, callbacks=[callback],
+                               compile_step=dict(COMPILE) or True, **QUIET)
     trainer.fit(AccelkitModule(w), train_dataloaders=make_loader(w.data(steps), w.batch))
 
 
@@ -284,6 +331,14 @@ SIDES: dict[str, tuple[Callable[..., None], str | None]] = {
     "lightning": (lightning_run, "lightning"),
     "accelerate": (accelerate_run, "accelerate"),
 }
+#: the sides ``--captured`` adds
+CAPTURED_SIDES: dict[str, tuple[Callable[..., None], str | None]] = {
+    "accelkit captured": (accelkit_captured_run, None),
+    "hand compiled": (hand_compiled, None),
+}
+
+
+ALL_SIDES = {**SIDES, **CAPTURED_SIDES}
 
 
 def measure(side: Callable[..., None], w: Workload, device: torch.device, warmup: int, steps: int,
@@ -318,16 +373,17 @@ def compare(w: Workload, device: torch.device, sides: list[str], args: argparse.
     for r in range(args.rounds):
         order = sides[r % len(sides):] + sides[:r % len(sides)]
         for name in order:
-            seconds, peak, _ = measure(SIDES[name][0], w, device, args.warmup, args.steps)
+            seconds, peak, _ = measure(ALL_SIDES[name][0], w, device, args.warmup, args.steps)
             times[name].append(seconds)
             peaks[name] = max(peaks.get(name, 0), peak)
         print(f"  round {r + 1}/{args.rounds} ({' > '.join(order)}): "
               + ", ".join(f"{n} {times[n][-1] * 1e3:.3f}" for n in sides) + " ms/step", flush=True)
     ratios = {name: [t / h for t, h in zip(times[name], times["hand loop"])] for name in sides}
+    width = max(10, *map(len, sides))
     for name in sides:
         memory = f", peak memory {peaks[name] / 2**20:.1f} MiB" if device.type == "cuda" else ""
         ratio = "" if name == "hand loop" else f", ratio to the hand loop {spread(ratios[name])}"
-        print(f"  {name:<10}: {statistics.median(times[name]) * 1e3:.3f} ms/step{ratio}{memory}", flush=True)
+        print(f"  {name:<{width}}: {statistics.median(times[name]) * 1e3:.3f} ms/step{ratio}{memory}", flush=True)
     return ratios
 
 
@@ -337,6 +393,7 @@ def step_counts(events: collections.Counter[str], steps: int) -> dict[str, float
         return sum(n for name, n in events.items() if match(name)) / steps
 
     return {"kernel launches": total(lambda n: n in LAUNCHES),
+            "graph launches": total(lambda n: n == "cudaGraphLaunch"),
             "memcpy": total(lambda n: n.startswith("cudaMemcpy")),
             "memset": total(lambda n: n.startswith("cudaMemset")),
             "syncs": total(lambda n: "Synchronize" in n),
@@ -344,19 +401,23 @@ def step_counts(events: collections.Counter[str], steps: int) -> dict[str, float
 
 
 def profile_counts(w: Workload, device: torch.device, args: argparse.Namespace) -> None:
-    """Print per-step counts of the hand loop and accelkit, and the operators accelkit adds."""
-    spans = {name: measure(SIDES[name][0], w, device, args.warmup, args.profile_steps, profile=True)[2]
-             for name in ("hand loop", "accelkit")}
+    """Print per-step counts of the hand loop and accelkit (and, with ``--captured``, of the two compiled sides),
+    and the operators accelkit adds to its hand-written counterpart."""
+    pairs = [("hand loop", "accelkit")] + ([("hand compiled", "accelkit captured")] if args.captured else [])
+    spans = {name: measure(ALL_SIDES[name][0], w, device, args.warmup, args.profile_steps, profile=True)[2]
+             for pair in pairs for name in pair}
+    width = max(10, *map(len, spans))
     for name, span in spans.items():
         counts = step_counts(span.events, args.profile_steps)
-        print(f"  {name:<10}: " + ", ".join(f"{value:.2f} {what}" for what, value in counts.items()), flush=True)
-    hand, ours = spans["hand loop"].events, spans["accelkit"].events
-    extra = {op: (ours[op] - hand[op]) / args.profile_steps for op in set(hand) | set(ours)}
-    shown = sorted((op for op, n in extra.items() if abs(n) >= 0.01 and (op.startswith(("aten::", "cuda", "cu"))
-                                                                         or op in LAUNCHES)),
-                   key=lambda op: -abs(extra[op]))
-    print("  per step, accelkit minus hand loop: " + (", ".join(f"{op} {extra[op]:+.2f}" for op in shown[:20])
-                                                     or "nothing"), flush=True)
+        print(f"  {name:<{width}}: " + ", ".join(f"{value:.2f} {what}" for what, value in counts.items()), flush=True)
+    for hand_name, our_name in pairs:
+        hand, ours = spans[hand_name].events, spans[our_name].events
+        extra = {op: (ours[op] - hand[op]) / args.profile_steps for op in set(hand) | set(ours)}
+        shown = sorted((op for op, n in extra.items() if abs(n) >= 0.01 and (op.startswith(("aten::", "cuda", "cu"))
+                                                                             or op in LAUNCHES)),
+                       key=lambda op: -abs(extra[op]))
+        print(f"  per step, {our_name} minus {hand_name}: "
+              + (", ".join(f"{op} {extra[op]:+.2f}" for op in shown[:20]) or "nothing"), flush=True)
 
 
 def instruction_counts(w: Workload, device: torch.device, args: argparse.Namespace) -> None:
@@ -396,6 +457,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile-steps", type=int, default=None, help="profiled steps; default 50 (3 on the CPU)")
     parser.add_argument("--count-steps", type=int, default=None,
                         help="steps whose Python instructions are counted; default 50 (one log_every_n_steps)")
+    parser.add_argument("--captured", action="store_true",
+                        help="also the captured step (compile_step) and the hand loop compiled by hand")
     args = parser.parse_args(argv)
     cpu = args.device == "cpu"
     for name, gpu_default, cpu_default in (("rounds", 7, 2), ("steps", 300, 5), ("warmup", 50, 2),
@@ -421,10 +484,14 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke run, tiny sizes)"
     sides = [name for name, (_, needs) in SIDES.items() if needs is None or importlib.util.find_spec(needs)]
+    if args.captured:
+        sides += list(CAPTURED_SIDES)
+        COMPILE.update({"mode": "reduce-overhead"} if device.type == "cuda" else {})
     missing = [name for name in SIDES if name not in sides]
     print(f"device: {where}; torch {torch.__version__}; accelkit {accelkit.__version__}; bf16-mixed, AdamW, pinned "
           f"DataLoader; {args.steps} steps after {args.warmup}, {args.rounds} rounds, order rotated; sides: "
-          f"{', '.join(sides)}" + (f" ({', '.join(missing)} not installed)" if missing else ""), flush=True)
+          f"{', '.join(sides)}" + (f" ({', '.join(missing)} not installed)" if missing else "")
+          + (f"; compiled sides: torch.compile({COMPILE or ''})" if args.captured else ""), flush=True)
     for name in args.workloads:
         w = workloads(device)[name]
         print(f"{name}: {w.describe()}", flush=True)

@@ -42,6 +42,20 @@ def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
 
 
 @pytest.mark.slow
+def test_bench_cuda_compares_the_captured_step_with_the_hand_loop_compiled_by_hand():
+    done = run_benchmark("bench_cuda.py", "--device", "cpu", "--captured", "--workloads", "mlp", "--rounds", "1",
+                         "--steps", "3", "--warmup", "3", "--profile-steps", "2", "--count-steps", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "sides: hand loop, accelkit" in out and "accelkit captured, hand compiled" in out, out
+    assert "compiled sides: torch.compile()" in out, out  # the CPU's default mode
+    for side in ("accelkit captured: ", "hand compiled    : "):
+        assert out.count(side) == 2, out  # its time (with its ratio) and its profiled counts
+    assert out.count("graph launches") == 4, out
+    assert "per step, accelkit captured minus hand compiled: " in out, out
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without an NVIDIA GPU")
 def test_bench_cuda_refuses_in_one_sentence_without_a_gpu():
     done = run_benchmark("bench_cuda.py", timeout=120)
