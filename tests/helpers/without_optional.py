@@ -28,15 +28,18 @@ ABSENT_DISTRIBUTIONS = frozenset({
 ABSENT_MODULES = frozenset({
     "torch_xla", "accelkit_xla_bf16", "accelkit_xla_spawn", "accelkit_xla_spawn_debug", "accelkit_xla_spmd",
     "accelkit_mlflow", "mlflow", "optuna", "optuna_integration"})
-#: packages present there in part: the package imports, none of its submodules does (but those its ``__init__``
-#: imports)
+#: packages present there in part: the package imports, none of its other submodules does
 PARTIAL_PACKAGES = frozenset({"sphinx"})
+
+
+#: the submodules of :data:`PARTIAL_PACKAGES` that their ``__init__`` imports (found by :func:`hide`)
+PARTS: set[str] = set()
 
 
 def is_absent(name: str) -> bool:
     """Whether module ``name`` cannot be imported on that machine."""
     top, _, rest = name.partition(".")
-    return top in ABSENT_MODULES or (top in PARTIAL_PACKAGES and bool(rest))
+    return top in ABSENT_MODULES or (top in PARTIAL_PACKAGES and bool(rest) and name not in PARTS)
 
 
 class Hiding:
@@ -65,9 +68,13 @@ def hide() -> None:
     found = [name for name in sys.modules if name.partition(".")[0] in ABSENT_MODULES]
     if found:
         raise RuntimeError(f"already imported, so they cannot be hidden: {', '.join(sorted(found))}")
-    for package in PARTIAL_PACKAGES:  # the package imports, with what its __init__ imports; no other submodule
+    for package in PARTIAL_PACKAGES:  # what importing the package imports stays importable, then is forgotten
         if package not in sys.modules and importlib.util.find_spec(package) is not None:
+            before = set(sys.modules)
             importlib.import_module(package)
+            PARTS.update(name for name in set(sys.modules) - before if name.startswith(f"{package}."))
+            for name in [package, *PARTS]:
+                sys.modules.pop(name, None)
     sys.meta_path[:] = [Hiding(finder) for finder in sys.meta_path]
     listed, one = importlib.metadata.distributions, importlib.metadata.distribution
 
