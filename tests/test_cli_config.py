@@ -16,7 +16,7 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
-from helpers.cli_runs import project_imports, run_here  # noqa: E402
+from helpers.cli_runs import environment_as_found, project_imports, run_here  # noqa: E402
 from helpers.summary_lines import last_checkpoint  # noqa: E402
 
 MODELS = textwrap.dedent('''
@@ -125,7 +125,8 @@ def project(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "models.py").write_text(MODELS)
     (tmp_path / "main.py").write_text(LIGHTNING_SCRIPT)
     (tmp_path / "run.yaml").write_text(LIGHTNING_YAML)
-    with project_imports(tmp_path):  # its models.py, not another test's, and no later test sees it
+    # its models.py, not another test's, and no later test sees it, nor the seed its CLI sets
+    with project_imports(tmp_path), environment_as_found():
         yield tmp_path
 
 
@@ -420,7 +421,7 @@ def shell(marker: Path) -> dict:
 def loose(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     (tmp_path / "loose_models.py").write_text(UNTRUSTED_MODELS)
     (tmp_path / "marks_on_import.py").write_text(IMPORT_MARKER_MODULE)
-    with project_imports(tmp_path):
+    with project_imports(tmp_path), environment_as_found():
         monkeypatch.syspath_prepend(str(tmp_path))
         monkeypatch.chdir(tmp_path)
         yield tmp_path
@@ -650,6 +651,19 @@ def test_two_projects_with_a_same_named_module_run_one_after_the_other_in_one_pr
         hidden[name] = yaml.safe_load(done.stdout)["model"]["init_args"]["hidden"]
     assert hidden == {"first": 3, "second": 7}  # each project's own nets.py
     assert sys.modules["nets"] is stranger and sys.path == path  # left as found
+
+
+def test_a_cli_run_here_leaves_the_environment_as_it_found_it(project, monkeypatch, capsys):
+    # a CLI seeds (ACCELKIT_SEED, for the processes it would start) even when it does not run: a later test of this
+    # process would otherwise train with that seed
+    (project / "build.py").write_text("from accelkit.cli import CLI\nfrom models import Blobs, Net\n\n"
+                                      "CLI(Net, Blobs, run=False, args=['--trainer.accelerator=cpu', "
+                                      "'--trainer.logger=false'])\nprint('seeded', __import__('os').environ"
+                                      "['ACCELKIT_SEED'])\n")
+    before = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    done = run_here(project, monkeypatch, capsys, script="build.py")
+    assert done.returncode == 0 and "seeded" in done.stdout, done.stderr
+    assert {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"} == before
 
 
 def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):

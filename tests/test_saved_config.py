@@ -18,7 +18,7 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
-from helpers.cli_runs import project_imports, run_here  # noqa: E402
+from helpers.cli_runs import environment_as_found, project_imports, run_here  # noqa: E402
 
 MODELS = textwrap.dedent('''
     import torch
@@ -113,7 +113,8 @@ def project(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "models.py").write_text(MODELS)
     (tmp_path / "main.py").write_text(SCRIPT)
     (tmp_path / "run.yaml").write_text(CONFIG)
-    with project_imports(tmp_path):  # its models.py, not another test's, and no later test sees it
+    # its models.py, not another test's, and no later test sees it, nor the seed its CLI sets
+    with project_imports(tmp_path), environment_as_found():
         yield tmp_path
 
 

@@ -81,15 +81,32 @@ def project_imports(project: Path, also: tuple[str, ...] = ()) -> Iterator[None]
         FILE_MODULES.update(file_modules)
 
 
+@contextmanager
+def environment_as_found() -> Iterator[None]:
+    """Within, anything goes; after, ``os.environ`` is as it was found. A run sets variables for the processes it
+    would start (``seed_everything`` sets ``ACCELKIT_SEED``, and a CLI seeds even when it does not run), which
+    would otherwise reach every later test of the same process, and make those depend on what ran before them."""
+    own = "PYTEST_CURRENT_TEST"  # pytest's, changed by pytest between a fixture's set-up and its teardown
+    before = {name: value for name, value in os.environ.items() if name != own}
+    try:
+        yield
+    finally:
+        for name in os.environ.keys() - before.keys() - {own}:
+            del os.environ[name]
+        for name, value in before.items():
+            if os.environ.get(name) != value:
+                os.environ[name] = value
+
+
 def run_here(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str,
              script: str | None = None, forget: tuple[str, ...] = ()) -> Done:
     """Run ``accelkit *argv`` (or, with ``script``, ``python <script> *argv``) in this process from ``project``,
     with ``project`` first on ``sys.path`` as for a program started there, within :func:`project_imports`: the
     project's modules (and those named in ``forget``: modules of files outside ``project`` the command imports,
-    ``examples/digits.py:Net``) are imported afresh, and forgotten afterwards."""
+    ``examples/digits.py:Net``) are imported afresh, and forgotten afterwards; and :func:`environment_as_found`."""
     capsys.readouterr()
     code = 0
-    with project_imports(project, forget), monkeypatch.context() as patch:
+    with project_imports(project, forget), environment_as_found(), monkeypatch.context() as patch:
         patch.chdir(project)
         patch.syspath_prepend(str(project))
         for name in [name for name in os.environ if name.startswith("ACCELKIT_")] + ["PYTHONPATH"]:
