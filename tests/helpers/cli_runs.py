@@ -62,8 +62,9 @@ def project_imports(project: Path, also: tuple[str, ...] = ()) -> Iterator[None]
 
     project = project.resolve()
     names = module_names(project) | set(also)
-    path, file_modules, known = list(sys.path), dict(FILE_MODULES), set(sys.modules)
+    path, file_modules = list(sys.path), dict(FILE_MODULES)
     set_aside = {name: sys.modules.pop(name) for name in [name for name in sys.modules if ours(name)]}
+    known = dict(sys.modules)
     FILE_MODULES.clear()
     importlib.invalidate_caches()  # files written since the folder was last read
     try:
@@ -72,8 +73,8 @@ def project_imports(project: Path, also: tuple[str, ...] = ()) -> Iterator[None]
         names |= module_names(project)  # files the test wrote within
         # ("" is the current folder, the project's while a command ran here)
         added = [Path(entry).resolve() for entry in sys.path if entry and entry not in path]
-        for name in [name for name, module in sys.modules.items()
-                     if ours(name) or (name not in known and _lies_under(module, [project, *added]))]:
+        for name in [name for name, module in sys.modules.items() if known.get(name) is not module
+                     and (ours(name) or _lies_under(module, [project, *added]))]:
             del sys.modules[name]
         sys.modules.update(set_aside)
         sys.path[:] = path
