@@ -75,6 +75,17 @@ def test_uneven_batch_counts_run_the_smallest_count_on_every_rank_and_say_so(tmp
         assert torch.equal(value, ranks[1]["state_dict"][name]), name
 
 
+def test_the_fit_imported_here_leaves_no_top_level_helper_module():
+    # _fit_here imports helpers.stall_fit in this process: it once put tests/helpers on sys.path and imported
+    # helpers/models.py as a top-level 'models', which a later test's own models.py then could not replace
+    import helpers.stall_fit  # noqa: F401
+
+    folder = Path(__file__).resolve().parent / "helpers"
+    assert not [entry for entry in sys.path if entry and Path(entry).resolve() == folder]
+    assert not [name for name, module in list(sys.modules.items()) if name != "helpers" and "." not in name
+                and Path(getattr(module, "__file__", None) or "/").resolve().parent == folder]
+
+
 @pytest.mark.parametrize("value", [0, -1, "5", float("nan"), True])
 def test_a_bad_collective_timeout_is_refused_naming_it(value, tmp_path):
     with pytest.raises(ConfigurationError, match="collective_timeout="):

@@ -15,6 +15,7 @@ import pytest
 
 from accelkit import cli
 from accelkit.cli.main import load_commands
+from helpers.cli_runs import project_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,8 @@ def installed_entry_points() -> dict[str, str]:
 
 
 def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
+    with project_imports(ROOT / "examples"):  # examples/digits.py imported afresh, sys.path and modules put back
+        code = cli.main(list(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -231,7 +233,7 @@ def test_fit_names_an_unknown_accelerator_and_what_exists(clean_env, capsys, tmp
 ])
 def test_fit_rejects_bad_targets_clearly(clean_env, monkeypatch, target, message):
     monkeypatch.chdir(ROOT)
-    with pytest.raises(SystemExit, match=message.replace("[", r"\[").replace("(", r"\(")):
+    with project_imports(ROOT / "examples"), pytest.raises(SystemExit, match=re.escape(message)):
         cli.main(["fit", target])
 
 

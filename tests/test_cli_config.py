@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,7 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
-from helpers.cli_runs import run_here  # noqa: E402
+from helpers.cli_runs import environment_as_found, project_imports, run_here  # noqa: E402
 from helpers.summary_lines import last_checkpoint  # noqa: E402
 
 MODELS = textwrap.dedent('''
@@ -119,11 +121,13 @@ LIGHTNING_YAML = textwrap.dedent('''
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "models.py").write_text(MODELS)
     (tmp_path / "main.py").write_text(LIGHTNING_SCRIPT)
     (tmp_path / "run.yaml").write_text(LIGHTNING_YAML)
-    return tmp_path
+    # its models.py, not another test's, and no later test sees it, nor the seed its CLI sets
+    with project_imports(tmp_path), environment_as_found():
+        yield tmp_path
 
 
 def run(cwd: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -414,12 +418,13 @@ def shell(marker: Path) -> dict:
 
 
 @pytest.fixture
-def loose(tmp_path: Path, monkeypatch) -> Path:
+def loose(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     (tmp_path / "loose_models.py").write_text(UNTRUSTED_MODELS)
     (tmp_path / "marks_on_import.py").write_text(IMPORT_MARKER_MODULE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
+    with project_imports(tmp_path), environment_as_found():
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.chdir(tmp_path)
+        yield tmp_path
 
 
 def build(tmp_path: Path, init_args: dict) -> object:
@@ -589,7 +594,7 @@ def test_command_line_words_translate_whole_class_paths_only():
 
 # ------------------------------------------------------------------- one fit command, configurations that load back
 def printed_config(cwd: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *argv: str) -> str:
-    done = run_here(cwd, monkeypatch, capsys, *argv, "--print_config", forget=("models", "nets"))
+    done = run_here(cwd, monkeypatch, capsys, *argv, "--print_config")
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -623,13 +628,42 @@ def test_print_config_then_config_then_test_config_round_trip(project, monkeypat
     assert saved["model"] == {"class_path": written, "init_args": {"hidden": 6, "lr": 0.05}}
     assert "accelkit: held-out test_acc = " in fit.stdout
     test = run_here(project, monkeypatch, capsys, "test", "--config", saved_path, "--ckpt_path",
-                    last_checkpoint(fit.stdout), forget=("models", "nets"))
+                    last_checkpoint(fit.stdout))
     assert test.returncode == 0 and "test_acc" in test.stdout, test.stderr
-    missing = run_here(project, monkeypatch, capsys, "test", "--config", saved_path, "--ckpt_path", "nope.ckpt",
-                       forget=("models", "nets"))
+    missing = run_here(project, monkeypatch, capsys, "test", "--config", saved_path, "--ckpt_path", "nope.ckpt")
     assert missing.returncode != 0 and missing.stderr.splitlines() == [
         f"accelkit: error: --ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint "
         "file, a sharded checkpoint folder, 'last' or 'best'"], missing.stderr
+
+
+def test_two_projects_with_a_same_named_module_run_one_after_the_other_in_one_process(tmp_path, monkeypatch, capsys):
+    # a module of that name already imported (as a helper script imported by another test once left ``models``)
+    stranger = types.ModuleType("nets")
+    monkeypatch.setitem(sys.modules, "nets", stranger)
+    path = list(sys.path)
+    hidden = {}
+    for name, width in (("first", 3), ("second", 7)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "nets.py").write_text(MODELS.replace("hidden: int = 8", f"hidden: int = {width}"))
+        done = run_here(tmp_path / name, monkeypatch, capsys, "fit", "nets:Net", "--accelerator", "cpu",
+                        "--print_config")
+        assert done.returncode == 0, done.stderr
+        hidden[name] = yaml.safe_load(done.stdout)["model"]["init_args"]["hidden"]
+    assert hidden == {"first": 3, "second": 7}  # each project's own nets.py
+    assert sys.modules["nets"] is stranger and sys.path == path  # left as found
+
+
+def test_a_cli_run_here_leaves_the_environment_as_it_found_it(project, monkeypatch, capsys):
+    # a CLI seeds (ACCELKIT_SEED, for the processes it would start) even when it does not run: a later test of this
+    # process would otherwise train with that seed
+    (project / "build.py").write_text("from accelkit.cli import CLI\nfrom models import Blobs, Net\n\n"
+                                      "CLI(Net, Blobs, run=False, args=['--trainer.accelerator=cpu', "
+                                      "'--trainer.logger=false'])\nprint('seeded', __import__('os').environ"
+                                      "['ACCELKIT_SEED'])\n")
+    before = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    done = run_here(project, monkeypatch, capsys, script="build.py")
+    assert done.returncode == 0 and "seeded" in done.stdout, done.stderr
+    assert {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"} == before
 
 
 def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):

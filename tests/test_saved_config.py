@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import yaml
 
 pytest.importorskip("jsonargparse")
 
-from helpers.cli_runs import run_here  # noqa: E402
+from helpers.cli_runs import environment_as_found, project_imports, run_here  # noqa: E402
 
 MODELS = textwrap.dedent('''
     import torch
@@ -108,11 +109,13 @@ CONFIG = textwrap.dedent('''
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path) -> Iterator[Path]:
     (tmp_path / "models.py").write_text(MODELS)
     (tmp_path / "main.py").write_text(SCRIPT)
     (tmp_path / "run.yaml").write_text(CONFIG)
-    return tmp_path
+    # its models.py, not another test's, and no later test sees it, nor the seed its CLI sets
+    with project_imports(tmp_path), environment_as_found():
+        yield tmp_path
 
 
 def run(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -176,30 +179,26 @@ def test_a_fit_config_saved_by_the_accelkit_command_drives_a_fixed_class_cli(pro
 
 
 def test_a_fixed_class_cli_refuses_a_config_naming_another_class(project):
-    sys.path.insert(0, str(project))
-    try:
-        from models import Blobs, Net
+    sys.path.insert(0, str(project))  # put back by the fixture, which forgets the project's modules
+    from models import Blobs, Net
 
-        from accelkit.cli import CLI
-        from accelkit.cli.saved_config import ClassPathMismatch, accept_class_paths
+    from accelkit.cli import CLI
+    from accelkit.cli.saved_config import ClassPathMismatch, accept_class_paths
 
-        given = {"model": {"class_path": "models.Net", "init_args": {"hidden": 3}}, "data": {"batch_size": 4}}
-        assert accept_class_paths(given, {"model": Net, "data": Blobs}) == {"model": {"hidden": 3},
-                                                                              "data": {"batch_size": 4}}
-        nested = {"test": {"model": {"class_path": "Net", "init_args": {"lr": 0.5}}}}
-        assert accept_class_paths(nested, {"model": Net}) == {"test": {"model": {"lr": 0.5}}}
-        with pytest.raises(ClassPathMismatch, match="model.class_path is 'models.Blobs', but this command builds"):
-            accept_class_paths({"model": {"class_path": "models.Blobs"}}, {"model": Net})
-        # a class of another name is refused without importing the module that names it
-        (project / "marks_on_import.py").write_text('import pathlib\npathlib.Path(__file__).with_name("IMPORTED")'
-                                                    '.touch()\nclass Other:\n    pass\n')
-        with pytest.raises(ClassPathMismatch, match="model.class_path is 'marks_on_import.Other'"):
-            accept_class_paths({"model": {"class_path": "marks_on_import.Other"}}, {"model": Net})
-        assert "marks_on_import" not in sys.modules and not (project / "IMPORTED").exists()
-        cli = CLI(Net, Blobs, run=False, args={"model": {"class_path": "models.Net", "init_args": {"hidden": 3}},
-                                               "trainer": {"accelerator": "cpu", "logger": False}})
-        assert cli.model.hparams.hidden == 3
-    finally:
-        sys.path.remove(str(project))
-        for name in ("models",):
-            sys.modules.pop(name, None)
+    given = {"model": {"class_path": "models.Net", "init_args": {"hidden": 3}}, "data": {"batch_size": 4}}
+    assert accept_class_paths(given, {"model": Net, "data": Blobs}) == {"model": {"hidden": 3},
+                                                                          "data": {"batch_size": 4}}
+    nested = {"test": {"model": {"class_path": "Net", "init_args": {"lr": 0.5}}}}
+    assert accept_class_paths(nested, {"model": Net}) == {"test": {"model": {"lr": 0.5}}}
+    with pytest.raises(ClassPathMismatch, match="model.class_path is 'models.Blobs', but this command builds"):
+        accept_class_paths({"model": {"class_path": "models.Blobs"}}, {"model": Net})
+    # a class of another name is refused without importing the module that names it
+    (project / "marks_on_import.py").write_text('import pathlib\npathlib.Path(__file__).with_name("IMPORTED")'
+                                                '.touch()\nclass Other:\n    pass\n')
+    with pytest.raises(ClassPathMismatch, match="model.class_path is 'marks_on_import.Other'"):
+        accept_class_paths({"model": {"class_path": "marks_on_import.Other"}}, {"model": Net})
+    assert "marks_on_import" not in sys.modules and not (project / "IMPORTED").exists()
+    cli = CLI(Net, Blobs, run=False, args={"model": {"class_path": "models.Net", "init_args": {"hidden": 3}},
+                                           "trainer": {"accelerator": "cpu", "logger": False}})
+    assert cli.model.hparams.hidden == 3
+

@@ -9,14 +9,19 @@ that needs a tool which is not installed is skipped with a reason that names the
   ``pyproject.toml`` must already be installed; with build isolation they would have to be downloaded.
 * :data:`requires_torch_xla`: tests that run XLA (in a subprocess; torch_xla is never imported in the pytest
   process, only looked up with ``find_spec``).
+* :func:`import_or_skip`: ``pytest.importorskip`` for a module of a package that may be installed only in part (the
+  GPU machine's sphinx), which leaves no part of that package imported.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
+import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from packaging.requirements import Requirement
@@ -70,3 +75,20 @@ requires_torch_xla = pytest.mark.skipif(
 requires_mypy = pytest.mark.skipif(
     importlib.util.find_spec("mypy") is None,
     reason="needs mypy, the type checker of requirements-dev.txt, which is not installed here (pip install mypy)")
+
+
+def import_or_skip(name: str, reason: str) -> ModuleType:
+    """Module ``name``, imported; or skip the test with ``reason`` where it cannot be found.
+
+    Unlike ``pytest.importorskip``, a failed import leaves nothing of it in ``sys.modules``: where a package is
+    installed in part (``import sphinx`` works, ``sphinx.pycode`` does not), its parent would otherwise stay imported,
+    and libraries that take an imported ``sphinx`` to be a whole one (scipy's docstring tools then import
+    ``sphinx.ext``) would fail in whichever later test of the same process imports them.
+    """
+    before = set(sys.modules)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError:
+        for added in set(sys.modules) - before:
+            del sys.modules[added]
+        pytest.skip(reason, allow_module_level=True)

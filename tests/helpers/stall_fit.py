@@ -15,8 +15,10 @@ from torch.utils.data import DataLoader
 
 import accelkit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from models import RegressionModule, WeightDump, regression_data  # noqa: E402
+TESTS = str(Path(__file__).resolve().parents[1])
+if TESTS not in sys.path:  # run as a script: the helpers are the package of the tests folder, never top-level
+    sys.path.insert(0, TESTS)  # modules (a top-level ``models`` would shadow a test project's ``models.py``)
+from helpers.models import RegressionModule, WeightDump, regression_data  # noqa: E402
 
 
 class Disagreeing(RegressionModule):
