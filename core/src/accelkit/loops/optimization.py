@@ -112,7 +112,8 @@ class Optimization:
         # forward (DDP would then wait for a backward after it); the strategy arms the wrapper before each
         # manual backward instead (Strategy.pre_manual_backward).
         direct = trainer.model is module or not self.automatic
-        call = self._module_training_step if direct else self._model_training_step
+        # through the wrapper: bound once (the strategy wrapped the module before the fit built this object)
+        call = self._module_training_step if direct else functools.partial(trainer.model, "training_step")
         if not accepts_positional(module.training_step, 2):
             call = _batch_only(call)
         if not _defaults(self.precision, Precision, "forward_context"):
@@ -299,9 +300,6 @@ class Optimization:
 
     def _module_training_step(self, *args: Any) -> Any:
         return self.module.training_step(*args)
-
-    def _model_training_step(self, *args: Any) -> Any:
-        return self.trainer.model("training_step", *args)
 
     def _sync_buffers(self) -> None:
         self.strategy.sync_buffers(self.trainer.model)
