@@ -383,7 +383,7 @@ class StepRouter(nn.Module):
     router (rather than the module) lets the Trainer call ``training_step`` while ``self(x)`` inside it still
     means the user's ``forward``.
 
-    The wrapper calls the router once per step: that call goes straight to :meth:`forward`, without
+    The wrapper calls the router once per step: that call goes straight to ``forward``, without
     ``nn.Module.__call__``'s hook machinery, as long as no hook is registered on the router (the user's module,
     called as ``self(x)``, runs its own hooks as usual). Registering one (``register_forward_pre_hook``,
     ``register_forward_hook``, ``register_full_backward_hook``...) turns the machinery on for this router, so the
