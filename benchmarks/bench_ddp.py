@@ -243,6 +243,7 @@ class StepCounter:
         self.ops: collections.Counter[str] = collections.Counter()
         #: opcodes per function (``file:function``)
         self.functions: collections.Counter[str] = collections.Counter()
+        self.running: list[Any] = []
 
     def trace(self, frame: Any, event: str, arg: Any) -> Any:
         frame.f_trace_opcodes = True
@@ -252,6 +253,20 @@ class StepCounter:
             self.functions[f"{code.co_filename.rsplit('site-packages/', 1)[-1].rsplit('src/', 1)[-1]}:"
                            f"{code.co_name}"] += 1
         return self.trace
+
+    def trace_running(self, frame: Any) -> None:
+        """Also count the frames running now (``frame`` and its callers: the fit loop's own body), which
+        ``sys.settrace`` alone leaves out: it traces the frames started after it."""
+        while frame is not None:
+            frame.f_trace, frame.f_trace_opcodes = self.trace, True
+            self.running.append(frame)
+            frame = frame.f_back
+
+    def untrace_running(self) -> None:
+        """Stop counting the frames :meth:`trace_running` added."""
+        for frame in self.running:
+            frame.f_trace = None
+        self.running.clear()
 
     def measure(self, run: Callable[[], None]) -> None:
         """Run ``run`` twice: under ``torch.profiler`` (operators), then under ``sys.settrace`` (opcodes)."""
@@ -305,6 +320,7 @@ class CountingCallback(accelkit.Callback):
             self.profiler = profile(activities=[ProfilerActivity.CPU])
             self.profiler.__enter__()
         elif trainer.current_epoch == 3:
+            self.counter.trace_running(sys._getframe(1))
             sys.settrace(self.counter.trace)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
@@ -314,6 +330,7 @@ class CountingCallback(accelkit.Callback):
                 self.counter.ops[event.name] += 1
         elif trainer.current_epoch == 3:
             sys.settrace(None)
+            self.counter.untrace_running()
             if trainer.global_rank == 0:
                 Path(self.path).write_text(json.dumps(counts_result(self.counter, self.steps)))
 

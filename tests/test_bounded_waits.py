@@ -4,6 +4,7 @@ ends by itself, from a script's process where a rank waits (bounded by the subpr
 
 from __future__ import annotations
 
+import collections
 import os
 import signal
 import subprocess
@@ -210,3 +211,70 @@ def test_a_failure_in_a_rank_s_own_work_gets_no_diagnosis(store):
             error.__notes__[0], error.__notes__
     finally:
         watchdog.stop()
+
+
+def test_a_training_step_reads_backward_while_its_backward_pass_runs(store):
+    # the loop notes one phase per step; the backward pass (where DDP waits for the others' gradients) is seen on
+    # the training thread's stack, without a note of its own
+    dog = watchdog.Watchdog(store, 0, 2, timeout_s=20, warn_after_s=10)
+    seen = []
+
+    class Look(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            seen.append(dog.own_note()[:3])
+            return grad
+
+    watchdog.mark_step(7, 3)
+    assert dog.own_note()[:3] == (7, 3, "training_step")
+    Look.apply(torch.ones(2, requires_grad=True)).sum().backward()
+    assert seen == [(7, 3, "backward")]
+    assert dog.own_note()[:3] == (7, 3, "training_step")  # past its backward: the step's own work again
+
+
+def test_a_collective_failing_in_backward_gets_the_diagnosis(store):
+    class LostPeer(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("Connection closed by peer")
+
+    watchdog.start(store, 0, 2, timeout_s=20)
+    try:
+        watchdog.mark_step(3, 3)
+        with pytest.raises(RuntimeError) as failed:
+            LostPeer.apply(torch.ones(2, requires_grad=True)).sum().backward()
+        watchdog.explain(failed.value)
+        assert "when the collective failed, rank 0 had waited 0 s in backward: rank 1 never reported" in \
+            failed.value.__notes__[0], failed.value.__notes__
+    finally:
+        watchdog.stop()
+
+
+def test_a_distributed_run_notes_one_phase_per_step_and_none_around_backward(store, tmp_path):
+    from helpers.models import RegressionModule, quiet_trainer
+
+    calls = collections.Counter()
+
+    def trace(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename == watchdog.__file__:
+            calls[frame.f_code.co_name] += 1
+
+    watchdog.start(store, 0, 2, timeout_s=20)  # what a distributed run's worker has: the loop notes its phases
+    trainer = quiet_trainer(tmp_path, max_steps=6, enable_model_summary=False, limit_val_batches=0)
+    sys.settrace(trace)
+    try:
+        trainer.fit(RegressionModule())
+    finally:
+        sys.settrace(None)
+        watchdog.stop()
+    assert trainer.global_step == 6
+    assert calls["mark_step"] == 6, calls
+    assert calls["mark"] == 0, calls

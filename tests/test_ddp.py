@@ -201,6 +201,35 @@ def test_the_step_router_reaches_the_module_without_nn_module_getattr():
     assert getattr_calls == [], getattr_calls
 
 
+def test_the_step_router_is_called_without_nn_module_call_machinery_until_it_has_a_hook():
+    """DDP calls the router once per step: that goes straight to the module's method, without
+    ``nn.Module.__call__``'s hook machinery; a hook registered on the router runs from then on."""
+    from accelkit.strategies import StepRouter
+
+    module = RegressionModule()
+    module.training_step = lambda batch, batch_idx: batch[0].sum()  # no Trainer here: no self.log
+    router = StepRouter(module)
+    batch = (torch.randn(4, 1), torch.randn(4, 1))
+    machinery = {torch.nn.Module._call_impl.__code__, torch.nn.Module._wrapped_call_impl.__code__}
+    entered = []
+
+    def trace(frame, event, arg):
+        if event == "call" and frame.f_code in machinery and frame.f_locals.get("self") is router:
+            entered.append(frame.f_code.co_name)
+
+    sys.settrace(trace)
+    try:
+        out = router("training_step", batch, 0)
+    finally:
+        sys.settrace(None)
+    assert out == batch[0].sum()
+    assert entered == [], entered
+    seen = []
+    router.register_forward_pre_hook(lambda _router, args: seen.append(args[0]))
+    assert router("training_step", batch, 0) == batch[0].sum()
+    assert seen == ["training_step"]
+
+
 NOTEBOOK_PROGRAM = '''
 import atexit, sys, torch
 sys.path.insert(0, {tests!r})

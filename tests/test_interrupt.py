@@ -135,3 +135,19 @@ def test_torchs_own_cache_folder_is_not_a_leftover_but_a_run_folder_is(tmp_path)
     assert left_behind(tmp_path) == []
     (tmp_path / "accelkit-spawn-123-abc").mkdir()
     assert [p.name for p in left_behind(tmp_path)] == ["accelkit-spawn-123-abc"]
+
+
+def test_a_worker_s_step_report_is_one_store_into_the_shared_block_with_no_python_frame():
+    from accelkit.strategies.launchers import interrupt
+
+    control = interrupt.StopControl(interrupt.shared_block(2), index=1)
+    frames = []
+    sys.settrace(lambda frame, event, arg: frames.append(frame.f_code.co_name))
+    try:
+        control.report(7)  # what the training loop calls after every batch
+    finally:
+        sys.settrace(None)
+    assert frames == []
+    assert (control.step_of(0), control.step_of(1)) == (0, 7)
+    control.request(signal.SIGTERM, workers=2)
+    assert not control.due(8) and control.due(9)  # two steps past the furthest worker

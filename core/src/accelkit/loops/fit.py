@@ -15,7 +15,7 @@ from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.module.module import Module
 from accelkit.module.optimizers import step_scheduler
 from accelkit.strategies.launchers import interrupt, watchdog
-from accelkit.strategies.launchers.watchdog import mark
+from accelkit.strategies.launchers.watchdog import mark, mark_step
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.model_helpers import is_overridden
 
@@ -239,8 +239,8 @@ class FitLoop:
                 resume_mod.set_rng_states(restore_rng, trainer.accelerator)
                 restore_rng = None
             ran += 1
-            if marks:  # what this rank is doing, for the watchdog of a distributed run
-                mark("training_step", trainer.global_step, batch_idx)
+            if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
+                mark_step(progress.global_step, batch_idx)
             metrics.current_batch = batch
             progress.is_last_batch = is_last
             for fn in start_cbs:

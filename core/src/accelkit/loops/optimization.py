@@ -15,8 +15,6 @@ from accelkit.module.module import Module
 from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
-from accelkit.strategies.launchers import watchdog
-from accelkit.strategies.launchers.watchdog import mark
 from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.user_code import warn_at
 
@@ -63,14 +61,6 @@ def _after(first: Callable[[], None], step: Callable[[Any, int], Any]) -> Callab
     return call
 
 
-def _mark_backward(loss: torch.Tensor) -> None:
-    mark("backward")
-
-
-def _mark_after_backward() -> None:
-    mark("after backward")
-
-
 class Optimization:
     """Optimizers of a fit and how they step.
 
@@ -81,8 +71,8 @@ class Optimization:
     ``manual_backward`` and ``opt.step()``, which land in :meth:`backward` and :meth:`step`.
 
     There is one implementation of each phase. Everything a phase could call around its work (hooks, the
-    strategy's and the precision's steps where they are not the base classes' defaults, the profiler, the
-    watchdog's notes) is decided here, once: a phase holds the callables that do something, and a phase left with
+    strategy's and the precision's steps where they are not the base classes' defaults, the profiler) is
+    decided here, once: a phase holds the callables that do something, and a phase left with
     one callable is that callable (with nothing overridden, the backward phase is ``loss.backward``).
     """
 
@@ -124,7 +114,8 @@ class Optimization:
         # forward (DDP would then wait for a backward after it); the strategy arms the wrapper before each
         # manual backward instead (Strategy.pre_manual_backward).
         direct = trainer.model is module or not self.automatic
-        call = self._module_training_step if direct else self._model_training_step
+        # through the wrapper: bound once (the strategy wrapped the module before the fit built this object)
+        call = self._module_training_step if direct else functools.partial(trainer.model, "training_step")
         if not accepts_positional(module.training_step, 2):
             call = _batch_only(call)
         if not _defaults(self.precision, Precision, "forward_context"):
@@ -136,19 +127,17 @@ class Optimization:
         self._training_step: Callable[[Any, int], Any] = call
 
     def _plan_backward(self) -> None:
-        """The backward phase: its hooks, the watchdog's notes (distributed runs), and the pass itself (the
+        """The backward phase: its hooks and the pass itself (the
         Module's ``backward`` if overridden, a plain ``loss.backward()`` where the strategy and the precisions keep
         the defaults, else the strategy's)."""
         hooks, strategy = self.hooks, self.strategy
-        marks = watchdog.running()
+        # the watchdog of a distributed run sees the backward pass on the training thread's stack: no note here
         self._before_backward: list[Callable[[torch.Tensor], Any]] = [
-            *([_mark_backward] if marks else []), *hooks.callback_plan("on_before_backward"),
-            *self._module_hooks("on_before_backward")]
+            *hooks.callback_plan("on_before_backward"), *self._module_hooks("on_before_backward")]
         if not self.automatic:
             self._before_backward.append(self._arm_manual_backward)
         self._after_backward: list[Callable[[], Any]] = [
-            *([_mark_after_backward] if marks else []), *hooks.callback_plan("on_after_backward"),
-            *self._module_hooks("on_after_backward")]
+            *hooks.callback_plan("on_after_backward"), *self._module_hooks("on_after_backward")]
         self._backward_hook = hooks.module_hook("backward")
         plain = _defaults(strategy, Strategy, "backward") and all(p.passes_through() for p in self._precisions())
         self._backward_pass: Callable[..., Any] = (
@@ -323,9 +312,6 @@ class Optimization:
 
     def _module_training_step(self, *args: Any) -> Any:
         return self.module.training_step(*args)
-
-    def _model_training_step(self, *args: Any) -> Any:
-        return self.trainer.model("training_step", *args)
 
     def _sync_buffers(self) -> None:
         self.strategy.sync_buffers(self.trainer.model)

@@ -382,6 +382,13 @@ class StepRouter(nn.Module):
     A wrapper such as DistributedDataParallel only sees work done through its ``forward``; wrapping this
     router (rather than the module) lets the Trainer call ``training_step`` while ``self(x)`` inside it still
     means the user's ``forward``.
+
+    The wrapper calls the router once per step: that call goes straight to ``forward``, without
+    ``nn.Module.__call__``'s hook machinery, as long as no hook is registered on the router (the user's module,
+    called as ``self(x)``, runs its own hooks as usual). Registering one (``register_forward_pre_hook``,
+    ``register_forward_hook``, ``register_full_backward_hook``...) turns the machinery on for this router, so the
+    hook runs; module hooks registered globally (``torch.nn.modules.module.register_module_forward_hook``) reach
+    the user's module, not the router.
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -393,3 +400,43 @@ class StepRouter(nn.Module):
 
     def forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         return getattr(self.routed, method)(*args, **kwargs)
+
+    # the wrapper's call, once per step: the forward itself (see the class docstring)
+    __call__ = forward
+
+    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_forward_pre_hook`; the router's calls run hooks from then on."""
+        return _hooked(self).register_forward_pre_hook(*args, **kwargs)
+
+    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_forward_hook`; the router's calls run hooks from then on."""
+        return _hooked(self).register_forward_hook(*args, **kwargs)
+
+    def register_full_backward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_full_backward_pre_hook`; the router's calls run hooks from then on."""
+        return _hooked(self).register_full_backward_pre_hook(*args, **kwargs)
+
+    def register_full_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_full_backward_hook`; the router's calls run hooks from then on."""
+        return _hooked(self).register_full_backward_hook(*args, **kwargs)
+
+    def register_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_backward_hook`; the router's calls run hooks from then on."""
+        return _hooked(self).register_backward_hook(*args, **kwargs)
+
+
+class _HookedStepRouter(StepRouter):
+    """A :class:`StepRouter` with a hook registered on it: called through ``nn.Module.__call__``, which runs it."""
+
+    __call__ = nn.Module.__call__
+    register_forward_pre_hook = nn.Module.register_forward_pre_hook
+    register_forward_hook = nn.Module.register_forward_hook
+    register_full_backward_pre_hook = nn.Module.register_full_backward_pre_hook
+    register_full_backward_hook = nn.Module.register_full_backward_hook
+    register_backward_hook = nn.Module.register_backward_hook
+
+
+def _hooked(router: StepRouter) -> StepRouter:
+    """``router``, from now on called through ``nn.Module.__call__`` (a hook is being registered on it)."""
+    router.__class__ = _HookedStepRouter
+    return router

@@ -15,10 +15,12 @@ Reading it costs a memory load per batch, no collective.
 from __future__ import annotations
 
 import contextlib
+import functools
+import operator
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: slots of the shared block: [requested (0/1), stop at step, signal number, step of worker 0, worker 1, ...]
@@ -42,6 +44,9 @@ class StopControl:
     def __init__(self, block: Any = None, index: int = 0) -> None:
         self.block = block if block is not None else [0] * (_PROGRESS + index + 1)
         self.index = index
+        #: ``report(global_step)`` records this process's step (after every batch): one store into the block, with
+        #: no Python function of its own (the training loop calls it every batch)
+        self.report: Callable[[int], object] = functools.partial(operator.setitem, self.block, _PROGRESS + index)
 
     @property
     def requested(self) -> bool:
@@ -52,10 +57,6 @@ class StopControl:
     def signal_name(self) -> str:
         """``"SIGINT"``/``"SIGTERM"`` of the request."""
         return signal_name(self.block[_SIGNAL])
-
-    def report(self, global_step: int) -> None:
-        """Record this process's step (after every batch)."""
-        self.block[_PROGRESS + self.index] = global_step
 
     def step_of(self, index: int) -> int:
         """The step worker ``index`` last recorded (:meth:`report`)."""

@@ -1,8 +1,12 @@
 """Say which rank holds a distributed run up, instead of waiting silently.
 
-Each process of a ``torch.distributed`` run notes what it is doing in a module-level slot (:func:`mark`: the step,
-the batch and a phase such as ``"training_step"`` or ``"barrier 'save_checkpoint'"``; a few attribute writes per
-batch). A daemon thread publishes that note, with the time it was published, to the process group's key-value
+Each process of a ``torch.distributed`` run notes what it is doing in a module-level record written in place
+(:func:`mark`: the step, the batch, a phase such as ``"validation"`` or ``"barrier 'save_checkpoint'"`` and since
+when; the training loop calls :func:`mark_step` once per batch, one slice assignment). The backward pass, where
+data parallel waits for the other ranks' gradients, costs no note at all: while the step's phase is
+``"training_step"``, the watchdog reads ``"backward"`` when the training thread is inside
+``torch.autograd.backward`` (its stack, looked at once a second; a failure's traceback after a collective fails).
+A daemon thread publishes that note, with the time it was published, to the process group's key-value
 store once a second. When this process has made no progress for ``warn_after_s``, the thread reads
 every rank's note and prints one diagnosis naming the ranks that are behind or that stopped reporting, what each
 rank is doing and for how long. When a collective fails (the collective timeout, ``Trainer(collective_timeout=...)``,
@@ -36,23 +40,59 @@ STORE_TIMEOUT_S = 5.0
 REPORT_EVERY_S = 1.0
 SILENT_AFTER_S = 5.0
 
-_state: dict[str, Any] = {"step": 0, "batch": -1, "phase": "setup", "since": time.time()}
+#: the phase of a training step (:func:`mark_step`); read as :data:`BACKWARD` while its backward pass runs
+STEP_PHASE = "training_step"
+#: the phase reported while the training thread is inside ``torch.autograd.backward`` during a training step
+BACKWARD = "backward"
+
+_time = time.time
+#: this process's note: step, batch, phase, since. One list, written in place by whole-slice assignments and read
+#: whole (``tuple(_note)``): each is one step of the interpreter, so the watchdog thread never reads half a note.
+_note: list[Any] = [0, -1, "setup", time.time()]
 
 
 def mark(phase: str, step: int | None = None, batch: int | None = None) -> None:
-    """Note what this process is doing now (cheap: called in the training loop)."""
-    state = _state
-    state["phase"] = phase
-    if step is not None:
-        state["step"] = step
-    if batch is not None:
-        state["batch"] = batch
-    state["since"] = time.time()
+    """Note what this process is doing now (``step`` and ``batch`` kept where not given)."""
+    note = _note
+    note[:] = (note[0] if step is None else step, note[1] if batch is None else batch, phase, _time())
+
+
+def mark_step(step: int, batch: int) -> None:
+    """Note that this process runs the training step of batch ``batch`` at optimizer step ``step`` (the training
+    loop's one note per batch; its backward pass is seen without a note, see the module's docstring)."""
+    _note[:] = step, batch, STEP_PHASE, _time()
 
 
 def phase() -> str:
-    """The phase last noted by :func:`mark`."""
-    return _state["phase"]
+    """The phase last noted by :func:`mark` or :func:`mark_step`."""
+    return _note[2]
+
+
+def _backward_code() -> Any:
+    import torch.autograd
+
+    return torch.autograd.backward.__code__
+
+
+def in_backward(frame: Any) -> bool:
+    """Whether the stack that ``frame`` tops runs ``torch.autograd.backward`` (a backward pass: where data
+    parallel all-reduces the gradients)."""
+    code = _backward_code()
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def raised_in_backward(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of ``torch.autograd.backward`` (its traceback passes through it)."""
+    code, tb = _backward_code(), exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def waiting(what: str) -> bool:
@@ -124,6 +164,11 @@ class Watchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="accelkit-watchdog", daemon=True)
         self._where = (os.getpid(), socket.gethostname())
+        #: the thread that trains (the one that starts the watchdog), whose stack says when it is in backward
+        self.training_thread = threading.get_ident()
+        # when the training thread's stack was last looked at, and the backward pass last seen: (step, batch, since)
+        self._looked_at = time.time()
+        self._backward_seen: tuple[int, int, float] | None = None
 
     def start(self) -> Watchdog:
         """Start the thread; returns ``self``."""
@@ -139,9 +184,22 @@ class Watchdog:
     def _key(self, rank: int) -> str:
         return f"accelkit/watchdog/{rank}"
 
-    def own_note(self) -> tuple[Any, ...]:
-        """This rank's note as published: step, batch, phase, since, published at, pid, host."""
-        return (_state["step"], _state["batch"], _state["phase"], _state["since"], time.time(), *self._where)
+    def own_note(self, backward: bool | None = None) -> tuple[Any, ...]:
+        """This rank's note as published: step, batch, phase, since, published at, pid, host. A training step in its
+        backward pass (``backward``; ``None``: the training thread's stack says) reads :data:`BACKWARD`, since
+        the first time it was seen there (no later than it began: the previous look, or the step's start)."""
+        step, batch, what, since = tuple(_note)
+        now = time.time()
+        if what == STEP_PHASE:
+            if backward is None:
+                backward = in_backward(sys._current_frames().get(self.training_thread))
+            if backward:
+                seen = self._backward_seen
+                if seen is None or seen[:2] != (step, batch):
+                    self._backward_seen = seen = (step, batch, max(since, self._looked_at))
+                what, since = BACKWARD, seen[2]
+            self._looked_at = now
+        return (step, batch, what, since, now, *self._where)
 
     def _run(self) -> None:
         warned_for, tick = None, time.monotonic()
@@ -183,11 +241,12 @@ class Watchdog:
                 found[rank] = None
         return found
 
-    def diagnose(self, failed: bool = False) -> str:
+    def diagnose(self, failed: bool = False, backward: bool | None = None) -> str:
         """One paragraph saying what was observed: which ranks are behind or stopped reporting, and what every rank
-        is doing, for how long (``failed``: written for the error of a failed collective, not as a warning)."""
+        is doing, for how long (``failed``: written for the error of a failed collective, not as a warning;
+        ``backward``: whether this rank's training step was in its backward pass, see :meth:`own_note`)."""
         now = time.time()
-        own = self.own_note()
+        own = self.own_note(backward)
         prefix = (f"when the collective failed, rank {self.rank} had waited {now - own[3]:.0f} s in {own[2]}"
                   if failed else f"no progress for {now - own[3]:.0f} s")
         try:
@@ -293,10 +352,11 @@ def explain(exc: BaseException) -> None:
     peer): what every rank reported then. It takes at most :data:`STORE_TIMEOUT_S`; a failure in this rank's own
     work (its traceback says what happened) gets none."""
     watchdog = _active
-    if watchdog is None or not waiting(phase()) or phase() == "setup":
+    backward = phase() == STEP_PHASE and raised_in_backward(exc)
+    if watchdog is None or not (backward or waiting(phase())) or phase() == "setup":
         return
     try:
-        text = watchdog.diagnose(failed=True)
+        text = watchdog.diagnose(failed=True, backward=backward)
     except Exception:  # noqa: BLE001 - a diagnosis must not hide the error it explains
         text = watchdog.last_diagnosis
     if text and hasattr(exc, "add_note"):
