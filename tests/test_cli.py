@@ -267,9 +267,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "digits.py"
     (f"{EXAMPLE}:Nope", "has no 'Nope'; accelkit.Module classes found there: DigitsClassifier"),
     ("not-a-target", "--model 'not-a-target' names no class importable from here; give path/to/file.py:Class"),
 ])
-def test_fit_names_a_bad_target_without_a_traceback(target, expected):
-    done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", target], capture_output=True, text=True,
-                          timeout=120)
+def test_fit_names_a_bad_target_without_a_traceback(target, expected, prewarmed, tmp_path):
+    done = prewarmed.run(["-m", "accelkit.cli", "fit", target], cwd=tmp_path, env=dict(os.environ), timeout=120)
     assert done.returncode != 0
     assert expected in done.stderr and "Traceback" not in done.stderr, done.stderr
 
@@ -280,9 +279,9 @@ def test_fit_names_a_bad_target_without_a_traceback(target, expected):
     (["--init", "hidden"], "--init 'hidden' is not KEY=VALUE"),
     (["--ckpt-path", "nothere.ckpt"], "--ckpt_path 'nothere.ckpt' does not exist"),
 ])
-def test_fit_names_bad_options_without_a_traceback(tmp_path, extra, expected):
-    done = subprocess.run([sys.executable, "-m", "accelkit.cli", "fit", f"{EXAMPLE}:DigitsClassifier", *extra],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+def test_fit_names_bad_options_without_a_traceback(tmp_path, extra, expected, prewarmed):
+    done = prewarmed.run(["-m", "accelkit.cli", "fit", f"{EXAMPLE}:DigitsClassifier", *extra], cwd=tmp_path,
+                         env=dict(os.environ), timeout=120)
     assert done.returncode != 0 and expected in done.stderr and "Traceback" not in done.stderr, done.stderr
 
 

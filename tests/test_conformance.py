@@ -1,5 +1,7 @@
 """The conformance suite: Lightning-style scripts (``tests/conformance/*.py``) whose only change from Lightning
-code is the import, each run in a fresh interpreter.
+code is the import, each run as its own program: in a process forked from an interpreter that has imported torch
+(``helpers.prewarmed``: the script's ``__main__``, ``sys.argv``, ``sys.path``, environment and exit as a fresh
+interpreter's; half of a script's cost was importing torch), and in a fresh interpreter on XLA.
 
 Every script asserts its own outcomes (loss fell, files exist, per-rank counts, hooks ran) and prints
 ``CONFORMANCE OK <name>``. Each runs on ``cpu`` with one process and on ``ddp_spawn`` with two; a few also on
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from helpers.prewarmed import Prewarmed
 
 CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 SCRIPTS = sorted(p.stem for p in CONFORMANCE.glob("*.py") if not p.name.startswith("_"))
@@ -78,9 +82,15 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _run(name: str, tmp_path: Path, *options: str, env: dict[str, str] | None = None, timeout: float = 300) -> None:
+def _run(name: str, tmp_path: Path, *options: str, env: dict[str, str] | None = None, timeout: float = 300,
+         prewarmed: Prewarmed | None = None) -> None:
+    """Run the script ``name`` with ``options``: forked from ``prewarmed`` if given, else in a fresh interpreter."""
     command = [sys.executable, str(CONFORMANCE / f"{name}.py"), "--root", str(tmp_path), *options]
-    proc = subprocess.run(command, cwd=tmp_path, env=env or _env(), capture_output=True, text=True, timeout=timeout)
+    if prewarmed is not None:
+        proc = prewarmed.run(command[1:], cwd=tmp_path, env=env or _env(), timeout=timeout)
+    else:
+        proc = subprocess.run(command, cwd=tmp_path, env=env or _env(), capture_output=True, text=True,
+                              timeout=timeout)
     output = f"$ {' '.join(command)}\n--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-8000:]}"
     assert proc.returncode == 0, f"{name} failed (exit {proc.returncode})\n{output}"
     assert f"CONFORMANCE OK {name}" in proc.stdout, f"{name} did not report success\n{output}"
@@ -92,23 +102,23 @@ NEEDS = {"optuna_pruning": ("optuna", "optuna_integration", "lightning")}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
-def test_on_cpu(name: str, tmp_path: Path) -> None:
+def test_on_cpu(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
     missing = [lib for lib in NEEDS.get(name, ()) if importlib.util.find_spec(lib) is None]
     if missing:
         pytest.skip(f"{name} needs {', '.join(missing)} (not installed)")
-    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "1")
+    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "1", prewarmed=prewarmed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", DDP_SCRIPTS)
-def test_on_ddp_fork(name: str, tmp_path: Path) -> None:
-    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_fork")
+def test_on_ddp_fork(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
+    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_fork", prewarmed=prewarmed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SPAWN_SCRIPTS)
-def test_on_ddp_spawn(name: str, tmp_path: Path) -> None:
-    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn")
+def test_on_ddp_spawn(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
+    _run(name, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn", prewarmed=prewarmed)
 
 
 @pytest.mark.slow

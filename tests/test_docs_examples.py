@@ -2,11 +2,12 @@
 ``docs/tuner.rst`` and ``docs/progress-bar.rst`` is executed, and their shell commands are the ones CI and the
 example tests run.
 
-A page's Python blocks are one program, read top to bottom as a reader pastes them: they run in order in one
-fresh interpreter (in a temporary folder, so run files land there). A block that needs hardware says so in a
-comment the reader does not see, directly above it (``.. needs: xla`` in reStructuredText, ``<!-- needs: xla -->``
-in Markdown); it runs where that hardware (or, for ``xla``, torch_xla's PJRT runtime on the host CPU) is there and
-is a skipped test of its own elsewhere.
+A page's Python blocks are one program, read top to bottom as a reader pastes them: they run in order as one
+program (in a temporary folder, so run files land there), forked from an interpreter that has imported torch
+(``helpers.prewarmed``; one with a block that needs hardware, in a fresh interpreter with that hardware's
+environment). A block that needs hardware says so in a comment the reader does not see, directly above it
+(``.. needs: xla`` in reStructuredText, ``<!-- needs: xla -->`` in Markdown); it runs where that hardware (or, for
+``xla``, torch_xla's PJRT runtime on the host CPU) is there and is a skipped test of its own elsewhere.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers.guards import REPO, child_env  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -68,12 +70,15 @@ def shell_lines(page: str) -> list[str]:
     return [line.strip() for body in bodies for line in body.splitlines() if line.strip()]
 
 
-def _run_program(code: str, tmp_path: Path, env_extra: dict[str, str]) -> None:
+def _run_program(code: str, tmp_path: Path, env_extra: dict[str, str], prewarmed: Prewarmed) -> None:
     script = tmp_path / "page.py"
     script.write_text(code)  # the page's program, as a reader would save it
     env = {**child_env(), **env_extra}
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=600)
+    if env_extra:
+        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=600)
+    else:
+        proc = prewarmed.run([str(script)], cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, f"{script}:\n{script.read_text()}\n--- stdout\n{proc.stdout[-3000:]}\n" \
                                  f"--- stderr\n{proc.stderr[-6000:]}"
 
@@ -90,7 +95,7 @@ def _cases() -> list:
 
 
 @pytest.mark.parametrize(("page", "hardware_block"), _cases())
-def test_page_runs_as_written(page: str, hardware_block: int | None, tmp_path: Path) -> None:
+def test_page_runs_as_written(page: str, hardware_block: int | None, tmp_path: Path, prewarmed: Prewarmed) -> None:
     """The page's blocks that need nothing special, in order; or those plus one block that needs hardware."""
     blocks = python_blocks(page)
     assert blocks, f"{page} has no Python block"
@@ -103,12 +108,12 @@ def test_page_runs_as_written(page: str, hardware_block: int | None, tmp_path: P
             env.update(word_env)
     plain = [code for needs, code in blocks if not needs]
     if hardware_block is None:
-        _run_program("\n".join(plain), tmp_path, env)
+        _run_program("\n".join(plain), tmp_path, env, prewarmed)
         return
     # The blocks above it, imported (what a guarded ``fit`` does under another name: nothing), then the block.
     before = [code for index, (needs, code) in enumerate(blocks) if not needs and index < hardware_block]
     (tmp_path / "page_before.py").write_text("\n".join(before))
-    _run_program("from page_before import *  # noqa: F403\n" + blocks[hardware_block][1], tmp_path, env)
+    _run_program("from page_before import *  # noqa: F403\n" + blocks[hardware_block][1], tmp_path, env, prewarmed)
 
 
 def test_every_page_block_is_picked_up() -> None:
@@ -145,5 +150,6 @@ def test_quickstart_commands_are_the_ones_the_example_tests_run() -> None:
     assert commands == ["accelkit fit examples/digits.py:DigitsClassifier",
                         "accelkit fit examples/digits.py:DigitsClassifier --accelerator cpu --devices 2 "
                         "--strategy ddp_spawn"], commands
-    assert 'run_fit(tmp_path, timeout=' in example_test
-    assert 'run_fit(tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn"' in example_test
+    assert 'run_fit(prewarmed, tmp_path, timeout=' in example_test
+    assert ('run_fit(prewarmed, tmp_path, "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp_spawn"'
+            in example_test)

@@ -28,26 +28,36 @@ def test_the_configuration_checks_every_body_and_needs_every_annotation():
     assert "ignore_missing_imports" not in config  # only per library, in an override
 
 
+@pytest.fixture(scope="module")
+def mypy_cache() -> Path:
+    """mypy's cache folder (``.mypy_cache``, ignored by git), shared by this module's runs: the first fills it (30 s
+    to a minute from cold), the next reads what it has already analysed (torch's stubs, the core) in seconds. A
+    module-scoped fixture keeps the module's tests on one worker, one after the other (``helpers.scheduling``), so
+    on a clean clone only the first run is cold and no two runs write the cache at once."""
+    return ROOT / ".mypy_cache"
+
+
 @pytest.mark.slow
 @requires_mypy
-def test_the_core_type_checks():
-    # The run reads [tool.mypy] of the workspace's pyproject.toml; its cache lives in .mypy_cache (ignored by git)
-    # so a second run takes a few seconds. The limit only keeps a hung checker from hanging the suite.
-    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+def test_the_core_type_checks(mypy_cache: Path):
+    # The run reads [tool.mypy] of the workspace's pyproject.toml. The limit only keeps a hung checker from hanging
+    # the suite.
+    done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(mypy_cache)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"mypy found errors:\n{done.stdout}{done.stderr}"
     assert "Success: no issues found" in done.stdout
 
 
 @pytest.mark.slow
 @requires_mypy
-def test_a_read_of_an_attribute_the_trainer_lacks_is_a_type_error(tmp_path):
+def test_a_read_of_an_attribute_the_trainer_lacks_is_a_type_error(tmp_path, mypy_cache: Path):
     """The Trainer's ``__getattr__`` (a sentence for a name it lacks, at run time) is hidden from the checker, so a
     misspelt ``trainer.X`` in the core (or in a user's typed code) is an error, not a silent ``Any``."""
     user = tmp_path / "user_code.py"
     user.write_text("import accelkit\n\n\ndef epoch(trainer: accelkit.Trainer) -> int:\n"
                     "    return trainer.curent_epoch + trainer.current_epoch\n")
     done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"),
-                           "--cache-dir", str(ROOT / ".mypy_cache"), str(user)], cwd=tmp_path, capture_output=True,
+                           "--cache-dir", str(mypy_cache), str(user)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr
     assert '"Trainer" has no attribute "curent_epoch"' in done.stdout, done.stdout

@@ -6,6 +6,8 @@ module as a pytest plugin).
 * ``cpu_manager``: a plugin manager holding only the core and the reference cpu plugin.
 * ``make_distribution``/``run_python``: build a real (tiny) distribution on disk and run Python code in a
   subprocess that discovers it through ``importlib.metadata``.
+* ``prewarmed``: run a Python program as ``python script.py`` does, in a process forked from an interpreter that
+  has imported torch (``helpers.prewarmed``): one per test process, started at its first use.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from helpers.prewarmed import Prewarmed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -93,3 +97,11 @@ def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | 
 def run_python() -> Callable[..., Any]:
     """``run_python(code, path=[...], env={...})``: run code in a subprocess; it must print JSON last."""
     return _run_python
+
+
+@pytest.fixture(scope="session")
+def prewarmed() -> Iterator[Prewarmed]:
+    """``prewarmed.run(argv, cwd=..., env=..., timeout=...)``: ``python *argv`` without the torch import's cost."""
+    interpreter = Prewarmed()
+    yield interpreter
+    interpreter.close()

@@ -1,0 +1,179 @@
+"""Python programs run as ``python script.py args`` runs them, in a process forked from an interpreter that has
+already imported torch.
+
+A fresh interpreter spends 3-4 s of CPU importing torch before a test's program does anything (on the 2 cores CI
+has, about half of a conformance script's whole cost). :class:`Prewarmed` starts one interpreter that imports
+torch and then waits; each :meth:`Prewarmed.run` forks it, and the child becomes the program: its own process
+(group), environment, working folder, ``sys.argv``, ``sys.path`` (the script's folder first, or for ``-m MODULE``
+the working folder, then ``PYTHONPATH``), standard streams and a fresh ``__main__`` module (``__spec__`` None, as
+for a script, so a ``spawn`` worker re-imports it by path), and it ends as an interpreter ends: exit status from
+``sys.exit`` or 1 with the traceback of an uncaught exception, ``atexit`` handlers run.
+
+What differs from a fresh interpreter, and why it does not matter to the programs run this way: torch (and what it
+imports: numpy, the C libraries) was imported before the program ran, reading the environment of the interpreter
+that forked (:data:`IMPORT_TIME_VARIABLES`; :meth:`Prewarmed.run` refuses a request whose environment sets them
+otherwise), and the output streams are unbuffered (``PYTHONUNBUFFERED=1``). A program whose subject is interpreter
+start-up, or importing torch (or accelkit, which is imported afresh in every child: the interpreter imports only
+torch), still needs a subprocess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+#: Variables read when torch and its libraries load (thread pools, allocator), and Python's own start-up ones:
+#: a run's environment must agree with the forking interpreter's on them.
+IMPORT_TIME_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY",
+                         "PYTORCH_CUDA_ALLOC_CONF", "PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE")
+
+#: The forking interpreter: it imports torch, then forks a child per request line on stdin (JSON: argv, cwd, env,
+#: stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n>`` when it has ended. The child falls
+#: out of the loop and runs the program in the interpreter's top level, so it exits as an interpreter does.
+SERVER = r"""
+import json, os, sys, types
+import torch  # the import every child saves
+
+requests = os.fdopen(os.dup(0), "r")
+answers = os.fdopen(os.dup(1), "w", buffering=1)
+base_path = sys.path[1:]  # after '' (the -c program's folder): the standard library and site-packages
+
+
+def serve():
+    for line in requests:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            return request
+        try:
+            os.setpgid(pid, pid)  # the child does it too: whichever runs first
+        except OSError:
+            pass
+        answers.write(f"pid {pid}\n")
+        _, status = os.waitpid(pid, 0)
+        answers.write(f"rc {os.waitstatus_to_exitcode(status)}\n")
+    sys.exit(0)
+
+
+request = serve()
+os.setpgid(0, 0)
+requests.close()
+answers.close()
+streams = [os.open(os.devnull, os.O_RDONLY), os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+           os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)]
+for fd, stream in enumerate(streams):
+    os.dup2(stream, fd)
+    os.close(stream)
+os.environ.clear()
+os.environ.update(request["env"])
+os.chdir(request["cwd"])
+if "numpy" in sys.modules:  # its global generator was seeded once, in this interpreter (Python's own reseeds)
+    sys.modules["numpy"].random.seed()
+extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+if request["argv"][0] == "-m":  # python -m MODULE: the working folder first on the path, argv[0] the module's file
+    import runpy
+    sys.argv = ["-m", *request["argv"][2:]]
+    sys.path[:] = [os.getcwd(), *extra, *base_path]
+    runpy.run_module(request["argv"][1], run_name="__main__", alter_sys=True)
+    sys.exit(0)
+script = os.path.abspath(request["argv"][0])
+sys.argv = list(request["argv"])
+sys.path[:] = [os.path.dirname(script), *extra, *base_path]
+main = types.ModuleType("__main__")
+main.__file__ = script
+main.__spec__ = None
+main.__builtins__ = __builtins__
+sys.modules["__main__"] = main
+with open(script, "rb") as source:
+    code = compile(source.read(), script, "exec")
+exec(code, main.__dict__)
+"""
+
+
+class Prewarmed:
+    """One interpreter that has imported torch, forked once per :meth:`run`; :meth:`close` ends it."""
+
+    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+        self.env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONPATH"}
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pending = b""
+
+    def _server(self) -> subprocess.Popen[bytes]:
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, env=self.env)
+            self.pending = b""
+        return self.proc
+
+    def _answer(self, proc: subprocess.Popen[bytes], kind: str, deadline: float) -> int | None:
+        """The next ``kind <n>`` line, or None if ``deadline`` (monotonic) passes first."""
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError(f"the prewarmed interpreter ended (exit {proc.wait()}) instead of answering")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        word, _, number = line.decode().partition(" ")
+        if word != kind:
+            raise RuntimeError(f"the prewarmed interpreter answered {line!r} instead of {kind!r}")
+        return int(number)
+
+    def run(self, argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str],
+            timeout: float) -> subprocess.CompletedProcess[str]:
+        """Run ``python *argv`` (``argv[0]`` a script, or ``-m`` and a module) in ``cwd`` with exactly ``env``, as
+        ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout`` seconds has its
+        process group killed and raises :class:`subprocess.TimeoutExpired`."""
+        differing = [k for k in IMPORT_TIME_VARIABLES if env.get(k) != self.env.get(k)]
+        if differing:
+            raise ValueError(f"the run sets {', '.join(differing)} otherwise than the prewarmed interpreter, which "
+                             "read them when it imported torch; run this program with subprocess instead")
+        proc = self._server()
+        assert proc.stdin is not None
+        with tempfile.TemporaryDirectory(prefix="prewarmed-") as folder:
+            out, err = Path(folder, "stdout"), Path(folder, "stderr")
+            request = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env), "stdout": str(out),
+                       "stderr": str(err)}
+            proc.stdin.write(json.dumps(request).encode() + b"\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + timeout
+            pid = self._answer(proc, "pid", deadline + 60)  # the fork itself: an upper bound against a hang
+            if pid is None:
+                raise RuntimeError("the prewarmed interpreter did not fork within the time limit")
+            code = self._answer(proc, "rc", deadline)
+            if code is None:
+                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                    os.killpg(pid, signal.SIGKILL)
+                self._answer(proc, "rc", time.monotonic() + 60)
+                raise subprocess.TimeoutExpired(list(argv), timeout, out.read_text(errors="replace"),
+                                                err.read_text(errors="replace"))
+            return subprocess.CompletedProcess([sys.executable, *argv], code, out.read_text(errors="replace"),
+                                               err.read_text(errors="replace"))
+
+    def close(self) -> None:
+        """End the interpreter (a run in progress has ended: :meth:`run` waits for it)."""
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+            self.proc = None

@@ -1,0 +1,88 @@
+"""``helpers.prewarmed``: a program forked from an interpreter that has imported torch runs as ``python script.py``
+runs it (the conformance scripts run this way), and a run past its time limit is ended with what it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.guards import pid_alive, wait_gone
+from helpers.prewarmed import Prewarmed
+
+pytestmark = pytest.mark.slow  # starts an interpreter that imports torch, and forks it
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, prewarmed: Prewarmed) -> None:
+    write(tmp_path, "beside.py", "WHERE = 'beside the script'\n")
+    script = write(tmp_path, "program.py", '''
+        import atexit, json, multiprocessing, os, sys
+        import beside
+
+        class Record:
+            pass
+
+        def report(queue):
+            queue.put(type(Record()).__module__)
+
+        if __name__ == "__main__":
+            atexit.register(print, "atexit ran")
+            context = multiprocessing.get_context("spawn")  # re-imports this script by its path
+            queue = context.Queue()
+            worker = context.Process(target=report, args=(queue,))
+            worker.start()
+            print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "beside": beside.WHERE,
+                              "env": os.environ.get("ONLY_HERE"), "spawned": queue.get(),
+                              "torch": "torch" in sys.modules}))
+            worker.join()
+            sys.exit(int(sys.argv[1]))
+    ''')
+    env = {**os.environ, "ONLY_HERE": "yes"}
+    done = prewarmed.run([str(script), "3"], cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 3, done.stderr
+    first, last = done.stdout.splitlines()
+    assert last == "atexit ran"
+    assert json.loads(first) == {"argv": [str(script), "3"], "path0": str(tmp_path), "cwd": str(tmp_path),
+                                 "beside": "beside the script", "env": "yes", "spawned": "__mp_main__", "torch": True}
+
+    write(tmp_path, "as_module.py", "import json, sys\nprint(json.dumps([sys.argv, sys.path[0], __name__]))\n")
+    done = prewarmed.run(["-m", "as_module", "x"], cwd=tmp_path, env=env, timeout=300)  # python -m as_module x
+    assert json.loads(done.stdout) == [[str(tmp_path / "as_module.py"), "x"], str(tmp_path), "__main__"], done.stderr
+
+    failing = write(tmp_path, "failing.py", "raise ValueError('the bad value')\n")
+    done = prewarmed.run([str(failing)], cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 1 and done.stderr.rstrip().endswith("ValueError: the bad value"), done.stderr
+
+    refused = {**env, "OMP_NUM_THREADS": str(int(env.get("OMP_NUM_THREADS", "1")) + 1)}
+    with pytest.raises(ValueError, match="sets OMP_NUM_THREADS otherwise than the prewarmed interpreter"):
+        prewarmed.run([str(failing)], cwd=tmp_path, env=refused, timeout=300)
+
+
+def test_a_run_past_its_limit_is_killed_with_the_processes_it_started(tmp_path: Path, prewarmed: Prewarmed) -> None:
+    pids = tmp_path / "pids"
+    script = write(tmp_path, "stuck.py", f'''
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        print("started", flush=True)
+        time.sleep(600)
+    ''')
+    with pytest.raises(subprocess.TimeoutExpired) as stopped:
+        prewarmed.run([str(script)], cwd=tmp_path, env=dict(os.environ), timeout=20)
+    assert stopped.value.stdout == "started\n"
+    program, child = (int(pid) for pid in pids.read_text().split())
+    assert not pid_alive(program)
+    assert wait_gone([child], 30) == []
+    done = prewarmed.run([str(write(tmp_path, "after.py", "print('next')\n"))], cwd=tmp_path, env=dict(os.environ),
+                         timeout=300)
+    assert (done.returncode, done.stdout) == (0, "next\n")
