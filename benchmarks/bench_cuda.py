@@ -176,19 +176,25 @@ class Span:
 
 
 # ------------------------------------------------------------------------------------------ sides
-def hand_loop(w: Workload, device: torch.device, span: Span, steps: int) -> None:
-    """The hand-written loop. It reads its next batch before the step, as the Trainers and Accelerate do (they look
-    one batch ahead to know the last one), so that the same batches are fetched inside the timed span."""
-    net = w.net().to(device)
-    optimizer = make_optimizer(net.parameters())
-    net.train()
+def device_batches(w: Workload, device: torch.device, steps: int) -> Any:
+    """``(index, x, y)`` of the hand-written sides, on the device. Each batch is read one ahead, as the Trainers and
+    Accelerate do (they look one batch ahead to know the last one), so that the same batches are fetched inside the
+    timed span."""
     batches = iter(make_loader(w.data(steps), w.batch))
     ahead = next(batches, None)
     i = -1
     while ahead is not None:
         i, (x, y) = i + 1, ahead
         ahead = next(batches, None)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        yield i, x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+
+
+def hand_loop(w: Workload, device: torch.device, span: Span, steps: int) -> None:
+    """The hand-written loop."""
+    net = w.net().to(device)
+    optimizer = make_optimizer(net.parameters())
+    net.train()
+    for i, x, y in device_batches(w, device, steps):
         span.step_start(i)
         with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = F.cross_entropy(net(x), y)
@@ -211,13 +217,7 @@ def hand_compiled(w: Workload, device: torch.device, span: Span, steps: int) -> 
     loss_of = torch.compile(lambda x, y: F.cross_entropy(net(x), y), **COMPILE)
     step = torch.compile(optimizer.step, **COMPILE)
     graphs = COMPILE.get("mode") == "reduce-overhead"
-    batches = iter(make_loader(w.data(steps), w.batch))
-    ahead = next(batches, None)
-    i = -1
-    while ahead is not None:
-        i, (x, y) = i + 1, ahead
-        ahead = next(batches, None)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+    for i, x, y in device_batches(w, device, steps):
         span.step_start(i)
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()

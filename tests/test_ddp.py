@@ -173,6 +173,15 @@ def test_a_ddp_subclass_reaches_the_wrapper_to_register_a_comm_hook(tmp_path):
         assert_same_weights(rank["state_dict"], initial, atol=0)
 
 
+def _route_traced(router, batch, trace):
+    """One training step through ``router`` with ``trace`` as the Python trace function; its output."""
+    sys.settrace(trace)
+    try:
+        return router("training_step", batch, 0)
+    finally:
+        sys.settrace(None)
+
+
 def test_the_step_router_reaches_the_module_without_nn_module_getattr():
     """The wrapper DDP holds routes every training step to the module: that costs no ``nn.Module.__getattr__`` per
     step (the module is also a plain attribute), and the module stays a registered submodule (DDP reduces its
@@ -192,11 +201,7 @@ def test_the_step_router_reaches_the_module_without_nn_module_getattr():
             getattr_calls.append(frame.f_locals.get("name"))
         return None
 
-    sys.settrace(trace)
-    try:
-        out = router("training_step", batch, 0)
-    finally:
-        sys.settrace(None)
+    out = _route_traced(router, batch, trace)
     assert out == batch[0].sum()
     assert getattr_calls == [], getattr_calls
 
@@ -217,11 +222,7 @@ def test_the_step_router_is_called_without_nn_module_call_machinery_until_it_has
         if event == "call" and frame.f_code in machinery and frame.f_locals.get("self") is router:
             entered.append(frame.f_code.co_name)
 
-    sys.settrace(trace)
-    try:
-        out = router("training_step", batch, 0)
-    finally:
-        sys.settrace(None)
+    out = _route_traced(router, batch, trace)
     assert out == batch[0].sum()
     assert entered == [], entered
     seen = []
