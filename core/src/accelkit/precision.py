@@ -18,7 +18,7 @@ from accelkit.utilities.apply_func import apply_to_tensors
 from accelkit.utilities.model_helpers import is_overridden
 
 #: the methods a precision may change the backward pass and the optimizer step with (see ``passes_through``)
-_STEP_METHODS = ("scale_loss", "backward", "unscale_gradients", "optimizer_step")
+_STEP_METHODS = ("backward", "scale_loss", "unscale_gradients", "optimizer_step")
 
 
 class Precision:
@@ -74,7 +74,12 @@ class Precision:
         :meth:`optimizer_step` amount to a plain ``loss.backward()`` and ``optimizer.step()`` (no loss scaling,
         nothing around them). The loops ask once per fit and then call those two directly; a subclass that changes
         any of the four without overriding it keeps this ``False``."""
-        return not any(is_overridden(name, self, Precision) for name in _STEP_METHODS)
+        return not self.overridden_step_methods()
+
+    def overridden_step_methods(self) -> list[str]:
+        """Which of :meth:`backward`, :meth:`scale_loss`, :meth:`unscale_gradients` and :meth:`optimizer_step` this
+        precision's class overrides (below :class:`Precision`; below :class:`MixedPrecision` for its subclasses)."""
+        return [name for name in _STEP_METHODS if is_overridden(name, self, Precision)]
 
     def state_dict(self) -> dict[str, Any]:
         """State to save in checkpoints (a gradient scaler's, for instance)."""
@@ -167,7 +172,11 @@ class MixedPrecision(Precision):
     def passes_through(self) -> bool:
         """Without a gradient scaler (``bf16-mixed``) the backward pass and the step are plain, unless a subclass
         changes them."""
-        return not self.use_scaler and not any(is_overridden(name, self, MixedPrecision) for name in _STEP_METHODS)
+        return not self.use_scaler and not self.overridden_step_methods()
+
+    def overridden_step_methods(self) -> list[str]:
+        """The step methods a subclass overrides below :class:`MixedPrecision` (whose own are the defaults here)."""
+        return [name for name in _STEP_METHODS if is_overridden(name, self, MixedPrecision)]
 
     def state_dict(self) -> dict[str, Any]:
         scaler = self._ensure_scaler()

@@ -93,9 +93,7 @@ def _precision_refusal(precision: Precision) -> str | None:
         return (f"precision {name!r} scales the loss with a gradient scaler, which skips steps on inf/NaN gradients "
                 "from the host; the captured step cannot: use a precision without a scaler (bf16-mixed, 32-true) or "
                 "compile_step=False.")
-    base = MixedPrecision if isinstance(precision, MixedPrecision) else Precision
-    changed = [m for m in ("backward", "scale_loss", "unscale_gradients", "optimizer_step")
-               if is_overridden(m, precision, base)]
+    changed = precision.overridden_step_methods()
     if changed:
         return (f"precision {name!r} ({type(precision).__name__}) overrides {', '.join(changed)}, which the captured "
                 "step does not call; use a precision that keeps the defaults, or compile_step=False.")
