@@ -6,8 +6,9 @@ classes a plugin subclasses (with their public methods), the plugin manager and 
 version of the hook API a listed name may not disappear and a signature may not lose a parameter; a removed name
 must be served by :data:`accelkit.utilities.deprecation.DEPRECATED` (with a warning) until the next major version.
 
-Run ``python tests/helpers/plugin_api.py`` to write the listing again; do that when a minor version adds names
-(the check only looks at names already listed, so a stale listing guards less but never fails)."""
+Run ``python tests/helpers/plugin_api.py`` to write the listing again when a name is added: :func:`unlisted` names
+every public name of the extension points the listing lacks, so that a new name is guarded from its first commit (a
+stale listing would guard less without failing)."""
 
 from __future__ import annotations
 
@@ -134,6 +135,16 @@ def check(listing: dict[str, Any], hook_api: str | None = None) -> list[str]:
             problems.append(f"{path} lost parameter(s) {', '.join(lost)} in hook API {hook_api}: plugins calling or "
                             f"implementing it with them break; removing a parameter needs a major version")
     return problems
+
+
+def unlisted(listing: dict[str, Any]) -> list[str]:
+    """One sentence per public name of the extension points (:func:`collect`) that the listing lacks.
+
+    :param listing: ``{"hook_api": "1.2", "names": {"module:Name": parameters or None}}`` as the JSON file holds.
+    """
+    return [f"{path} is public but not listed in {LISTING.name}: run python tests/helpers/plugin_api.py to list it, so "
+            "that it may not disappear or lose a parameter before the next major hook API version"
+            for path in collect() if path not in listing["names"]]
 
 
 def load() -> dict[str, Any]:
