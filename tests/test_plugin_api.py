@@ -1,8 +1,7 @@
 """The plugin author's contract stays stable within a major hook API version: every name ``docs/plugins.rst`` offers
-plugins is listed in ``tests/data/plugin_api.json`` (written by ``tests/helpers/plugin_api.py``), a public name added since
-included; none may disappear
-or lose a parameter, and a removed name keeps working with a ``DeprecationWarning`` naming its replacement until the
-next major version."""
+plugins is listed in ``tests/data/plugin_api.json`` (written by ``tests/helpers/plugin_api.py``), a public name added
+since included; none may disappear or lose a parameter, and a removed name keeps working with a ``DeprecationWarning``
+naming its replacement until the next major version."""
 
 from __future__ import annotations
 
