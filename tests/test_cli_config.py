@@ -406,6 +406,11 @@ UNTRUSTED_MODELS = textwrap.dedent('''
 
         def train_dataloader(self):
             return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+
+
+    def leave_mark(path):
+        """A function with an effect, which no import path policy knows: only accelkit's rule keeps it uncalled."""
+        open(path, "w").close()
 ''')
 
 # a module whose import leaves a mark: naming it in a configuration must not import it
@@ -442,6 +447,7 @@ def build(tmp_path: Path, init_args: dict) -> object:
     ("maybe", lambda m: shell(m), lambda m: shell(m)),
     ("anything", lambda m: shell(m), lambda m: shell(m)),
 ])
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # nothing named is looked up: no import path warning either
 def test_a_class_path_for_an_argument_typed_any_or_untyped_stays_plain_data(loose, argument, value, given):
     marker = loose / "MARKER"
     with pytest.warns(UserWarning, match="naming class_path 'os.system' .* stays plain data"):
@@ -470,10 +476,39 @@ def test_a_class_path_naming_a_function_is_refused_before_it_is_called(loose):
     from accelkit.errors import ConfigurationError
 
     marker = loose / "MARKER"
-    with pytest.raises(ConfigurationError, match=r"model.init_args.factory: class_path 'os.system' names a function, "
-                                                 r"not a class; a configuration builds only classes"):
+    with pytest.raises(ConfigurationError, match=r"model.init_args.factory: class_path 'loose_models.leave_mark' names "
+                                                 r"a function, not a class; a configuration builds only classes"):
+        build(loose, {"factory": {"class_path": "loose_models.leave_mark", "init_args": {"path": str(marker)}}})
+    assert not marker.exists()
+
+
+@pytest.mark.filterwarnings("error::DeprecationWarning")  # jsonargparse 4.53 warns that version 5 will refuse it
+def test_a_class_path_jsonargparse_denies_is_refused_without_a_deprecation_warning(loose, capsys):
+    marker = loose / "MARKER"
+    with pytest.raises(SystemExit):
         build(loose, {"factory": shell(marker)})
     assert not marker.exists()
+    error = capsys.readouterr().err.splitlines()[0]
+    if "is refused" in error:  # jsonargparse with an import path policy (4.53 and later)
+        assert error.endswith("error: model: class_path 'os.system' is refused: jsonargparse denies importing 'os' "
+                              "from a configuration (it can run commands or code); name a class there")
+    else:  # an older jsonargparse: accelkit's own refusal of a function
+        assert "class_path 'os.system' names a function" in error
+
+
+def test_the_cli_extra_pins_the_jsonargparse_range_class_path_safety_needs():
+    """class_path_safety replaces two private jsonargparse functions, which a version 5 may change: the extra allows
+    only the versions that have them (the range its import error names), the installed one among them."""
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    core = Path(__file__).resolve().parents[1] / "core" / "pyproject.toml"
+    (extra,) = tomllib.loads(core.read_text())["project"]["optional-dependencies"]["cli"]
+    required = Requirement(extra)
+    assert required.name == "jsonargparse" and set(required.specifier) == set(Requirement("x>=4.27,<5").specifier)
+    assert version("jsonargparse") in required.specifier
 
 
 def test_a_class_path_where_a_class_is_annotated_is_still_built(loose, capsys):

@@ -15,6 +15,14 @@ around every parse, dump and build:
 So a class path is imported only where the annotation is a class, and built only when it names a subclass of that
 class. Importing a module runs its top-level code: a configuration file from someone else is code, to be read
 before it is run (``docs/cli.rst``).
+
+The two rules replace two private jsonargparse functions (``_typehints.adapt_classes_any`` and
+``ActionTypeHint.get_class_parser``), which is why the ``cli`` extra pins ``jsonargparse<5``: jsonargparse's public
+settings do not say the first rule (``set_parsing_settings(instantiate_subclass_spec_in_any=False)``, new in 4.51,
+keeps the value unbuilt, but parsing it still imports the module it names). Where jsonargparse has an import path
+policy (4.53), importing this module turns it on with jsonargparse's default denylist (``os``, ``subprocess``,
+``builtins.eval`` ...), as jsonargparse 5 will: a value naming such a path is refused by jsonargparse, where 4.x only
+warns that 5 will refuse it. The setting is jsonargparse's, for the whole process.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from jsonargparse import Namespace
+from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse import _typehints as _jsonargparse_typehints  # the two functions replaced below
 
 from accelkit.cli.saved_config import import_class_path
@@ -38,6 +46,10 @@ if not (callable(getattr(_jsonargparse_typehints, "adapt_classes_any", None))  #
     raise ImportError("this jsonargparse lacks adapt_classes_any or ActionTypeHint.get_class_parser, which accelkit "
                       "replaces so that a configuration cannot build classes for arguments typed Any; install "
                       "jsonargparse>=4.27,<5")
+
+if "import_path_denylist" in inspect.signature(set_parsing_settings).parameters:  # jsonargparse >= 4.53
+    # no entry added: naming the policy enforces jsonargparse's default denylist now, as version 5 will by default
+    set_parsing_settings(import_path_denylist=[])
 
 
 def _as_given(value: Any, typehint: Any, serialize: bool, instantiate: bool, *args: Any, **kwargs: Any) -> Any:
@@ -73,11 +85,12 @@ def values_of_any_stay_data() -> Iterator[None]:
     # replacing jsonargparse's function on purpose (restored below) with ours, whose signature differs in names
     _jsonargparse_typehints.adapt_classes_any = _as_given  # type: ignore[assignment]
     # when merging two configurations, jsonargparse takes a class_path dict of an Any argument for a class to build
-    # and asks for the parser of the class it names, by name: give it no arguments unless that class is imported
-    # already (those of annotated arguments are, by the subclass check)
+    # and asks for the parser of the class it names, by name: give it no arguments unless the path names a class
+    # imported already (those of annotated arguments are, by the subclass check); a function such as os.system is
+    # not looked up again, which jsonargparse's import path policy would refuse although the value stays data
     # (replacing jsonargparse's method on purpose, and putting it back below)
     hints.get_class_parser = staticmethod(lambda val_class, *args, **kwargs: original_parser.__func__(  # type: ignore[method-assign]
-        val_class if not isinstance(val_class, str) or _imported(val_class) else object, *args, **kwargs))
+        val_class if not isinstance(val_class, str) or _imported_class(val_class) else object, *args, **kwargs))
     try:
         yield
     finally:
@@ -85,8 +98,8 @@ def values_of_any_stay_data() -> Iterator[None]:
         hints.get_class_parser = original_parser  # type: ignore[method-assign]
 
 
-def _imported(path: str) -> bool:
-    """Whether the object a dotted path names is in a module imported already (looked up without importing)."""
+def _imported_class(path: str) -> bool:
+    """Whether a dotted path names a class of a module imported already (looked up without importing)."""
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         found: Any = sys.modules.get(".".join(parts[:cut]))
@@ -94,7 +107,7 @@ def _imported(path: str) -> bool:
             continue
         for name in parts[cut:]:
             found = getattr(found, name, None)
-        return found is not None
+        return inspect.isclass(found)
     return False
 
 

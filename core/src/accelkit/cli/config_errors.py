@@ -24,6 +24,7 @@ _EXPECTED = re.compile(r"Expected a (?:<class '([\w.]+)'>|(\S+))")
 _CLASS_OPTION = re.compile(r'Parser key "([^"]+)":.*?Problem with given class_path \'([^\']+)\':\s*'
                            r"Option '([^']+)' is not accepted", re.DOTALL)
 _NESTED = re.compile(r"""^NestedArg\(key='([^']+)', val='(.*)'\)$""")
+_DENIED = re.compile(r"Importing '([^']+)' is not allowed, denied by the '([^']+)' entry")
 _CHOICES = re.compile(r"Expected a (typing\.Literal\[[^\]]*\]|Literal\[[^\]]*\])")
 
 
@@ -73,7 +74,12 @@ def explain(parser: Any, message: str) -> str:
             close = close_key(key, known_keys(parser))
             hint = f" Did you mean {close!r}?" if close else ""
             return f"unknown key {key!r}.{hint} (`--help` lists every key)\n{message}"
-    match = _BAD_VALUE.search(message)
+    denied, match = _DENIED.search(message), _BAD_VALUE.search(message)
+    if denied:  # jsonargparse's import path policy (class_path_safety turns it on), under whichever member
+        key = f"{match.group(1)}: " if match else ""
+        return (f"{key}class_path {denied.group(1)!r} is refused: jsonargparse denies "
+                f"importing {denied.group(2)!r} from a configuration (it can run commands or code); name a class "
+                f"there\n{message}")
     if match and not _GIVEN.search(message):  # no value to name (a file that does not exist...): what it says
         reason = message[match.end():].strip().splitlines()
         return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
