@@ -701,6 +701,29 @@ def test_a_cli_run_here_leaves_the_environment_as_it_found_it(project, monkeypat
     assert {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"} == before
 
 
+@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict"])
+def test_a_command_builds_the_parser_of_its_own_stage_only(project, monkeypatch, capsys, command):
+    """``accelkit validate`` (and each command) builds the main parser and its own, not those of the three other
+    stages (which cost more than the rest of parsing); its help and errors are those of the same parser."""
+    from accelkit.cli import CLI
+
+    built: list[str] = []
+    init_parser = CLI.init_parser
+
+    def counted(self: CLI, **kwargs: object) -> object:
+        built.append(str(kwargs.get("description", "main"))[:20])
+        return init_parser(self, **kwargs)
+
+    monkeypatch.setattr(CLI, "init_parser", counted)
+    done = run_here(project, monkeypatch, capsys, command, "--model", "models.py:Net", "--print_config")
+    assert done.returncode == 0, done.stderr
+    assert "class_path: models.Net" in done.stdout
+    assert len(built) == 2, built  # the main parser and the command's
+    built.clear()
+    helped = run_here(project, monkeypatch, capsys, command, "--help")
+    assert helped.returncode == 0 and f"Trainer.{command}: " in helped.stdout and len(built) == 2
+
+
 def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):
     from accelkit import cli
 

@@ -165,7 +165,7 @@ def _resolve_target(option: str, value: str) -> str:
     return value
 
 
-def _make_cli_class(test_after_fit: bool = True) -> type:
+def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) -> type:
     from accelkit.cli.config import SaveConfigCallback
     from accelkit.cli.lightning_cli import CLI
     from accelkit.module.datamodule import DataModule
@@ -176,6 +176,13 @@ def _make_cli_class(test_after_fit: bool = True) -> type:
         """The CLI of the ``accelkit`` command: the first-run defaults, the test after the fit, a ``--ckpt_path``
         checked before anything starts, and lines saying what ran, where the configuration went and what the run
         measured."""
+
+        @staticmethod
+        def subcommands() -> dict[str, set[str]]:
+            """The sub-command that runs (all four without one): the parsers of the others are not built, which
+            would cost more than the rest of parsing."""
+            every = CLI.subcommands()
+            return every if subcommand is None else {subcommand: every[subcommand]}
 
         def before_instantiate_classes(self) -> None:
             trainer = self.config[str(self.subcommand)]["trainer"]
@@ -233,7 +240,7 @@ def run_config_command(subcommand: str, words: list[str]) -> int:
     if subcommand == "fit":
         words, test_after_fit = pop_test_after_fit(words)
     try:
-        cli_class = _make_cli_class(test_after_fit)
+        cli_class = _make_cli_class(test_after_fit, subcommand)
     except ModuleNotFoundError as exc:
         if exc.name != "jsonargparse":
             raise
