@@ -381,3 +381,67 @@ def test_accumulation_refused_where_graphs_replay(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match=r"accumulate_grad_batches=2 with compile_step=\{'mode': "
                                                  r"'reduce-overhead'\}: a mode that replays graphs"):
         trainer.fit(MLPModule())
+
+
+# ------------------------------------------------------------------------------------------------- resuming
+class OptimizerAtEnd(accelkit.Callback):
+    """The optimizer as the fit leaves it: its groups' settings and where and how its step counters are kept."""
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        optimizer = trainer.optimizers[0]
+        self.groups = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+        self.steps = [(float(s["step"]), s["step"].dtype, s["step"].device) for s in optimizer.state.values()]
+
+
+def _captured_adamw_fit(tmp_path: Path, ckpt_path: Path | None = None, compile_step: Any = True,
+                        accelerator: str = "cpu") -> dict[str, Any]:
+    """8 steps of :class:`MLPModule` with AdamW, captured with inductor; a checkpoint every 4 steps."""
+    torch._dynamo.reset()
+    graphs_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    module, end = MLPModule("adamw"), OptimizerAtEnd()
+    saves = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "saved", every_n_train_steps=4, save_top_k=-1)
+    trainer = quiet_trainer(tmp_path, max_steps=8, compile_step=compile_step, callbacks=[end, saves],
+                            enable_checkpointing=True, enable_model_summary=False, accelerator=accelerator)
+    trainer.fit(module, ckpt_path=ckpt_path)
+    return {"weights": [p.detach().clone() for p in module.parameters()], "groups": end.groups, "steps": end.steps,
+            "graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("written_by", ["this_fit", "a_fit_whose_optimizer_was_capturable"])
+def test_a_resumed_captured_fit_equals_the_uninterrupted_one(tmp_path: Path, written_by: str) -> None:
+    """A captured fit resumed from its step-4 checkpoint ends as the uninterrupted fit: the same weights, the same
+    graphs compiled, and its optimizer as a fresh fit's compiled step makes it (``capturable`` and the step
+    counters), whatever the checkpoint's optimizer said: one written where the compiled step made AdamW
+    capturable (a GPU) says ``capturable=True``, which a fresh fit here does not get."""
+    uninterrupted = _captured_adamw_fit(tmp_path / "uninterrupted")
+    checkpoint = next((tmp_path / "uninterrupted" / "saved").glob("*step=4.ckpt"))
+    if written_by != "this_fit":
+        saved = torch.load(checkpoint, weights_only=False)
+        for group in saved["optimizer_states"][0]["param_groups"]:
+            group["capturable"] = True
+        torch.save(saved, checkpoint)
+    resumed = _captured_adamw_fit(tmp_path / "resumed", checkpoint)
+    assert resumed["graphs"] == uninterrupted["graphs"] >= 2
+    for u, r in zip(uninterrupted["weights"], resumed["weights"], strict=True):
+        torch.testing.assert_close(r, u, rtol=0, atol=0)
+    assert resumed["groups"] == uninterrupted["groups"]
+    assert resumed["steps"] == uninterrupted["steps"] and uninterrupted["steps"][0][0] == 8
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU")
+def test_a_captured_fit_resumed_from_an_eager_checkpoint_gets_capturable_adamw_on_a_gpu(tmp_path: Path) -> None:
+    """On a GPU the compiled step makes a fresh AdamW capturable (its step counters on the device); a captured fit
+    resumed from an eager fit's checkpoint (``capturable=False``, counters on the host) gets the same."""
+    uninterrupted = _captured_adamw_fit(tmp_path / "uninterrupted", accelerator="cuda")
+    _captured_adamw_fit(tmp_path / "eager", compile_step=False, accelerator="cuda")
+    checkpoint = next((tmp_path / "eager" / "saved").glob("*step=4.ckpt"))
+    assert not torch.load(checkpoint, weights_only=False)["optimizer_states"][0]["param_groups"][0]["capturable"]
+    resumed = _captured_adamw_fit(tmp_path / "resumed", checkpoint, accelerator="cuda")
+    assert uninterrupted["groups"][0]["capturable"] is True
+    assert resumed["groups"] == uninterrupted["groups"]
+    assert resumed["steps"] == uninterrupted["steps"] and uninterrupted["steps"][0][2].type == "cuda"
+    assert resumed["graphs"] == uninterrupted["graphs"]
+    for u, r in zip(uninterrupted["weights"], resumed["weights"], strict=True):
+        torch.testing.assert_close(r, u, rtol=1e-4, atol=1e-5)

@@ -47,6 +47,11 @@ class Accelerator:
     #: the ``torch.device(...).type`` of this accelerator's devices, where the plugin declares it (``None``: not
     #: declared); ``graphics_processor_device_types()`` reads it
     device_type: ClassVar[str | None] = None
+    #: whether ``torch.compile`` makes a fresh torch optimizer ``capturable`` on this accelerator's devices (its step
+    #: counters kept on the device, so that the compiled step reads no host value), as it does on the GPUs it
+    #: supports; a fit resumed under ``Trainer(compile_step=...)`` gets the same, whatever its checkpoint says
+    #: (:meth:`accelkit.loops.captured.CapturedStep.as_fresh`)
+    compiled_optimizer_capturable: ClassVar[bool] = False
 
     # ----------------------------------------------------------------- resolution (parent process)
     @classmethod

@@ -183,6 +183,27 @@ class CapturedStep:
         self.step_call = torch.compile(self.optimizer.step, **step_options)
         self.clip_step_call = torch.compile(self.clip_and_step, **step_options)
 
+    def as_fresh(self) -> None:
+        """After a checkpoint's optimizer state is loaded: the optimizer as a fresh fit's compiled step leaves it.
+
+        ``torch.compile`` decides an optimizer's ``capturable`` at its first step, and only while its state is
+        empty: a fresh fit gets the optimizer's own setting, or ``True`` where the accelerator says
+        (:attr:`~accelkit.Accelerator.compiled_optimizer_capturable`); a resumed fit would keep what the checkpoint
+        says, which the run that wrote it decided, on its device. Each parameter group that has the setting gets the
+        fresh fit's, and its step counters are kept where that puts them: on the parameter's device when
+        capturable, on the host otherwise (as torch's optimizers keep them)."""
+        optimizer = self.optimizer
+        fresh = bool(optimizer.defaults.get("capturable")) or self.trainer.accelerator.compiled_optimizer_capturable
+        for group in optimizer.param_groups:
+            if group.get("capturable", fresh) == fresh:
+                continue
+            group["capturable"] = fresh
+            for param in group["params"]:
+                step = optimizer.state.get(param, {}).get("step")
+                if isinstance(step, torch.Tensor):
+                    optimizer.state[param]["step"] = (step.to(dtype=torch.float32, device=param.device) if fresh
+                                                      else torch.tensor(float(step), dtype=step.dtype))
+
     def forward(self, batch: Any, batch_idx: int, accumulate: int) -> tuple[Any, Any]:
         """``training_step`` and the loss to back-propagate (traced by ``torch.compile``): ``(loss, output)``."""
         module = self.module

@@ -106,6 +106,9 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any]) -> None
         except (KeyError, ValueError) as exc:
             raise ValueError(f"optimizer {index} ({type(optimizer).__name__}) cannot take the checkpoint's state "
                              f"({type(exc).__name__}: {exc}); was it saved with another optimizer or model?") from None
+    optimization = trainer.run_state.optimization
+    if optimization is not None and optimization.captured is not None:
+        optimization.captured.as_fresh()  # the optimizer as a fresh captured fit's, whatever the checkpoint's run had
     for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", []), strict=False):
         config.scheduler.load_state_dict(state)
     trainer.precision.load_state_dict(checkpoint.get("precision", {}))

@@ -49,6 +49,7 @@ class CUDAAccelerator(Accelerator):
     pin_memory = True
     is_graphics_processor = True  # Module.on_gpu
     device_type = "cuda"
+    compiled_optimizer_capturable = True  # torch.compile's optimizer step sets capturable=True on CUDA parameters
 
     # ----------------------------------------------------------------- resolution (parent process)
     @classmethod
