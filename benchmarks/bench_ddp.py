@@ -283,11 +283,29 @@ class StepCounter:
             sys.settrace(None)
 
 
-def counts_result(counter: StepCounter, steps: int) -> dict[str, Any]:
-    """Per-step figures of ``counter`` (``steps`` steps measured)."""
+#: the ``DistributedDataParallel`` settings that change what a step does (its buckets, its syncs)
+DDP_SETTINGS = ("bucket_bytes_cap", "gradient_as_bucket_view", "broadcast_buffers", "find_unused_parameters",
+                "static_graph", "require_backward_grad_sync")
+
+
+def process_figures(model: Any) -> dict[str, Any]:
+    """What else a rank's process holds while it trains: the DDP wrapper's settings and the process's threads (the
+    Python ones by name; all of them, torch's and gloo's native threads included, from ``/proc``)."""
+    import threading
+
+    try:
+        native = len(os.listdir("/proc/self/task"))
+    except OSError:
+        native = -1
+    return {"ddp": {name: getattr(model, name, None) for name in DDP_SETTINGS},
+            "threads": sorted(t.name for t in threading.enumerate()), "native threads": native}
+
+
+def counts_result(counter: StepCounter, steps: int, model: Any) -> dict[str, Any]:
+    """Per-step figures of ``counter`` (``steps`` steps measured), with :func:`process_figures` of ``model``."""
     ops = {name: n / steps for name, n in counter.ops.items()}
     return {"ops": ops, "opcodes": counter.opcodes / steps,
-            "functions": {name: n / steps for name, n in counter.functions.items()}}
+            "functions": {name: n / steps for name, n in counter.functions.items()}, **process_figures(model)}
 
 
 def _hand_counts_worker(rank: int, port: int, steps: int, path: str) -> None:
@@ -300,7 +318,7 @@ def _hand_counts_worker(rank: int, port: int, steps: int, path: str) -> None:
         counter = StepCounter()
         counter.measure(lambda: loop.run_epoch(steps))
         if rank == 0:
-            Path(path).write_text(json.dumps(counts_result(counter, steps)))
+            Path(path).write_text(json.dumps(counts_result(counter, steps, loop.model)))
     finally:
         dist.destroy_process_group()
 
@@ -332,7 +350,7 @@ class CountingCallback(accelkit.Callback):
             sys.settrace(None)
             self.counter.untrace_running()
             if trainer.global_rank == 0:
-                Path(self.path).write_text(json.dumps(counts_result(self.counter, self.steps)))
+                Path(self.path).write_text(json.dumps(counts_result(self.counter, self.steps, trainer.model)))
 
 
 def trainer_counts(steps: int) -> dict[str, Any]:
@@ -381,7 +399,24 @@ def print_counts(steps: int) -> dict[str, dict[str, Any]]:
     extra = {name: ours.get(name, 0) - hand.get(name, 0) for name in set(hand) | set(ours)}
     print("  Python instructions per step, Trainer minus hand loop, by function (the largest): " + ", ".join(
         f"{name} {extra[name]:+.0f}" for name in sorted(extra, key=lambda n: -abs(extra[n]))[:16]))
+    print_differences(result["hand loop"], result["ddp_spawn"])
     return result
+
+
+def print_differences(hand: dict[str, Any], ours: dict[str, Any]) -> None:
+    """What the Trainer's rank does beyond the counts, against the hand loop's: DDP's settings, the threads."""
+    from accelkit.strategies.launchers import spawn, watchdog
+
+    differ = {k: (hand["ddp"][k], ours["ddp"][k]) for k in DDP_SETTINGS if hand["ddp"][k] != ours["ddp"][k]}
+    print("  DistributedDataParallel settings: " + (
+        "the same on both sides (" + ", ".join(f"{k}={hand['ddp'][k]}" for k in DDP_SETTINGS) + ")" if not differ
+        else "differ: " + ", ".join(f"{k} hand loop {a}, Trainer {b}" for k, (a, b) in differ.items())))
+    extra = sorted(set(ours["threads"]) - set(hand["threads"]))
+    print(f"  threads of rank 0: hand loop {hand['native threads']} ({', '.join(hand['threads'])}), Trainer "
+          f"{ours['native threads']} ({', '.join(ours['threads'])}); the Trainer's own: {', '.join(extra) or 'none'}"
+          f": its watchdog wakes every {watchdog.REPORT_EVERY_S:.0f} s (one store write a second, whatever the "
+          f"step rate); the launching process wakes every {spawn.WATCH_EVERY_S:.0f} s to see a stopped worker "
+          "or a signal's deadline (the hand loop's blocks): at 1 ms a step, one wake-up of each per 1000 steps")
 
 
 # ------------------------------------------------------------------------------------------ driver

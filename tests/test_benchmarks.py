@@ -76,6 +76,11 @@ def test_bench_ddp_counts_and_compares_a_user_s_ddp_run():
     # the Trainer adds no collective to DDP's own gradient all-reduce
     assert counts[0].split(" aten ops, ")[1].split(" collectives")[0] == \
         counts[1].split(" aten ops, ")[1].split(" collectives")[0], counts
+    # what else the Trainer's rank does, beyond the counts: DDP's settings (the same as the hand loop's) and the
+    # threads of each side, the Trainer's own named with how often they wake
+    assert "DistributedDataParallel settings: the same on both sides (bucket_bytes_cap=" in out, out
+    assert "the Trainer's own: accelkit-watchdog: its watchdog wakes every 1 s" in out, out
+    assert "the launching process wakes every 1 s" in out, out
     assert "side by side" in out and "paired epochs" in out, out
     assert out.count("ratio ddp_spawn / hand loop") == 3 and out.count("CPU time") == 2, out
 
@@ -108,6 +113,6 @@ def test_bench_cuda_counts_both_sides_after_the_captured_sides_compiled():
     counts = {line.split(":")[0].strip(): line for line in done.stdout.splitlines()
               if line.endswith(" calls per step")}
     assert set(counts) == {"hand loop", "accelkit"}, done.stdout
-    for side, line in counts.items():
+    for line in counts.values():
         instructions = int(line.split(": ")[1].split(" Python instructions")[0])
         assert instructions > 1000, line  # the MLP's step alone runs thousands (torch's own Python included)
