@@ -22,6 +22,9 @@ Last, the Python that a step runs on the host, which a small GPU step pays in fu
 than the GPU runs them only while its Python keeps up): the instructions and calls per steady step of the hand
 loop and of accelkit (``sys.settrace`` over ``--count-steps`` steps, default 50, one ``log_every_n_steps``), and
 the functions where accelkit's instructions differ most from the hand loop's (its extra, function by function).
+Each workload is counted in a fresh process that compiles nothing (after ``torch.compile`` has run in a process, the
+trace may not see a frame: the count read 0 on Python 3.12); a side of which no instruction was seen stops the
+benchmark with an error rather than print 0.
 
     python benchmarks/bench_cuda.py [--workloads mlp transformer] [--rounds 7] [--steps 300] [--warmup 50]
                                     [--profile-steps 50] [--count-steps 50]
