@@ -24,7 +24,10 @@ by rank 0's CPU time. Much less disturbed by a shared machine than ``side by sid
 
 ``counts``: what load does not change, per steady step on rank 0: host operations (``torch``
 operators seen by ``torch.profiler``), collectives (gloo calls) and Python instructions (``sys.settrace``
-opcode events), for each side, with the operators and collectives the Trainer adds.
+opcode events), for each side, with the operators and collectives the Trainer adds. A counted epoch is a whole one
+on both sides (the sampler's epoch, the loader's start, the steps, and on the Trainer's its epoch end), so per-epoch
+work shows, spread over its steps. Then what differs beyond the counts: both sides' ``DistributedDataParallel``
+settings, and rank 0's threads with how often the Trainer's own wake.
 
     .venv/bin/python benchmarks/bench_ddp.py [--rounds 7] [--epochs 6] [--samples 8192]
                                              [--only side-by-side|paired|counts]
@@ -324,7 +327,9 @@ def _hand_counts_worker(rank: int, port: int, steps: int, path: str) -> None:
 
 
 class CountingCallback(accelkit.Callback):
-    """Counts the third epoch's steps (the first two are warm-up) under the profiler, the fourth's opcodes."""
+    """Counts one whole epoch under the profiler (from the third epoch's ``on_train_epoch_start`` to the fourth's:
+    its steps, its end and the next epoch's start, the sampler's epoch and the loader's start included, as the hand
+    loop's counted epoch includes its own), then the next whole epoch's opcodes; the first two are warm-up."""
 
     def __init__(self, path: str, steps: int) -> None:
         self.path, self.steps = path, steps
@@ -338,15 +343,12 @@ class CountingCallback(accelkit.Callback):
             self.profiler = profile(activities=[ProfilerActivity.CPU])
             self.profiler.__enter__()
         elif trainer.current_epoch == 3:
-            self.counter.trace_running(sys._getframe(1))
-            sys.settrace(self.counter.trace)
-
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        if trainer.current_epoch == 2:
             self.profiler.__exit__(None, None, None)
             for event in self.profiler.events():
                 self.counter.ops[event.name] += 1
-        elif trainer.current_epoch == 3:
+            self.counter.trace_running(sys._getframe(1))
+            sys.settrace(self.counter.trace)
+        elif trainer.current_epoch == 4:
             sys.settrace(None)
             self.counter.untrace_running()
             if trainer.global_rank == 0:
@@ -358,7 +360,7 @@ def trainer_counts(steps: int) -> dict[str, Any]:
     loader = DataLoader(make_data(WORLD * BATCH_SIZE * steps), batch_size=BATCH_SIZE, shuffle=True)
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
         path = os.path.join(tmp, "result.json")
-        bench_trainer(4, [CountingCallback(path, steps)]).fit(BenchModule(), train_dataloaders=loader)
+        bench_trainer(5, [CountingCallback(path, steps)]).fit(BenchModule(), train_dataloaders=loader)
         return json.loads(Path(path).read_text())
 
 
