@@ -22,6 +22,9 @@ Last, the Python that a step runs on the host, which a small GPU step pays in fu
 than the GPU runs them only while its Python keeps up): the instructions and calls per steady step of the hand
 loop and of accelkit (``sys.settrace`` over ``--count-steps`` steps, default 50, one ``log_every_n_steps``), and
 the functions where accelkit's instructions differ most from the hand loop's (its extra, function by function).
+Each workload is counted in a fresh process that compiles nothing (after ``torch.compile`` has run in a process, the
+trace may not see a frame: the count read 0 on Python 3.12); a side of which no instruction was seen stops the
+benchmark with an error rather than print 0.
 
     python benchmarks/bench_cuda.py [--workloads mlp transformer] [--rounds 7] [--steps 300] [--warmup 50]
                                     [--profile-steps 50] [--count-steps 50]
@@ -46,6 +49,7 @@ import importlib.util
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import time
 import warnings
@@ -422,14 +426,26 @@ def profile_counts(w: Workload, device: torch.device, args: argparse.Namespace) 
 
 def instruction_counts(w: Workload, device: torch.device, args: argparse.Namespace) -> None:
     """Print the Python instructions and calls per steady step of the hand loop and accelkit (the host time a
-    small GPU step pays in full), and the functions where accelkit's differ most."""
+    small GPU step pays in full), and the functions where accelkit's differ most; counted in a fresh process
+    (:func:`count_here`), so that nothing this process ran before (a compiled side) hides frames from the trace."""
+    sys.stdout.flush()
+    command = [sys.executable, str(Path(__file__).resolve()), "--count-here", "--device", device.type,
+               "--workloads", w.kind, "--warmup", str(args.warmup), "--count-steps", str(args.count_steps)]
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench_cuda: counting the Python per step of {w.kind} failed in its own process "
+                         f"(exit status {done.returncode}; its error is above)")
+
+
+def count_here(w: Workload, device: torch.device, args: argparse.Namespace) -> None:
+    """:func:`instruction_counts` in this process (``--count-here``: a process that has compiled nothing)."""
     functions = {}
     for name in ("hand loop", "accelkit"):
         counter = OpcodeCounter()
         measure(SIDES[name][0], w, device, args.warmup, args.count_steps, counter=counter)
         functions[name] = counter.per_function(args.count_steps)
-        print(f"  {name:<10}: {counter.count / args.count_steps:.0f} Python instructions, "
-              f"{counter.calls / args.count_steps:.0f} calls per step", flush=True)
+        instructions, calls = counter.per_step(args.count_steps, name)
+        print(f"  {name:<10}: {instructions:.0f} Python instructions, {calls:.0f} calls per step", flush=True)
     print("  per step, accelkit minus hand loop, by function: " + ", ".join(
         f"{where} {n:+.0f}" for where, n in extra_functions(functions["accelkit"], functions["hand loop"])),
         flush=True)
@@ -459,6 +475,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="steps whose Python instructions are counted; default 50 (one log_every_n_steps)")
     parser.add_argument("--captured", action="store_true",
                         help="also the captured step (compile_step) and the hand loop compiled by hand")
+    parser.add_argument("--count-here", action="store_true", help=argparse.SUPPRESS)  # instruction_counts' child
     args = parser.parse_args(argv)
     cpu = args.device == "cpu"
     for name, gpu_default, cpu_default in (("rounds", 7, 2), ("steps", 300, 5), ("warmup", 50, 2),
@@ -482,6 +499,10 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")  # plugin-discovery and framework hints unrelated to the timing
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
+    if args.count_here:
+        for name in args.workloads:
+            count_here(workloads(device)[name], device, args)
+        return 0
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU (smoke run, tiny sizes)"
     sides = [name for name, (_, needs) in SIDES.items() if needs is None or importlib.util.find_spec(needs)]
     if args.captured:

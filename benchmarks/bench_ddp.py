@@ -24,7 +24,10 @@ by rank 0's CPU time. Much less disturbed by a shared machine than ``side by sid
 
 ``counts``: what load does not change, per steady step on rank 0: host operations (``torch``
 operators seen by ``torch.profiler``), collectives (gloo calls) and Python instructions (``sys.settrace``
-opcode events), for each side, with the operators and collectives the Trainer adds.
+opcode events), for each side, with the operators and collectives the Trainer adds. A counted epoch is a whole one
+on both sides (the sampler's epoch, the loader's start, the steps, and on the Trainer's its epoch end), so per-epoch
+work shows, spread over its steps. Then what differs beyond the counts: both sides' ``DistributedDataParallel``
+settings, and rank 0's threads with how often the Trainer's own wake.
 
     .venv/bin/python benchmarks/bench_ddp.py [--rounds 7] [--epochs 6] [--samples 8192]
                                              [--only side-by-side|paired|counts]
@@ -283,11 +286,29 @@ class StepCounter:
             sys.settrace(None)
 
 
-def counts_result(counter: StepCounter, steps: int) -> dict[str, Any]:
-    """Per-step figures of ``counter`` (``steps`` steps measured)."""
+#: the ``DistributedDataParallel`` settings that change what a step does (its buckets, its syncs)
+DDP_SETTINGS = ("bucket_bytes_cap", "gradient_as_bucket_view", "broadcast_buffers", "find_unused_parameters",
+                "static_graph", "require_backward_grad_sync")
+
+
+def process_figures(model: Any) -> dict[str, Any]:
+    """What else a rank's process holds while it trains: the DDP wrapper's settings and the process's threads (the
+    Python ones by name; all of them, torch's and gloo's native threads included, from ``/proc``)."""
+    import threading
+
+    try:
+        native = len(os.listdir("/proc/self/task"))
+    except OSError:
+        native = -1
+    return {"ddp": {name: getattr(model, name, None) for name in DDP_SETTINGS},
+            "threads": sorted(t.name for t in threading.enumerate()), "native threads": native}
+
+
+def counts_result(counter: StepCounter, steps: int, model: Any) -> dict[str, Any]:
+    """Per-step figures of ``counter`` (``steps`` steps measured), with :func:`process_figures` of ``model``."""
     ops = {name: n / steps for name, n in counter.ops.items()}
     return {"ops": ops, "opcodes": counter.opcodes / steps,
-            "functions": {name: n / steps for name, n in counter.functions.items()}}
+            "functions": {name: n / steps for name, n in counter.functions.items()}, **process_figures(model)}
 
 
 def _hand_counts_worker(rank: int, port: int, steps: int, path: str) -> None:
@@ -300,13 +321,15 @@ def _hand_counts_worker(rank: int, port: int, steps: int, path: str) -> None:
         counter = StepCounter()
         counter.measure(lambda: loop.run_epoch(steps))
         if rank == 0:
-            Path(path).write_text(json.dumps(counts_result(counter, steps)))
+            Path(path).write_text(json.dumps(counts_result(counter, steps, loop.model)))
     finally:
         dist.destroy_process_group()
 
 
 class CountingCallback(accelkit.Callback):
-    """Counts the third epoch's steps (the first two are warm-up) under the profiler, the fourth's opcodes."""
+    """Counts one whole epoch under the profiler (from the third epoch's ``on_train_epoch_start`` to the fourth's:
+    its steps, its end and the next epoch's start, the sampler's epoch and the loader's start included, as the hand
+    loop's counted epoch includes its own), then the next whole epoch's opcodes; the first two are warm-up."""
 
     def __init__(self, path: str, steps: int) -> None:
         self.path, self.steps = path, steps
@@ -320,19 +343,16 @@ class CountingCallback(accelkit.Callback):
             self.profiler = profile(activities=[ProfilerActivity.CPU])
             self.profiler.__enter__()
         elif trainer.current_epoch == 3:
-            self.counter.trace_running(sys._getframe(1))
-            sys.settrace(self.counter.trace)
-
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        if trainer.current_epoch == 2:
             self.profiler.__exit__(None, None, None)
             for event in self.profiler.events():
                 self.counter.ops[event.name] += 1
-        elif trainer.current_epoch == 3:
+            self.counter.trace_running(sys._getframe(1))
+            sys.settrace(self.counter.trace)
+        elif trainer.current_epoch == 4:
             sys.settrace(None)
             self.counter.untrace_running()
             if trainer.global_rank == 0:
-                Path(self.path).write_text(json.dumps(counts_result(self.counter, self.steps)))
+                Path(self.path).write_text(json.dumps(counts_result(self.counter, self.steps, trainer.model)))
 
 
 def trainer_counts(steps: int) -> dict[str, Any]:
@@ -340,7 +360,7 @@ def trainer_counts(steps: int) -> dict[str, Any]:
     loader = DataLoader(make_data(WORLD * BATCH_SIZE * steps), batch_size=BATCH_SIZE, shuffle=True)
     with tempfile.TemporaryDirectory(prefix="bench-ddp-") as tmp:
         path = os.path.join(tmp, "result.json")
-        bench_trainer(4, [CountingCallback(path, steps)]).fit(BenchModule(), train_dataloaders=loader)
+        bench_trainer(5, [CountingCallback(path, steps)]).fit(BenchModule(), train_dataloaders=loader)
         return json.loads(Path(path).read_text())
 
 
@@ -381,7 +401,24 @@ def print_counts(steps: int) -> dict[str, dict[str, Any]]:
     extra = {name: ours.get(name, 0) - hand.get(name, 0) for name in set(hand) | set(ours)}
     print("  Python instructions per step, Trainer minus hand loop, by function (the largest): " + ", ".join(
         f"{name} {extra[name]:+.0f}" for name in sorted(extra, key=lambda n: -abs(extra[n]))[:16]))
+    print_differences(result["hand loop"], result["ddp_spawn"])
     return result
+
+
+def print_differences(hand: dict[str, Any], ours: dict[str, Any]) -> None:
+    """What the Trainer's rank does beyond the counts, against the hand loop's: DDP's settings, the threads."""
+    from accelkit.strategies.launchers import spawn, watchdog
+
+    differ = {k: (hand["ddp"][k], ours["ddp"][k]) for k in DDP_SETTINGS if hand["ddp"][k] != ours["ddp"][k]}
+    print("  DistributedDataParallel settings: " + (
+        "the same on both sides (" + ", ".join(f"{k}={hand['ddp'][k]}" for k in DDP_SETTINGS) + ")" if not differ
+        else "differ: " + ", ".join(f"{k} hand loop {a}, Trainer {b}" for k, (a, b) in differ.items())))
+    extra = sorted(set(ours["threads"]) - set(hand["threads"]))
+    print(f"  threads of rank 0: hand loop {hand['native threads']} ({', '.join(hand['threads'])}), Trainer "
+          f"{ours['native threads']} ({', '.join(ours['threads'])}); the Trainer's own: {', '.join(extra) or 'none'}"
+          f": its watchdog wakes every {watchdog.REPORT_EVERY_S:.0f} s (one store write a second, whatever the "
+          f"step rate); the launching process wakes every {spawn.WATCH_EVERY_S:.0f} s to see a stopped worker "
+          "or a signal's deadline (the hand loop's blocks): at 1 ms a step, one wake-up of each per 1000 steps")
 
 
 # ------------------------------------------------------------------------------------------ driver

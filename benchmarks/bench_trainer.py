@@ -302,6 +302,23 @@ class OpcodeCounter(accelkit.Callback):
             result[f"{where}:{getattr(code, 'co_qualname', code.co_name)}"] += n
         return {name: n / steps for name, n in result.items()}
 
+    def per_step(self, steps: int, side: str) -> tuple[float, float]:
+        """``(instructions, calls)`` per step of ``side`` over ``steps`` counted steps. Refuses (``RuntimeError``)
+        when nothing was counted: a side that ran a step ran Python, so a zero means the trace function saw none of
+        its frames (e.g. a frame evaluator installed by ``torch.compile`` earlier in the same process), not that
+        the side is free."""
+        if self.count == 0 or self.calls == 0:
+            raise RuntimeError(f"the instruction counter saw {self.count} Python instructions and {self.calls} calls "
+                               f"over {steps} steps of {side!r}, which ran: sys.settrace did not see its frames "
+                               "(count in a process where nothing was compiled, as bench_cuda.py does)")
+        return self.count / steps, self.calls / steps
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self.counting = trainer.current_epoch == 1
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self.counting = False
+
 
 def extra_functions(ours: dict[str, float], theirs: dict[str, float], top: int = 12) -> list[tuple[str, float]]:
     """The functions whose instructions per step differ most between two :meth:`OpcodeCounter.per_function`
@@ -309,12 +326,6 @@ def extra_functions(ours: dict[str, float], theirs: dict[str, float], top: int =
     extra = {name: ours.get(name, 0.0) - theirs.get(name, 0.0) for name in set(ours) | set(theirs)}
     return [(name, extra[name]) for name in sorted(extra, key=lambda n: (-abs(extra[n]), n))[:top]
             if abs(extra[name]) >= 0.5]
-
-    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-        self.counting = trainer.current_epoch == 1
-
-    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-        self.counting = False
 
 
 def framework_opcodes(steps: int = 200) -> dict[str, float]:
@@ -345,7 +356,7 @@ def framework_opcodes(steps: int = 200) -> dict[str, float]:
         optimizer.zero_grad()
     counter.counting = False
     sys.settrace(None)
-    result = {"loop": counter.count / steps}
+    result = {"loop": counter.per_step(steps, "hand-written loop")[0]}
     for name, log in (("trainer", False), ("trainer+log", True)):
         counter = OpcodeCounter()
         trainer = quiet_trainer(2, [counter, UndrawnBar()], devices=1)
@@ -355,7 +366,7 @@ def framework_opcodes(steps: int = 200) -> dict[str, float]:
                 trainer.fit(TinyModule(log), train_dataloaders=batches)
         finally:
             sys.settrace(None)
-        result[name] = counter.count / steps - result["loop"]
+        result[name] = counter.per_step(steps, name)[0] - result["loop"]
     return result
 
 

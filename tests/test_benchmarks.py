@@ -76,5 +76,43 @@ def test_bench_ddp_counts_and_compares_a_user_s_ddp_run():
     # the Trainer adds no collective to DDP's own gradient all-reduce
     assert counts[0].split(" aten ops, ")[1].split(" collectives")[0] == \
         counts[1].split(" aten ops, ")[1].split(" collectives")[0], counts
+    # what else the Trainer's rank does, beyond the counts: DDP's settings (the same as the hand loop's) and the
+    # threads of each side, the Trainer's own named with how often they wake
+    assert "DistributedDataParallel settings: the same on both sides (bucket_bytes_cap=" in out, out
+    assert "the Trainer's own: accelkit-watchdog: its watchdog wakes every 1 s" in out, out
+    assert "the launching process wakes every 1 s" in out, out
     assert "side by side" in out and "paired epochs" in out, out
     assert out.count("ratio ddp_spawn / hand loop") == 3 and out.count("CPU time") == 2, out
+
+
+def test_the_instruction_counter_refuses_a_side_it_saw_nothing_of():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from bench_trainer import OpcodeCounter
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    counter, previous = OpcodeCounter(), sys.gettrace()
+    with pytest.raises(RuntimeError, match=r"saw 0 Python instructions and 0 calls over 5 steps of 'hand loop'"):
+        counter.per_step(5, "hand loop")  # a side that ran, whose frames the trace never saw: not "0 per step"
+    sys.settrace(counter.trace)
+    counter.counting = True
+    sum(len(str(i)) for i in range(10))  # some Python, traced
+    counter.counting = False
+    sys.settrace(previous)
+    instructions, calls = counter.per_step(5, "hand loop")
+    assert instructions > 0 and calls > 0
+
+
+@pytest.mark.slow
+def test_bench_cuda_counts_both_sides_after_the_captured_sides_compiled():
+    # the counts come from a fresh process: torch.compile having run in the benchmark's own process (which hid the
+    # hand loop's frames from sys.settrace on Python 3.12) changes nothing
+    done = run_benchmark("bench_cuda.py", "--device", "cpu", "--captured", "--workloads", "mlp", "--rounds", "1",
+                         "--steps", "3", "--warmup", "3", "--profile-steps", "2", "--count-steps", "4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = {line.split(":")[0].strip(): line for line in done.stdout.splitlines()
+              if line.endswith(" calls per step")}
+    assert set(counts) == {"hand loop", "accelkit"}, done.stdout
+    for line in counts.values():
+        instructions = int(line.split(": ")[1].split(" Python instructions")[0])
+        assert instructions > 1000, line  # the MLP's step alone runs thousands (torch's own Python included)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 from accelkit.strategies.launchers.spawn import remove_stale_temp_dirs
+from helpers.models import RegressionModule, quiet_trainer, regression_data
 
 HELPER = Path(__file__).parent / "helpers" / "interrupt_fit.py"
 
@@ -151,3 +153,34 @@ def test_a_worker_s_step_report_is_one_store_into_the_shared_block_with_no_pytho
     assert (control.step_of(0), control.step_of(1)) == (0, 7)
     control.request(signal.SIGTERM, workers=2)
     assert not control.due(8) and control.due(9)  # two steps past the furthest worker
+
+
+def test_the_training_loop_asks_whether_a_stop_is_due_only_once_one_was_requested(tmp_path):
+    """After every batch the loop reads the shared block (``pending``, no Python frame) and calls
+    ``StopControl.due`` only when a stop was requested: a run without a signal never enters it."""
+    from accelkit.strategies.launchers import interrupt
+
+    control = interrupt.StopControl(interrupt.shared_block(1))
+    frames = []
+    sys.settrace(lambda frame, event, arg: frames.append(frame.f_code.co_name))
+    try:
+        assert control.pending() == 0
+    finally:
+        sys.settrace(None)
+    assert frames == []
+    control.request(signal.SIGTERM)
+    assert control.pending() == 1 and control.due(0)
+
+    due_calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is interrupt.StopControl.due.__code__:
+            due_calls.append(frame.f_locals["global_step"])
+
+    trainer = quiet_trainer(tmp_path, max_epochs=2)
+    sys.setprofile(profile)
+    try:
+        trainer.fit(RegressionModule(), train_dataloaders=DataLoader(regression_data(16), batch_size=4))
+    finally:
+        sys.setprofile(None)
+    assert trainer.global_step == 8 and due_calls == []

@@ -338,3 +338,28 @@ def test_a_mixed_precision_without_a_gradient_scaler_steps_plainly(tmp_path, sca
         {"forward_context"}
     assert per_step <= called and (called - per_step) <= {"_ensure_scaler"}, called
     assert opt.trainer.global_step == len(BATCHES)
+
+
+def test_a_plain_batch_runs_these_frames_of_the_loops_and_no_more(tmp_path):
+    """The Python frames of ``accelkit.loops`` one plain automatic batch runs (no hook overridden, no profiler):
+    the batch, its step, the closure and the module's ``training_step`` call, the gradient-clipping check
+    (``gradient_clip_val`` is read at each step, as in Lightning) and the step's count; nothing forwards a call
+    (``run_batch`` used to hand every batch to a second method)."""
+    import sys
+
+    opt = optimization(Net(), tmp_path)
+    opt.run_batch(BATCHES[0], 0, boundary=True)  # warm-up: the optimizer's state exists
+    frames: list[str] = []
+
+    def trace(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and "/accelkit/loops/" in frame.f_code.co_filename:
+            frames.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(trace)
+    try:
+        opt.run_batch(BATCHES[1], 1, boundary=True)
+    finally:
+        sys.setprofile(previous)
+    assert frames == ["run_batch", "_step", "closure", "_module_training_step", "_clip_to_trainer", "_end_step",
+                      "advance_step"], frames

@@ -205,12 +205,16 @@ class DataConnector:
             return
         iterator = iter(iterable)
         sentinel = object()
-        upcoming = next(iterator, sentinel)
-        index = start
-        while upcoming is not sentinel:
-            batch, upcoming = upcoming, next(iterator, sentinel)
-            yield index, prepare(batch), upcoming is sentinel
-            index += 1
+        batch = next(iterator, sentinel)
+        if batch is sentinel:
+            return
+        index = start - 1
+        # the loop reads the next batch before the current one is prepared and handed out (as a read-ahead does),
+        # and enumerate counts: no call of next() nor counter of its own per batch
+        for index, upcoming in enumerate(iterator, start):
+            yield index, prepare(batch), False
+            batch = upcoming
+        yield index + 1, prepare(batch), True
 
     def _plain_prepare(self) -> Callable[[Any], Any]:
         """Device transfer and input conversion without batch hooks, decided once per loop: the default

@@ -231,14 +231,13 @@ class FitLoop:
         step_scheds, epoch_scheds = self._scheduler_plan(automatic)
         metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
         progress = trainer.run_state.progress
-        ran, skipped_rest = 0, False
+        skipped_rest, batch_idx = False, start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
         self.consumed, self.in_epoch = start, True
         for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
                                                       read_ahead=read_ahead):
             if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
                 resume_mod.set_rng_states(restore_rng, trainer.accelerator)
                 restore_rng = None
-            ran += 1
             if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
             metrics.current_batch = batch
@@ -275,13 +274,14 @@ class FitLoop:
                 self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
             if stop is not None:
                 stop.report(progress.global_step)
-                if stop.due(progress.global_step):  # SIGINT/SIGTERM: every process stops after this step
+                if stop.pending() and stop.due(progress.global_step):  # SIGINT/SIGTERM: all stop after this step
                     self.interrupted = True
-                    return ran
+                    return batch_idx + 1 - start
             if (progress.should_stop or trainer.max_time is not None or
                     0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
                 break  # the cheap test first: most runs set none of these, and max_steps matters once reached
         self.in_epoch = False
+        ran = batch_idx + 1 - start
         resumed_empty = ran == 0 and start > 0  # every batch was trained before the checkpoint (on other data)
         if skipped_rest or resumed_empty:
             self._step_epoch_schedulers(epoch_scheds)

@@ -103,7 +103,6 @@ class Optimization:
         self._warned_skip = False
         # compile_step (issue 24): the captured step runs automatic batches instead (refused here if it cannot)
         self.captured = captured_step(self)
-        self._run_batch = self._eager_batch if self.captured is None else self._captured_batch
 
     # ----------------------------------------------------------------- decided once
     def _plan_training_step(self) -> None:
@@ -195,19 +194,10 @@ class Optimization:
     def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
         """Train on one batch; step the optimizer when ``boundary`` ends the accumulation window. Returns the
         step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
-        optimizer stepped."""
-        return self._run_batch(batch, batch_idx, boundary)
-
-    def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-        """:meth:`run_batch` with ``compile_step``: ``loops/captured.py`` runs the batch."""
-        assert self.captured is not None
-        output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
-        if stepped:
-            self._end_step()
-        return output, stepped
-
-    def _eager_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-        """:meth:`run_batch`: the closure, inside ``optimizer_step`` at the end of an accumulation window."""
+        optimizer stepped. The eager batch runs the closure, inside ``optimizer_step`` at the end of an accumulation
+        window; with ``compile_step``, ``loops/captured.py`` runs the batch."""
+        if self.captured is not None:
+            return self._captured_batch(batch, batch_idx, boundary)
         self._batch, self._batch_idx = batch, batch_idx
         self._zero_first = self.accumulate == 1 or batch_idx % self.accumulate == 0
         self._ran = self._stepped = False
@@ -227,6 +217,14 @@ class Optimization:
         if self._stepped:
             self._end_step()
         return self.output, self._stepped
+
+    def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """:meth:`run_batch` with ``compile_step``: ``loops/captured.py`` runs the batch."""
+        assert self.captured is not None
+        output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
+        if stepped:
+            self._end_step()
+        return output, stepped
 
     def _default_optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
                                 closure: Callable[[], Any]) -> None:

@@ -47,6 +47,9 @@ class StopControl:
         #: ``report(global_step)`` records this process's step (after every batch): one store into the block, with
         #: no Python function of its own (the training loop calls it every batch)
         self.report: Callable[[int], object] = functools.partial(operator.setitem, self.block, _PROGRESS + index)
+        #: ``pending()``: whether a stop was asked for, as ``0``/``1``, with no Python function of its own either (the
+        #: training loop reads it every batch, and asks :meth:`due` only once it is set)
+        self.pending: Callable[[], object] = functools.partial(operator.getitem, self.block, _REQUESTED)
 
     @property
     def requested(self) -> bool:

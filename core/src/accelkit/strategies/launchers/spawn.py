@@ -28,6 +28,10 @@ from accelkit.utilities.processes import process_alive
 #: seconds past the collective timeout a worker may stay stopped before the launch ends (its peers fail at the
 #: timeout; this ends the launch should they not)
 STOPPED_MARGIN_S = 30.0
+#: seconds the launching process waits on its workers between two looks at them: a worker that ends wakes it at
+#: once; the timeout only paces the notice of a stopped worker (``STOPPED_NOTICE_S``) and a signal's deadline, so a
+#: run's launcher wakes once a second, not on every step's clock (a core a 2-core machine's workers need)
+WATCH_EVERY_S = 1.0
 
 
 class SpawnLauncher(Launcher):
@@ -84,7 +88,7 @@ class SpawnLauncher(Launcher):
                                "call launch() instead")
         try:
             workers.start(entry, args, num_processes)
-            while not workers.poll(0.2):
+            while not workers.poll(WATCH_EVERY_S):
                 if self._deadline is not None and time.monotonic() > self._deadline:
                     raise TrainingInterrupted(
                         f"the workers did not reach a consistent point within {self.grace_s:.0f} s of the signal "
