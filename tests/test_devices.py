@@ -5,7 +5,7 @@ valid."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from accelkit.accelerator import Accelerator, parse_device_indices
@@ -206,3 +206,8 @@ def test_cpu_rejects_zero_spelt_as_a_string_naming_what_was_written(text):
 @pytest.mark.parametrize("text", ["-1", "-3", "1.5", "[1]", "1,2"])
 def test_cpu_rejects_spelt_as_a_string_naming_what_was_written(text):
     assert _names(_rejects(text, parse=CPUAccelerator.parse_devices), text)
+
+
+def test_hypothesis_examples_have_no_wall_clock_deadline():
+    # the suite's profile (conftest.py): a deadline fails correct tests on a loaded machine
+    assert settings().deadline is None
