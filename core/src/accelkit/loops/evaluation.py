@@ -49,6 +49,7 @@ class EvaluationLoop:
             hooks.module_default(f"on_{prefix}_model_zero_grad")()
         hooks.module_default(f"on_{prefix}_model_eval")()
         saved = trainer.run_state.metrics
+        trainer.run_state.active_publisher.publish()  # what the training steps logged stays visible meanwhile
         trainer.run_state.metrics = store = MetricStore()
         store.reset(training=False)
         store.is_global_zero = trainer.is_global_zero
@@ -101,9 +102,10 @@ class EvaluationLoop:
         for dl_idx in range(len(loaders)):
             suffix = f"/dataloader_idx_{dl_idx}"
             if len(loaders) == 1:
-                results.append(dict(logged))
+                results.append({k: float(v) for k, v in logged.items()})
             else:
-                results.append({k: v for k, v in logged.items() if k.endswith(suffix) or "/dataloader_idx_" not in k})
+                results.append({k: float(v) for k, v in logged.items()
+                                if k.endswith(suffix) or "/dataloader_idx_" not in k})
         return results
 
 

@@ -58,6 +58,7 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
         with anomaly:
             result, interrupted = _run_loop(trainer, stage, module, checkpoint, ckpt_path, options)
         _teardown(trainer, stage, module)
+        trainer.run_state.active_publisher.to_host()  # the metric dicts hold CPU tensors after a run (Lightning's too)
         return _worker_result(trainer, stage, result, interrupted)
     except BaseException as exc:
         _on_exception(trainer, datamodule, exc)
