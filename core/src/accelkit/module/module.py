@@ -180,7 +180,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param name: the metric's name.
         :param value: a number, a scalar tensor, or a metric object with ``update``/``compute``/``reset``
             (a torchmetrics ``Metric``): its ``compute()`` is the epoch value, and it is reset after each epoch.
-            Tensors stay on the device: the Trainer reads them every ``log_every_n_steps`` steps and at epoch end.
+            Tensors stay on the device until read: by the loggers every ``log_every_n_steps`` steps and at epoch
+            end, or through ``trainer.callback_metrics`` and the like (computed when read, as in Lightning).
         :param prog_bar: show it in the progress bar.
         :param logger: send it to the loggers (default ``True``).
         :param on_step: log the per-step value (default: ``True`` in training, ``False`` in evaluation).
