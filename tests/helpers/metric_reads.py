@@ -2,10 +2,11 @@
 hook, recorded the same way on accelkit's Trainer and on Lightning's (``tests/test_logging_api.py`` compares them).
 
 A scenario is a dict of options: ``logger`` (a CSV logger), ``log_every_n_steps``, ``sanity`` (sanity-check
-batches), ``epoch_end_log`` (the Module logs in ``on_train_epoch_end``). The Module logs, in ``training_step``,
-values of every ``on_step``/``on_epoch`` combination, a Python number, ``prog_bar=True``, ``sync_dist=True``,
-``logger=False`` and ``reduce_fx="max"``; in ``validation_step``, a default (epoch) value, a per-step one on the
-progress bar and a ``sync_dist`` one.
+batches), ``epoch_end_log`` (the Module logs in ``on_train_epoch_end``), ``validate`` (``trainer.validate`` after the
+fit, read the same way). The Module logs, in ``training_step``, values of every ``on_step``/``on_epoch``
+combination, a Python number, ``prog_bar=True``, ``sync_dist=True``, ``logger=False``, ``reduce_fx="max"``, integer
+and double tensors; in ``validation_step``, a default (epoch) value, a per-step one on the progress bar and a
+``sync_dist`` one.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "no_logger": {"logger": False, "log_every_n_steps": 1},
+    "no_logger": {"logger": False, "log_every_n_steps": 1, "validate": True},
     "logger_every_2": {"logger": True, "log_every_n_steps": 2},
     "no_logger_every_5_sanity": {"logger": False, "log_every_n_steps": 5, "sanity": 1},
     "epoch_end_log": {"logger": True, "log_every_n_steps": 1, "epoch_end_log": True},
@@ -48,7 +49,7 @@ def snapshot(trainer: Any) -> dict[str, dict[str, Any]]:
 def record(framework: str, root: str, scenario: str) -> list[Any]:
     """Fit 2 epochs of 3 training and 2 validation batches with ``framework`` (``"accelkit"`` or ``"lightning"``)
     in scenario ``scenario`` (:data:`SCENARIOS`); returns ``[hook, epoch, batch_idx, snapshot]`` for every
-    :data:`HOOKS` call and ``["after_fit", ...]`` last."""
+    :data:`HOOKS` call, ``["after_fit", ...]`` and ``["after_validate", ...]``."""
     options = SCENARIOS[scenario]
     if framework == "lightning":
         import lightning.pytorch as pl
@@ -77,6 +78,8 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             self.log("synced", loss * 4, on_epoch=True, sync_dist=True)
             self.log("hidden", loss * 5, logger=False, on_epoch=True)
             self.log("peak", loss * 6, on_step=False, on_epoch=True, reduce_fx="max")
+            self.log("count", torch.tensor(batch_idx), on_epoch=True)  # an integer tensor
+            self.log("double", loss.double(), on_step=True, on_epoch=True)
             return loss
 
         def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -110,8 +113,12 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
                             logger=CSVLogger(root) if options["logger"] else False, callbacks=[Reader()],
                             num_sanity_val_steps=options.get("sanity", 0), enable_model_summary=False,
                             enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
-    trainer.fit(Logs(), DataLoader(train, batch_size=4), DataLoader(val, batch_size=4))
+    module = Logs()
+    trainer.fit(module, DataLoader(train, batch_size=4), DataLoader(val, batch_size=4))
     seen.append(["after_fit", trainer.current_epoch, None, snapshot(trainer)])
+    if options.get("validate"):
+        trainer.validate(module, DataLoader(val, batch_size=4), verbose=False)
+        seen.append(["after_validate", trainer.current_epoch, None, snapshot(trainer)])
     return seen
 
 

@@ -254,7 +254,9 @@ class FitLoop:
                 if stepped:
                     for config in step_scheds:
                         if trainer.global_step % config.frequency == 0:
-                            step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
+                            # (callback_metrics is computed when read: only a plateau scheduler reads it)
+                            step_scheduler(trainer.lightning_module, config,
+                                           trainer.callback_metrics if config.reduce_on_plateau else {},
                                            optim.scheduler_hook)
             else:
                 stepped_before = trainer.global_step
