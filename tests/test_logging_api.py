@@ -764,3 +764,31 @@ def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, l
     from helpers.metric_reads import differences, record
 
     assert differences(record("accelkit", str(tmp_path), scenario), lightning_reads[scenario]) == []
+
+
+def test_a_step_computes_none_of_the_three_dicts(tmp_path, monkeypatch):
+    """A read may cost, a step must not: with a step-interval scheduler (OneCycleLR), no logger, no progress bar and
+    no callback reading them, the running loop's values are never computed for the three dicts during the steps
+    (only at the epoch's end, to publish them), and a read computes them."""
+    from accelkit.loops.metrics import MetricStore
+
+    calls: list[str] = []
+    compute = MetricStore.current
+
+    def counted(self: MetricStore, kind: str) -> dict[str, Any]:
+        calls.append(kind)
+        return compute(self, kind)
+
+    class Count(accelkit.Callback):
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if batch_idx == 3:
+                self.during = list(calls)
+                self.read = trainer.callback_metrics["train_loss_step"]
+
+    monkeypatch.setattr(MetricStore, "current", counted)
+    counter = Count()
+    trainer = accelkit.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_checkpointing=False, callbacks=[counter], default_root_dir=tmp_path, **QUIET)
+    trainer.fit(OneCycle(), loader())
+    assert counter.during == [] and isinstance(counter.read, torch.Tensor)
+    assert calls[0] == "callback_metrics"

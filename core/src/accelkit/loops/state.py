@@ -184,7 +184,7 @@ class RunState:
     def current(self, kind: str) -> dict[str, Any]:
         """The Trainer's dict ``kind`` (``"callback_metrics"``, ``"logged_metrics"`` or ``"progress_bar_metrics"``)
         as Lightning computes it when read: what was published, updated (in place) with the running loop's current
-        values (:meth:`~accelkit.loops.metrics.MetricStore.current`). A read may cost (the progress bar's values
+        values (``MetricStore.current``). A read may cost (the progress bar's values
         are read to the host); nothing is computed per step unless something reads."""
         values: dict[str, Any] = getattr(self, kind)
         store = self.metrics
