@@ -3,14 +3,16 @@ hook, recorded the same way on accelkit's Trainer and on Lightning's (``tests/te
 
 A scenario is a dict of options: ``logger`` (a CSV logger), ``log_every_n_steps``, ``sanity`` (sanity-check
 batches), ``epoch_end_log`` (the Module logs in ``on_train_epoch_end``), ``validate`` (``trainer.validate`` after the
-fit, read the same way). The Module logs, in ``training_step``, values of every ``on_step``/``on_epoch``
-combination, a Python number, ``prog_bar=True``, ``sync_dist=True``, ``logger=False``, ``reduce_fx="max"``, integer
-and double tensors; in ``validation_step``, a default (epoch) value, a per-step one on the progress bar and a
-``sync_dist`` one.
+fit, read the same way), ``devices`` (2: ``ddp_fork``, each rank's reads). The Module logs, in ``training_step``,
+values of every ``on_step``/``on_epoch`` combination, a Python number, ``prog_bar=True``, ``sync_dist=True`` (and
+the same value without it), ``logger=False``, ``reduce_fx="max"``, integer and double tensors; in
+``validation_step``, a default (epoch) value, a per-step one on the progress bar and a ``sync_dist`` one.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import torch
@@ -24,6 +26,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "logger_every_2": {"logger": True, "log_every_n_steps": 2},
     "no_logger_every_5_sanity": {"logger": False, "log_every_n_steps": 5, "sanity": 1},
     "epoch_end_log": {"logger": True, "log_every_n_steps": 1, "epoch_end_log": True},
+    "ddp_fork": {"logger": False, "log_every_n_steps": 1, "devices": 2},
 }
 
 #: the hooks the recording callback reads the three dicts from
@@ -51,6 +54,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     in scenario ``scenario`` (:data:`SCENARIOS`); returns ``[hook, epoch, batch_idx, snapshot]`` for every
     :data:`HOOKS` call, ``["after_fit", ...]`` and ``["after_validate", ...]``."""
     options = SCENARIOS[scenario]
+    os.makedirs(root, exist_ok=True)
     if framework == "lightning":
         import lightning.pytorch as pl
         from lightning.pytorch.loggers import CSVLogger
@@ -80,6 +84,8 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             self.log("peak", loss * 6, on_step=False, on_epoch=True, reduce_fx="max")
             self.log("count", torch.tensor(batch_idx), on_epoch=True)  # an integer tensor
             self.log("double", loss.double(), on_step=True, on_epoch=True)
+            self.log("rank_synced", float(self.global_rank) + loss, on_epoch=True, sync_dist=True)
+            self.log("rank_own", float(self.global_rank) + loss, on_epoch=True)
             return loss
 
         def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -96,7 +102,10 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             return torch.optim.SGD(self.parameters(), lr=0.05)
 
     class Reader(callback_base):  # type: ignore[misc, valid-type]
-        pass
+        def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            if devices > 1:  # a worker's reads, for the caller
+                with open(os.path.join(root, f"reads{trainer.global_rank}.json"), "w") as handle:
+                    json.dump(seen, handle)
 
     def reader(hook: str) -> Any:
         def read(self: Any, trainer: Any, *args: Any) -> None:
@@ -106,20 +115,38 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
 
     for hook in HOOKS:
         setattr(Reader, hook, reader(hook))
+    for cls in (Logs, Reader):  # by name, for the workers of ddp_fork (forked from here, so they have them)
+        _name(cls, f"{cls.__name__}_{framework}")
+    devices = options.get("devices", 1)
     generator = torch.Generator().manual_seed(0)
     train = TensorDataset(torch.randn(12, 4, generator=generator), torch.randn(12, 1, generator=generator))
+    if devices > 1:  # each rank's samples: the first rank's loss may not depend on how the data is sharded
+        train = TensorDataset(train.tensors[0][:1].repeat(16, 1), train.tensors[1][:1].repeat(16, 1))
     val = TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator))
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=2, log_every_n_steps=options["log_every_n_steps"],
+    spread = {"strategy": "ddp_fork"} if devices > 1 else {}
+    trainer = trainer_class(accelerator="cpu", devices=devices, **spread, max_epochs=2,
+                            log_every_n_steps=options["log_every_n_steps"],
                             logger=CSVLogger(root) if options["logger"] else False, callbacks=[Reader()],
                             num_sanity_val_steps=options.get("sanity", 0), enable_model_summary=False,
                             enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
     module = Logs()
     trainer.fit(module, DataLoader(train, batch_size=4), DataLoader(val, batch_size=4))
+    if devices > 1:  # each rank's reads (the caller's Trainer after a spawned fit: see the migration rows)
+        for rank in range(devices):
+            with open(os.path.join(root, f"reads{rank}.json")) as handle:
+                seen += [[f"{hook} on rank {rank}", *rest] for hook, *rest in json.load(handle)]
+        return seen
     seen.append(["after_fit", trainer.current_epoch, None, snapshot(trainer)])
     if options.get("validate"):
         trainer.validate(module, DataLoader(val, batch_size=4), verbose=False)
         seen.append(["after_validate", trainer.current_epoch, None, snapshot(trainer)])
     return seen
+
+
+def _name(cls: type, name: str) -> None:
+    """Make ``cls`` importable from this module as ``name``, so that pickle can name it."""
+    cls.__qualname__ = cls.__name__ = name
+    globals()[name] = cls
 
 
 def differences(ours: list[Any], theirs: list[Any], rel: float = 1e-5) -> list[str]:

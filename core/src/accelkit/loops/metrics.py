@@ -61,14 +61,17 @@ class MetricStore:
         #: index of the evaluation loader being run, and how many there are (names get a suffix when > 1)
         self.dataloader_idx = 0
         self.num_dataloaders = 1
-        #: set while an ``on_*_epoch_end`` hook runs: logs there default to epoch values
+        #: set while an ``on_*_epoch_end`` hook runs: logs there default to epoch values (:meth:`set_epoch_end`)
         self.epoch_end = False
+        #: ``on_step`` and ``on_epoch`` of a log that does not say (from ``training`` and ``epoch_end``)
+        self.default_on_step, self.default_on_epoch = True, False
         #: this process is global rank zero (values logged with ``rank_zero_only`` elsewhere are dropped)
         self.is_global_zero = True
         #: names logged with ``rank_zero_only=True`` (known on every rank)
         self.rank_zero_only_names: set[str] = set()
         self.phase = "steps"
-        #: how epoch values logged with ``sync_dist`` are reduced across processes (set by :meth:`compute_epoch`)
+        #: how values logged with ``sync_dist`` are reduced across processes (the strategy's ``reduce``, set by the
+        #: run; ``None``: not reduced)
         self.reduce: Callable[[torch.Tensor, str], torch.Tensor] | None = None
 
     def reset_metric_objects(self) -> None:
@@ -82,8 +85,15 @@ class MetricStore:
         self.reset_metric_objects()
         self.entries = {}
         self.training = training
-        self.epoch_end = False
+        self.set_epoch_end(False)
         self.phase = "steps"
+
+    def set_epoch_end(self, epoch_end: bool) -> None:
+        """Whether an ``on_*_epoch_end`` hook runs (logs there default to epoch values), with the defaults of
+        ``on_step``/``on_epoch`` worked out once here rather than at every log."""
+        self.epoch_end = epoch_end
+        self.default_on_step = self.training and not epoch_end
+        self.default_on_epoch = not self.training or epoch_end
 
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
@@ -117,8 +127,8 @@ class MetricStore:
         else:
             raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
                             f"update/compute/reset, not {type(value).__name__}")
-        on_step = (self.training and not self.epoch_end) if on_step is None else on_step
-        on_epoch = (not self.training or self.epoch_end) if on_epoch is None else on_epoch
+        on_step = self.default_on_step if on_step is None else on_step
+        on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
         entry = self.entries.get(name)
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
@@ -132,7 +142,9 @@ class MetricStore:
                 entry.step_value = metric
             entry.fresh = on_step
             return
-        entry.step_value = value
+        # sync_dist reduces a step value when logged, as in Lightning (every process logs it, so all take part)
+        entry.step_value = value if not sync_dist or not on_step or rank_zero_only or self.reduce is None else \
+            self.reduce(value if isinstance(value, torch.Tensor) else torch.tensor(value), reduce_fx)
         entry.fresh = True
         if on_epoch:
             entry.computed = None  # (logged again after a read of the epoch value, in an epoch-end hook)

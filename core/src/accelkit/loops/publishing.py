@@ -67,7 +67,7 @@ class Publisher:
         if logged and to_loggers:
             self._to_loggers(logged)
         done = set(metrics.entries)
-        metrics.epoch_end = True
+        metrics.set_epoch_end(True)
         if monitoring_last:
             hooks.call_before_monitors(hook)
         else:
