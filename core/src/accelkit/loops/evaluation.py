@@ -53,6 +53,7 @@ class EvaluationLoop:
         trainer.run_state.metrics = store = MetricStore()
         store.reset(training=False)
         store.is_global_zero, store.reduce = trainer.is_global_zero, trainer.strategy.reduce
+        store.device = trainer.strategy.root_device
         store.num_dataloaders = len(loaders)
         grad_off = _grad_off(trainer, inside_fit)
         results: list[dict[str, float]] = []

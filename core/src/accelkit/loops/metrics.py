@@ -73,6 +73,9 @@ class MetricStore:
         #: how values logged with ``sync_dist`` are reduced across processes (the strategy's ``reduce``, set by the
         #: run; ``None``: not reduced)
         self.reduce: Callable[[torch.Tensor, str], torch.Tensor] | None = None
+        #: where a logged number goes to be reduced (the strategy's ``root_device``: a collective backend may take
+        #: tensors on its device only)
+        self.device: torch.device | None = None
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -143,8 +146,7 @@ class MetricStore:
             entry.fresh = on_step
             return
         # sync_dist reduces a step value when logged, as in Lightning (every process logs it, so all take part)
-        entry.step_value = value if not sync_dist or not on_step or rank_zero_only or self.reduce is None else \
-            self.reduce(value if isinstance(value, torch.Tensor) else torch.tensor(value), reduce_fx)
+        entry.step_value = value if not sync_dist or not on_step or rank_zero_only else self.synced(value, reduce_fx)
         entry.fresh = True
         if on_epoch:
             entry.computed = None  # (logged again after a read of the epoch value, in an epoch-end hook)
@@ -159,6 +161,14 @@ class MetricStore:
                 entry.total = value if entry.total is None else _maximum(entry.total, value)
             else:
                 entry.total = value if entry.total is None else _minimum(entry.total, value)
+
+    def synced(self, value: Any, reduce_fx: str) -> Any:
+        """``value`` reduced across processes now with ``reduce_fx`` (a number as a tensor on :attr:`device`);
+        unchanged when the run set no ``reduce``."""
+        if self.reduce is None:
+            return value
+        return self.reduce(value if isinstance(value, torch.Tensor) else torch.tensor(value, device=self.device),
+                           reduce_fx)
 
     def read_step(self) -> dict[str, float]:
         """The per-step values logged since the last call, for the loggers: one host read each (the loggers
@@ -215,7 +225,7 @@ class MetricStore:
             total = entry.total if isinstance(entry.total, torch.Tensor) else torch.tensor(entry.total)
             value = total / entry.weight if entry.reduce_fx == "mean" else total
             if entry.sync_dist and not entry.rank_zero_only and self.reduce is not None:
-                value = self.reduce(value, entry.reduce_fx)
+                value = self.reduce(value.to(self.device) if self.device is not None else value, entry.reduce_fx)
         entry.computed = value
         return value
 

@@ -188,7 +188,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param on_epoch: log the epoch aggregate (default: ``False`` in training, ``True`` in evaluation).
         :param reduce_fx: epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``
             (or ``torch.mean``/``torch.sum``/``torch.max``/``torch.min``).
-        :param sync_dist: reduce the epoch aggregate across processes with ``reduce_fx``.
+        :param sync_dist: reduce across processes with ``reduce_fx``: the epoch aggregate, and a per-step value
+            when it is logged (a collective each step, as in Lightning).
         :param batch_size: weight for the mean (default: the batch's first dimension).
         :param rank_zero_only: the value is known on rank 0 only: it is not reduced and other ranks' values
             are not used (callbacks on other ranks do not see it).
