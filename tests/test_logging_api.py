@@ -703,3 +703,94 @@ def test_lightning_reads_no_logged_value_without_a_logger_either(tmp_path, run_p
     ours = host_reads_during_steps("accelkit", tmp_path)
     assert found["reads"] == ours[0] == 0
     assert found["logged"] == pytest.approx({k: float(v) for k, v in ours[1].items()})
+
+
+# --------------------------------------- callback_metrics, logged_metrics, progress_bar_metrics: computed when read
+class ReadsAtBatchEnd(accelkit.Callback):
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float, float]] = []
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        shown = trainer.progress_bar_metrics["train_loss_step"]
+        self.seen.append((float(trainer.callback_metrics["train_loss"]),
+                          float(trainer.logged_metrics["train_loss_step"]), shown))
+
+
+class ShownLoss(Net):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = F.mse_loss(self(x), y)
+        self.log("train_loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+        self.note("loss", float(loss))
+        return loss
+
+
+def test_a_callback_reads_the_steps_own_value_at_its_end(tmp_path):
+    """As Lightning computes the three dicts when read, a callback's ``on_train_batch_end`` sees the value the step
+    just logged, whatever ``log_every_n_steps`` and with no logger (accelkit refreshed them every
+    ``log_every_n_steps`` steps before)."""
+    reader, model = ReadsAtBatchEnd(), ShownLoss()
+    trainer = accelkit.Trainer(accelerator="cpu", max_epochs=1, log_every_n_steps=50, logger=False,
+                               enable_progress_bar=False, enable_checkpointing=False, callbacks=[reader],
+                               default_root_dir=tmp_path, **QUIET)
+    trainer.fit(model, loader())
+    assert [seen[0] for seen in reader.seen] == model.seen["loss"]
+    assert reader.seen == [(loss, loss, loss) for loss in model.seen["loss"]]
+    assert type(reader.seen[0][2]) is float
+
+
+@pytest.fixture(scope="module")
+def lightning_reads(tmp_path_factory, run_python) -> dict[str, list[Any]]:
+    """What the reading callback of ``helpers.metric_reads`` saw under Lightning's Trainer, for every scenario (one
+    process: Lightning's Trainer imports torch_xla)."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    root = tmp_path_factory.mktemp("lightning_reads")
+    return run_python(f"""
+        import json
+        from helpers.metric_reads import SCENARIOS, record
+        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
+        """, path=[Path(__file__).resolve().parent])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["no_logger", "logger_every_2", "no_logger_every_5_sanity", "epoch_end_log",
+                                      "ddp_fork"])
+def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, lightning_reads, scenario):
+    """A callback reads ``callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics`` from every training and
+    validation hook and after the fit, on accelkit's Trainer and Lightning's, with the same Module (every
+    ``on_step``/``on_epoch`` combination, numbers and tensors, ``prog_bar``, ``sync_dist``, ``logger=False``,
+    ``reduce_fx``, training and validation values): the same names, values, types, dtypes and devices at every read
+    (``helpers.metric_reads`` lists the scenarios: with and without a logger, ``log_every_n_steps`` 1, 2 and 5, a
+    sanity check, logs in ``on_train_epoch_end``, ``trainer.validate`` after the fit, and each rank of a ``ddp_fork``
+    fit, where ``sync_dist`` reduces step values when logged and epoch values when computed)."""
+    from helpers.metric_reads import differences, record
+
+    assert differences(record("accelkit", str(tmp_path), scenario), lightning_reads[scenario]) == []
+
+
+def test_a_step_computes_none_of_the_three_dicts(tmp_path, monkeypatch):
+    """A read may cost, a step must not: with a step-interval scheduler (OneCycleLR), no logger, no progress bar and
+    no callback reading them, the running loop's values are never computed for the three dicts during the steps
+    (only at the epoch's end, to publish them), and a read computes them."""
+    from accelkit.loops.metrics import MetricStore
+
+    calls: list[str] = []
+    compute = MetricStore.current
+
+    def counted(self: MetricStore, kind: str) -> dict[str, Any]:
+        calls.append(kind)
+        return compute(self, kind)
+
+    class Count(accelkit.Callback):
+        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if batch_idx == 3:
+                self.during = list(calls)
+                self.read = trainer.callback_metrics["train_loss_step"]
+
+    monkeypatch.setattr(MetricStore, "current", counted)
+    counter = Count()
+    trainer = accelkit.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_checkpointing=False, callbacks=[counter], default_root_dir=tmp_path, **QUIET)
+    trainer.fit(OneCycle(), loader())
+    assert counter.during == [] and isinstance(counter.read, torch.Tensor)
+    assert calls[0] == "callback_metrics"

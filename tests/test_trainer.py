@@ -191,10 +191,10 @@ def test_log_on_step_on_epoch_prog_bar_and_csv_rows(tmp_path):
     assert metrics["idx_max"] == 3.0 and metrics["idx_sum"] == 6.0
     assert metrics["val_const"] == 2.0
     # a metric logged per step and per epoch is also visible under its plain name, with the epoch value
-    # (so callbacks and schedulers can monitor it); bar-only values stay out
-    assert metrics["idx"] == metrics["idx_epoch"] and "bar_only" not in metrics
-    assert trainer.progress_bar_metrics["bar_only"] == 7.0
-    assert trainer.progress_bar_metrics["idx"] == 1.5  # after the epoch, the bar shows the epoch mean
+    # (so callbacks and schedulers can monitor it); values kept from the loggers too, as in Lightning
+    assert metrics["idx"] == metrics["idx_epoch"] and metrics["bar_only"] == 7.0
+    # the bar uses the loggers' names, as Lightning's: the last step value and, after the epoch, the epoch mean
+    assert trainer.progress_bar_metrics == {"bar_only": 7.0, "idx_step": 3.0, "idx_epoch": 1.5}
 
     with open(trainer.logger.metrics_file, newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -49,9 +49,11 @@ class EvaluationLoop:
             hooks.module_default(f"on_{prefix}_model_zero_grad")()
         hooks.module_default(f"on_{prefix}_model_eval")()
         saved = trainer.run_state.metrics
+        trainer.run_state.active_publisher.publish()  # what the training steps logged stays visible meanwhile
         trainer.run_state.metrics = store = MetricStore()
         store.reset(training=False)
-        store.is_global_zero = trainer.is_global_zero
+        store.is_global_zero, store.reduce = trainer.is_global_zero, trainer.strategy.reduce
+        store.device = trainer.strategy.root_device
         store.num_dataloaders = len(loaders)
         grad_off = _grad_off(trainer, inside_fit)
         results: list[dict[str, float]] = []
@@ -101,9 +103,10 @@ class EvaluationLoop:
         for dl_idx in range(len(loaders)):
             suffix = f"/dataloader_idx_{dl_idx}"
             if len(loaders) == 1:
-                results.append(dict(logged))
+                results.append({k: float(v) for k, v in logged.items()})
             else:
-                results.append({k: v for k, v in logged.items() if k.endswith(suffix) or "/dataloader_idx_" not in k})
+                results.append({k: float(v) for k, v in logged.items()
+                                if k.endswith(suffix) or "/dataloader_idx_" not in k})
         return results
 
 

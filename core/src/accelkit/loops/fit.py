@@ -253,7 +253,9 @@ class FitLoop:
                 if stepped:
                     for config in step_scheds:
                         if trainer.global_step % config.frequency == 0:
-                            step_scheduler(trainer.lightning_module, config, trainer.callback_metrics,
+                            # (callback_metrics is computed when read: only a plateau scheduler reads it)
+                            step_scheduler(trainer.lightning_module, config,
+                                           trainer.callback_metrics if config.reduce_on_plateau else {},
                                            optim.scheduler_hook)
             else:
                 stepped_before = trainer.global_step
@@ -287,11 +289,6 @@ class FitLoop:
             self._step_epoch_schedulers(epoch_scheds)
         if resumed_empty:
             self._finish_resumed_epoch(start)
-        # The epoch's last step values reach callback_metrics and the progress bar's metrics even when no logging
-        # step came after them (as in Lightning, where both always hold the latest step values): one read per epoch.
-        trainer.callback_metrics.update(metrics.latest_step_values())
-        trainer.progress_bar_metrics.update(metrics.read_step(clear=False)[1])
-        trainer.run_state.active_publisher.to_host()
         self._end_epoch(automatic)
         return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
 

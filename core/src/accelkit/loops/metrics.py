@@ -32,16 +32,26 @@ class _Entry:
     sync_dist: bool
     rank_zero_only: bool = False
     step_value: Any = None
+    fresh: bool = False  # the step value is not yet sent to the loggers
     total: Any = None
     weight: Any = 0.0
     metric: Any = None  # a metric object: its compute() is the epoch value
+    computed: Any = None  # the epoch value (a tensor, reduced across processes), once computed
+
+
+#: the kinds of :meth:`MetricStore.current`, as the Trainer's dicts are named
+KINDS = ("callback_metrics", "logged_metrics", "progress_bar_metrics")
 
 
 class MetricStore:
     """Collects logged values for one loop (training, validation, test).
 
-    Values stay tensors (on the device) until :meth:`read_step` or :meth:`compute_epoch` converts them, so a
-    lazy device is not forced to run per step just because something was logged.
+    Values stay tensors (on the device) until something reads them: the loggers (:meth:`read_step`), or a read
+    of ``trainer.callback_metrics`` and the like (:meth:`current`), so a lazy device is not forced to run per step
+    just because something was logged.
+
+    :ivar phase: ``"steps"`` while the loop's batches run (:meth:`current` gives per-step values), ``"epoch"``
+        once they are done (epoch values), ``"closed"`` once the epoch's values are published (nothing).
     """
 
     def __init__(self) -> None:
@@ -51,15 +61,21 @@ class MetricStore:
         #: index of the evaluation loader being run, and how many there are (names get a suffix when > 1)
         self.dataloader_idx = 0
         self.num_dataloaders = 1
-        #: after :meth:`compute_epoch`: plain names of metrics logged both per step and per epoch, with their
-        #: epoch value (``loss`` for ``loss_epoch``), for callbacks and schedulers
-        self.epoch_aliases: dict[str, float] = {}
-        #: set while an ``on_*_epoch_end`` hook runs: logs there default to epoch values
+        #: set while an ``on_*_epoch_end`` hook runs: logs there default to epoch values (:meth:`set_epoch_end`)
         self.epoch_end = False
+        #: ``on_step`` and ``on_epoch`` of a log that does not say (from ``training`` and ``epoch_end``)
+        self.default_on_step, self.default_on_epoch = True, False
         #: this process is global rank zero (values logged with ``rank_zero_only`` elsewhere are dropped)
         self.is_global_zero = True
         #: names logged with ``rank_zero_only=True`` (known on every rank)
         self.rank_zero_only_names: set[str] = set()
+        self.phase = "steps"
+        #: how values logged with ``sync_dist`` are reduced across processes (the strategy's ``reduce``, set by the
+        #: run; ``None``: not reduced)
+        self.reduce: Callable[[torch.Tensor, str], torch.Tensor] | None = None
+        #: where a logged number goes to be reduced (the strategy's ``root_device``: a collective backend may take
+        #: tensors on its device only)
+        self.device: torch.device | None = None
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -72,8 +88,15 @@ class MetricStore:
         self.reset_metric_objects()
         self.entries = {}
         self.training = training
-        self.epoch_aliases = {}
-        self.epoch_end = False
+        self.set_epoch_end(False)
+        self.phase = "steps"
+
+    def set_epoch_end(self, epoch_end: bool) -> None:
+        """Whether an ``on_*_epoch_end`` hook runs (logs there default to epoch values), with the defaults of
+        ``on_step``/``on_epoch`` worked out once here rather than at every log."""
+        self.epoch_end = epoch_end
+        self.default_on_step = self.training and not epoch_end
+        self.default_on_epoch = not self.training or epoch_end
 
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
@@ -107,8 +130,8 @@ class MetricStore:
         else:
             raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
                             f"update/compute/reset, not {type(value).__name__}")
-        on_step = (self.training and not self.epoch_end) if on_step is None else on_step
-        on_epoch = (not self.training or self.epoch_end) if on_epoch is None else on_epoch
+        on_step = self.default_on_step if on_step is None else on_step
+        on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
         entry = self.entries.get(name)
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
@@ -120,9 +143,13 @@ class MetricStore:
             entry.step_value = getattr(metric, "_forward_cache", None) if on_step else None
             if entry.step_value is None and on_step:
                 entry.step_value = metric
+            entry.fresh = on_step
             return
-        entry.step_value = value
+        # sync_dist reduces a step value when logged, as in Lightning (every process logs it, so all take part)
+        entry.step_value = value if not sync_dist or not on_step or rank_zero_only else self.synced(value, reduce_fx)
+        entry.fresh = True
         if on_epoch:
+            entry.computed = None  # (logged again after a read of the epoch value, in an epoch-end hook)
             if reduce_fx == "mean":
                 weight = float(batch_size if batch_size is not None else batch_size_of(self.current_batch))
                 contribution = value * weight
@@ -135,75 +162,92 @@ class MetricStore:
             else:
                 entry.total = value if entry.total is None else _minimum(entry.total, value)
 
-    def read_step(self, clear: bool = True, to_host: bool = True) -> tuple[dict[str, Any], dict[str, float]]:
-        """Per-step values logged since the last read: ``(for the logger, for the progress bar)``.
+    def synced(self, value: Any, reduce_fx: str) -> Any:
+        """``value`` reduced across processes now with ``reduce_fx`` (a number as a tensor on :attr:`device`);
+        unchanged when the run set no ``reduce``."""
+        if self.reduce is None:
+            return value
+        return self.reduce(value if isinstance(value, torch.Tensor) else torch.tensor(value, device=self.device),
+                           reduce_fx)
 
-        The progress bar's are floats (one host read each). The logger's are floats too, unless ``to_host`` is
-        ``False`` (nobody writes them out: no logger), when they stay as logged, tensors on the device, and only
-        the progress bar's values are read. ``clear=False`` keeps them for the next read (a display-only peek),
-        so a value logged once is not reported again at later steps.
-        """
-        log: dict[str, Any] = {}
-        bar: dict[str, float] = {}
+    def read_step(self) -> dict[str, float]:
+        """The per-step values logged since the last call, for the loggers: one host read each (the loggers
+        write numbers). A value logged once is not sent again at later steps."""
+        log: dict[str, float] = {}
         for name, entry in self.entries.items():
-            if not entry.on_step or entry.step_value is None:
-                continue
-            key = f"{name}_step" if entry.on_epoch else name
-            raw = entry.step_value
-            value = raw.compute() if is_metric_object(raw) else raw
-            if to_host or entry.prog_bar:
-                value = float(value)
-            if clear:
-                entry.step_value = None
-            if entry.logger:
-                log[key] = value
-            if entry.prog_bar:
-                bar[name] = value
-        return log, bar
+            if entry.fresh and entry.on_step and entry.logger:
+                entry.fresh = False
+                log[f"{name}_step" if entry.on_epoch else name] = float(_step_tensor(entry.step_value))
+        return log
 
-    def latest_step_values(self) -> dict[str, torch.Tensor]:
-        """The last per-step value of every metric logged on step, as detached CPU tensors, without clearing
-        them (no logger sees them here)."""
-        values = {}
+    def current(self, kind: str) -> dict[str, Any]:
+        """What this loop adds now to the Trainer's dict ``kind`` (one of :data:`KINDS`), computed when asked as
+        Lightning does: per-step values while the batches run, epoch values after them. A metric logged both per
+        step and per epoch is named ``<name>_step`` or ``<name>_epoch`` (the plain name too, for callbacks).
+        Callbacks see evaluation loops' epoch values only. Tensors, except the progress bar's floats (one host
+        read each); an epoch value logged with ``sync_dist`` is reduced across processes at its first read."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown kind of metrics {kind!r}: expected one of {KINDS}")
+        found: dict[str, Any] = {}
+        if self.phase == "closed":
+            return found
+        epoch = self.phase == "epoch"
+        if kind == "callback_metrics" and not (self.training or epoch):
+            return found
         for name, entry in self.entries.items():
-            raw = entry.step_value
-            if not entry.on_step or raw is None:
-                continue
-            if is_metric_object(raw):
-                raw = raw.compute()
-            key = f"{name}_step" if entry.on_epoch else name
-            values[key] = raw.detach().cpu() if isinstance(raw, torch.Tensor) else torch.tensor(float(raw))
-        return values
+            if epoch:
+                if not entry.on_epoch or (value := self.epoch_value(entry)) is None:
+                    continue
+                key = f"{name}_epoch" if entry.on_step else name
+            else:
+                if not entry.on_step or entry.step_value is None:
+                    continue
+                value = _step_tensor(entry.step_value)
+                key = f"{name}_step" if entry.on_epoch else name
+            if kind == "callback_metrics":
+                found[name] = found[key] = value
+            elif kind == "logged_metrics" and entry.logger:
+                found[key] = value
+            elif kind == "progress_bar_metrics" and entry.prog_bar:
+                found[key] = float(value)
+        return found
+
+    def epoch_value(self, entry: _Entry) -> torch.Tensor | None:
+        """The epoch value of ``entry`` (``None``: nothing was aggregated), computed and reduced once."""
+        if entry.computed is not None:
+            return entry.computed
+        if entry.metric is not None:
+            value = entry.metric.compute()
+            value = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+        elif entry.total is None:
+            return None
+        else:
+            total = entry.total if isinstance(entry.total, torch.Tensor) else torch.tensor(entry.total)
+            value = total / entry.weight if entry.reduce_fx == "mean" else total
+            if entry.sync_dist and not entry.rank_zero_only and self.reduce is not None:
+                value = self.reduce(value.to(self.device) if self.device is not None else value, entry.reduce_fx)
+        entry.computed = value
+        return value
 
     def compute_epoch(self, reduce: Callable[[torch.Tensor, str], torch.Tensor],
-                      exclude: set[str] | frozenset[str] = frozenset()) -> tuple[dict[str, float], dict[str, float]]:
-        """Epoch aggregates as floats, reduced across processes where ``sync_dist`` asks: ``(logger, bar)``.
-
-        Every process must call this together (it may run collectives). ``exclude``: names already computed.
-        """
-        log, bar = {}, {}
+                      exclude: set[str] | frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
+        """Compute the epoch values (reduced across processes where ``sync_dist`` asks) and enter the epoch phase;
+        returns the loggers' (tensors, by the names the loggers get). Every process must call this together (it
+        may run collectives). ``exclude``: names already computed."""
+        self.reduce, self.phase = reduce, "epoch"
+        log = {}
         for name, entry in self.entries.items():
-            if not entry.on_epoch or name in exclude:
-                continue
-            if entry.metric is not None:
-                value = entry.metric.compute()
-                value = value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
-            elif entry.total is None:
-                continue
-            else:
-                total = entry.total if isinstance(entry.total, torch.Tensor) else torch.tensor(entry.total)
-                value = total / entry.weight if entry.reduce_fx == "mean" else total
-                if entry.sync_dist and not entry.rank_zero_only:
-                    value = reduce(value, entry.reduce_fx)
-            key = f"{name}_epoch" if entry.on_step else name
-            result = float(value)
-            if entry.on_step:
-                self.epoch_aliases[name] = result
-            if entry.logger:
-                log[key] = result
-            if entry.prog_bar:
-                bar[name] = result
-        return log, bar
+            if entry.on_epoch and name not in exclude and (value := self.epoch_value(entry)) is not None \
+                    and entry.logger:
+                log[f"{name}_epoch" if entry.on_step else name] = value
+        return log
+
+
+def _step_tensor(value: Any) -> torch.Tensor:
+    """A step value as a tensor (a metric object's computed now; a number as a float32 tensor)."""
+    if is_metric_object(value):
+        value = value.compute()
+    return value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
 
 
 def _maximum(a: Any, b: Any) -> Any:

@@ -58,6 +58,7 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
         with anomaly:
             result, interrupted = _run_loop(trainer, stage, module, checkpoint, ckpt_path, options)
         _teardown(trainer, stage, module)
+        trainer.run_state.active_publisher.to_host()  # the metric dicts hold CPU tensors after a run (Lightning's too)
         return _worker_result(trainer, stage, result, interrupted)
     except BaseException as exc:
         _on_exception(trainer, datamodule, exc)
@@ -88,6 +89,7 @@ def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, pr
     strategy.setup_environment()
     resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
     trainer.run_state.metrics.is_global_zero = strategy.is_global_zero
+    trainer.run_state.metrics.reduce, trainer.run_state.metrics.device = strategy.reduce, strategy.root_device
     set_global_rank(strategy.global_rank)
     _agree_on_run_folders(trainer)
     apply_determinism(trainer)

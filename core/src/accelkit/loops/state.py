@@ -137,9 +137,11 @@ class RunState:
     :ivar model: what the strategy made of it (a DDP wrapper, say); ``None`` outside a worker's run.
     :ivar state: the entry point and the loop running now (``trainer.state``).
     :ivar progress: the counters and flags (:class:`Progress`).
-    :ivar callback_metrics: the latest logged values, as callbacks read them (``trainer.callback_metrics``).
-    :ivar logged_metrics: the values sent to the loggers (``trainer.logged_metrics``).
-    :ivar progress_bar_metrics: the values the progress bar shows, floats (``trainer.progress_bar_metrics``).
+    :ivar callback_metrics: the logged values published so far, for callbacks; ``trainer.callback_metrics`` is
+        this dict updated with the running loop's current values when read (:meth:`current`).
+    :ivar logged_metrics: the values for the loggers published so far (``trainer.logged_metrics``, the same way).
+    :ivar progress_bar_metrics: the progress bar's values published so far, floats
+        (``trainer.progress_bar_metrics``, the same way).
     :ivar metrics: what ``Module.log`` recorded, kept on the device until read (``MetricStore``).
     :ivar hooks: the ``HookCaller`` of the run.
     :ivar data: the ``DataConnector`` (the run's loaders and their sizes).
@@ -178,6 +180,17 @@ class RunState:
     worker_training_state: dict[str, Any] | None = None
     resume_position: Position | None = None
     stop_reason: str | None = None
+
+    def current(self, kind: str) -> dict[str, Any]:
+        """The Trainer's dict ``kind`` (``"callback_metrics"``, ``"logged_metrics"`` or ``"progress_bar_metrics"``)
+        as Lightning computes it when read: what was published, updated (in place) with the running loop's current
+        values (``MetricStore.current``). A read may cost (the progress bar's values
+        are read to the host); nothing is computed per step unless something reads."""
+        values: dict[str, Any] = getattr(self, kind)
+        store = self.metrics
+        if isinstance(store, MetricStore):  # (not while a captured step's forward call records the logs)
+            values.update(store.current(kind))
+        return values
 
     # The run's loop objects, for the loops that run inside it: there, never ``None``.
     @property

@@ -180,14 +180,16 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param name: the metric's name.
         :param value: a number, a scalar tensor, or a metric object with ``update``/``compute``/``reset``
             (a torchmetrics ``Metric``): its ``compute()`` is the epoch value, and it is reset after each epoch.
-            Tensors stay on the device: the Trainer reads them every ``log_every_n_steps`` steps and at epoch end.
+            Tensors stay on the device until read: by the loggers every ``log_every_n_steps`` steps and at epoch
+            end, or through ``trainer.callback_metrics`` and the like (computed when read, as in Lightning).
         :param prog_bar: show it in the progress bar.
         :param logger: send it to the loggers (default ``True``).
         :param on_step: log the per-step value (default: ``True`` in training, ``False`` in evaluation).
         :param on_epoch: log the epoch aggregate (default: ``False`` in training, ``True`` in evaluation).
         :param reduce_fx: epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``
             (or ``torch.mean``/``torch.sum``/``torch.max``/``torch.min``).
-        :param sync_dist: reduce the epoch aggregate across processes with ``reduce_fx``.
+        :param sync_dist: reduce across processes with ``reduce_fx``: the epoch aggregate, and a per-step value
+            when it is logged (a collective each step, as in Lightning).
         :param batch_size: weight for the mean (default: the batch's first dimension).
         :param rank_zero_only: the value is known on rank 0 only: it is not reduced and other ranks' values
             are not used (callbacks on other ranks do not see it).

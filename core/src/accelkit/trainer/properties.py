@@ -344,19 +344,24 @@ class TrainerProperties:
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
-        """The latest logged values (scalar tensors; without a logger, per-step values stay on the device until
-        the epoch's end), as callbacks (``EarlyStopping``...) read them."""
-        return self.run_state.callback_metrics
+        """The logged values as callbacks (``EarlyStopping``...) read them, computed when read as in Lightning:
+        scalar tensors, on the device until the run's end; while training batches run, each value's latest step
+        value (under its name, and ``<name>_step`` if also logged per epoch), once they are done the epoch values
+        (``<name>`` and ``<name>_epoch``); evaluation loops add their epoch values only."""
+        return self.run_state.current("callback_metrics")
 
     @property
     def logged_metrics(self) -> dict[str, Any]:
-        """The values sent to the loggers."""
-        return self.run_state.logged_metrics
+        """The values logged with ``logger=True`` (scalar tensors), computed when read as ``callback_metrics``,
+        under the names the loggers get (``<name>_step``/``<name>_epoch`` for a value logged both ways), with or
+        without a logger."""
+        return self.run_state.current("logged_metrics")
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        """The values the progress bar shows."""
-        return self.run_state.progress_bar_metrics
+        """The values logged with ``prog_bar=True``, as floats (a read copies them from the device), under the
+        loggers' names; computed when read as ``callback_metrics``."""
+        return self.run_state.current("progress_bar_metrics")
 
     @property
     def state(self) -> TrainerState:

@@ -22,8 +22,8 @@ class ProgressBar(Callback):
     the Trainer one bar (``Trainer(callbacks=[MyBar()])``); without one it adds a
     :class:`~accelkit.callbacks.TQDMProgressBar`.
 
-    The values a bar shows are ``trainer.progress_bar_metrics``: host floats the Trainer reads from the device
-    every ``log_every_n_steps`` steps and at each epoch's end, so drawing them never waits for the device.
+    The values a bar shows are ``trainer.progress_bar_metrics``: floats read from the device when asked (as in
+    Lightning), so ask :meth:`get_metrics` only when a redraw is due.
     """
 
     _warned_clash = False  # warned once that a logged value replaces a standard item

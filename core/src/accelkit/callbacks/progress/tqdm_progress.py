@@ -99,8 +99,7 @@ class TQDMProgressBar(RefreshingProgressBar):
     The numbers move every ``refresh_rate`` batches; tqdm redraws the line at most ten times a second, and
     :meth:`~accelkit.callbacks.ProgressBar.get_metrics` is asked when a redraw is due, so a bar costs a few attribute
     reads per batch. The
-    metrics are ``trainer.progress_bar_metrics``, read from the device every ``log_every_n_steps`` steps and
-    at each epoch's end: the bar itself never waits for the device.
+    metrics are ``trainer.progress_bar_metrics``, read from the device when a redraw is due (as in Lightning).
 
     :param refresh_rate: move the bars every this many batches; ``0`` hides them.
     :param process_position: the bars' line offset (two lines per position), for several bars in one terminal.

@@ -1,0 +1,164 @@
+"""What a callback sees of ``trainer.callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics`` from each
+hook, recorded the same way on accelkit's Trainer and on Lightning's (``tests/test_logging_api.py`` compares them).
+
+A scenario is a dict of options: ``logger`` (a CSV logger), ``log_every_n_steps``, ``sanity`` (sanity-check
+batches), ``epoch_end_log`` (the Module logs in ``on_train_epoch_end``), ``validate`` (``trainer.validate`` after the
+fit, read the same way), ``devices`` (2: ``ddp_fork``, each rank's reads). The Module logs, in ``training_step``,
+values of every ``on_step``/``on_epoch`` combination, a Python number, ``prog_bar=True``, ``sync_dist=True`` (and
+the same value without it), ``logger=False``, ``reduce_fx="max"``, integer and double tensors; in
+``validation_step``, a default (epoch) value, a per-step one on the progress bar and a ``sync_dist`` one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+#: the scenarios the tests compare, by name
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "no_logger": {"logger": False, "log_every_n_steps": 1, "validate": True},
+    "logger_every_2": {"logger": True, "log_every_n_steps": 2},
+    "no_logger_every_5_sanity": {"logger": False, "log_every_n_steps": 5, "sanity": 1},
+    "epoch_end_log": {"logger": True, "log_every_n_steps": 1, "epoch_end_log": True},
+    "ddp_fork": {"logger": False, "log_every_n_steps": 1, "devices": 2},
+}
+
+#: the hooks the recording callback reads the three dicts from
+HOOKS = ("on_train_start", "on_train_epoch_start", "on_train_batch_start", "on_train_batch_end",
+         "on_validation_start", "on_validation_batch_end", "on_validation_epoch_end", "on_validation_end",
+         "on_train_epoch_end", "on_train_end", "on_fit_end")
+
+KINDS = ("callback_metrics", "logged_metrics", "progress_bar_metrics")
+
+
+def describe(value: Any) -> Any:
+    """A read value as JSON: a tensor as ``[value, dtype, device type, ndim]``, a number as ``[value, type]``."""
+    if isinstance(value, torch.Tensor):
+        return [float(value), str(value.dtype), value.device.type, value.ndim]
+    return [float(value), type(value).__name__]
+
+
+def snapshot(trainer: Any) -> dict[str, dict[str, Any]]:
+    """The three dicts as :func:`describe` writes their values."""
+    return {kind: {name: describe(value) for name, value in getattr(trainer, kind).items()} for kind in KINDS}
+
+
+def record(framework: str, root: str, scenario: str) -> list[Any]:
+    """Fit 2 epochs of 3 training and 2 validation batches with ``framework`` (``"accelkit"`` or ``"lightning"``)
+    in scenario ``scenario`` (:data:`SCENARIOS`); returns ``[hook, epoch, batch_idx, snapshot]`` for every
+    :data:`HOOKS` call, ``["after_fit", ...]`` and ``["after_validate", ...]``."""
+    options = SCENARIOS[scenario]
+    os.makedirs(root, exist_ok=True)
+    if framework == "lightning":
+        import lightning.pytorch as pl
+        from lightning.pytorch.loggers import CSVLogger
+
+        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
+    else:
+        import accelkit
+        from accelkit.loggers import CSVLogger  # type: ignore[assignment]
+
+        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    seen: list[Any] = []
+
+    class Logs(module_base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = F.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("default", loss)
+            self.log("both", loss * 2, on_step=True, on_epoch=True, prog_bar=True)
+            self.log("epoch_only", loss * 3, on_step=False, on_epoch=True, prog_bar=True)
+            self.log("number", float(batch_idx) + 0.5, on_step=True, on_epoch=True)
+            self.log("synced", loss * 4, on_epoch=True, sync_dist=True)
+            self.log("hidden", loss * 5, logger=False, on_epoch=True)
+            self.log("peak", loss * 6, on_step=False, on_epoch=True, reduce_fx="max")
+            self.log("count", torch.tensor(batch_idx), on_epoch=True)  # an integer tensor
+            self.log("double", loss.double(), on_step=True, on_epoch=True)
+            self.log("rank_synced", float(self.global_rank) + loss, on_epoch=True, sync_dist=True)
+            self.log("rank_own", float(self.global_rank) + loss, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            loss = F.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("val_loss", loss)
+            self.log("val_step", loss * 2, on_step=True, on_epoch=False, prog_bar=True)
+            self.log("val_synced", loss * 3, sync_dist=True, prog_bar=True)
+
+        def on_train_epoch_end(self) -> None:
+            if options.get("epoch_end_log"):
+                self.log("at_epoch_end", float(self.current_epoch) + 0.25)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    class Reader(callback_base):  # type: ignore[misc, valid-type]
+        def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+            if devices > 1:  # a worker's reads, for the caller
+                with open(os.path.join(root, f"reads{trainer.global_rank}.json"), "w") as handle:
+                    json.dump(seen, handle)
+
+    def reader(hook: str) -> Any:
+        def read(self: Any, trainer: Any, *args: Any) -> None:
+            batch_idx = args[3] if hook.endswith("batch_end") else args[2] if hook.endswith("batch_start") else None
+            seen.append([hook, trainer.current_epoch, batch_idx, snapshot(trainer)])
+        return read
+
+    for hook in HOOKS:
+        setattr(Reader, hook, reader(hook))
+    for cls in (Logs, Reader):  # by name, for the workers of ddp_fork (forked from here, so they have them)
+        _name(cls, f"{cls.__name__}_{framework}")
+    devices = options.get("devices", 1)
+    generator = torch.Generator().manual_seed(0)
+    train = TensorDataset(torch.randn(12, 4, generator=generator), torch.randn(12, 1, generator=generator))
+    if devices > 1:  # each rank's samples: the first rank's loss may not depend on how the data is sharded
+        train = TensorDataset(train.tensors[0][:1].repeat(16, 1), train.tensors[1][:1].repeat(16, 1))
+    val = TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator))
+    spread = {"strategy": "ddp_fork"} if devices > 1 else {}
+    trainer = trainer_class(accelerator="cpu", devices=devices, **spread, max_epochs=2,
+                            log_every_n_steps=options["log_every_n_steps"],
+                            logger=CSVLogger(root) if options["logger"] else False, callbacks=[Reader()],
+                            num_sanity_val_steps=options.get("sanity", 0), enable_model_summary=False,
+                            enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
+    module = Logs()
+    trainer.fit(module, DataLoader(train, batch_size=4), DataLoader(val, batch_size=4))
+    if devices > 1:  # each rank's reads (the caller's Trainer after a spawned fit: see the migration rows)
+        for rank in range(devices):
+            with open(os.path.join(root, f"reads{rank}.json")) as handle:
+                seen += [[f"{hook} on rank {rank}", *rest] for hook, *rest in json.load(handle)]
+        return seen
+    seen.append(["after_fit", trainer.current_epoch, None, snapshot(trainer)])
+    if options.get("validate"):
+        trainer.validate(module, DataLoader(val, batch_size=4), verbose=False)
+        seen.append(["after_validate", trainer.current_epoch, None, snapshot(trainer)])
+    return seen
+
+
+def _name(cls: type, name: str) -> None:
+    """Make ``cls`` importable from this module as ``name``, so that pickle can name it."""
+    cls.__qualname__ = cls.__name__ = name
+    globals()[name] = cls
+
+
+def differences(ours: list[Any], theirs: list[Any], rel: float = 1e-5) -> list[str]:
+    """Where two :func:`record` results differ: a hook read in one and not the other, a name in one dict and not
+    the other's, another type, dtype, device or ndim, or a value further than ``rel`` apart. One line each."""
+    found = []
+    if [row[:3] for row in ours] != [row[:3] for row in theirs]:
+        return [f"hooks differ: {[row[:3] for row in ours]} != {[row[:3] for row in theirs]}"]
+    for (hook, epoch, batch_idx, seen), (*_, expected) in zip(ours, theirs, strict=True):
+        for kind in KINDS:
+            for name in sorted(seen[kind].keys() | expected[kind].keys()):
+                a, b = seen[kind].get(name), expected[kind].get(name)
+                if a is None or b is None or a[1:] != b[1:] or abs(a[0] - b[0]) > rel * max(abs(b[0]), 1e-6):
+                    found.append(f"{hook} (epoch {epoch}, batch {batch_idx}) {kind}[{name!r}]: {a} != {b}")
+    return found
