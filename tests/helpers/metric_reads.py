@@ -3,14 +3,17 @@ hook, recorded the same way on accelkit's Trainer and on Lightning's (``tests/te
 
 A scenario is a dict of options: ``logger`` (a CSV logger), ``log_every_n_steps``, ``sanity`` (sanity-check
 batches), ``epoch_end_log`` (the Module logs in ``on_train_epoch_end``), ``validate`` (``trainer.validate`` after the
-fit, read the same way), ``devices`` (2: ``ddp_fork``, each rank's reads). The Module logs, in ``training_step``,
-values of every ``on_step``/``on_epoch`` combination, a Python number, ``prog_bar=True``, ``sync_dist=True`` (and
-the same value without it), ``logger=False``, ``reduce_fx="max"``, integer and double tensors; in
+fit, read the same way), ``devices`` (2: ``ddp_fork``, each rank's reads), ``val_loaders`` (2: two validation
+loaders, with values logged per step and per epoch, with and without ``add_dataloader_idx``), ``rows`` (the CSV
+logger's values, :func:`logger_rows`). The Module logs, in ``training_step``, values of every ``on_step``/``on_epoch``
+combination, a Python number, ``prog_bar=True``, ``sync_dist=True`` (and the same value without it, and one whose
+``batch_size`` differs by rank), ``logger=False``, ``reduce_fx="max"``, integer and double tensors; in
 ``validation_step``, a default (epoch) value, a per-step one on the progress bar and a ``sync_dist`` one.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from typing import Any
@@ -27,6 +30,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "no_logger_every_5_sanity": {"logger": False, "log_every_n_steps": 5, "sanity": 1},
     "epoch_end_log": {"logger": True, "log_every_n_steps": 1, "epoch_end_log": True},
     "ddp_fork": {"logger": False, "log_every_n_steps": 1, "devices": 2},
+    "two_val_loaders": {"logger": True, "log_every_n_steps": 1, "val_loaders": 2, "rows": True},
 }
 
 #: the hooks the recording callback reads the three dicts from
@@ -86,13 +90,20 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             self.log("double", loss.double(), on_step=True, on_epoch=True)
             self.log("rank_synced", float(self.global_rank) + loss, on_epoch=True, sync_dist=True)
             self.log("rank_own", float(self.global_rank) + loss, on_epoch=True)
+            # ranks weigh their values differently: the synced epoch mean weighs each rank by its batch sizes
+            self.log("rank_weighted", float(self.global_rank) + loss, on_epoch=True, sync_dist=True,
+                     batch_size=1 + 3 * self.global_rank)
             return loss
 
-        def validation_step(self, batch: Any, batch_idx: int) -> None:
+        def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
             loss = F.mse_loss(self.layer(batch[0]), batch[1])
             self.log("val_loss", loss)
             self.log("val_step", loss * 2, on_step=True, on_epoch=False, prog_bar=True)
             self.log("val_synced", loss * 3, sync_dist=True, prog_bar=True)
+            if options.get("val_loaders"):  # names a monitor may name: suffixes in Lightning's order
+                self.log("val_both", loss * 4, on_step=True, on_epoch=True, prog_bar=True)
+                self.log(f"own_{dataloader_idx}", loss * 5, on_step=True, on_epoch=True, prog_bar=True,
+                         add_dataloader_idx=False)
 
         def on_train_epoch_end(self) -> None:
             if options.get("epoch_end_log"):
@@ -130,17 +141,35 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
                             num_sanity_val_steps=options.get("sanity", 0), enable_model_summary=False,
                             enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
     module = Logs()
-    trainer.fit(module, DataLoader(train, batch_size=4), DataLoader(val, batch_size=4))
+    val_loaders = [DataLoader(val, batch_size=4) for _ in range(options.get("val_loaders", 1))]
+    trainer.fit(module, DataLoader(train, batch_size=4), val_loaders if len(val_loaders) > 1 else val_loaders[0])
     if devices > 1:  # each rank's reads (the caller's Trainer after a spawned fit: see the migration rows)
         for rank in range(devices):
             with open(os.path.join(root, f"reads{rank}.json")) as handle:
                 seen += [[f"{hook} on rank {rank}", *rest] for hook, *rest in json.load(handle)]
         return seen
     seen.append(["after_fit", trainer.current_epoch, None, snapshot(trainer)])
+    if options.get("rows"):
+        seen.append(["logger_rows", None, None, logger_rows(trainer.logger.log_dir)])
     if options.get("validate"):
         trainer.validate(module, DataLoader(val, batch_size=4), verbose=False)
         seen.append(["after_validate", trainer.current_epoch, None, snapshot(trainer)])
     return seen
+
+
+def logger_rows(log_dir: str) -> dict[str, dict[str, Any]]:
+    """What a CSV logger wrote to ``metrics.csv`` in ``log_dir``, as a :func:`snapshot` whose ``logged_metrics`` has
+    ``"name #i"``: the ``i``-th value written under ``name`` (the rows' step numbers are left out). Rows without an
+    ``epoch`` (Lightning's evaluation steps: accelkit sends no evaluation step values to loggers) are left out."""
+    with open(os.path.join(log_dir, "metrics.csv")) as handle:
+        rows = [row for row in csv.DictReader(handle) if row.get("epoch")]
+    written: dict[str, Any] = {}
+    for row in rows:
+        for name, value in row.items():
+            if name != "step" and value != "":
+                count = sum(key.startswith(f"{name} #") for key in written)
+                written[f"{name} #{count}"] = [float(value), "float"]
+    return {"callback_metrics": {}, "logged_metrics": written, "progress_bar_metrics": {}}
 
 
 def _name(cls: type, name: str) -> None:

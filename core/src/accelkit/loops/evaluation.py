@@ -69,6 +69,8 @@ class EvaluationLoop:
                 forward_context = trainer.precision.forward_context
                 for dl_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
                     set_epoch(loader, trainer.current_epoch)  # as Lightning does for evaluation loaders too
+                    if dl_idx and publish:
+                        trainer.run_state.active_publisher.publish_loader(dl_idx - 1)
                     store.dataloader_idx = dl_idx
                     extra = (dl_idx,) if len(loaders) > 1 else ()
                     for batch_idx, batch in data.batches(loader, "validate" if prefix == "validation"

@@ -37,6 +37,16 @@ class _Entry:
     weight: Any = 0.0
     metric: Any = None  # a metric object: its compute() is the epoch value
     computed: Any = None  # the epoch value (a tensor, reduced across processes), once computed
+    name: str = ""  # as logged (the store's key adds ``suffix``)
+    suffix: str = ""  # ``/dataloader_idx_N`` with several evaluation loaders, after ``_step``/``_epoch`` as Lightning
+    loader: int = 0  # the evaluation loader it was logged from (also with ``add_dataloader_idx=False``)
+
+    def key(self, step: bool) -> str:
+        """The name this value is shown by: ``<name>_step`` (``step``) or ``<name>_epoch`` when logged both per
+        step and per epoch, then the loader's suffix (``loss_step/dataloader_idx_1``, Lightning's order)."""
+        if self.on_step and self.on_epoch:
+            return f"{self.name}_step{self.suffix}" if step else f"{self.name}_epoch{self.suffix}"
+        return self.name + self.suffix
 
 
 #: the kinds of :meth:`MetricStore.current`, as the Trainer's dicts are named
@@ -108,8 +118,10 @@ class MetricStore:
         except (KeyError, TypeError):
             also = " (or torch.mean/sum/max/min)" if callable(reduce_fx) else ""
             raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}{also}") from None
+        logged_name, suffix = name, ""
         if add_dataloader_idx and self.num_dataloaders > 1:
-            name = f"{name}/dataloader_idx_{self.dataloader_idx}"
+            suffix = f"/dataloader_idx_{self.dataloader_idx}"
+            name += suffix
         if rank_zero_only:
             self.rank_zero_only_names.add(name)
             if not self.is_global_zero:
@@ -135,7 +147,8 @@ class MetricStore:
         entry = self.entries.get(name)
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
-                                                rank_zero_only)
+                                                rank_zero_only, name=logged_name, suffix=suffix,
+                                                loader=self.dataloader_idx)
         if metric is not None:
             # A metric object keeps its own state (and syncs it across processes in compute()); the step value
             # is what its forward() returned last, read when the step value is read.
@@ -174,36 +187,39 @@ class MetricStore:
         """The per-step values logged since the last call, for the loggers: one host read each (the loggers
         write numbers). A value logged once is not sent again at later steps."""
         log: dict[str, float] = {}
-        for name, entry in self.entries.items():
+        for entry in self.entries.values():
             if entry.fresh and entry.on_step and entry.logger:
                 entry.fresh = False
-                log[f"{name}_step" if entry.on_epoch else name] = float(_step_tensor(entry.step_value))
+                log[entry.key(step=True)] = float(_step_tensor(entry.step_value))
         return log
 
-    def current(self, kind: str) -> dict[str, Any]:
+    def current(self, kind: str, loader: int | None = None) -> dict[str, Any]:
         """What this loop adds now to the Trainer's dict ``kind`` (one of :data:`KINDS`), computed when asked as
         Lightning does: per-step values while the batches run, epoch values after them. A metric logged both per
         step and per epoch is named ``<name>_step`` or ``<name>_epoch`` (the plain name too, for callbacks).
         Callbacks see evaluation loops' epoch values only. Tensors, except the progress bar's floats (one host
-        read each); an epoch value logged with ``sync_dist`` is reduced across processes at its first read."""
+        read each); an epoch value logged with ``sync_dist`` is reduced across processes at its first read.
+        ``loader``: the epoch values of what evaluation loader ``loader`` logged only (once its batches are done)."""
         if kind not in KINDS:
             raise ValueError(f"unknown kind of metrics {kind!r}: expected one of {KINDS}")
         found: dict[str, Any] = {}
         if self.phase == "closed":
             return found
-        epoch = self.phase == "epoch"
+        epoch = self.phase == "epoch" or loader is not None
         if kind == "callback_metrics" and not (self.training or epoch):
             return found
         for name, entry in self.entries.items():
+            if loader is not None and entry.loader != loader:
+                continue
             if epoch:
                 if not entry.on_epoch or (value := self.epoch_value(entry)) is None:
                     continue
-                key = f"{name}_epoch" if entry.on_step else name
+                key = entry.key(step=False)
             else:
                 if not entry.on_step or entry.step_value is None:
                     continue
                 value = _step_tensor(entry.step_value)
-                key = f"{name}_step" if entry.on_epoch else name
+                key = entry.key(step=True)
             if kind == "callback_metrics":
                 found[name] = found[key] = value
             elif kind == "logged_metrics" and entry.logger:
@@ -223,11 +239,25 @@ class MetricStore:
             return None
         else:
             total = entry.total if isinstance(entry.total, torch.Tensor) else torch.tensor(entry.total)
-            value = total / entry.weight if entry.reduce_fx == "mean" else total
             if entry.sync_dist and not entry.rank_zero_only and self.reduce is not None:
-                value = self.reduce(value.to(self.device) if self.device is not None else value, entry.reduce_fx)
+                value = self._synced_epoch(total, entry)
+            else:
+                value = total / entry.weight if entry.reduce_fx == "mean" else total
         entry.computed = value
         return value
+
+    def _synced_epoch(self, total: torch.Tensor, entry: _Entry) -> torch.Tensor:
+        """The epoch value of ``entry`` (logged with ``sync_dist``) over all processes: a mean weighs each process
+        by the batch sizes it logged, as Lightning does (the sums of ``value * batch_size`` and of the batch sizes
+        are reduced together, in one collective, and divided), not the mean of the processes' means."""
+        assert self.reduce is not None
+        if self.device is not None:
+            total = total.to(self.device)
+        if entry.reduce_fx != "mean":
+            return self.reduce(total, entry.reduce_fx)
+        sums = self.reduce(torch.stack([total, torch.tensor(entry.weight, dtype=total.dtype, device=total.device)]),
+                           "sum")
+        return sums[0] / sums[1]
 
     def compute_epoch(self, reduce: Callable[[torch.Tensor, str], torch.Tensor],
                       exclude: set[str] | frozenset[str] = frozenset()) -> dict[str, torch.Tensor]:
@@ -239,7 +269,7 @@ class MetricStore:
         for name, entry in self.entries.items():
             if entry.on_epoch and name not in exclude and (value := self.epoch_value(entry)) is not None \
                     and entry.logger:
-                log[f"{name}_epoch" if entry.on_step else name] = value
+                log[entry.key(step=False)] = value
         return log
 
 

@@ -44,6 +44,14 @@ class Publisher:
         for kind in KINDS:
             getattr(state, kind).update(state.metrics.current(kind))
 
+    def publish_loader(self, loader: int) -> None:
+        """Publish the epoch values of what evaluation loader ``loader`` logged, once its batches are done and before
+        the next loader's start (as Lightning does): a callback sees them while the next loaders run. Every process
+        calls this together (a ``sync_dist`` value is reduced)."""
+        state = self.trainer.run_state
+        for kind in KINDS:
+            getattr(state, kind).update(state.metrics.current(kind, loader=loader))
+
     def to_host(self) -> None:
         """Copy the values of ``logged_metrics`` and ``callback_metrics`` still on the device to the host: once, at
         the run's end (as Lightning's teardown), so that after a run both hold CPU tensors."""
