@@ -754,7 +754,7 @@ def lightning_reads(tmp_path_factory, run_python) -> dict[str, list[Any]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["no_logger", "logger_every_2", "no_logger_every_5_sanity", "epoch_end_log",
-                                      "ddp_fork", "two_val_loaders"])
+                                      "ddp_fork", "two_val_loaders", "in_place_after_log"])
 def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, lightning_reads, scenario):
     """A callback reads ``callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics`` from every training and
     validation hook and after the fit, on accelkit's Trainer and Lightning's, with the same Module (every
@@ -765,7 +765,8 @@ def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, l
     fit, where ``sync_dist`` reduces step values when logged and epoch values when computed; two validation loaders,
     where a value logged per step and per epoch is ``name_step/dataloader_idx_N`` as in Lightning, also with
     ``add_dataloader_idx=False``, each loader's epoch values are published once its batches end, and the CSV
-    logger's columns and values are Lightning's)."""
+    logger's columns and values are Lightning's; tensors changed in place after ``self.log``, whose logged step and
+    epoch values do not change, as Lightning's)."""
     from helpers.metric_reads import differences, record
 
     assert differences(record("accelkit", str(tmp_path), scenario), lightning_reads[scenario]) == []

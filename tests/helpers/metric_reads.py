@@ -2,13 +2,14 @@
 hook, recorded the same way on accelkit's Trainer and on Lightning's (``tests/test_logging_api.py`` compares them).
 
 A scenario is a dict of options: ``logger`` (a CSV logger), ``log_every_n_steps``, ``sanity`` (sanity-check
-batches), ``epoch_end_log`` (the Module logs in ``on_train_epoch_end``), ``validate`` (``trainer.validate`` after the
-fit, read the same way), ``devices`` (2: ``ddp_fork``, each rank's reads), ``val_loaders`` (2: two validation
+batches), ``epoch_end_log`` (the Module logs in ``on_train_epoch_end``), ``validate`` (``trainer.validate`` after
+the fit, read the same way), ``devices`` (2: ``ddp_fork``, each rank's reads), ``val_loaders`` (2: two validation
 loaders, with values logged per step and per epoch, with and without ``add_dataloader_idx``), ``rows`` (the CSV
-logger's values, :func:`logger_rows`). The Module logs, in ``training_step``, values of every ``on_step``/``on_epoch``
-combination, a Python number, ``prog_bar=True``, ``sync_dist=True`` (and the same value without it, and one whose
-``batch_size`` differs by rank), ``logger=False``, ``reduce_fx="max"``, integer and double tensors; in
-``validation_step``, a default (epoch) value, a per-step one on the progress bar and a ``sync_dist`` one.
+logger's values, :func:`logger_rows`), ``in_place`` (tensors changed in place after they are logged). The Module
+logs, in ``training_step``, values of every ``on_step``/``on_epoch`` combination, a Python number,
+``prog_bar=True``, ``sync_dist=True`` (and the same value without it, and one whose ``batch_size`` differs by rank),
+``logger=False``, ``reduce_fx="max"``, integer and double tensors; in ``validation_step``, a default (epoch) value,
+a per-step one on the progress bar and a ``sync_dist`` one.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "epoch_end_log": {"logger": True, "log_every_n_steps": 1, "epoch_end_log": True},
     "ddp_fork": {"logger": False, "log_every_n_steps": 1, "devices": 2},
     "two_val_loaders": {"logger": True, "log_every_n_steps": 1, "val_loaders": 2, "rows": True},
+    "in_place_after_log": {"logger": True, "log_every_n_steps": 1, "in_place": True, "rows": True},
 }
 
 #: the hooks the recording callback reads the three dicts from
@@ -93,6 +95,12 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             # ranks weigh their values differently: the synced epoch mean weighs each rank by its batch sizes
             self.log("rank_weighted", float(self.global_rank) + loss, on_epoch=True, sync_dist=True,
                      batch_size=1 + 3 * self.global_rank)
+            if options.get("in_place"):  # a tensor changed in place after it is logged: the logged value is kept
+                kept = loss.detach() * 7
+                self.log("changed", kept, on_step=True, on_epoch=True, prog_bar=True)
+                self.log("changed_sum", kept, on_step=False, on_epoch=True, reduce_fx="sum")
+                self.log("changed_max", kept, on_step=False, on_epoch=True, reduce_fx="max")
+                kept.add_(100.0)
             return loss
 
         def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:

@@ -127,6 +127,8 @@ class MetricStore:
             if not self.is_global_zero:
                 return
         metric = None
+        on_step = self.default_on_step if on_step is None else on_step
+        on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
         if isinstance(value, torch.Tensor):
             if value.ndim:  # a zero-dimensional tensor holds one value; others must hold exactly one
                 if value.numel() != 1:
@@ -135,6 +137,8 @@ class MetricStore:
             value = value.detach()
             if not value.is_floating_point():
                 value = value.float()
+            elif on_step:  # a step value is kept as logged (a copy, as Lightning's): a later in-place change of the
+                value = value.clone()  # tensor does not show (epoch aggregates are new tensors, see _first)
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
             value = float(value)
         elif is_metric_object(value):
@@ -142,8 +146,6 @@ class MetricStore:
         else:
             raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
                             f"update/compute/reset, not {type(value).__name__}")
-        on_step = self.default_on_step if on_step is None else on_step
-        on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
         entry = self.entries.get(name)
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
@@ -169,11 +171,11 @@ class MetricStore:
                 entry.total = contribution if entry.total is None else entry.total + contribution
                 entry.weight += weight
             elif reduce_fx == "sum":
-                entry.total = value if entry.total is None else entry.total + value
+                entry.total = _first(value) if entry.total is None else entry.total + value
             elif reduce_fx == "max":
-                entry.total = value if entry.total is None else _maximum(entry.total, value)
+                entry.total = _first(value) if entry.total is None else _maximum(entry.total, value)
             else:
-                entry.total = value if entry.total is None else _minimum(entry.total, value)
+                entry.total = _first(value) if entry.total is None else _minimum(entry.total, value)
 
     def synced(self, value: Any, reduce_fx: str) -> Any:
         """``value`` reduced across processes now with ``reduce_fx`` (a number as a tensor on :attr:`device`);
@@ -278,6 +280,12 @@ def _step_tensor(value: Any) -> torch.Tensor:
     if is_metric_object(value):
         value = value.compute()
     return value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
+
+
+def _first(value: Any) -> Any:
+    """The first value of an epoch aggregate, as its own tensor (once an epoch): the logged tensor may be changed in
+    place later, and the aggregate must not change with it (later values make new tensors)."""
+    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def _maximum(a: Any, b: Any) -> Any:

@@ -181,7 +181,9 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param value: a number, a scalar tensor, or a metric object with ``update``/``compute``/``reset``
             (a torchmetrics ``Metric``): its ``compute()`` is the epoch value, and it is reset after each epoch.
             Tensors stay on the device until read: by the loggers every ``log_every_n_steps`` steps and at epoch
-            end, or through ``trainer.callback_metrics`` and the like (computed when read, as in Lightning).
+            end, or through ``trainer.callback_metrics`` and the like (computed when read, as in Lightning). A
+            tensor's value is taken when logged (a per-step value is copied, as in Lightning): changing the tensor
+            in place afterwards does not change what was logged.
         :param prog_bar: show it in the progress bar.
         :param logger: send it to the loggers (default ``True``).
         :param on_step: log the per-step value (default: ``True`` in training, ``False`` in evaluation).
@@ -189,11 +191,13 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param reduce_fx: epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``
             (or ``torch.mean``/``torch.sum``/``torch.max``/``torch.min``).
         :param sync_dist: reduce across processes with ``reduce_fx``: the epoch aggregate, and a per-step value
-            when it is logged (a collective each step, as in Lightning).
+            when it is logged (a collective each step, as in Lightning). An epoch mean weighs each process by the
+            batch sizes it logged, as Lightning does.
         :param batch_size: weight for the mean (default: the batch's first dimension).
         :param rank_zero_only: the value is known on rank 0 only: it is not reduced and other ranks' values
             are not used (callbacks on other ranks do not see it).
-        :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N``.
+        :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N`` (after
+            ``_step``/``_epoch``, as Lightning: ``loss_epoch/dataloader_idx_1``).
         """
         trainer = self.__dict__.get("_trainer")  # what the ``trainer`` property reads, without its call (per step)
         if trainer is None:
