@@ -37,7 +37,8 @@ IMPORT_TIME_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THR
                          "PYTORCH_CUDA_ALLOC_CONF", "PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE")
 
 #: The forking interpreter: it imports torch, then forks a child per request line on stdin (JSON: argv, cwd, env,
-#: stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n>`` when it has ended. The child falls
+#: stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n> <cpu>`` when it has ended (its exit
+#: status and the CPU seconds of the child and of what it reaped, which the test's process cannot see). The child falls
 #: out of the loop and runs the program in the interpreter's top level, so it exits as an interpreter does.
 SERVER = r"""
 import json, os, sys, types
@@ -59,8 +60,8 @@ def serve():
         except OSError:
             pass
         answers.write(f"pid {pid}\n")
-        _, status = os.waitpid(pid, 0)
-        answers.write(f"rc {os.waitstatus_to_exitcode(status)}\n")
+        _, status, usage = os.wait4(pid, 0)
+        answers.write(f"rc {os.waitstatus_to_exitcode(status)} {usage.ru_utime + usage.ru_stime}\n")
     sys.exit(0)
 
 
@@ -99,6 +100,16 @@ exec(code, main.__dict__)
 """
 
 
+_forked_cpu = 0.0
+
+
+def forked_cpu_seconds() -> float:
+    """The CPU seconds of every program this process's :class:`Prewarmed` interpreters have run and seen end (the
+    forking interpreter reaps them, so they are not among this process's children): ``helpers.cpu_usage`` adds
+    them to the test that ran them."""
+    return _forked_cpu
+
+
 class Prewarmed:
     """One interpreter that has imported torch, forked once per :meth:`run`; :meth:`close` ends it."""
 
@@ -128,9 +139,12 @@ class Prewarmed:
                 raise RuntimeError(f"the prewarmed interpreter ended (exit {proc.wait()}) instead of answering")
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
-        word, _, number = line.decode().partition(" ")
+        word, number, *cpu = line.decode().split(" ")
         if word != kind:
             raise RuntimeError(f"the prewarmed interpreter answered {line!r} instead of {kind!r}")
+        if cpu:
+            global _forked_cpu
+            _forked_cpu += float(cpu[0])
         return int(number)
 
     def run(self, argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str],
