@@ -134,12 +134,15 @@ def total(record: dict[str, Any]) -> float:
 
 
 def kind(record: dict[str, Any]) -> str:
-    """The test's dominant cost, by what it started: builds and installs, XLA, several processes, interpreters."""
+    """The test's dominant cost, by what it started: builds and installs, C++ compiles, XLA, several processes,
+    interpreters."""
     started = record["started"]
     if started.get("pip") or started.get("build"):
         return "pip builds/installs"
     if started.get("sphinx-build") or started.get("sphinx"):
         return "sphinx builds"
+    if any(started.get(k) for k in ("g++", "gcc", "cc", "c++", "clang")):
+        return "C++ compiles (torch.compile's inductor)"
     if "xla" in record["markers"]:
         return "XLA (compiles in subprocesses)"
     if started.get("multiprocessing") or started.get("torchrun"):

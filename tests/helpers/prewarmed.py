@@ -5,9 +5,9 @@ A fresh interpreter spends 3-4 s of CPU importing torch before a test's program 
 has, about half of a conformance script's whole cost). :class:`Prewarmed` starts one interpreter that imports
 torch and then waits; each :meth:`Prewarmed.run` forks it, and the child becomes the program: its own process
 (group), environment, working folder, ``sys.argv``, ``sys.path`` (the script's folder first, or for ``-m MODULE``
-the working folder, then ``PYTHONPATH``), standard streams and a fresh ``__main__`` module (``__spec__`` None, as
-for a script, so a ``spawn`` worker re-imports it by path), and it ends as an interpreter ends: exit status from
-``sys.exit`` or 1 with the traceback of an uncaught exception, ``atexit`` handlers run.
+and ``-c CODE`` the working folder, then ``PYTHONPATH``), standard streams and a fresh ``__main__`` module
+(``__spec__`` None, as for a script, so a ``spawn`` worker re-imports it by path), and it ends as an interpreter
+ends: exit status from ``sys.exit`` or 1 with the traceback of an uncaught exception, ``atexit`` handlers run.
 
 What differs from a fresh interpreter, and why it does not matter to the programs run this way: torch (and what it
 imports: numpy, the C libraries) was imported before the program ran, reading the environment of the interpreter
@@ -86,16 +86,21 @@ if request["argv"][0] == "-m":  # python -m MODULE: the working folder first on 
     sys.path[:] = [os.getcwd(), *extra, *base_path]
     runpy.run_module(request["argv"][1], run_name="__main__", alter_sys=True)
     sys.exit(0)
-script = os.path.abspath(request["argv"][0])
-sys.argv = list(request["argv"])
-sys.path[:] = [os.path.dirname(script), *extra, *base_path]
 main = types.ModuleType("__main__")
-main.__file__ = script
 main.__spec__ = None
 main.__builtins__ = __builtins__
+if request["argv"][0] == "-c":  # python -c CODE: '' (the working folder) first on the path, argv[0] '-c'
+    sys.argv = ["-c", *request["argv"][2:]]
+    sys.path[:] = ["", *extra, *base_path]
+    code = compile(request["argv"][1], "<string>", "exec")
+else:
+    script = os.path.abspath(request["argv"][0])
+    sys.argv = list(request["argv"])
+    sys.path[:] = [os.path.dirname(script), *extra, *base_path]
+    main.__file__ = script
+    with open(script, "rb") as source:
+        code = compile(source.read(), script, "exec")
 sys.modules["__main__"] = main
-with open(script, "rb") as source:
-    code = compile(source.read(), script, "exec")
 exec(code, main.__dict__)
 """
 
@@ -149,9 +154,9 @@ class Prewarmed:
 
     def run(self, argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str],
             timeout: float) -> subprocess.CompletedProcess[str]:
-        """Run ``python *argv`` (``argv[0]`` a script, or ``-m`` and a module) in ``cwd`` with exactly ``env``, as
-        ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout`` seconds has its
-        process group killed and raises :class:`subprocess.TimeoutExpired`."""
+        """Run ``python *argv`` (``argv[0]`` a script, ``-m`` and a module, or ``-c`` and code) in ``cwd`` with
+        exactly ``env``, as ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout``
+        seconds has its process group killed and raises :class:`subprocess.TimeoutExpired`."""
         differing = [k for k in IMPORT_TIME_VARIABLES if env.get(k) != self.env.get(k)]
         if differing:
             raise ValueError(f"the run sets {', '.join(differing)} otherwise than the prewarmed interpreter, which "
