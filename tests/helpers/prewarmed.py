@@ -12,9 +12,9 @@ ends: exit status from ``sys.exit`` or 1 with the traceback of an uncaught excep
 What differs from a fresh interpreter, and why it does not matter to the programs run this way: torch (and what it
 imports: numpy, the C libraries) was imported before the program ran, reading the environment of the interpreter
 that forked (:data:`IMPORT_TIME_VARIABLES`; :meth:`Prewarmed.run` refuses a request whose environment sets them
-otherwise), and the output streams are unbuffered (``PYTHONUNBUFFERED=1``). A program whose subject is interpreter
-start-up, or importing torch (or accelkit, which is imported afresh in every child: the interpreter imports only
-torch), still needs a subprocess.
+otherwise; ``PYTHONWARNINGS`` is applied as start-up applies it), and the output streams are unbuffered
+(``PYTHONUNBUFFERED=1``). A program whose subject is interpreter start-up, or importing torch (or accelkit, which is
+imported afresh in every child: the interpreter imports only torch), still needs a subprocess.
 """
 
 from __future__ import annotations
@@ -77,6 +77,13 @@ for fd, stream in enumerate(streams):
 os.environ.clear()
 os.environ.update(request["env"])
 os.chdir(request["cwd"])
+for option in request["env"].get("PYTHONWARNINGS", "").split(","):  # read at start-up: applied as Python would
+    if option.strip():
+        import builtins, re, warnings
+        action, message, category, module, lineno = (part.strip() for part in (option.split(":") + [""] * 5)[:5])
+        sys.warnoptions.append(option)
+        warnings.filterwarnings(action or "default", re.escape(message), getattr(builtins, category or "Warning"),
+                                re.escape(module) + r"\Z" if module else "", int(lineno or 0))
 if "numpy" in sys.modules:  # its global generator was seeded once, in this interpreter (Python's own reseeds)
     sys.modules["numpy"].random.seed()
 extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
