@@ -64,8 +64,12 @@ def installed(tmp_path_factory) -> dict[str, str]:
             target.write_text(text)
         build = tomllib.loads(files["pyproject.toml"])["build-system"]
         assert build == tomllib.loads(TEMPLATE.read_text())["build-system"], folder
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--target", str(site), str(work / folder)], check=True, capture_output=True, text=True)
+    # one pip for the three: each is still built from its folder and installed as its own distribution
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(site), *(str(work / f) for f in sorted(examples))],
+                   check=True, capture_output=True, text=True)
+    assert sorted(p.name for p in site.glob("*.dist-info")) == [
+        "accelkit_extras-0.1.0.dist-info", "accelkit_hello-0.1.0.dist-info", "accelkit_mydevice-0.1.0.dist-info"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["ACCELKIT_BLOCK_PLUGINS"] = _other_plugins({"cpu", "mydevice", "hello", "extras"})

@@ -116,10 +116,16 @@ _forked_cpu = 0.0
 
 
 def forked_cpu_seconds() -> float:
-    """The CPU seconds of every program this process's :class:`Prewarmed` interpreters have run and seen end (the
-    forking interpreter reaps them, so they are not among this process's children): ``helpers.cpu_usage`` adds
-    them to the test that ran them."""
+    """The CPU seconds of the programs this process's :class:`Prewarmed` interpreters have run and seen end, less
+    those of the interpreters this process has since reaped: the forking interpreter reaps its programs, so they
+    count among this process's children only once the interpreter itself is reaped (then with the interpreter's
+    own). ``helpers.cpu_usage`` adds the difference to the test that ran them, so each second counts once."""
     return _forked_cpu
+
+
+def _count_forked(seconds: float) -> None:
+    global _forked_cpu
+    _forked_cpu += seconds
 
 
 class Prewarmed:
@@ -130,9 +136,11 @@ class Prewarmed:
         self.env["PYTHONUNBUFFERED"] = "1"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending = b""
+        self.reported = 0.0  # CPU seconds of the programs the current interpreter has reported (and reaped)
 
     def _server(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
+            self._reaped()
             self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=self.env)
             self.pending = b""
@@ -155,8 +163,8 @@ class Prewarmed:
         if word != kind:
             raise RuntimeError(f"the prewarmed interpreter answered {line!r} instead of {kind!r}")
         if cpu:
-            global _forked_cpu
-            _forked_cpu += float(cpu[0])
+            self.reported += float(cpu[0])
+            _count_forked(float(cpu[0]))
         return int(number)
 
     def run(self, argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str],
@@ -202,4 +210,10 @@ class Prewarmed:
                 self.proc.wait()
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
+            self._reaped()
             self.proc = None
+
+    def _reaped(self) -> None:
+        """The interpreter has been reaped: its programs' CPU now counts among this process's children."""
+        _count_forked(-self.reported)
+        self.reported = 0.0
