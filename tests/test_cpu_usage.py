@@ -80,6 +80,10 @@ def test_each_test_records_its_own_children_and_prewarmed_programs(tmp_path: Pat
     assert summary.returncode == 0, summary.stderr
     assert summary.stdout.startswith("4 tests, ") and "test_burn.py" in summary.stdout, summary.stdout
     assert "interpreter starts" in summary.stdout and "processes started: python 2" in summary.stdout, summary.stdout
+    compared = subprocess.run([sys.executable, str(TESTS / "helpers" / "cpu_usage.py"), str(out), str(out)],
+                              capture_output=True, text=True, timeout=60)
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stdout.startswith("1 files in both runs") and "total (100%)" in compared.stdout, compared.stdout
 
 
 @pytest.mark.slow  # runs pytest

@@ -193,19 +193,19 @@ def summarize(path: str, top: int = 25) -> str:
 
 
 def compare(before_path: str, after_path: str) -> str:
-    """By file, the CPU seconds of the tests present in both files, before and after."""
-    before = {r["nodeid"]: r for r in load(before_path)}
-    after = {r["nodeid"]: r for r in load(after_path)}
-    common = sorted(before.keys() & after.keys())
-    files = sorted({before[n]["file"] for n in common})
-    lines = [f"{len(common)} tests in both (only before: {len(before.keys() - after.keys())}, only after: "
-             f"{len(after.keys() - before.keys())})", f"  {'before':>8}  {'after':>8}  file"]
+    """By file, for the files in both runs, the CPU seconds and the number of their tests, before and after (all of a
+    file's tests: a test renamed or added still counts in its file)."""
+    before, after = load(before_path), load(after_path)
+    files = sorted({r["file"] for r in before} & {r["file"] for r in after})
+    lines = [f"{len(files)} files in both runs", f"  {'before':>13}  {'after':>13}  file"]
+    sums = [0.0, 0.0]
     for name in files:
-        b = sum(total(before[n]) for n in common if before[n]["file"] == name)
-        a = sum(total(after[n]) for n in common if after[n]["file"] == name)
-        lines.append(f"  {b:8.0f}  {a:8.0f}  {name}")
-    b, a = sum(total(before[n]) for n in common), sum(total(after[n]) for n in common)
-    lines.append(f"  {b:8.0f}  {a:8.0f}  total ({100 * a / b if b else 0:.0f}%)")
+        b = [total(r) for r in before if r["file"] == name]
+        a = [total(r) for r in after if r["file"] == name]
+        sums[0] += sum(b)
+        sums[1] += sum(a)
+        lines.append(f"  {sum(b):6.0f} ({len(b):3d})  {sum(a):6.0f} ({len(a):3d})  {name}")
+    lines.append(f"  {sums[0]:12.0f}  {sums[1]:12.0f}  total ({100 * sums[1] / sums[0] if sums[0] else 0:.0f}%)")
     return "\n".join(lines)
 
 
