@@ -6,6 +6,7 @@
 * The fixtures of ``helpers.fixtures`` (``isolated``, ``cpu_plugin``, ``cpu_manager``, ``make_distribution``,
   ``run_python``) serve every test folder.
 * ``helpers.scheduling`` spreads a run of the suite over the machine's cores (pytest-xdist, ``-n auto``).
+* ``helpers.cpu_usage`` records each test's CPU seconds and its children's when asked (``--cpu-usage=FILE``).
 * No test may start torch_xla inside the pytest process. Importing torch_xla picks a device and sets
   ``PJRT_DEVICE`` in the process, after which ``accelerator="auto"`` means XLA for every later test. XLA tests
   run their work in subprocesses (``helpers.xla``).
@@ -20,7 +21,7 @@ TESTS = str(Path(__file__).resolve().parent / "tests")
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
-pytest_plugins = ["helpers.fixtures", "helpers.scheduling"]
+pytest_plugins = ["helpers.fixtures", "helpers.scheduling", "helpers.cpu_usage"]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -17,6 +17,7 @@ import yaml
 pytest.importorskip("jsonargparse")
 
 from helpers.cli_runs import environment_as_found, project_imports, run_here  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 from helpers.summary_lines import last_checkpoint  # noqa: E402
 
 MODELS = textwrap.dedent('''
@@ -130,11 +131,11 @@ def project(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
 
 
-def run(cwd: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def run(prewarmed: Prewarmed, cwd: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python *argv`` in ``cwd`` as a program, forked from the prewarmed interpreter (``helpers.prewarmed``)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_")}
     environ["PYTHONWARNINGS"] = "ignore"
-    return subprocess.run([sys.executable, *argv], check=False, cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**environ, **(env or {})})
+    return prewarmed.run(argv, cwd=cwd, env={**environ, **(env or {})}, timeout=300)
 
 
 def metrics(path: Path) -> list[dict[str, str]]:
@@ -145,9 +146,9 @@ def metrics(path: Path) -> list[dict[str, str]]:
 
 
 # ------------------------------------------------------------------- a LightningCLI script, imports changed
-@pytest.mark.slow  # fits in a fresh interpreter
-def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project, monkeypatch, capsys):
-    fit = run(project, "main.py", "fit", "--config", "run.yaml")
+@pytest.mark.slow  # fits in a program
+def test_a_lightning_cli_script_runs_fit_then_test_from_the_saved_config(project, monkeypatch, capsys, prewarmed):
+    fit = run(prewarmed, project, "main.py", "fit", "--config", "run.yaml")
     assert fit.returncode == 0, fit.stderr
     saved = project / "run" / "lightning_logs" / "version_0" / "config.yaml"
     config = yaml.safe_load(saved.read_text())
@@ -256,26 +257,26 @@ def test_a_bad_value_is_one_line_without_the_usage(project, monkeypatch, capsys,
 
 
 @pytest.mark.slow  # starts a process
-def test_a_lightning_class_without_counterpart_names_ours(project):
+def test_a_lightning_class_without_counterpart_names_ours(project, prewarmed):
     (project / "bad.yaml").write_text("trainer:\n  callbacks:\n    - class_path: "
                                       "lightning.pytorch.callbacks.EarlyStoping\n")
-    done = run(project, "-m", "accelkit.cli", "fit", "--model", "models.py:Net", "--config", "bad.yaml")
+    done = run(prewarmed, project, "-m", "accelkit.cli", "fit", "--model", "models.py:Net", "--config", "bad.yaml")
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
     assert "'lightning.pytorch.callbacks.EarlyStoping' has no accelkit counterpart. Did you mean 'EarlyStopping'?" \
         in done.stderr and "accelkit.callbacks.EarlyStopping" in done.stderr
 
 
 # ------------------------------------------------------------------- the accelkit command
-@pytest.mark.slow  # fits in a fresh interpreter
-def test_accelkit_fit_config_with_file_targets_then_validate(project, monkeypatch, capsys):
+@pytest.mark.slow  # fits in a program
+def test_accelkit_fit_config_with_file_targets_then_validate(project, monkeypatch, capsys, prewarmed):
     (project / "plain.yaml").write_text(textwrap.dedent('''
         trainer: {accelerator: cpu, max_epochs: 2, enable_progress_bar: false, default_root_dir: out,
                   logger: [csv, tensorboard]}
         model: {init_args: {hidden: 6}}
     '''))
     # (the class first: init_args without a class_path apply to the class already chosen)
-    done = run(project, "-m", "accelkit.cli", "fit", "--model", "models.py:Net", "--config", "plain.yaml",
-               "--data", "models:Blobs", "--data.batch_size", "8")
+    done = run(prewarmed, project, "-m", "accelkit.cli", "fit", "--model", "models.py:Net", "--config",
+               "plain.yaml", "--data", "models:Blobs", "--data.batch_size", "8")
     assert done.returncode == 0, done.stderr
     assert "accelkit: configuration saved to" in done.stdout
     version = project / "out" / "lightning_logs" / "version_0"  # both loggers' folder, the config's and checkpoints'
@@ -324,10 +325,10 @@ def test_dict_args_and_trainer_defaults(project, monkeypatch, tmp_path):
     assert type(cli.trainer.loggers[0]).__name__ == "CSVLogger" and cli.model.hparams["lr"] == 0.2
 
 
-@pytest.mark.slow  # fits in a fresh interpreter
-def test_ddp_spawn_runs_from_a_config(project):
-    done = run(project, "main.py", "fit", "--config", "run.yaml", "--trainer.devices", "2", "--trainer.strategy",
-               "ddp_spawn", "--trainer.max_epochs", "1")
+@pytest.mark.slow  # fits in a program
+def test_ddp_spawn_runs_from_a_config(project, prewarmed):
+    done = run(prewarmed, project, "main.py", "fit", "--config", "run.yaml", "--trainer.devices", "2",
+               "--trainer.strategy", "ddp_spawn", "--trainer.max_epochs", "1")
     assert done.returncode == 0, done.stderr
     assert len(list((project / "run").rglob("config.yaml"))) == 1
 
@@ -522,20 +523,21 @@ def test_a_class_path_where_a_class_is_annotated_is_still_built(loose, capsys):
     assert "torch.nn.ReLU" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # two fits in fresh interpreters
-def test_accelkit_fit_does_not_run_a_shell_command_from_a_config_nor_from_its_saved_config(loose):
+@pytest.mark.slow  # two fits in programs
+def test_accelkit_fit_does_not_run_a_shell_command_from_a_config_nor_from_its_saved_config(loose, prewarmed):
     marker = loose / "MARKER"
     (loose / "e.yaml").write_text(yaml.safe_dump({
         "trainer": {"accelerator": "cpu", "max_steps": 1, "enable_progress_bar": False, "default_root_dir": "out"},
         "model": {"class_path": "loose_models.Loose", "init_args": {"extra": shell(marker), "untyped": shell(marker)}},
     }))
-    first = run(loose, "-m", "accelkit.cli", "fit", "--config", "e.yaml")
+    first = run(prewarmed, loose, "-m", "accelkit.cli", "fit", "--config", "e.yaml")
     assert first.returncode == 0, first.stderr
     assert not marker.exists()
     saved_path = next((loose / "out").rglob("config.yaml"))
     saved = yaml.safe_load(saved_path.read_text())
     assert saved["model"]["init_args"]["extra"] == shell(marker) == saved["model"]["init_args"]["untyped"]
-    again = run(loose, "-m", "accelkit.cli", "fit", "--config", str(saved_path), "--trainer.default_root_dir", "again")
+    again = run(prewarmed, loose, "-m", "accelkit.cli", "fit", "--config", str(saved_path),
+                "--trainer.default_root_dir", "again")
     assert again.returncode == 0, again.stderr
     assert not marker.exists()
 
@@ -640,12 +642,13 @@ def reported(stdout: str, what: str) -> str:
     return line.split(what, 1)[1].split(" (")[0].strip()
 
 
-@pytest.mark.slow  # a fit in a fresh interpreter, four commands in this process
+@pytest.mark.slow  # a fit in a program, four commands in this process
 @pytest.mark.parametrize("model, data, written", [
     ("lib/nets.py:Net", "lib/nets.py:Blobs", "lib/nets.py:Net"),  # a file outside the current folder: kept as a file
     ("models:Net", "models.Blobs", "models.Net"),  # importable from here: a dotted class path
 ])
-def test_print_config_then_config_then_test_config_round_trip(project, monkeypatch, capsys, model, data, written):
+def test_print_config_then_config_then_test_config_round_trip(project, monkeypatch, capsys, model, data, written,
+                                                              prewarmed):
     (project / "lib").mkdir()
     (project / "lib" / "nets.py").write_text(MODELS)
     # printing, the test and the refusal run in this process (helpers.cli_runs); the fit starts the command
@@ -654,7 +657,7 @@ def test_print_config_then_config_then_test_config_round_trip(project, monkeypat
     assert yaml.safe_load(first)["model"]["class_path"] == written
     (project / "printed.yaml").write_text(first)
     assert printed_config(project, monkeypatch, capsys, "fit", "--config", "printed.yaml") == first  # loads back
-    fit = run(project, "-m", "accelkit.cli", "fit", "--config", "printed.yaml")
+    fit = run(prewarmed, project, "-m", "accelkit.cli", "fit", "--config", "printed.yaml")
     assert fit.returncode == 0, fit.stderr
     saved_path = reported(fit.stdout, "configuration saved to")
     saved = yaml.safe_load(Path(saved_path).read_text())

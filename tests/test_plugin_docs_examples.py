@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from helpers.prewarmed import Prewarmed  # noqa: E402
 from helpers.requirements import requires_build_tools  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,16 +64,22 @@ def installed(tmp_path_factory) -> dict[str, str]:
             target.write_text(text)
         build = tomllib.loads(files["pyproject.toml"])["build-system"]
         assert build == tomllib.loads(TEMPLATE.read_text())["build-system"], folder
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                        "--target", str(site), str(work / folder)], check=True, capture_output=True, text=True)
+    # one pip for the three: each is still built from its folder and installed as its own distribution
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--disable-pip-version-check", "--target", str(site), *(str(work / f) for f in sorted(examples))],
+                   check=True, capture_output=True, text=True)
+    assert sorted(p.name for p in site.glob("*.dist-info")) == [
+        "accelkit_extras-0.1.0.dist-info", "accelkit_hello-0.1.0.dist-info", "accelkit_mydevice-0.1.0.dist-info"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_")}
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["ACCELKIT_BLOCK_PLUGINS"] = _other_plugins({"cpu", "mydevice", "hello", "extras"})
     return env
 
 
-def run(env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+def run(prewarmed: Prewarmed, env: dict[str, str], *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``python *args`` with ``env``, forked from the prewarmed interpreter: what these programs check is the
+    installed examples' discovery and use, not interpreter start-up, and each saves the torch import."""
+    result = prewarmed.run(args, cwd=cwd or os.getcwd(), env=env, timeout=300)
     assert result.returncode == 0, f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
     return result
 
@@ -94,19 +101,19 @@ print(json.dumps(out))
 '''
 
 
-def test_the_first_example_trains_by_name_alias_and_auto(installed, tmp_path):
+def test_the_first_example_trains_by_name_alias_and_auto(installed, tmp_path, prewarmed):
     code = FIT.format(tests=str(ROOT / "tests"), root=str(tmp_path))
-    out = json.loads(run(installed, "-c", code).stdout.strip().splitlines()[-1])
+    out = json.loads(run(prewarmed, installed, "-c", code).stdout.strip().splitlines()[-1])
     for asked in ("mydevice", "mydev", "auto"):  # priority 10 wins "auto" over the cpu plugin's 0
         assert out[asked] == ["mydevice", "single_device", "32-true", True], asked
 
 
-def test_the_command_example_runs_and_is_listed_with_its_distribution(installed, tmp_path):
-    assert run(installed, "-m", "accelkit.cli", "hello", "world", "--shout").stdout == "HELLO, WORLD\n"
-    listing = " ".join(run(installed, "-m", "accelkit.cli", "--help").stdout.split())
+def test_the_command_example_runs_and_is_listed_with_its_distribution(installed, tmp_path, prewarmed):
+    assert run(prewarmed, installed, "-m", "accelkit.cli", "hello", "world", "--shout").stdout == "HELLO, WORLD\n"
+    listing = " ".join(run(prewarmed, installed, "-m", "accelkit.cli", "--help").stdout.split())
     assert "hello greet someone (an example command) [accelkit-hello 0.1.0]" in listing
-    assert "who to greet" in run(installed, "-m", "accelkit.cli", "hello", "--help").stdout
-    report = json.loads(run(installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    assert "who to greet" in run(prewarmed, installed, "-m", "accelkit.cli", "hello", "--help").stdout
+    report = json.loads(run(prewarmed, installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
     hello = next(p for p in report["plugins"] if p["name"] == "hello")
     assert hello["status"] == "loaded" and hello["distribution"] == "accelkit-hello"
     assert [c["name"] for c in hello["provides"]["commands"]] == ["hello"]
@@ -140,17 +147,17 @@ print(json.dumps(out))
 '''
 
 
-def test_the_callback_and_profiler_example_is_used_by_name(installed, tmp_path):
+def test_the_callback_and_profiler_example_is_used_by_name(installed, tmp_path, prewarmed):
     code = BY_NAME.format(tests=str(ROOT / "tests"), root=str(tmp_path))
-    out = json.loads(run(installed, "-c", code).stdout.strip().splitlines()[-1])
+    out = json.loads(run(prewarmed, installed, "-c", code).stdout.strip().splitlines()[-1])
     assert out["profiler"] == "Marks" and out["counts"] > 0 and out["averaged"] is True
     assert out["typo"].startswith(  # then the plugins blocked here: 'Not loaded, so not searched: ...'
         "callback 'emma' is not a registered callback. Did you mean 'ema'? Registered callbacks: ema; or pass an "
         "instance in callbacks=[...]. Not loaded, so not searched: plugin ")
-    report = json.loads(run(installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    report = json.loads(run(prewarmed, installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
     extras = next(p for p in report["plugins"] if p["name"] == "extras")
     assert extras["distribution"] == "accelkit-extras"
     assert [c["name"] for c in extras["provides"]["callbacks"]] == ["ema"]
     assert [c["name"] for c in extras["provides"]["profilers"]] == ["marks"]
-    text = run(installed, "-m", "accelkit.cli", "plugins").stdout
+    text = run(prewarmed, installed, "-m", "accelkit.cli", "plugins").stdout
     assert "  callbacks: ema\n  profilers: marks\n" in text

@@ -59,6 +59,16 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
     done = prewarmed.run(["-m", "as_module", "x"], cwd=tmp_path, env=env, timeout=300)  # python -m as_module x
     assert json.loads(done.stdout) == [[str(tmp_path / "as_module.py"), "x"], str(tmp_path), "__main__"], done.stderr
 
+    code = "import json, sys, as_module\nprint(json.dumps([sys.argv, sys.path[0], __name__]))"
+    done = prewarmed.run(["-c", code, "y"], cwd=tmp_path, env=env, timeout=300)  # python -c CODE y
+    assert done.stdout.splitlines()[-1] == json.dumps([["-c", "y"], "", "__main__"]), done.stderr
+
+    warn = "import warnings\nwarnings.warn('shown unless ignored', UserWarning)\nprint('done')"
+    assert "UserWarning: shown unless ignored" in prewarmed.run(["-c", warn], cwd=tmp_path, env=env, timeout=300).stderr
+    for ignoring in ("ignore", "ignore::UserWarning", "default,ignore:shown unless"):  # as Python reads -W options
+        done = prewarmed.run(["-c", warn], cwd=tmp_path, env={**env, "PYTHONWARNINGS": ignoring}, timeout=300)
+        assert (done.stdout, done.stderr) == ("done\n", ""), (ignoring, done.stderr)
+
     failing = write(tmp_path, "failing.py", "raise ValueError('the bad value')\n")
     done = prewarmed.run([str(failing)], cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 1 and done.stderr.rstrip().endswith("ValueError: the bad value"), done.stderr

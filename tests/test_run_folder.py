@@ -21,6 +21,7 @@ from accelkit.checkpoint import load
 from accelkit.loggers import CSVLogger, RunFolder, TensorBoardLogger, claim_version, default_logger
 from helpers.cli_runs import Done, run_here
 from helpers.models import RegressionModule
+from helpers.prewarmed import Prewarmed
 from helpers.summary_lines import last_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -223,11 +224,11 @@ def test_two_runs_started_together_in_one_folder_keep_their_own_folders_and_file
 
 
 # ------------------------------------------------------------------- the command line
-def _accelkit(cwd: Path, *words: str) -> subprocess.CompletedProcess:
+def _accelkit(prewarmed: Prewarmed, cwd: Path, *words: str) -> subprocess.CompletedProcess:
+    """``accelkit *words`` as a program, forked from the prewarmed interpreter (``helpers.prewarmed``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELKIT_", "MLFLOW_")) and k != "PYTHONPATH"}
     env["PYTHONWARNINGS"] = "ignore"
-    return subprocess.run([sys.executable, "-m", "accelkit.cli", *words], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env)
+    return prewarmed.run(["-m", "accelkit.cli", *words], cwd=cwd, env=env, timeout=300)
 
 
 def _here(cwd: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *words: str) -> Done:
@@ -242,10 +243,11 @@ def _reported(done: subprocess.CompletedProcess | Done) -> Path:
     return Path(last_checkpoint(done.stdout))
 
 
-@pytest.mark.slow  # three fits, the first in a fresh interpreter
-def test_cli_file_form_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path, monkeypatch, capsys):
+@pytest.mark.slow  # three fits, the first in a program
+def test_cli_file_form_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path, monkeypatch, capsys,
+                                                                                  prewarmed):
     common = ("--max-epochs", "1", "--no-progress-bar", "--no-test", "--accelerator", "cpu")
-    first = _reported(_accelkit(tmp_path, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
+    first = _reported(_accelkit(prewarmed, tmp_path, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
     # the later runs in this process (helpers.cli_runs): the first started the command as a program
     second = _reported(_here(tmp_path, monkeypatch, capsys, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
     assert first == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt" and first.is_file()
@@ -257,8 +259,9 @@ def test_cli_file_form_runs_in_one_folder_report_and_resume_their_own_checkpoint
     assert load(third)["global_step"] == 2 * load(second)["global_step"]
 
 
-@pytest.mark.slow  # three fits, one in a fresh interpreter
-def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tmp_path, monkeypatch, capsys):
+@pytest.mark.slow  # three fits, one in a program
+def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tmp_path, monkeypatch, capsys,
+                                                                              prewarmed):
     pytest.importorskip("mlflow")
     pytest.importorskip("tensorboard")
     reported = []
@@ -267,7 +270,10 @@ def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tm
                  "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
                  "--trainer.enable_progress_bar", "false", "--trainer.logger", logger)
         # csv and tensorboard in this process (helpers.cli_runs); mlflow, whose client keeps global state, in its own
-        done = _accelkit(tmp_path, *words) if logger == "mlflow" else _here(tmp_path, monkeypatch, capsys, *words)
+        if logger == "mlflow":
+            done = _accelkit(prewarmed, tmp_path, *words)
+        else:
+            done = _here(tmp_path, monkeypatch, capsys, *words)
         reported.append(_reported(done))
     versions = sorted((tmp_path / "lightning_logs").iterdir())
     assert [v.name for v in versions] == ["version_0", "version_1", "version_2"]

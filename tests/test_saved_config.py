@@ -19,6 +19,7 @@ import yaml
 pytest.importorskip("jsonargparse")
 
 from helpers.cli_runs import environment_as_found, project_imports, run_here  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 
 MODELS = textwrap.dedent('''
     import torch
@@ -118,17 +119,18 @@ def project(tmp_path: Path) -> Iterator[Path]:
         yield tmp_path
 
 
-def run(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+def run(prewarmed: Prewarmed, cwd: Path, *argv: str) -> subprocess.CompletedProcess:
+    """``python *argv`` in ``cwd`` as a program, forked from the prewarmed interpreter (``helpers.prewarmed``)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_")}
     environ["PYTHONWARNINGS"] = "ignore"
     environ["PYTHONPATH"] = str(cwd)  # the accelkit command finds the project's classes, as from its folder
-    proc = subprocess.run(list(argv), check=False, cwd=cwd, capture_output=True, text=True, timeout=300, env=environ)
+    proc = prewarmed.run(argv, cwd=cwd, env=environ, timeout=300)
     assert proc.returncode == 0, f"$ {' '.join(argv)}\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
     return proc
 
 
 def accelkit_command(*words: str) -> list[str]:
-    return [sys.executable, "-m", "accelkit.cli", *words]
+    return ["-m", "accelkit.cli", *words]
 
 
 def metric(output: str, name: str) -> float:
@@ -145,8 +147,9 @@ def saved_config(project: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_fit_config_saved_by_a_fixed_class_cli_drives_every_stage_of_both_commands(project, monkeypatch, capsys):
-    run(project, sys.executable, "main.py", "fit", "--config", "run.yaml")
+def test_a_fit_config_saved_by_a_fixed_class_cli_drives_every_stage_of_both_commands(project, monkeypatch, capsys,
+                                                                                     prewarmed):
+    run(prewarmed, project, "main.py", "fit", "--config", "run.yaml")
     saved = saved_config(project)
     config = yaml.safe_load(saved.read_text())
     # the classes are named and the linked value is written, so a command without the link builds the same model
@@ -166,10 +169,10 @@ def test_a_fit_config_saved_by_a_fixed_class_cli_drives_every_stage_of_both_comm
 
 
 @pytest.mark.slow
-def test_a_fit_config_saved_by_the_accelkit_command_drives_a_fixed_class_cli(project, monkeypatch, capsys):
+def test_a_fit_config_saved_by_the_accelkit_command_drives_a_fixed_class_cli(project, monkeypatch, capsys, prewarmed):
     # the script links model.hidden to data.batch_size (12): the command, which has no link, is given the same
-    run(project, *accelkit_command("fit", "--model", "models:Net", "--data", "models:Blobs", "--config", "run.yaml",
-                                   "--model.hidden", "12"))
+    run(prewarmed, project, *accelkit_command("fit", "--model", "models:Net", "--data", "models:Blobs", "--config",
+                                              "run.yaml", "--model.hidden", "12"))
     saved = saved_config(project)
     assert yaml.safe_load(saved.read_text())["model"]["class_path"] == "models.Net"
     tested = run_here(project, monkeypatch, capsys, "test", "--config", str(saved), "--ckpt_path", "run/ckpt/last.ckpt",

@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from helpers.prewarmed import Prewarmed  # noqa: E402
 from helpers.requirements import requires_build_tools  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,22 +49,26 @@ def installed(tmp_path_factory) -> dict[str, str]:
     return env
 
 
-def run(env: dict[str, str], *args: str, cwd: Path | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+def run(prewarmed: Prewarmed, env: dict[str, str], *args: str, cwd: Path | None = None,
+        check: bool = True) -> subprocess.CompletedProcess:
+    """``python *args`` with ``env``, forked from the prewarmed interpreter: what these programs check is the
+    installed template's discovery and use, not interpreter start-up, and each saves the torch import."""
+    result = prewarmed.run(args, cwd=cwd or os.getcwd(), env=env, timeout=300)
     if check and result.returncode != 0:
         raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
 
-def test_the_templates_own_tests_pass_when_installed(installed):
+def test_the_templates_own_tests_pass_when_installed(installed, prewarmed):
     """The template's tests: fit by name and alias, 'auto' by priority/availability, its own strategy and
     precision, and the core's ddp_spawn reused for its accelerator (worker processes discover it too)."""
-    result = run(installed, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", cwd=Path(installed["source"]))
+    result = run(prewarmed, installed, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests",
+                 cwd=Path(installed["source"]))
     assert " passed" in result.stdout and "failed" not in result.stdout and "skipped" not in result.stdout, \
         result.stdout
 
 
-def test_entry_point_discovery_and_cli_listing(installed):
+def test_entry_point_discovery_and_cli_listing(installed, prewarmed):
     code = (
         "from accelkit.plugins.manager import PluginManager\n"
         "pm = PluginManager()\n"
@@ -71,11 +76,11 @@ def test_entry_point_discovery_and_cli_listing(installed):
         "print(info.status, info.distribution, info.version, info.plugin.__name__)\n"
         "print(sorted(pm.registry.accelerator_names()))\n"
     )
-    lines = run(installed, "-c", code).stdout.splitlines()
+    lines = run(prewarmed, installed, "-c", code).stdout.splitlines()
     assert lines[0] == "loaded accelkit-mydevice 0.1.0 accelkit_mydevice.plugin"
     assert lines[1] == "['cpu', 'mydevice']"
 
-    listing = json.loads(run(installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    listing = json.loads(run(prewarmed, installed, "-m", "accelkit.cli", "plugins", "--json").stdout)
     mine = next(p for p in listing["plugins"] if p["name"] == "mydevice")
     assert mine["distribution"] == "accelkit-mydevice" and mine["status"] == "loaded"
     assert mine["provides"]["accelerators"] == [{"name": "mydevice", "aliases": ["mydev"], "priority": 10,
@@ -86,14 +91,14 @@ def test_entry_point_discovery_and_cli_listing(installed):
                              "accelkit_register_strategies"]
 
 
-def test_doctor_reports_availability_and_the_auto_choice(installed):
-    report = json.loads(run(installed, "-m", "accelkit.cli", "doctor", "--json").stdout)
+def test_doctor_reports_availability_and_the_auto_choice(installed, prewarmed):
+    report = json.loads(run(prewarmed, installed, "-m", "accelkit.cli", "doctor", "--json").stdout)
     assert report["auto"] == "mydevice"
     assert report["packages"]["accelkit-mydevice"] == "0.1.0"
     assert [a["name"] for a in report["accelerators"]] == ["mydevice", "cpu"]  # by priority
 
     off = dict(installed, ACCELKIT_MYDEVICE_AVAILABLE="0")
-    report = json.loads(run(off, "-m", "accelkit.cli", "doctor", "--json").stdout)
+    report = json.loads(run(prewarmed, off, "-m", "accelkit.cli", "doctor", "--json").stdout)
     assert report["auto"] == "cpu"
     mydevice = next(a for a in report["accelerators"] if a["name"] == "mydevice")
     assert mydevice["available"] is False and "ACCELKIT_MYDEVICE_AVAILABLE=0" in mydevice["reason"]
@@ -101,17 +106,17 @@ def test_doctor_reports_availability_and_the_auto_choice(installed):
     assert shown["ACCELKIT_MYDEVICE_AVAILABLE"] == "0"  # through the ACCELKIT_* prefix
 
 
-def test_accelkit_fit_through_the_alias(installed, tmp_path):
+def test_accelkit_fit_through_the_alias(installed, tmp_path, prewarmed):
     model = Path(installed["source"]) / "tests" / "test_plugin.py"
-    result = run(installed, "-m", "accelkit.cli", "fit", f"{model}:Regression", "--accelerator", "mydev",
-                 "--strategy", "counting", "--max-epochs", "3", "--no-progress-bar",
+    result = run(prewarmed, installed, "-m", "accelkit.cli", "fit", f"{model}:Regression", "--accelerator",
+                 "mydev", "--strategy", "counting", "--max-epochs", "3", "--no-progress-bar",
                  "--default-root-dir", str(tmp_path), cwd=tmp_path)
     assert "training Regression on mydevice devices=[0] strategy=mydevice_counting" in result.stdout, result.stdout
     assert "fit stopped: max_epochs=3 reached; 3 epoch(s), 12 step(s)" in result.stdout, result.stdout
     assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 
-def test_a_plugin_declaring_an_unsupported_api_is_reported_incompatible(installed, tmp_path):
+def test_a_plugin_declaring_an_unsupported_api_is_reported_incompatible(installed, tmp_path, prewarmed):
     """Change the copy's ACCELKIT_API to a future range: accelkit refuses it and says why."""
     site = Path(installed["PYTHONPATH"].split(os.pathsep)[0])
     patched = tmp_path / "site"
@@ -119,9 +124,9 @@ def test_a_plugin_declaring_an_unsupported_api_is_reported_incompatible(installe
     plugin = patched / "accelkit_mydevice" / "plugin.py"
     plugin.write_text(plugin.read_text().replace('ACCELKIT_API = ">=1.0,<2"', 'ACCELKIT_API = ">=2.0,<3"'))
     env = dict(installed, PYTHONPATH=os.pathsep.join([str(patched), *installed["PYTHONPATH"].split(os.pathsep)[1:]]))
-    listing = json.loads(run(env, "-m", "accelkit.cli", "plugins", "--json").stdout)
+    listing = json.loads(run(prewarmed, env, "-m", "accelkit.cli", "plugins", "--json").stdout)
     mine = next(p for p in listing["plugins"] if p["name"] == "mydevice")
     assert mine["status"] == "incompatible"
     assert ">=2.0,<3" in mine["reason"] and listing["hook_api"] in mine["reason"]
-    result = run(env, "-c", "import accelkit; accelkit.Trainer(accelerator='mydevice')", check=False)
+    result = run(prewarmed, env, "-c", "import accelkit; accelkit.Trainer(accelerator='mydevice')", check=False)
     assert result.returncode != 0 and "incompatible" in result.stderr

@@ -5,16 +5,16 @@ A fresh interpreter spends 3-4 s of CPU importing torch before a test's program 
 has, about half of a conformance script's whole cost). :class:`Prewarmed` starts one interpreter that imports
 torch and then waits; each :meth:`Prewarmed.run` forks it, and the child becomes the program: its own process
 (group), environment, working folder, ``sys.argv``, ``sys.path`` (the script's folder first, or for ``-m MODULE``
-the working folder, then ``PYTHONPATH``), standard streams and a fresh ``__main__`` module (``__spec__`` None, as
-for a script, so a ``spawn`` worker re-imports it by path), and it ends as an interpreter ends: exit status from
-``sys.exit`` or 1 with the traceback of an uncaught exception, ``atexit`` handlers run.
+and ``-c CODE`` the working folder, then ``PYTHONPATH``), standard streams and a fresh ``__main__`` module
+(``__spec__`` None, as for a script, so a ``spawn`` worker re-imports it by path), and it ends as an interpreter
+ends: exit status from ``sys.exit`` or 1 with the traceback of an uncaught exception, ``atexit`` handlers run.
 
 What differs from a fresh interpreter, and why it does not matter to the programs run this way: torch (and what it
 imports: numpy, the C libraries) was imported before the program ran, reading the environment of the interpreter
 that forked (:data:`IMPORT_TIME_VARIABLES`; :meth:`Prewarmed.run` refuses a request whose environment sets them
-otherwise), and the output streams are unbuffered (``PYTHONUNBUFFERED=1``). A program whose subject is interpreter
-start-up, or importing torch (or accelkit, which is imported afresh in every child: the interpreter imports only
-torch), still needs a subprocess.
+otherwise; ``PYTHONWARNINGS`` is applied as start-up applies it), and the output streams are unbuffered
+(``PYTHONUNBUFFERED=1``). A program whose subject is interpreter start-up, or importing torch (or accelkit, which is
+imported afresh in every child: the interpreter imports only torch), still needs a subprocess.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ IMPORT_TIME_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THR
                          "PYTORCH_CUDA_ALLOC_CONF", "PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE")
 
 #: The forking interpreter: it imports torch, then forks a child per request line on stdin (JSON: argv, cwd, env,
-#: stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n>`` when it has ended. The child falls
+#: stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n> <cpu>`` when it has ended (its exit
+#: status and the CPU seconds of the child and of what it reaped, which the test's process cannot see). The child falls
 #: out of the loop and runs the program in the interpreter's top level, so it exits as an interpreter does.
 SERVER = r"""
 import json, os, sys, types
@@ -59,8 +60,8 @@ def serve():
         except OSError:
             pass
         answers.write(f"pid {pid}\n")
-        _, status = os.waitpid(pid, 0)
-        answers.write(f"rc {os.waitstatus_to_exitcode(status)}\n")
+        _, status, usage = os.wait4(pid, 0)
+        answers.write(f"rc {os.waitstatus_to_exitcode(status)} {usage.ru_utime + usage.ru_stime}\n")
     sys.exit(0)
 
 
@@ -76,6 +77,13 @@ for fd, stream in enumerate(streams):
 os.environ.clear()
 os.environ.update(request["env"])
 os.chdir(request["cwd"])
+for option in request["env"].get("PYTHONWARNINGS", "").split(","):  # read at start-up: applied as Python would
+    if option.strip():
+        import builtins, re, warnings
+        action, message, category, module, lineno = (part.strip() for part in (option.split(":") + [""] * 5)[:5])
+        sys.warnoptions.append(option)
+        warnings.filterwarnings(action or "default", re.escape(message), getattr(builtins, category or "Warning"),
+                                re.escape(module) + r"\Z" if module else "", int(lineno or 0))
 if "numpy" in sys.modules:  # its global generator was seeded once, in this interpreter (Python's own reseeds)
     sys.modules["numpy"].random.seed()
 extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -85,18 +93,39 @@ if request["argv"][0] == "-m":  # python -m MODULE: the working folder first on 
     sys.path[:] = [os.getcwd(), *extra, *base_path]
     runpy.run_module(request["argv"][1], run_name="__main__", alter_sys=True)
     sys.exit(0)
-script = os.path.abspath(request["argv"][0])
-sys.argv = list(request["argv"])
-sys.path[:] = [os.path.dirname(script), *extra, *base_path]
 main = types.ModuleType("__main__")
-main.__file__ = script
 main.__spec__ = None
 main.__builtins__ = __builtins__
+if request["argv"][0] == "-c":  # python -c CODE: '' (the working folder) first on the path, argv[0] '-c'
+    sys.argv = ["-c", *request["argv"][2:]]
+    sys.path[:] = ["", *extra, *base_path]
+    code = compile(request["argv"][1], "<string>", "exec")
+else:
+    script = os.path.abspath(request["argv"][0])
+    sys.argv = list(request["argv"])
+    sys.path[:] = [os.path.dirname(script), *extra, *base_path]
+    main.__file__ = script
+    with open(script, "rb") as source:
+        code = compile(source.read(), script, "exec")
 sys.modules["__main__"] = main
-with open(script, "rb") as source:
-    code = compile(source.read(), script, "exec")
 exec(code, main.__dict__)
 """
+
+
+_forked_cpu = 0.0
+
+
+def forked_cpu_seconds() -> float:
+    """The CPU seconds of the programs this process's :class:`Prewarmed` interpreters have run and seen end, less
+    those of the interpreters this process has since reaped: the forking interpreter reaps its programs, so they
+    count among this process's children only once the interpreter itself is reaped (then with the interpreter's
+    own). ``helpers.cpu_usage`` adds the difference to the test that ran them, so each second counts once."""
+    return _forked_cpu
+
+
+def _count_forked(seconds: float) -> None:
+    global _forked_cpu
+    _forked_cpu += seconds
 
 
 class Prewarmed:
@@ -107,9 +136,11 @@ class Prewarmed:
         self.env["PYTHONUNBUFFERED"] = "1"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending = b""
+        self.reported = 0.0  # CPU seconds of the programs the current interpreter has reported (and reaped)
 
     def _server(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
+            self._reaped()
             self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=self.env)
             self.pending = b""
@@ -128,16 +159,19 @@ class Prewarmed:
                 raise RuntimeError(f"the prewarmed interpreter ended (exit {proc.wait()}) instead of answering")
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
-        word, _, number = line.decode().partition(" ")
+        word, number, *cpu = line.decode().split(" ")
         if word != kind:
             raise RuntimeError(f"the prewarmed interpreter answered {line!r} instead of {kind!r}")
+        if cpu:
+            self.reported += float(cpu[0])
+            _count_forked(float(cpu[0]))
         return int(number)
 
     def run(self, argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str],
             timeout: float) -> subprocess.CompletedProcess[str]:
-        """Run ``python *argv`` (``argv[0]`` a script, or ``-m`` and a module) in ``cwd`` with exactly ``env``, as
-        ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout`` seconds has its
-        process group killed and raises :class:`subprocess.TimeoutExpired`."""
+        """Run ``python *argv`` (``argv[0]`` a script, ``-m`` and a module, or ``-c`` and code) in ``cwd`` with
+        exactly ``env``, as ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout``
+        seconds has its process group killed and raises :class:`subprocess.TimeoutExpired`."""
         differing = [k for k in IMPORT_TIME_VARIABLES if env.get(k) != self.env.get(k)]
         if differing:
             raise ValueError(f"the run sets {', '.join(differing)} otherwise than the prewarmed interpreter, which "
@@ -176,4 +210,10 @@ class Prewarmed:
                 self.proc.wait()
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
+            self._reaped()
             self.proc = None
+
+    def _reaped(self) -> None:
+        """The interpreter has been reaped: its programs' CPU now counts among this process's children."""
+        _count_forked(-self.reported)
+        self.reported = 0.0

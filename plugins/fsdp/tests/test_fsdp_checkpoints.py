@@ -3,6 +3,7 @@ rank, resumed at other world sizes (2 -> 4, 2 -> 1), loaded into a plain module,
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,11 +91,11 @@ def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(saved_ru
     assert_same_weights(model.state_dict(), saved_run["weights"], atol=1e-5)
 
 
-def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path):
+def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path, prewarmed):
     out = tmp_path / "model.ckpt"
-    accelkit_cli = Path(sys.executable).with_name("accelkit")
-    proc = subprocess.run([str(accelkit_cli), "checkpoint", "consolidate", str(saved_run["folder"] / "last.ckpt"),
-                           str(out)], capture_output=True, text=True, timeout=120)
+    consolidate = ["-m", "accelkit.cli", "checkpoint", "consolidate", str(saved_run["folder"] / "last.ckpt"), str(out)]
+    # the command as a program, forked from the prewarmed interpreter (helpers.prewarmed)
+    proc = prewarmed.run(consolidate, cwd=tmp_path, env=dict(os.environ), timeout=120)
     assert proc.returncode == 0, proc.stderr
     checkpoint = torch.load(out, weights_only=True)
     assert_same_weights(checkpoint["state_dict"], saved_run["weights"])
@@ -106,8 +107,7 @@ def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path):
     adam.load_state_dict(optimizer)  # the ordinary single-file format
     assert int(adam.state[fresh.head.weight]["step"]) == 8
     # the consolidated file resumes like any checkpoint; a second consolidate refuses to overwrite
-    again = subprocess.run([str(accelkit_cli), "checkpoint", "consolidate", str(saved_run["folder"] / "last.ckpt"),
-                            str(out)], capture_output=True, text=True, timeout=120)
+    again = prewarmed.run(consolidate, cwd=tmp_path, env=dict(os.environ), timeout=120)
     assert again.returncode != 0 and "--force" in again.stderr
 
 
