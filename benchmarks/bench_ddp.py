@@ -18,9 +18,10 @@ ratio Trainer / hand loop; the median ratio and the spread (lowest-highest) over
 by rank 0's CPU time (on a loaded machine a rank's wall time is mostly waiting for the other to be scheduled).
 
 ``paired``: inside the Trainer's workers a callback runs one epoch of the hand-written loop (its own model,
-sampler, loader and optimizer, the same process group) right before every Trainer epoch, so both epochs of a pair
-meet the same machine load; per round the median over epochs of Trainer epoch / loop epoch, by the wall clock and
-by rank 0's CPU time. Much less disturbed by a shared machine than ``side by side``.
+sampler, loader and optimizer, the same process group) beside every Trainer epoch — right before it in even
+epochs, right after it in odd ones, so neither side always follows the other — and both epochs of a pair meet the
+same machine load; per round the median over epochs of Trainer epoch / loop epoch, by the wall clock and by rank
+0's CPU time, also per order. Much less disturbed by a shared machine than ``side by side``.
 
 ``counts``: what load does not change, per steady step on rank 0: host operations (``torch``
 operators seen by ``torch.profiler``), collectives (gloo calls) and Python instructions (``sys.settrace``
@@ -186,8 +187,10 @@ def hand_run(samples: int, epochs: int) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------ Trainer
 class EpochStarts(accelkit.Callback):
     """Rank 0 writes the time at every epoch's start and at the end of training to ``path``; with ``paired``,
-    one epoch of :class:`HandLoop` runs before each Trainer epoch (timed alone, left out of the Trainer's), and the
-    pairs are also timed by the process's CPU time (which a loaded machine disturbs less than the wall clock)."""
+    one epoch of :class:`HandLoop` runs beside each Trainer epoch (timed alone, left out of the Trainer's): before
+    it in even epochs (from ``on_train_epoch_start``), after it in odd ones (from ``on_train_epoch_end``), so that
+    neither side is always the one that follows the other. The pairs are also timed by the process's CPU time
+    (which a loaded machine disturbs less than the wall clock)."""
 
     def __init__(self, path: str, samples: int, paired: bool = False) -> None:
         self.path, self.samples, self.paired = path, samples, paired
@@ -196,16 +199,29 @@ class EpochStarts(accelkit.Callback):
         self.ends: list[tuple[float, float]] = []
         self.loop: HandLoop | None = None
 
+    def _loop_epoch(self) -> tuple[float, float]:
+        """Run one hand-loop epoch; its wall and CPU seconds."""
+        if self.loop is None:
+            self.loop = HandLoop(make_data(self.samples))
+        now = (time.perf_counter(), time.process_time())
+        self.loop.run_epoch()
+        taken = (time.perf_counter() - now[0], time.process_time() - now[1])
+        self.loop_times.append(taken)
+        return taken
+
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
         now = (time.perf_counter(), time.process_time())
         if self.starts:
             self.ends.append(now)
-        if self.paired:
-            if self.loop is None:
-                self.loop = HandLoop(make_data(self.samples))
-            self.loop.run_epoch()
-            self.loop_times.append((time.perf_counter() - now[0], time.process_time() - now[1]))
+        if self.paired and trainer.current_epoch % 2 == 0:
+            self._loop_epoch()
         self.starts.append((time.perf_counter(), time.process_time()))
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self.paired and trainer.current_epoch % 2 == 1:
+            taken = self._loop_epoch()  # inside the Trainer epoch's span: moved out of it by shifting its start
+            start = self.starts[-1]
+            self.starts[-1] = (start[0] + taken[0], start[1] + taken[1])
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
         self.ends.append((time.perf_counter(), time.process_time()))
@@ -215,9 +231,15 @@ class EpochStarts(accelkit.Callback):
             result = {"per_step": statistics.median(t[0] for t in spans),
                       "per_step_cpu": statistics.median(t[1] for t in spans)}
             if self.paired:
+                assert self.loop is not None
                 loops = [(t[0] / len(self.loop.loader), t[1] / len(self.loop.loader)) for t in self.loop_times][1:]
                 for index, clock in enumerate(("paired", "paired_cpu")):
-                    result[clock] = statistics.median(a[index] / b[index] for a, b in zip(spans, loops))
+                    ratios = [a[index] / b[index] for a, b in zip(spans, loops)]
+                    result[clock] = statistics.median(ratios)
+                    # spans[0] is epoch 1 (odd: the hand loop after it); odd positions are even epochs
+                    result[clock + "_loop_after"] = statistics.median(ratios[0::2])
+                    if ratios[1::2]:
+                        result[clock + "_loop_before"] = statistics.median(ratios[1::2])
             Path(self.path).write_text(json.dumps(result))
 
 
@@ -482,7 +504,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{statistics.median(ours) * 1e3:.4f} ms/step (medians); ratio ddp_spawn / hand loop "
                   f"{spread([t / h for t, h in zip(ours, hand)])}  target <= 1.03", flush=True)
     if args.only in (None, "paired"):
-        print("paired epochs (a hand-loop epoch before each Trainer epoch, in the Trainer's workers):", flush=True)
+        print("paired epochs (a hand-loop epoch beside each Trainer epoch, in the Trainer's workers, before it in "
+              "even epochs and after it in odd ones):", flush=True)
         runs: list[dict[str, float]] = []
 
         def paired_run() -> float:
@@ -492,6 +515,12 @@ def main(argv: list[str] | None = None) -> int:
         interleave({"ratio": paired_run}, args.rounds, "ratio")
         print(f"  ratio ddp_spawn / hand loop, wall: {spread([r['paired'] for r in runs])}, rank 0's CPU time: "
               f"{spread([r['paired_cpu'] for r in runs])}  target <= 1.03", flush=True)
+        for order in ("loop_before", "loop_after"):
+            pairs = [r for r in runs if "paired_" + order in r]
+            if pairs:
+                print(f"    pairs with the hand loop {order.split('_')[1]} the Trainer epoch: wall "
+                      f"{spread([r['paired_' + order] for r in pairs])}, CPU "
+                      f"{spread([r['paired_cpu_' + order] for r in pairs])}", flush=True)
     return 0
 
 

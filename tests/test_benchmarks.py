@@ -83,6 +83,9 @@ def test_bench_ddp_counts_and_compares_a_user_s_ddp_run():
     assert "the launching process wakes every 1 s" in out, out
     assert "side by side" in out and "paired epochs" in out, out
     assert out.count("ratio ddp_spawn / hand loop") == 3 and out.count("CPU time") == 2, out
+    # the paired epochs in both orders (epoch 1: the hand loop after the Trainer's epoch; epoch 2: before it)
+    assert "pairs with the hand loop before the Trainer epoch: wall " in out, out
+    assert "pairs with the hand loop after the Trainer epoch: wall " in out, out
 
 
 def test_the_instruction_counter_refuses_a_side_it_saw_nothing_of():
