@@ -46,7 +46,22 @@ def test_state_dict_round_trip() -> None:
     restored = Progress()
     restored.load_state_dict(progress.state_dict())
     assert (restored.current_epoch, restored.global_step) == (4, 37)
-    assert progress.state_dict() == {"epoch": 4, "global_step": 37, "resume_epoch": 4}
+    assert progress.state_dict() == {"epoch": 4, "global_step": 37, "resume_epoch": 4, "batches_that_stepped": 0}
+
+
+def test_the_batches_that_stepped_round_trip_with_the_running_batch_counted() -> None:
+    """A checkpoint written while a batch that stepped is still running (its on_train_batch_end, its validation)
+    counts it, so a resumed fit's loggers go on at the next step; a record without the count (an older checkpoint,
+    Lightning's) takes one batch per optimizer step."""
+    progress = Progress(global_step=9, batches_that_stepped=5, stepping=True)
+    restored = Progress()
+    restored.load_state_dict(progress.state_dict())
+    assert (restored.batches_that_stepped, restored.stepping) == (6, False)
+    progress.count_stepped_batch()
+    assert (progress.batches_that_stepped, progress.stepping, progress.state_dict()["batches_that_stepped"]) == \
+        (6, False, 6)
+    restored.load_state_dict({"epoch": 1, "global_step": 9})
+    assert restored.batches_that_stepped == 9
 
 
 def test_a_checkpoint_after_the_epochs_batches_resumes_at_the_next_epoch() -> None:
@@ -86,7 +101,8 @@ def test_continued_keeps_the_counters_and_nothing_else() -> None:
     nxt = progress.continued()
     fresh = Progress()
     for item in dataclasses.fields(Progress):
-        expected = getattr(progress, item.name) if item.name in ("current_epoch", "global_step") \
+        expected = getattr(progress, item.name) if item.name in ("current_epoch", "global_step",
+                                                                 "batches_that_stepped") \
             else getattr(fresh, item.name)
         assert getattr(nxt, item.name) == expected, item.name
 
