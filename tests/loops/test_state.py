@@ -49,17 +49,18 @@ def test_state_dict_round_trip() -> None:
     assert progress.state_dict() == {"epoch": 4, "global_step": 37, "resume_epoch": 4, "batches_that_stepped": 0}
 
 
-def test_the_batches_that_stepped_round_trip_with_the_running_batch_counted() -> None:
-    """A checkpoint written while a batch that stepped is still running (its on_train_batch_end, its validation)
-    counts it, so a resumed fit's loggers go on at the next step; a record without the count (an older checkpoint,
-    Lightning's) takes one batch per optimizer step."""
-    progress = Progress(global_step=9, batches_that_stepped=5, stepping=True)
+def test_the_batches_that_stepped_round_trip_and_give_the_loggers_step() -> None:
+    """The running batch counts in ``batches_that_stepped`` from its step on, so a checkpoint written from its
+    hooks (on_train_batch_end, its validation) resumes the loggers at the next step, while the loggers' step within
+    it is the count before it (Lightning's); a record without the count (an older checkpoint, Lightning's) takes
+    one batch per optimizer step."""
+    progress = Progress(global_step=9, batches_that_stepped=6, stepping=True)
+    assert progress.logger_step() == 5
     restored = Progress()
     restored.load_state_dict(progress.state_dict())
-    assert (restored.batches_that_stepped, restored.stepping) == (6, False)
-    progress.count_stepped_batch()
-    assert (progress.batches_that_stepped, progress.stepping, progress.state_dict()["batches_that_stepped"]) == \
-        (6, False, 6)
+    assert (restored.batches_that_stepped, restored.logger_step()) == (6, 6)
+    progress.advance_epoch()
+    assert progress.logger_step() == 6
     restored.load_state_dict({"epoch": 1, "global_step": 9})
     assert restored.batches_that_stepped == 9
 

@@ -76,7 +76,8 @@ class Publisher:
                   to_loggers: bool = True, step: int | None = None) -> dict[str, torch.Tensor]:
         """Compute the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
         ``self.log`` calls count as epoch values), then publish them all and close the loop's epoch. Returns what
-        is the loggers' (tensors). ``step``: the loggers' step (default: :meth:`logger_step`)."""
+        is the loggers' (tensors). ``step``: the loggers' step (default:
+        :meth:`~accelkit.loops.state.Progress.logger_step`)."""
         trainer = self.trainer
         metrics, reduce = trainer.run_state.metrics, trainer.strategy.reduce
         if metrics.rank_zero_only_names and trainer.world_size > 1:
@@ -100,22 +101,15 @@ class Publisher:
         metrics.phase = "closed"
         return {**logged, **late}
 
-    def logger_step(self) -> int:
-        """The step the loggers get, as Lightning's: the training batches that stepped before the running one
-        (:attr:`~accelkit.loops.state.Progress.batches_that_stepped`), so the first batch's row is step 0, and the
-        validation inside a fit is at the step of the batch it follows; ``trainer.validate``/``test`` after a fit
-        at the count of all."""
-        return self.trainer.run_state.progress.batches_that_stepped
-
     def _to_loggers(self, logged: dict[str, Any], step: int | None = None, with_epoch: bool = True) -> None:
         """Numbers to the loggers (one host read per tensor), on global rank zero, with the ``epoch`` (unless
-        ``with_epoch`` is false) at ``step`` (default: :meth:`logger_step`)."""
+        ``with_epoch`` is false) at ``step`` (default: :meth:`~accelkit.loops.state.Progress.logger_step`)."""
         trainer = self.trainer
         if trainer.loggers and trainer.strategy.is_global_zero:
             row = {k: float(v) for k, v in logged.items()}
             if with_epoch:
                 row["epoch"] = trainer.current_epoch
-            at = self.logger_step() if step is None else step
+            at = trainer.run_state.progress.logger_step() if step is None else step
             for logger in trainer.loggers:
                 logger.log_metrics(row, step=at)
 

@@ -42,15 +42,15 @@ class TrainerState:
 class Progress:
     """Where a run is: its counters and per-batch flags (``trainer.current_epoch``, ``trainer.global_step``,
     ``trainer.should_stop``... read them). Each counter has one writer: :meth:`advance_step` (the optimization
-    step), :meth:`count_stepped_batch` (a training batch's end), :meth:`advance_epoch` (the fit loop's epoch end)
-    and :meth:`load_state_dict` (a checkpoint's restore).
+    step), the fit loop's training batch (``batches_that_stepped``, inline: it is per batch), :meth:`advance_epoch`
+    (the fit loop's epoch end) and :meth:`load_state_dict` (a checkpoint's restore).
 
     :ivar current_epoch: epochs completed (the epoch running now, counted from 0).
     :ivar global_step: optimizer steps taken (not reset at an epoch's start).
-    :ivar batches_that_stepped: training batches that ended an optimization step (each batch of a manual
-        optimization; with gradient accumulation, the last of each window), counted when the batch is done (after
-        the validation it runs): the step the loggers get, as Lightning's ``_batches_that_stepped``.
-    :ivar stepping: the training batch running now counts in ``batches_that_stepped`` once it is done.
+    :ivar batches_that_stepped: training batches that end an optimization step (each batch of a manual
+        optimization; with gradient accumulation, the last of each window), the running one included from its
+        step on: Lightning's ``_batches_that_stepped``, from which the loggers' step comes (:meth:`logger_step`).
+    :ivar stepping: the last training batch run in this epoch counts in ``batches_that_stepped``.
     :ivar should_stop: a stop was requested (a callback, the Module, the learning-rate finder).
     :ivar sanity_checking: the sanity check's validation is running.
     :ivar is_last_batch: the training batch running now is the epoch's last.
@@ -84,16 +84,16 @@ class Progress:
         """One optimizer step was taken (the one place ``global_step`` grows)."""
         self.global_step += 1
 
-    def count_stepped_batch(self) -> None:
-        """The running training batch, which stepped, is done (its validation too): it counts in
-        ``batches_that_stepped`` (the one place that grows during a fit)."""
-        self.batches_that_stepped += 1
-        self.stepping = False
-
     def advance_epoch(self) -> None:
         """The current epoch ended (after its end hooks): the next one starts with none of its batches done."""
         self.current_epoch += 1
-        self.epoch_training_done = False
+        self.epoch_training_done = self.stepping = False
+
+    def logger_step(self) -> int:
+        """The step the loggers get, as Lightning's: the training batches that stepped before the running one
+        (the first batch's row is step 0, a validation inside a fit is at the step of the batch it follows);
+        after a fit (``validate``/``test``), all of them."""
+        return self.batches_that_stepped - self.stepping
 
     def accumulation_boundary(self, batch_idx: int, accumulate: int) -> bool:
         """Whether the optimizer steps after training batch ``batch_idx`` when gradients are summed over
@@ -113,7 +113,7 @@ class Progress:
         ``batches_that_stepped`` (the running batch included once it stepped: a resumed fit logs on from there)."""
         return {"epoch": self.current_epoch, "global_step": self.global_step,
                 "resume_epoch": self.current_epoch + (1 if self.epoch_training_done else 0),
-                "batches_that_stepped": self.batches_that_stepped + self.stepping}
+                "batches_that_stepped": self.batches_that_stepped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (:meth:`state_dict`'s keys; without ``resume_epoch``, ``epoch`` is where the fit
