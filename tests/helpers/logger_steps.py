@@ -3,8 +3,10 @@ accelkit's Trainer and on Lightning's (``tests/test_logging_api.py`` compares th
 
 A scenario is a dict of Trainer options (``log_every_n_steps``, ``accumulate_grad_batches``,
 ``val_check_interval``) plus ``resume``: fit one epoch with a ``ModelCheckpoint`` (``save_last``), then a second
-Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its loggers' steps are recorded. The
-Module logs a per-step and per-epoch training value, an epoch validation value and a per-step validation value.
+Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its loggers' steps are recorded; and
+``manual``: manual optimization stepping two optimizers per batch (two optimizer steps, one batch that stepped),
+with a ``LearningRateMonitor``. The Module logs a per-step and per-epoch training value, an epoch validation value
+and a per-step validation value.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "accumulate_2": {"log_every_n_steps": 1, "accumulate_grad_batches": 2},
     "val_mid_epoch": {"log_every_n_steps": 1, "val_check_interval": 2},
     "resume": {"log_every_n_steps": 1, "resume": True},
+    "manual_two_optimizers": {"log_every_n_steps": 1, "manual": True},
 }
 
 
@@ -34,16 +37,16 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     ``{"csv": {name: [[step, epoch], ...]}, "tensorboard": {tag: [step, ...]}}`` (epoch ``None`` where the row has
     none)."""
     options = dict(SCENARIOS[scenario])
-    resume = options.pop("resume", False)
+    resume, manual = options.pop("resume", False), options.pop("manual", False)
     if framework == "lightning":
         import lightning.pytorch as pl
-        from lightning.pytorch.callbacks import ModelCheckpoint
+        from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
         from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
         module_base, trainer_class = pl.LightningModule, pl.Trainer
     else:
         import accelkit
-        from accelkit.callbacks import ModelCheckpoint  # type: ignore[assignment]
+        from accelkit.callbacks import LearningRateMonitor, ModelCheckpoint  # type: ignore[assignment]
         from accelkit.loggers import CSVLogger, TensorBoardLogger  # type: ignore[assignment]
 
         module_base, trainer_class = accelkit.Module, accelkit.Trainer
@@ -53,10 +56,16 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
             super().__init__()
             torch.manual_seed(0)
             self.layer = nn.Linear(4, 1)
+            self.automatic_optimization = not manual
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             loss = F.mse_loss(self.layer(batch[0]), batch[1])
             self.log("loss", loss, on_step=True, on_epoch=True)
+            if manual:
+                self.manual_backward(loss)
+                for optimizer in self.optimizers():
+                    optimizer.step()
+                    optimizer.zero_grad()
             return loss
 
         def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -65,6 +74,8 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
             self.log("val_each", loss * 2, on_step=True, on_epoch=False)
 
         def configure_optimizers(self) -> Any:
+            if manual:
+                return [torch.optim.SGD(self.parameters(), lr=0.05), torch.optim.SGD(self.parameters(), lr=0.01)]
             return torch.optim.SGD(self.parameters(), lr=0.05)
 
     generator = torch.Generator().manual_seed(0)
@@ -73,9 +84,10 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
 
     def fit(max_epochs: int, ckpt_path: str | None, run: str) -> tuple[Any, Any]:
         loggers = CSVLogger(os.path.join(root, run)), TensorBoardLogger(os.path.join(root, run))
-        checkpoint = ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_last=True)
+        callbacks = [ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_last=True)]
+        callbacks += [LearningRateMonitor()] if manual else []
         trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=list(loggers),
-                                callbacks=[checkpoint], num_sanity_val_steps=0, enable_model_summary=False,
+                                callbacks=callbacks, num_sanity_val_steps=0, enable_model_summary=False,
                                 enable_progress_bar=False, default_root_dir=root, **options)
         trainer.fit(Steps(), DataLoader(train, batch_size=4), DataLoader(val, batch_size=4), ckpt_path=ckpt_path)
         return loggers
