@@ -147,9 +147,10 @@ def test_apply_worker_result_takes_the_whole_outcome() -> None:
     result = WorkerResult(state_dict={"w": torch.zeros(1)}, training_state={"optimizer_states": [{}]},
                           callback_metrics={"loss": torch.tensor(1.0)}, logged_metrics={"loss": torch.tensor(1.0)},
                           progress_bar_metrics={"loss": 1.0}, current_epoch=2, global_step=8, should_stop=True,
-                          stop_reason="max_epochs=2 reached")
+                          stop_reason="max_epochs=2 reached", batches_that_stepped=4)
     run.apply_worker_result(result)
     assert (run.progress.current_epoch, run.progress.global_step, run.progress.should_stop) == (2, 8, True)
+    assert run.progress.batches_that_stepped == 4  # (two optimizer steps a batch): a later test logs at step 4
     assert run.callback_metrics is result.callback_metrics and run.progress_bar_metrics == {"loss": 1.0}
     assert run.optimizers == [] and run.worker_training_state == {"optimizer_states": [{}]}
     assert run.stop_reason == "max_epochs=2 reached"

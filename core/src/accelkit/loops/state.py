@@ -124,7 +124,7 @@ class Progress:
                            f"{sorted(state)}); give Progress.state_dict()'s")
         self.current_epoch = int(state.get("resume_epoch", state["epoch"]))
         self.global_step = int(state["global_step"])
-        # a checkpoint without it (older, Lightning's, a spawned fit's result): one batch per optimizer step
+        # a checkpoint without it (older, Lightning's): one batch per optimizer step
         self.batches_that_stepped = int(state.get("batches_that_stepped", self.global_step))
         self.stepping = self.epoch_training_done = False
 
@@ -253,7 +253,8 @@ class RunState:
         self.callback_metrics = result.callback_metrics
         self.logged_metrics = result.logged_metrics
         self.progress_bar_metrics = result.progress_bar_metrics
-        self.progress.load_state_dict({"epoch": result.current_epoch, "global_step": result.global_step})
+        self.progress.load_state_dict({"epoch": result.current_epoch, "global_step": result.global_step,
+                                       "batches_that_stepped": result.batches_that_stepped})
         self.progress.should_stop = result.should_stop
         self.stop_reason = result.stop_reason
 
