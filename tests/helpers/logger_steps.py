@@ -5,8 +5,9 @@ A scenario is a dict of Trainer options (``log_every_n_steps``, ``accumulate_gra
 ``val_check_interval``) plus ``resume``: fit one epoch with a ``ModelCheckpoint`` (``save_last``), then a second
 Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its loggers' steps are recorded; and
 ``manual``: manual optimization stepping two optimizers per batch (two optimizer steps, one batch that stepped),
-with a ``LearningRateMonitor``. The Module logs a per-step and per-epoch training value, an epoch validation value
-and a per-step validation value.
+with a ``LearningRateMonitor``; ``own_step``: the Module logs a value named ``step`` (ten times the batch index),
+which Lightning takes as the row's step. The Module logs a per-step and per-epoch training value, an epoch
+validation value and a per-step validation value.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "val_mid_epoch": {"log_every_n_steps": 1, "val_check_interval": 2},
     "resume": {"log_every_n_steps": 1, "resume": True},
     "manual_two_optimizers": {"log_every_n_steps": 1, "manual": True},
+    "own_step": {"log_every_n_steps": 1, "own_step": True},
 }
 
 
@@ -37,7 +39,7 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     ``{"csv": {name: [[step, epoch], ...]}, "tensorboard": {tag: [step, ...]}}`` (epoch ``None`` where the row has
     none)."""
     options = dict(SCENARIOS[scenario])
-    resume, manual = options.pop("resume", False), options.pop("manual", False)
+    resume, manual, own_step = (options.pop(key, False) for key in ("resume", "manual", "own_step"))
     if framework == "lightning":
         import lightning.pytorch as pl
         from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -61,6 +63,8 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             loss = F.mse_loss(self.layer(batch[0]), batch[1])
             self.log("loss", loss, on_step=True, on_epoch=True)
+            if own_step:
+                self.log("step", float(batch_idx * 10))
             if manual:
                 self.manual_backward(loss)
                 for optimizer in self.optimizers():

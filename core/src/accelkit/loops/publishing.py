@@ -103,13 +103,18 @@ class Publisher:
 
     def _to_loggers(self, logged: dict[str, Any], step: int | None = None, with_epoch: bool = True) -> None:
         """Numbers to the loggers (one host read per tensor), on global rank zero, with the ``epoch`` (unless
-        ``with_epoch`` is false) at ``step`` (default: :meth:`~accelkit.loops.state.Progress.logger_step`)."""
+        ``with_epoch`` is false) at ``step`` (default: :meth:`~accelkit.loops.state.Progress.logger_step`); with
+        ``with_epoch``, a value logged as ``"step"`` is the step instead, without an ``epoch`` (Lightning's rule)."""
         trainer = self.trainer
         if trainer.loggers and trainer.strategy.is_global_zero:
             row = {k: float(v) for k, v in logged.items()}
-            if with_epoch:
-                row["epoch"] = trainer.current_epoch
             at = trainer.run_state.progress.logger_step() if step is None else step
+            if with_epoch:  # as Lightning: a value logged as "step" is the row's step, and no epoch is added
+                own = row.pop("step", None)
+                if own is None:
+                    row["epoch"] = trainer.current_epoch
+                else:
+                    at = int(own)
             for logger in trainer.loggers:
                 logger.log_metrics(row, step=at)
 
