@@ -796,7 +796,8 @@ def test_the_loggers_get_each_value_at_lightnings_steps(tmp_path, lightning_logg
     batches that stepped (a manual batch stepping two optimizers counts once, a LearningRateMonitor's values too),
     and a resumed fit going on from the checkpoint's count; per-step validation values
     (``on_step=True`` in ``validation_step``) without an epoch, at each loader's own step, which goes on across the
-    fit's validations; a value logged as ``step`` is the row's step (``helpers.logger_steps`` lists the
+    fit's validations (a ``trainer.test`` after the fit: its epoch row at the fit's count, its step rows from 0); a
+    value logged as ``step`` is the row's step (``helpers.logger_steps`` lists the
     scenarios)."""
     from helpers.logger_steps import record
 

@@ -3,11 +3,11 @@ accelkit's Trainer and on Lightning's (``tests/test_logging_api.py`` compares th
 
 A scenario is a dict of Trainer options (``log_every_n_steps``, ``accumulate_grad_batches``,
 ``val_check_interval``) plus ``resume``: fit one epoch with a ``ModelCheckpoint`` (``save_last``), then a second
-Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its loggers' steps are recorded; and
-``manual``: manual optimization stepping two optimizers per batch (two optimizer steps, one batch that stepped),
-with a ``LearningRateMonitor``; ``own_step``: the Module logs a value named ``step`` (ten times the batch index),
-which Lightning takes as the row's step. The Module logs a per-step and per-epoch training value, an epoch
-validation value and a per-step validation value.
+Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its loggers' steps are recorded; ``test``:
+``trainer.test`` after the fit (same loggers); ``manual``: manual optimization stepping two optimizers per batch
+(two optimizer steps, one batch that stepped), with a ``LearningRateMonitor``; ``own_step``: the Module logs a value
+named ``step`` (ten times the batch index), which Lightning takes as the row's step. The Module logs a per-step and
+per-epoch training value, an epoch validation value and a per-step validation value (and the same in ``test_step``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "every_step": {"log_every_n_steps": 1},
+    "every_step": {"log_every_n_steps": 1, "test": True},
     "every_2": {"log_every_n_steps": 2},
     "accumulate_2": {"log_every_n_steps": 1, "accumulate_grad_batches": 2},
     "val_mid_epoch": {"log_every_n_steps": 1, "val_check_interval": 2},
@@ -39,7 +39,7 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     ``{"csv": {name: [[step, epoch], ...]}, "tensorboard": {tag: [step, ...]}}`` (epoch ``None`` where the row has
     none)."""
     options = dict(SCENARIOS[scenario])
-    resume, manual, own_step = (options.pop(key, False) for key in ("resume", "manual", "own_step"))
+    resume, manual, own_step, test = (options.pop(key, False) for key in ("resume", "manual", "own_step", "test"))
     if framework == "lightning":
         import lightning.pytorch as pl
         from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
@@ -77,6 +77,11 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
             self.log("val_loss", loss)
             self.log("val_each", loss * 2, on_step=True, on_epoch=False)
 
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            loss = F.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("test_loss", loss)
+            self.log("test_each", loss * 2, on_step=True, on_epoch=False)
+
         def configure_optimizers(self) -> Any:
             if manual:
                 return [torch.optim.SGD(self.parameters(), lr=0.05), torch.optim.SGD(self.parameters(), lr=0.01)]
@@ -94,6 +99,8 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
                                 callbacks=callbacks, num_sanity_val_steps=0, enable_model_summary=False,
                                 enable_progress_bar=False, default_root_dir=root, **options)
         trainer.fit(Steps(), DataLoader(train, batch_size=4), DataLoader(val, batch_size=4), ckpt_path=ckpt_path)
+        if test:  # after the fit: the test's epoch row at the count of all batches, its step rows from 0
+            trainer.test(ckpt_path=None, dataloaders=DataLoader(val, batch_size=4), verbose=False)
         return loggers
 
     if resume:
