@@ -788,17 +788,16 @@ def lightning_logger_steps(tmp_path_factory, run_python) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["every_step", "every_2", "accumulate_2", "val_mid_epoch", "resume",
-                                      "manual_two_optimizers", "own_step"])
+                                      "resume_mid_epoch", "manual_two_optimizers", "own_step"])
 def test_the_loggers_get_each_value_at_lightnings_steps(tmp_path, lightning_logger_steps, scenario):
     """The CSV and TensorBoard loggers get every name at the steps (and, in the CSV, the epochs) Lightning's do: the
     training steps from 0 (the batches that stepped before), the epoch-end and validation rows at the step of the
     batch they follow, every ``log_every_n_steps`` batches that stepped, with gradient accumulation counting the
     batches that stepped (a manual batch stepping two optimizers counts once, a LearningRateMonitor's values too),
-    and a resumed fit going on from the checkpoint's count; per-step validation values
-    (``on_step=True`` in ``validation_step``) without an epoch, at each loader's own step, which goes on across the
-    fit's validations (a ``trainer.test`` after the fit: its epoch row at the fit's count, its step rows from 0); a
-    value logged as ``step`` is the row's step (``helpers.logger_steps`` lists the
-    scenarios)."""
+    and a resumed fit going on from the checkpoint's count (written at an epoch's end or inside one); per-step
+    validation values (``on_step=True`` in ``validation_step``) without an epoch, at each loader's own step, which
+    goes on across the fit's validations (a ``trainer.test`` after the fit: its epoch row at the fit's count, its
+    step rows from 0); a value logged as ``step`` is the row's step (``helpers.logger_steps`` lists the scenarios)."""
     from helpers.logger_steps import record
 
     assert record("accelkit", str(tmp_path), scenario) == lightning_logger_steps[scenario]

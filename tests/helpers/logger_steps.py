@@ -3,7 +3,9 @@ accelkit's Trainer and on Lightning's (``tests/test_logging_api.py`` compares th
 
 A scenario is a dict of Trainer options (``log_every_n_steps``, ``accumulate_grad_batches``,
 ``val_check_interval``) plus ``resume``: fit one epoch with a ``ModelCheckpoint`` (``save_last``), then a second
-Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its loggers' steps are recorded; ``test``:
+Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its loggers' steps are recorded
+(``"mid_epoch"``: the first fit stops at ``max_steps=3``, inside the epoch, where the checkpoint is written in
+``on_train_batch_end``, ``every_n_train_steps=3``); ``test``:
 ``trainer.test`` after the fit (same loggers); ``manual``: manual optimization stepping two optimizers per batch
 (two optimizer steps, one batch that stepped), with a ``LearningRateMonitor``; ``own_step``: the Module logs a value
 named ``step`` (ten times the batch index), which Lightning takes as the row's step. The Module logs a per-step and
@@ -28,6 +30,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "accumulate_2": {"log_every_n_steps": 1, "accumulate_grad_batches": 2},
     "val_mid_epoch": {"log_every_n_steps": 1, "val_check_interval": 2},
     "resume": {"log_every_n_steps": 1, "resume": True},
+    "resume_mid_epoch": {"log_every_n_steps": 1, "resume": "mid_epoch"},
     "manual_two_optimizers": {"log_every_n_steps": 1, "manual": True},
     "own_step": {"log_every_n_steps": 1, "own_step": True},
 }
@@ -91,20 +94,21 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     train = TensorDataset(torch.randn(20, 4, generator=generator), torch.randn(20, 1, generator=generator))
     val = TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator))
 
-    def fit(max_epochs: int, ckpt_path: str | None, run: str) -> tuple[Any, Any]:
+    def fit(max_epochs: int, ckpt_path: str | None, run: str, max_steps: int = -1) -> tuple[Any, Any]:
         loggers = CSVLogger(os.path.join(root, run)), TensorBoardLogger(os.path.join(root, run))
-        callbacks = [ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_last=True)]
+        every = {"every_n_train_steps": 3} if resume == "mid_epoch" else {}
+        callbacks = [ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_last=True, **every)]
         callbacks += [LearningRateMonitor()] if manual else []
         trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=list(loggers),
                                 callbacks=callbacks, num_sanity_val_steps=0, enable_model_summary=False,
-                                enable_progress_bar=False, default_root_dir=root, **options)
+                                enable_progress_bar=False, default_root_dir=root, max_steps=max_steps, **options)
         trainer.fit(Steps(), DataLoader(train, batch_size=4), DataLoader(val, batch_size=4), ckpt_path=ckpt_path)
         if test:  # after the fit: the test's epoch row at the count of all batches, its step rows from 0
             trainer.test(ckpt_path=None, dataloaders=DataLoader(val, batch_size=4), verbose=False)
         return loggers
 
     if resume:
-        fit(1, None, "first")
+        fit(1, None, "first", max_steps=3 if resume == "mid_epoch" else -1)
         csv_logger, tb_logger = fit(2, os.path.join(root, "checkpoints", "last.ckpt"), "resumed")
     else:
         csv_logger, tb_logger = fit(2, None, "run")
