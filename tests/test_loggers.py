@@ -296,4 +296,4 @@ def test_a_value_logged_once_is_written_once(tmp_path):
     trainer = quiet_trainer(tmp_path, max_epochs=1, logger=CSVLogger(tmp_path), log_every_n_steps=1)
     trainer.fit(LogsOnce())
     rows = [row for row in trainer.logger.rows if "once" in row]
-    assert [row["step"] for row in rows] == [1]
+    assert [row["step"] for row in rows] == [0]  # the first batch's row is at step 0, as in Lightning

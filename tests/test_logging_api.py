@@ -772,6 +772,37 @@ def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, l
     assert differences(record("accelkit", str(tmp_path), scenario), lightning_reads[scenario]) == []
 
 
+@pytest.fixture(scope="module")
+def lightning_logger_steps(tmp_path_factory, run_python) -> dict[str, Any]:
+    """The steps at which Lightning's CSV and TensorBoard loggers got each name, for every scenario of
+    ``helpers.logger_steps`` (one process)."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    pytest.importorskip("tensorboard", reason="reads TensorBoard's event files")
+    root = tmp_path_factory.mktemp("lightning_logger_steps")
+    return run_python(f"""
+        import json
+        from helpers.logger_steps import SCENARIOS, record
+        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
+        """, path=[Path(__file__).resolve().parent])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["every_step", "every_2", "accumulate_2", "val_mid_epoch", "resume",
+                                      "resume_mid_epoch", "manual_two_optimizers", "own_step"])
+def test_the_loggers_get_each_value_at_lightnings_steps(tmp_path, lightning_logger_steps, scenario):
+    """The CSV and TensorBoard loggers get every name at the steps (and, in the CSV, the epochs) Lightning's do: the
+    training steps from 0 (the batches that stepped before), the epoch-end and validation rows at the step of the
+    batch they follow, every ``log_every_n_steps`` batches that stepped, with gradient accumulation counting the
+    batches that stepped (a manual batch stepping two optimizers counts once, a LearningRateMonitor's values too),
+    and a resumed fit going on from the checkpoint's count (written at an epoch's end or inside one); per-step
+    validation values (``on_step=True`` in ``validation_step``) without an epoch, at each loader's own step, which
+    goes on across the fit's validations (a ``trainer.test`` after the fit: its epoch row at the fit's count, its
+    step rows from 0); a value logged as ``step`` is the row's step (``helpers.logger_steps`` lists the scenarios)."""
+    from helpers.logger_steps import record
+
+    assert record("accelkit", str(tmp_path), scenario) == lightning_logger_steps[scenario]
+
+
 def test_a_step_computes_none_of_the_three_dicts(tmp_path, monkeypatch):
     """A read may cost, a step must not: with a step-interval scheduler (OneCycleLR), no logger, no progress bar and
     no callback reading them, the running loop's values are never computed for the three dicts during the steps

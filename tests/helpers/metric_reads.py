@@ -167,10 +167,10 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
 
 def logger_rows(log_dir: str) -> dict[str, dict[str, Any]]:
     """What a CSV logger wrote to ``metrics.csv`` in ``log_dir``, as a :func:`snapshot` whose ``logged_metrics`` has
-    ``"name #i"``: the ``i``-th value written under ``name`` (the rows' step numbers are left out). Rows without an
-    ``epoch`` (Lightning's evaluation steps: accelkit sends no evaluation step values to loggers) are left out."""
+    ``"name #i"``: the ``i``-th value written under ``name``, evaluation steps' values (rows without an ``epoch``)
+    included (the rows' step numbers are left out: ``helpers.logger_steps`` compares those)."""
     with open(os.path.join(log_dir, "metrics.csv")) as handle:
-        rows = [row for row in csv.DictReader(handle) if row.get("epoch")]
+        rows = list(csv.DictReader(handle))
     written: dict[str, Any] = {}
     for row in rows:
         for name, value in row.items():

@@ -46,7 +46,23 @@ def test_state_dict_round_trip() -> None:
     restored = Progress()
     restored.load_state_dict(progress.state_dict())
     assert (restored.current_epoch, restored.global_step) == (4, 37)
-    assert progress.state_dict() == {"epoch": 4, "global_step": 37, "resume_epoch": 4}
+    assert progress.state_dict() == {"epoch": 4, "global_step": 37, "resume_epoch": 4, "batches_that_stepped": 0}
+
+
+def test_the_batches_that_stepped_round_trip_and_give_the_loggers_step() -> None:
+    """The running batch counts in ``batches_that_stepped`` from its step on, so a checkpoint written from its
+    hooks (on_train_batch_end, its validation) resumes the loggers at the next step, while the loggers' step within
+    it is the count before it (Lightning's); a record without the count (an older checkpoint, Lightning's) takes
+    one batch per optimizer step."""
+    progress = Progress(global_step=9, batches_that_stepped=6, stepping=True)
+    assert progress.logger_step() == 5
+    restored = Progress()
+    restored.load_state_dict(progress.state_dict())
+    assert (restored.batches_that_stepped, restored.logger_step()) == (6, 6)
+    progress.advance_epoch()
+    assert progress.logger_step() == 6
+    restored.load_state_dict({"epoch": 1, "global_step": 9})
+    assert restored.batches_that_stepped == 9
 
 
 def test_a_checkpoint_after_the_epochs_batches_resumes_at_the_next_epoch() -> None:
@@ -86,7 +102,8 @@ def test_continued_keeps_the_counters_and_nothing_else() -> None:
     nxt = progress.continued()
     fresh = Progress()
     for item in dataclasses.fields(Progress):
-        expected = getattr(progress, item.name) if item.name in ("current_epoch", "global_step") \
+        expected = getattr(progress, item.name) if item.name in ("current_epoch", "global_step",
+                                                                 "batches_that_stepped") \
             else getattr(fresh, item.name)
         assert getattr(nxt, item.name) == expected, item.name
 
@@ -130,9 +147,10 @@ def test_apply_worker_result_takes_the_whole_outcome() -> None:
     result = WorkerResult(state_dict={"w": torch.zeros(1)}, training_state={"optimizer_states": [{}]},
                           callback_metrics={"loss": torch.tensor(1.0)}, logged_metrics={"loss": torch.tensor(1.0)},
                           progress_bar_metrics={"loss": 1.0}, current_epoch=2, global_step=8, should_stop=True,
-                          stop_reason="max_epochs=2 reached")
+                          stop_reason="max_epochs=2 reached", batches_that_stepped=4)
     run.apply_worker_result(result)
     assert (run.progress.current_epoch, run.progress.global_step, run.progress.should_stop) == (2, 8, True)
+    assert run.progress.batches_that_stepped == 4  # (two optimizer steps a batch): a later test logs at step 4
     assert run.callback_metrics is result.callback_metrics and run.progress_bar_metrics == {"loss": 1.0}
     assert run.optimizers == [] and run.worker_training_state == {"optimizer_states": [{}]}
     assert run.stop_reason == "max_epochs=2 reached"

@@ -57,11 +57,11 @@ class LearningRateMonitor(Callback):
         self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
 
     def on_train_batch_start(self, trainer: Trainer, *args: Any, **kwargs: Any) -> None:
-        """Log the values used by the coming step, every ``log_every_n_steps`` steps."""
+        """Log the values used by the coming step, every ``log_every_n_steps`` batches that step (as Lightning)."""
         if self.logging_interval == "epoch":
             return
         every = getattr(trainer, "log_every_n_steps", 50)
-        if (trainer.global_step + 1) % every != 0 and not trainer.should_stop:
+        if (trainer.run_state.progress.batches_that_stepped + 1) % every != 0 and not trainer.should_stop:
             return
         self._log(trainer, self._extract_stats(trainer, "step" if self.logging_interval is None else "any"))
 
@@ -106,9 +106,11 @@ class LearningRateMonitor(Callback):
 
     @staticmethod
     def _log(trainer: Trainer, stats: dict[str, float]) -> None:
+        """To the loggers at Lightning's step: the training batches that stepped before this one (as the values
+        the Module logs; several optimizer steps in a batch count once)."""
         if stats and getattr(trainer, "is_global_zero", True):
             for logger in trainer.loggers:
-                logger.log_metrics(stats, step=trainer.global_step)
+                logger.log_metrics(stats, step=trainer.run_state.progress.batches_that_stepped)
 
     # ----------------------------------------------------------------- names
     @staticmethod

@@ -29,7 +29,7 @@ def dump(trainer: Trainer, module: Any, weights_only: bool = False) -> dict[str,
         "epoch": progress["epoch"],
         "global_step": progress["global_step"],
         "state_dict": strategy.module_state_dict(model),
-        "loops": {"resume_epoch": progress["resume_epoch"]},
+        "loops": {"resume_epoch": progress["resume_epoch"], "batches_that_stepped": progress["batches_that_stepped"]},
     }
     datamodule = getattr(trainer, "datamodule", None)
     if not weights_only:
@@ -115,6 +115,8 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any]) -> None
     loops = checkpoint.get("loops", {})
     found = resume.position(trainer, checkpoint)  # the fit loop continues from there
     progress = {"epoch": checkpoint["epoch"], "global_step": checkpoint["global_step"]}
+    if "batches_that_stepped" in loops:
+        progress["batches_that_stepped"] = loops["batches_that_stepped"]
     if "resume_epoch" in loops:
         progress["resume_epoch"] = loops["resume_epoch"]
     elif found is not None:  # Lightning's checkpoint: where its loop states say, else the epoch it names

@@ -58,6 +58,7 @@ class EvaluationLoop:
         grad_off = _grad_off(trainer, inside_fit)
         results: list[dict[str, float]] = []
         publish = self.stage != "sanity_check"
+        log_steps = publish and bool(trainer.loggers)  # per-step values to the loggers (not the sanity check's)
         try:
             with grad_off:
                 hooks.call(f"on_{prefix}_start")
@@ -86,6 +87,8 @@ class EvaluationLoop:
                             fn(output, batch, batch_idx, *extra)
                         if end_m is not None:
                             end_m(output, batch, batch_idx, *extra)
+                        if log_steps:
+                            trainer.run_state.active_publisher.log_eval_step(dl_idx)
                 store.dataloader_idx = 0
                 # the sanity check's values reach callback_metrics (its on_validation_end sees them, as in
                 # Lightning) but no logger, and the fit clears them when the check ends

@@ -249,6 +249,8 @@ class FitLoop:
                 break
             if automatic:
                 boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
+                progress.stepping = boundary  # counted at once (a checkpoint from its hooks includes it)
+                progress.batches_that_stepped += boundary  # (the one writer during a fit: a manual batch counts)
                 output, stepped = optim.run_batch(batch, batch_idx, boundary)
                 if stepped:
                     for config in step_scheds:
@@ -258,6 +260,8 @@ class FitLoop:
                                            trainer.callback_metrics if config.reduce_on_plateau else {},
                                            optim.scheduler_hook)
             else:
+                progress.stepping = boundary = True
+                progress.batches_that_stepped += 1
                 stepped_before = trainer.global_step
                 output = optim.training_step(batch, batch_idx)
                 stepped = trainer.global_step != stepped_before
@@ -269,8 +273,8 @@ class FitLoop:
                 fn(output, batch, batch_idx)
             if end_m is not None:
                 end_m(output, batch, batch_idx)
-            if stepped and progress.global_step % log_every == 0:
-                publisher.log_step()
+            if boundary and (progress.batches_that_stepped % log_every == 0 or progress.should_stop):
+                publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
             if self.val_loaders and self._val_due(batch_idx, is_last):
                 mark("validation")
                 self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
@@ -333,7 +337,9 @@ class FitLoop:
         trainer = self.trainer
         trainer.run_state.progress.epoch_training_done = True
         run = trainer.run_state
-        run.active_publisher.end_epoch(run.active_hooks, "on_train_epoch_end", monitoring_last=True)
+        # the epoch's rows are at the step of its last batch's (Lightning steps back one for them, whatever it was)
+        run.active_publisher.end_epoch(run.active_hooks, "on_train_epoch_end", monitoring_last=True,
+                                       step=run.progress.batches_that_stepped - 1)
         if automatic:  # plateau schedulers step once the epoch's metrics (validation's too) are published
             self._step_epoch_schedulers([c for c in trainer.lr_scheduler_configs
                                          if c.interval == "epoch" and c.reduce_on_plateau])

@@ -35,6 +35,17 @@ class Publisher:
             if logged:
                 self._to_loggers(logged)
 
+    def log_eval_step(self, loader: int) -> None:
+        """Send the per-step values an evaluation batch of loader ``loader`` logged to the loggers, as Lightning:
+        without an ``epoch``, at that loader's own step (its batches run so far in this ``fit``'s validations, or in
+        this ``validate``/``test`` call; the sanity check's are not counted). Call it only with loggers."""
+        steps = self.trainer.run_state.progress.eval_logger_steps
+        step = steps.get(loader, 0)
+        steps[loader] = step + 1
+        logged = self.trainer.run_state.metrics.read_step()
+        if logged:
+            self._to_loggers(logged, step, with_epoch=False)
+
     def publish(self) -> None:
         """Publish the running loop's current values (per-step or epoch values, :attr:`MetricStore.phase`) into
         the Trainer's dicts, where they stay once the loop moves on: when its batches end, before an evaluation
@@ -62,10 +73,11 @@ class Publisher:
                     values[name] = value.cpu()
 
     def end_epoch(self, hooks: Any, hook: str, monitoring_last: bool = False,
-                  to_loggers: bool = True) -> dict[str, torch.Tensor]:
+                  to_loggers: bool = True, step: int | None = None) -> dict[str, torch.Tensor]:
         """Compute the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
         ``self.log`` calls count as epoch values), then publish them all and close the loop's epoch. Returns what
-        is the loggers' (tensors)."""
+        is the loggers' (tensors). ``step``: the loggers' step (default:
+        :meth:`~accelkit.loops.state.Progress.logger_step`)."""
         trainer = self.trainer
         metrics, reduce = trainer.run_state.metrics, trainer.strategy.reduce
         if metrics.rank_zero_only_names and trainer.world_size > 1:
@@ -73,7 +85,7 @@ class Publisher:
         self.publish()  # the last step's values stay visible after the epoch
         logged = metrics.compute_epoch(reduce)
         if logged and to_loggers:
-            self._to_loggers(logged)
+            self._to_loggers(logged, step)
         done = set(metrics.entries)
         metrics.set_epoch_end(True)
         if monitoring_last:
@@ -82,20 +94,29 @@ class Publisher:
             hooks.call(hook)
         late = metrics.compute_epoch(reduce, exclude=done)
         if late and to_loggers:
-            self._to_loggers(late)
+            self._to_loggers(late, step)
         if monitoring_last:  # checkpointing and early stopping see what the Module's hook logged
             hooks.call_monitors(hook)
         self.publish()
         metrics.phase = "closed"
         return {**logged, **late}
 
-    def _to_loggers(self, logged: dict[str, Any]) -> None:
-        """Numbers to the loggers (one host read per tensor), on global rank zero."""
+    def _to_loggers(self, logged: dict[str, Any], step: int | None = None, with_epoch: bool = True) -> None:
+        """Numbers to the loggers (one host read per tensor), on global rank zero, with the ``epoch`` (unless
+        ``with_epoch`` is false) at ``step`` (default: :meth:`~accelkit.loops.state.Progress.logger_step`); with
+        ``with_epoch``, a value logged as ``"step"`` is the step instead, without an ``epoch`` (Lightning's rule)."""
         trainer = self.trainer
         if trainer.loggers and trainer.strategy.is_global_zero:
-            row = {**{k: float(v) for k, v in logged.items()}, "epoch": trainer.current_epoch}
+            row = {k: float(v) for k, v in logged.items()}
+            at = trainer.run_state.progress.logger_step() if step is None else step
+            if with_epoch:  # as Lightning: a value logged as "step" is the row's step, and no epoch is added
+                own = row.pop("step", None)
+                if own is None:
+                    row["epoch"] = trainer.current_epoch
+                else:
+                    at = int(own)
             for logger in trainer.loggers:
-                logger.log_metrics(row, step=trainer.global_step)
+                logger.log_metrics(row, step=at)
 
 
 def _check_monitors(trainer: Trainer, rank_zero_names: set[str]) -> None:

@@ -220,6 +220,7 @@ def _worker_result(trainer: Trainer, stage: str, result: Any, interrupted: Any) 
         progress_bar_metrics=dict(trainer.progress_bar_metrics),
         current_epoch=trainer.current_epoch,
         global_step=trainer.global_step,
+        batches_that_stepped=trainer.run_state.progress.batches_that_stepped,
         # the caller's checkpoint/early-stopping callbacks learn the workers' outcome (best_model_path...)
         callback_states=ckpt.to_cpu({cb.state_key: cb.state_dict() for cb in trainer.callbacks
                                      if monitors_metrics(cb)})

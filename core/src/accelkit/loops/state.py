@@ -42,10 +42,15 @@ class TrainerState:
 class Progress:
     """Where a run is: its counters and per-batch flags (``trainer.current_epoch``, ``trainer.global_step``,
     ``trainer.should_stop``... read them). Each counter has one writer: :meth:`advance_step` (the optimization
-    step), :meth:`advance_epoch` (the fit loop's epoch end) and :meth:`load_state_dict` (a checkpoint's restore).
+    step), the fit loop's training batch (``batches_that_stepped``, inline: it is per batch), :meth:`advance_epoch`
+    (the fit loop's epoch end) and :meth:`load_state_dict` (a checkpoint's restore).
 
     :ivar current_epoch: epochs completed (the epoch running now, counted from 0).
     :ivar global_step: optimizer steps taken (not reset at an epoch's start).
+    :ivar batches_that_stepped: training batches that end an optimization step (each batch of a manual
+        optimization; with gradient accumulation, the last of each window), the running one included from its
+        step on: Lightning's ``_batches_that_stepped``, from which the loggers' step comes (:meth:`logger_step`).
+    :ivar stepping: the last training batch run in this epoch counts in ``batches_that_stepped``.
     :ivar should_stop: a stop was requested (a callback, the Module, the learning-rate finder).
     :ivar sanity_checking: the sanity check's validation is running.
     :ivar is_last_batch: the training batch running now is the epoch's last.
@@ -56,10 +61,14 @@ class Progress:
     :ivar num_sanity_val_batches: sanity-check batches per loader.
     :ivar num_test_batches: test batches per loader.
     :ivar num_predict_batches: prediction batches per loader.
+    :ivar eval_logger_steps: per evaluation loader, the batches whose step values went to the loggers in this run
+        (a ``fit``'s validations, or one ``validate``/``test`` call): the next one's logger step, as Lightning's.
     """
 
     current_epoch: int = 0
     global_step: int = 0
+    batches_that_stepped: int = 0
+    stepping: bool = False
     should_stop: bool = False
     sanity_checking: bool = False
     is_last_batch: bool = False
@@ -69,6 +78,7 @@ class Progress:
     num_sanity_val_batches: list[int | None] = field(default_factory=list)
     num_test_batches: list[int | None] = field(default_factory=list)
     num_predict_batches: list[int | None] = field(default_factory=list)
+    eval_logger_steps: dict[int, int] = field(default_factory=dict)
 
     def advance_step(self) -> None:
         """One optimizer step was taken (the one place ``global_step`` grows)."""
@@ -77,7 +87,13 @@ class Progress:
     def advance_epoch(self) -> None:
         """The current epoch ended (after its end hooks): the next one starts with none of its batches done."""
         self.current_epoch += 1
-        self.epoch_training_done = False
+        self.epoch_training_done = self.stepping = False
+
+    def logger_step(self) -> int:
+        """The step the loggers get, as Lightning's: the training batches that stepped before the running one
+        (the first batch's row is step 0, a validation inside a fit is at the step of the batch it follows);
+        after a fit (``validate``/``test``), all of them."""
+        return self.batches_that_stepped - self.stepping
 
     def accumulation_boundary(self, batch_idx: int, accumulate: int) -> bool:
         """Whether the optimizer steps after training batch ``batch_idx`` when gradients are summed over
@@ -88,13 +104,16 @@ class Progress:
     def continued(self) -> Progress:
         """A fresh record for the next run of the same Trainer: the step and epoch counters go on (as Lightning's
         loop progress does across ``fit``/``validate``), every flag and batch count starts anew."""
-        return Progress(current_epoch=self.current_epoch, global_step=self.global_step)
+        return Progress(current_epoch=self.current_epoch, global_step=self.global_step,
+                        batches_that_stepped=self.batches_that_stepped)
 
     def state_dict(self) -> dict[str, int]:
-        """The progress as a checkpoint records it: ``epoch`` (the current epoch), ``global_step``, and
-        ``resume_epoch``, the epoch a resumed fit starts (the next one once this epoch's batches are done)."""
+        """The progress as a checkpoint records it: ``epoch`` (the current epoch), ``global_step``,
+        ``resume_epoch``, the epoch a resumed fit starts (the next one once this epoch's batches are done), and
+        ``batches_that_stepped`` (the running batch included once it stepped: a resumed fit logs on from there)."""
         return {"epoch": self.current_epoch, "global_step": self.global_step,
-                "resume_epoch": self.current_epoch + (1 if self.epoch_training_done else 0)}
+                "resume_epoch": self.current_epoch + (1 if self.epoch_training_done else 0),
+                "batches_that_stepped": self.batches_that_stepped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (:meth:`state_dict`'s keys; without ``resume_epoch``, ``epoch`` is where the fit
@@ -105,7 +124,9 @@ class Progress:
                            f"{sorted(state)}); give Progress.state_dict()'s")
         self.current_epoch = int(state.get("resume_epoch", state["epoch"]))
         self.global_step = int(state["global_step"])
-        self.epoch_training_done = False
+        # a checkpoint without it (older, Lightning's): one batch per optimizer step
+        self.batches_that_stepped = int(state.get("batches_that_stepped", self.global_step))
+        self.stepping = self.epoch_training_done = False
 
 
 _T = TypeVar("_T")
@@ -232,7 +253,8 @@ class RunState:
         self.callback_metrics = result.callback_metrics
         self.logged_metrics = result.logged_metrics
         self.progress_bar_metrics = result.progress_bar_metrics
-        self.progress.load_state_dict({"epoch": result.current_epoch, "global_step": result.global_step})
+        self.progress.load_state_dict({"epoch": result.current_epoch, "global_step": result.global_step,
+                                       "batches_that_stepped": result.batches_that_stepped})
         self.progress.should_stop = result.should_stop
         self.stop_reason = result.stop_reason
 

@@ -21,6 +21,7 @@ class WorkerResult:
     :param progress_bar_metrics: ``trainer.progress_bar_metrics`` at the end.
     :param current_epoch: epochs completed.
     :param global_step: optimizer steps taken.
+    :param batches_that_stepped: training batches that stepped (the loggers' step, ``Progress.batches_that_stepped``).
     :param callback_states: each callback's ``state_dict()`` by its ``state_key`` (best checkpoint paths...).
     :param should_stop: whether a callback or the module asked to stop.
     :param interrupted: set when SIGINT/SIGTERM stopped ``fit``: the line saying where it stopped, where the state
@@ -36,6 +37,7 @@ class WorkerResult:
     progress_bar_metrics: dict[str, Any] = field(default_factory=dict)
     current_epoch: int = 0
     global_step: int = 0
+    batches_that_stepped: int = 0
     callback_states: dict[str, Any] = field(default_factory=dict)
     should_stop: bool = False
     interrupted: str | None = None
