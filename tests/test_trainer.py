@@ -199,7 +199,8 @@ def test_log_on_step_on_epoch_prog_bar_and_csv_rows(tmp_path):
     with open(trainer.logger.metrics_file, newline="") as handle:
         rows = list(csv.DictReader(handle))
     step_rows = [r for r in rows if r.get("idx_step")]
-    assert [int(r["step"]) for r in step_rows] == list(range(1, 9))
+    # Lightning's steps: a row at the count of batches that stepped before it (0 for the first batch)
+    assert [int(r["step"]) for r in step_rows] == list(range(0, 8))
     assert [float(r["idx_step"]) for r in step_rows] == [0.0, 1.0, 2.0, 3.0] * 2
     epoch_rows = [r for r in rows if r.get("idx_epoch")]
     assert [(int(r["epoch"]), float(r["idx_epoch"])) for r in epoch_rows] == [(0, 1.5), (1, 1.5)]
@@ -212,7 +213,7 @@ def test_log_every_n_steps_thins_step_rows(tmp_path):
     trainer.fit(Logging())
     with open(trainer.logger.metrics_file, newline="") as handle:
         steps = [int(r["step"]) for r in csv.DictReader(handle) if r.get("idx_step")]
-    assert steps == [3, 6]
+    assert steps == [2, 5]  # the 3rd and 6th batches, at Lightning's steps (the batches that stepped before them)
 
 
 def test_log_outside_a_run_is_an_error():
