@@ -12,7 +12,10 @@ A run trains ``--warmup + --steps`` steps; the clock runs from the start of step
 was fetched) to the end of the last step, with the device synchronized at both ends, so start-up, kernel
 selection and the first steps stay outside. The sides run once per round, interleaved, their order rotated every
 round; per round each side's time is divided by the hand loop's of the same round. Printed: the median time per
-step, the median ratio and its spread (lowest-highest over the rounds), and the peak device memory.
+step, the median ratio and its spread (lowest-highest over the rounds), and the peak device memory; beside the wall
+time, the CPU time of the thread running the steps ("host CPU"), and its ratio: a small GPU step is host-bound, and
+the thread's CPU time leaves out the time other processes took the core (on a shared machine the wall time of the
+hand loop itself moved by 40 % between rounds: NVIDIA H100, 9 rounds of 300 steps).
 
 Then a count per steady step under ``torch.profiler`` (``--profile-steps`` steps) for the hand loop and accelkit:
 kernel launches, memory copies and sets, synchronizations and host operators (``aten::``), and the operators
@@ -22,9 +25,11 @@ Last, the Python that a step runs on the host, which a small GPU step pays in fu
 than the GPU runs them only while its Python keeps up): the instructions and calls per steady step of the hand
 loop and of accelkit (``sys.settrace`` over ``--count-steps`` steps, default 50, one ``log_every_n_steps``), and
 the functions where accelkit's instructions differ most from the hand loop's (its extra, function by function).
-Each workload is counted in a fresh process that compiles nothing (after ``torch.compile`` has run in a process, the
-trace may not see a frame: the count read 0 on Python 3.12); a side of which no instruction was seen stops the
-benchmark with an error rather than print 0.
+Each workload is counted in a fresh process that compiles nothing; the counter turns opcode events on before
+``sys.settrace`` (on Python 3.12 a first traced run otherwise gets none: the count read 0 there); a side of which
+no instruction was seen stops the benchmark with an error rather than print 0. The same process then runs each side once more under ``cProfile``
+over those steps and prints the host time per step of each side and the functions where accelkit's differs most,
+C functions (CUDA runtime calls among them) included: what the instruction count cannot see.
 
     python benchmarks/bench_cuda.py [--workloads mlp transformer] [--rounds 7] [--steps 300] [--warmup 50]
                                     [--profile-steps 50] [--count-steps 50]
@@ -45,9 +50,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import importlib.util
 import logging
 import os
+import pstats
 import statistics
 import subprocess
 import sys
@@ -146,11 +153,13 @@ class Span:
     or its Python instructions counted (``counter``, whose trace function the caller installs)."""
 
     def __init__(self, device: torch.device, first: int, last: int, profile: bool = False,
-                 counter: OpcodeCounter | None = None) -> None:
+                 counter: OpcodeCounter | None = None, host_profile: cProfile.Profile | None = None) -> None:
         self.device, self.first, self.last, self.profile, self.counter = device, first, last, profile, counter
+        self.host_profile = host_profile
         self.seconds = 0.0
+        self.cpu_seconds = 0.0  # the CPU time of the thread running the steps (the host's own work)
         self.events: collections.Counter[str] = collections.Counter()
-        self._start = 0.0
+        self._start = self._cpu_start = 0.0
         self._profiler: Any = None
 
     def step_start(self, index: int) -> None:
@@ -165,15 +174,20 @@ class Span:
                 self._profiler.__enter__()
             if self.counter is not None:
                 self.counter.counting = True
-            self._start = time.perf_counter()
+            if self.host_profile is not None:
+                self.host_profile.enable()
+            self._start, self._cpu_start = time.perf_counter(), time.thread_time()
 
     def step_end(self, index: int) -> None:
         """Called at the end of every step."""
         if index == self.last:
             if self.counter is not None:
                 self.counter.counting = False
+            if self.host_profile is not None:
+                self.host_profile.disable()
+            cpu = time.thread_time() - self._cpu_start  # before the final wait, which may spin
             sync(self.device)
-            self.seconds = time.perf_counter() - self._start
+            self.seconds, self.cpu_seconds = time.perf_counter() - self._start, cpu
             if self._profiler is not None:
                 self._profiler.__exit__(None, None, None)
                 self.events.update(event.name for event in self._profiler.events())
@@ -346,15 +360,18 @@ ALL_SIDES = {**SIDES, **CAPTURED_SIDES}
 
 
 def measure(side: Callable[..., None], w: Workload, device: torch.device, warmup: int, steps: int,
-            profile: bool = False, counter: OpcodeCounter | None = None) -> tuple[float, int, Span]:
-    """One run of ``side``: seconds per steady step, peak device memory in bytes (0 on the CPU), the span. With a
-    ``counter``, the whole run is traced (``sys.settrace``) and the span's instructions counted."""
-    span = Span(device, warmup, warmup + steps - 1, profile, counter)
+            profile: bool = False, counter: OpcodeCounter | None = None,
+            host_profile: cProfile.Profile | None = None) -> tuple[float, int, Span]:
+    """One run of ``side``: seconds per steady step, peak device memory in bytes (0 on the CPU), the span (its
+    ``cpu_seconds``: the stepping thread's CPU time). With a ``counter``, the whole run is traced
+    (``sys.settrace``) and the span's instructions counted; with a ``host_profile``, the span runs under it."""
+    span = Span(device, warmup, warmup + steps - 1, profile, counter, host_profile)
     if device.type == "cuda":
+        torch.cuda.init()  # a fresh process (the counting child) has no allocator to reset before this
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
     if counter is not None:
-        sys.settrace(counter.trace)  # before the run, so that the loops' own frames are traced too
+        counter.install()  # before the run, so that the loops' own frames are traced too
     try:
         side(w, device, span, warmup + steps)
     finally:
@@ -373,21 +390,27 @@ def spread(values: list[float]) -> str:
 def compare(w: Workload, device: torch.device, sides: list[str], args: argparse.Namespace) -> dict[str, list[float]]:
     """Interleaved, rotated rounds of every side; prints each round and the summary; returns the ratios."""
     times: dict[str, list[float]] = {name: [] for name in sides}
+    host: dict[str, list[float]] = {name: [] for name in sides}  # the stepping thread's CPU seconds per step
     peaks: dict[str, int] = {}
     for r in range(args.rounds):
         order = sides[r % len(sides):] + sides[:r % len(sides)]
         for name in order:
-            seconds, peak, _ = measure(ALL_SIDES[name][0], w, device, args.warmup, args.steps)
+            seconds, peak, span = measure(ALL_SIDES[name][0], w, device, args.warmup, args.steps)
             times[name].append(seconds)
+            host[name].append(span.cpu_seconds / args.steps)
             peaks[name] = max(peaks.get(name, 0), peak)
         print(f"  round {r + 1}/{args.rounds} ({' > '.join(order)}): "
-              + ", ".join(f"{n} {times[n][-1] * 1e3:.3f}" for n in sides) + " ms/step", flush=True)
+              + ", ".join(f"{n} {times[n][-1] * 1e3:.3f}" for n in sides) + " ms/step (host CPU "
+              + ", ".join(f"{host[n][-1] * 1e3:.3f}" for n in sides) + ")", flush=True)
     ratios = {name: [t / h for t, h in zip(times[name], times["hand loop"])] for name in sides}
+    host_ratios = {name: [t / h for t, h in zip(host[name], host["hand loop"])] for name in sides}
     width = max(10, *map(len, sides))
     for name in sides:
         memory = f", peak memory {peaks[name] / 2**20:.1f} MiB" if device.type == "cuda" else ""
-        ratio = "" if name == "hand loop" else f", ratio to the hand loop {spread(ratios[name])}"
-        print(f"  {name:<{width}}: {statistics.median(times[name]) * 1e3:.3f} ms/step{ratio}{memory}", flush=True)
+        ratio = "" if name == "hand loop" else (f", ratio to the hand loop {spread(ratios[name])}, host CPU ratio "
+                                                f"{spread(host_ratios[name])}")
+        print(f"  {name:<{width}}: {statistics.median(times[name]) * 1e3:.3f} ms/step (host CPU "
+              f"{statistics.median(host[name]) * 1e3:.3f}){ratio}{memory}", flush=True)
     return ratios
 
 
@@ -449,6 +472,27 @@ def count_here(w: Workload, device: torch.device, args: argparse.Namespace) -> N
     print("  per step, accelkit minus hand loop, by function: " + ", ".join(
         f"{where} {n:+.0f}" for where, n in extra_functions(functions["accelkit"], functions["hand loop"])),
         flush=True)
+    host = {}
+    for name in ("hand loop", "accelkit"):
+        profiler = cProfile.Profile()
+        measure(SIDES[name][0], w, device, args.warmup, args.count_steps, host_profile=profiler)
+        host[name] = host_microseconds(profiler, args.count_steps)
+    print(f"  host time per step under cProfile (its own cost inflates Python functions; C functions, CUDA calls "
+          f"among them, are timed as they run): hand loop {sum(host['hand loop'].values()):.0f} us, accelkit "
+          f"{sum(host['accelkit'].values()):.0f} us; accelkit minus hand loop, by function: " + ", ".join(
+              f"{where} {n:+.1f} us" for where, n in extra_functions(host["accelkit"], host["hand loop"])),
+          flush=True)
+
+
+def host_microseconds(profiler: cProfile.Profile, steps: int) -> dict[str, float]:
+    """Microseconds per step spent in each function itself (cProfile's ``tottime``), by ``file:function`` (a C
+    function by its name)."""
+    result: collections.Counter[str] = collections.Counter()
+    for (path, _, function), (_, _, own, _, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+        where = path.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1] if "-packages/" in path or \
+            "/src/" in path else os.path.basename(path)
+        result[f"{where}:{function}" if path != "~" else function] += own * 1e6 / steps
+    return dict(result)
 
 
 # ------------------------------------------------------------------------------------------ driver

@@ -283,6 +283,14 @@ class OpcodeCounter(accelkit.Callback):
         self.counting = False
         self.by_code: collections.Counter[Any] = collections.Counter()
 
+    def install(self) -> None:
+        """``sys.settrace(self.trace)`` with opcode events on. Python 3.12 turns opcode events on when
+        ``sys.settrace`` is called only if some frame already asked for them (``f_trace_opcodes``), so a first
+        counted run saw calls but no instruction there; the caller's frame asks first (harmless elsewhere: that
+        frame has no trace function). :meth:`trace` turns them on for every frame it sees."""
+        sys._getframe(1).f_trace_opcodes = True
+        sys.settrace(self.trace)
+
     def trace(self, frame: Any, event: str, arg: Any) -> Any:
         frame.f_trace_opcodes = True
         if event == "opcode" and self.counting:
@@ -347,7 +355,7 @@ def framework_opcodes(steps: int = 200) -> dict[str, float]:
     counter = OpcodeCounter()
     module = TinyModule(log=False)
     optimizer = torch.optim.SGD(module.parameters(), lr=0.0)
-    sys.settrace(counter.trace)
+    counter.install()
     counter.counting = True
     for batch_idx, batch in enumerate(batches):
         loss = module.training_step(batch, batch_idx)
@@ -360,7 +368,7 @@ def framework_opcodes(steps: int = 200) -> dict[str, float]:
     for name, log in (("trainer", False), ("trainer+log", True)):
         counter = OpcodeCounter()
         trainer = quiet_trainer(2, [counter, UndrawnBar()], devices=1)
-        sys.settrace(counter.trace)  # before the fit, so the loop's own frames are traced too
+        counter.install()  # before the fit, so the loop's own frames are traced too
         try:
             with output_to_devnull():
                 trainer.fit(TinyModule(log), train_dataloaders=batches)

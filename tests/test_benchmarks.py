@@ -39,6 +39,9 @@ def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
     # the host's Python per step: a count per side, and accelkit's extra by function (its loops among them)
     assert out.count(" Python instructions, ") == 4 and out.count(" calls per step") == 4, out
     assert out.count("per step, accelkit minus hand loop, by function: ") == 2 and "accelkit/loops/" in out, out
+    # the stepping thread's CPU time beside the wall time, and the host time by function (C functions included)
+    assert out.count("host CPU ratio ") >= 2 and out.count("(host CPU ") >= 6, out
+    assert out.count("host time per step under cProfile") == 2 and " us, accelkit " in out, out
 
 
 @pytest.mark.slow
@@ -97,7 +100,7 @@ def test_the_instruction_counter_refuses_a_side_it_saw_nothing_of():
     counter, previous = OpcodeCounter(), sys.gettrace()
     with pytest.raises(RuntimeError, match=r"saw 0 Python instructions and 0 calls over 5 steps of 'hand loop'"):
         counter.per_step(5, "hand loop")  # a side that ran, whose frames the trace never saw: not "0 per step"
-    sys.settrace(counter.trace)
+    counter.install()
     counter.counting = True
     sum(len(str(i)) for i in range(10))  # some Python, traced
     counter.counting = False

@@ -742,14 +742,16 @@ def test_a_callback_reads_the_steps_own_value_at_its_end(tmp_path):
 @pytest.fixture(scope="module")
 def lightning_reads(tmp_path_factory, run_python) -> dict[str, list[Any]]:
     """What the reading callback of ``helpers.metric_reads`` saw under Lightning's Trainer, for every scenario (one
-    process: Lightning's Trainer imports torch_xla)."""
+    process: Lightning's Trainer imports torch_xla). The scenarios run on the CPU; the process sees no GPU, because
+    on a GPU machine Lightning's first fit initializes CUDA (its ``isolate_rng`` saves the CUDA random state) and
+    the ``ddp_fork`` scenario's workers then cannot use CUDA in a forked process."""
     pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
     root = tmp_path_factory.mktemp("lightning_reads")
     return run_python(f"""
         import json
         from helpers.metric_reads import SCENARIOS, record
         print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parent])
+        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
 
 
 @pytest.mark.slow
