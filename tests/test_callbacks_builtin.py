@@ -391,6 +391,59 @@ def test_lr_monitor_needs_a_logger(tmp_path):
         LearningRateMonitor(logging_interval="batch")
 
 
+# ---------------------------------------------------------------------------------------------- device statistics
+@pytest.fixture(scope="module")
+def lightning_device_stats(tmp_path_factory, run_python) -> dict[str, dict[str, list[int]]]:
+    """Where Lightning's ``DeviceStatsMonitor`` wrote in every scenario of ``helpers.device_stats_steps`` (one
+    process: Lightning's Trainer imports torch_xla)."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    pytest.importorskip("psutil", reason="the CPU's figures are read with psutil (Lightning's and accelkit's)")
+    root = tmp_path_factory.mktemp("lightning_device_stats")
+    return run_python(f"""
+        import json
+        from helpers.device_stats_steps import SCENARIOS, record
+        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
+        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["every_2", "every_1", "accumulate_2", "val_mid_epoch_every_3",
+                                      "stop_requested", "no_cpu_stats"])
+def test_device_stats_monitor_writes_lightnings_columns_at_lightnings_steps(tmp_path, lightning_device_stats,
+                                                                             scenario):
+    """``DeviceStatsMonitor`` on the CPU under accelkit's Trainer and Lightning's, with a CSV logger: the same
+    columns (``DeviceStatsMonitor.<hook>/<figure>``: the host's ``cpu_percent``, ``cpu_vm_percent`` and
+    ``cpu_swap_percent`` at the start and end of training, validation, sanity-check and test batches) filled at
+    the same rows' steps, with ``log_every_n_steps`` 1, 2 and 3, gradient accumulation, validation in the middle of
+    an epoch, a stop requested (every batch after it logs), and ``cpu_stats=False`` (nothing on the CPU)."""
+    from helpers.device_stats_steps import record
+
+    ours = record("accelkit", str(tmp_path), scenario)
+    assert ours == lightning_device_stats[scenario]
+    if scenario == "every_2":
+        assert "DeviceStatsMonitor.on_test_batch_end/cpu_percent" in ours  # the test batches too
+        assert ours["DeviceStatsMonitor.on_train_batch_start/cpu_vm_percent"] == [1, 3, 5, 7, 9]
+
+
+def test_device_stats_monitor_refuses_what_it_cannot_do(tmp_path, monkeypatch):
+    from accelkit.callbacks import DeviceStatsMonitor
+
+    with pytest.raises(TypeError, match=r"cpu_stats='yes'.*True, False or None"):
+        DeviceStatsMonitor(cpu_stats="yes")
+    with pytest.raises(accelkit.ConfigurationError, match="DeviceStatsMonitor writes to the Trainer's loggers"):
+        make_trainer(tmp_path, max_epochs=1, logger=False, callbacks=[DeviceStatsMonitor()]).fit(Scripted())
+    monkeypatch.setitem(sys.modules, "psutil", None)  # as if psutil were not installed: its import fails
+    with pytest.raises(ModuleNotFoundError, match="psutil, not installed: pip install psutil, or pass cpu_stats"):
+        make_trainer(tmp_path, max_epochs=1, logger=CSVLogger(tmp_path),
+                     callbacks=[DeviceStatsMonitor()]).fit(Scripted())
+    # without the host's figures, nothing is asked of psutil on the CPU: the fit runs and writes no figure
+    trainer = make_trainer(tmp_path / "off", max_epochs=1, logger=CSVLogger(tmp_path / "off"),
+                           callbacks=[DeviceStatsMonitor(cpu_stats=False)])
+    trainer.fit(Scripted())
+    with open(Path(trainer.logger.log_dir) / "metrics.csv", newline="") as handle:
+        assert not [name for name in next(csv.reader(handle)) if name.startswith("DeviceStatsMonitor")]
+
+
 # ---------------------------------------------------------------------------------------------- two processes
 class RankScripted(Scripted):
     """Each rank logs its own ``val_loss`` (no ``sync_dist``): rank 0 keeps improving, rank 1 stops at epoch 1."""

@@ -352,12 +352,47 @@ def test_min_epochs_defers_an_early_stop(tmp_path):
 
 
 def test_min_steps_defers_an_early_stop(tmp_path):
+    """As Lightning's: ``min_steps`` without ``min_epochs`` also waits for the first epoch's end (Lightning's
+    ``min_epochs`` becomes 1), so a stop requested at batch 0 with ``min_steps=6`` happens after the 8 batches
+    of epoch 0; in a later epoch it happens once ``min_steps`` is reached."""
     model = Recorder(n_train=32)  # 8 batches per epoch
     trainer = quiet_trainer(tmp_path, max_epochs=10, min_steps=6, callbacks=[StopAt(batch=0)],
                             num_sanity_val_steps=0, **QUIET)
     trainer.fit(model)
-    assert trainer.global_step == 6
-    assert len(model.train_batches) == 6
+    assert trainer.global_step == 8
+    assert len(model.train_batches) == 8
+    model = Recorder(n_train=32)
+    trainer = quiet_trainer(tmp_path, max_epochs=10, min_steps=11, callbacks=[StopAt(batch=0)],
+                            num_sanity_val_steps=0, **QUIET)
+    trainer.fit(model)
+    assert trainer.global_step == 11
+
+
+@pytest.fixture(scope="module")
+def lightning_stop_runs(tmp_path_factory, run_python) -> dict[str, list[list[Any]]]:
+    """The batches Lightning's Trainer runs in every scenario of ``helpers.stop_runs`` (one process)."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    root = tmp_path_factory.mktemp("lightning_stop_runs")
+    return run_python(f"""
+        import json
+        from helpers.stop_runs import SCENARIOS, record
+        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
+        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["callback_mid_epoch", "step_mid_epoch", "last_batch", "min_steps_defers",
+                                      "min_epochs_defers", "val_every_2_epochs", "val_interval_3"])
+def test_a_requested_stop_validates_first_and_waits_for_the_minimums_as_in_lightning(tmp_path, lightning_stop_runs,
+                                                                                    scenario):
+    """A stop requested in the middle of an epoch (from a callback's ``on_train_batch_end`` or from
+    ``training_step``) runs the validation first, as Lightning's Trainer does, in an epoch that validates
+    (``check_val_every_n_epoch``), also right after a validation due at ``val_check_interval``; with
+    ``min_steps`` (and no ``min_epochs``) the stop waits for the end of the first epoch, with ``min_epochs`` for
+    that many epochs: the same training and validation batches, at the same steps, as Lightning's."""
+    from helpers.stop_runs import record
+
+    assert record("accelkit", str(tmp_path), scenario) == lightning_stop_runs[scenario]
 
 
 def test_max_time_stops_early(tmp_path):

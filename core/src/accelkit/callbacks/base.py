@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from accelkit.utilities.host import host_stats, host_stats_available
+
 if TYPE_CHECKING:
     from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
@@ -169,21 +171,97 @@ class Callback:
 
 
 class DeviceStatsMonitor(Callback):
-    """Logs the accelerator's device statistics (memory and the like) every ``log_every_n_steps`` steps.
+    """Logs device statistics to the Trainer's loggers, as Lightning's ``DeviceStatsMonitor``: at the start and the
+    end of every training, validation and test batch that falls on a logging step, each figure named
+    ``DeviceStatsMonitor.<hook><separator><figure>`` (the hook's name, e.g. ``on_train_batch_end``, and the
+    logger's ``group_separator``, ``"/"``), at the loggers' step (the training batches that stepped before).
 
-    What is reported comes from :meth:`accelkit.Accelerator.get_device_stats`; an accelerator without
-    statistics logs nothing.
+    A training batch falls on a logging step when the batches that stepped, counting it, are a multiple of
+    ``log_every_n_steps``; an evaluation batch when its position in the running validation or test (counted from 1
+    over all its loaders) is; and every batch once a stop was requested. The figures come from
+    :meth:`accelkit.Accelerator.get_device_stats` (on the CPU: the host's, as with Lightning).
+
+    :param cpu_stats: ``None``: the host's CPU and memory figures only when the accelerator is the CPU; ``True``:
+        them too on any accelerator; ``False``: never (on the CPU, nothing is logged). The host's figures need
+        ``psutil``.
+    :raises ConfigurationError: at a fit's setup, when the Trainer has no logger.
+    :raises ModuleNotFoundError: at a fit's setup on the CPU, when ``psutil`` is not installed and ``cpu_stats``
+        is ``None``.
     """
+
+    def __init__(self, cpu_stats: bool | None = None) -> None:
+        if cpu_stats is not None and not isinstance(cpu_stats, bool):
+            raise TypeError(f"DeviceStatsMonitor(cpu_stats={cpu_stats!r}): give True, False or None (the host's "
+                            "figures only on the CPU)")
+        self.cpu_stats = cpu_stats
+        self._evaluation_batches = 0  # the running validation's or test's batches so far
+
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+        if stage != "fit":
+            return
+        if not trainer.loggers:
+            from accelkit.errors import ConfigurationError
+
+            raise ConfigurationError("DeviceStatsMonitor writes to the Trainer's loggers, and this Trainer has none "
+                                     "(logger=False): give it a logger, or drop the callback")
+        if self.cpu_stats is None and trainer.strategy.root_device.type == "cpu" and not host_stats_available():
+            raise ModuleNotFoundError("DeviceStatsMonitor logs the host's CPU and memory figures on the CPU, which "
+                                      "are read with psutil, not installed: pip install psutil, or pass "
+                                      "cpu_stats=False")
+
+    def _log(self, trainer: Trainer, hook: str, due: bool, step: int | None = None) -> None:
+        if not (due or trainer.should_stop):
+            return
+        device = trainer.strategy.root_device
+        on_host = device.type == "cpu"
+        if (self.cpu_stats is False and on_host) or not trainer.is_global_zero:
+            return
+        stats = dict(trainer.strategy.accelerator.get_device_stats(device))
+        if self.cpu_stats and not on_host:
+            stats.update(host_stats())
+        if step is None:
+            step = trainer.run_state.progress.logger_step()
+        prefix = f"{type(self).__qualname__}.{hook}"
+        for logger in trainer.loggers:
+            separator = getattr(logger, "group_separator", "/")
+            logger.log_metrics({f"{prefix}{separator}{name}": value for name, value in stats.items()}, step=step)
+
+    def _training_due(self, trainer: Trainer, stepped: int) -> bool:
+        return stepped % trainer.log_every_n_steps == 0
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int) -> None:
+        stepped = trainer.run_state.progress.batches_that_stepped  # before this batch: it has not stepped yet
+        self._log(trainer, "on_train_batch_start", self._training_due(trainer, stepped + 1), stepped)
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if trainer.global_step % trainer.log_every_n_steps:
-            return
-        strategy = trainer.strategy
-        stats = strategy.accelerator.get_device_stats(strategy.root_device)
-        if stats and strategy.is_global_zero:
-            for logger in trainer.loggers:
-                logger.log_metrics({f"device/{k}": float(v) for k, v in stats.items()}, step=trainer.global_step)
+        progress = trainer.run_state.progress
+        self._log(trainer, "on_train_batch_end", self._training_due(trainer, progress.logger_step() + 1))
+
+    def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
+        self._evaluation_batches = 0
+
+    on_test_start = on_validation_start
+
+    def _evaluation_batch(self, trainer: Trainer, hook: str, count: int) -> None:
+        self._evaluation_batches += count
+        self._log(trainer, hook, self._evaluation_batches % trainer.log_every_n_steps == 0)
+
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
+                                  dataloader_idx: int = 0) -> None:
+        self._evaluation_batch(trainer, "on_validation_batch_start", 1)
+
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._evaluation_batch(trainer, "on_validation_batch_end", 0)
+
+    def on_test_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int,
+                            dataloader_idx: int = 0) -> None:
+        self._evaluation_batch(trainer, "on_test_batch_start", 1)
+
+    def on_test_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
+                          dataloader_idx: int = 0) -> None:
+        self._evaluation_batch(trainer, "on_test_batch_end", 0)
 
 
 #: modules defining Lightning's ``Callback`` base class (``lightning.pytorch`` and the ``pytorch_lightning`` package)

@@ -157,8 +157,11 @@ class FitLoop:
         return False
 
     def _minimums_met(self) -> bool:
+        """Whether a requested stop may happen now. As Lightning's: ``min_steps`` without ``min_epochs`` also
+        waits for the end of the first epoch (its ``min_epochs`` becomes 1)."""
         trainer = self.trainer
-        return (trainer.min_epochs is None or trainer.current_epoch >= trainer.min_epochs) and (
+        min_epochs = trainer.min_epochs if trainer.min_epochs is not None else int(trainer.min_steps is not None)
+        return trainer.current_epoch >= min_epochs and (
             trainer.min_steps is None or trainer.global_step >= trainer.min_steps)
 
     def stop_reason(self) -> str:
@@ -213,6 +216,14 @@ class FitLoop:
                 return self.batches_since_val % interval == 0
             due = (batch_idx + 1) % interval == 0
         return due and (every is None or (trainer.current_epoch + 1) % every == 0)
+
+    def _stop_val(self) -> bool:
+        """A stop was requested and may happen now: validate before it, as Lightning does, in an epoch that
+        validates (``check_val_every_n_epoch``)."""
+        trainer = self.trainer
+        every = trainer.check_val_every_n_epoch
+        return trainer.should_stop and (every is None or (trainer.current_epoch + 1) % every == 0) and \
+            self._minimums_met()
 
     def _epoch(self) -> int:
         trainer = self.trainer
@@ -275,7 +286,7 @@ class FitLoop:
                 end_m(output, batch, batch_idx)
             if boundary and (progress.batches_that_stepped % log_every == 0 or progress.should_stop):
                 publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
-            if self.val_loaders and self._val_due(batch_idx, is_last):
+            if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
                 mark("validation")
                 self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
             if stop is not None:

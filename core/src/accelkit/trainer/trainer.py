@@ -70,7 +70,8 @@ class Trainer(TrainerProperties):
     :param max_epochs: stop after this many epochs (default 1000 if ``max_steps`` is not set; ``-1``: no limit).
     :param min_epochs: a stop requested earlier (early stopping) waits for this many epochs.
     :param max_steps: stop after this many optimizer steps (``-1``: no limit).
-    :param min_steps: a stop requested earlier waits for this many steps.
+    :param min_steps: a stop requested earlier waits for this many steps (and, without ``min_epochs``, for the end
+        of the first epoch, as in Lightning). A stop that may happen validates first, as in Lightning.
     :param max_time: stop after this long: ``"DD:HH:MM:SS"``, a ``timedelta`` or a dict of its arguments.
     :param limit_train_batches: batches per training epoch: an int, or a float fraction (``None``: all).
     :param limit_val_batches: likewise for validation (``0`` turns validation off).

@@ -10,6 +10,7 @@ import torch
 
 from accelkit import Accelerator
 from accelkit.errors import ConfigurationError
+from accelkit.utilities.host import host_stats
 
 
 class CPUAccelerator(Accelerator):
@@ -47,6 +48,11 @@ class CPUAccelerator(Accelerator):
 
     def device(self, index: int) -> torch.device:
         return torch.device("cpu")
+
+    def get_device_stats(self, device: torch.device) -> dict[str, float]:
+        """The host's CPU and memory use in percent (``cpu_vm_percent``, ``cpu_percent``, ``cpu_swap_percent``, as
+        Lightning's CPU accelerator reports), read with ``psutil``; ``ModuleNotFoundError`` without it."""
+        return host_stats()
 
     def is_out_of_memory(self, error: BaseException) -> bool:
         """Host memory ran out: Python's ``MemoryError``, or torch's CPU allocator refusing an allocation

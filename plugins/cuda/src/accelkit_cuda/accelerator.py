@@ -11,7 +11,6 @@ from accelkit import Accelerator
 from accelkit.accelerator import parse_device_indices
 from accelkit.errors import ConfigurationError
 
-_MB = 1024.0**2
 #: texts of CUDA runtime errors that mean the device ran out of memory
 _OOM_MARKERS = (
     "CUDA out of memory",
@@ -111,14 +110,12 @@ class CUDAAccelerator(Accelerator):
         return [device.index]
 
     def get_device_stats(self, device: torch.device) -> dict[str, float]:
-        """Memory on ``device`` in MB: currently allocated, reserved by the caching allocator, peak allocated."""
+        """The caching allocator's statistics for ``device`` (``torch.cuda.memory_stats``: bytes and counts, e.g.
+        ``allocated_bytes.all.current``, ``allocated_bytes.all.peak``, ``reserved_bytes.all.current``), as
+        Lightning's CUDA accelerator reports them; nothing before CUDA is used in this process."""
         if not torch.cuda.is_initialized():
             return {}
-        return {
-            "memory_allocated_mb": torch.cuda.memory_allocated(device) / _MB,
-            "memory_reserved_mb": torch.cuda.memory_reserved(device) / _MB,
-            "memory_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / _MB,
-        }
+        return dict(torch.cuda.memory_stats(device))
 
     def rng_state(self) -> dict[str, Any]:
         """Every visible GPU's generator state under ``"cuda"``, once CUDA is initialised in this process."""
