@@ -318,10 +318,12 @@ class ModelCheckpoint(Checkpoint):
     def _saves_at_train_epoch_end(self, trainer: Trainer) -> bool:
         if self._save_on_train_epoch_end is not None:
             return self._save_on_train_epoch_end
+        if getattr(trainer, "check_val_every_n_epoch", 1) != 1:
+            # validation skips epochs (its loaders are built when it first runs, as Lightning's): save after it,
+            # when the monitored metric is fresh
+            return False
         if _no_validation(trainer):
             return True  # the end of the training epoch is the only place to save
-        if getattr(trainer, "check_val_every_n_epoch", 1) != 1:
-            return False  # validation skips epochs: save after it, when the monitored metric is fresh
         return getattr(trainer, "val_check_interval", 1.0) == 1.0  # once per epoch, before the epoch's end
 
     def _candidates(self, trainer: Trainer) -> dict[str, torch.Tensor]:

@@ -45,6 +45,10 @@ class FitLoop:
 
     # ----------------------------------------------------------------- set-up
     def _load_val(self) -> None:
+        """Whether this fit validates; its loaders are (re)built when a validation next needs them
+        (:meth:`_built_val`), as Lightning's: ``val_dataloader()`` runs for the sanity check, when training starts
+        if the first epoch validates, else right before the first validation (a reload's, before the next
+        validation)."""
         self._val_requested = True
         trainer = self.trainer
         module = trainer.lightning_module
@@ -52,9 +56,17 @@ class FitLoop:
             self.val_loaders = None
             trainer.run_state.progress.num_val_batches = []
             return
-        self.val_loaders = trainer.run_state.active_data.loaders("val")
-        self.val_limits = trainer.run_state.active_data.agreed_num_batches(self.val_loaders or [], "val", "validation")
-        trainer.run_state.progress.num_val_batches = list(self.val_limits)
+        self.val_loaders = _UNBUILT
+
+    def _built_val(self) -> list[Any] | None:
+        """The validation loaders, built now if :meth:`_load_val` left them to the first validation."""
+        if self.val_loaders is _UNBUILT:
+            trainer = self.trainer
+            data = trainer.run_state.active_data
+            self.val_loaders = data.loaders("val")
+            self.val_limits = data.agreed_num_batches(self.val_loaders or [], "val", "validation")
+            trainer.run_state.progress.num_val_batches = list(self.val_limits)
+        return self.val_loaders
 
     def run(self) -> None:
         """The whole fit, from ``on_fit_start`` to ``on_fit_end``."""
@@ -73,6 +85,11 @@ class FitLoop:
         self._load_train()
         if not self._val_requested:
             self._load_val()
+        # as Lightning: no training batch to run (limits reached, none in the loader) skips the training hooks
+        skip = trainer.num_training_batches == 0 or self._done()
+        every = trainer.check_val_every_n_epoch
+        if not skip and self.val_loaders and (every is None or (trainer.current_epoch + 1) % every == 0):
+            self._built_val()  # as Lightning: at the start when this epoch validates (its bar shows the batches)
         interval, total = trainer.val_check_interval, trainer.num_training_batches
         if self.val_loaders and isinstance(interval, int) and trainer.check_val_every_n_epoch is not None and \
                 total is not None and interval > total:
@@ -81,11 +98,11 @@ class FitLoop:
                              "check_val_every_n_epoch=None (as in Lightning)")
         trainer.run_state.state.stage = "train"
         trainer.model.train()  # once: modes the hooks set from here on (a frozen sub-module) are kept
-        hooks.call("on_train_start")
         if trainer.num_training_batches == 0:
             warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
                           UserWarning, stacklevel=2)
-        else:
+        if not skip:
+            hooks.call("on_train_start")
             while not self._done():
                 if trainer.reload_dataloaders_every_n_epochs and trainer.current_epoch > 0 and \
                         trainer.current_epoch % trainer.reload_dataloaders_every_n_epochs == 0:
@@ -99,7 +116,8 @@ class FitLoop:
         if self.interrupted:
             return  # stopped by a signal mid-epoch: no end-of-training hooks (the caller saves and raises)
         trainer.run_state.stop_reason = self.stop_reason()
-        hooks.call("on_train_end")
+        if not skip:
+            hooks.call("on_train_end")
         hooks.call("on_fit_end")
         self.active = False
 
@@ -112,9 +130,9 @@ class FitLoop:
         try:
             with isolated_rng():  # turning the sanity check on or off does not change training (Lightning too)
                 self._load_val()
-                if self.val_loaders:
+                if self._built_val():
                     limits = [n if steps < 0 else (steps if n is None else min(steps, n)) for n in self.val_limits]
-                    EvaluationLoop(trainer, "sanity_check").run(self.val_loaders, limits, inside_fit=True)
+                    EvaluationLoop(trainer, "sanity_check").run(self._built_val() or [], limits, inside_fit=True)
         finally:
             trainer.run_state.progress.sanity_checking = False
         for fn in trainer.run_state.active_hooks.callback_plan("on_sanity_check_end"):
@@ -126,6 +144,10 @@ class FitLoop:
         """The training loader (again, when it is reloaded) and its batches per epoch, agreed by every process
         (``trainer.num_training_batches``)."""
         trainer = self.trainer
+        if trainer.limits["fit"] == 0:  # as Lightning: no batch will be asked for; train_dataloader() is not called
+            self.train_loader = None
+            trainer.run_state.progress.num_training_batches = 0
+            return
         data = trainer.run_state.active_data
         train_loaders = data.loaders("train")
         if train_loaders is None:
@@ -366,12 +388,18 @@ class FitLoop:
 
     def _validate(self, zero_grad: bool) -> None:
         trainer = self.trainer
+        loaders = self._built_val()
+        if not loaders:
+            return
         trainer.run_state.state.stage = "validate"
         try:
-            EvaluationLoop(trainer, "validate").run(self.val_loaders or [], self.val_limits, inside_fit=True,
-                                                    zero_grad=zero_grad)
+            EvaluationLoop(trainer, "validate").run(loaders, self.val_limits, inside_fit=True, zero_grad=zero_grad)
         finally:
             trainer.run_state.state.stage = "train"
+
+
+#: :attr:`FitLoop.val_loaders` of a fit that validates, before its loaders are built (truthy: validation is on)
+_UNBUILT: list[Any] = [None]
 
 
 @contextlib.contextmanager
