@@ -185,12 +185,24 @@ def hand_run(samples: int, epochs: int) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------ Trainer
+def synced_now() -> tuple[float, float]:
+    """The wall clock and this process's CPU time, read once every process got here (a barrier of the process
+    group): a span that ends with one is charged the wait for its slowest rank."""
+    dist.barrier()
+    return time.perf_counter(), time.process_time()
+
+
 class EpochStarts(accelkit.Callback):
     """Rank 0 writes the time at every epoch's start and at the end of training to ``path``; with ``paired``,
     one epoch of :class:`HandLoop` runs beside each Trainer epoch (timed alone, left out of the Trainer's): before
     it in even epochs (from ``on_train_epoch_start``), after it in odd ones (from ``on_train_epoch_end``), so that
     neither side is always the one that follows the other. The pairs are also timed by the process's CPU time
-    (which a loaded machine disturbs less than the wall clock)."""
+    (which a loaded machine disturbs less than the wall clock).
+
+    With ``paired`` every time is read after a barrier (:func:`synced_now`), so a span ends when its slowest rank
+    is done with it: a rank that comes late out of one side's epoch (a slower epoch end and start, a late step) makes
+    that side wait, not the side that runs next, which otherwise paid for the skew in its first all-reduce. An even
+    pair's spans hold one barrier each; an odd pair's two each (the hand loop's span cuts the Trainer's in two)."""
 
     def __init__(self, path: str, samples: int, paired: bool = False) -> None:
         self.path, self.samples, self.paired = path, samples, paired
@@ -199,32 +211,38 @@ class EpochStarts(accelkit.Callback):
         self.ends: list[tuple[float, float]] = []
         self.loop: HandLoop | None = None
 
-    def _loop_epoch(self) -> tuple[float, float]:
-        """Run one hand-loop epoch; its wall and CPU seconds."""
+    def _now(self) -> tuple[float, float]:
+        return synced_now() if self.paired else (time.perf_counter(), time.process_time())
+
+    def _loop_epoch(self, start: tuple[float, float], barriers: int) -> tuple[float, float]:
+        """One hand-loop epoch, its span from ``start`` (a :func:`synced_now`) to the barrier after it, holding
+        ``barriers`` barriers in all (the loop's own first); returns the time it ended."""
         if self.loop is None:
             self.loop = HandLoop(make_data(self.samples))
-        now = (time.perf_counter(), time.process_time())
+        for _ in range(barriers - 1):
+            dist.barrier()
         self.loop.run_epoch()
-        taken = (time.perf_counter() - now[0], time.process_time() - now[1])
-        self.loop_times.append(taken)
-        return taken
+        end = synced_now()
+        self.loop_times.append((end[0] - start[0], end[1] - start[1]))
+        return end
 
     def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-        now = (time.perf_counter(), time.process_time())
+        now = self._now()
         if self.starts:
             self.ends.append(now)
         if self.paired and trainer.current_epoch % 2 == 0:
-            self._loop_epoch()
-        self.starts.append((time.perf_counter(), time.process_time()))
+            now = self._loop_epoch(now, barriers=1)
+        self.starts.append(now)
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
         if self.paired and trainer.current_epoch % 2 == 1:
-            taken = self._loop_epoch()  # inside the Trainer epoch's span: moved out of it by shifting its start
+            cut = synced_now()  # the Trainer's span stops here, and goes on once the loop's ended
+            end = self._loop_epoch(cut, barriers=2)
             start = self.starts[-1]
-            self.starts[-1] = (start[0] + taken[0], start[1] + taken[1])
+            self.starts[-1] = (start[0] + end[0] - cut[0], start[1] + end[1] - cut[1])
 
     def on_train_end(self, trainer: Any, module: Any) -> None:
-        self.ends.append((time.perf_counter(), time.process_time()))
+        self.ends.append(self._now())
         if trainer.global_rank == 0:
             steps = trainer.num_training_batches
             spans = [((e[0] - s[0]) / steps, (e[1] - s[1]) / steps) for s, e in zip(self.starts, self.ends)][1:]
