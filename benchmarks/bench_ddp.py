@@ -50,9 +50,11 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
 - the epoch's ends: the Trainer's epoch start and end (sampler epoch, random states for an exact resume, the
   loader's start with its one batch read ahead, the end-of-epoch publishing) cost ~1.3 ms of CPU more than the
   hand loop's, ~0.8 % of a 64-step epoch;
-- not threads: per-thread CPU (``/proc/self/task/*/schedstat``) of gloo's threads is alike on both sides, the
-  watchdog's thread takes ~0.1 ms a second; not garbage collection (a few gen-0/gen-1 collections per ten epochs on
-  either side); not extra collectives or system calls (``strace -f``: the same gloo traffic per step);
+- not threads: per-thread CPU (``/proc/self/task/*/schedstat``): gloo's threads take ~10 % of the main thread's,
+  varying by tens of percent from run to run and not higher in the Trainer's epochs (if anything in the hand
+  loop's: the whole process's CPU ratio tends below the training thread's); the watchdog's thread well under 1 ms
+  a second; not garbage collection (a few gen-0/gen-1 collections per ten epochs on either side); not extra
+  collectives or system calls (``strace -f``: the same gloo traffic per step);
 - the order of a pair: the per-order ratios move from run to run by more than the gap (last session 1.020 with
   the hand loop before and 1.078 after, by CPU time; in this session's runs either order came out higher), and a
   design with one order throughout gave ~1.06-1.07 by the training thread's CPU time for either order: no order
