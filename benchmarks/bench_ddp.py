@@ -353,6 +353,7 @@ class StepCounter:
             run()
         for event in prof.events():
             self.ops[event.name] += 1
+        sys._getframe().f_trace_opcodes = True  # Python 3.12: opcode events only if a frame asked before settrace
         sys.settrace(self.trace)
         try:
             run()
