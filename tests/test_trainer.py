@@ -625,3 +625,34 @@ def test_snapshot_restore_puts_settings_and_progress_back(tmp_path: Path) -> Non
     assert (trainer.max_epochs, trainer.limit_train_batches) == (2, 2)
     assert (trainer.current_epoch, trainer.global_step) == (2, 4)
     assert "trial" not in trainer.callback_metrics
+
+
+class TwoLoaderEval(accelkit.Module):
+    """Logs per loader: ``v`` (its batches' values), so each loader's mean is a known float."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(1, 1)
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.log("v", batch[0].sum() / 3)
+
+    test_step = validation_step
+
+
+def test_verbose_evaluation_prints_lightnings_rows_and_full_values(tmp_path, capsys):
+    """As Lightning's table: one row per metric name, the ``/dataloader_idx_N`` suffix dropped (the column says
+    the loader), each value in full (``str`` of the float), a loader without the metric left blank."""
+    from torch.utils.data import TensorDataset
+
+    loaders = [DataLoader(TensorDataset(torch.tensor([[1.0], [2.0]])), batch_size=1),
+               DataLoader(TensorDataset(torch.tensor([[4.0]])), batch_size=1)]
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    results = trainer.validate(TwoLoaderEval(), loaders, verbose=True)
+    out = capsys.readouterr().out
+    assert "dataloader_idx" not in out
+    row = next(line for line in out.splitlines() if line.startswith("v "))
+    first, second = (float(results[i][f"v/dataloader_idx_{i}"]) for i in (0, 1))
+    assert row.split("|")[1].strip() == str(first) and row.split("|")[2].strip() == str(second)
+    assert str(first) == "0.5" and len(str(second)) > 8  # 4/3 in full, not rounded to 6 digits
+    assert "Validate metric" in out and "DataLoader 1" in out

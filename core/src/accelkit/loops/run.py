@@ -318,12 +318,15 @@ def _require(loaders: Any, stage: str, module: Any) -> list[Any]:
 
 
 def _print_results(stage: str, results: list[dict[str, float]]) -> None:
+    """The table ``verbose=True`` prints, with Lightning's rows and values: one row per metric name (the
+    ``/dataloader_idx_N`` suffix dropped: the column says the loader), each value in full."""
+    results = [{name.split("/dataloader_idx_")[0]: value for name, value in metrics.items()} for metrics in results]
     rows = sorted({name for metrics in results for name in metrics})
     if not rows:
         return
     title = "Validate metric" if stage == "validate" else "Test metric"
     headers = [title] + [f"DataLoader {i}" for i in range(len(results))]
-    table = [[name] + [f"{metrics[name]:.6g}" if name in metrics else "" for metrics in results] for name in rows]
+    table = [[name] + [f"{metrics[name]}" if name in metrics else "" for metrics in results] for name in rows]
     widths = [max(len(str(r[i])) for r in [headers] + table) for i in range(len(headers))]
     line = "-" * (sum(widths) + 3 * (len(widths) - 1))
     print(line)
