@@ -378,6 +378,7 @@ def _mlflow(ws: Workspace) -> None:
 def _wandb(ws: Workspace) -> None:
     pytest.importorskip("wandb")
     import wandb
+
     from accelkit_wandb import WandbLogger
 
     folder = ws.fresh()
