@@ -178,6 +178,7 @@ def test_fit_logs_metrics_at_lightnings_steps_and_the_hyperparameters(offline):
     save_dir = offline / "runs"
     logger = WandbLogger(project="tiny", name="first", save_dir=save_dir, prefix="p")
     trainer = fit(offline, [logger, accelkit.loggers.CSVLogger(offline / "csv")])
+    assert wandb.run is not None and wandb.run.id == logger.version  # still open for a later validate/test
     run = read_run(save_dir)
     assert (run["id"], run["project"], run["name"]) == (logger.version, "tiny", "first") and logger.name == "tiny"
     assert run["config"] == {"hidden": 6, "lr": 0.1, "activation": "ReLU",

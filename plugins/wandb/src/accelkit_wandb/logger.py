@@ -218,7 +218,8 @@ class WandbLogger(Logger):
 
     # ----------------------------------------------------------------- logging
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
-        """Update the run's config with the hyper-parameters (see :func:`sanitize_hyperparams`)."""
+        """Update the run's config with the hyper-parameters (see
+        :func:`~accelkit_wandb.logger.sanitize_hyperparams`)."""
         if global_rank() != 0:
             return
         self.experiment.config.update(sanitize_hyperparams(params), allow_val_change=True)
