@@ -161,6 +161,7 @@ def tiny_class(base: type) -> type:
 
 
 Tiny = tiny_class(accelkit.Module)
+Tiny.__qualname__ = "Tiny"  # pickled by reference for ddp_spawn's workers (this module is on their sys.path)
 HPARAMS = {"hidden": 6, "lr": 0.1, "activation": nn.ReLU, "optimizer": {"name": "sgd", "momentum": 0.0}}
 
 
@@ -243,6 +244,16 @@ def test_log_model_true_records_the_checkpoints_at_the_end(offline):
     assert {a["name"] for a in artifacts} == {f"model-{logger.version}"}
     assert sorted(a["metadata"]["original_filename"] for a in artifacts) == sorted(
         {Path(checkpoint.best_model_path).name, "last.ckpt"})
+
+
+@pytest.mark.slow
+def test_ddp_spawn_logs_once_from_rank_zero_into_the_run_the_logger_names(offline):
+    logger = WandbLogger(project="spawn", save_dir=offline / "runs")
+    fit(offline, logger, strategy="ddp_spawn", devices=2, max_epochs=1, log_every_n_steps=1,
+        enable_checkpointing=False)
+    run = read_run(offline / "runs")
+    assert run["id"] == logger.version and run["config"]["hidden"] == 6
+    assert [step for step, _ in steps_of(run["history"], "train_loss")] == [0, 1, 2, 3]  # 4 batches per process
 
 
 @pytest.mark.slow

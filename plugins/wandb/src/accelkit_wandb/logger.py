@@ -6,6 +6,8 @@ import importlib.util
 import inspect
 import json
 import os
+import secrets
+import string
 import warnings
 from argparse import Namespace
 from collections.abc import Callable, Mapping
@@ -20,6 +22,7 @@ from accelkit.utilities.rank_zero import global_rank
 
 #: The key Lightning's WandbLogger adds to every row logged with a step, and makes every metric's x axis.
 STEP_KEY = "trainer/global_step"
+_ID_CHARACTERS = string.ascii_lowercase + string.digits  # those of wandb's own run ids
 _MISSING = "WandbLogger needs the 'wandb' package, which is not installed: pip install wandb"
 #: the checkpoint callback's settings recorded in each model artifact's metadata, as Lightning records them
 _CHECKPOINT_SETTINGS = ("monitor", "mode", "save_last", "save_top_k", "save_weights_only")
@@ -210,9 +213,14 @@ class WandbLogger(Logger):
         return self._save_dir
 
     def __getstate__(self) -> dict[str, Any]:
+        """Pickled for spawned workers without the run: the worker of rank zero starts (or resumes) the run by
+        its id, chosen here when it is not known yet, so :attr:`version` names that run in this process too."""
+        if self._id is None and not self._experiment:
+            self._id = self._init_kwargs["id"] = "".join(secrets.choice(_ID_CHARACTERS) for _ in range(8))
         state = self.__dict__.copy()
         if self._experiment:  # a worker that logs continues this run
-            state["_id"] = state["_init_kwargs"]["id"] = self._experiment.id
+            state["_init_kwargs"] = dict(self._init_kwargs, id=self._experiment.id)
+            state["_id"] = self._experiment.id
         state["_experiment"] = None
         return state
 
