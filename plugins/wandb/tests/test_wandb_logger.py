@@ -288,6 +288,15 @@ def test_a_run_in_progress_is_reused_with_a_warning(offline):
     assert logger.version == run.id
 
 
+@pytest.mark.slow
+def test_a_run_given_is_used_and_init_arguments_beside_it_are_warned_about(offline):
+    run = wandb.init(project="mine", dir=offline)
+    with pytest.warns(UserWarning, match=r"got experiment= and name='other', group='g', which only start a run"):
+        logger = WandbLogger(name="other", experiment=run, group="g")
+    logger.log_metrics({"x": 1.0}, step=2)
+    assert logger.experiment is run and read_run(offline)["history"] == [{"x": 1.0, "trainer/global_step": 2}]
+
+
 def test_logger_by_name_and_lightnings_class_path(tmp_path):
     from accelkit.cli.class_paths import translate_value
 

@@ -145,6 +145,12 @@ class WandbLogger(Logger):
             warnings.warn(f"WandbLogger(anonymous={anonymous!r}) has no effect: wandb ignores its anonymous "
                           "setting; log in (wandb login) or log offline instead", UserWarning, stacklevel=2)
         _check_init_kwargs(kwargs)
+        if experiment is not None:
+            unused = [f"{k}={v!r}" for k, v in (("name", name), ("version", version), ("id", id), ("dir", dir),
+                                                 ("offline", offline), *kwargs.items()) if v not in (None, False)]
+            if unused:
+                warnings.warn(f"WandbLogger got experiment= and {', '.join(unused)}, which only start a run; the run "
+                              "given is used as it is", UserWarning, stacklevel=2)
         save_dir = _one_of("save_dir", save_dir, "dir", dir, unset=".")
         project = project or os.environ.get("WANDB_PROJECT", "lightning_logs")
         self._init_kwargs: dict[str, Any] = {"name": name, "project": project, "dir": save_dir,
