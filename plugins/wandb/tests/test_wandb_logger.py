@@ -297,6 +297,65 @@ def test_a_run_given_is_used_and_init_arguments_beside_it_are_warned_about(offli
     assert logger.experiment is run and read_run(offline)["history"] == [{"x": 1.0, "trainer/global_step": 2}]
 
 
+PROJECT = """
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from accelkit import LightningModule
+
+
+class Net(LightningModule):
+    def __init__(self, lr: float = 0.1) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.layer = torch.nn.Linear(3, 2)
+        x = torch.randn(32, 3, generator=torch.Generator().manual_seed(0))
+        self.data = TensorDataset(x, (x[:, 0] > 0).long())
+
+    def training_step(self, batch, batch_idx):
+        loss = F.cross_entropy(self.layer(batch[0]), batch[1])
+        self.log("train_loss", loss)
+        return loss
+
+    def train_dataloader(self):
+        return DataLoader(self.data, batch_size=8)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+"""
+CONFIG = """
+trainer:
+  accelerator: cpu
+  max_epochs: 1
+  log_every_n_steps: 1
+  enable_progress_bar: false
+  logger:
+    class_path: lightning.pytorch.loggers.WandbLogger
+    init_args: {{project: cli, save_dir: {save_dir}, offline: true}}
+"""
+
+
+@pytest.mark.slow
+def test_a_lightning_config_naming_lightnings_wandb_logger_runs_unchanged(offline, monkeypatch, capsys):
+    pytest.importorskip("jsonargparse")
+    import yaml
+
+    from helpers.cli_runs import run_here
+
+    project = offline / "project"
+    project.mkdir()
+    (project / "models.py").write_text(PROJECT)
+    (project / "run.yaml").write_text(CONFIG.format(save_dir=offline / "runs"))
+    done = run_here(project, monkeypatch, capsys, "fit", "--config", "run.yaml", "--model", "models.py:Net")
+    assert done.returncode == 0, done.stderr
+    run = read_run(offline / "runs")
+    assert run["project"] == "cli" and run["config"] == {"lr": 0.1}
+    assert [step for step, _ in steps_of(run["history"], "train_loss")] == [0, 1, 2, 3]
+    saved = yaml.safe_load(next(project.rglob("config.yaml")).read_text())["trainer"]["logger"]
+    assert saved["class_path"] == "accelkit_wandb.WandbLogger" and saved["init_args"]["offline"] is True
+
+
 def test_logger_by_name_and_lightnings_class_path(tmp_path):
     from accelkit.cli.class_paths import translate_value
 
