@@ -160,9 +160,7 @@ class WandbLogger(Logger):
         self._init_kwargs.update(kwargs)
         self._project: str = project
         self._save_dir: str | None = save_dir
-        self._name = name
         self._id: str | None = self._init_kwargs["id"]
-        self._offline = offline
         self._log_model = log_model
         self.prefix = prefix
         self._experiment = experiment
