@@ -18,6 +18,7 @@ HELPER = ROOT / "tests" / "helpers" / "without_optional.py"
 def test_tests_of_absent_distributions_skip_naming_what_is_missing():
     tests = ["tests/test_docs.py::test_every_public_name_has_a_docstring",
              "plugins/xla_spawn/tests/test_legacy_names.py", "plugins/xla_bf16/tests", "plugins/mlflow/tests",
+             "plugins/wandb/tests",
              "tests/test_conformance.py::test_on_cpu[optuna_pruning]",
              # after test_docs looked for sphinx.pycode, in the same process: a fit importing scipy (through
              # scikit-learn), which imports sphinx.ext when it finds sphinx imported (see import_or_skip)
@@ -28,5 +29,6 @@ def test_tests_of_absent_distributions_skip_naming_what_is_missing():
     # the names documented by a '#:' comment (hookspec...): skipped there, checked here; the plugins' names and tests
     for reason in ("sphinx.pycode, which reads the '#:' comments, cannot be imported",
                    "accelkit_xla_spawn is not installed", "the accelkit-xla-spawn plugin is not installed",
-                   "No module named 'mlflow'", "optuna_pruning needs optuna, optuna_integration (not installed)"):
+                   "No module named 'mlflow'", "No module named 'wandb'",
+                   "optuna_pruning needs optuna, optuna_integration (not installed)"):
         assert reason in done.stdout, done.stdout[-4000:]

@@ -385,6 +385,25 @@ def _mlflow(ws: Workspace) -> None:
     assert metric_files, f"no train_loss metric under {folder / 'mlruns'}"
 
 
+@exercise(LOGGERS, "WandbLogger", slow=True)  # wandb starts its service process
+def _wandb(ws: Workspace) -> None:
+    pytest.importorskip("wandb")
+    import wandb
+
+    from accelkit_wandb import WandbLogger
+
+    folder = ws.fresh()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WANDB_MODE", "offline")  # no network
+        patch.setenv("WANDB_SILENT", "true")
+        logger = WandbLogger(project="exp", save_dir=folder)
+        fit(ws.fresh(), logger=logger, log_every_n_steps=1)
+        wandb.finish()
+        wandb.teardown()  # offline, the run's file is complete once wandb's service has exited
+    files = list(folder.glob(f"wandb/offline-run-*-{logger.version}/run-{logger.version}.wandb"))
+    assert files and b"train_loss" in files[0].read_bytes(), f"no train_loss in a wandb run under {folder}"
+
+
 # --------------------------------------------------------------------------------------------- tuner
 @exercise(TUNER, "Tuner")
 def _tuner(ws: Workspace) -> None:

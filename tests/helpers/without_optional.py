@@ -23,11 +23,11 @@ from typing import Any
 #: distributions the GPU kit does not install (normalised names)
 ABSENT_DISTRIBUTIONS = frozenset({
     "accelkit-xla-bf16", "accelkit-xla-spawn", "accelkit-xla-spawn-debug", "accelkit-xla-spmd", "accelkit-mlflow",
-    "torch-xla", "mlflow", "mlflow-skinny", "optuna", "optuna-integration"})
-#: top-level modules that cannot be imported there
+    "torch-xla", "mlflow", "mlflow-skinny", "optuna", "optuna-integration", "wandb"})
+#: top-level modules that cannot be imported there (wandb too: the kit installs accelkit-wandb, not wandb)
 ABSENT_MODULES = frozenset({
     "torch_xla", "accelkit_xla_bf16", "accelkit_xla_spawn", "accelkit_xla_spawn_debug", "accelkit_xla_spmd",
-    "accelkit_mlflow", "mlflow", "optuna", "optuna_integration"})
+    "accelkit_mlflow", "mlflow", "optuna", "optuna_integration", "wandb"})
 #: packages present there in part: the package imports, none of its other submodules does
 PARTIAL_PACKAGES = frozenset({"sphinx"})
 

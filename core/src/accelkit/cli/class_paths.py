@@ -38,6 +38,7 @@ LIGHTNING_CLASSES: dict[str, str] = {
     "loggers.CSVLogger": "accelkit.loggers.CSVLogger",
     "loggers.TensorBoardLogger": "accelkit.loggers.TensorBoardLogger",
     "loggers.MLFlowLogger": "accelkit_mlflow.MLFlowLogger",
+    "loggers.WandbLogger": "accelkit_wandb.WandbLogger",
     "profilers.Profiler": "accelkit.profilers.Profiler",
     "profilers.SimpleProfiler": "accelkit.profilers.SimpleProfiler",
     "profilers.PyTorchProfiler": "accelkit.profilers.PyTorchProfiler",
@@ -47,7 +48,7 @@ LIGHTNING_CLASSES: dict[str, str] = {
 }
 
 #: Distributions that provide an accelkit class named above, for the message when it is not installed.
-_DISTRIBUTIONS = {"accelkit_mlflow": "accelkit-mlflow"}
+_DISTRIBUTIONS = {"accelkit_mlflow": "accelkit-mlflow", "accelkit_wandb": "accelkit-wandb"}
 
 #: module name -> file, for each module :func:`load_class` imported from a file (``examples/digits.py:Net`` is
 #: module ``digits``); a saved configuration names such classes by their file (see
