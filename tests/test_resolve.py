@@ -66,7 +66,8 @@ def test_names_ignore_case_blanks_and_dashes(isolated, cpu_plugin):
 
 def test_a_name_that_is_nothing_like_any_gets_no_suggestion(isolated, cpu_plugin):
     problems, _ = problems_of(cpu_plugin, precision="zzzzzz")
-    assert "Did you mean" not in problems[0] and "Available: 16-mixed, 32-true, 64-true, bf16-mixed." in problems[0]
+    assert "Did you mean" not in problems[0]
+    assert "Available: 16-mixed, 16-true, 32-true, 64-true, bf16-mixed, bf16-true." in problems[0]
 
 
 def test_a_strategy_of_another_accelerator_says_where_it_runs(isolated, cpu_plugin):
@@ -135,7 +136,7 @@ from accelkit.errors import ConfigurationError
 found = sorted(ep.name for ep in md.entry_points(group="accelkit"))
 results = {}
 for key, kwargs in {"tpu": {"accelerator": "tpu"}, "gpu": {"accelerator": "gpu"},
-                    "xla_spawn": {"strategy": "xla_spawn"}, "bf16-true": {"precision": "bf16-true"}}.items():
+                    "xla_spawn": {"strategy": "xla_spawn"}, "bf16-legacy": {"precision": "bf16-legacy"}}.items():
     try:
         accelkit.Trainer(logger=False, **kwargs)
         results[key] = None
@@ -145,7 +146,7 @@ print(json.dumps({"entry_points": found, "results": results}))
 ''', path=[linked, REPO / "core" / "src", REPO / "plugins" / "cpu" / "src"], python_flags=("-S",))
     assert out["entry_points"] == ["cpu"]
     expected = {"tpu": "accelkit-xla-spawn", "gpu": "accelkit-cuda", "xla_spawn": "accelkit-xla-spawn",
-                "bf16-true": "accelkit-xla-bf16"}
+                "bf16-legacy": "accelkit-xla-bf16"}
     for key, dist in expected.items():
         message = out["results"][key]
         assert message is not None, key

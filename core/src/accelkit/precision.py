@@ -110,9 +110,10 @@ class TruePrecision(Precision):
 
     @contextlib.contextmanager
     def forward_context(self) -> Iterator[None]:
-        # Tensors created inside the step (torch.zeros, ...) get the same dtype.
+        # Tensors created inside the step (torch.zeros, ...) get the same dtype, as under Lightning's true
+        # precisions (bfloat16 and float16 included).
         previous = torch.get_default_dtype()
-        torch.set_default_dtype(self.dtype if self.dtype in (torch.float64, torch.float32) else previous)
+        torch.set_default_dtype(self.dtype)
         try:
             yield
         finally:

@@ -3,6 +3,9 @@ CPU has no float16 autocast) and says so once, naming what it uses instead, for 
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -39,3 +42,31 @@ def test_sixteen_mixed_runs_as_bf16_mixed_with_a_notice(spelling, tmp_path, caps
 def test_bf16_mixed_itself_is_quiet(tmp_path, capsys):
     quiet_trainer(tmp_path, precision="bf16-mixed")
     assert "precision" not in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def lightning_precision_runs(tmp_path_factory, run_python) -> dict[str, Any]:
+    """Every scenario of ``helpers.precision_runs`` under Lightning's Trainer, in one process."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    root = tmp_path_factory.mktemp("lightning_precision_runs")
+    return run_python(f"""
+        import json, logging, warnings
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        from helpers.precision_runs import SCENARIOS, record
+        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
+        """, path=[Path(__file__).resolve().parents[3] / "tests"], env={"CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("scenario", ["clip_norm_accumulate_2", "clip_value", "bf16-mixed", "16-mixed", "16-true",
+                                      "bf16-true", "64-true"])
+def test_cpu_precisions_train_exactly_as_lightnings(tmp_path, lightning_precision_runs, scenario):
+    """The same weights, bit for bit, as Lightning's Trainer after three epochs (dropout, momentum, a scheduler,
+    a shuffled loader), the same parameter dtype and the same dtype for a tensor made inside ``training_step``
+    (``16-true``/``bf16-true`` make it their dtype, as Lightning's true precisions; they were refused on the CPU
+    before), the default dtype restored afterwards."""
+    from helpers.precision_runs import record
+
+    assert record("accelkit", str(tmp_path), scenario) == lightning_precision_runs[scenario]
