@@ -414,6 +414,16 @@ def compare(w: Workload, device: torch.device, sides: list[str], args: argparse.
     return ratios
 
 
+_CLONE = ("self.log copies the logged value (Lightning clones it too: a tensor changed in place after self.log "
+          "keeps its logged value): aten::clone, made of aten::empty_strided + aten::copy_, a device-to-device "
+          "cudaMemcpyAsync on a GPU")
+#: why accelkit's step has an operator the hand loop's has not (per step, under torch.profiler)
+WHY: dict[str, str] = {
+    "aten::detach": "self.log detaches the logged value from the graph (as Lightning)",
+    "aten::clone": _CLONE, "aten::empty_strided": _CLONE, "aten::copy_": _CLONE, "cudaMemcpyAsync": _CLONE,
+}
+
+
 def step_counts(events: collections.Counter[str], steps: int) -> dict[str, float]:
     """Per-step kernel launches, copies, sets, synchronizations and host operators of a profiled span."""
     def total(match: Callable[[str], bool]) -> float:
@@ -445,6 +455,12 @@ def profile_counts(w: Workload, device: torch.device, args: argparse.Namespace) 
                        key=lambda op: -abs(extra[op]))
         print(f"  per step, {our_name} minus {hand_name}: "
               + (", ".join(f"{op} {extra[op]:+.2f}" for op in shown[:20]) or "nothing"), flush=True)
+        reasons = sorted({WHY[op] for op in shown[:20] if op in WHY and extra[op] > 0})
+        for reason in reasons:
+            print(f"    why: {reason}", flush=True)
+        unexplained = [op for op in shown[:20] if op not in WHY and extra[op] >= 0.5]
+        if unexplained:
+            print(f"    not explained here (new since this list was written): {', '.join(unexplained)}", flush=True)
 
 
 def instruction_counts(w: Workload, device: torch.device, args: argparse.Namespace) -> None:

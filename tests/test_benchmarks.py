@@ -36,6 +36,8 @@ def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
     assert out.count("accelkit  : ") == 6 and out.count("ratio to the hand loop") >= 2, out
     assert out.count("kernel launches") == 4 and "per step, accelkit minus hand loop: " in out, out
     assert "aten::detach +1.00" in out, out  # self.log's one detach per step is named
+    assert "why: self.log detaches the logged value" in out and "why: self.log copies the logged value" in out, out
+    assert "not explained here" not in out, out  # every extra operator has its reason
     # the host's Python per step: a count per side, and accelkit's extra by function (its loops among them)
     assert out.count(" Python instructions, ") == 4 and out.count(" calls per step") == 4, out
     assert out.count("per step, accelkit minus hand loop, by function: ") == 2 and "accelkit/loops/" in out, out
