@@ -19,13 +19,14 @@ import accelkit
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.launchers import watchdog
 from helpers.guards import child_env, descendants, wait_gone
+from helpers.prewarmed import Prewarmed
 
 HELPER = Path(__file__).parent / "helpers" / "stall_fit.py"
 
 
-def _run(tmp_path: Path, mode: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(HELPER), str(tmp_path), mode], capture_output=True, text=True,
-                          timeout=300)
+def _run(tmp_path: Path, mode: str, prewarmed: Prewarmed) -> subprocess.CompletedProcess:
+    """``stall_fit.py``'s ``mode`` as a program, forked from the prewarmed interpreter (its workers spawned)."""
+    return prewarmed.run([str(HELPER), str(tmp_path), mode], cwd=tmp_path, env=dict(os.environ), timeout=300)
 
 
 def _fit_here(tmp_path: Path, mode: str, capfd: pytest.CaptureFixture) -> tuple[accelkit.Trainer, Exception | None,
@@ -47,9 +48,9 @@ def _fit_here(tmp_path: Path, mode: str, capfd: pytest.CaptureFixture) -> tuple[
 
 
 @pytest.mark.slow
-def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path):
+def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path, prewarmed):
     # in a script's process: the subprocess timeout bounds the test if the collective timeout ever failed to end it
-    done = _run(tmp_path, "stuck")
+    done = _run(tmp_path, "stuck", prewarmed)
     assert done.returncode != 0
     # the watchdog's diagnosis (printed when the wait passes a tenth of the timeout, and attached to the error)
     assert "rank 1 is behind (not in a collective)" in done.stderr, done.stderr[-3000:]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -468,10 +467,9 @@ def run_ddp_scenario(root: str) -> None:
 
 
 @pytest.mark.slow
-def test_ranks_agree_on_stopping_and_file_names(tmp_path):
+def test_ranks_agree_on_stopping_and_file_names(tmp_path, prewarmed):
     code = f"import test_callbacks_builtin as t; t.run_ddp_scenario({str(tmp_path)!r})"
-    result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
-                            timeout=300)
+    result = prewarmed.run(["-c", code], cwd=tmp_path, env=child_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     # rank 1 stops improving at epoch 1 (patience 1): every rank stops there, none waits for the others
     outcome = json.loads((tmp_path / "result.json").read_text())

@@ -20,7 +20,6 @@ starts.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,24 +27,25 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers.guards import PYTHON, REPO, TESTS, child_env  # noqa: E402
+from helpers.guards import REPO, TESTS, child_env  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_worker_with_a_thread_in_native_code_at_its_end_exits_cleanly(tmp_path):
-    proc = subprocess.run([PYTHON, str(TESTS / "helpers" / "native_thread_fit.py"), str(tmp_path)], env=child_env(),
-                          capture_output=True, text=True, timeout=120)
+def test_a_worker_with_a_thread_in_native_code_at_its_end_exits_cleanly(tmp_path, prewarmed):
+    # the launching script forked from the prewarmed interpreter; the workers whose end is checked are spawned
+    proc = prewarmed.run([str(TESTS / "helpers" / "native_thread_fit.py"), str(tmp_path)], cwd=tmp_path,
+                         env=child_env(), timeout=120)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
     assert "DONE 4" in proc.stdout
     assert "terminate called" not in output and "SIGABRT" not in output, output[-3000:]
 
 
-def test_complete_ddp_spawn_runs_exit_0(tmp_path):
+def test_complete_ddp_spawn_runs_exit_0(tmp_path, prewarmed):
     runs = 1
-    proc = subprocess.run([PYTHON, str(REPO / "benchmarks" / "exit_codes.py"), "--kind", "ddp_spawn", "--runs",
-                           str(runs), "--timeout", "240"], env=child_env(), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600)
+    # the benchmark's driver forked from the prewarmed interpreter: it runs each user script in a fresh interpreter
+    proc = prewarmed.run([str(REPO / "benchmarks" / "exit_codes.py"), "--kind", "ddp_spawn", "--runs", str(runs),
+                          "--timeout", "240"], cwd=tmp_path, env=child_env(), timeout=600)
     assert f"ddp_spawn: 0 of {runs} runs failed" in proc.stdout, proc.stdout + proc.stderr[-3000:]
     assert proc.returncode == 0

@@ -108,9 +108,9 @@ def test_torchrun_two_nodes_on_loopback_match_single_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_worker_failure_raises_worker_error_with_traceback_and_leaves_no_processes(tmp_path):
-    proc = subprocess.run([PYTHON, str(TESTS / "helpers" / "fail_fit.py"), str(tmp_path)], env=child_env(),
-                          capture_output=True, text=True, timeout=90)
+def test_worker_failure_raises_worker_error_with_traceback_and_leaves_no_processes(tmp_path, prewarmed):
+    proc = prewarmed.run([str(TESTS / "helpers" / "fail_fit.py"), str(tmp_path)], cwd=tmp_path, env=child_env(),
+                         timeout=90)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     caught = [line for line in proc.stdout.splitlines() if line.startswith(("CAUGHT", "NO ERROR"))]
     assert caught == ["CAUGHT accelkit.errors.WorkerError"], proc.stdout + proc.stderr
@@ -252,22 +252,22 @@ print("FIT OK", trainer.global_step, not torch.equal(before, model.layer.weight)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp_fork", "ddp_notebook"])
-def test_ddp_fork_trains_a_module_defined_where_no_file_holds_it(strategy):
+def test_ddp_fork_trains_a_module_defined_where_no_file_holds_it(strategy, tmp_path, prewarmed):
     """A module defined in a notebook (``__main__`` without a file): ``ddp_spawn`` cannot import it in a fresh
     interpreter, ``ddp_fork`` forks the caller, trains it on two processes and hands the weights back."""
     program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategy=strategy)
-    with hang_guard(180):
-        done = subprocess.run([PYTHON, "-c", program], env=child_env(), capture_output=True, text=True, timeout=180)
+    with hang_guard(240):  # python -c PROGRAM: its __main__ has no file, as a notebook's
+        done = prewarmed.run(["-c", program], cwd=tmp_path, env=child_env(), timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FIT OK 2 True" in done.stdout, done.stdout + done.stderr  # 2 batches per rank, weights handed back
     assert done.stdout.count("CALLER ATEXIT") == 1, done.stdout
 
 
 @pytest.mark.slow
-def test_ddp_spawn_cannot_import_a_module_defined_where_no_file_holds_it():
+def test_ddp_spawn_cannot_import_a_module_defined_where_no_file_holds_it(tmp_path, prewarmed):
     """Why ``ddp_fork`` exists: the same program under ``ddp_spawn`` fails, saying what its worker could not do."""
     program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategy="ddp_spawn")
-    with hang_guard(180):
-        done = subprocess.run([PYTHON, "-c", program], env=child_env(), capture_output=True, text=True, timeout=180)
+    with hang_guard(240):
+        done = prewarmed.run(["-c", program], cwd=tmp_path, env=child_env(), timeout=180)
     assert done.returncode != 0 and "FIT OK" not in done.stdout
     assert "DefinedHere" in done.stdout + done.stderr, done.stdout + done.stderr

@@ -280,7 +280,7 @@ def test_preemption_loop_ddp_spawn_is_bit_identical(tmp_path):
 
 
 @pytest.mark.slow
-def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path):
+def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path, prewarmed):
     """Ctrl-C writes interrupted.ckpt at a batch end; its line says where the run continues; resuming from it ends
     with the weights of a run never stopped."""
     reference, _ = fit_until(tmp_path / "ref", None)
@@ -303,8 +303,7 @@ def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path):
     saved = ckpt.load(root / "checkpoints" / "interrupted.ckpt")
     assert saved["loops"]["position"]["batches"] == saved["global_step"] >= 5  # inside epoch 0
     env["RESUME_FROM"] = str(root / "checkpoints" / "interrupted.ckpt")
-    done = subprocess.run([PYTHON, str(SCRIPT), str(root), "auto", "1", "3", "100"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = prewarmed.run([str(SCRIPT), str(root), "auto", "1", "3", "100"], cwd=tmp_path, env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"fit() loaded checkpoint {root / 'checkpoints' / 'interrupted.ckpt'}" in done.stdout
     steps = [int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("step ")]

@@ -10,7 +10,6 @@ Every test is a real fit on the CPU with tiny data; each would fail on the old b
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ import accelkit  # noqa: E402
 from accelkit.module.optimizers import Optimizer as WrappedOptimizer  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import WeightDump, quiet_trainer, regression_data  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 
 QUIET = dict(enable_model_summary=False, num_sanity_val_steps=0)
 
@@ -486,10 +486,10 @@ def run_ddp_scenario(root: str, kind: str) -> None:
                                                      "metrics": sorted(trainer.callback_metrics)}))
 
 
-def spawn_scenario(root: Path, kind: str) -> dict[str, Any]:
+def spawn_scenario(root: Path, kind: str, prewarmed: Prewarmed) -> dict[str, Any]:
+    """The scenario's caller forked from the prewarmed interpreter; its two workers spawned (fresh interpreters)."""
     code = f"import test_manual_optimization as t; t.run_ddp_scenario({str(root)!r}, {kind!r})"
-    result = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
-                            timeout=300)
+    result = prewarmed.run(["-c", code], cwd=root, env=child_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads((root / "result.json").read_text())
 
@@ -504,17 +504,17 @@ def assert_ranks_identical(root: Path, steps: int) -> None:
 
 
 @pytest.mark.slow
-def test_manual_step_on_ddp_spawn_ranks_identical(tmp_path):
+def test_manual_step_on_ddp_spawn_ranks_identical(tmp_path, prewarmed):
     """manual_backward inside training_step (which DDP's forward runs) still all-reduces the gradients, and the
     next batch's forward works (Lightning prepares DDP's reducer for each manual backward)."""
-    outcome = spawn_scenario(tmp_path, "plain")
+    outcome = spawn_scenario(tmp_path, "plain", prewarmed)
     assert outcome["global_step"] == 8 and outcome["moved"]
     assert_ranks_identical(tmp_path, 8)
 
 
 @pytest.mark.slow
-def test_gan_two_optimizers_on_ddp_spawn_ranks_identical(tmp_path):
-    outcome = spawn_scenario(tmp_path, "gan")
+def test_gan_two_optimizers_on_ddp_spawn_ranks_identical(tmp_path, prewarmed):
+    outcome = spawn_scenario(tmp_path, "gan", prewarmed)
     # 32 samples / 2 ranks / batch 4 = 4 batches per epoch, 2 epochs, 2 opt.step() per batch
     assert outcome["global_step"] == 16
     assert outcome["moved"]
@@ -523,11 +523,11 @@ def test_gan_two_optimizers_on_ddp_spawn_ranks_identical(tmp_path):
 
 
 @pytest.mark.slow
-def test_manual_ddp_broadcasts_buffers_before_each_step(tmp_path):
+def test_manual_ddp_broadcasts_buffers_before_each_step(tmp_path, prewarmed):
     """The manual step does not run inside DDP's forward, so the strategy broadcasts rank 0's buffers before it,
     as DDP's forward does (broadcast_buffers=True): every step starts with equal batch-norm statistics on both
     ranks, although each rank normalises its own shard."""
-    spawn_scenario(tmp_path, "batchnorm")
+    spawn_scenario(tmp_path, "batchnorm", prewarmed)
     means = [torch.load(tmp_path / f"means{r}.pt", weights_only=True) for r in range(2)]
     assert means[0].shape[0] == 8  # 4 batches x 2 epochs
     assert not torch.equal(means[0][1], means[0][0])  # the statistics move

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -24,20 +23,22 @@ from accelkit.strategies.rendezvous import (  # noqa: E402
     loopback_interface,
     rendezvous_store,
 )
-from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
+from helpers.guards import TESTS, child_env  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 from helpers.sockets import listening_addresses, reachable_from_outside  # noqa: E402
 
 LINUX_PROC = pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the listening sockets from "
                                 "/proc/net/tcp (Linux only)")
 
 
-def run_and_list_sockets(tmp_path: Path, strategy: str) -> list[tuple[str, str, int]]:
-    """Run helpers/sockets_fit.py with ``strategy``; return ``(who, address, port)`` of every listening socket the
-    two workers and their launching process held once training started."""
+def run_and_list_sockets(tmp_path: Path, strategy: str, prewarmed: Prewarmed) -> list[tuple[str, str, int]]:
+    """Run helpers/sockets_fit.py with ``strategy`` (forked from the prewarmed interpreter, which listens on no
+    socket); return ``(who, address, port)`` of every listening socket the two workers and their launching process
+    held once training started."""
     env = child_env()
     env.pop(GLOO_INTERFACE_VARIABLE, None)
-    proc = subprocess.run([PYTHON, str(TESTS / "helpers" / "sockets_fit.py"), str(tmp_path), strategy], env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = prewarmed.run([str(TESTS / "helpers" / "sockets_fit.py"), str(tmp_path), strategy], cwd=tmp_path, env=env,
+                         timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     opened = []
     for rank in range(2):
@@ -48,8 +49,8 @@ def run_and_list_sockets(tmp_path: Path, strategy: str) -> list[tuple[str, str, 
 
 @pytest.mark.slow
 @LINUX_PROC
-def test_a_ddp_spawn_run_listens_on_the_loopback_interface_only(tmp_path):
-    opened = run_and_list_sockets(tmp_path, "ddp_spawn")
+def test_a_ddp_spawn_run_listens_on_the_loopback_interface_only(tmp_path, prewarmed):
+    opened = run_and_list_sockets(tmp_path, "ddp_spawn", prewarmed)
     assert any(who == "worker of rank 0" for who, _, _ in opened), opened  # rank 0 hosts the rendezvous store
     assert [entry for entry in opened if reachable_from_outside(entry[1])] == [], opened
 

@@ -43,7 +43,7 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
             worker.start()
             print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "beside": beside.WHERE,
                               "env": os.environ.get("ONLY_HERE"), "spawned": queue.get(),
-                              "torch": "torch" in sys.modules}))
+                              "torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules}))
             worker.join()
             sys.exit(int(sys.argv[1]))
     ''')
@@ -53,7 +53,8 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
     first, last = done.stdout.splitlines()
     assert last == "atexit ran"
     assert json.loads(first) == {"argv": [str(script), "3"], "path0": str(tmp_path), "cwd": str(tmp_path),
-                                 "beside": "beside the script", "env": "yes", "spawned": "__mp_main__", "torch": True}
+                                 "beside": "beside the script", "env": "yes", "spawned": "__mp_main__", "torch": True,
+                                 "dynamo": True}  # what a program's first optimizer imports: 1-2 CPU-s it saves
 
     write(tmp_path, "as_module.py", "import json, sys\nprint(json.dumps([sys.argv, sys.path[0], __name__]))\n")
     done = prewarmed.run(["-m", "as_module", "x"], cwd=tmp_path, env=env, timeout=300)  # python -m as_module x
@@ -76,6 +77,9 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
     refused = {**env, "OMP_NUM_THREADS": str(int(env.get("OMP_NUM_THREADS", "1")) + 1)}
     with pytest.raises(ValueError, match="sets OMP_NUM_THREADS otherwise than the prewarmed interpreter"):
         prewarmed.run([str(failing)], cwd=tmp_path, env=refused, timeout=300)
+    compile_setting = {**env, "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}  # read when torch._dynamo is imported
+    with pytest.raises(ValueError, match="sets TORCHINDUCTOR_MAX_AUTOTUNE otherwise than the prewarmed interpreter"):
+        prewarmed.run([str(failing)], cwd=tmp_path, env=compile_setting, timeout=300)
 
 
 def test_a_run_past_its_limit_is_killed_with_the_processes_it_started(tmp_path: Path, prewarmed: Prewarmed) -> None:

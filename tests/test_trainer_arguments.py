@@ -11,7 +11,6 @@ Lightning documents, not only that the argument is accepted.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 import warnings
@@ -30,6 +29,7 @@ import accelkit  # noqa: E402
 from accelkit.errors import ConfigurationError  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, WeightDump, quiet_trainer, regression_data  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 
 QUIET = dict(enable_model_summary=False)
 
@@ -564,12 +564,13 @@ def run_sync_batchnorm_scenario(root: str, sync: bool, accelerator: str = "cpu")
         Path(root, "error.txt").write_text(f"{type(exc).__name__}: {exc}")
 
 
-def sync_batchnorm_run(root: Path, sync: bool, accelerator: str) -> tuple[list[dict[str, Any]], list[Any]] | str:
+def sync_batchnorm_run(root: Path, sync: bool, accelerator: str,
+                       prewarmed: Prewarmed) -> tuple[list[dict[str, Any]], list[Any]] | str:
+    """The scenario's caller forked from the prewarmed interpreter; its two workers spawned (fresh interpreters)."""
     root.mkdir()
     code = (f"import test_trainer_arguments as t; "
             f"t.run_sync_batchnorm_scenario({str(root)!r}, {sync}, {accelerator!r})")
-    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
-                          timeout=300)
+    proc = prewarmed.run(["-c", code], cwd=root, env=child_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     if (root / "error.txt").exists():
         return (root / "error.txt").read_text()
@@ -581,17 +582,17 @@ def sync_batchnorm_run(root: Path, sync: bool, accelerator: str) -> tuple[list[d
 @pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="torch's SyncBatchNorm under DDP needs 2 CUDA devices")
-def test_sync_batchnorm_on_ddp_spawn(tmp_path):
+def test_sync_batchnorm_on_ddp_spawn(tmp_path, prewarmed):
     """With sync_batchnorm the norm layer is a SyncBatchNorm in each worker and both ranks' running statistics
     are those of the global batch (equal); without it each rank keeps its own (they differ: the ranks see
     different samples)."""
-    synced = sync_batchnorm_run(tmp_path / "sync", True, "cuda")
+    synced = sync_batchnorm_run(tmp_path / "sync", True, "cuda", prewarmed)
     assert not isinstance(synced, str), synced
     ranks, types = synced
     assert types == [["SyncBatchNorm"], ["SyncBatchNorm"]]
     for key in ("norm.running_mean", "norm.running_var"):
         torch.testing.assert_close(ranks[0][key], ranks[1][key], rtol=0, atol=1e-6)
-    plain = sync_batchnorm_run(tmp_path / "plain", False, "cuda")
+    plain = sync_batchnorm_run(tmp_path / "plain", False, "cuda", prewarmed)
     assert not isinstance(plain, str), plain
     ranks, types = plain
     assert types == [["BatchNorm1d"], ["BatchNorm1d"]]
@@ -599,11 +600,11 @@ def test_sync_batchnorm_on_ddp_spawn(tmp_path):
 
 
 @pytest.mark.slow
-def test_sync_batchnorm_on_cpu_ddp_spawn_is_a_clear_error(tmp_path):
+def test_sync_batchnorm_on_cpu_ddp_spawn_is_a_clear_error(tmp_path, prewarmed):
     """torch's DistributedDataParallel refuses SyncBatchNorm on CPU modules ("SyncBatchNorm layers only work with
     GPU modules"), in Lightning too. accelkit's promise is a clear error naming the argument the user passed
     (``sync_batchnorm``), not torch's message from inside a spawned worker."""
-    outcome = sync_batchnorm_run(tmp_path / "sync", True, "cpu")
+    outcome = sync_batchnorm_run(tmp_path / "sync", True, "cpu", prewarmed)
     assert isinstance(outcome, str), "sync_batchnorm=True on CPU ddp_spawn trained; expected an error"
     # the messages, not the traceback lines (torch's frames are named *_sync_batchnorm_*)
     messages = [line for line in outcome.splitlines() if line.strip() and not line.startswith((" ", "\t"))]

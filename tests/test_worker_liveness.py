@@ -23,10 +23,10 @@ SCRIPT = TESTS / "helpers" / "never_starts_fit.py"
 pytestmark = pytest.mark.slow
 
 
-def test_a_worker_dying_while_importing_the_script_fails_the_launch_with_a_worker_error(tmp_path):
-    # 400,000 rows travel to each worker; the launcher used to block for ever writing them to a dead worker
-    proc = subprocess.run([PYTHON, str(SCRIPT), str(tmp_path), "raise"], env=child_env(), capture_output=True,
-                          text=True, timeout=120)
+def test_a_worker_dying_while_importing_the_script_fails_the_launch_with_a_worker_error(tmp_path, prewarmed):
+    # 400,000 rows travel to each worker; the launcher used to block for ever writing them to a dead worker.
+    # The launching script is forked from the prewarmed interpreter; its spawned workers import it again by path.
+    proc = prewarmed.run([str(SCRIPT), str(tmp_path), "raise"], cwd=tmp_path, env=child_env(), timeout=120)
     assert proc.returncode == 3, proc.stdout[-3000:] + proc.stderr[-3000:]
     caught = [line for line in proc.stdout.splitlines() if line.startswith(("CAUGHT", "NO ERROR"))]
     assert caught == ["CAUGHT accelkit.errors.WorkerError"], proc.stdout + proc.stderr[-3000:]

@@ -1,20 +1,23 @@
-"""Python programs run as ``python script.py args`` runs them, in a process forked from an interpreter that has
-already imported torch.
+"""Python programs run as ``python script.py args`` runs them, in a process forked from an interpreter that has already
+imported torch.
 
-A fresh interpreter spends 3-4 s of CPU importing torch before a test's program does anything (on the 2 cores CI
-has, about half of a conformance script's whole cost). :class:`Prewarmed` starts one interpreter that imports
-torch and then waits; each :meth:`Prewarmed.run` forks it, and the child becomes the program: its own process
-(group), environment, working folder, ``sys.argv``, ``sys.path`` (the script's folder first, or for ``-m MODULE``
-and ``-c CODE`` the working folder, then ``PYTHONPATH``), standard streams and a fresh ``__main__`` module
-(``__spec__`` None, as for a script, so a ``spawn`` worker re-imports it by path), and it ends as an interpreter
+A fresh interpreter spends 3-4 s of CPU importing torch before a test's program does anything (on the 2 cores CI has,
+about half of a conformance script's whole cost), and a program that trains spends another 1-2 s when it builds its
+first optimizer: ``torch.optim.Optimizer`` imports torch's compile machinery (``torch._dynamo``, sympy), in every
+process that builds one (each ``ddp_fork`` worker too, as the caller builds none before the fork). :class:`Prewarmed`
+starts one interpreter that imports both and then waits; each :meth:`Prewarmed.run` forks it, and the child becomes the
+program: its own process (group), environment, working folder, ``sys.argv``, ``sys.path`` (the script's folder first, or
+for ``-m MODULE`` and ``-c CODE`` the working folder, then ``PYTHONPATH``), standard streams and a fresh ``__main__``
+module (``__spec__`` None, as for a script, so a ``spawn`` worker re-imports it by path), and it ends as an interpreter
 ends: exit status from ``sys.exit`` or 1 with the traceback of an uncaught exception, ``atexit`` handlers run.
 
 What differs from a fresh interpreter, and why it does not matter to the programs run this way: torch (and what it
-imports: numpy, the C libraries) was imported before the program ran, reading the environment of the interpreter
-that forked (:data:`IMPORT_TIME_VARIABLES`; :meth:`Prewarmed.run` refuses a request whose environment sets them
-otherwise; ``PYTHONWARNINGS`` is applied as start-up applies it), and the output streams are unbuffered
-(``PYTHONUNBUFFERED=1``). A program whose subject is interpreter start-up, or importing torch (or accelkit, which is
-imported afresh in every child: the interpreter imports only torch), still needs a subprocess.
+imports: numpy, the C libraries) and ``torch._dynamo`` were imported before the program ran, reading the environment of
+the interpreter that forked (:data:`IMPORT_TIME_VARIABLES`, :data:`IMPORT_TIME_PREFIXES`; :meth:`Prewarmed.run` refuses
+a request whose environment sets them otherwise; ``PYTHONWARNINGS`` is applied as start-up applies it), and the output
+streams are unbuffered (``PYTHONUNBUFFERED=1``). A program whose subject is interpreter start-up, or importing torch or
+its compile machinery (or accelkit, which is imported afresh in every child: the interpreter imports only torch and
+``torch._dynamo``), still needs a subprocess.
 """
 
 from __future__ import annotations
@@ -36,13 +39,19 @@ from pathlib import Path
 IMPORT_TIME_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "KMP_AFFINITY",
                          "PYTORCH_CUDA_ALLOC_CONF", "PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE")
 
-#: The forking interpreter: it imports torch, then forks a child per request line on stdin (JSON: argv, cwd, env,
-#: stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n> <cpu>`` when it has ended (its exit
-#: status and the CPU seconds of the child and of what it reaped, which the test's process cannot see). The child falls
-#: out of the loop and runs the program in the interpreter's top level, so it exits as an interpreter does.
+#: Prefixes of the variables torch's compile machinery (dynamo, inductor, AOT autograd, torch's logging) reads when
+#: ``torch._dynamo`` is imported: a run's environment must agree with the forking interpreter's on every one set.
+IMPORT_TIME_PREFIXES = ("TORCHDYNAMO_", "TORCH_DYNAMO_", "TORCHINDUCTOR_", "INDUCTOR_", "TORCH_COMPILE",
+                        "TORCH_LOGS", "TORCH_FAKE_TENSOR", "AOT_", "AOTINDUCTOR_")
+
+#: The forking interpreter: it imports torch and ``torch._dynamo``, then forks a child per request line on stdin (JSON:
+#: argv, cwd, env, stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n> <cpu>`` when it has ended
+#: (its exit status and the CPU seconds of the child and of what it reaped, which the test's process cannot see). The
+#: child falls out of the loop and runs the program in the interpreter's top level, so it exits as an interpreter does.
 SERVER = r"""
 import json, os, sys, types
 import torch  # the import every child saves
+import torch._dynamo  # and the one its first torch.optim.Optimizer makes
 
 requests = os.fdopen(os.dup(0), "r")
 answers = os.fdopen(os.dup(1), "w", buffering=1)
@@ -173,6 +182,8 @@ class Prewarmed:
         exactly ``env``, as ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout``
         seconds has its process group killed and raises :class:`subprocess.TimeoutExpired`."""
         differing = [k for k in IMPORT_TIME_VARIABLES if env.get(k) != self.env.get(k)]
+        differing += sorted(k for k in {*env, *self.env}
+                            if k.startswith(IMPORT_TIME_PREFIXES) and env.get(k) != self.env.get(k))
         if differing:
             raise ValueError(f"the run sets {', '.join(differing)} otherwise than the prewarmed interpreter, which "
                              "read them when it imported torch; run this program with subprocess instead")
