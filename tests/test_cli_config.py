@@ -630,8 +630,8 @@ def test_command_line_words_translate_whole_class_paths_only():
     assert translate_word("pytorch_lightning.loggers.CSVLogger") == "accelkit.loggers.CSVLogger"
     assert translate_word("--model.note=use lightning.pytorch.Trainer") == "--model.note=use lightning.pytorch.Trainer"
     # a whole Lightning path accelkit lacks, outside a class_path, is left for the parser to judge
-    assert translate_value({"note": "lightning.pytorch.loggers.WandbLogger"}) == {
-        "note": "lightning.pytorch.loggers.WandbLogger"}
+    assert translate_value({"note": "lightning.pytorch.loggers.CometLogger"}) == {
+        "note": "lightning.pytorch.loggers.CometLogger"}
 
 
 # ------------------------------------------------------------------- one fit command, configurations that load back
