@@ -3,6 +3,7 @@ saved after a spawned fit) and a process group the user made before fit."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -271,3 +272,23 @@ def test_ddp_spawn_cannot_import_a_module_defined_where_no_file_holds_it(tmp_pat
         done = prewarmed.run(["-c", program], cwd=tmp_path, env=child_env(), timeout=180)
     assert done.returncode != 0 and "FIT OK" not in done.stdout
     assert "DefinedHere" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("caller", ["warm", "cold"])
+def test_ddp_fork_workers_of_a_caller_running_its_thread_pool_run_one_thread_instead_of_hanging(caller, tmp_path):
+    """``OMP_NUM_THREADS=2``: a worker forked from a caller whose intra-op thread pool is up (a parallel tensor
+    operation ran in it, as in a notebook) hangs in its first parallel operation with two threads (OpenMP is not
+    fork-safe): it ran until the collective timeout before. It now runs one thread, with a warning saying why and
+    what gives more; a caller that ran no parallel operation keeps two threads per worker and gets no warning."""
+    env = {**child_env(), "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([PYTHON, str(TESTS / "helpers" / "fork_threads_fit.py"), caller], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    if caller == "warm":
+        assert result["threads"] == [1, 1]
+        assert len(result["warned"]) == 1 and "each forked worker runs 1 intra-op thread instead of 2" in \
+            result["warned"][0] and "strategy='ddp_spawn'" in result["warned"][0]
+    else:
+        assert result == {"threads": [2, 2], "warned": []}

@@ -128,11 +128,16 @@ def test_legacy_precision_rejects_a_conflicting_value(monkeypatch):
         XLALegacyBF16Precision().connect(object())
 
 
-def test_default_precision_on_xla_is_32_true_and_bf16_names_are_not_offered_for_cpu(monkeypatch):
+def test_default_precision_on_xla_is_32_true_and_the_xla_bf16_names_are_not_offered_for_cpu(monkeypatch):
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     monkeypatch.delenv("CPU_NUM_DEVICES", raising=False)
     import accelkit
 
     assert accelkit.Trainer(accelerator="xla", devices=1, logger=False).precision.name == "32-true"
-    with pytest.raises(accelkit.ConfigurationError, match="'bf16-true' does not run on accelerator 'cpu'"):
-        accelkit.Trainer(accelerator="cpu", precision="bf16-true", logger=False)
+    with pytest.raises(accelkit.ConfigurationError, match="'bf16-legacy' does not run on accelerator 'cpu'"):
+        accelkit.Trainer(accelerator="cpu", precision="bf16-legacy", logger=False)
+    # bf16-true on the CPU is the cpu plugin's own (as Lightning's), not this plugin's XLA one
+    import torch
+
+    precision = accelkit.Trainer(accelerator="cpu", precision="bf16-true", logger=False).precision
+    assert type(precision).__module__ == "accelkit.precision" and precision.dtype == torch.bfloat16

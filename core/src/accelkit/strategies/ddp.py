@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -470,3 +471,27 @@ class DDPForkStrategy(DDPSpawnStrategy):
     """
 
     start_method = "fork"
+    _one_thread = False  # the workers run one intra-op thread (the caller's thread pool is up: see launch)
+
+    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Fork the workers. When the calling process already runs torch's intra-op thread pool (a parallel tensor
+        operation ran in it, as in a notebook's earlier cells) and the workers would run more than one thread,
+        each runs one, with a warning: a forked child hangs in its first parallel operation otherwise (OpenMP is
+        not fork-safe; torch's DataLoader workers run one thread for the same reason)."""
+        from accelkit.strategies.launchers.spawn import intra_op_pool_started, worker_threads
+
+        threads = worker_threads(len(self.devices))
+        self._one_thread = self._spawns and threads > 1 and intra_op_pool_started()
+        if self._one_thread:
+            warnings.warn(f"strategy={self.name or 'ddp_fork'!r}: this process already runs torch's intra-op thread "
+                          f"pool (a parallel tensor operation ran in it), so each forked worker runs 1 intra-op "
+                          f"thread instead of {threads}: with more, a forked worker hangs in its first parallel "
+                          "operation (OpenMP is not fork-safe). For more threads per worker use "
+                          "strategy='ddp_spawn', or fit before running tensor work in this process.",
+                          UserWarning, stacklevel=2)
+        return super().launch(function, *args, **kwargs)
+
+    def worker_init(self, index: int) -> None:
+        super().worker_init(index)
+        if self._one_thread:
+            torch.set_num_threads(1)

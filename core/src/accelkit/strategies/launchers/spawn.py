@@ -217,3 +217,35 @@ def share_cores(num_processes: int) -> None:
     sets ``OMP_NUM_THREADS`` for the same reason."""
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, num_processes)))
+
+
+def worker_threads(num_processes: int) -> int:
+    """The intra-op threads each of ``num_processes`` workers will run (:func:`share_cores`, or
+    ``OMP_NUM_THREADS``; an unreadable value counts as more than one)."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    if value is None:
+        return max(1, (os.cpu_count() or 1) // max(1, num_processes))
+    return int(value) if value.strip().isdigit() else 2
+
+
+def native_threads() -> int | None:
+    """The threads of this process that Python did not start (``None`` where ``/proc`` cannot tell)."""
+    try:
+        return len(os.listdir("/proc/self/task")) - threading.active_count()
+    except OSError:
+        return None
+
+
+#: :func:`native_threads` when accelkit was imported: torch's own (usually before any parallel tensor operation)
+NATIVE_THREADS_AT_IMPORT = native_threads()
+
+
+def intra_op_pool_started() -> bool:
+    """Whether this process probably runs torch's intra-op thread pool (OpenMP's worker threads, started by the
+    first parallel tensor operation): more native threads than torch starts by itself. A child forked from such a
+    process hangs in its first parallel operation with more than one thread (OpenMP is not fork-safe)."""
+    now = native_threads()
+    if now is None:
+        return False
+    baseline = 1 if NATIVE_THREADS_AT_IMPORT is None else min(NATIVE_THREADS_AT_IMPORT, 1)
+    return now > baseline
