@@ -220,8 +220,9 @@ def share_cores(num_processes: int) -> None:
 
 
 def worker_threads(num_processes: int) -> int:
-    """The intra-op threads each of ``num_processes`` workers will run (:func:`share_cores`, or
-    ``OMP_NUM_THREADS``; an unreadable value counts as more than one)."""
+    """The intra-op threads each of ``num_processes`` workers will run
+    (:func:`~accelkit.strategies.launchers.share_cores`, or ``OMP_NUM_THREADS``; an unreadable value counts as more
+    than one)."""
     value = os.environ.get("OMP_NUM_THREADS")
     if value is None:
         return max(1, (os.cpu_count() or 1) // max(1, num_processes))
