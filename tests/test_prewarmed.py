@@ -80,6 +80,12 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
     compile_setting = {**env, "TORCHINDUCTOR_MAX_AUTOTUNE": "1"}  # read when torch._dynamo is imported
     with pytest.raises(ValueError, match="sets TORCHINDUCTOR_MAX_AUTOTUNE otherwise than the prewarmed interpreter"):
         prewarmed.run([str(failing)], cwd=tmp_path, env=compile_setting, timeout=300)
+    # inductor sets TORCHINDUCTOR_CACHE_DIR itself in a process that compiled, and reads it only when compiling:
+    # a test process that ran a compile test passes it on, and the child runs with the run's value
+    cache = {**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    done = prewarmed.run(["-c", "import os; print(os.environ['TORCHINDUCTOR_CACHE_DIR'])"], cwd=tmp_path, env=cache,
+                         timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == str(tmp_path / "inductor-cache"), done.stderr
 
 
 def test_a_run_past_its_limit_is_killed_with_the_processes_it_started(tmp_path: Path, prewarmed: Prewarmed) -> None:

@@ -44,6 +44,11 @@ IMPORT_TIME_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THR
 IMPORT_TIME_PREFIXES = ("TORCHDYNAMO_", "TORCH_DYNAMO_", "TORCHINDUCTOR_", "INDUCTOR_", "TORCH_COMPILE",
                         "TORCH_LOGS", "TORCH_FAKE_TENSOR", "AOT_", "AOTINDUCTOR_")
 
+#: Variables with those prefixes that torch reads only when it first compiles, not at import: inductor sets
+#: ``TORCHINDUCTOR_CACHE_DIR`` itself in a process that compiled (so a test process that ran a compile test
+#: passes it on); the forked child gets the run's value in its environment before it compiles anything.
+READ_WHEN_COMPILING = ("TORCHINDUCTOR_CACHE_DIR",)
+
 #: The forking interpreter: it imports torch and ``torch._dynamo``, then forks a child per request line on stdin (JSON:
 #: argv, cwd, env, stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n> <cpu>`` when it has ended
 #: (its exit status and the CPU seconds of the child and of what it reaped, which the test's process cannot see). The
@@ -182,8 +187,8 @@ class Prewarmed:
         exactly ``env``, as ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout``
         seconds has its process group killed and raises :class:`subprocess.TimeoutExpired`."""
         differing = [k for k in IMPORT_TIME_VARIABLES if env.get(k) != self.env.get(k)]
-        differing += sorted(k for k in {*env, *self.env}
-                            if k.startswith(IMPORT_TIME_PREFIXES) and env.get(k) != self.env.get(k))
+        differing += sorted(k for k in {*env, *self.env} if k.startswith(IMPORT_TIME_PREFIXES) and
+                            k not in READ_WHEN_COMPILING and env.get(k) != self.env.get(k))
         if differing:
             raise ValueError(f"the run sets {', '.join(differing)} otherwise than the prewarmed interpreter, which "
                              "read them when it imported torch; run this program with subprocess instead")
