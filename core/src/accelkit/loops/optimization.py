@@ -234,16 +234,15 @@ class Optimization:
         """:meth:`run_batch` of a batch that steps when nothing surrounds the step (:meth:`batch_runner`): the
         closure's phases and the step in one frame, in the same order (``training_step``, zero-grad, backward,
         the clipping check, ``optimizer.step()``, the step's count)."""
-        self._batch_idx = batch_idx  # (read by a warning about a skipped batch)
         output = self._training_step(batch, batch_idx)
         loss: torch.Tensor | None
         if type(output) is torch.Tensor:
             loss, output = output, {"loss": output}
         else:
             loss, output = self._loss_of(output)
-        self.output = output
         self._zero_phase()
         if loss is None:
+            self._batch_idx = batch_idx  # (what the warning names)
             self._skip_batch()
         else:
             self._backward_phase(loss)
