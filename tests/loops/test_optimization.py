@@ -248,8 +248,10 @@ def test_global_step_counts_optimizer_steps_only(tmp_path):
     assert not torch.equal(module.layer.weight, before)
 
 
-def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path):
-    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted."""
+@pytest.mark.parametrize("plain", [False, True], ids=["run_batch", "plain batch"])
+def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, plain):
+    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted
+    (through :meth:`Optimization.run_batch` and through the plain batch the fit loop runs alike)."""
 
     class Skipping(Net):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -257,12 +259,14 @@ def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path):
 
     module = Skipping()
     opt = optimization(module, tmp_path)
+    run_batch = opt.batch_runner() if plain else opt.run_batch
+    assert (run_batch == opt.run_batch) is not plain
     before = module.layer.weight.detach().clone()
     with pytest.warns(UserWarning, match="returned None for batch 0"):
-        opt.run_batch(BATCHES[0], 0, boundary=True)
+        run_batch(BATCHES[0], 0, boundary=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        output, stepped = opt.run_batch(BATCHES[1], 1, boundary=True)
+        output, stepped = run_batch(BATCHES[1], 1, boundary=True)
     assert output is None and stepped and opt.trainer.global_step == 2
     assert torch.equal(module.layer.weight, before)
 
