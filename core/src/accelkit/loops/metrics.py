@@ -117,19 +117,19 @@ class MetricStore:
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
             rank_zero_only: bool = False, add_dataloader_idx: bool = True) -> None:
         """Record one value (see :meth:`accelkit.Module.log`). Called every step: a name logged again with the same
-        options and a floating-point scalar tensor takes the decisions of its last full log (:attr:`_known`) and
+        options and a floating-point scalar tensor takes the decisions of its last full log (kept in ``_known``) and
         stores the value only; anything else is decided anew."""
         known = self._known.get(name)
         if known is not None and type(value) is torch.Tensor and known[0] == (
                 prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx) \
                 and not value.ndim and value.is_floating_point():
-            entry = known[1]
+            remembered = known[1]
             value = value.detach()
-            if entry.on_step:  # a copy, as below
+            if remembered.on_step:  # a copy, as below
                 value = value.clone()
-            entry.step_value, entry.fresh = value, True
-            if entry.on_epoch:
-                self._aggregate(entry, value, batch_size)
+            remembered.step_value, remembered.fresh = value, True
+            if remembered.on_epoch:
+                self._aggregate(remembered, value, batch_size)
             return
         on_step_given, on_epoch_given, reduce_fx_given, logger_given = on_step, on_epoch, reduce_fx, logger
         logger = True if logger is None else logger  # (the default: sent to the loggers)
