@@ -46,7 +46,13 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   from 1.064-1.081 (median 1.068) to 1.041-1.052 (1.050), 4 interleaved runs each: on this workload the step's
   CPU time follows its Python instructions, and the rest of the gap is the loop's per-step bookkeeping (the fit
   loop's body, the closure and optimizer-step frames, the batch's device check, the step's count and the
-  watchdog's note), a few instructions each;
+  watchdog's note), a few instructions each. Cut since (D2): a batch that steps with nothing around the step
+  runs in one frame (``Optimization._plain_batch``), a name logged again with the same options keeps its first
+  decisions, a batch of plain tensors has its devices read in C: 10182 -> 10036 instructions per step
+  (x1.068 -> x1.053; single process, ``bench_cuda.py --device cpu --workloads mlp``: 9423 -> 9271 against the hand
+  loop's 8835). What is left per step: the fit loop's body (~125), ``self.log`` (~105 in all), the plain batch's
+  frame (~60), the device check (~50), the loader's generator (~20), the watchdog's note (~14), the wrapper's
+  router (~13), the step's count (~9);
 - the epoch's ends: the Trainer's epoch start and end (sampler epoch, random states for an exact resume, the
   loader's start with its one batch read ahead, the end-of-epoch publishing) cost ~1.3 ms of CPU more than the
   hand loop's, ~0.8 % of a 64-step epoch;

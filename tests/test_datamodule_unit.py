@@ -212,3 +212,27 @@ def test_load_from_checkpoint_rebuilds_a_datamodule(tmp_path):
     assert type(loaded) is Folded and dict(loaded.hparams) == {"batch_size": 2, "fold": 1}
     assert loaded.seen_epochs == 5
     assert Folded.load_from_checkpoint(path, fold=4).hparams.fold == 4
+
+
+@pytest.mark.parametrize("kind", [tuple, list])
+def test_a_batch_of_plain_tensors_costs_the_same_python_whatever_its_length(kind):
+    """``move_to_device`` reads the devices of a batch of plain tensors and moves them without a Python step per
+    tensor (``item.device == device`` built a ``torch.device`` per tensor and compared it in Python): a batch of 12
+    tensors runs as many Python instructions as a batch of 2, whether all are elsewhere, all there already, or
+    some of each. What it returns is the same as before: the batch's type, the tensors there not copied."""
+    from accelkit.utilities.apply_func import move_to_device
+    from helpers.instructions import instructions
+
+    meta = torch.device("meta")
+    for make in (lambda: torch.ones(2), lambda: torch.ones(2, device="meta")):
+        counts = []
+        for length in (2, 12):
+            batch = kind(make() for _ in range(length))
+            counts.append(instructions(lambda: move_to_device(batch, meta, non_blocking=True)))
+            moved = move_to_device(batch, meta)
+            assert type(moved) is kind and all(t.is_meta for t in moved) and len(moved) == length
+            assert all(a is b for a, b in zip(moved, batch)) == batch[0].is_meta
+        assert counts[0] == counts[1], counts
+    mixed = kind([torch.ones(1), torch.ones(1, device="meta")] * 6)
+    moved = move_to_device(mixed, meta)
+    assert [t is s for t, s in zip(moved, mixed)] == [False, True] * 6 and all(t.is_meta for t in moved)

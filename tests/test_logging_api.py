@@ -831,3 +831,48 @@ def test_a_step_computes_none_of_the_three_dicts(tmp_path, monkeypatch):
     trainer.fit(OneCycle(), loader())
     assert counter.during == [] and isinstance(counter.read, torch.Tensor)
     assert calls[0] == "callback_metrics"
+
+
+def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
+    """``self.log`` of a name already logged with the same options and a floating-point scalar tensor (the
+    per-step log of a training or validation step) stores the value with the decisions made for its first log,
+    a shorter path than deciding anew (counted in Python instructions: no clock); a changed option, a value of
+    another kind, or a hook whose defaults differ (an epoch-end hook) is decided anew, with the results as before."""
+    from accelkit.loops.metrics import MetricStore
+    from helpers.instructions import instructions
+
+    store = MetricStore()
+    store.current_batch = torch.zeros(4, 2)
+
+    def log(name: str, value: Any, **options: Any) -> int:
+        given = {"prog_bar": False, "logger": None, "on_step": None, "on_epoch": None, "reduce_fx": "mean",
+                 "sync_dist": False, "batch_size": None, **options}
+        return instructions(lambda: store.log(name, value, **given), within="accelkit/loops/metrics.py")
+
+    values = [torch.tensor(float(i)) for i in range(4)]
+    log("loss", values[0])
+    repeated = log("loss", values[1])
+    decided = log("loss", values[2], prog_bar=True)  # a changed option: decided anew (the entry keeps the first's)
+    assert repeated <= 0.75 * decided, (repeated, decided)
+    entry = store.entries["loss"]
+    assert entry.step_value == 2.0 and entry.step_value is not values[2] and not entry.prog_bar  # a copy, as before
+    log("loss", values[3], prog_bar=True)
+    assert entry.step_value == 3.0 and entry.total is None and entry.fresh
+    values[3].add_(10)  # changed in place after the log: not what was logged
+    assert entry.step_value == 3.0
+    # an epoch aggregate: the mean weighs each value by the batch's size (4) or the batch_size given
+    for value, size in ((1.0, None), (3.0, None), (6.0, 2)):
+        log("acc", torch.tensor(value), on_epoch=True, batch_size=size)
+    acc = store.entries["acc"]
+    assert acc.on_step and acc.on_epoch and float(acc.total) == 4 + 12 + 12 and acc.weight == 10.0
+    # other kinds of values, decided anew each time
+    log("acc", 2, on_epoch=True, batch_size=2)
+    log("acc", torch.tensor([5.0]), on_epoch=True, batch_size=2)  # one element, not zero-dimensional
+    assert float(acc.total) == 28 + 4 + 10 and acc.weight == 14.0 and acc.step_value.ndim == 0
+    log("count", torch.tensor(3))  # an integer tensor becomes a float, as before
+    log("count", torch.tensor(4))
+    assert store.entries["count"].step_value.dtype == torch.float32 and store.entries["count"].step_value == 4
+    # an epoch-end hook's defaults: the same call logs an epoch value there
+    store.set_epoch_end(True)
+    log("loss", torch.tensor(7.0))
+    assert float(entry.total) == 28.0 and entry.weight == 4.0 and entry.step_value == 7.0

@@ -155,7 +155,8 @@ def optimization(module: accelkit.Module, tmp_path: Any, callbacks: tuple = (), 
 def train(opt: Optimization, accumulate: int = 1) -> list[Any]:
     """Run every batch of :data:`BATCHES` through ``opt``, stepping every ``accumulate`` batches; the outputs."""
     opt.accumulate = accumulate
-    return [opt.run_batch(batch, i, boundary=(i + 1) % accumulate == 0)[0] for i, batch in enumerate(BATCHES)]
+    run_batch = opt.batch_runner()  # as the fit loop asks, once per epoch
+    return [run_batch(batch, i, boundary=(i + 1) % accumulate == 0)[0] for i, batch in enumerate(BATCHES)]
 
 
 @pytest.mark.parametrize("accumulate", [1, 2])
@@ -247,8 +248,10 @@ def test_global_step_counts_optimizer_steps_only(tmp_path):
     assert not torch.equal(module.layer.weight, before)
 
 
-def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path):
-    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted."""
+@pytest.mark.parametrize("plain", [False, True], ids=["run_batch", "plain batch"])
+def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, plain):
+    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted
+    (through :meth:`Optimization.run_batch` and through the plain batch the fit loop runs alike)."""
 
     class Skipping(Net):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -256,12 +259,14 @@ def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path):
 
     module = Skipping()
     opt = optimization(module, tmp_path)
+    run_batch = opt.batch_runner() if plain else opt.run_batch
+    assert (run_batch == opt.run_batch) is not plain
     before = module.layer.weight.detach().clone()
     with pytest.warns(UserWarning, match="returned None for batch 0"):
-        opt.run_batch(BATCHES[0], 0, boundary=True)
+        run_batch(BATCHES[0], 0, boundary=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        output, stepped = opt.run_batch(BATCHES[1], 1, boundary=True)
+        output, stepped = run_batch(BATCHES[1], 1, boundary=True)
     assert output is None and stepped and opt.trainer.global_step == 2
     assert torch.equal(module.layer.weight, before)
 
@@ -363,3 +368,34 @@ def test_a_plain_batch_runs_these_frames_of_the_loops_and_no_more(tmp_path):
         sys.setprofile(previous)
     assert frames == ["run_batch", "_step", "closure", "_module_training_step", "_clip_to_trainer", "_end_step",
                       "advance_step"], frames
+
+
+def test_a_plain_batch_that_steps_runs_one_frame_of_the_loops_around_training_step(tmp_path):
+    """With nothing around the step (no hook of the step overridden, no callback, no accumulation, no profiler), the
+    batch the fit loop runs (:meth:`Optimization.batch_runner`) is one frame of the loops besides the Module's
+    ``training_step`` call and the step's count: the closure's phases and the step inline, the clipping check
+    without a call while ``gradient_clip_val`` is unset. Anything around the step, or accumulation, keeps the
+    general batch (whose frames the test above lists)."""
+    import sys
+
+    opt = optimization(Net(), tmp_path)
+    run_batch = opt.batch_runner()
+    run_batch(BATCHES[0], 0, boundary=True)  # warm-up: the optimizer's state exists
+    frames: list[str] = []
+
+    def trace(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and "/accelkit/loops/" in frame.f_code.co_filename:
+            frames.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(trace)
+    try:
+        output, stepped = run_batch(BATCHES[1], 1, boundary=True)
+    finally:
+        sys.setprofile(previous)
+    assert frames == ["_plain_batch", "_module_training_step", "advance_step"], frames
+    assert stepped and set(output) == {"loss"} and opt.trainer.global_step == 2
+    opt.accumulate = 2
+    assert opt.batch_runner() == opt.run_batch
+    for hooked in (optimization(HookedNet(), tmp_path), optimization(Net(), tmp_path, callbacks=(StepRecorder(),))):
+        assert hooked.batch_runner() == hooked.run_batch

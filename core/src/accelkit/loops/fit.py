@@ -257,7 +257,7 @@ class FitLoop:
         read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
         # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
         accumulate = optim.accumulate = trainer.accumulate_grad_batches
-        automatic = optim.automatic
+        automatic, run_batch = optim.automatic, optim.batch_runner()
         publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
         start_cbs, start_m = hooks.callback_plan("on_train_batch_start"), hooks.module_hook("on_train_batch_start")
         end_cbs, end_m = hooks.callback_plan("on_train_batch_end"), hooks.module_hook("on_train_batch_end")
@@ -284,7 +284,7 @@ class FitLoop:
                 boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
                 progress.stepping = boundary  # counted at once (a checkpoint from its hooks includes it)
                 progress.batches_that_stepped += boundary  # (the one writer during a fit: a manual batch counts)
-                output, stepped = optim.run_batch(batch, batch_idx, boundary)
+                output, stepped = run_batch(batch, batch_idx, boundary)
                 if stepped:
                     for config in step_scheds:
                         if trainer.global_step % config.frequency == 0:

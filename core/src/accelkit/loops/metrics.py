@@ -86,6 +86,9 @@ class MetricStore:
         #: where a logged number goes to be reduced (the strategy's ``root_device``: a collective backend may take
         #: tensors on its device only)
         self.device: torch.device | None = None
+        #: name -> (the options of its last full :meth:`log`, its entry): a later log of that name with the same
+        #: options and a floating-point scalar tensor takes the decisions made then
+        self._known: dict[str, tuple[tuple[Any, ...], _Entry]] = {}
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -97,6 +100,7 @@ class MetricStore:
         """Start a new epoch of a loop (metric objects logged last epoch are reset)."""
         self.reset_metric_objects()
         self.entries = {}
+        self._known = {}
         self.training = training
         self.set_epoch_end(False)
         self.phase = "steps"
@@ -105,14 +109,30 @@ class MetricStore:
         """Whether an ``on_*_epoch_end`` hook runs (logs there default to epoch values), with the defaults of
         ``on_step``/``on_epoch`` worked out once here rather than at every log."""
         self.epoch_end = epoch_end
+        self._known = {}  # the defaults the remembered decisions were made with change
         self.default_on_step = self.training and not epoch_end
         self.default_on_epoch = not self.training or epoch_end
 
-    def log(self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None,
+    def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
             rank_zero_only: bool = False, add_dataloader_idx: bool = True) -> None:
-        """Record one value (see :meth:`accelkit.Module.log`). Called every step: the common case (a scalar
-        tensor) takes a few attribute reads besides the ``detach``."""
+        """Record one value (see :meth:`accelkit.Module.log`). Called every step: a name logged again with the same
+        options and a floating-point scalar tensor takes the decisions of its last full log (kept in ``_known``) and
+        stores the value only; anything else is decided anew."""
+        known = self._known.get(name)
+        if known is not None and type(value) is torch.Tensor and known[0] == (
+                prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx) \
+                and not value.ndim and value.is_floating_point():
+            remembered = known[1]
+            value = value.detach()
+            if remembered.on_step:  # a copy, as below
+                value = value.clone()
+            remembered.step_value, remembered.fresh = value, True
+            if remembered.on_epoch:
+                self._aggregate(remembered, value, batch_size)
+            return
+        on_step_given, on_epoch_given, reduce_fx_given, logger_given = on_step, on_epoch, reduce_fx, logger
+        logger = True if logger is None else logger  # (the default: sent to the loggers)
         try:
             reduce_fx = _REDUCE_FX[reduce_fx]
         except (KeyError, TypeError):
@@ -164,18 +184,28 @@ class MetricStore:
         entry.step_value = value if not sync_dist or not on_step or rank_zero_only else self.synced(value, reduce_fx)
         entry.fresh = True
         if on_epoch:
-            entry.computed = None  # (logged again after a read of the epoch value, in an epoch-end hook)
-            if reduce_fx == "mean":
-                weight = float(batch_size if batch_size is not None else batch_size_of(self.current_batch))
-                contribution = value * weight
-                entry.total = contribution if entry.total is None else entry.total + contribution
-                entry.weight += weight
-            elif reduce_fx == "sum":
-                entry.total = _first(value) if entry.total is None else entry.total + value
-            elif reduce_fx == "max":
-                entry.total = _first(value) if entry.total is None else _maximum(entry.total, value)
-            else:
-                entry.total = _first(value) if entry.total is None else _minimum(entry.total, value)
+            self._aggregate(entry, value, batch_size)
+        if isinstance(value, torch.Tensor) and not sync_dist and not rank_zero_only and not suffix and \
+                (entry.on_step, entry.on_epoch, entry.reduce_fx) == (on_step, on_epoch, reduce_fx):
+            self._known[name] = ((prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given, sync_dist,
+                                  rank_zero_only, add_dataloader_idx), entry)
+
+    def _aggregate(self, entry: _Entry, value: Any, batch_size: int | None) -> None:
+        """Add a value logged with ``on_epoch`` to ``entry``'s epoch aggregate (``reduce_fx``; a mean weighs it by
+        ``batch_size``, by default the batch's first dimension)."""
+        entry.computed = None  # (logged again after a read of the epoch value, in an epoch-end hook)
+        reduce_fx = entry.reduce_fx
+        if reduce_fx == "mean":
+            weight = float(batch_size if batch_size is not None else batch_size_of(self.current_batch))
+            contribution = value * weight
+            entry.total = contribution if entry.total is None else entry.total + contribution
+            entry.weight += weight
+        elif reduce_fx == "sum":
+            entry.total = _first(value) if entry.total is None else entry.total + value
+        elif reduce_fx == "max":
+            entry.total = _first(value) if entry.total is None else _maximum(entry.total, value)
+        else:
+            entry.total = _first(value) if entry.total is None else _minimum(entry.total, value)
 
     def synced(self, value: Any, reduce_fx: str) -> Any:
         """``value`` reduced across processes now with ``reduce_fx`` (a number as a tensor on :attr:`device`);

@@ -181,6 +181,9 @@ class Optimization:
         #: the Module keeps the default ``optimizer_step`` and no profiler times it: a batch calls :meth:`_step`
         #: with the closure itself (what the default does), without the hook's frames
         self._direct_step = self._optimizer_step == self._default_optimizer_step and self._run_step == self._step
+        #: nothing around the step but the clipping check: a batch that steps may run :meth:`_plain_batch`
+        self._plain = self.automatic and self._direct_step and plain and self._before_step == [self._clip_to_trainer] \
+            and not self._after_step and not self._step_end
 
     def _precisions(self) -> list[Precision]:
         """The trainer's precision and the strategy's (the same object unless a strategy brings its own)."""
@@ -217,6 +220,38 @@ class Optimization:
         if self._stepped:
             self._end_step()
         return self.output, self._stepped
+
+    def batch_runner(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+        """What trains one batch this epoch, called as :meth:`run_batch`: :meth:`_plain_batch` where every batch
+        steps (no accumulation) and nothing surrounds the step (no ``optimizer_step`` override, no hook before or
+        after the optimizer's step, the strategy's and precision's default step, no profiler, no ``compile_step``),
+        else :meth:`run_batch`. Asked once per epoch (``accumulate`` may change between epochs)."""
+        if self._plain and self.accumulate == 1 and self.captured is None:
+            return self._plain_batch
+        return self.run_batch
+
+    def _plain_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """:meth:`run_batch` of a batch that steps when nothing surrounds the step (:meth:`batch_runner`): the
+        closure's phases and the step in one frame, in the same order (``training_step``, zero-grad, backward,
+        the clipping check, ``optimizer.step()``, the step's count)."""
+        output = self._training_step(batch, batch_idx)
+        loss: torch.Tensor | None
+        if type(output) is torch.Tensor:
+            loss, output = output, {"loss": output}
+        else:
+            loss, output = self._loss_of(output)
+        self._zero_phase()
+        if loss is None:
+            self._batch_idx = batch_idx  # (what the warning names)
+            self._skip_batch()
+        else:
+            self._backward_phase(loss)
+        optimizer = self.optimizers[0]
+        if self.trainer.gradient_clip_val is not None:  # read at each step, as Lightning does
+            self._clip_to_trainer(optimizer)
+        optimizer.step()  # looked up on the instance (a learning-rate scheduler wraps the instance's step)
+        self._progress.advance_step()
+        return output, True
 
     def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
         """:meth:`run_batch` with ``compile_step``: ``loops/captured.py`` runs the batch."""

@@ -206,7 +206,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             if sync_dist_group is not None:
                 raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
-        trainer.run_state.metrics.log(name, value, prog_bar, True if logger is None else logger, on_step, on_epoch,
+        trainer.run_state.metrics.log(name, value, prog_bar, logger, on_step, on_epoch,
                                       reduce_fx, sync_dist, batch_size, rank_zero_only, add_dataloader_idx)
 
     def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import operator
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import torch
+
+#: the element types of a batch of plain tensors, and a tensor's device, read in C (:func:`move_to_device`)
+_TENSORS = {torch.Tensor}
+_DEVICE = operator.attrgetter("device")
 
 
 def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -32,14 +37,15 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
     passes through."""
     kind = type(batch)
-    if kind is tuple or kind is list:  # the common batch: plain tensors, moved in one pass without recursion
-        tensors: list[torch.Tensor] = []
-        for item in batch:
-            if type(item) is not torch.Tensor:
-                break
-            tensors.append(item if item.device == device else item.to(device, non_blocking=non_blocking))
-        else:
-            return tuple(tensors) if kind is tuple else tensors
+    if (kind is tuple or kind is list) and set(map(type, batch)) == _TENSORS:
+        # the common batch: plain tensors, their devices read and moved without a Python call per tensor
+        devices = set(map(_DEVICE, batch))
+        if device not in devices:  # all elsewhere (a host batch for an accelerator)
+            return kind(map(operator.methodcaller("to", device, non_blocking=non_blocking), batch))
+        if len(devices) == 1:  # all there already
+            return batch if kind is tuple else list(batch)
+        return kind([item if item.device == device else item.to(device, non_blocking=non_blocking)
+                     for item in batch])
     if isinstance(batch, torch.Tensor):
         return batch if batch.device == device else batch.to(device, non_blocking=non_blocking)
     if isinstance(batch, Mapping):

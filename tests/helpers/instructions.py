@@ -1,0 +1,34 @@
+"""Python instructions a call runs: a deterministic measure of the loops' own cost (unlike a clock on a loaded
+machine), counted with ``benchmarks/bench_trainer.py``'s :class:`OpcodeCounter`."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def opcode_counter() -> Any:
+    """A fresh ``bench_trainer.OpcodeCounter`` (imported from ``benchmarks/``)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from bench_trainer import OpcodeCounter
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return OpcodeCounter()
+
+
+def instructions(call: Callable[[], Any], within: str = "") -> int:
+    """The Python instructions ``call()`` runs in functions whose file path contains ``within`` (all: ``""``)."""
+    counter, previous = opcode_counter(), sys.gettrace()
+    counter.install()
+    counter.counting = True
+    try:
+        call()
+    finally:
+        counter.counting = False
+        sys.settrace(previous)
+    return sum(n for code, n in counter.by_code.items() if within in code.co_filename)
