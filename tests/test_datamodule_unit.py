@@ -228,11 +228,11 @@ def test_a_batch_of_plain_tensors_costs_the_same_python_whatever_its_length(kind
         counts = []
         for length in (2, 12):
             batch = kind(make() for _ in range(length))
-            counts.append(instructions(lambda: move_to_device(batch, meta, non_blocking=True)))
+            counts.append(instructions(lambda batch=batch: move_to_device(batch, meta, non_blocking=True)))
             moved = move_to_device(batch, meta)
             assert type(moved) is kind and all(t.is_meta for t in moved) and len(moved) == length
-            assert all(a is b for a, b in zip(moved, batch)) == batch[0].is_meta
+            assert all(a is b for a, b in zip(moved, batch, strict=True)) == batch[0].is_meta
         assert counts[0] == counts[1], counts
     mixed = kind([torch.ones(1), torch.ones(1, device="meta")] * 6)
     moved = move_to_device(mixed, meta)
-    assert [t is s for t, s in zip(moved, mixed)] == [False, True] * 6 and all(t.is_meta for t in moved)
+    assert [t is s for t, s in zip(moved, mixed, strict=True)] == [False, True] * 6 and all(t.is_meta for t in moved)

@@ -852,11 +852,14 @@ def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
     values = [torch.tensor(float(i)) for i in range(4)]
     log("loss", values[0])
     repeated = log("loss", values[1])
-    decided = log("loss", values[2], prog_bar=True)  # a changed option: decided anew (the entry keeps the first's)
+    decided = log("first", values[2])  # a first log: decided in full
     assert repeated <= 0.75 * decided, (repeated, decided)
+    with pytest.raises(ValueError, match=r"twice in <lambda> with different arguments \(prog_bar=False, then"):
+        log("loss", values[2], prog_bar=True)  # a changed option from the same function: refused, as in Lightning
     entry = store.entries["loss"]
+    log("loss", values[2])
     assert entry.step_value == 2.0 and entry.step_value is not values[2] and not entry.prog_bar  # a copy, as before
-    log("loss", values[3], prog_bar=True)
+    log("loss", values[3])
     assert entry.step_value == 3.0 and entry.total is None and entry.fresh
     values[3].add_(10)  # changed in place after the log: not what was logged
     assert entry.step_value == 3.0
@@ -876,3 +879,61 @@ def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
     store.set_epoch_end(True)
     log("loss", torch.tensor(7.0))
     assert float(entry.total) == 28.0 and entry.weight == 4.0 and entry.step_value == 7.0
+
+
+class LogsTwice(accelkit.Module):
+    """Logs ``x`` as ``case`` says: from one hook with other arguments at a later step or in the same step, from
+    two hooks, from one helper run by a step and by an epoch-end hook, or with the same arguments every time."""
+
+    def __init__(self, case: str) -> None:
+        super().__init__()
+        self.case = case
+        self.layer = torch.nn.Linear(2, 1)
+
+    def helper(self) -> None:
+        self.log("h", 1.0)  # the step's defaults in training_step, the epoch's in on_train_epoch_end
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.case == "later_step":
+            self.log("x", 1.0, prog_bar=batch_idx == 0)
+        elif self.case == "same_step":
+            self.log("x", 1.0)
+            self.log("x", 2.0, on_epoch=True)
+        elif self.case in ("two_hooks", "same_arguments"):
+            self.log("x", float(batch_idx), prog_bar=True)
+        elif self.case == "helper":
+            self.helper()
+        return self.layer(batch[0]).pow(2).mean()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.case == "two_hooks":
+            self.log("x", 2.0, prog_bar=False)
+
+    def on_train_epoch_end(self) -> None:
+        if self.case == "helper":
+            self.helper()
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.parametrize("case", ["later_step", "same_step", "two_hooks", "same_arguments", "helper"])
+def test_a_name_logged_twice_in_one_hook_with_other_arguments_is_refused_as_in_lightning(tmp_path, case):
+    """Lightning 2.6.6 raises ``MisconfigurationException`` ("You called `self.log(x, ...)` twice in
+    `training_step` with different arguments") for ``later_step`` and ``same_step`` and runs the others (both
+    Trainers were run on these cases when this was written); accelkit kept the first arguments silently. Now the
+    same cases raise, naming the hook and what changed."""
+    from torch.utils.data import TensorDataset
+
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, enable_checkpointing=False, max_epochs=1,
+                               default_root_dir=tmp_path)
+    loader = torch.utils.data.DataLoader(TensorDataset(torch.randn(3, 2)), batch_size=1)
+    if case in ("later_step", "same_step"):
+        changed = "prog_bar=True, then prog_bar=False" if case == "later_step" else "on_epoch=False, then on_epoch=True"
+        with pytest.raises(ValueError, match=rf"self.log\('x', ...\) was called twice in training_step with "
+                                             rf"different arguments \({changed}\)"):
+            trainer.fit(LogsTwice(case), loader)
+    else:
+        trainer.fit(LogsTwice(case), loader)
+        assert trainer.global_step == 3

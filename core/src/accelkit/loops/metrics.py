@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,31 @@ def is_metric_object(value: Any) -> bool:
         callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
 
 
+def _logging_function(epoch_end: bool) -> str:
+    """The name of the function that called ``self.log``/``self.log_dict`` (the hook running it, e.g.
+    ``training_step``): the first frame above this store outside the Module's logging methods; a helper's name
+    is marked when an epoch-end hook runs it (a helper shared by a step and an epoch-end hook is two hooks)."""
+    frame: Any = sys._getframe(2)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(("accelkit.module", "accelkit.loops")):
+        frame = frame.f_back
+    name = frame.f_code.co_name if frame is not None else ""
+    return f"{name} (at an epoch's end)" if epoch_end else name
+
+
+def _refuse_other_options(entry: _Entry, name: str, caller: str, given: dict[str, Any]) -> None:
+    """As Lightning's: logging a name again in the same hook with other arguments is an error (which ones would
+    win is not defined); from another hook it is allowed (the last value is the value)."""
+    if caller != entry.caller:
+        return
+    first = {"on_step": entry.on_step, "on_epoch": entry.on_epoch, "prog_bar": entry.prog_bar,
+             "logger": entry.logger, "reduce_fx": entry.reduce_fx, "sync_dist": entry.sync_dist,
+             "rank_zero_only": entry.rank_zero_only}
+    changed = ", ".join(f"{key}={first[key]!r}, then {key}={given[key]!r}" for key in first if first[key] != given[key])
+    raise ValueError(f"self.log({name!r}, ...) was called twice in {caller} with different arguments ({changed}); "
+                     "as in Lightning this is not allowed: log it with the same arguments each time, or under "
+                     "another name")
+
+
 @dataclass
 class _Entry:
     on_step: bool
@@ -40,6 +66,7 @@ class _Entry:
     name: str = ""  # as logged (the store's key adds ``suffix``)
     suffix: str = ""  # ``/dataloader_idx_N`` with several evaluation loaders, after ``_step``/``_epoch`` as Lightning
     loader: int = 0  # the evaluation loader it was logged from (also with ``add_dataloader_idx=False``)
+    caller: str = ""  # the function that called ``self.log`` first (the hook, as Lightning's ``fx``)
 
     def key(self, step: bool) -> str:
         """The name this value is shown by: ``<name>_step`` (``step``) or ``<name>_epoch`` when logged both per
@@ -170,7 +197,12 @@ class MetricStore:
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
                                                 rank_zero_only, name=logged_name, suffix=suffix,
-                                                loader=self.dataloader_idx)
+                                                loader=self.dataloader_idx, caller=_logging_function(self.epoch_end))
+        elif (entry.on_step, entry.on_epoch, entry.prog_bar, entry.logger, entry.reduce_fx, entry.sync_dist,
+              entry.rank_zero_only) != (on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, rank_zero_only):
+            _refuse_other_options(entry, name, _logging_function(self.epoch_end), dict(
+                on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger, reduce_fx=reduce_fx,
+                sync_dist=sync_dist, rank_zero_only=rank_zero_only))
         if metric is not None:
             # A metric object keeps its own state (and syncs it across processes in compute()); the step value
             # is what its forward() returned last, read when the step value is read.
