@@ -72,7 +72,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_trainer import OpcodeCounter, extra_functions  # noqa: E402
+from bench_trainer import OpcodeCounter, extra_functions, short_path  # noqa: E402
 
 import accelkit  # noqa: E402
 
@@ -505,9 +505,7 @@ def host_microseconds(profiler: cProfile.Profile, steps: int) -> dict[str, float
     function by its name)."""
     result: collections.Counter[str] = collections.Counter()
     for (path, _, function), (_, _, own, _, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
-        where = path.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1] if "-packages/" in path or \
-            "/src/" in path else os.path.basename(path)
-        result[f"{where}:{function}" if path != "~" else function] += own * 1e6 / steps
+        result[f"{short_path(path)}:{function}" if path != "~" else function] += own * 1e6 / steps
     return dict(result)
 
 

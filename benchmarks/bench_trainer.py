@@ -304,10 +304,7 @@ class OpcodeCounter(accelkit.Callback):
         """Instructions per step of each function (``file:qualified name``, paths from the package down)."""
         result: collections.Counter[str] = collections.Counter()
         for code, n in self.by_code.items():
-            path = code.co_filename
-            where = path.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1] if "-packages/" in path or \
-                "/src/" in path else os.path.basename(path)  # a package's path from it down; a script's name
-            result[f"{where}:{getattr(code, 'co_qualname', code.co_name)}"] += n
+            result[f"{short_path(code.co_filename)}:{getattr(code, 'co_qualname', code.co_name)}"] += n
         return {name: n / steps for name, n in result.items()}
 
     def per_step(self, steps: int, side: str) -> tuple[float, float]:
@@ -326,6 +323,14 @@ class OpcodeCounter(accelkit.Callback):
 
     def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
         self.counting = False
+
+
+def short_path(path: str) -> str:
+    """A source file as the per-function listings name it: a package's path from the package down, a script's
+    name."""
+    if "-packages/" in path or "/src/" in path:
+        return path.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1]
+    return os.path.basename(path)
 
 
 def extra_functions(ours: dict[str, float], theirs: dict[str, float], top: int = 12) -> list[tuple[str, float]]:

@@ -24,6 +24,7 @@ from accelkit.callbacks.early_stopping import EarlyStopping, EarlyStoppingReason
 from accelkit.callbacks.lr_monitor import LearningRateMonitor  # noqa: E402
 from accelkit.callbacks.model_checkpoint import ModelCheckpoint  # noqa: E402
 from accelkit.loggers import CSVLogger  # noqa: E402
+from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
@@ -392,17 +393,11 @@ def test_lr_monitor_needs_a_logger(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- device statistics
 @pytest.fixture(scope="module")
-def lightning_device_stats(tmp_path_factory, run_python) -> dict[str, dict[str, list[int]]]:
+def lightning_device_stats(tmp_path_factory) -> dict[str, dict[str, list[int]]]:
     """Where Lightning's ``DeviceStatsMonitor`` wrote in every scenario of ``helpers.device_stats_steps`` (one
     process: Lightning's Trainer imports torch_xla)."""
-    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
     pytest.importorskip("psutil", reason="the CPU's figures are read with psutil (Lightning's and accelkit's)")
-    root = tmp_path_factory.mktemp("lightning_device_stats")
-    return run_python(f"""
-        import json
-        from helpers.device_stats_steps import SCENARIOS, record
-        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+    return lightning_records(tmp_path_factory.mktemp("lightning_device_stats"), "device_stats_steps")
 
 
 @pytest.mark.slow

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.loggers import CSVLogger  # noqa: E402
+from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
@@ -740,18 +741,9 @@ def test_a_callback_reads_the_steps_own_value_at_its_end(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def lightning_reads(tmp_path_factory, run_python) -> dict[str, list[Any]]:
-    """What the reading callback of ``helpers.metric_reads`` saw under Lightning's Trainer, for every scenario (one
-    process: Lightning's Trainer imports torch_xla). The scenarios run on the CPU; the process sees no GPU, because
-    on a GPU machine Lightning's first fit initializes CUDA (its ``isolate_rng`` saves the CUDA random state) and
-    the ``ddp_fork`` scenario's workers then cannot use CUDA in a forked process."""
-    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
-    root = tmp_path_factory.mktemp("lightning_reads")
-    return run_python(f"""
-        import json
-        from helpers.metric_reads import SCENARIOS, record
-        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+def lightning_reads(tmp_path_factory) -> dict[str, list[Any]]:
+    """What the reading callback of ``helpers.metric_reads`` saw under Lightning's Trainer, for every scenario."""
+    return lightning_records(tmp_path_factory.mktemp("lightning_reads"), "metric_reads")
 
 
 @pytest.mark.slow
@@ -775,17 +767,11 @@ def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, l
 
 
 @pytest.fixture(scope="module")
-def lightning_logger_steps(tmp_path_factory, run_python) -> dict[str, Any]:
+def lightning_logger_steps(tmp_path_factory) -> dict[str, Any]:
     """The steps at which Lightning's CSV and TensorBoard loggers got each name, for every scenario of
     ``helpers.logger_steps`` (one process)."""
-    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
     pytest.importorskip("tensorboard", reason="reads TensorBoard's event files")
-    root = tmp_path_factory.mktemp("lightning_logger_steps")
-    return run_python(f"""
-        import json
-        from helpers.logger_steps import SCENARIOS, record
-        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parent])
+    return lightning_records(tmp_path_factory.mktemp("lightning_logger_steps"), "logger_steps")
 
 
 @pytest.mark.slow

@@ -13,21 +13,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.schedules import SCENARIOS, record  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def lightning_schedules(tmp_path_factory, run_python) -> dict[str, dict[str, Any]]:
+def lightning_schedules(tmp_path_factory) -> dict[str, dict[str, Any]]:
     """Every scenario under Lightning's Trainer, in one process (Lightning's Trainer imports torch_xla), on the CPU."""
-    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
-    root = tmp_path_factory.mktemp("lightning_schedules")
-    return run_python(f"""
-        import json, logging, warnings
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        from helpers.schedules import SCENARIOS, record
-        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+    return lightning_records(tmp_path_factory.mktemp("lightning_schedules"), "schedules")
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.errors import ConfigurationError  # noqa: E402
+from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, WeightDump, quiet_trainer, regression_data  # noqa: E402
 from helpers.prewarmed import Prewarmed  # noqa: E402
@@ -369,15 +370,9 @@ def test_min_steps_defers_an_early_stop(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def lightning_stop_runs(tmp_path_factory, run_python) -> dict[str, list[list[Any]]]:
+def lightning_stop_runs(tmp_path_factory) -> dict[str, list[list[Any]]]:
     """The batches Lightning's Trainer runs in every scenario of ``helpers.stop_runs`` (one process)."""
-    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
-    root = tmp_path_factory.mktemp("lightning_stop_runs")
-    return run_python(f"""
-        import json
-        from helpers.stop_runs import SCENARIOS, record
-        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+    return lightning_records(tmp_path_factory.mktemp("lightning_stop_runs"), "stop_runs")
 
 
 @pytest.mark.slow

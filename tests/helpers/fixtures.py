@@ -93,6 +93,22 @@ def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def lightning_records(root: Path, helper: str) -> Any:
+    """``{scenario: record("lightning", root/scenario, scenario)}`` for every scenario of ``helpers.<helper>`` (its
+    ``SCENARIOS`` and ``record``), run under Lightning's Trainer in one fresh process (Lightning's Trainer imports
+    torch_xla), on the CPU: the process sees no GPU, because on a GPU machine Lightning's first fit initializes
+    CUDA (``isolate_rng`` saves its random state) and a later ``ddp_fork`` could not use it. Skips where Lightning
+    is not installed."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    return _run_python(f"""
+        import json, logging, warnings
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        from helpers.{helper} import SCENARIOS, record
+        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
+        """, path=[Path(__file__).resolve().parents[1]], env={"CUDA_VISIBLE_DEVICES": ""})
+
+
 @pytest.fixture(scope="session")
 def run_python() -> Callable[..., Any]:
     """``run_python(code, path=[...], env={...})``: run code in a subprocess; it must print JSON last."""

@@ -3,13 +3,13 @@ CPU has no float16 autocast) and says so once, naming what it uses instead, for 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from helpers.fixtures import lightning_records
 from helpers.models import RegressionModule, quiet_trainer, regression_data
 
 
@@ -45,17 +45,9 @@ def test_bf16_mixed_itself_is_quiet(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def lightning_precision_runs(tmp_path_factory, run_python) -> dict[str, Any]:
+def lightning_precision_runs(tmp_path_factory) -> dict[str, Any]:
     """Every scenario of ``helpers.precision_runs`` under Lightning's Trainer, in one process."""
-    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
-    root = tmp_path_factory.mktemp("lightning_precision_runs")
-    return run_python(f"""
-        import json, logging, warnings
-        warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
-        from helpers.precision_runs import SCENARIOS, record
-        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parents[3] / "tests"], env={"CUDA_VISIBLE_DEVICES": ""})
+    return lightning_records(tmp_path_factory.mktemp("lightning_precision_runs"), "precision_runs")
 
 
 @pytest.mark.slow

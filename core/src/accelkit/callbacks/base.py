@@ -226,17 +226,14 @@ class DeviceStatsMonitor(Callback):
             separator = getattr(logger, "group_separator", "/")
             logger.log_metrics({f"{prefix}{separator}{name}": value for name, value in stats.items()}, step=step)
 
-    def _training_due(self, trainer: Trainer, stepped: int) -> bool:
-        return stepped % trainer.log_every_n_steps == 0
-
     def on_train_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int) -> None:
         stepped = trainer.run_state.progress.batches_that_stepped  # before this batch: it has not stepped yet
-        self._log(trainer, "on_train_batch_start", self._training_due(trainer, stepped + 1), stepped)
+        self._log(trainer, "on_train_batch_start", (stepped + 1) % trainer.log_every_n_steps == 0, stepped)
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        progress = trainer.run_state.progress
-        self._log(trainer, "on_train_batch_end", self._training_due(trainer, progress.logger_step() + 1))
+        stepped = trainer.run_state.progress.logger_step()
+        self._log(trainer, "on_train_batch_end", (stepped + 1) % trainer.log_every_n_steps == 0, stepped)
 
     def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._evaluation_batches = 0

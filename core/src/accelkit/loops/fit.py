@@ -87,8 +87,7 @@ class FitLoop:
             self._load_val()
         # as Lightning: no training batch to run (limits reached, none in the loader) skips the training hooks
         skip = trainer.num_training_batches == 0 or self._done()
-        every = trainer.check_val_every_n_epoch
-        if not skip and self.val_loaders and (every is None or (trainer.current_epoch + 1) % every == 0):
+        if not skip and self.val_loaders and self._validates_this_epoch():
             self._built_val()  # as Lightning: at the start when this epoch validates (its bar shows the batches)
         interval, total = trainer.val_check_interval, trainer.num_training_batches
         if self.val_loaders and isinstance(interval, int) and trainer.check_val_every_n_epoch is not None and \
@@ -237,15 +236,18 @@ class FitLoop:
                 self.batches_since_val += 1
                 return self.batches_since_val % interval == 0
             due = (batch_idx + 1) % interval == 0
-        return due and (every is None or (trainer.current_epoch + 1) % every == 0)
+        return due and self._validates_this_epoch()
+
+    def _validates_this_epoch(self) -> bool:
+        """Whether the current epoch validates (``check_val_every_n_epoch``; ``None``: validation counts batches
+        across epochs)."""
+        every = self.trainer.check_val_every_n_epoch
+        return every is None or (self.trainer.current_epoch + 1) % every == 0
 
     def _stop_val(self) -> bool:
         """A stop was requested and may happen now: validate before it, as Lightning does, in an epoch that
-        validates (``check_val_every_n_epoch``)."""
-        trainer = self.trainer
-        every = trainer.check_val_every_n_epoch
-        return trainer.should_stop and (every is None or (trainer.current_epoch + 1) % every == 0) and \
-            self._minimums_met()
+        validates."""
+        return self.trainer.should_stop and self._validates_this_epoch() and self._minimums_met()
 
     def _epoch(self) -> int:
         trainer = self.trainer

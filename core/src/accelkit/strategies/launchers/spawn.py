@@ -216,7 +216,7 @@ def share_cores(num_processes: int) -> None:
     a collective its threads spin and starve the others (40x slower steps seen with gloo on 2 cores). torchrun
     sets ``OMP_NUM_THREADS`` for the same reason."""
     if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, num_processes)))
+        torch.set_num_threads(worker_threads(num_processes))
 
 
 def worker_threads(num_processes: int) -> int:
