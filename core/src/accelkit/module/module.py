@@ -202,12 +202,19 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         trainer = self.__dict__.get("_trainer")  # what the ``trainer`` property reads, without its call (per step)
         if trainer is None:
             raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run")
+        store = trainer.run_state.metrics
+        again = store.repeats.get(name)  # logged before with these options: its decisions stand (every step)
+        if again is not None and again[0] == (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only,
+                                              add_dataloader_idx, enable_graph, sync_dist_group) and \
+                type(value) is torch.Tensor and not value.ndim and value.is_floating_point():
+            store.log_again(again[1], value, batch_size)
+            return
         if sync_dist_group is not None or enable_graph:
             if sync_dist_group is not None:
                 raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
-        trainer.run_state.metrics.log(name, value, prog_bar, logger, on_step, on_epoch,
-                                      reduce_fx, sync_dist, batch_size, rank_zero_only, add_dataloader_idx)
+        store.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size, rank_zero_only,
+                  add_dataloader_idx)
 
     def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
