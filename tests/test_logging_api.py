@@ -901,6 +901,14 @@ def test_a_name_logged_again_runs_two_frames_of_accelkit():
         sys.setprofile(previous)
     assert frames == ["Module.log", "MetricStore.log_again"], frames
     assert module.trainer.run_state.metrics.entries["loss"].step_value == 2.0
+    # an option that cannot be part of the remembered key is decided in full, with its error as before
+    with pytest.raises(ValueError, match="sync_dist_group is not supported"):
+        module.log("loss", torch.tensor(3.0), sync_dist_group=[0, 1])
+    with pytest.raises(ValueError, match=r"reduce_fx=\['mean'\] is not one of"):
+        module.log("other", torch.tensor(3.0), reduce_fx=["mean"])
+    module.trainer = None
+    with pytest.raises(RuntimeError, match=r"Module.log\('loss', ...\) was called outside a Trainer run"):
+        module.log("loss", torch.tensor(3.0))
 
 
 class LogsTwice(accelkit.Module):

@@ -113,11 +113,11 @@ class MetricStore:
         #: where a logged number goes to be reduced (the strategy's ``root_device``: a collective backend may take
         #: tensors on its device only)
         self.device: torch.device | None = None
-        #: name -> (the options of its last full :meth:`log`, in the order of :meth:`accelkit.Module.log`'s
-        #: ``(prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx,
-        #: enable_graph, sync_dist_group)``, and its entry): a later log of that name with the same options and a
-        #: floating-point scalar tensor takes the decisions made then (:meth:`log_again`)
-        self.repeats: dict[str, tuple[tuple[Any, ...], _Entry]] = {}
+        #: (name, then the options of a full :meth:`log` in the order of :meth:`accelkit.Module.log`'s ``prog_bar,
+        #: logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx, enable_graph,
+        #: sync_dist_group``) -> its entry: a later log of that name with the same options and a floating-point scalar
+        #: tensor takes the decisions made then (:meth:`log_again`)
+        self.repeats: dict[tuple[Any, ...], _Entry] = {}
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -209,8 +209,11 @@ class MetricStore:
             self._aggregate(entry, value, batch_size)
         if isinstance(value, torch.Tensor) and not sync_dist and not rank_zero_only and not suffix and \
                 (entry.on_step, entry.on_epoch, entry.reduce_fx) == (on_step, on_epoch, reduce_fx):
-            self.repeats[name] = ((prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given, sync_dist,
-                                   rank_zero_only, add_dataloader_idx, False, None), entry)
+            try:
+                self.repeats[(logged_name, prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given,
+                              sync_dist, rank_zero_only, add_dataloader_idx, False, None)] = entry
+            except TypeError:  # an option that cannot be a key: this name's logs are decided in full
+                pass
 
     def log_again(self, entry: _Entry, value: torch.Tensor, batch_size: int | None) -> None:
         """:meth:`log` of a floating-point scalar tensor under a name of :attr:`repeats`, with the options it was

@@ -199,15 +199,17 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N`` (after
             ``_step``/``_epoch``, as Lightning: ``loss_epoch/dataloader_idx_1``).
         """
-        trainer = self.__dict__.get("_trainer")  # what the ``trainer`` property reads, without its call (per step)
-        if trainer is None:
-            raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run")
-        store = trainer.run_state.metrics
-        again = store.repeats.get(name)  # logged before with these options: its decisions stand (every step)
-        if again is not None and again[0] == (prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only,
-                                              add_dataloader_idx, enable_graph, sync_dist_group) and \
-                type(value) is torch.Tensor and not value.ndim and value.is_floating_point():
-            store.log_again(again[1], value, batch_size)
+        try:  # (the ``trainer`` property's value, read without its call: this runs every step)
+            store = self._trainer.run_state.metrics
+        except AttributeError:  # no trainer (``None``, or never attached)
+            raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run") from None
+        try:  # logged before with these options (every step): its decisions stand
+            again = store.repeats.get((name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only,
+                                       add_dataloader_idx, enable_graph, sync_dist_group))
+        except TypeError:  # an option that cannot be a key: decided in full
+            again = None
+        if again is not None and type(value) is torch.Tensor and not value.ndim and value.is_floating_point():
+            store.log_again(again, value, batch_size)
             return
         if sync_dist_group is not None or enable_graph:
             if sync_dist_group is not None:
