@@ -149,8 +149,11 @@ def sync(device: torch.device) -> None:
 
 
 class Span:
-    """The timed span of a run: from the start of step ``first`` to the end of step ``last``; optionally profiled,
-    or its Python instructions counted (``counter``, whose trace function the caller installs)."""
+    """The timed span of a run: from the start of step ``first`` to the start of step ``last + 1``, so that every
+    side is charged whole cycles (its step and what it does between two steps: fetching the next batch, moving it,
+    its bookkeeping); optionally profiled, or its Python instructions counted (``counter``, whose trace function
+    the caller installs). Each side calls :meth:`step_start` at the top of every step and runs one step more than
+    it is timed for."""
 
     def __init__(self, device: torch.device, first: int, last: int, profile: bool = False,
                  counter: OpcodeCounter | None = None, host_profile: cProfile.Profile | None = None) -> None:
@@ -163,8 +166,11 @@ class Span:
         self._profiler: Any = None
 
     def step_start(self, index: int) -> None:
-        """Called at the start of every step (its batch fetched)."""
-        if index == self.first:
+        """Called at the start of every step (its batch fetched): opens the span at ``first``, closes it at
+        ``last + 1``."""
+        if index == self.last + 1:
+            self._close()
+        elif index == self.first:
             sync(self.device)
             if self.profile:
                 from torch.profiler import ProfilerActivity, profile
@@ -178,19 +184,17 @@ class Span:
                 self.host_profile.enable()
             self._start, self._cpu_start = time.perf_counter(), time.thread_time()
 
-    def step_end(self, index: int) -> None:
-        """Called at the end of every step."""
-        if index == self.last:
-            if self.counter is not None:
-                self.counter.counting = False
-            if self.host_profile is not None:
-                self.host_profile.disable()
-            cpu = time.thread_time() - self._cpu_start  # before the final wait, which may spin
-            sync(self.device)
-            self.seconds, self.cpu_seconds = time.perf_counter() - self._start, cpu
-            if self._profiler is not None:
-                self._profiler.__exit__(None, None, None)
-                self.events.update(event.name for event in self._profiler.events())
+    def _close(self) -> None:
+        if self.counter is not None:
+            self.counter.counting = False
+        if self.host_profile is not None:
+            self.host_profile.disable()
+        cpu = time.thread_time() - self._cpu_start  # before the final wait, which may spin
+        sync(self.device)
+        self.seconds, self.cpu_seconds = time.perf_counter() - self._start, cpu
+        if self._profiler is not None:
+            self._profiler.__exit__(None, None, None)
+            self.events.update(event.name for event in self._profiler.events())
 
 
 # ------------------------------------------------------------------------------------------ sides
@@ -219,7 +223,6 @@ def hand_loop(w: Workload, device: torch.device, span: Span, steps: int) -> None
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        span.step_end(i)
 
 
 #: torch.compile's options for the compiled sides (set by main: CUDA graphs on a GPU, the default mode on the CPU)
@@ -244,20 +247,24 @@ def hand_compiled(w: Workload, device: torch.device, span: Span, steps: int) -> 
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         step()
-        span.step_end(i)
 
 
 class AccelkitModule(accelkit.Module):
-    """The accelkit side."""
+    """The accelkit side. With a ``span``, its ``training_step`` marks the start of every step, as the hand loop
+    does at the top of its loop: no batch hook or callback, which would be work the hand loop has not (and takes
+    accelkit's fit loop off its plain path)."""
 
-    def __init__(self, w: Workload) -> None:
+    def __init__(self, w: Workload, span: Span | None = None) -> None:
         super().__init__()
         self.net = w.net()
+        self.span = span
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.span is not None:
+            self.span.step_start(batch_idx)
         x, y = batch
         loss = F.cross_entropy(self(x), y)
         self.log("loss", loss)
@@ -268,16 +275,13 @@ class AccelkitModule(accelkit.Module):
 
 
 class SpanCallback:
-    """Marks the span from the batch hooks (a callback for accelkit and for Lightning alike)."""
+    """Marks the span from the batch-start hook, for the captured step (whose ``training_step`` is compiled)."""
 
     def __init__(self, span: Span) -> None:
         self.span = span
 
     def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
         self.span.step_start(batch_idx)
-
-    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.span.step_end(batch_idx)
 
 
 QUIET = dict(devices=1, precision="bf16-mixed", logger=False, enable_progress_bar=False, enable_checkpointing=False,
@@ -286,9 +290,8 @@ QUIET = dict(devices=1, precision="bf16-mixed", logger=False, enable_progress_ba
 
 def accelkit_run(w: Workload, device: torch.device, span: Span, steps: int) -> None:
     """The same work through ``accelkit.Trainer``."""
-    callback = type("Timing", (SpanCallback, accelkit.Callback), {})(span)
-    trainer = accelkit.Trainer(accelerator=device.type, max_epochs=1, callbacks=[callback], **QUIET)
-    trainer.fit(AccelkitModule(w), train_dataloaders=make_loader(w.data(steps), w.batch))
+    trainer = accelkit.Trainer(accelerator=device.type, max_epochs=1, **QUIET)
+    trainer.fit(AccelkitModule(w, span), train_dataloaders=make_loader(w.data(steps), w.batch))
 
 
 def accelkit_captured_run(w: Workload, device: torch.device, span: Span, steps: int) -> None:
@@ -312,6 +315,7 @@ def lightning_run(w: Workload, device: torch.device, span: Span, steps: int) -> 
         def __init__(self) -> None:
             super().__init__()
             self.net = w.net()
+            self.span = span
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.net(x)
@@ -319,9 +323,7 @@ def lightning_run(w: Workload, device: torch.device, span: Span, steps: int) -> 
         training_step = AccelkitModule.training_step
         configure_optimizers = AccelkitModule.configure_optimizers
 
-    callback = type("Timing", (SpanCallback, pl.Callback), {})(span)
-    trainer = pl.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", max_epochs=1, callbacks=[callback],
-                         **QUIET)
+    trainer = pl.Trainer(accelerator="gpu" if device.type == "cuda" else "cpu", max_epochs=1, **QUIET)
     trainer.fit(LightningSide(), train_dataloaders=make_loader(w.data(steps), w.batch))
 
 
@@ -340,7 +342,6 @@ def accelerate_run(w: Workload, device: torch.device, span: Span, steps: int) ->
         optimizer.zero_grad(set_to_none=True)
         accelerator.backward(loss)
         optimizer.step()
-        span.step_end(i)
 
 
 SIDES: dict[str, tuple[Callable[..., None], str | None]] = {
@@ -373,7 +374,7 @@ def measure(side: Callable[..., None], w: Workload, device: torch.device, warmup
     if counter is not None:
         counter.install()  # before the run, so that the loops' own frames are traced too
     try:
-        side(w, device, span, warmup + steps)
+        side(w, device, span, warmup + steps + 1)  # the span closes at the top of the extra step
     finally:
         if counter is not None:
             sys.settrace(None)
