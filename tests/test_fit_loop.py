@@ -104,7 +104,7 @@ def assert_same_checkpoint(a: Any, b: Any, where: str = "checkpoint") -> None:
             assert_same_checkpoint(a[key], b[key], f"{where}[{key!r}]")
     elif isinstance(a, (list, tuple)):
         assert type(a) is type(b) and len(a) == len(b), where
-        for index, (x, y) in enumerate(zip(a, b)):
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same_checkpoint(x, y, f"{where}[{index}]")
     else:
         assert a == b, (where, a, b)
