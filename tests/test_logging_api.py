@@ -870,10 +870,13 @@ def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
     log("count", torch.tensor(3))  # an integer tensor becomes a float, as before
     log("count", torch.tensor(4))
     assert store.entries["count"].step_value.dtype == torch.float32 and store.entries["count"].step_value == 4
-    # an epoch-end hook's defaults: the same call logs an epoch value there
+    # an epoch-end hook's defaults: the same call logs an epoch value there, a value of its own (another hook's, as in
+    # Lightning: the step's value and options stay)
     store.set_epoch_end(True)
     log("loss", torch.tensor(7.0))
-    assert float(entry.total) == 28.0 and entry.weight == 4.0 and entry.step_value == 7.0
+    [late] = [e for e in store.entries.values() if e.name == "loss" and e is not entry]
+    assert late.on_epoch and not late.on_step and float(late.total) == 28.0 and late.weight == 4.0
+    assert entry.step_value == 3.0 and entry.total is None
 
 
 class LogsTwice(accelkit.Module):
@@ -932,3 +935,27 @@ def test_a_name_logged_twice_in_one_hook_with_other_arguments_is_refused_as_in_l
     else:
         trainer.fit(LogsTwice(case), loader)
         assert trainer.global_step == 3
+
+
+@pytest.fixture(scope="module")
+def lightning_hook_pairs(tmp_path_factory) -> dict[str, list[Any]]:
+    """What the reading callback of ``helpers.metric_hooks`` saw under Lightning's Trainer, for every scenario."""
+    return lightning_records(tmp_path_factory.mktemp("lightning_hook_pairs"), "metric_hooks")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["step_then_batch_end", "batch_start_then_step", "step_then_callback_batch_end",
+                                      "step_then_epoch_end", "val_step_then_val_batch_end",
+                                      "val_step_then_val_epoch_end"])
+def test_a_name_logged_from_two_hooks_reads_as_in_lightning(tmp_path, lightning_hook_pairs, scenario):
+    """A name logged from two hooks (``helpers.metric_hooks``: every combination of each hook's ``prog_bar``,
+    ``logger`` and ``on_step``/``on_epoch``, the two hooks logging different values) is one value per hook, as in
+    Lightning: each with its own options and epoch aggregate, and each of the three dicts (and the CSV logger) takes,
+    for each of its names, the value of the last hook to log it among those whose options put it there. Before,
+    accelkit kept one value per name, with the first hook's options and the last hook's value: the progress bar
+    showed ``on_train_batch_end``'s value of a name only ``training_step`` logged with ``prog_bar=True``, and an
+    epoch aggregate mixed both hooks' values."""
+    from helpers.metric_hooks import record
+    from helpers.metric_reads import differences
+
+    assert differences(record("accelkit", str(tmp_path), scenario), lightning_hook_pairs[scenario]) == []
