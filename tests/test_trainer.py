@@ -656,3 +656,27 @@ def test_verbose_evaluation_prints_lightnings_rows_and_full_values(tmp_path, cap
     assert row.split("|")[1].strip() == str(first) and row.split("|")[2].strip() == str(second)
     assert str(first) == "0.5" and len(str(second)) > 8  # 4/3 in full, not rounded to 6 digits
     assert "Validate metric" in out and "DataLoader 1" in out
+
+
+@pytest.fixture(scope="module")
+def lightning_states(tmp_path_factory) -> dict[str, list[Any]]:
+    """What ``helpers.trainer_states`` recorded under Lightning's Trainer, for every scenario."""
+    from helpers.fixtures import lightning_records
+
+    return lightning_records(tmp_path_factory.mktemp("lightning_states"), "trainer_states")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["all_stages", "raises"])
+def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_states, scenario):
+    """``setup``/``teardown`` get Lightning's ``TrainerFn`` member and ``trainer.state``'s ``fn``, ``stage`` and
+    ``status`` are ``TrainerFn``, ``RunningStage`` and ``TrainerStatus`` members as in Lightning, in every hook of
+    fit (with a sanity check), validate, test and predict, after each, and after a fit that raised: the same type
+    name, ``repr``, ``str``, formatting, comparison with strings in any case, hashing and ``value``/``name``
+    (``helpers.trainer_states``); with them the Trainer's stage flags. Before, the stages were plain strings
+    (``f"{stage}"`` was ``"fit"`` where Lightning's is ``"TrainerFn.FITTING"``, ``stage.value`` failed), there was no
+    ``state.status``, ``state.stage`` stayed set after a run, and ``trainer.evaluating`` was false during the sanity
+    check."""
+    from helpers.trainer_states import record
+
+    assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]

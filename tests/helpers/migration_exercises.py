@@ -263,7 +263,8 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "early_stopping_callback": lambda t, m: t.early_stopping_callback is None,
     "early_stopping_callbacks": lambda t, m: list(t.early_stopping_callbacks) == [],
     "prediction_writer_callbacks": lambda t, m: list(t.prediction_writer_callbacks) == [],
-    "state": lambda t, m: t.state.fn == "fit" and t.state.stage == "train",
+    "state": lambda t, m: t.state.fn == "fit" and t.state.stage == "train" and t.state.status == "running"
+    and repr(t.state.fn) == "<TrainerFn.FITTING: 'fit'>",
     "training": lambda t, m: t.training is True, "validating": lambda t, m: t.validating is False,
     "testing": lambda t, m: t.testing is False, "predicting": lambda t, m: t.predicting is False,
     "evaluating": lambda t, m: t.evaluating is False, "sanity_checking": lambda t, m: t.sanity_checking is False,

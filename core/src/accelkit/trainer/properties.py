@@ -411,8 +411,9 @@ class TrainerProperties:
 
     @property
     def evaluating(self) -> bool:
-        """Whether a validation or test loop is running."""
-        return self.state.stage in ("validate", "test")
+        """Whether a validation (the sanity check's too, as in Lightning) or test loop is running."""
+        stage = self.state.stage
+        return stage is not None and stage.evaluating
 
     # ----------------------------------------------------------------- data
     @property
