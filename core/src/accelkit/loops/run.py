@@ -20,7 +20,7 @@ from accelkit.loops.fit import FitLoop
 from accelkit.loops.hooks import HookCaller, check_removed_hooks, merge_callbacks, warn_unknown_hooks
 from accelkit.loops.optimization import Optimization
 from accelkit.loops.publishing import Publisher
-from accelkit.loops.state import TrainerStatus
+from accelkit.loops.state import RunningStage, TrainerFn, TrainerStatus
 from accelkit.module.module import Module
 from accelkit.module.optimizers import configure_optimizers
 from accelkit.strategies.launchers.result import WorkerResult
@@ -73,8 +73,8 @@ def _begin(trainer: Trainer, stage: str, module: Any, datamodule: Any) -> HookCa
     """Reset what an earlier run left (Lightning resets its results at every run) and build the hook caller."""
     run = trainer.run_state
     run.begin(module, datamodule, trainer.ckpt_path)
-    run.state.fn = stage  # stored as TrainerFn (and RunningStage) members, which the hooks get, as Lightning's
-    run.state.stage = {"fit": "train"}.get(stage, stage)
+    run.state.fn = TrainerFn(stage)  # the hooks get the members, as Lightning's
+    run.state.stage = RunningStage.TRAINING if stage == "fit" else RunningStage(stage)
     run.state.status = TrainerStatus.RUNNING
     module.trainer = trainer
     if datamodule is not None:
