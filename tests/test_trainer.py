@@ -680,3 +680,26 @@ def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_st
     from helpers.trainer_states import record
 
     assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]
+
+
+@pytest.fixture(scope="module")
+def lightning_counts(tmp_path_factory) -> dict[str, list[Any]]:
+    """What ``helpers.trainer_counts`` recorded under Lightning's Trainer, for every scenario."""
+    from helpers.fixtures import lightning_records
+
+    return lightning_records(tmp_path_factory.mktemp("lightning_counts"), "trainer_counts")
+
+
+@pytest.mark.slow
+def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning(tmp_path, lightning_counts):
+    """``current_epoch``, ``global_step``, ``num_training_batches``, ``num_val_batches``, ``num_sanity_val_batches``
+    and ``estimated_stepping_batches`` read from every hook of a fit, and the three metric dicts after ``validate``
+    and ``test`` following it, under limits (ints and fractions), accumulation (with a partial window, and with a
+    limit), ``max_steps``, a mid-epoch validation of two loaders and sanity checks of one batch, of all batches and
+    none (``helpers.trainer_counts``), as on Lightning's Trainer. Before, ``num_sanity_val_batches`` was ``[]`` in a
+    fit whose sanity check did not run (``num_sanity_val_steps=0``) where Lightning's is ``[0]`` per loader: it is
+    computed as Lightning's, ``num_sanity_val_steps`` capped by each validation loader's count."""
+    from helpers.trainer_counts import SCENARIOS, record
+
+    ours = {scenario: record("accelkit", str(tmp_path / scenario), scenario) for scenario in SCENARIOS}
+    assert ours == lightning_counts
