@@ -403,7 +403,7 @@ def test_lightning_run_attributes_are_readable(tmp_path):
     assert isinstance(probe.seen["val_loaders"], DataLoader)
     assert probe.seen["evaluating_in_training"] is False and probe.seen["evaluating_in_validation"] is True
     assert (trainer.limit_train_batches, trainer.limit_val_batches) == (3, 0.5)
-    assert trainer.limit_test_batches is None and trainer.limit_predict_batches is None
+    assert trainer.limit_test_batches == 1.0 and trainer.limit_predict_batches == 1.0  # not given: all, as Lightning
     assert trainer.distributed_sampler_kwargs is None  # one process
 
 
@@ -696,9 +696,11 @@ def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning
     and ``estimated_stepping_batches`` read from every hook of a fit, and the three metric dicts after ``validate``
     and ``test`` following it, under limits (ints and fractions), accumulation (with a partial window, and with a
     limit), ``max_steps``, a mid-epoch validation of two loaders and sanity checks of one batch, of all batches and
-    none (``helpers.trainer_counts``), as on Lightning's Trainer. Before, ``num_sanity_val_batches`` was ``[]`` in a
-    fit whose sanity check did not run (``num_sanity_val_steps=0``) where Lightning's is ``[0]`` per loader: it is
-    computed as Lightning's, ``num_sanity_val_steps`` capped by each validation loader's count."""
+    none, and ``fast_dev_run=2`` (``helpers.trainer_counts``), as on Lightning's Trainer, with the
+    ``limit_*_batches`` read there. Before, ``num_sanity_val_batches`` was ``[]`` in a fit whose sanity check did not
+    run (``num_sanity_val_steps=0``) where Lightning's is ``[0]`` per loader: it is computed as Lightning's,
+    ``num_sanity_val_steps`` capped by each validation loader's count; and a ``limit_*_batches`` not given read
+    ``None`` where Lightning's is ``1.0`` (``trainer.limit_val_batches < 1`` raised ``TypeError``)."""
     from helpers.trainer_counts import SCENARIOS, record
 
     ours = {scenario: record("accelkit", str(tmp_path / scenario), scenario) for scenario in SCENARIOS}

@@ -47,6 +47,7 @@ class TrainerProperties:
     limits: dict[str, int | float | None]
     max_epochs: int | None
     max_steps: int
+    num_sanity_val_steps: int
 
     def _missing_attribute(self, name: str) -> Any:
         """Only reached for a name the Trainer lacks: fail with a sentence naming it (a callback written for Lightning
@@ -424,24 +425,25 @@ class TrainerProperties:
 
     # ----------------------------------------------------------------- data
     @property
-    def limit_train_batches(self) -> int | float | None:
-        """Batches per training epoch (``Trainer(limit_train_batches=...)``)."""
-        return self.limits["fit"]
+    def limit_train_batches(self) -> int | float:
+        """Batches per training epoch (``Trainer(limit_train_batches=...)``); ``1.0`` (all) when not given, as
+        Lightning's."""
+        return _limit(self.limits["fit"])
 
     @property
-    def limit_val_batches(self) -> int | float | None:
-        """Batches per validation run."""
-        return self.limits["validate"]
+    def limit_val_batches(self) -> int | float:
+        """Batches per validation run; ``1.0`` (all) when not given, as Lightning's."""
+        return _limit(self.limits["validate"])
 
     @property
-    def limit_test_batches(self) -> int | float | None:
-        """Batches per test run."""
-        return self.limits["test"]
+    def limit_test_batches(self) -> int | float:
+        """Batches per test run; ``1.0`` (all) when not given, as Lightning's."""
+        return _limit(self.limits["test"])
 
     @property
-    def limit_predict_batches(self) -> int | float | None:
-        """Batches per prediction run."""
-        return self.limits["predict"]
+    def limit_predict_batches(self) -> int | float:
+        """Batches per prediction run; ``1.0`` (all) when not given, as Lightning's."""
+        return _limit(self.limits["predict"])
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:
@@ -490,3 +492,8 @@ class TrainerProperties:
             return float("inf")
         total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs
         return total if self.max_steps == -1 else min(total, self.max_steps)
+
+
+def _limit(given: int | float | None) -> int | float:
+    """A ``limit_*_batches`` as Lightning reads it: ``1.0`` (every batch) when not given."""
+    return 1.0 if given is None else given
