@@ -959,3 +959,15 @@ def test_a_name_logged_from_two_hooks_reads_as_in_lightning(tmp_path, lightning_
     from helpers.metric_reads import differences
 
     assert differences(record("accelkit", str(tmp_path), scenario), lightning_hook_pairs[scenario]) == []
+
+
+@pytest.mark.slow
+def test_evaluation_results_and_epoch_end_values_of_several_loaders_as_in_lightning(tmp_path):
+    """What ``validate``/``test`` return (and ``predict``) after a fit, with one and two loaders, and the metric
+    dicts' names after each (``helpers.evaluation_results``), as Lightning's Trainer. Before, a value logged in
+    ``on_test_epoch_end`` (or ``on_validation_epoch_end``) with two loaders was named for the first loader
+    (``test_end/dataloader_idx_0``) and only in its result; Lightning names it ``test_end``, in every loader's."""
+    from helpers.evaluation_results import record
+
+    theirs = lightning_records(tmp_path / "lightning", "evaluation_results")
+    assert record("accelkit", str(tmp_path / "accelkit"), "after_fit") == theirs["after_fit"]

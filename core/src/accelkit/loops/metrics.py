@@ -189,8 +189,8 @@ class MetricStore:
             also = " (or torch.mean/sum/max/min)" if callable(reduce_fx) else ""
             raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}{also}") from None
         logged_name, suffix = name, ""
-        if add_dataloader_idx and self.num_dataloaders > 1:
-            suffix = f"/dataloader_idx_{self.dataloader_idx}"
+        if add_dataloader_idx and self.num_dataloaders > 1 and not self.epoch_end:  # (an epoch-end hook's value is
+            suffix = f"/dataloader_idx_{self.dataloader_idx}"  # every loader's, as in Lightning)
             name += suffix
         if rank_zero_only:
             self.rank_zero_only_names.add(name)
