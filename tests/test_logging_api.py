@@ -971,3 +971,44 @@ def test_evaluation_results_and_epoch_end_values_of_several_loaders_as_in_lightn
 
     theirs = lightning_records(tmp_path / "lightning", "evaluation_results")
     assert record("accelkit", str(tmp_path / "accelkit"), "after_fit") == theirs["after_fit"]
+
+
+class LogsWithoutLoaderIndex(accelkit.Module):
+    """Logs ``val_loss`` from each of two validation loaders with ``add_dataloader_idx=False``, under one name or
+    (``own_names``) under a name per loader."""
+
+    def __init__(self, own_names: bool) -> None:
+        super().__init__()
+        self.own_names = own_names
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        name = f"val_loss_{dataloader_idx}" if self.own_names else "val_loss"
+        self.log(name, self.layer(batch[0]).pow(2).mean(), add_dataloader_idx=False)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_one_name_from_two_loaders_without_their_index_is_refused_as_in_lightning(tmp_path):
+    """Lightning 2.6.6 raises ``MisconfigurationException`` ("You called `self.log(val_loss, ...)` twice in
+    `validation_step` with different arguments") when two evaluation loaders log one name with
+    ``add_dataloader_idx=False`` (run on both Trainers when this was written); accelkit mixed the two loaders' values
+    into one mean silently. Now it raises, naming the loaders and what to do; a name per loader still works."""
+    from torch.utils.data import TensorDataset
+
+    def fit(own_names: bool) -> accelkit.Trainer:
+        trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                                   enable_model_summary=False, enable_checkpointing=False, max_epochs=1,
+                                   num_sanity_val_steps=0, default_root_dir=tmp_path)
+        loader = torch.utils.data.DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+        trainer.fit(LogsWithoutLoaderIndex(own_names), loader, [loader, loader])
+        return trainer
+
+    with pytest.raises(ValueError, match=r"self.log\('val_loss', ..., add_dataloader_idx=False\) was called for "
+                                         r"evaluation loaders 0 and 1, which would mix their values"):
+        fit(own_names=False)
+    assert {"val_loss_0", "val_loss_1"} <= set(fit(own_names=True).callback_metrics)

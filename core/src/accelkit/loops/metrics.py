@@ -226,6 +226,11 @@ class MetricStore:
             _refuse_other_options(entry, name, entry.caller, dict(
                 on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger, reduce_fx=reduce_fx,
                 sync_dist=sync_dist, rank_zero_only=rank_zero_only))
+        if entry.loader != self.dataloader_idx and not suffix and not self.epoch_end:
+            raise ValueError(f"self.log({name!r}, ..., add_dataloader_idx=False) was called for evaluation loaders "
+                             f"{entry.loader} and {self.dataloader_idx}, which would mix their values; as in Lightning "
+                             "this is not allowed: give each loader's value a name of its own (with its "
+                             "dataloader_idx), or leave add_dataloader_idx=True")
         if metric is not None:
             # A metric object keeps its own state (and syncs it across processes in compute()); the step value
             # is what its forward() returned last, read when the step value is read.
@@ -241,6 +246,7 @@ class MetricStore:
         if on_epoch:
             self._aggregate(entry, value, batch_size)
         if isinstance(value, torch.Tensor) and not sync_dist and not rank_zero_only and not suffix and \
+                (add_dataloader_idx or self.num_dataloaders == 1) and \
                 (entry.on_step, entry.on_epoch, entry.reduce_fx) == (on_step, on_epoch, reduce_fx):
             self._known[name] = ((prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given, sync_dist,
                                   rank_zero_only, add_dataloader_idx), entry)
