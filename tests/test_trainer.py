@@ -667,7 +667,7 @@ def lightning_states(tmp_path_factory) -> dict[str, list[Any]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["all_stages", "raises"])
+@pytest.mark.parametrize("scenario", ["all_stages", "raises", "ddp_fork_caller"])
 def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_states, scenario):
     """``setup``/``teardown`` get Lightning's ``TrainerFn`` member and ``trainer.state``'s ``fn``, ``stage`` and
     ``status`` are ``TrainerFn``, ``RunningStage`` and ``TrainerStatus`` members as in Lightning, in every hook of
@@ -675,8 +675,8 @@ def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_st
     name, ``repr``, ``str``, formatting, comparison with strings in any case, hashing and ``value``/``name``
     (``helpers.trainer_states``); with them the Trainer's stage flags. Before, the stages were plain strings
     (``f"{stage}"`` was ``"fit"`` where Lightning's is ``"TrainerFn.FITTING"``, ``stage.value`` failed), there was no
-    ``state.status``, ``state.stage`` stayed set after a run, and ``trainer.evaluating`` was false during the sanity
-    check."""
+    ``state.status``, ``state.stage`` stayed set after a run, ``trainer.evaluating`` was false during the sanity
+    check, and after a ``ddp_fork`` fit the caller's state had no ``fn`` (Lightning's: ``FITTING``, ``FINISHED``)."""
     from helpers.trainer_states import record
 
     assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]

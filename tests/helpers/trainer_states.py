@@ -3,7 +3,8 @@ the Trainer's stage flags read in each hook of ``fit``, ``validate``, ``test`` a
 accelkit's Trainer and on Lightning's (``tests/test_trainer.py`` compares them).
 
 ``"all_stages"`` runs the four on one Trainer (a sanity check in the fit); ``"raises"`` a fit whose
-``training_step`` raises (the state after it). Each value is described by :func:`describe`: its type's name,
+``training_step`` raises (the state after it); ``"ddp_fork_caller"`` a fit in two forked processes (the caller's
+state before and after it: the hooks run in the workers). Each value is described by :func:`describe`: its type's name,
 ``repr``, ``str``, ``format`` with no and with a width, how it compares with its value in capitals and with itself
 in a set of strings, its hash against its lower-case value's, and its ``value`` and ``name``.
 """
@@ -16,7 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-SCENARIOS = ("all_stages", "raises")
+SCENARIOS = ("all_stages", "raises", "ddp_fork_caller")
 
 #: the Callback hooks that read the state
 HOOKS = ("on_fit_start", "on_sanity_check_start", "on_train_start", "on_train_epoch_start", "on_train_batch_start",
@@ -98,10 +99,14 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
 
     for hook in HOOKS:
         setattr(Reader, hook, reader(hook))
+    for cls in (Net, Reader):  # by name, for the forked workers (they have the classes: forked from here)
+        cls.__qualname__ = cls.__name__ = f"{cls.__name__}_{framework}"
+        globals()[cls.__name__] = cls
     data = DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2)
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=1, logger=False, callbacks=[Reader()],
+    spread = {"devices": 2, "strategy": "ddp_fork"} if scenario == "ddp_fork_caller" else {"devices": 1}
+    trainer = trainer_class(accelerator="cpu", max_epochs=1, logger=False, callbacks=[Reader()],
                             num_sanity_val_steps=1, enable_model_summary=False, enable_progress_bar=False,
-                            enable_checkpointing=False, default_root_dir=root)
+                            enable_checkpointing=False, default_root_dir=root, **spread)
     seen.append(["made", None, state(trainer)])
     module = Net()
     if scenario == "raises":
@@ -111,6 +116,8 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             seen.append(["after the exception", None, state(trainer)])
         return seen
     trainer.fit(module, data, data)
+    if scenario == "ddp_fork_caller":
+        return [row for row in seen if row[0] in ("made", "after fit")] + [["after fit", None, state(trainer)]]
     seen.append(["after fit", None, state(trainer)])
     for run in (trainer.validate, trainer.test, trainer.predict):
         run(module, data, verbose=False) if run != trainer.predict else run(module, data)

@@ -57,6 +57,13 @@ def _logged_from(code: Any) -> bool:
         frame.f_code is code or (frame := frame.f_back) is not None and frame.f_code is code)
 
 
+def _refuse_mixed_loaders(name: str, first: int, now: int) -> None:
+    """As Lightning's: one name logged from two evaluation loaders without their index would mix their values."""
+    raise ValueError(f"self.log({name!r}, ..., add_dataloader_idx=False) was called for evaluation loaders {first} "
+                     f"and {now}, which would mix their values; as in Lightning this is not allowed: give each "
+                     "loader's value a name of its own (with its dataloader_idx), or leave add_dataloader_idx=True")
+
+
 def _refuse_other_options(entry: _Entry, name: str, caller: str, given: dict[str, Any]) -> None:
     """As Lightning's: logging a name again in the same hook with other arguments is an error (which ones would
     win is not defined); from another hook it is another value of its own (:meth:`MetricStore.log`)."""
@@ -227,10 +234,7 @@ class MetricStore:
                 on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger, reduce_fx=reduce_fx,
                 sync_dist=sync_dist, rank_zero_only=rank_zero_only))
         if entry.loader != self.dataloader_idx and not suffix and not self.epoch_end:
-            raise ValueError(f"self.log({name!r}, ..., add_dataloader_idx=False) was called for evaluation loaders "
-                             f"{entry.loader} and {self.dataloader_idx}, which would mix their values; as in Lightning "
-                             "this is not allowed: give each loader's value a name of its own (with its "
-                             "dataloader_idx), or leave add_dataloader_idx=True")
+            _refuse_mixed_loaders(name, entry.loader, self.dataloader_idx)
         if metric is not None:
             # A metric object keeps its own state (and syncs it across processes in compute()); the step value
             # is what its forward() returned last, read when the step value is read.
