@@ -6,10 +6,11 @@ A scenario is a dict of Trainer options plus ``"train_batches"``/``"val_batches"
 and 4) and ``"val_loaders"`` (default 1). The Module logs ``train_loss`` per step and per epoch and ``val_loss`` per
 epoch; after the fit, ``trainer.validate`` and ``trainer.test`` run with the same Trainer. Each read is ``[hook,
 current_epoch, global_step, num_training_batches (in fit, once the training loader is loaded), num_val_batches (in fit
-and validate), num_sanity_val_batches and estimated_stepping_batches (in fit), max_steps, max_epochs, limit_train/val/test/predict_batches]``; after each
-call the three metric dicts' names and values too. (Lightning keeps a fit's batch counts on its loops after the fit,
-and reads ``inf`` training batches before the loader is loaded; accelkit's counts are those of the running stage,
-``None`` before they are known: the migration guide says so.)
+and validate), num_sanity_val_batches and estimated_stepping_batches (in fit), max_steps, max_epochs,
+limit_train/val/test/predict_batches, min_epochs, min_steps]``; after each call the three metric dicts' names and
+values too. (Lightning keeps a fit's batch counts on its loops after the fit, and reads ``inf`` training batches
+before the loader is loaded; accelkit's counts are those of the running stage, ``None`` before they are known: the
+migration guide says so.)
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "sanity_all": {"max_epochs": 1, "num_sanity_val_steps": -1, "limit_val_batches": 3},
     "no_validation": {"max_epochs": 1, "limit_val_batches": 0},
     "fast_dev_run_2": {"fast_dev_run": 2},
+    "max_steps_without_epochs": {"max_steps": 5},
+    "min_steps": {"min_steps": 3, "max_epochs": 2},
+    "min_epochs": {"min_epochs": 2, "max_epochs": 3},
 }
 
 HOOKS = ("on_fit_start", "on_sanity_check_start", "on_train_start", "on_train_epoch_start", "on_train_batch_start",
@@ -95,7 +99,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
                 plain(trainer.num_val_batches) if trainer.state.fn in ("fit", "validate") else None,
                 plain(trainer.num_sanity_val_batches) if fitting else None, stepping, trainer.max_steps,
                 trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches,
-                trainer.limit_test_batches, trainer.limit_predict_batches]
+                trainer.limit_test_batches, trainer.limit_predict_batches, trainer.min_epochs, trainer.min_steps]
 
     class Reader(callback_base):  # type: ignore[misc, valid-type]
         pass

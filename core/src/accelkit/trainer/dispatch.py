@@ -168,6 +168,9 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
+    if stage == "fit":  # as Lightning's fit: the epoch limits not given take their defaults (read in the hooks)
+        trainer.min_epochs = int(trainer.min_steps is not None) if trainer.min_epochs is None else trainer.min_epochs
+        trainer.max_epochs = -1 if trainer.max_epochs is None else trainer.max_epochs
     state = trainer.run_state.state
     if strategy.launches_workers:  # the caller's state, as Lightning's caller: running, then finished or interrupted
         state.fn, state.stage, state.status = TrainerFn(stage), None, TrainerStatus.RUNNING
