@@ -271,7 +271,7 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "should_stop": lambda t, m: t.should_stop is False,
     "current_epoch": lambda t, m: t.current_epoch == 0, "global_step": lambda t, m: t.global_step == 1,
     "is_last_batch": lambda t, m: t.is_last_batch is False,
-    "max_epochs": lambda t, m: t.max_epochs == 2, "min_epochs": lambda t, m: t.min_epochs is None,
+    "max_epochs": lambda t, m: t.max_epochs == 2, "min_epochs": lambda t, m: t.min_epochs == 0,
     "max_steps": lambda t, m: t.max_steps == -1, "min_steps": lambda t, m: t.min_steps is None,
     "estimated_stepping_batches": lambda t, m: t.estimated_stepping_batches == 4,
     "datamodule": lambda t, m: t.datamodule is None,
