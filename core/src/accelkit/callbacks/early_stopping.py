@@ -128,7 +128,7 @@ class EarlyStopping(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """``wait_count``, ``stopped_epoch``, ``best_score``, ``patience`` and the stopping reason (plain data), as
-        Lightning saves them: the reason as its :class:`EarlyStoppingReason` number, so that either Trainer resumes
+        Lightning saves them: the reason as its ``EarlyStoppingReason`` number, so that either Trainer resumes
         from the other's checkpoint."""
         return {
             "wait_count": self.wait_count,

@@ -179,7 +179,8 @@ class MetricStore:
         known = self._known.get(name)
         if known is not None and type(value) is torch.Tensor and known[0] == (
                 prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx) \
-                and not value.ndim and value.is_floating_point() and _logged_from(known[1].code):
+                and not value.ndim and value.is_floating_point() \
+                and ((code := known[1].code) is sys._getframe(2).f_code or _logged_from(code)):
             remembered = known[1]
             value = value.detach()
             if remembered.on_step:  # a copy, as below
