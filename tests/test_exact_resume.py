@@ -540,3 +540,29 @@ def test_a_stream_resumed_with_another_batch_size_skips_the_samples_trained_coun
         fit("b.log", 8, None, "last")
     after = trained(tmp_path / "b.log")
     assert after[0] == list(range(24, 32)) and after[1] == list(range(32))
+
+
+def test_an_epoch_start_looks_at_the_loaders_samplers_once():
+    """What an epoch records of its order (``resume.epoch_start``, once per epoch) finds the loader's samplers once
+    for both its questions (a stateful user sampler, the generators), not once per question."""
+    import sys
+
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from accelkit.loops import resume
+
+    loader = DataLoader(TensorDataset(torch.zeros(10, 2)), batch_size=2, shuffle=True)
+    calls: list[str] = []
+
+    def seen(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("accelkit/loops/resume.py"):
+            calls.append(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(seen)
+    try:
+        record = resume.epoch_start(loader)
+    finally:
+        sys.setprofile(previous)
+    assert calls.count("_samplers") == 1, calls
+    assert len(record["generators"]) == 0 and record["sampler"] is None  # (a shuffling loader's default order)

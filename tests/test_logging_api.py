@@ -833,16 +833,16 @@ def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
     per-step log of a training or validation step) stores the value with the decisions made for its first log,
     a shorter path than deciding anew (counted in Python instructions: no clock); a changed option, a value of
     another kind, or a hook whose defaults differ (an epoch-end hook) is decided anew, with the results as before."""
-    from accelkit.loops.metrics import MetricStore
     from helpers.instructions import instructions
 
-    store = MetricStore()
+    module = accelkit.Module()
+    module.trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                                      enable_checkpointing=False)
+    store = module.trainer.run_state.metrics
     store.current_batch = torch.zeros(4, 2)
 
-    def log(name: str, value: Any, **options: Any) -> int:
-        given = {"prog_bar": False, "logger": None, "on_step": None, "on_epoch": None, "reduce_fx": "mean",
-                 "sync_dist": False, "batch_size": None, **options}
-        return instructions(lambda: store.log(name, value, **given), within="accelkit/loops/metrics.py")
+    def log(name: str, value: Any, **options: Any) -> int:  # (self.log's instructions and the store's)
+        return instructions(lambda: module.log(name, value, **options), within="accelkit/")
 
     values = [torch.tensor(float(i)) for i in range(4)]
     log("loss", values[0])
@@ -877,6 +877,41 @@ def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
     [late] = [e for e in store.entries.values() if e.name == "loss" and e is not entry]
     assert late.on_epoch and not late.on_step and float(late.total) == 28.0 and late.weight == 4.0
     assert entry.step_value == 3.0 and entry.total is None
+
+
+def test_a_name_logged_again_runs_two_frames_of_accelkit():
+    """The per-step ``self.log(name, tensor)`` of a name logged before with the same options is told apart in
+    ``Module.log`` itself, which hands the value to ``MetricStore.log_again``: two frames of accelkit (before, a
+    third: ``MetricStore.log`` was called with every option to tell it there)."""
+    import sys
+
+    module = accelkit.Module()
+    module.trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                                      enable_checkpointing=False)
+    module.trainer.run_state.metrics.current_batch = torch.zeros(4, 2)
+    module.log("loss", torch.tensor(1.0))
+    frames: list[str] = []
+
+    def seen(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and "/accelkit/" in frame.f_code.co_filename:
+            frames.append(frame.f_code.co_qualname)
+
+    previous = sys.getprofile()
+    sys.setprofile(seen)
+    try:
+        module.log("loss", torch.tensor(2.0))
+    finally:
+        sys.setprofile(previous)
+    assert frames == ["Module.log", "MetricStore.log_again"], frames
+    assert module.trainer.run_state.metrics.entries["loss"].step_value == 2.0
+    # an option that cannot be part of the remembered key is decided in full, with its error as before
+    with pytest.raises(ValueError, match="sync_dist_group is not supported"):
+        module.log("loss", torch.tensor(3.0), sync_dist_group=[0, 1])
+    with pytest.raises(ValueError, match=r"reduce_fx=\['mean'\] is not one of"):
+        module.log("other", torch.tensor(3.0), reduce_fx=["mean"])
+    module.trainer = None
+    with pytest.raises(RuntimeError, match=r"Module.log\('loss', ...\) was called outside a Trainer run"):
+        module.log("loss", torch.tensor(3.0))
 
 
 class LogsTwice(accelkit.Module):

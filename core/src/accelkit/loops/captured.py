@@ -149,6 +149,9 @@ class LogRecorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        #: never a repeat (the run store's ``repeats`` are not consulted under capture): every call is
+        #: kept in full, to be replayed through the run's store
+        self.repeats: dict[tuple[Any, ...], Any] = {}
 
     def log(self, *args: Any) -> None:
         """Keep one :meth:`~accelkit.loops.metrics.MetricStore.log` call's arguments."""

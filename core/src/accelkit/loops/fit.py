@@ -259,18 +259,47 @@ class FitLoop:
         limit = trainer.num_training_batches
         read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
         # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
-        accumulate = optim.accumulate = trainer.accumulate_grad_batches
-        automatic, run_batch = optim.automatic, optim.batch_runner()
-        publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
-        start_cbs, start_m = hooks.callback_plan("on_train_batch_start"), hooks.module_hook("on_train_batch_start")
-        end_cbs, end_m = hooks.callback_plan("on_train_batch_end"), hooks.module_hook("on_train_batch_end")
-        step_scheds, epoch_scheds = self._scheduler_plan(automatic)
-        metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
-        progress = trainer.run_state.progress
-        skipped_rest, batch_idx = False, start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
+        optim.accumulate = trainer.accumulate_grad_batches
+        step_scheds, epoch_scheds = self._scheduler_plan(optim.automatic)
+        plan = _EpochPlan(hooks, optim, step_scheds, epoch_scheds)
         self.consumed, self.in_epoch = start, True
-        for batch_idx, batch, is_last in data.batches(source, "fit", limit, lookahead=True, start=start,
-                                                      read_ahead=read_ahead):
+        batches = data.batches(source, "fit", limit, lookahead=True, start=start, read_ahead=read_ahead)
+        if restore_rng is None and plan.plain and self._validates_at_epoch_end_only():
+            batch_idx, skipped_rest = self._plain_steps(batches, start, plan), False
+        else:
+            batch_idx, skipped_rest = self._steps(batches, start, plan, restore_rng)
+        ran = batch_idx + 1 - start
+        if self.interrupted:
+            return ran  # still inside the epoch: the checkpoint the caller saves resumes it
+        self.in_epoch = False
+        resumed_empty = ran == 0 and start > 0  # every batch was trained before the checkpoint (on other data)
+        if skipped_rest or resumed_empty:
+            self._step_epoch_schedulers(epoch_scheds)
+        if resumed_empty:
+            self._finish_resumed_epoch(start)
+        self._end_epoch(optim.automatic)
+        return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
+
+    def _validates_at_epoch_end_only(self) -> bool:
+        """Whether validation, if any, can only be due at the epoch's last batch or at a requested stop (what
+        :meth:`_plain_steps` asks :meth:`_val_due` about): no validation, or ``val_check_interval`` a fraction
+        of at least one epoch."""
+        interval = self.trainer.val_check_interval
+        return not self.val_loaders or isinstance(interval, float) and interval >= 1.0
+
+    def _steps(self, batches: Iterator[tuple[int, Any, bool]], start: int, plan: _EpochPlan,
+               restore_rng: Any) -> tuple[int, bool]:
+        """The general loop over an epoch's batches: every hook around the step. Returns the last batch index run
+        and whether ``on_train_batch_start`` skipped the rest of the epoch."""
+        trainer = self.trainer
+        optim, progress = plan.optim, trainer.run_state.progress
+        accumulate, automatic, run_batch = optim.accumulate, plan.automatic, plan.run_batch
+        publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
+        start_cbs, start_m, end_cbs, end_m = plan.start_cbs, plan.start_m, plan.end_cbs, plan.end_m
+        step_scheds = plan.step_scheds
+        metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
+        batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
+        for batch_idx, batch, is_last in batches:
             if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
                 resume_mod.set_rng_states(restore_rng, trainer.accelerator)
                 restore_rng = None
@@ -281,20 +310,14 @@ class FitLoop:
             for fn in start_cbs:
                 fn(batch, batch_idx)
             if start_m is not None and start_m(batch, batch_idx) == -1:
-                skipped_rest = True
-                break
+                return batch_idx, True
             if automatic:
                 boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
                 progress.stepping = boundary  # counted at once (a checkpoint from its hooks includes it)
                 progress.batches_that_stepped += boundary  # (the one writer during a fit: a manual batch counts)
                 output, stepped = run_batch(batch, batch_idx, boundary)
-                if stepped:
-                    for config in step_scheds:
-                        if trainer.global_step % config.frequency == 0:
-                            # (callback_metrics is computed when read: only a plateau scheduler reads it)
-                            step_scheduler(trainer.lightning_module, config,
-                                           trainer.callback_metrics if config.reduce_on_plateau else {},
-                                           optim.scheduler_hook)
+                if stepped and step_scheds:
+                    self._step_step_schedulers(step_scheds)
             else:
                 progress.stepping = boundary = True
                 progress.batches_that_stepped += 1
@@ -304,7 +327,7 @@ class FitLoop:
             self.consumed = batch_idx + 1
             if is_last:
                 progress.epoch_training_done = True  # a checkpoint written from here on resumes next epoch
-                self._step_epoch_schedulers(epoch_scheds)
+                self._step_epoch_schedulers(plan.epoch_scheds)
             for fn in end_cbs:
                 fn(output, batch, batch_idx)
             if end_m is not None:
@@ -312,25 +335,74 @@ class FitLoop:
             if boundary and (progress.batches_that_stepped % log_every == 0 or progress.should_stop):
                 publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
             if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
-                mark("validation")
-                self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
+                self._validate_in_epoch(stepped)
             if stop is not None:
                 stop.report(progress.global_step)
-                if stop.pending() and stop.due(progress.global_step):  # SIGINT/SIGTERM: all stop after this step
-                    self.interrupted = True
-                    return batch_idx + 1 - start
+                if stop.pending() and self._interrupt_due(stop):
+                    return batch_idx, False
             if (progress.should_stop or trainer.max_time is not None or
                     0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
                 break  # the cheap test first: most runs set none of these, and max_steps matters once reached
-        self.in_epoch = False
-        ran = batch_idx + 1 - start
-        resumed_empty = ran == 0 and start > 0  # every batch was trained before the checkpoint (on other data)
-        if skipped_rest or resumed_empty:
-            self._step_epoch_schedulers(epoch_scheds)
-        if resumed_empty:
-            self._finish_resumed_epoch(start)
-        self._end_epoch(automatic)
-        return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
+        return batch_idx, False
+
+    def _plain_steps(self, batches: Iterator[tuple[int, Any, bool]], start: int, plan: _EpochPlan) -> int:
+        """:meth:`_steps` for an epoch with nothing around the step (:class:`_EpochPlan` ``plain``, validation only
+        at the epoch's end, no random state to put back): the same bookkeeping in the same order, without the
+        tests of what this epoch does not have. Returns the last batch index run."""
+        trainer = self.trainer
+        progress, run_batch, epoch_scheds = trainer.run_state.progress, plan.run_batch, plan.epoch_scheds
+        publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
+        metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
+        batch_idx = start - 1
+        for batch_idx, batch, is_last in batches:
+            if marks:
+                mark_step(progress.global_step, batch_idx)
+            metrics.current_batch = batch
+            progress.is_last_batch = is_last
+            progress.stepping = True  # (every batch steps)
+            progress.batches_that_stepped += 1
+            run_batch(batch, batch_idx, True)
+            self.consumed = batch_idx + 1
+            if is_last:
+                progress.epoch_training_done = True
+                self._step_epoch_schedulers(epoch_scheds)
+            if progress.batches_that_stepped % log_every == 0 or progress.should_stop:
+                publisher.log_step()
+            if (is_last or progress.should_stop) and self.val_loaders and (
+                    self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
+                self._validate_in_epoch(True)
+            if stop is not None:
+                stop.report(progress.global_step)
+                if stop.pending() and self._interrupt_due(stop):
+                    return batch_idx
+            if (progress.should_stop or trainer.max_time is not None or
+                    0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
+                break
+        return batch_idx
+
+    def _step_step_schedulers(self, configs: list[Any]) -> None:
+        """After an optimizer step: step the step-interval schedulers in ``configs`` whose ``frequency`` the
+        global step reaches."""
+        trainer = self.trainer
+        for config in configs:
+            if trainer.global_step % config.frequency == 0:
+                # (callback_metrics is computed when read: only a plateau scheduler reads it)
+                step_scheduler(trainer.lightning_module, config,
+                               trainer.callback_metrics if config.reduce_on_plateau else {},
+                               trainer.run_state.active_optimization.scheduler_hook)
+
+    def _validate_in_epoch(self, stepped: bool) -> None:
+        """A validation due after a training batch (its optimizer stepped: ``stepped``)."""
+        mark("validation")
+        self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
+
+    def _interrupt_due(self, stop: Any) -> bool:
+        """A SIGINT/SIGTERM stop is pending (``stop.pending()``): ``True`` (and :attr:`interrupted`) when it is due
+        now (every process stops after this step)."""
+        if stop.due(self.trainer.run_state.progress.global_step):
+            self.interrupted = True
+            return True
+        return False
 
     def _finish_resumed_epoch(self, start: int) -> None:
         """A resumed epoch with no batch left (its samples were all trained before the checkpoint, which was
@@ -399,6 +471,22 @@ class FitLoop:
             EvaluationLoop(trainer, "validate").run(loaders, self.val_limits, inside_fit=True, zero_grad=zero_grad)
         finally:
             trainer.run_state.state.stage = RunningStage.TRAINING
+
+
+class _EpochPlan:
+    """What runs around an epoch's steps, decided at its start: the batch hooks, the schedulers, the batch runner,
+    and whether nothing surrounds the step (``plain``: automatic optimization stepping every batch with nothing
+    around the step, no batch hooks or callbacks, no step-interval scheduler)."""
+
+    def __init__(self, hooks: Any, optim: Any, step_scheds: list[Any], epoch_scheds: list[Any]) -> None:
+        self.optim, self.automatic, self.run_batch = optim, optim.automatic, optim.batch_runner()
+        self.step_scheds, self.epoch_scheds = step_scheds, epoch_scheds
+        self.start_cbs = hooks.callback_plan("on_train_batch_start")
+        self.start_m = hooks.module_hook("on_train_batch_start")
+        self.end_cbs = hooks.callback_plan("on_train_batch_end")
+        self.end_m = hooks.module_hook("on_train_batch_end")
+        self.plain = optim.steps_plainly() and not (self.start_cbs or self.end_cbs or step_scheds) and \
+            self.start_m is None and self.end_m is None
 
 
 #: :attr:`FitLoop.val_loaders` of a fit that validates, before its loaders are built (truthy: validation is on)

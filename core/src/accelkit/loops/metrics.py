@@ -143,9 +143,11 @@ class MetricStore:
         #: where a logged number goes to be reduced (the strategy's ``root_device``: a collective backend may take
         #: tensors on its device only)
         self.device: torch.device | None = None
-        #: name -> (the options of its last full :meth:`log`, its entry): a later log of that name with the same
-        #: options and a floating-point scalar tensor takes the decisions made then
-        self._known: dict[str, tuple[tuple[Any, ...], _Entry]] = {}
+        #: (name, then the options of a full :meth:`log` in the order of :meth:`accelkit.Module.log`'s ``prog_bar,
+        #: logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx, enable_graph,
+        #: sync_dist_group``) -> its entry: a later log of that name with the same options and a floating-point scalar
+        #: tensor takes the decisions made then (:meth:`log_again`)
+        self.repeats: dict[tuple[Any, ...], _Entry] = {}
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -157,7 +159,7 @@ class MetricStore:
         """Start a new epoch of a loop (metric objects logged last epoch are reset)."""
         self.reset_metric_objects()
         self.entries = {}
-        self._known = {}
+        self.repeats = {}
         self.training = training
         self.set_epoch_end(False)
         self.phase = "steps"
@@ -166,29 +168,16 @@ class MetricStore:
         """Whether an ``on_*_epoch_end`` hook runs (logs there default to epoch values), with the defaults of
         ``on_step``/``on_epoch`` worked out once here rather than at every log."""
         self.epoch_end = epoch_end
-        self._known = {}  # the defaults the remembered decisions were made with change
+        self.repeats = {}  # the defaults the remembered decisions were made with change
         self.default_on_step = self.training and not epoch_end
         self.default_on_epoch = not self.training or epoch_end
 
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
             rank_zero_only: bool = False, add_dataloader_idx: bool = True) -> None:
-        """Record one value (see :meth:`accelkit.Module.log`). Called every step: a name logged again with the same
-        options and a floating-point scalar tensor takes the decisions of its last full log (kept in ``_known``) and
-        stores the value only; anything else is decided anew."""
-        known = self._known.get(name)
-        if known is not None and type(value) is torch.Tensor and known[0] == (
-                prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx) \
-                and not value.ndim and value.is_floating_point() \
-                and ((code := known[1].code) is sys._getframe(2).f_code or _logged_from(code)):
-            remembered = known[1]
-            value = value.detach()
-            if remembered.on_step:  # a copy, as below
-                value = value.clone()
-            remembered.step_value, remembered.fresh = value, True
-            if remembered.on_epoch:
-                self._aggregate(remembered, value, batch_size)
-            return
+        """Record one value (see :meth:`accelkit.Module.log`), deciding everything anew. A log that can take the
+        decisions of an earlier one (a floating-point scalar tensor, the same options) goes to :meth:`log_again`
+        instead: :attr:`repeats` remembers them."""
         on_step_given, on_epoch_given, reduce_fx_given, logger_given = on_step, on_epoch, reduce_fx, logger
         logger = True if logger is None else logger  # (the default: sent to the loggers)
         try:
@@ -253,8 +242,27 @@ class MetricStore:
         if isinstance(value, torch.Tensor) and not sync_dist and not rank_zero_only and not suffix and \
                 (add_dataloader_idx or self.num_dataloaders == 1) and \
                 (entry.on_step, entry.on_epoch, entry.reduce_fx) == (on_step, on_epoch, reduce_fx):
-            self._known[name] = ((prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given, sync_dist,
-                                  rank_zero_only, add_dataloader_idx), entry)
+            try:
+                self.repeats[(logged_name, prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given,
+                              sync_dist, rank_zero_only, add_dataloader_idx, False, None)] = entry
+            except TypeError:  # an option that cannot be a key: this name's logs are decided in full
+                pass
+
+    def log_again(self, entry: _Entry, value: torch.Tensor, batch_size: int | None) -> bool:
+        """:meth:`log` of a floating-point scalar tensor under a name of :attr:`repeats`, with the options it was
+        remembered with: ``entry``'s decisions stand, and only the value is stored (detached; a step value
+        copied, as :meth:`log` does). ``False``, storing nothing, when the hook running is not the one that logged
+        it (a name logged from several hooks is a value per hook: :meth:`log` decides which)."""
+        code = entry.code
+        if code is not sys._getframe(2).f_code and not _logged_from(code):
+            return False
+        value = value.detach()
+        if entry.on_step:
+            value = value.clone()
+        entry.step_value, entry.fresh = value, True
+        if entry.on_epoch:
+            self._aggregate(entry, value, batch_size)
+        return True
 
     def _caller_entry(self, name: str, first: _Entry | None, new: _Entry) -> _Entry:
         """The entry of ``name`` as logged by the hook running now (``first``: the entry of the first hook that

@@ -226,9 +226,12 @@ class Optimization:
         steps (no accumulation) and nothing surrounds the step (no ``optimizer_step`` override, no hook before or
         after the optimizer's step, the strategy's and precision's default step, no profiler, no ``compile_step``),
         else :meth:`run_batch`. Asked once per epoch (``accumulate`` may change between epochs)."""
-        if self._plain and self.accumulate == 1 and self.captured is None:
-            return self._plain_batch
-        return self.run_batch
+        return self._plain_batch if self.steps_plainly() else self.run_batch
+
+    def steps_plainly(self) -> bool:
+        """Whether :meth:`batch_runner` gives the plain batch this epoch: every batch steps and nothing surrounds
+        the step."""
+        return self._plain and self.accumulate == 1 and self.captured is None
 
     def _plain_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
         """:meth:`run_batch` of a batch that steps when nothing surrounds the step (:meth:`batch_runner`): the

@@ -116,10 +116,11 @@ def _samplers(loader: Any) -> list[Any]:
     return list(found.values())
 
 
-def _generators(loader: Any) -> list[torch.Generator]:
-    """The ``torch.Generator`` objects the loader's order is drawn from, in a fixed order."""
+def _generators(loader: Any, samplers: list[Any] | None = None) -> list[torch.Generator]:
+    """The ``torch.Generator`` objects the loader's order is drawn from, in a fixed order (``samplers``: the
+    loader's :func:`_samplers`, when the caller has them)."""
     found: dict[int, torch.Generator] = {}
-    for owner in [loader] + _samplers(loader):
+    for owner in [loader] + (_samplers(loader) if samplers is None else samplers):
         generator = getattr(owner, "generator", None)
         if isinstance(generator, torch.Generator) and generator.device.type == "cpu":
             found.setdefault(id(generator), generator)
@@ -132,9 +133,10 @@ def is_stateful(loader: Any) -> bool:
     return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
 
 
-def _stateful_sampler(loader: Any) -> Any:
-    """A user sampler of the loader that has ``state_dict``/``load_state_dict`` (restored at the epoch start)."""
-    for sampler in _samplers(loader):
+def _stateful_sampler(loader: Any, samplers: list[Any] | None = None) -> Any:
+    """A user sampler of the loader that has ``state_dict``/``load_state_dict`` (restored at the epoch start;
+    ``samplers``: the loader's :func:`_samplers`, when the caller has them)."""
+    for sampler in _samplers(loader) if samplers is None else samplers:
         if _is_torch_or_ours(sampler):
             continue
         if callable(getattr(sampler, "state_dict", None)) and callable(getattr(sampler, "load_state_dict", None)):
@@ -155,8 +157,9 @@ def _unknown_samplers(loader: Any) -> list[str]:
 
 def epoch_start(loader: Any, accelerator: Any = None) -> dict[str, Any]:
     """What decides an epoch's order: taken right before the loader is iterated (once per epoch)."""
-    sampler = _stateful_sampler(loader)
-    return {"rng": rng_states(accelerator), "generators": [g.get_state() for g in _generators(loader)],
+    samplers = _samplers(loader)  # (once: both below look at them)
+    sampler = _stateful_sampler(loader, samplers)
+    return {"rng": rng_states(accelerator), "generators": [g.get_state() for g in _generators(loader, samplers)],
             "sampler": sampler.state_dict() if sampler is not None else None}
 
 

@@ -36,6 +36,9 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     #: ``False`` for manual optimization: ``training_step`` calls ``self.optimizers()``, ``manual_backward`` and
     #: ``opt.step()`` itself
     automatic_optimization: bool = True
+    # the running Trainer, kept in the instance's ``__dict__`` by the ``trainer`` property (absent or ``None`` outside
+    # a run): annotated for the type checker only (``log`` reads it without the property's call)
+    _trainer: Trainer
     #: ``load_state_dict`` strictness when a checkpoint is restored by the Trainer
     strict_loading: bool = True
 
@@ -199,15 +202,24 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N`` (after
             ``_step``/``_epoch``, as Lightning: ``loss_epoch/dataloader_idx_1``).
         """
-        trainer = self.__dict__.get("_trainer")  # what the ``trainer`` property reads, without its call (per step)
-        if trainer is None:
-            raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run")
+        try:  # (the ``trainer`` property's value, read without its call: this runs every step)
+            store = self._trainer.run_state.metrics
+        except AttributeError:  # no trainer (``None``, or never attached)
+            raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run") from None
+        try:  # logged before with these options (every step): its decisions stand
+            again = store.repeats.get((name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only,
+                                       add_dataloader_idx, enable_graph, sync_dist_group))
+        except TypeError:  # an option that cannot be a key: decided in full
+            again = None
+        if again is not None and type(value) is torch.Tensor and not value.ndim and value.is_floating_point() \
+                and store.log_again(again, value, batch_size):  # (False: another hook logs the name: in full)
+            return
         if sync_dist_group is not None or enable_graph:
             if sync_dist_group is not None:
                 raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
-        trainer.run_state.metrics.log(name, value, prog_bar, logger, on_step, on_epoch,
-                                      reduce_fx, sync_dist, batch_size, rank_zero_only, add_dataloader_idx)
+        store.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size, rank_zero_only,
+                  add_dataloader_idx)
 
     def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""

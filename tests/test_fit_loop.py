@@ -1,0 +1,192 @@
+"""The fit loop's plain epoch (``FitLoop._plain_steps``): an epoch with nothing around the step runs its batches
+in a loop without the tests of what it lacks. It must train, count, log, validate, stop and checkpoint exactly as
+the general loop (``FitLoop._steps``) does: each scenario runs a plain fit and the same fit with a batch callback
+that does nothing (which makes every epoch general), and compares weights, counters, metrics, logged rows and the
+checkpoint written at the end."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import accelkit
+from helpers.compare import assert_same_weights
+from helpers.models import RegressionModule, quiet_trainer
+
+
+class BatchEndNoOp(accelkit.Callback):
+    """Overrides ``on_train_batch_end`` and does nothing: its presence alone makes every epoch general."""
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        pass
+
+
+class StopsAtBatch(RegressionModule):
+    """Sets ``trainer.should_stop`` in ``training_step`` at global step ``stop_at``."""
+
+    def __init__(self, stop_at: int) -> None:
+        super().__init__()
+        self.stop_at = stop_at
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.trainer.global_step == self.stop_at:
+            self.trainer.should_stop = True
+        return super().training_step(batch, batch_idx)
+
+
+class StopsAtEpochStart(accelkit.Callback):
+    """Requests a stop when epoch ``epoch`` starts (an epoch-level callback: the epoch stays plain)."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        if trainer.current_epoch == self.epoch:
+            trainer.should_stop = True
+
+
+class SavesMidEpoch(accelkit.Callback):
+    """Writes ``path`` after global step ``step`` (a checkpoint inside an epoch, to resume from)."""
+
+    def __init__(self, path: Path, step: int) -> None:
+        self.path, self.step = path, step
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+
+
+def fit(folder: Path, general: bool, module: accelkit.Module | None = None, callbacks: tuple = (),
+        ckpt_path: Path | None = None, **options: Any) -> dict[str, Any]:
+    """One fit (``general``: with :class:`BatchEndNoOp`), and what it left: weights, counters, metrics, the
+    CSV logger's rows, the checkpoint written after it, and which of the fit loop's batch loops ran."""
+    torch.manual_seed(0)
+    module = module if module is not None else RegressionModule()
+    logger = accelkit.loggers.CSVLogger(folder, name="", version=0)
+    trainer = quiet_trainer(folder, logger=logger, max_epochs=options.pop("max_epochs", 3),
+                            callbacks=[*callbacks, *([BatchEndNoOp()] if general else [])], **options)
+    loops: set[str] = set()
+
+    def seen(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("accelkit/loops/fit.py"):
+            loops.add(frame.f_code.co_name)
+
+    previous = sys.getprofile()
+    sys.setprofile(seen)
+    try:
+        trainer.fit(module, ckpt_path=ckpt_path)
+    finally:
+        sys.setprofile(previous)
+    trainer.save_checkpoint(folder / "end.ckpt")
+    checkpoint = torch.load(folder / "end.ckpt", weights_only=False)
+    checkpoint["callbacks"] = {k: v for k, v in checkpoint.get("callbacks", {}).items() if "BatchEndNoOp" not in k}
+    with open(folder / "version_0" / "metrics.csv") as file:
+        rows = list(csv.DictReader(file))
+    return {"weights": {k: v.clone() for k, v in module.state_dict().items()},
+            "counters": (trainer.global_step, trainer.current_epoch, trainer.should_stop),
+            "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+            "logged_metrics": {k: float(v) for k, v in trainer.logged_metrics.items()},
+            "rows": rows, "checkpoint": checkpoint, "loops": loops & {"_plain_steps", "_steps"}}
+
+
+def assert_same_checkpoint(a: Any, b: Any, where: str = "checkpoint") -> None:
+    """Two checkpoints hold the same keys and values (tensors compared exactly)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (where, sorted(a), sorted(b))
+        for key in a:
+            assert_same_checkpoint(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b), where
+        for index, (x, y) in enumerate(zip(a, b)):
+            assert_same_checkpoint(x, y, f"{where}[{index}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def assert_same_fit(plain: dict[str, Any], general: dict[str, Any], plain_loops: set[str]) -> None:
+    """The plain fit ran ``plain_loops``, the general one only the general loop, with the same results."""
+    assert plain["loops"] == plain_loops and general["loops"] == {"_steps"}, (plain["loops"], general["loops"])
+    assert_same_weights(plain["weights"], general["weights"])
+    for key in ("counters", "callback_metrics", "logged_metrics", "rows"):
+        assert plain[key] == general[key], key
+    assert_same_checkpoint(plain["checkpoint"], general["checkpoint"])
+
+
+SCENARIOS = {
+    "max_steps_mid_epoch": dict(max_steps=6),  # 4 batches an epoch: the second epoch stops after its second
+    "stop_from_training_step": dict(module=lambda: StopsAtBatch(stop_at=5)),
+    "stop_from_epoch_callback": dict(callbacks=lambda: (StopsAtEpochStart(epoch=1),)),
+    "validation_at_epoch_end": dict(limit_val_batches=2),
+    "limit_train_batches": dict(limit_train_batches=3),
+    "log_every_n_steps": dict(log_every_n_steps=3),
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_a_plain_epoch_trains_logs_and_stops_as_the_general_loop(tmp_path, scenario):
+    """(a) max_steps reached mid-epoch, (b) a stop requested from training_step or from an epoch-level callback,
+    validation at the epoch's end, (d) limit_train_batches, (e) log_every_n_steps: the plain epoch and the general
+    one give identical weights, counters, metrics, logged rows and checkpoints."""
+    options = {k: (v() if callable(v) else v) for k, v in SCENARIOS[scenario].items()}
+    plain = fit(tmp_path / "plain", general=False, **options)
+    options = {k: (v() if callable(v) else v) for k, v in SCENARIOS[scenario].items()}
+    general = fit(tmp_path / "general", general=True, **options)
+    assert_same_fit(plain, general, {"_plain_steps"})
+
+
+def test_validation_within_the_epoch_takes_the_general_loop_with_the_same_results(tmp_path):
+    """(c) ``val_check_interval`` within the epoch: the plain fit's epochs take the general loop too (validation
+    may be due after any batch), with the same results."""
+    plain = fit(tmp_path / "plain", general=False, val_check_interval=2, limit_val_batches=1)
+    general = fit(tmp_path / "general", general=True, val_check_interval=2, limit_val_batches=1)
+    assert_same_fit(plain, general, {"_steps"})
+    assert any(row.get("val_loss") for row in plain["rows"])
+
+
+def test_a_fit_resumed_mid_epoch_runs_as_the_general_loop(tmp_path):
+    """(f) A fit resumed from a checkpoint written inside an epoch: its first epoch (random states put back once
+    the loader started) takes the general loop, the later ones the plain loop, with the results of a resumed fit
+    whose epochs are all general."""
+    path = tmp_path / "mid.ckpt"
+    fit(tmp_path / "first", general=True, callbacks=(SavesMidEpoch(path, step=6),), max_epochs=2)
+    plain = fit(tmp_path / "plain", general=False, ckpt_path=path)
+    general = fit(tmp_path / "general", general=True, ckpt_path=path)
+    assert_same_fit(plain, general, {"_steps", "_plain_steps"})
+    assert plain["counters"][0] == 12
+
+
+def test_a_plain_epoch_runs_fewer_instructions_per_batch_in_the_fit_loop(tmp_path):
+    """The plain epoch's cut, counted in Python instructions (no clock): per batch, the fit loop's own code
+    (``accelkit/loops/fit.py``) runs fewer instructions than in the general loop of the same fit, whose batch
+    callback does nothing. On the code before the plain epoch both ran the same loop."""
+    from helpers.instructions import opcode_counter
+
+    def per_batch(general: bool) -> float:
+        counter = opcode_counter()
+
+        class Counts(accelkit.Callback):
+            def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+                counter.counting = trainer.current_epoch == 1
+
+            def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+                counter.counting = False
+
+        previous = sys.gettrace()
+        counter.install()
+        try:
+            quiet_trainer(tmp_path, max_epochs=2, callbacks=[Counts(), *([BatchEndNoOp()] if general else [])]) \
+                .fit(RegressionModule(n=64))
+        finally:
+            sys.settrace(previous)
+        return sum(n for code, n in counter.by_code.items() if code.co_filename.endswith("accelkit/loops/fit.py") and
+                   code.co_name in ("_plain_steps", "_steps")) / 8
+
+    plain, general = per_batch(False), per_batch(True)
+    assert plain <= general - 15, (plain, general)
