@@ -294,6 +294,43 @@ def test_early_stopping_after_patience(tmp_path):
     assert trainer.early_stopping_callback is stopper
 
 
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore")
+def test_early_stopping_state_resumes_across_lightnings_and_accelkits_checkpoints(tmp_path):
+    """Lightning 2.6.6 saves ``stopping_reason`` as its ``EarlyStoppingReason`` number; accelkit saved its name, so
+    accelkit's resume from a Lightning checkpoint with EarlyStopping state failed (``KeyError: 3``) and Lightning's
+    from accelkit's state (``ValueError: 'PATIENCE_EXHAUSTED' is not a valid EarlyStoppingReason``). Now accelkit
+    saves the number: both fit alike, and each Trainer resumes from the other's checkpoint (epoch 1, before the stop,
+    and epoch 3, where patience ran out) as from its own, the callback's state at the resumed run's start and end
+    (reason, message, counters, best score, ``trainer.early_stopping_callback``) and the epochs it runs the same
+    (``helpers.early_stopping_resume``; Lightning reads accelkit's callback states within its own checkpoint)."""
+    from helpers.early_stopping_resume import SCENARIOS, record
+
+    ours = {"save": record("accelkit", str(tmp_path / "save_accelkit"), "save")}
+    theirs = lightning_records(tmp_path, "early_stopping_resume")
+    for scenario in SCENARIOS:
+        if scenario != "save":
+            ours[scenario] = record("accelkit", str(tmp_path / f"accelkit_{scenario}"), scenario)
+    assert ours == theirs
+    assert ours["resume_3_from_lightning"] == ours["resume_3_from_accelkit"]
+    assert ours["resume_3_from_accelkit"]["start"][1:3] == ["PATIENCE_EXHAUSTED", 3]
+
+
+def test_early_stopping_reads_the_reason_by_number_or_by_its_older_name():
+    """A checkpoint of an earlier accelkit named the reason; those still load. A reason that is neither is refused
+    naming it and the reasons there are."""
+    stopper = EarlyStopping(monitor="val_loss")
+    saved = stopper.state_dict()
+    assert saved["stopping_reason"] == 0
+    stopper.load_state_dict({**saved, "stopping_reason": "STOPPING_THRESHOLD"})
+    assert stopper.stopping_reason is EarlyStoppingReason.STOPPING_THRESHOLD
+    stopper.load_state_dict({**saved, "stopping_reason": 4})
+    assert stopper.stopping_reason is EarlyStoppingReason.NON_FINITE_METRIC
+    with pytest.raises(ValueError, match=r"stopping_reason=7 is not a stopping reason; expected one of 0 "
+                                         r"\(NOT_STOPPED\), 1 \(STOPPING_THRESHOLD\)"):
+        stopper.load_state_dict({**saved, "stopping_reason": 7})
+
+
 def test_early_stopping_min_delta_and_thresholds(tmp_path):
     delta = EarlyStopping(monitor="val_loss", mode="max", min_delta=0.1, patience=1)
     quiet = dict(max_epochs=5, enable_checkpointing=False)

@@ -870,10 +870,13 @@ def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
     log("count", torch.tensor(3))  # an integer tensor becomes a float, as before
     log("count", torch.tensor(4))
     assert store.entries["count"].step_value.dtype == torch.float32 and store.entries["count"].step_value == 4
-    # an epoch-end hook's defaults: the same call logs an epoch value there
+    # an epoch-end hook's defaults: the same call logs an epoch value there, a value of its own (another hook's, as in
+    # Lightning: the step's value and options stay)
     store.set_epoch_end(True)
     log("loss", torch.tensor(7.0))
-    assert float(entry.total) == 28.0 and entry.weight == 4.0 and entry.step_value == 7.0
+    [late] = [e for e in store.entries.values() if e.name == "loss" and e is not entry]
+    assert late.on_epoch and not late.on_step and float(late.total) == 28.0 and late.weight == 4.0
+    assert entry.step_value == 3.0 and entry.total is None
 
 
 def test_a_name_logged_again_runs_two_frames_of_accelkit():
@@ -967,3 +970,80 @@ def test_a_name_logged_twice_in_one_hook_with_other_arguments_is_refused_as_in_l
     else:
         trainer.fit(LogsTwice(case), loader)
         assert trainer.global_step == 3
+
+
+@pytest.fixture(scope="module")
+def lightning_hook_pairs(tmp_path_factory) -> dict[str, list[Any]]:
+    """What the reading callback of ``helpers.metric_hooks`` saw under Lightning's Trainer, for every scenario."""
+    return lightning_records(tmp_path_factory.mktemp("lightning_hook_pairs"), "metric_hooks")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["step_then_batch_end", "batch_start_then_step", "step_then_callback_batch_end",
+                                      "step_then_epoch_end", "val_step_then_val_batch_end",
+                                      "val_step_then_val_epoch_end"])
+def test_a_name_logged_from_two_hooks_reads_as_in_lightning(tmp_path, lightning_hook_pairs, scenario):
+    """A name logged from two hooks (``helpers.metric_hooks``: every combination of each hook's ``prog_bar``,
+    ``logger`` and ``on_step``/``on_epoch``, the two hooks logging different values) is one value per hook, as in
+    Lightning: each with its own options and epoch aggregate, and each of the three dicts (and the CSV logger) takes,
+    for each of its names, the value of the last hook to log it among those whose options put it there. Before,
+    accelkit kept one value per name, with the first hook's options and the last hook's value: the progress bar
+    showed ``on_train_batch_end``'s value of a name only ``training_step`` logged with ``prog_bar=True``, and an
+    epoch aggregate mixed both hooks' values."""
+    from helpers.metric_hooks import record
+    from helpers.metric_reads import differences
+
+    assert differences(record("accelkit", str(tmp_path), scenario), lightning_hook_pairs[scenario]) == []
+
+
+@pytest.mark.slow
+def test_evaluation_results_and_epoch_end_values_of_several_loaders_as_in_lightning(tmp_path):
+    """What ``validate``/``test`` return (and ``predict``) after a fit, with one and two loaders, and the metric
+    dicts' names after each (``helpers.evaluation_results``), as Lightning's Trainer. Before, a value logged in
+    ``on_test_epoch_end`` (or ``on_validation_epoch_end``) with two loaders was named for the first loader
+    (``test_end/dataloader_idx_0``) and only in its result; Lightning names it ``test_end``, in every loader's."""
+    from helpers.evaluation_results import record
+
+    theirs = lightning_records(tmp_path / "lightning", "evaluation_results")
+    assert record("accelkit", str(tmp_path / "accelkit"), "after_fit") == theirs["after_fit"]
+
+
+class LogsWithoutLoaderIndex(accelkit.Module):
+    """Logs ``val_loss`` from each of two validation loaders with ``add_dataloader_idx=False``, under one name or
+    (``own_names``) under a name per loader."""
+
+    def __init__(self, own_names: bool) -> None:
+        super().__init__()
+        self.own_names = own_names
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        name = f"val_loss_{dataloader_idx}" if self.own_names else "val_loss"
+        self.log(name, self.layer(batch[0]).pow(2).mean(), add_dataloader_idx=False)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_one_name_from_two_loaders_without_their_index_is_refused_as_in_lightning(tmp_path):
+    """Lightning 2.6.6 raises ``MisconfigurationException`` ("You called `self.log(val_loss, ...)` twice in
+    `validation_step` with different arguments") when two evaluation loaders log one name with
+    ``add_dataloader_idx=False`` (run on both Trainers when this was written); accelkit mixed the two loaders' values
+    into one mean silently. Now it raises, naming the loaders and what to do; a name per loader still works."""
+    from torch.utils.data import TensorDataset
+
+    def fit(own_names: bool) -> accelkit.Trainer:
+        trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                                   enable_model_summary=False, enable_checkpointing=False, max_epochs=1,
+                                   num_sanity_val_steps=0, default_root_dir=tmp_path)
+        loader = torch.utils.data.DataLoader(TensorDataset(torch.randn(4, 2)), batch_size=2)
+        trainer.fit(LogsWithoutLoaderIndex(own_names), loader, [loader, loader])
+        return trainer
+
+    with pytest.raises(ValueError, match=r"self.log\('val_loss', ..., add_dataloader_idx=False\) was called for "
+                                         r"evaluation loaders 0 and 1, which would mix their values"):
+        fit(own_names=False)
+    assert {"val_loss_0", "val_loss_1"} <= set(fit(own_names=True).callback_metrics)

@@ -403,7 +403,7 @@ def test_lightning_run_attributes_are_readable(tmp_path):
     assert isinstance(probe.seen["val_loaders"], DataLoader)
     assert probe.seen["evaluating_in_training"] is False and probe.seen["evaluating_in_validation"] is True
     assert (trainer.limit_train_batches, trainer.limit_val_batches) == (3, 0.5)
-    assert trainer.limit_test_batches is None and trainer.limit_predict_batches is None
+    assert trainer.limit_test_batches == 1.0 and trainer.limit_predict_batches == 1.0  # not given: all, as Lightning
     assert trainer.distributed_sampler_kwargs is None  # one process
 
 
@@ -656,3 +656,52 @@ def test_verbose_evaluation_prints_lightnings_rows_and_full_values(tmp_path, cap
     assert row.split("|")[1].strip() == str(first) and row.split("|")[2].strip() == str(second)
     assert str(first) == "0.5" and len(str(second)) > 8  # 4/3 in full, not rounded to 6 digits
     assert "Validate metric" in out and "DataLoader 1" in out
+
+
+@pytest.fixture(scope="module")
+def lightning_states(tmp_path_factory) -> dict[str, list[Any]]:
+    """What ``helpers.trainer_states`` recorded under Lightning's Trainer, for every scenario."""
+    from helpers.fixtures import lightning_records
+
+    return lightning_records(tmp_path_factory.mktemp("lightning_states"), "trainer_states")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["all_stages", "raises", "ddp_fork_caller"])
+def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_states, scenario):
+    """``setup``/``teardown`` get Lightning's ``TrainerFn`` member and ``trainer.state``'s ``fn``, ``stage`` and
+    ``status`` are ``TrainerFn``, ``RunningStage`` and ``TrainerStatus`` members as in Lightning, in every hook of
+    fit (with a sanity check), validate, test and predict, after each, and after a fit that raised: the same type
+    name, ``repr``, ``str``, formatting, comparison with strings in any case, hashing and ``value``/``name``
+    (``helpers.trainer_states``); with them the Trainer's stage flags. Before, the stages were plain strings
+    (``f"{stage}"`` was ``"fit"`` where Lightning's is ``"TrainerFn.FITTING"``, ``stage.value`` failed), there was no
+    ``state.status``, ``state.stage`` stayed set after a run, ``trainer.evaluating`` was false during the sanity
+    check, and after a ``ddp_fork`` fit the caller's state had no ``fn`` (Lightning's: ``FITTING``, ``FINISHED``)."""
+    from helpers.trainer_states import record
+
+    assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]
+
+
+@pytest.fixture(scope="module")
+def lightning_counts(tmp_path_factory) -> dict[str, list[Any]]:
+    """What ``helpers.trainer_counts`` recorded under Lightning's Trainer, for every scenario."""
+    from helpers.fixtures import lightning_records
+
+    return lightning_records(tmp_path_factory.mktemp("lightning_counts"), "trainer_counts")
+
+
+@pytest.mark.slow
+def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning(tmp_path, lightning_counts):
+    """``current_epoch``, ``global_step``, ``num_training_batches``, ``num_val_batches``, ``num_sanity_val_batches``
+    and ``estimated_stepping_batches`` read from every hook of a fit, and the three metric dicts after ``validate``
+    and ``test`` following it, under limits (ints and fractions), accumulation (with a partial window, and with a
+    limit), ``max_steps``, a mid-epoch validation of two loaders and sanity checks of one batch, of all batches and
+    none, and ``fast_dev_run=2`` (``helpers.trainer_counts``), as on Lightning's Trainer, with the
+    ``limit_*_batches`` read there. Before, ``num_sanity_val_batches`` was ``[]`` in a fit whose sanity check did not
+    run (``num_sanity_val_steps=0``) where Lightning's is ``[0]`` per loader: it is computed as Lightning's,
+    ``num_sanity_val_steps`` capped by each validation loader's count; and a ``limit_*_batches`` not given read
+    ``None`` where Lightning's is ``1.0`` (``trainer.limit_val_batches < 1`` raised ``TypeError``)."""
+    from helpers.trainer_counts import SCENARIOS, record
+
+    ours = {scenario: record("accelkit", str(tmp_path / scenario), scenario) for scenario in SCENARIOS}
+    assert ours == lightning_counts

@@ -436,6 +436,20 @@ class TwoLoaders(Net):
         return super().training_step(batch["a"], batch_idx) + super().training_step(batch["b"], batch_idx)
 
 
+@exercise(UTILITIES, "LightningEnum")
+def _lightning_enum(ws: Workspace) -> None:
+    class Mode(ut.LightningEnum):
+        FAST = "fast"
+
+    assert Mode.FAST == "FAST" and Mode.FAST in {"fast"} and Mode.from_str("fast") is Mode.FAST
+    assert str(Mode.FAST) == "Mode.FAST" and Mode.FAST.value == "fast"
+    seen = []
+    module = Net()
+    module.setup = seen.append  # type: ignore[method-assign]
+    fit(ws.fresh(), module)
+    assert seen == ["fit"] and repr(seen[0]) == "<TrainerFn.FITTING: 'fit'>"
+
+
 @exercise(UTILITIES, "CombinedLoader")
 def _combined_loader(ws: Workspace) -> None:
     combined = ut.CombinedLoader({"a": DataLoader(range(4), batch_size=2), "b": DataLoader(range(6), batch_size=2)},

@@ -78,6 +78,7 @@ LIGHTNING_PATHS: dict[str, str] = {
     "accelkit.loggers.logger": "accelkit.loggers.base",
     "accelkit.plugins.environments": "accelkit.environments",
     "accelkit.strategies.strategy": "accelkit.strategies.base",
+    "accelkit.trainer.states": "accelkit.loops.state",
     "accelkit.utilities.model_summary": "accelkit.module.summary",
 }
 

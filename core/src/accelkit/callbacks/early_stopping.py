@@ -127,23 +127,33 @@ class EarlyStopping(Callback):
             self._run_early_stopping_check(trainer)
 
     def state_dict(self) -> dict[str, Any]:
-        """``wait_count``, ``stopped_epoch``, ``best_score``, ``patience`` and the stopping reason (plain data)."""
+        """``wait_count``, ``stopped_epoch``, ``best_score``, ``patience`` and the stopping reason (plain data), as
+        Lightning saves them: the reason as its ``EarlyStoppingReason`` number, so that either Trainer resumes
+        from the other's checkpoint."""
         return {
             "wait_count": self.wait_count,
             "stopped_epoch": self.stopped_epoch,
             "best_score": self.best_score,
             "patience": self.patience,
-            "stopping_reason": self.stopping_reason.name,
+            "stopping_reason": self.stopping_reason.value,
             "stopping_reason_message": self.stopping_reason_message,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved."""
+        """Restore what :meth:`state_dict` saved (or Lightning's ``EarlyStopping``; a reason saved by name, as
+        accelkit 0.1 did, is read too)."""
         self.wait_count = state_dict["wait_count"]
         self.stopped_epoch = state_dict["stopped_epoch"]
         self.best_score = torch.as_tensor(state_dict["best_score"])
         self.patience = state_dict["patience"]
-        self.stopping_reason = EarlyStoppingReason[state_dict.get("stopping_reason", "NOT_STOPPED")]
+        reason = state_dict.get("stopping_reason", EarlyStoppingReason.NOT_STOPPED.value)
+        try:
+            self.stopping_reason = EarlyStoppingReason[reason] if isinstance(reason, str) \
+                else EarlyStoppingReason(reason)
+        except (KeyError, ValueError):
+            known = ", ".join(f"{r.value} ({r.name})" for r in EarlyStoppingReason)
+            raise ValueError(f"EarlyStopping state: stopping_reason={reason!r} is not a stopping reason; expected one "
+                             f"of {known}") from None
         self.stopping_reason_message = state_dict.get("stopping_reason_message")
 
     # ----------------------------------------------------------------- the check

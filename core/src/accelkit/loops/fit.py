@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from accelkit.callbacks import EarlyStopping, Timer
 from accelkit.loops import resume as resume_mod
 from accelkit.loops.evaluation import EvaluationLoop
+from accelkit.loops.state import RunningStage
 from accelkit.module.module import Module
 from accelkit.module.optimizers import step_scheduler
 from accelkit.strategies.launchers import interrupt, watchdog
@@ -95,7 +96,7 @@ class FitLoop:
             raise ValueError(f"val_check_interval={interval} must be <= the number of training batches per epoch "
                              f"({total}), or validation would never run; to count batches across epochs set "
                              "check_val_every_n_epoch=None (as in Lightning)")
-        trainer.run_state.state.stage = "train"
+        trainer.run_state.state.stage = RunningStage.TRAINING
         trainer.model.train()  # once: modes the hooks set from here on (a frozen sub-module) are kept
         if trainer.num_training_batches == 0:
             warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
@@ -123,7 +124,7 @@ class FitLoop:
     def _sanity_check(self, steps: int) -> None:
         trainer = self.trainer
         trainer.run_state.progress.sanity_checking = True
-        trainer.run_state.state.stage = "sanity_check"
+        trainer.run_state.state.stage = RunningStage.SANITY_CHECKING
         for fn in trainer.run_state.active_hooks.callback_plan("on_sanity_check_start"):
             fn()
         try:
@@ -465,11 +466,11 @@ class FitLoop:
         loaders = self._built_val()
         if not loaders:
             return
-        trainer.run_state.state.stage = "validate"
+        trainer.run_state.state.stage = RunningStage.VALIDATING
         try:
             EvaluationLoop(trainer, "validate").run(loaders, self.val_limits, inside_fit=True, zero_grad=zero_grad)
         finally:
-            trainer.run_state.state.stage = "train"
+            trainer.run_state.state.stage = RunningStage.TRAINING
 
 
 class _EpochPlan:

@@ -23,22 +23,50 @@ def is_metric_object(value: Any) -> bool:
         callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
 
 
-def _logging_function(epoch_end: bool) -> str:
-    """The name of the function that called ``self.log``/``self.log_dict`` (the hook running it, e.g.
-    ``training_step``): the first frame above this store outside the Module's logging methods; a helper's name
-    is marked when an epoch-end hook runs it (a helper shared by a step and an epoch-end hook is two hooks)."""
-    frame: Any = sys._getframe(2)
+#: modules whose frames run hooks (the loops, a strategy's forward, torch's module call and its decorators)
+_RUNNERS = ("accelkit.", "torch.", "lightning.")
+
+
+def _logging_function(epoch_end: bool) -> tuple[str, Any]:
+    """The name of the hook that called ``self.log``/``self.log_dict`` (e.g. ``training_step``, as Lightning's
+    ``fx``), also through helpers of the user's, and its code object: the outermost of the frames above this store
+    outside the Module's logging methods whose caller is the framework; without one within a few frames (a store
+    used outside a run), the function that called ``self.log``. Marked when an epoch-end hook runs it."""
+    frame: Any = sys._getframe(3)
     while frame is not None and frame.f_globals.get("__name__", "").startswith(("accelkit.module", "accelkit.loops")):
         frame = frame.f_back
-    name = frame.f_code.co_name if frame is not None else ""
-    return f"{name} (at an epoch's end)" if epoch_end else name
+    hook = frame
+    for _ in range(8):
+        outer = hook.f_back if hook is not None else None
+        if outer is None:
+            break
+        if outer.f_globals.get("__name__", "").startswith(_RUNNERS):
+            frame = hook
+            break
+        hook = outer
+    name, code = (frame.f_code.co_name, frame.f_code) if frame is not None else ("", None)
+    return (f"{name} (at an epoch's end)" if epoch_end else name), code
+
+
+def _logged_from(code: Any) -> bool:
+    """Whether the hook running ``code`` called ``self.log`` directly, through ``log_dict`` or through one helper
+    (the store's caller, or one of the next two frames, runs ``code``): a cheap check that skips
+    :func:`_logging_function`; ``False`` also where it is not known."""
+    frame: Any = sys._getframe(2)
+    return frame.f_code is code or (frame := frame.f_back) is not None and (
+        frame.f_code is code or (frame := frame.f_back) is not None and frame.f_code is code)
+
+
+def _refuse_mixed_loaders(name: str, first: int, now: int) -> None:
+    """As Lightning's: one name logged from two evaluation loaders without their index would mix their values."""
+    raise ValueError(f"self.log({name!r}, ..., add_dataloader_idx=False) was called for evaluation loaders {first} "
+                     f"and {now}, which would mix their values; as in Lightning this is not allowed: give each "
+                     "loader's value a name of its own (with its dataloader_idx), or leave add_dataloader_idx=True")
 
 
 def _refuse_other_options(entry: _Entry, name: str, caller: str, given: dict[str, Any]) -> None:
     """As Lightning's: logging a name again in the same hook with other arguments is an error (which ones would
-    win is not defined); from another hook it is allowed (the last value is the value)."""
-    if caller != entry.caller:
-        return
+    win is not defined); from another hook it is another value of its own (:meth:`MetricStore.log`)."""
     first = {"on_step": entry.on_step, "on_epoch": entry.on_epoch, "prog_bar": entry.prog_bar,
              "logger": entry.logger, "reduce_fx": entry.reduce_fx, "sync_dist": entry.sync_dist,
              "rank_zero_only": entry.rank_zero_only}
@@ -66,7 +94,9 @@ class _Entry:
     name: str = ""  # as logged (the store's key adds ``suffix``)
     suffix: str = ""  # ``/dataloader_idx_N`` with several evaluation loaders, after ``_step``/``_epoch`` as Lightning
     loader: int = 0  # the evaluation loader it was logged from (also with ``add_dataloader_idx=False``)
-    caller: str = ""  # the function that called ``self.log`` first (the hook, as Lightning's ``fx``)
+    caller: str = ""  # the function that called ``self.log`` (the hook, as Lightning's ``fx``)
+    code: Any = None  # that function's code object (a cheap check that a later log comes from the same function)
+    epoch_end: bool = False  # logged while an epoch-end hook ran (a helper run there is another caller)
 
     def key(self, step: bool) -> str:
         """The name this value is shown by: ``<name>_step`` (``step``) or ``<name>_epoch`` when logged both per
@@ -156,8 +186,8 @@ class MetricStore:
             also = " (or torch.mean/sum/max/min)" if callable(reduce_fx) else ""
             raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}{also}") from None
         logged_name, suffix = name, ""
-        if add_dataloader_idx and self.num_dataloaders > 1:
-            suffix = f"/dataloader_idx_{self.dataloader_idx}"
+        if add_dataloader_idx and self.num_dataloaders > 1 and not self.epoch_end:  # (an epoch-end hook's value is
+            suffix = f"/dataloader_idx_{self.dataloader_idx}"  # every loader's, as in Lightning)
             name += suffix
         if rank_zero_only:
             self.rank_zero_only_names.add(name)
@@ -184,15 +214,17 @@ class MetricStore:
             raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
                             f"update/compute/reset, not {type(value).__name__}")
         entry = self.entries.get(name)
-        if entry is None:
-            entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
-                                                rank_zero_only, name=logged_name, suffix=suffix,
-                                                loader=self.dataloader_idx, caller=_logging_function(self.epoch_end))
-        elif (entry.on_step, entry.on_epoch, entry.prog_bar, entry.logger, entry.reduce_fx, entry.sync_dist,
-              entry.rank_zero_only) != (on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, rank_zero_only):
-            _refuse_other_options(entry, name, _logging_function(self.epoch_end), dict(
+        if entry is None or entry.epoch_end is not self.epoch_end or not _logged_from(entry.code):
+            entry = self._caller_entry(name, entry, _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
+                                                           rank_zero_only, name=logged_name, suffix=suffix,
+                                                           loader=self.dataloader_idx))
+        if (entry.on_step, entry.on_epoch, entry.prog_bar, entry.logger, entry.reduce_fx, entry.sync_dist,
+                entry.rank_zero_only) != (on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, rank_zero_only):
+            _refuse_other_options(entry, name, entry.caller, dict(
                 on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger, reduce_fx=reduce_fx,
                 sync_dist=sync_dist, rank_zero_only=rank_zero_only))
+        if entry.loader != self.dataloader_idx and not suffix and not self.epoch_end:
+            _refuse_mixed_loaders(name, entry.loader, self.dataloader_idx)
         if metric is not None:
             # A metric object keeps its own state (and syncs it across processes in compute()); the step value
             # is what its forward() returned last, read when the step value is read.
@@ -208,6 +240,7 @@ class MetricStore:
         if on_epoch:
             self._aggregate(entry, value, batch_size)
         if isinstance(value, torch.Tensor) and not sync_dist and not rank_zero_only and not suffix and \
+                (add_dataloader_idx or self.num_dataloaders == 1) and \
                 (entry.on_step, entry.on_epoch, entry.reduce_fx) == (on_step, on_epoch, reduce_fx):
             try:
                 self.repeats[(logged_name, prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given,
@@ -215,16 +248,32 @@ class MetricStore:
             except TypeError:  # an option that cannot be a key: this name's logs are decided in full
                 pass
 
-    def log_again(self, entry: _Entry, value: torch.Tensor, batch_size: int | None) -> None:
+    def log_again(self, entry: _Entry, value: torch.Tensor, batch_size: int | None) -> bool:
         """:meth:`log` of a floating-point scalar tensor under a name of :attr:`repeats`, with the options it was
         remembered with: ``entry``'s decisions stand, and only the value is stored (detached; a step value
-        copied, as :meth:`log` does)."""
+        copied, as :meth:`log` does). ``False``, storing nothing, when the hook running is not the one that logged
+        it (a name logged from several hooks is a value per hook: :meth:`log` decides which)."""
+        code = entry.code
+        if code is not sys._getframe(2).f_code and not _logged_from(code):
+            return False
         value = value.detach()
         if entry.on_step:
             value = value.clone()
         entry.step_value, entry.fresh = value, True
         if entry.on_epoch:
             self._aggregate(entry, value, batch_size)
+        return True
+
+    def _caller_entry(self, name: str, first: _Entry | None, new: _Entry) -> _Entry:
+        """The entry of ``name`` as logged by the hook running now (``first``: the entry of the first hook that
+        logged it this epoch; ``new``: the entry to add if this hook has none yet). As Lightning's, a name logged
+        from several hooks is one value per hook (its own options, step value and epoch aggregate); the Trainer's
+        dicts take, for each of their names, the value of the last hook to log it in the order the hooks first
+        logged it (:meth:`current`), which is also what the loggers get."""
+        new.caller, new.code = _logging_function(self.epoch_end)
+        new.epoch_end = self.epoch_end
+        key = name if first is None or first.caller == new.caller else f"{name} (from {new.caller})"
+        return self.entries.setdefault(key, new)
 
     def _aggregate(self, entry: _Entry, value: Any, batch_size: int | None) -> None:
         """Add a value logged with ``on_epoch`` to ``entry``'s epoch aggregate (``reduce_fx``; a mean weighs it by
@@ -276,7 +325,7 @@ class MetricStore:
         epoch = self.phase == "epoch" or loader is not None
         if kind == "callback_metrics" and not (self.training or epoch):
             return found
-        for name, entry in self.entries.items():
+        for entry in self.entries.values():
             if loader is not None and entry.loader != loader:
                 continue
             if epoch:
@@ -289,7 +338,7 @@ class MetricStore:
                 value = _step_tensor(entry.step_value)
                 key = entry.key(step=True)
             if kind == "callback_metrics":
-                found[name] = found[key] = value
+                found[entry.name + entry.suffix] = found[key] = value
             elif kind == "logged_metrics" and entry.logger:
                 found[key] = value
             elif kind == "progress_bar_metrics" and entry.prog_bar:

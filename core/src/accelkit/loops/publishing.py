@@ -75,8 +75,8 @@ class Publisher:
     def end_epoch(self, hooks: Any, hook: str, monitoring_last: bool = False,
                   to_loggers: bool = True, step: int | None = None) -> dict[str, torch.Tensor]:
         """Compute the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
-        ``self.log`` calls count as epoch values), then publish them all and close the loop's epoch. Returns what
-        is the loggers' (tensors). ``step``: the loggers' step (default:
+        ``self.log`` calls count as epoch values), then send them all to the loggers in one row, publish them and
+        close the loop's epoch. Returns what is the loggers' (tensors). ``step``: the loggers' step (default:
         :meth:`~accelkit.loops.state.Progress.logger_step`)."""
         trainer = self.trainer
         metrics, reduce = trainer.run_state.metrics, trainer.strategy.reduce
@@ -84,8 +84,6 @@ class Publisher:
             _check_monitors(trainer, metrics.rank_zero_only_names)
         self.publish()  # the last step's values stay visible after the epoch
         logged = metrics.compute_epoch(reduce)
-        if logged and to_loggers:
-            self._to_loggers(logged, step)
         done = set(metrics.entries)
         metrics.set_epoch_end(True)
         if monitoring_last:
@@ -93,10 +91,10 @@ class Publisher:
         else:
             hooks.call(hook)
         late = metrics.compute_epoch(reduce, exclude=done)
-        if late and to_loggers:
-            self._to_loggers(late, step)
         if monitoring_last:  # checkpointing and early stopping see what the Module's hook logged
             hooks.call_monitors(hook)
+        if (logged or late) and to_loggers:  # one row, after the hooks, as Lightning: a name the hook logged too
+            self._to_loggers({**logged, **late}, step)  # is the hook's value (the later hook's, as in current())
         self.publish()
         metrics.phase = "closed"
         return {**logged, **late}

@@ -20,6 +20,7 @@ from accelkit.loops.fit import FitLoop
 from accelkit.loops.hooks import HookCaller, check_removed_hooks, merge_callbacks, warn_unknown_hooks
 from accelkit.loops.optimization import Optimization
 from accelkit.loops.publishing import Publisher
+from accelkit.loops.state import RunningStage, TrainerFn, TrainerStatus
 from accelkit.module.module import Module
 from accelkit.module.optimizers import configure_optimizers
 from accelkit.strategies.launchers.result import WorkerResult
@@ -72,8 +73,9 @@ def _begin(trainer: Trainer, stage: str, module: Any, datamodule: Any) -> HookCa
     """Reset what an earlier run left (Lightning resets its results at every run) and build the hook caller."""
     run = trainer.run_state
     run.begin(module, datamodule, trainer.ckpt_path)
-    run.state.fn = stage
-    run.state.stage = {"fit": "train"}.get(stage, stage)
+    run.state.fn = TrainerFn(stage)  # the hooks get the members, as Lightning's
+    run.state.stage = RunningStage.TRAINING if stage == "fit" else RunningStage(stage)
+    run.state.status = TrainerStatus.RUNNING
     module.trainer = trainer
     if datamodule is not None:
         datamodule.trainer = trainer
@@ -103,10 +105,11 @@ def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, pr
     check_removed_hooks(module, trainer.callbacks)
     if stage == "fit" and not trainer.warned_unknown_hooks:
         warn_unknown_hooks(module, trainer.callbacks)
-    hooks.call_datamodule("setup", stage)
+    fn_stage = trainer.run_state.state.fn  # the TrainerFn member, as Lightning passes it
+    hooks.call_datamodule("setup", fn_stage)
     for fn in hooks.callback_plan("setup"):
-        fn(stage)
-    module.setup(stage)
+        fn(fn_stage)
+    module.setup(fn_stage)
     _configure_model(module)
 
 
@@ -196,15 +199,16 @@ def _run_loop(trainer: Trainer, stage: str, module: Any, checkpoint: Any, ckpt_p
 
 
 def _teardown(trainer: Trainer, stage: str, module: Any) -> None:
-    hooks = trainer.run_state.active_hooks
-    hooks.call_datamodule("teardown", stage)
+    hooks, state = trainer.run_state.active_hooks, trainer.run_state.state
+    hooks.call_datamodule("teardown", state.fn)
     for fn in hooks.callback_plan("teardown"):
-        fn(stage)
-    module.teardown(stage)
+        fn(state.fn)
+    module.teardown(state.fn)
     for logger in trainer.loggers if trainer.strategy.is_global_zero else []:
         logger.finalize("success")
     if trainer.profiler is not None:
         trainer.profiler.describe()  # writes or prints the summary, then tears the profiler down
+    state.stage, state.status = None, TrainerStatus.FINISHED  # as Lightning's after a run
 
 
 def _worker_result(trainer: Trainer, stage: str, result: Any, interrupted: Any) -> WorkerResult:
@@ -235,6 +239,7 @@ def _on_exception(trainer: Trainer, datamodule: Any, exc: BaseException) -> None
     from accelkit.strategies.launchers import watchdog
 
     watchdog.explain(exc)  # a distributed run that stalled: which rank was behind, and what each was doing
+    trainer.run_state.state.status = TrainerStatus.INTERRUPTED
     hooks = trainer.run_state.hooks
     if hooks is not None:
         for fn in hooks.callback_plan("on_exception"):
@@ -246,6 +251,7 @@ def _on_exception(trainer: Trainer, datamodule: Any, exc: BaseException) -> None
         with contextlib.suppress(Exception):
             logger.save()
             logger.finalize("failed")
+    trainer.run_state.state.stage = None
 
 
 def apply_determinism(trainer: Trainer) -> None:

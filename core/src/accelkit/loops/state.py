@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 
 from accelkit.loops.metrics import MetricStore
+from accelkit.utilities.enums import LightningEnum
 
 if TYPE_CHECKING:
     from accelkit.loops.data import DataConnector
@@ -29,13 +30,81 @@ if TYPE_CHECKING:
     from accelkit.strategies.launchers.result import WorkerResult
 
 
+class TrainerStatus(LightningEnum):
+    """Whether the Trainer is running (``trainer.state.status``), as Lightning's: ``INITIALIZING`` until its first
+    run, ``RUNNING`` during one, then ``FINISHED``, or ``INTERRUPTED`` once a run raised."""
+
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def stopped(self) -> bool:
+        """``FINISHED`` or ``INTERRUPTED``."""
+        return self in (TrainerStatus.FINISHED, TrainerStatus.INTERRUPTED)
+
+
+class TrainerFn(LightningEnum):
+    """The Trainer's entry point running (``trainer.state.fn``, and the ``stage`` of ``setup``/``teardown``), as
+    Lightning's: equal to ``"fit"``, ``"validate"``, ``"test"``, ``"predict"``."""
+
+    FITTING = "fit"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+
+class RunningStage(LightningEnum):
+    """The loop running (``trainer.state.stage``), as Lightning's: equal to ``"train"``, ``"sanity_check"``,
+    ``"validate"``, ``"test"``, ``"predict"``."""
+
+    TRAINING = "train"
+    SANITY_CHECKING = "sanity_check"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+    @property
+    def evaluating(self) -> bool:
+        """A validation (the sanity check's too) or test loop."""
+        return self in (RunningStage.VALIDATING, RunningStage.TESTING, RunningStage.SANITY_CHECKING)
+
+    @property
+    def dataloader_prefix(self) -> str | None:
+        """The prefix of the loop's ``*_dataloader`` hook: ``"val"`` for validation and the sanity check."""
+        return "val" if self in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING) else self.value
+
+
+#: each field of :class:`TrainerState` and the enum its values are members of
+_STATE_ENUMS: dict[str, type[LightningEnum]] = {"status": TrainerStatus, "fn": TrainerFn, "stage": RunningStage}
+
+
 @dataclass
 class TrainerState:
-    """What the Trainer is doing: ``fn`` is the entry point (``"fit"``, ``"validate"``, ``"test"``,
-    ``"predict"``); ``stage`` the loop running now (``"train"``, ``"sanity_check"``, ``"validate"``, ...)."""
+    """What the Trainer is doing (``trainer.state``), as Lightning's: ``status`` (:class:`TrainerStatus`), ``fn`` the
+    entry point running or last run (:class:`TrainerFn`), ``stage`` the loop running now (:class:`RunningStage`;
+    ``None`` between runs). A plain string given (``state.stage = "train"``) is stored as its member."""
 
-    fn: str | None = None
-    stage: str | None = None
+    status: TrainerStatus = TrainerStatus.INITIALIZING
+    fn: TrainerFn | None = None
+    stage: RunningStage | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        kind = _STATE_ENUMS.get(name)
+        if kind is not None and value is not None and not isinstance(value, kind):
+            value = kind(value)
+        super().__setattr__(name, value)
+
+    @property
+    def finished(self) -> bool:
+        """The last run finished."""
+        return self.status == TrainerStatus.FINISHED
+
+    @property
+    def stopped(self) -> bool:
+        """The last run finished or was interrupted."""
+        return self.status.stopped
 
 
 @dataclass(eq=False)

@@ -211,8 +211,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
                                        add_dataloader_idx, enable_graph, sync_dist_group))
         except TypeError:  # an option that cannot be a key: decided in full
             again = None
-        if again is not None and type(value) is torch.Tensor and not value.ndim and value.is_floating_point():
-            store.log_again(again, value, batch_size)
+        if again is not None and type(value) is torch.Tensor and not value.ndim and value.is_floating_point() \
+                and store.log_again(again, value, batch_size):  # (False: another hook logs the name: in full)
             return
         if sync_dist_group is not None or enable_graph:
             if sync_dist_group is not None:

@@ -10,6 +10,7 @@ import torch
 
 from accelkit.checkpoint.files import check_file
 from accelkit.checkpoint.sharded import METADATA_FILE, is_sharded_checkpoint
+from accelkit.loops.state import TrainerFn, TrainerStatus
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
 from accelkit.utilities.model_helpers import is_overridden
@@ -167,8 +168,21 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
-    output: WorkerResult = strategy.launch(*work, trainer, stage, model, datamodule, loaders, ckpt_path,
-                                           weights_only, prepared, options)
+    if stage == "fit":  # as Lightning's fit: the epoch limits not given take their defaults (read in the hooks)
+        trainer.min_epochs = int(trainer.min_steps is not None) if trainer.min_epochs is None else trainer.min_epochs
+        trainer.max_epochs = -1 if trainer.max_epochs is None else trainer.max_epochs
+    state = trainer.run_state.state
+    if strategy.launches_workers:  # the caller's state, as Lightning's caller: running, then finished or interrupted
+        state.fn, state.stage, state.status = TrainerFn(stage), None, TrainerStatus.RUNNING
+    try:
+        output: WorkerResult = strategy.launch(*work, trainer, stage, model, datamodule, loaders, ckpt_path,
+                                               weights_only, prepared, options)
+    except BaseException:
+        if strategy.launches_workers:
+            state.status = TrainerStatus.INTERRUPTED
+        raise
+    if strategy.launches_workers:
+        state.status = TrainerStatus.INTERRUPTED if output.interrupted else TrainerStatus.FINISHED
     trainer.warned_unknown_hooks = True
     model.trainer = trainer  # as after a Lightning run: model.current_epoch/global_step read the trainer
     trainer.run_state.module = model

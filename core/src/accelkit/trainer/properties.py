@@ -47,6 +47,7 @@ class TrainerProperties:
     limits: dict[str, int | float | None]
     max_epochs: int | None
     max_steps: int
+    num_sanity_val_steps: int
 
     def _missing_attribute(self, name: str) -> Any:
         """Only reached for a name the Trainer lacks: fail with a sentence naming it (a callback written for Lightning
@@ -329,8 +330,15 @@ class TrainerProperties:
 
     @property
     def num_sanity_val_batches(self) -> list[int | None]:
-        """Sanity-check batches per loader."""
-        return self.run_state.progress.num_sanity_val_batches
+        """Sanity-check batches per validation loader, as Lightning computes them: ``num_sanity_val_steps`` (all for
+        ``-1``) capped by each loader's count in ``num_val_batches``, also outside the sanity check and without one
+        (``[0]`` with ``num_sanity_val_steps=0``); ``None`` for a loader without a length checked whole."""
+        progress = self.run_state.progress
+        if progress.num_sanity_val_batches:  # what the sanity check ran
+            return progress.num_sanity_val_batches
+        steps = self.num_sanity_val_steps
+        return [count if steps < 0 else steps if count is None else min(steps, count)
+                for count in progress.num_val_batches]
 
     @property
     def num_test_batches(self) -> list[int | None]:
@@ -411,29 +419,31 @@ class TrainerProperties:
 
     @property
     def evaluating(self) -> bool:
-        """Whether a validation or test loop is running."""
-        return self.state.stage in ("validate", "test")
+        """Whether a validation (the sanity check's too, as in Lightning) or test loop is running."""
+        stage = self.state.stage
+        return stage is not None and stage.evaluating
 
     # ----------------------------------------------------------------- data
     @property
-    def limit_train_batches(self) -> int | float | None:
-        """Batches per training epoch (``Trainer(limit_train_batches=...)``)."""
-        return self.limits["fit"]
+    def limit_train_batches(self) -> int | float:
+        """Batches per training epoch (``Trainer(limit_train_batches=...)``); ``1.0`` (all) when not given, as
+        Lightning's."""
+        return _limit(self.limits["fit"])
 
     @property
-    def limit_val_batches(self) -> int | float | None:
-        """Batches per validation run."""
-        return self.limits["validate"]
+    def limit_val_batches(self) -> int | float:
+        """Batches per validation run; ``1.0`` (all) when not given, as Lightning's."""
+        return _limit(self.limits["validate"])
 
     @property
-    def limit_test_batches(self) -> int | float | None:
-        """Batches per test run."""
-        return self.limits["test"]
+    def limit_test_batches(self) -> int | float:
+        """Batches per test run; ``1.0`` (all) when not given, as Lightning's."""
+        return _limit(self.limits["test"])
 
     @property
-    def limit_predict_batches(self) -> int | float | None:
-        """Batches per prediction run."""
-        return self.limits["predict"]
+    def limit_predict_batches(self) -> int | float:
+        """Batches per prediction run; ``1.0`` (all) when not given, as Lightning's."""
+        return _limit(self.limits["predict"])
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:
@@ -482,3 +492,8 @@ class TrainerProperties:
             return float("inf")
         total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs
         return total if self.max_steps == -1 else min(total, self.max_steps)
+
+
+def _limit(given: int | float | None) -> int | float:
+    """A ``limit_*_batches`` as Lightning reads it: ``1.0`` (every batch) when not given."""
+    return 1.0 if given is None else given

@@ -1,0 +1,95 @@
+"""What ``trainer.validate``/``trainer.test``/``trainer.predict`` return after a fit, with one and two loaders, and
+the three metric dicts after each, recorded the same way on accelkit's Trainer and on Lightning's
+(``tests/test_logging_api.py`` compares them).
+
+The Module logs per-epoch values, values logged per step and per epoch, and (``on_validation_epoch_end``/
+``on_test_epoch_end``) a value at the epoch's end: with two loaders, the latter is every loader's, without a
+``/dataloader_idx_N`` suffix, as in Lightning.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+SCENARIOS = ("after_fit",)
+
+
+def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
+    """Fit one epoch, then validate and test with one and two loaders and predict with one and two, with
+    ``framework`` (``"accelkit"`` or ``"lightning"``); returns what each call returned (values rounded) and the metric
+    dicts' names after it."""
+    os.makedirs(root, exist_ok=True)
+    if framework == "lightning":
+        import lightning.pytorch as pl
+
+        module_base, trainer_class = pl.LightningModule, pl.Trainer
+    else:
+        import accelkit
+
+        module_base, trainer_class = accelkit.Module, accelkit.Trainer
+
+    class Net(module_base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("train_loss", loss, on_epoch=True)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("val_loss", loss)
+            self.log("val_both", loss, on_step=True, on_epoch=True, prog_bar=True)
+            self.log("val_step_only", loss, on_step=True, on_epoch=False)
+
+        def on_validation_epoch_end(self) -> None:
+            self.log("val_end", 2.5, prog_bar=True)
+
+        def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            loss = self.layer(batch[0]).pow(2).mean()
+            self.log("test_loss", loss)
+            self.log("test_both", loss, on_step=True, on_epoch=True)
+
+        def on_test_epoch_end(self) -> None:
+            self.log("test_end", 1.5)
+
+        def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+            return self.layer(batch[0])
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, enable_checkpointing=False, default_root_dir=root)
+    generator = torch.Generator().manual_seed(0)
+
+    def data(n: int = 8) -> DataLoader:
+        return DataLoader(TensorDataset(torch.randn(n, 4, generator=generator)), batch_size=2)
+
+    def rounded(results: list[dict[str, Any]]) -> list[dict[str, float]]:
+        return [{k: round(float(v), 5) for k, v in sorted(r.items())} for r in results]
+
+    def names() -> list[list[str]]:
+        return [sorted(getattr(trainer, kind)) for kind in ("callback_metrics", "logged_metrics",
+                                                              "progress_bar_metrics")]
+
+    module = Net()
+    trainer.fit(module, data(), [data(), data(6)])
+    seen: dict[str, Any] = {"fit": names()}
+    seen["validate one"] = [rounded(trainer.validate(module, data(), verbose=False)), names()]
+    seen["validate two"] = [rounded(trainer.validate(module, [data(), data(6)], verbose=False)), names()]
+    seen["test one"] = [rounded(trainer.test(module, data(), verbose=False)), names()]
+    seen["test two"] = [rounded(trainer.test(module, [data(), data(4)], verbose=False)), names()]
+    one = trainer.predict(module, data())
+    two = trainer.predict(module, [data(), data(4)])
+    seen["predict"] = [[type(one).__name__, len(one), list(one[0].shape)],
+                       [type(two).__name__, len(two), type(two[0]).__name__, len(two[1]), list(two[1][0].shape)]]
+    return seen

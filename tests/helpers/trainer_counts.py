@@ -1,0 +1,138 @@
+"""The Trainer's counters and batch counts read from each hook, and its metric dicts after ``validate``/``test``
+following a fit, recorded the same way on accelkit's Trainer and on Lightning's (``tests/test_trainer.py`` compares
+them).
+
+A scenario is a dict of Trainer options plus ``"train_batches"``/``"val_batches"`` (the loaders' lengths, default 6
+and 4) and ``"val_loaders"`` (default 1). The Module logs ``train_loss`` per step and per epoch and ``val_loss`` per
+epoch; after the fit, ``trainer.validate`` and ``trainer.test`` run with the same Trainer. Each read is ``[hook,
+current_epoch, global_step, num_training_batches (in fit, once the training loader is loaded), num_val_batches (in fit
+and validate), num_sanity_val_batches and estimated_stepping_batches (in fit), max_steps, max_epochs,
+limit_train/val/test/predict_batches, min_epochs, min_steps]``; after each call the three metric dicts' names and
+values too. (Lightning keeps a fit's batch counts on its loops after the fit, and reads ``inf`` training batches
+before the loader is loaded; accelkit's counts are those of the running stage, ``None`` before they are known: the
+migration guide says so.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "plain": {"max_epochs": 2},
+    "limits_int": {"max_epochs": 2, "limit_train_batches": 4, "limit_val_batches": 2},
+    "limits_fraction": {"max_epochs": 2, "limit_train_batches": 0.5, "limit_val_batches": 0.25},
+    "accumulate_3": {"max_epochs": 2, "accumulate_grad_batches": 3, "train_batches": 7},
+    "accumulate_and_limit": {"max_epochs": 3, "accumulate_grad_batches": 2, "limit_train_batches": 5},
+    "max_steps": {"max_steps": 5, "max_epochs": -1},
+    "max_steps_accumulate": {"max_steps": 4, "accumulate_grad_batches": 2, "max_epochs": -1},
+    "val_interval_two_loaders": {"max_epochs": 1, "val_check_interval": 3, "val_loaders": 2,
+                                 "num_sanity_val_steps": 1},
+    "sanity_all": {"max_epochs": 1, "num_sanity_val_steps": -1, "limit_val_batches": 3},
+    "no_validation": {"max_epochs": 1, "limit_val_batches": 0},
+    "fast_dev_run_2": {"fast_dev_run": 2},
+    "max_steps_without_epochs": {"max_steps": 5},
+    "min_steps": {"min_steps": 3, "max_epochs": 2},
+    "min_epochs": {"min_epochs": 2, "max_epochs": 3},
+}
+
+HOOKS = ("on_fit_start", "on_sanity_check_start", "on_train_start", "on_train_epoch_start", "on_train_batch_start",
+         "on_train_batch_end", "on_validation_start", "on_validation_batch_end", "on_validation_end",
+         "on_train_epoch_end", "on_train_end", "on_fit_end", "on_test_start", "on_test_end")
+
+
+def plain(value: Any) -> Any:
+    """A count as JSON (``inf`` as a string, a list of counts as a list)."""
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    return value
+
+
+def record(framework: str, root: str, scenario: str) -> list[Any]:
+    """Run ``scenario`` with ``framework`` (``"accelkit"`` or ``"lightning"``); returns the reads."""
+    options = dict(SCENARIOS[scenario])
+    train_batches, val_batches = options.pop("train_batches", 6), options.pop("val_batches", 4)
+    val_loaders = options.pop("val_loaders", 1)
+    if framework == "lightning":
+        import lightning.pytorch as pl
+
+        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
+    else:
+        import accelkit
+
+        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    seen: list[Any] = []
+
+    class Net(module_base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.layer = nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = F.mse_loss(self.layer(batch[0]), batch[1])
+            self.log("train_loss", loss, on_step=True, on_epoch=True, prog_bar=True)
+            return loss
+
+        def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+            self.log("val_loss", F.mse_loss(self.layer(batch[0]), batch[1]), prog_bar=True)
+
+        def test_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("test_loss", F.mse_loss(self.layer(batch[0]), batch[1]))
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.05)
+
+    def counts(trainer: Any, hook: str) -> list[Any]:
+        fitting = trainer.state.fn == "fit"
+        loaded = fitting and hook not in ("on_fit_start", "on_sanity_check_start")  # the training loader's count
+        stepping = plain(trainer.estimated_stepping_batches) if fitting else None
+        return [hook, trainer.current_epoch, trainer.global_step,
+                plain(trainer.num_training_batches) if loaded else None,
+                plain(trainer.num_val_batches) if trainer.state.fn in ("fit", "validate") else None,
+                plain(trainer.num_sanity_val_batches) if fitting else None, stepping, trainer.max_steps,
+                trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches,
+                trainer.limit_test_batches, trainer.limit_predict_batches, trainer.min_epochs, trainer.min_steps]
+
+    class Reader(callback_base):  # type: ignore[misc, valid-type]
+        pass
+
+    def reader(hook: str) -> Any:
+        def read(self: Any, trainer: Any, *args: Any) -> None:
+            seen.append(counts(trainer, hook))
+        return read
+
+    for hook in HOOKS:
+        setattr(Reader, hook, reader(hook))
+    generator = torch.Generator().manual_seed(0)
+
+    def data(batches: int) -> DataLoader:
+        return DataLoader(TensorDataset(torch.randn(2 * batches, 4, generator=generator),
+                                        torch.randn(2 * batches, 1, generator=generator)), batch_size=2)
+
+    options.setdefault("num_sanity_val_steps", 0)
+    trainer = trainer_class(accelerator="cpu", devices=1, logger=False, callbacks=[Reader()],
+                            enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
+                            default_root_dir=root, **options)
+    module = Net()
+    vals = [data(val_batches) for _ in range(val_loaders)]
+    trainer.fit(module, data(train_batches), vals if val_loaders > 1 else vals[0])
+    seen.append(counts(trainer, "after fit") + [metrics(trainer)])
+    trainer.validate(module, data(val_batches), verbose=False)
+    seen.append(counts(trainer, "after validate") + [metrics(trainer)])
+    trainer.test(module, data(val_batches), verbose=False)
+    seen.append(counts(trainer, "after test") + [metrics(trainer)])
+    return seen
+
+
+def metrics(trainer: Any) -> dict[str, Any]:
+    """The three metric dicts, their values rounded."""
+    return {kind: {name: round(float(value), 5) for name, value in sorted(getattr(trainer, kind).items())}
+            for kind in ("callback_metrics", "logged_metrics", "progress_bar_metrics")}
