@@ -36,9 +36,11 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     #: ``False`` for manual optimization: ``training_step`` calls ``self.optimizers()``, ``manual_backward`` and
     #: ``opt.step()`` itself
     automatic_optimization: bool = True
-    # the running Trainer, kept in the instance's ``__dict__`` by the ``trainer`` property (absent or ``None`` outside
-    # a run): annotated for the type checker only (``log`` reads it without the property's call)
-    _trainer: Trainer
+    if TYPE_CHECKING:
+        # the running Trainer, kept in the instance's ``__dict__`` by the ``trainer`` property (absent or ``None``
+        # outside a run): annotated for the type checker only (``log`` reads it without the property's call); not a
+        # class annotation at run time, which ``torch.jit.script`` would try to compile
+        _trainer: Trainer
     #: ``load_state_dict`` strictness when a checkpoint is restored by the Trainer
     strict_loading: bool = True
 
