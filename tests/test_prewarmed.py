@@ -43,7 +43,8 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
             worker.start()
             print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "beside": beside.WHERE,
                               "env": os.environ.get("ONLY_HERE"), "spawned": queue.get(),
-                              "torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules}))
+                              "torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules,
+                              "torch_xla": sorted(m for m in sys.modules if m.split(".")[0] == "torch_xla")}))
             worker.join()
             sys.exit(int(sys.argv[1]))
     ''')
@@ -54,7 +55,8 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
     assert last == "atexit ran"
     assert json.loads(first) == {"argv": [str(script), "3"], "path0": str(tmp_path), "cwd": str(tmp_path),
                                  "beside": "beside the script", "env": "yes", "spawned": "__mp_main__", "torch": True,
-                                 "dynamo": True}  # what a program's first optimizer imports: 1-2 CPU-s it saves
+                                 "dynamo": True,  # what a program's first optimizer imports: 1-2 CPU-s it saves
+                                 "torch_xla": []}  # helpers.xla forks XLA programs from it: they import torch_xla
 
     write(tmp_path, "as_module.py", "import json, sys\nprint(json.dumps([sys.argv, sys.path[0], __name__]))\n")
     done = prewarmed.run(["-m", "as_module", "x"], cwd=tmp_path, env=env, timeout=300)  # python -m as_module x
