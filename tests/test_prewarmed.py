@@ -1,10 +1,12 @@
 """``helpers.prewarmed``: a program forked from an interpreter that has imported torch runs as ``python script.py``
-runs it (the conformance scripts run this way), and a run past its time limit is ended with what it started."""
+runs it (the conformance scripts run this way), a run past its time limit is ended with what it started, and a
+started program is read as it writes, signalled and killed."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -108,3 +110,32 @@ def test_a_run_past_its_limit_is_killed_with_the_processes_it_started(tmp_path: 
     done = prewarmed.run([str(write(tmp_path, "after.py", "print('next')\n"))], cwd=tmp_path, env=dict(os.environ),
                          timeout=300)
     assert (done.returncode, done.stdout) == (0, "next\n")
+
+
+def test_a_started_program_is_read_line_by_line_signalled_and_killed(tmp_path: Path, prewarmed: Prewarmed) -> None:
+    ticking = write(tmp_path, "ticking.py", '''
+        import itertools, time
+        for n in itertools.count():
+            print(f"tick {n}")
+            time.sleep(0.05)
+    ''')
+    env = dict(os.environ)
+    running = prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
+    for line in running.lines(timeout=120):
+        if line == "tick 3\n":
+            running.send_signal(signal.SIGINT)  # Ctrl-C: KeyboardInterrupt, as in a fresh interpreter
+            break
+    done = running.wait(60)
+    assert done.returncode != 0 and done.stderr.rstrip().endswith("KeyboardInterrupt"), done.stderr
+    assert done.stdout.startswith("tick 0\ntick 1\ntick 2\ntick 3\n"), done.stdout
+
+    running = prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
+    assert next(iter(running.lines(timeout=120))) == "tick 0\n"
+    with pytest.raises(RuntimeError, match=r"was still running \(now killed\)"):  # one program at a time
+        prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
+    assert running.returncode == -signal.SIGKILL
+
+    short = write(tmp_path, "short.py", "print('one')\nprint('two', end='')\n")
+    running = prewarmed.start([str(short)], cwd=tmp_path, env=env)
+    assert list(running.lines(timeout=120)) == ["one\n", "two"]  # to its end, the last line without a newline
+    assert running.wait(60).returncode == 0
