@@ -28,7 +28,7 @@ def write(folder: Path, name: str, source: str) -> Path:
 def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, prewarmed: Prewarmed) -> None:
     write(tmp_path, "beside.py", "WHERE = 'beside the script'\n")
     script = write(tmp_path, "program.py", '''
-        import atexit, json, multiprocessing, os, sys
+        import atexit, json, multiprocessing, os, sys, tempfile
         import beside
 
         class Record:
@@ -46,11 +46,13 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
             print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "beside": beside.WHERE,
                               "env": os.environ.get("ONLY_HERE"), "spawned": queue.get(),
                               "torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules,
-                              "torch_xla": sorted(m for m in sys.modules if m.split(".")[0] == "torch_xla")}))
+                              "torch_xla": sorted(m for m in sys.modules if m.split(".")[0] == "torch_xla"),
+                              "tmp": tempfile.gettempdir()}))
             worker.join()
             sys.exit(int(sys.argv[1]))
     ''')
-    env = {**os.environ, "ONLY_HERE": "yes"}
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "ONLY_HERE": "yes", "TMPDIR": str(tmp_path / "tmp")}
     done = prewarmed.run([str(script), "3"], cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 3, done.stderr
     first, last = done.stdout.splitlines()
@@ -58,7 +60,8 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
     assert json.loads(first) == {"argv": [str(script), "3"], "path0": str(tmp_path), "cwd": str(tmp_path),
                                  "beside": "beside the script", "env": "yes", "spawned": "__mp_main__", "torch": True,
                                  "dynamo": True,  # what a program's first optimizer imports: 1-2 CPU-s it saves
-                                 "torch_xla": []}  # helpers.xla forks XLA programs from it: they import torch_xla
+                                 "torch_xla": [],  # helpers.xla forks XLA programs from it: they import torch_xla
+                                 "tmp": str(tmp_path / "tmp")}  # the program's TMPDIR, not the one torch's import saw
 
     write(tmp_path, "as_module.py", "import json, sys\nprint(json.dumps([sys.argv, sys.path[0], __name__]))\n")
     done = prewarmed.run(["-m", "as_module", "x"], cwd=tmp_path, env=env, timeout=300)  # python -m as_module x

@@ -90,6 +90,8 @@ for fd, stream in enumerate(streams):
     os.close(stream)
 os.environ.clear()
 os.environ.update(request["env"])
+import tempfile
+tempfile.tempdir = None  # torch's import chose the interpreter's: the program's TMPDIR decides, as at a fresh start
 os.chdir(request["cwd"])
 for option in request["env"].get("PYTHONWARNINGS", "").split(","):  # read at start-up: applied as Python would
     if option.strip():
