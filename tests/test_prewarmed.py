@@ -138,6 +138,12 @@ def test_a_started_program_is_read_line_by_line_signalled_and_killed(tmp_path: P
         prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
     assert running.returncode == -signal.SIGKILL
 
+    own = Prewarmed()  # closed with a program still running (as a failed test leaves it): the program is killed
+    left = own.start([str(ticking)], cwd=tmp_path, env=env)
+    assert next(iter(left.lines(timeout=120))) == "tick 0\n"
+    own.close()
+    assert wait_gone([left.pid], 30) == []
+
     short = write(tmp_path, "short.py", "print('one')\nprint('two', end='')\n")
     running = prewarmed.start([str(short)], cwd=tmp_path, env=env)
     assert list(running.lines(timeout=120)) == ["one\n", "two"]  # to its end, the last line without a newline

@@ -224,7 +224,10 @@ class Prewarmed:
         return self.running
 
     def close(self) -> None:
-        """End the interpreter (a run in progress has ended: :meth:`run` waits for it)."""
+        """End the interpreter (a run in progress has ended: :meth:`run` waits for it; a started program still
+        running, left by a failed test, is killed with its process group rather than left orphaned)."""
+        if self.running is not None and self.running.poll() is None:
+            self.running.kill()
         if self.proc is not None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
