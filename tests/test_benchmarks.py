@@ -49,12 +49,20 @@ def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
     assert out.count("host time per step under cProfile") == 2 and " us, accelkit " in out, out
 
 
-@pytest.mark.slow
-def test_bench_cuda_compares_the_captured_step_with_the_hand_loop_compiled_by_hand():
+@pytest.fixture(scope="module")
+def captured_mlp() -> subprocess.CompletedProcess:
+    """One ``bench_cuda.py --captured`` run on the MLP, read by the two tests below: the comparison of the captured
+    step with the hand-compiled loop, and the instruction counts taken after the captured sides compiled (which
+    ``--count-steps`` alone sets; every other option is the same for both)."""
     done = run_benchmark("bench_cuda.py", "--device", "cpu", "--captured", "--workloads", "mlp", "--rounds", "1",
-                         "--steps", "3", "--warmup", "3", "--profile-steps", "2", "--count-steps", "2")
+                         "--steps", "3", "--warmup", "3", "--profile-steps", "2", "--count-steps", "4")
     assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    return done
+
+
+@pytest.mark.slow
+def test_bench_cuda_compares_the_captured_step_with_the_hand_loop_compiled_by_hand(captured_mlp):
+    out = captured_mlp.stdout
     assert "sides: hand loop, accelkit" in out and "accelkit captured, hand compiled" in out, out
     assert "compiled sides: torch.compile()" in out, out  # the CPU's default mode
     for side in ("accelkit captured: ", "hand compiled    : "):
@@ -115,12 +123,10 @@ def test_the_instruction_counter_refuses_a_side_it_saw_nothing_of():
 
 
 @pytest.mark.slow
-def test_bench_cuda_counts_both_sides_after_the_captured_sides_compiled():
+def test_bench_cuda_counts_both_sides_after_the_captured_sides_compiled(captured_mlp):
     # the counts come from a fresh process: torch.compile having run in the benchmark's own process (which hid the
     # hand loop's frames from sys.settrace on Python 3.12) changes nothing
-    done = run_benchmark("bench_cuda.py", "--device", "cpu", "--captured", "--workloads", "mlp", "--rounds", "1",
-                         "--steps", "3", "--warmup", "3", "--profile-steps", "2", "--count-steps", "4")
-    assert done.returncode == 0, done.stdout + done.stderr
+    done = captured_mlp
     counts = {line.split(":")[0].strip(): line for line in done.stdout.splitlines()
               if line.endswith(" calls per step")}
     assert set(counts) == {"hand loop", "accelkit"}, done.stdout

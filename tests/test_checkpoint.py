@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pickle
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.checkpoint import files as checkpoint  # noqa: E402
-from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
+from helpers.guards import TESTS, child_env  # noqa: E402
 from helpers.models import ExplodingPickle, Opaque, RegressionModule  # noqa: E402
 
 
@@ -58,21 +57,18 @@ def test_trainer_checkpoint_failure_keeps_last_good_one(tmp_path):
 
 
 @pytest.mark.slow  # starts a process
-def test_killed_writer_leaves_previous_checkpoint_intact(tmp_path):
+def test_killed_writer_leaves_previous_checkpoint_intact(tmp_path, prewarmed):
     path = tmp_path / "last.ckpt"
-    proc = subprocess.Popen([PYTHON, str(TESTS / "helpers" / "killed_writer.py"), str(path)], env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running = prewarmed.start([str(TESTS / "helpers" / "killed_writer.py"), str(path)], cwd=tmp_path.parent,
+                              env=child_env())
     try:
-        line = proc.stdout.readline()  # blocks until the second write is under way (or the child died)
-        assert line.strip() == "WRITING", line + proc.stderr.read()
+        line = next(iter(running.lines(timeout=120)), "")  # once the second write is under way (or the child died)
+        assert line.strip() == "WRITING", line + running.wait(0).stderr
         assert temp_files(tmp_path), "the second write should be in progress in a temporary file"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        running.send_signal(signal.SIGKILL)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+        done = running.wait(30)
+    assert done.returncode == -signal.SIGKILL
     loaded = checkpoint.load(path)  # the previous, complete checkpoint, not a torn one
     assert loaded["epoch"] == 1 and torch.equal(loaded["weights"], torch.arange(1000.0))
 

@@ -125,6 +125,6 @@ def test_on_ddp_spawn(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
 @pytest.mark.xla
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
 @pytest.mark.parametrize("name", XLA_SCRIPTS)
-def test_on_xla(name: str, tmp_path: Path) -> None:
+def test_on_xla(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
     env = _env(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1")
-    _run(name, tmp_path, "--accelerator", "tpu", "--devices", "1", env=env, timeout=400)
+    _run(name, tmp_path, "--accelerator", "tpu", "--devices", "1", env=env, timeout=400, prewarmed=prewarmed)

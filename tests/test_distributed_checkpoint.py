@@ -5,7 +5,6 @@ ModelCheckpoint (top-k removal, last.ckpt as a copy or a link, ckpt_path="last")
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from accelkit.checkpoint.files import UnsafeCheckpointError  # noqa: E402
 from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
 from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
 from helpers.damage import RunsCommand, copy_checkpoint, flip_bytes, plant_malicious_index, truncate  # noqa: E402
-from helpers.guards import PYTHON, child_env  # noqa: E402
+from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule  # noqa: E402
 
 
@@ -94,10 +93,9 @@ dcp_io.save(state, sys.argv[1])
 
 
 @pytest.mark.slow
-def test_a_killed_save_leaves_no_checkpoint_and_the_next_save_cleans_up(tmp_path):
+def test_a_killed_save_leaves_no_checkpoint_and_the_next_save_cleans_up(tmp_path, prewarmed):
     target = tmp_path / "a.ckpt"
-    proc = subprocess.run([PYTHON, "-c", KILLED_SAVE, str(target)], env=child_env(), capture_output=True, text=True,
-                          timeout=120)
+    proc = prewarmed.run(["-c", KILLED_SAVE, str(target)], cwd=tmp_path.parent, env=child_env(), timeout=120)
     assert proc.returncode == -9, proc.stderr
     assert not os.path.lexists(target)
     leftovers = [p.name for p in tmp_path.iterdir()]

@@ -3,11 +3,9 @@ weights of a run never stopped: same batches in the same order, same dropout mas
 
 from __future__ import annotations
 
-import os
 import random
 import re
 import signal
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -22,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import accelkit  # noqa: E402
 from accelkit.checkpoint import files as ckpt  # noqa: E402
 from accelkit.loops import resume  # noqa: E402
-from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
+from helpers.guards import TESTS, child_env  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 from helpers.resume_fit import DropoutNet, dataset, make_trainer  # noqa: E402
 
 SCRIPT = TESTS / "helpers" / "resume_fit.py"
@@ -207,48 +206,37 @@ def test_checkpoint_outside_fit_and_weights_only_carry_no_position(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- preemption loop
-def run_script(root: Path, strategy: str, devices: int, kill_at: int | None, every: int = 3,
+def run_script(prewarmed: Prewarmed, root: Path, strategy: str, devices: int, kill_at: int | None, every: int = 3,
                timeout: float = 120.0) -> list[int]:
-    """Run the helper fit in its own process group; SIGKILL the group once it reports step ``kill_at``.
-    Returns the steps it reported."""
+    """Run the helper fit as a program forked from the prewarmed interpreter, in its own process group; SIGKILL the
+    group once it reports step ``kill_at``. Returns the steps it reported."""
     env = child_env()
     env["STEP_SLEEP_S"] = "0.03"
-    proc = subprocess.Popen([PYTHON, str(SCRIPT), str(root), strategy, str(devices), "3", str(every)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    running = prewarmed.start([str(SCRIPT), str(root), strategy, str(devices), "3", str(every)], cwd=root.parent,
+                              env=env)
     steps: list[int] = []
     try:
-        import threading
-
-        timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, signal.SIGKILL))
-        timer.start()
-        for line in proc.stdout:
+        for line in running.lines(timeout):
             if line.startswith("step "):
                 steps.append(int(line.split()[1]))
                 if kill_at is not None and steps[-1] >= kill_at:
-                    os.killpg(proc.pid, signal.SIGKILL)
+                    running.kill()
                     break
-        proc.wait(timeout=30)
-        timer.cancel()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
-        with_err = proc.stderr.read() if proc.stderr else ""
-        proc.stdout.close()
-        proc.stderr.close()
+        done = running.wait(30)
     if kill_at is None:
-        assert proc.returncode == 0, with_err[-3000:]
+        assert done.returncode == 0, done.stderr[-3000:]
     else:
-        assert proc.returncode == -signal.SIGKILL or (proc.returncode == 0 and (root / "final.pt").exists()), \
-            with_err[-3000:]
+        assert done.returncode == -signal.SIGKILL or (done.returncode == 0 and (root / "final.pt").exists()), \
+            done.stderr[-3000:]
     return steps
 
 
-def preemption_loop(tmp_path: Path, strategy: str, devices: int, steps_total: int, kills: int, seed: int,
-                    every: int) -> None:
+def preemption_loop(prewarmed: Prewarmed, tmp_path: Path, strategy: str, devices: int, steps_total: int, kills: int,
+                    seed: int, every: int) -> None:
     """SIGKILL the run at ``kills`` random steps (seeded), resuming each time from ``ckpt_path="last"``; the final
     weights equal those of a run never stopped."""
-    run_script(tmp_path / "ref", strategy, devices, None, every)
+    run_script(prewarmed, tmp_path / "ref", strategy, devices, None, every)
     reference = torch.load(tmp_path / "ref" / "final.pt", weights_only=True)
     root = tmp_path / "run"
     targets = sorted(random.Random(seed).sample(range(2, steps_total - 1), kills))
@@ -258,7 +246,7 @@ def preemption_loop(tmp_path: Path, strategy: str, devices: int, steps_total: in
         saved = ckpt.load(last) if last.exists() else None
         resumed_from = saved["global_step"] if saved else 0
         mid_epoch += bool(saved and saved["loops"]["position"]["batches"])
-        steps = run_script(root, strategy, devices, target, every)
+        steps = run_script(prewarmed, root, strategy, devices, target, every)
         assert steps and steps[0] == resumed_from + 1, (steps[:3], resumed_from)  # no batch trained twice
     final = torch.load(root / "final.pt", weights_only=True)
     assert mid_epoch >= 1, "no kill landed where the run resumes inside an epoch"
@@ -266,17 +254,18 @@ def preemption_loop(tmp_path: Path, strategy: str, devices: int, steps_total: in
 
 
 @pytest.mark.slow
-def test_preemption_loop_single_process_is_bit_identical(tmp_path):
+def test_preemption_loop_single_process_is_bit_identical(tmp_path, prewarmed):
     # 12 batches per epoch, a checkpoint every 3 steps; the seed draws kills at steps 2, 8 and 24: one before the
     # first checkpoint (the run starts over), one inside epoch 0 (resumes mid-epoch), one at the end of epoch 1
     # (resumes at an epoch boundary). Three kills, each a process start, cover the cases the five of the old seed
     # did (steps 2, 4, 15, 29, 32: the start over and mid-epoch resumes), and an epoch boundary besides.
-    preemption_loop(tmp_path, "auto", 1, steps_total=36, kills=3, seed=105, every=3)
+    preemption_loop(prewarmed, tmp_path, "auto", 1, steps_total=36, kills=3, seed=105, every=3)
 
 
 @pytest.mark.slow
-def test_preemption_loop_ddp_spawn_is_bit_identical(tmp_path):
-    preemption_loop(tmp_path, "ddp_spawn", 2, steps_total=18, kills=2, seed=11, every=4)  # 6 per epoch and rank
+def test_preemption_loop_ddp_spawn_is_bit_identical(tmp_path, prewarmed):
+    # 6 batches per epoch and rank
+    preemption_loop(prewarmed, tmp_path, "ddp_spawn", 2, steps_total=18, kills=2, seed=11, every=4)
 
 
 @pytest.mark.slow
@@ -287,19 +276,16 @@ def test_sigint_checkpoint_resumes_inside_the_epoch_exactly(tmp_path, prewarmed)
     env = child_env()
     env["STEP_SLEEP_S"] = "0.05"
     root = tmp_path / "run"
-    proc = subprocess.Popen([PYTHON, str(SCRIPT), str(root), "auto", "1", "3", "100"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    running = prewarmed.start([str(SCRIPT), str(root), "auto", "1", "3", "100"], cwd=tmp_path, env=env)
     try:
-        for line in proc.stdout:
+        for line in running.lines(timeout=120):
             if line.strip() == "step 5":
-                proc.send_signal(signal.SIGINT)
+                running.send_signal(signal.SIGINT)
                 break
-        _, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=30)
-    assert proc.returncode != 0 and "it continues with batch" in err, err[-2000:]
+        stopped = running.wait(60)
+    err = stopped.stderr
+    assert stopped.returncode != 0 and "it continues with batch" in err, err[-2000:]
     saved = ckpt.load(root / "checkpoints" / "interrupted.ckpt")
     assert saved["loops"]["position"]["batches"] == saved["global_step"] >= 5  # inside epoch 0
     env["RESUME_FROM"] = str(root / "checkpoints" / "interrupted.ckpt")

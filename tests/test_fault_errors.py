@@ -330,20 +330,18 @@ def test_a_full_disk_is_an_oserror_naming_path_and_bytes(tmp_path):
 
 
 @pytest.mark.slow  # starts a process
-def test_temp_files_of_a_killed_writer_are_removed_at_the_next_save(tmp_path):
+def test_temp_files_of_a_killed_writer_are_removed_at_the_next_save(tmp_path, prewarmed):
     path = tmp_path / "last.ckpt"
-    proc = subprocess.Popen([PYTHON, str(TESTS / "helpers" / "killed_writer.py"), str(path)], env=child_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    running = prewarmed.start([str(TESTS / "helpers" / "killed_writer.py"), str(path)], cwd=tmp_path.parent,
+                              env=child_env())
     try:
-        assert proc.stdout.readline().strip() == "WRITING", proc.stderr.read()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        line = next(iter(running.lines(timeout=120)), "")
+        assert line.strip() == "WRITING", line + running.wait(0).stderr
+        running.send_signal(signal.SIGKILL)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        running.wait(30)
     left = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
-    assert len(left) == 1 and f"-{proc.pid}-" in left[0].name
+    assert len(left) == 1 and f"-{running.pid}-" in left[0].name
     other_host = tmp_path / ".last.ckpt.accelkit-tmp-elsewhere-1-abc.tmp"  # a writer on another machine
     other_host.write_bytes(b"in progress")
     checkpoint.atomic_save({"epoch": 3}, tmp_path / "other.ckpt")  # any save into the folder cleans up

@@ -17,7 +17,6 @@ hooks (see :func:`save_checkpoint` and :func:`test_resume_loads_checkpoint_hooks
 from __future__ import annotations
 
 import difflib
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
-from helpers.guards import PYTHON, TESTS, child_env, hang_guard  # noqa: E402
+from helpers.guards import TESTS, child_env, hang_guard  # noqa: E402
 from helpers.hook_recorder import HookLog, HookRecorderCallback, HookRecorderModule, call  # noqa: E402
 from helpers.requirements import requires_torch_xla  # noqa: E402
 
@@ -433,16 +432,16 @@ def test_ddp_spawn_every_rank_in_lightning_order(tmp_path, verb):
 @pytest.mark.slow
 @pytest.mark.xla
 @requires_torch_xla
-def test_fit_on_xla_single_device(tmp_path):
-    """The same fit on one XLA device (PJRT on the CPU), in a fresh interpreter: batches go to ``xla``."""
+def test_fit_on_xla_single_device(tmp_path, prewarmed):
+    """The same fit on one XLA device (PJRT on the CPU), in a process of its own (forked from the ``prewarmed``
+    interpreter, which never imports torch_xla): batches go to ``xla``."""
     env = child_env()
     for key in ("XRT_TPU_CONFIG", "TPU_NUM_DEVICES", "ACCELKIT_DISABLE_PLUGIN_AUTOLOAD"):
         env.pop(key, None)
     env.update({"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "1"})
     out = tmp_path / "xla.json"
     code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); from helpers.hook_recorder import main; main()"
-    proc = subprocess.run([PYTHON, "-c", code, "fit-xla", str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = prewarmed.run(["-c", code, "fit-xla", str(out)], cwd=tmp_path, env=env, timeout=300)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     result = __import__("json").loads(out.read_text())
     assert result["strategy"] == "XLASingleStrategy"

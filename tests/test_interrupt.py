@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 from accelkit.strategies.launchers.spawn import remove_stale_temp_dirs
 from helpers.models import RegressionModule, quiet_trainer, regression_data
+from helpers.prewarmed import Prewarmed, Running
 
 HELPER = Path(__file__).parent / "helpers" / "interrupt_fit.py"
 
@@ -26,40 +27,24 @@ def left_behind(tmp: Path) -> list[Path]:
     return [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
 
 
-def _start(tmp_path: Path, devices: int, slow_s: float = 0.05) -> subprocess.Popen:
+def _start(tmp_path: Path, devices: int, prewarmed: Prewarmed, slow_s: float = 0.05) -> Running:
+    """``interrupt_fit.py`` as a program forked from the prewarmed interpreter (its temporary files under
+    ``tmp_path/tmp``)."""
     env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), SLOW_S=str(slow_s))
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    return subprocess.Popen([sys.executable, str(HELPER), str(tmp_path / "run"), str(devices)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return prewarmed.start([str(HELPER), str(tmp_path / "run"), str(devices)], cwd=tmp_path, env=env)
 
 
-def _wait_for_step(proc: subprocess.Popen, step: int, seen: list[str] | None = None) -> set[int]:
-    """Read ``step N PID`` lines until step ``step`` (appending them to ``seen``); return the pids that printed
-    (the training processes)."""
+def _wait_for_step(running: Running, step: int) -> set[int]:
+    """Read ``step N PID`` lines until step ``step``; return the pids that printed (the training processes)."""
     pids = set()
-    seen = [] if seen is None else seen
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            proc.kill()
-            raise AssertionError(f"the run ended before step {step}: {proc.stderr.read()[-2000:]}")
+    for line in running.lines(timeout=120):
         if line.startswith("step "):
-            seen.append(line)
             _, number, pid = line.split()
             pids.add(int(pid))
             if int(number) >= step:
                 return pids
-    proc.kill()
-    raise AssertionError(f"no step {step} within 120 s")
-
-
-def _finish(proc: subprocess.Popen) -> tuple[str, str]:
-    try:
-        return proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        raise
+    raise AssertionError(f"the run ended before step {step}: {running.wait(0).stderr[-2000:]}")
 
 
 def _gone(pids: set[int]) -> bool:
@@ -76,15 +61,14 @@ def _gone(pids: set[int]) -> bool:
 @pytest.mark.slow
 # one process (in place) is covered by tests/test_exact_resume.py's SIGINT test, which also resumes from it
 @pytest.mark.parametrize("devices, sig", [(2, signal.SIGINT), (2, signal.SIGTERM)])
-def test_a_signal_to_the_caller_stops_every_process_after_one_step_and_saves_it(tmp_path, devices, sig):
-    proc = _start(tmp_path, devices)
-    lines: list[str] = []
-    pids = _wait_for_step(proc, 3, lines)
+def test_a_signal_to_the_caller_stops_every_process_after_one_step_and_saves_it(tmp_path, devices, sig, prewarmed):
+    running = _start(tmp_path, devices, prewarmed)
+    pids = _wait_for_step(running, 3)
     assert len(pids) == (1 if devices == 1 else 2)
-    proc.send_signal(sig)  # to the calling process only, as `kill -INT <pid>` does
-    out, err = _finish(proc)
-    out = "".join(lines) + out
-    assert proc.returncode != 0
+    running.send_signal(sig)  # to the calling process only, as `kill -INT <pid>` does
+    done = running.wait(120)
+    out, err = done.stdout, done.stderr
+    assert done.returncode != 0
     name = signal.Signals(sig).name
     assert f"{name} stopped training at epoch" in err and "Resume with trainer.fit(model, ckpt_path=" in err, err
     saved = tmp_path / "run" / "checkpoints" / "interrupted.ckpt"
@@ -104,14 +88,15 @@ def test_a_signal_to_the_caller_stops_every_process_after_one_step_and_saves_it(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("devices", [1, 2])
-def test_a_second_signal_stops_at_once_without_saving(tmp_path, devices):
-    proc = _start(tmp_path, devices, slow_s=3600)  # each step sleeps an hour: only a second signal ends the run
-    pids = _wait_for_step(proc, 1)
-    proc.send_signal(signal.SIGINT)
+def test_a_second_signal_stops_at_once_without_saving(tmp_path, devices, prewarmed):
+    running = _start(tmp_path, devices, prewarmed, slow_s=3600)  # a step sleeps an hour: only a second signal ends it
+    pids = _wait_for_step(running, 1)
+    running.send_signal(signal.SIGINT)
     time.sleep(1.0)
-    proc.send_signal(signal.SIGINT)
-    out, err = _finish(proc)  # bounded by _finish's timeout, far below the hour a step sleeps
-    assert proc.returncode != 0
+    running.send_signal(signal.SIGINT)
+    done = running.wait(120)  # bounded, far below the hour a step sleeps
+    err = done.stderr
+    assert done.returncode != 0
     assert "press Ctrl-C again to stop at once" in err
     assert not (tmp_path / "run" / "checkpoints" / "interrupted.ckpt").exists()
     assert _gone(pids)

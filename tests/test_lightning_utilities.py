@@ -535,15 +535,16 @@ def test_rank_zero_warn_points_at_its_caller_and_rank_zero_only_returns_its_defa
 @pytest.mark.slow
 @pytest.mark.parametrize("variable, value", [(None, None), ("RANK", "1"), ("LOCAL_RANK", "2"), ("SLURM_PROCID", "3"),
                                              ("JSM_NAMESPACE_RANK", "1")])
-def test_rank_zero_only_has_the_launchers_rank_from_import(run_python, variable, value):
+def test_rank_zero_only_has_the_launchers_rank_from_import(forked_python, variable, value):
     """As Lightning's, ``rank_zero_only.rank`` is set when accelkit is imported, from the first of ``RANK``,
     ``LOCAL_RANK``, ``SLURM_PROCID``, ``JSM_NAMESPACE_RANK`` (a start-up ``@rank_zero_only`` call works before any
     Trainer exists, and is skipped on a launcher's other ranks); ``lightning_utilities``' decorator, which programs
-    written for Lightning import directly, gets the same rank; a run then sets the rank it knows (here 0)."""
+    written for Lightning import directly, gets the same rank; a run then sets the rank it knows (here 0). Forked
+    from the prewarmed interpreter, which imported torch only: accelkit and lightning_utilities are imported here."""
     env = {name: "" for name in rank_zero_module.LAUNCHER_RANK_VARIABLES}
     if variable:
         env[variable] = value
-    out = run_python("""
+    out = forked_python("""
         import json
         from torch.utils.data import DataLoader, TensorDataset
         import torch

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import os
 import pickle
-import subprocess
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -247,7 +246,8 @@ def test_tensorboard_rejects_unknown_writer_arguments(tmp_path):
 
 
 @pytest.mark.slow  # starts a process
-def test_missing_tensorboard_is_a_clear_error_and_import_accelkit_does_not_load_it(tmp_path):
+def test_missing_tensorboard_is_a_clear_error_and_import_accelkit_does_not_load_it(tmp_path, prewarmed):
+    # forked from the prewarmed interpreter: torch imported, accelkit and tensorboard not
     code = (
         "import sys, importlib.util\n"
         "import accelkit, accelkit.loggers\n"
@@ -259,7 +259,7 @@ def test_missing_tensorboard_is_a_clear_error_and_import_accelkit_does_not_load_
         "except ModuleNotFoundError as error:\n"
         "    print(error)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = prewarmed.run(["-c", code], cwd=tmp_path, env=dict(os.environ), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "pip install tensorboard" in result.stdout and 'pip install "accelkit[tensorboard]"' in result.stdout
 

@@ -1,10 +1,12 @@
 """``helpers.prewarmed``: a program forked from an interpreter that has imported torch runs as ``python script.py``
-runs it (the conformance scripts run this way), and a run past its time limit is ended with what it started."""
+runs it (the conformance scripts run this way), a run past its time limit is ended with what it started, and a
+started program is read as it writes, signalled and killed."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import textwrap
 from pathlib import Path
@@ -26,7 +28,7 @@ def write(folder: Path, name: str, source: str) -> Path:
 def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, prewarmed: Prewarmed) -> None:
     write(tmp_path, "beside.py", "WHERE = 'beside the script'\n")
     script = write(tmp_path, "program.py", '''
-        import atexit, json, multiprocessing, os, sys
+        import atexit, json, multiprocessing, os, sys, tempfile
         import beside
 
         class Record:
@@ -43,18 +45,23 @@ def test_a_forked_program_runs_as_a_fresh_interpreter_runs_it(tmp_path: Path, pr
             worker.start()
             print(json.dumps({"argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "beside": beside.WHERE,
                               "env": os.environ.get("ONLY_HERE"), "spawned": queue.get(),
-                              "torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules}))
+                              "torch": "torch" in sys.modules, "dynamo": "torch._dynamo" in sys.modules,
+                              "torch_xla": sorted(m for m in sys.modules if m.split(".")[0] == "torch_xla"),
+                              "tmp": tempfile.gettempdir()}))
             worker.join()
             sys.exit(int(sys.argv[1]))
     ''')
-    env = {**os.environ, "ONLY_HERE": "yes"}
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "ONLY_HERE": "yes", "TMPDIR": str(tmp_path / "tmp")}
     done = prewarmed.run([str(script), "3"], cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 3, done.stderr
     first, last = done.stdout.splitlines()
     assert last == "atexit ran"
     assert json.loads(first) == {"argv": [str(script), "3"], "path0": str(tmp_path), "cwd": str(tmp_path),
                                  "beside": "beside the script", "env": "yes", "spawned": "__mp_main__", "torch": True,
-                                 "dynamo": True}  # what a program's first optimizer imports: 1-2 CPU-s it saves
+                                 "dynamo": True,  # what a program's first optimizer imports: 1-2 CPU-s it saves
+                                 "torch_xla": [],  # helpers.xla forks XLA programs from it: they import torch_xla
+                                 "tmp": str(tmp_path / "tmp")}  # the program's TMPDIR, not the one torch's import saw
 
     write(tmp_path, "as_module.py", "import json, sys\nprint(json.dumps([sys.argv, sys.path[0], __name__]))\n")
     done = prewarmed.run(["-m", "as_module", "x"], cwd=tmp_path, env=env, timeout=300)  # python -m as_module x
@@ -106,3 +113,38 @@ def test_a_run_past_its_limit_is_killed_with_the_processes_it_started(tmp_path: 
     done = prewarmed.run([str(write(tmp_path, "after.py", "print('next')\n"))], cwd=tmp_path, env=dict(os.environ),
                          timeout=300)
     assert (done.returncode, done.stdout) == (0, "next\n")
+
+
+def test_a_started_program_is_read_line_by_line_signalled_and_killed(tmp_path: Path, prewarmed: Prewarmed) -> None:
+    ticking = write(tmp_path, "ticking.py", '''
+        import itertools, time
+        for n in itertools.count():
+            print(f"tick {n}")
+            time.sleep(0.05)
+    ''')
+    env = dict(os.environ)
+    running = prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
+    for line in running.lines(timeout=120):
+        if line == "tick 3\n":
+            running.send_signal(signal.SIGINT)  # Ctrl-C: KeyboardInterrupt, as in a fresh interpreter
+            break
+    done = running.wait(60)
+    assert done.returncode != 0 and done.stderr.rstrip().endswith("KeyboardInterrupt"), done.stderr
+    assert done.stdout.startswith("tick 0\ntick 1\ntick 2\ntick 3\n"), done.stdout
+
+    running = prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
+    assert next(iter(running.lines(timeout=120))) == "tick 0\n"
+    with pytest.raises(RuntimeError, match=r"was still running \(now killed\)"):  # one program at a time
+        prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
+    assert running.returncode == -signal.SIGKILL
+
+    own = Prewarmed()  # closed with a program still running (as a failed test leaves it): the program is killed
+    left = own.start([str(ticking)], cwd=tmp_path, env=env)
+    assert next(iter(left.lines(timeout=120))) == "tick 0\n"
+    own.close()
+    assert wait_gone([left.pid], 30) == []
+
+    short = write(tmp_path, "short.py", "print('one')\nprint('two', end='')\n")
+    running = prewarmed.start([str(short)], cwd=tmp_path, env=env)
+    assert list(running.lines(timeout=120)) == ["one\n", "two"]  # to its end, the last line without a newline
+    assert running.wait(60).returncode == 0

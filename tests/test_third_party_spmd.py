@@ -5,13 +5,12 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers.xla import xla_env
+from helpers.prewarmed import Prewarmed
+from helpers.xla import run_program, xla_env
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "third_party_spmd"
 
@@ -34,9 +33,8 @@ def test_the_plugin_uses_no_private_name() -> None:
 @pytest.mark.slow
 @pytest.mark.xla
 @pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
-def test_third_party_spmd_strategy_trains_on_four_devices(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, str(PLUGIN_DIR / "scenario.py"), str(tmp_path)], env=xla_env(devices=4),
-                          capture_output=True, text=True, timeout=240, check=False)
+def test_third_party_spmd_strategy_trains_on_four_devices(tmp_path: Path, prewarmed: Prewarmed) -> None:
+    proc = run_program([str(PLUGIN_DIR / "scenario.py"), str(tmp_path)], xla_env(devices=4), 240, prewarmed)
     assert proc.returncode == 0, proc.stderr[-5000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["devices"] == 4

@@ -6,12 +6,14 @@ module as a pytest plugin).
 * ``cpu_manager``: a plugin manager holding only the core and the reference cpu plugin.
 * ``make_distribution``/``run_python``: build a real (tiny) distribution on disk and run Python code in a
   subprocess that discovers it through ``importlib.metadata``.
+* ``forked_python``: ``run_python`` forked from the ``prewarmed`` interpreter.
 * ``prewarmed``: run a Python program as ``python script.py`` does, in a process forked from an interpreter that
   has imported torch (``helpers.prewarmed``): one per test process, started at its first use.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -80,14 +82,21 @@ def make_distribution() -> Callable[..., Path]:
 
 
 def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | None = None,
-                python_flags: tuple[str, ...] = ()) -> Any:
-    """Run ``code`` in a fresh interpreter of this environment and return the JSON it printed last."""
+                python_flags: tuple[str, ...] = (), prewarmed: Prewarmed | None = None) -> Any:
+    """Run ``code`` in a fresh interpreter of this environment (forked from ``prewarmed`` if given) and return the
+    JSON it printed last."""
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith("ACCELKIT_") and k not in ("PYTHONPATH", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
     full_env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, *python_flags, "-c", textwrap.dedent(code)], env=full_env,
-                          capture_output=True, text=True, timeout=120)
+    if prewarmed is not None:
+        if python_flags:
+            raise ValueError(f"python_flags={python_flags!r} need a fresh interpreter: use run_python, not "
+                             "forked_python")
+        proc = prewarmed.run(["-c", textwrap.dedent(code)], cwd=os.getcwd(), env=full_env, timeout=120)
+    else:
+        proc = subprocess.run([sys.executable, *python_flags, "-c", textwrap.dedent(code)], env=full_env,
+                              capture_output=True, text=True, timeout=120)
     if proc.returncode != 0:
         raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -113,6 +122,14 @@ def lightning_records(root: Path, helper: str) -> Any:
 def run_python() -> Callable[..., Any]:
     """``run_python(code, path=[...], env={...})``: run code in a subprocess; it must print JSON last."""
     return _run_python
+
+
+@pytest.fixture(scope="session")
+def forked_python(prewarmed: Prewarmed) -> Callable[..., Any]:
+    """``forked_python(code, path=[...], env={...})``: as ``run_python``, in a process forked from the ``prewarmed``
+    interpreter (torch and ``torch._dynamo`` already imported; accelkit, Lightning and torch_xla not): for code whose
+    subject is not interpreter start-up, Python's default warning filters, or importing torch."""
+    return functools.partial(_run_python, prewarmed=prewarmed)
 
 
 @pytest.fixture(scope="session")

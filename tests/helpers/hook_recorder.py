@@ -9,7 +9,7 @@ each process (see :meth:`HookLog.__reduce__`), and at ``teardown`` each rank wri
 log's ``dump_dir`` (:meth:`HookLog.read_dumps`). Calls made in the launching process stay in the original log.
 
 ``python -c "from helpers.hook_recorder import main; main()" fit-xla OUT.json`` runs :func:`fit_and_dump` in a
-fresh interpreter (the XLA test: torch_xla must never be imported by the pytest process).
+process of its own (the XLA test: torch_xla must never be imported by the pytest process).
 """
 
 from __future__ import annotations
@@ -490,7 +490,7 @@ def fit_and_dump(out: str | os.PathLike, **trainer_args: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``fit-xla OUT``: :func:`fit_and_dump` on one XLA device (run in a fresh interpreter)."""
+    """``fit-xla OUT``: :func:`fit_and_dump` on one XLA device (run in a process of its own)."""
     command, out = (argv if argv is not None else sys.argv[1:])[:2]
     if command != "fit-xla":
         raise SystemExit(f"unknown command {command!r}; choose one of: fit-xla")

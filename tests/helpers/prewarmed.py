@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 #: Variables read when torch and its libraries load (thread pools, allocator), and Python's own start-up ones:
@@ -90,6 +90,8 @@ for fd, stream in enumerate(streams):
     os.close(stream)
 os.environ.clear()
 os.environ.update(request["env"])
+import tempfile
+tempfile.tempdir = None  # torch's import chose the interpreter's: the program's TMPDIR decides, as at a fresh start
 os.chdir(request["cwd"])
 for option in request["env"].get("PYTHONWARNINGS", "").split(","):  # read at start-up: applied as Python would
     if option.strip():
@@ -151,6 +153,7 @@ class Prewarmed:
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending = b""
         self.reported = 0.0  # CPU seconds of the programs the current interpreter has reported (and reaped)
+        self.running: Running | None = None
 
     def _server(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
@@ -186,36 +189,45 @@ class Prewarmed:
         """Run ``python *argv`` (``argv[0]`` a script, ``-m`` and a module, or ``-c`` and code) in ``cwd`` with
         exactly ``env``, as ``subprocess.run`` with ``capture_output=True, text=True`` does; a run past ``timeout``
         seconds has its process group killed and raises :class:`subprocess.TimeoutExpired`."""
+        return self.start(argv, cwd=cwd, env=env).wait(timeout)
+
+    def start(self, argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str, str]) -> Running:
+        """Start ``python *argv`` as :meth:`run` does, without waiting for its end: the :class:`Running` program
+        (its process group's id, its output as written, its end). One program at a time: the next :meth:`start` or
+        :meth:`run` comes after its :meth:`Running.wait`."""
         differing = [k for k in IMPORT_TIME_VARIABLES if env.get(k) != self.env.get(k)]
         differing += sorted(k for k in {*env, *self.env} if k.startswith(IMPORT_TIME_PREFIXES) and
                             k not in READ_WHEN_COMPILING and env.get(k) != self.env.get(k))
         if differing:
             raise ValueError(f"the run sets {', '.join(differing)} otherwise than the prewarmed interpreter, which "
                              "read them when it imported torch; run this program with subprocess instead")
+        if self.running is not None and self.running.poll() is None:  # killed and reaped: later runs can start
+            self.running.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.running.wait(60)
+            raise RuntimeError(f"{self.running.argv} was still running (now killed): wait() for a started program "
+                               "before starting another")
         proc = self._server()
         assert proc.stdin is not None
-        with tempfile.TemporaryDirectory(prefix="prewarmed-") as folder:
-            out, err = Path(folder, "stdout"), Path(folder, "stderr")
-            request = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env), "stdout": str(out),
-                       "stderr": str(err)}
-            proc.stdin.write(json.dumps(request).encode() + b"\n")
-            proc.stdin.flush()
-            deadline = time.monotonic() + timeout
-            pid = self._answer(proc, "pid", deadline + 60)  # the fork itself: an upper bound against a hang
-            if pid is None:
-                raise RuntimeError("the prewarmed interpreter did not fork within the time limit")
-            code = self._answer(proc, "rc", deadline)
-            if code is None:
-                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                    os.killpg(pid, signal.SIGKILL)
-                self._answer(proc, "rc", time.monotonic() + 60)
-                raise subprocess.TimeoutExpired(list(argv), timeout, out.read_text(errors="replace"),
-                                                err.read_text(errors="replace"))
-            return subprocess.CompletedProcess([sys.executable, *argv], code, out.read_text(errors="replace"),
-                                               err.read_text(errors="replace"))
+        folder = tempfile.TemporaryDirectory(prefix="prewarmed-")
+        for stream in ("stdout", "stderr"):  # there before the child opens them: Running.lines may read at once
+            Path(folder.name, stream).touch()
+        request = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env),
+                   "stdout": str(Path(folder.name, "stdout")), "stderr": str(Path(folder.name, "stderr"))}
+        proc.stdin.write(json.dumps(request).encode() + b"\n")
+        proc.stdin.flush()
+        pid = self._answer(proc, "pid", time.monotonic() + 60)  # the fork itself: an upper bound against a hang
+        if pid is None:
+            folder.cleanup()
+            raise RuntimeError("the prewarmed interpreter did not fork within the time limit")
+        self.running = Running(self, proc, list(argv), folder, pid)
+        return self.running
 
     def close(self) -> None:
-        """End the interpreter (a run in progress has ended: :meth:`run` waits for it)."""
+        """End the interpreter (a run in progress has ended: :meth:`run` waits for it; a started program still
+        running, left by a failed test, is killed with its process group rather than left orphaned)."""
+        if self.running is not None and self.running.poll() is None:
+            self.running.kill()
         if self.proc is not None:
             assert self.proc.stdin is not None
             self.proc.stdin.close()
@@ -233,3 +245,72 @@ class Prewarmed:
         """The interpreter has been reaped: its programs' CPU now counts among this process's children."""
         _count_forked(-self.reported)
         self.reported = 0.0
+
+
+class Running:
+    """A program :meth:`Prewarmed.start` started: ``pid`` (also its process group's id), its standard output as it
+    writes it (:meth:`lines`), signals (:meth:`send_signal`, :meth:`kill`), and its end (:meth:`wait`)."""
+
+    def __init__(self, owner: Prewarmed, server: subprocess.Popen[bytes], argv: list[str],
+                 folder: tempfile.TemporaryDirectory[str], pid: int) -> None:
+        self.owner, self.server, self.argv, self.folder, self.pid = owner, server, argv, folder, pid
+        self.returncode: int | None = None
+        self.texts: tuple[str, str] | None = None
+
+    def poll(self) -> int | None:
+        """The exit status if the program has ended, else None (as ``Popen.poll``)."""
+        if self.returncode is None:
+            self.returncode = self.owner._answer(self.server, "rc", time.monotonic())
+        return self.returncode
+
+    def lines(self, timeout: float) -> Iterator[str]:
+        """The lines of its standard output (unbuffered) as it writes them, each with its newline, until it ends; past
+        ``timeout`` seconds its process group is killed and :class:`subprocess.TimeoutExpired` raised."""
+        deadline = time.monotonic() + timeout
+        pending = b""
+        with open(Path(self.folder.name, "stdout"), "rb") as stream:
+            while True:
+                chunk = stream.read()
+                ended = not chunk and self.poll() is not None
+                pending += chunk + (stream.read() if ended else b"")
+                *complete, pending = pending.split(b"\n")
+                yield from (line.decode(errors="replace") + "\n" for line in complete)
+                if ended:
+                    if pending:
+                        yield pending.decode(errors="replace")
+                    return
+                if not chunk:
+                    if time.monotonic() > deadline:
+                        self.wait(0)  # kills the group and raises TimeoutExpired
+                    time.sleep(0.02)
+
+    def send_signal(self, number: int) -> None:
+        """Send signal ``number`` to the program (its process, not its group)."""
+        if self.poll() is None:
+            os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        """SIGKILL the program's process group: the program and what it started."""
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.killpg(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float) -> subprocess.CompletedProcess[str]:
+        """Wait for its end and return its exit status and everything it wrote, as ``subprocess.run`` does; past
+        ``timeout`` seconds its process group is killed and :class:`subprocess.TimeoutExpired` raised."""
+        if self.returncode is None:
+            self.returncode = self.owner._answer(self.server, "rc", time.monotonic() + timeout)
+            if self.returncode is None:
+                self.kill()
+                self.returncode = self.owner._answer(self.server, "rc", time.monotonic() + 60)
+                out, err = self._texts()
+                raise subprocess.TimeoutExpired(self.argv, timeout, out, err)
+        out, err = self._texts()
+        return subprocess.CompletedProcess([sys.executable, *self.argv], self.returncode, out, err)
+
+    def _texts(self) -> tuple[str, str]:
+        """What it wrote to its standard output and error (read once, then its folder removed)."""
+        if self.texts is None:
+            self.texts = (Path(self.folder.name, "stdout").read_text(errors="replace"),
+                          Path(self.folder.name, "stderr").read_text(errors="replace"))
+            self.folder.cleanup()
+        return self.texts

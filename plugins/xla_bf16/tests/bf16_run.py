@@ -1,5 +1,5 @@
 """Worker script for the bf16 tests: fit a small classifier on XLA (PJRT CPU) with each precision named on
-the command line, in this fresh process, and print one JSON line per precision with what the training step
+the command line, in this process of its own, and print one JSON line per precision with what the training step
 saw. Not collected by pytest (no ``test_`` prefix).
 
     python bf16_run.py ROOT PRECISION [PRECISION ...]

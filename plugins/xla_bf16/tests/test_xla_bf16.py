@@ -1,6 +1,6 @@
 """Tests of the bfloat16 precisions on real XLA (PJRT_DEVICE=CPU).
 
-The fits run in fresh processes (tests/bf16_run.py): the legacy mode changes a process-wide variable, so it
+The fits run in processes of their own (tests/bf16_run.py): the legacy mode changes a process-wide variable, so it
 gets a process of its own.
 """
 
@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
 
-from helpers.xla import xla_env
+from helpers.xla import run_program, xla_env
 
 if importlib.util.find_spec("accelkit_xla_bf16") is None:  # find_spec: importing the plugin is for the tests below
     pytest.skip("the accelkit-xla-bf16 plugin is not installed", allow_module_level=True)
@@ -25,18 +24,18 @@ F32 = "torch.float32"
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """{asked precision: result dict} and the stderr of each process."""
+def runs(tmp_path_factory, prewarmed):
+    """{asked precision: result dict} and the stderr of each process (each forked from the ``prewarmed``
+    interpreter, which never imports torch_xla: the program imports it after choosing its variables)."""
     if importlib.util.find_spec("torch_xla") is None:  # not importorskip: that would start torch_xla here
         pytest.skip("torch_xla is not installed")
     root = tmp_path_factory.mktemp("bf16")
     groups = [["32-true", "bf16-true", "bf16-mixed", "16"], ["bf16-legacy"]]
-    procs = [subprocess.Popen([sys.executable, str(HERE / "bf16_run.py"), str(root), *g], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env=xla_env(devices=None, unset=("XLA_USE_BF16",))) for g in groups]
     results, errors = {}, {}
-    for group, proc in zip(groups, procs, strict=True):
-        out, err = proc.communicate(timeout=240)
+    for group in groups:
+        proc = run_program([str(HERE / "bf16_run.py"), str(root), *group],
+                           xla_env(devices=None, unset=("XLA_USE_BF16",)), 240, prewarmed)
+        out, err = proc.stdout, proc.stderr
         assert proc.returncode == 0, f"fit with {group} failed:\n{err[-4000:]}"
         for line in out.splitlines():
             if line.startswith("{"):
@@ -111,11 +110,14 @@ def test_bf16_legacy_sets_the_deprecated_variable_on_request(runs):
 
 
 @pytest.mark.slow  # starts a process
-def test_records_are_xla_only_and_cheap_to_import():
+def test_records_are_xla_only_and_cheap_to_import(tmp_path, prewarmed):
     code = ("import sys, accelkit_xla_bf16.plugin as p; "
             "print([(r.name, r.aliases, r.accelerators, bool(r.notice)) for r in p.accelkit_register_precisions()],"
             " 'torch_xla' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    # forked from the prewarmed interpreter, which imported torch but never torch_xla
+    done = prewarmed.run(["-c", code], cwd=tmp_path, env=dict(os.environ), timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.strip()
     assert out == ("[('bf16-true', ('bf16_true',), ('xla',), False), ('bf16-mixed', ('bf16',), ('xla',), False), "
                    "('16-mixed', ('16',), ('xla',), True), ('bf16-legacy', (), ('xla',), True)] False")
 

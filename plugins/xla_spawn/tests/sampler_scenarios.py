@@ -1,4 +1,4 @@
-"""Sampler and torch_xla-migration scenarios on real XLA (PJRT_DEVICE=CPU), each in a fresh interpreter:
+"""Sampler and torch_xla-migration scenarios on real XLA (PJRT_DEVICE=CPU), each in a process of its own:
 ``python sampler_scenarios.py NAME OUTDIR`` writes ``OUTDIR/result.json`` (see ``xla_scenarios.py``)."""
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 names ``xm.xrt_world_size()`` and ``xm.get_ordinal()``, which torch_xla 2.x removed. It trains with
 ``devices=1`` and with ``tpu_cores=[1]`` in one process, on XLA on the host CPU, and checks its own results
 (sampler, steps, loss). Here: it exits 0, and the process warned exactly once per removed name (Python's
-once-per-place filter is off: ``-W always``), naming the torch_xla 2.x replacement.
+once-per-place filter is off: ``PYTHONWARNINGS=always``, as ``-W always``), naming the torch_xla 2.x replacement. The
+program is forked from the prewarmed interpreter (``helpers.xla``: torch imported, torch_xla not).
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,11 +27,10 @@ pytestmark = [pytest.mark.xla, pytest.mark.slow,
 HERE = Path(__file__).resolve().parent
 
 
-def test_the_guides_sampler_program_runs_on_devices_1_and_tpu_cores_1(tmp_path) -> None:
+def test_the_guides_sampler_program_runs_on_devices_1_and_tpu_cores_1(tmp_path, prewarmed) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "XRT_", "TPU_", "ACCELKIT_"))}
-    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-W", "always", str(HERE / "seed_tpu_sampler.py")], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=600)
+    env.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="1", PYTHONUNBUFFERED="1", PYTHONWARNINGS="always")
+    proc = prewarmed.run([str(HERE / "seed_tpu_sampler.py")], cwd=tmp_path, env=env, timeout=600)
     output = f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-6000:]}"
     assert proc.returncode == 0, output
     result = json.loads(proc.stdout.split("SEED RESULT ", 1)[1])

@@ -1,4 +1,4 @@
-"""Scenarios run on real XLA (PJRT_DEVICE=CPU) in a fresh interpreter: ``python xla_scenarios.py NAME OUTDIR``.
+"""Scenarios run on real XLA (PJRT_DEVICE=CPU) in a process of its own: ``python xla_scenarios.py NAME OUTDIR``.
 
 Each scenario writes ``OUTDIR/result.json`` with what it measured; the pytest module asserts on it. They run in
 subprocesses because an XLA runtime started in the pytest process would break every later spawn.

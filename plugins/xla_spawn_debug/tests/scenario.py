@@ -1,4 +1,4 @@
-"""A worker script for the tests: one debug run of one small module, in a fresh process (torch_xla's counters
+"""A worker script for the tests: one debug run of one small module, in a process of its own (torch_xla's counters
 are process-wide, so every scenario gets its own process).
 
     python scenario.py {clean,shapes,item,fallback} ROOT_DIR [--devices N]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import os
 
 import pytest
 
@@ -16,12 +16,13 @@ def _steps(n, **per_step):
 
 
 @pytest.mark.slow  # starts a process
-def test_plugin_registers_names_without_importing_torch_xla():
-    import subprocess
-
+def test_plugin_registers_names_without_importing_torch_xla(tmp_path, prewarmed):
     code = ("import sys, accelkit_xla_spawn_debug.plugin as p; r = p.accelkit_register_strategies()[0]; "
             "print(r.name, r.aliases, r.accelerators, 'torch_xla' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # forked from the prewarmed interpreter, which imported torch but never torch_xla
+    done = prewarmed.run(["-c", code], cwd=tmp_path, env=dict(os.environ), timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
     assert out.split() == ["xla_spawn_debug", "('tpu_spawn_debug',)", "('xla',)", "False"]
 
 

@@ -1,20 +1,19 @@
 """Tests of the xla_spawn_debug strategy on real XLA (PJRT_DEVICE=CPU).
 
-Each scenario runs in its own process (tests/scenario.py): torch_xla's counters and debug settings are
-process-wide. The four processes are started together once per module and awaited by the tests.
+Each scenario runs in its own process (tests/scenario.py), forked from the ``prewarmed`` interpreter, which never
+imports torch_xla: torch_xla's counters and debug settings are process-wide. The four scenarios run once per module,
+one after the other, and the tests read their results.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from helpers.xla import xla_env
+from helpers.xla import run_program, xla_env
 
 # find_spec, not importorskip: importing torch_xla here would start it in the pytest process and set
 # PJRT_DEVICE there, which steers accelerator="auto" to XLA in every test collected afterwards.
@@ -32,27 +31,15 @@ DEBUG_VARIABLES = ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "XLA_IR_DEBUG", "X
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    """Run every scenario, two processes at a time (the machine has 2 cores; more only contend).
-
-    Returns {kind: (completed process, root dir)}.
-    """
+def runs(tmp_path_factory, prewarmed):
+    """Run every scenario. Returns {kind: (completed process, root dir)}."""
     root = tmp_path_factory.mktemp("xla_debug")
-    pending = list(SCENARIOS)
-    running: dict[str, subprocess.Popen] = {}
     results = {}
-    while pending or running:
-        while pending and len(running) < 2:
-            kind = pending.pop(0)
-            extra = ["--via-plugins"] if kind == "item" else []
-            running[kind] = subprocess.Popen(
-                [sys.executable, str(HERE / "scenario.py"), kind, str(root / kind), *extra],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env=xla_env(devices=None, unset=DEBUG_VARIABLES))
-        kind = next(iter(running))
-        proc = running.pop(kind)
-        out, err = proc.communicate(timeout=240)
-        results[kind] = (subprocess.CompletedProcess(proc.args, proc.returncode, out, err), root / kind)
+    for kind in SCENARIOS:
+        extra = ["--via-plugins"] if kind == "item" else []
+        proc = run_program([str(HERE / "scenario.py"), kind, str(root / kind), *extra],
+                           xla_env(devices=None, unset=DEBUG_VARIABLES), 240, prewarmed)
+        results[kind] = (proc, root / kind)
     return results
 
 

@@ -1,4 +1,4 @@
-"""Scenarios of ``xla_spmd`` on real XLA (PJRT_DEVICE=CPU, CPU_NUM_DEVICES=N), each in a fresh interpreter:
+"""Scenarios of ``xla_spmd`` on real XLA (PJRT_DEVICE=CPU, CPU_NUM_DEVICES=N), each in a process of its own:
 ``python spmd_scenarios.py NAME OUTDIR``. Each writes ``OUTDIR/result.json``; test_xla_spmd.py asserts on it.
 
 The single-device references are computed with plain torch on the CPU *after* the XLA runs (a CPU backward pass
