@@ -676,7 +676,8 @@ def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_st
     (``helpers.trainer_states``); with them the Trainer's stage flags. Before, the stages were plain strings
     (``f"{stage}"`` was ``"fit"`` where Lightning's is ``"TrainerFn.FITTING"``, ``stage.value`` failed), there was no
     ``state.status``, ``state.stage`` stayed set after a run, ``trainer.evaluating`` was false during the sanity
-    check, and after a ``ddp_fork`` fit the caller's state had no ``fn`` (Lightning's: ``FITTING``, ``FINISHED``)."""
+    check, and after a ``ddp_fork`` fit the caller's state had no ``fn`` (Lightning's: ``FITTING``, ``FINISHED``); the
+    profiler's ``setup``/``teardown`` got a plain string where Lightning's gets the ``TrainerFn`` member."""
     from helpers.trainer_states import record
 
     assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]
