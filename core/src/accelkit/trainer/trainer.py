@@ -5,6 +5,7 @@ The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -179,7 +180,8 @@ class Trainer(TrainerProperties):
         self.overfit_batches = overfit_batches
         self.val_check_interval = run_args["val_check_interval"]
         self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.num_sanity_val_steps = 0 if fast or barebones else run_args["num_sanity_val_steps"]
+        sanity = 0 if fast or barebones else run_args["num_sanity_val_steps"]
+        self.num_sanity_val_steps: int | float = math.inf if sanity == -1 else sanity  # -1 reads inf, as Lightning's
         self.log_every_n_steps = run_args["log_every_n_steps"]
         self.accumulate_grad_batches = accumulate_grad_batches
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
