@@ -1,6 +1,7 @@
 """What ``setup(stage)``/``teardown(stage)`` (the module's, a callback's and the profiler's) receive and what
-``trainer.state`` (``fn``, ``stage``, ``status``) and the Trainer's stage flags read in each hook of ``fit``, ``validate``, ``test`` and ``predict``, recorded the same way on
-accelkit's Trainer and on Lightning's (``tests/test_trainer.py`` compares them).
+``trainer.state`` (``fn``, ``stage``, ``status``) and the Trainer's stage flags read in each hook of ``fit``,
+``validate``, ``test`` and ``predict``, recorded the same way on accelkit's Trainer and on Lightning's
+(``tests/test_trainer.py`` compares them).
 
 ``"all_stages"`` runs the four on one Trainer (a sanity check in the fit); ``"raises"`` a fit whose
 ``training_step`` raises (the state after it); ``"ddp_fork_caller"`` a fit in two forked processes (the caller's
