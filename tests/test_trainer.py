@@ -701,7 +701,12 @@ def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning
     ``limit_*_batches`` read there. Before, ``num_sanity_val_batches`` was ``[]`` in a fit whose sanity check did not
     run (``num_sanity_val_steps=0``) where Lightning's is ``[0]`` per loader: it is computed as Lightning's,
     ``num_sanity_val_steps`` capped by each validation loader's count; and a ``limit_*_batches`` not given read
-    ``None`` where Lightning's is ``1.0`` (``trainer.limit_val_batches < 1`` raised ``TypeError``)."""
+    ``None`` where Lightning's is ``1.0`` (``trainer.limit_val_batches < 1`` raised ``TypeError``). Also read once the
+    Trainer is made and after ``predict``, and with a ``Timer`` or ``max_time`` and no ``max_epochs``: before,
+    ``num_training_batches`` was ``None`` before the training loader was loaded and outside ``fit`` (Lightning's:
+    ``inf``, then the latest fit's count), ``num_val_batches`` was ``[]`` in ``test``/``predict`` (Lightning's: the
+    fit's), ``num_sanity_val_steps=-1`` read ``-1`` (Lightning's: ``inf``), and a fit bounded by a Timer or
+    ``max_time`` got ``max_epochs=1000`` (Lightning's: ``-1``)."""
     from helpers.trainer_counts import SCENARIOS, record
 
     ours = {scenario: record("accelkit", str(tmp_path / scenario), scenario) for scenario in SCENARIOS}
