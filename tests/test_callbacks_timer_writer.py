@@ -128,6 +128,19 @@ def test_timer_stops_fit_after_the_batch_that_reaches_the_duration(tmp_path, clo
     assert "time limit reached" in capsys.readouterr().out
 
 
+@pytest.mark.slow
+def test_timer_without_max_epochs_is_not_capped_at_1000_epochs(tmp_path, clock) -> None:
+    """A Timer and no ``max_epochs``: as Lightning's, the fit has no epoch limit (``max_epochs`` reads ``-1``) and
+    the Timer stops it. Before, accelkit set ``max_epochs=1000`` and stopped there, one batch short of the duration."""
+    timer = StepClockTimer(duration="00:00:16:41", verbose=False)  # 1001 clock seconds: one batch per epoch
+    trainer = quiet_trainer(tmp_path, callbacks=[timer], limit_train_batches=1, limit_val_batches=0, **QUIET)
+    assert trainer.max_epochs is None  # decided by the fit, as in Lightning
+    trainer.fit(Ticking(eval_cost=0.0))
+    assert trainer.max_epochs == -1
+    assert trainer.global_step == 1001 and trainer.current_epoch == 1001
+    assert timer.time_remaining() == 0.0
+
+
 def test_timer_with_interval_epoch_stops_at_an_epoch_end(tmp_path, clock) -> None:
     timer = StepClockTimer(duration="00:00:00:05", interval="epoch", verbose=False)
     trainer = quiet_trainer(tmp_path, max_epochs=5, callbacks=[timer], **QUIET)

@@ -676,7 +676,8 @@ def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_st
     (``helpers.trainer_states``); with them the Trainer's stage flags. Before, the stages were plain strings
     (``f"{stage}"`` was ``"fit"`` where Lightning's is ``"TrainerFn.FITTING"``, ``stage.value`` failed), there was no
     ``state.status``, ``state.stage`` stayed set after a run, ``trainer.evaluating`` was false during the sanity
-    check, and after a ``ddp_fork`` fit the caller's state had no ``fn`` (Lightning's: ``FITTING``, ``FINISHED``)."""
+    check, and after a ``ddp_fork`` fit the caller's state had no ``fn`` (Lightning's: ``FITTING``, ``FINISHED``); the
+    profiler's ``setup``/``teardown`` got a plain string where Lightning's gets the ``TrainerFn`` member."""
     from helpers.trainer_states import record
 
     assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]
@@ -700,7 +701,12 @@ def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning
     ``limit_*_batches`` read there. Before, ``num_sanity_val_batches`` was ``[]`` in a fit whose sanity check did not
     run (``num_sanity_val_steps=0``) where Lightning's is ``[0]`` per loader: it is computed as Lightning's,
     ``num_sanity_val_steps`` capped by each validation loader's count; and a ``limit_*_batches`` not given read
-    ``None`` where Lightning's is ``1.0`` (``trainer.limit_val_batches < 1`` raised ``TypeError``)."""
+    ``None`` where Lightning's is ``1.0`` (``trainer.limit_val_batches < 1`` raised ``TypeError``). Also read once the
+    Trainer is made and after ``predict``, and with a ``Timer`` or ``max_time`` and no ``max_epochs``: before,
+    ``num_training_batches`` was ``None`` before the training loader was loaded and outside ``fit`` (Lightning's:
+    ``inf``, then the latest fit's count), ``num_val_batches`` was ``[]`` in ``test``/``predict`` (Lightning's: the
+    fit's), ``num_sanity_val_steps=-1`` read ``-1`` (Lightning's: ``inf``), and a fit bounded by a Timer or
+    ``max_time`` got ``max_epochs=1000`` (Lightning's: ``-1``)."""
     from helpers.trainer_counts import SCENARIOS, record
 
     ours = {scenario: record("accelkit", str(tmp_path / scenario), scenario) for scenario in SCENARIOS}

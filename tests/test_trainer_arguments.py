@@ -424,7 +424,17 @@ def test_max_steps_alone_is_not_capped_at_1000_epochs(tmp_path):
 
 
 def test_max_epochs_default_is_1000_without_max_steps(tmp_path):
-    assert quiet_trainer(tmp_path).max_epochs == 1000
+    """As Lightning's: ``None`` until a fit sets the default (1000 without ``max_steps``, ``max_time`` or a Timer;
+    ``-1`` with ``max_time``: ``tests/helpers/trainer_counts.py`` compares the reads with Lightning's)."""
+    trainer = quiet_trainer(tmp_path, limit_train_batches=0, num_sanity_val_steps=0, **QUIET)
+    assert trainer.max_epochs is None
+    with pytest.warns(UserWarning, match="no training"):
+        trainer.fit(Recorder())
+    assert trainer.max_epochs == 1000
+    timed = quiet_trainer(tmp_path, max_time="00:01:00:00", limit_train_batches=0, num_sanity_val_steps=0, **QUIET)
+    with pytest.warns(UserWarning, match="no training"):
+        timed.fit(Recorder())
+    assert timed.max_epochs == -1
 
 
 # ---------------------------------------------------------------------------------------------- data

@@ -3,14 +3,15 @@ following a fit, recorded the same way on accelkit's Trainer and on Lightning's 
 them).
 
 A scenario is a dict of Trainer options plus ``"train_batches"``/``"val_batches"`` (the loaders' lengths, default 6
-and 4) and ``"val_loaders"`` (default 1). The Module logs ``train_loss`` per step and per epoch and ``val_loss`` per
-epoch; after the fit, ``trainer.validate`` and ``trainer.test`` run with the same Trainer. Each read is ``[hook,
-current_epoch, global_step, num_training_batches (in fit, once the training loader is loaded), num_val_batches (in fit
-and validate), num_sanity_val_batches and estimated_stepping_batches (in fit), max_steps, max_epochs,
-limit_train/val/test/predict_batches, min_epochs, min_steps]``; after each call the three metric dicts' names and
-values too. (Lightning keeps a fit's batch counts on its loops after the fit, and reads ``inf`` training batches
-before the loader is loaded; accelkit's counts are those of the running stage, ``None`` before they are known: the
-migration guide says so.)
+and 4), ``"val_loaders"`` (default 1), ``"timer"`` (a ``Timer`` callback of that duration) and
+``"stop_after_epochs"`` (a callback sets ``should_stop`` at the end of that epoch). The Module logs ``train_loss`` per
+step and per epoch and ``val_loss`` per epoch; after the fit, ``trainer.validate``, ``trainer.test`` and
+``trainer.predict`` run with the same Trainer. Each read (from every hook, once the Trainer is made and after each
+call) is ``[hook, current_epoch, global_step, num_training_batches, num_val_batches, num_sanity_val_batches and
+estimated_stepping_batches (in fit), max_steps, max_epochs, limit_train/val/test/predict_batches, min_epochs,
+min_steps, num_sanity_val_steps]``; after ``validate`` and ``test`` the three metric dicts' names and values too.
+Lightning's loops keep a fit's batch counts after it (``num_training_batches`` is ``inf`` before the first fit's
+training loader is loaded; ``num_val_batches`` in ``test``/``predict`` is the fit's), and so does accelkit.
 """
 
 from __future__ import annotations
@@ -39,6 +40,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "max_steps_without_epochs": {"max_steps": 5},
     "min_steps": {"min_steps": 3, "max_epochs": 2},
     "min_epochs": {"min_epochs": 2, "max_epochs": 3},
+    # no max_epochs: 1000 unless a Timer callback or max_time bounds the fit (-1); a callback stops after 2 epochs
+    "no_epoch_limit": {"stop_after_epochs": 2},
+    "timer_without_max_epochs": {"timer": "00:01:00:00", "stop_after_epochs": 2},
+    "max_time_without_max_epochs": {"max_time": "00:01:00:00", "stop_after_epochs": 2},
 }
 
 HOOKS = ("on_fit_start", "on_sanity_check_start", "on_train_start", "on_train_epoch_start", "on_train_batch_start",
@@ -60,12 +65,15 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     options = dict(SCENARIOS[scenario])
     train_batches, val_batches = options.pop("train_batches", 6), options.pop("val_batches", 4)
     val_loaders = options.pop("val_loaders", 1)
+    timer, stop_after = options.pop("timer", None), options.pop("stop_after_epochs", None)
     if framework == "lightning":
         import lightning.pytorch as pl
+        from lightning.pytorch.callbacks import Timer
 
         module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
     else:
         import accelkit
+        from accelkit.callbacks import Timer
 
         module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
     seen: list[Any] = []
@@ -87,19 +95,21 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         def test_step(self, batch: Any, batch_idx: int) -> None:
             self.log("test_loss", F.mse_loss(self.layer(batch[0]), batch[1]))
 
+        def predict_step(self, batch: Any, batch_idx: int) -> Any:
+            return self.layer(batch[0])
+
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.05)
 
     def counts(trainer: Any, hook: str) -> list[Any]:
         fitting = trainer.state.fn == "fit"
-        loaded = fitting and hook not in ("on_fit_start", "on_sanity_check_start")  # the training loader's count
         stepping = plain(trainer.estimated_stepping_batches) if fitting else None
-        return [hook, trainer.current_epoch, trainer.global_step,
-                plain(trainer.num_training_batches) if loaded else None,
-                plain(trainer.num_val_batches) if trainer.state.fn in ("fit", "validate") else None,
+        return [hook, trainer.current_epoch, trainer.global_step, plain(trainer.num_training_batches),
+                plain(trainer.num_val_batches),
                 plain(trainer.num_sanity_val_batches) if fitting else None, stepping, trainer.max_steps,
                 trainer.max_epochs, trainer.limit_train_batches, trainer.limit_val_batches,
-                trainer.limit_test_batches, trainer.limit_predict_batches, trainer.min_epochs, trainer.min_steps]
+                trainer.limit_test_batches, trainer.limit_predict_batches, trainer.min_epochs, trainer.min_steps,
+                plain(trainer.num_sanity_val_steps)]
 
     class Reader(callback_base):  # type: ignore[misc, valid-type]
         pass
@@ -111,6 +121,13 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
 
     for hook in HOOKS:
         setattr(Reader, hook, reader(hook))
+
+    class Stopper(callback_base):  # type: ignore[misc, valid-type]
+        def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            if trainer.current_epoch + 1 >= stop_after:
+                trainer.should_stop = True
+
+    callbacks = [Reader()] + ([Stopper()] if stop_after else []) + ([Timer(duration=timer)] if timer else [])
     generator = torch.Generator().manual_seed(0)
 
     def data(batches: int) -> DataLoader:
@@ -118,10 +135,11 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
                                         torch.randn(2 * batches, 1, generator=generator)), batch_size=2)
 
     options.setdefault("num_sanity_val_steps", 0)
-    trainer = trainer_class(accelerator="cpu", devices=1, logger=False, callbacks=[Reader()],
+    trainer = trainer_class(accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
                             enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
                             default_root_dir=root, **options)
     module = Net()
+    seen.append(counts(trainer, "made"))
     vals = [data(val_batches) for _ in range(val_loaders)]
     trainer.fit(module, data(train_batches), vals if val_loaders > 1 else vals[0])
     seen.append(counts(trainer, "after fit") + [metrics(trainer)])
@@ -129,6 +147,8 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     seen.append(counts(trainer, "after validate") + [metrics(trainer)])
     trainer.test(module, data(val_batches), verbose=False)
     seen.append(counts(trainer, "after test") + [metrics(trainer)])
+    trainer.predict(module, data(val_batches))
+    seen.append(counts(trainer, "after predict"))
     return seen
 
 

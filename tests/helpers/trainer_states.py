@@ -1,6 +1,7 @@
-"""What ``setup(stage)``/``teardown(stage)`` receive and what ``trainer.state`` (``fn``, ``stage``, ``status``) and
-the Trainer's stage flags read in each hook of ``fit``, ``validate``, ``test`` and ``predict``, recorded the same way on
-accelkit's Trainer and on Lightning's (``tests/test_trainer.py`` compares them).
+"""What ``setup(stage)``/``teardown(stage)`` (the module's, a callback's and the profiler's) receive and what
+``trainer.state`` (``fn``, ``stage``, ``status``) and the Trainer's stage flags read in each hook of ``fit``,
+``validate``, ``test`` and ``predict``, recorded the same way on accelkit's Trainer and on Lightning's
+(``tests/test_trainer.py`` compares them).
 
 ``"all_stages"`` runs the four on one Trainer (a sanity check in the fit); ``"raises"`` a fit whose
 ``training_step`` raises (the state after it); ``"ddp_fork_caller"`` a fit in two forked processes (the caller's
@@ -50,11 +51,33 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         import lightning.pytorch as pl
 
         module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
+        from lightning.pytorch.profilers import Profiler
     else:
         import accelkit
+        from accelkit.profilers import Profiler
 
         module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
     seen: list[Any] = []
+
+    class StageProfiler(Profiler):  # type: ignore[misc, valid-type]
+        """Records the stage the Trainer gives the profiler's ``setup`` and (through ``describe``) ``teardown``."""
+
+        def start(self, action_name: str) -> None:
+            pass
+
+        def stop(self, action_name: str) -> None:
+            pass
+
+        def summary(self) -> str:
+            return ""
+
+        def setup(self, stage: Any, local_rank: Any = None, log_dir: Any = None) -> None:
+            super().setup(stage, local_rank, log_dir)
+            seen.append(["profiler setup", describe(stage), None])
+
+        def teardown(self, stage: Any) -> None:
+            super().teardown(stage)
+            seen.append(["profiler teardown", describe(stage), None])
 
     class Net(module_base):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
@@ -103,7 +126,8 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         cls.__qualname__ = cls.__name__ = f"{cls.__name__}_{framework}"
         globals()[cls.__name__] = cls
     data = DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2)
-    spread = {"devices": 2, "strategy": "ddp_fork"} if scenario == "ddp_fork_caller" else {"devices": 1}
+    spread = ({"devices": 2, "strategy": "ddp_fork"} if scenario == "ddp_fork_caller"
+              else {"devices": 1, "profiler": StageProfiler()})
     trainer = trainer_class(accelerator="cpu", max_epochs=1, logger=False, callbacks=[Reader()],
                             num_sanity_val_steps=1, enable_model_summary=False, enable_progress_bar=False,
                             enable_checkpointing=False, default_root_dir=root, **spread)

@@ -79,7 +79,7 @@ class FitLoop:
             self.batches_since_val = self._resume.batches_since_val
         trainer.run_state.fit_loop = self  # what a checkpoint's exact-resume position is read from
         self.active = True  # on_fit_start ran before the checkpoint's training state was restored (loops.run)
-        sanity = trainer.num_sanity_val_steps
+        sanity = -1 if trainer.num_sanity_val_steps == float("inf") else trainer.num_sanity_val_steps  # all: -1
         if sanity != 0 and trainer.limits["validate"] != 0 and \
                 is_overridden("validation_step", trainer.lightning_module, Module):
             self._sanity_check(sanity)

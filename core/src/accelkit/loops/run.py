@@ -96,7 +96,7 @@ def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, pr
     _agree_on_run_folders(trainer)
     apply_determinism(trainer)
     if trainer.profiler is not None:
-        trainer.profiler.setup(stage=stage, local_rank=strategy.local_rank, log_dir=trainer.log_dir)
+        trainer.profiler.setup(stage=TrainerFn(stage), local_rank=strategy.local_rank, log_dir=trainer.log_dir)
     if not prepared:
         rank = strategy.local_rank if getattr(module, "prepare_data_per_node", True) else strategy.global_rank
         if rank == 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -130,6 +131,8 @@ class Progress:
     :ivar num_sanity_val_batches: sanity-check batches per loader.
     :ivar num_test_batches: test batches per loader.
     :ivar num_predict_batches: prediction batches per loader.
+    :ivar last_fit_batches: the latest fit's ``num_training_batches`` and ``num_val_batches`` (``inf`` and ``[]``
+        before any fit), carried to the next runs: what the Trainer reads outside a fit, as Lightning's loops keep them.
     :ivar eval_logger_steps: per evaluation loader, the batches whose step values went to the loggers in this run
         (a ``fit``'s validations, or one ``validate``/``test`` call): the next one's logger step, as Lightning's.
     """
@@ -147,6 +150,7 @@ class Progress:
     num_sanity_val_batches: list[int | None] = field(default_factory=list)
     num_test_batches: list[int | None] = field(default_factory=list)
     num_predict_batches: list[int | None] = field(default_factory=list)
+    last_fit_batches: tuple[int | float | None, list[int | None]] = (math.inf, [])
     eval_logger_steps: dict[int, int] = field(default_factory=dict)
 
     def advance_step(self) -> None:
@@ -174,7 +178,7 @@ class Progress:
         """A fresh record for the next run of the same Trainer: the step and epoch counters go on (as Lightning's
         loop progress does across ``fit``/``validate``), every flag and batch count starts anew."""
         return Progress(current_epoch=self.current_epoch, global_step=self.global_step,
-                        batches_that_stepped=self.batches_that_stepped)
+                        batches_that_stepped=self.batches_that_stepped, last_fit_batches=self.last_fit_batches)
 
     def state_dict(self) -> dict[str, int]:
         """The progress as a checkpoint records it: ``epoch`` (the current epoch), ``global_step``,

@@ -82,6 +82,15 @@ def _requested_ckpt(trainer: Trainer, ckpt_path: Any, stage: str) -> Any:
     return ckpt_path
 
 
+def _default_max_epochs(trainer: Trainer) -> int:
+    """``max_epochs`` for a fit that was not given one, by Lightning's rule: 1000 unless ``max_steps``, ``max_time``
+    or a :class:`~accelkit.callbacks.Timer` callback bounds the fit, then ``-1`` (no epoch limit)."""
+    from accelkit.callbacks.timer import Timer
+
+    bounded = trainer.max_steps != -1 or trainer.max_time is not None
+    return -1 if bounded or any(isinstance(callback, Timer) for callback in trainer.callbacks) else 1000
+
+
 def _resolve_ckpt(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
     ckpt_path = _requested_ckpt(trainer, ckpt_path, stage)
     if ckpt_path is None and not model_given and stage != "fit":
@@ -170,7 +179,8 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
     if stage == "fit":  # as Lightning's fit: the epoch limits not given take their defaults (read in the hooks)
         trainer.min_epochs = int(trainer.min_steps is not None) if trainer.min_epochs is None else trainer.min_epochs
-        trainer.max_epochs = -1 if trainer.max_epochs is None else trainer.max_epochs
+        if trainer.max_epochs is None:
+            trainer.max_epochs = _default_max_epochs(trainer)
     state = trainer.run_state.state
     if strategy.launches_workers:  # the caller's state, as Lightning's caller: running, then finished or interrupted
         state.fn, state.stage, state.status = TrainerFn(stage), None, TrainerStatus.RUNNING
@@ -183,6 +193,9 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
         raise
     if strategy.launches_workers:
         state.status = TrainerStatus.INTERRUPTED if output.interrupted else TrainerStatus.FINISHED
+    if stage == "fit":  # what num_training_batches/num_val_batches read in the next runs, as Lightning's
+        progress = trainer.run_state.progress
+        progress.last_fit_batches = (progress.num_training_batches, list(progress.num_val_batches))
     trainer.warned_unknown_hooks = True
     model.trainer = trainer  # as after a Lightning run: model.current_epoch/global_step read the trainer
     trainer.run_state.module = model

@@ -47,7 +47,7 @@ class TrainerProperties:
     limits: dict[str, int | float | None]
     max_epochs: int | None
     max_steps: int
-    num_sanity_val_steps: int
+    num_sanity_val_steps: int | float
 
     def _missing_attribute(self, name: str) -> Any:
         """Only reached for a name the Trainer lacks: fail with a sentence naming it (a callback written for Lightning
@@ -319,14 +319,22 @@ class TrainerProperties:
         return self.run_state.progress.is_last_batch
 
     @property
-    def num_training_batches(self) -> int | None:
-        """Batches per training epoch (``None``: the loader has no length)."""
-        return self.run_state.progress.num_training_batches
+    def num_training_batches(self) -> int | float | None:
+        """Batches per training epoch, as Lightning's: in a fit once its training loader is loaded, that loader's
+        count (``None``: it has no length); before that and outside a fit, the latest fit's count (``inf`` before any
+        fit)."""
+        progress = self.run_state.progress
+        loop = self.run_state.fit_loop
+        if self.state.fn == "fit" and (progress.num_training_batches is not None or hasattr(loop, "train_loader")):
+            return progress.num_training_batches
+        return progress.last_fit_batches[0]
 
     @property
     def num_val_batches(self) -> list[int | None]:
-        """Validation batches per loader."""
-        return self.run_state.progress.num_val_batches
+        """Validation batches per loader, in ``fit`` and ``validate``; in ``test``/``predict`` the latest fit's
+        (``[]`` before any fit), as Lightning's."""
+        progress = self.run_state.progress
+        return progress.num_val_batches if self.state.fn in ("fit", "validate") else list(progress.last_fit_batches[1])
 
     @property
     def num_sanity_val_batches(self) -> list[int | None]:
@@ -483,7 +491,7 @@ class TrainerProperties:
         ``max_epochs`` (``inf`` without a bound). Usable in ``configure_optimizers`` (OneCycleLR)."""
         if self.max_epochs in (None, -1):
             return self.max_steps if self.max_steps != -1 else float("inf")
-        batches = self.num_training_batches
+        batches = self.run_state.progress.num_training_batches  # this fit's (None: not loaded yet or no length)
         if batches is None and self.run_state.data is not None:
             loaders = self.run_state.data.loaders("train")
             batches = self.run_state.data.num_batches(loaders[0], "train") if loaders else 0

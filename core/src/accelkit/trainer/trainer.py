@@ -5,6 +5,7 @@ The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Iterable
@@ -67,7 +68,8 @@ class Trainer(TrainerProperties):
     :param callbacks: :class:`~accelkit.Callback` instances (one or a list), or names a plugin registered
         (``"ema"``, through ``accelkit_register_callbacks``).
     :param fast_dev_run: run 1 (``True``) or N batches of every loop once, without loggers or checkpoints.
-    :param max_epochs: stop after this many epochs (default 1000 if ``max_steps`` is not set; ``-1``: no limit).
+    :param max_epochs: stop after this many epochs (``-1``: no limit). Not given, a fit sets it, as Lightning's: 1000
+        without ``max_steps``, ``max_time`` or a ``Timer`` callback, else ``-1`` (they decide).
     :param min_epochs: a stop requested earlier (early stopping) waits for this many epochs.
     :param max_steps: stop after this many optimizer steps (``-1``: no limit).
     :param min_steps: a stop requested earlier waits for this many steps (and, without ``min_epochs``, for the end
@@ -168,8 +170,7 @@ class Trainer(TrainerProperties):
         if unwritable:
             raise ConfigurationError(unwritable)
         self.max_steps = fast if fast else max_steps
-        self.max_epochs = 1 if fast else (max_epochs if max_epochs is not None else (1000 if max_steps == -1
-                                                                                     else None))
+        self.max_epochs = 1 if fast else max_epochs  # None: fit decides (trainer/dispatch.py), as Lightning's
         self.min_epochs, self.min_steps = min_epochs, min_steps
         limits: list[int | float | None] = [limit_train_batches, limit_val_batches, limit_test_batches,
                                             limit_predict_batches] if not fast else [fast] * 4
@@ -179,7 +180,8 @@ class Trainer(TrainerProperties):
         self.overfit_batches = overfit_batches
         self.val_check_interval = run_args["val_check_interval"]
         self.check_val_every_n_epoch = check_val_every_n_epoch
-        self.num_sanity_val_steps = 0 if fast or barebones else run_args["num_sanity_val_steps"]
+        sanity = 0 if fast or barebones else run_args["num_sanity_val_steps"]
+        self.num_sanity_val_steps: int | float = math.inf if sanity == -1 else sanity  # -1 reads inf, as Lightning's
         self.log_every_n_steps = run_args["log_every_n_steps"]
         self.accumulate_grad_batches = accumulate_grad_batches
         self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
