@@ -3,8 +3,13 @@ inside the action ranges; resolve_profiler maps the Trainer argument."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accelkit.profilers import PassThroughProfiler, Profiler, PyTorchProfiler, SimpleProfiler, resolve_profiler
 
@@ -84,6 +89,31 @@ def test_describe_writes_stage_file(tmp_path, capsys):
         pass
     into_log_dir.describe()
     assert "val" in (tmp_path / "logs" / "validate-perf.txt").read_text()
+
+
+def test_a_profiler_with_only_start_and_stop_runs_a_fit_quietly_as_in_lightning(tmp_path, capsys):
+    """Lightning's base profiler summarises as "" (nothing written); a user's profiler implementing only start and
+    stop ends a fit without error, its actions recorded, no summary file and nothing printed."""
+    from torch.utils.data import DataLoader
+
+    from helpers.models import RegressionModule, quiet_trainer, regression_data
+
+    class Recording(Profiler):
+        def __init__(self) -> None:
+            super().__init__(dirpath=tmp_path / "prof", filename="perf")
+            self.actions: list[str] = []
+
+        def start(self, action_name: str) -> None:
+            self.actions.append(action_name)
+
+        def stop(self, action_name: str) -> None:
+            pass
+
+    profiler = Recording()
+    trainer = quiet_trainer(tmp_path, max_steps=2, profiler=profiler, enable_model_summary=False)
+    trainer.fit(RegressionModule(), DataLoader(regression_data(), batch_size=8))
+    assert profiler.summary() == "" and any("training_step" in action for action in profiler.actions)
+    assert not (tmp_path / "prof").exists() and capsys.readouterr().out == ""
 
 
 def test_pass_through_profiler_records_nothing():
