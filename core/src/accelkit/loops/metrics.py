@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -23,26 +23,30 @@ def is_metric_object(value: Any) -> bool:
         callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
 
 
-def _logging_function(epoch_end: bool) -> str:
+def _logging_function(epoch_end: bool) -> tuple[str, Any]:
     """The name of the function that called ``self.log``/``self.log_dict`` (the hook running it, e.g.
-    ``training_step``): the first frame above this store outside the Module's logging methods; a helper's name
-    is marked when an epoch-end hook runs it (a helper shared by a step and an epoch-end hook is two hooks)."""
+    ``training_step``), with its code: the first frame above this store outside the Module's logging methods; a
+    helper's name is marked when an epoch-end hook runs it (a helper shared by a step and an epoch-end hook is two
+    hooks)."""
     frame: Any = sys._getframe(2)
     while frame is not None and frame.f_globals.get("__name__", "").startswith(("accelkit.module", "accelkit.loops")):
         frame = frame.f_back
-    name = frame.f_code.co_name if frame is not None else ""
-    return f"{name} (at an epoch's end)" if epoch_end else name
+    if frame is None:
+        return "", None
+    name = frame.f_code.co_name
+    return (f"{name} (at an epoch's end)" if epoch_end else name), frame.f_code
 
 
-def _refuse_other_options(entry: _Entry, name: str, caller: str, given: dict[str, Any]) -> None:
-    """As Lightning's: logging a name again in the same hook with other arguments is an error (which ones would
-    win is not defined); from another hook it is allowed (the last value is the value)."""
-    if caller != entry.caller:
-        return
-    first = {"on_step": entry.on_step, "on_epoch": entry.on_epoch, "prog_bar": entry.prog_bar,
-             "logger": entry.logger, "reduce_fx": entry.reduce_fx, "sync_dist": entry.sync_dist,
-             "rank_zero_only": entry.rank_zero_only}
-    changed = ", ".join(f"{key}={first[key]!r}, then {key}={given[key]!r}" for key in first if first[key] != given[key])
+#: the options of a log that the same hook may not change, in the order of :attr:`_Entry.callers`' values
+_OPTIONS = ("on_step", "on_epoch", "prog_bar", "logger", "reduce_fx", "sync_dist", "rank_zero_only")
+
+
+def _refuse_other_options(name: str, caller: str, first: tuple[Any, ...], given: tuple[Any, ...]) -> None:
+    """As Lightning's: logging a name again in the same hook (``caller``) with other arguments (``given``, after
+    ``first``) is an error (which ones would win is not defined); from another hook it is allowed (the last value
+    is the value)."""
+    changed = ", ".join(f"{key}={was!r}, then {key}={now!r}" for key, was, now in zip(_OPTIONS, first, given)
+                        if was != now)
     raise ValueError(f"self.log({name!r}, ...) was called twice in {caller} with different arguments ({changed}); "
                      "as in Lightning this is not allowed: log it with the same arguments each time, or under "
                      "another name")
@@ -66,7 +70,10 @@ class _Entry:
     name: str = ""  # as logged (the store's key adds ``suffix``)
     suffix: str = ""  # ``/dataloader_idx_N`` with several evaluation loaders, after ``_step``/``_epoch`` as Lightning
     loader: int = 0  # the evaluation loader it was logged from (also with ``add_dataloader_idx=False``)
-    caller: str = ""  # the function that called ``self.log`` first (the hook, as Lightning's ``fx``)
+    #: each function that logged it (the hook, as Lightning's ``fx``) -> the options of its first log there (in the
+    #: order of ``_OPTIONS``): the same hook may not log it again with others
+    callers: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    step_only: bool = False  # ``on_step and not on_epoch`` (what a repeated log asks first)
 
     def key(self, step: bool) -> str:
         """The name this value is shown by: ``<name>_step`` (``step``) or ``<name>_epoch`` when logged both per
@@ -144,10 +151,11 @@ class MetricStore:
 
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
-            rank_zero_only: bool = False, add_dataloader_idx: bool = True) -> None:
-        """Record one value (see :meth:`accelkit.Module.log`), deciding everything anew. A log that can take the
-        decisions of an earlier one (a floating-point scalar tensor, the same options) goes to :meth:`log_again`
-        instead: :attr:`repeats` remembers them."""
+            rank_zero_only: bool = False, add_dataloader_idx: bool = True, site: Any = None) -> None:
+        """Record one value (see :meth:`accelkit.Module.log`), deciding everything anew. ``site``: the code of the
+        function that called ``self.log``/``self.log_dict`` (``None``: not known); a later log of the name from
+        there with the same options and a floating-point scalar tensor of the same type can take these decisions
+        (:attr:`repeats` remembers them, :meth:`accelkit.Module.log` looks them up)."""
         on_step_given, on_epoch_given, reduce_fx_given, logger_given = on_step, on_epoch, reduce_fx, logger
         logger = True if logger is None else logger  # (the default: sent to the loggers)
         try:
@@ -163,10 +171,11 @@ class MetricStore:
             self.rank_zero_only_names.add(name)
             if not self.is_global_zero:
                 return
-        metric = None
+        metric, repeatable = None, False
         on_step = self.default_on_step if on_step is None else on_step
         on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
         if isinstance(value, torch.Tensor):
+            repeatable = not value.ndim and value.is_floating_point()
             if value.ndim:  # a zero-dimensional tensor holds one value; others must hold exactly one
                 if value.numel() != 1:
                     raise ValueError(f"log({name!r}): expected a scalar, got a tensor of shape {tuple(value.shape)}")
@@ -183,16 +192,16 @@ class MetricStore:
         else:
             raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
                             f"update/compute/reset, not {type(value).__name__}")
+        given = (on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, rank_zero_only)
+        caller, caller_code = _logging_function(self.epoch_end)
         entry = self.entries.get(name)
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,
                                                 rank_zero_only, name=logged_name, suffix=suffix,
-                                                loader=self.dataloader_idx, caller=_logging_function(self.epoch_end))
-        elif (entry.on_step, entry.on_epoch, entry.prog_bar, entry.logger, entry.reduce_fx, entry.sync_dist,
-              entry.rank_zero_only) != (on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, rank_zero_only):
-            _refuse_other_options(entry, name, _logging_function(self.epoch_end), dict(
-                on_step=on_step, on_epoch=on_epoch, prog_bar=prog_bar, logger=logger, reduce_fx=reduce_fx,
-                sync_dist=sync_dist, rank_zero_only=rank_zero_only))
+                                                loader=self.dataloader_idx, callers={caller: given},
+                                                step_only=on_step and not on_epoch)
+        elif (first := entry.callers.setdefault(caller, given)) != given:
+            _refuse_other_options(name, caller, first, given)
         if metric is not None:
             # A metric object keeps its own state (and syncs it across processes in compute()); the step value
             # is what its forward() returned last, read when the step value is read.
@@ -207,11 +216,11 @@ class MetricStore:
         entry.fresh = True
         if on_epoch:
             self._aggregate(entry, value, batch_size)
-        if isinstance(value, torch.Tensor) and not sync_dist and not rank_zero_only and not suffix and \
+        if repeatable and site is caller_code and not sync_dist and not rank_zero_only and not suffix and \
                 (entry.on_step, entry.on_epoch, entry.reduce_fx) == (on_step, on_epoch, reduce_fx):
-            try:
-                self.repeats[(logged_name, prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given,
-                              sync_dist, rank_zero_only, add_dataloader_idx, False, None)] = entry
+            try:  # (in the order of Module.log's lookup)
+                self.repeats[(logged_name, site, 0, value.dtype, prog_bar, logger_given, on_step_given, on_epoch_given,
+                              reduce_fx_given, sync_dist, rank_zero_only, add_dataloader_idx, False, None)] = entry
             except TypeError:  # an option that cannot be a key: this name's logs are decided in full
                 pass
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from sys import _getframe
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -202,16 +203,43 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N`` (after
             ``_step``/``_epoch``, as Lightning: ``loss_epoch/dataloader_idx_1``).
         """
-        try:  # (the ``trainer`` property's value, read without its call: this runs every step)
+        # a repeat (the per-step log): this name logged before from this function with these options and a
+        # floating-point scalar tensor of this type (MetricStore.repeats); its decisions stand. One dict lookup: a
+        # value without ``ndim``/``dtype``, an option that cannot be a key or no trainer go to the full log.
+        try:
+            entry = self._trainer.run_state.metrics.repeats[(
+                name, _getframe(1).f_code, value.ndim, value.dtype, prog_bar, logger, on_step, on_epoch, reduce_fx,
+                sync_dist, rank_zero_only, add_dataloader_idx, enable_graph, sync_dist_group)]
+        except (AttributeError, KeyError, TypeError):
+            pass
+        else:
+            if entry.step_only:  # MetricStore.log_again, in this frame: a copy of the value, as Lightning's
+                entry.step_value = value.detach().clone()
+                entry.fresh = True
+            else:
+                self._trainer.run_state.metrics.log_again(entry, value, batch_size)
+            return
+        self._log_from(_getframe(1).f_code, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph,
+                       sync_dist, sync_dist_group, add_dataloader_idx, batch_size, rank_zero_only)
+
+    def _log_from(self, site: Any, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
+                  on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
+                  enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+                  add_dataloader_idx: bool = True, batch_size: int | None = None,
+                  rank_zero_only: bool = False) -> None:
+        """:meth:`log` called from the function whose code is ``site``: a repeat (:meth:`log`'s first lookup) or
+        the store's full log."""
+        try:  # (the ``trainer`` property's value, read without its call)
             store = self._trainer.run_state.metrics
         except AttributeError:  # no trainer (``None``, or never attached)
             raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run") from None
-        try:  # logged before with these options (every step): its decisions stand
-            again = store.repeats.get((name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only,
-                                       add_dataloader_idx, enable_graph, sync_dist_group))
-        except TypeError:  # an option that cannot be a key: decided in full
-            again = None
-        if again is not None and type(value) is torch.Tensor and not value.ndim and value.is_floating_point():
+        try:
+            again = store.repeats[(name, site, value.ndim, value.dtype, prog_bar, logger, on_step, on_epoch,
+                                   reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx, enable_graph,
+                                   sync_dist_group)]
+        except (AttributeError, KeyError, TypeError):
+            pass
+        else:
             store.log_again(again, value, batch_size)
             return
         if sync_dist_group is not None or enable_graph:
@@ -219,12 +247,13 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
                 raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
         store.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size, rank_zero_only,
-                  add_dataloader_idx)
+                  add_dataloader_idx, site=site)
 
     def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
+        site = _getframe(1).f_code  # (the function logging: a repeat of its logs takes their decisions)
         for name, value in dictionary.items():
-            self.log(name, value, **kwargs)
+            self._log_from(site, name, value, **kwargs)
 
     def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
         """Gather tensors (or nested collections of them) from every process along a new first dimension."""
