@@ -23,18 +23,28 @@ def is_metric_object(value: Any) -> bool:
         callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
 
 
-def _logging_function(epoch_end: bool) -> tuple[str, Any]:
+#: codes of functions outside accelkit found calling ``self.log``/``self.log_dict`` (:func:`_logging_function`)
+_USER_SITES: set[Any] = set()
+
+
+def _logging_function(epoch_end: bool, site: Any = None) -> tuple[str, Any]:
     """The name of the function that called ``self.log``/``self.log_dict`` (the hook running it, e.g.
-    ``training_step``), with its code: the first frame above this store outside the Module's logging methods; a
-    helper's name is marked when an epoch-end hook runs it (a helper shared by a step and an epoch-end hook is two
-    hooks)."""
-    frame: Any = sys._getframe(2)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(("accelkit.module", "accelkit.loops")):
-        frame = frame.f_back
-    if frame is None:
-        return "", None
-    name = frame.f_code.co_name
-    return (f"{name} (at an epoch's end)" if epoch_end else name), frame.f_code
+    ``training_step``), with its code: the first frame above this store outside the Module's logging methods
+    (``site``, the code of the function that called them, once it was found to be that frame); a helper's name is
+    marked when an epoch-end hook runs it (a helper shared by a step and an epoch-end hook is two hooks)."""
+    if site in _USER_SITES:
+        code = site
+    else:
+        frame: Any = sys._getframe(2)
+        while frame is not None and \
+                frame.f_globals.get("__name__", "").startswith(("accelkit.module", "accelkit.loops")):
+            frame = frame.f_back
+        if frame is None:
+            return "", None
+        code = frame.f_code
+        if code is site:
+            _USER_SITES.add(site)
+    return (f"{code.co_name} (at an epoch's end)" if epoch_end else code.co_name), code
 
 
 #: the options of a log that the same hook may not change, in the order of :attr:`_Entry.callers`' values
@@ -193,7 +203,7 @@ class MetricStore:
             raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
                             f"update/compute/reset, not {type(value).__name__}")
         given = (on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist, rank_zero_only)
-        caller, caller_code = _logging_function(self.epoch_end)
+        caller, caller_code = _logging_function(self.epoch_end, site)
         entry = self.entries.get(name)
         if entry is None:
             entry = self.entries[name] = _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,

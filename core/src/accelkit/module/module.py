@@ -219,29 +219,37 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             else:
                 self._trainer.run_state.metrics.log_again(entry, value, batch_size)
             return
-        self._log_from(_getframe(1).f_code, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph,
-                       sync_dist, sync_dist_group, add_dataloader_idx, batch_size, rank_zero_only)
+        self._log_in_full(_getframe(1).f_code, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx,
+                          enable_graph, sync_dist, sync_dist_group, add_dataloader_idx, batch_size, rank_zero_only)
 
     def _log_from(self, site: Any, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
                   on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
                   enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
                   add_dataloader_idx: bool = True, batch_size: int | None = None,
                   rank_zero_only: bool = False) -> None:
-        """:meth:`log` called from the function whose code is ``site``: a repeat (:meth:`log`'s first lookup) or
-        the store's full log."""
+        """:meth:`log` called from the function whose code is ``site`` (:meth:`log_dict`'s caller): a repeat
+        (:meth:`log`'s lookup) or the full log."""
+        try:
+            again = self._trainer.run_state.metrics.repeats[(
+                name, site, value.ndim, value.dtype, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist,
+                rank_zero_only, add_dataloader_idx, enable_graph, sync_dist_group)]
+        except (AttributeError, KeyError, TypeError):
+            pass
+        else:
+            self._trainer.run_state.metrics.log_again(again, value, batch_size)
+            return
+        self._log_in_full(site, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist,
+                          sync_dist_group, add_dataloader_idx, batch_size, rank_zero_only)
+
+    def _log_in_full(self, site: Any, name: str, value: Any, prog_bar: bool, logger: bool | None,
+                     on_step: bool | None, on_epoch: bool | None, reduce_fx: Any, enable_graph: bool, sync_dist: bool,
+                     sync_dist_group: Any, add_dataloader_idx: bool, batch_size: int | None,
+                     rank_zero_only: bool) -> None:
+        """:meth:`log` decided anew by the store (a first log, another kind of value, other options)."""
         try:  # (the ``trainer`` property's value, read without its call)
             store = self._trainer.run_state.metrics
         except AttributeError:  # no trainer (``None``, or never attached)
             raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run") from None
-        try:
-            again = store.repeats[(name, site, value.ndim, value.dtype, prog_bar, logger, on_step, on_epoch,
-                                   reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx, enable_graph,
-                                   sync_dist_group)]
-        except (AttributeError, KeyError, TypeError):
-            pass
-        else:
-            store.log_again(again, value, batch_size)
-            return
         if sync_dist_group is not None or enable_graph:
             if sync_dist_group is not None:
                 raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
