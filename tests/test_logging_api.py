@@ -886,7 +886,11 @@ def test_a_name_logged_again_runs_one_frame_of_accelkit():
     module.trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
                                       enable_checkpointing=False)
     module.trainer.run_state.metrics.current_batch = torch.zeros(4, 2)
-    module.log("loss", torch.tensor(1.0))
+
+    def log_loss(value: torch.Tensor) -> None:  # (a repeat is a log again from the same function)
+        module.log("loss", value)
+
+    log_loss(torch.tensor(1.0))
     frames: list[str] = []
 
     def seen(frame: Any, event: str, arg: Any) -> None:
@@ -896,11 +900,13 @@ def test_a_name_logged_again_runs_one_frame_of_accelkit():
     previous = sys.getprofile()
     sys.setprofile(seen)
     try:
-        module.log("loss", torch.tensor(2.0))
+        log_loss(torch.tensor(2.0))
     finally:
         sys.setprofile(previous)
     assert frames == ["Module.log"], frames
     assert module.trainer.run_state.metrics.entries["loss"].step_value == 2.0
+    from helpers.instructions import instructions  # and few instructions there (79 in the two frames before)
+    assert instructions(lambda: log_loss(torch.tensor(2.5)), within="accelkit/") <= 50
     # an option that cannot be part of the remembered key is decided in full, with its error as before
     with pytest.raises(ValueError, match="sync_dist_group is not supported"):
         module.log("loss", torch.tensor(3.0), sync_dist_group=[0, 1])
