@@ -150,8 +150,9 @@ class LogRecorder:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
-    def log(self, *args: Any) -> None:
-        """Keep one :meth:`~accelkit.loops.metrics.MetricStore.log` call's arguments."""
+    def log(self, *args: Any, site: Any = None) -> None:
+        """Keep one :meth:`~accelkit.loops.metrics.MetricStore.log` call's arguments (the replay is decided in
+        full: ``site``, of no use there, is not kept)."""
         self.calls.append(args)
 
 

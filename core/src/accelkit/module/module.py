@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
 
 
+#: whether torch.compile traces the running code (compile_step: no frame is read there)
+_compiling = torch.compiler.is_compiling
+
 #: Lightning's names of Module properties whose accelkit names say what they mean without naming a kind of device
 #: (the core names none): ``module.on_gpu`` is ``module.on_graphics_processor``
 LIGHTNING_NAMES = {"on_gpu": "on_graphics_processor"}
@@ -219,8 +222,10 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             else:
                 self._trainer.run_state.metrics.log_again(entry, value, batch_size)
             return
-        self._log_in_full(_getframe(1).f_code, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx,
-                          enable_graph, sync_dist, sync_dist_group, add_dataloader_idx, batch_size, rank_zero_only)
+        # (no frame read in a step that torch.compile traces: compile_step replays its logs in full)
+        self._log_in_full(None if _compiling() else _getframe(1).f_code, name, value, prog_bar, logger, on_step,
+                          on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group, add_dataloader_idx,
+                          batch_size, rank_zero_only)
 
     def _log_from(self, site: Any, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
                   on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
@@ -259,7 +264,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
 
     def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
-        site = _getframe(1).f_code  # (the function logging: a repeat of its logs takes their decisions)
+        # (the function logging: a repeat of its logs takes their decisions; no frame read in a traced step)
+        site = None if _compiling() else _getframe(1).f_code
         for name, value in dictionary.items():
             self._log_from(site, name, value, **kwargs)
 
