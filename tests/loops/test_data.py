@@ -74,7 +74,7 @@ def test_an_epochs_device_plan_moves_its_batches_as_move_to_device_in_fewer_inst
     from helpers.instructions import instructions
 
     def make(*items: Any) -> Any:
-        return dict(zip("abcd", items)) if kind is dict else kind(items)
+        return dict(zip("abcd", items, strict=False)) if kind is dict else kind(items)
 
     def values(batch: Any) -> list[Any]:
         return list(batch.values()) if isinstance(batch, dict) else list(batch)
@@ -96,8 +96,8 @@ def test_an_epochs_device_plan_moves_its_batches_as_move_to_device_in_fewer_inst
             assert [type(v) for v in values(moved)] == [type(v) for v in values(expected)]
             assert [getattr(v, "device", v) for v in values(moved)] == [getattr(v, "device", v)
                                                                        for v in values(expected)]
-            assert [a is b for a, b in zip(values(moved), values(batch))] == \
-                [a is b for a, b in zip(values(expected), values(batch))]
-        planned = instructions(lambda: plan(first), within="accelkit/")
-        general = instructions(lambda: move_to_device(first, target), within="accelkit/")
+            assert [a is b for a, b in zip(values(moved), values(batch), strict=True)] == \
+                [a is b for a, b in zip(values(expected), values(batch), strict=True)]
+        planned = instructions(lambda plan=plan, first=first: plan(first), within="accelkit/")
+        general = instructions(lambda first=first, target=target: move_to_device(first, target), within="accelkit/")
         assert planned <= 0.65 * general, (target, planned, general)

@@ -55,8 +55,8 @@ def _refuse_other_options(name: str, caller: str, first: tuple[Any, ...], given:
     """As Lightning's: logging a name again in the same hook (``caller``) with other arguments (``given``, after
     ``first``) is an error (which ones would win is not defined); from another hook it is allowed (the last value
     is the value)."""
-    changed = ", ".join(f"{key}={was!r}, then {key}={now!r}" for key, was, now in zip(_OPTIONS, first, given)
-                        if was != now)
+    changed = ", ".join(f"{key}={was!r}, then {key}={now!r}"
+                        for key, was, now in zip(_OPTIONS, first, given, strict=True) if was != now)
     raise ValueError(f"self.log({name!r}, ...) was called twice in {caller} with different arguments ({changed}); "
                      "as in Lightning this is not allowed: log it with the same arguments each time, or under "
                      "another name")
