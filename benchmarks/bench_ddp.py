@@ -48,7 +48,8 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   loop's body, the closure and optimizer-step frames, the batch's device check, the step's count and the
   watchdog's note), a few instructions each. Cut since (D2): a batch that steps with nothing around the step
   runs in one frame (``Optimization._plain_batch``, now ``plain_batch_runner``'s closure), a name logged again
-  with the same options keeps its first decisions, a batch of plain tensors has its devices read in C: 10182 -> 10036 instructions per step
+  with the same options keeps its first decisions, a batch of plain tensors has its devices read in C:
+  10182 -> 10036 instructions per step
   (x1.068 -> x1.053; single process, ``bench_cuda.py --device cpu --workloads mlp``: 9423 -> 9271 against the hand
   loop's 8835). Cut since (P): an epoch with nothing around the step runs its batches in ``FitLoop._plain_steps``
   (no batch hooks or callbacks, automatic optimization stepping every batch, no step-interval scheduler,
