@@ -916,7 +916,8 @@ def test_a_name_logged_again_runs_two_frames_of_accelkit():
 
 class LogsTwice(accelkit.Module):
     """Logs ``x`` as ``case`` says: from one hook with other arguments at a later step or in the same step, from
-    two hooks, from one helper run by a step and by an epoch-end hook, or with the same arguments every time."""
+    two hooks, from one helper run by a step and by an epoch-end hook, with the same arguments every time, or from
+    a second hook first with the first hook's arguments, then with others (``other_hook_changes``)."""
 
     def __init__(self, case: str) -> None:
         super().__init__()
@@ -934,6 +935,8 @@ class LogsTwice(accelkit.Module):
             self.log("x", 2.0, on_epoch=True)
         elif self.case in ("two_hooks", "same_arguments"):
             self.log("x", float(batch_idx), prog_bar=True)
+        elif self.case == "other_hook_changes":
+            self.log("x", torch.tensor(1.0), prog_bar=True)
         elif self.case == "helper":
             self.helper()
         return self.layer(batch[0]).pow(2).mean()
@@ -941,6 +944,8 @@ class LogsTwice(accelkit.Module):
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.case == "two_hooks":
             self.log("x", 2.0, prog_bar=False)
+        elif self.case == "other_hook_changes":  # as training_step's at batch 0, then other arguments
+            self.log("x", torch.tensor(2.0), prog_bar=batch_idx == 0)
 
     def on_train_epoch_end(self) -> None:
         if self.case == "helper":
@@ -950,21 +955,25 @@ class LogsTwice(accelkit.Module):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-@pytest.mark.parametrize("case", ["later_step", "same_step", "two_hooks", "same_arguments", "helper"])
+@pytest.mark.parametrize("case", ["later_step", "same_step", "two_hooks", "same_arguments", "helper",
+                                  "other_hook_changes"])
 def test_a_name_logged_twice_in_one_hook_with_other_arguments_is_refused_as_in_lightning(tmp_path, case):
     """Lightning 2.6.6 raises ``MisconfigurationException`` ("You called `self.log(x, ...)` twice in
-    `training_step` with different arguments") for ``later_step`` and ``same_step`` and runs the others (both
-    Trainers were run on these cases when this was written); accelkit kept the first arguments silently. Now the
-    same cases raise, naming the hook and what changed."""
+    `training_step` with different arguments") for ``later_step`` and ``same_step``, and "... twice in
+    `on_train_batch_end` ..." for ``other_hook_changes``, and runs the others (both Trainers were run on these cases
+    when this was written); accelkit kept the first arguments silently, and later skipped the check for
+    ``other_hook_changes`` (the second hook's first log took the first hook's remembered decisions without being
+    noted). Now the same cases raise, naming the hook and what changed."""
     from torch.utils.data import TensorDataset
 
     trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                                enable_model_summary=False, enable_checkpointing=False, max_epochs=1,
                                default_root_dir=tmp_path)
     loader = torch.utils.data.DataLoader(TensorDataset(torch.randn(3, 2)), batch_size=1)
-    if case in ("later_step", "same_step"):
-        changed = "prog_bar=True, then prog_bar=False" if case == "later_step" else "on_epoch=False, then on_epoch=True"
-        with pytest.raises(ValueError, match=rf"self.log\('x', ...\) was called twice in training_step with "
+    if case in ("later_step", "same_step", "other_hook_changes"):
+        changed = "on_epoch=False, then on_epoch=True" if case == "same_step" else "prog_bar=True, then prog_bar=False"
+        hook = "on_train_batch_end" if case == "other_hook_changes" else "training_step"
+        with pytest.raises(ValueError, match=rf"self.log\('x', ...\) was called twice in {hook} with "
                                              rf"different arguments \({changed}\)"):
             trainer.fit(LogsTwice(case), loader)
     else:

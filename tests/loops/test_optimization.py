@@ -393,8 +393,11 @@ def test_a_plain_batch_that_steps_runs_one_frame_of_the_loops_around_training_st
         output, stepped = run_batch(BATCHES[1], 1, boundary=True)
     finally:
         sys.setprofile(previous)
-    assert frames == ["_plain_batch", "_module_training_step", "advance_step"], frames
+    assert frames == ["plain_batch", "_module_training_step", "advance_step"], frames
     assert stepped and set(output) == {"loss"} and opt.trainer.global_step == 2
+    # its phases bound once (plain_batch_runner): fewer instructions than the method that read them from the object
+    from helpers.instructions import instructions
+    assert instructions(lambda: run_batch(BATCHES[2], 2, boundary=True), within="accelkit/loops/") <= 68  # (75)
     opt.accumulate = 2
     assert opt.batch_runner() == opt.run_batch
     for hooked in (optimization(HookedNet(), tmp_path), optimization(Net(), tmp_path, callbacks=(StepRecorder(),))):

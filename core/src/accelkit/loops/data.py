@@ -17,7 +17,7 @@ from accelkit.module.module import Module
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
 from accelkit.strategies.sampler import distribute_dataloader, rank_aware_sampler, rebuild_loader
-from accelkit.utilities.apply_func import move_to_device
+from accelkit.utilities.apply_func import device_plan, move_to_device
 from accelkit.utilities.combined_loader import CombinedLoader
 from accelkit.utilities.seed import SEED_WORKERS_ENV, worker_init_function
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
           "predict": "predict_dataloader"}
 _LIMIT_KEYS = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
+#: :meth:`DataConnector._plain_prepare` without a first batch to plan from
+_NO_BATCH: Any = object()
 
 
 class DataConnector:
@@ -208,6 +210,8 @@ class DataConnector:
         batch = next(iterator, sentinel)
         if batch is sentinel:
             return
+        if self._plain:  # the epoch's device plan, from its first batch
+            prepare = self._plain_prepare(batch)
         index = start - 1
         # the loop reads the next batch before the current one is prepared and handed out (as a read-ahead does),
         # and enumerate counts: no call of next() nor counter of its own per batch
@@ -216,17 +220,19 @@ class DataConnector:
             batch = upcoming
         yield index + 1, prepare(batch), True
 
-    def _plain_prepare(self) -> Callable[[Any], Any]:
+    def _plain_prepare(self, first: Any = _NO_BATCH) -> Callable[[Any], Any]:
         """Device transfer and input conversion without batch hooks, decided once per loop: the default
-        strategy transfer becomes a direct :func:`move_to_device` and the default (identity) conversion is
-        skipped, so a batch already on the device costs a type check per tensor."""
+        strategy transfer becomes a direct :func:`move_to_device` (planned from the loop's ``first`` batch where
+        given: :func:`device_plan`) and the default (identity) conversion is skipped, so a batch already on the
+        device costs a type check per tensor."""
         from accelkit.utilities.model_helpers import is_overridden
 
         strategy, precision = self.trainer.strategy, self.trainer.precision
         to_device, convert = self._to_device, self._convert
         if not is_overridden("batch_to_device", strategy, Strategy):  # a partial: no Python frame of its own
-            to_device = functools.partial(move_to_device, device=strategy.root_device,
-                                          non_blocking=bool(strategy.accelerator.pin_memory))
+            device, non_blocking = strategy.root_device, bool(strategy.accelerator.pin_memory)
+            to_device = functools.partial(move_to_device, device=device, non_blocking=non_blocking) \
+                if first is _NO_BATCH else device_plan(first, device, non_blocking)
         if not is_overridden("convert_input", precision, Precision):
             return to_device
 

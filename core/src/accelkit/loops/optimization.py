@@ -222,39 +222,46 @@ class Optimization:
         return self.output, self._stepped
 
     def batch_runner(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
-        """What trains one batch this epoch, called as :meth:`run_batch`: :meth:`_plain_batch` where every batch
-        steps (no accumulation) and nothing surrounds the step (no ``optimizer_step`` override, no hook before or
-        after the optimizer's step, the strategy's and precision's default step, no profiler, no ``compile_step``),
-        else :meth:`run_batch`. Asked once per epoch (``accumulate`` may change between epochs)."""
-        return self._plain_batch if self.steps_plainly() else self.run_batch
+        """What trains one batch this epoch, called as :meth:`run_batch`: :meth:`plain_batch_runner`'s where every
+        batch steps (no accumulation) and nothing surrounds the step (no ``optimizer_step`` override, no hook before
+        or after the optimizer's step, the strategy's and precision's default step, no profiler, no
+        ``compile_step``), else :meth:`run_batch`. Asked once per epoch (``accumulate`` may change between
+        epochs)."""
+        return self.plain_batch_runner() if self.steps_plainly() else self.run_batch
 
     def steps_plainly(self) -> bool:
         """Whether :meth:`batch_runner` gives the plain batch this epoch: every batch steps and nothing surrounds
         the step."""
         return self._plain and self.accumulate == 1 and self.captured is None
 
-    def _plain_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-        """:meth:`run_batch` of a batch that steps when nothing surrounds the step (:meth:`batch_runner`): the
-        closure's phases and the step in one frame, in the same order (``training_step``, zero-grad, backward,
-        the clipping check, ``optimizer.step()``, the step's count)."""
-        output = self._training_step(batch, batch_idx)
-        loss: torch.Tensor | None
-        if type(output) is torch.Tensor:
-            loss, output = output, {"loss": output}
-        else:
-            loss, output = self._loss_of(output)
-        self._zero_phase()
-        if loss is None:
-            self._batch_idx = batch_idx  # (what the warning names)
-            self._skip_batch()
-        else:
-            self._backward_phase(loss)
-        optimizer = self.optimizers[0]
-        if self.trainer.gradient_clip_val is not None:  # read at each step, as Lightning does
-            self._clip_to_trainer(optimizer)
-        optimizer.step()  # looked up on the instance (a learning-rate scheduler wraps the instance's step)
-        self._progress.advance_step()
-        return output, True
+    def plain_batch_runner(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+        """:meth:`run_batch` of a batch that steps when nothing surrounds the step (:meth:`batch_runner`), with
+        this epoch's phases bound once: the closure's phases and the step in one frame, in the same order
+        (``training_step``, zero-grad, backward, the clipping check, ``optimizer.step()``, the step's count)."""
+        training_step, zero_phase, backward_phase = self._training_step, self._zero_phase, self._backward_phase
+        optimizer, trainer, advance_step, tensor = self.optimizers[0], self.trainer, self._progress.advance_step, \
+            torch.Tensor
+
+        def plain_batch(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+            output = training_step(batch, batch_idx)
+            loss: torch.Tensor | None
+            if type(output) is tensor:
+                loss, output = output, {"loss": output}
+            else:
+                loss, output = self._loss_of(output)
+            zero_phase()
+            if loss is None:
+                self._batch_idx = batch_idx  # (what the warning names)
+                self._skip_batch()
+            else:
+                backward_phase(loss)
+            if trainer.gradient_clip_val is not None:  # read at each step, as Lightning does
+                self._clip_to_trainer(optimizer)
+            optimizer.step()  # looked up on the instance (a learning-rate scheduler wraps the instance's step)
+            advance_step()
+            return output, True
+
+        return plain_batch
 
     def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
         """:meth:`run_batch` with ``compile_step``: ``loops/captured.py`` runs the batch."""

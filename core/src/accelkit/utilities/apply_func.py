@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import operator
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
@@ -13,6 +14,8 @@ import torch
 #: the element types of a batch of plain tensors, and a tensor's device, read in C (:func:`move_to_device`)
 _TENSORS = {torch.Tensor}
 _DEVICE = operator.attrgetter("device")
+#: an element's (class, device), read in C (:func:`device_plan`): a plain tensor's is ``(torch.Tensor, its device)``
+_CLASS_AND_DEVICE = operator.attrgetter("__class__", "device")
 
 
 def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
@@ -66,6 +69,47 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     if callable(to) and not isinstance(batch, torch.nn.Module):  # a user type that knows how to move itself
         return to(device)
     return batch
+
+
+def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) -> Callable[[Any], Any]:
+    """:func:`move_to_device` for the batches of an epoch, planned from its first ``batch``: where that is a tuple or
+    list of plain tensors or a dict of them, all on one device, a batch of the same type whose tensors are all on
+    that device (read in C, without a Python call per tensor) is handled as planned (left alone, or each tensor
+    moved); any other batch (another type, a tensor elsewhere, an element that is not a plain tensor) takes
+    :func:`move_to_device`. Returns the function to call with each batch (``batch`` included), as
+    :func:`move_to_device` would be."""
+    general = functools.partial(move_to_device, device=device, non_blocking=non_blocking)
+    kind = type(batch)
+    if kind is not tuple and kind is not list and kind is not dict:
+        return general
+    try:
+        seen = set(map(_CLASS_AND_DEVICE, batch.values() if kind is dict else batch))
+    except AttributeError:  # an element without a device
+        return general
+    if len(seen) != 1 or next(iter(seen))[0] is not torch.Tensor:
+        return general
+    planned, move = seen, next(iter(seen))[1] != device
+    to = operator.methodcaller("to", device, non_blocking=non_blocking)
+    if kind is dict:
+        def dict_plan(batch: Any) -> Any:
+            if type(batch) is dict:
+                try:
+                    if set(map(_CLASS_AND_DEVICE, batch.values())) == planned:
+                        return {key: to(value) for key, value in batch.items()} if move else batch.copy()
+                except AttributeError:
+                    pass
+            return general(batch)
+        return dict_plan
+
+    def sequence_plan(batch: Any) -> Any:
+        if type(batch) is kind:
+            try:
+                if set(map(_CLASS_AND_DEVICE, batch)) == planned:
+                    return kind(map(to, batch)) if move else batch if kind is tuple else [*batch]
+            except AttributeError:
+                pass
+        return general(batch)
+    return sequence_plan
 
 
 def batch_size_of(batch: Any) -> int:
