@@ -79,7 +79,7 @@ class FitLoop:
             self.batches_since_val = self._resume.batches_since_val
         trainer.run_state.fit_loop = self  # what a checkpoint's exact-resume position is read from
         self.active = True  # on_fit_start ran before the checkpoint's training state was restored (loops.run)
-        sanity = -1 if trainer.num_sanity_val_steps == float("inf") else trainer.num_sanity_val_steps  # all: -1
+        sanity = -1 if trainer.num_sanity_val_steps == float("inf") else int(trainer.num_sanity_val_steps)  # all: -1
         if sanity != 0 and trainer.limits["validate"] != 0 and \
                 is_overridden("validation_step", trainer.lightning_module, Module):
             self._sanity_check(sanity)
@@ -256,7 +256,7 @@ class FitLoop:
         hooks, optim, data = run.active_hooks, run.active_optimization, run.active_data
         loader = self.train_loader
         source, start, restore_rng = self._begin_epoch(loader)
-        limit = trainer.num_training_batches
+        limit = trainer.run_state.progress.num_training_batches  # (the loader's, loaded: the property's value)
         read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
         # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
         optim.accumulate = trainer.accumulate_grad_batches

@@ -337,13 +337,13 @@ class TrainerProperties:
         return progress.num_val_batches if self.state.fn in ("fit", "validate") else list(progress.last_fit_batches[1])
 
     @property
-    def num_sanity_val_batches(self) -> list[int | None]:
+    def num_sanity_val_batches(self) -> list[int | float | None]:
         """Sanity-check batches per validation loader, as Lightning computes them: ``num_sanity_val_steps`` (all for
         ``-1``) capped by each loader's count in ``num_val_batches``, also outside the sanity check and without one
         (``[0]`` with ``num_sanity_val_steps=0``); ``None`` for a loader without a length checked whole."""
         progress = self.run_state.progress
         if progress.num_sanity_val_batches:  # what the sanity check ran
-            return progress.num_sanity_val_batches
+            return list(progress.num_sanity_val_batches)
         steps = self.num_sanity_val_steps
         return [count if steps < 0 else steps if count is None else min(steps, count)
                 for count in progress.num_val_batches]

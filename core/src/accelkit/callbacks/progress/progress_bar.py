@@ -69,8 +69,9 @@ class ProgressBar(Callback):
     # ----------------------------------------------------------------- counts
     @property
     def total_train_batches(self) -> int | None:
-        """Training batches per epoch (``None``: the loader has no length)."""
-        return self.trainer.num_training_batches
+        """Training batches per epoch (``None``: the loader has no length, or no fit has loaded one yet)."""
+        count = self.trainer.num_training_batches
+        return None if count is None or count == float("inf") else int(count)
 
     @property
     def total_val_batches_current_dataloader(self) -> int | None:
