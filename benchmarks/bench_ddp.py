@@ -56,20 +56,20 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   validation at the epoch's end only, decided per epoch), a repeated ``self.log`` is found by one lookup of its
   name and options, the epoch's start looks at the loader's samplers once: 10036 -> 9992 instructions per step
   (x1.053 -> x1.048). ``bench_cuda.py``'s step span is marked by a callback's ``on_train_batch_start``/``_end``,
-  which makes its epochs general: 9271 -> 9249 there (the ``self.log`` cut only). Cut since (P2): a repeated
-  ``self.log`` is stored in ``Module.log``'s one frame (one lookup keyed by the name, the logging function's code,
-  the value's ``ndim`` and ``dtype`` and the options: 79 -> 48), the plain epoch's device transfer follows a plan
-  made from its first batch (``apply_func.device_plan``: 53 -> 29), the plain batch's phases are bound once per
-  epoch (``Optimization.plain_batch_runner``: 59 -> 51): 9992 -> 9947 instructions per step (x1.048 -> x1.043;
-  ``bench_cuda.py --device cpu --workloads mlp``, whose epochs are general: 9249 -> 9185 against 8835). What is
-  left per step (DDP, ``--only counts``): the plain loop's body (~92: the batch's counters, the log/validation/stop
-  tests, the stop control's report, the watchdog's note), the plain batch (~51), ``self.log`` (~48), the device
-  plan (~29), the loader's generator (~21), the watchdog's note itself (~14), the wrapper's router (~13), the
-  step's count (~9); per epoch, spread over the counted epoch's 20 steps: publishing the metrics (~24), the epoch's
-  first full ``self.log`` (~10), ``set_epoch`` (~8), the epoch's set-up (~7). Not done (x1.03 needs ~130 more):
-  the generator's read-ahead in the loop's frame (~15), the stop control's report and pending test in one call
-  (~8), the loop's per-batch reads of ``max_steps``/``max_time`` bound per epoch (~8; a user may change them in a
-  step), the watchdog's note without a call (~10);
+  which made its epochs general: 9271 -> 9249 there (the ``self.log`` cut only; it is now timed from the module's
+  ``training_step``, so its accelkit side runs the plain loop). Cut since (P2): the plain epoch's device transfer
+  follows a plan made from its first batch (``apply_func.device_plan``: 53 -> 29), the plain batch's phases are
+  bound once per epoch (``Optimization.plain_batch_runner``: 59 -> 51). P2's one-frame repeated ``self.log`` (79 ->
+  48) was not merged: it kept one value per name, where Lightning keeps one per hook (main's ``MetricStore`` now
+  does, which costs a check of the logging hook per repeat). Measured on main after both: 9994 instructions per step
+  against the hand loop's 9533 (x1.048). What is left per step (DDP, ``--only counts``): the plain loop's body
+  (~92: the batch's counters, the log/validation/stop tests, the stop control's report, the watchdog's note),
+  ``self.log`` (~117 in all: ``Module.log`` 55, ``MetricStore.log_again`` 35, reading the batch's size 17, the
+  store's ``log`` 10), the plain batch (~51), the device plan (~29), the loader's generator (~21), the watchdog's
+  note itself (~14), the wrapper's router (~13), the step's count (~9). Not done (x1.03 needs ~170 fewer): the
+  generator's read-ahead in the loop's frame (~15), the stop control's report and pending test in one call (~8),
+  the loop's per-batch reads of ``max_steps``/``max_time`` bound per epoch (~8; a user may change them in a step),
+  the watchdog's note without a call (~10), a repeated ``self.log`` in one frame that keeps one value per hook;
 - the epoch's ends: the Trainer's epoch start and end (sampler epoch, random states for an exact resume, the
   loader's start with its one batch read ahead, the end-of-epoch publishing) cost ~1.3 ms of CPU more than the
   hand loop's, ~0.8 % of a 64-step epoch;
