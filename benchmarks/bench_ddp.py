@@ -64,8 +64,9 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   does, which costs a check of the logging hook per repeat). Measured on main after both: 9994 instructions per step
   against the hand loop's 9533 (x1.048). What is left per step (DDP, ``--only counts``): the plain loop's body
   (~92: the batch's counters, the log/validation/stop tests, the stop control's report, the watchdog's note),
-  ``self.log`` (~117 in all: ``Module.log`` 55, ``MetricStore.log_again`` 35, reading the batch's size 17, the
-  store's ``log`` 10), the plain batch (~51), the device plan (~29), the loader's generator (~21), the watchdog's
+  ``self.log`` (~117 in all: ``Module.log`` 55, ``MetricStore.log_again`` 35, the store's ``log`` 10; the metrics'
+  reads for publishing, ``current``, 17 spread over the steps), the plain batch (~51), the device plan (~29), the
+  loader's generator (~21), the watchdog's
   note itself (~14), the wrapper's router (~13), the step's count (~9). Not done (x1.03 needs ~170 fewer): the
   generator's read-ahead in the loop's frame (~15), the stop control's report and pending test in one call (~8),
   the loop's per-batch reads of ``max_steps``/``max_time`` bound per epoch (~8; a user may change them in a step),
