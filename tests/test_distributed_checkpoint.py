@@ -18,7 +18,7 @@ import accelkit  # noqa: E402
 from accelkit.checkpoint import sharded as dcp_io  # noqa: E402
 from accelkit.checkpoint.files import UnsafeCheckpointError  # noqa: E402
 from accelkit.strategies.single_device import SingleDeviceStrategy  # noqa: E402
-from accelkit.trainer.dispatch import _resolve_ckpt  # noqa: E402
+from accelkit.trainer.dispatch import resolve_ckpt_path  # noqa: E402
 from helpers.damage import RunsCommand, copy_checkpoint, flip_bytes, plant_malicious_index, truncate  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule  # noqa: E402
@@ -124,11 +124,11 @@ def test_ckpt_path_accepts_a_sharded_directory_and_refuses_other_directories(tmp
     model, optimizer = trained_state()
     dcp_io.save(checkpoint_of(model, optimizer), tmp_path / "a.ckpt")
     trainer = accelkit.Trainer(accelerator="cpu", devices=1, logger=False, default_root_dir=tmp_path)
-    assert _resolve_ckpt(trainer, tmp_path / "a.ckpt", "fit", True) == tmp_path / "a.ckpt"
+    assert resolve_ckpt_path(trainer, tmp_path / "a.ckpt", "fit", True) == tmp_path / "a.ckpt"
     with pytest.raises(IsADirectoryError, match="not a sharded checkpoint"):
-        _resolve_ckpt(trainer, tmp_path, "fit", True)
+        resolve_ckpt_path(trainer, tmp_path, "fit", True)
     with pytest.raises(FileNotFoundError):
-        _resolve_ckpt(trainer, tmp_path / "missing.ckpt", "fit", True)
+        resolve_ckpt_path(trainer, tmp_path / "missing.ckpt", "fit", True)
 
 
 class DirectoryCheckpoints(SingleDeviceStrategy):

@@ -113,11 +113,11 @@ def test_consolidate_command_writes_one_weights_only_file(saved_run, tmp_path, p
 
 def test_ckpt_path_last_finds_the_directory(saved_run):
     run = saved_run["trainer"]
-    from accelkit.trainer.dispatch import _resolve_ckpt
+    from accelkit.trainer.dispatch import resolve_ckpt_path
 
-    assert Path(_resolve_ckpt(run, "last", "fit", True)).name == "last.ckpt"
+    assert Path(resolve_ckpt_path(run, "last", "fit", True)).name == "last.ckpt"
     with pytest.raises(IsADirectoryError, match="not a sharded checkpoint"):
-        _resolve_ckpt(run, saved_run["root"], "fit", True)
+        resolve_ckpt_path(run, saved_run["root"], "fit", True)
 
 
 def test_block_is_the_unit_the_string_policy_named():

@@ -91,7 +91,10 @@ def _default_max_epochs(trainer: Trainer) -> int:
     return -1 if bounded or any(isinstance(callback, Timer) for callback in trainer.callbacks) else 1000
 
 
-def _resolve_ckpt(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
+def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
+    """The checkpoint that ``stage``'s ``ckpt_path`` names (``"best"``, ``"last"``, a file or a sharded checkpoint
+    directory; for an evaluation without a model, the last fit's best), or ``None``; refuses a path that is no
+    checkpoint, naming it, before anything is started."""
     ckpt_path = _requested_ckpt(trainer, ckpt_path, stage)
     if ckpt_path is None and not model_given and stage != "fit":
         best = _best_path(trainer)
@@ -166,7 +169,7 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
             raise NotImplementedError(f"Trainer.{stage}() needs {type(model).__name__}.{method}(batch, "
                                       "batch_idx): define it and log the metrics to report with self.log")
     claim_run_folders(trainer)
-    ckpt_path = _resolve_ckpt(trainer, ckpt_path, stage, model_given)
+    ckpt_path = resolve_ckpt_path(trainer, ckpt_path, stage, model_given)
     trainer.run_state.ckpt_path = ckpt_path  # the run's RunState.begin takes it from here (a spawned worker's too)
     strategy = trainer.strategy
     prepared = False
