@@ -17,6 +17,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.frameworks import pick
+
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
     "every_2": {"test": True},
@@ -33,20 +35,9 @@ def record(framework: str, root: str, scenario: str) -> dict[str, list[int]]:
     column the monitor filled, the steps of the rows that hold a value in it, in the file's order."""
     options = dict(SCENARIOS[scenario])
     stop_at, test, cpu_stats = options.pop("stop_at", None), options.pop("test", False), options.pop("cpu_stats", None)
-    if framework == "lightning":
-        import lightning.pytorch as pl
-        from lightning.pytorch.callbacks import DeviceStatsMonitor
-        from lightning.pytorch.loggers import CSVLogger
+    chosen = pick(framework)
 
-        module_base, trainer_class = pl.LightningModule, pl.Trainer
-    else:
-        import accelkit
-        from accelkit.callbacks import DeviceStatsMonitor  # type: ignore[assignment]
-        from accelkit.loggers import CSVLogger  # type: ignore[assignment]
-
-        module_base, trainer_class = accelkit.Module, accelkit.Trainer
-
-    class Tiny(module_base):  # type: ignore[misc, valid-type]
+    class Tiny(chosen.Module):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.layer = nn.Linear(2, 1)
@@ -68,9 +59,10 @@ def record(framework: str, root: str, scenario: str) -> dict[str, list[int]]:
         return DataLoader(TensorDataset(torch.randn(n, 2)), batch_size=1)
 
     options.setdefault("log_every_n_steps", 2)
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=2, logger=CSVLogger(root),
-                            callbacks=[DeviceStatsMonitor(cpu_stats=cpu_stats)], enable_progress_bar=False,
-                            enable_checkpointing=False, enable_model_summary=False, num_sanity_val_steps=2, **options)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=chosen.loggers.CSVLogger(root),
+                             callbacks=[chosen.callbacks.DeviceStatsMonitor(cpu_stats=cpu_stats)],
+                             enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
+                             num_sanity_val_steps=2, **options)
     module = Tiny()
     trainer.fit(module, loader(5), loader(2))
     if test:

@@ -19,9 +19,9 @@ import os
 from typing import Any
 
 import torch
-from torch import nn
-from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
+
+from helpers.frameworks import linear_module, pick, regression_data
 
 #: the validation loss of each epoch: best at 1, stopped at 3 (patience 2); resumed after 3, best at 4, stopped at 6
 VAL_LOSSES = (1.0, 0.5, 0.6, 0.7, 0.4, 0.45, 0.46, 0.47, 0.48, 0.49)
@@ -58,47 +58,27 @@ def transplant(accelkit_path: str, root: str, epoch: int) -> str:
 
 def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     """Run ``scenario`` (:data:`SCENARIOS`) with ``framework`` (``"accelkit"`` or ``"lightning"``) in ``root``."""
-    if framework == "lightning":
-        import lightning.pytorch as pl
-        from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-
-        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
-    else:
-        import accelkit
-        from accelkit.callbacks import EarlyStopping, ModelCheckpoint  # type: ignore[assignment]
-
-        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    chosen = pick(framework)
     seen: dict[str, Any] = {"epochs": []}
 
-    class Net(module_base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.layer = nn.Linear(4, 1)
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            return F.mse_loss(self.layer(batch[0]), batch[1])
-
+    class Net(linear_module(chosen.Module, lr=0.05)):  # type: ignore[misc]
         def validation_step(self, batch: Any, batch_idx: int) -> None:
             self.log("val_loss", VAL_LOSSES[self.current_epoch])
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
-    class Reader(callback_base):  # type: ignore[misc, valid-type]
+    class Reader(chosen.Callback):  # type: ignore[misc, name-defined]
         def on_train_start(self, trainer: Any, pl_module: Any) -> None:
             seen["start"] = state(stopper, trainer)
 
         def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
             seen["epochs"].append(trainer.current_epoch)
 
-    stopper = EarlyStopping(monitor="val_loss", patience=2)
-    checkpoints = ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_top_k=-1)
+    stopper = chosen.callbacks.EarlyStopping(monitor="val_loss", patience=2)
+    checkpoints = chosen.callbacks.ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_top_k=-1)
     generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator))
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=len(VAL_LOSSES), logger=False,
-                            callbacks=[Reader(), stopper, checkpoints], num_sanity_val_steps=0,
-                            enable_model_summary=False, enable_progress_bar=False, default_root_dir=root)
+    data = regression_data(8, generator)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=len(VAL_LOSSES), logger=False,
+                             callbacks=[Reader(), stopper, checkpoints], num_sanity_val_steps=0,
+                             enable_model_summary=False, enable_progress_bar=False, default_root_dir=root)
     source = SCENARIOS[scenario]
     ckpt_path = None
     if source is not None:

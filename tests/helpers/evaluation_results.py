@@ -13,8 +13,9 @@ import os
 from typing import Any
 
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.frameworks import linear_module, pick
 
 SCENARIOS = ("after_fit",)
 
@@ -24,21 +25,9 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     ``framework`` (``"accelkit"`` or ``"lightning"``); returns what each call returned (values rounded) and the metric
     dicts' names after it."""
     os.makedirs(root, exist_ok=True)
-    if framework == "lightning":
-        import lightning.pytorch as pl
+    chosen = pick(framework)
 
-        module_base, trainer_class = pl.LightningModule, pl.Trainer
-    else:
-        import accelkit
-
-        module_base, trainer_class = accelkit.Module, accelkit.Trainer
-
-    class Net(module_base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.layer = nn.Linear(4, 1)
-
+    class Net(linear_module(chosen.Module, lr=0.1)):  # type: ignore[misc]
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             loss = self.layer(batch[0]).pow(2).mean()
             self.log("train_loss", loss, on_epoch=True)
@@ -64,11 +53,8 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
         def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
             return self.layer(batch[0])
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.1)
-
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
-                            enable_model_summary=False, enable_checkpointing=False, default_root_dir=root)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False, default_root_dir=root)
     generator = torch.Generator().manual_seed(0)
 
     def data(n: int = 8) -> DataLoader:

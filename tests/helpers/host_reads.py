@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
+
+from helpers.frameworks import linear_module, pick, regression_data
 
 #: what reads a tensor's value to the host
 READS = (torch.Tensor.__float__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy)
@@ -32,43 +33,24 @@ def host_reads_during_steps(framework: str, root: Any, logger: bool = False) -> 
     every step, with ``log_every_n_steps=1`` and no logger (a CSV logger with ``logger=True``, accelkit only).
     Returns the reads of the logged value to the host from the first batch's start to the last batch's start (the
     logging of batches 0-3 included), and ``trainer.logged_metrics`` after the fit."""
-    if framework == "lightning":
-        import lightning.pytorch as pl
+    chosen = pick(framework)
 
-        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
-    else:
-        import accelkit
-
-        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
-
-    class Watched(module_base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.layer = nn.Linear(4, 1)
-
+    class Watched(linear_module(chosen.Module, lr=0.01)):  # type: ignore[misc]
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             loss = F.mse_loss(self.layer(batch[0]), batch[1])
             self.log("watched", loss.detach().as_subclass(HostReads))
             return loss
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    class Window(callback_base):  # type: ignore[misc, valid-type]
+    class Window(chosen.Callback):  # type: ignore[misc, name-defined]
         def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
             HostReads.counting = batch_idx < 4
 
-    log: Any = False
-    if logger:
-        from accelkit.loggers import CSVLogger
-
-        log = CSVLogger(root)
+    log = chosen.loggers.CSVLogger(root) if logger else False
     generator = torch.Generator().manual_seed(0)
-    data = TensorDataset(torch.randn(20, 4, generator=generator), torch.randn(20, 1, generator=generator))
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=1, log_every_n_steps=1, logger=log,
-                            callbacks=[Window()], enable_model_summary=False, num_sanity_val_steps=0,
-                            enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
+    data = regression_data(20, generator)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=1, log_every_n_steps=1, logger=log,
+                             callbacks=[Window()], enable_model_summary=False, num_sanity_val_steps=0,
+                             enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
     HostReads.reads, HostReads.counting = 0, False
     try:
         trainer.fit(Watched(), DataLoader(data, batch_size=4))

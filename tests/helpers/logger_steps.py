@@ -23,6 +23,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.frameworks import pick
+
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
     "every_step": {"log_every_n_steps": 1, "test": True},
@@ -43,20 +45,9 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     none)."""
     options = dict(SCENARIOS[scenario])
     resume, manual, own_step, test = (options.pop(key, False) for key in ("resume", "manual", "own_step", "test"))
-    if framework == "lightning":
-        import lightning.pytorch as pl
-        from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-        from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    chosen = pick(framework)
 
-        module_base, trainer_class = pl.LightningModule, pl.Trainer
-    else:
-        import accelkit
-        from accelkit.callbacks import LearningRateMonitor, ModelCheckpoint  # type: ignore[assignment]
-        from accelkit.loggers import CSVLogger, TensorBoardLogger  # type: ignore[assignment]
-
-        module_base, trainer_class = accelkit.Module, accelkit.Trainer
-
-    class Steps(module_base):  # type: ignore[misc, valid-type]
+    class Steps(chosen.Module):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
             torch.manual_seed(0)
@@ -95,13 +86,15 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     val = TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator))
 
     def fit(max_epochs: int, ckpt_path: str | None, run: str, max_steps: int = -1) -> tuple[Any, Any]:
-        loggers = CSVLogger(os.path.join(root, run)), TensorBoardLogger(os.path.join(root, run))
+        folder = os.path.join(root, run)
+        loggers = chosen.loggers.CSVLogger(folder), chosen.loggers.TensorBoardLogger(folder)
         every = {"every_n_train_steps": 3} if resume == "mid_epoch" else {}
-        callbacks = [ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_last=True, **every)]
-        callbacks += [LearningRateMonitor()] if manual else []
-        trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=list(loggers),
-                                callbacks=callbacks, num_sanity_val_steps=0, enable_model_summary=False,
-                                enable_progress_bar=False, default_root_dir=root, max_steps=max_steps, **options)
+        saving = chosen.callbacks.ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_last=True, **every)
+        callbacks = [saving]
+        callbacks += [chosen.callbacks.LearningRateMonitor()] if manual else []
+        trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=list(loggers),
+                                 callbacks=callbacks, num_sanity_val_steps=0, enable_model_summary=False,
+                                 enable_progress_bar=False, default_root_dir=root, max_steps=max_steps, **options)
         trainer.fit(Steps(), DataLoader(train, batch_size=4), DataLoader(val, batch_size=4), ckpt_path=ckpt_path)
         if test:  # after the fit: the test's epoch row at the count of all batches, its step rows from 0
             trainer.test(ckpt_path=None, dataloaders=DataLoader(val, batch_size=4), verbose=False)

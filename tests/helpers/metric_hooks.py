@@ -18,11 +18,11 @@ import os
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
-from helpers.metric_reads import HOOKS, logger_rows, snapshot
+from helpers.frameworks import linear_module, pick, reading_callback, regression_data
+from helpers.metric_reads import HOOKS, logger_rows, reading, snapshot
 
 #: the scenarios the tests compare, by name: the two hooks logging each name (``callback.``: a Callback's hook,
 #: which logs through ``pl_module.log``)
@@ -67,16 +67,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     first, second = SCENARIOS[scenario]
     logged = names(first, second)
     os.makedirs(root, exist_ok=True)
-    if framework == "lightning":
-        import lightning.pytorch as pl
-        from lightning.pytorch.loggers import CSVLogger
-
-        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
-    else:
-        import accelkit
-        from accelkit.loggers import CSVLogger  # type: ignore[assignment]
-
-        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    chosen = pick(framework)
     seen: list[Any] = []
     counts = {first: 0, second: 0}
 
@@ -88,7 +79,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
 
     def hook_logging(hook: str) -> Any:
         def run(self: Any, *args: Any) -> Any:
-            log_all(self if isinstance(self, module_base) else args[1], hook)
+            log_all(self if isinstance(self, chosen.Module) else args[1], hook)
             if hook in ("training_step", "validation_step"):
                 loss = F.mse_loss(self.layer(args[0][0]), args[0][1])
                 return loss if hook == "training_step" else None
@@ -97,45 +88,23 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         run.__code__ = run.__code__.replace(co_name=hook.split(".")[-1])
         return run
 
-    class Logs(module_base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.layer = nn.Linear(4, 1)
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            return F.mse_loss(self.layer(batch[0]), batch[1])
-
+    class Logs(linear_module(chosen.Module, lr=0.05)):  # type: ignore[misc]
         def validation_step(self, batch: Any, batch_idx: int) -> None:
             pass
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
-    class Reader(callback_base):  # type: ignore[misc, valid-type]
-        pass
-
-    def reader(hook: str) -> Any:
-        def read(self: Any, trainer: Any, *args: Any) -> None:
-            batch_idx = args[3] if hook.endswith("batch_end") else args[2] if hook.endswith("batch_start") else None
-            seen.append([hook, trainer.current_epoch, batch_idx, snapshot(trainer)])
-        return read
-
-    for hook in HOOKS:
-        setattr(Reader, hook, reader(hook))
-    callbacks = [Reader()]
+    callbacks = [reading_callback(chosen.Callback, HOOKS, reading(seen))()]
     for hook in (first, second):
         if hook.startswith("callback."):
-            logging_callback = type("LogsToo", (callback_base,), {hook[len("callback."):]: hook_logging(hook)})
+            logging_callback = type("LogsToo", (chosen.Callback,), {hook[len("callback."):]: hook_logging(hook)})
             callbacks.insert(0, logging_callback())
         else:
             setattr(Logs, hook, hook_logging(hook))
     generator = torch.Generator().manual_seed(0)
-    train = TensorDataset(torch.randn(12, 4, generator=generator), torch.randn(12, 1, generator=generator))
-    val = TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator))
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=2, log_every_n_steps=1, logger=CSVLogger(root),
-                            callbacks=callbacks, num_sanity_val_steps=0, enable_model_summary=False,
-                            enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
+    train, val = regression_data(12, generator), regression_data(8, generator)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=2, log_every_n_steps=1,
+                             logger=chosen.loggers.CSVLogger(root), callbacks=callbacks, num_sanity_val_steps=0,
+                             enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
+                             default_root_dir=root)
     module = Logs()
     trainer.fit(module, DataLoader(train, batch_size=4), DataLoader(val, batch_size=4))
     seen.append(["after_fit", trainer.current_epoch, None, snapshot(trainer)])

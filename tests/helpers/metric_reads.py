@@ -17,12 +17,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.frameworks import linear_module, pick, reading_callback, regression_data
 
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -61,24 +63,10 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     :data:`HOOKS` call, ``["after_fit", ...]`` and ``["after_validate", ...]``."""
     options = SCENARIOS[scenario]
     os.makedirs(root, exist_ok=True)
-    if framework == "lightning":
-        import lightning.pytorch as pl
-        from lightning.pytorch.loggers import CSVLogger
-
-        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
-    else:
-        import accelkit
-        from accelkit.loggers import CSVLogger  # type: ignore[assignment]
-
-        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    chosen = pick(framework)
     seen: list[Any] = []
 
-    class Logs(module_base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.layer = nn.Linear(4, 1)
-
+    class Logs(linear_module(chosen.Module, lr=0.05)):  # type: ignore[misc]
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             loss = F.mse_loss(self.layer(batch[0]), batch[1])
             self.log("default", loss)
@@ -117,37 +105,27 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             if options.get("epoch_end_log"):
                 self.log("at_epoch_end", float(self.current_epoch) + 0.25)
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
-    class Reader(callback_base):  # type: ignore[misc, valid-type]
+    class Reader(reading_callback(chosen.Callback, HOOKS, reading(seen))):  # type: ignore[misc]
         def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
             if devices > 1:  # a worker's reads, for the caller
                 with open(os.path.join(root, f"reads{trainer.global_rank}.json"), "w") as handle:
                     json.dump(seen, handle)
 
-    def reader(hook: str) -> Any:
-        def read(self: Any, trainer: Any, *args: Any) -> None:
-            batch_idx = args[3] if hook.endswith("batch_end") else args[2] if hook.endswith("batch_start") else None
-            seen.append([hook, trainer.current_epoch, batch_idx, snapshot(trainer)])
-        return read
-
-    for hook in HOOKS:
-        setattr(Reader, hook, reader(hook))
     for cls in (Logs, Reader):  # by name, for the workers of ddp_fork (forked from here, so they have them)
         _name(cls, f"{cls.__name__}_{framework}")
     devices = options.get("devices", 1)
     generator = torch.Generator().manual_seed(0)
-    train = TensorDataset(torch.randn(12, 4, generator=generator), torch.randn(12, 1, generator=generator))
+    train = regression_data(12, generator)
     if devices > 1:  # each rank's samples: the first rank's loss may not depend on how the data is sharded
         train = TensorDataset(train.tensors[0][:1].repeat(16, 1), train.tensors[1][:1].repeat(16, 1))
-    val = TensorDataset(torch.randn(8, 4, generator=generator), torch.randn(8, 1, generator=generator))
+    val = regression_data(8, generator)
     spread = {"strategy": "ddp_fork"} if devices > 1 else {}
-    trainer = trainer_class(accelerator="cpu", devices=devices, **spread, max_epochs=2,
-                            log_every_n_steps=options["log_every_n_steps"],
-                            logger=CSVLogger(root) if options["logger"] else False, callbacks=[Reader()],
-                            num_sanity_val_steps=options.get("sanity", 0), enable_model_summary=False,
-                            enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)
+    trainer = chosen.Trainer(accelerator="cpu", devices=devices, **spread, max_epochs=2,
+                             log_every_n_steps=options["log_every_n_steps"],
+                             logger=chosen.loggers.CSVLogger(root) if options["logger"] else False,
+                             callbacks=[Reader()], num_sanity_val_steps=options.get("sanity", 0),
+                             enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
+                             default_root_dir=root)
     module = Logs()
     val_loaders = [DataLoader(val, batch_size=4) for _ in range(options.get("val_loaders", 1))]
     trainer.fit(module, DataLoader(train, batch_size=4), val_loaders if len(val_loaders) > 1 else val_loaders[0])
@@ -163,6 +141,15 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         trainer.validate(module, DataLoader(val, batch_size=4), verbose=False)
         seen.append(["after_validate", trainer.current_epoch, None, snapshot(trainer)])
     return seen
+
+
+def reading(seen: list[Any]) -> Callable[..., None]:
+    """What a reading callback (:func:`helpers.frameworks.reading_callback`) does in each hook: append ``[hook,
+    epoch, batch_idx or None, snapshot]`` to ``seen``."""
+    def read(hook: str, trainer: Any, *args: Any) -> None:
+        batch_idx = args[3] if hook.endswith("batch_end") else args[2] if hook.endswith("batch_start") else None
+        seen.append([hook, trainer.current_epoch, batch_idx, snapshot(trainer)])
+    return read
 
 
 def logger_rows(log_dir: str) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.frameworks import pick
+
 #: the Trainer options of each scenario, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
     "clip_norm_accumulate_2": {"gradient_clip_val": 0.5, "accumulate_grad_batches": 2},
@@ -26,17 +28,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     """Fit under ``scenario`` with ``framework`` (``"accelkit"`` or ``"lightning"``); returns the parameters (as
     float64 numbers), their dtype, the dtype of a tensor made inside ``training_step`` and the steps taken."""
-    if framework == "lightning":
-        import lightning.pytorch as pl
-
-        module_base, trainer_class = pl.LightningModule, pl.Trainer
-    else:
-        import accelkit
-
-        module_base, trainer_class = accelkit.Module, accelkit.Trainer
+    chosen = pick(framework)
     made: list[str] = []
 
-    class Small(module_base):  # type: ignore[misc, valid-type]
+    class Small(chosen.Module):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.2), nn.Linear(8, 1))
@@ -54,9 +49,9 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     generator = torch.Generator().manual_seed(1)
     x, y = torch.randn(30, 4, generator=generator), torch.randn(30, 1, generator=generator)
     loader = DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(2))
-    trainer = trainer_class(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                            enable_model_summary=False, enable_checkpointing=False, max_epochs=3,
-                            default_root_dir=root, **SCENARIOS[scenario])
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, enable_checkpointing=False, max_epochs=3,
+                             default_root_dir=root, **SCENARIOS[scenario])
     trainer.fit(module, loader)
     parameters = torch.cat([p.detach().double().flatten() for p in module.parameters()])
     return {"parameters": parameters.tolist(), "dtype": str(next(module.parameters()).dtype),

@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.frameworks import pick
+
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
     "val_half_epoch": {"val_check_interval": 0.5, "max_epochs": 2},
@@ -73,21 +75,12 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     options = dict(SCENARIOS[scenario])
     extras = {key: options.pop(key, None) for key in ("scheduler", "checkpoint", "early_stopping",
                                                       "batch_start_stop", "train_batches", "val_batches")}
-    if framework == "lightning":
-        import lightning.pytorch as pl
-        from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
-
-        module_base, trainer_class = pl.LightningModule, pl.Trainer
-    else:
-        import accelkit
-        from accelkit.callbacks import EarlyStopping, ModelCheckpoint  # type: ignore[assignment]
-
-        module_base, trainer_class = accelkit.Module, accelkit.Trainer
+    chosen = pick(framework)
     events: list[list[Any]] = []
     train_batches, val_batches = extras["train_batches"] or 6, extras["val_batches"] or 2
     val_losses = [0.5, 0.4, 0.45, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4]  # improves twice, then worsens
 
-    class Scheduled(module_base):  # type: ignore[misc, valid-type]
+    class Scheduled(chosen.Module):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.layer = nn.Linear(2, 1)
@@ -156,13 +149,13 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     callbacks: list[Any] = []
     checkpoint_dir = os.path.join(root, "checkpoints")
     if extras["checkpoint"] is not None:
-        callbacks.append(ModelCheckpoint(dirpath=checkpoint_dir, **extras["checkpoint"]))
+        callbacks.append(chosen.callbacks.ModelCheckpoint(dirpath=checkpoint_dir, **extras["checkpoint"]))
     if extras["early_stopping"] is not None:
-        callbacks.append(EarlyStopping(**{"monitor": "val_loss", **extras["early_stopping"]}))
+        callbacks.append(chosen.callbacks.EarlyStopping(**{"monitor": "val_loss", **extras["early_stopping"]}))
     options.setdefault("num_sanity_val_steps", 0)
-    trainer = trainer_class(accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
-                            enable_progress_bar=False, enable_model_summary=False,
-                            enable_checkpointing=extras["checkpoint"] is not None, default_root_dir=root, **options)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
+                             enable_progress_bar=False, enable_model_summary=False,
+                             enable_checkpointing=extras["checkpoint"] is not None, default_root_dir=root, **options)
     trainer.fit(Scheduled())
     files = sorted(os.listdir(checkpoint_dir)) if os.path.isdir(checkpoint_dir) else []
     return {"events": events, "checkpoints": files,

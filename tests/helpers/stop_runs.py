@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from helpers.frameworks import pick
+
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
     "callback_mid_epoch": {"stop_after": 2, "where": "callback"},
@@ -31,17 +33,10 @@ def record(framework: str, root: str, scenario: str) -> list[list[Any]]:
     order, as ``["train" | "val", epoch, batch_idx, global_step]``, and last ``["end", epoch, global_step]``."""
     options = dict(SCENARIOS[scenario])
     stop_after, where = options.pop("stop_after"), options.pop("where")
-    if framework == "lightning":
-        import lightning.pytorch as pl
-
-        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
-    else:
-        import accelkit
-
-        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    chosen = pick(framework)
     seen: list[list[Any]] = []
 
-    class Tiny(module_base):  # type: ignore[misc, valid-type]
+    class Tiny(chosen.Module):  # type: ignore[misc, name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.layer = nn.Linear(2, 1)
@@ -58,7 +53,7 @@ def record(framework: str, root: str, scenario: str) -> list[list[Any]]:
         def configure_optimizers(self) -> Any:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    class Stop(callback_base):  # type: ignore[misc, valid-type]
+    class Stop(chosen.Callback):  # type: ignore[misc, name-defined]
         def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
             if where == "callback" and trainer.current_epoch == 0 and batch_idx == stop_after:
                 trainer.should_stop = True
@@ -66,8 +61,8 @@ def record(framework: str, root: str, scenario: str) -> list[list[Any]]:
     def loader(n: int) -> DataLoader:
         return DataLoader(TensorDataset(torch.randn(n, 2)), batch_size=1)
 
-    trainer = trainer_class(accelerator="cpu", devices=1, max_epochs=3, logger=False, callbacks=[Stop()],
-                            enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
-                            num_sanity_val_steps=0, default_root_dir=root, **options)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=3, logger=False, callbacks=[Stop()],
+                             enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False,
+                             num_sanity_val_steps=0, default_root_dir=root, **options)
     trainer.fit(Tiny(), loader(6), loader(2))
     return [*seen, ["end", trainer.current_epoch, trainer.global_step]]

@@ -20,9 +20,10 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
+
+from helpers.frameworks import linear_module, pick, reading_callback, regression_data
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "plain": {"max_epochs": 2},
@@ -66,24 +67,10 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     train_batches, val_batches = options.pop("train_batches", 6), options.pop("val_batches", 4)
     val_loaders = options.pop("val_loaders", 1)
     timer, stop_after = options.pop("timer", None), options.pop("stop_after_epochs", None)
-    if framework == "lightning":
-        import lightning.pytorch as pl
-        from lightning.pytorch.callbacks import Timer
-
-        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
-    else:
-        import accelkit
-        from accelkit.callbacks import Timer
-
-        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    chosen = pick(framework)
     seen: list[Any] = []
 
-    class Net(module_base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.layer = nn.Linear(4, 1)
-
+    class Net(linear_module(chosen.Module, lr=0.05)):  # type: ignore[misc]
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             loss = F.mse_loss(self.layer(batch[0]), batch[1])
             self.log("train_loss", loss, on_step=True, on_epoch=True, prog_bar=True)
@@ -98,9 +85,6 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         def predict_step(self, batch: Any, batch_idx: int) -> Any:
             return self.layer(batch[0])
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.05)
-
     def counts(trainer: Any, hook: str) -> list[Any]:
         fitting = trainer.state.fn == "fit"
         stepping = plain(trainer.estimated_stepping_batches) if fitting else None
@@ -111,33 +95,24 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
                 trainer.limit_test_batches, trainer.limit_predict_batches, trainer.min_epochs, trainer.min_steps,
                 plain(trainer.num_sanity_val_steps)]
 
-    class Reader(callback_base):  # type: ignore[misc, valid-type]
-        pass
+    Reader = reading_callback(chosen.Callback, HOOKS, lambda hook, trainer, *args: seen.append(counts(trainer, hook)))
 
-    def reader(hook: str) -> Any:
-        def read(self: Any, trainer: Any, *args: Any) -> None:
-            seen.append(counts(trainer, hook))
-        return read
-
-    for hook in HOOKS:
-        setattr(Reader, hook, reader(hook))
-
-    class Stopper(callback_base):  # type: ignore[misc, valid-type]
+    class Stopper(chosen.Callback):  # type: ignore[misc, name-defined]
         def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
             if trainer.current_epoch + 1 >= stop_after:
                 trainer.should_stop = True
 
-    callbacks = [Reader()] + ([Stopper()] if stop_after else []) + ([Timer(duration=timer)] if timer else [])
+    timers = [chosen.callbacks.Timer(duration=timer)] if timer else []
+    callbacks = [Reader()] + ([Stopper()] if stop_after else []) + timers
     generator = torch.Generator().manual_seed(0)
 
     def data(batches: int) -> DataLoader:
-        return DataLoader(TensorDataset(torch.randn(2 * batches, 4, generator=generator),
-                                        torch.randn(2 * batches, 1, generator=generator)), batch_size=2)
+        return DataLoader(regression_data(2 * batches, generator), batch_size=2)
 
     options.setdefault("num_sanity_val_steps", 0)
-    trainer = trainer_class(accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
-                            enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
-                            default_root_dir=root, **options)
+    trainer = chosen.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
+                             enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
+                             default_root_dir=root, **options)
     module = Net()
     seen.append(counts(trainer, "made"))
     vals = [data(val_batches) for _ in range(val_loaders)]

@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from helpers.frameworks import linear_module, pick, reading_callback
 
 SCENARIOS = ("all_stages", "raises", "ddp_fork_caller")
 
@@ -47,19 +48,10 @@ def state(trainer: Any) -> list[Any]:
 
 def record(framework: str, root: str, scenario: str) -> list[Any]:
     """Run ``scenario`` with ``framework`` (``"accelkit"`` or ``"lightning"``); returns ``[where, ...]`` rows."""
-    if framework == "lightning":
-        import lightning.pytorch as pl
-
-        module_base, callback_base, trainer_class = pl.LightningModule, pl.Callback, pl.Trainer
-        from lightning.pytorch.profilers import Profiler
-    else:
-        import accelkit
-        from accelkit.profilers import Profiler
-
-        module_base, callback_base, trainer_class = accelkit.Module, accelkit.Callback, accelkit.Trainer
+    chosen = pick(framework)
     seen: list[Any] = []
 
-    class StageProfiler(Profiler):  # type: ignore[misc, valid-type]
+    class StageProfiler(chosen.profilers.Profiler):  # type: ignore[misc, name-defined]
         """Records the stage the Trainer gives the profiler's ``setup`` and (through ``describe``) ``teardown``."""
 
         def start(self, action_name: str) -> None:
@@ -79,12 +71,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
             super().teardown(stage)
             seen.append(["profiler teardown", describe(stage), None])
 
-    class Net(module_base):  # type: ignore[misc, valid-type]
-        def __init__(self) -> None:
-            super().__init__()
-            torch.manual_seed(0)
-            self.layer = nn.Linear(4, 1)
-
+    class Net(linear_module(chosen.Module, lr=0.05)):  # type: ignore[misc]
         def setup(self, stage: Any) -> None:
             seen.append(["module setup", describe(stage), state(self.trainer)])
 
@@ -105,32 +92,25 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
             return self.layer(batch[0])
 
-        def configure_optimizers(self) -> Any:
-            return torch.optim.SGD(self.parameters(), lr=0.05)
+    def read(hook: str, trainer: Any, *args: Any) -> None:
+        seen.append([hook, None, state(trainer)])
 
-    class Reader(callback_base):  # type: ignore[misc, valid-type]
+    class Reader(reading_callback(chosen.Callback, HOOKS, read)):  # type: ignore[misc]
         def setup(self, trainer: Any, pl_module: Any, stage: Any) -> None:
             seen.append(["callback setup", describe(stage), state(trainer)])
 
         def teardown(self, trainer: Any, pl_module: Any, stage: Any) -> None:
             seen.append(["callback teardown", describe(stage), state(trainer)])
 
-    def reader(hook: str) -> Any:
-        def read(self: Any, trainer: Any, *args: Any) -> None:
-            seen.append([hook, None, state(trainer)])
-        return read
-
-    for hook in HOOKS:
-        setattr(Reader, hook, reader(hook))
     for cls in (Net, Reader):  # by name, for the forked workers (they have the classes: forked from here)
         cls.__qualname__ = cls.__name__ = f"{cls.__name__}_{framework}"
         globals()[cls.__name__] = cls
     data = DataLoader(TensorDataset(torch.randn(4, 4)), batch_size=2)
     spread = ({"devices": 2, "strategy": "ddp_fork"} if scenario == "ddp_fork_caller"
               else {"devices": 1, "profiler": StageProfiler()})
-    trainer = trainer_class(accelerator="cpu", max_epochs=1, logger=False, callbacks=[Reader()],
-                            num_sanity_val_steps=1, enable_model_summary=False, enable_progress_bar=False,
-                            enable_checkpointing=False, default_root_dir=root, **spread)
+    trainer = chosen.Trainer(accelerator="cpu", max_epochs=1, logger=False, callbacks=[Reader()],
+                             num_sanity_val_steps=1, enable_model_summary=False, enable_progress_bar=False,
+                             enable_checkpointing=False, default_root_dir=root, **spread)
     seen.append(["made", None, state(trainer)])
     module = Net()
     if scenario == "raises":
