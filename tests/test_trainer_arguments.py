@@ -390,6 +390,29 @@ def test_a_requested_stop_validates_first_and_waits_for_the_minimums_as_in_light
     assert record("accelkit", str(tmp_path), scenario) == lightning_stop_runs[scenario]
 
 
+@pytest.fixture(scope="module")
+def lightning_epoch_limit_warnings(tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """What Lightning's Trainer warns about the epoch limit in every scenario of ``helpers.epoch_limit_warnings``."""
+    return lightning_records(tmp_path_factory.mktemp("lightning_epoch_limits"), "epoch_limit_warnings")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["nothing_bounds", "max_epochs_given", "max_epochs_unlimited", "max_steps",
+                                      "max_time", "timer_callback", "fast_dev_run"])
+def test_a_fit_bounded_by_nothing_warns_of_its_1000_epochs_as_in_lightning(tmp_path, lightning_epoch_limit_warnings,
+                                                                           scenario):
+    """With no ``max_epochs`` and neither ``max_steps``, ``max_time`` nor a ``Timer`` callback, a fit stops after
+    1000 epochs and says so in a ``UserWarning`` that names ``max_epochs=-1``, as Lightning's (a
+    ``PossibleUserWarning``); bounded any other way, it does not warn. Before, accelkit set the 1000 silently. The
+    warning is located at the ``fit`` call (Lightning's, in its own ``loops/utilities.py``)."""
+    from helpers.epoch_limit_warnings import record
+
+    ours, theirs = record("accelkit", str(tmp_path), scenario), lightning_epoch_limit_warnings[scenario]
+    assert [w[:3] for w in ours["warnings"]] == [w[:3] for w in theirs["warnings"]]
+    assert {**ours, "warnings": None} == {**theirs, "warnings": None}
+    assert all(where == "epoch_limit_warnings.py" for *_, where in ours["warnings"])
+
+
 def test_max_time_stops_early(tmp_path):
     model = Recorder(sleep=0.05)
     trainer = quiet_trainer(tmp_path, max_epochs=1000, max_time="00:00:00:01", num_sanity_val_steps=0, **QUIET)

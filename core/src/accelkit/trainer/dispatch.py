@@ -14,6 +14,7 @@ from accelkit.loops.state import TrainerFn, TrainerStatus
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
 from accelkit.utilities.model_helpers import is_overridden
+from accelkit.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from accelkit.module.module import Module
@@ -84,11 +85,18 @@ def _requested_ckpt(trainer: Trainer, ckpt_path: Any, stage: str) -> Any:
 
 def _default_max_epochs(trainer: Trainer) -> int:
     """``max_epochs`` for a fit that was not given one, by Lightning's rule: 1000 unless ``max_steps``, ``max_time``
-    or a :class:`~accelkit.callbacks.Timer` callback bounds the fit, then ``-1`` (no epoch limit)."""
+    or a :class:`~accelkit.callbacks.Timer` callback bounds the fit, then ``-1`` (no epoch limit). The 1000 comes
+    with a warning on rank 0 (Lightning's ``PossibleUserWarning``, a ``UserWarning``), located at the ``fit`` call."""
     from accelkit.callbacks.timer import Timer
 
     bounded = trainer.max_steps != -1 or trainer.max_time is not None
-    return -1 if bounded or any(isinstance(callback, Timer) for callback in trainer.callbacks) else 1000
+    if bounded or any(isinstance(callback, Timer) for callback in trainer.callbacks):
+        return -1
+    # frames from the warning up: _warn, rank_zero_warn, rank_zero_only's wrapper, here, launch, Trainer.fit, user
+    rank_zero_warn("Trainer(max_epochs=None) and nothing else bounds this fit (no max_steps, max_time or Timer "
+                   "callback): it stops after 1000 epochs. Give max_epochs=-1 to train without an epoch limit, "
+                   "or a max_epochs, max_steps or max_time of your own.", category=UserWarning, stacklevel=7)
+    return 1000
 
 
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
