@@ -706,7 +706,9 @@ def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning
     ``num_training_batches`` was ``None`` before the training loader was loaded and outside ``fit`` (Lightning's:
     ``inf``, then the latest fit's count), ``num_val_batches`` was ``[]`` in ``test``/``predict`` (Lightning's: the
     fit's), ``num_sanity_val_steps=-1`` read ``-1`` (Lightning's: ``inf``), and a fit bounded by a Timer or
-    ``max_time`` got ``max_epochs=1000`` (Lightning's: ``-1``)."""
+    ``max_time`` got ``max_epochs=1000`` (Lightning's: ``-1``). Before, with loaders without a length (``no_length``),
+    the batch counts read ``None`` where Lightning's read ``inf``, and ``estimated_stepping_batches`` ``inf`` where
+    Lightning's reads ``max_steps``."""
     from helpers.trainer_counts import SCENARIOS, record
 
     ours = {scenario: record("accelkit", str(tmp_path / scenario), scenario) for scenario in SCENARIOS}

@@ -4,7 +4,8 @@ them).
 
 A scenario is a dict of Trainer options plus ``"train_batches"``/``"val_batches"`` (the loaders' lengths, default 6
 and 4), ``"val_loaders"`` (default 1), ``"timer"`` (a ``Timer`` callback of that duration) and
-``"stop_after_epochs"`` (a callback sets ``should_stop`` at the end of that epoch). The Module logs ``train_loss`` per
+``"stop_after_epochs"`` (a callback sets ``should_stop`` at the end of that epoch) and ``"no_length"`` (every loader
+over an ``IterableDataset``, without a length). The Module logs ``train_loss`` per
 step and per epoch and ``val_loss`` per epoch; after the fit, ``trainer.validate``, ``trainer.test`` and
 ``trainer.predict`` run with the same Trainer. Each read (from every hook, once the Trainer is made and after each
 call) is ``[hook, current_epoch, global_step, num_training_batches, num_val_batches, num_sanity_val_batches and
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 from torch.nn import functional as F
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from helpers.frameworks import linear_module, pick, reading_callback, regression_data
 
@@ -45,6 +46,10 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "no_epoch_limit": {"stop_after_epochs": 2},
     "timer_without_max_epochs": {"timer": "00:01:00:00", "stop_after_epochs": 2},
     "max_time_without_max_epochs": {"max_time": "00:01:00:00", "stop_after_epochs": 2},
+    # loaders without a length (an IterableDataset): their counts read inf; with int limits, the limits
+    "no_length": {"max_epochs": 2, "no_length": True, "num_sanity_val_steps": -1},
+    "no_length_limits": {"max_epochs": 1, "no_length": True, "limit_train_batches": 3, "limit_val_batches": 2,
+                         "num_sanity_val_steps": 1},
 }
 
 HOOKS = ("on_fit_start", "on_sanity_check_start", "on_train_start", "on_train_epoch_start", "on_train_batch_start",
@@ -67,6 +72,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     train_batches, val_batches = options.pop("train_batches", 6), options.pop("val_batches", 4)
     val_loaders = options.pop("val_loaders", 1)
     timer, stop_after = options.pop("timer", None), options.pop("stop_after_epochs", None)
+    no_length = options.pop("no_length", False)
     chosen = pick(framework)
     seen: list[Any] = []
 
@@ -107,7 +113,8 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     generator = torch.Generator().manual_seed(0)
 
     def data(batches: int) -> DataLoader:
-        return DataLoader(regression_data(2 * batches, generator), batch_size=2)
+        pairs = regression_data(2 * batches, generator)
+        return DataLoader(Unsized(pairs) if no_length else pairs, batch_size=2)
 
     options.setdefault("num_sanity_val_steps", 0)
     trainer = chosen.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
@@ -125,6 +132,16 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     trainer.predict(module, data(val_batches))
     seen.append(counts(trainer, "after predict"))
     return seen
+
+
+class Unsized(IterableDataset):
+    """A dataset's samples in order, without a ``__len__``: its loader's batch count is unknown."""
+
+    def __init__(self, samples: Any) -> None:
+        self.samples = samples
+
+    def __iter__(self) -> Any:
+        return (self.samples[i] for i in range(len(self.samples)))
 
 
 def metrics(trainer: Any) -> dict[str, Any]:

@@ -226,7 +226,7 @@ class FitLoop:
             if interval >= 1.0:
                 due = is_last
             else:
-                total = trainer.num_training_batches
+                total = trainer.run_state.progress.num_training_batches  # None: no length
                 stride = max(1, int(total * interval)) if total else None
                 if stride is None:
                     raise ValueError(f"val_check_interval={interval} is a fraction but the training loader has no "

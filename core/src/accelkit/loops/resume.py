@@ -336,7 +336,7 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
             rank_zero_warn(f"the training loader {type(loader).__name__} is stateful now but was not when the "
                           "checkpoint was written: it starts the epoch from its first batch.", category=UserWarning,
                           stacklevel=5)
-        if trainer.num_training_batches is None:
+        if trainer.run_state.progress.num_training_batches is None:
             rank_zero_warn(f"the stateful training loader {type(loader).__name__} has no length, so the loop read one "
                           "batch ahead of its step when the checkpoint was written: the resumed epoch leaves that "
                           "batch out. Give the loader a __len__ for an exact resume.", category=UserWarning,
@@ -575,7 +575,7 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
             f"with epoch {pos.epoch + 1}" if skip >= share else
             f"each process skips the first {skip} sample(s) of its share of {share} and trains the other "
             f"{share - skip}")
-    limit = trainer.num_training_batches
+    limit = trainer.run_state.progress.num_training_batches
     start = max(0, limit - len(source)) if limit is not None else 0
     rank_zero_warn(f"{head} {text}. The random states differ from an uninterrupted run's.", category=UserWarning,
                    stacklevel=6)

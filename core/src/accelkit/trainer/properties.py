@@ -319,44 +319,45 @@ class TrainerProperties:
         return self.run_state.progress.is_last_batch
 
     @property
-    def num_training_batches(self) -> int | float | None:
+    def num_training_batches(self) -> int | float:
         """Batches per training epoch, as Lightning's: in a fit once its training loader is loaded, that loader's
-        count (``None``: it has no length); before that and outside a fit, the latest fit's count (``inf`` before any
+        count (``inf``: it has no length); before that and outside a fit, the latest fit's count (``inf`` before any
         fit)."""
         progress = self.run_state.progress
         loop = self.run_state.fit_loop
         if self.state.fn == "fit" and (progress.num_training_batches is not None or hasattr(loop, "train_loader")):
-            return progress.num_training_batches
-        return progress.last_fit_batches[0]
+            return _known(progress.num_training_batches)
+        return _known(progress.last_fit_batches[0])
 
     @property
-    def num_val_batches(self) -> list[int | None]:
-        """Validation batches per loader, in ``fit`` and ``validate``; in ``test``/``predict`` the latest fit's
-        (``[]`` before any fit), as Lightning's."""
+    def num_val_batches(self) -> list[int | float]:
+        """Validation batches per loader (``inf`` for one without a length), in ``fit`` and ``validate``; in
+        ``test``/``predict`` the latest fit's (``[]`` before any fit), as Lightning's."""
         progress = self.run_state.progress
-        return progress.num_val_batches if self.state.fn in ("fit", "validate") else list(progress.last_fit_batches[1])
+        counts = progress.num_val_batches if self.state.fn in ("fit", "validate") else progress.last_fit_batches[1]
+        return [_known(count) for count in counts]
 
     @property
-    def num_sanity_val_batches(self) -> list[int | float | None]:
+    def num_sanity_val_batches(self) -> list[int | float]:
         """Sanity-check batches per validation loader, as Lightning computes them: ``num_sanity_val_steps`` (all for
         ``-1``) capped by each loader's count in ``num_val_batches``, also outside the sanity check and without one
-        (``[0]`` with ``num_sanity_val_steps=0``); ``None`` for a loader without a length checked whole."""
+        (``[0]`` with ``num_sanity_val_steps=0``); ``inf`` for a loader without a length checked whole."""
         progress = self.run_state.progress
         if progress.num_sanity_val_batches:  # what the sanity check ran
-            return list(progress.num_sanity_val_batches)
+            return [_known(count) for count in progress.num_sanity_val_batches]
         steps = self.num_sanity_val_steps
-        return [count if steps < 0 else steps if count is None else min(steps, count)
+        return [_known(count) if steps < 0 else steps if count is None else min(steps, count)
                 for count in progress.num_val_batches]
 
     @property
-    def num_test_batches(self) -> list[int | None]:
-        """Test batches per loader."""
-        return self.run_state.progress.num_test_batches
+    def num_test_batches(self) -> list[int | float]:
+        """Test batches per loader (``inf`` for one without a length)."""
+        return [_known(count) for count in self.run_state.progress.num_test_batches]
 
     @property
-    def num_predict_batches(self) -> list[int | None]:
-        """Prediction batches per loader."""
-        return self.run_state.progress.num_predict_batches
+    def num_predict_batches(self) -> list[int | float]:
+        """Prediction batches per loader (``inf`` for one without a length)."""
+        return [_known(count) for count in self.run_state.progress.num_predict_batches]
 
     @property
     def callback_metrics(self) -> dict[str, Any]:
@@ -488,7 +489,8 @@ class TrainerProperties:
     @property
     def estimated_stepping_batches(self) -> int | float:
         """Optimizer steps the fit will take: ``max_steps`` if set, else batches per epoch / accumulation x
-        ``max_epochs`` (``inf`` without a bound). Usable in ``configure_optimizers`` (OneCycleLR)."""
+        ``max_epochs`` (``inf`` without a bound). Usable in ``configure_optimizers`` (OneCycleLR). With a training
+        loader without a length and an epoch limit, ``max_steps`` (``-1`` when not set), as Lightning's."""
         if self.max_epochs in (None, -1):
             return self.max_steps if self.max_steps != -1 else float("inf")
         batches = self.run_state.progress.num_training_batches  # this fit's (None: not loaded yet or no length)
@@ -496,10 +498,16 @@ class TrainerProperties:
             loaders = self.run_state.data.loaders("train")
             batches = self.run_state.data.num_batches(loaders[0], "train") if loaders else 0
             self.run_state.progress.num_training_batches = batches
-        if batches is None:
-            return float("inf")
+        if batches is None:  # as Lightning's: an unknown count per epoch bounds nothing but max_steps
+            return self.max_steps
         total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs
         return total if self.max_steps == -1 else min(total, self.max_steps)
+
+
+def _known(count: int | float | None) -> int | float:
+    """A batch count as the Trainer's public reads give it, Lightning's way: ``inf`` for a loader without a length
+    (the loops' own record, :class:`~accelkit.loops.state.Progress`, keeps ``None`` for it)."""
+    return math.inf if count is None else count
 
 
 def _limit(given: int | float | None) -> int | float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -70,8 +71,7 @@ class ProgressBar(Callback):
     @property
     def total_train_batches(self) -> int | None:
         """Training batches per epoch (``None``: the loader has no length, or no fit has loaded one yet)."""
-        count = self.trainer.num_training_batches
-        return None if count is None or count == float("inf") else int(count)
+        return _bar_total(self.trainer.num_training_batches)
 
     @property
     def total_val_batches_current_dataloader(self) -> int | None:
@@ -215,11 +215,17 @@ def _count(counts: Any, index: int | None) -> int | None:
     if isinstance(counts, (list, tuple)):
         if not counts:
             return 0
-        return counts[index or 0] if (index or 0) < len(counts) else None
-    return counts
+        return _bar_total(counts[index or 0]) if (index or 0) < len(counts) else None
+    return _bar_total(counts)
 
 
 def _total(counts: Any) -> int | None:
     if isinstance(counts, (list, tuple)):
-        return None if any(n is None for n in counts) else sum(counts)
-    return counts
+        return _bar_total(sum(counts)) if all(_bar_total(n) is not None for n in counts) else None
+    return _bar_total(counts)
+
+
+def _bar_total(count: Any) -> int | None:
+    """A bar's total for a Trainer's batch count: ``None`` (an open-ended bar) for ``inf``, a loader without a
+    length."""
+    return None if count is None or count == math.inf else int(count)
