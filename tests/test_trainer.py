@@ -713,3 +713,31 @@ def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning
 
     ours = {scenario: record("accelkit", str(tmp_path / scenario), scenario) for scenario in SCENARIOS}
     assert ours == lightning_counts
+
+
+@pytest.fixture(scope="module")
+def lightning_spawn_caller_reads(tmp_path_factory) -> dict[str, list[Any]]:
+    """What ``helpers.spawn_caller_reads`` recorded under Lightning's Trainer, for every scenario."""
+    from helpers.fixtures import lightning_records
+
+    return lightning_records(tmp_path_factory.mktemp("lightning_spawn_caller"), "spawn_caller_reads")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["fit_then_validate", "validate_then_fit"])
+def test_the_callers_trainer_after_a_spawned_run_reads_as_in_lightning(tmp_path, lightning_spawn_caller_reads,
+                                                                      scenario):
+    """After a ``ddp_spawn`` fit or validate the caller's Trainer, which loaded no loader, reads Lightning's caller's
+    batch counts (``inf``, ``[]``; before, ``num_training_batches`` read ``None``) and state. It differs on purpose
+    (``tests/data/migration_rows.toml``): it holds rank 0's ``current_epoch`` and ``global_step`` and the last run's
+    three metric dicts, as after a run in one process, where Lightning's caller reads ``0``, empty dicts and
+    ``callback_metrics`` merged into the previous run's."""
+    from helpers.spawn_caller_reads import record
+
+    ours, theirs = record("accelkit", str(tmp_path), scenario), lightning_spawn_caller_reads[scenario]
+    assert [row[:3] + row[5:7] for row in ours] == [row[:3] + row[5:7] for row in theirs]
+    counters = {row[0]: row[3:5] for row in ours}
+    assert counters["after fit"] == [2, 4]  # 2 epochs of 2 batches per rank
+    names = {row[0]: row[7] for row in ours}
+    assert names["after fit"] == [["train_loss", "val_loss"]] * 3
+    assert names["after validate"] == [["val_loss"]] * 3
