@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.frameworks import linear_module, pick, regression_data
+from helpers.frameworks import linear_module, pick, random_pairs
 
 #: the validation loss of each epoch: best at 1, stopped at 3 (patience 2); resumed after 3, best at 4, stopped at 6
 VAL_LOSSES = (1.0, 0.5, 0.6, 0.7, 0.4, 0.45, 0.46, 0.47, 0.48, 0.49)
@@ -75,7 +75,7 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     stopper = chosen.callbacks.EarlyStopping(monitor="val_loss", patience=2)
     checkpoints = chosen.callbacks.ModelCheckpoint(dirpath=os.path.join(root, "checkpoints"), save_top_k=-1)
     generator = torch.Generator().manual_seed(0)
-    data = regression_data(8, generator)
+    data = random_pairs(8, generator)
     trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=len(VAL_LOSSES), logger=False,
                              callbacks=[Reader(), stopper, checkpoints], num_sanity_val_steps=0,
                              enable_model_summary=False, enable_progress_bar=False, default_root_dir=root)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from helpers.frameworks import linear_module, pick, regression_data
+from helpers.frameworks import linear_module, pick, random_pairs
 
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -45,7 +45,7 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     trainer = chosen.Trainer(accelerator="cpu", devices=1, logger=False, callbacks=callbacks,
                              enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
                              num_sanity_val_steps=0, default_root_dir=root, **options)
-    data = DataLoader(regression_data(4, torch.Generator().manual_seed(0)), batch_size=2)
+    data = DataLoader(random_pairs(4, torch.Generator().manual_seed(0)), batch_size=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(linear_module(chosen.Module, lr=0.05)(), data)

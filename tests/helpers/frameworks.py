@@ -1,7 +1,7 @@
 """What a side-by-side helper (``record(framework, root, scenario)``, run once under accelkit's Trainer and once
 under Lightning's by ``fixtures.lightning_records``) builds its runs from, in one place: the framework's classes
 and modules (:func:`pick`), the one-linear-layer Module several helpers train (:func:`linear_module`), its data
-(:func:`regression_data`) and a Callback that reads the Trainer from a list of hooks (:func:`reading_callback`).
+(:func:`random_pairs`) and a Callback that reads the Trainer from a list of hooks (:func:`reading_callback`).
 
 It imports neither framework until :func:`pick` is called, and no pytest: a worker of a spawned fit re-imports the
 helper that named its classes, and this module with it.
@@ -71,9 +71,11 @@ def linear_module(base: type, lr: float) -> type:
     return LinearNet
 
 
-def regression_data(n: int, generator: torch.Generator) -> TensorDataset:
-    """``n`` pairs of a 4-feature input and a 1-value target for :func:`linear_module`, drawn from ``generator``
-    (the inputs first)."""
+def random_pairs(n: int, generator: torch.Generator) -> TensorDataset:
+    """``n`` pairs of a 4-feature input and a random 1-value target for :func:`linear_module`, drawn from
+    ``generator`` (the inputs first), so that sets drawn one after the other from one generator differ. Not
+    ``helpers.models.regression_data`` (a fitted line, seeded anew per call): that module imports accelkit, and
+    a Lightning run should import Lightning alone."""
     return TensorDataset(torch.randn(n, 4, generator=generator), torch.randn(n, 1, generator=generator))
 
 

@@ -9,7 +9,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from helpers.frameworks import linear_module, pick, regression_data
+from helpers.frameworks import linear_module, pick, random_pairs
 
 #: what reads a tensor's value to the host
 READS = (torch.Tensor.__float__, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy)
@@ -47,7 +47,7 @@ def host_reads_during_steps(framework: str, root: Any, logger: bool = False) -> 
 
     log = chosen.loggers.CSVLogger(root) if logger else False
     generator = torch.Generator().manual_seed(0)
-    data = regression_data(20, generator)
+    data = random_pairs(20, generator)
     trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=1, log_every_n_steps=1, logger=log,
                              callbacks=[Window()], enable_model_summary=False, num_sanity_val_steps=0,
                              enable_progress_bar=False, enable_checkpointing=False, default_root_dir=root)

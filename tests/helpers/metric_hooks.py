@@ -21,7 +21,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from helpers.frameworks import linear_module, pick, reading_callback, regression_data
+from helpers.frameworks import linear_module, pick, random_pairs, reading_callback
 from helpers.metric_reads import HOOKS, logger_rows, reading, snapshot
 
 #: the scenarios the tests compare, by name: the two hooks logging each name (``callback.``: a Callback's hook,
@@ -100,7 +100,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         else:
             setattr(Logs, hook, hook_logging(hook))
     generator = torch.Generator().manual_seed(0)
-    train, val = regression_data(12, generator), regression_data(8, generator)
+    train, val = random_pairs(12, generator), random_pairs(8, generator)
     trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=2, log_every_n_steps=1,
                              logger=chosen.loggers.CSVLogger(root), callbacks=callbacks, num_sanity_val_steps=0,
                              enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,

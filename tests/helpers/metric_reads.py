@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from helpers.frameworks import linear_module, pick, reading_callback, regression_data
+from helpers.frameworks import linear_module, pick, random_pairs, reading_callback
 
 #: the scenarios the tests compare, by name
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -115,10 +115,10 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
         _name(cls, f"{cls.__name__}_{framework}")
     devices = options.get("devices", 1)
     generator = torch.Generator().manual_seed(0)
-    train = regression_data(12, generator)
+    train = random_pairs(12, generator)
     if devices > 1:  # each rank's samples: the first rank's loss may not depend on how the data is sharded
         train = TensorDataset(train.tensors[0][:1].repeat(16, 1), train.tensors[1][:1].repeat(16, 1))
-    val = regression_data(8, generator)
+    val = random_pairs(8, generator)
     spread = {"strategy": "ddp_fork"} if devices > 1 else {}
     trainer = chosen.Trainer(accelerator="cpu", devices=devices, **spread, max_epochs=2,
                              log_every_n_steps=options["log_every_n_steps"],

@@ -20,7 +20,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from helpers.frameworks import linear_module, pick, regression_data
+from helpers.frameworks import linear_module, pick, random_pairs
 
 SCENARIOS = ("fit_then_validate", "validate_then_fit")
 
@@ -69,7 +69,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     generator = torch.Generator().manual_seed(0)
 
     def data(batches: int) -> DataLoader:  # each of the two ranks gets ``batches`` batches of 2
-        return DataLoader(regression_data(4 * batches, generator), batch_size=2)
+        return DataLoader(random_pairs(4 * batches, generator), batch_size=2)
 
     trainer = chosen.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
                              enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,

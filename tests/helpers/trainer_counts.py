@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, IterableDataset
 
-from helpers.frameworks import linear_module, pick, reading_callback, regression_data
+from helpers.frameworks import linear_module, pick, random_pairs, reading_callback
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "plain": {"max_epochs": 2},
@@ -113,7 +113,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     generator = torch.Generator().manual_seed(0)
 
     def data(batches: int) -> DataLoader:
-        pairs = regression_data(2 * batches, generator)
+        pairs = random_pairs(2 * batches, generator)
         return DataLoader(Unsized(pairs) if no_length else pairs, batch_size=2)
 
     options.setdefault("num_sanity_val_steps", 0)
