@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -296,6 +297,47 @@ def test_lightning_module_paths_are_the_objects_at_accelkit_homes() -> None:
     assert importlib.import_module("accelkit.core.datamodule") is importlib.import_module("accelkit.module.datamodule")
     assert importlib.import_module("accelkit.plugins.environments.slurm") is \
         importlib.import_module("accelkit.environments.slurm")
+
+
+def test_what_lightning_raises_as_misconfiguration_is_what_the_guide_says(tmp_path) -> None:
+    """The row of ``lightning.pytorch.utilities.exceptions`` (``tests/data/module_rows.toml``) tells a user who
+    catches Lightning's ``MisconfigurationException`` what accelkit raises in its place; each kind it names, for a
+    mistake on which Lightning 2.6.6 raises ``MisconfigurationException``, is that type here, and all are caught by
+    the ``except`` the row gives."""
+    from accelkit.errors import ConfigurationError
+    from helpers.models import RegressionModule, quiet_trainer
+
+    class ReturnsText(RegressionModule):
+        def configure_optimizers(self) -> Any:
+            return "sgd"
+
+    class Manual(RegressionModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+    class HourlyScheduler(RegressionModule):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            return {"optimizer": optimizer,
+                    "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1), "interval": "hour"}}
+
+    mistakes = [
+        (ConfigurationError, lambda: quiet_trainer(tmp_path, limit_train_batches=1.5)),
+        (ConfigurationError, lambda: accelkit.callbacks.EarlyStopping(monitor="val_loss", mode="middle")),
+        (TypeError, lambda: quiet_trainer(tmp_path, max_epochs=1).fit(ReturnsText())),
+        (ValueError, lambda: quiet_trainer(tmp_path, max_epochs=1).fit(HourlyScheduler())),
+        (ValueError, lambda: quiet_trainer(tmp_path, max_epochs=1, accumulate_grad_batches=2).fit(Manual())),
+        (NotImplementedError, lambda: quiet_trainer(tmp_path).validate(accelkit.Module(), [torch.zeros(1)])),
+    ]
+    for expected, mistake in mistakes:
+        with pytest.raises(expected):
+            try:
+                mistake()
+            except (ValueError, TypeError, NotImplementedError):
+                raise
+            except Exception as other:  # not caught by the row's except: the test names it
+                raise AssertionError(f"{type(other).__name__}: {other}") from other
 
 
 # --------------------------------------------------------------------------------------------- the guide
