@@ -13,7 +13,6 @@ worker's unpickling (this module's ``__getattr__``).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
 from helpers.frameworks import linear_module, pick, random_pairs
+from helpers.trainer_counts import plain
 
 SCENARIOS = ("fit_then_validate", "validate_then_fit")
 
@@ -46,13 +46,6 @@ def __getattr__(name: str) -> type:
         Net.__module__ = __name__
         _made[name] = Net
     return _made[name]
-
-
-def plain(count: Any) -> Any:
-    """A batch count as JSON: ``inf`` as a string, a list as a list."""
-    if isinstance(count, (list, tuple)):
-        return [plain(c) for c in count]
-    return "inf" if isinstance(count, float) and math.isinf(count) else count
 
 
 def reads(trainer: Any, where: str) -> list[Any]:
