@@ -69,7 +69,7 @@ class Trainer(TrainerProperties):
         (``"ema"``, through ``accelkit_register_callbacks``).
     :param fast_dev_run: run 1 (``True``) or N batches of every loop once, without loggers or checkpoints.
     :param max_epochs: stop after this many epochs (``-1``: no limit). Not given, a fit sets it, as Lightning's: 1000
-        without ``max_steps``, ``max_time`` or a ``Timer`` callback, else ``-1`` (they decide).
+        without ``max_steps``, ``max_time`` or a ``Timer`` callback (with a warning), else ``-1`` (they decide).
     :param min_epochs: a stop requested earlier (early stopping) waits for this many epochs.
     :param max_steps: stop after this many optimizer steps (``-1``: no limit).
     :param min_steps: a stop requested earlier waits for this many steps (and, without ``min_epochs``, for the end
