@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -100,16 +100,20 @@ class _Entry:
     #: a repeat found under this entry (:attr:`MetricStore.repeats`) is stored by ``Module.log`` itself: a per-step
     #: value only, nothing to aggregate (a repeat from a helper of the hook is a :class:`_FromHelper`: never quick)
     quick: bool = False
+    step_key: str = field(default="", init=False)  # :meth:`key`'s names, worked out once
+    epoch_key: str = field(default="", init=False)
 
     def __post_init__(self) -> None:
         self.quick = self.on_step and not self.on_epoch
+        if self.on_step and self.on_epoch:
+            self.step_key, self.epoch_key = f"{self.name}_step{self.suffix}", f"{self.name}_epoch{self.suffix}"
+        else:
+            self.step_key = self.epoch_key = self.name + self.suffix
 
     def key(self, step: bool) -> str:
         """The name this value is shown by: ``<name>_step`` (``step``) or ``<name>_epoch`` when logged both per
         step and per epoch, then the loader's suffix (``loss_step/dataloader_idx_1``, Lightning's order)."""
-        if self.on_step and self.on_epoch:
-            return f"{self.name}_step{self.suffix}" if step else f"{self.name}_epoch{self.suffix}"
-        return self.name + self.suffix
+        return self.step_key if step else self.epoch_key
 
 
 class _FromHelper:
@@ -357,12 +361,14 @@ class MetricStore:
             if epoch:
                 if not entry.on_epoch or (value := self.epoch_value(entry)) is None:
                     continue
-                key = entry.key(step=False)
+                key = entry.epoch_key
             else:
                 if not entry.on_step or entry.step_value is None:
                     continue
-                value = _step_tensor(entry.step_value)
-                key = entry.key(step=True)
+                value = entry.step_value
+                if type(value) is not torch.Tensor:
+                    value = _step_tensor(value)
+                key = entry.step_key
             if kind == "callback_metrics":
                 found[entry.name + entry.suffix] = found[key] = value
             elif kind == "logged_metrics" and entry.logger:
