@@ -1128,3 +1128,67 @@ def test_a_helper_run_by_two_hooks_logs_a_value_per_hook_when_logged_again(tmp_p
     trainer.fit(module, loader(n=16, batch_size=4))
     assert module.seen == [(0.0, 0.0), (1.0, 1.0), (2.0, 2.0), (3.0, 3.0)]
     assert float(trainer.progress_bar_metrics["x"]) == 103.0 and float(trainer.callback_metrics["y"]) == 3.0
+
+
+class LogsFirstFromAnotherHookLater(accelkit.Module):
+    """Logs ``x`` from ``training_step`` every batch, and in the second epoch from ``on_train_batch_start`` first;
+    records the store's entries and the callback metrics at each epoch's last batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+        self.seen: list[tuple[list[str], float]] = []
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self.current_epoch == 1:
+            self.log("x", torch.tensor(-1.0))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.log("x", torch.tensor(float(batch_idx)))
+        return self.layer(batch[0]).pow(2).mean()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.trainer.is_last_batch:
+            self.seen.append((list(self.trainer.run_state.metrics.entries),
+                              float(self.trainer.callback_metrics["x"])))
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_a_repeat_of_the_epoch_before_is_decided_anew_where_another_hook_logs_the_name_first(tmp_path):
+    """An epoch's first ``self.log`` of a name that the same hook logged the epoch before takes that epoch's
+    decisions, unless another hook logged the name first this epoch: then, as in a first epoch, the name is that
+    hook's and the step's value is a value of its own (Lightning's one value per hook), which the dicts read last."""
+    module = LogsFirstFromAnotherHookLater()
+    quiet_trainer(tmp_path, max_epochs=3).fit(module, loader(n=16, batch_size=4))
+    assert module.seen == [(["x"], 3.0), (["x", "x (from training_step)"], 3.0), (["x"], 3.0)]
+
+
+def test_an_epochs_first_log_takes_the_decisions_of_the_epoch_before():
+    """The first ``self.log(name, tensor)`` of an epoch, by the hook that logged it with the same options the epoch
+    before, takes that epoch's decisions (counted in Python instructions: no clock): at most half of deciding
+    anew (what every epoch's first log cost before), with the same entry and values."""
+    from helpers.instructions import instructions
+
+    module = accelkit.Module()
+    module.trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                                      enable_checkpointing=False)
+    store = module.trainer.run_state.metrics
+    store.current_batch = torch.zeros(4, 2)
+
+    def log(name: str, value: Any, **options: Any) -> int:  # (self.log's instructions and the store's)
+        return instructions(lambda: module.log(name, value, **options), within="accelkit/")
+
+    store.reset(training=True)
+    decided = log("loss", torch.tensor(1.0), on_epoch=True)
+    log("loss", torch.tensor(2.0), on_epoch=True)
+    first = store.entries["loss"]
+    store.set_epoch_end(True)  # the epoch's end, then the next epoch
+    store.reset(training=True)
+    carried = log("loss", torch.tensor(3.0), on_epoch=True)
+    assert carried <= decided / 2, (carried, decided)
+    entry = store.entries["loss"]
+    assert entry is not first and (entry.on_step, entry.on_epoch, entry.caller) == (True, True, first.caller)
+    assert entry.step_value == 3.0 and float(entry.total) == 12.0 and entry.weight == 4.0
+    assert float(first.total) == 12.0  # the epoch before's entry is left as it was

@@ -127,6 +127,18 @@ class _FromHelper:
         self.entry = entry
 
 
+class _Carried:
+    """What :attr:`MetricStore.repeats` holds at an epoch's start for a repeat of the epoch before (a name logged by
+    its training hook itself, ``key``): the first log of it this epoch takes that ``entry``'s decisions (a fresh entry
+    with them, :meth:`MetricStore.log_again`) unless another hook logged the name first this epoch, instead of
+    deciding anew what the same call decided the epoch before."""
+
+    quick = False
+
+    def __init__(self, entry: _Entry, key: tuple[Any, ...]) -> None:
+        self.entry, self.key = entry, key
+
+
 #: the kinds of :meth:`MetricStore.current`, as the Trainer's dicts are named
 KINDS = ("callback_metrics", "logged_metrics", "progress_bar_metrics")
 
@@ -171,6 +183,8 @@ class MetricStore:
         #: :class:`_FromHelper` where that function is not the hook): a later log of that name from there with the
         #: same options and a value of that kind takes the decisions made then, in one lookup (:meth:`log_again`)
         self.repeats: dict[tuple[Any, ...], Any] = {}
+        #: the repeats of the last steps, for the next epoch's (:meth:`set_epoch_end`, :meth:`reset`)
+        self.carried: dict[tuple[Any, ...], _Carried] = {}
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -179,17 +193,23 @@ class MetricStore:
                 entry.metric.reset()
 
     def reset(self, training: bool) -> None:
-        """Start a new epoch of a loop (metric objects logged last epoch are reset)."""
+        """Start a new epoch of a loop (metric objects logged last epoch are reset). A training epoch after another
+        starts with the repeats of the one before's steps carried (:class:`_Carried`)."""
         self.reset_metric_objects()
+        carried = self.carried if training and self.training else {}
         self.entries = {}
-        self.repeats = {}
         self.training = training
         self.set_epoch_end(False)
+        self.repeats, self.carried = carried, {}
         self.phase = "steps"
 
     def set_epoch_end(self, epoch_end: bool) -> None:
         """Whether an ``on_*_epoch_end`` hook runs (logs there default to epoch values), with the defaults of
-        ``on_step``/``on_epoch`` worked out once here rather than at every log."""
+        ``on_step``/``on_epoch`` worked out once here rather than at every log. At the steps' end, the repeats of
+        names their hooks logged themselves are kept for the next epoch's steps (:meth:`reset`)."""
+        if epoch_end and not self.epoch_end:
+            self.carried = {key: again if type(again) is _Carried else _Carried(again, key)
+                            for key, again in self.repeats.items() if type(again) is not _FromHelper}
         self.epoch_end = epoch_end
         self.repeats = {}  # the defaults the remembered decisions were made with change
         self.default_on_step = self.training and not epoch_end
@@ -273,18 +293,24 @@ class MetricStore:
             except TypeError:  # an option that cannot be a key: this name's logs are decided in full
                 pass
 
-    def log_again(self, again: _Entry | _FromHelper, value: Any, batch_size: int | None) -> bool:
+    def log_again(self, again: _Entry | _FromHelper | _Carried, value: Any, batch_size: int | None) -> bool:
         """:meth:`log` of a value found in :attr:`repeats` (``again``: a floating-point scalar tensor or a Python
         float, the options it was remembered with), called by ``Module.log``: the entry's decisions stand, and only
         the value is stored (a tensor detached; a step value copied, as :meth:`log` does). ``False``, storing
         nothing, when a helper logged it (``again`` a :class:`_FromHelper`) and the hook running it is not the one
-        that logged it (a name logged from several hooks is a value per hook: :meth:`log` decides which)."""
-        if isinstance(again, _FromHelper):
+        that logged it (a name logged from several hooks is a value per hook: :meth:`log` decides which), or when
+        ``again`` is a repeat of the epoch before (a :class:`_Carried`) and another hook logged the name first."""
+        if isinstance(again, _Entry):
+            entry = again
+        elif isinstance(again, _FromHelper):
             entry = again.entry
             if not _logged_from(entry.code):
                 return False
         else:
-            entry = again
+            revived = self._carry(again)
+            if revived is None:
+                return False
+            entry = revived
         if type(value) is not float:
             value = value.detach()
             if entry.on_step:
@@ -293,6 +319,19 @@ class MetricStore:
         if entry.on_epoch:
             self._aggregate(entry, value, batch_size)
         return True
+
+    def _carry(self, carried: _Carried) -> _Entry | None:
+        """The first log this epoch of a repeat of the epoch before: a fresh entry with its decisions, where
+        :meth:`log` would make the same (the name not logged yet this epoch: its entry is keyed by the name), now
+        this epoch's repeat; ``None`` where another hook logged the name first (:meth:`log` decides)."""
+        old = carried.entry
+        if old.name in self.entries:
+            return None
+        entry = self.entries[old.name] = _Entry(old.on_step, old.on_epoch, old.prog_bar, old.logger, old.reduce_fx,
+                                                old.sync_dist, old.rank_zero_only, name=old.name, loader=old.loader,
+                                                caller=old.caller, code=old.code)
+        self.repeats[carried.key] = entry
+        return entry
 
     def _caller_entry(self, name: str, first: _Entry | None, new: _Entry) -> _Entry:
         """The entry of ``name`` as logged by the hook running now (``first``: the entry of the first hook that
