@@ -62,15 +62,26 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   bound once per epoch (``Optimization.plain_batch_runner``: 59 -> 51). P2's one-frame repeated ``self.log`` (79 ->
   48) was not merged: it kept one value per name, where Lightning keeps one per hook (main's ``MetricStore`` now
   does, which costs a check of the logging hook per repeat). Measured on main after both: 9994 instructions per step
-  against the hand loop's 9533 (x1.048). What is left per step (DDP, ``--only counts``): the plain loop's body
-  (~92: the batch's counters, the log/validation/stop tests, the stop control's report, the watchdog's note),
-  ``self.log`` (~117 in all: ``Module.log`` 55, ``MetricStore.log_again`` 35, the store's ``log`` 10; the metrics'
-  reads for publishing, ``current``, 17 spread over the steps), the plain batch (~51), the device plan (~29), the
-  loader's generator (~21), the watchdog's
-  note itself (~14), the wrapper's router (~13), the step's count (~9). Not done (x1.03 needs ~170 fewer): the
-  generator's read-ahead in the loop's frame (~15), the stop control's report and pending test in one call (~8),
-  the loop's per-batch reads of ``max_steps``/``max_time`` bound per epoch (~8; a user may change them in a step),
-  the watchdog's note without a call (~10), a repeated ``self.log`` in one frame that keeps one value per hook;
+  against the hand loop's 9533 (x1.048). Cut since (P3): a repeated ``self.log`` is one lookup in ``Module.log``
+  keyed by the name, the logging function's code, the value's kind and the options, and a step value logged by
+  its hook itself is stored there (92 -> 54 in one frame; a helper's repeat is checked against the hook running it,
+  so a name keeps one value per hook; a Python float has the same path: 224 -> 102), a training epoch's first log
+  takes the decisions of the epoch before (613 -> 266), the plain epoch reads its loader one batch ahead in its own
+  frame (``DataConnector.read_ahead``: no generator) and writes the watchdog's note without a call
+  (``watchdog.step_note``), an entry's shown names are worked out once: 9991 -> 9920 instructions per step (x1.048 ->
+  x1.041; ``bench_cuda.py --device cpu --workloads mlp``: 9268 -> 9219 against the hand loop's 8921, x1.039 ->
+  x1.033). What is left per step (DDP, ``--only counts``, epochs of 20 steps): the plain loop's body (~100: the
+  read-ahead and the batch's device plan's call, the watchdog's note, the batch's counters, the log/validation/stop
+  tests, the stop control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the plain
+  batch (~51), the device plan (~27), the wrapper's router (~13, ``strategies/base.py``), the step's count (~9,
+  ``Progress.advance_step``: the counters' one writer), and per epoch, spread over the 20 counted steps (~135 per
+  step, a third of that over a 64-step epoch: the metrics' publishing twice, ~28; the exact-resume record of the
+  epoch's random states, samplers and generators, ~18; the epoch's plan of hooks and batch runner, ~13; the sampler's
+  epoch, ~8; the epoch's own start and end). Not done (x1.03 needs ~100 fewer, more than the loop's own code holds):
+  the plain batch without its output (``{"loss": loss}``, unused there: ~5, but a second copy of its body), the step's
+  count in the batch's frame (~7, against the counters' one writer), the router's call (~13), the precision's
+  forward context inside the plain batch (the ``_inside`` frame, ~8 with ``bf16-mixed``, +2 without a context),
+  publishing the three dicts in one pass over the entries (~15 per step at 20 steps an epoch);
 - the epoch's ends: the Trainer's epoch start and end (sampler epoch, random states for an exact resume, the
   loader's start with its one batch read ahead, the end-of-epoch publishing) cost ~1.3 ms of CPU more than the
   hand loop's, ~0.8 % of a 64-step epoch;

@@ -190,3 +190,33 @@ def test_a_plain_epoch_runs_fewer_instructions_per_batch_in_the_fit_loop(tmp_pat
 
     plain, general = per_batch(False), per_batch(True)
     assert plain <= general - 15, (plain, general)
+
+
+def test_a_plain_epoch_reads_its_loader_ahead_in_its_own_frame(tmp_path):
+    """The plain epoch reads one batch ahead in its own loop (no generator's frame between it and the loader) and
+    marks every batch as stepping once: per batch (what a 16-batch epoch costs more than an 8-batch one, so the
+    epoch's own start and end cancel out), the fit loop's and its data's code (``loops/fit.py``, ``loops/data.py``)
+    run at most 94 Python instructions (99 when a generator read ahead for it)."""
+    from helpers.instructions import opcode_counter
+
+    def epoch(n: int) -> int:
+        counter = opcode_counter()
+
+        class Counts(accelkit.Callback):
+            def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+                counter.counting = trainer.current_epoch == 1
+
+            def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+                counter.counting = False
+
+        previous = sys.gettrace()
+        counter.install()
+        try:
+            quiet_trainer(tmp_path, max_epochs=2, callbacks=[Counts()]).fit(RegressionModule(n=n))
+        finally:
+            sys.settrace(previous)
+        return sum(n for code, n in counter.by_code.items()
+                   if code.co_filename.endswith(("accelkit/loops/fit.py", "accelkit/loops/data.py")))
+
+    per_batch = (epoch(128) - epoch(64)) / 8
+    assert per_batch <= 94, per_batch

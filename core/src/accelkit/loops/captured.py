@@ -149,9 +149,10 @@ class LogRecorder:
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
-        #: never a repeat (the run store's ``repeats`` are not consulted under capture): every call is
-        #: kept in full, to be replayed through the run's store
-        self.repeats: dict[tuple[Any, ...], Any] = {}
+        #: never a repeat (the run store's ``repeats`` are not consulted under capture): every call is kept in
+        #: full, to be replayed through the run's store; ``None`` also tells ``Module.log`` to read no frame (which
+        #: ``torch.compile`` cannot trace), so the replayed calls are not remembered as repeats
+        self.repeats: None = None
 
     def log(self, *args: Any) -> None:
         """Keep one :meth:`~accelkit.loops.metrics.MetricStore.log` call's arguments."""

@@ -190,35 +190,50 @@ class DataConnector:
         ``is_last`` comes from the limit and no batch is read before its step, for a loader whose saved state
         must match the batches trained on). ``start``: the index of the loader's first batch (a resumed epoch
         whose first ``start`` batches were skipped); ``limit`` counts from index 0."""
-        iterable = self.trainer.strategy.process_dataloader(loader, stage)
-        if limit is not None:
-            iterable = itertools.islice(iterable, max(0, limit - start))
-        if self._plain:
-            prepare = self._plain_prepare()
-        else:
-            prepare = functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
+        if lookahead and (read_ahead or limit is None):
+            started = self.read_ahead(loader, stage, limit, dataloader_idx, start)
+            if started is None:
+                return
+            batch, iterator, prepare = started
+            index = start - 1
+            # the loop reads the next batch before the current one is prepared and handed out (as a read-ahead does),
+            # and enumerate counts: no call of next() nor counter of its own per batch
+            for index, upcoming in enumerate(iterator, start):
+                yield index, prepare(batch), False
+                batch = upcoming
+            yield index + 1, prepare(batch), True
+            return
+        iterable = self._source(loader, stage, limit, start)
+        prepare = self._plain_prepare() if self._plain else \
+            functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
         if not lookahead:
             for index, batch in enumerate(iterable, start):
                 yield index, prepare(batch)
             return
-        if not read_ahead and limit is not None:
-            for index, batch in enumerate(iterable, start):
-                yield index, prepare(batch), index == limit - 1
-            return
-        iterator = iter(iterable)
-        sentinel = object()
-        batch = next(iterator, sentinel)
-        if batch is sentinel:
-            return
-        if self._plain:  # the epoch's device plan, from its first batch
-            prepare = self._plain_prepare(batch)
-        index = start - 1
-        # the loop reads the next batch before the current one is prepared and handed out (as a read-ahead does),
-        # and enumerate counts: no call of next() nor counter of its own per batch
-        for index, upcoming in enumerate(iterator, start):
-            yield index, prepare(batch), False
-            batch = upcoming
-        yield index + 1, prepare(batch), True
+        last = limit - 1 if limit is not None else -1  # (always given here: a loader read ahead had none)
+        for index, batch in enumerate(iterable, start):
+            yield index, prepare(batch), index == last
+
+    def read_ahead(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0,
+                   start: int = 0) -> tuple[Any, Iterator[Any], Callable[[Any], Any]] | None:
+        """What :meth:`batches` with ``lookahead`` reads ahead from, for a loop that reads ahead itself (the plain
+        epoch's, without a generator's frame between it and the loader): the loader's first batch (as it came), the
+        loader's iterator after it, and what prepares a batch (device transfer, batch hooks); ``None`` when the
+        loader has no batch. The loader starts here."""
+        iterator = iter(self._source(loader, stage, limit, start))
+        batch = next(iterator, _NO_BATCH)
+        if batch is _NO_BATCH:
+            return None
+        # without batch hooks: the epoch's device plan, from its first batch
+        prepare = self._plain_prepare(batch) if self._plain else \
+            functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
+        return batch, iterator, prepare
+
+    def _source(self, loader: Any, stage: str, limit: int | None, start: int) -> Any:
+        """The batches of ``loader`` as the strategy hands them out, up to ``limit`` (counted from index 0 when the
+        first is ``start``)."""
+        iterable = self.trainer.strategy.process_dataloader(loader, stage)
+        return iterable if limit is None else itertools.islice(iterable, max(0, limit - start))
 
     def _plain_prepare(self, first: Any = _NO_BATCH) -> Callable[[Any], Any]:
         """Device transfer and input conversion without batch hooks, decided once per loop: the default

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import warnings
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from accelkit.loops.state import RunningStage
 from accelkit.module.module import Module
 from accelkit.module.optimizers import step_scheduler
 from accelkit.strategies.launchers import interrupt, watchdog
-from accelkit.strategies.launchers.watchdog import mark, mark_step
+from accelkit.strategies.launchers.watchdog import STEP_PHASE, mark, mark_step
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.model_helpers import is_overridden
 
@@ -263,10 +264,11 @@ class FitLoop:
         step_scheds, epoch_scheds = self._scheduler_plan(optim.automatic)
         plan = _EpochPlan(hooks, optim, step_scheds, epoch_scheds)
         self.consumed, self.in_epoch = start, True
-        batches = data.batches(source, "fit", limit, lookahead=True, start=start, read_ahead=read_ahead)
-        if restore_rng is None and plan.plain and self._validates_at_epoch_end_only():
-            batch_idx, skipped_rest = self._plain_steps(batches, start, plan), False
+        if restore_rng is None and read_ahead and plan.plain and self._validates_at_epoch_end_only():
+            started = data.read_ahead(source, "fit", limit, start=start)
+            batch_idx, skipped_rest = self._plain_steps(started, start, plan), False
         else:
+            batches = data.batches(source, "fit", limit, lookahead=True, start=start, read_ahead=read_ahead)
             batch_idx, skipped_rest = self._steps(batches, start, plan, restore_rng)
         ran = batch_idx + 1 - start
         if self.interrupted:
@@ -345,21 +347,28 @@ class FitLoop:
                 break  # the cheap test first: most runs set none of these, and max_steps matters once reached
         return batch_idx, False
 
-    def _plain_steps(self, batches: Iterator[tuple[int, Any, bool]], start: int, plan: _EpochPlan) -> int:
+    def _plain_steps(self, started: tuple[Any, Iterator[Any], Any] | None, start: int, plan: _EpochPlan) -> int:
         """:meth:`_steps` for an epoch with nothing around the step (:class:`_EpochPlan` ``plain``, validation only
-        at the epoch's end, no random state to put back): the same bookkeeping in the same order, without the
-        tests of what this epoch does not have. Returns the last batch index run."""
+        at the epoch's end, no random state to put back, a loader read ahead): the same bookkeeping in the same
+        order, without the tests of what this epoch does not have. ``started``: the loader read ahead
+        (:meth:`~accelkit.loops.data.DataConnector.read_ahead`, ``None``: no batch), which this loop goes on reading
+        one batch ahead itself, as the general loop's batches do. Returns the last batch index run."""
+        if started is None:
+            return start - 1
         trainer = self.trainer
         progress, run_batch, epoch_scheds = trainer.run_state.progress, plan.run_batch, plan.epoch_scheds
         publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
-        metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
+        metrics, stop, note, clock = trainer.run_state.metrics, interrupt.current(), watchdog.step_note(), time.time
+        report, pending = (None, _nothing) if stop is None else (stop.report, stop.pending)  # (bound once)
+        ahead, iterator, prepare = started  # (the batch read ahead: the next to run)
         batch_idx = start - 1
-        for batch_idx, batch, is_last in batches:
-            if marks:
-                mark_step(progress.global_step, batch_idx)
+        progress.stepping = True  # (every batch steps; from the first one, as the general loop)
+        for batch_idx, upcoming in enumerate(itertools.chain(iterator, (_END,)), start):
+            batch, ahead, is_last = prepare(ahead), upcoming, upcoming is _END  # (read ahead, then prepared)
+            if note is not None:  # watchdog.mark_step's note, without its call
+                note[:] = progress.global_step, batch_idx, STEP_PHASE, clock()
             metrics.current_batch = batch
             progress.is_last_batch = is_last
-            progress.stepping = True  # (every batch steps)
             progress.batches_that_stepped += 1
             run_batch(batch, batch_idx, True)
             self.consumed = batch_idx + 1
@@ -371,9 +380,9 @@ class FitLoop:
             if (is_last or progress.should_stop) and self.val_loaders and (
                     self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
                 self._validate_in_epoch(True)
-            if stop is not None:
-                stop.report(progress.global_step)
-                if stop.pending() and self._interrupt_due(stop):
+            if report is not None:
+                report(progress.global_step)
+                if pending() and self._interrupt_due(stop):
                     return batch_idx
             if (progress.should_stop or trainer.max_time is not None or
                     0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
@@ -491,6 +500,12 @@ class _EpochPlan:
 
 #: :attr:`FitLoop.val_loaders` of a fit that validates, before its loaders are built (truthy: validation is on)
 _UNBUILT: list[Any] = [None]
+#: what :meth:`FitLoop._plain_steps` reads after the loader's last batch
+_END: Any = object()
+
+
+def _nothing() -> None:
+    """No stop pending (a run without a stop control)."""
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -97,13 +97,46 @@ class _Entry:
     caller: str = ""  # the function that called ``self.log`` (the hook, as Lightning's ``fx``)
     code: Any = None  # that function's code object (a cheap check that a later log comes from the same function)
     epoch_end: bool = False  # logged while an epoch-end hook ran (a helper run there is another caller)
+    #: a repeat found under this entry (:attr:`MetricStore.repeats`) is stored by ``Module.log`` itself: a per-step
+    #: value only, nothing to aggregate (a repeat from a helper of the hook is a :class:`_FromHelper`: never quick)
+    quick: bool = False
+    step_key: str = field(default="", init=False)  # :meth:`key`'s names, worked out once
+    epoch_key: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        self.quick = self.on_step and not self.on_epoch
+        if self.on_step and self.on_epoch:
+            self.step_key, self.epoch_key = f"{self.name}_step{self.suffix}", f"{self.name}_epoch{self.suffix}"
+        else:
+            self.step_key = self.epoch_key = self.name + self.suffix
 
     def key(self, step: bool) -> str:
         """The name this value is shown by: ``<name>_step`` (``step``) or ``<name>_epoch`` when logged both per
         step and per epoch, then the loader's suffix (``loss_step/dataloader_idx_1``, Lightning's order)."""
-        if self.on_step and self.on_epoch:
-            return f"{self.name}_step{self.suffix}" if step else f"{self.name}_epoch{self.suffix}"
-        return self.name + self.suffix
+        return self.step_key if step else self.epoch_key
+
+
+class _FromHelper:
+    """What :attr:`MetricStore.repeats` holds for a name logged by a function that is not the hook itself (a helper
+    of the hook's, ``log_dict``): the hook's ``entry``, whose repeats :meth:`MetricStore.log_again` takes only once it
+    checked that the hook running is that one (a helper may be run by several hooks, each with a value of its own)."""
+
+    quick = False
+
+    def __init__(self, entry: _Entry) -> None:
+        self.entry = entry
+
+
+class _Carried:
+    """What :attr:`MetricStore.repeats` holds at an epoch's start for a repeat of the epoch before (a name logged by
+    its training hook itself, ``key``): the first log of it this epoch takes that ``entry``'s decisions (a fresh entry
+    with them, :meth:`MetricStore.log_again`) unless another hook logged the name first this epoch, instead of
+    deciding anew what the same call decided the epoch before."""
+
+    quick = False
+
+    def __init__(self, entry: _Entry, key: tuple[Any, ...]) -> None:
+        self.entry, self.key = entry, key
 
 
 #: the kinds of :meth:`MetricStore.current`, as the Trainer's dicts are named
@@ -143,11 +176,15 @@ class MetricStore:
         #: where a logged number goes to be reduced (the strategy's ``root_device``: a collective backend may take
         #: tensors on its device only)
         self.device: torch.device | None = None
-        #: (name, then the options of a full :meth:`log` in the order of :meth:`accelkit.Module.log`'s ``prog_bar,
-        #: logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx, enable_graph,
-        #: sync_dist_group``) -> its entry: a later log of that name with the same options and a floating-point scalar
-        #: tensor takes the decisions made then (:meth:`log_again`)
-        self.repeats: dict[tuple[Any, ...], _Entry] = {}
+        #: (name, the code of the function that called ``self.log``, the value's kind: ``0`` and its dtype for a
+        #: floating-point scalar tensor, ``None`` and ``float`` for a Python float, then the options of a full
+        #: :meth:`log` in the order of :meth:`accelkit.Module.log`'s ``prog_bar, logger, on_step, on_epoch, reduce_fx,
+        #: sync_dist, rank_zero_only, add_dataloader_idx, enable_graph, sync_dist_group``) -> its entry (a
+        #: :class:`_FromHelper` where that function is not the hook): a later log of that name from there with the
+        #: same options and a value of that kind takes the decisions made then, in one lookup (:meth:`log_again`)
+        self.repeats: dict[tuple[Any, ...], Any] = {}
+        #: the repeats of the last steps, for the next epoch's (:meth:`set_epoch_end`, :meth:`reset`)
+        self.carried: dict[tuple[Any, ...], _Carried] = {}
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -156,17 +193,23 @@ class MetricStore:
                 entry.metric.reset()
 
     def reset(self, training: bool) -> None:
-        """Start a new epoch of a loop (metric objects logged last epoch are reset)."""
+        """Start a new epoch of a loop (metric objects logged last epoch are reset). A training epoch after another
+        starts with the repeats of the one before's steps carried (:class:`_Carried`)."""
         self.reset_metric_objects()
+        carried = self.carried if training and self.training else {}
         self.entries = {}
-        self.repeats = {}
         self.training = training
         self.set_epoch_end(False)
+        self.repeats, self.carried = carried, {}
         self.phase = "steps"
 
     def set_epoch_end(self, epoch_end: bool) -> None:
         """Whether an ``on_*_epoch_end`` hook runs (logs there default to epoch values), with the defaults of
-        ``on_step``/``on_epoch`` worked out once here rather than at every log."""
+        ``on_step``/``on_epoch`` worked out once here rather than at every log. At the steps' end, the repeats of
+        names their hooks logged themselves are kept for the next epoch's steps (:meth:`reset`)."""
+        if epoch_end and not self.epoch_end:
+            self.carried = {key: again if type(again) is _Carried else _Carried(again, key)
+                            for key, again in self.repeats.items() if type(again) is not _FromHelper}
         self.epoch_end = epoch_end
         self.repeats = {}  # the defaults the remembered decisions were made with change
         self.default_on_step = self.training and not epoch_end
@@ -174,10 +217,12 @@ class MetricStore:
 
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
-            rank_zero_only: bool = False, add_dataloader_idx: bool = True) -> None:
-        """Record one value (see :meth:`accelkit.Module.log`), deciding everything anew. A log that can take the
-        decisions of an earlier one (a floating-point scalar tensor, the same options) goes to :meth:`log_again`
-        instead: :attr:`repeats` remembers them."""
+            rank_zero_only: bool = False, add_dataloader_idx: bool = True, site: Any = None) -> None:
+        """Record one value (see :meth:`accelkit.Module.log`), deciding everything anew. ``site``: the code of the
+        function that called ``self.log`` (``None``: not known); a later log from there that can take these decisions
+        (a floating-point scalar tensor or a Python float, the same options) is a repeat: :attr:`repeats` remembers
+        them, ``Module.log`` looks them up."""
+        kind = float if type(value) is float else None  # (a repeat's kind, for a Python float)
         on_step_given, on_epoch_given, reduce_fx_given, logger_given = on_step, on_epoch, reduce_fx, logger
         logger = True if logger is None else logger  # (the default: sent to the loggers)
         try:
@@ -239,30 +284,54 @@ class MetricStore:
         entry.fresh = True
         if on_epoch:
             self._aggregate(entry, value, batch_size)
-        if isinstance(value, torch.Tensor) and not sync_dist and not rank_zero_only and not suffix and \
-                (add_dataloader_idx or self.num_dataloaders == 1) and \
-                (entry.on_step, entry.on_epoch, entry.reduce_fx) == (on_step, on_epoch, reduce_fx):
-            try:
-                self.repeats[(logged_name, prog_bar, logger_given, on_step_given, on_epoch_given, reduce_fx_given,
-                              sync_dist, rank_zero_only, add_dataloader_idx, False, None)] = entry
+        if site is not None and (kind is float or isinstance(value, torch.Tensor)) and not sync_dist and \
+                not rank_zero_only and not suffix and (add_dataloader_idx or self.num_dataloaders == 1):
+            try:  # (the value's kind and the options in the order of Module.log's lookup)
+                self.repeats[(logged_name, site, *((None, float) if kind is float else (0, value.dtype)), prog_bar,
+                              logger_given, on_step_given, on_epoch_given, reduce_fx_given, sync_dist, rank_zero_only,
+                              add_dataloader_idx, False, None)] = entry if site is entry.code else _FromHelper(entry)
             except TypeError:  # an option that cannot be a key: this name's logs are decided in full
                 pass
 
-    def log_again(self, entry: _Entry, value: torch.Tensor, batch_size: int | None) -> bool:
-        """:meth:`log` of a floating-point scalar tensor under a name of :attr:`repeats`, with the options it was
-        remembered with: ``entry``'s decisions stand, and only the value is stored (detached; a step value
-        copied, as :meth:`log` does). ``False``, storing nothing, when the hook running is not the one that logged
-        it (a name logged from several hooks is a value per hook: :meth:`log` decides which)."""
-        code = entry.code
-        if code is not sys._getframe(2).f_code and not _logged_from(code):
-            return False
-        value = value.detach()
-        if entry.on_step:
-            value = value.clone()
+    def log_again(self, again: _Entry | _FromHelper | _Carried, value: Any, batch_size: int | None) -> bool:
+        """:meth:`log` of a value found in :attr:`repeats` (``again``: a floating-point scalar tensor or a Python
+        float, the options it was remembered with), called by ``Module.log``: the entry's decisions stand, and only
+        the value is stored (a tensor detached; a step value copied, as :meth:`log` does). ``False``, storing
+        nothing, when a helper logged it (``again`` a :class:`_FromHelper`) and the hook running it is not the one
+        that logged it (a name logged from several hooks is a value per hook: :meth:`log` decides which), or when
+        ``again`` is a repeat of the epoch before (a :class:`_Carried`) and another hook logged the name first."""
+        if isinstance(again, _Entry):
+            entry = again
+        elif isinstance(again, _FromHelper):
+            entry = again.entry
+            if not _logged_from(entry.code):
+                return False
+        else:
+            revived = self._carry(again)
+            if revived is None:
+                return False
+            entry = revived
+        if type(value) is not float:
+            value = value.detach()
+            if entry.on_step:
+                value = value.clone()
         entry.step_value, entry.fresh = value, True
         if entry.on_epoch:
             self._aggregate(entry, value, batch_size)
         return True
+
+    def _carry(self, carried: _Carried) -> _Entry | None:
+        """The first log this epoch of a repeat of the epoch before: a fresh entry with its decisions, where
+        :meth:`log` would make the same (the name not logged yet this epoch: its entry is keyed by the name), now
+        this epoch's repeat; ``None`` where another hook logged the name first (:meth:`log` decides)."""
+        old = carried.entry
+        if old.name in self.entries:
+            return None
+        entry = self.entries[old.name] = _Entry(old.on_step, old.on_epoch, old.prog_bar, old.logger, old.reduce_fx,
+                                                old.sync_dist, old.rank_zero_only, name=old.name, loader=old.loader,
+                                                caller=old.caller, code=old.code)
+        self.repeats[carried.key] = entry
+        return entry
 
     def _caller_entry(self, name: str, first: _Entry | None, new: _Entry) -> _Entry:
         """The entry of ``name`` as logged by the hook running now (``first``: the entry of the first hook that
@@ -331,12 +400,14 @@ class MetricStore:
             if epoch:
                 if not entry.on_epoch or (value := self.epoch_value(entry)) is None:
                     continue
-                key = entry.key(step=False)
+                key = entry.epoch_key
             else:
                 if not entry.on_step or entry.step_value is None:
                     continue
-                value = _step_tensor(entry.step_value)
-                key = entry.key(step=True)
+                value = entry.step_value
+                if type(value) is not torch.Tensor:
+                    value = _step_tensor(value)
+                key = entry.step_key
             if kind == "callback_metrics":
                 found[entry.name + entry.suffix] = found[key] = value
             elif kind == "logged_metrics" and entry.logger:

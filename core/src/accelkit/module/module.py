@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from sys import _getframe
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -208,20 +209,36 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             store = self._trainer.run_state.metrics
         except AttributeError:  # no trainer (``None``, or never attached)
             raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run") from None
-        try:  # logged before with these options (every step): its decisions stand
-            again = store.repeats.get((name, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, rank_zero_only,
-                                       add_dataloader_idx, enable_graph, sync_dist_group))
-        except TypeError:  # an option that cannot be a key: decided in full
-            again = None
-        if again is not None and type(value) is torch.Tensor and not value.ndim and value.is_floating_point() \
-                and store.log_again(again, value, batch_size):  # (False: another hook logs the name: in full)
-            return
+        if store.repeats:  # (none while a captured step records it: torch.compile reads no frame)
+            # a repeat (the per-step log): this name logged before by this function with these options and a
+            # floating-point scalar tensor of this dtype: one lookup; the first decisions stand (MetricStore.repeats).
+            # A value without ``ndim``/``dtype`` or an option that cannot be a key is not one.
+            try:
+                again = store.repeats[(name, _getframe(1).f_code, value.ndim, value.dtype, prog_bar, logger, on_step,
+                                       on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx, enable_graph,
+                                       sync_dist_group)]
+            except (AttributeError, KeyError, TypeError):
+                if type(value) is float:  # a Python float: the same lookup, its kind in place of ndim and dtype
+                    try:
+                        again = store.repeats.get((name, _getframe(1).f_code, None, float, prog_bar, logger, on_step,
+                                                   on_epoch, reduce_fx, sync_dist, rank_zero_only, add_dataloader_idx,
+                                                   enable_graph, sync_dist_group))
+                    except TypeError:
+                        again = None
+                    if again is not None and store.log_again(again, value, batch_size):
+                        return
+            else:
+                if again.quick:  # a step value logged by the hook itself: kept here, detached and copied (as in
+                    again.step_value, again.fresh = value.detach().clone(), True  # Lightning)
+                    return
+                if store.log_again(again, value, batch_size):  # (False: another hook runs the helper: in full)
+                    return
         if sync_dist_group is not None or enable_graph:
             if sync_dist_group is not None:
                 raise ValueError(f"log({name!r}): sync_dist_group is not supported; metrics sync over all processes")
             raise ValueError(f"log({name!r}): enable_graph=True is not supported; logged values are detached")
         store.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size, rank_zero_only,
-                  add_dataloader_idx)
+                  add_dataloader_idx, _getframe(1).f_code if store.repeats is not None else None)
 
     def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""

@@ -105,7 +105,7 @@ def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) ->
         if type(batch) is kind:
             try:
                 if set(map(_CLASS_AND_DEVICE, batch)) == planned:
-                    return kind(map(to, batch)) if move else batch if kind is tuple else [*batch]
+                    return kind(map(to, batch)) if move else kind(batch)  # (tuple(): the tuple; list(): a copy)
             except AttributeError:
                 pass
         return general(batch)
