@@ -30,11 +30,12 @@ time varies with how the ranks' messages meet). Much less disturbed by a shared 
 operators seen by ``torch.profiler``), collectives (gloo calls) and Python instructions (``sys.settrace``
 opcode events), for each side, with the operators and collectives the Trainer adds. A counted epoch is a whole one
 on both sides (the sampler's epoch, the loader's start, the steps, and on the Trainer's its epoch end), so per-epoch
-work shows, spread over its steps. Then what differs beyond the counts: both sides' ``DistributedDataParallel``
+work shows, spread over its steps: by default the timed epochs' steps (``--samples``' 64), so that per-epoch work
+weighs in the count as much as in the time (``--count-steps N`` counts shorter epochs, faster). Then what differs beyond the counts: both sides' ``DistributedDataParallel``
 settings, and rank 0's threads with how often the Trainer's own wake.
 
     .venv/bin/python benchmarks/bench_ddp.py [--rounds 7] [--epochs 6] [--samples 8192]
-                                             [--only side-by-side|paired|counts]
+                                             [--only side-by-side|paired|counts] [--count-steps N]
 
 Where the Trainer's extra time goes (issue 24, measured on the 2-core machine at load 2-4 with per-step and
 per-thread probes in the paired design; rank 0 and rank 1 alike):
@@ -70,7 +71,9 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   frame (``DataConnector.read_ahead``: no generator) and writes the watchdog's note without a call
   (``watchdog.step_note``), an entry's shown names are worked out once: 9991 -> 9920 instructions per step (x1.048 ->
   x1.041; ``bench_cuda.py --device cpu --workloads mlp``: 9268 -> 9219 against the hand loop's 8921, x1.039 ->
-  x1.033). What is left per step (DDP, ``--only counts``, epochs of 20 steps): the plain loop's body (~100: the
+  x1.033). Those counts were of 20-step epochs, which charge each step 3.2 times the per-epoch work of the timed
+  64-step epochs; the count now takes the timed epochs' length: 9807 against the hand loop's 9515 (x1.031; the
+  target x1.03 is 9800). What is left per step (DDP, ``--only counts``, epochs of 20 steps): the plain loop's body (~100: the
   read-ahead and the batch's device plan's call, the watchdog's note, the batch's counters, the log/validation/stop
   tests, the stop control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the plain
   batch (~51), the device plan (~27), the wrapper's router (~13, ``strategies/base.py``), the step's count (~9,
@@ -561,7 +564,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--epochs", type=int, default=6, help="epochs per run (the first is warm-up)")
     parser.add_argument("--samples", type=int, default=8192, help="samples per epoch (64 steps per rank: 8192)")
-    parser.add_argument("--count-steps", type=int, default=20, help="steps per counted epoch")
+    parser.add_argument("--count-steps", type=int, default=None,
+                        help="steps per counted epoch (default: the timed epoch's, --samples // 2 // 64)")
     parser.add_argument("--only", choices=("side-by-side", "paired", "counts"), default=None)
     args = parser.parse_args(argv)
     if args.epochs < 3:
@@ -570,13 +574,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--rounds={args.rounds} must be at least 1")
     warnings.simplefilter("ignore")  # plugin-discovery warnings of unrelated, uninstalled plugins
     steps = args.samples // WORLD // BATCH_SIZE
+    count_steps = steps if args.count_steps is None else args.count_steps
+    if count_steps < 1:
+        parser.error(f"--count-steps={count_steps} must be at least 1 (or --samples at least {WORLD * BATCH_SIZE})")
     print(f"torch {torch.__version__}, accelkit {accelkit.__version__}, {os.cpu_count()} cores, OMP_NUM_THREADS="
           f"{os.environ.get('OMP_NUM_THREADS', 'unset')}, load {os.getloadavg()[0]:.1f}; MLP 32-64-4, batch "
           f"{BATCH_SIZE}, AdamW, {WORLD} processes (gloo), {steps} steps per epoch per rank, median of "
           f"{args.epochs - 1} epochs after a warm-up one, {args.rounds} rounds, order rotated", flush=True)
     if args.only in (None, "counts"):
-        print(f"counts per step, rank 0 ({args.count_steps} steps):", flush=True)
-        print_counts(args.count_steps)
+        print(f"counts per step, rank 0 (epochs of {count_steps} steps"
+              f"{', as timed' if count_steps == steps else ''}):", flush=True)
+        print_counts(count_steps)
     if args.only in (None, "side-by-side"):
         print("side by side (separate runs):", flush=True)
         runs: dict[str, list[dict[str, float]]] = {"hand loop": [], "ddp_spawn": []}
