@@ -18,6 +18,19 @@ a request whose environment sets them otherwise; ``PYTHONWARNINGS`` is applied a
 streams are unbuffered (``PYTHONUNBUFFERED=1``). A program whose subject is interpreter start-up, or importing torch or
 its compile machinery (or accelkit, which is imported afresh in every child: the interpreter imports only torch and
 ``torch._dynamo``), still needs a subprocess.
+
+The workers a forked program starts with ``ddp_spawn`` are fresh interpreters (about 3 CPU-s each importing torch),
+and stay so: a worker cannot be a fork of this interpreter without changing what the launcher checks. The launcher
+knows a worker by the pid of the process ``multiprocessing`` started with ``-c 'from multiprocessing.spawn import
+spawn_main; ...'`` (exit status through ``waitpid``, ``SIGTERM``/``SIGKILL``/``SIGCONT`` to it, its stopped state read
+in ``/proc/<pid>``), and the worker checks that its parent is the launcher
+(``accelkit.strategies.launchers.workers``: ``PR_SET_PDEATHSIG``, then ``os.getppid()`` against
+``multiprocessing.parent_process().pid``, exiting at once when they differ). A stand-in executable that asked this
+interpreter for a fork would leave that pid to a relay: the forked worker's parent is this interpreter (so it exits
+as orphaned), its exit status and stops reach the launcher only through the relay, and a ``SIGKILL`` of the relay
+leaves it running, which is what the suite's stopped-rank, interrupt and liveness tests examine. Tests that start
+fewer spawned workers (``ddp_fork`` where the claim is not about the spawn start method, one module-scoped launch read
+by several tests) are the way to save their cost.
 """
 
 from __future__ import annotations
