@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -598,10 +597,10 @@ def run_distributed_scenario(root: str) -> None:
 
 
 @pytest.mark.slow
-def test_logging_and_collectives_on_ddp_spawn(tmp_path):
+def test_logging_and_collectives_on_ddp_spawn(tmp_path, prewarmed):
     code = f"import test_logging_api as t; t.run_distributed_scenario({str(tmp_path)!r})"
-    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
-                          timeout=300)
+    # the scenario's caller forked from the prewarmed interpreter; its two workers spawned (fresh interpreters)
+    proc = prewarmed.run(["-c", code], cwd=tmp_path, env=child_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["only_rank0"] == 7.0  # logged on rank 0 only, not reduced (no collective to hang)
