@@ -35,6 +35,7 @@ by several tests) are the way to save their cost.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -142,6 +143,7 @@ exec(code, main.__dict__)
 
 
 _forked_cpu = 0.0
+_shared: Prewarmed | None = None
 
 
 def forked_cpu_seconds() -> float:
@@ -155,6 +157,18 @@ def forked_cpu_seconds() -> float:
 def _count_forked(seconds: float) -> None:
     global _forked_cpu
     _forked_cpu += seconds
+
+
+def shared() -> Prewarmed:
+    """This process's one :class:`Prewarmed`, made at the first call (its interpreter starts at its first run): the
+    ``prewarmed`` fixture's, and what a helper that is not a fixture uses (``helpers.fixtures.lightning_records``),
+    so that a test process starts one such interpreter, not one per user. Ended at the fixture's tear-down, or when
+    this process exits."""
+    global _shared
+    if _shared is None:
+        _shared = Prewarmed()
+        atexit.register(_shared.close)  # a process that never used the fixture (close is idempotent)
+    return _shared
 
 
 class Prewarmed:
