@@ -688,13 +688,13 @@ def test_without_a_logger_logged_values_stay_on_the_device_as_in_lightning(tmp_p
 
 
 @pytest.mark.slow
-def test_lightning_reads_no_logged_value_without_a_logger_either(tmp_path, run_python):
+def test_lightning_reads_no_logged_value_without_a_logger_either(tmp_path, forked_python):
     """The same module and count on Lightning's Trainer (in its own process: Lightning's Trainer imports torch_xla)
     read nothing during the steps and end with the same ``logged_metrics``."""
     pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
     from helpers.host_reads import host_reads_during_steps
 
-    found = run_python(f"""
+    found = forked_python(f"""
         import json
         from helpers.host_reads import host_reads_during_steps
         reads, logged = host_reads_during_steps("lightning", {str(tmp_path)!r})
@@ -748,7 +748,8 @@ def lightning_reads(tmp_path_factory) -> dict[str, list[Any]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["no_logger", "logger_every_2", "no_logger_every_5_sanity", "epoch_end_log",
                                       "ddp_fork", "two_val_loaders", "in_place_after_log"])
-def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, lightning_reads, scenario, run_python):
+def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, lightning_reads, scenario,
+                                                                     forked_python):
     """A callback reads ``callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics`` from every training and
     validation hook and after the fit, on accelkit's Trainer and Lightning's, with the same Module (every
     ``on_step``/``on_epoch`` combination, numbers and tensors, ``prog_bar``, ``sync_dist``, ``logger=False``,
@@ -763,8 +764,9 @@ def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, l
     from helpers.metric_reads import differences, record
 
     if scenario == "ddp_fork":  # forked workers: torch refuses to fork a process whose autograd ran on a GPU (an
-        # earlier test's, on a GPU machine), so this one runs in a fresh process on the CPU, as Lightning's side
-        ours = run_python(f"""
+        # earlier test's, on a GPU machine), so this one runs in a process of its own on the CPU (forked from the
+        # prewarmed interpreter, which ran nothing), as Lightning's side
+        ours = forked_python(f"""
             import json
             from helpers.metric_reads import record
             print(json.dumps(record("accelkit", {str(tmp_path)!r}, "ddp_fork")))
