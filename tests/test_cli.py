@@ -76,7 +76,7 @@ def test_blocked_plugin_is_listed_as_blocked(clean_env, capsys):
 
 
 @pytest.mark.slow  # starts a process
-def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_distribution, run_python):
+def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_distribution, forked_python):
     make_distribution(tmp_path, "accelkit-broken", "0.3.0", {"broken": "broken_plugin"},
                       {"broken_plugin": "raise ImportError('needs libfoo.so')\n"})
     code = (
@@ -90,7 +90,7 @@ def test_a_broken_plugin_is_reported_with_its_error_and_a_fix(tmp_path, make_dis
         "    out[command] = [rc, json.loads(buffer.getvalue())]\n"
         "print(json.dumps(out))\n"
     )
-    result = run_python(code, path=[tmp_path])
+    result = forked_python(code, path=[tmp_path])  # a process of its own: the distribution is found on its path
     rc, listing = result["plugins"]
     broken = next(p for p in listing["plugins"] if p["name"] == "broken")
     assert rc == 0

@@ -6,10 +6,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import pkgutil
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,13 +32,15 @@ def test_there_are_hooks_and_plugins_to_check():
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
+def site(tmp_path_factory, prewarmed) -> Path:
     # the module `python -m sphinx` runs: a machine may hold a partial sphinx package without it (the GPU kit's)
     import_or_skip("sphinx.cmd.build", reason="sphinx.cmd.build, which builds the documentation, cannot be imported "
                                               "(sphinx is not installed, or only in part)")
     out = tmp_path_factory.mktemp("html")
-    result = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS),
-                             str(out)], capture_output=True, text=True, timeout=300)
+    # forked from the prewarmed interpreter: autodoc imports accelkit, and with it torch, which it has imported already
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = prewarmed.run(["-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out)], cwd=ROOT,
+                           env=env, timeout=300)
     assert result.returncode == 0, f"sphinx-build -W failed:\n{result.stdout}\n{result.stderr}"
     return out
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -74,11 +73,9 @@ def _run_program(code: str, tmp_path: Path, env_extra: dict[str, str], prewarmed
     script = tmp_path / "page.py"
     script.write_text(code)  # the page's program, as a reader would save it
     env = {**child_env(), **env_extra}
-    if env_extra:
-        proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
-    else:
-        proc = prewarmed.run([str(script)], cwd=tmp_path, env=env, timeout=600)
+    # forked from the prewarmed interpreter, an XLA block's program too: torch_xla is first imported by the program
+    # itself, as in a fresh interpreter (helpers.xla)
+    proc = prewarmed.run([str(script)], cwd=tmp_path, env=env, timeout=600)
     assert proc.returncode == 0, f"{script}:\n{script.read_text()}\n--- stdout\n{proc.stdout[-3000:]}\n" \
                                  f"--- stderr\n{proc.stderr[-6000:]}"
 

@@ -294,9 +294,9 @@ print(json.dumps({"error": error, "kept": kept, "left": sorted(os.listdir(folder
 
 
 @pytest.mark.slow  # starts a process
-def test_a_write_past_the_file_size_limit_is_an_oserror_naming_path_and_bytes(tmp_path, run_python):
+def test_a_write_past_the_file_size_limit_is_an_oserror_naming_path_and_bytes(tmp_path, forked_python):
     code = FULL_DISK.replace("{limit}", "import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536))")
-    out = run_python(code, env={"TARGET": str(tmp_path)})
+    out = forked_python(code, env={"TARGET": str(tmp_path)})  # the limit is the child's own
     errno_code, message = out["error"]
     assert errno_code == 27 and str(tmp_path / "last.ckpt") in message and "bytes" in message  # EFBIG
     assert "unexpected pos" not in message

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import random
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -598,10 +597,10 @@ def run_distributed_scenario(root: str) -> None:
 
 
 @pytest.mark.slow
-def test_logging_and_collectives_on_ddp_spawn(tmp_path):
+def test_logging_and_collectives_on_ddp_spawn(tmp_path, prewarmed):
     code = f"import test_logging_api as t; t.run_distributed_scenario({str(tmp_path)!r})"
-    proc = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
-                          timeout=300)
+    # the scenario's caller forked from the prewarmed interpreter; its two workers spawned (fresh interpreters)
+    proc = prewarmed.run(["-c", code], cwd=tmp_path, env=child_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["only_rank0"] == 7.0  # logged on rank 0 only, not reduced (no collective to hang)
@@ -689,13 +688,13 @@ def test_without_a_logger_logged_values_stay_on_the_device_as_in_lightning(tmp_p
 
 
 @pytest.mark.slow
-def test_lightning_reads_no_logged_value_without_a_logger_either(tmp_path, run_python):
+def test_lightning_reads_no_logged_value_without_a_logger_either(tmp_path, forked_python):
     """The same module and count on Lightning's Trainer (in its own process: Lightning's Trainer imports torch_xla)
     read nothing during the steps and end with the same ``logged_metrics``."""
     pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
     from helpers.host_reads import host_reads_during_steps
 
-    found = run_python(f"""
+    found = forked_python(f"""
         import json
         from helpers.host_reads import host_reads_during_steps
         reads, logged = host_reads_during_steps("lightning", {str(tmp_path)!r})
@@ -749,7 +748,8 @@ def lightning_reads(tmp_path_factory) -> dict[str, list[Any]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["no_logger", "logger_every_2", "no_logger_every_5_sanity", "epoch_end_log",
                                       "ddp_fork", "two_val_loaders", "in_place_after_log"])
-def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, lightning_reads, scenario, run_python):
+def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, lightning_reads, scenario,
+                                                                     forked_python):
     """A callback reads ``callback_metrics``, ``logged_metrics`` and ``progress_bar_metrics`` from every training and
     validation hook and after the fit, on accelkit's Trainer and Lightning's, with the same Module (every
     ``on_step``/``on_epoch`` combination, numbers and tensors, ``prog_bar``, ``sync_dist``, ``logger=False``,
@@ -764,8 +764,9 @@ def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, l
     from helpers.metric_reads import differences, record
 
     if scenario == "ddp_fork":  # forked workers: torch refuses to fork a process whose autograd ran on a GPU (an
-        # earlier test's, on a GPU machine), so this one runs in a fresh process on the CPU, as Lightning's side
-        ours = run_python(f"""
+        # earlier test's, on a GPU machine), so this one runs in a process of its own on the CPU (forked from the
+        # prewarmed interpreter, which ran nothing), as Lightning's side
+        ours = forked_python(f"""
             import json
             from helpers.metric_reads import record
             print(json.dumps(record("accelkit", {str(tmp_path)!r}, "ddp_fork")))

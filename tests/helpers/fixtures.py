@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from helpers.prewarmed import Prewarmed
+from helpers.prewarmed import Prewarmed, shared
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -104,10 +104,10 @@ def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | 
 
 def lightning_records(root: Path, helper: str) -> Any:
     """``{scenario: record("lightning", root/scenario, scenario)}`` for every scenario of ``helpers.<helper>`` (its
-    ``SCENARIOS`` and ``record``), run under Lightning's Trainer in one fresh process (Lightning's Trainer imports
-    torch_xla), on the CPU: the process sees no GPU, because on a GPU machine Lightning's first fit initializes
-    CUDA (``isolate_rng`` saves its random state) and a later ``ddp_fork`` could not use it. Skips where Lightning
-    is not installed."""
+    ``SCENARIOS`` and ``record``), run under Lightning's Trainer in one process of its own (Lightning's Trainer imports
+    torch_xla), forked from the prewarmed interpreter (``helpers.prewarmed.shared``), on the CPU: the process sees no
+    GPU, because on a GPU machine Lightning's first fit initializes CUDA (``isolate_rng`` saves its random state) and
+    a later ``ddp_fork`` could not use it. Skips where Lightning is not installed."""
     pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
     return _run_python(f"""
         import json, logging, warnings
@@ -115,7 +115,7 @@ def lightning_records(root: Path, helper: str) -> Any:
         logging.disable(logging.WARNING)
         from helpers.{helper} import SCENARIOS, record
         print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parents[1]], env={"CUDA_VISIBLE_DEVICES": ""})
+        """, path=[Path(__file__).resolve().parents[1]], env={"CUDA_VISIBLE_DEVICES": ""}, prewarmed=shared())
 
 
 @pytest.fixture(scope="session")
@@ -135,6 +135,6 @@ def forked_python(prewarmed: Prewarmed) -> Callable[..., Any]:
 @pytest.fixture(scope="session")
 def prewarmed() -> Iterator[Prewarmed]:
     """``prewarmed.run(argv, cwd=..., env=..., timeout=...)``: ``python *argv`` without the torch import's cost."""
-    interpreter = Prewarmed()
+    interpreter = shared()
     yield interpreter
     interpreter.close()

@@ -18,10 +18,24 @@ a request whose environment sets them otherwise; ``PYTHONWARNINGS`` is applied a
 streams are unbuffered (``PYTHONUNBUFFERED=1``). A program whose subject is interpreter start-up, or importing torch or
 its compile machinery (or accelkit, which is imported afresh in every child: the interpreter imports only torch and
 ``torch._dynamo``), still needs a subprocess.
+
+The workers a forked program starts with ``ddp_spawn`` are fresh interpreters (about 3 CPU-s each importing torch),
+and stay so: a worker cannot be a fork of this interpreter without changing what the launcher checks. The launcher
+knows a worker by the pid of the process ``multiprocessing`` started with ``-c 'from multiprocessing.spawn import
+spawn_main; ...'`` (exit status through ``waitpid``, ``SIGTERM``/``SIGKILL``/``SIGCONT`` to it, its stopped state read
+in ``/proc/<pid>``), and the worker checks that its parent is the launcher
+(``accelkit.strategies.launchers.workers``: ``PR_SET_PDEATHSIG``, then ``os.getppid()`` against
+``multiprocessing.parent_process().pid``, exiting at once when they differ). A stand-in executable that asked this
+interpreter for a fork would leave that pid to a relay: the forked worker's parent is this interpreter (so it exits
+as orphaned), its exit status and stops reach the launcher only through the relay, and a ``SIGKILL`` of the relay
+leaves it running, which is what the suite's stopped-rank, interrupt and liveness tests examine. Tests that start
+fewer spawned workers (``ddp_fork`` where the claim is not about the spawn start method, one module-scoped launch read
+by several tests) are the way to save their cost.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -129,6 +143,7 @@ exec(code, main.__dict__)
 
 
 _forked_cpu = 0.0
+_shared: Prewarmed | None = None
 
 
 def forked_cpu_seconds() -> float:
@@ -142,6 +157,18 @@ def forked_cpu_seconds() -> float:
 def _count_forked(seconds: float) -> None:
     global _forked_cpu
     _forked_cpu += seconds
+
+
+def shared() -> Prewarmed:
+    """This process's one :class:`Prewarmed`, made at the first call (its interpreter starts at its first run): the
+    ``prewarmed`` fixture's, and what a helper that is not a fixture uses (``helpers.fixtures.lightning_records``),
+    so that a test process starts one such interpreter, not one per user. Ended at the fixture's tear-down, or when
+    this process exits."""
+    global _shared
+    if _shared is None:
+        _shared = Prewarmed()
+        atexit.register(_shared.close)  # a process that never used the fixture (close is idempotent)
+    return _shared
 
 
 class Prewarmed:

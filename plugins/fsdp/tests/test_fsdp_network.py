@@ -4,23 +4,23 @@ rendezvous store, gloo's) listens on the loopback interface only."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from helpers.guards import PYTHON, TESTS, child_env
+from helpers.guards import TESTS, child_env
 from helpers.sockets import reachable_from_outside
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the listening sockets from /proc/net/tcp "
                     "(Linux only)")
-def test_an_fsdp_run_started_here_listens_on_the_loopback_interface_only(tmp_path):
+def test_an_fsdp_run_started_here_listens_on_the_loopback_interface_only(tmp_path, prewarmed):
     env = child_env()
     env.pop("GLOO_SOCKET_IFNAME", None)
-    proc = subprocess.run([PYTHON, str(TESTS / "helpers" / "sockets_fit.py"), str(tmp_path), "fsdp"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    # the launching script forked from the prewarmed interpreter; the workers whose sockets are read are spawned
+    proc = prewarmed.run([str(TESTS / "helpers" / "sockets_fit.py"), str(tmp_path), "fsdp"], cwd=tmp_path, env=env,
+                         timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     opened = []
     for rank in range(2):

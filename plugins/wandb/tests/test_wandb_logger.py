@@ -195,11 +195,11 @@ def test_fit_logs_metrics_at_lightnings_steps_and_the_hyperparameters(offline):
 
 
 @pytest.mark.slow
-def test_the_same_as_lightnings_wandb_logger_on_the_same_module(offline, run_python):
+def test_the_same_as_lightnings_wandb_logger_on_the_same_module(offline, forked_python):
     """Lightning's WandbLogger on Lightning's Trainer (in a subprocess: Lightning imports torch_xla) and accelkit's
     on accelkit's, both offline, record the same rows (names, steps, values) and the same config."""
     pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
-    run_python(f"""
+    forked_python(f"""
         import json
         import lightning.pytorch as pl
         from lightning.pytorch.loggers import WandbLogger
