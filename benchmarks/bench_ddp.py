@@ -31,8 +31,9 @@ operators seen by ``torch.profiler``), collectives (gloo calls) and Python instr
 opcode events), for each side, with the operators and collectives the Trainer adds. A counted epoch is a whole one
 on both sides (the sampler's epoch, the loader's start, the steps, and on the Trainer's its epoch end), so per-epoch
 work shows, spread over its steps: by default the timed epochs' steps (``--samples``' 64), so that per-epoch work
-weighs in the count as much as in the time (``--count-steps N`` counts shorter epochs, faster). Then what differs beyond the counts: both sides' ``DistributedDataParallel``
-settings, and rank 0's threads with how often the Trainer's own wake.
+weighs in the count as much as in the time (``--count-steps N`` counts shorter epochs, faster). Then what differs
+beyond the counts: both sides' ``DistributedDataParallel`` settings, and rank 0's threads with how often the
+Trainer's own wake.
 
     .venv/bin/python benchmarks/bench_ddp.py [--rounds 7] [--epochs 6] [--samples 8192]
                                              [--only side-by-side|paired|counts] [--count-steps N]
@@ -73,7 +74,8 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   x1.041; ``bench_cuda.py --device cpu --workloads mlp``: 9268 -> 9219 against the hand loop's 8921, x1.039 ->
   x1.033). Those counts were of 20-step epochs, which charge each step 3.2 times the per-epoch work of the timed
   64-step epochs; the count now takes the timed epochs' length: 9807 against the hand loop's 9515 (x1.031; the
-  target x1.03 is 9800). What is left per step (DDP, ``--only counts``, epochs of 20 steps): the plain loop's body (~100: the
+  target x1.03 is 9800). What is left per step (DDP, ``--only counts``, epochs of 20 steps): the plain loop's
+  body (~100: the
   read-ahead and the batch's device plan's call, the watchdog's note, the batch's counters, the log/validation/stop
   tests, the stop control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the plain
   batch (~51), the device plan (~27), the wrapper's router (~13, ``strategies/base.py``), the step's count (~9,
