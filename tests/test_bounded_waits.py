@@ -1,6 +1,17 @@
 """Distributed runs whose ranks disagree, or whose rank is stopped, end with a message naming the rank, instead
-of waiting 30 minutes. Real two-process ddp_spawn runs on gloo: launched from the test's own process where the run
-ends by itself, from a script's process where a rank waits (bounded by the subprocess's timeout) or is stopped."""
+of waiting 30 minutes. Real two-process runs on gloo: launched from the test's own process where the run ends by
+itself (``ddp_spawn``: a forked worker would copy this process's state, thread pool included), from a script's
+process, forked from the prewarmed interpreter, where a rank waits (bounded by the timeout of the script's run) or is
+stopped.
+
+What these tests check is the same code under ``ddp_spawn`` and ``ddp_fork`` (``accelkit.strategies.launchers``):
+the launcher's ``WorkerProcesses`` watches, stops and ends either kind of worker by the pid of the process
+``multiprocessing`` started, and the watchdog and the collective timeout run in the workers. What the start method
+changes is that process: a fresh interpreter (spawn) or a copy of the launching script's process (fork, which drops
+the launcher's ``atexit`` handlers and inherits its signal handlers, both reset by the worker). So one stopped-rank
+run stays ``ddp_spawn`` (a stopped spawned interpreter is named, ended and leaves nothing running), and the stuck
+rank and the other stopped rank run ``ddp_fork``, whose workers start in a fraction of a second instead of importing
+torch and accelkit again (about 3 CPU-s each)."""
 
 from __future__ import annotations
 
@@ -24,9 +35,11 @@ from helpers.prewarmed import Prewarmed
 HELPER = Path(__file__).parent / "helpers" / "stall_fit.py"
 
 
-def _run(tmp_path: Path, mode: str, prewarmed: Prewarmed) -> subprocess.CompletedProcess:
-    """``stall_fit.py``'s ``mode`` as a program, forked from the prewarmed interpreter (its workers spawned)."""
-    return prewarmed.run([str(HELPER), str(tmp_path), mode], cwd=tmp_path, env=dict(os.environ), timeout=300)
+def _run(tmp_path: Path, mode: str, prewarmed: Prewarmed, strategy: str) -> subprocess.CompletedProcess:
+    """``stall_fit.py``'s ``mode`` as a program, forked from the prewarmed interpreter, its workers started by
+    ``strategy``."""
+    return prewarmed.run([str(HELPER), str(tmp_path), mode, "12", strategy], cwd=tmp_path, env=child_env(),
+                         timeout=300)
 
 
 def _fit_here(tmp_path: Path, mode: str, capfd: pytest.CaptureFixture) -> tuple[accelkit.Trainer, Exception | None,
@@ -49,8 +62,9 @@ def _fit_here(tmp_path: Path, mode: str, capfd: pytest.CaptureFixture) -> tuple[
 
 @pytest.mark.slow
 def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path, prewarmed):
-    # in a script's process: the subprocess timeout bounds the test if the collective timeout ever failed to end it
-    done = _run(tmp_path, "stuck", prewarmed)
+    # in a script's process: the run's timeout bounds the test if the collective timeout ever failed to end it;
+    # ddp_fork: the watchdog and the collective timeout are the workers' own, whichever way they started
+    done = _run(tmp_path, "stuck", prewarmed, "ddp_fork")
     assert done.returncode != 0
     # the watchdog's diagnosis (printed when the wait passes a tenth of the timeout, and attached to the error)
     assert "rank 1 is behind (not in a collective)" in done.stderr, done.stderr[-3000:]
@@ -104,39 +118,40 @@ def test_the_collective_timeout_reaches_the_strategy(tmp_path):
         == 600.0
 
 
-def _stop_rank(tmp_path: Path, rank: int, collective_timeout: int = 12) -> tuple[int, str, int, list[int]]:
-    """Run ``stall_fit.py stop<rank>``, SIGSTOP that rank where it waits at step 4 and let the run end (within the
-    collective timeout and a bounded margin: the subprocess timeout). Returns (exit status, stderr, the stopped
-    pid, every process the run had started that is still alive 10 s after it ended).
+def _stop_rank(tmp_path: Path, rank: int, prewarmed: Prewarmed, strategy: str,
+               collective_timeout: int = 12) -> tuple[int, str, int, list[int]]:
+    """Run ``stall_fit.py stop<rank>`` (forked from the prewarmed interpreter, its workers started by ``strategy``),
+    SIGSTOP that rank where it waits at step 4 and let the run end (within the collective timeout and a bounded
+    margin: the run's timeout). Returns (exit status, stderr, the stopped pid, every process the run had started
+    that is still alive 10 s after it ended).
 
     The collective timeout (12 s) leaves room for what the tests read: the stopped rank is stopped about 3 s after
     the other entered the collective, so when the collective fails its last report is about 9 s old, past the
     watchdog's ``SILENT_AFTER_S`` (5 s) that makes it "stopped reporting"."""
-    proc = subprocess.Popen([sys.executable, str(HELPER), str(tmp_path), f"stop{rank}", str(collective_timeout)],
-                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = prewarmed.start([str(HELPER), str(tmp_path), f"stop{rank}", str(collective_timeout), strategy],
+                          cwd=tmp_path, env=child_env())
     try:
         marker, deadline = tmp_path / f"stopme-{rank}", time.monotonic() + 240
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker.exists(), "the rank never reached step 4"
         time.sleep(0.2)  # the pid is written
-        pid, started = int(marker.read_text()), descendants(proc.pid)
+        pid, started = int(marker.read_text()), descendants(run.pid)
         time.sleep(2.5)  # what the rank is doing reaches the others (its watchdog reports once a second)
         os.kill(pid, signal.SIGSTOP)
-        _, err = proc.communicate(timeout=collective_timeout + 60)
+        done = run.wait(timeout=collective_timeout + 60)
     finally:
-        if proc.poll() is None:
-            for child in descendants(proc.pid):
-                os.kill(child, signal.SIGKILL)
-            proc.kill()
-            proc.communicate()
-    return proc.returncode, err, pid, wait_gone(started)
+        if run.poll() is None:  # the run's process group (the script and its workers), the stopped one included
+            run.kill()
+            run.wait(timeout=60)
+    return done.returncode, done.stderr, pid, wait_gone(started)
 
 
 @pytest.mark.slow
-def test_a_stopped_rank_0_ends_the_run_naming_it_and_leaves_nothing_running(tmp_path):
-    # rank 0 keeps the store the watchdogs talk through: the others' diagnosis used to wait on it for ever
-    code, err, pid, left = _stop_rank(tmp_path, 0)
+def test_a_stopped_rank_0_ends_the_run_naming_it_and_leaves_nothing_running(tmp_path, prewarmed):
+    # rank 0 keeps the store the watchdogs talk through: the others' diagnosis used to wait on it for ever.
+    # ddp_fork: the store, the diagnosis and the launcher's end of a stopped worker do not depend on how it started
+    code, err, pid, left = _stop_rank(tmp_path, 0, prewarmed, "ddp_fork")
     assert code != 0, err[-3000:]
     assert left == [], f"processes {left} outlived the run"
     assert "WorkerError" in err, err[-3000:]
@@ -148,8 +163,9 @@ def test_a_stopped_rank_0_ends_the_run_naming_it_and_leaves_nothing_running(tmp_
 
 
 @pytest.mark.slow
-def test_a_stopped_rank_1_is_named_with_the_step_it_stopped_at(tmp_path):
-    code, err, pid, left = _stop_rank(tmp_path, 1)
+def test_a_stopped_rank_1_is_named_with_the_step_it_stopped_at(tmp_path, prewarmed):
+    # ddp_spawn: the one stopped-rank run whose stopped worker is a fresh interpreter (ddp_fork's: rank 0's above)
+    code, err, pid, left = _stop_rank(tmp_path, 1, prewarmed, "ddp_spawn")
     assert code != 0, err[-3000:]
     assert left == [], f"processes {left} outlived the run"
     assert f"worker 1 (pid {pid}) is stopped (SIGSTOP or SIGTSTP) after step 4 (ended with the others)" in err
