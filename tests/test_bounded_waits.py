@@ -1,17 +1,16 @@
 """Distributed runs whose ranks disagree, or whose rank is stopped, end with a message naming the rank, instead
-of waiting 30 minutes. Real two-process runs on gloo: launched from the test's own process where the run ends by
-itself (``ddp_spawn``: a forked worker would copy this process's state, thread pool included), from a script's
-process, forked from the prewarmed interpreter, where a rank waits (bounded by the timeout of the script's run) or is
-stopped.
+of waiting 30 minutes. Real two-process runs on gloo, each launched from a script's process forked from the prewarmed
+interpreter (``helpers.prewarmed``; a wait is bounded by the timeout of the script's run), not from the test's own
+process: a forked worker would copy that process's state, its thread pool included.
 
 What these tests check is the same code under ``ddp_spawn`` and ``ddp_fork`` (``accelkit.strategies.launchers``):
 the launcher's ``WorkerProcesses`` watches, stops and ends either kind of worker by the pid of the process
-``multiprocessing`` started, and the watchdog and the collective timeout run in the workers. What the start method
-changes is that process: a fresh interpreter (spawn) or a copy of the launching script's process (fork, which drops
-the launcher's ``atexit`` handlers and inherits its signal handlers, both reset by the worker). So one stopped-rank
-run stays ``ddp_spawn`` (a stopped spawned interpreter is named, ended and leaves nothing running), and the stuck
-rank and the other stopped rank run ``ddp_fork``, whose workers start in a fraction of a second instead of importing
-torch and accelkit again (about 3 CPU-s each)."""
+``multiprocessing`` started, and the watchdog, the collective timeout and the loop's checks (a ``None`` step, uneven
+batch counts) run in the workers. What the start method changes is that process: a fresh interpreter (spawn) or a
+copy of the launching script's process (fork, which drops the launcher's ``atexit`` handlers and inherits its signal
+handlers, both reset by the worker). So one stopped-rank run stays ``ddp_spawn`` (a stopped spawned interpreter is
+named, ended and leaves nothing running), and the others run ``ddp_fork``, whose workers start in a fraction of a
+second instead of importing torch and accelkit again (about 3 CPU-s each)."""
 
 from __future__ import annotations
 
@@ -42,24 +41,6 @@ def _run(tmp_path: Path, mode: str, prewarmed: Prewarmed, strategy: str) -> subp
                          timeout=300)
 
 
-def _fit_here(tmp_path: Path, mode: str, capfd: pytest.CaptureFixture) -> tuple[accelkit.Trainer, Exception | None,
-                                                                                str]:
-    """Run the fit of ``stall_fit.py``'s ``mode`` from this process, which launches its two workers (one process
-    start less than running the script); return the trainer, the error the fit raised (``None``) and what the run
-    wrote to stderr (the workers' lines), followed by that error's traceback with its notes."""
-    import traceback
-
-    from helpers.stall_fit import Disagreeing, make_trainer
-
-    torch.manual_seed(0)
-    trainer = make_trainer(tmp_path, mode)
-    try:
-        trainer.fit(Disagreeing(mode))
-    except Exception as exc:  # noqa: BLE001 - the test reads what the run said
-        return trainer, exc, capfd.readouterr().err + "".join(traceback.format_exception(exc))
-    return trainer, None, capfd.readouterr().err
-
-
 @pytest.mark.slow
 def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path, prewarmed):
     # in a script's process: the run's timeout bounds the test if the collective timeout ever failed to end it;
@@ -74,26 +55,30 @@ def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path
 
 
 @pytest.mark.slow
-def test_none_from_training_step_on_one_rank_fails_at_once_with_the_reason(tmp_path, capfd):
-    _, error, err = _fit_here(tmp_path, "none", capfd)
-    assert error is not None, err[-3000:]
-    assert "training_step returned None on rank 1 (batch 1, step 1) in a run of 2 processes" in err, err[-3000:]
+def test_none_from_training_step_on_one_rank_fails_at_once_with_the_reason(tmp_path, prewarmed):
+    # ddp_fork: the check is the training loop's, in each worker, whichever way it started
+    done = _run(tmp_path, "none", prewarmed, "ddp_fork")
+    assert done.returncode != 0, done.stderr[-3000:]
+    assert "training_step returned None on rank 1 (batch 1, step 1) in a run of 2 processes" in done.stderr, \
+        done.stderr[-3000:]
 
 
 @pytest.mark.slow
-def test_uneven_batch_counts_run_the_smallest_count_on_every_rank_and_say_so(tmp_path, capfd):
-    trainer, error, err = _fit_here(tmp_path, "uneven", capfd)
-    assert error is None, err[-3000:]
-    assert "different numbers of batches per rank (from 3 to 4; this rank 4): every rank runs 3" in err
-    assert trainer.global_step == 6  # 2 epochs x 3 batches
+def test_uneven_batch_counts_run_the_smallest_count_on_every_rank_and_say_so(tmp_path, prewarmed):
+    # ddp_fork: the ranks agree on the count in the loop, in each worker, whichever way it started
+    done = _run(tmp_path, "uneven", prewarmed, "ddp_fork")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "different numbers of batches per rank (from 3 to 4; this rank 4): every rank runs 3" in done.stderr
+    assert "done global_step=6" in done.stdout  # 2 epochs x 3 batches: the caller's trainer, from rank 0's result
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     for name, value in ranks[0]["state_dict"].items():
         assert torch.equal(value, ranks[1]["state_dict"][name]), name
 
 
 def test_the_fit_imported_here_leaves_no_top_level_helper_module():
-    # _fit_here imports helpers.stall_fit in this process: it once put tests/helpers on sys.path and imported
-    # helpers/models.py as a top-level 'models', which a later test's own models.py then could not replace
+    # importing helpers.stall_fit in a test's process (for make_trainer, Disagreeing) once put tests/helpers on
+    # sys.path and imported helpers/models.py as a top-level 'models', which a later test's own models.py then
+    # could not replace
     import helpers.stall_fit  # noqa: F401
 
     folder = Path(__file__).resolve().parent / "helpers"
