@@ -1,6 +1,16 @@
 """Distributed runs whose ranks disagree, or whose rank is stopped, end with a message naming the rank, instead
-of waiting 30 minutes. Real two-process ddp_spawn runs on gloo: launched from the test's own process where the run
-ends by itself, from a script's process where a rank waits (bounded by the subprocess's timeout) or is stopped."""
+of waiting 30 minutes. Real two-process runs on gloo, each launched from a script's process forked from the prewarmed
+interpreter (``helpers.prewarmed``; a wait is bounded by the timeout of the script's run), not from the test's own
+process: a forked worker would copy that process's state, its thread pool included.
+
+What these tests check is the same code under ``ddp_spawn`` and ``ddp_fork`` (``accelkit.strategies.launchers``):
+the launcher's ``WorkerProcesses`` watches, stops and ends either kind of worker by the pid of the process
+``multiprocessing`` started, and the watchdog, the collective timeout and the loop's checks (a ``None`` step, uneven
+batch counts) run in the workers. What the start method changes is that process: a fresh interpreter (spawn) or a
+copy of the launching script's process (fork, which drops the launcher's ``atexit`` handlers and inherits its signal
+handlers, both reset by the worker). So one stopped-rank run stays ``ddp_spawn`` (a stopped spawned interpreter is
+named, ended and leaves nothing running), and the others run ``ddp_fork``, whose workers start in a fraction of a
+second instead of importing torch and accelkit again (about 3 CPU-s each)."""
 
 from __future__ import annotations
 
@@ -24,33 +34,18 @@ from helpers.prewarmed import Prewarmed
 HELPER = Path(__file__).parent / "helpers" / "stall_fit.py"
 
 
-def _run(tmp_path: Path, mode: str, prewarmed: Prewarmed) -> subprocess.CompletedProcess:
-    """``stall_fit.py``'s ``mode`` as a program, forked from the prewarmed interpreter (its workers spawned)."""
-    return prewarmed.run([str(HELPER), str(tmp_path), mode], cwd=tmp_path, env=dict(os.environ), timeout=300)
-
-
-def _fit_here(tmp_path: Path, mode: str, capfd: pytest.CaptureFixture) -> tuple[accelkit.Trainer, Exception | None,
-                                                                                str]:
-    """Run the fit of ``stall_fit.py``'s ``mode`` from this process, which launches its two workers (one process
-    start less than running the script); return the trainer, the error the fit raised (``None``) and what the run
-    wrote to stderr (the workers' lines), followed by that error's traceback with its notes."""
-    import traceback
-
-    from helpers.stall_fit import Disagreeing, make_trainer
-
-    torch.manual_seed(0)
-    trainer = make_trainer(tmp_path, mode)
-    try:
-        trainer.fit(Disagreeing(mode))
-    except Exception as exc:  # noqa: BLE001 - the test reads what the run said
-        return trainer, exc, capfd.readouterr().err + "".join(traceback.format_exception(exc))
-    return trainer, None, capfd.readouterr().err
+def _run(tmp_path: Path, mode: str, prewarmed: Prewarmed, strategy: str) -> subprocess.CompletedProcess:
+    """``stall_fit.py``'s ``mode`` as a program, forked from the prewarmed interpreter, its workers started by
+    ``strategy``."""
+    return prewarmed.run([str(HELPER), str(tmp_path), mode, "12", strategy], cwd=tmp_path, env=child_env(),
+                         timeout=300)
 
 
 @pytest.mark.slow
 def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path, prewarmed):
-    # in a script's process: the subprocess timeout bounds the test if the collective timeout ever failed to end it
-    done = _run(tmp_path, "stuck", prewarmed)
+    # in a script's process: the run's timeout bounds the test if the collective timeout ever failed to end it;
+    # ddp_fork: the watchdog and the collective timeout are the workers' own, whichever way they started
+    done = _run(tmp_path, "stuck", prewarmed, "ddp_fork")
     assert done.returncode != 0
     # the watchdog's diagnosis (printed when the wait passes a tenth of the timeout, and attached to the error)
     assert "rank 1 is behind (not in a collective)" in done.stderr, done.stderr[-3000:]
@@ -60,26 +55,30 @@ def test_a_stuck_rank_fails_the_run_at_the_collective_timeout_naming_it(tmp_path
 
 
 @pytest.mark.slow
-def test_none_from_training_step_on_one_rank_fails_at_once_with_the_reason(tmp_path, capfd):
-    _, error, err = _fit_here(tmp_path, "none", capfd)
-    assert error is not None, err[-3000:]
-    assert "training_step returned None on rank 1 (batch 1, step 1) in a run of 2 processes" in err, err[-3000:]
+def test_none_from_training_step_on_one_rank_fails_at_once_with_the_reason(tmp_path, prewarmed):
+    # ddp_fork: the check is the training loop's, in each worker, whichever way it started
+    done = _run(tmp_path, "none", prewarmed, "ddp_fork")
+    assert done.returncode != 0, done.stderr[-3000:]
+    assert "training_step returned None on rank 1 (batch 1, step 1) in a run of 2 processes" in done.stderr, \
+        done.stderr[-3000:]
 
 
 @pytest.mark.slow
-def test_uneven_batch_counts_run_the_smallest_count_on_every_rank_and_say_so(tmp_path, capfd):
-    trainer, error, err = _fit_here(tmp_path, "uneven", capfd)
-    assert error is None, err[-3000:]
-    assert "different numbers of batches per rank (from 3 to 4; this rank 4): every rank runs 3" in err
-    assert trainer.global_step == 6  # 2 epochs x 3 batches
+def test_uneven_batch_counts_run_the_smallest_count_on_every_rank_and_say_so(tmp_path, prewarmed):
+    # ddp_fork: the ranks agree on the count in the loop, in each worker, whichever way it started
+    done = _run(tmp_path, "uneven", prewarmed, "ddp_fork")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "different numbers of batches per rank (from 3 to 4; this rank 4): every rank runs 3" in done.stderr
+    assert "done global_step=6" in done.stdout  # 2 epochs x 3 batches: the caller's trainer, from rank 0's result
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
     for name, value in ranks[0]["state_dict"].items():
         assert torch.equal(value, ranks[1]["state_dict"][name]), name
 
 
 def test_the_fit_imported_here_leaves_no_top_level_helper_module():
-    # _fit_here imports helpers.stall_fit in this process: it once put tests/helpers on sys.path and imported
-    # helpers/models.py as a top-level 'models', which a later test's own models.py then could not replace
+    # importing helpers.stall_fit in a test's process (for make_trainer, Disagreeing) once put tests/helpers on
+    # sys.path and imported helpers/models.py as a top-level 'models', which a later test's own models.py then
+    # could not replace
     import helpers.stall_fit  # noqa: F401
 
     folder = Path(__file__).resolve().parent / "helpers"
@@ -104,39 +103,40 @@ def test_the_collective_timeout_reaches_the_strategy(tmp_path):
         == 600.0
 
 
-def _stop_rank(tmp_path: Path, rank: int, collective_timeout: int = 12) -> tuple[int, str, int, list[int]]:
-    """Run ``stall_fit.py stop<rank>``, SIGSTOP that rank where it waits at step 4 and let the run end (within the
-    collective timeout and a bounded margin: the subprocess timeout). Returns (exit status, stderr, the stopped
-    pid, every process the run had started that is still alive 10 s after it ended).
+def _stop_rank(tmp_path: Path, rank: int, prewarmed: Prewarmed, strategy: str,
+               collective_timeout: int = 12) -> tuple[int, str, int, list[int]]:
+    """Run ``stall_fit.py stop<rank>`` (forked from the prewarmed interpreter, its workers started by ``strategy``),
+    SIGSTOP that rank where it waits at step 4 and let the run end (within the collective timeout and a bounded
+    margin: the run's timeout). Returns (exit status, stderr, the stopped pid, every process the run had started
+    that is still alive 10 s after it ended).
 
     The collective timeout (12 s) leaves room for what the tests read: the stopped rank is stopped about 3 s after
     the other entered the collective, so when the collective fails its last report is about 9 s old, past the
     watchdog's ``SILENT_AFTER_S`` (5 s) that makes it "stopped reporting"."""
-    proc = subprocess.Popen([sys.executable, str(HELPER), str(tmp_path), f"stop{rank}", str(collective_timeout)],
-                            env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = prewarmed.start([str(HELPER), str(tmp_path), f"stop{rank}", str(collective_timeout), strategy],
+                          cwd=tmp_path, env=child_env())
     try:
         marker, deadline = tmp_path / f"stopme-{rank}", time.monotonic() + 240
-        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        while not marker.exists() and run.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert marker.exists(), "the rank never reached step 4"
         time.sleep(0.2)  # the pid is written
-        pid, started = int(marker.read_text()), descendants(proc.pid)
+        pid, started = int(marker.read_text()), descendants(run.pid)
         time.sleep(2.5)  # what the rank is doing reaches the others (its watchdog reports once a second)
         os.kill(pid, signal.SIGSTOP)
-        _, err = proc.communicate(timeout=collective_timeout + 60)
+        done = run.wait(timeout=collective_timeout + 60)
     finally:
-        if proc.poll() is None:
-            for child in descendants(proc.pid):
-                os.kill(child, signal.SIGKILL)
-            proc.kill()
-            proc.communicate()
-    return proc.returncode, err, pid, wait_gone(started)
+        if run.poll() is None:  # the run's process group (the script and its workers), the stopped one included
+            run.kill()
+            run.wait(timeout=60)
+    return done.returncode, done.stderr, pid, wait_gone(started)
 
 
 @pytest.mark.slow
-def test_a_stopped_rank_0_ends_the_run_naming_it_and_leaves_nothing_running(tmp_path):
-    # rank 0 keeps the store the watchdogs talk through: the others' diagnosis used to wait on it for ever
-    code, err, pid, left = _stop_rank(tmp_path, 0)
+def test_a_stopped_rank_0_ends_the_run_naming_it_and_leaves_nothing_running(tmp_path, prewarmed):
+    # rank 0 keeps the store the watchdogs talk through: the others' diagnosis used to wait on it for ever.
+    # ddp_fork: the store, the diagnosis and the launcher's end of a stopped worker do not depend on how it started
+    code, err, pid, left = _stop_rank(tmp_path, 0, prewarmed, "ddp_fork")
     assert code != 0, err[-3000:]
     assert left == [], f"processes {left} outlived the run"
     assert "WorkerError" in err, err[-3000:]
@@ -148,8 +148,9 @@ def test_a_stopped_rank_0_ends_the_run_naming_it_and_leaves_nothing_running(tmp_
 
 
 @pytest.mark.slow
-def test_a_stopped_rank_1_is_named_with_the_step_it_stopped_at(tmp_path):
-    code, err, pid, left = _stop_rank(tmp_path, 1)
+def test_a_stopped_rank_1_is_named_with_the_step_it_stopped_at(tmp_path, prewarmed):
+    # ddp_spawn: the one stopped-rank run whose stopped worker is a fresh interpreter (ddp_fork's: rank 0's above)
+    code, err, pid, left = _stop_rank(tmp_path, 1, prewarmed, "ddp_spawn")
     assert code != 0, err[-3000:]
     assert left == [], f"processes {left} outlived the run"
     assert f"worker 1 (pid {pid}) is stopped (SIGSTOP or SIGTSTP) after step 4 (ended with the others)" in err

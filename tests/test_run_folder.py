@@ -156,16 +156,44 @@ def test_a_failed_save_releases_the_name_it_claimed(tmp_path):
     assert not list((tmp_path / "checkpoints").glob("*.ckpt"))  # no empty file left under a checkpoint's name
 
 
-@pytest.mark.slow  # two processes per fit
-def test_two_ddp_spawn_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path):
-    spawn = dict(devices=2, strategy="ddp_spawn")
-    first, second = fit(tmp_path, **spawn), fit(tmp_path, **spawn)
-    assert first.checkpoint_path.parent.parent.name == "version_0"
-    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
-    third = fit(tmp_path, max_epochs=2, ckpt_path="last", **spawn)
-    assert third.ckpt_path == str(second.checkpoint_path)
-    assert third.checkpoint_path == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
-    assert load(third.checkpoint_path)["global_step"] == third.global_step == 2 * second.global_step
+_LAUNCHED_FITS = """
+import json, sys
+import accelkit
+sys.path.insert(0, {tests!r})
+from helpers.models import RegressionModule
+
+
+def fit(strategy, max_epochs=1, ckpt_path=None):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=max_epochs,
+                               default_root_dir={root!r}, enable_progress_bar=False, enable_model_summary=False,
+                               num_sanity_val_steps=0)
+    trainer.fit(RegressionModule(n=16), ckpt_path=ckpt_path)
+    return {{"checkpoint": str(trainer.checkpoint_path), "ckpt_path": trainer.ckpt_path,
+            "global_step": trainer.global_step}}
+
+
+if __name__ == "__main__":
+    print(json.dumps([fit("ddp_fork"), fit("ddp_fork"), fit("ddp_spawn", max_epochs=2, ckpt_path="last")]))
+"""
+
+
+@pytest.mark.slow  # a program whose three fits start two processes each
+def test_two_launched_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path, prewarmed):
+    # The caller claims the version folder before it starts the workers (dispatch.claim_run_folders), the run
+    # carries it to them pickled, and rank 0's result brings the checkpoint it wrote back: the same for either
+    # start method. The two first runs fork their workers; the resumed one spawns them (fresh interpreters, which
+    # know only what the pickled run tells them). Forked workers need a launching process whose thread pool has not
+    # run: a program forked from the prewarmed interpreter, not this test's process.
+    code = _LAUNCHED_FITS.format(tests=str(ROOT / "tests"), root=str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_") and k != "PYTHONPATH"}
+    done = prewarmed.run(["-c", code], cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first, second, third = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(first["checkpoint"]).parent.parent.name == "version_0"
+    assert second["checkpoint"] == str(tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt")
+    assert third["ckpt_path"] == second["checkpoint"]
+    assert third["checkpoint"] == str(tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt")
+    assert load(third["checkpoint"])["global_step"] == third["global_step"] == 2 * second["global_step"]
 
 
 # ------------------------------------------------------------------- runs started together
@@ -191,29 +219,46 @@ def test_two_processes_claiming_at_once_get_distinct_versions_in_20_of_20_trials
 
 
 _CONCURRENT_FIT = """
-import json, sys
+import json, multiprocessing, sys
 import accelkit
 sys.path.insert(0, {tests!r})
 from helpers.models import RegressionModule
 logger = sys.argv[1] == "logger"
-trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, default_root_dir={root!r}, logger=logger,
-                           enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
-trainer.fit(RegressionModule(n=16))
-print(json.dumps({{"log_dir": trainer.log_dir, "checkpoint": str(trainer.checkpoint_path),
-                  "best": trainer.checkpoint_callback.best_model_path}}))
+
+
+def fit(reports):
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, default_root_dir={root!r}, logger=logger,
+                               enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(RegressionModule(n=16))
+    reports.put({{"log_dir": trainer.log_dir, "checkpoint": str(trainer.checkpoint_path),
+                 "best": trainer.checkpoint_callback.best_model_path}})
+
+
+context = multiprocessing.get_context("fork")
+reports = context.Queue()
+runs = [context.Process(target=fit, args=(reports,)) for _ in range(2)]
+for run in runs:
+    run.start()
+for run in runs:
+    run.join(timeout=240)
+codes = [run.exitcode for run in runs]
+print(json.dumps({{"codes": codes, "reports": [reports.get(timeout=10) for _ in range(codes.count(0))]}}))
 """
 
 
-@pytest.mark.slow  # two fits in fresh interpreters, started together
+@pytest.mark.slow  # a program that starts two fits together, each in a process of its own
 @pytest.mark.parametrize("logger", ["logger", "no-logger"])
-def test_two_runs_started_together_in_one_folder_keep_their_own_folders_and_files(tmp_path, logger):
+def test_two_runs_started_together_in_one_folder_keep_their_own_folders_and_files(tmp_path, logger, prewarmed):
+    # the program is forked from the prewarmed interpreter, and it forks the two runs once it has imported accelkit:
+    # two processes that claim their version folders and checkpoint names at the same moment, as two programs
+    # started together do (the claim is between processes, whatever started them; nothing here is about start-up)
     code = _CONCURRENT_FIT.format(tests=str(ROOT / "tests"), root=str(tmp_path))
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACCELKIT_") and k != "PYTHONPATH"}
-    runs = [subprocess.Popen([sys.executable, "-c", code, logger], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env) for _ in range(2)]
-    outputs = [run.communicate(timeout=240) for run in runs]
-    assert [run.returncode for run in runs] == [0, 0], [err[-3000:] for _, err in outputs]
-    reports = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    done = prewarmed.run(["-c", code, logger], cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["codes"] == [0, 0], done.stderr[-3000:]
+    reports = result["reports"]
     checkpoints = {report["checkpoint"] for report in reports} | {report["best"] for report in reports}
     assert len(checkpoints) == 4  # two last and two epoch files: nothing shared, nothing overwritten
     for report in reports:

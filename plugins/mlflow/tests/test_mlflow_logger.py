@@ -98,8 +98,10 @@ def test_explicit_logger_with_lightning_arguments(tmp_path):
 
 
 @pytest.mark.slow
-def test_installed_alone_next_to_core_and_cpu(tmp_path):
-    """The three wheels installed into an empty folder that comes first on sys.path; a run logged and read back."""
+def test_installed_alone_next_to_core_and_cpu(tmp_path, prewarmed):
+    """The three wheels installed into an empty folder that comes first on sys.path; a run logged and read back.
+    The run is a program forked from the prewarmed interpreter (``helpers.prewarmed``), which has imported torch
+    only: accelkit and its plugins are imported afresh, from that folder, as the files the run reports say."""
     target = tmp_path / "site"
     built = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                             "--target", str(target), str(ROOT / "core"), str(ROOT / "plugins" / "cpu"),
@@ -123,8 +125,7 @@ def test_installed_alone_next_to_core_and_cpu(tmp_path):
                           "logged": float(trainer.callback_metrics["val_loss"])}}))
     ''')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELKIT_", "MLFLOW_"))}
-    done = subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=env)
+    done = prewarmed.run(["-c", code], cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(f.startswith(str(target)) for f in found["files"]), found
