@@ -74,17 +74,21 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   x1.041; ``bench_cuda.py --device cpu --workloads mlp``: 9268 -> 9219 against the hand loop's 8921, x1.039 ->
   x1.033). Those counts were of 20-step epochs, which charge each step 3.2 times the per-epoch work of the timed
   64-step epochs; the count now takes the timed epochs' length: 9807 against the hand loop's 9515 (x1.031; the
-  target x1.03 is 9800). What is left per step (DDP, ``--only counts``, epochs of 20 steps): the plain loop's
-  body (~100: the
-  read-ahead and the batch's device plan's call, the watchdog's note, the batch's counters, the log/validation/stop
-  tests, the stop control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the plain
-  batch (~51), the device plan (~27), the wrapper's router (~13, ``strategies/base.py``), the step's count (~9,
-  ``Progress.advance_step``: the counters' one writer), and per epoch, spread over the 20 counted steps (~135 per
-  step, a third of that over a 64-step epoch: the metrics' publishing twice, ~28; the exact-resume record of the
+  target x1.03 is 9800). Cut since (P4): after a plain batch, whether anything is due (the epoch's last batch, a
+  stop, a log, a time or step limit) is one test, what is due then in ``FitLoop._plain_batch_end`` (105 -> 95,
+  +3 there per step), a list or tuple already on the device follows its plan with one class read and one C test of its
+  elements (``apply_func.device_plan``'s ``sequence_stays``: 27 -> 22), the router merges keyword arguments only when
+  a call has some (13 -> 12): 9807 -> 9794 (x1.029). What is left per step (DDP, ``--only counts``, 64-step epochs):
+  the plain loop's body (~95: the read-ahead and the batch's device plan's call, the watchdog's note, the batch's
+  counters, the one test of what is due, the stop control's report), ``self.log`` (~54: a key of 14 parts, the
+  value's detach and clone), the plain batch (~51), the device plan (~22), the wrapper's router (~12,
+  ``strategies/base.py``), the step's count (~9, ``Progress.advance_step``: the counters' one writer), and per
+  epoch (measured at 20 steps an epoch: ~135 per step, a third of that over a 64-step epoch: the metrics'
+  publishing twice, ~28; the exact-resume record of the
   epoch's random states, samplers and generators, ~18; the epoch's plan of hooks and batch runner, ~13; the sampler's
-  epoch, ~8; the epoch's own start and end). Not done (x1.03 needs ~100 fewer, more than the loop's own code holds):
+  epoch, ~8; the epoch's own start and end). Not done (a few instructions each):
   the plain batch without its output (``{"loss": loss}``, unused there: ~5, but a second copy of its body), the step's
-  count in the batch's frame (~7, against the counters' one writer), the router's call (~13), the precision's
+  count in the batch's frame (~7, against the counters' one writer), the router's call (~12), the precision's
   forward context inside the plain batch (the ``_inside`` frame, ~8 with ``bf16-mixed``, +2 without a context),
   publishing the three dicts in one pass over the entries (~15 per step at 20 steps an epoch);
 - the epoch's ends: the Trainer's epoch start and end (sampler epoch, random states for an exact resume, the

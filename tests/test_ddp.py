@@ -227,6 +227,24 @@ def test_the_step_router_is_called_without_nn_module_call_machinery_until_it_has
     assert seen == ["training_step"]
 
 
+
+def test_the_step_router_merges_keyword_arguments_only_when_a_call_has_some():
+    """A step's call through the router, as DDP's ``forward`` makes it (``router(*inputs, **kwargs)``, no keyword
+    argument), runs at most 12 Python instructions in the router (13 when every call merged its keyword
+    arguments); a call with keyword arguments (an evaluation step's ``dataloader_idx``) still passes them."""
+    from accelkit.strategies import StepRouter
+    from helpers.instructions import instructions
+
+    module = RegressionModule()
+    module.training_step = lambda batch, batch_idx: batch[0].sum()  # no Trainer here: no self.log
+    module.validation_step = lambda batch, batch_idx, dataloader_idx=0: (batch_idx, dataloader_idx)
+    router = StepRouter(module)
+    batch, inputs, kwargs = (torch.ones(2), torch.zeros(2)), ("training_step",), {}
+    assert instructions(lambda: router(*inputs, batch, 0, **kwargs), within="accelkit/strategies/base.py") <= 12
+    assert router("training_step", batch, 0) == 2.0
+    assert router("validation_step", batch, 3, dataloader_idx=1) == (3, 1)
+
+
 NOTEBOOK_PROGRAM = '''
 import atexit, sys, torch
 sys.path.insert(0, {tests!r})

@@ -39,6 +39,20 @@ class StopsAtBatch(RegressionModule):
         return super().training_step(batch, batch_idx)
 
 
+class SetsMaxSteps(RegressionModule):
+    """Sets ``trainer.max_steps`` to ``max_steps`` in ``training_step`` at global step ``at`` (a limit changed
+    mid-run: the loops read it after every batch)."""
+
+    def __init__(self, at: int, max_steps: int) -> None:
+        super().__init__()
+        self.at, self.max_steps = at, max_steps
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.trainer.global_step == self.at:
+            self.trainer.max_steps = self.max_steps
+        return super().training_step(batch, batch_idx)
+
+
 class StopsAtEpochStart(accelkit.Callback):
     """Requests a stop when epoch ``epoch`` starts (an epoch-level callback: the epoch stays plain)."""
 
@@ -126,14 +140,17 @@ SCENARIOS = {
     "validation_at_epoch_end": dict(limit_val_batches=2),
     "limit_train_batches": dict(limit_train_batches=3),
     "log_every_n_steps": dict(log_every_n_steps=3),
+    "max_steps_set_mid_run": dict(module=lambda: SetsMaxSteps(at=3, max_steps=6)),
+    "max_time_set": dict(max_time={"hours": 1}),
 }
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 def test_a_plain_epoch_trains_logs_and_stops_as_the_general_loop(tmp_path, scenario):
-    """(a) max_steps reached mid-epoch, (b) a stop requested from training_step or from an epoch-level callback,
-    validation at the epoch's end, (d) limit_train_batches, (e) log_every_n_steps: the plain epoch and the general
-    one give identical weights, counters, metrics, logged rows and checkpoints."""
+    """(a) max_steps reached mid-epoch, or set mid-run by the module, (b) a stop requested from training_step or from
+    an epoch-level callback, validation at the epoch's end, (d) limit_train_batches, (e) log_every_n_steps, a time
+    limit set (not reached): the plain epoch and the general one give identical weights, counters, metrics, logged
+    rows and checkpoints."""
     options = {k: (v() if callable(v) else v) for k, v in SCENARIOS[scenario].items()}
     plain = fit(tmp_path / "plain", general=False, **options)
     options = {k: (v() if callable(v) else v) for k, v in SCENARIOS[scenario].items()}
@@ -192,11 +209,10 @@ def test_a_plain_epoch_runs_fewer_instructions_per_batch_in_the_fit_loop(tmp_pat
     assert plain <= general - 15, (plain, general)
 
 
-def test_a_plain_epoch_reads_its_loader_ahead_in_its_own_frame(tmp_path):
-    """The plain epoch reads one batch ahead in its own loop (no generator's frame between it and the loader) and
-    marks every batch as stepping once: per batch (what a 16-batch epoch costs more than an 8-batch one, so the
-    epoch's own start and end cancel out), the fit loop's and its data's code (``loops/fit.py``, ``loops/data.py``)
-    run at most 94 Python instructions (99 when a generator read ahead for it)."""
+def loop_instructions_per_batch(folder: Path) -> float:
+    """Python instructions the fit loop's and its data's code (``loops/fit.py``, ``loops/data.py``) run per batch of
+    a plain epoch: what a 16-batch epoch (the fit's second) costs more than an 8-batch one, so that the epoch's own
+    start and end cancel out."""
     from helpers.instructions import opcode_counter
 
     def epoch(n: int) -> int:
@@ -212,11 +228,27 @@ def test_a_plain_epoch_reads_its_loader_ahead_in_its_own_frame(tmp_path):
         previous = sys.gettrace()
         counter.install()
         try:
-            quiet_trainer(tmp_path, max_epochs=2, callbacks=[Counts()]).fit(RegressionModule(n=n))
+            quiet_trainer(folder, max_epochs=2, callbacks=[Counts()]).fit(RegressionModule(n=n))
         finally:
             sys.settrace(previous)
         return sum(n for code, n in counter.by_code.items()
                    if code.co_filename.endswith(("accelkit/loops/fit.py", "accelkit/loops/data.py")))
 
-    per_batch = (epoch(128) - epoch(64)) / 8
+    return (epoch(128) - epoch(64)) / 8
+
+
+def test_a_plain_epoch_reads_its_loader_ahead_in_its_own_frame(tmp_path):
+    """The plain epoch reads one batch ahead in its own loop (no generator's frame between it and the loader) and
+    marks every batch as stepping once: per batch, the fit loop's and its data's code run at most 94 Python
+    instructions (99 when a generator read ahead for it)."""
+    per_batch = loop_instructions_per_batch(tmp_path)
     assert per_batch <= 94, per_batch
+
+
+def test_a_plain_batch_after_which_nothing_is_due_is_told_by_one_test(tmp_path):
+    """After a plain epoch's batch, whether anything is due (the epoch's last batch, a stop requested, a log, a
+    time or step limit set or reached) is one test, with what is due then in its own frame
+    (``FitLoop._plain_batch_end``): per batch, the fit loop's and its data's code run at most 84 Python
+    instructions (90 when every batch went through each test in turn)."""
+    per_batch = loop_instructions_per_batch(tmp_path)
+    assert per_batch <= 84, per_batch

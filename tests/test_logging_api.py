@@ -1193,3 +1193,52 @@ def test_an_epochs_first_log_takes_the_decisions_of_the_epoch_before():
     assert entry is not first and (entry.on_step, entry.on_epoch, entry.caller) == (True, True, first.caller)
     assert entry.step_value == 3.0 and float(entry.total) == 12.0 and entry.weight == 4.0
     assert float(first.total) == 12.0  # the epoch before's entry is left as it was
+
+
+@pytest.fixture(scope="module")
+def lightning_log_refusals(tmp_path_factory) -> dict[str, Any]:
+    """What each scenario of ``helpers.log_refusals`` did under Lightning's Trainer."""
+    return lightning_records(tmp_path_factory.mktemp("lightning_log_refusals"), "log_refusals")
+
+
+@pytest.mark.slow
+def test_logging_is_refused_where_lightning_refuses_it_and_a_bad_value_is_a_value_error(tmp_path,
+                                                                                      lightning_log_refusals):
+    """Side by side with Lightning: ``self.log`` in each hook where Lightning refuses it (``configure_optimizers``,
+    set-up, data loaders, the fit's and loops' ends, the batch transfer, checkpoints, the scheduler's step, the
+    models' mode switches, prediction) raises, not a value silently dropped; in ``training_step`` and
+    ``on_validation_start`` the value is kept; a string, a dict, a list or ``None`` logged raises a ``ValueError``
+    on both (an ``except ValueError`` written for Lightning catches accelkit's)."""
+    from helpers.log_refusals import SCENARIOS, record
+
+    ours = {scenario: record("accelkit", str(tmp_path), scenario) for scenario in SCENARIOS}
+    assert {s: r for s, r in ours.items() if r != lightning_log_refusals[s]} == {}
+
+
+@pytest.mark.parametrize("hook", ["configure_optimizers", "on_fit_start", "setup", "train_dataloader",
+                                  "lr_scheduler_step", "on_validation_model_eval", "predict_step"])
+def test_logging_in_a_hook_where_it_is_not_allowed_is_refused_by_name(tmp_path, hook):
+    """``self.log`` in a hook where logging is not allowed (as in Lightning) raises a ``RuntimeError`` naming the hook
+    and where logging is allowed, instead of the value being dropped."""
+    from helpers.log_refusals import PREDICT_HOOKS, module_class
+
+    trainer = quiet_trainer(tmp_path, max_epochs=1, limit_val_batches=1)
+    with pytest.raises(RuntimeError, match=rf"self.log\(\) was called inside {hook}, where logging is not allowed "
+                                           r"\(as in Lightning\): log from training_step"):
+        trainer.predict(module_class("accelkit", hook)()) if hook in PREDICT_HOOKS else \
+            trainer.fit(module_class("accelkit", hook)())
+
+
+@pytest.mark.parametrize("kind", ["str", "dict", "list", "none"])
+def test_a_value_that_cannot_be_logged_is_a_value_error_and_a_type_error(tmp_path, kind):
+    """A value ``self.log`` cannot record raises :class:`accelkit.errors.LoggedValueError`: a ``ValueError`` as
+    Lightning's, and a ``TypeError`` as accelkit's was, naming the value, its type and what can be logged."""
+    from accelkit.errors import LoggedValueError
+    from helpers.log_refusals import VALUES, module_class
+
+    value = VALUES[kind]
+    with pytest.raises(LoggedValueError) as raised:
+        quiet_trainer(tmp_path, max_epochs=1).fit(module_class("accelkit", f"value:{kind}")())
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, TypeError)
+    assert str(raised.value) == ("log('x'): value must be a number, a scalar tensor or a metric object with "
+                                 f"update/compute/reset, not {type(value).__name__} ({value!r})")

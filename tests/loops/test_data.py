@@ -101,3 +101,25 @@ def test_an_epochs_device_plan_moves_its_batches_as_move_to_device_in_fewer_inst
         planned = instructions(lambda plan=plan, first=first: plan(first), within="accelkit/")
         general = instructions(lambda first=first, target=target: move_to_device(first, target), within="accelkit/")
         assert planned <= 0.65 * general, (target, planned, general)
+
+
+@pytest.mark.parametrize("kind", [tuple, list])
+def test_a_sequence_already_on_the_device_follows_its_plan_in_one_class_test_and_one_device_test(kind):
+    """A tuple or list of plain tensors already on the device follows its epoch's plan with its class read once and
+    its elements' classes and devices tested in one C call, with nothing left to decide about moving (a plan that
+    leaves its batches where they are is a function of its own): at most 22 Python instructions (27 with
+    ``type()``, a comparison of sets and a test of whether to move); an empty one comes out as from
+    ``move_to_device``."""
+    import torch
+
+    from accelkit.utilities.apply_func import device_plan, move_to_device
+    from helpers.instructions import instructions
+
+    cpu = torch.device("cpu")
+    first = kind((torch.ones(2), torch.zeros(3)))
+    plan = device_plan(first, cpu)
+    assert instructions(lambda: plan(first), within="accelkit/") <= 22
+    moved = plan(first)
+    assert type(moved) is kind and (moved is first) == (kind is tuple) and all(
+        a is b for a, b in zip(moved, first, strict=True))
+    assert plan(kind()) == move_to_device(kind(), cpu) and type(plan(kind())) is kind

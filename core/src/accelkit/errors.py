@@ -32,6 +32,12 @@ class PluginConflictError(PluginError):
     """Two distributions claim the same name."""
 
 
+class LoggedValueError(TypeError, ValueError):
+    """``self.log`` was given a value it cannot record (a string, a dict, a list, ``None``...): a ``ValueError``, as
+    Lightning raises there, and a ``TypeError``, as accelkit raised before, so either ``except`` catches it. A mistake
+    in the user's code, not an :class:`AccelkitError`: the ``accelkit`` command shows its traceback."""
+
+
 class WorkerError(AccelkitError, RuntimeError):
     """A worker process or replica failed; the message carries its traceback."""
 

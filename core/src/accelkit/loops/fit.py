@@ -352,42 +352,59 @@ class FitLoop:
         at the epoch's end, no random state to put back, a loader read ahead): the same bookkeeping in the same
         order, without the tests of what this epoch does not have. ``started``: the loader read ahead
         (:meth:`~accelkit.loops.data.DataConnector.read_ahead`, ``None``: no batch), which this loop goes on reading
-        one batch ahead itself, as the general loop's batches do. Returns the last batch index run."""
+        one batch ahead itself, as the general loop's batches do. A batch after which nothing is due (not the
+        last, no stop requested, no log, no limit set or reached) is told by one test; any other ends in
+        :meth:`_plain_batch_end`. Returns the last batch index run."""
         if started is None:
             return start - 1
         trainer = self.trainer
-        progress, run_batch, epoch_scheds = trainer.run_state.progress, plan.run_batch, plan.epoch_scheds
-        publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
+        progress, run_batch, log_every = trainer.run_state.progress, plan.run_batch, trainer.log_every_n_steps
         metrics, stop, note, clock = trainer.run_state.metrics, interrupt.current(), watchdog.step_note(), time.time
         report, pending = (None, _nothing) if stop is None else (stop.report, stop.pending)  # (bound once)
         ahead, iterator, prepare = started  # (the batch read ahead: the next to run)
+        whole, phase, end = slice(None), STEP_PHASE, _END  # (the note's whole slice, built once)
         batch_idx = start - 1
         progress.stepping = True  # (every batch steps; from the first one, as the general loop)
-        for batch_idx, upcoming in enumerate(itertools.chain(iterator, (_END,)), start):
-            batch, ahead, is_last = prepare(ahead), upcoming, upcoming is _END  # (read ahead, then prepared)
+        for batch_idx, upcoming in enumerate(itertools.chain(iterator, (end,)), start):
+            batch, ahead = prepare(ahead), upcoming  # (read ahead, then prepared)
             if note is not None:  # watchdog.mark_step's note, without its call
-                note[:] = progress.global_step, batch_idx, STEP_PHASE, clock()
+                note[whole] = progress.global_step, batch_idx, phase, clock()
             metrics.current_batch = batch
-            progress.is_last_batch = is_last
+            progress.is_last_batch = is_last = upcoming is end
             progress.batches_that_stepped += 1
             run_batch(batch, batch_idx, True)
             self.consumed = batch_idx + 1
-            if is_last:
-                progress.epoch_training_done = True
-                self._step_epoch_schedulers(epoch_scheds)
-            if progress.batches_that_stepped % log_every == 0 or progress.should_stop:
-                publisher.log_step()
-            if (is_last or progress.should_stop) and self.val_loaders and (
-                    self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
-                self._validate_in_epoch(True)
-            if report is not None:
+            # (none of these has a side effect: what is due after the batch, as the general loop decides it)
+            if is_last or progress.should_stop or progress.batches_that_stepped % log_every == 0 or \
+                    trainer.max_time is not None or 0 <= trainer.max_steps <= progress.global_step:
+                if self._plain_batch_end(batch_idx, is_last, plan.epoch_scheds, stop, log_every):
+                    return batch_idx
+            elif report is not None:
                 report(progress.global_step)
                 if pending() and self._interrupt_due(stop):
                     return batch_idx
-            if (progress.should_stop or trainer.max_time is not None or
-                    0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
-                break
         return batch_idx
+
+    def _plain_batch_end(self, batch_idx: int, is_last: bool, epoch_scheds: list[Any], stop: Any,
+                         log_every: int) -> bool:
+        """What :meth:`_plain_steps` does after a batch when something may be due (the epoch's last batch, a stop
+        requested, a log, a time or step limit), in :meth:`_steps`' order; ``True``: the epoch ends here."""
+        trainer = self.trainer
+        progress = trainer.run_state.progress
+        if is_last:
+            progress.epoch_training_done = True
+            self._step_epoch_schedulers(epoch_scheds)
+        if progress.batches_that_stepped % log_every == 0 or progress.should_stop:
+            trainer.run_state.active_publisher.log_step()
+        if (is_last or progress.should_stop) and self.val_loaders and (
+                self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
+            self._validate_in_epoch(True)
+        if stop is not None:
+            stop.report(progress.global_step)
+            if stop.pending() and self._interrupt_due(stop):
+                return True
+        return (progress.should_stop or trainer.max_time is not None or
+                0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch()
 
     def _step_step_schedulers(self, configs: list[Any]) -> None:
         """After an optimizer step: step the step-interval schedulers in ``configs`` whose ``frequency`` the

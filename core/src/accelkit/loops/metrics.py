@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from accelkit.errors import LoggedValueError
 from accelkit.utilities.apply_func import batch_size_of
 
 _REDUCERS = ("mean", "sum", "max", "min")
@@ -42,10 +43,37 @@ def _logging_function(epoch_end: bool) -> tuple[str, Any]:
             break
         if outer.f_globals.get("__name__", "").startswith(_RUNNERS):
             frame = hook
+            if frame.f_code.co_name in _NO_LOGGING and outer.f_globals["__name__"].startswith(_FRAMEWORKS):
+                _refuse_logging_in(frame.f_code.co_name)
             break
         hook = outer
     name, code = (frame.f_code.co_name, frame.f_code) if frame is not None else ("", None)
     return (f"{name} (at an epoch's end)" if epoch_end else name), code
+
+
+#: the hooks where ``self.log`` is refused, as in Lightning (its ``_FxValidator``): what runs before or after the
+#: loops' steps and epochs (set-up, data loaders, the fit's start and end, checkpoints), the batch transfer, the
+#: models' mode switches, the scheduler's step and prediction, where a value would have no step or epoch to belong to
+_NO_LOGGING = frozenset((
+    "configure_optimizers", "configure_callbacks", "configure_model", "configure_sharded_model", "prepare_data",
+    "setup", "teardown", "train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader",
+    "on_fit_start", "on_fit_end", "on_sanity_check_start", "on_sanity_check_end", "on_train_end",
+    "on_validation_end", "on_test_end", "on_predict_start", "on_predict_end", "on_predict_epoch_start",
+    "on_predict_epoch_end", "on_predict_batch_start", "on_predict_batch_end", "predict_step",
+    "on_before_batch_transfer", "transfer_batch_to_device", "on_after_batch_transfer", "lr_scheduler_step",
+    "on_exception", "state_dict", "load_state_dict", "on_save_checkpoint", "on_load_checkpoint",
+    "on_validation_model_zero_grad", "on_validation_model_eval", "on_validation_model_train",
+    "on_test_model_eval", "on_test_model_train"))
+#: the modules that call hooks (a function of the user's with a hook's name called by torch is not refused)
+_FRAMEWORKS = ("accelkit.", "lightning.")
+
+
+def _refuse_logging_in(hook: str) -> None:
+    """As Lightning's: ``self.log`` inside ``hook`` (one of :data:`_NO_LOGGING`) is an error, not a value dropped."""
+    raise RuntimeError(f"self.log() was called inside {hook}, where logging is not allowed (as in Lightning): log "
+                       "from training_step, validation_step or test_step, the train/validation/test batch and epoch "
+                       "hooks, on_train_start, on_validation_start, on_test_start or the backward and optimizer "
+                       "hooks, or send a value to the logger yourself (self.logger.log_metrics)")
 
 
 def _logged_from(code: Any) -> bool:
@@ -256,8 +284,8 @@ class MetricStore:
         elif is_metric_object(value):
             metric = value
         else:
-            raise TypeError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
-                            f"update/compute/reset, not {type(value).__name__}")
+            raise LoggedValueError(f"log({name!r}): value must be a number, a scalar tensor or a metric object with "
+                                   f"update/compute/reset, not {type(value).__name__} ({value!r:.80})")
         entry = self.entries.get(name)
         if entry is None or entry.epoch_end is not self.epoch_end or not _logged_from(entry.code):
             entry = self._caller_entry(name, entry, _Entry(on_step, on_epoch, prog_bar, logger, reduce_fx, sync_dist,

@@ -399,7 +399,9 @@ class StepRouter(nn.Module):
         object.__setattr__(self, "routed", module)
 
     def forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.routed, method)(*args, **kwargs)
+        if kwargs:  # (a step's call has none: the call without merging them, one instruction less a step)
+            return getattr(self.routed, method)(*args, **kwargs)
+        return getattr(self.routed, method)(*args)
 
     # the wrapper's call, once per step: the forward itself (see the class docstring)
     __call__ = forward

@@ -100,16 +100,29 @@ def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) ->
                     pass
             return general(batch)
         return dict_plan
+    # a sequence: as planned when its class is the first's (read as ``_CLASS_AND_DEVICE`` reads its elements') and
+    # its elements' classes and devices are all the planned one (an empty one: nothing to move either way)
+    covered = planned.issuperset
+    if move:
+        def sequence_plan(batch: Any) -> Any:
+            if batch.__class__ is kind:
+                try:
+                    if covered(map(_CLASS_AND_DEVICE, batch)):
+                        return kind(map(to, batch))
+                except AttributeError:
+                    pass
+            return general(batch)
+        return sequence_plan
 
-    def sequence_plan(batch: Any) -> Any:
-        if type(batch) is kind:
+    def sequence_stays(batch: Any) -> Any:
+        if batch.__class__ is kind:
             try:
-                if set(map(_CLASS_AND_DEVICE, batch)) == planned:
-                    return kind(map(to, batch)) if move else kind(batch)  # (tuple(): the tuple; list(): a copy)
+                if covered(map(_CLASS_AND_DEVICE, batch)):
+                    return kind(batch)  # (tuple(): the tuple; list(): a copy)
             except AttributeError:
                 pass
         return general(batch)
-    return sequence_plan
+    return sequence_stays
 
 
 def batch_size_of(batch: Any) -> int:
