@@ -1208,7 +1208,9 @@ def test_logging_is_refused_where_lightning_refuses_it_and_a_bad_value_is_a_valu
     set-up, data loaders, the fit's and loops' ends, the batch transfer, checkpoints, the scheduler's step, the
     models' mode switches, prediction) raises, not a value silently dropped; in ``training_step`` and
     ``on_validation_start`` the value is kept; a string, a dict, a list or ``None`` logged raises a ``ValueError``
-    on both (an ``except ValueError`` written for Lightning catches accelkit's)."""
+    on both (an ``except ValueError`` written for Lightning catches accelkit's); a ``bool`` is logged (as a float32
+    1.0); ``on_train_start`` and the other hooks that run once per loop or epoch keep what they log (an epoch value),
+    and refuse ``on_step=True`` or ``on_epoch=False`` (not a ``ValueError`` on either)."""
     from helpers.log_refusals import SCENARIOS, record
 
     ours = {scenario: record("accelkit", str(tmp_path), scenario) for scenario in SCENARIOS}
@@ -1227,6 +1229,65 @@ def test_logging_in_a_hook_where_it_is_not_allowed_is_refused_by_name(tmp_path, 
                                            r"\(as in Lightning\): log from training_step"):
         trainer.predict(module_class("accelkit", hook)()) if hook in PREDICT_HOOKS else \
             trainer.fit(module_class("accelkit", hook)())
+
+
+class LogsAheadOfTheEpoch(Net):
+    """Logs ``start`` in ``on_train_start`` and ``epoch_start`` (its epoch, a Python float) in
+    ``on_train_epoch_start``."""
+
+    def on_train_start(self) -> None:
+        self.log("start", 5.0)
+
+    def on_train_epoch_start(self) -> None:
+        self.log("epoch_start", float(self.current_epoch))
+
+
+def test_what_on_train_start_logs_is_the_first_epochs_value_as_in_lightning(tmp_path):
+    """As Lightning's: a value logged in ``on_train_start`` is the first epoch's (it was wiped by the epoch's start),
+    in that epoch's row of the loggers beside the epoch's aggregates, and stays in ``callback_metrics``; a value
+    logged in ``on_train_epoch_start`` is its epoch's value (it was a per-step value, at the first batch's step)."""
+    logger = CSVLogger(tmp_path)
+    trainer = quiet_trainer(tmp_path, max_epochs=2, logger=logger, log_every_n_steps=1, **QUIET)
+    trainer.fit(LogsAheadOfTheEpoch(), loader())
+    epoch_rows = [row for row in logger.rows if "train_loss_epoch" in row]
+    assert [(row["step"], row.get("start"), row.get("epoch_start")) for row in epoch_rows] == [(3, 5.0, 0.0),
+                                                                                             (7, None, 1.0)]
+    assert not [row for row in logger.rows if "train_loss_epoch" not in row and {"start", "epoch_start"} & set(row)]
+    assert float(trainer.callback_metrics["start"]) == 5.0 and float(trainer.logged_metrics["start"]) == 5.0
+    assert float(trainer.callback_metrics["epoch_start"]) == 1.0
+
+
+@pytest.mark.parametrize("scenario", ["on_step:on_train_start", "on_step:on_train_epoch_start",
+                                      "on_epoch:on_train_epoch_end", "on_step:on_validation_start",
+                                      "on_epoch:on_validation_epoch_end"])
+def test_a_step_value_in_a_hook_that_logs_epoch_values_only_is_refused_by_name(tmp_path, scenario):
+    """As Lightning's: ``on_step=True`` or ``on_epoch=False`` in a hook that runs once per loop or epoch raises a
+    ``RuntimeError`` naming the name, the option, the hook and the values allowed there, instead of being dropped."""
+    from helpers.log_refusals import module_class
+
+    option, hook = scenario.split(":")
+    given = "on_step=True" if option == "on_step" else "on_epoch=False"
+    with pytest.raises(RuntimeError, match=rf"^self.log\('x', ..., {given}\) was called inside {hook}, which logs "
+                                           r"epoch values only \(as in Lightning\): there on_step must be False and "
+                                           r"on_epoch True \(the defaults\)"):
+        quiet_trainer(tmp_path, max_epochs=1, limit_val_batches=1).fit(module_class("accelkit", scenario)())
+
+
+def test_a_bool_is_logged_as_a_float32_one_or_zero_as_in_lightning(tmp_path):
+    """As Lightning's: ``self.log("flag", True)`` records 1.0 (a float32 tensor in ``callback_metrics``), ``False``
+    0.0, per step and in the epoch's mean, instead of a ``LoggedValueError``."""
+
+    class Flags(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("flag", batch_idx % 2 == 0, on_step=True, on_epoch=True)
+            return super().training_step(batch, batch_idx)
+
+    logger = CSVLogger(tmp_path)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, logger=logger, log_every_n_steps=1, **QUIET)
+    trainer.fit(Flags(), loader())
+    assert [row["flag_step"] for row in logger.rows if "flag_step" in row] == [1.0, 0.0, 1.0, 0.0]
+    assert trainer.callback_metrics["flag_epoch"].dtype == torch.float32
+    assert float(trainer.callback_metrics["flag_epoch"]) == 0.5
 
 
 @pytest.mark.parametrize("kind", ["str", "dict", "list", "none"])

@@ -22,11 +22,18 @@ FIT_HOOKS = ("configure_optimizers", "configure_callbacks", "configure_model", "
 TEST_HOOKS = ("test_dataloader", "on_test_end", "on_test_model_eval", "on_test_model_train")
 PREDICT_HOOKS = ("predict_step", "predict_dataloader", "on_predict_start", "on_predict_end", "on_predict_epoch_start",
                  "on_predict_epoch_end", "on_predict_batch_start", "on_predict_batch_end")
-#: what ``training_step`` logs in a ``value:<kind>`` scenario
-VALUES: dict[str, Any] = {"str": "text", "dict": {"a": 1.0}, "list": [1.0], "none": None}
+#: what ``training_step`` logs in a ``value:<kind>`` scenario (a ``bool`` is logged, the others refused)
+VALUES: dict[str, Any] = {"str": "text", "dict": {"a": 1.0}, "list": [1.0], "none": None, "bool": True}
+#: hooks that run once per loop or epoch, run by ``fit``: they log epoch values only (an ``on_step:<hook>`` scenario
+#: logs with ``on_step=True``, an ``on_epoch:<hook>`` one with ``on_epoch=False``)
+EPOCH_LEVEL = ("on_train_start", "on_train_epoch_start", "on_train_epoch_end", "on_validation_start",
+               "on_validation_epoch_start", "on_validation_epoch_end")
 #: hooks where logging is allowed, for contrast (the value is kept)
-ALLOWED = ("training_step", "on_validation_start")
-SCENARIOS = (*FIT_HOOKS, *TEST_HOOKS, *PREDICT_HOOKS, *ALLOWED, *(f"value:{kind}" for kind in VALUES))
+ALLOWED = ("training_step", "on_train_batch_start", *EPOCH_LEVEL)
+SCENARIOS = (*FIT_HOOKS, *TEST_HOOKS, *PREDICT_HOOKS, *ALLOWED, *(f"value:{kind}" for kind in VALUES),
+             *(f"{option}:{hook}" for option in ("on_step", "on_epoch") for hook in EPOCH_LEVEL))
+#: the options of an ``<option>:<hook>`` scenario's log
+OPTIONS = {"on_step": "on_step=True", "on_epoch": "on_epoch=False"}
 
 
 def module_class(framework: str, scenario: str) -> type:
@@ -71,10 +78,10 @@ def module_class(framework: str, scenario: str) -> type:
 
         hook, method = "training_step", training_step
     else:
-        hook = scenario
+        option, _, hook = scenario.rpartition(":")
         # the hook's own name on its code: accelkit names the hook that logs from its frame
         source = (f"def {hook}(self, *args, **kwargs):\n    result = super(Logs, self).{hook}(*args, **kwargs)\n"
-                  "    self.log('x', 1.0)\n    return result\n")
+                  f"    self.log('x', 1.0{', ' + OPTIONS[option] if option else ''})\n    return result\n")
         names: dict[str, Any] = {}
         exec(source, names)  # noqa: S102 - a method named for the hook, from this module's own text
         method = names[hook]
@@ -84,7 +91,8 @@ def module_class(framework: str, scenario: str) -> type:
 
 
 def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
-    """Run the scenario: whether it raised (a ``ValueError`` or not), or whether ``x`` was kept."""
+    """Run the scenario: whether it raised (a ``ValueError`` or not), or whether ``x`` was kept (and as what: its
+    value and dtype in ``callback_metrics``, and whether ``logged_metrics`` has it)."""
     Path(root).mkdir(parents=True, exist_ok=True)
     trainer = pick(framework).Trainer(default_root_dir=root, max_epochs=1, accelerator="cpu",
                                       devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
@@ -99,4 +107,6 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
             trainer.fit(module)
     except Exception as error:  # noqa: BLE001 - what is raised is the record
         return {"raised": True, "value_error": isinstance(error, ValueError), "kept": False}
-    return {"raised": False, "value_error": False, "kept": "x" in trainer.callback_metrics}
+    kept = trainer.callback_metrics.get("x")
+    return {"raised": False, "value_error": False, "kept": kept is not None and [float(kept), str(kept.dtype)],
+            "logged": "x" in trainer.logged_metrics}

@@ -50,8 +50,7 @@ class EvaluationLoop:
         hooks.module_default(f"on_{prefix}_model_eval")()
         saved = trainer.run_state.metrics
         trainer.run_state.active_publisher.publish()  # what the training steps logged stays visible meanwhile
-        trainer.run_state.metrics = store = MetricStore()
-        store.reset(training=False)
+        trainer.run_state.metrics = store = MetricStore(training=False)
         store.is_global_zero, store.reduce = trainer.is_global_zero, trainer.strategy.reduce
         store.device = trainer.strategy.root_device
         store.num_dataloaders = len(loaders)
@@ -61,8 +60,9 @@ class EvaluationLoop:
         log_steps = publish and bool(trainer.loggers)  # per-step values to the loggers (not the sanity check's)
         try:
             with grad_off:
-                hooks.call(f"on_{prefix}_start")
-                hooks.call(f"on_{prefix}_epoch_start")
+                with store.epoch_level():
+                    hooks.call(f"on_{prefix}_start")
+                    hooks.call(f"on_{prefix}_epoch_start")
                 start_cbs = hooks.callback_plan(f"on_{prefix}_batch_start")
                 start_m = hooks.module_hook(f"on_{prefix}_batch_start")
                 end_cbs = hooks.callback_plan(f"on_{prefix}_batch_end")

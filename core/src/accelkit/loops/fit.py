@@ -103,7 +103,10 @@ class FitLoop:
             warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
                           UserWarning, stacklevel=2)
         if not skip:
-            hooks.call("on_train_start")
+            metrics = trainer.run_state.metrics
+            metrics.reset(training=True, ahead=True)  # what it logs is the first epoch's (as Lightning's)
+            with metrics.epoch_level():
+                hooks.call("on_train_start")
             while not self._done():
                 if trainer.reload_dataloaders_every_n_epochs and trainer.current_epoch > 0 and \
                         trainer.current_epoch % trainer.reload_dataloaders_every_n_epochs == 0:
@@ -454,7 +457,8 @@ class FitLoop:
             source, start, restore_rng = resume_mod.begin_epoch(self, loader, self._resume)
             self._resume = None
         if start == 0:  # as Lightning, not called again when the fit resumes inside the epoch
-            trainer.run_state.active_hooks.call("on_train_epoch_start")
+            with trainer.run_state.metrics.epoch_level():
+                trainer.run_state.active_hooks.call("on_train_epoch_start")
         if self.epoch_state is None:  # once per epoch, right before the loader starts
             self.epoch_state = resume_mod.epoch_start(loader, trainer.accelerator)
         return source, start, restore_rng

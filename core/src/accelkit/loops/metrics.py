@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +75,17 @@ def _refuse_logging_in(hook: str) -> None:
                        "from training_step, validation_step or test_step, the train/validation/test batch and epoch "
                        "hooks, on_train_start, on_validation_start, on_test_start or the backward and optimizer "
                        "hooks, or send a value to the logger yourself (self.logger.log_metrics)")
+
+
+def _refuse_step_level(name: str, on_step: bool, on_epoch: bool) -> None:
+    """As Lightning's: a hook that runs once per loop or epoch (``on_train_start``, ``on_*_epoch_start``/``_end``...)
+    logs epoch values only; ``on_step=True`` or ``on_epoch=False`` there is an error, not a value dropped (a
+    ``RuntimeError``, as :func:`_refuse_logging_in`'s: Lightning's same check raises the same exception for both)."""
+    hook = _logging_function(False)[0]
+    given = "on_step=True" if on_step else "on_epoch=False"
+    raise RuntimeError(f"self.log({name!r}, ..., {given}) was called inside {hook}, which logs epoch values only (as "
+                     "in Lightning): there on_step must be False and on_epoch True (the defaults); log per-step "
+                     "values from training_step, validation_step, test_step or the batch hooks")
 
 
 def _logged_from(code: Any) -> bool:
@@ -172,7 +184,7 @@ KINDS = ("callback_metrics", "logged_metrics", "progress_bar_metrics")
 
 
 class MetricStore:
-    """Collects logged values for one loop (training, validation, test).
+    """Collects logged values for one loop (training, or an evaluation: ``training=False``).
 
     Values stay tensors (on the device) until something reads them: the loggers (:meth:`read_step`), or a read
     of ``trainer.callback_metrics`` and the like (:meth:`current`), so a lazy device is not forced to run per step
@@ -182,17 +194,22 @@ class MetricStore:
         once they are done (epoch values), ``"closed"`` once the epoch's values are published (nothing).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, training: bool = True) -> None:
         self.entries: dict[str, _Entry] = {}
-        self.training = True
+        self.training = training
         self.current_batch: Any = None
         #: index of the evaluation loader being run, and how many there are (names get a suffix when > 1)
         self.dataloader_idx = 0
         self.num_dataloaders = 1
         #: set while an ``on_*_epoch_end`` hook runs: logs there default to epoch values (:meth:`set_epoch_end`)
         self.epoch_end = False
-        #: ``on_step`` and ``on_epoch`` of a log that does not say (from ``training`` and ``epoch_end``)
-        self.default_on_step, self.default_on_epoch = True, False
+        #: set while a hook that runs once per loop or epoch runs before the steps (``on_train_start``,
+        #: ``on_*_epoch_start``...: :meth:`epoch_level`): logs there are epoch values, as at an epoch's end
+        self.epoch_hook = False
+        #: reset ahead of the next epoch (:meth:`reset`): what is logged until it starts is that epoch's
+        self.ahead = False
+        #: ``on_step`` and ``on_epoch`` of a log that does not say (from ``training``, ``epoch_end``, ``epoch_hook``)
+        self.default_on_step, self.default_on_epoch = training, not training
         #: this process is global rank zero (values logged with ``rank_zero_only`` elsewhere are dropped)
         self.is_global_zero = True
         #: names logged with ``rank_zero_only=True`` (known on every rank)
@@ -220,9 +237,15 @@ class MetricStore:
             if entry.metric is not None:
                 entry.metric.reset()
 
-    def reset(self, training: bool) -> None:
+    def reset(self, training: bool, ahead: bool = False) -> None:
         """Start a new epoch of a loop (metric objects logged last epoch are reset). A training epoch after another
-        starts with the repeats of the one before's steps carried (:class:`_Carried`)."""
+        starts with the repeats of the one before's steps carried (:class:`_Carried`). ``ahead``: reset now for the
+        epoch that starts next, before a hook that runs ahead of it logs (``on_train_start``: its values are that
+        epoch's, as in Lightning); that epoch's own reset then keeps them."""
+        if self.ahead and training == self.training:
+            self.ahead = ahead
+            return
+        self.ahead = ahead
         self.reset_metric_objects()
         carried = self.carried if training and self.training else {}
         self.entries = {}
@@ -240,8 +263,24 @@ class MetricStore:
                             for key, again in self.repeats.items() if type(again) is not _FromHelper}
         self.epoch_end = epoch_end
         self.repeats = {}  # the defaults the remembered decisions were made with change
-        self.default_on_step = self.training and not epoch_end
-        self.default_on_epoch = not self.training or epoch_end
+        self._set_defaults()
+
+    @contextmanager
+    def epoch_level(self) -> Iterator[None]:
+        """Run a hook that logs epoch values only (``on_train_start``, ``on_*_epoch_start``, ``on_validation_start``,
+        ``on_test_start``; as Lightning's): its logs default to ``on_step=False, on_epoch=True``, and refuse others."""
+        self.epoch_hook = True
+        self._set_defaults()
+        try:
+            yield
+        finally:
+            self.epoch_hook = False
+            self._set_defaults()
+
+    def _set_defaults(self) -> None:
+        """:attr:`default_on_step` and :attr:`default_on_epoch`, worked out once rather than at every log."""
+        self.default_on_step = self.training and not self.epoch_end and not self.epoch_hook
+        self.default_on_epoch = not self.default_on_step
 
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
             on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
@@ -262,13 +301,15 @@ class MetricStore:
         if add_dataloader_idx and self.num_dataloaders > 1 and not self.epoch_end:  # (an epoch-end hook's value is
             suffix = f"/dataloader_idx_{self.dataloader_idx}"  # every loader's, as in Lightning)
             name += suffix
+        on_step = self.default_on_step if on_step is None else on_step
+        on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
+        if (self.epoch_end or self.epoch_hook) and (on_step or not on_epoch):
+            _refuse_step_level(logged_name, on_step, on_epoch)
         if rank_zero_only:
             self.rank_zero_only_names.add(name)
             if not self.is_global_zero:
                 return
         metric = None
-        on_step = self.default_on_step if on_step is None else on_step
-        on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
         if isinstance(value, torch.Tensor):
             if value.ndim:  # a zero-dimensional tensor holds one value; others must hold exactly one
                 if value.numel() != 1:
@@ -279,7 +320,7 @@ class MetricStore:
                 value = value.float()
             elif on_step:  # a step value is kept as logged (a copy, as Lightning's): a later in-place change of the
                 value = value.clone()  # tensor does not show (epoch aggregates are new tensors, see _first)
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        elif isinstance(value, (int, float)):  # (a bool too, as 1.0 or 0.0: as Lightning's)
             value = float(value)
         elif is_metric_object(value):
             metric = value

@@ -184,7 +184,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         """Record a metric.
 
         :param name: the metric's name.
-        :param value: a number, a scalar tensor, or a metric object with ``update``/``compute``/``reset``
+        :param value: a number (a ``bool`` logs as 1.0 or 0.0, as in Lightning), a scalar tensor, or a metric object with ``update``/``compute``/``reset``
             (a torchmetrics ``Metric``): its ``compute()`` is the epoch value, and it is reset after each epoch.
             Tensors stay on the device until read: by the loggers every ``log_every_n_steps`` steps and at epoch
             end, or through ``trainer.callback_metrics`` and the like (computed when read, as in Lightning). A
@@ -192,8 +192,12 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             in place afterwards does not change what was logged.
         :param prog_bar: show it in the progress bar.
         :param logger: send it to the loggers (default ``True``).
-        :param on_step: log the per-step value (default: ``True`` in training, ``False`` in evaluation).
-        :param on_epoch: log the epoch aggregate (default: ``False`` in training, ``True`` in evaluation).
+        :param on_step: log the per-step value (default: ``True`` in training, ``False`` in evaluation). In a hook
+            that runs once per loop or epoch (``on_train_start``, ``on_validation_start``, ``on_test_start``,
+            ``on_*_epoch_start``, ``on_*_epoch_end``) it must be ``False`` (the default there), as in Lightning: a
+            value logged there is the epoch's (``on_train_start``'s, the first epoch's).
+        :param on_epoch: log the epoch aggregate (default: ``False`` in training, ``True`` in evaluation and in those
+            hooks, where it must be ``True``).
         :param reduce_fx: epoch aggregate: ``"mean"`` (weighted by batch size), ``"sum"``, ``"max"``, ``"min"``
             (or ``torch.mean``/``torch.sum``/``torch.max``/``torch.min``).
         :param sync_dist: reduce across processes with ``reduce_fx``: the epoch aggregate, and a per-step value
