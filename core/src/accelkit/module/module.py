@@ -184,8 +184,9 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         """Record a metric.
 
         :param name: the metric's name.
-        :param value: a number (a ``bool`` logs as 1.0 or 0.0, as in Lightning), a scalar tensor, or a metric object with ``update``/``compute``/``reset``
-            (a torchmetrics ``Metric``): its ``compute()`` is the epoch value, and it is reset after each epoch.
+        :param value: a number (a ``bool`` logs as 1.0 or 0.0, as in Lightning), a scalar tensor, or a metric
+            object with ``update``/``compute``/``reset`` (a torchmetrics ``Metric``): its ``compute()`` is the epoch
+            value, and it is reset after each epoch.
             Tensors stay on the device until read: by the loggers every ``log_every_n_steps`` steps and at epoch
             end, or through ``trainer.callback_metrics`` and the like (computed when read, as in Lightning). A
             tensor's value is taken when logged (a per-step value is copied, as in Lightning): changing the tensor
