@@ -513,3 +513,13 @@ def test_help_of_every_command_is_plain_text(capsys):
     assert "an Accelerator instance" in re.sub(r"\s+", " ", fit)
     assert "\nLRScheduler or ReduceLROnPlateau:" in fit
     assert "\nTrainer.fit: Train model on loaders" in fit
+
+
+def test_fit_help_gives_the_commands_own_max_epochs_default(capsys):
+    """``accelkit fit --help`` said, under ``--trainer.max_epochs``, that a fit without it trains 1000 epochs (the
+    Trainer's docstring), while the command trains 20 (its epilog); the option's help now says the command's."""
+    text = re.sub(r"\s+", " ", help_text(capsys, "fit"))
+    entry = text[text.index("--trainer.max_epochs MAX_EPOCHS stop"):]
+    entry = entry[:entry.index("--trainer.min_epochs")]
+    assert "Not given, accelkit fit trains 20 epochs when neither max_steps nor max_time is given" in entry, entry
+    assert "as Lightning's: 1000" not in entry, entry

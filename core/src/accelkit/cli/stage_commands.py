@@ -184,6 +184,15 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
             every = CLI.subcommands()
             return every if subcommand is None else {subcommand: every[subcommand]}
 
+        def add_arguments_to_parser(self, parser: Any) -> None:
+            """``--trainer.max_epochs``'s help says the command's own default (the Trainer's docstring gives the
+            Trainer's, Lightning's 1000, which the command does not use)."""
+            for action in parser._actions:  # argparse keeps no public list of a parser's options
+                if action.dest == "trainer.max_epochs":
+                    action.help = (f"stop after this many epochs (-1: no limit). Not given, accelkit fit trains "
+                                   f"{FIRST_RUN_MAX_EPOCHS} epochs when neither max_steps nor max_time is given "
+                                   "(the Trainer's own default is 1000).")
+
         def before_instantiate_classes(self) -> None:
             trainer = self.config[str(self.subcommand)]["trainer"]
             if self.subcommand == "fit" and trainer.get("max_epochs") is None \
