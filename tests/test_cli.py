@@ -215,6 +215,9 @@ def test_fit_trains_the_example_and_reports_held_out_accuracy(clean_env, capsys,
                            "--default-root-dir", str(tmp_path), "--init", "hidden=64")
     assert code == 0
     assert "training DigitsClassifier on cpu devices=[0] strategy=single_device precision=32-true" in out
+    # without a bar the command prints the fit's summary itself, with its time as Trainer.fit's has
+    assert re.search(r"^accelkit: fit stopped: max_epochs=3 reached; 3 epoch\(s\), \d+ step\(s\) in \d+\.\d s",
+                     out, re.MULTILINE), out
     accuracy = float(out.split("held-out test_acc = ")[1].split()[0])
     assert accuracy > 0.85, out
 

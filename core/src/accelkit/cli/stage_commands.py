@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from accelkit.errors import ConfigurationError
@@ -204,6 +205,7 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
 
         def before_fit(self) -> None:
             self._start()
+            self.fit_started = time.perf_counter()  # the summary's time, as Trainer.fit's with a bar
             config = self.trainer.config
             print(f"accelkit: training {type(self.model).__name__} on {config.accelerator} devices={config.devices} "
                   f"strategy={config.strategy} precision={config.precision} num_nodes={config.num_nodes}")
@@ -213,7 +215,7 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
         def _report(self, what: str) -> None:
             trainer = self.trainer
             if what == "fit" and trainer.progress_bar_callback is None:  # with a bar, fit() printed it
-                print_fit_summary(trainer)
+                print_fit_summary(trainer, time.perf_counter() - self.fit_started)
             if trainer.is_global_zero and self.save_config_callback is not None and not trainer.fast_dev_run:
                 print(f"accelkit: configuration saved to {os.path.join(trainer.log_dir, 'config.yaml')} "
                       f"(repeat with --config)")
