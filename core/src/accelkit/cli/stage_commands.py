@@ -42,8 +42,9 @@ same options and defaults:
   accelkit fit --model examples/digits.py:DigitsClassifier --trainer.max_epochs 3 --trainer.accelerator cpu \\
       --model.hidden 64
 
-The model is path/to/file.py:Class, package.module:Class or a dotted class path, named first or with --model. A
-Trainer argument is --trainer.NAME or, shorter, --NAME (dashes or underscores: --max-epochs 3); --init KEY=VALUE is
+The model is path/to/file.py:Class, package.module:Class or a dotted class path, named first (then it wins over
+the model of a --config file, whose init_args it keeps) or with --model. A Trainer argument is --trainer.NAME or,
+shorter, --NAME (dashes or underscores: --max-epochs 3); --init KEY=VALUE is
 --model.KEY VALUE; --seed N is --seed_everything N; --no-progress-bar and --no-test turn those off.
 
 Defaults for a first run: {FIRST_RUN_MAX_EPOCHS} epochs (when none of --trainer.max_epochs, max_steps or max_time is
@@ -58,7 +59,9 @@ def expand_short_form(words: list[str]) -> list[str]:
     """The words of the short spelling in the configuration spelling: a model first (``file.py:Class``) becomes
     ``--model file.py:Class``, ``--max-epochs 3`` (any Trainer argument, with dashes or underscores, without
     ``trainer.``) ``--trainer.max_epochs 3``, ``--init KEY=VALUE`` ``--model.KEY VALUE``, and the words of
-    :data:`SHORT_FORM_WORDS` what they stand for. Other words are kept.
+    :data:`SHORT_FORM_WORDS` what they stand for. Other words are kept. A model named first (not ``--model``,
+    which keeps the parser's later-wins order, as Lightning's) wins over the ``model:`` of a ``--config`` file: it
+    is given again after the last one.
 
     :raise ConfigurationError: an ``--init`` value without ``=``.
     """
@@ -85,7 +88,17 @@ def expand_short_form(words: list[str]) -> list[str]:
             out.append(f"--trainer.{name}" + (f"={value}" if equals else ""))
         else:
             out.append(word)
-    return out
+    return _model_after_configs(out) if words and not words[0].startswith("-") else out
+
+
+def _model_after_configs(words: list[str]) -> list[str]:
+    """``words`` with the model named first given again after the last ``--config`` file: a file's ``model:``
+    would otherwise replace the one the command names (later wins); the file's ``init_args`` are kept."""
+    ends = [index + (1 if "=" in word else 2) for index, word in enumerate(words)
+            if word in ("-c", "--config") or word.startswith("--config=")]
+    if not ends:
+        return words
+    return words[:ends[-1]] + words[:2] + words[ends[-1]:]
 
 
 def pop_test_after_fit(words: list[str]) -> tuple[list[str], bool]:
