@@ -215,6 +215,9 @@ def test_fit_trains_the_example_and_reports_held_out_accuracy(clean_env, capsys,
                            "--default-root-dir", str(tmp_path), "--init", "hidden=64")
     assert code == 0
     assert "training DigitsClassifier on cpu devices=[0] strategy=single_device precision=32-true" in out
+    # without a bar the command prints the fit's summary itself, with its time as Trainer.fit's has
+    assert re.search(r"^accelkit: fit stopped: max_epochs=3 reached; 3 epoch\(s\), \d+ step\(s\) in \d+\.\d s",
+                     out, re.MULTILINE), out
     accuracy = float(out.split("held-out test_acc = ")[1].split()[0])
     assert accuracy > 0.85, out
 
@@ -513,3 +516,13 @@ def test_help_of_every_command_is_plain_text(capsys):
     assert "an Accelerator instance" in re.sub(r"\s+", " ", fit)
     assert "\nLRScheduler or ReduceLROnPlateau:" in fit
     assert "\nTrainer.fit: Train model on loaders" in fit
+
+
+def test_fit_help_gives_the_commands_own_max_epochs_default(capsys):
+    """``accelkit fit --help`` said, under ``--trainer.max_epochs``, that a fit without it trains 1000 epochs (the
+    Trainer's docstring), while the command trains 20 (its epilog); the option's help now says the command's."""
+    text = re.sub(r"\s+", " ", help_text(capsys, "fit"))
+    entry = text[text.index("--trainer.max_epochs MAX_EPOCHS stop"):]
+    entry = entry[:entry.index("--trainer.min_epochs")]
+    assert "Not given, accelkit fit trains 20 epochs when neither max_steps nor max_time is given" in entry, entry
+    assert "as Lightning's: 1000" not in entry, entry

@@ -755,6 +755,21 @@ def test_both_spellings_of_fit_are_one_command(project, monkeypatch, capsys):
     assert "test_after_fit" not in config  # the command's choice: a script's CLI reads the file too
 
 
+def test_the_model_named_first_wins_over_a_config_files_model(project, monkeypatch, capsys):
+    """``accelkit fit other.py:Wide --config run.yaml`` trained the ``model:`` of the file (later wins), silently
+    dropping the model the command named; the named one is used, with the file's ``init_args``."""
+    (project / "other.py").write_text("from models import Net\n\n\nclass Wide(Net):\n    pass\n")
+    (project / "net.yaml").write_text("model:\n  class_path: models.Net\n  init_args:\n    hidden: 9\n")
+    (project / "hidden.yaml").write_text("model:\n  init_args:\n    hidden: 3\n")
+    named = yaml.safe_load(printed_config(project, monkeypatch, capsys, "fit", "other.py:Wide", "--config",
+                                          "net.yaml"))
+    assert named["model"] == {"class_path": "other.Wide", "init_args": {"hidden": 9, "lr": 0.05}}
+    # a file giving only init_args, and --init after it, still apply to the named model
+    both = yaml.safe_load(printed_config(project, monkeypatch, capsys, "fit", "models.py:Net", "--config=hidden.yaml",
+                                         "-c", "net.yaml", "--init", "lr=0.5"))
+    assert both["model"] == {"class_path": "models.Net", "init_args": {"hidden": 9, "lr": 0.5}}
+
+
 @pytest.mark.parametrize("ckpt_path, message", [
     ("nope.ckpt", "--ckpt_path 'nope.ckpt' does not exist (looked for from {project}); give a checkpoint file, a "
                   "sharded checkpoint folder, 'last' or 'best'"),

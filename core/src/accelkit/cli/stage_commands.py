@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 from accelkit.errors import ConfigurationError
@@ -41,8 +42,9 @@ same options and defaults:
   accelkit fit --model examples/digits.py:DigitsClassifier --trainer.max_epochs 3 --trainer.accelerator cpu \\
       --model.hidden 64
 
-The model is path/to/file.py:Class, package.module:Class or a dotted class path, named first or with --model. A
-Trainer argument is --trainer.NAME or, shorter, --NAME (dashes or underscores: --max-epochs 3); --init KEY=VALUE is
+The model is path/to/file.py:Class, package.module:Class or a dotted class path, named first (then it wins over
+the model of a --config file, whose init_args it keeps) or with --model. A Trainer argument is --trainer.NAME or,
+shorter, --NAME (dashes or underscores: --max-epochs 3); --init KEY=VALUE is
 --model.KEY VALUE; --seed N is --seed_everything N; --no-progress-bar and --no-test turn those off.
 
 Defaults for a first run: {FIRST_RUN_MAX_EPOCHS} epochs (when none of --trainer.max_epochs, max_steps or max_time is
@@ -57,7 +59,9 @@ def expand_short_form(words: list[str]) -> list[str]:
     """The words of the short spelling in the configuration spelling: a model first (``file.py:Class``) becomes
     ``--model file.py:Class``, ``--max-epochs 3`` (any Trainer argument, with dashes or underscores, without
     ``trainer.``) ``--trainer.max_epochs 3``, ``--init KEY=VALUE`` ``--model.KEY VALUE``, and the words of
-    :data:`SHORT_FORM_WORDS` what they stand for. Other words are kept.
+    :data:`SHORT_FORM_WORDS` what they stand for. Other words are kept. A model named first (not ``--model``,
+    which keeps the parser's later-wins order, as Lightning's) wins over the ``model:`` of a ``--config`` file: it
+    is given again after the last one.
 
     :raise ConfigurationError: an ``--init`` value without ``=``.
     """
@@ -84,7 +88,17 @@ def expand_short_form(words: list[str]) -> list[str]:
             out.append(f"--trainer.{name}" + (f"={value}" if equals else ""))
         else:
             out.append(word)
-    return out
+    return _model_after_configs(out) if words and not words[0].startswith("-") else out
+
+
+def _model_after_configs(words: list[str]) -> list[str]:
+    """``words`` with the model named first given again after the last ``--config`` file: a file's ``model:``
+    would otherwise replace the one the command names (later wins); the file's ``init_args`` are kept."""
+    ends = [index + (1 if "=" in word else 2) for index, word in enumerate(words)
+            if word in ("-c", "--config") or word.startswith("--config=")]
+    if not ends:
+        return words
+    return words[:ends[-1]] + words[:2] + words[ends[-1]:]
 
 
 def pop_test_after_fit(words: list[str]) -> tuple[list[str], bool]:
@@ -184,6 +198,15 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
             every = CLI.subcommands()
             return every if subcommand is None else {subcommand: every[subcommand]}
 
+        def add_arguments_to_parser(self, parser: Any) -> None:
+            """``--trainer.max_epochs``'s help says the command's own default (the Trainer's docstring gives the
+            Trainer's, Lightning's 1000, which the command does not use)."""
+            for action in parser._actions:  # argparse keeps no public list of a parser's options
+                if action.dest == "trainer.max_epochs":
+                    action.help = (f"stop after this many epochs (-1: no limit). Not given, accelkit fit trains "
+                                   f"{FIRST_RUN_MAX_EPOCHS} epochs when neither max_steps nor max_time is given "
+                                   "(the Trainer's own default is 1000).")
+
         def before_instantiate_classes(self) -> None:
             trainer = self.config[str(self.subcommand)]["trainer"]
             if self.subcommand == "fit" and trainer.get("max_epochs") is None \
@@ -195,6 +218,7 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
 
         def before_fit(self) -> None:
             self._start()
+            self.fit_started = time.perf_counter()  # the summary's time, as Trainer.fit's with a bar
             config = self.trainer.config
             print(f"accelkit: training {type(self.model).__name__} on {config.accelerator} devices={config.devices} "
                   f"strategy={config.strategy} precision={config.precision} num_nodes={config.num_nodes}")
@@ -204,7 +228,7 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
         def _report(self, what: str) -> None:
             trainer = self.trainer
             if what == "fit" and trainer.progress_bar_callback is None:  # with a bar, fit() printed it
-                print_fit_summary(trainer)
+                print_fit_summary(trainer, time.perf_counter() - self.fit_started)
             if trainer.is_global_zero and self.save_config_callback is not None and not trainer.fast_dev_run:
                 print(f"accelkit: configuration saved to {os.path.join(trainer.log_dir, 'config.yaml')} "
                       f"(repeat with --config)")
