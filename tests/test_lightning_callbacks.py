@@ -213,7 +213,35 @@ def test_a_library_checkpoint_or_early_stopping_runs_after_the_modules_epoch_end
         def on_train_epoch_end(self) -> None:
             order.append("module")
 
-    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[LibraryCheckpoint(), LibraryStopping(monitor="x"),
-                                                               Plain()])
+    # (a checkpoint callback with enable_checkpointing=False is refused, as in Lightning)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, enable_checkpointing=True,
+                            callbacks=[LibraryCheckpoint(), LibraryStopping(monitor="x"), Plain()])
     trainer.fit(Logs(), loader())
-    assert order == ["plain", "module", "checkpoint", "early_stopping"]
+    # Lightning 2.6.6 gives this order (its checkpoint callbacks run last: it moves them to the end of the list)
+    assert order == ["plain", "module", "early_stopping", "checkpoint"]
+
+
+@pytest.mark.slow
+def test_lightnings_model_checkpoint_keeps_its_top_k_and_resumes_from_last(tmp_path):
+    """Lightning's own ``ModelCheckpoint`` as a library callback: it drops a checkpoint it no longer keeps through
+    ``trainer.strategy.remove_checkpoint`` (accelkit's strategies lacked it: the second epoch failed with an
+    AttributeError), keeps the best and the last, is the run's checkpoint callback (accelkit added its default one
+    beside it, writing a second set of files), runs last, and a fit resumes from its ``ckpt_path="last"``."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    keep = ModelCheckpoint(dirpath=tmp_path / "ckpts", monitor="val_loss", save_top_k=1, save_last=True)
+    trainer = quiet_trainer(tmp_path, max_epochs=3, num_sanity_val_steps=0, enable_checkpointing=True,
+                            callbacks=[keep])
+    trainer.fit(RegressionModule(lr=0.05), loader(), loader())
+    best = Path(keep.best_model_path)
+    assert sorted(p.name for p in (tmp_path / "ckpts").iterdir()) == sorted([best.name, "last.ckpt"])
+    assert best.name == "epoch=2-step=12.ckpt", keep.best_k_models  # the loss falls: each epoch's replaced the last
+
+    resumed = quiet_trainer(tmp_path, max_epochs=4, num_sanity_val_steps=0, enable_checkpointing=True,
+                            callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpts", monitor="val_loss", save_last=True)])
+    resumed.fit(RegressionModule(lr=0.05), loader(), loader(), ckpt_path="last")
+    assert (resumed.current_epoch, resumed.global_step) == (4, 16)
+    # the library's callback is the run's only checkpoint callback, as in Lightning: no default one beside it
+    assert resumed.checkpoint_callbacks == [resumed.checkpoint_callback] and resumed.callbacks[-1] is \
+        resumed.checkpoint_callback and not (tmp_path / "checkpoints").exists()
+    assert resumed.checkpoint_path == Path(resumed.checkpoint_callback.last_model_path)

@@ -36,6 +36,20 @@ class Checkpoint(Callback):
     instances in ``trainer.checkpoint_callbacks``."""
 
 
+#: Lightning's ``Checkpoint`` base class (``(module, qualname)``), in ``lightning.pytorch`` and ``pytorch_lightning``
+LIGHTNING_CHECKPOINT_CLASSES = frozenset((f"{package}.callbacks.checkpoint", "Checkpoint")
+                                         for package in ("lightning.pytorch", "pytorch_lightning"))
+
+
+def is_checkpoint(callback: Any) -> bool:
+    """Whether ``callback`` writes checkpoints: a :class:`Checkpoint`, or a callback deriving from Lightning's
+    ``Checkpoint`` (Lightning's own ``ModelCheckpoint`` used as a library's; told from the class names, so Lightning is
+    never imported). The Trainer adds no default ``ModelCheckpoint`` beside one, runs them after the other callbacks
+    and lists them in ``trainer.checkpoint_callbacks``, as Lightning's does."""
+    return isinstance(callback, Checkpoint) or any(
+        (klass.__module__, klass.__qualname__) in LIGHTNING_CHECKPOINT_CLASSES for klass in type(callback).__mro__)
+
+
 class ModelCheckpoint(Checkpoint):
     """Save checkpoints during ``fit``: periodically, the best ``save_top_k`` by ``monitor``, and ``last.ckpt``.
 
@@ -493,12 +507,8 @@ class ModelCheckpoint(Checkpoint):
 
     @staticmethod
     def _remove(trainer: Trainer, path: str) -> None:
-        """Remove a checkpoint file, link, or sharded checkpoint directory (global zero only)."""
-        if trainer.is_global_zero and os.path.lexists(path):
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.remove(path)
+        """Remove a checkpoint file, link, or sharded checkpoint directory (the strategy's, global zero only)."""
+        trainer.strategy.remove_checkpoint(path)
 
 
 def _claim(path: str) -> bool:

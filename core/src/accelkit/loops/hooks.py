@@ -181,12 +181,12 @@ def merge_callbacks(trainer: Trainer, module: Any) -> list[Any]:
     """The run's callbacks, kept as ``trainer.callbacks``: the Trainer's, then the module's
     ``configure_callbacks()`` (replacing Trainer callbacks of the same type), with checkpoint callbacks last
     (Lightning's order)."""
-    from accelkit.callbacks.model_checkpoint import Checkpoint
+    from accelkit.callbacks.model_checkpoint import is_checkpoint
 
     extra = callback_list(module.configure_callbacks())
     if extra:
         kinds = {type(c) for c in extra}
         trainer.callbacks = [c for c in trainer.callbacks if type(c) not in kinds] + extra
-    trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, Checkpoint)] + \
-                        [c for c in trainer.callbacks if isinstance(c, Checkpoint)]
+    trainer.callbacks = [c for c in trainer.callbacks if not is_checkpoint(c)] + \
+                        [c for c in trainer.callbacks if is_checkpoint(c)]
     return trainer.callbacks

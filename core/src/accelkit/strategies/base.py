@@ -339,6 +339,15 @@ class Strategy:
             ckpt.atomic_save(ckpt.to_cpu(checkpoint), path)
         self.barrier("save_checkpoint")
 
+    def remove_checkpoint(self, path: str | os.PathLike) -> None:
+        """Remove the checkpoint at ``path`` (a file, a link or a sharded directory), from the global-zero process
+        only, as Lightning's ``Strategy.remove_checkpoint``: a callback dropping a checkpoint it no longer keeps
+        (``ModelCheckpoint``'s top-k, Lightning's own ``ModelCheckpoint`` too) calls it on every process."""
+        from accelkit.checkpoint import sharded as distributed_checkpoint
+
+        if self.is_global_zero:
+            distributed_checkpoint.remove(path)
+
     def load_checkpoint(self, path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
         """Read a checkpoint onto the CPU: a file, or a whole sharded checkpoint directory (any world size)."""
         from accelkit.checkpoint import sharded as distributed_checkpoint

@@ -33,6 +33,19 @@ def _best_path(trainer: Trainer) -> str:
     return best
 
 
+def last_checkpoints(trainer: Trainer, callback: Any) -> list[Path]:
+    """The ``last`` checkpoints ``callback`` may have written: its own ``find_last_checkpoints`` (accelkit's
+    ``ModelCheckpoint``), else for a library's checkpoint callback (Lightning's own ``ModelCheckpoint``) the
+    ``last*.ckpt`` files in its ``dirpath``, named by its ``CHECKPOINT_NAME_LAST`` and ``FILE_EXTENSION``."""
+    if hasattr(callback, "find_last_checkpoints"):
+        return [Path(p) for p in callback.find_last_checkpoints(trainer)]
+    folder = getattr(callback, "dirpath", None)
+    if not folder or not Path(folder).is_dir():
+        return []
+    name, extension = getattr(callback, "CHECKPOINT_NAME_LAST", "last"), getattr(callback, "FILE_EXTENSION", ".ckpt")
+    return sorted(Path(folder).glob(f"{name}*{extension}"))
+
+
 def _nothing_to_resume(trainer: Trainer) -> str:
     """The first attempt of a run with ``ckpt_path="last"``: where its checkpoint callbacks write the checkpoint the
     next attempt resumes from (the folder of the user's ``ModelCheckpoint``, not a default one)."""
@@ -41,8 +54,10 @@ def _nothing_to_resume(trainer: Trainer) -> str:
         if hasattr(callback, "last_checkpoint_path"):
             path = Path(callback.last_checkpoint_path(trainer))
             places.append(f"{path.parent} ({path.stem}*{path.suffix})")
-        else:
+        elif hasattr(callback, "find_last_checkpoints"):
             places += sorted(str(p) for p in callback.find_last_checkpoints(trainer))
+        elif getattr(callback, "dirpath", None):  # a library's (Lightning's ModelCheckpoint): see last_checkpoints
+            places.append(f"{callback.dirpath} (last*.ckpt)")
     if not places:
         return ("ckpt_path='last': this run has no checkpoint callback (enable_checkpointing=False and no "
                 "ModelCheckpoint), so no attempt writes a checkpoint to resume from; starting from scratch.")
@@ -120,7 +135,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given:
         # The newest last*.ckpt of the checkpoint callbacks: of every earlier run's version folder for the default
         # callback, else of its folder (where a second run writes last-v1.ckpt). An empty file is a name another
         # run claimed and has not written yet (or never wrote: it was stopped).
-        candidates = {Path(p) for c in trainer.checkpoint_callbacks for p in c.find_last_checkpoints(trainer)}
+        candidates = {p for c in trainer.checkpoint_callbacks for p in last_checkpoints(trainer, c)}
         found = [p for p in candidates if (p.is_file() and p.stat().st_size > 0) or is_sharded_checkpoint(p)]
         if found:
             return str(max(found, key=lambda p: p.stat().st_mtime))

@@ -215,10 +215,10 @@ class TrainerProperties:
 
     @property
     def checkpoint_callbacks(self) -> list[Any]:
-        """Every :class:`~accelkit.callbacks.ModelCheckpoint` of the run."""
-        from accelkit.callbacks import Checkpoint
+        """Every checkpoint callback of the run (:func:`~accelkit.callbacks.model_checkpoint.is_checkpoint`)."""
+        from accelkit.callbacks.model_checkpoint import is_checkpoint
 
-        return [c for c in self.callbacks if isinstance(c, Checkpoint)]
+        return [c for c in self.callbacks if is_checkpoint(c)]
 
     @property
     def checkpoint_callback(self) -> Any:

@@ -199,18 +199,19 @@ class Trainer(TrainerProperties):
         self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, self.plugin_manager)
         self.profiler = resolve_profiler(named_profiler(profiler, self.plugin_manager))
         self.callbacks = callback_list(named_callbacks(callbacks, self.plugin_manager))
-        from accelkit.callbacks import Checkpoint, ModelCheckpoint
+        from accelkit.callbacks import ModelCheckpoint
+        from accelkit.callbacks.model_checkpoint import is_checkpoint
         from accelkit.callbacks.model_summary import configure_model_summary
 
         configure_progress_bar(self.callbacks, self.enable_progress_bar)
         configure_model_summary(self.callbacks, self.enable_model_summary)
 
-        if self.enable_checkpointing and not any(isinstance(c, Checkpoint) for c in self.callbacks):
+        if self.enable_checkpointing and not any(map(is_checkpoint, self.callbacks)):
             # Lightning's default (the latest epoch=E-step=S.ckpt is best_model_path, in <log_dir>/checkpoints) plus
             # last.ckpt, a hard link to the same file (written once), which ckpt_path="last" and accelkit's docs use.
             self.callbacks.append(ModelCheckpoint(save_last=True))
-        elif enable_checkpointing is False and any(isinstance(c, Checkpoint) for c in self.callbacks):
-            given = next(type(c).__name__ for c in self.callbacks if isinstance(c, Checkpoint))
+        elif enable_checkpointing is False and any(map(is_checkpoint, self.callbacks)):
+            given = next(type(c).__name__ for c in self.callbacks if is_checkpoint(c))
             raise ConfigurationError(f"enable_checkpointing=False but a checkpoint callback ({given}) is among the "
                                      "callbacks; remove one of them")
         if fast:
