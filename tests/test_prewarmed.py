@@ -123,6 +123,16 @@ def test_a_started_program_is_read_line_by_line_signalled_and_killed(tmp_path: P
             time.sleep(0.05)
     ''')
     env = dict(os.environ)
+    # a fresh interpreter takes Ctrl-C as the process starting it leaves it: this test's process may have been left
+    # ignoring it (Lightning's Trainer ignores SIGINT for good in a process where it caught a KeyboardInterrupt)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _signalled_and_killed(prewarmed, ticking, tmp_path, env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _signalled_and_killed(prewarmed: Prewarmed, ticking: Path, tmp_path: Path, env: dict[str, str]) -> None:
     running = prewarmed.start([str(ticking)], cwd=tmp_path, env=env)
     for line in running.lines(timeout=120):
         if line == "tick 3\n":
@@ -148,3 +158,27 @@ def test_a_started_program_is_read_line_by_line_signalled_and_killed(tmp_path: P
     running = prewarmed.start([str(short)], cwd=tmp_path, env=env)
     assert list(running.lines(timeout=120)) == ["one\n", "two"]  # to its end, the last line without a newline
     assert running.wait(60).returncode == 0
+
+
+def test_a_program_started_where_ctrl_c_is_ignored_ignores_it_as_a_fresh_interpreter(tmp_path: Path,
+                                                                                     prewarmed: Prewarmed) -> None:
+    """A fresh interpreter inherits an ignored SIGINT from the process starting it (and then installs no
+    KeyboardInterrupt handler); a forked program follows the requesting process's disposition at its start, not the
+    one the forking interpreter inherited when it started."""
+    ticking = write(tmp_path, "ticking.py", '''
+        import itertools, time
+        for n in itertools.count():
+            print(f"tick {n}")
+            time.sleep(0.05)
+    ''')
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        running = prewarmed.start([str(ticking)], cwd=tmp_path, env=dict(os.environ))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    lines = iter(running.lines(timeout=120))
+    assert next(lines) == "tick 0\n"
+    running.send_signal(signal.SIGINT)
+    assert [next(lines) for _ in range(5)][-1] == "tick 5\n" and running.poll() is None  # still ticking
+    running.kill()
+    assert running.wait(60).returncode == -signal.SIGKILL

@@ -104,6 +104,8 @@ for fd, stream in enumerate(streams):
     os.close(stream)
 os.environ.clear()
 os.environ.update(request["env"])
+import signal  # Ctrl-C as a fresh interpreter started by the requester now takes it: ignored where the requester
+signal.signal(signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler)  # ignores
 import tempfile
 tempfile.tempdir = None  # torch's import chose the interpreter's: the program's TMPDIR decides, as at a fresh start
 os.chdir(request["cwd"])
@@ -240,6 +242,9 @@ class Prewarmed:
         for stream in ("stdout", "stderr"):  # there before the child opens them: Running.lines may read at once
             Path(folder.name, stream).touch()
         request = {"argv": [str(a) for a in argv], "cwd": str(cwd), "env": dict(env),
+                   # (inherited at this interpreter's start, perhaps ignored then: e.g. Lightning's Trainer ignores
+                   # SIGINT for good in the process that caught a KeyboardInterrupt)
+                   "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
                    "stdout": str(Path(folder.name, "stdout")), "stderr": str(Path(folder.name, "stderr"))}
         proc.stdin.write(json.dumps(request).encode() + b"\n")
         proc.stdin.flush()
