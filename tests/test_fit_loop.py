@@ -183,55 +183,44 @@ def test_a_plain_epoch_runs_fewer_instructions_per_batch_in_the_fit_loop(tmp_pat
     """The plain epoch's cut, counted in Python instructions (no clock): per batch, the fit loop's own code
     (``accelkit/loops/fit.py``) runs fewer instructions than in the general loop of the same fit, whose batch
     callback does nothing. On the code before the plain epoch both ran the same loop."""
-    from helpers.instructions import opcode_counter
-
     def per_batch(general: bool) -> float:
-        counter = opcode_counter()
-
-        class Counts(accelkit.Callback):
-            def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-                counter.counting = trainer.current_epoch == 1
-
-            def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-                counter.counting = False
-
-        previous = sys.gettrace()
-        counter.install()
-        try:
-            quiet_trainer(tmp_path, max_epochs=2, callbacks=[Counts(), *([BatchEndNoOp()] if general else [])]) \
-                .fit(RegressionModule(n=64))
-        finally:
-            sys.settrace(previous)
-        return sum(n for code, n in counter.by_code.items() if code.co_filename.endswith("accelkit/loops/fit.py") and
+        by_code = second_epoch_instructions(tmp_path, 64, (BatchEndNoOp(),) if general else ())
+        return sum(n for code, n in by_code.items() if code.co_filename.endswith("accelkit/loops/fit.py") and
                    code.co_name in ("_plain_steps", "_steps")) / 8
 
     plain, general = per_batch(False), per_batch(True)
     assert plain <= general - 15, (plain, general)
 
 
+def second_epoch_instructions(folder: Path, n: int, callbacks: tuple[Any, ...] = ()) -> dict[Any, int]:
+    """Python instructions per code object that the second epoch of a two-epoch fit of ``RegressionModule(n=n)``
+    (with ``callbacks``) runs, from its ``on_train_epoch_start`` to its ``on_train_epoch_end``."""
+    from helpers.instructions import opcode_counter
+
+    counter = opcode_counter()
+
+    class Counts(accelkit.Callback):
+        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+            counter.counting = trainer.current_epoch == 1
+
+        def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+            counter.counting = False
+
+    previous = sys.gettrace()
+    counter.install()
+    try:
+        quiet_trainer(folder, max_epochs=2, callbacks=[Counts(), *callbacks]).fit(RegressionModule(n=n))
+    finally:
+        sys.settrace(previous)
+    return dict(counter.by_code)
+
+
 def loop_instructions_per_batch(folder: Path) -> float:
     """Python instructions the fit loop's and its data's code (``loops/fit.py``, ``loops/data.py``) run per batch of
     a plain epoch: what a 16-batch epoch (the fit's second) costs more than an 8-batch one, so that the epoch's own
     start and end cancel out."""
-    from helpers.instructions import opcode_counter
-
     def epoch(n: int) -> int:
-        counter = opcode_counter()
-
-        class Counts(accelkit.Callback):
-            def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-                counter.counting = trainer.current_epoch == 1
-
-            def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-                counter.counting = False
-
-        previous = sys.gettrace()
-        counter.install()
-        try:
-            quiet_trainer(folder, max_epochs=2, callbacks=[Counts()]).fit(RegressionModule(n=n))
-        finally:
-            sys.settrace(previous)
-        return sum(n for code, n in counter.by_code.items()
+        return sum(count for code, count in second_epoch_instructions(folder, n).items()
                    if code.co_filename.endswith(("accelkit/loops/fit.py", "accelkit/loops/data.py")))
 
     return (epoch(128) - epoch(64)) / 8

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -829,11 +830,9 @@ def test_a_step_computes_none_of_the_three_dicts(tmp_path, monkeypatch):
     assert calls[0] == "callback_metrics"
 
 
-def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
-    """``self.log`` of a name already logged with the same options and a floating-point scalar tensor (the
-    per-step log of a training or validation step) stores the value with the decisions made for its first log,
-    a shorter path than deciding anew (counted in Python instructions: no clock); a changed option, a value of
-    another kind, or a hook whose defaults differ (an epoch-end hook) is decided anew, with the results as before."""
+def counted_log() -> tuple[accelkit.Module, Any, Callable[..., int]]:
+    """A Module attached to a quiet Trainer outside a run, its metric store (with a current batch of 4), and
+    ``log(name, value, **options)``: the Python instructions accelkit runs for that ``self.log`` (no clock)."""
     from helpers.instructions import instructions
 
     module = accelkit.Module()
@@ -844,6 +843,15 @@ def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
 
     def log(name: str, value: Any, **options: Any) -> int:  # (self.log's instructions and the store's)
         return instructions(lambda: module.log(name, value, **options), within="accelkit/")
+    return module, store, log
+
+
+def test_a_name_logged_again_with_the_same_options_takes_its_first_decisions():
+    """``self.log`` of a name already logged with the same options and a floating-point scalar tensor (the
+    per-step log of a training or validation step) stores the value with the decisions made for its first log,
+    a shorter path than deciding anew (counted in Python instructions: no clock); a changed option, a value of
+    another kind, or a hook whose defaults differ (an epoch-end hook) is decided anew, with the results as before."""
+    module, store, log = counted_log()
 
     values = [torch.tensor(float(i)) for i in range(4)]
     log("loss", values[0])
@@ -887,10 +895,7 @@ def test_a_name_logged_again_runs_one_frame_of_accelkit():
     was called with every option to tell it there)."""
     import sys
 
-    module = accelkit.Module()
-    module.trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
-                                      enable_checkpointing=False)
-    module.trainer.run_state.metrics.current_batch = torch.zeros(4, 2)
+    module = counted_log()[0]
     module.log("loss", torch.tensor(1.0))
     frames: list[str] = []
 
@@ -1065,16 +1070,7 @@ def test_a_repeated_log_of_a_tensor_or_a_float_is_one_lookup():
     costs one lookup (counted in Python instructions: no clock): a floating-point scalar tensor's in ``Module.log``
     alone (was ~92 in two frames, the hook checked in the second), a Python float's too, then its value stored
     (was ~224: a float was decided in full every time). The values are what a full log stores."""
-    from helpers.instructions import instructions
-
-    module = accelkit.Module()
-    module.trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
-                                      enable_checkpointing=False)
-    store = module.trainer.run_state.metrics
-    store.current_batch = torch.zeros(4, 2)
-
-    def log(name: str, value: Any, **options: Any) -> int:  # (self.log's instructions and the store's)
-        return instructions(lambda: module.log(name, value, **options), within="accelkit/")
+    module, store, log = counted_log()
 
     log("loss", torch.tensor(1.0))
     assert log("loss", torch.tensor(2.0)) <= 60
@@ -1170,16 +1166,7 @@ def test_an_epochs_first_log_takes_the_decisions_of_the_epoch_before():
     """The first ``self.log(name, tensor)`` of an epoch, by the hook that logged it with the same options the epoch
     before, takes that epoch's decisions (counted in Python instructions: no clock): at most half of deciding
     anew (what every epoch's first log cost before), with the same entry and values."""
-    from helpers.instructions import instructions
-
-    module = accelkit.Module()
-    module.trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
-                                      enable_checkpointing=False)
-    store = module.trainer.run_state.metrics
-    store.current_batch = torch.zeros(4, 2)
-
-    def log(name: str, value: Any, **options: Any) -> int:  # (self.log's instructions and the store's)
-        return instructions(lambda: module.log(name, value, **options), within="accelkit/")
+    module, store, log = counted_log()
 
     store.reset(training=True)
     decided = log("loss", torch.tensor(1.0), on_epoch=True)
