@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accelkit.errors import WorkerError  # noqa: E402
 from accelkit.strategies.launchers.workers import WorkerProcesses  # noqa: E402
-from helpers.guards import PYTHON, TESTS, child_env, idle_worker, wait_gone  # noqa: E402
+from helpers.guards import PYTHON, TESTS, child_env, idle_worker, native_crash_worker, wait_gone  # noqa: E402
 
 SCRIPT = TESTS / "helpers" / "never_starts_fit.py"
 pytestmark = pytest.mark.slow
@@ -74,6 +74,24 @@ def test_a_worker_stopped_past_the_launch_s_limit_ends_the_launch_naming_it(tmp_
                 pass
     finally:
         workers.kill()  # the stopped worker is continued, so SIGTERM ends it
+    assert wait_gone([p.pid for p in workers.processes]) == []
+
+
+def test_a_worker_crashed_in_native_code_names_the_python_line_that_called_it(tmp_path):
+    workers = WorkerProcesses(tmp_path)
+    workers.start(native_crash_worker, (600,), 2)
+    try:
+        deadline = time.monotonic() + 100
+        with pytest.raises(WorkerError) as caught:
+            while not workers.poll(0.2) and time.monotonic() < deadline:
+                pass
+    finally:
+        workers.kill()
+    text = str(caught.value)
+    assert text.startswith("worker 1 was killed by SIGSEGV without a Python exception"), text
+    assert "the stack of each of its threads at the crash (faulthandler)" in text, text
+    # the Python line that called the crashing native code, in the worker's own file
+    assert 'File "' + str(TESTS / "helpers" / "guards.py") + '"' in text and "in native_crash_worker" in text, text
     assert wait_gone([p.pid for p in workers.processes]) == []
 
 

@@ -86,6 +86,16 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def native_crash_worker(index: int, seconds: float) -> None:
+    """A worker entry whose worker 1 is crashed by native code (it reads address 0: SIGSEGV) while the others
+    sleep for ``seconds``."""
+    if index == 1:
+        import ctypes
+
+        ctypes.string_at(0)
+    time.sleep(seconds)
+
+
 def idle_worker(index: int, seconds: float) -> None:
     """A worker entry (``entry(index, *args)`` of a launcher's workers) that only sleeps for ``seconds``."""
     time.sleep(seconds)

@@ -8,7 +8,9 @@ private folder (see :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher`)
 starts the process, in which the launching process could block forever writing to a worker that is already dead.
 
 In the folder, each worker leaves ``started-<index>`` once its interpreter is up (the user's script re-imported),
-and ``error-<index>.txt`` with its traceback when the run raised in it.
+``error-<index>.txt`` with its traceback when the run raised in it, and ``crash-<index>.txt`` with the Python stack
+of its threads when native code crashed it (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: :mod:`faulthandler`): the
+launch's error quotes it, so a crash in a library's native code names the Python line that called it.
 
 A worker that is stopped (SIGSTOP or SIGTSTP sent to it) holds the others up at their next collective:
 after :data:`STOPPED_NOTICE_S` one line names it; when the run then fails, the error names it too; and a worker
@@ -21,6 +23,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -48,6 +51,18 @@ def started_marker(folder: Path, index: int) -> Path:
 def error_file(folder: Path, index: int) -> Path:
     """The file worker ``index`` writes its traceback to when its entry raises."""
     return folder / f"error-{index}.txt"
+
+
+def crash_file(folder: Path, index: int) -> Path:
+    """The file :mod:`faulthandler` writes worker ``index``'s Python stack to when native code crashes it."""
+    return folder / f"crash-{index}.txt"
+
+
+#: the open crash file of this worker process (faulthandler writes to its descriptor, which must stay open)
+_crash_log: list[Any] = []
+
+#: the most lines of a crashed worker's stack quoted in the launch's error
+CRASH_LINES = 40
 
 
 class WorkerProcesses:
@@ -154,9 +169,22 @@ class WorkerProcesses:
                     f"{self.start_method!r} method first imports the script that called the Trainer (its "
                     "__main__ module) again, and that import ended it (its output above says why): keep the "
                     "script's work under `if __name__ == \"__main__\":` and let its top level run in a worker "
-                    "process.")
+                    f"process.{self.crash_stack(index)}")
         return (f"worker {index} {how} without a Python exception (killed from outside, os._exit, or a crash in "
-                "native code); the other workers were stopped.")
+                f"native code); the other workers were stopped.{self.crash_stack(index)}")
+
+    def crash_stack(self, index: int) -> str:
+        """The Python stack worker ``index``'s threads were in when native code crashed it, as a paragraph to
+        end the launch's error with (its last :data:`CRASH_LINES` lines), or ``""`` when it did not crash."""
+        try:
+            lines = crash_file(self.folder, index).read_text(errors="replace").rstrip().splitlines()
+        except OSError:
+            return ""
+        if not lines:
+            return ""
+        cut = f"(the first {len(lines) - CRASH_LINES} lines left out)\n" if len(lines) > CRASH_LINES else ""
+        return (f"\nIt crashed in native code called from Python; the stack of each of its threads at the crash "
+                f"(faulthandler):\n{cut}" + "\n".join(lines[-CRASH_LINES:]))
 
     def kill(self, grace_s: float = 3.0) -> None:
         """SIGTERM to every live worker (they exit through their cleanup handlers), SIGKILL after ``grace_s``."""
@@ -182,6 +210,7 @@ def run_worker(entry: Callable[..., None], index: int, args: tuple, folder: str,
     if forked:
         atexit._clear()  # the interpreter's own way to drop every handler; the worker's code registers its own
     path = Path(folder)
+    _record_native_crashes(crash_file(path, index))
     started_marker(path, index).touch()
     _die_with_parent()
     try:
@@ -226,6 +255,20 @@ def end_process(code: int) -> None:
     except (OSError, AttributeError):
         pass
     os._exit(code)
+
+
+def _record_native_crashes(path: Path) -> None:
+    """Have :mod:`faulthandler` write this worker's Python stack to ``path`` if native code crashes the process,
+    unless the user turned faulthandler on themselves (``PYTHONFAULTHANDLER``, ``-X faulthandler``): then it
+    writes where they asked. A forked worker's inherited setting (pytest turns it on) is replaced."""
+    if os.environ.get("PYTHONFAULTHANDLER") or "faulthandler" in sys._xoptions:
+        return
+    try:
+        log = open(path, "w")  # noqa: SIM115 - stays open for the life of the process
+    except OSError:
+        return
+    _crash_log[:] = [log]
+    faulthandler.enable(file=log, all_threads=True)
 
 
 def _die_with_parent() -> None:
