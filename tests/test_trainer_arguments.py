@@ -413,6 +413,28 @@ def test_a_fit_bounded_by_nothing_warns_of_its_1000_epochs_as_in_lightning(tmp_p
     assert all(where == "epoch_limit_warnings.py" for *_, where in ours["warnings"])
 
 
+@pytest.fixture(scope="module")
+def lightning_log_interval_warnings(tmp_path_factory) -> dict[str, list[list[Any]]]:
+    """What Lightning's Trainer warns about a short epoch in every scenario of ``helpers.log_interval_warnings``."""
+    return lightning_records(tmp_path_factory.mktemp("lightning_log_interval"), "log_interval_warnings")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["fewer_batches", "as_many_batches", "more_batches", "limited_below",
+                                      "no_logger", "fast_dev_run", "no_length"])
+def test_an_epoch_shorter_than_the_logging_interval_warns_as_in_lightning(tmp_path, lightning_log_interval_warnings,
+                                                                         scenario):
+    """A fit with a logger whose training epoch has fewer batches than ``log_every_n_steps`` (after
+    ``limit_train_batches``) warns, naming both, as Lightning's ``PossibleUserWarning`` (a ``UserWarning``); with
+    no logger, under ``fast_dev_run`` or with a loader without a length it does not. Before, accelkit said
+    nothing and a user saw no training values in the logger for a whole short epoch."""
+    from helpers.log_interval_warnings import record
+
+    ours = record("accelkit", str(tmp_path), scenario)
+    assert ours == lightning_log_interval_warnings[scenario]
+    assert ours == ([[True, True, True]] if scenario in ("fewer_batches", "limited_below") else []), ours
+
+
 def test_max_time_stops_early(tmp_path):
     model = Recorder(sleep=0.05)
     trainer = quiet_trainer(tmp_path, max_epochs=1000, max_time="00:00:00:01", num_sanity_val_steps=0, **QUIET)

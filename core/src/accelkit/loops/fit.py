@@ -20,6 +20,7 @@ from accelkit.strategies.launchers import interrupt, watchdog
 from accelkit.strategies.launchers.watchdog import STEP_PHASE, mark, mark_step
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.model_helpers import is_overridden
+from accelkit.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
@@ -160,6 +161,12 @@ class FitLoop:
         self.train_loader = train_loaders[0]
         counts = data.agreed_num_batches([self.train_loader], "train", "training")
         trainer.run_state.progress.num_training_batches = counts[0]
+        if trainer.loggers and counts[0] is not None and counts[0] < trainer.log_every_n_steps:
+            # as Lightning: a step value is logged at every log_every_n_steps-th step, counted over the whole fit
+            rank_zero_warn(f"The training epoch has {counts[0]} batches, fewer than Trainer(log_every_n_steps="
+                           f"{trainer.log_every_n_steps}): the loggers record a training step's values only every "
+                           f"{trainer.log_every_n_steps} steps of the fit. Give a smaller log_every_n_steps to see "
+                           "them every epoch.", category=UserWarning)
 
     # ----------------------------------------------------------------- stopping
     def _done(self) -> bool:
