@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import signal
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ class MomentumModule(RegressionModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
-def run(tmp_path: Path, max_epochs: int, ckpt_path: Any = None, weights_only: bool = True,
+def run(tmp_path: Path, max_epochs: int | None = None, ckpt_path: Any = None, weights_only: bool = True,
         **kwargs: Any) -> tuple[MomentumModule, Any]:
     model = MomentumModule()
     trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=max_epochs, logger=False,
@@ -119,6 +120,24 @@ def test_resume_continues_at_the_right_epoch_with_identical_results(tmp_path):
         torch.testing.assert_close(resumed.state_dict()[key], value, atol=1e-7, rtol=0)
     # not trivially equal: two epochs are not four
     assert not torch.allclose(first.layer.weight, full.layer.weight, atol=1e-4)
+
+
+def test_a_resume_of_a_run_that_had_already_stopped_warns_that_it_trains_nothing(tmp_path):
+    """Resuming a checkpoint written at the fit's end with the same max_epochs (or a max_steps it had passed) trains
+    nothing; Lightning only logs its stop line, and a fit that silently trains nothing looks like a success."""
+    run(tmp_path, 2)
+    for limits, reason in (({"max_epochs": 2}, "max_epochs=2 reached"),
+                           ({"max_epochs": 4, "max_steps": 5}, "max_steps=5 reached")):
+        with pytest.warns(UserWarning, match=r"resumed a run that had already stopped \(" + reason
+                          + r" at the checkpoint's epoch 2, step 8\): this fit trains nothing\. To train further, "
+                          r"give a max_epochs or max_steps beyond the checkpoint's"):
+            resumed, trainer = run(tmp_path, ckpt_path="last", **limits)
+        assert resumed.epochs_started == [] and trainer.global_step == 8
+    with warnings.catch_warnings(record=True) as caught:  # one epoch left: it trains, and says nothing of the sort
+        warnings.simplefilter("always")
+        resumed, trainer = run(tmp_path, 3, ckpt_path="last")
+    assert resumed.epochs_started == [2] and trainer.global_step == 12
+    assert not [w for w in caught if "trains nothing" in str(w.message)]
 
 
 def test_missing_ckpt_path_is_a_clear_error(tmp_path):

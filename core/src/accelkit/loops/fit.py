@@ -90,6 +90,8 @@ class FitLoop:
             self._load_val()
         # as Lightning: no training batch to run (limits reached, none in the loader) skips the training hooks
         skip = trainer.num_training_batches == 0 or self._done()
+        if skip and self._resume is not None and trainer.num_training_batches != 0:
+            self._warn_resumed_finished_run()
         if not skip and self.val_loaders and self._validates_this_epoch():
             self._built_val()  # as Lightning: at the start when this epoch validates (its bar shows the batches)
         interval, total = trainer.val_check_interval, trainer.num_training_batches
@@ -125,6 +127,15 @@ class FitLoop:
             hooks.call("on_train_end")
         hooks.call("on_fit_end")
         self.active = False
+
+    def _warn_resumed_finished_run(self) -> None:
+        """Say that the checkpoint this fit resumed had already reached the fit's end, so it trains nothing
+        (Lightning only logs its stop line): a resumed fit that silently trains nothing looks like a success."""
+        trainer = self.trainer
+        rank_zero_warn(f"fit(ckpt_path={str(trainer.ckpt_path)!r}) resumed a run that had already stopped "
+                       f"({self.stop_reason()} at the checkpoint's epoch {trainer.current_epoch}, step "
+                       f"{trainer.global_step}): this fit trains nothing. To train further, give a max_epochs or "
+                       "max_steps beyond the checkpoint's.", category=UserWarning)
 
     def _sanity_check(self, steps: int) -> None:
         trainer = self.trainer
