@@ -20,6 +20,7 @@ import accelkit
 from accelkit.callbacks import ModelCheckpoint
 
 wandb = pytest.importorskip("wandb")
+pytest.importorskip("accelkit_wandb", reason="the accelkit-wandb plugin is not installed")
 
 from accelkit_wandb import WandbLogger  # noqa: E402 - only where wandb imports
 
