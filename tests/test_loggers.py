@@ -142,6 +142,40 @@ def test_loggers_write_only_on_rank_zero(tmp_path, monkeypatch):
     assert csv_logger.metrics_file.is_file()
 
 
+def test_a_custom_loggers_experiment_is_created_on_rank_zero_only(monkeypatch):
+    """A Logger subclass written as Lightning's custom-logger recipe (Novartis/AEGIS's ``CurveLogger`` imports the
+    decorator so) ports by its import: ``rank_zero_experiment`` from ``accelkit.loggers.logger``."""
+    from accelkit.loggers.logger import Logger as LightningPathLogger
+    from accelkit.loggers.logger import rank_zero_experiment
+
+    created = []
+
+    class CurveLogger(LightningPathLogger):
+        name, version = "curves", "0"
+
+        @property
+        @rank_zero_experiment
+        def experiment(self) -> dict:
+            """The experiment: one dict, created when first asked for."""
+            created.append(1)
+            return {"runs": []}
+
+        def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+            pass
+
+        def log_hyperparams(self, params: Any) -> None:
+            pass
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    silent = CurveLogger().experiment
+    silent.add_scalar("x", 1.0)  # absorbed, as on Lightning's other ranks
+    assert not silent and created == []
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert CurveLogger().experiment == {"runs": []} and created == [1]
+    assert CurveLogger.experiment.__doc__ == "The experiment: one dict, created when first asked for."
+
+
 # ---------------------------------------------------------------------------------------------------- TensorBoard
 def accumulate(log_dir: str):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
