@@ -228,6 +228,23 @@ def test_tensorboard_hyperparameters_and_default_hp_metric(tmp_path):
     assert logger.hparams["net"] == {"width": 64, "act": "relu"}
 
 
+
+class SavesNothing(RegressionModule):
+    """Calls ``save_hyperparameters()`` with no ``__init__`` argument to save (korintia/Variational-Autoencoder's
+    ``VAE`` does: its settings are local variables)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+
+def test_a_module_saving_no_hyperparameters_still_logs_them_with_the_default_hp_metric(tmp_path):
+    """As Lightning: the loggers get the empty set, so TensorBoard shows ``hp_metric`` -1 at step 0 (accelkit skipped
+    an empty set, and the run's TensorBoard lacked the ``hp_metric`` Lightning's had)."""
+    logger = TensorBoardLogger(tmp_path)
+    quiet_trainer(tmp_path, max_epochs=1, logger=logger, enable_model_summary=False).fit(SavesNothing())
+    assert [(e.step, e.value) for e in accumulate(logger.log_dir).Scalars("hp_metric")] == [(0, -1.0)]
+
 def test_tensorboard_hyperparameters_with_a_metric_or_none(tmp_path):
     with_metric = TensorBoardLogger(tmp_path, version=0)
     with_metric.log_hyperparams(Namespace(lr=0.1), metrics={"best_acc": 0.9})
