@@ -30,7 +30,7 @@ class SilentExperiment:
 def rank_zero_experiment(getter: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """Decorate a logger's ``experiment`` getter (under ``@property``, as Lightning's decorator of this name is used
     in custom loggers): on global rank zero the getter runs; on any other rank it is not called and the property
-    gives a :class:`SilentExperiment`, so the experiment is created once, by rank zero."""
+    gives a ``SilentExperiment`` (every call on it does nothing), so the experiment is created once, by rank zero."""
 
     @functools.wraps(getter)
     def experiment(self: Any) -> Any:
