@@ -240,6 +240,21 @@ def test_lightnings_pytorch_attribute_is_accelkit_itself():
         accelkit.no_such_package
 
 
+
+def test_lightnings_pytorch_package_imports_as_accelkit():
+    """``import lightning.pytorch as pl`` (Cogniveon/pytorch-template, Novartis/AEGIS...) with the package name
+    changed: ``import accelkit.pytorch as pl`` is accelkit, and the modules below it accelkit's
+    (``from accelkit.pytorch.callbacks import ModelCheckpoint``); accelkit's own spec is left as it was."""
+    import accelkit
+    import accelkit.pytorch as pl
+    from accelkit.callbacks import ModelCheckpoint
+    from accelkit.pytorch.callbacks import ModelCheckpoint as ThroughPytorch
+    from accelkit.pytorch.loggers.logger import Logger
+
+    assert pl is accelkit and ThroughPytorch is ModelCheckpoint and Logger is accelkit.loggers.Logger
+    assert accelkit.__spec__.name == "accelkit" and accelkit.__spec__.submodule_search_locations
+    assert importlib.import_module("accelkit.pytorch.core.module") is importlib.import_module("accelkit.module.module")
+
 @pytest.mark.slow
 def test_a_subpackage_not_imported_yet_is_an_attribute(run_python):
     """In a fresh interpreter, ``accelkit.loggers`` (not imported by ``import accelkit``) is reached as an

@@ -121,6 +121,24 @@ def test_top_k_by_monitored_metric(tmp_path):
     assert trainer.checkpoint_callback is checkpoint
 
 
+
+class DoubleLoss(Scripted):
+    """``Scripted`` whose ``val_loss`` is a float64 tensor, as a module computing its loss in double precision logs
+    it (Novartis/AEGIS's transformer returns ``output.double()``)."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", torch.tensor(self.val_losses[self.current_epoch], dtype=torch.float64))
+
+
+def test_a_double_precision_monitored_metric_keeps_its_precision(tmp_path):
+    """As Lightning: ``EarlyStopping.best_score`` and ``ModelCheckpoint.best_model_score`` of a float64 metric are
+    the float64 value itself (accelkit rounded them to float32: 0.1 became 0.10000000149011612)."""
+    early = EarlyStopping(monitor="val_loss", patience=5)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_loss")
+    make_trainer(tmp_path, max_epochs=2, callbacks=[early, checkpoint]).fit(DoubleLoss(val_losses=[0.1, 0.2]))
+    for score in (early.best_score, checkpoint.best_model_score):
+        assert score is not None and score.dtype == torch.float64 and score.item() == 0.1, score
+
 def test_mode_max_and_save_all(tmp_path):
     checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss", mode="max", save_top_k=-1)
     make_trainer(tmp_path / "root", max_epochs=3, callbacks=[checkpoint]).fit(Scripted(val_losses=[0.5, 0.7, 0.6]))

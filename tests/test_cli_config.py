@@ -311,6 +311,23 @@ def test_cli_run_false_builds_model_data_and_trainer(project, monkeypatch, tmp_p
     assert cli.trainer.loggers == []
 
 
+
+def test_lightnings_yaml_parser_mode_named_by_the_program_still_maps_lightning_class_paths(project, monkeypatch):
+    """``LightningCLI(..., parser_kwargs={"parser_mode": "yaml"})`` (aygalic/smolGPT's ``app/train_transformer.py``)
+    names Lightning's default mode: the project's YAML, with ``lightning.pytorch.callbacks.ModelCheckpoint``, is read
+    as without it (it was refused: ``trainer.callbacks: value ... is not accepted; accepted: str, null``)."""
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.chdir(project)
+    from accelkit.callbacks import LearningRateMonitor, ModelCheckpoint
+    from accelkit.cli import CLI
+
+    models = __import__("models")
+    cli = CLI(models.Net, models.Blobs, run=False, save_config_callback=None, parser_kwargs={"parser_mode": "yaml"},
+              args=["--config", "run.yaml", "--trainer.logger=false"])
+    kinds = [type(c) for c in cli.trainer.callbacks]
+    assert ModelCheckpoint in kinds and LearningRateMonitor in kinds, kinds
+    assert cli.parser.parser_mode == "accelkit_yaml"
+
 def test_dict_args_and_trainer_defaults(project, monkeypatch, tmp_path):
     monkeypatch.syspath_prepend(str(project))
     from accelkit.callbacks import LearningRateMonitor

@@ -142,6 +142,40 @@ def test_loggers_write_only_on_rank_zero(tmp_path, monkeypatch):
     assert csv_logger.metrics_file.is_file()
 
 
+def test_a_custom_loggers_experiment_is_created_on_rank_zero_only(monkeypatch):
+    """A Logger subclass written as Lightning's custom-logger recipe (Novartis/AEGIS's ``CurveLogger`` imports the
+    decorator so) ports by its import: ``rank_zero_experiment`` from ``accelkit.loggers.logger``."""
+    from accelkit.loggers.logger import Logger as LightningPathLogger
+    from accelkit.loggers.logger import rank_zero_experiment
+
+    created = []
+
+    class CurveLogger(LightningPathLogger):
+        name, version = "curves", "0"
+
+        @property
+        @rank_zero_experiment
+        def experiment(self) -> dict:
+            """The experiment: one dict, created when first asked for."""
+            created.append(1)
+            return {"runs": []}
+
+        def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+            pass
+
+        def log_hyperparams(self, params: Any) -> None:
+            pass
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    silent = CurveLogger().experiment
+    silent.add_scalar("x", 1.0)  # absorbed, as on Lightning's other ranks
+    assert not silent and created == []
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert CurveLogger().experiment == {"runs": []} and created == [1]
+    assert CurveLogger.experiment.__doc__ == "The experiment: one dict, created when first asked for."
+
+
 # ---------------------------------------------------------------------------------------------------- TensorBoard
 def accumulate(log_dir: str):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -193,6 +227,23 @@ def test_tensorboard_hyperparameters_and_default_hp_metric(tmp_path):
     assert [(e.step, e.value) for e in accumulate(logger.log_dir).Scalars("hp_metric")] == [(0, -1.0)]
     assert logger.hparams["net"] == {"width": 64, "act": "relu"}
 
+
+
+class SavesNothing(RegressionModule):
+    """Calls ``save_hyperparameters()`` with no ``__init__`` argument to save (korintia/Variational-Autoencoder's
+    ``VAE`` does: its settings are local variables)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+
+
+def test_a_module_saving_no_hyperparameters_still_logs_them_with_the_default_hp_metric(tmp_path):
+    """As Lightning: the loggers get the empty set, so TensorBoard shows ``hp_metric`` -1 at step 0 (accelkit skipped
+    an empty set, and the run's TensorBoard lacked the ``hp_metric`` Lightning's had)."""
+    logger = TensorBoardLogger(tmp_path)
+    quiet_trainer(tmp_path, max_epochs=1, logger=logger, enable_model_summary=False).fit(SavesNothing())
+    assert [(e.step, e.value) for e in accumulate(logger.log_dir).Scalars("hp_metric")] == [(0, -1.0)]
 
 def test_tensorboard_hyperparameters_with_a_metric_or_none(tmp_path):
     with_metric = TensorBoardLogger(tmp_path, version=0)

@@ -1290,3 +1290,21 @@ def test_a_value_that_cannot_be_logged_is_a_value_error_and_a_type_error(tmp_pat
     assert isinstance(raised.value, ValueError) and isinstance(raised.value, TypeError)
     assert str(raised.value) == ("log('x'): value must be a number, a scalar tensor or a metric object with "
                                  f"update/compute/reset, not {type(value).__name__} ({value!r})")
+
+
+def test_fewer_batches_an_epoch_than_log_every_n_steps_is_a_warning(tmp_path):
+    """An epoch shorter than ``log_every_n_steps`` with a logger warns, as Lightning's fit loop does: a first run on
+    a few batches (dogsteven/saliency-prediction's GAN, Cogniveon/pytorch-template's classifier) otherwise writes
+    no per-step value and says nothing. Not with a logger off, nor once the epoch reaches the interval."""
+    import warnings
+
+    def warned(**kwargs: Any) -> list[str]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            quiet_trainer(tmp_path, max_epochs=1, **QUIET, **kwargs).fit(RegressionModule(batch_size=8, n=32))
+        return [str(w.message) for w in caught if "log_every_n_steps" in str(w.message)]
+
+    found = warned(logger=CSVLogger(tmp_path / "csv"), log_every_n_steps=5)
+    assert len(found) == 1 and "log_every_n_steps=5" in found[0] and "the 4 training batches" in found[0], found
+    assert warned(logger=CSVLogger(tmp_path / "csv"), log_every_n_steps=4) == []
+    assert warned(logger=False, log_every_n_steps=5) == []

@@ -67,6 +67,9 @@ MOVED: dict[str, str] = {
 #: (``accelkit.core.module`` -> ``accelkit.module.module``). ``tests/data/module_rows.toml`` lists Lightning's module
 #: paths accelkit has no module for.
 LIGHTNING_PATHS: dict[str, str] = {
+    # ``import lightning.pytorch as pl`` with the package name changed: accelkit itself, and below it accelkit's
+    # modules (``from accelkit.pytorch.callbacks import ModelCheckpoint``), as the attribute ``accelkit.pytorch`` is
+    "accelkit.pytorch": "accelkit",
     "accelkit.core": "accelkit.module",
     "accelkit.core.optimizer": "accelkit.module.optimizers",
     "accelkit.core.mixins": "accelkit.module",
@@ -113,10 +116,14 @@ class _AliasLoader(importlib.abc.Loader):
         if self.deprecated is not None:
             # stacklevel 2: past importlib's own frames, the code that imported the old path
             warnings.warn(self.deprecated, DeprecationWarning, stacklevel=2)
-        return importlib.import_module(self.target)
+        module = importlib.import_module(self.target)
+        self.home_spec = module.__spec__  # importlib gives the module the alias's spec next; exec_module puts it back
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        """The module at its new home is already executed."""
+        """The module at its new home is already executed: only its own ``__spec__`` is put back (a package keeps
+        its search locations, ``accelkit.__spec__.name`` stays ``accelkit`` after ``import accelkit.pytorch``)."""
+        module.__spec__ = self.home_spec
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from accelkit.utilities.host import host_stats, host_stats_available
 
 if TYPE_CHECKING:
@@ -310,3 +312,11 @@ def callback_list(callbacks: Any) -> list[Any]:
             raise TypeError(f"callbacks must be accelkit.Callback instances (or, with lightning installed, "
                             f"lightning.pytorch.Callback ones), got {item!r} ({type(item).__name__})")
     return items
+
+
+def monitored_score(value: Any) -> torch.Tensor:
+    """A monitored metric's value as the 0-d CPU tensor a callback compares (``EarlyStopping``,
+    ``ModelCheckpoint``): a ``float64`` value stays ``float64`` (as Lightning keeps it: a module computing its loss
+    in double precision gets its best score back exactly); any other number or tensor becomes ``float32``."""
+    score = torch.as_tensor(value).detach().cpu().reshape(())
+    return score if score.dtype == torch.float64 else score.float()

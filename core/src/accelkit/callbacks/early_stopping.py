@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accelkit.callbacks.base import Callback
+from accelkit.callbacks.base import Callback, monitored_score
 from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class EarlyStopping(Callback):
         logs = trainer.callback_metrics
         if getattr(trainer, "fast_dev_run", False) or not self._validate_condition_metric(logs):
             return
-        current = torch.as_tensor(logs[self.monitor]).detach().float().cpu().squeeze()
+        current = monitored_score(logs[self.monitor])
         should_stop, reason, message = self._evaluate_stopping_criteria(current)
         if getattr(trainer, "world_size", 1) > 1:
             strategy = trainer.strategy

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accelkit.callbacks.base import Callback
+from accelkit.callbacks.base import Callback, monitored_score
 from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -405,7 +405,7 @@ class ModelCheckpoint(Checkpoint):
                 warnings.warn(message, UserWarning, stacklevel=2)
                 self._warned_missing = True
             return
-        current = current.detach().float().cpu().reshape(())
+        current = monitored_score(current)
         if getattr(trainer, "world_size", 1) > 1:
             current = trainer.strategy.broadcast(current)  # one score for every process's bookkeeping
         if self.check_monitor_top_k(trainer, current):

@@ -162,7 +162,9 @@ class ArgumentParser(_JsonArgParser):
     """
 
     def __init__(self, *args: Any, description: str = "accelkit command line tool", **kwargs: Any) -> None:
-        kwargs.setdefault("parser_mode", PARSER_MODE)
+        # "yaml", Lightning's mode, which programs name (parser_kwargs={"parser_mode": "yaml"}), is read as YAML by
+        # this mode, which maps Lightning's class paths too (under jsonargparse's own "yaml" they were refused)
+        kwargs["parser_mode"] = PARSER_MODE if kwargs.get("parser_mode", "yaml") == "yaml" else kwargs["parser_mode"]
         kwargs.setdefault("dump_header", [f"accelkit=={__version__}"])
         kwargs.setdefault("allow_abbrev", False)  # a misspelt key is reported with the close one, not guessed
         kwargs.setdefault("formatter_class", PlainHelpFormatter)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+
+from accelkit.utilities.rank_zero import global_rank
 
 
 class SilentExperiment:
@@ -22,6 +25,18 @@ class SilentExperiment:
 
     def __bool__(self) -> bool:
         return False
+
+
+def rank_zero_experiment(getter: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """Decorate a logger's ``experiment`` getter (under ``@property``, as Lightning's decorator of this name is used
+    in custom loggers): on global rank zero the getter runs; on any other rank it is not called and the property
+    gives a ``SilentExperiment`` (every call on it does nothing), so the experiment is created once, by rank zero."""
+
+    @functools.wraps(getter)
+    def experiment(self: Any) -> Any:
+        return getter(self) if global_rank() == 0 else SilentExperiment()
+
+    return experiment
 
 
 def params_to_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:

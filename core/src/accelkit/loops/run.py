@@ -160,7 +160,7 @@ def _log_hyperparams(trainer: Trainer, module: Any, datamodule: Any) -> None:
 
     logged = hparams_to_log(module, datamodule)
     for logger in trainer.loggers:
-        if logged:
+        if logged is not None:  # as Lightning, an empty set too: save_hyperparameters() with no argument to save
             logger.log_hyperparams(logged)
         logger.log_graph(module)
 
