@@ -1305,6 +1305,6 @@ def test_fewer_batches_an_epoch_than_log_every_n_steps_is_a_warning(tmp_path):
         return [str(w.message) for w in caught if "log_every_n_steps" in str(w.message)]
 
     found = warned(logger=CSVLogger(tmp_path / "csv"), log_every_n_steps=5)
-    assert len(found) == 1 and "log_every_n_steps=5" in found[0] and "the 4 training batches" in found[0], found
+    assert len(found) == 1 and "log_every_n_steps=5" in found[0] and "has 4 batches" in found[0], found
     assert warned(logger=CSVLogger(tmp_path / "csv"), log_every_n_steps=4) == []
     assert warned(logger=False, log_every_n_steps=5) == []

@@ -105,12 +105,6 @@ class FitLoop:
         if trainer.num_training_batches == 0:
             warnings.warn("limit_train_batches=0 (or an empty training loader): no training is done.",
                           UserWarning, stacklevel=2)
-        elif total is not None and total < trainer.log_every_n_steps and trainer.loggers and \
-                not trainer.fast_dev_run:  # as Lightning, which warns so too
-            rank_zero_warn(f"Trainer(log_every_n_steps={trainer.log_every_n_steps}) is more than the {total} "
-                           "training batches of an epoch: the values logged per step reach the loggers less "
-                           "than once an epoch; set a lower log_every_n_steps to see them every epoch.",
-                           category=UserWarning)
         if not skip:
             metrics = trainer.run_state.metrics
             metrics.reset(training=True, ahead=True)  # what it logs is the first epoch's (as Lightning's)
