@@ -402,6 +402,8 @@ class Collect(accelkit.Module):
 def test_seed_everything_workers_makes_worker_augmentation_reproducible(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELKIT_SEED", "0")  # restored after the test: seed_everything sets both
     monkeypatch.setenv("ACCELKIT_SEED_WORKERS", "0")
+    monkeypatch.setenv("PL_GLOBAL_SEED", "0")  # and Lightning's names for them
+    monkeypatch.setenv("PL_SEED_WORKERS", "0")
     runs = []
     for _ in range(2):
         assert accelkit.seed_everything(1234, workers=True) == 1234
