@@ -54,7 +54,7 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
             print(f"accelkit: {stage}() loaded checkpoint {os.path.abspath(os.fspath(ckpt_path))}", flush=True)
         trainer.run_state.data = DataConnector(trainer, module, datamodule, loaders)
         trainer.run_state.publisher = Publisher(trainer)
-        if stage == "fit" and strategy.is_global_zero:
+        if strategy.is_global_zero:  # every stage, as Lightning: a test-only run's folder has its hparams.yaml too
             _log_hyperparams(trainer, module, datamodule)
         with anomaly:
             result, interrupted = _run_loop(trainer, stage, module, checkpoint, ckpt_path, options)
