@@ -59,7 +59,8 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     """Seed Python, NumPy (if installed) and torch; sets ``ACCELKIT_SEED`` (and Lightning's ``PL_GLOBAL_SEED``) so
     spawned workers inherit it.
 
-    :param seed: the seed (``None``: :func:`seed_from_environment`'s, else 0 with a warning saying so).
+    :param seed: the seed (``None``: ``ACCELKIT_SEED``'s, else Lightning's ``PL_GLOBAL_SEED``'s, else 0 with a warning
+        saying so).
     :param workers: also seed every DataLoader worker process differently but reproducibly (sets
         ``ACCELKIT_SEED_WORKERS=1``; the Trainer gives loaders without a ``worker_init_fn`` one that derives
         each worker's seed from the base seed, the worker id and the rank).
