@@ -311,6 +311,20 @@ def test_cli_run_false_builds_model_data_and_trainer(project, monkeypatch, tmp_p
     assert cli.trainer.loggers == []
 
 
+def test_dict_args_and_trainer_defaults(project, monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(project))
+    from accelkit.callbacks import LearningRateMonitor
+    from accelkit.cli import CLI
+
+    models = __import__("models")
+    monitor = LearningRateMonitor()
+    cli = CLI(models.Net, models.Blobs, run=False, save_config_callback=None,
+              trainer_defaults={"max_epochs": 7, "callbacks": [monitor], "accelerator": "cpu"},
+              args={"trainer": {"default_root_dir": str(tmp_path), "logger": "csv"}, "model": {"lr": 0.2}})
+    assert cli.trainer.max_epochs == 7 and monitor in cli.trainer.callbacks
+    assert type(cli.trainer.loggers[0]).__name__ == "CSVLogger" and cli.model.hparams["lr"] == 0.2
+
+
 def test_the_optimizer_warning_names_the_users_classes_never_accelkits_own(project, monkeypatch, capsys, tmp_path):
     """``--optimizer`` replacing the module's ``configure_optimizers`` warns naming the user's module (as
     Lightning's ``MyModel.configure_optimizers will be overridden``), the configured classes, and a CLI class only
@@ -342,20 +356,6 @@ def test_the_optimizer_warning_names_the_users_classes_never_accelkits_own(proje
         assert done.returncode == 0, done.stdout + done.stderr
     said = [str(w.message) for w in command if "configure_optimizers" in str(w.message)]
     assert said == [str(plain[0].message)], said  # not "(CommandCLI.configure_optimizers)"
-
-
-def test_dict_args_and_trainer_defaults(project, monkeypatch, tmp_path):
-    monkeypatch.syspath_prepend(str(project))
-    from accelkit.callbacks import LearningRateMonitor
-    from accelkit.cli import CLI
-
-    models = __import__("models")
-    monitor = LearningRateMonitor()
-    cli = CLI(models.Net, models.Blobs, run=False, save_config_callback=None,
-              trainer_defaults={"max_epochs": 7, "callbacks": [monitor], "accelerator": "cpu"},
-              args={"trainer": {"default_root_dir": str(tmp_path), "logger": "csv"}, "model": {"lr": 0.2}})
-    assert cli.trainer.max_epochs == 7 and monitor in cli.trainer.callbacks
-    assert type(cli.trainer.loggers[0]).__name__ == "CSVLogger" and cli.model.hparams["lr"] == 0.2
 
 
 @pytest.mark.slow  # fits in a program
