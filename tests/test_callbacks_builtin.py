@@ -536,3 +536,37 @@ def test_ranks_agree_on_stopping_and_file_names(tmp_path, prewarmed):
 
 def checkpoint_key() -> str:
     return ModelCheckpoint(monitor="val_loss", save_top_k=-1).state_key
+
+
+# ------------------------------------------------------------------ Lightning's callbacks accelkit does not have
+def _lacking() -> list[str]:
+    from helpers.migration_table import lightning_names
+
+    return sorted(set(lightning_names()["sections"]["callbacks"]) - set(accelkit.callbacks.__all__))
+
+
+@pytest.mark.parametrize("name", _lacking())
+def test_a_lightning_callback_accelkit_lacks_is_refused_with_a_sentence_naming_it(name: str) -> None:
+    """``from accelkit.callbacks import ModelPruning`` was Python's bare "cannot import name"; the sentence
+    naming the callback and what to use instead survives the ``from`` import and the attribute read alike."""
+    from accelkit.callbacks import NOT_PROVIDED
+
+    assert name in NOT_PROVIDED, f"Lightning's callbacks.{name} is neither in accelkit nor in NOT_PROVIDED"
+    expected = f"accelkit.callbacks has no {name} (Lightning's lightning.pytorch.callbacks.{name} "
+    with pytest.raises(ImportError) as imported:
+        exec(f"from accelkit.callbacks import {name}", {})
+    assert str(imported.value).startswith(expected) and NOT_PROVIDED[name] in str(imported.value)
+    with pytest.raises(ImportError) as read:
+        getattr(accelkit.callbacks, name)
+    assert str(read.value) == str(imported.value)
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchCallback'"):
+        accelkit.callbacks.NoSuchCallback  # noqa: B018 - an unknown name stays an AttributeError
+
+
+def test_every_refused_callback_name_is_a_not_yet_row_of_the_migration_guide() -> None:
+    from accelkit.callbacks import NOT_PROVIDED
+    from helpers.migration_table import load_rows
+
+    not_yet = {name for (section, name), row in load_rows().items()
+               if section == "callbacks" and row.status == "not yet"}
+    assert set(NOT_PROVIDED) == not_yet == set(_lacking())

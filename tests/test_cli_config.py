@@ -342,6 +342,39 @@ def test_dict_args_and_trainer_defaults(project, monkeypatch, tmp_path):
     assert type(cli.trainer.loggers[0]).__name__ == "CSVLogger" and cli.model.hparams["lr"] == 0.2
 
 
+def test_the_optimizer_warning_names_the_users_classes_never_accelkits_own(project, monkeypatch, capsys, tmp_path):
+    """``--optimizer`` replacing the module's ``configure_optimizers`` warns naming the user's module (as
+    Lightning's ``MyModel.configure_optimizers will be overridden``), the configured classes, and a CLI class only
+    where the user's subclass overrides ``configure_optimizers``: never the ``accelkit`` command's internal class."""
+    monkeypatch.syspath_prepend(str(project))
+    from accelkit.cli import CLI
+
+    models = __import__("models")
+    args = ["--trainer.accelerator=cpu", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
+            "--optimizer=SGD", "--optimizer.lr=0.3"]
+    with pytest.warns(UserWarning, match="configure_optimizers is overridden") as plain:
+        CLI(models.Net, models.Blobs, run=False, args=args)
+    assert [str(w.message) for w in plain if "configure_optimizers" in str(w.message)] == [
+        "Net.configure_optimizers is overridden by the configuration's --optimizer SGD; leave out --optimizer to "
+        "train with Net's own"]
+
+    class MyCLI(CLI):
+        @staticmethod
+        def configure_optimizers(module, optimizer, lr_scheduler=None):
+            return optimizer
+
+    with pytest.warns(UserWarning, match=r"--optimizer SGD and --lr_scheduler StepLR through "
+                                         r"MyCLI.configure_optimizers; leave out --optimizer"):
+        MyCLI(models.Net, models.Blobs, run=False, args=[*args, "--lr_scheduler=StepLR",
+                                                          "--lr_scheduler.step_size=1"])
+    with pytest.warns(UserWarning, match="configure_optimizers is overridden") as command:
+        done = run_here(project, monkeypatch, capsys, "fit", "models:Net", "--data", "models:Blobs", *args,
+                        "--trainer.fast_dev_run=true")
+        assert done.returncode == 0, done.stdout + done.stderr
+    said = [str(w.message) for w in command if "configure_optimizers" in str(w.message)]
+    assert said == [str(plain[0].message)], said  # not "(CommandCLI.configure_optimizers)"
+
+
 @pytest.mark.slow  # fits in a program
 def test_ddp_spawn_runs_from_a_config(project, prewarmed):
     done = run(prewarmed, project, "main.py", "fit", "--config", "run.yaml", "--trainer.devices", "2",

@@ -83,6 +83,28 @@ def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd, monkeypat
 
 
 @pytest.mark.slow
+def test_a_second_ddp_spawn_fit_of_one_trainer_goes_on_with_a_warning_naming_lightnings_refusal(tmp_path):
+    """Lightning refuses a second ``fit`` of one Trainer under a spawning strategy (``NotImplementedError``: a new
+    Trainer and ``fit(ckpt_path=...)``). accelkit runs it, going on from the first fit's counters as a second fit
+    in one process does (the same weights as one longer fit: plain SGD carries no state between the two), and
+    says so with a warning naming Lightning's refusal; a deliberate difference, in the migration guide's ``fit`` row."""
+    expected, single_steps = single_process_weights(tmp_path, epochs=2)
+    model = RegressionModule(batch_size=4)
+    trainer = accelkit.Trainer(devices=2, strategy="ddp_spawn", max_epochs=1, enable_progress_bar=False,
+                               limit_val_batches=0, default_root_dir=tmp_path / "ddp", **QUIET)
+    with hang_guard(240):
+        trainer.fit(model)
+        assert (trainer.current_epoch, trainer.global_step) == (1, 4)
+        trainer.max_epochs = 2
+        with pytest.warns(UserWarning, match=r"fit\(\) again on this Trainer with strategy='ddp_spawn', which starts "
+                                             r"worker processes: Lightning refuses this \(NotImplementedError.*"
+                                             r"accelkit goes on from epoch 1, step 4"):
+            trainer.fit(model)
+    assert (trainer.current_epoch, trainer.global_step) == (2, single_steps) == (2, 8)
+    assert_same_weights(model.state_dict(), expected, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_torchrun_two_nodes_on_loopback_match_single_process(tmp_path):
     expected, _ = single_process_weights(tmp_path)
     port = find_free_port()

@@ -290,6 +290,69 @@ def test_modes_the_loops_cannot_read_are_refused_with_the_reason():
         trainer().validate(Regression(), CombinedLoader(loaders, "min_size"))
 
 
+# ------------------------------------------------------------------- seed_everything
+SEED_SCRIPT = """
+import json, os, sys, warnings
+import {module} as L
+
+def scenario(name, env, *args, **kwargs):
+    for key in ("PL_GLOBAL_SEED", "ACCELKIT_SEED", "RANK"):
+        os.environ.pop(key, None)
+    os.environ.update(env)
+    print("== " + name, file=sys.stderr, flush=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seed = L.seed_everything(*args, **kwargs)
+    for warning in caught:
+        print("warned " + warning.category.__name__, file=sys.stderr, flush=True)
+    print("returned", seed, "PL_GLOBAL_SEED", os.environ.get("PL_GLOBAL_SEED"), file=sys.stderr, flush=True)
+
+scenario("given", {{}}, 42)
+scenario("none", {{}})
+scenario("from PL_GLOBAL_SEED", {{"PL_GLOBAL_SEED": "7"}})
+scenario("a launcher's rank", {{"RANK": "1"}}, 3)
+scenario("quiet", {{}}, 5, verbose=False)
+"""
+
+
+@pytest.mark.slow
+def test_seed_everything_prints_what_lightnings_prints(tmp_path, prewarmed):
+    """Side by side with Lightning, as a script's stderr shows it: ``Seed set to N`` (at INFO, on the package's
+    logger, printed where the program configured no logging), ``[rank: N]`` before it under a launcher, a warning
+    when no seed was given or found, ``PL_GLOBAL_SEED`` read and set, nothing with ``verbose=False``."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's seed_everything")
+    from helpers.guards import child_env
+
+    printed = {}
+    for module in ("lightning", "accelkit"):
+        done = prewarmed.run(["-c", SEED_SCRIPT.format(module=module)], cwd=tmp_path, env=child_env(), timeout=120)
+        assert done.returncode == 0, done.stderr
+        printed[module] = [line for line in done.stderr.splitlines()
+                           if line.startswith(("== ", "warned ", "returned ")) or "Seed set" in line]
+    assert printed["accelkit"] == printed["lightning"], printed
+    assert "[rank: 1] Seed set to 3" in printed["accelkit"] and "returned 7 PL_GLOBAL_SEED 7" in printed["accelkit"]
+
+
+def test_seed_everything_logs_the_seed_at_info_on_the_accelkit_logger(caplog, monkeypatch):
+    for name in ("ACCELKIT_SEED", "PL_GLOBAL_SEED", "RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PL_SEED_WORKERS", "0")
+    monkeypatch.setenv("ACCELKIT_SEED_WORKERS", "0")
+    with caplog.at_level(logging.INFO, logger="accelkit"):
+        assert seed_everything(11) == 11
+        seed_everything(12, verbose=False)
+    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records] == [
+        ("accelkit.utilities.seed", logging.INFO, "Seed set to 11")]
+    monkeypatch.setenv("PL_GLOBAL_SEED", "21")  # a Lightning program's environment keeps its meaning
+    monkeypatch.delenv("ACCELKIT_SEED")
+    assert seed_everything() == 21
+    monkeypatch.setenv("ACCELKIT_SEED", "22")
+    with pytest.warns(UserWarning, match="ACCELKIT_SEED='22' and PL_GLOBAL_SEED='23' differ: accelkit seeds with "
+                                         "ACCELKIT_SEED's 22"):
+        monkeypatch.setenv("PL_GLOBAL_SEED", "23")
+        assert seed_everything() == 22
+
+
 # ------------------------------------------------------------------- names and types
 def test_the_lightning_utilities_names_import():
     import accelkit.utilities as utilities

@@ -16,6 +16,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accelkit.loggers import CSVLogger, Logger, TensorBoardLogger  # noqa: E402
+from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer  # noqa: E402
 
 
@@ -49,7 +50,7 @@ def test_csv_rows_tensors_and_new_columns(tmp_path):
     logger.log_metrics({"epoch": 1}, step=3)
     logger.save()
     rows = read_csv(logger.metrics_file)
-    assert list(rows[0]) == ["step", "loss", "epoch", "acc"]  # the file was rewritten with the wider header
+    assert list(rows[0]) == ["acc", "epoch", "loss", "step"]  # rewritten with the wider header, sorted as Lightning
     assert [(r["step"], r["loss"], r["epoch"], r["acc"]) for r in rows] == [
         ("1", "0.5", "0", ""), ("2", "0.25", "", "0.75"), ("3", "", "1", "")]
     assert logger.rows == [{"step": 1, "loss": 0.5, "epoch": 0}, {"step": 2, "loss": 0.25, "acc": 0.75},
@@ -101,7 +102,7 @@ def test_csv_keeps_the_rows_an_earlier_stage_of_the_run_wrote_from_another_proce
     test_worker.log_metrics({"test_loss": 0.3}, step=1)
     test_worker.save()
     rows = read_csv(logger.metrics_file)
-    assert list(rows[0]) == ["step", "train_loss", "val_loss", "test_loss"]
+    assert list(rows[0]) == ["step", "test_loss", "train_loss", "val_loss"]
     assert [(r["train_loss"], r["val_loss"], r["test_loss"]) for r in rows] == [
         ("0.5", "", ""), ("", "0.4", ""), ("", "", "0.3")]
 
@@ -110,11 +111,55 @@ def test_csv_hyperparameters(tmp_path):
     logger = CSVLogger(tmp_path)
     logger.log_hyperparams({"lr": 0.1, "layers": [2, 3]})
     logger.log_hyperparams(Namespace(batch_size=32))
-    rows = read_csv(Path(logger.log_dir) / "hparams.csv")
-    assert rows == [{"name": "batch_size", "value": "32"}, {"name": "layers", "value": "[2, 3]"},
-                    {"name": "lr", "value": "0.1"}]
+    assert os.listdir(logger.log_dir) == ["hparams.yaml"]  # Lightning's file only (no hparams.csv)
+    assert (Path(logger.log_dir) / "hparams.yaml").read_text() == "batch_size: 32\nlayers:\n- 2\n- 3\nlr: 0.1\n"
     with pytest.raises(TypeError, match="extra arguments"):
         logger.log_hyperparams({"a": 1}, {"metric": 1.0})
+
+
+@pytest.mark.slow  # imports Lightning
+def test_csv_files_are_lightnings(tmp_path):
+    """The same calls on accelkit's and Lightning's ``CSVLogger`` leave the same files, byte for byte: ``metrics.csv``
+    (every column name sorted, ``step`` among them, rewritten when a name is new) and ``hparams.yaml``, nothing else
+    (accelkit wrote an extra ``hparams.csv`` and kept the columns in their first-logged order)."""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's CSVLogger")
+    from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
+
+    written = {}
+    for name, kind in (("accelkit", CSVLogger), ("lightning", LightningCSVLogger)):
+        logger = kind(tmp_path / name)
+        logger.log_hyperparams({"lr": 0.1, "hidden": 8, "name": "net"})
+        logger.log_metrics({"train_loss": torch.tensor(0.5), "epoch": 0}, step=0)
+        logger.log_metrics({"train_loss": 0.25, "epoch": 0}, step=1)
+        logger.save()
+        logger.log_metrics({"val_loss": torch.tensor(0.75), "b_metric": 2.0, "epoch": 0}, step=1)
+        logger.log_metrics({"train_loss": 0.125, "epoch": 1}, step=2)
+        logger.finalize("success")
+        folder = Path(logger.log_dir)
+        written[name] = {file.name: file.read_text() for file in sorted(folder.iterdir())}
+    assert list(written["accelkit"]) == ["hparams.yaml", "metrics.csv"]
+    assert written["accelkit"] == written["lightning"]
+    assert written["accelkit"]["metrics.csv"].splitlines()[0] == "b_metric,epoch,step,train_loss,val_loss"
+
+
+@pytest.fixture(scope="module")
+def lightning_stage_logs(tmp_path_factory) -> dict[str, Any]:
+    """What Lightning's ``validate`` and ``test`` without a fit leave in a CSVLogger's folder (one process)."""
+    return lightning_records(tmp_path_factory.mktemp("lightning_stage_logs"), "stage_logs")
+
+
+@pytest.mark.slow  # Lightning's runs in a process of their own
+@pytest.mark.parametrize("stage", ["validate", "test"])
+def test_a_stage_without_fit_writes_lightnings_csv_files(tmp_path, lightning_stage_logs, stage):
+    """A ``validate``/``test`` with no ``fit`` before it logs the module's hyper-parameters too, as Lightning logs
+    them at the start of every stage: the same ``hparams.yaml`` and ``metrics.csv`` header (accelkit logged them
+    when a fit started only, so such a folder had no ``hparams.yaml``)."""
+    from helpers.stage_logs import record
+
+    ours = record("accelkit", str(tmp_path), stage)
+    assert ours == lightning_stage_logs[stage]
+    assert ours == {"files": "hparams.yaml metrics.csv", "metrics.csv header": f"epoch,step,{stage}_loss",
+                    "hparams.yaml": "label: net\nwidth: 4\n"}
 
 
 def test_csv_rejects_what_is_not_a_number(tmp_path):

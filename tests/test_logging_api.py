@@ -402,6 +402,8 @@ class Collect(accelkit.Module):
 def test_seed_everything_workers_makes_worker_augmentation_reproducible(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELKIT_SEED", "0")  # restored after the test: seed_everything sets both
     monkeypatch.setenv("ACCELKIT_SEED_WORKERS", "0")
+    monkeypatch.setenv("PL_GLOBAL_SEED", "0")  # and Lightning's names for them
+    monkeypatch.setenv("PL_SEED_WORKERS", "0")
     runs = []
     for _ in range(2):
         assert accelkit.seed_everything(1234, workers=True) == 1234
@@ -1017,7 +1019,9 @@ def test_evaluation_results_and_epoch_end_values_of_several_loaders_as_in_lightn
     """What ``validate``/``test`` return (and ``predict``) after a fit, with one and two loaders, and the metric
     dicts' names after each (``helpers.evaluation_results``), as Lightning's Trainer. Before, a value logged in
     ``on_test_epoch_end`` (or ``on_validation_epoch_end``) with two loaders was named for the first loader
-    (``test_end/dataloader_idx_0``) and only in its result; Lightning names it ``test_end``, in every loader's."""
+    (``test_end/dataloader_idx_0``) and only in its result; Lightning names it ``test_end``, in every loader's. So
+    too, since, a value logged before the loaders run (``on_test_start``, ``on_test_epoch_start``,
+    ``on_validation_epoch_start``, by the Module or a Callback); and the dicts after ``predict`` are Lightning's."""
     from helpers.evaluation_results import record
 
     theirs = lightning_records(tmp_path / "lightning", "evaluation_results")
@@ -1197,7 +1201,8 @@ def test_logging_is_refused_where_lightning_refuses_it_and_a_bad_value_is_a_valu
     ``on_validation_start`` the value is kept; a string, a dict, a list or ``None`` logged raises a ``ValueError``
     on both (an ``except ValueError`` written for Lightning catches accelkit's); a ``bool`` is logged (as a float32
     1.0); ``on_train_start`` and the other hooks that run once per loop or epoch keep what they log (an epoch value),
-    and refuse ``on_step=True`` or ``on_epoch=False`` (not a ``ValueError`` on either)."""
+    and refuse ``on_step=True`` or ``on_epoch=False`` (not a ``ValueError`` on either). A prediction hook that is a
+    function of another name (``on_predict_start = shared_hook``) is refused too: its value was kept before."""
     from helpers.log_refusals import SCENARIOS, record
 
     ours = {scenario: record("accelkit", str(tmp_path), scenario) for scenario in SCENARIOS}

@@ -110,7 +110,7 @@ def run_here(project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.Capt
     with project_imports(project, forget), environment_as_found(), monkeypatch.context() as patch:
         patch.chdir(project)
         patch.syspath_prepend(str(project))
-        for name in [name for name in os.environ if name.startswith("ACCELKIT_")] + ["PYTHONPATH"]:
+        for name in [name for name in os.environ if name.startswith("ACCELKIT_")] + ["PYTHONPATH", "PL_GLOBAL_SEED"]:
             patch.delenv(name, raising=False)  # as the tests' child processes are started
         try:
             if script is None:

@@ -4,7 +4,9 @@ the three metric dicts after each, recorded the same way on accelkit's Trainer a
 
 The Module logs per-epoch values, values logged per step and per epoch, and (``on_validation_epoch_end``/
 ``on_test_epoch_end``) a value at the epoch's end: with two loaders, the latter is every loader's, without a
-``/dataloader_idx_N`` suffix, as in Lightning.
+``/dataloader_idx_N`` suffix, as in Lightning; and in ``on_validation_epoch_start``, ``on_test_start`` and
+``on_test_epoch_start`` (before the loaders run: every loader's too), as a Callback does in ``on_test_start`` and
+``on_test_epoch_end`` (what those values give in the returned results and the dicts).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
         def on_validation_epoch_end(self) -> None:
             self.log("val_end", 2.5, prog_bar=True)
 
+        def on_validation_epoch_start(self) -> None:
+            self.log("val_epoch_start", 0.75)
+
         def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
             loss = self.layer(batch[0]).pow(2).mean()
             self.log("test_loss", loss)
@@ -50,11 +55,25 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
         def on_test_epoch_end(self) -> None:
             self.log("test_end", 1.5)
 
+        def on_test_start(self) -> None:
+            self.log("test_start", 0.5)
+
+        def on_test_epoch_start(self) -> None:
+            self.log("test_epoch_start", 0.25, prog_bar=True)
+
         def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
             return self.layer(batch[0])
 
+    class LogsFromTestHooks(chosen.Callback):  # type: ignore[misc, name-defined]
+        def on_test_start(self, trainer: Any, module: Any) -> None:
+            module.log("callback_test_start", 4.0)
+
+        def on_test_epoch_end(self, trainer: Any, module: Any) -> None:
+            module.log("callback_test_end", 6.0)
+
     trainer = chosen.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
-                             enable_model_summary=False, enable_checkpointing=False, default_root_dir=root)
+                             enable_model_summary=False, enable_checkpointing=False, default_root_dir=root,
+                             callbacks=[LogsFromTestHooks()])
     generator = torch.Generator().manual_seed(0)
 
     def data(n: int = 8) -> DataLoader:
@@ -77,5 +96,6 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     one = trainer.predict(module, data())
     two = trainer.predict(module, [data(), data(4)])
     seen["predict"] = [[type(one).__name__, len(one), list(one[0].shape)],
-                       [type(two).__name__, len(two), type(two[0]).__name__, len(two[1]), list(two[1][0].shape)]]
+                       [type(two).__name__, len(two), type(two[0]).__name__, len(two[1]), list(two[1][0].shape)],
+                       names()]
     return seen

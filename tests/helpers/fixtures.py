@@ -86,7 +86,8 @@ def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | 
     """Run ``code`` in a fresh interpreter of this environment (forked from ``prewarmed`` if given) and return the
     JSON it printed last."""
     full_env = {k: v for k, v in os.environ.items()
-                if not k.startswith("ACCELKIT_") and k not in ("PYTHONPATH", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+                if not k.startswith("ACCELKIT_") and k not in ("PYTHONPATH", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                          "PL_GLOBAL_SEED", "PL_SEED_WORKERS")}
     full_env["PYTHONPATH"] = os.pathsep.join(str(p) for p in path)
     full_env.update(env or {})
     if prewarmed is not None:

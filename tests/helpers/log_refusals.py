@@ -31,9 +31,11 @@ EPOCH_LEVEL = ("on_train_start", "on_train_epoch_start", "on_train_epoch_end", "
 #: hooks where logging is allowed, for contrast (the value is kept)
 ALLOWED = ("training_step", "on_train_batch_start", *EPOCH_LEVEL)
 SCENARIOS = (*FIT_HOOKS, *TEST_HOOKS, *PREDICT_HOOKS, *ALLOWED, *(f"value:{kind}" for kind in VALUES),
-             *(f"{option}:{hook}" for option in ("on_step", "on_epoch") for hook in EPOCH_LEVEL))
-#: the options of an ``<option>:<hook>`` scenario's log
-OPTIONS = {"on_step": "on_step=True", "on_epoch": "on_epoch=False"}
+             *(f"{option}:{hook}" for option in ("on_step", "on_epoch") for hook in EPOCH_LEVEL),
+             *(f"renamed:{hook}" for hook in PREDICT_HOOKS))
+#: the options of an ``<option>:<hook>`` scenario's log (a ``renamed:<hook>`` scenario's hook is a function of
+#: another name, ``shared_hook``, assigned to the hook's: Lightning refuses by the hook running, not by the name)
+OPTIONS = {"on_step": "on_step=True", "on_epoch": "on_epoch=False", "renamed": ""}
 
 
 def module_class(framework: str, scenario: str) -> type:
@@ -80,11 +82,12 @@ def module_class(framework: str, scenario: str) -> type:
     else:
         option, _, hook = scenario.rpartition(":")
         # the hook's own name on its code: accelkit names the hook that logs from its frame
-        source = (f"def {hook}(self, *args, **kwargs):\n    result = super(Logs, self).{hook}(*args, **kwargs)\n"
-                  f"    self.log('x', 1.0{', ' + OPTIONS[option] if option else ''})\n    return result\n")
+        function = "shared_hook" if option == "renamed" else hook
+        source = (f"def {function}(self, *args, **kwargs):\n    result = super(Logs, self).{hook}(*args, **kwargs)\n"
+                  f"    self.log('x', 1.0{', ' + OPTIONS[option] if OPTIONS.get(option) else ''})\n    return result\n")
         names: dict[str, Any] = {}
         exec(source, names)  # noqa: S102 - a method named for the hook, from this module's own text
-        method = names[hook]
+        method = names[function]
     Logs = type("Logs", (Net,), {hook: method})
     method.__globals__["Logs"] = Logs
     return Logs
@@ -101,7 +104,7 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     try:
         if scenario in TEST_HOOKS:
             trainer.test(module, verbose=False)
-        elif scenario in PREDICT_HOOKS:
+        elif scenario.rpartition(":")[2] in PREDICT_HOOKS:
             trainer.predict(module)
         else:
             trainer.fit(module)

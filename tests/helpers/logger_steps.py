@@ -9,7 +9,8 @@ Trainer with fresh loggers fits on to two epochs from ``last.ckpt``, and its log
 ``trainer.test`` after the fit (same loggers); ``manual``: manual optimization stepping two optimizers per batch
 (two optimizer steps, one batch that stepped), with a ``LearningRateMonitor``; ``own_step``: the Module logs a value
 named ``step`` (ten times the batch index), which Lightning takes as the row's step. The Module logs a per-step and
-per-epoch training value, an epoch validation value and a per-step validation value (and the same in ``test_step``).
+per-epoch training value, an epoch validation value and a per-step validation value (and the same in ``test_step``),
+and saves its hyper-parameters; the record has the CSV folder's files too (:func:`csv_files`).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
     chosen = pick(framework)
 
     class Steps(chosen.Module):  # type: ignore[misc, name-defined]
-        def __init__(self) -> None:
+        def __init__(self, lr: float = 0.05) -> None:
             super().__init__()
+            self.save_hyperparameters()
             torch.manual_seed(0)
             self.layer = nn.Linear(4, 1)
             self.automatic_optimization = not manual
@@ -105,7 +107,8 @@ def record(framework: str, root: str, scenario: str) -> dict[str, Any]:
         csv_logger, tb_logger = fit(2, os.path.join(root, "checkpoints", "last.ckpt"), "resumed")
     else:
         csv_logger, tb_logger = fit(2, None, "run")
-    return {"csv": csv_steps(csv_logger.log_dir), "tensorboard": tensorboard_steps(tb_logger.log_dir)}
+    return {"csv": csv_steps(csv_logger.log_dir), "tensorboard": tensorboard_steps(tb_logger.log_dir),
+            "csv_files": csv_files(csv_logger.log_dir)}
 
 
 def csv_steps(log_dir: str) -> dict[str, list[list[Any]]]:
@@ -120,6 +123,18 @@ def csv_steps(log_dir: str) -> dict[str, list[list[Any]]]:
             if name not in ("step", "epoch") and value != "":
                 steps.setdefault(name, []).append([int(float(row["step"])), epoch])
     return steps
+
+
+def csv_files(log_dir: str) -> dict[str, str]:
+    """What a Lightning user's analysis script reads of a CSV logger's folder besides the steps: the files there
+    (TensorBoard's event files aside), ``metrics.csv``'s header and ``hparams.yaml``'s text."""
+    names = sorted(name for name in os.listdir(log_dir) if not name.startswith("events.out.tfevents"))
+    with open(os.path.join(log_dir, "metrics.csv")) as handle:
+        found = {"files": " ".join(names), "metrics.csv header": handle.readline().strip()}
+    if "hparams.yaml" in names:
+        with open(os.path.join(log_dir, "hparams.yaml")) as handle:
+            found["hparams.yaml"] = handle.read()
+    return found
 
 
 def tensorboard_steps(log_dir: str) -> dict[str, list[int]]:

@@ -289,11 +289,22 @@ class CLI:
             scheduler = class_init(self._get(self.config_init, schedulers[0]),
                                     parser.lr_scheduler_classes[schedulers[0]][0])
         if is_overridden("configure_optimizers", self.model, Module):
-            warnings.warn(f"{type(self.model).__name__}.configure_optimizers is replaced by the --optimizer/"
-                          f"--lr_scheduler of the configuration ({type(self).__name__}.configure_optimizers)",
-                          UserWarning, stacklevel=2)
+            warnings.warn(self._replaced_optimizers_message(optimizer, scheduler), UserWarning, stacklevel=2)
         self.model.configure_optimizers = ConfiguredOptimizers(self.model, optimizer, scheduler,
                                                                 self.configure_optimizers)
+
+    def _replaced_optimizers_message(self, optimizer: dict[str, Any], scheduler: dict[str, Any] | None) -> str:
+        """The warning when ``--optimizer`` replaces the module's own ``configure_optimizers``, in the user's names:
+        the module's class, the configured classes, and the CLI class's ``configure_optimizers`` only where the
+        user's CLI subclass overrides it (never accelkit's own ``CLI`` or the ``accelkit`` command's)."""
+        configured = f"--optimizer {optimizer['class_path'].rsplit('.', 1)[-1]}"
+        if scheduler is not None:
+            configured += f" and --lr_scheduler {scheduler['class_path'].rsplit('.', 1)[-1]}"
+        owner = next(klass for klass in type(self).__mro__ if "configure_optimizers" in vars(klass))
+        through = "" if owner.__module__.startswith("accelkit.") else \
+            f" through {owner.__name__}.configure_optimizers"
+        return (f"{type(self.model).__name__}.configure_optimizers is overridden by the configuration's "
+                f"{configured}{through}; leave out --optimizer to train with {type(self.model).__name__}'s own")
 
     # ----------------------------------------------------------------- running
     def _run_subcommand(self, subcommand: str) -> None:

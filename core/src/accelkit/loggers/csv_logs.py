@@ -1,4 +1,4 @@
-"""The CSV logger: metrics in ``metrics.csv``, hyper-parameters in ``hparams.csv``."""
+"""The CSV logger: metrics in ``metrics.csv``, hyper-parameters in ``hparams.yaml``, as Lightning's."""
 
 from __future__ import annotations
 
@@ -26,9 +26,8 @@ def _parse_cell(text: str) -> int | float | str:
 
 class CSVLogger(VersionedLogger):
     """Writes metrics to ``<save_dir>/<name>/version_<n>/metrics.csv``, one row per :meth:`log_metrics` call
-    with a ``step`` column first, and hyper-parameters to ``hparams.csv`` (``name,value`` rows) in the same
-    directory (and ``hparams.yaml``, Lightning's file). Lightning's ``CSVLogger``, with its default folder
-    ``lightning_logs``.
+    with a ``step`` column, the columns in alphabetical order, and hyper-parameters to ``hparams.yaml`` in the same
+    directory: Lightning's ``CSVLogger`` and its files, with its default folder ``lightning_logs``.
 
     Rows are buffered and appended to the file every ``flush_logs_every_n_steps`` steps and by :meth:`save`; when
     a metric name appears that the file has no column for, the file is rewritten with the wider header. The rows
@@ -99,9 +98,9 @@ class CSVLogger(VersionedLogger):
         row: dict[str, Any] = {"step": step}
         for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
             row[key] = metric_value(key, value)
-        for key in row:
-            if key not in self._columns:
-                self._columns.append(key)
+        new = [key for key in row if key not in self._columns]
+        if new:  # Lightning's header: every column name, sorted
+            self._columns = sorted(self._columns + new)
         self._pending.append(row)
         self._logged_rows += 1
         # Written whenever the step crosses a multiple of flush_logs_every_n_steps (whatever steps the rows
@@ -112,9 +111,9 @@ class CSVLogger(VersionedLogger):
             self.save()
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
-        """Add ``params`` to :attr:`hparams` and rewrite ``hparams.csv`` (``name,value`` rows, values as
-        ``repr``, sorted by name) and ``hparams.yaml`` (Lightning's file, which ``load_from_checkpoint(...,
-        hparams_file=)`` reads; values that are not plain data are written as their ``repr``). Rank zero only."""
+        """Add ``params`` to :attr:`hparams` and rewrite ``hparams.yaml`` (Lightning's file, which
+        ``load_from_checkpoint(..., hparams_file=)`` reads; values that are not plain data are written as their
+        ``repr``). Rank zero only."""
         if args or kwargs:
             raise TypeError("CSVLogger.log_hyperparams takes the parameters only; unexpected extra arguments "
                             f"{list(args) + sorted(kwargs)}")
@@ -122,12 +121,6 @@ class CSVLogger(VersionedLogger):
             return
         self.hparams.update(params_to_dict(params))
         os.makedirs(self.log_dir, exist_ok=True)
-        target = os.path.join(self.log_dir, "hparams.csv")
-        with open(target + ".tmp", "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["name", "value"])
-            writer.writerows(sorted((str(k), repr(v)) for k, v in self.hparams.items()))
-        os.replace(target + ".tmp", target)
         save_hparams_to_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
 
     def save(self) -> None:
@@ -153,7 +146,7 @@ class CSVLogger(VersionedLogger):
         self._pending.clear()
 
     def _rows_to_keep(self, path: Path) -> list[dict[str, str]]:
-        """The rows of an existing ``metrics.csv`` that a rewrite keeps (their columns join :attr:`_columns` first):
+        """The rows of an existing ``metrics.csv`` that a rewrite keeps (their columns join :attr:`_columns`):
         those this logger wrote, and at its first write those of an earlier stage of the same run (a ``fit`` whose
         rows a spawned worker wrote, before the ``test`` of another worker). A file in a folder given by ``version``
         belongs to a former run: it is replaced, with a warning, as Lightning does."""
@@ -168,6 +161,6 @@ class CSVLogger(VersionedLogger):
             reader = csv.DictReader(handle)
             old = list(reader)
             header = list(reader.fieldnames or [])
-        self._columns = header + [c for c in self._columns if c not in header]
+        self._columns = sorted(set(header) | set(self._columns))
         return old
 

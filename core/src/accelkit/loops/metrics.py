@@ -194,9 +194,12 @@ class MetricStore:
         once they are done (epoch values), ``"closed"`` once the epoch's values are published (nothing).
     """
 
-    def __init__(self, training: bool = True) -> None:
+    def __init__(self, training: bool = True, refuses: str | None = None) -> None:
         self.entries: dict[str, _Entry] = {}
         self.training = training
+        #: the stage whose every ``self.log`` is refused (``"predict"``, as in Lightning), whatever the name of the
+        #: function that logs (a hook assigned from a function of another name); ``None`` where values are recorded
+        self.refuses = refuses
         self.current_batch: Any = None
         #: index of the evaluation loader being run, and how many there are (names get a suffix when > 1)
         self.dataloader_idx = 0
@@ -289,6 +292,8 @@ class MetricStore:
         function that called ``self.log`` (``None``: not known); a later log from there that can take these decisions
         (a floating-point scalar tensor or a Python float, the same options) is a repeat: :attr:`repeats` remembers
         them, ``Module.log`` looks them up."""
+        if self.refuses is not None:
+            _refuse_logging_in(f"{_logging_function(False)[0]}, during {self.refuses}")
         kind = float if type(value) is float else None  # (a repeat's kind, for a Python float)
         on_step_given, on_epoch_given, reduce_fx_given, logger_given = on_step, on_epoch, reduce_fx, logger
         logger = True if logger is None else logger  # (the default: sent to the loggers)
@@ -298,8 +303,10 @@ class MetricStore:
             also = " (or torch.mean/sum/max/min)" if callable(reduce_fx) else ""
             raise ValueError(f"log({name!r}): reduce_fx={reduce_fx!r} is not one of {_REDUCERS}{also}") from None
         logged_name, suffix = name, ""
-        if add_dataloader_idx and self.num_dataloaders > 1 and not self.epoch_end:  # (an epoch-end hook's value is
-            suffix = f"/dataloader_idx_{self.dataloader_idx}"  # every loader's, as in Lightning)
+        # (a value logged before the loaders run, in on_*_start/on_*_epoch_start, or at the epoch's end, is every
+        # loader's, without a suffix, as in Lightning)
+        if add_dataloader_idx and self.num_dataloaders > 1 and not self.epoch_end and not self.epoch_hook:
+            suffix = f"/dataloader_idx_{self.dataloader_idx}"
             name += suffix
         on_step = self.default_on_step if on_step is None else on_step
         on_epoch = self.default_on_epoch if on_epoch is None else on_epoch

@@ -99,7 +99,7 @@ def seed_spawned_worker(strategy: Any) -> int | None:
     seed = seed_from_environment(default=None)
     if seed is None:
         return None
-    return seed_everything(seed, workers=os.environ.get(SEED_WORKERS_ENV) == "1")
+    return seed_everything(seed, workers=os.environ.get(SEED_WORKERS_ENV) == "1", verbose=False)
 
 
 # ---------------------------------------------------------------------------------------------- the loader's parts

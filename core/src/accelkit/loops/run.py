@@ -18,6 +18,7 @@ from accelkit.loops.data import DataConnector
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.loops.fit import FitLoop
 from accelkit.loops.hooks import HookCaller, check_removed_hooks, merge_callbacks, warn_unknown_hooks
+from accelkit.loops.metrics import MetricStore
 from accelkit.loops.optimization import Optimization
 from accelkit.loops.publishing import Publisher
 from accelkit.loops.state import RunningStage, TrainerFn, TrainerStatus
@@ -54,7 +55,7 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
             print(f"accelkit: {stage}() loaded checkpoint {os.path.abspath(os.fspath(ckpt_path))}", flush=True)
         trainer.run_state.data = DataConnector(trainer, module, datamodule, loaders)
         trainer.run_state.publisher = Publisher(trainer)
-        if stage == "fit" and strategy.is_global_zero:
+        if strategy.is_global_zero:  # every stage, as Lightning: a test-only run's folder has its hparams.yaml too
             _log_hyperparams(trainer, module, datamodule)
         with anomaly:
             result, interrupted = _run_loop(trainer, stage, module, checkpoint, ckpt_path, options)
@@ -73,6 +74,8 @@ def _begin(trainer: Trainer, stage: str, module: Any, datamodule: Any) -> HookCa
     """Reset what an earlier run left (Lightning resets its results at every run) and build the hook caller."""
     run = trainer.run_state
     run.begin(module, datamodule, trainer.ckpt_path)
+    if stage == "predict":  # Lightning records nothing while predicting: every self.log is refused, from any function
+        run.metrics = MetricStore(refuses="predict")
     run.state.fn = TrainerFn(stage)  # the hooks get the members, as Lightning's
     run.state.stage = RunningStage.TRAINING if stage == "fit" else RunningStage(stage)
     run.state.status = TrainerStatus.RUNNING

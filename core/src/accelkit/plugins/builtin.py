@@ -80,7 +80,7 @@ def accelkit_register_loggers() -> list[LoggerRecord]:
     """The core's loggers: ``"csv"`` and ``"tensorboard"`` (the latter needs the ``tensorboard`` package)."""
     return [
         LoggerRecord("csv", "accelkit.loggers.csv_logs:CSVLogger",
-                     description="metrics.csv and hparams.csv under <save_dir>/lightning_logs/version_<n>"),
+                     description="metrics.csv and hparams.yaml under <save_dir>/lightning_logs/version_<n>"),
         LoggerRecord("tensorboard", "accelkit.loggers.tensorboard:TensorBoardLogger", aliases=("tb",),
                      description="TensorBoard event files (pip install tensorboard)"),
     ]

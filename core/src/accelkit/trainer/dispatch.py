@@ -167,6 +167,21 @@ def _take_worker_result(trainer: Trainer, model: Module, output: WorkerResult) -
             callback.load_state_dict(state)
 
 
+def _warn_fit_again_in_workers(trainer: Trainer, stage: str) -> None:
+    """Warn, naming the difference, when ``fit`` runs again on a Trainer whose strategy starts workers
+    (``ddp_spawn``...) after a fit: Lightning refuses it (``NotImplementedError``); accelkit goes on from the counters
+    the first fit left, as a second fit in one process does in both (optimizers made anew by
+    ``configure_optimizers``), the same weights as one longer fit with a stateless optimizer."""
+    fitted_before = trainer.global_step > 0 or trainer.current_epoch > 0
+    if stage != "fit" or not trainer.strategy.launches_workers or not fitted_before:
+        return
+    rank_zero_warn(f"fit() again on this Trainer with strategy={trainer.config.strategy!r}, which starts worker "
+                   "processes: Lightning refuses this (NotImplementedError, 'create a new Trainer and pass "
+                   f"fit(ckpt_path=...)'); accelkit goes on from epoch {trainer.current_epoch}, step "
+                   f"{trainer.global_step}, as a second fit in one process does (optimizers made anew by "
+                   "configure_optimizers)", stacklevel=7)
+
+
 def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
            weights_only: bool, options: dict[str, Any]) -> Any:
     """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects."""
@@ -202,6 +217,7 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
         for logger in trainer.loggers:
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
+    _warn_fit_again_in_workers(trainer, stage)
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
     if stage == "fit":  # as Lightning's fit: the epoch limits not given take their defaults (read in the hooks)
         trainer.min_epochs = int(trainer.min_steps is not None) if trainer.min_epochs is None else trainer.min_epochs

@@ -23,11 +23,18 @@ LAUNCHER_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_
 def launcher_rank() -> int:
     """The rank a launcher gave this process, read as Lightning reads it at import: the first of
     :data:`LAUNCHER_RANK_VARIABLES` that is set and a whole number; 0 when none is."""
+    given = given_launcher_rank()
+    return 0 if given is None else given
+
+
+def given_launcher_rank() -> int | None:
+    """:func:`launcher_rank`, or ``None`` when no launcher gave one (the rank a message such as
+    :func:`~accelkit.seed_everything`'s is prefixed with, ``[rank: 1]``, as Lightning's; none without a launcher)."""
     for name in LAUNCHER_RANK_VARIABLES:
         value = os.environ.get(name, "").strip()
         if value.isdigit():
             return int(value)
-    return 0
+    return None
 
 
 def global_rank() -> int:

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
+import warnings
 from typing import overload
 
 import torch
 
 from accelkit.errors import ConfigurationError
-from accelkit.utilities.rank_zero import global_rank
+from accelkit.utilities.rank_zero import given_launcher_rank, global_rank, rank_zero_warn
 
 #: the variable :func:`seed_everything` sets, so that processes started later (spawned workers) use the same seed
 SEED_ENV = "ACCELKIT_SEED"
 #: ``"1"`` when :func:`seed_everything` was asked to seed DataLoader workers too
 SEED_WORKERS_ENV = "ACCELKIT_SEED_WORKERS"
+#: Lightning's names for the two: :func:`seed_everything` sets them too, and :func:`seed_from_environment` reads
+#: ``PL_GLOBAL_SEED`` where ``ACCELKIT_SEED`` is unset, so a Lightning program's environment keeps its meaning
+LIGHTNING_SEED_ENV = "PL_GLOBAL_SEED"
+LIGHTNING_SEED_WORKERS_ENV = "PL_SEED_WORKERS"
+
+log = logging.getLogger(__name__)
 
 
 # an int default gives an int: the Trainer's sampler seed is never None
@@ -25,33 +33,57 @@ def seed_from_environment(default: None) -> int | None: ...
 
 
 def seed_from_environment(default: int | None = 0) -> int | None:
-    """The seed in ``ACCELKIT_SEED``, ``default`` when it is unset; the one reader of that variable.
+    """The seed in ``ACCELKIT_SEED``, else in Lightning's ``PL_GLOBAL_SEED``, ``default`` when neither is set; the
+    one reader of those variables. Where both are set and differ, ``ACCELKIT_SEED`` wins, with a warning naming both.
 
     :raises ConfigurationError: the value is not an integer (naming it)."""
-    raw = os.environ.get(SEED_ENV)
-    if raw is None:
+    ours, theirs = os.environ.get(SEED_ENV), os.environ.get(LIGHTNING_SEED_ENV)
+    if ours is not None:
+        name, raw = SEED_ENV, ours
+    elif theirs is not None:
+        name, raw = LIGHTNING_SEED_ENV, theirs
+    else:
         return default
     try:
-        return int(raw.strip())
+        seed = int(raw.strip())
     except ValueError:
-        raise ConfigurationError(f"{SEED_ENV}={raw!r} is not an integer seed; set it to a whole number such as 42, "
+        raise ConfigurationError(f"{name}={raw!r} is not an integer seed; set it to a whole number such as 42, "
                                  f"or unset it") from None
+    if ours is not None and theirs is not None and theirs.strip() != str(seed):
+        warnings.warn(f"{SEED_ENV}={ours!r} and {LIGHTNING_SEED_ENV}={theirs!r} differ: accelkit seeds with "
+                      f"{SEED_ENV}'s {seed}; unset one of them", stacklevel=2)
+    return seed
 
 
-def seed_everything(seed: int | None = None, workers: bool = False) -> int:
-    """Seed Python, NumPy (if installed) and torch; sets ``ACCELKIT_SEED`` so spawned workers inherit it.
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
+    """Seed Python, NumPy (if installed) and torch; sets ``ACCELKIT_SEED`` (and Lightning's ``PL_GLOBAL_SEED``) so
+    spawned workers inherit it.
 
-    :param seed: the seed (``None``: ``ACCELKIT_SEED`` from the environment, else 0).
+    :param seed: the seed (``None``: ``ACCELKIT_SEED``'s, else Lightning's ``PL_GLOBAL_SEED``'s, else 0 with a warning
+        saying so).
     :param workers: also seed every DataLoader worker process differently but reproducibly (sets
         ``ACCELKIT_SEED_WORKERS=1``; the Trainer gives loaders without a ``worker_init_fn`` one that derives
         each worker's seed from the base seed, the worker id and the rank).
+    :param verbose: log ``Seed set to <seed>`` at INFO on the ``accelkit`` logger (printed to stderr unless the
+        program configured logging), prefixed ``[rank: N]`` where a launcher gave this process a rank, in every
+        process, as Lightning's.
     """
     if seed is None:
-        seed = seed_from_environment(0)
+        seed = seed_from_environment(None)
+        if seed is None:
+            seed = 0
+            if verbose:
+                rank_zero_warn(f"seed_everything() got no seed and found neither {SEED_ENV} nor "
+                               f"{LIGHTNING_SEED_ENV}: seeding with {seed}", stacklevel=5)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise TypeError(f"seed_everything(seed={seed!r}) needs an int")
-    os.environ[SEED_ENV] = str(seed)
-    os.environ[SEED_WORKERS_ENV] = "1" if workers else "0"
+    if verbose:
+        rank = given_launcher_rank()
+        log.info("%sSeed set to %d", "" if rank is None else f"[rank: {rank}] ", seed)
+    for name in (SEED_ENV, LIGHTNING_SEED_ENV):
+        os.environ[name] = str(seed)
+    for name in (SEED_WORKERS_ENV, LIGHTNING_SEED_WORKERS_ENV):
+        os.environ[name] = "1" if workers else "0"
     random.seed(seed)
     try:
         import numpy as np
