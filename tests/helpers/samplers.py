@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
 import accelkit
+from helpers.guards import standard_error_to
 
 
 def indexed_data(n: int = 64, features: int = 4) -> TensorDataset:
@@ -217,14 +217,6 @@ TWO_RANK_FITS: dict[str, Any] = {
 def record_two_rank_fit(folder: str, name: str) -> dict[str, Any]:
     """Run the fit ``TWO_RANK_FITS[name]`` (in a process of its own: ``ddp_fork`` forks it) and return what each rank
     read, the plugin calls and what this process and its workers wrote to the standard error (their warnings)."""
-    err_path = Path(folder, "stderr.txt")
-    saved = os.dup(2)
-    with open(err_path, "w") as err:
-        os.dup2(err.fileno(), 2)  # the forked workers write to the same file
-    try:
+    with standard_error_to(Path(folder, "stderr.txt")) as err:
         ranks, calls = fit_and_read(folder, **TWO_RANK_FITS[name](folder))
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-    return {"ranks": ranks, "calls": calls, "err": err_path.read_text()}
+    return {"ranks": ranks, "calls": calls, "err": err.read_text()}
