@@ -45,8 +45,8 @@ SPAWN_SCRIPTS = [
     "compiled",  # torch.compile's settings unpickled where torch._dynamo was never imported, the forward compiled
     # again there, every stage; a DataModule defined in the script, its setup run in each fresh worker
     "lightning_callbacks",  # callbacks written for Lightning, unpickled with their state where the worker imports
-    # Lightning itself (the script's own import), not the caller's already-imported copy
-    "prediction_writer",  # a callback writing from every rank, its folder and state pickled to the workers
+    # Lightning itself (the script's own import), not the caller's already-imported copy; the script's own callback,
+    # its folder and tag pickled to fresh workers, writing from every rank
 ]
 #: DDP scripts whose ddp_spawn run was dropped, and what still proves its spawn-specific claim (a ddp_spawn run of
 #: each costs 25-40 CPU-s; both still run on ddp_fork, where the same objects are pickled and unpickled):
@@ -59,6 +59,10 @@ SPAWN_COVERED_ELSEWHERE = {
     # writer made from it are the same under ddp_fork; the default TensorBoard logger re-created in fresh workers,
     # every stage: "boring"
     "tensorboard_logging": "boring",
+    # a callback writing from every rank, its folder and state pickled to the workers: the same pickling under
+    # ddp_fork; a script-defined callback with its folder re-created in fresh workers and writing from every rank:
+    # "lightning_callbacks"; predict in fresh workers: "boring"
+    "prediction_writer": "lightning_callbacks",
 }
 
 
