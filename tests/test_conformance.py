@@ -48,8 +48,9 @@ SPAWN_SCRIPTS = [
     # Lightning itself (the script's own import), not the caller's already-imported copy; the script's own callback,
     # its folder and tag pickled to fresh workers, writing from every rank
 ]
-#: DDP scripts whose ddp_spawn run was dropped, and what still proves its spawn-specific claim (a ddp_spawn run of
-#: each costs 25-40 CPU-s; both still run on ddp_fork, where the same objects are pickled and unpickled):
+#: DDP scripts whose ddp_spawn run was dropped, and the script whose ddp_spawn run still proves its spawn-specific
+#: claim (a ddp_spawn run of each cost 13-42 CPU-s; each still runs on ddp_fork, where the same objects are pickled
+#: and unpickled):
 SPAWN_COVERED_ELSEWHERE = {
     # a DataModule pickled to fresh workers, prepare_data/setup per process: the prepare_data/setup calls and the
     # pickled DataModule are the same under ddp_fork; a script-defined DataModule re-created in fresh workers with
