@@ -12,22 +12,23 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers.guards import PYTHON, REPO, child_env  # noqa: E402
+from helpers.guards import REPO, child_env  # noqa: E402
+from helpers.prewarmed import Prewarmed  # noqa: E402
 
 BENCHMARKS = REPO / "benchmarks"
 
 
-def run_benchmark(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python benchmarks/<script> <args>`` from the repository root, one intra-op thread per process."""
-    env = {**child_env(), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([PYTHON, str(BENCHMARKS / script), *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+def run_benchmark(prewarmed: Prewarmed, script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python benchmarks/<script> <args>`` from the repository root, forked from the ``prewarmed`` interpreter (the
+    benchmarks' subject is a run, not importing torch; the processes a benchmark starts itself are fresh ones), with
+    the test process's intra-op threads (the suite's share of the cores: one on CI's two)."""
+    return prewarmed.run([str(BENCHMARKS / script), *args], cwd=REPO, env=child_env(), timeout=timeout)
 
 
 @pytest.mark.slow
-def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
-    done = run_benchmark("bench_cuda.py", "--device", "cpu", "--rounds", "2", "--steps", "3", "--warmup", "1",
-                         "--profile-steps", "2", "--count-steps", "2")
+def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts(prewarmed):
+    done = run_benchmark(prewarmed, "bench_cuda.py", "--device", "cpu", "--rounds", "2", "--steps", "3", "--warmup",
+                         "1", "--profile-steps", "2", "--count-steps", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for workload in ("mlp: MLP 32-64-4, batch 64", "transformer: transformer 2 layers d32, seq 16, batch 4"):
@@ -50,12 +51,12 @@ def test_bench_cuda_runs_side_by_side_on_the_cpu_with_its_counts():
 
 
 @pytest.fixture(scope="module")
-def captured_mlp() -> subprocess.CompletedProcess:
+def captured_mlp(prewarmed: Prewarmed) -> subprocess.CompletedProcess:
     """One ``bench_cuda.py --captured`` run on the MLP, read by the two tests below: the comparison of the captured
     step with the hand-compiled loop, and the instruction counts taken after the captured sides compiled (which
     ``--count-steps`` alone sets; every other option is the same for both)."""
-    done = run_benchmark("bench_cuda.py", "--device", "cpu", "--captured", "--workloads", "mlp", "--rounds", "1",
-                         "--steps", "3", "--warmup", "3", "--profile-steps", "2", "--count-steps", "4")
+    done = run_benchmark(prewarmed, "bench_cuda.py", "--device", "cpu", "--captured", "--workloads", "mlp", "--rounds",
+                         "1", "--steps", "3", "--warmup", "3", "--profile-steps", "2", "--count-steps", "4")
     assert done.returncode == 0, done.stdout + done.stderr
     return done
 
@@ -73,8 +74,8 @@ def test_bench_cuda_compares_the_captured_step_with_the_hand_loop_compiled_by_ha
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without an NVIDIA GPU")
-def test_bench_cuda_refuses_in_one_sentence_without_a_gpu():
-    done = run_benchmark("bench_cuda.py", timeout=120)
+def test_bench_cuda_refuses_in_one_sentence_without_a_gpu(prewarmed):
+    done = run_benchmark(prewarmed, "bench_cuda.py", timeout=120)
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.strip().startswith("bench_cuda: no NVIDIA GPU is visible") and \
@@ -83,8 +84,9 @@ def test_bench_cuda_refuses_in_one_sentence_without_a_gpu():
 
 
 @pytest.mark.slow
-def test_bench_ddp_counts_and_compares_a_user_s_ddp_run():
-    done = run_benchmark("bench_ddp.py", "--rounds", "1", "--epochs", "3", "--samples", "512", "--count-steps", "3")
+def test_bench_ddp_counts_and_compares_a_user_s_ddp_run(prewarmed):
+    done = run_benchmark(prewarmed, "bench_ddp.py", "--rounds", "1", "--epochs", "3", "--samples", "512",
+                         "--count-steps", "3")
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     counts = [line for line in out.splitlines() if "collectives" in line]

@@ -26,6 +26,7 @@ from accelkit.loops.captured import CALLBACK_HOOKS, MODULE_HOOKS, compile_option
 from accelkit.precision import MixedPrecision
 from accelkit.strategies.single_device import SingleDeviceStrategy
 from helpers.models import quiet_trainer
+from helpers.prewarmed import Prewarmed
 
 STEPS = 50
 
@@ -232,18 +233,16 @@ def test_compile_step_values() -> None:
 
 # ------------------------------------------------------------------------------------------------- benchmark
 @pytest.mark.slow
-def test_benchmark_runs_on_cpu_in_a_tiny_configuration() -> None:
+def test_benchmark_runs_on_cpu_in_a_tiny_configuration(prewarmed: Prewarmed) -> None:
     """``benchmarks/bench_captured.py --tiny`` prints, for both workloads, the eager Trainer's and the captured
     step's ratio to the hand loop (on a CPU: that it runs, not a speed), and that the captured step compiles what
-    the hand-compiled loop compiles."""
-    import subprocess
+    the hand-compiled loop compiles. (The script runs forked from the prewarmed interpreter: its subject is the
+    runs, not importing torch.)"""
+    from helpers.guards import REPO, child_env
 
-    from helpers.guards import PYTHON, child_env
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_captured.py"
-    done = subprocess.run([PYTHON, str(script), "--device", "cpu", "--tiny", "--rounds", "2", "--steps", "3",
-                           "--warmup", "2", "--hand-compiled"], env=child_env(), capture_output=True, text=True,
-                          timeout=900, check=False)
+    script = REPO / "benchmarks" / "bench_captured.py"
+    done = prewarmed.run([str(script), "--device", "cpu", "--tiny", "--rounds", "2", "--steps", "3", "--warmup", "2",
+                          "--hand-compiled"], cwd=REPO, env=child_env(), timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("device: CPU;") and "2 rounds, order rotated" in lines[0]

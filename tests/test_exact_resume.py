@@ -22,6 +22,7 @@ from accelkit.checkpoint import files as ckpt  # noqa: E402
 from accelkit.loops import resume  # noqa: E402
 from helpers.guards import TESTS, child_env  # noqa: E402
 from helpers.prewarmed import Prewarmed  # noqa: E402
+from helpers.resume_data import indexed_fit  # noqa: E402
 from helpers.resume_fit import DropoutNet, dataset, make_trainer  # noqa: E402
 
 SCRIPT = TESTS / "helpers" / "resume_fit.py"
@@ -394,25 +395,6 @@ def test_a_checkpoint_without_an_epoch_is_refused_with_a_sentence(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- changed data
-def indexed_fit(root: Path, log: str, size: int = 32, batch_size: int = 4, stop: int | None = None,
-                every: int = 6, ckpt_path: Any = None, devices: int = 1, epochs: int = 3) -> Any:
-    """IndexNet (helpers/resume_data.py) for ``epochs`` epochs; a checkpoint every ``every`` steps; crashes after
-    step ``stop``. Returns the trainer."""
-    from helpers.resume_data import IndexNet, StopAfter
-
-    checkpoint = accelkit.callbacks.ModelCheckpoint(dirpath=root / "checkpoints", every_n_train_steps=every,
-                                                    save_last=True, save_top_k=0)
-    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
-                               max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                               default_root_dir=root, callbacks=[checkpoint] + ([StopAfter(stop)] if stop else []))
-    accelkit.seed_everything(0)
-    try:
-        trainer.fit(IndexNet(str(root / log), size, batch_size), ckpt_path=ckpt_path)
-    except RuntimeError as exc:
-        assert stop is not None and "stopped here" in str(exc), exc
-    return trainer
-
-
 def checkpointed_epoch_0(root: Path, log: str, samples: int) -> set[int]:
     """The samples of epoch 0 the checkpoint holds as trained: the first ``samples`` the crashed run logged."""
     from helpers.resume_data import trained
@@ -471,26 +453,33 @@ def test_a_checkpoint_of_an_epoch_resumed_on_other_data_resumes_again_by_samples
 
 @pytest.mark.slow
 @pytest.mark.parametrize("devices, then, every, samples", [(1, 2, 6, 24), (2, 1, 2, 16)], ids=["1-to-2", "2-to-1"])
-def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tmp_path, capfd, devices, then, every,
-                                                                             samples):
+def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tmp_path, forked_python, devices, then,
+                                                                             every, samples):
+    """A fit on ``devices`` processes crashes after a checkpoint; resumed on ``then`` processes, every sample of the
+    epoch not trained before the checkpoint is trained once. The two-process runs are ``ddp_fork`` runs (in a process
+    forked from the prewarmed interpreter): what is checked (the samples left, the step count, the warning) is
+    decided in each worker whichever way it started; ``test_preemption_loop_ddp_spawn_is_bit_identical`` resumes
+    spawned workers."""
     from helpers.resume_data import trained
 
-    indexed_fit(tmp_path, "a.log", devices=devices, every=every, stop=every + 1)
+    resumed = forked_python(f"""
+        import json
+        from helpers.resume_data import resumed_on_other_processes
+        print(json.dumps(resumed_on_other_processes({str(tmp_path)!r}, {devices}, {then}, {every})))
+        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
     log = [line.split() for line in (tmp_path / "a.log").read_text().splitlines()]
     per_rank = samples // (4 * devices)  # each process's batches before the checkpoint
     before = {int(i) for rank in range(devices) for line in [x for x in log if x[1] == str(rank)][:per_rank]
               for i in line[2:]}
     assert len(before) == samples
-    capfd.readouterr()
-    trainer = indexed_fit(tmp_path, "b.log", devices=then, ckpt_path="last", every=100)
-    said = capfd.readouterr().err
+    said = resumed["err"]  # the resumed run's standard error
     if then > 1:  # the workers' warnings reach stderr: the resume is described once, by rank 0, not per process
         assert said.count(f"with {then} process(es) where the checkpoint's run had {devices}") == 1, said
     after = trained(tmp_path / "b.log")
     assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
     assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))
-    assert trainer.current_epoch == 3
-    assert trainer.global_step == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
+    assert resumed["current_epoch"] == 3
+    assert resumed["global_step"] == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
 
 
 class IndexStream(IterableDataset):

@@ -4,7 +4,6 @@ the ``accelkit_distributed_sampler`` hook)."""
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import warnings
@@ -17,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset, Sampler, TensorDataset
 
-import accelkit
 from accelkit.plugins.manager import PluginManager
 from accelkit.strategies.sampler import ShardSampler, default_distributed_sampler, distribute_dataloader, set_epoch
 
@@ -231,20 +229,16 @@ def test_non_dataloader_iterables_pass_through(isolated):
 
 
 # ---------------------------------------------------------------------------------------- through a Trainer
-def _fit_given_loader(tmp_path, devices=2, epochs=2, plugins=(), val=None, **kwargs):
-    """Fit on a loader of ``indexed_data(9)`` given to ``fit``; return what each rank read (and the plugin calls)."""
-    from helpers.samplers import OwnSamplerModule, ReadRecorder, indexed_data
-
-    loader = kwargs.pop("loader", None) or DataLoader(indexed_data(9), batch_size=2, shuffle=True)
-    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_spawn" if devices > 1 else "auto",
-                               max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                               default_root_dir=tmp_path, callbacks=[ReadRecorder(tmp_path)], plugins=list(plugins),
-                               **kwargs)
-    trainer.fit(OwnSamplerModule(), loader, val)
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(devices)]
-    calls = [[json.loads(line) for line in (tmp_path / f"plugin-rank{r}.jsonl").read_text().splitlines()]
-             if (tmp_path / f"plugin-rank{r}.jsonl").is_file() else [] for r in range(devices)]
-    return ranks, calls
+def _two_rank_fit(forked_python, tmp_path, name):
+    """``helpers.samplers.TWO_RANK_FITS[name]`` on two ``ddp_fork`` processes, in a process forked from the prewarmed
+    interpreter: what each rank read, the sampler plugin's calls and the standard error of the run's processes. What
+    these tests check (the samplers each rank gets, the plugins' answers, the warnings) is decided in each worker
+    whichever way it started; ``ddp_spawn``'s pickling of the loaders and plugins is the same under ``ddp_fork``."""
+    return forked_python(f"""
+        import json
+        from helpers.samplers import record_two_rank_fit
+        print(json.dumps(record_two_rank_fit({str(tmp_path)!r}, {name!r})))
+        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
 
 
 def _shard_order(n, num_replicas, rank, seed, epoch):
@@ -254,12 +248,11 @@ def _shard_order(n, num_replicas, rank, seed, epoch):
 
 
 @pytest.mark.slow
-def test_trainer_gives_each_rank_its_shard_and_asks_plugins_first(tmp_path):
+def test_trainer_gives_each_rank_its_shard_and_asks_plugins_first(tmp_path, forked_python):
     """Two ranks, a shuffled loader of 9: each reads its ShardSampler shard (5, one padded) in the shared,
     seeded order of each epoch; a plugin that answers None was asked with the run's values and deferred."""
-    from helpers.samplers import RecordingSamplerPlugin
-
-    ranks, calls = _fit_given_loader(tmp_path, seed=11, plugins=[RecordingSamplerPlugin(tmp_path, answer=False)])
+    run = _two_rank_fit(forked_python, tmp_path, "plugin_defers")
+    ranks, calls = run["ranks"], run["calls"]
     for epoch in range(2):
         read = [r["epochs"][str(epoch)] for r in ranks]
         assert read == [_shard_order(9, 2, rank, 11, epoch) for rank in range(2)]
@@ -270,32 +263,26 @@ def test_trainer_gives_each_rank_its_shard_and_asks_plugins_first(tmp_path):
 
 
 @pytest.mark.slow
-def test_use_distributed_sampler_false_opts_out(tmp_path):
-    from helpers.samplers import indexed_data
-
-    ranks, _ = _fit_given_loader(tmp_path, epochs=1, use_distributed_sampler=False,
-                                 loader=DataLoader(indexed_data(9), batch_size=2))
+def test_use_distributed_sampler_false_opts_out(tmp_path, forked_python):
+    ranks = _two_rank_fit(forked_python, tmp_path, "opted_out")["ranks"]
     assert [r["epochs"]["0"] for r in ranks] == [list(range(9)), list(range(9))]  # every rank reads everything
 
 
 def test_single_process_runs_keep_the_loader(tmp_path):
     """One process: the loader's own RandomSampler (and its generator) decides the order, epoch after epoch."""
-    from helpers.samplers import indexed_data
+    from helpers.samplers import fit_and_read, indexed_data
 
     loader = DataLoader(indexed_data(9), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(7))
     twin = DataLoader(indexed_data(9), batch_size=2, shuffle=True, generator=torch.Generator().manual_seed(7))
     expected = [[int(i) for b in twin for i in b[2]] for _ in range(2)]
-    ranks, _ = _fit_given_loader(tmp_path, devices=1, loader=loader)
+    ranks, _ = fit_and_read(tmp_path, devices=1, loader=loader)
     assert [ranks[0]["epochs"][str(e)] for e in range(2)] == expected
 
 
 @pytest.mark.slow
-def test_a_plugin_replaces_the_sampler_through_the_hook(tmp_path):
-    from helpers.samplers import RecordingSamplerPlugin, indexed_data
-
-    ranks, calls = _fit_given_loader(tmp_path, epochs=1, seed=3, plugins=[RecordingSamplerPlugin(tmp_path, True)],
-                                     loader=DataLoader(indexed_data(9), batch_size=2, shuffle=True, drop_last=True),
-                                     val=DataLoader(indexed_data(9), batch_size=3))
+def test_a_plugin_replaces_the_sampler_through_the_hook(tmp_path, forked_python):
+    run = _two_rank_fit(forked_python, tmp_path, "plugin_replaces")
+    ranks, calls = run["ranks"], run["calls"]
     assert [r["epochs"]["0"] for r in ranks] == [[8, 6, 4, 2], [7, 5, 3, 1]]  # drop_last drops rank 0's odd one
     for rank in range(2):
         fit = [c for c in calls[rank] if c["stage"] == "fit"]
@@ -452,16 +439,6 @@ def test_set_epoch_looks_through_a_device_loader_keeping_the_loader_as_its_publi
     assert inner.epochs == [3, 4]
 
 # ---------------------------------------------------------------------------------------- real 2-process runs
-def _fit_own_sampler(tmp_path, mode, epochs=2):
-    from helpers.samplers import OwnSamplerModule, ReadRecorder
-
-    trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=epochs, logger=False,
-                               enable_checkpointing=False, enable_progress_bar=False, default_root_dir=tmp_path,
-                               callbacks=[ReadRecorder(tmp_path)])
-    trainer.fit(OwnSamplerModule(mode=mode, n=64, batch_size=4, seed=5))
-    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-
-
 def _distributed_order(num_replicas, rank, epoch, n=64, seed=5):
     expected = torch.utils.data.DistributedSampler(range(n), num_replicas=num_replicas, rank=rank, shuffle=True,
                                                    seed=seed)
@@ -471,11 +448,11 @@ def _distributed_order(num_replicas, rank, epoch, n=64, seed=5):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["matching", "batch_sampler"])
-def test_ddp_spawn_reads_a_users_distributed_sampler_as_given(tmp_path, capfd, mode):
+def test_two_ranks_read_a_users_distributed_sampler_as_given(tmp_path, forked_python, mode):
     """2 ranks, 64 samples, the module's own DistributedSampler: each rank reads 32 per epoch (not 16), in the
     sampler's own order for that epoch (set_epoch called before every epoch), the ranks' halves disjoint."""
-    ranks = _fit_own_sampler(tmp_path, mode)
-    err = capfd.readouterr().err
+    run = _two_rank_fit(forked_python, tmp_path, f"own_{mode}")
+    ranks, err = run["ranks"], run["err"]
     assert [r["rank"] for r in ranks] == [0, 1] and ranks[0]["pid"] != ranks[1]["pid"]
     for epoch in range(2):
         read = [r["epochs"][str(epoch)] for r in ranks]
@@ -489,10 +466,10 @@ def test_ddp_spawn_reads_a_users_distributed_sampler_as_given(tmp_path, capfd, m
 
 
 @pytest.mark.slow
-def test_ddp_spawn_warns_when_a_users_sampler_splits_differently(tmp_path, capfd):
+def test_two_ranks_warn_when_a_users_sampler_splits_differently(tmp_path, forked_python):
     """num_replicas=4 on 2 processes: used as given (each rank reads its quarter) with a warning per rank."""
-    ranks = _fit_own_sampler(tmp_path, "mismatch", epochs=1)
-    err = capfd.readouterr().err
+    run = _two_rank_fit(forked_python, tmp_path, "own_mismatch")
+    ranks, err = run["ranks"], run["err"]
     for rank in range(2):
         assert ranks[rank]["epochs"]["0"] == _distributed_order(4, rank, 0)
         assert f"num_replicas=4, rank={rank}, but this run has world size 2 and this process is rank {rank}" in err
@@ -500,20 +477,15 @@ def test_ddp_spawn_warns_when_a_users_sampler_splits_differently(tmp_path, capfd
 
 @pytest.mark.slow
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_ddp_spawn_a_plugin_shards_an_iterable_dataset_by_rank_and_worker(tmp_path, capfd, num_workers):
+def test_two_ranks_shard_an_iterable_dataset_through_a_plugin_by_rank_and_worker(tmp_path, forked_python,
+                                                                                 num_workers):
     """2 ranks reading a 64-item stream through accelkit_shard_iterable: each reads a disjoint half (with 0 or 2
     loader workers per rank), and the 'every rank reads the whole stream' warning is not given."""
-    from helpers.samplers import ReadRecorder, StreamModule, StreamShardingPlugin
-
-    trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp_spawn", devices=2, max_epochs=1, logger=False,
-                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                               default_root_dir=tmp_path, callbacks=[ReadRecorder(tmp_path)],
-                               plugins=[StreamShardingPlugin()])
-    trainer.fit(StreamModule(num_workers=num_workers))
-    read = [json.loads((tmp_path / f"rank{r}.json").read_text())["epochs"]["0"] for r in range(2)]
+    run = _two_rank_fit(forked_python, tmp_path, f"stream_{num_workers}_workers")
+    read = [rank["epochs"]["0"] for rank in run["ranks"]]
     assert [len(r) for r in read] == [32, 32]
     assert not set(read[0]) & set(read[1]) and sorted(read[0] + read[1]) == list(range(64))
-    assert "cannot shard it" not in capfd.readouterr().err
+    assert "cannot shard it" not in run["err"]
 
 
 def test_without_a_plugin_an_iterable_dataset_stays_whole_with_the_warning(isolated):

@@ -28,6 +28,22 @@ def hang_guard(seconds: float) -> Iterator[None]:
         faulthandler.cancel_dump_traceback_later()
 
 
+@contextlib.contextmanager
+def standard_error_to(path: str | os.PathLike) -> Iterator[Path]:
+    """Send this process's standard error (the file descriptor, so the processes it forks or starts meanwhile
+    write there too: forked workers' warnings) to the file ``path`` for the block; read it after the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "w") as err:
+        os.dup2(err.fileno(), 2)
+    try:
+        yield Path(path)
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with ``pid`` exists and is not a zombie (a zombie has exited; it only awaits reaping)."""
     try:

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import accelkit
+from helpers.guards import standard_error_to
 
 
 class Indexed(Dataset):
@@ -65,3 +66,30 @@ def trained(log: str | Path) -> dict[int, list[int]]:
         epoch, _, *indices = (int(word) for word in line.split())
         found.setdefault(epoch, []).extend(indices)
     return found
+
+
+def indexed_fit(root: Path, log: str, size: int = 32, batch_size: int = 4, stop: int | None = None,
+                every: int = 6, ckpt_path: Any = None, devices: int = 1, epochs: int = 3) -> Any:
+    """:class:`IndexNet` for ``epochs`` epochs on ``devices`` processes (``ddp_fork`` for more than one); a checkpoint
+    every ``every`` steps; crashes after step ``stop``. Returns the trainer."""
+    checkpoint = accelkit.callbacks.ModelCheckpoint(dirpath=root / "checkpoints", every_n_train_steps=every,
+                                                    save_last=True, save_top_k=0)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
+                               max_epochs=epochs, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                               default_root_dir=root, callbacks=[checkpoint] + ([StopAfter(stop)] if stop else []))
+    accelkit.seed_everything(0)
+    try:
+        trainer.fit(IndexNet(str(root / log), size, batch_size), ckpt_path=ckpt_path)
+    except RuntimeError as exc:
+        assert stop is not None and "stopped here" in str(exc), exc
+    return trainer
+
+
+def resumed_on_other_processes(root: str, devices: int, then: int, every: int) -> dict[str, Any]:
+    """A fit on ``devices`` processes with a checkpoint every ``every`` steps crashes after step ``every + 1``, and
+    is resumed from its last checkpoint on ``then`` processes (logs ``a.log`` and ``b.log`` in ``root``). Returns the
+    resumed Trainer's epoch and step and what the resumed run's processes wrote to the standard error."""
+    indexed_fit(Path(root), "a.log", devices=devices, every=every, stop=every + 1)
+    with standard_error_to(Path(root, "stderr.txt")) as err:
+        trainer = indexed_fit(Path(root), "b.log", devices=then, ckpt_path="last", every=100)
+    return {"current_epoch": trainer.current_epoch, "global_step": trainer.global_step, "err": err.read_text()}

@@ -1,5 +1,5 @@
-"""A Module that builds its own rank-aware sampler, and a Callback recording what each rank read (for
-``tests/test_sampler.py``; spawned workers import these by module name)."""
+"""A Module that builds its own rank-aware sampler, a Callback recording what each rank read, and the two-process
+fits that use them (for ``tests/test_sampler.py``; spawned workers import these by module name)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
 
 import accelkit
+from helpers.guards import standard_error_to
 
 
 def indexed_data(n: int = 64, features: int = 4) -> TensorDataset:
@@ -168,3 +169,54 @@ class StreamModule(OwnSamplerModule):
 
     def train_dataloader(self) -> DataLoader:
         return DataLoader(IndexStream(self.n), batch_size=self.batch_size, num_workers=self.num_workers)
+
+
+def fit_and_read(folder: str | os.PathLike, module: accelkit.Module | None = None, loader: Any = None,
+                 val: Any = None, devices: int = 2, epochs: int = 2, plugins: Any = (),
+                 **trainer_arguments: Any) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
+    """Fit ``module`` (an :class:`OwnSamplerModule` reading ``loader``, by default a shuffled loader of
+    ``indexed_data(9)``) for ``epochs`` on ``devices`` CPU processes (``ddp_fork`` for more than one), recording
+    with a :class:`ReadRecorder` in ``folder``; return what each rank read and the sampler plugin calls each made."""
+    folder = Path(folder)
+    if module is None:
+        module = OwnSamplerModule()
+        loader = loader or DataLoader(indexed_data(9), batch_size=2, shuffle=True)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
+                               max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=folder,
+                               callbacks=[ReadRecorder(folder)], plugins=list(plugins), **trainer_arguments)
+    trainer.fit(module, loader, val)
+    ranks = [json.loads((folder / f"rank{r}.json").read_text()) for r in range(devices)]
+    calls = [[json.loads(line) for line in (folder / f"plugin-rank{r}.jsonl").read_text().splitlines()]
+             if (folder / f"plugin-rank{r}.jsonl").is_file() else [] for r in range(devices)]
+    return ranks, calls
+
+
+#: the two-process fits of ``tests/test_sampler.py``: name -> the arguments of :func:`fit_and_read` but the folder
+TWO_RANK_FITS: dict[str, Any] = {
+    # a shuffled loader of 9 given to fit, a plugin that defers to the core
+    "plugin_defers": lambda folder: {"seed": 11, "plugins": [RecordingSamplerPlugin(folder, answer=False)]},
+    "opted_out": lambda folder: {"epochs": 1, "use_distributed_sampler": False,
+                                 "loader": DataLoader(indexed_data(9), batch_size=2)},
+    "plugin_replaces": lambda folder: {
+        "epochs": 1, "seed": 3, "plugins": [RecordingSamplerPlugin(folder, True)],
+        "loader": DataLoader(indexed_data(9), batch_size=2, shuffle=True, drop_last=True),
+        "val": DataLoader(indexed_data(9), batch_size=3)},
+    # the module's own DistributedSampler (64 samples, batches of 4, seed 5)
+    "own_matching": lambda folder: {"module": OwnSamplerModule("matching", n=64, batch_size=4, seed=5)},
+    "own_batch_sampler": lambda folder: {"module": OwnSamplerModule("batch_sampler", n=64, batch_size=4, seed=5)},
+    "own_mismatch": lambda folder: {"module": OwnSamplerModule("mismatch", n=64, batch_size=4, seed=5), "epochs": 1},
+    # a 64-item stream sharded by StreamShardingPlugin, with 0 or 2 loader workers per rank
+    "stream_0_workers": lambda folder: {"module": StreamModule(num_workers=0), "epochs": 1,
+                                        "plugins": [StreamShardingPlugin()]},
+    "stream_2_workers": lambda folder: {"module": StreamModule(num_workers=2), "epochs": 1,
+                                        "plugins": [StreamShardingPlugin()]},
+}
+
+
+def record_two_rank_fit(folder: str, name: str) -> dict[str, Any]:
+    """Run the fit ``TWO_RANK_FITS[name]`` (in a process of its own: ``ddp_fork`` forks it) and return what each rank
+    read, the plugin calls and what this process and its workers wrote to the standard error (their warnings)."""
+    with standard_error_to(Path(folder, "stderr.txt")) as err:
+        ranks, calls = fit_and_read(folder, **TWO_RANK_FITS[name](folder))
+    return {"ranks": ranks, "calls": calls, "err": err.read_text()}
