@@ -531,8 +531,8 @@ def test_validate_test_predict_without_model_after_fit_use_the_fitted_module(tmp
 
     model = Fitted()
     initial = model.layer.weight.detach().clone()
-    trainer = quiet_trainer(tmp_path, max_epochs=2, **QUIET)
-    trainer.fit(model, loader())
+    trainer = quiet_trainer(tmp_path, max_epochs=2, enable_checkpointing=True, **QUIET)
+    trainer.fit(model, loader())  # the best checkpoint (the latest, without a monitor) holds the fitted weights
     trained = model.layer.weight.detach().clone()
     assert not torch.equal(trained, initial)
     model.seen.clear()
@@ -547,6 +547,30 @@ def test_validate_test_predict_without_model_after_fit_use_the_fitted_module(tmp
         torch.testing.assert_close(torch.cat(predicted), model(x))
     # the same numbers as passing the model explicitly
     assert trainer.validate(model, verbose=False)[0]["val_loss"] == pytest.approx(validated[0]["val_loss"])
+
+
+@pytest.mark.parametrize("setting", ["no_checkpointing", "fast_dev_run", "nothing_saved"])
+def test_evaluation_without_model_after_a_run_without_a_best_checkpoint_is_refused_as_in_lightning(tmp_path,
+                                                                                                  setting):
+    """Lightning refuses validate()/test() without a model when the last run left no best checkpoint (a
+    ValueError); accelkit used the module's current weights silently, which are not the best ones a user who
+    monitored a metric expects."""
+    from accelkit.callbacks import ModelCheckpoint
+
+    options: dict[str, Any] = {
+        "no_checkpointing": {},
+        "fast_dev_run": {"fast_dev_run": True},
+        "nothing_saved": {"enable_checkpointing": True,
+                          "callbacks": [ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=0, save_last=False)]},
+    }[setting]
+    trainer = quiet_trainer(tmp_path, max_epochs=1, **QUIET, **options)
+    trainer.fit(Net(), loader())
+    why = {"no_checkpointing": "the Trainer has no ModelCheckpoint", "fast_dev_run": "fast_dev_run saves no",
+           "nothing_saved": "its ModelCheckpoint has saved no best checkpoint"}[setting]
+    for stage in (trainer.validate, trainer.test):
+        with pytest.raises(ValueError, match=rf"^{stage.__name__}\(\) was given no model, so it would load the best "
+                                             rf"checkpoint of the last run \(as in Lightning\), but {why}"):
+            stage(dataloaders=loader())
 
 
 def test_evaluation_without_model_before_any_fit_is_an_error(tmp_path):

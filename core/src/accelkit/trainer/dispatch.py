@@ -33,6 +33,19 @@ def _best_path(trainer: Trainer) -> str:
     return best
 
 
+def _no_best_checkpoint(trainer: Trainer, stage: str) -> str:
+    """Why ``stage()`` without a model, after a run, has no best checkpoint to load (Lightning refuses it too)."""
+    if trainer.fast_dev_run:
+        why = "fast_dev_run saves no checkpoint"
+    elif trainer.checkpoint_callback is None:
+        why = "the Trainer has no ModelCheckpoint (enable_checkpointing=False and none in callbacks)"
+    else:
+        why = "its ModelCheckpoint has saved no best checkpoint"
+    return (f"{stage}() was given no model, so it would load the best checkpoint of the last run (as in "
+            f"Lightning), but {why}. Pass the model ({stage}(model)) to use its current weights, or "
+            f"ckpt_path='last' or a checkpoint's path.")
+
+
 def last_checkpoints(trainer: Trainer, callback: Any) -> list[Path]:
     """The ``last`` checkpoints ``callback`` may have written: its own ``find_last_checkpoints`` (accelkit's
     ``ModelCheckpoint``), else for a library's checkpoint callback (Lightning's own ``ModelCheckpoint``) the
@@ -124,6 +137,8 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given:
         if best:
             print(f"accelkit: {stage}() without a model uses the best checkpoint of the last fit: {best}")
             return best
+        if trainer.lightning_module is not None:
+            raise ValueError(_no_best_checkpoint(trainer, stage))
         return None
     if ckpt_path == "best":
         best = _best_path(trainer)
