@@ -80,6 +80,36 @@ def test_what_accelkit_lacks_fails_with_a_sentence_naming_it(tmp_path, name, exp
     assert str(info.value).startswith(expected), str(info.value)
 
 
+@pytest.mark.parametrize(("name", "make", "needs"), [
+    ("LearningRateMonitor", lambda: pl.callbacks.LearningRateMonitor(), "the fit loop, trainer.fit_loop"),
+    ("StochasticWeightAveraging", lambda: pl.callbacks.StochasticWeightAveraging(swa_lrs=0.01),
+     "the fit loop, trainer.fit_loop"),
+    ("GradientAccumulationScheduler", lambda: pl.callbacks.GradientAccumulationScheduler({0: 1, 1: 2}),
+     "the LightningModule class"),
+    ("DeviceStatsMonitor", lambda: pl.callbacks.DeviceStatsMonitor(), "the logger connector"),
+    ("ThroughputMonitor", lambda: pl.callbacks.ThroughputMonitor(batch_size_fn=len), "the precision plugin"),
+])
+def test_lightnings_own_callbacks_that_need_its_trainer_are_refused_when_the_trainer_is_made(tmp_path, name, make,
+                                                                                             needs):
+    """Lightning's own classes that read Lightning's Trainer internals failed in the middle of the fit with an
+    AttributeError (or Lightning's own "Expected a parent"); they are refused at once, naming accelkit's callback of
+    the same name, or, for ThroughputMonitor, that accelkit has none. A subclass is refused the same way."""
+    callback = make()
+    with pytest.raises(ConfigurationError) as info:
+        quiet_trainer(tmp_path, callbacks=[callback])
+    text = str(info.value)
+    assert text.startswith(f"callbacks: {name} is Lightning's own lightning.pytorch.callbacks."), text
+    assert f"needs a part of Lightning's Trainer that accelkit's does not have ({needs}" in text, text
+    if name == "ThroughputMonitor":
+        assert "There is no accelkit ThroughputMonitor yet" in text, text
+    else:
+        assert text.endswith(f"Use accelkit's, with the same arguments: from accelkit.callbacks import {name}."), text
+        assert hasattr(accelkit.callbacks, name)
+    subclass = type(f"My{name}", (type(callback),), {})
+    with pytest.raises(ConfigurationError, match=rf"^callbacks: My{name} is Lightning's own"):
+        quiet_trainer(tmp_path, callbacks=[subclass.__new__(subclass)])
+
+
 def test_a_property_failing_inside_keeps_its_own_error(tmp_path):
     class Broken(accelkit.Trainer):
         @property

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accelkit.errors import ConfigurationError
 from accelkit.utilities.host import host_stats, host_stats_available
 
 if TYPE_CHECKING:
@@ -301,6 +302,34 @@ def monitors_metrics(callback: Any) -> bool:
                for klass in type(callback).__mro__)
 
 
+#: Lightning's own callback classes that read parts of Lightning's Trainer which accelkit's does not reproduce (what
+#: each reads); refused when the Trainer is made, naming accelkit's callback of the same name and arguments, except
+#: ``ThroughputMonitor``, which accelkit does not provide
+LIGHTNING_OWN_REFUSED: dict[str, str] = {
+    "LearningRateMonitor": "the fit loop, trainer.fit_loop",
+    "StochasticWeightAveraging": "the fit loop, trainer.fit_loop",
+    "GradientAccumulationScheduler": "the LightningModule class: it checks isinstance(pl_module, LightningModule)",
+    "DeviceStatsMonitor": "the logger connector, trainer._logger_connector",
+    "ThroughputMonitor": "the precision plugin, trainer.precision_plugin",
+}
+
+
+def _refused_lightning_class(item: Any) -> str:
+    """Why ``item``, an instance of (a subclass of) one of :data:`LIGHTNING_OWN_REFUSED`, cannot run on accelkit's
+    Trainer and what to use, or ``""``."""
+    for klass in type(item).__mro__:
+        name = klass.__qualname__
+        if name in LIGHTNING_OWN_REFUSED and klass.__module__.startswith(("lightning.pytorch.callbacks.",
+                                                                           "pytorch_lightning.callbacks.")):
+            use = ("There is no accelkit ThroughputMonitor yet (Timer reports the time spent per stage)"
+                   if name == "ThroughputMonitor" else
+                   f"Use accelkit's, with the same arguments: from accelkit.callbacks import {name}")
+            return (f"callbacks: {type(item).__name__} is Lightning's own {klass.__module__}.{name}, which needs a "
+                    f"part of Lightning's Trainer that accelkit's does not have ({LIGHTNING_OWN_REFUSED[name]}) and "
+                    f"would fail in the middle of the fit. {use}.")
+    return ""
+
+
 def callback_list(callbacks: Any) -> list[Any]:
     """``callbacks=`` as a list (one, a list, or ``None``) of :class:`~accelkit.Callback` instances, or of
     Lightning ``Callback`` instances (libraries' callbacks for Lightning; their hooks run as accelkit's do)."""
@@ -311,6 +340,9 @@ def callback_list(callbacks: Any) -> list[Any]:
         if not isinstance(item, Callback) and lightning_callback_base(item) is None:
             raise TypeError(f"callbacks must be accelkit.Callback instances (or, with lightning installed, "
                             f"lightning.pytorch.Callback ones), got {item!r} ({type(item).__name__})")
+        refused = "" if isinstance(item, Callback) else _refused_lightning_class(item)
+        if refused:
+            raise ConfigurationError(refused)
     return items
 
 
