@@ -9,7 +9,7 @@ starts the process, in which the launching process could block forever writing t
 
 In the folder, each worker leaves ``started-<index>`` once its interpreter is up (the user's script re-imported),
 ``error-<index>.txt`` with its traceback when the run raised in it, and ``crash-<index>.txt`` with the Python stack
-of its threads when native code crashed it (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: :mod:`faulthandler`): the
+of its threads when native code crashed it (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT: ``faulthandler``): the
 launch's error quotes it, so a crash in a library's native code names the Python line that called it.
 
 A worker that is stopped (SIGSTOP or SIGTSTP sent to it) holds the others up at their next collective:
@@ -54,7 +54,7 @@ def error_file(folder: Path, index: int) -> Path:
 
 
 def crash_file(folder: Path, index: int) -> Path:
-    """The file :mod:`faulthandler` writes worker ``index``'s Python stack to when native code crashes it."""
+    """The file ``faulthandler`` writes worker ``index``'s Python stack to when native code crashes it."""
     return folder / f"crash-{index}.txt"
 
 
@@ -258,7 +258,7 @@ def end_process(code: int) -> None:
 
 
 def _record_native_crashes(path: Path) -> None:
-    """Have :mod:`faulthandler` write this worker's Python stack to ``path`` if native code crashes the process,
+    """Have ``faulthandler`` write this worker's Python stack to ``path`` if native code crashes the process,
     unless the user turned faulthandler on themselves (``PYTHONFAULTHANDLER``, ``-X faulthandler``): then it
     writes where they asked. A forked worker's inherited setting (pytest turns it on) is replaced."""
     if os.environ.get("PYTHONFAULTHANDLER") or "faulthandler" in sys._xoptions:
