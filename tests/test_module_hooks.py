@@ -442,14 +442,44 @@ class OldHooks(RegressionModule):
     def validation_epoch_end(self, outputs: Any) -> None:
         pass
 
-    def on_epoch_end(self) -> None:
+    def training_epoch_end(self, outputs: Any) -> None:
         pass
 
 
-def test_lightning_1x_hooks_are_refused_with_their_replacement(tmp_path):
-    with pytest.raises(NotImplementedError, match="validation_epoch_end was removed.*on_validation_epoch_end.*"
-                                                  "on_epoch_end was removed"):
+def test_lightning_1x_epoch_end_hooks_are_refused_with_their_replacement(tmp_path):
+    # the ones Lightning 2.x refuses too
+    with pytest.raises(NotImplementedError, match="training_epoch_end was removed.*on_train_epoch_end.*"
+                                                  "validation_epoch_end was removed.*on_validation_epoch_end"):
         quiet_trainer(tmp_path, max_epochs=1).fit(OldHooks())
+
+
+class DeadOldHook(RegressionModule):
+    """OML's ``ExtractorModule`` still defines the 1.x ``on_epoch_start``: Lightning 2.x never calls it and runs."""
+
+    def on_epoch_start(self) -> None:
+        raise AssertionError("never called")
+
+
+class DeadOldCallbackHook(accelkit.Callback):
+    def on_batch_end(self, trainer: Any, pl_module: Any) -> None:
+        raise AssertionError("never called")
+
+
+def test_other_lightning_1x_hooks_warn_at_the_method_and_the_fit_runs(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[DeadOldCallbackHook()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(DeadOldHook())
+    assert trainer.global_step > 0
+    removed = [w for w in caught if "was removed in Lightning 2.0" in str(w.message)]
+    assert sorted(str(w.message) for w in removed) == [
+        "DeadOldCallbackHook.on_batch_end was removed in Lightning 2.0 and is never called; use on_train_batch_end",
+        "DeadOldHook.on_epoch_start was removed in Lightning 2.0 and is never called; use on_train_epoch_start / "
+        "on_validation_epoch_start"]
+    assert {(w.filename, w.lineno) for w in removed} == {
+        (__file__, DeadOldHook.on_epoch_start.__code__.co_firstlineno),
+        (__file__, DeadOldCallbackHook.on_batch_end.__code__.co_firstlineno)}
+    assert not [w for w in caught if "looks like a" in str(w.message)]  # not also reported as misspelt
 
 
 @pytest.mark.parametrize("hook", ["on_validation_model_eval", "on_validation_model_train", "on_test_model_eval",
