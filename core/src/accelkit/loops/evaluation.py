@@ -51,7 +51,7 @@ class EvaluationLoop:
         saved = trainer.run_state.metrics
         trainer.run_state.active_publisher.publish()  # what the training steps logged stays visible meanwhile
         trainer.run_state.metrics = store = MetricStore(training=False)
-        store.is_global_zero, store.reduce = trainer.is_global_zero, trainer.strategy.reduce
+        store.reduce = trainer.strategy.reduce
         store.device = trainer.strategy.root_device
         store.num_dataloaders = len(loaders)
         grad_off = _grad_off(trainer, inside_fit)

@@ -93,7 +93,6 @@ def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, pr
     strategy.setup_runtime()  # before anything reads root_device
     strategy.setup_environment()
     resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
-    trainer.run_state.metrics.is_global_zero = strategy.is_global_zero
     trainer.run_state.metrics.reduce, trainer.run_state.metrics.device = strategy.reduce, strategy.root_device
     set_global_rank(strategy.global_rank)
     _agree_on_run_folders(trainer)
