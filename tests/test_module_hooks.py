@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
+from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 QUIET = dict(enable_model_summary=False, num_sanity_val_steps=0)
@@ -480,6 +481,36 @@ def test_other_lightning_1x_hooks_warn_at_the_method_and_the_fit_runs(tmp_path):
         (__file__, DeadOldHook.on_epoch_start.__code__.co_firstlineno),
         (__file__, DeadOldCallbackHook.on_batch_end.__code__.co_firstlineno)}
     assert not [w for w in caught if "looks like a" in str(w.message)]  # not also reported as misspelt
+
+
+DISTRIBUTED_HOOK_WARNINGS = """
+import accelkit
+from helpers.models import RegressionModule
+
+
+class Net(RegressionModule):
+    def on_epoch_start(self):  # a 1.x hook Lightning 2.x ignores
+        pass
+
+    def on_train_epoch_ed(self):  # a typo of on_train_epoch_end
+        pass
+
+
+if __name__ == "__main__":
+    accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False).fit(Net())
+"""
+
+
+@pytest.mark.slow
+def test_hook_warnings_come_once_from_a_distributed_fit(tmp_path, prewarmed):
+    # each worker warned (OML's script on ddp_fork printed its on_epoch_start warning twice); Lightning's are rank 0's
+    script = tmp_path / "script.py"
+    script.write_text(DISTRIBUTED_HOOK_WARNINGS)
+    proc = prewarmed.run([str(script)], cwd=tmp_path, env=child_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("on_epoch_start was removed in Lightning 2.0") == 1, proc.stderr[-3000:]
+    assert proc.stderr.count("on_train_epoch_ed looks like a Module hook") == 1, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("hook", ["on_validation_model_eval", "on_validation_model_train", "on_test_model_eval",

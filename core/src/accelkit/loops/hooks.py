@@ -168,10 +168,10 @@ REMOVED_HOOKS = {
 REFUSED_HOOKS = ("training_epoch_end", "validation_epoch_end", "test_epoch_end")
 
 
-def check_removed_hooks(module: Any, callbacks: list[Any]) -> None:
+def check_removed_hooks(module: Any, callbacks: list[Any], warn: bool = True) -> None:
     """Raise, naming every one, for the Lightning 1.x hooks a Module still defines that Lightning 2.x refuses
     (:data:`REFUSED_HOOKS`); warn, at the method, for the other removed hooks a Module or Callback defines: they
-    are never called (Lightning 2.x ignores them silently)."""
+    are never called (Lightning 2.x ignores them silently); ``warn``: false on the ranks other than global zero."""
     found = []
     for obj in [module, *callbacks]:
         for name, replacement in REMOVED_HOOKS.items():
@@ -181,7 +181,7 @@ def check_removed_hooks(module: Any, callbacks: list[Any]) -> None:
             message = f"{type(obj).__name__}.{name} was removed in Lightning 2.0 and is never called; use {replacement}"
             if obj is module and name in REFUSED_HOOKS:
                 found.append(message)
-            else:
+            elif warn:
                 warn_at(method, message)
     if found:
         raise NotImplementedError("; ".join(found))
