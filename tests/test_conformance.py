@@ -28,8 +28,9 @@ XLA_SCRIPTS = ["boring", "datamodule", "hparams"]
 #: study of trials): they run on one process only. A second run under ddp_spawn would repeat what the scripts above
 #: prove about two processes, at about 25 s each, and the suite has a 10-minute budget.
 ONE_PROCESS_ONLY = {"cli_yaml", "optuna_pruning", "user_audio_autoencoder", "user_cli_subclass_mode", "user_csv_mlp",
-                    "user_early_stopping_subclass", "user_epoch_mean_callback", "user_hydra_autoencoder", "user_lstm",
-                    "user_plateau_classifier", "user_printing_callback", "user_transformer_curves"}
+                    "user_dict_batch_writer", "user_early_stopping_subclass", "user_epoch_mean_callback",
+                    "user_hydra_autoencoder", "user_lstm", "user_plateau_classifier", "user_printing_callback",
+                    "user_transformer_curves"}
 DDP_SCRIPTS = [name for name in SCRIPTS if name not in ONE_PROCESS_ONLY]
 # Every DDP script runs on two processes with ddp_fork: the same strategy, samplers, collectives, rank-zero
 # decisions and result hand-back as ddp_spawn, and the same pickling (the launcher pickles the run, Trainer, module,

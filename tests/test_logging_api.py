@@ -685,19 +685,34 @@ def test_callback_metrics_start_empty_for_each_run(tmp_path):
 
 
 class RankZeroMetric(RegressionModule):
+    """Logs ``val_score`` (rank + 1) with ``rank_zero_only=True``: from every rank (OML's MetricValCallbackDDP,
+    which reduced the value itself and monitors it for checkpointing), or from rank 0 only."""
+
+    def __init__(self, root: str, every_rank: bool) -> None:
+        super().__init__()
+        self.root, self.every_rank = root, every_rank
+
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_score", torch.nn.functional.mse_loss(self(x), y), rank_zero_only=True)
+        if self.every_rank or self.trainer.is_global_zero:
+            self.log("val_score", float(self.global_rank) + 1.0, rank_zero_only=True)
+
+    def on_fit_end(self) -> None:
+        Path(self.root, f"score{self.global_rank}").write_text(str(float(self.trainer.callback_metrics["val_score"])))
 
 
 @pytest.mark.slow
-def test_a_monitor_on_a_rank_zero_only_metric_fails_instead_of_hanging(tmp_path):
-    trainer = quiet_trainer(tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", num_sanity_val_steps=0,
+def test_a_rank_zero_only_metric_is_each_rank_s_own_and_may_be_monitored_where_logged(tmp_path):
+    # as Lightning: not reduced, kept by each rank that logs it (it was dropped on rank 1, and a monitor on it refused)
+    trainer = quiet_trainer(tmp_path, max_epochs=2, devices=2, strategy="ddp_fork", num_sanity_val_steps=0,
+                            callbacks=[accelkit.callbacks.EarlyStopping(monitor="val_score", mode="max")])
+    trainer.fit(RankZeroMetric(str(tmp_path), every_rank=True))
+    assert [(tmp_path / f"score{rank}").read_text() for rank in (0, 1)] == ["1.0", "2.0"]
+    # logged on rank 0 only: rank 1's monitor fails naming it (rather than every rank waiting)
+    trainer = quiet_trainer(tmp_path, max_epochs=1, devices=2, strategy="ddp_fork", num_sanity_val_steps=0,
                             callbacks=[accelkit.callbacks.EarlyStopping(monitor="val_score")])
-    with pytest.raises(accelkit.WorkerError, match="EarlyStopping monitors 'val_score', which is logged with "
-                                                   "rank_zero_only=True"):
-        trainer.fit(RankZeroMetric())
-
+    with pytest.raises(accelkit.WorkerError, match=r"worker 1 failed(.|\n)*EarlyStopping\(monitor='val_score'\): "
+                                                   r"the metric was not logged"):
+        trainer.fit(RankZeroMetric(str(tmp_path), every_rank=False))
 
 
 def test_without_a_logger_logged_values_stay_on_the_device_as_in_lightning(tmp_path):

@@ -23,6 +23,7 @@ from torch.utils.data import DataLoader
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
+from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 QUIET = dict(enable_model_summary=False, num_sanity_val_steps=0)
@@ -442,14 +443,74 @@ class OldHooks(RegressionModule):
     def validation_epoch_end(self, outputs: Any) -> None:
         pass
 
-    def on_epoch_end(self) -> None:
+    def training_epoch_end(self, outputs: Any) -> None:
         pass
 
 
-def test_lightning_1x_hooks_are_refused_with_their_replacement(tmp_path):
-    with pytest.raises(NotImplementedError, match="validation_epoch_end was removed.*on_validation_epoch_end.*"
-                                                  "on_epoch_end was removed"):
+def test_lightning_1x_epoch_end_hooks_are_refused_with_their_replacement(tmp_path):
+    # the ones Lightning 2.x refuses too
+    with pytest.raises(NotImplementedError, match="training_epoch_end was removed.*on_train_epoch_end.*"
+                                                  "validation_epoch_end was removed.*on_validation_epoch_end"):
         quiet_trainer(tmp_path, max_epochs=1).fit(OldHooks())
+
+
+class DeadOldHook(RegressionModule):
+    """OML's ``ExtractorModule`` still defines the 1.x ``on_epoch_start``: Lightning 2.x never calls it and runs."""
+
+    def on_epoch_start(self) -> None:
+        raise AssertionError("never called")
+
+
+class DeadOldCallbackHook(accelkit.Callback):
+    def on_batch_end(self, trainer: Any, pl_module: Any) -> None:
+        raise AssertionError("never called")
+
+
+def test_other_lightning_1x_hooks_warn_at_the_method_and_the_fit_runs(tmp_path):
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[DeadOldCallbackHook()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(DeadOldHook())
+    assert trainer.global_step > 0
+    removed = [w for w in caught if "was removed in Lightning 2.0" in str(w.message)]
+    assert sorted(str(w.message) for w in removed) == [
+        "DeadOldCallbackHook.on_batch_end was removed in Lightning 2.0 and is never called; use on_train_batch_end",
+        "DeadOldHook.on_epoch_start was removed in Lightning 2.0 and is never called; use on_train_epoch_start / "
+        "on_validation_epoch_start"]
+    assert {(w.filename, w.lineno) for w in removed} == {
+        (__file__, DeadOldHook.on_epoch_start.__code__.co_firstlineno),
+        (__file__, DeadOldCallbackHook.on_batch_end.__code__.co_firstlineno)}
+    assert not [w for w in caught if "looks like a" in str(w.message)]  # not also reported as misspelt
+
+
+DISTRIBUTED_HOOK_WARNINGS = """
+import accelkit
+from helpers.models import RegressionModule
+
+
+class Net(RegressionModule):
+    def on_epoch_start(self):  # a 1.x hook Lightning 2.x ignores
+        pass
+
+    def on_train_epoch_ed(self):  # a typo of on_train_epoch_end
+        pass
+
+
+if __name__ == "__main__":
+    accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
+                     enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False).fit(Net())
+"""
+
+
+@pytest.mark.slow
+def test_hook_warnings_come_once_from_a_distributed_fit(tmp_path, prewarmed):
+    # each worker warned (OML's script on ddp_fork printed its on_epoch_start warning twice); Lightning's are rank 0's
+    script = tmp_path / "script.py"
+    script.write_text(DISTRIBUTED_HOOK_WARNINGS)
+    proc = prewarmed.run([str(script)], cwd=tmp_path, env=child_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("on_epoch_start was removed in Lightning 2.0") == 1, proc.stderr[-3000:]
+    assert proc.stderr.count("on_train_epoch_ed looks like a Module hook") == 1, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("hook", ["on_validation_model_eval", "on_validation_model_train", "on_test_model_eval",

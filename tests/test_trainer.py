@@ -562,6 +562,33 @@ def test_several_loaders_need_a_dataloader_idx_parameter(tmp_path):
         quiet_trainer(tmp_path, max_epochs=1).validate(TwoLoadersNoIndex())
 
 
+class StepsWithoutBatchIdx(RegressionModule):
+    """Steps that take the batch alone, as a Lightning user writes them (eMapR/sundial's ``validation_step(self,
+    batch)``): Lightning passes ``batch_idx`` only to a step that takes it."""
+
+    def validation_step(self, batch: Any) -> None:  # type: ignore[override]
+        x, y = batch
+        self.log("val_loss", F.mse_loss(self(x), y))
+
+    def test_step(self, batch: Any) -> None:  # type: ignore[override]
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self(x), y))
+
+    def predict_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+        return self(batch[0])
+
+
+def test_evaluation_and_prediction_steps_may_omit_batch_idx(tmp_path):
+    model = StepsWithoutBatchIdx()
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(model)  # its sanity check and validation call validation_step(batch)
+    assert "val_loss" in trainer.callback_metrics
+    assert "test_loss" in trainer.test(model, verbose=False)[0]
+    loader = DataLoader(regression_data(8, seed=1), batch_size=4)
+    predictions = trainer.predict(model, loader)
+    assert [p.shape for p in predictions] == [torch.Size([4, 1])] * 2
+
+
 class WithLBFGS(RegressionModule):
     def configure_optimizers(self) -> Any:
         return torch.optim.LBFGS(self.parameters(), lr=0.1)

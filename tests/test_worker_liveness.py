@@ -102,3 +102,16 @@ def test_the_spawn_launchers_start_outside_a_launch_says_so():
     with pytest.raises(RuntimeError, match=r"SpawnLauncher.start\(\) runs inside launch\(\), which sets up the "
                                            r"workers; call launch\(\) instead"):
         SpawnLauncher(1).start(print, (), 1)
+
+
+def test_telling_a_stopped_worker_leaves_no_file_open():
+    # the launcher asks this of each worker while it waits; an unclosed /proc file was a ResourceWarning per
+    # worker and poll in a user's run under `-W always` (OML's DDP script printed dozens)
+    import warnings
+
+    from accelkit.utilities.processes import process_stopped
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert process_stopped(os.getpid()) is False
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]

@@ -40,7 +40,7 @@ class EvaluationLoop:
             return [{} for _ in loaders]
         setattr(trainer.run_state.progress, _COUNTS[self.stage], list(limits))  # what the progress bar counts to
         step = getattr(module, f"{prefix}_step")
-        pass_idx = check_dataloader_idx(step, f"{prefix}_step", len(loaders))
+        arity = step_arity(step, f"{prefix}_step", len(loaders))
         # Every sub-module's mode, restored afterwards unless the Module overrides on_*_model_train (as Lightning
         # does: a sub-module the user froze in eval mode stays so).
         modes = [(m, m.training) for m in trainer.model.modules()]
@@ -51,7 +51,7 @@ class EvaluationLoop:
         saved = trainer.run_state.metrics
         trainer.run_state.active_publisher.publish()  # what the training steps logged stays visible meanwhile
         trainer.run_state.metrics = store = MetricStore(training=False)
-        store.is_global_zero, store.reduce = trainer.is_global_zero, trainer.strategy.reduce
+        store.reduce = trainer.strategy.reduce
         store.device = trainer.strategy.root_device
         store.num_dataloaders = len(loaders)
         grad_off = _grad_off(trainer, inside_fit)
@@ -82,7 +82,7 @@ class EvaluationLoop:
                         if start_m is not None:
                             start_m(batch, batch_idx, *extra)
                         with forward_context():
-                            output = step(batch, batch_idx, dl_idx) if pass_idx else step(batch, batch_idx)
+                            output = step(*(batch, batch_idx, dl_idx)[:arity])
                         for fn in end_cbs:
                             fn(output, batch, batch_idx, *extra)
                         if end_m is not None:
@@ -113,6 +113,15 @@ class EvaluationLoop:
                 results.append({k: float(v) for k, v in logged.items()
                                 if k.endswith(suffix) or "/dataloader_idx_" not in k})
         return results
+
+
+def step_arity(step: Any, name: str, count: int) -> int:
+    """How many of ``(batch, batch_idx, dataloader_idx)`` to pass to an evaluation or prediction step: as in
+    Lightning, ``validation_step(self, batch)`` gets the batch alone, and ``dataloader_idx`` goes only where there
+    are several loaders (:func:`check_dataloader_idx`'s errors where the signature disagrees)."""
+    if check_dataloader_idx(step, name, count):
+        return 3
+    return 2 if accepts_positional(step, 2) else 1
 
 
 def check_dataloader_idx(step: Any, name: str, count: int) -> bool:
@@ -179,7 +188,7 @@ class PredictionLoop:
         self._predictions, self.epoch_batch_indices, self.current_batch_indices = [], [], []
         hooks.module_default("on_predict_model_eval")()
         trainer.run_state.progress.num_predict_batches = list(limits)  # what the progress bar counts to
-        pass_idx = check_dataloader_idx(module.predict_step, "predict_step", len(loaders))
+        arity = step_arity(module.predict_step, "predict_step", len(loaders))
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")
             hooks.call("on_predict_epoch_start")
@@ -197,8 +206,7 @@ class PredictionLoop:
                         indices.append(self.current_batch_indices)
                     hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
                     with trainer.precision.forward_context():
-                        out = module.predict_step(batch, batch_idx, dl_idx) if pass_idx else \
-                            module.predict_step(batch, batch_idx)
+                        out = module.predict_step(*(batch, batch_idx, dl_idx)[:arity])
                     hooks.call("on_predict_batch_end", out, batch, batch_idx, *extra)
                     if keep:
                         predictions.append(ckpt.to_cpu(out))

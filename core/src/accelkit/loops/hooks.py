@@ -134,7 +134,8 @@ def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
                                                            for cb in callbacks]
     for obj, _base, known, kind in targets:
         for name in dir(type(obj)):
-            if not name.startswith("on_") or name in known or not callable(getattr(type(obj), name, None)):
+            if (not name.startswith("on_") or name in known or name in REMOVED_HOOKS
+                    or not callable(getattr(type(obj), name, None))):
                 continue
             if any(name in vars(klass) for klass in type(obj).__mro__ if klass.__module__.startswith("torch.")):
                 continue
@@ -144,7 +145,7 @@ def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
                     f"none, so it is never called{hint}")
 
 
-#: Lightning 1.x hooks that Lightning 2.x removed, with what replaces them (Lightning raises for these too)
+#: Lightning 1.x hooks that Lightning 2.x removed, with what replaces them
 REMOVED_HOOKS = {
     "training_epoch_end": "on_train_epoch_end (collect the step outputs yourself)",
     "validation_epoch_end": "on_validation_epoch_end (collect the step outputs yourself)",
@@ -162,17 +163,26 @@ REMOVED_HOOKS = {
     "on_hpc_save": "on_save_checkpoint",
     "on_hpc_load": "on_load_checkpoint",
 }
+#: the removed hooks Lightning 2.x refuses on a Module (it ignores the others, which still work in a project
+#: that keeps one as dead code, such as OML's ``on_epoch_start``: those get a warning)
+REFUSED_HOOKS = ("training_epoch_end", "validation_epoch_end", "test_epoch_end")
 
 
-def check_removed_hooks(module: Any, callbacks: list[Any]) -> None:
-    """Raise, naming every one, for Lightning 1.x hooks a Module or Callback still defines: they would never be
-    called (Lightning 2.x refuses them too)."""
+def check_removed_hooks(module: Any, callbacks: list[Any], warn: bool = True) -> None:
+    """Raise, naming every one, for the Lightning 1.x hooks a Module still defines that Lightning 2.x refuses
+    (:data:`REFUSED_HOOKS`); warn, at the method, for the other removed hooks a Module or Callback defines: they
+    are never called (Lightning 2.x ignores them silently); ``warn``: false on the ranks other than global zero."""
     found = []
     for obj in [module, *callbacks]:
         for name, replacement in REMOVED_HOOKS.items():
-            if callable(getattr(type(obj), name, None)):
-                found.append(f"{type(obj).__name__}.{name} was removed in Lightning 2.0 and is never called; "
-                             f"use {replacement}")
+            method = getattr(type(obj), name, None)
+            if not callable(method):
+                continue
+            message = f"{type(obj).__name__}.{name} was removed in Lightning 2.0 and is never called; use {replacement}"
+            if obj is module and name in REFUSED_HOOKS:
+                found.append(message)
+            elif warn:
+                warn_at(method, message)
     if found:
         raise NotImplementedError("; ".join(found))
 

@@ -213,10 +213,6 @@ class MetricStore:
         self.ahead = False
         #: ``on_step`` and ``on_epoch`` of a log that does not say (from ``training``, ``epoch_end``, ``epoch_hook``)
         self.default_on_step, self.default_on_epoch = training, not training
-        #: this process is global rank zero (values logged with ``rank_zero_only`` elsewhere are dropped)
-        self.is_global_zero = True
-        #: names logged with ``rank_zero_only=True`` (known on every rank)
-        self.rank_zero_only_names: set[str] = set()
         self.phase = "steps"
         #: how values logged with ``sync_dist`` are reduced across processes (the strategy's ``reduce``, set by the
         #: run; ``None``: not reduced)
@@ -312,10 +308,6 @@ class MetricStore:
         on_epoch = self.default_on_epoch if on_epoch is None else on_epoch
         if (self.epoch_end or self.epoch_hook) and (on_step or not on_epoch):
             _refuse_step_level(logged_name, on_step, on_epoch)
-        if rank_zero_only:
-            self.rank_zero_only_names.add(name)
-            if not self.is_global_zero:
-                return
         metric = None
         if isinstance(value, torch.Tensor):
             if value.ndim:  # a zero-dimensional tensor holds one value; others must hold exactly one

@@ -80,8 +80,6 @@ class Publisher:
         :meth:`~accelkit.loops.state.Progress.logger_step`)."""
         trainer = self.trainer
         metrics, reduce = trainer.run_state.metrics, trainer.strategy.reduce
-        if metrics.rank_zero_only_names and trainer.world_size > 1:
-            _check_monitors(trainer, metrics.rank_zero_only_names)
         self.publish()  # the last step's values stay visible after the epoch
         logged = metrics.compute_epoch(reduce)
         done = set(metrics.entries)
@@ -115,17 +113,3 @@ class Publisher:
                     at = int(own)
             for logger in trainer.loggers:
                 logger.log_metrics(row, step=at)
-
-
-def _check_monitors(trainer: Trainer, rank_zero_names: set[str]) -> None:
-    """A metric only rank 0 has cannot drive a decision every rank makes together (checkpoint names, early
-    stopping, a plateau scheduler): the other ranks would wait for it forever. Every rank raises instead."""
-    monitors = [(type(c).__name__, getattr(c, "monitor", None)) for c in trainer.callbacks]
-    monitors += [(f"lr_scheduler {type(c.scheduler).__name__}", c.monitor) for c in trainer.lr_scheduler_configs]
-    for owner, monitor in monitors:
-        if monitor is not None and monitor in rank_zero_names:
-            raise ValueError(f"{owner} monitors {monitor!r}, which is logged with rank_zero_only=True, so only rank 0 "
-                             f"has it while all {trainer.world_size} ranks must decide together; log it with "
-                             "sync_dist=True instead")
-
-

@@ -93,7 +93,6 @@ def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, pr
     strategy.setup_runtime()  # before anything reads root_device
     strategy.setup_environment()
     resume.seed_spawned_worker(strategy)  # a spawned process starts from ACCELKIT_SEED (Lightning's reset_seed)
-    trainer.run_state.metrics.is_global_zero = strategy.is_global_zero
     trainer.run_state.metrics.reduce, trainer.run_state.metrics.device = strategy.reduce, strategy.root_device
     set_global_rank(strategy.global_rank)
     _agree_on_run_folders(trainer)
@@ -105,8 +104,8 @@ def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, pr
         if rank == 0:
             prepare_data(trainer, module, datamodule)
         strategy.barrier("prepare_data")
-    check_removed_hooks(module, trainer.callbacks)
-    if stage == "fit" and not trainer.warned_unknown_hooks:
+    check_removed_hooks(module, trainer.callbacks, warn=strategy.is_global_zero)  # one warning, not one per rank
+    if stage == "fit" and not trainer.warned_unknown_hooks and strategy.is_global_zero:
         warn_unknown_hooks(module, trainer.callbacks)
     fn_stage = trainer.run_state.state.fn  # the TrainerFn member, as Lightning passes it
     hooks.call_datamodule("setup", fn_stage)

@@ -205,8 +205,9 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             when it is logged (a collective each step, as in Lightning). An epoch mean weighs each process by the
             batch sizes it logged, as Lightning does.
         :param batch_size: weight for the mean (default: the batch's first dimension).
-        :param rank_zero_only: the value is known on rank 0 only: it is not reduced and other ranks' values
-            are not used (callbacks on other ranks do not see it).
+        :param rank_zero_only: the value is not reduced across processes (as Lightning: for a value logged from
+            rank 0 only, or one the program has already reduced itself); each process that logs it keeps its own.
+            A callback monitoring it on a process that did not log it fails there, naming it.
         :param add_dataloader_idx: with several evaluation loaders, suffix the name with ``/dataloader_idx_N`` (after
             ``_step``/``_epoch``, as Lightning: ``loss_epoch/dataloader_idx_1``).
         """

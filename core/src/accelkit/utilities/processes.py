@@ -20,7 +20,8 @@ def process_stopped(pid: int) -> bool:
     """Whether process ``pid`` on this machine is stopped (SIGSTOP, SIGTSTP; state ``T`` in ``/proc``). ``False``
     where that cannot be read (the process is gone, or the system has no ``/proc``)."""
     try:
-        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            stat = handle.read()
     except OSError:
         return False
     return stat[stat.rfind(")") + 2:stat.rfind(")") + 3] == "T"  # the field after the (command name)
