@@ -32,6 +32,7 @@ from accelkit.utilities import (
     seed_everything,
 )
 from accelkit.utilities import rank_zero as rank_zero_module
+from helpers.models import PredictsInputs
 
 
 def data(n: int = 16, seed: int = 0) -> TensorDataset:
@@ -47,7 +48,7 @@ def trainer(**kwargs: typing.Any) -> accelkit.Trainer:
     return accelkit.Trainer(**options)
 
 
-class Regression(accelkit.Module):
+class Regression(PredictsInputs, accelkit.Module):
     def __init__(self) -> None:
         super().__init__()
         self.layer = nn.Linear(3, 1)

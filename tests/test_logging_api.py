@@ -30,7 +30,7 @@ import accelkit  # noqa: E402
 from accelkit.loggers import CSVLogger  # noqa: E402
 from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
-from helpers.models import RegressionModule, quiet_trainer, regression_data  # noqa: E402
+from helpers.models import PredictsInputs, RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 QUIET = dict(enable_model_summary=False, num_sanity_val_steps=0)
 
@@ -39,7 +39,7 @@ def loader(n: int = 16, batch_size: int = 4, seed: int = 0) -> DataLoader:
     return DataLoader(regression_data(n, seed=seed), batch_size=batch_size)
 
 
-class Net(accelkit.Module):
+class Net(PredictsInputs, accelkit.Module):
     """A linear regression that logs its losses and records what it sees of the run state."""
 
     def __init__(self) -> None:

@@ -16,11 +16,12 @@ import accelkit
 from accelkit.callbacks import ModelSummary, ProgressBar, RichModelSummary, RichProgressBar, TQDMProgressBar
 from accelkit.callbacks.progress import Tqdm, get_standard_metrics
 from accelkit.errors import ConfigurationError
+from helpers.models import PredictsInputs
 
 BATCHES = 8
 
 
-class Model(accelkit.Module):
+class Model(PredictsInputs, accelkit.Module):
     """Logs its loss per step (on the bar) and a per-epoch value; validation and test log too."""
 
     def __init__(self) -> None:

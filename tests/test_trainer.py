@@ -589,6 +589,28 @@ def test_evaluation_and_prediction_steps_may_omit_batch_idx(tmp_path):
     assert [p.shape for p in predictions] == [torch.Size([4, 1])] * 2
 
 
+class WholeBatchForward(accelkit.Module):
+    """A module whose forward takes the whole ``(input, target)`` batch, as Lightning's default predict_step does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+
+    def forward(self, batch: Any) -> torch.Tensor:
+        x, _ = batch
+        return self.layer(x)
+
+
+def test_the_default_predict_step_passes_the_whole_batch_to_forward_as_lightning(tmp_path):
+    """Lightning's default ``predict_step`` is ``self(batch)``; accelkit's passed ``batch[0]`` of a list or tuple
+    batch, so a forward that unpacks ``x, y = batch`` got the rows of ``x`` (silently, for two rows)."""
+    model = WholeBatchForward()
+    predictions = quiet_trainer(tmp_path).predict(model, DataLoader(regression_data(8, seed=1), batch_size=2))
+    assert [p.shape for p in predictions] == [torch.Size([2, 1])] * 4
+    x = torch.cat([x for x, _ in DataLoader(regression_data(8, seed=1), batch_size=2)])
+    torch.testing.assert_close(torch.cat(predictions), model.layer(x))
+
+
 class WithLBFGS(RegressionModule):
     def configure_optimizers(self) -> Any:
         return torch.optim.LBFGS(self.parameters(), lr=0.1)

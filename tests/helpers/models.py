@@ -23,7 +23,16 @@ def regression_data(n: int = 32, features: int = 4, seed: int = 0) -> TensorData
     return TensorDataset(x, y)
 
 
-class RegressionModule(accelkit.Module):
+class PredictsInputs:
+    """A Module mix-in whose ``predict_step`` runs the forward on a batch's inputs (the first item of an
+    ``(input, target)`` batch, or a bare tensor): the default ``predict_step`` passes the whole batch, as Lightning's,
+    so a module predicting from its training data says so, as a Lightning module must."""
+
+    def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
+        return self(batch[0] if isinstance(batch, (list, tuple)) else batch)  # type: ignore[operator]
+
+
+class RegressionModule(PredictsInputs, accelkit.Module):
     """A linear layer trained with plain SGD (no momentum) on a mean-squared-error loss.
 
     With SGD and a mean loss, one step over a global batch equals a DDP step over its shards, and two

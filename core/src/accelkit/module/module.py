@@ -160,9 +160,8 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         """Evaluate one test batch ``(batch, batch_idx[, dataloader_idx])`` and log metrics with :meth:`log`."""
 
     def predict_step(self, batch: Any, batch_idx: int = 0, dataloader_idx: int = 0) -> Any:
-        """Return the prediction for one batch; by default ``self(batch)`` (``self(batch[0])`` for tuples)."""
-        if isinstance(batch, (list, tuple)):
-            return self(batch[0])
+        """Return the prediction for one batch; by default ``self(batch)``, the whole batch as Lightning passes it
+        (a ``TensorDataset``'s batch is a list: override ``predict_step`` to pass ``batch[0]``)."""
         return self(batch)
 
     def configure_optimizers(self) -> Any:
