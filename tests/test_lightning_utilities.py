@@ -9,6 +9,7 @@ import copy
 import gc
 import importlib.util
 import logging
+import os
 import math
 import typing
 import warnings
@@ -302,7 +303,10 @@ def scenario(name, env, *args, **kwargs):
     print("== " + name, file=sys.stderr, flush=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        seed = L.seed_everything(*args, **kwargs)
+        try:
+            seed = L.seed_everything(*args, **kwargs)
+        except (TypeError, ValueError) as error:
+            seed = "raised " + type(error).__name__
     for warning in caught:
         print("warned " + warning.category.__name__, file=sys.stderr, flush=True)
     print("returned", seed, "PL_GLOBAL_SEED", os.environ.get("PL_GLOBAL_SEED"), file=sys.stderr, flush=True)
@@ -312,6 +316,12 @@ scenario("none", {{}})
 scenario("from PL_GLOBAL_SEED", {{"PL_GLOBAL_SEED": "7"}})
 scenario("a launcher's rank", {{"RANK": "1"}}, 3)
 scenario("quiet", {{}}, 5, verbose=False)
+scenario("a string", {{}}, "42")
+scenario("not a number", {{}}, "abc")
+scenario("below 0", {{}}, -1)
+scenario("the largest", {{}}, 2**32 - 1)
+scenario("above 2**32-1", {{}}, 2**32)
+scenario("out of bounds in PL_GLOBAL_SEED", {{"PL_GLOBAL_SEED": "-5"}})
 """
 
 
@@ -331,6 +341,31 @@ def test_seed_everything_prints_what_lightnings_prints(tmp_path, prewarmed):
                            if line.startswith(("== ", "warned ", "returned ")) or "Seed set" in line]
     assert printed["accelkit"] == printed["lightning"], printed
     assert "[rank: 1] Seed set to 3" in printed["accelkit"] and "returned 7 PL_GLOBAL_SEED 7" in printed["accelkit"]
+    assert "returned 42 PL_GLOBAL_SEED 42" in printed["accelkit"]
+    assert printed["accelkit"].count("returned raised ValueError PL_GLOBAL_SEED None") == 3
+
+
+def test_seed_everything_converts_and_bounds_the_seed_as_lightning_does(monkeypatch):
+    """Lightning's ``int(seed)`` and its bounds (NumPy's 0..2**32-1), with accelkit's messages naming the value."""
+    for name in ("ACCELKIT_SEED", "PL_GLOBAL_SEED"):
+        monkeypatch.delenv(name, raising=False)
+    assert seed_everything("42", verbose=False) == 42 and os.environ["PL_GLOBAL_SEED"] == "42"
+    assert seed_everything(2**32 - 1, verbose=False) == 2**32 - 1
+    with pytest.warns(UserWarning, match=r"seed_everything\(seed=4.7\) is not a whole number: seeding with "
+                                         r"int\(4.7\) = 4, as Lightning does"):
+        assert seed_everything(4.7, verbose=False) == 4
+    with pytest.raises(ValueError, match=r"seed_everything\(seed='abc'\) is not an integer seed; pass a whole number "
+                                         r"from 0 to 4294967295"):
+        seed_everything("abc")
+    for seed in (-1, 2**32):
+        with pytest.raises(ValueError, match=f"got seed {seed}, out of bounds: a seed is from 0 to 4294967295"):
+            seed_everything(seed)
+    monkeypatch.delenv("ACCELKIT_SEED")
+    monkeypatch.setenv("PL_GLOBAL_SEED", str(2**40))
+    with pytest.raises(ValueError, match=f"got seed {2**40}, out of bounds"):
+        seed_everything()
+    with pytest.raises(TypeError, match=r"seed_everything\(seed=True\) needs an int from 0 to 4294967295, not a bool"):
+        seed_everything(True)
 
 
 def test_seed_everything_logs_the_seed_at_info_on_the_accelkit_logger(caplog, monkeypatch):
