@@ -127,6 +127,42 @@ def test_rank_zero_info_and_debug_log_on_rank_zero_only(rank):
                                                               (logging.DEBUG, "details")]
 
 
+RANK_ZERO_SCRIPT = """
+import logging, sys
+if sys.argv[1:] == ["configured"]:
+    logging.basicConfig(level=logging.DEBUG, format="ROOT %(levelname)s %(message)s")
+from {module} import rank_zero_debug, rank_zero_info, rank_zero_warn
+rank_zero_info("info message")
+rank_zero_warn("warn message")
+rank_zero_debug("debug message")
+"""
+
+
+@pytest.mark.slow
+def test_rank_zero_messages_print_what_lightnings_print(tmp_path, prewarmed):
+    """Side by side with Lightning, a script's stderr: without logging configured, ``rank_zero_info`` prints the
+    message alone (no ``basicConfig`` needed, as docs/utilities.rst said it was), ``rank_zero_warn`` a
+    ``UserWarning``, ``rank_zero_debug`` nothing; with ``basicConfig(level=DEBUG)`` before the import, the
+    messages take the program's format and ``rank_zero_debug`` still prints nothing (accelkit printed it). (The
+    ``lightning`` package's own ``INFO: ...`` console line, a second copy, is left out of the comparison.)"""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's rank_zero_* messages")
+    from helpers.guards import child_env
+
+    printed = {}
+    for module in ("lightning.pytorch.utilities.rank_zero", "accelkit.utilities"):
+        for setup in ("plain", "configured"):
+            done = prewarmed.run(["-c", RANK_ZERO_SCRIPT.format(module=module), setup], cwd=tmp_path,
+                                 env=child_env(), timeout=120)
+            assert done.returncode == 0, done.stderr
+            printed[module.split(".")[0], setup] = [line for line in done.stderr.splitlines()
+                                                    if line.endswith(" message") and not line.startswith("INFO: ")
+                                                    or line == "info message"]
+    for setup in ("plain", "configured"):
+        assert printed["accelkit", setup] == printed["lightning", setup], printed
+    assert printed["accelkit", "plain"] == ["info message", "<string>:7: UserWarning: warn message"]
+    assert printed["accelkit", "configured"] == ["ROOT INFO info message", "<string>:7: UserWarning: warn message"]
+
+
 def test_rank_zero_only_runs_the_function_on_rank_zero_only(rank):
     calls: list[int] = []
 
