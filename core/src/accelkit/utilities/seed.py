@@ -73,6 +73,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         program configured logging), prefixed ``[rank: N]`` where a launcher gave this process a rank, in every
         process, as Lightning's.
     """
+    from_environment = False
     if seed is None:
         seed = seed_from_environment(None)
         if seed is None:
@@ -80,7 +81,9 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
             if verbose:
                 rank_zero_warn(f"seed_everything() got no seed and found neither {SEED_ENV} nor "
                                f"{LIGHTNING_SEED_ENV}: seeding with {seed}", stacklevel=5)
-    seed = _as_seed(seed)
+        else:
+            from_environment = True
+    seed = _as_seed(seed, from_environment)
     if verbose:
         rank = given_launcher_rank()
         log.info("%sSeed set to %d", "" if rank is None else f"[rank: {rank}] ", seed)
@@ -99,7 +102,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     return seed
 
 
-def _as_seed(seed: object) -> int:
+def _as_seed(seed: object, from_environment: bool = False) -> int:
     """``seed`` as an int seed, as Lightning's ``seed_everything`` converts it (``int()``), within its bounds."""
     if isinstance(seed, bool):
         raise TypeError(f"seed_everything(seed={seed!r}) needs an int from {_MIN_SEED} to {_MAX_SEED}, not a bool")
@@ -111,11 +114,12 @@ def _as_seed(seed: object) -> int:
                              f"{_MIN_SEED} to {_MAX_SEED}, such as 42") from None
         if isinstance(seed, float) and seed != number:
             rank_zero_warn(f"seed_everything(seed={seed!r}) is not a whole number: seeding with int({seed!r}) = "
-                           f"{number}, as Lightning does", stacklevel=4)
+                           f"{number}, as Lightning does", stacklevel=6)  # names seed_everything's caller
         seed = number
     if not _MIN_SEED <= seed <= _MAX_SEED:
         raise ValueError(f"seed_everything() got seed {seed}, out of bounds: a seed is from {_MIN_SEED} to "
-                         f"{_MAX_SEED} (what NumPy accepts)")
+                         f"{_MAX_SEED} (what NumPy accepts)"
+                         + (f"; it came from {SEED_ENV} or {LIGHTNING_SEED_ENV}" if from_environment else ""))
     return seed
 
 
