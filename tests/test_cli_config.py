@@ -403,7 +403,8 @@ def test_the_optimizer_warning_names_the_users_classes_never_accelkits_own(proje
                         "--trainer.fast_dev_run=true")
         assert done.returncode == 0, done.stdout + done.stderr
     said = [str(w.message) for w in command if "configure_optimizers" in str(w.message)]
-    assert said == [str(plain[0].message)], said  # not "(CommandCLI.configure_optimizers)"
+    # not "(CommandCLI.configure_optimizers)" (the first warning may be seed_everything's: no seed given or found)
+    assert said == [str(w.message) for w in plain if "configure_optimizers" in str(w.message)], said
 
 
 @pytest.mark.slow  # fits in a program
