@@ -290,7 +290,8 @@ def test_the_state_keeps_a_relative_folder_as_lightning_does_and_resumes_after_t
     assert sorted(state["best_k_models"]) == ["runs/checkpoints/epoch=0-step=4.ckpt",
                                               "runs/checkpoints/epoch=1-step=8.ckpt"]
     logged = checkpoint()
-    make_trainer("./runs", max_epochs=1, callbacks=[logged], logger=CSVLogger("./logs")).fit(Scripted(val_losses=scores))
+    make_trainer("./runs", max_epochs=1, callbacks=[logged],
+                 logger=CSVLogger("./logs")).fit(Scripted(val_losses=scores))
     assert logged.best_model_path == "./logs/lightning_logs/version_0/checkpoints/epoch=0-step=4.ckpt"
 
     moved = tmp_path / "moved"

@@ -70,7 +70,8 @@ class CLI:
     :param trainer_class: the :class:`~accelkit.Trainer` class (a subclass may add arguments).
     :param trainer_defaults: Trainer argument defaults; ``callbacks`` given here are always added.
     :param seed_everything_default: ``--seed_everything`` default: an int, ``True`` (``ACCELKIT_SEED``'s or
-        ``PL_GLOBAL_SEED``'s seed, else 0 with a warning, as Lightning's; written to the saved configuration) or ``False`` (no seeding).
+        ``PL_GLOBAL_SEED``'s seed, else 0 with a warning, as Lightning's; written to the saved configuration) or
+        ``False`` (no seeding).
     :param parser_kwargs: keyword arguments of every :class:`~accelkit.cli.config.ArgumentParser` (or, under a
         sub-command name, of that sub-command's).
     :param subclass_mode_model: accept any subclass of ``model_class`` by class path.

@@ -469,9 +469,9 @@ class DDPForkStrategy(DDPSpawnStrategy):
     an interactive session, where a class defined in ``__main__`` cannot be imported by a spawned worker, and each
     worker starts in a fraction of a second. What does not pickle (a lambda or a class defined inside a function,
     held by the module or the data) is an error naming it, as under ``ddp_spawn`` (Lightning's ``ddp_fork`` hands
-    its workers the objects through the fork itself, unpickled). As with Lightning, the calling process must not have started what a fork cannot copy
-    (an accelerator's context, for one: such plugins do not offer it); threads of the caller do not exist in the
-    workers.
+    its workers the objects through the fork itself, unpickled). As with Lightning, the calling process must not
+    have started what a fork cannot copy (an accelerator's context, for one: such plugins do not offer it);
+    threads of the caller do not exist in the workers.
     """
 
     start_method = "fork"

@@ -106,7 +106,9 @@ def _as_seed(seed: object, from_environment: bool = False) -> int:
     """``seed`` as an int seed, as Lightning's ``seed_everything`` converts it (``int()``), within its bounds."""
     if isinstance(seed, bool):
         raise TypeError(f"seed_everything(seed={seed!r}) needs an int from {_MIN_SEED} to {_MAX_SEED}, not a bool")
-    if not isinstance(seed, int):
+    if isinstance(seed, int):
+        number = seed
+    else:
         try:
             number = int(seed)  # type: ignore[call-overload]
         except (TypeError, ValueError):
@@ -115,12 +117,11 @@ def _as_seed(seed: object, from_environment: bool = False) -> int:
         if isinstance(seed, float) and seed != number:
             rank_zero_warn(f"seed_everything(seed={seed!r}) is not a whole number: seeding with int({seed!r}) = "
                            f"{number}, as Lightning does", stacklevel=6)  # names seed_everything's caller
-        seed = number
-    if not _MIN_SEED <= seed <= _MAX_SEED:
-        raise ValueError(f"seed_everything() got seed {seed}, out of bounds: a seed is from {_MIN_SEED} to "
+    if not _MIN_SEED <= number <= _MAX_SEED:
+        raise ValueError(f"seed_everything() got seed {number}, out of bounds: a seed is from {_MIN_SEED} to "
                          f"{_MAX_SEED} (what NumPy accepts)"
                          + (f"; it came from {SEED_ENV} or {LIGHTNING_SEED_ENV}" if from_environment else ""))
-    return seed
+    return number
 
 
 def worker_init_function(worker_id: int, rank: int | None = None) -> None:
