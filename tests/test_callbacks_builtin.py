@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import sys
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -264,6 +265,56 @@ def test_state_survives_resume_and_best_is_loadable(tmp_path):
     trainer.test(model, ckpt_path="best")
     for key, value in best_weights.items():
         torch.testing.assert_close(model.state_dict()[key], value)
+
+
+def test_the_state_keeps_a_relative_folder_as_lightning_does_and_resumes_after_the_run_moved(tmp_path, monkeypatch):
+    """Lightning's state (``dirpath``, ``best_model_path``, ``best_k_models``...) names the default folder as the
+    relative ``default_root_dir`` or logger ``save_dir`` gave it (accelkit stored absolute paths, so a run folder
+    moved or resumed from another working directory lost its top-k with a warning); a changed folder gets Lightning's
+    warning."""
+    first = tmp_path / "first"
+    first.mkdir()
+    monkeypatch.chdir(first)
+    scores = [0.5, 0.3, 0.6, 0.2]
+
+    def checkpoint(**kwargs: Any) -> ModelCheckpoint:
+        return ModelCheckpoint(monitor="val_loss", save_top_k=2, save_last=True, **kwargs)
+
+    callback = checkpoint()
+    make_trainer("./runs", max_epochs=2, callbacks=[callback]).fit(Scripted(val_losses=scores))
+    state = next(value for key, value in load("runs/checkpoints/last.ckpt")["callbacks"].items()
+                 if key.startswith("ModelCheckpoint"))
+    assert (state["dirpath"], state["best_model_path"], state["last_model_path"], state["kth_best_model_path"]) == (
+        "runs/checkpoints", "runs/checkpoints/epoch=1-step=8.ckpt", "runs/checkpoints/last.ckpt",
+        "runs/checkpoints/epoch=0-step=4.ckpt")
+    assert sorted(state["best_k_models"]) == ["runs/checkpoints/epoch=0-step=4.ckpt",
+                                              "runs/checkpoints/epoch=1-step=8.ckpt"]
+    logged = checkpoint()
+    make_trainer("./runs", max_epochs=1, callbacks=[logged],
+                 logger=CSVLogger("./logs")).fit(Scripted(val_losses=scores))
+    assert logged.best_model_path == "./logs/lightning_logs/version_0/checkpoints/epoch=0-step=4.ckpt"
+
+    moved = tmp_path / "moved"
+    first.rename(moved)
+    monkeypatch.chdir(moved)
+    resumed = checkpoint()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer("./runs", max_epochs=4, callbacks=[resumed]).fit(Scripted(val_losses=scores),
+                                                                      ckpt_path="runs/checkpoints/last.ckpt")
+    assert not [w for w in caught if "dirpath has changed" in str(w.message)]
+    # the top two over both runs: epoch 3 (0.2) and epoch 1 (0.3, from before the move)
+    assert sorted(resumed.best_k_models) == ["runs/checkpoints/epoch=1-step=8.ckpt",
+                                             "runs/checkpoints/epoch=3-step=16.ckpt"]
+    assert names(moved / "runs" / "checkpoints") == ["epoch=1-step=8.ckpt", "epoch=3-step=16.ckpt", "last.ckpt"]
+
+    elsewhere = checkpoint(dirpath="elsewhere")
+    with pytest.warns(UserWarning, match=r"The dirpath has changed from 'runs/checkpoints' to '.*elsewhere', "
+                                         r"therefore `best_model_score`, `kth_best_model_path`, `kth_value`, "
+                                         r"`last_model_path` and `best_k_models` won't be reloaded. Only "
+                                         r"`best_model_path` will be reloaded."):
+        make_trainer("./runs", max_epochs=5, callbacks=[elsewhere]).fit(Scripted(val_losses=[*scores, 0.9]),
+                                                                        ckpt_path="runs/checkpoints/last.ckpt")
 
 
 # ---------------------------------------------------------------------------------------------- monitors_metrics

@@ -147,7 +147,7 @@ def test_missing_ckpt_path_is_a_clear_error(tmp_path):
         trainer.fit(RegressionModule(), ckpt_path=tmp_path / "nowhere.ckpt")
 
 
-@pytest.mark.filterwarnings("ignore:ModelCheckpoint. the folder changed")  # the resumed fit writes elsewhere
+@pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the resumed fit writes elsewhere
 def test_a_checkpoint_set_on_the_trainer_is_loaded_by_the_next_stages_as_in_lightning(tmp_path):
     def trainer_for(folder: Path) -> accelkit.Trainer:
         return accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
@@ -173,7 +173,7 @@ def test_a_checkpoint_set_on_the_trainer_is_loaded_by_the_next_stages_as_in_ligh
     assert trainer.ckpt_path is None  # the request ended when a stage was given its own checkpoint
 
 
-@pytest.mark.filterwarnings("ignore:ModelCheckpoint. the folder changed")  # the resumed fit writes elsewhere
+@pytest.mark.filterwarnings("ignore:The dirpath has changed")  # the resumed fit writes elsewhere
 def test_each_stage_given_a_checkpoint_says_which_file_it_loaded(tmp_path, capsys):
     trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
                                enable_model_summary=False, default_root_dir=tmp_path)

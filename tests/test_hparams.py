@@ -209,15 +209,27 @@ def test_a_dataclass_module_captures_its_fields():
     assert dict(Config(steps=7).hparams) == {"lr": 0.1, "steps": 7}
 
 
-def test_a_module_argument_is_kept_but_warned_about():
+def test_a_module_argument_is_kept_but_warned_about_once_with_lightnings_advice():
+    """Lightning's warning, once: at ``save_hyperparameters``, not again when a checkpoint leaves the module out
+    (accelkit warned a second time there); a module added to ``hparams`` later is still named at checkpoint time."""
     class Holds(HyperparametersMixin, nn.Module):
         def __init__(self, encoder: nn.Module) -> None:
             super().__init__()
             self.save_hyperparameters()
 
-    with pytest.warns(UserWarning, match=r"'encoder' is an nn.Module.*ignore=\['encoder'\]"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         holds = Holds(nn.Linear(1, 1))
-    assert isinstance(holds.hparams.encoder, nn.Linear)
+        entries = checkpoint_entries(holds)
+        entries = checkpoint_entries(holds)
+    assert [str(w.message) for w in caught] == [
+        "Attribute 'encoder' is an instance of `nn.Module` and is already saved during checkpointing. It is "
+        "recommended to ignore them using `self.save_hyperparameters(ignore=['encoder'])`. (accelkit leaves it out "
+        "of the checkpoint's hyper-parameters: pass it to load_from_checkpoint(..., encoder=...).)"]
+    assert isinstance(holds.hparams.encoder, nn.Linear) and "encoder" not in entries["hyper_parameters"]
+    holds.hparams["head"] = nn.Linear(1, 1)
+    with pytest.warns(UserWarning, match="hyper-parameter 'head' \\(Linear\\) is not plain data"):
+        checkpoint_entries(holds)
 
 
 # ------------------------------------------------------------------------------------------------ hparams

@@ -10,6 +10,7 @@ import gc
 import importlib.util
 import logging
 import math
+import os
 import typing
 import warnings
 
@@ -125,6 +126,42 @@ def test_rank_zero_info_and_debug_log_on_rank_zero_only(rank):
         log.setLevel(level)
     assert [(r.levelno, r.getMessage()) for r in records] == [(logging.INFO, "epoch 3 done"),
                                                               (logging.DEBUG, "details")]
+
+
+RANK_ZERO_SCRIPT = """
+import logging, sys
+if sys.argv[1:] == ["configured"]:
+    logging.basicConfig(level=logging.DEBUG, format="ROOT %(levelname)s %(message)s")
+from {module} import rank_zero_debug, rank_zero_info, rank_zero_warn
+rank_zero_info("info message")
+rank_zero_warn("warn message")
+rank_zero_debug("debug message")
+"""
+
+
+@pytest.mark.slow
+def test_rank_zero_messages_print_what_lightnings_print(tmp_path, prewarmed):
+    """Side by side with Lightning, a script's stderr: without logging configured, ``rank_zero_info`` prints the
+    message alone (no ``basicConfig`` needed, as docs/utilities.rst said it was), ``rank_zero_warn`` a
+    ``UserWarning``, ``rank_zero_debug`` nothing; with ``basicConfig(level=DEBUG)`` before the import, the
+    messages take the program's format and ``rank_zero_debug`` still prints nothing (accelkit printed it). (The
+    ``lightning`` package's own ``INFO: ...`` console line, a second copy, is left out of the comparison.)"""
+    pytest.importorskip("lightning.pytorch", reason="compares with Lightning's rank_zero_* messages")
+    from helpers.guards import child_env
+
+    printed = {}
+    for module in ("lightning.pytorch.utilities.rank_zero", "accelkit.utilities"):
+        for setup in ("plain", "configured"):
+            done = prewarmed.run(["-c", RANK_ZERO_SCRIPT.format(module=module), setup], cwd=tmp_path,
+                                 env=child_env(), timeout=120)
+            assert done.returncode == 0, done.stderr
+            printed[module.split(".")[0], setup] = [line for line in done.stderr.splitlines()
+                                                    if line.endswith(" message") and not line.startswith("INFO: ")
+                                                    or line == "info message"]
+    for setup in ("plain", "configured"):
+        assert printed["accelkit", setup] == printed["lightning", setup], printed
+    assert printed["accelkit", "plain"] == ["info message", "<string>:7: UserWarning: warn message"]
+    assert printed["accelkit", "configured"] == ["ROOT INFO info message", "<string>:7: UserWarning: warn message"]
 
 
 def test_rank_zero_only_runs_the_function_on_rank_zero_only(rank):
@@ -303,7 +340,10 @@ def scenario(name, env, *args, **kwargs):
     print("== " + name, file=sys.stderr, flush=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        seed = L.seed_everything(*args, **kwargs)
+        try:
+            seed = L.seed_everything(*args, **kwargs)
+        except (TypeError, ValueError) as error:
+            seed = "raised " + type(error).__name__
     for warning in caught:
         print("warned " + warning.category.__name__, file=sys.stderr, flush=True)
     print("returned", seed, "PL_GLOBAL_SEED", os.environ.get("PL_GLOBAL_SEED"), file=sys.stderr, flush=True)
@@ -313,6 +353,12 @@ scenario("none", {{}})
 scenario("from PL_GLOBAL_SEED", {{"PL_GLOBAL_SEED": "7"}})
 scenario("a launcher's rank", {{"RANK": "1"}}, 3)
 scenario("quiet", {{}}, 5, verbose=False)
+scenario("a string", {{}}, "42")
+scenario("not a number", {{}}, "abc")
+scenario("below 0", {{}}, -1)
+scenario("the largest", {{}}, 2**32 - 1)
+scenario("above 2**32-1", {{}}, 2**32)
+scenario("out of bounds in PL_GLOBAL_SEED", {{"PL_GLOBAL_SEED": "-5"}})
 """
 
 
@@ -332,6 +378,31 @@ def test_seed_everything_prints_what_lightnings_prints(tmp_path, prewarmed):
                            if line.startswith(("== ", "warned ", "returned ")) or "Seed set" in line]
     assert printed["accelkit"] == printed["lightning"], printed
     assert "[rank: 1] Seed set to 3" in printed["accelkit"] and "returned 7 PL_GLOBAL_SEED 7" in printed["accelkit"]
+    assert "returned 42 PL_GLOBAL_SEED 42" in printed["accelkit"]
+    assert printed["accelkit"].count("returned raised ValueError PL_GLOBAL_SEED None") == 3
+
+
+def test_seed_everything_converts_and_bounds_the_seed_as_lightning_does(monkeypatch):
+    """Lightning's ``int(seed)`` and its bounds (NumPy's 0..2**32-1), with accelkit's messages naming the value."""
+    for name in ("ACCELKIT_SEED", "PL_GLOBAL_SEED"):
+        monkeypatch.delenv(name, raising=False)
+    assert seed_everything("42", verbose=False) == 42 and os.environ["PL_GLOBAL_SEED"] == "42"
+    assert seed_everything(2**32 - 1, verbose=False) == 2**32 - 1
+    with pytest.warns(UserWarning, match=r"seed_everything\(seed=4.7\) is not a whole number: seeding with "
+                                         r"int\(4.7\) = 4, as Lightning does"):
+        assert seed_everything(4.7, verbose=False) == 4
+    with pytest.raises(ValueError, match=r"seed_everything\(seed='abc'\) is not an integer seed; pass a whole number "
+                                         r"from 0 to 4294967295"):
+        seed_everything("abc")
+    for seed in (-1, 2**32):
+        with pytest.raises(ValueError, match=f"got seed {seed}, out of bounds: a seed is from 0 to 4294967295"):
+            seed_everything(seed)
+    monkeypatch.delenv("ACCELKIT_SEED")
+    monkeypatch.setenv("PL_GLOBAL_SEED", str(2**40))
+    with pytest.raises(ValueError, match=f"got seed {2**40}, out of bounds.*came from ACCELKIT_SEED or PL_GLOBAL_SEED"):
+        seed_everything()
+    with pytest.raises(TypeError, match=r"seed_everything\(seed=True\) needs an int from 0 to 4294967295, not a bool"):
+        seed_everything(True)
 
 
 def test_seed_everything_logs_the_seed_at_info_on_the_accelkit_logger(caplog, monkeypatch):

@@ -75,6 +75,18 @@ def test_csv_step_defaults_and_prefix(tmp_path):
     logger.log_metrics({"loss": 2})
     logger.save()
     assert [(r["step"], r["train-loss"]) for r in read_csv(logger.metrics_file)] == [("0", "3"), ("1", "2")]
+    # as Lightning's, the default step counts the rows not yet written: it starts again after each save (it
+    # counted every row logged), and a flush comes every flush_logs_every_n_steps rows
+    logger.log_metrics({"loss": 1})
+    logger.log_metrics({"loss": 0}, step=10)
+    logger.log_metrics({"loss": 5})
+    logger.save()
+    assert [r["step"] for r in read_csv(logger.metrics_file)] == ["0", "1", "0", "10", "2"]
+    every_two = CSVLogger(tmp_path / "two", flush_logs_every_n_steps=2)
+    for loss in range(5):
+        every_two.log_metrics({"loss": loss})
+    assert [(r["step"], r["loss"]) for r in read_csv(every_two.metrics_file)] == [
+        ("0", "0"), ("1", "1"), ("0", "2"), ("1", "3")]
 
 
 def test_csv_first_write_replaces_a_former_runs_file(tmp_path):
@@ -134,6 +146,9 @@ def test_csv_files_are_lightnings(tmp_path):
         logger.save()
         logger.log_metrics({"val_loss": torch.tensor(0.75), "b_metric": 2.0, "epoch": 0}, step=1)
         logger.log_metrics({"train_loss": 0.125, "epoch": 1}, step=2)
+        logger.save()
+        logger.log_metrics({"train_loss": 0.0625})  # the default step: the rows not yet written
+        logger.log_metrics({"train_loss": 0.03125})
         logger.finalize("success")
         folder = Path(logger.log_dir)
         written[name] = {file.name: file.read_text() for file in sorted(folder.iterdir())}

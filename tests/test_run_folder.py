@@ -119,7 +119,7 @@ def test_two_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path
     with warnings.catch_warnings(record=True) as record:  # the resumed run writes into a new folder by design
         warnings.simplefilter("always")
         third = fit(tmp_path, max_epochs=2, ckpt_path="last")
-    assert not [str(w.message) for w in record if "folder changed" in str(w.message)]
+    assert not [str(w.message) for w in record if "dirpath has changed" in str(w.message)]
     assert third.ckpt_path == str(second.checkpoint_path)  # the newest run's last checkpoint
     assert third.checkpoint_path == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
     assert load(third.checkpoint_path)["global_step"] == third.global_step == 2 * second.global_step

@@ -510,15 +510,17 @@ def _rank_zero_logging(ws: Workspace) -> None:
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.DEBUG)
     handler.emit = records.append  # type: ignore[method-assign]
-    root = logging.getLogger()
-    previous = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
+    # as Lightning's package logger, accelkit's is at INFO: a debug line shows once the program lowers it
+    package = logging.getLogger("accelkit")
+    previous = package.level
+    package.addHandler(handler)
     try:
         ut.rank_zero_info("an info line")
+        ut.rank_zero_debug("a hidden debug line")
+        package.setLevel(logging.DEBUG)
         ut.rank_zero_debug("a debug line")
     finally:
-        root.removeHandler(handler)
-        root.setLevel(previous)
-    assert {(r.levelno, r.getMessage()) for r in records} >= {(logging.INFO, "an info line"),
-                                                              (logging.DEBUG, "a debug line")}
+        package.removeHandler(handler)
+        package.setLevel(previous)
+    assert [(r.levelno, r.getMessage()) for r in records] == [(logging.INFO, "an info line"),
+                                                              (logging.DEBUG, "a debug line")]

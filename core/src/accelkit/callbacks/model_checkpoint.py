@@ -239,8 +239,11 @@ class ModelCheckpoint(Checkpoint):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the bookkeeping. When the folder changed since the checkpoint, only ``best_model_path`` is
-        restored (the other files are not where this callback now saves), with a warning, except for the default
-        folder of a resumed run, a new version folder beside the checkpoint's."""
+        restored (the other files are not where this callback now saves), with Lightning's warning (``The dirpath
+        has changed from ...``), except for the default folder of a resumed run, a new version folder beside the
+        checkpoint's. The folders are compared as written, as Lightning's: the default folder of a relative
+        ``default_root_dir`` (or logger ``save_dir``) is relative, so the same run moved elsewhere, or resumed
+        from another working directory, still names the same folder."""
         saved_dir = state_dict.get("dirpath", self.dirpath)
         if self.dirpath is None:  # not set up yet (a spawned run's state coming back): adopt the saved folder
             self.dirpath = saved_dir
@@ -253,9 +256,10 @@ class ModelCheckpoint(Checkpoint):
             self.last_model_path = state_dict.get("last_model_path", self.last_model_path)
         elif not (self._in_run_folder and _sibling_run_folders(saved_dir, self.dirpath)):
             # (A resumed run with the default folder writes into its own new version folder, by design: no warning.)
-            warnings.warn(f"ModelCheckpoint: the folder changed from {saved_dir!r} to {self.dirpath!r}; "
-                          "best_model_score, best_k_models, kth_best_model_path, kth_value and last_model_path are "
-                          "not restored, only best_model_path.", UserWarning, stacklevel=2)
+            warnings.warn(f"The dirpath has changed from {saved_dir!r} to {self.dirpath!r}, therefore "
+                          "`best_model_score`, `kth_best_model_path`, `kth_value`, `last_model_path` and "
+                          "`best_k_models` won't be reloaded. Only `best_model_path` will be reloaded.",
+                          UserWarning, stacklevel=2)
         self.best_model_path = state_dict["best_model_path"]
 
     # ----------------------------------------------------------------- names
@@ -303,8 +307,10 @@ class ModelCheckpoint(Checkpoint):
             return self.dirpath
         if getattr(trainer, "loggers", None):
             log_dir = getattr(trainer, "log_dir", None) or trainer.loggers[0].log_dir
-            return os.path.realpath(Path(log_dir) / "checkpoints")  # absolute, as a given dirpath is made
-        return os.path.realpath(Path(trainer.default_root_dir) / "checkpoints")
+            # as Lightning's, the folder as the logger's location was given (relative stays relative: a checkpoint's
+            # state then names the same folder when the run is moved or resumed from another working directory)
+            return os.path.join(log_dir, "checkpoints")
+        return os.path.join(trainer.default_root_dir, "checkpoints")
 
     def _choose_path(self, trainer: Trainer, metrics: dict[str, Any], filename: str | None = None,
                      reusable: str | None = None) -> str:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import inspect
-import random
 import sys
 import warnings
 from collections.abc import Callable
@@ -70,8 +69,9 @@ class CLI:
     :param save_config_kwargs: its keyword arguments (``{"overwrite": True}``...).
     :param trainer_class: the :class:`~accelkit.Trainer` class (a subclass may add arguments).
     :param trainer_defaults: Trainer argument defaults; ``callbacks`` given here are always added.
-    :param seed_everything_default: ``--seed_everything`` default: an int, ``True`` (a random seed, written to the
-        saved configuration) or ``False`` (no seeding).
+    :param seed_everything_default: ``--seed_everything`` default: an int, ``True`` (``ACCELKIT_SEED``'s or
+        ``PL_GLOBAL_SEED``'s seed, else 0 with a warning, as Lightning's; written to the saved configuration) or
+        ``False`` (no seeding).
     :param parser_kwargs: keyword arguments of every :class:`~accelkit.cli.config.ArgumentParser` (or, under a
         sub-command name, of that sub-command's).
     :param subclass_mode_model: accept any subclass of ``model_class`` by class path.
@@ -159,8 +159,9 @@ class CLI:
     def add_default_arguments_to_parser(self, parser: ArgumentParser) -> None:
         """``--seed_everything``."""
         parser.add_argument("--seed_everything", type=bool | int, default=self.seed_everything_default,
-                            help="an int seeds Python, NumPy and torch before the classes are built; true picks a "
-                                 "random seed (written to the saved configuration); false does not seed")
+                            help="an int seeds Python, NumPy and torch before the classes are built; true seeds with "
+                                 "ACCELKIT_SEED or PL_GLOBAL_SEED, else 0 with a warning (written to the saved "
+                                 "configuration); false does not seed")
 
     def add_core_arguments_to_parser(self, parser: ArgumentParser) -> None:
         """``--trainer.*``, ``--model`` and ``--data``."""
@@ -212,9 +213,8 @@ class CLI:
         seed = self._get(self.config, "seed_everything")
         if seed is False:
             return
-        if seed is True:
-            seed = random.SystemRandom().randint(0, 2**31 - 1)
-        seed = seed_everything(int(seed), workers=True)
+        # True: the seed of ACCELKIT_SEED or PL_GLOBAL_SEED, else 0 with a warning, as Lightning's (not a random one)
+        seed = seed_everything(None if seed is True else seed, workers=True)
         (self.config[self.subcommand] if self.subcommand else self.config)["seed_everything"] = seed
 
     def before_instantiate_classes(self) -> None:

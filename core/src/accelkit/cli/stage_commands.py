@@ -27,7 +27,8 @@ _TARGET_OPTIONS = {"--model": ("accelkit.module.module", "Module", "accelkit.Mod
 #: Trainer's own default is Lightning's 1000): a first run ends in seconds and its numbers are the README's.
 FIRST_RUN_MAX_EPOCHS = 20
 #: the ``--seed_everything`` default of the commands (a script's :class:`~accelkit.cli.CLI` keeps Lightning's
-#: ``True``, a random seed): a run repeated without a configuration gives the same numbers.
+#: ``True``: the seed of ``ACCELKIT_SEED`` or ``PL_GLOBAL_SEED``, else 0 with a warning): a run repeated without a
+#: configuration gives the same numbers.
 FIRST_RUN_SEED = 0
 
 #: words of the short spelling that are not ``--<Trainer argument>``: word -> what it stands for

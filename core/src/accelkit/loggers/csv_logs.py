@@ -59,7 +59,6 @@ class CSVLogger(VersionedLogger):
         self._pending: list[dict[str, Any]] = []
         self._columns: list[str] = []
         self._written_columns: list[str] | None = None  # None: this logger has not written metrics.csv yet
-        self._logged_rows = 0
         self._flushed_bucket = 0
 
     @property
@@ -89,12 +88,17 @@ class CSVLogger(VersionedLogger):
         return written + [dict(row) for row in self._pending]
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Buffer one row: ``step`` (by default the number of rows logged so far) and the metrics, tensors
-        converted to numbers. Writes the buffer every ``flush_logs_every_n_steps`` steps. Rank zero only."""
+        """Buffer one row: ``step`` and the metrics, tensors converted to numbers. Writes the buffer every
+        ``flush_logs_every_n_steps`` steps. Rank zero only.
+
+        :param step: by default, as Lightning's, the number of rows buffered and not yet written: it starts again
+            from 0 after each write (:meth:`save`, or a flush, which then comes every ``flush_logs_every_n_steps``
+            rows)."""
         if global_rank() != 0:
             return
-        if step is None:
-            step = self._logged_rows
+        counted = step is None
+        if step is None:  # Lightning's default: the rows not yet written
+            step = len(self._pending)
         row: dict[str, Any] = {"step": step}
         for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
             row[key] = metric_value(key, value)
@@ -102,7 +106,10 @@ class CSVLogger(VersionedLogger):
         if new:  # Lightning's header: every column name, sorted
             self._columns = sorted(self._columns + new)
         self._pending.append(row)
-        self._logged_rows += 1
+        if counted:
+            if len(self._pending) >= self.flush_logs_every_n_steps:
+                self.save()
+            return
         # Written whenever the step crosses a multiple of flush_logs_every_n_steps (whatever steps the rows
         # carry: logging every 50 steps with the default 100 writes every second row).
         bucket = (step + 1) // self.flush_logs_every_n_steps

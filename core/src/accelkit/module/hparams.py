@@ -191,10 +191,13 @@ class HyperparametersMixin:
         self._set_hparams(hparams)
         for name, value in self.hparams.items():
             if isinstance(value, nn.Module):
-                warnings.warn(f"{type(self).__name__}: hyper-parameter {name!r} is an nn.Module; its weights are "
-                              f"already in the checkpoint's state_dict and the module itself is not stored with "
-                              f"the hyper-parameters. Leave it out with save_hyperparameters(ignore=[{name!r}]) and "
-                              f"pass it to load_from_checkpoint(..., {name}=...)", UserWarning, stacklevel=2)
+                # Lightning's warning and advice, once (checkpoints leave the module out without warning again),
+                # with what accelkit does differently: the module is not stored with the hyper-parameters
+                warnings.warn(f"Attribute {name!r} is an instance of `nn.Module` and is already saved during "
+                              f"checkpointing. It is recommended to ignore them using "
+                              f"`self.save_hyperparameters(ignore=[{name!r}])`. (accelkit leaves it out of the "
+                              f"checkpoint's hyper-parameters: pass it to load_from_checkpoint(..., {name}=...).)",
+                              UserWarning, stacklevel=2)
         try:
             initial = copy.deepcopy(self.hparams)
         except Exception:  # a value that cannot be deep-copied is shared rather than failing the constructor

@@ -17,7 +17,7 @@ import sys
 import types
 import warnings
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ def _plain(value: Any, path: str) -> Any:
     return value if _weights_only_accepts(value) else _dropped(path, value)
 
 
-def plain_hparams(hparams: Mapping[str, Any] | Namespace) -> dict[str, Any]:
+def plain_hparams(hparams: Mapping[str, Any] | Namespace, warned: Collection[str] = ()) -> dict[str, Any]:
     """A copy of ``hparams`` holding only data that ``torch.load(weights_only=True)`` reads back.
 
     ``pathlib.Path`` becomes ``str``, NumPy scalars Python numbers, NumPy arrays lists, ``Namespace``,
@@ -112,9 +112,13 @@ def plain_hparams(hparams: Mapping[str, Any] | Namespace) -> dict[str, Any]:
     stay tuples. A value that cannot be converted (an ``nn.Module``, a class, a function, an arbitrary object) is
     left out with a warning naming its key: pass it again as a keyword of
     :func:`~accelkit.module.hparams.load_from_checkpoint`.
+
+    :param warned: keys whose ``nn.Module`` values are left out without that warning (``save_hyperparameters``
+        already warned about them, as Lightning's does, once).
     """
     source = vars(hparams) if isinstance(hparams, Namespace) else hparams
-    plain = {key: _plain(value, str(key)) for key, value in source.items()}
+    plain = {key: _DROP if key in warned and isinstance(value, nn.Module) else _plain(value, str(key))
+             for key, value in source.items()}
     return {key: value for key, value in plain.items() if value is not _DROP}
 
 
@@ -138,7 +142,9 @@ def checkpoint_entries(module: Any, datamodule: Any = None) -> dict[str, Any]:
     for obj in (module, datamodule):
         hparams = getattr(obj, "hparams", None) if obj is not None else None
         if hparams:
-            entries[getattr(obj, "CHECKPOINT_HYPER_PARAMS_KEY", "hyper_parameters")] = plain_hparams(hparams)
+            initial = getattr(obj, "hparams_initial", None) or {}  # save_hyperparameters warned about its modules
+            warned = [key for key, value in initial.items() if isinstance(value, nn.Module)]
+            entries[getattr(obj, "CHECKPOINT_HYPER_PARAMS_KEY", "hyper_parameters")] = plain_hparams(hparams, warned)
             name = getattr(obj, "__dict__", {}).get("_hparams_name")
             if name:
                 entries[getattr(obj, "CHECKPOINT_HYPER_PARAMS_NAME", "hparams_name")] = name

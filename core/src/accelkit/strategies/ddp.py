@@ -463,11 +463,15 @@ class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
 
 class DDPForkStrategy(DDPSpawnStrategy):
     """:class:`DDPSpawnStrategy` whose workers are forked from the calling process (Lightning's ``ddp_fork`` and
-    ``ddp_notebook``): nothing is pickled or imported again, so it works from a notebook or an interactive session,
-    where a function defined in ``__main__`` cannot be imported by a spawned worker, and each worker starts in a
-    fraction of a second. As with Lightning, the calling process must not have started what a fork cannot copy
-    (an accelerator's context, for one: such plugins do not offer it); threads of the caller do not exist in the
-    workers.
+    ``ddp_notebook``). The run (trainer, module, data, the stage's function) is pickled once in the caller and each
+    worker unpickles its own copy, as under ``ddp_spawn``; but the classes and functions the pickle names are found
+    in the worker's forked copy of the caller's modules, so nothing is imported again: it works from a notebook or
+    an interactive session, where a class defined in ``__main__`` cannot be imported by a spawned worker, and each
+    worker starts in a fraction of a second. What does not pickle (a lambda or a class defined inside a function,
+    held by the module or the data) is an error naming it, as under ``ddp_spawn`` (Lightning's ``ddp_fork`` hands
+    its workers the objects through the fork itself, unpickled). As with Lightning, the calling process must not
+    have started what a fork cannot copy (an accelerator's context, for one: such plugins do not offer it);
+    threads of the caller do not exist in the workers.
     """
 
     start_method = "fork"

@@ -100,12 +100,13 @@ rank_zero_only.rank = launcher_rank()  # type: ignore[attr-defined]  # as Lightn
 share_rank_with_lightning_utilities()
 
 
-#: the logger the rank-zero messages go to; as Lightning's, it prints INFO and above to stderr when the program
-#: configured no logging of its own
+#: the logger the rank-zero messages go to. As Lightning's package logger, ``accelkit``'s is at INFO whatever the
+#: program configured (``rank_zero_debug`` is not shown until the program lowers it), and prints to stderr itself
+#: when the program configured no logging before importing accelkit (the root logger had no handler)
 log = logging.getLogger(__name__)
 _package_log = logging.getLogger("accelkit")
+_package_log.setLevel(logging.INFO)
 if not logging.getLogger().hasHandlers() and not _package_log.handlers:
-    _package_log.setLevel(logging.INFO)
     _package_log.addHandler(logging.StreamHandler())
     _package_log.propagate = False
 

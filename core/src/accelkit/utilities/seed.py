@@ -21,6 +21,8 @@ SEED_WORKERS_ENV = "ACCELKIT_SEED_WORKERS"
 #: ``PL_GLOBAL_SEED`` where ``ACCELKIT_SEED`` is unset, so a Lightning program's environment keeps its meaning
 LIGHTNING_SEED_ENV = "PL_GLOBAL_SEED"
 LIGHTNING_SEED_WORKERS_ENV = "PL_SEED_WORKERS"
+# the seeds seed_everything accepts, as Lightning's: NumPy's (an unsigned 32-bit integer)
+_MIN_SEED, _MAX_SEED = 0, 2**32 - 1
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +61,11 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     """Seed Python, NumPy (if installed) and torch; sets ``ACCELKIT_SEED`` (and Lightning's ``PL_GLOBAL_SEED``) so
     spawned workers inherit it.
 
-    :param seed: the seed (``None``: ``ACCELKIT_SEED``'s, else Lightning's ``PL_GLOBAL_SEED``'s, else 0 with a warning
-        saying so).
+    :param seed: the seed, from 0 to 2**32 - 1 as Lightning's; another type is converted with
+        ``int()`` as Lightning does (``"42"`` seeds with 42; a float that is not whole is truncated, with a warning)
+        (``None``: ``ACCELKIT_SEED``'s, else Lightning's ``PL_GLOBAL_SEED``'s, else 0 with a warning saying so).
+    :raises ValueError: the seed is not an integer or is out of bounds, naming it.
+    :raises TypeError: the seed is a ``bool`` (Lightning would seed with 1 for ``True``).
     :param workers: also seed every DataLoader worker process differently but reproducibly (sets
         ``ACCELKIT_SEED_WORKERS=1``; the Trainer gives loaders without a ``worker_init_fn`` one that derives
         each worker's seed from the base seed, the worker id and the rank).
@@ -68,6 +73,7 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
         program configured logging), prefixed ``[rank: N]`` where a launcher gave this process a rank, in every
         process, as Lightning's.
     """
+    from_environment = False
     if seed is None:
         seed = seed_from_environment(None)
         if seed is None:
@@ -75,8 +81,9 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
             if verbose:
                 rank_zero_warn(f"seed_everything() got no seed and found neither {SEED_ENV} nor "
                                f"{LIGHTNING_SEED_ENV}: seeding with {seed}", stacklevel=5)
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise TypeError(f"seed_everything(seed={seed!r}) needs an int")
+        else:
+            from_environment = True
+    seed = _as_seed(seed, from_environment)
     if verbose:
         rank = given_launcher_rank()
         log.info("%sSeed set to %d", "" if rank is None else f"[rank: {rank}] ", seed)
@@ -88,11 +95,33 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
     try:
         import numpy as np
 
-        np.random.seed(seed % 2**32)
+        np.random.seed(seed)
     except ImportError:  # pragma: no cover - numpy ships with torch wheels
         pass
     torch.manual_seed(seed)
     return seed
+
+
+def _as_seed(seed: object, from_environment: bool = False) -> int:
+    """``seed`` as an int seed, as Lightning's ``seed_everything`` converts it (``int()``), within its bounds."""
+    if isinstance(seed, bool):
+        raise TypeError(f"seed_everything(seed={seed!r}) needs an int from {_MIN_SEED} to {_MAX_SEED}, not a bool")
+    if isinstance(seed, int):
+        number = seed
+    else:
+        try:
+            number = int(seed)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise ValueError(f"seed_everything(seed={seed!r}) is not an integer seed; pass a whole number from "
+                             f"{_MIN_SEED} to {_MAX_SEED}, such as 42") from None
+        if isinstance(seed, float) and seed != number:
+            rank_zero_warn(f"seed_everything(seed={seed!r}) is not a whole number: seeding with int({seed!r}) = "
+                           f"{number}, as Lightning does", stacklevel=6)  # names seed_everything's caller
+    if not _MIN_SEED <= number <= _MAX_SEED:
+        raise ValueError(f"seed_everything() got seed {number}, out of bounds: a seed is from {_MIN_SEED} to "
+                         f"{_MAX_SEED} (what NumPy accepts)"
+                         + (f"; it came from {SEED_ENV} or {LIGHTNING_SEED_ENV}" if from_environment else ""))
+    return number
 
 
 def worker_init_function(worker_id: int, rank: int | None = None) -> None:
