@@ -285,7 +285,8 @@ def test_accelkit_fit_config_with_file_targets_then_validate(project, monkeypatc
     assert saved["data"]["init_args"]["batch_size"] == 8
     assert saved["trainer"]["logger"] == ["csv", "tensorboard"]
     assert list(version.glob("events.out.tfevents*")) and (version / "metrics.csv").is_file()
-    assert last_checkpoint(done.stdout) == str(version / "checkpoints" / "last.ckpt")
+    # where the run reports it, relative to the folder it ran in (the default folder is kept as given, as Lightning's)
+    assert project / last_checkpoint(done.stdout) == version / "checkpoints" / "last.ckpt"
     # in this process (helpers.cli_runs): the fit above started the command as a program
     validate = run_here(project, monkeypatch, capsys, "validate",
                         "--config", "out/lightning_logs/version_0/config.yaml",

@@ -343,6 +343,8 @@ class Net(accelkit.Module):
         return loss
     def validation_step(self, batch, batch_idx):
         self.log("val_loss", self.layer(batch[0]).pow(2).mean(), prog_bar=True)
+    def predict_step(self, batch, batch_idx):
+        return self(batch[0])  # a TensorDataset's batch is a list; the default passes it whole, as Lightning's
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.01)
 
