@@ -168,7 +168,7 @@ def test_timer_elapsed_time_survives_a_resume(tmp_path, clock) -> None:
     first = StepClockTimer(verbose=False)
     trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[first], enable_checkpointing=True, **QUIET)
     trainer.fit(Ticking(eval_cost=0.0))
-    checkpoint = trainer.checkpoint_callback.last_model_path
+    checkpoint = trainer.checkpoint_callback.best_model_path  # the default callback's latest file
     assert torch.load(checkpoint, weights_only=True)["callbacks"][first.state_key]["time_elapsed"]["train"] == 4.0
 
     # 4 s were spent before: a 6 s budget leaves 2 batches

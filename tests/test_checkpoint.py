@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.checkpoint import files as checkpoint  # noqa: E402
+from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.guards import TESTS, child_env  # noqa: E402
 from helpers.models import ExplodingPickle, Opaque, RegressionModule  # noqa: E402
 
@@ -104,7 +105,7 @@ def run(tmp_path: Path, max_epochs: int | None = None, ckpt_path: Any = None, we
 def test_resume_continues_at_the_right_epoch_with_identical_results(tmp_path):
     full, full_trainer = run(tmp_path / "full", 4)
     first, _ = run(tmp_path / "split", 2)
-    saved = checkpoint.load(tmp_path / "split" / "checkpoints" / "last.ckpt")
+    saved = checkpoint.load(tmp_path / "split" / "checkpoints" / "epoch=1-step=8.ckpt")  # the default, as Lightning
     assert (saved["epoch"], saved["global_step"]) == (1, 8)  # written at the end of epoch 1 (0-based)
     assert saved["loops"]["resume_epoch"] == 2
     assert saved["hyper_parameters"] == {"lr": 0.05, "momentum": 0.9}
@@ -140,6 +141,38 @@ def test_a_resume_of_a_run_that_had_already_stopped_warns_that_it_trains_nothing
     assert not [w for w in caught if "trains nothing" in str(w.message)]
 
 
+# ---------------------------------------------------------------------------------------------- the default callback
+@pytest.mark.slow  # runs Lightning's Trainer in a process of its own
+def test_the_default_checkpoint_callback_writes_the_files_lightnings_writes(tmp_path):
+    """Issue 38.1: with no checkpoint callback of the user's, the folder holds Lightning's one file,
+    ``epoch=E-step=S.ckpt`` (accelkit added ``last.ckpt`` beside it: a program counting or globbing its folder saw
+    two files), and the callback reports the same paths."""
+    from helpers.default_checkpoints import SCENARIOS, record
+
+    theirs = lightning_records(tmp_path / "lightning", "default_checkpoints")
+    ours = {scenario: record("accelkit", str(tmp_path / "accelkit" / scenario), scenario) for scenario in SCENARIOS}
+    assert ours == theirs
+    assert all(len(run["files"]) == 1 and run["last_model_path"] == "" for run in ours.values()), ours
+
+
+def test_last_resumes_from_the_default_callbacks_newest_file_without_a_last_ckpt(tmp_path):
+    """``ckpt_path="last"`` with the default callback, which writes no ``last.ckpt``: the newest
+    ``epoch=E-step=S.ckpt`` (a superset of Lightning, which finds nothing there); a callback that monitors a metric
+    is not read that way (its newest file need not be its latest state), and the warning names what is looked for."""
+    _, first = run(tmp_path, 2)
+    assert not list(tmp_path.rglob("last*.ckpt"))
+    resumed, trainer = run(tmp_path, 3, ckpt_path="last")
+    assert trainer.ckpt_path == first.checkpoint_callback.best_model_path and resumed.epochs_started == [2]
+    assert (tmp_path / "checkpoints" / "epoch=2-step=12.ckpt").is_file()
+
+    monitored = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "checkpoints", monitor="train_loss")
+    with pytest.warns(UserWarning, match=r"no checkpoint in .*checkpoints \(last\*\.ckpt\) yet; starting from "):
+        run(tmp_path, 1, ckpt_path="last", callbacks=[monitored])
+    looked_for = r"elsewhere/checkpoints \(last\*\.ckpt or epoch=\*-step=\*\.ckpt\) yet"
+    with pytest.warns(UserWarning, match=r"no checkpoint in .*" + looked_for):
+        run(tmp_path / "elsewhere", 1, ckpt_path="last")
+
+
 def test_missing_ckpt_path_is_a_clear_error(tmp_path):
     trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
                                default_root_dir=tmp_path)
@@ -156,7 +189,7 @@ def test_a_checkpoint_set_on_the_trainer_is_loaded_by_the_next_stages_as_in_ligh
     first = trainer_for(tmp_path / "a")
     trained = RegressionModule()
     first.fit(trained)
-    path = first.checkpoint_callback.last_model_path
+    path = first.checkpoint_callback.best_model_path
     trainer = trainer_for(tmp_path / "b")
     trainer.ckpt_path = path
     assert trainer.requested_ckpt_path == path
@@ -179,7 +212,7 @@ def test_each_stage_given_a_checkpoint_says_which_file_it_loaded(tmp_path, capsy
                                enable_model_summary=False, default_root_dir=tmp_path)
     model = RegressionModule()
     trainer.fit(model)
-    path = trainer.checkpoint_callback.last_model_path
+    path = trainer.checkpoint_callback.best_model_path
     capsys.readouterr()
     trainer.test(model, ckpt_path=path, verbose=False)
     trainer.validate(model, ckpt_path="last", verbose=False)

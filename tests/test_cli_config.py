@@ -286,11 +286,11 @@ def test_accelkit_fit_config_with_file_targets_then_validate(project, monkeypatc
     assert saved["trainer"]["logger"] == ["csv", "tensorboard"]
     assert list(version.glob("events.out.tfevents*")) and (version / "metrics.csv").is_file()
     # where the run reports it, relative to the folder it ran in (the default folder is kept as given, as Lightning's)
-    assert project / last_checkpoint(done.stdout) == version / "checkpoints" / "last.ckpt"
+    reported = last_checkpoint(done.stdout)  # the default callback's one file, as Lightning's (no last.ckpt)
+    assert [project / reported] == list((version / "checkpoints").iterdir()) and "epoch=1-step=" in reported
     # in this process (helpers.cli_runs): the fit above started the command as a program
     validate = run_here(project, monkeypatch, capsys, "validate",
-                        "--config", "out/lightning_logs/version_0/config.yaml",
-                        "--ckpt_path", "out/lightning_logs/version_0/checkpoints/last.ckpt")
+                        "--config", "out/lightning_logs/version_0/config.yaml", "--ckpt_path", reported)
     assert validate.returncode == 0, validate.stderr
     assert "val_loss" in validate.stdout
 

@@ -52,8 +52,9 @@ def test_digits_defaults_reach_95_percent(tmp_path, prewarmed):
     assert "devices=[0] strategy=single_device precision=32-true" in stdout
     assert held_out_accuracy(stdout) >= 0.95, stdout
     version = tmp_path / "lightning_logs" / "version_0"  # the run's folder, as Lightning lays it out
-    assert (version / "checkpoints" / "last.ckpt").is_file()
-    assert f"(last {version / 'checkpoints' / 'last.ckpt'}" in stdout  # the end-of-fit summary names this run's file
+    written = list((version / "checkpoints").iterdir())  # Lightning's default: one epoch=E-step=S.ckpt
+    assert len(written) == 1 and written[0].name.startswith("epoch="), written
+    assert f"(best {written[0]})" in stdout  # the end-of-fit summary names this run's file
     # The loss falls: the default logger's per-step train_loss (every 50 steps) and per-epoch val_loss.
     train, val = logged(version, "train_loss"), logged(version, "val_loss")
     assert len(train) >= 5 and len(val) == 20

@@ -220,7 +220,7 @@ def test_a_device_or_a_fifo_is_not_a_regular_file(tmp_path, kind):
 
 
 def test_a_folder_lists_the_checkpoints_in_it(tmp_path, good_checkpoint):
-    with pytest.raises(IsADirectoryError, match="last.ckpt"):
+    with pytest.raises(IsADirectoryError, match=re.escape(good_checkpoint.name)):
         checkpoint.load(good_checkpoint.parent)
 
 
@@ -363,11 +363,14 @@ def test_non_finite_weights_never_replace_the_last_good_checkpoint(tmp_path):
     message = str(info.value)
     assert "not finite" in message and "'layer.weight' (4 non-finite)" in message
     assert "ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS" in message
-    last = checkpoint.load(tmp_path / "checkpoints" / "last.ckpt")
+    kept = list((tmp_path / "checkpoints").iterdir())  # the default callback's one file: epoch 0's
+    assert [path.name for path in kept] == [Path(run.checkpoint_callback.best_model_path).name]
+    last = checkpoint.load(kept[0])
     assert last["epoch"] == 0 and torch.isfinite(last["state_dict"]["layer.weight"]).all()
 
 
 def test_non_finite_checkpoints_can_be_allowed(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS", "1")
-    trainer(tmp_path, max_epochs=2).fit(DivergesInEpochOne(), loader())
-    assert torch.isnan(checkpoint.load(tmp_path / "checkpoints" / "last.ckpt")["state_dict"]["layer.weight"]).all()
+    run = trainer(tmp_path, max_epochs=2)
+    run.fit(DivergesInEpochOne(), loader())
+    assert torch.isnan(checkpoint.load(run.checkpoint_path)["state_dict"]["layer.weight"]).all()

@@ -33,9 +33,10 @@ def test_a_fit_ends_with_why_it_stopped_and_where_its_files_are(tmp_path, capsys
     assert lines[0].startswith("accelkit: fit stopped: max_epochs=2 reached; 2 epoch(s), 8 step(s) in "), lines
     assert "val_loss=" in lines[0] and "train_loss=" in lines[0]
     callback = run.checkpoint_callback
-    assert lines[1] == f"accelkit: checkpoints in {callback.dirpath} (last {callback.last_model_path}, best " \
-                       f"{callback.best_model_path})", lines
-    assert os.path.isfile(callback.last_model_path) and os.path.isfile(callback.best_model_path)
+    # the default callback writes Lightning's one file (no last.ckpt): its latest, which is best_model_path
+    assert lines[1] == f"accelkit: checkpoints in {callback.dirpath} (best {callback.best_model_path})", lines
+    assert callback.last_model_path == "" and os.listdir(callback.dirpath) == ["epoch=1-step=8.ckpt"]
+    assert os.path.isfile(callback.best_model_path)
     assert lines[2] == f"accelkit: logs in {run.log_dir}" and os.path.isdir(run.log_dir)
     assert len(lines) == 3
 
@@ -47,9 +48,9 @@ def test_a_second_run_in_the_same_folder_names_its_own_checkpoint(tmp_path, caps
     second = trainer(tmp_path, max_epochs=1)
     second.fit(RegressionModule())
     lines = summary_lines(capsys.readouterr().out)
-    last = second.checkpoint_callback.last_model_path
+    latest = second.checkpoint_callback.best_model_path
     # each run writes into its own version folder: the summary names this run's file, not the first run's
-    assert last != first.checkpoint_callback.last_model_path and f"(last {last}," in lines[1], lines
+    assert latest != first.checkpoint_callback.best_model_path and f"(best {latest})" in lines[1], lines
 
 
 @pytest.mark.parametrize("options, reason", [

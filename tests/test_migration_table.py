@@ -352,3 +352,81 @@ def test_counts_add_up() -> None:
     total = counts(ROWS, NAMES)["total"]
     assert total["lightning"] == sum(len(tabled_names(s.key, NAMES)) for s in SECTIONS)
     assert total["supported"] + total["refused"] + total["not yet"] == total["lightning"]
+
+
+# --------------------------------------------------------------------------------------------- ModelCheckpoint
+def _defaults_table() -> dict[str, list[str]]:
+    """The rows of the guide's *ModelCheckpoint's defaults* table: setting -> [Lightning, accelkit, verdict]."""
+    text = GUIDE.read_text()
+    block = text[text.index(".. list-table:: ModelCheckpoint's defaults"):]
+    block = block[:block.index("\n\n", block.index("   * - "))]
+    rows: dict[str, list[str]] = {}
+    for row in block.split("   * - ")[2:]:  # the header row first
+        cells = [cell.strip() for cell in row.split("\n     - ")]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+_CONSTANTS = ("CHECKPOINT_JOIN_CHAR", "CHECKPOINT_EQUALS_CHAR", "CHECKPOINT_NAME_LAST", "FILE_EXTENSION",
+              "STARTING_VERSION")
+_SETTINGS = ("save_last", "save_top_k", "monitor", "filename", "dirpath", "every_n_epochs", "mode",
+             "save_weights_only", "auto_insert_metric_name", "verbose")
+
+
+@pytest.mark.slow  # reads Lightning's Trainer in a process of its own (it imports torch_xla)
+def test_the_guides_model_checkpoint_defaults_are_lightnings_and_ours(forked_python) -> None:
+    """Issue 38.1: every keyword and name constant of Lightning's ``ModelCheckpoint`` has a row whose Lightning
+    column is its default there (read from the installed Lightning, not written down), whose accelkit column is ours,
+    and which says "same" exactly when they are equal; the Trainer's default callbacks have the settings of a
+    ``ModelCheckpoint()``, in both."""
+    pytest.importorskip("lightning.pytorch", reason="reads Lightning's ModelCheckpoint defaults")
+    from accelkit.callbacks import ModelCheckpoint
+
+    theirs = forked_python(f"""
+        import inspect, json, logging, warnings
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        import lightning.pytorch as pl
+        klass = pl.callbacks.ModelCheckpoint
+        trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+                             devices=1)
+        print(json.dumps({{
+            "defaults": {{n: repr(p.default) for n, p in inspect.signature(klass.__init__).parameters.items()
+                         if n != "self"}},
+            "constants": {{n: repr(getattr(klass, n)) for n in {_CONSTANTS!r}}},
+            "default_callback": {{n: repr(getattr(trainer.checkpoint_callback, n)) for n in {_SETTINGS!r}}},
+            "no_argument": {{n: repr(getattr(klass(), n)) for n in {_SETTINGS!r}}}}}))
+        """, env={"CUDA_VISIBLE_DEVICES": ""})
+    rows = _defaults_table()
+    ours = inspect.signature(ModelCheckpoint.__init__).parameters
+    expected = {name: (f"``{value}``", f"``{ours[name].default!r}``" if name in ours else "not taken")
+                for name, value in theirs["defaults"].items()}
+    expected.update({name: (f"``{value}``", f"``{getattr(ModelCheckpoint, name)!r}``")
+                     for name, value in theirs["constants"].items()})
+    wrong = []
+    for name, (lightning, accelkit_value) in expected.items():
+        row = rows.get(f"``{name}``")
+        if row is None:
+            wrong.append(f"{name}: no row")
+        elif tuple(row[:2]) != (lightning, accelkit_value):
+            wrong.append(f"{name}: the row says {tuple(row[:2])}, the defaults are {(lightning, accelkit_value)}")
+        elif row[2].startswith("same") != (lightning == accelkit_value):
+            wrong.append(f"{name}: the row's verdict {row[2][:30]!r} does not match {(lightning, accelkit_value)}")
+    assert not wrong, "\n".join(wrong)
+
+    trainer = accelkit.Trainer(logger=False, enable_progress_bar=False, enable_model_summary=False,
+                               accelerator="cpu", devices=1)
+    assert rows["the Trainer's default callback"][:2] == ["``ModelCheckpoint()``"] * 2
+    assert theirs["default_callback"] == theirs["no_argument"]
+    assert {n: repr(getattr(trainer.checkpoint_callback, n)) for n in _SETTINGS} == theirs["default_callback"]
+
+
+def test_the_guides_hard_linked_last_ckpt_row_holds(tmp_path) -> None:
+    """The row *last.ckpt of the state just written as a top-k file*: accelkit's ``last.ckpt`` is the same file as
+    the top-k one written at the same step (one write), as the guide's defaults table says."""
+    from helpers.models import RegressionModule, quiet_trainer
+
+    assert _defaults_table()["``last.ckpt`` of the state just written as a top-k file"][1] == "a hard link"
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_last=True)
+    quiet_trainer(tmp_path, max_epochs=1, callbacks=[callback], enable_checkpointing=True).fit(RegressionModule())
+    assert Path(callback.last_model_path).samefile(callback.best_model_path)

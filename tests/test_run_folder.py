@@ -58,7 +58,8 @@ def test_a_run_keeps_its_checkpoints_hparams_and_events_in_its_version_folder(tm
     trainer = fit(tmp_path)
     version = tmp_path / "lightning_logs" / "version_0"
     assert trainer.log_dir == str(version)
-    assert trainer.checkpoint_path == version / "checkpoints" / "last.ckpt" and trainer.checkpoint_path.is_file()
+    assert trainer.checkpoint_path == version / "checkpoints" / "epoch=0-step=2.ckpt"
+    assert sorted(p.name for p in (version / "checkpoints").iterdir()) == ["epoch=0-step=2.ckpt"]  # as Lightning's
     assert (version / "hparams.yaml").is_file() and list(version.glob("events.out.tfevents.*"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lightning_logs"]  # no ./checkpoints, no ./logs
 
@@ -82,8 +83,8 @@ def test_a_logger_without_a_folder_gets_a_version_folder_of_the_trainer(tmp_path
             pass
 
     first, second = fit(tmp_path, logger=Remote()), fit(tmp_path, logger=Remote())
-    assert first.checkpoint_path == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
-    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
+    assert first.checkpoint_path == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "epoch=0-step=2.ckpt"
+    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "epoch=0-step=2.ckpt"
     assert first.checkpoint_path.is_file() and second.checkpoint_path.is_file()
 
 
@@ -114,14 +115,14 @@ def test_tensorboard_logger_experiment_is_a_summary_writer_that_takes_images(tmp
 def test_two_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path):
     first, second = fit(tmp_path), fit(tmp_path)
     assert first.checkpoint_path != second.checkpoint_path
-    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt"
+    assert second.checkpoint_path == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "epoch=0-step=2.ckpt"
     assert second.checkpoint_path.is_file()
     with warnings.catch_warnings(record=True) as record:  # the resumed run writes into a new folder by design
         warnings.simplefilter("always")
         third = fit(tmp_path, max_epochs=2, ckpt_path="last")
     assert not [str(w.message) for w in record if "dirpath has changed" in str(w.message)]
-    assert third.ckpt_path == str(second.checkpoint_path)  # the newest run's last checkpoint
-    assert third.checkpoint_path == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
+    assert third.ckpt_path == str(second.checkpoint_path)  # the newest run's latest checkpoint, with no last.ckpt
+    assert third.checkpoint_path == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=4.ckpt"
     assert load(third.checkpoint_path)["global_step"] == third.global_step == 2 * second.global_step
     assert load(second.checkpoint_path)["global_step"] == second.global_step  # the resumed file is untouched
 
@@ -129,8 +130,8 @@ def test_two_runs_in_one_folder_report_and_resume_their_own_checkpoints(tmp_path
 def test_without_a_logger_a_second_run_reports_its_versioned_file(tmp_path):
     first = fit(tmp_path, logger=False)
     second = fit(tmp_path, logger=False)
-    assert first.checkpoint_path == tmp_path / "checkpoints" / "last.ckpt"
-    assert second.checkpoint_path == tmp_path / "checkpoints" / "last-v1.ckpt"  # Lightning's name, reported
+    assert first.checkpoint_path == tmp_path / "checkpoints" / "epoch=0-step=2.ckpt"
+    assert second.checkpoint_path == tmp_path / "checkpoints" / "epoch=0-step=2-v1.ckpt"  # Lightning's name, reported
     assert load(second.checkpoint_path)["global_step"] == second.global_step
 
 

@@ -113,7 +113,7 @@ def test_accelkit_fit_through_the_alias(installed, tmp_path, prewarmed):
                  "--default-root-dir", str(tmp_path), cwd=tmp_path)
     assert "training Regression on mydevice devices=[0] strategy=mydevice_counting" in result.stdout, result.stdout
     assert "fit stopped: max_epochs=3 reached; 3 epoch(s), 12 step(s)" in result.stdout, result.stdout
-    assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "epoch=2-step=12.ckpt").is_file()
 
 
 def test_a_plugin_declaring_an_unsupported_api_is_reported_incompatible(installed, tmp_path, prewarmed):

@@ -119,7 +119,7 @@ def test_lr_find_sweeps_and_puts_the_model_and_trainer_back(tmp_path):
     model.seen_lrs.clear()
     trainer.fit(model)
     assert trainer.global_step == 3 and model.seen_lrs == [finder.suggestion()] * 3
-    assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    assert (tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "epoch=2-step=3.ckpt").is_file()
 
 
 def test_the_suggestion_lies_in_the_falling_part_of_the_curve(tmp_path):

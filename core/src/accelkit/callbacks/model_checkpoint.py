@@ -284,16 +284,44 @@ class ModelCheckpoint(Checkpoint):
         target = Path(filepath) if filepath is not None else Path(self.dirpath or ".") / "best_k_models.yaml"
         target.write_text("".join(f"{path!r}: {float(score)!r}\n" for path, score in self.best_k_models.items()))
 
+    @property
+    def keeps_latest(self) -> bool:
+        """Whether every file this callback writes is the latest state when written: no ``last.ckpt``
+        (``save_last``), no ``monitor`` and the default file names (the Trainer's default callback, as
+        Lightning's). ``ckpt_path="last"`` then also considers its ``epoch=E-step=S.ckpt`` files, the newest of
+        which is the latest state (an accelkit extension: Lightning considers ``last*.ckpt`` files only)."""
+        return not self.save_last and self.monitor is None and self.filename is None
+
+    def last_checkpoint_names(self) -> list[str]:
+        """The names (glob patterns) of the files :meth:`find_last_checkpoints` considers: ``last*.ckpt``, and
+        ``epoch=*-step=*.ckpt`` when this callback :attr:`keeps_latest`."""
+        names = [f"{self.CHECKPOINT_NAME_LAST}*{self.FILE_EXTENSION}"]
+        if self.keeps_latest:
+            names.append(self._default_name("*") + self.FILE_EXTENSION)
+        return names
+
+    def _default_name(self, number: str) -> str:
+        """The default file name's stem (``epoch=E-step=S``) with ``number`` for each of its numbers."""
+        equals = self.CHECKPOINT_EQUALS_CHAR if self.auto_insert_metric_name else None
+        fields = [f"{name}{equals}{number}" if equals is not None else number for name in ("epoch", "step")]
+        return self.CHECKPOINT_JOIN_CHAR.join(fields)
+
     def find_last_checkpoints(self, trainer: Trainer) -> set[str]:
         """The ``last.ckpt`` / ``last-v<n>.ckpt`` files (or sharded checkpoint directories) in this callback's
         folder, and, for the default folder of a run with a logger (``<root>/version_<n>/checkpoints``), in the
         ``checkpoints`` folder of every version beside it: for ``ckpt_path="last"``, the newest of them is the
-        latest state of the newest run, which lives in an earlier version folder than the run now starting."""
+        latest state of the newest run, which lives in an earlier version folder than the run now starting.
+        A callback that :attr:`keeps_latest` (the Trainer's default) writes no ``last.ckpt``: its
+        ``epoch=E-step=S.ckpt`` files (``-v<n>`` too) are found as well."""
         folder = Path(self._resolve_dirpath(trainer))
         folders = [folder]
         if self._in_run_folder and getattr(trainer, "loggers", None):
             folders += sorted(folder.parent.parent.glob(f"*/{folder.name}"))
-        pattern = re.compile(rf"^{re.escape(self.CHECKPOINT_NAME_LAST)}(-v\d+)?{re.escape(self.FILE_EXTENSION)}$")
+        names = [re.escape(self.CHECKPOINT_NAME_LAST)]
+        if self.keeps_latest:
+            names.append(re.escape(self._default_name("#")).replace("\\#", "#").replace("#", r"\d+"))
+        pattern = re.compile(rf"^({'|'.join(names)})({re.escape(self.CHECKPOINT_JOIN_CHAR)}v\d+)?"
+                             rf"{re.escape(self.FILE_EXTENSION)}$")
         return {str(p) for f in folders if f.is_dir() for p in f.iterdir() if pattern.match(p.name)}
 
     def last_checkpoint_path(self, trainer: Trainer) -> Path:
@@ -394,7 +422,11 @@ class ModelCheckpoint(Checkpoint):
     def _save_latest(self, trainer: Trainer, candidates: dict[str, torch.Tensor]) -> None:
         path = self._choose_path(trainer, candidates, reusable=self.best_model_path)
         previous, self.best_model_path = self.best_model_path, path
-        self._write(trainer, path)
+        try:
+            self._write(trainer, path)
+        except BaseException:
+            self.best_model_path = previous  # not written: the latest good file is still the previous one
+            raise
         if self.save_top_k == 1 and previous and self._removable(trainer, previous, path):
             self._remove(trainer, previous)
 

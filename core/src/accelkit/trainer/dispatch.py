@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def _best_path(trainer: Trainer) -> str:
     """The best checkpoint of the first checkpoint callback; without a monitor, Lightning's "best" is the latest
-    checkpoint, which is ``last.ckpt`` when only that one is kept (the default callback)."""
+    checkpoint (``best_model_path`` of the default callback), else ``last.ckpt`` when only that one is kept."""
     callback = trainer.checkpoint_callback
     if callback is None:
         return ""
@@ -64,9 +64,9 @@ def _nothing_to_resume(trainer: Trainer) -> str:
     next attempt resumes from (the folder of the user's ``ModelCheckpoint``, not a default one)."""
     places = []
     for callback in trainer.checkpoint_callbacks:
-        if hasattr(callback, "last_checkpoint_path"):
-            path = Path(callback.last_checkpoint_path(trainer))
-            places.append(f"{path.parent} ({path.stem}*{path.suffix})")
+        if hasattr(callback, "last_checkpoint_names"):
+            folder = Path(callback.last_checkpoint_path(trainer)).parent
+            places.append(f"{folder} ({' or '.join(callback.last_checkpoint_names())})")
         elif hasattr(callback, "find_last_checkpoints"):
             places += sorted(str(p) for p in callback.find_last_checkpoints(trainer))
         elif getattr(callback, "dirpath", None):  # a library's (Lightning's ModelCheckpoint): see last_checkpoints

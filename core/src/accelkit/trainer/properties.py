@@ -267,9 +267,10 @@ class TrainerProperties:
     @property
     def checkpoint_path(self) -> Path:
         """The checkpoint this Trainer's run wrote last, as its first :class:`~accelkit.callbacks.ModelCheckpoint`
-        recorded it (``last_model_path``, else ``best_model_path``: the file written, ``last-v1.ckpt`` included);
-        before a checkpoint is written, where ``last.ckpt`` will go (``<log_dir>/checkpoints``, or the callback's
-        ``dirpath``); without a checkpoint callback, ``<default_root_dir>/checkpoints/last.ckpt``."""
+        recorded it (``last_model_path``, else ``best_model_path``: the file written, ``last-v1.ckpt`` or the
+        default callback's ``epoch=E-step=S.ckpt``); before a checkpoint is written, ``last.ckpt`` in the folder it
+        will go to (``<log_dir>/checkpoints``, or the callback's ``dirpath``; :attr:`checkpoint_dir` is that folder);
+        without a checkpoint callback, ``<default_root_dir>/checkpoints/last.ckpt``."""
         for callback in self.checkpoint_callbacks:
             written = getattr(callback, "last_model_path", "") or getattr(callback, "best_model_path", "")
             if written:

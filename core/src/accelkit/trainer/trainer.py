@@ -85,9 +85,10 @@ class Trainer(TrainerProperties):
         epochs with an int ``val_check_interval``).
     :param num_sanity_val_steps: validation batches run before training to catch bugs early (``-1``: all).
     :param log_every_n_steps: how often per-step metrics are read from the device and logged.
-    :param enable_checkpointing: add a :class:`~accelkit.callbacks.ModelCheckpoint` writing ``last.ckpt`` into the
-        run's folder, ``<log_dir>/checkpoints`` (``<default_root_dir>/checkpoints`` without a logger), unless one
-        is given.
+    :param enable_checkpointing: add Lightning's default :class:`~accelkit.callbacks.ModelCheckpoint`, keeping the
+        latest ``epoch=E-step=S.ckpt`` (and no ``last.ckpt``) in the run's folder, ``<log_dir>/checkpoints``
+        (``<default_root_dir>/checkpoints`` without a logger), unless one is given; ``ckpt_path="last"`` finds the
+        newest of its files.
     :param enable_progress_bar: show the progress bar: the :class:`~accelkit.callbacks.ProgressBar` among the
         callbacks, else a :class:`~accelkit.callbacks.TQDMProgressBar` (drawn by the global-zero process only).
     :param enable_model_summary: print a table of the module's layers and parameter counts at fit start.
@@ -207,9 +208,9 @@ class Trainer(TrainerProperties):
         configure_model_summary(self.callbacks, self.enable_model_summary)
 
         if self.enable_checkpointing and not any(map(is_checkpoint, self.callbacks)):
-            # Lightning's default (the latest epoch=E-step=S.ckpt is best_model_path, in <log_dir>/checkpoints) plus
-            # last.ckpt, a hard link to the same file (written once), which ckpt_path="last" and accelkit's docs use.
-            self.callbacks.append(ModelCheckpoint(save_last=True))
+            # Lightning's default: one file, the latest epoch=E-step=S.ckpt (best_model_path), in <log_dir>/checkpoints
+            # and no last.ckpt; ckpt_path="last" finds the newest of those files (ModelCheckpoint.find_last_checkpoints)
+            self.callbacks.append(ModelCheckpoint())
         elif enable_checkpointing is False and any(map(is_checkpoint, self.callbacks)):
             given = next(type(c).__name__ for c in self.callbacks if is_checkpoint(c))
             raise ConfigurationError(f"enable_checkpointing=False but a checkpoint callback ({given}) is among the "
