@@ -85,10 +85,10 @@ def test_checkpoint_written_by_one_replica(spawn) -> None:
     result, out = spawn
     writes = [w.split() for w in result["writes"]]
     ckpt_writers = [int(ordinal) for ordinal, name in writes if name.endswith(".ckpt")]
-    assert ckpt_writers == [0, 0]  # one write per epoch, by local ordinal 0 only (last.ckpt is a link to it)
-    # The default checkpoint callback keeps Lightning's latest epoch=E-step=S.ckpt, and last.ckpt beside it;
+    assert ckpt_writers == [0, 0]  # one write per epoch, by local ordinal 0 only
+    # The default checkpoint callback keeps Lightning's one file, the latest epoch=E-step=S.ckpt (no last.ckpt);
     # atomic writes leave no temporary file behind.
-    assert result["leftovers"] == ["epoch=1-step=8.ckpt", "last.ckpt"]
+    assert result["leftovers"] == ["epoch=1-step=8.ckpt"]
     saved = torch.load(out / "checkpoint_state.pt")
     final = torch.load(out / "rank0.pt")
     assert all(torch.equal(saved[k], final[k]) for k in final)
