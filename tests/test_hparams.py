@@ -8,6 +8,8 @@ import dataclasses
 import enum
 import io
 import pickle
+import re
+import sys
 import warnings
 from argparse import Namespace
 from pathlib import Path
@@ -329,11 +331,15 @@ def test_values_that_are_not_data_are_dropped_with_a_warning_naming_the_key(tmp_
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plain = plain_hparams(hparams)
-    assert plain == {"lr": 0.1, "deep": {"ok": 1}}
+    # a class its module holds is kept by reference (see the section on classes and functions below)
+    assert plain == {"lr": 0.1, "loss_cls": {"__reference__": "torch.nn.modules.loss:MSELoss"}, "deep": {"ok": 1}}
     messages = "\n".join(str(w.message) for w in caught)
-    for key in ("'encoder'", "'loss_cls'", "'fn'", "'deep.obj'"):
+    for key in ("'encoder'", "'fn'", "'deep.obj'"):
         assert key in messages
+    assert "'loss_cls'" not in messages
     assert "not stored in checkpoints" in messages and "load_from_checkpoint(path, encoder=...)" in messages
+    assert "'fn' (function) cannot be stored by reference ('test_values_that_are_not_data_are_dropped_with_a_" \
+           "warning_naming_the_key.<locals>.<lambda>' is defined inside a function" in messages
     torch.load(save(plain, tmp_path / "p.pt"), weights_only=True)
 
 
@@ -584,3 +590,106 @@ def test_fit_save_checkpoint_and_load_from_checkpoint(tmp_path):
     x = torch.randn(5, 3)
     torch.testing.assert_close(loaded(x), model(x))
     assert Pairs.load_from_checkpoint(tmp_path / "model.ckpt").hparams.batch_size == 8
+
+
+# ------------------------------------------------------------------------------------------------ classes, functions
+class Encoder(nn.Module):
+    def __init__(self, features: int, latent: int, act_fn: type) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(features, latent), act_fn())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class WideEncoder(Encoder):
+    pass
+
+
+class AutoEncoder(accelkit.Module):
+    """phlippe's autoencoder tutorial: the encoder and decoder *classes*, an activation class and a loss function
+    given to ``__init__``, all saved by ``save_hyperparameters()``."""
+
+    def __init__(self, latent_dim: int, encoder_class: type = Encoder, decoder_class: type = nn.Linear,
+                 act_fn: type = nn.GELU, loss_fn: Any = nn.functional.mse_loss) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.encoder = encoder_class(4, latent_dim, act_fn)
+        self.decoder = decoder_class(latent_dim, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.encoder(x))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.hparams.loss_fn(self(batch[0]), batch[0])
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_class_and_function_hyperparameters_round_trip_through_the_best_checkpoint(tmp_path):
+    """Issue 38.5: classes and functions given to ``__init__`` are stored as ``module:qualname`` references (plain
+    data: the checkpoint loads with ``weights_only=True``) and ``load_from_checkpoint(best)`` builds the module with
+    them (accelkit left them out, with a warning, and built the defaults: here a different encoder)."""
+    model = AutoEncoder(2, encoder_class=WideEncoder, act_fn=nn.Tanh, loss_fn=nn.functional.l1_loss)
+    trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_progress_bar=False,
+                               enable_model_summary=False, default_root_dir=tmp_path)
+    data = torch.utils.data.TensorDataset(torch.randn(8, 4, generator=torch.Generator().manual_seed(0)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(model, torch.utils.data.DataLoader(data, batch_size=4))
+    assert not [str(w.message) for w in caught if "hyper-parameter" in str(w.message)]
+    best = trainer.checkpoint_callback.best_model_path
+    stored = torch.load(best, weights_only=True)["hyper_parameters"]
+    assert stored["encoder_class"] == {"__reference__": f"{__name__}:WideEncoder"}
+    assert stored["act_fn"] == {"__reference__": "torch.nn.modules.activation:Tanh"}
+    assert stored["loss_fn"] == {"__reference__": "torch.nn.functional:l1_loss"}
+    loaded = AutoEncoder.load_from_checkpoint(best)
+    assert type(loaded.encoder) is WideEncoder and isinstance(loaded.encoder.net[1], nn.Tanh)
+    assert loaded.hparams.loss_fn is nn.functional.l1_loss and loaded.hparams.decoder_class is nn.Linear
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+
+
+def test_a_reference_resolves_only_from_modules_already_imported(tmp_path):
+    """A stored class whose module this process has not imported is refused, naming the hyper-parameter and what to
+    pass, though the module could be imported from ``sys.path``: loading a checkpoint imports and runs nothing."""
+    from accelkit.checkpoint.files import CheckpointError
+    from helpers.cli_runs import project_imports
+
+    (tmp_path / "blocks_of_38.py").write_text(
+        "import pathlib\n"
+        "pathlib.Path(__file__).with_name('ran.txt').write_text('imported')\n"
+        "import torch\n\n\n"
+        "class Block(torch.nn.Linear):\n    pass\n\n\nNOT_A_CLASS = 3\n")
+
+    class Holder(HyperparametersMixin, nn.Module):
+        def __init__(self, block_class: type = nn.Linear) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.block = block_class(2, 2)
+
+    with project_imports(tmp_path):
+        sys.path.insert(0, str(tmp_path))
+        from blocks_of_38 import Block  # type: ignore[import-not-found]
+
+        path = write_checkpoint(Holder(Block), tmp_path / "holder.ckpt")
+        assert type(Holder.load_from_checkpoint(path).block) is Block  # the program that defined it loads it
+        del sys.modules["blocks_of_38"]  # as in a process that never imported it; the file stays importable
+        (tmp_path / "ran.txt").unlink()
+        with pytest.raises(CheckpointError, match=re.escape(
+                f"checkpoint {str(path)!r}: hyper-parameter 'block_class' is the reference 'blocks_of_38:Block', "
+                "and its module 'blocks_of_38' is not imported in this process; accelkit resolves a stored class "
+                "or function only from modules this process has already imported (loading a checkpoint imports "
+                "and runs nothing). Import it first, or pass it: load_from_checkpoint(path, block_class=...)")):
+            Holder.load_from_checkpoint(path)
+        assert "blocks_of_38" not in sys.modules and not (tmp_path / "ran.txt").exists()
+        assert type(Holder.load_from_checkpoint(path, block_class=nn.Linear).block) is nn.Linear  # what it says
+
+        planted = torch.load(path, weights_only=True)
+        for reference, why in (("torch.nn:NOT_THERE", "holds no class or function 'NOT_THERE'"),
+                               ("torch.nn", "not of the form 'module:qualname'"),
+                               ("torch:float32", "holds no class or function 'float32'")):
+            planted["hyper_parameters"]["block_class"] = {"__reference__": reference}
+            with pytest.raises(CheckpointError, match=re.escape(why)):
+                Holder.load_from_checkpoint(save(planted, tmp_path / "planted.ckpt"))

@@ -1,7 +1,8 @@
 """Hyper-parameters: ``save_hyperparameters()``, ``self.hparams`` and ``load_from_checkpoint``.
 
 :class:`HyperparametersMixin` gives :class:`~accelkit.Module` and :class:`~accelkit.DataModule` the
-LightningModule API for hyper-parameters. Checkpoints keep them as plain data only (see :func:`plain_hparams`), so
+LightningModule API for hyper-parameters. Checkpoints keep them as plain data only (see :func:`plain_hparams`;
+classes and functions by reference, :mod:`accelkit.module.references`), so
 :func:`load_from_checkpoint` reads checkpoints with ``torch.load(weights_only=True)``: loading a checkpoint never
 runs code from the file. Those storage functions live in :mod:`accelkit.module.saving` and are public here.
 """

@@ -24,6 +24,14 @@ from typing import Any
 import torch
 from torch import nn
 
+from accelkit.module.references import (
+    REFERENCE_KEY,
+    REFERENCE_TYPES,
+    Unresolved,
+    first_unresolved,
+    reference_to,
+    resolve_references,
+)
 from accelkit.utilities.parsing import AttributeDict
 
 __all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams",
@@ -56,7 +64,11 @@ def _weights_only_accepts(value: Any) -> bool:
 def _dropped(path: str, value: Any) -> object:
     what = "a class" if isinstance(value, type) else type(value).__name__
     key = path.split(".")[0].split("[")[0]
-    warnings.warn(f"hyper-parameter {path!r} ({what}) is not plain data, so it is not stored in checkpoints; "
+    why = "is not plain data"
+    if isinstance(value, REFERENCE_TYPES):  # a class or function that cannot be found again by its name
+        why = (f"cannot be stored by reference ({getattr(value, '__qualname__', value)!r} is defined inside a "
+               "function, a lambda, or not what its module holds under that name)")
+    warnings.warn(f"hyper-parameter {path!r} ({what}) {why}, so it is not stored in checkpoints; "
                   f"pass it again when loading: load_from_checkpoint(path, {key}=...)", UserWarning, stacklevel=4)
     return _DROP
 
@@ -70,6 +82,9 @@ def _plain(value: Any, path: str) -> Any:
     numpy = sys.modules.get("numpy")
     if numpy is not None and isinstance(value, (numpy.generic, numpy.ndarray)):
         return _plain(value.item() if isinstance(value, numpy.generic) else value.tolist(), path)
+    reference = reference_to(value)  # a class or function: by reference, resolved on load from imported modules
+    if reference is not None:
+        return {REFERENCE_KEY: reference}
     if isinstance(value, (nn.Module, type, types.FunctionType, types.MethodType, types.ModuleType,
                           types.BuiltinFunctionType)):
         return _dropped(path, value)
@@ -109,9 +124,10 @@ def plain_hparams(hparams: Mapping[str, Any] | Namespace, warned: Collection[str
 
     ``pathlib.Path`` becomes ``str``, NumPy scalars Python numbers, NumPy arrays lists, ``Namespace``,
     :class:`AttributeDict` and dataclass instances ``dict``, enum members their value, tensors CPU tensors; tuples
-    stay tuples. A value that cannot be converted (an ``nn.Module``, a class, a function, an arbitrary object) is
-    left out with a warning naming its key: pass it again as a keyword of
-    :func:`~accelkit.module.hparams.load_from_checkpoint`.
+    stay tuples, a class or function its module holds by name the reference ``{"__reference__": "module:qualname"}``
+    (:mod:`accelkit.module.references`). A value that cannot be converted (an ``nn.Module``, a class defined inside
+    a function, a lambda, an arbitrary object) is left out with a warning naming its key: pass it again as a keyword
+    of :func:`~accelkit.module.hparams.load_from_checkpoint`.
 
     :param warned: keys whose ``nn.Module`` values are left out without that warning (``save_hyperparameters``
         already warned about them, as Lightning's does, once).
@@ -290,6 +306,9 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
     :param weights_only: ``torch.load(weights_only=...)``: ``True`` (the default) refuses to unpickle objects.
     :param overrides: ``__init__`` arguments that replace the saved ones, or that were not saved (modules).
         If ``cls.__init__`` takes no ``**kwargs``, saved hyper-parameters it does not accept are not passed.
+        A stored class or function reference is resolved from the modules already imported (nothing is imported).
+    :raises CheckpointError: an ``__init__`` argument is a stored reference that does not resolve in this process
+        (its module is not imported, or holds no such class or function), and no override replaces it.
     :raises TypeError: a required ``__init__`` argument is neither saved nor given (an override that is no
         ``__init__`` argument is warned about and not passed).
     """
@@ -298,15 +317,30 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
     name_key = getattr(cls, "CHECKPOINT_HYPER_PARAMS_NAME", HPARAMS_NAME_KEY)
     if hparams_file is not None:
         checkpoint[key] = load_hparams_file(hparams_file)
-    stored = {name: _attribute_access(value) for name, value in (checkpoint.get(key) or {}).items()}
+    saved = checkpoint.get(key) or {}
+    resolved = {name: resolve_references(value, name) for name, value in saved.items()}  # classes, functions
+    stored = {name: _attribute_access(value) for name, value in resolved.items()}
     kwargs = _init_kwargs(cls, stored, checkpoint.get(name_key), overrides)
-    checkpoint[key] = {**(checkpoint.get(key) or {}), **overrides}
+    _refuse_unresolved(kwargs, checkpoint_path)
+    checkpoint[key] = {**{name: saved[name] if isinstance(value, Unresolved) else value
+                          for name, value in resolved.items()}, **overrides}
     obj = cls(**kwargs)
     if isinstance(obj, torch.nn.Module):
         restore_module_state(obj, checkpoint, strict)
     elif callable(getattr(obj, "load_state_dict", None)):
         restore_datamodule_state(obj, checkpoint)
     return obj
+
+
+def _refuse_unresolved(kwargs: dict[str, Any], source: Any) -> None:
+    """Refuse to build the object when an ``__init__`` argument is a stored class or function reference that did
+    not resolve in this process (see :mod:`accelkit.module.references`)."""
+    from accelkit.checkpoint.files import CheckpointError
+
+    unresolved = first_unresolved(kwargs)
+    if unresolved is not None:
+        named = os.fspath(source) if isinstance(source, (str, os.PathLike)) else getattr(source, "name", source)
+        raise CheckpointError(f"checkpoint {str(named)!r}: {unresolved.message}")
 
 
 def restore_module_state(module: Any, checkpoint: dict[str, Any], strict: bool | None) -> None:
