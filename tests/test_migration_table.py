@@ -262,14 +262,119 @@ def _imports(path: str) -> bool:
     return True
 
 
+def _import_problem(path: str) -> str | None:
+    """Why ``accelkit.<path>`` (Lightning's ``lightning.pytorch.<path>`` with the package name changed) is not what
+    a ported program may import, or ``None``: it imports (a path of ``LIGHTNING_PLUGIN_PATHS`` as the plugin's
+    package), a path of ``LIGHTNING_PLUGIN_PATHS`` raises an ImportError naming the distribution to install, or a
+    ``not yet`` row of module_rows.toml covers it (the guide's table says what to use instead)."""
+    from accelkit.compat import LIGHTNING_PLUGIN_PATHS, distribution_of
+
+    fullname = f"accelkit.{path}"
+    plugin = LIGHTNING_PLUGIN_PATHS.get(fullname)
+    try:
+        module = importlib.import_module(fullname)
+    except ImportError as error:
+        if plugin is not None:
+            wanted = f"pip install {distribution_of(plugin)}"
+            return None if wanted in str(error) else f"{fullname}: {error!r} does not say {wanted!r}"
+        if covering_row(path, MODULE_ROWS) is not None:
+            return None
+        return (f"{fullname}: {error!r}; add a module (or an alias in accelkit.compat.LIGHTNING_PATHS, or a plugin's "
+                "in LIGHTNING_PLUGIN_PATHS), or a row in tests/data/module_rows.toml")
+    if plugin is not None and module is not importlib.import_module(plugin):
+        return f"{fullname} is {module.__name__}, not the plugin's package {plugin}"
+    return None
+
+
 def test_every_lightning_module_path_imports_from_accelkit_or_has_a_row() -> None:
     """Lightning's public submodules (``modules`` of the names file) under the mechanical rule
-    ``lightning.pytorch.X`` -> ``accelkit.X``: each imports, or a ``not yet`` row of module_rows.toml covers it."""
+    ``lightning.pytorch.X`` -> ``accelkit.X``: each imports, says which distribution to install, or a ``not yet``
+    row of module_rows.toml covers it."""
     modules = NAMES["modules"]
     assert "utilities.model_summary" in modules and len(modules) > 100
-    missing = [path for path in modules if covering_row(path, MODULE_ROWS) is None and not _imports(f"accelkit.{path}")]
-    assert not missing, (f"accelkit has no module for Lightning's {missing}: add one (or an alias in "
-                         "accelkit.compat.LIGHTNING_PATHS), or a row in tests/data/module_rows.toml")
+    problems = [problem for problem in map(_import_problem, modules) if problem]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow  # walks the installed Lightning in a process of its own (its modules import torch_xla)
+def test_every_module_path_of_the_installed_lightning_imports_or_names_what_to_install(forked_python) -> None:
+    """Issue 38.3, from Lightning's own module list: every public module path of the installed
+    ``lightning.pytorch`` (and ``pytorch_lightning``, where installed), found by walking the package with
+    :mod:`pkgutil` (a path with a ``_private`` part is no user's import; one that does not import there is none
+    either), imports from accelkit, raises an ImportError naming the distribution to install, or is one of the
+    guide's documented gaps; and the names file the guide's tables come from lists the same paths."""
+    pytest.importorskip("lightning.pytorch", reason="walks the installed Lightning's modules")
+    found = forked_python("""
+        import importlib, importlib.util, json, logging, pkgutil, warnings
+        warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)
+        walked = {}
+        for top in ("lightning.pytorch", "pytorch_lightning"):
+            if importlib.util.find_spec(top.split(".")[0]) is None:
+                continue
+            package = importlib.import_module(top)
+            paths = []
+            for info in pkgutil.walk_packages(package.__path__, top + "."):
+                relative = info.name[len(top) + 1:]
+                if any(part.startswith("_") for part in relative.split(".")):
+                    continue
+                try:
+                    importlib.import_module(info.name)
+                except Exception:
+                    continue
+                paths.append(relative)
+            walked[top] = sorted(paths)
+        import lightning
+        print(json.dumps({"version": lightning.__version__, "walked": walked}))
+        """, env={"CUDA_VISIBLE_DEVICES": ""})
+    walked = found["walked"]["lightning.pytorch"]
+    assert "loggers.wandb" in walked and "strategies.fsdp" in walked and len(walked) > 100, walked
+    if found["version"] == NAMES["lightning_version"]:
+        assert walked == NAMES["modules"], "run tests/data/dump_lightning_names.py: the names file is stale"
+    paths = sorted(set(walked).union(*found["walked"].values()))
+    problems = [problem for problem in map(_import_problem, paths) if problem]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_plugins_lightning_path_is_its_package_or_names_the_distribution(monkeypatch) -> None:
+    """``from accelkit.loggers.wandb import WandbLogger`` (Lightning's ``lightning.pytorch.loggers.wandb``) is the
+    accelkit-wandb plugin's class where it is installed (a ``ModuleNotFoundError`` before issue 38.3); where the
+    distribution is not installed, importing the path says which one to install."""
+    from accelkit.compat import LIGHTNING_PLUGIN_PATHS, distribution_of
+
+    lightning_classes = {"accelkit.loggers.mlflow": "MLFlowLogger", "accelkit.loggers.wandb": "WandbLogger",
+                         "accelkit.strategies.fsdp": "FSDPStrategy", "accelkit.strategies.xla": "XLAStrategy",
+                         "accelkit.strategies.launchers.xla": "XLALauncher"}
+    assert set(lightning_classes) == set(LIGHTNING_PLUGIN_PATHS)
+    for fullname, package in LIGHTNING_PLUGIN_PATHS.items():
+        if importlib.util.find_spec(package) is None:
+            continue  # not installed here: the other half of this test covers it
+        name = lightning_classes[fullname]
+        assert getattr(importlib.import_module(fullname), name) is getattr(importlib.import_module(package), name)
+    for fullname, package in LIGHTNING_PLUGIN_PATHS.items():
+        monkeypatch.delitem(sys.modules, fullname, raising=False)
+        monkeypatch.setitem(sys.modules, package, None)  # as where the distribution is not installed
+        distribution = distribution_of(package)
+        with pytest.raises(ModuleNotFoundError) as info:
+            importlib.import_module(fullname)
+        assert str(info.value) == (
+            f"No module named {fullname!r}: Lightning's lightning.pytorch{fullname[len('accelkit'):]} is provided "
+            f"by the {distribution} distribution, which is not installed; pip install {distribution} (then import "
+            f"from {fullname} or from {package})") and info.value.name == fullname
+    sending_to_plugins = [path for path, row in MODULE_ROWS.items() if "from accelkit_" in row.notes]
+    assert not sending_to_plugins, f"module_rows.toml sends users to a plugin: {sending_to_plugins}"
+
+
+@pytest.mark.slow  # a fresh interpreter: what importing accelkit imports is the subject
+def test_importing_accelkit_imports_no_plugin_for_lightnings_paths(run_python) -> None:
+    """The paths of ``LIGHTNING_PLUGIN_PATHS`` resolve their plugin when they are imported, never before:
+    importing accelkit and the packages holding those paths imports no plugin package."""
+    imported = run_python("""
+        import json, sys
+        import accelkit, accelkit.loggers, accelkit.strategies, accelkit.strategies.launchers
+        print(json.dumps(sorted(name for name in sys.modules if name.startswith("accelkit_"))))
+        """, path=[Path(accelkit.__file__).parents[1]])
+    assert imported == []
 
 
 def test_module_rows_name_lightning_paths_that_accelkit_lacks() -> None:

@@ -221,13 +221,23 @@ def covering_row(path: str, rows: dict[str, Row]) -> Row | None:
     return None
 
 
+def _plugin_paths() -> str:
+    """The module paths of ``accelkit.compat.LIGHTNING_PLUGIN_PATHS`` and their distributions, as text."""
+    from accelkit.compat import LIGHTNING_PLUGIN_PATHS, distribution_of
+
+    return ", ".join(f"``{path[len('accelkit.'):]}`` (``{distribution_of(package)}``)"
+                     for path, package in LIGHTNING_PLUGIN_PATHS.items())
+
+
 def render_module_table(rows: dict[str, Row], names: dict) -> list[str]:
     """The ``list-table`` block of Lightning's module paths that accelkit lacks, as lines (with a count)."""
     modules = names["modules"]
     lacking = [path for path in modules if covering_row(path, rows) is not None]
     lines = [f"Of Lightning {names['lightning_version']}'s {len(modules)} public module paths, "
              f"**{len(modules) - len(lacking)} import** from accelkit with ``accelkit`` for ``lightning.pytorch``; "
-             f"these {len(lacking)} do not (a row covers the paths below it):", "",
+             f"these {len(lacking)} do not (a row covers the paths below it). Of those that import, "
+             f"{_plugin_paths()} are a plugin's package once its distribution is installed, and raise an "
+             "``ImportError`` naming the distribution to install where it is not:", "",
              ".. list-table:: Lightning module paths accelkit lacks", "   :header-rows: 1", "   :widths: 40 60", "",
              "   * - Module path", "     - Use instead"]
     for row in rows.values():

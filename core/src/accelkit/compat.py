@@ -86,6 +86,32 @@ LIGHTNING_PATHS: dict[str, str] = {
 }
 
 
+#: Lightning's module paths under the mechanical rule whose classes a plugin distribution provides -> the plugin's
+#: package, which that path is once it is installed (``from accelkit.loggers.wandb import WandbLogger`` is
+#: ``accelkit_wandb.WandbLogger``): the package is imported when the path is, never before. Where the distribution
+#: is not installed, importing the path raises a ``ModuleNotFoundError`` naming it (:func:`plugin_missing_message`).
+LIGHTNING_PLUGIN_PATHS: dict[str, str] = {
+    "accelkit.loggers.mlflow": "accelkit_mlflow",
+    "accelkit.loggers.wandb": "accelkit_wandb",
+    "accelkit.strategies.fsdp": "accelkit_fsdp",
+    "accelkit.strategies.xla": "accelkit_xla_spawn",
+    "accelkit.strategies.launchers.xla": "accelkit_xla_spawn",
+}
+
+
+def distribution_of(package: str) -> str:
+    """The distribution a first-party plugin package comes in (``accelkit_wandb`` -> ``accelkit-wandb``)."""
+    return package.replace("_", "-")
+
+
+def plugin_missing_message(fullname: str, package: str) -> str:
+    """The error of importing ``fullname``, a path of :data:`LIGHTNING_PLUGIN_PATHS`, without its plugin."""
+    lightning = "lightning.pytorch" + fullname[len("accelkit"):]
+    distribution = distribution_of(package)
+    return (f"No module named {fullname!r}: Lightning's {lightning} is provided by the {distribution} distribution, "
+            f"which is not installed; pip install {distribution} (then import from {fullname} or from {package})")
+
+
 def home_in(paths: dict[str, str], fullname: str) -> str | None:
     """The module that ``fullname``, a path of ``paths`` (:data:`MOVED` or :data:`LIGHTNING_PATHS`) or a module below
     one of them, stands for (``accelkit.launchers.spawn`` -> ``accelkit.strategies.launchers.spawn``), or ``None``."""
@@ -126,6 +152,23 @@ class _AliasLoader(importlib.abc.Loader):
         module.__spec__ = self.home_spec
 
 
+class _PluginLoader(_AliasLoader):
+    """A path of :data:`LIGHTNING_PLUGIN_PATHS`: the plugin's package, or the error naming its distribution."""
+
+    def __init__(self, fullname: str, package: str) -> None:
+        super().__init__(package)
+        self.fullname = fullname
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        try:
+            return super().create_module(spec)
+        except ModuleNotFoundError as error:
+            if error.name != self.target:  # the plugin is there, something it imports is not: its own error
+                raise
+            raise ModuleNotFoundError(plugin_missing_message(self.fullname, self.target), name=self.fullname) \
+                from None
+
+
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
     """Finds the old paths of :data:`MOVED` and Lightning's paths of :data:`LIGHTNING_PATHS` and answers with the
     module at its home (:func:`alias_home`); the first import of each old path warns (:func:`moved_message`)."""
@@ -143,6 +186,8 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
             message = None if fullname in self.warned else moved_message(fullname, new)
             self.warned.add(fullname)
             return importlib.machinery.ModuleSpec(fullname, _AliasLoader(new, deprecated=message))
+        if fullname in LIGHTNING_PLUGIN_PATHS:
+            return importlib.machinery.ModuleSpec(fullname, _PluginLoader(fullname, LIGHTNING_PLUGIN_PATHS[fullname]))
         new = home_in(LIGHTNING_PATHS, fullname)
         return None if new is None else importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
 
