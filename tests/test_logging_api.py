@@ -345,7 +345,7 @@ def test_checkpoint_callback_and_callbacks(tmp_path):
     assert isinstance(trainer.checkpoint_callback, ModelCheckpoint)
     assert trainer.checkpoint_callbacks == [trainer.checkpoint_callback]
     trainer.fit(Net(), loader())
-    assert Path(trainer.checkpoint_callback.last_model_path).is_file()
+    assert Path(trainer.checkpoint_callback.best_model_path).is_file()  # the default keeps one file, no last.ckpt
 
     first = ModelCheckpoint(dirpath=tmp_path / "one", save_last=True)
     second = ModelCheckpoint(dirpath=tmp_path / "two", monitor="train_loss_epoch", save_top_k=1)

@@ -191,9 +191,11 @@ def test_two_launched_runs_in_one_folder_report_and_resume_their_own_checkpoints
     assert done.returncode == 0, done.stderr[-3000:]
     first, second, third = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(first["checkpoint"]).parent.parent.name == "version_0"
-    assert second["checkpoint"] == str(tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt")
+    # the default callback's one file (no last.ckpt); "last" finds the newest of them, in the version folder before
+    logs = tmp_path / "lightning_logs"
+    assert second["checkpoint"] == str(logs / "version_1" / "checkpoints" / "epoch=0-step=1.ckpt")
     assert third["ckpt_path"] == second["checkpoint"]
-    assert third["checkpoint"] == str(tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt")
+    assert third["checkpoint"] == str(logs / "version_2" / "checkpoints" / "epoch=1-step=2.ckpt")
     assert load(third["checkpoint"])["global_step"] == third["global_step"] == 2 * second["global_step"]
 
 
@@ -296,12 +298,14 @@ def test_cli_file_form_runs_in_one_folder_report_and_resume_their_own_checkpoint
     first = _reported(_accelkit(prewarmed, tmp_path, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
     # the later runs in this process (helpers.cli_runs): the first started the command as a program
     second = _reported(_here(tmp_path, monkeypatch, capsys, "fit", f"{EXAMPLE}:DigitsClassifier", *common))
-    assert first == tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt" and first.is_file()
-    assert second == tmp_path / "lightning_logs" / "version_1" / "checkpoints" / "last.ckpt" and second.is_file()
+    # the default callback's one file (no last.ckpt): 20 steps an epoch
+    logs = tmp_path / "lightning_logs"
+    assert first == logs / "version_0" / "checkpoints" / "epoch=0-step=20.ckpt" and first.is_file()
+    assert second == logs / "version_1" / "checkpoints" / "epoch=0-step=20.ckpt" and second.is_file()
     words = ("fit", f"{EXAMPLE}:DigitsClassifier", "--max-epochs", "2", "--no-progress-bar", "--no-test",
              "--accelerator", "cpu", "--ckpt-path", "last")
     third = _reported(_here(tmp_path, monkeypatch, capsys, *words))
-    assert third == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "last.ckpt"
+    assert third == tmp_path / "lightning_logs" / "version_2" / "checkpoints" / "epoch=1-step=40.ckpt"
     assert load(third)["global_step"] == 2 * load(second)["global_step"]
 
 
@@ -324,7 +328,7 @@ def test_cli_runs_with_csv_tensorboard_and_mlflow_leave_three_version_folders(tm
     versions = sorted((tmp_path / "lightning_logs").iterdir())
     assert [v.name for v in versions] == ["version_0", "version_1", "version_2"]
     for version, checkpoint in zip(versions, reported, strict=True):
-        assert checkpoint == version / "checkpoints" / "last.ckpt" and checkpoint.is_file()
+        assert checkpoint == version / "checkpoints" / "epoch=0-step=2.ckpt" and checkpoint.is_file()
         assert (version / "config.yaml").is_file()
     assert (versions[0] / "metrics.csv").is_file() and list(versions[1].glob("events.out.tfevents.*"))
     assert not (tmp_path / "config.yaml").exists()
@@ -360,5 +364,5 @@ def test_processes_started_by_torchrun_agree_on_rank_zeros_version_folder(tmp_pa
     reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     version = tmp_path / "lightning_logs" / "version_1"
     assert [r["log_dir"] for r in reports] == [str(version)] * 2
-    assert [r["checkpoint"] for r in reports] == [str(version / "checkpoints" / "last.ckpt")] * 2
+    assert [r["checkpoint"] for r in reports] == [str(version / "checkpoints" / "epoch=0-step=1.ckpt")] * 2
     assert sorted(p.name for p in (tmp_path / "lightning_logs").iterdir()) == ["version_0", "version_1"]
