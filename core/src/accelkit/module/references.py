@@ -61,7 +61,7 @@ def is_reference(value: Any) -> bool:
 
 
 class Unresolved:
-    """A stored reference that did not resolve in this process; :attr:`message` says which hyper-parameter, why,
+    """A stored reference that did not resolve in this process; its ``message`` says which hyper-parameter, why,
     and what to pass instead."""
 
     def __init__(self, name: str, reference: str, why: str) -> None:
