@@ -286,11 +286,12 @@ class ModelCheckpoint(Checkpoint):
 
     @property
     def keeps_latest(self) -> bool:
-        """Whether every file this callback writes is the latest state when written: no ``last.ckpt``
-        (``save_last``), no ``monitor`` and the default file names (the Trainer's default callback, as
-        Lightning's). ``ckpt_path="last"`` then also considers its ``epoch=E-step=S.ckpt`` files, the newest of
-        which is the latest state (an accelkit extension: Lightning considers ``last*.ckpt`` files only)."""
-        return not self.save_last and self.monitor is None and self.filename is None
+        """Whether every file this callback writes is the latest full state when written: no ``last.ckpt``
+        (``save_last``), no ``monitor``, not ``save_weights_only`` and the default file names (the Trainer's default
+        callback, as Lightning's). ``ckpt_path="last"`` then also considers its ``epoch=E-step=S.ckpt`` files, the
+        newest of which is the latest state (an accelkit extension: Lightning considers ``last*.ckpt`` files
+        only)."""
+        return not self.save_last and self.monitor is None and self.filename is None and not self.save_weights_only
 
     def last_checkpoint_names(self) -> list[str]:
         """The names (glob patterns) of the files :meth:`find_last_checkpoints` considers: ``last*.ckpt``, and
