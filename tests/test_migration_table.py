@@ -342,7 +342,9 @@ def test_a_plugins_lightning_path_is_its_package_or_names_the_distribution(monke
     distribution is not installed, importing the path says which one to install."""
     from accelkit.compat import LIGHTNING_PLUGIN_PATHS, distribution_of
 
-    lightning_classes = {"accelkit.loggers.mlflow": "MLFlowLogger", "accelkit.loggers.wandb": "WandbLogger",
+    lightning_classes = {"accelkit.accelerators.cpu": "CPUAccelerator", "accelkit.accelerators.cuda": "CUDAAccelerator",
+                         "accelkit.accelerators.xla": "XLAAccelerator",
+                         "accelkit.loggers.mlflow": "MLFlowLogger", "accelkit.loggers.wandb": "WandbLogger",
                          "accelkit.strategies.fsdp": "FSDPStrategy", "accelkit.strategies.xla": "XLAStrategy",
                          "accelkit.strategies.launchers.xla": "XLALauncher"}
     assert set(lightning_classes) == set(LIGHTNING_PLUGIN_PATHS)
@@ -351,6 +353,9 @@ def test_a_plugins_lightning_path_is_its_package_or_names_the_distribution(monke
             continue  # not installed here: the other half of this test covers it
         name = lightning_classes[fullname]
         assert getattr(importlib.import_module(fullname), name) is getattr(importlib.import_module(package), name)
+        if fullname.startswith("accelkit.accelerators."):  # the package re-exports them, as Lightning's does
+            assert getattr(importlib.import_module("accelkit.accelerators"), name) is getattr(
+                importlib.import_module(package), name)
     for fullname, package in LIGHTNING_PLUGIN_PATHS.items():
         monkeypatch.delitem(sys.modules, fullname, raising=False)
         monkeypatch.setitem(sys.modules, package, None)  # as where the distribution is not installed
@@ -371,7 +376,7 @@ def test_importing_accelkit_imports_no_plugin_for_lightnings_paths(run_python) -
     importing accelkit and the packages holding those paths imports no plugin package."""
     imported = run_python("""
         import json, sys
-        import accelkit, accelkit.loggers, accelkit.strategies, accelkit.strategies.launchers
+        import accelkit, accelkit.accelerators, accelkit.loggers, accelkit.strategies, accelkit.strategies.launchers
         print(json.dumps(sorted(name for name in sys.modules if name.startswith("accelkit_"))))
         """, path=[Path(accelkit.__file__).parents[1]])
     assert imported == []

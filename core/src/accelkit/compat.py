@@ -74,6 +74,7 @@ LIGHTNING_PATHS: dict[str, str] = {
     "accelkit.core.optimizer": "accelkit.module.optimizers",
     "accelkit.core.mixins": "accelkit.module",
     "accelkit.core.mixins.hparams_mixin": "accelkit.module.hparams",
+    "accelkit.accelerators.accelerator": "accelkit.accelerator",
     "accelkit.callbacks.callback": "accelkit.callbacks.base",
     "accelkit.callbacks.checkpoint": "accelkit.callbacks.model_checkpoint",
     "accelkit.callbacks.device_stats_monitor": "accelkit.callbacks.base",
@@ -91,6 +92,9 @@ LIGHTNING_PATHS: dict[str, str] = {
 #: ``accelkit_wandb.WandbLogger``): the package is imported when the path is, never before. Where the distribution
 #: is not installed, importing the path raises a ``ModuleNotFoundError`` naming it (:func:`plugin_missing_message`).
 LIGHTNING_PLUGIN_PATHS: dict[str, str] = {
+    "accelkit.accelerators.cpu": "accelkit_cpu",
+    "accelkit.accelerators.cuda": "accelkit_cuda",
+    "accelkit.accelerators.xla": "accelkit_xla_spawn",
     "accelkit.loggers.mlflow": "accelkit_mlflow",
     "accelkit.loggers.wandb": "accelkit_wandb",
     "accelkit.strategies.fsdp": "accelkit_fsdp",
