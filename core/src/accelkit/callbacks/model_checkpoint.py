@@ -577,7 +577,8 @@ def _filename_problems(filename: Any) -> list[str]:
     """What is wrong with a ``filename`` template: not a string, or a path leaving ``dirpath`` (absolute, or with a
     ``..`` part)."""
     if not isinstance(filename, str):
-        return [f"ModelCheckpoint(filename={filename!r}): must be a str (a name template such as '{{epoch}}-{{step}}')."]
+        return [f"ModelCheckpoint(filename={filename!r}): must be a str (a name template such as "
+                "'{epoch}-{step}')."]
     parts = PurePath(filename).parts
     if PurePath(filename).is_absolute() or ".." in parts:
         return [f"ModelCheckpoint(filename={filename!r}): the template leaves dirpath (an absolute path or a '..' "
