@@ -632,7 +632,7 @@ def _state(checkpoint: dict[str, Any], monitor: str | None) -> dict[str, Any]:
 
 
 def _outside_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
-    return [str(w.message) for w in caught if "outside the callback's folder" in str(w.message)]
+    return [str(w.message) for w in caught if "They are dropped: never read, never removed" in str(w.message)]
 
 
 @pytest.mark.parametrize("logger", [False, True], ids=["logger=False", "default logger"])
@@ -696,10 +696,10 @@ def test_a_checkpoint_naming_paths_outside_the_run_removes_nothing_there(tmp_pat
                                                  "last-v1.ckpt" if not logger else "last.ckpt"])
 
 
-def test_clean_up_removes_only_checkpoints_inside_the_folder_links_followed(tmp_path):
-    """Inside the folder, a restored path naming the user's own folder or text file is kept (it is no checkpoint:
-    a warning names it) where ``shutil.rmtree`` removed the folder; a path through a link to another folder counts
-    as outside (dropped with a warning) where the checkpoint there was removed."""
+def test_a_restored_path_to_no_checkpoint_or_through_a_link_outside_is_dropped(tmp_path):
+    """A restored path naming the user's own folder or text file inside the checkpoint folder (no checkpoint), or a
+    checkpoint through a link to another folder (outside, links followed), is dropped with a warning naming it and
+    why: the folder was removed with ``shutil.rmtree``, the file and the other run's checkpoint too."""
     folder = tmp_path / "ckpt"
     other_run = tmp_path / "other_run"
     other_run.mkdir()
@@ -733,12 +733,10 @@ def test_clean_up_removes_only_checkpoints_inside_the_folder_links_followed(tmp_
     assert (folder / "notes" / "idea.txt").read_text() == "keep me"
     assert (folder / "notes.txt").read_text() == "keep me"
     assert (other_run / "other.ckpt").is_file()
-    messages = [str(w.message) for w in caught]
-    assert any(f"did not remove {str(folder / 'notes')!r}" in m and "not a sharded checkpoint" in m
-               for m in messages)
-    assert any(f"did not remove {str(folder / 'notes.txt')!r}" in m and "not a checkpoint file" in m
-               for m in messages)
-    assert any(repr(through_link) in m for m in _outside_warnings(caught))
+    dropped = "\n".join(_outside_warnings(caught))
+    assert f"{str(folder / 'notes')!r} (it is a folder but not a sharded checkpoint" in dropped
+    assert f"{str(folder / 'notes.txt')!r} (it is not a checkpoint file" in dropped
+    assert f"{through_link!r} (outside the folder, .. and symbolic links followed)" in dropped
     assert list(resumed[1].best_k_models) == [str(folder / "best-epoch=2.ckpt")]
 
 

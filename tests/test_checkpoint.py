@@ -235,3 +235,46 @@ def test_a_240_character_filename_saves(tmp_path):
     trainer.fit(RegressionModule())
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [name + ".ckpt"]  # no temporary left beside it
     assert checkpoint.load(tmp_path / "ckpt" / (name + ".ckpt"))["global_step"] == 4
+
+
+# ---------------------------------------------------------------------------------------------- paths a callback trusts
+def test_only_checkpoints_inside_the_folder_may_be_removed_links_followed(tmp_path):
+    """``accelkit.checkpoint.paths``: what a checkpoint callback may remove (and trust when a checkpoint's state
+    names it) is decided on resolved paths and on the file's format, not on the path as written."""
+    from accelkit.checkpoint import paths, sharded
+
+    folder, outside = tmp_path / "ckpt", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    torch.save({"epoch": 0}, folder / "a.ckpt")
+    torch.save({"epoch": 0}, outside / "b.ckpt")
+    (folder / "notes.txt").write_text("not a checkpoint")
+    (folder / "data").mkdir()
+    sharded.save({"state_dict": {"w": torch.zeros(2)}, "epoch": 0}, folder / "sharded.ckpt")
+    (folder / "link.ckpt").symlink_to(folder / "a.ckpt")
+    (folder / "out.ckpt").symlink_to(outside / "b.ckpt")
+    (folder / "elsewhere").symlink_to(outside, target_is_directory=True)
+
+    assert paths.removal_refusal(folder / "a.ckpt", folder) is None
+    assert paths.removal_refusal(folder / "sharded.ckpt", folder) is None
+    assert paths.removal_refusal(folder / "link.ckpt", folder) is None  # the link goes, not its target
+    assert paths.removal_refusal(folder / "notes.txt", folder) == ("it is not a checkpoint file (torch.save writes a "
+                                                                   "zip archive)")
+    assert paths.removal_refusal(folder / "data", folder) == ("it is a folder but not a sharded checkpoint (it holds "
+                                                              f"no {sharded.METADATA_FILE})")
+    assert paths.removal_refusal(folder / "out.ckpt", folder) == ("it is a symbolic link pointing outside the "
+                                                                  f"callback's folder, to {str(outside / 'b.ckpt')!r}")
+    # outside, as written or through a link, or nothing there: not this callback's, nothing to say
+    for path in (f"{folder}/../outside/b.ckpt", folder / "elsewhere" / "b.ckpt", folder / "gone.ckpt"):
+        assert paths.removal_refusal(path, folder) == ""
+    assert paths.removal_refusal(folder, folder) == ""
+
+    assert paths.restore_refusal(str(folder / "a.ckpt"), folder) is None
+    assert paths.restore_refusal(str(folder / "gone.ckpt"), folder) is None  # deleted since: it would be ours
+    assert paths.restore_refusal(f"{folder}/../outside/b.ckpt", folder) == ("outside the folder, .. and symbolic "
+                                                                            "links followed")
+    assert paths.restore_refusal(str(folder / "elsewhere" / "b.ckpt"), folder) == ("outside the folder, .. and "
+                                                                                   "symbolic links followed")
+    assert paths.restore_refusal(3, folder) == "not a path but a value of type int"
+    assert paths.restore_refusal(str(folder / "notes.txt"), folder) == ("it is not a checkpoint file (torch.save "
+                                                                        "writes a zip archive)")

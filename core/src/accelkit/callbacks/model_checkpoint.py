@@ -250,17 +250,18 @@ class ModelCheckpoint(Checkpoint):
 
         A checkpoint is data from outside: every restored path must resolve (``..`` and symbolic links followed)
         inside this callback's folder (``best_model_path`` restored from another folder: inside the folder the
-        state names), else it is dropped, with a warning naming it, and never read or removed
-        (:mod:`accelkit.checkpoint.paths`)."""
+        state names) and name a checkpoint or nothing, else it is dropped, with a warning naming it, and never
+        read or removed (:func:`accelkit.checkpoint.paths.restore_refusal`)."""
         saved_dir = state_dict.get("dirpath", self.dirpath)
         if self.dirpath is None:  # not set up yet (a spawned run's state coming back): adopt the saved folder
             self.dirpath = saved_dir
-        dropped: list[Any] = []
+        dropped: list[str] = []
 
         def trusted(path: Any, folder: Any) -> str:
-            if path == "" or (isinstance(path, (str, os.PathLike)) and checkpoint_paths.inside(path, folder)):
+            refusal = None if isinstance(path, str) and not path else checkpoint_paths.restore_refusal(path, folder)
+            if refusal is None:
                 return os.fspath(path)
-            dropped.append(path)
+            dropped.append(f"{path!r} ({refusal})")
             return ""
 
         if saved_dir == self.dirpath:
@@ -280,11 +281,10 @@ class ModelCheckpoint(Checkpoint):
         self.best_model_path = trusted(state_dict["best_model_path"], saved_dir)
         if dropped:
             self._mend_ranking()
-            warnings.warn(f"{type(self).__name__}: the checkpoint's state names {len(dropped)} path(s) outside the "
-                          f"callback's folder {saved_dir!r} (.. and symbolic links followed): "
-                          f"{', '.join(map(repr, dropped))}. They are dropped: never read, never removed. A "
-                          "checkpoint this callback wrote names only files inside its folder; check where this one "
-                          "came from.", UserWarning, stacklevel=2)
+            warnings.warn(f"{type(self).__name__}: the checkpoint's state names {len(dropped)} path(s) this "
+                          f"callback cannot have written in its folder {saved_dir!r}: {'; '.join(dropped)}. They are "
+                          "dropped: never read, never removed. A checkpoint this callback wrote names only its own "
+                          "checkpoints inside its folder; check where this one came from.", UserWarning, stacklevel=2)
 
     def _mend_ranking(self) -> None:
         """After restored paths were dropped: point ``kth_best_model_path`` and ``best_model_path`` at files still

@@ -10,6 +10,7 @@ counts as outside), what lies inside a folder and what is a checkpoint by its fo
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from accelkit.checkpoint.sharded import METADATA_FILE
 
@@ -74,3 +75,15 @@ def removal_refusal(path: str | os.PathLike[str], folder: str | os.PathLike[str]
     if os.path.isdir(where):
         return f"it is a folder but not a sharded checkpoint (it holds no {METADATA_FILE})"
     return "it is not a checkpoint file (torch.save writes a zip archive)"
+
+
+def restore_refusal(path: Any, folder: Any) -> str | None:
+    """Why ``path``, restored from a checkpoint's callback state, must not be trusted by the callback whose folder is
+    ``folder`` (``None``: it may be): it is no path, it resolves (``..`` and links followed) outside ``folder``, or
+    something other than a checkpoint is there (:func:`removal_refusal`). A path where nothing is (a file the user
+    deleted since) may be trusted: the callback would have written it."""
+    if not isinstance(path, (str, os.PathLike)):
+        return f"not a path but a value of type {type(path).__name__}"
+    if not inside(path, folder):
+        return "outside the folder, .. and symbolic links followed"
+    return removal_refusal(path, folder) or None
