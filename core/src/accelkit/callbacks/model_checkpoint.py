@@ -58,7 +58,8 @@ class ModelCheckpoint(Checkpoint):
         else ``<default_root_dir>/checkpoints`` (decided at ``setup``).
     :param filename: name template without extension, with ``{metric}`` / ``{metric:format}`` fields filled from
         ``trainer.callback_metrics`` plus ``epoch`` and ``step`` (a missing metric reads 0). Default
-        ``"{epoch}-{step}"``, giving ``epoch=3-step=120.ckpt``.
+        ``"{epoch}-{step}"``, giving ``epoch=3-step=120.ckpt``. It may name sub-folders (``"sub/{epoch}"``) but
+        never leave ``dirpath``: an absolute template or a ``..`` part is refused.
     :param monitor: metric to rank checkpoints by; ``None`` keeps the latest ones.
     :param verbose: print what is saved.
     :param save_last: also keep ``last.ckpt``, a copy of the latest state (``"link"``: a symbolic link to the latest
