@@ -774,3 +774,24 @@ def test_a_template_leaving_dirpath_after_construction_writes_and_removes_nothin
     make_trainer(tmp_path, max_epochs=3, callbacks=[inside]).fit(Scripted(val_losses=[0.5, 0.3, 0.4]))
     assert names(folder / "sub") == ["epoch=1.ckpt"]
     assert inside.best_model_path == str(folder / "sub" / "epoch=1.ckpt")
+
+
+def test_the_ranking_goes_on_with_the_restored_paths_that_are_kept(tmp_path):
+    """One of two top-k paths outside the folder: it is dropped, and the best and k-th paths fall back to the file
+    that is kept (the ranking stays consistent: no KeyError on the next save)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    kept, outside = str(folder / "epoch=0-step=4.ckpt"), f"{folder}/../epoch=1-step=8.ckpt"
+    torch.save({"epoch": 0}, kept)
+    torch.save({"epoch": 1}, tmp_path / "epoch=1-step=8.ckpt")
+    callback = ModelCheckpoint(dirpath=folder, monitor="val_loss", save_top_k=2)
+    state = {"monitor": "val_loss", "dirpath": callback.dirpath, "best_model_score": torch.tensor(0.1),
+             "best_model_path": outside, "current_score": torch.tensor(0.1), "kth_best_model_path": kept,
+             "kth_value": torch.tensor(0.3), "last_model_path": "",
+             "best_k_models": {kept: torch.tensor(0.3), outside: torch.tensor(0.1)}}
+    with pytest.warns(UserWarning, match=re.escape(f"names 1 path(s) this callback cannot have written in its folder "
+                                                   f"{callback.dirpath!r}: {outside!r} (outside the folder")):
+        callback.load_state_dict(state)
+    assert callback.best_k_models == {kept: torch.tensor(0.3)}
+    assert (callback.best_model_path, float(callback.best_model_score)) == (kept, pytest.approx(0.3))
+    assert (callback.kth_best_model_path, float(callback.kth_value)) == (kept, pytest.approx(0.3))

@@ -262,7 +262,8 @@ class ModelCheckpoint(Checkpoint):
             refusal = None if isinstance(path, str) and not path else checkpoint_paths.restore_refusal(path, folder)
             if refusal is None:
                 return os.fspath(path)
-            dropped.append(f"{path!r} ({refusal})")
+            if (entry := f"{path!r} ({refusal})") not in dropped:  # best, last and top-k may name one file
+                dropped.append(entry)
             return ""
 
         if saved_dir == self.dirpath:
