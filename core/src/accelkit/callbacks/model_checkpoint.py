@@ -559,7 +559,7 @@ class ModelCheckpoint(Checkpoint):
         if previous == current:
             return False
         resumed = getattr(trainer, "ckpt_path", None)
-        if resumed is not None and os.path.realpath(previous) == os.path.realpath(resumed):
+        if resumed is not None and Path(previous).absolute() == Path(resumed).absolute():
             return False
         refusal = checkpoint_paths.removal_refusal(previous, self.dirpath or ".")
         if refusal is None:
