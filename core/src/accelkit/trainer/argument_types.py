@@ -6,12 +6,12 @@ value and what the argument accepts, and all of them are raised together as one
 :class:`~accelkit.errors.ConfigurationError` before any value is used (so a tensor is never asked for its truth
 value, nor a float turned into a path). What the arguments accept is Lightning 2.6's ``Trainer``'s; the
 run-control numbers (``max_epochs``, ``limit_*_batches``, ``val_check_interval``...) are checked, type and value, by
-:func:`accelkit.trainer.arguments.check_run_arguments`, and ``plugins=`` by
-:func:`accelkit.trainer.arguments.plugin_arguments`.
+``accelkit.trainer.arguments.check_run_arguments``, and ``plugins=`` by
+``accelkit.trainer.arguments.plugin_arguments``.
 
 Booleans are Python's ``bool``: ``1``, ``"yes"``, ``numpy.True_`` or ``torch.tensor(True)`` for a flag is refused
 (with the fix, ``bool(value)``), not taken for true by its truth value; a NumPy integer is an integer wherever an
-``int`` is accepted (it is a :class:`numbers.Integral`), a tensor never is.
+``int`` is accepted (it is a ``numbers.Integral``), a tensor never is.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from accelkit.errors import ConfigurationError
+
 #: flags that are ``True`` or ``False``
 BOOL_FLAGS = ("inference_mode", "use_distributed_sampler", "detect_anomaly", "barebones", "sync_batchnorm")
 #: flags that are ``True``, ``False`` or ``None`` (``None``: the default, as in Lightning)
@@ -31,7 +33,7 @@ SEED_RANGE = range(0, 2**32)
 
 
 def is_integer(value: Any) -> bool:
-    """An ``int`` or a NumPy integer (a :class:`numbers.Integral`), not a ``bool``."""
+    """An ``int`` or a NumPy integer (a ``numbers.Integral``), not a ``bool``."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -177,3 +179,11 @@ def check_argument_types(arguments: dict[str, Any]) -> list[str]:
         hint = _bool_hint(value) if name in (*BOOL_FLAGS, *OPTIONAL_FLAGS, "deterministic") else ""
         problems.append(f"{name}={_shown(value)} is not accepted: {name} takes {check[1]}{hint}.")
     return problems
+
+
+def refuse_wrong_types(arguments: dict[str, Any]) -> None:
+    """Raise one :class:`~accelkit.errors.ConfigurationError` listing every problem
+    :func:`check_argument_types` finds in ``arguments``; nothing when there is none."""
+    problems = check_argument_types(arguments)
+    if problems:
+        raise ConfigurationError(problems)

@@ -56,7 +56,8 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
     if args["gradient_clip_algorithm"] not in (None, "norm", "value"):
         problems.append(f"gradient_clip_algorithm={args['gradient_clip_algorithm']!r} must be 'norm' or 'value'.")
     clip = args["gradient_clip_val"]
-    if clip is not None and (not isinstance(clip, numbers.Real) or isinstance(clip, bool) or not clip >= 0):
+    if clip is not None and (not isinstance(clip, (int, float, numbers.Real)) or isinstance(clip, bool)
+                             or not float(clip) >= 0):
         problems.append(f"gradient_clip_val={clip!r} must be a number >= 0 or None.")
     if not _is_int(args["log_every_n_steps"]) or args["log_every_n_steps"] < 1:
         problems.append(f"log_every_n_steps={args['log_every_n_steps']!r} must be an int >= 1.")

@@ -21,7 +21,7 @@ from accelkit.loops.state import RunState, TrainerState
 from accelkit.plugins.compose import Composition, compose, named_callbacks, named_profiler, print_notices
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
 from accelkit.profilers import resolve_profiler
-from accelkit.trainer.argument_types import check_argument_types
+from accelkit.trainer.argument_types import refuse_wrong_types
 from accelkit.trainer.arguments import (
     CLOUD_ONLY,
     callback_list,
@@ -55,6 +55,11 @@ class TrainerSnapshot:
 
 class Trainer(TrainerProperties):
     """Compose a run from names and drive it: Lightning's ``Trainer`` arguments, resolved through plugins.
+
+    Every argument is checked when the Trainer is built: a wrong type or value is a
+    :class:`~accelkit.errors.ConfigurationError` naming the argument and what it accepts, every problem at once
+    (types first: :mod:`accelkit.trainer.argument_types`). Flags take a Python ``bool`` only (not ``1``, ``"yes"``,
+    ``numpy.True_`` or a tensor).
 
     :param accelerator: an accelerator name (``"cpu"``, or any a plugin provides, with aliases), an
         :class:`~accelkit.Accelerator` instance, or ``"auto"``: the available accelerator of highest priority.
@@ -140,13 +145,11 @@ class Trainer(TrainerProperties):
         reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
         seed: int | None = None, collective_timeout: Any = None, compile_step: Any = False, **legacy_arguments: Any,
     ) -> None:
-        given = {name: value for name, value in locals().items() if name not in ("self", "legacy_arguments")}
+        # the types first, before any value is read (a tensor asked for its truth, a float turned into a path)
+        refuse_wrong_types({name: value for name, value in locals().items() if name != "self"})
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
                 raise ConfigurationError(reason)
-        wrong_types = check_argument_types(given)  # before any value is read (a tensor's truth, a float as a path)
-        if wrong_types:
-            raise ConfigurationError(wrong_types)
         run_args = dict(
             max_epochs=max_epochs, max_steps=max_steps, min_epochs=min_epochs, min_steps=min_steps,
             accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
