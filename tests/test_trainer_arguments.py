@@ -891,7 +891,7 @@ def test_every_wrong_type_is_reported_at_once(tmp_path):
 
 @pytest.mark.parametrize("argument, value", [
     ("deterministic", "warn"), ("deterministic", None), ("max_time", "00:00:01:00"), ("max_time", {"minutes": 1.5}),
-    ("max_time", timedelta(hours=1)), ("devices", 1), ("devices", "1"), ("precision", 32),
+    ("max_time", timedelta(hours=1)), ("devices", 1), ("devices", "1"), ("precision", 32), ("precision", None),
     ("precision", "32"), ("precision", "32-true"), ("val_check_interval", 0.5), ("val_check_interval", 2),
     ("limit_train_batches", 0.5), ("limit_train_batches", 3), ("gradient_clip_val", 1), ("gradient_clip_val", 0.5),
     ("gradient_clip_val", None), ("seed", 0), ("seed", 2**32 - 1), ("seed", np.int64(7)), ("num_nodes", 1),

@@ -66,8 +66,8 @@ class Trainer(TrainerProperties):
     :param strategy: a strategy name (``"ddp_spawn"``...), a :class:`~accelkit.Strategy`, or ``"auto"``.
     :param devices: how many devices, which ones (``[1]``, ``"0,1"``), or ``"auto"``.
     :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``).
-    :param precision: ``"32-true"`` (default), ``"64-true"``, ``"bf16-mixed"``, ``"16-mixed"`` ..., as the
-        accelerator's plugins provide; ints such as ``16`` are aliases.
+    :param precision: ``"32-true"`` (default; ``None`` says the same, as in Lightning), ``"64-true"``,
+        ``"bf16-mixed"``, ``"16-mixed"`` ..., as the accelerator's plugins provide; ints such as ``16`` are aliases.
     :param logger: ``True``/``None`` (default) for Lightning's default logger under ``default_root_dir``
         (:func:`~accelkit.loggers.default_logger`: TensorBoard when installed, else CSV, in
         ``lightning_logs/version_<n>``), ``False`` for none, a logger, or a list of loggers.
@@ -164,8 +164,8 @@ class Trainer(TrainerProperties):
         barebones_args = dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
                               enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
                               detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps) if barebones else None
-        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
-                     "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
+        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "num_nodes": num_nodes,
+                     "precision": "32-true" if precision is None else precision, "extra": dict(legacy_arguments)}
         self._composition: Composition = self._compose(plugins, arguments, run_args, barebones_args, max_time,
                                                        sync_batchnorm, collective_timeout)
 
