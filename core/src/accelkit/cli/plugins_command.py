@@ -93,7 +93,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
 
 def private_names_sentence(uses: list[dict[str, Any]]) -> str:
     """The warning ``accelkit plugins`` and ``accelkit doctor`` print for a plugin using private core names (``uses``:
-    the ``private_names`` of :func:`plugin_report`)."""
+    the ``private_names`` of :func:`accelkit.cli.plugin_report`)."""
     from accelkit.plugins.private_names import STABILITY_PROMISE
 
     listed = "; ".join(f"{u['name']} (module {u['module']}, {os.path.basename(u['file'])}:{u['line']})" for u in uses)

@@ -4,7 +4,7 @@ A name starting with ``_`` is private whatever module it is in (``docs/plugins.r
 go in any release, so a plugin that imports ``accelkit.loggers.tensorboard._flatten`` works today and breaks without
 warning tomorrow. ``accelkit plugins`` and ``accelkit doctor`` name each such use, so its author hears of it.
 
-The plugin's package is read with :mod:`ast` (nothing is imported or run for this; the entry-point module is the one
+The plugin's package is read with ``ast`` (nothing is imported or run for this; the entry-point module is the one
 discovery already imported), every ``.py`` file under the folder of the entry point's top-level package (or its one
 file, for a single-module plugin). A use is:
 
