@@ -38,10 +38,15 @@ def is_integer(value: Any) -> bool:
 
 
 def _shown(value: Any) -> str:
-    """``repr(value)``, cut at 80 characters, with its type when the repr does not say it."""
+    """``repr(value)``, cut at 80 characters, with its type when the repr does not say it (``numpy.bool``,
+    ``torch.Tensor``: a NumPy boolean's repr reads much like Python's)."""
     text = repr(value)
     text = text if len(text) <= 80 else text[:77] + "..."
-    return text if isinstance(value, (str, bool, int, float, type(None))) else f"{text} ({type(value).__name__})"
+    if type(value) in (str, bool, int, float, type(None)):
+        return text
+    kind = type(value)
+    module = kind.__module__.split(".")[0]
+    return f"{text} ({kind.__name__ if module == 'builtins' else f'{module}.{kind.__name__}'})"
 
 
 def _bool_hint(value: Any) -> str:
