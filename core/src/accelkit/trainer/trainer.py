@@ -57,9 +57,9 @@ class Trainer(TrainerProperties):
     """Compose a run from names and drive it: Lightning's ``Trainer`` arguments, resolved through plugins.
 
     Every argument is checked when the Trainer is built: a wrong type or value is a
-    :class:`~accelkit.errors.ConfigurationError` naming the argument and what it accepts, every problem at once
-    (types first: :mod:`accelkit.trainer.argument_types`). Flags take a Python ``bool`` only (not ``1``, ``"yes"``,
-    ``numpy.True_`` or a tensor).
+    :class:`~accelkit.errors.ConfigurationError` naming the argument and what it accepts. Wrong types are reported
+    first, all in one error (:mod:`accelkit.trainer.argument_types`), then wrong values, all in one error. Flags take
+    a Python ``bool`` only (not ``1``, ``"yes"``, ``numpy.True_`` or a tensor).
 
     :param accelerator: an accelerator name (``"cpu"``, or any a plugin provides, with aliases), an
         :class:`~accelkit.Accelerator` instance, or ``"auto"``: the available accelerator of highest priority.
