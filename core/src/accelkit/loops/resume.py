@@ -269,9 +269,9 @@ def _read_trained_samples(found: Position, ranks: list[Any]) -> None:
     records = [r for r in ranks if isinstance(r, dict)]
     counts = [r.get("drawn", r.get("samples", 0)) for r in records]
     counted = sum(c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c > 0)
-    masks = [r.get("seen") for r in records]
-    size = (found.geometry or {}).get("dataset_len")
-    if not records or len(records) != len(ranks) or not all(isinstance(m, torch.Tensor) for m in masks):
+    size: Any = (found.geometry or {}).get("dataset_len")  # read from the checkpoint: checked below
+    masks = [r["seen"] for r in records if isinstance(r.get("seen"), torch.Tensor)]
+    if not records or len(records) != len(ranks) or len(masks) != len(records):
         found.samples = counted
         return
     found.damage = record_damage(records, size)
