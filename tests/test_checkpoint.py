@@ -342,3 +342,30 @@ def test_verifying_leaves_an_open_file_where_it_was(tmp_path, trained):
     with open(trained, "rb") as handle:
         handle.seek(7)
         assert checkpoint.verify_archive(handle) is True and handle.tell() == 7
+
+
+@pytest.mark.parametrize("threads", [True, False], ids=["on threads", "on one thread"])
+def test_verifying_names_the_damaged_record_whichever_way_it_reads(tmp_path, trained, monkeypatch, threads):
+    from accelkit.checkpoint import files
+
+    monkeypatch.setattr(files, "PARALLEL_CHECK_BYTES", 0 if threads else 2**62)  # the real threads, or none
+    path = Path(shutil.copy(trained, tmp_path / "flipped.ckpt"))
+    record = record_holding(path, torch.load(path, weights_only=True)["state_dict"]["layer.weight"])
+    assert files.verify_archive(path) is True
+    flip_record_byte(path, record, at=3, mask=0x80)
+    with pytest.raises(checkpoint.CheckpointError, match=rf"its record '{re.escape(record)}' does not match"):
+        files.verify_archive(path)
+
+
+def test_a_damaged_record_header_is_named(tmp_path, trained):
+    import zipfile
+
+    path = Path(shutil.copy(trained, tmp_path / "header.ckpt"))
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("data.pkl"))
+    data = bytearray(path.read_bytes())
+    data[info.header_offset + 30] ^= 0x20  # the first letter of the record's name in its own header
+    path.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError, match=rf"its record '{re.escape(info.filename)}' has a damaged "
+                                                         r"header \(its name differs from the archive's directory\)"):
+        checkpoint.load(path)

@@ -567,6 +567,28 @@ def test_a_sampler_with_replacement_counts_samples_not_distinct_indices(tmp_path
     assert trainer.global_step == 6 + 1 + 2 * 4
 
 
+@pytest.mark.slow
+def test_a_sampler_with_replacement_resumed_on_fewer_processes_trains_the_epochs_total(tmp_path, forked_python):
+    """Issue 36.5's case: ``WeightedRandomSampler(replacement=True)`` on 2 processes (``ddp_fork``, as the test
+    above), resumed on 1: the warning counts the 16 samples trained before the checkpoint, not their distinct
+    indices, and the epoch trains its other 16."""
+    from helpers.resume_data import trained
+
+    resumed = forked_python(f"""
+        import json
+        from helpers.resume_data import resumed_on_other_processes
+        print(json.dumps(resumed_on_other_processes({str(tmp_path)!r}, 2, 1, 2, replacement=True)))
+        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+    log = [line.split() for line in (tmp_path / "a.log").read_text().splitlines()]
+    before = [int(i) for rank in "01" for line in [x for x in log if x[1] == rank][:2] for i in line[2:]]
+    assert len(before) == 16 and len(set(before)) < 16  # 2 steps x 4 samples x 2 processes, some repeated
+    assert ("the 16 sample(s) trained before the checkpoint count against this epoch: each process skips the first "
+            "16 sample(s) of its share of 32 and trains the other 16") in resumed["err"], resumed["err"]
+    after = trained(tmp_path / "b.log")
+    assert len(after[0]) == 16 and all(len(after[e]) == 32 for e in (1, 2))
+    assert resumed["current_epoch"] == 3 and resumed["global_step"] == 2 + 16 // 4 + 2 * 32 // 4
+
+
 class IndexStream(IterableDataset):
     """The samples of helpers.resume_data.Indexed(32) as a stream, in index order."""
 

@@ -303,6 +303,8 @@ def _verify_records(source: str | os.PathLike | IO[bytes], name: str) -> bool:
     return True
 
 
+#: archives larger than this (bytes) have their records' checksums computed on several threads
+PARALLEL_CHECK_BYTES = 64 * 2**20
 _MISMATCH = "does not match the checksum saved with it (its bytes changed after saving)"
 _Damage = tuple[str, str, BaseException | None]  # (record, what is wrong with it, the error that said so)
 
@@ -324,7 +326,7 @@ def _stored_records_damage(path: Path, records: list[zipfile.ZipInfo]) -> _Damag
     """The first damaged record of the uncompressed archive at ``path``, its records' CRC-32 computed on several
     threads (``zlib.crc32`` releases the GIL; one thread reads about 1 GB/s)."""
     workers = min(8, os.cpu_count() or 1, len(records))
-    if workers > 1 and sum(info.file_size for info in records) > 64 * 2**20:
+    if workers > 1 and sum(info.file_size for info in records) > PARALLEL_CHECK_BYTES:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers, thread_name_prefix="accelkit-crc") as pool:
