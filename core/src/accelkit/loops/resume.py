@@ -19,9 +19,11 @@ its saved state instead. Nothing is recorded per step: the states are read when 
 snapshot of the random states per epoch).
 
 The position also records the data's :func:`geometry` (processes, batch size, dataset length) and which dataset
-indices each process trained on in the epoch (a bit mask, drawn again when the checkpoint is written). Resumed
-with another geometry, the position is mapped by samples, not batches (:func:`resume_on_changed_data`), and a
-warning says what the run does, with numbers. Lightning's own checkpoints resume where Lightning would
+indices each process trained on in the epoch (a bit mask, drawn again when the checkpoint is written), how many
+samples that is (repeats included, for a sampler drawing with replacement) and a checksum of both
+(:func:`record_checksum`). Resumed with another geometry, the position is mapped by samples, not batches
+(:func:`resume_on_changed_data`), and a warning says what the run does, with numbers; a record that fails its
+checks (:func:`record_damage`) is named in that warning and not used. Lightning's own checkpoints resume where Lightning would
 (:func:`lightning_position`).
 """
 
