@@ -491,6 +491,10 @@ def damage_record(path: Path, damage: str) -> None:
         record["seen"] = torch.full_like(record["seen"], 255)
         if damage.endswith("no checksum"):  # as written before records had a checksum and a count with repeats
             record.pop("seen_crc", None), record.pop("drawn", None)
+    elif damage == "mask and counts":  # nothing left to count with but the batches the position says were trained
+        record["seen"] = torch.full_like(record["seen"], 255)
+        record.pop("seen_crc", None)
+        record["samples"], record["drawn"] = -5, 10**9
     elif damage == "truncated mask":
         record["seen"] = record["seen"][:2].clone()
     else:
@@ -502,6 +506,7 @@ DAMAGES = {
     "all bits set": r"process 0's mask of the samples trained or its counts do not match the checksum saved with them",
     "all bits set, no checksum": r"process 0's mask of the samples trained marks 32 of 32 samples where its count "
                                  r"says 24",
+    "mask and counts": r"process 0's mask of the samples trained marks 32 of 32 samples where its count says -5",
     "truncated mask": r"process 0's mask of the samples trained holds 2 torch.uint8 value\(s\) where a dataset of 32 "
                       r"samples needs 4 bytes",
     "dataset_len=10**12": r"process 0's mask of the samples trained holds 4 torch.uint8 value\(s\) where a dataset of "

@@ -23,8 +23,8 @@ indices each process trained on in the epoch (a bit mask, drawn again when the c
 samples that is (repeats included, for a sampler drawing with replacement) and a checksum of both
 (:func:`record_checksum`). Resumed with another geometry, the position is mapped by samples, not batches
 (:func:`resume_on_changed_data`), and a warning says what the run does, with numbers; a record that fails its
-checks (:func:`record_damage`) is named in that warning and not used. Lightning's own checkpoints resume where Lightning would
-(:func:`lightning_position`).
+checks (:func:`record_damage`) is named in that warning and not used. Lightning's own checkpoints resume where
+Lightning would (:func:`lightning_position`).
 """
 
 from __future__ import annotations
@@ -284,7 +284,9 @@ def _read_trained_samples(found: Position, ranks: list[Any]) -> None:
             # another dataset's (the run is then compared with the checkpoint's by processes and batch size)
             found.geometry = {**geometry, "dataset_len": None}
         trained = found.batches * (geometry.get("batch_size") or 0) * int(geometry.get("world_size") or 1)
-        found.samples = min(counted, trained) if trained and not found.remapped else counted
+        if trained and not found.remapped and not 0 < counted <= trained:  # the counts are damaged too
+            counted = trained
+        found.samples = counted
         return
     found.seen = torch.stack([unpack_mask(m, size) for m in masks]).any(dim=0)  # padding repeats a few
     replaced = any(r.get("replacement") is True for r in records)  # repeats: samples, not distinct indices
@@ -609,11 +611,13 @@ def _same_geometry(pos: Position, now: dict[str, Any]) -> bool:
                for key, value in now.items())
 
 
-def _changes(saved: dict[str, Any], now: dict[str, Any]) -> str:
+def _changes(saved: dict[str, Any], now: dict[str, Any], lost: bool = False) -> str:
+    """The parts of ``now`` that differ from ``saved``, in words (``lost``: leave out the parts ``saved`` lost to a
+    damaged record, ``None``)."""
     words = {"world_size": "process(es)", "batch_size": "sample(s) per batch",
              "dataset_len": "sample(s) in the dataset"}
     changed = [f"{now.get(key)} {word} where the checkpoint's run had {saved.get(key)}" for key, word in words.items()
-               if saved.get(key) is not None and saved.get(key) != now.get(key)]
+               if saved.get(key) != now.get(key) and not (lost and saved.get(key) is None)]
     return ", ".join(changed) or "the data of the checkpoint's run, which had itself resumed this epoch on other data"
 
 
@@ -633,7 +637,7 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
     if start_states.get("rng") is not None:  # same processes: the epoch's order as the checkpoint's run drew it
         set_rng_states(start_states["rng"], trainer.accelerator)
         _set_generators(loader, start_states.get("generators", []))
-    head = f"resuming inside epoch {pos.epoch} with {_changes(pos.geometry or {}, now)}:"
+    head = f"resuming inside epoch {pos.epoch} with {_changes(pos.geometry or {}, now, pos.damage is not None)}:"
     total = pos.geometry.get("dataset_len") if pos.geometry else None
     unseen = _unseen_loader(loader, pos.seen, trainer.world_size) \
         if pos.seen is not None and total is not None and total == now["dataset_len"] else None
