@@ -369,3 +369,13 @@ def test_a_damaged_record_header_is_named(tmp_path, trained):
     with pytest.raises(checkpoint.CheckpointError, match=rf"its record '{re.escape(info.filename)}' has a damaged "
                                                          r"header \(its name differs from the archive's directory\)"):
         checkpoint.load(path)
+
+
+def test_a_damaged_archive_directory_is_named(tmp_path, trained):
+    path = Path(shutil.copy(trained, tmp_path / "directory.ckpt"))
+    data = bytearray(path.read_bytes())
+    data[data.rfind(b"PK\x01\x02") + 3] ^= 0xFF  # the signature of the directory's last entry
+    path.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError, match=r"checkpoint '.*directory\.ckpt' is damaged: the directory "
+                                                         r"of its zip archive cannot be read \(BadZipFile"):
+        checkpoint.load(path)

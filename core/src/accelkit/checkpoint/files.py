@@ -285,8 +285,11 @@ def verify_archive(source: str | os.PathLike | IO[bytes], name: str | None = Non
 def _verify_records(source: str | os.PathLike | IO[bytes], name: str) -> bool:
     try:
         archive = zipfile.ZipFile(source)
-    except zipfile.BadZipFile:
-        return False  # not a zip archive (the legacy format); check_file refused what is neither
+    except (zipfile.BadZipFile, ValueError, struct.error, EOFError, OSError) as exc:
+        if not _starts_with(source, b"PK"):
+            return False  # not a zip archive (the legacy format); check_file refused what is neither
+        raise CheckpointError(f"checkpoint {name} is damaged: the directory of its zip archive cannot be read "
+                              f"({type(exc).__name__}: {exc}).") from exc
     with archive:
         records = archive.infolist()
         if not any(info.CRC for info in records) and any(info.file_size for info in records):
@@ -301,6 +304,18 @@ def _verify_records(source: str | os.PathLike | IO[bytes], name: str) -> bool:
         raise CheckpointError(f"checkpoint {name} is damaged: its record {record!r} {reason}; loading it would give "
                               f"other values than were saved. {hint}".rstrip()) from cause
     return True
+
+
+def _starts_with(source: str | os.PathLike | IO[bytes], head: bytes) -> bool:
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as handle:
+            return handle.read(len(head)) == head
+    where = source.tell()
+    try:
+        source.seek(0)
+        return source.read(len(head)) == head
+    finally:
+        source.seek(where)
 
 
 #: archives larger than this (bytes) have their records' checksums computed on several threads
@@ -324,39 +339,44 @@ def _records_damage(archive: zipfile.ZipFile, records: list[zipfile.ZipInfo]) ->
 
 def _stored_records_damage(path: Path, records: list[zipfile.ZipInfo]) -> _Damage | None:
     """The first damaged record of the uncompressed archive at ``path``, its records' CRC-32 computed on several
-    threads (``zlib.crc32`` releases the GIL; one thread reads about 1 GB/s)."""
+    threads for a large archive (``zlib.crc32`` releases the GIL; one thread reads about 1 GB/s)."""
     workers = min(8, os.cpu_count() or 1, len(records))
-    if workers > 1 and sum(info.file_size for info in records) > PARALLEL_CHECK_BYTES:
-        from concurrent.futures import ThreadPoolExecutor
+    if workers < 2 or sum(info.file_size for info in records) <= PARALLEL_CHECK_BYTES:
+        return _stored_group_damage(path, records)
+    from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(workers, thread_name_prefix="accelkit-crc") as pool:
-            found = list(pool.map(lambda info: _stored_record_damage(path, info), records))
-    else:
-        found = [_stored_record_damage(path, info) for info in records]
+    groups = [records[i::workers] for i in range(workers)]  # one open file per thread
+    with ThreadPoolExecutor(workers, thread_name_prefix="accelkit-crc") as pool:
+        found = list(pool.map(lambda group: _stored_group_damage(path, group), groups))
     return next((damage for damage in found if damage is not None), None)
 
 
-def _stored_record_damage(path: Path, info: zipfile.ZipInfo) -> _Damage | None:
-    """What is wrong with the stored (uncompressed) record ``info`` of the archive at ``path``, or ``None``."""
+def _stored_group_damage(path: Path, records: list[zipfile.ZipInfo]) -> _Damage | None:
+    """The first damaged one of the stored (uncompressed) ``records`` of the archive at ``path``, or ``None``."""
+    record = records[0].filename if records else "?"
     try:
         with open(path, "rb") as handle:
-            handle.seek(info.header_offset)
-            header = handle.read(30)
-            if len(header) < 30 or header[:4] != b"PK\x03\x04":
-                return info.filename, "has a damaged header (its offset in the archive's directory is wrong)", None
-            name_length, extra_length = struct.unpack("<HH", header[26:30])
-            if handle.read(name_length) != info.orig_filename.encode("utf-8", "replace"):
-                return info.filename, "has a damaged header (its name differs from the archive's directory)", None
-            handle.seek(extra_length, os.SEEK_CUR)
-            value, left = 0, info.compress_size
-            while left > 0:
-                piece = handle.read(min(left, 1 << 24))
-                if not piece:
-                    return info.filename, f"is cut short ({left} of its {info.compress_size} bytes missing)", None
-                value, left = zlib.crc32(piece, value), left - len(piece)
+            for info in records:
+                record = info.filename
+                handle.seek(info.header_offset)
+                header = handle.read(30)
+                if len(header) < 30 or header[:4] != b"PK\x03\x04":
+                    return record, "has a damaged header (its offset in the archive's directory is wrong)", None
+                name_length, extra_length = struct.unpack("<HH", header[26:30])
+                if handle.read(name_length) != info.orig_filename.encode("utf-8", "replace"):
+                    return record, "has a damaged header (its name differs from the archive's directory)", None
+                handle.seek(extra_length, os.SEEK_CUR)
+                value, left = 0, info.compress_size
+                while left > 0:
+                    piece = handle.read(min(left, 1 << 24))
+                    if not piece:
+                        return record, f"is cut short ({left} of its {info.compress_size} bytes missing)", None
+                    value, left = zlib.crc32(piece, value), left - len(piece)
+                if value != info.CRC:
+                    return record, _MISMATCH, None
     except OSError as exc:
-        return info.filename, f"cannot be read ({exc})", exc
-    return None if value == info.CRC else (info.filename, _MISMATCH, None)
+        return record, f"cannot be read ({exc})", exc
+    return None
 
 
 def unsafe_checkpoint_error(name: str, reason: str | BaseException) -> UnsafeCheckpointError:
