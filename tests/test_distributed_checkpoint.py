@@ -194,7 +194,7 @@ def test_a_malicious_index_is_refused_on_every_one_device_path_and_never_runs(ge
 
 
 @pytest.mark.parametrize("missing, what", [(dcp_io.METADATA_FILE, "the non-tensor part"),
-                                           (".metadata", "DCP's index of the shards")])
+                                           (".metadata", "DCP's index of the shards"), ("__0_0.distcp", None)])
 def test_a_missing_file_of_a_sharded_checkpoint_is_named_on_every_path(genuine, tmp_path, capsys, missing, what):
     from accelkit import cli
     from accelkit.checkpoint.files import CheckpointError
@@ -202,7 +202,8 @@ def test_a_missing_file_of_a_sharded_checkpoint_is_named_on_every_path(genuine, 
     broken = copy_checkpoint(genuine, tmp_path / "broken.ckpt")
     (broken / missing).unlink()
     named = (rf"sharded checkpoint '.*broken\.ckpt' is incomplete: '.*broken\.ckpt/{re.escape(missing)}' "
-             rf"\({re.escape(what)}.*\) is missing")
+             rf"\({re.escape(what)}.*\) is missing") if what else \
+        rf"sharded checkpoint '.*broken\.ckpt' is damaged: its shard '.*/{missing}' cannot be read \(No such file"
     with pytest.raises(CheckpointError, match=named):
         RegressionModule.load_from_checkpoint(broken)
     with pytest.raises(CheckpointError, match=named):
