@@ -583,7 +583,8 @@ def test_a_sampler_with_replacement_resumed_on_fewer_processes_trains_the_epochs
         import json
         from helpers.resume_data import resumed_on_other_processes
         print(json.dumps(resumed_on_other_processes({str(tmp_path)!r}, 2, 1, 2, replacement=True)))
-        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+        """, path=[Path(__file__).resolve().parent, Path(accelkit.__file__).resolve().parents[1]],  # this accelkit
+        env={"CUDA_VISIBLE_DEVICES": ""})
     log = [line.split() for line in (tmp_path / "a.log").read_text().splitlines()]
     before = [int(i) for rank in "01" for line in [x for x in log if x[1] == rank][:2] for i in line[2:]]
     assert len(before) == 16 and len(set(before)) < 16  # 2 steps x 4 samples x 2 processes, some repeated
