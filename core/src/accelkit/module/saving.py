@@ -228,6 +228,8 @@ def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict
         checkpoint = sharded.load_full(source, weights_only=weights_only)  # any world size, on the CPU
         layout.check_version(checkpoint, repr(str(source)))
         return checkpoint if map_location is None else _move(checkpoint, map_location)
+    if isinstance(source, (str, os.PathLike)):
+        sharded.check_complete(source)  # part of a sharded checkpoint: the missing file is named
     checkpoint = files.load(source, weights_only=weights_only, map_location=map_location)
     layout.check_version(checkpoint, repr(str(getattr(source, "name", source))))
     return checkpoint

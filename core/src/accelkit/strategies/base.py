@@ -365,6 +365,7 @@ class Strategy:
 
         if distributed_checkpoint.is_sharded_checkpoint(path):
             return distributed_checkpoint.load_full(path, weights_only=weights_only)
+        distributed_checkpoint.check_complete(path)  # part of a sharded one: the missing file is named
         return ckpt.load(path, weights_only=weights_only)
 
     def teardown(self) -> None:
