@@ -918,3 +918,30 @@ def test_a_module_named_by_its_module_path_after_its_file_is_saved_by_its_module
         assert file_form_class_paths(text) == text
     finally:
         sys.modules.pop("twice_named", None)
+
+
+# ------------------------------------------------------------------- bounded configuration files
+def test_an_alias_bomb_configuration_is_refused_before_it_is_expanded(loose, forked_python):
+    """A 1 KB configuration of nine levels of aliases (ten billion values) is refused when it is read, with the bound
+    in the message; in a subprocess, bounded by its timeout, so that a regression fails instead of hanging."""
+    import accelkit
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    (loose / "bomb.yaml").write_text("\n".join(lines) + "\nmodel:\n  class_path: loose_models.Loose\n"
+                                     "  init_args: {extra: *a9}\n")
+    out = forked_python(f"""
+        import contextlib, io, json, sys
+        sys.path[:0] = [{str(Path(accelkit.__file__).resolve().parents[1])!r}, {str(loose)!r}]
+        from accelkit.cli import CLI
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                CLI(run=False, args=["--config", "bomb.yaml"])
+                code = 0
+            except SystemExit as stop:
+                code = stop.code
+        print(json.dumps({{"code": code, "err": err.getvalue()}}))
+        """)
+    assert out["code"] == 2
+    assert "the configuration stands for more than 1,000,000 values once its aliases" in out["err"]

@@ -51,6 +51,7 @@ from accelkit.module.module import Module
 from accelkit.profilers import Profiler
 from accelkit.strategies.base import Strategy
 from accelkit.trainer.trainer import Trainer
+from accelkit.utilities.bounded import DataBombError, check_yaml_text
 
 if TYPE_CHECKING:
     from accelkit.module.module import Module
@@ -64,11 +65,13 @@ PARSER_MODE = "accelkit_yaml"
 
 
 def _load(text: str) -> Any:
+    # bounded first: every step below walks the loaded data, which aliases could make a billion values
+    check_yaml_text(text, "the configuration")
     # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
     return accept_class_paths(resolve_file_class_paths(translate_value(get_loader("yaml")(text))))
 
 
-set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
+set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError, DataBombError))
 
 #: Trainer arguments whose signature says ``Any``, with the types the command line and files accept. The others
 #: come from the Trainer's signature as they are.

@@ -168,13 +168,15 @@ def config_file_words(words: list[str]) -> list[str]:
     a file that does not read as a YAML mapping adds nothing (the parser reports it)."""
     import yaml
 
+    from accelkit.utilities.bounded import DataBombError, load_yaml
+
     found: list[str] = []
     for index, word in enumerate(words[:-1]):
         if word in ("--config", "-c"):
             try:
                 with open(words[index + 1], encoding="utf-8") as handle:
-                    loaded = yaml.safe_load(handle)
-            except (OSError, yaml.YAMLError):
+                    loaded = load_yaml(handle.read(), words[index + 1])
+            except (OSError, yaml.YAMLError, DataBombError):
                 continue
             if isinstance(loaded, dict):
                 found += _flatten(loaded)
