@@ -945,3 +945,142 @@ def test_an_alias_bomb_configuration_is_refused_before_it_is_expanded(loose, for
         """)
     assert out["code"] == 2
     assert "the configuration stands for more than 1,000,000 values once its aliases" in out["err"]
+
+
+# ------------------------------------------------------------------- file-form class paths: imported only for a class
+# a file whose import leaves a mark next to it: a configuration naming it must not run it unless a class is asked for
+MARKS_WHEN_RUN = 'import pathlib\npathlib.Path(__file__).with_name("RAN").touch()\n\nclass X:\n    pass\n'
+
+HOLDER = textwrap.dedent('''
+    from typing import Any, Optional
+
+    import torch
+
+    import accelkit
+
+
+    class Holder(accelkit.Module):
+        """Arguments typed Any, dict[str, Any] and Optional[type], and one that asks for a module."""
+
+        def __init__(self, extra: Any = None, nested: dict[str, Any] = None, kind: Optional[type] = None,
+                     net: torch.nn.Module = None):
+            super().__init__()
+            self.given = dict(extra=extra, nested=nested, kind=kind, net=net)
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+''')
+
+
+@pytest.fixture
+def holder(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    (tmp_path / "holder_models.py").write_text(HOLDER)
+    (tmp_path / "some" / "dir").mkdir(parents=True)
+    (tmp_path / "some" / "dir" / "evil.py").write_text(MARKS_WHEN_RUN)
+    with project_imports(tmp_path, also=("evil",)), environment_as_found():
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.chdir(tmp_path)
+        yield tmp_path
+
+
+EVIL = {"class_path": "some/dir/evil.py:X", "init_args": {}}
+
+
+def build_holder(folder: Path, init_args: dict) -> object:
+    """A CLI (run=False) of ``holder_models.Holder`` given ``init_args`` by a ``--config`` file."""
+    from accelkit.cli import CLI
+
+    (folder / "holder.yaml").write_text(yaml.safe_dump({
+        "model": {"class_path": "holder_models.Holder", "init_args": init_args},
+        "trainer": {"logger": False, "default_root_dir": str(folder)}}))
+    return CLI(run=False, args=["--config", "holder.yaml"])
+
+
+@pytest.mark.parametrize("argument, value", [("extra", EVIL), ("nested", {"x": EVIL})])
+def test_a_file_form_class_path_in_an_argument_typed_any_never_runs_the_file(holder, argument, value):
+    import sys
+
+
+    path = list(sys.path)
+    with pytest.warns(UserWarning, match="'some/dir/evil.py:X' .* stays plain data"):
+        cli = build_holder(holder, {argument: value})
+    assert not (holder / "some" / "dir" / "RAN").exists(), "the configuration ran the file"
+    assert "evil" not in sys.modules and sys.path == path
+    assert cli.model.given[argument] == value
+
+
+def test_a_file_form_class_path_for_optional_type_is_refused_before_the_file_runs(holder, capsys):
+    import sys
+
+
+    with pytest.raises(SystemExit):
+        build_holder(holder, {"kind": EVIL})
+    assert not (holder / "some" / "dir" / "RAN").exists(), "the file ran before the value was refused"
+    assert "evil" not in sys.modules
+    error = capsys.readouterr().err
+    assert "some/dir/evil.py:X" in error and "is not accepted" in error
+
+
+def test_a_replayed_saved_config_never_runs_a_file_named_in_an_any_argument(holder):
+    import sys
+
+    import yaml
+
+    from accelkit.cli import CLI
+
+    (holder / "e.yaml").write_text(yaml.safe_dump({
+        "trainer": {"accelerator": "cpu", "max_steps": 1, "logger": False, "enable_progress_bar": False,
+                    "enable_checkpointing": False, "enable_model_summary": False, "default_root_dir": "out"},
+        "model": {"class_path": "holder_models.Holder", "init_args": {"extra": EVIL, "nested": {"x": EVIL}}}}))
+    with pytest.warns(UserWarning, match="stays plain data"):
+        CLI(args=["fit", "--config", "e.yaml"])
+    saved = next((holder / "out").rglob("config.yaml"))
+    assert yaml.safe_load(saved.read_text())["model"]["init_args"]["extra"] == EVIL
+    with pytest.warns(UserWarning, match="stays plain data"):
+        again = CLI(args=["fit", "--config", str(saved), "--trainer.default_root_dir", "again"])
+    assert again.model.given["extra"] == EVIL
+    assert not (holder / "some" / "dir" / "RAN").exists() and "evil" not in sys.modules
+
+
+def test_a_file_form_class_path_where_a_class_is_asked_for_imports_that_file_only(holder):
+    """The file is imported under its stem where the annotation asks for a class; its folder is on ``sys.path`` only
+    while it runs (it imports its neighbour), so afterwards neither ``sys.path`` nor the modules a later import finds
+    have changed: the neighbour, and a ``json.py`` in the same folder, are not importable from there."""
+    import importlib.util
+    import sys
+
+
+    lib = holder / "lib"
+    lib.mkdir()
+    (lib / "neighbour.py").write_text("import torch\n\nclass Block(torch.nn.Linear):\n    pass\n")
+    (lib / "nets.py").write_text("from neighbour import Block\n\nclass Net(Block):\n    def __init__(self):\n"
+                                 "        super().__init__(2, 2)\n")
+    (lib / "json.py").write_text("raise RuntimeError('not the json module')\n")
+    path = list(sys.path)
+    cli = build_holder(holder, {"net": {"class_path": "lib/nets.py:Net"}})
+    assert type(cli.model.given["net"]).__name__ == "Net" and type(cli.model.given["net"]).__module__ == "nets"
+    assert sys.path == path
+    assert importlib.util.find_spec("neighbour") is None or "neighbour" in sys.modules
+    sys.modules.pop("neighbour", None)
+    assert importlib.util.find_spec("neighbour") is None, "the file's folder stayed on the import path"
+    assert not (holder / "some" / "dir" / "RAN").exists()
+
+
+@pytest.mark.slow  # two ddp_spawn workers
+def test_ddp_spawn_workers_import_a_file_form_model_without_its_folder_on_the_path(tmp_path, prewarmed):
+    """The workers unpickle the model by its module name (``nets``): the launching process passes the one file it
+    imported by that name (``accelkit.utilities.file_modules``), not its folder on ``sys.path``."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "nets.py").write_text(MODELS)
+    done = run(prewarmed, tmp_path, "-m", "accelkit.cli", "fit", "--model", "lib/nets.py:Net", "--data",
+               "lib/nets.py:Blobs", "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp_spawn",
+               "--trainer.devices", "2", "--trainer.max_steps", "2", "--trainer.logger", "false",
+               "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false")
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -35,9 +35,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from jsonargparse import Namespace, set_parsing_settings
+from jsonargparse import _actions as _jsonargparse_actions  # its import_object, wrapped below
 from jsonargparse import _typehints as _jsonargparse_typehints  # the two functions replaced below
 
-from accelkit.cli.saved_config import import_class_path
+from accelkit.cli.saved_config import import_class_path, import_file_form, is_file_form
 from accelkit.errors import ConfigurationError
 
 if not (callable(getattr(_jsonargparse_typehints, "adapt_classes_any", None))  # pragma: no cover - jsonargparse 5
@@ -82,6 +83,7 @@ def values_of_any_stay_data() -> Iterator[None]:
     imported or called."""
     hints = _jsonargparse_typehints.ActionTypeHint
     original, original_parser = _jsonargparse_typehints.adapt_classes_any, hints.__dict__["get_class_parser"]
+    importers = [(module, module.import_object) for module in (_jsonargparse_typehints, _jsonargparse_actions)]
     # replacing jsonargparse's function on purpose (restored below) with ours, whose signature differs in names
     _jsonargparse_typehints.adapt_classes_any = _as_given  # type: ignore[assignment]
     # when merging two configurations, jsonargparse takes a class_path dict of an Any argument for a class to build
@@ -91,11 +93,25 @@ def values_of_any_stay_data() -> Iterator[None]:
     # (replacing jsonargparse's method on purpose, and putting it back below)
     hints.get_class_parser = staticmethod(lambda val_class, *args, **kwargs: original_parser.__func__(  # type: ignore[method-assign]
         val_class if not isinstance(val_class, str) or _imported_class(val_class) else object, *args, **kwargs))
+    for module, importer in importers:  # where jsonargparse imports a class path (the annotation asks for a class)
+        module.import_object = _file_forms_too(importer)  # type: ignore[attr-defined]
     try:
         yield
     finally:
         _jsonargparse_typehints.adapt_classes_any = original
         hints.get_class_parser = original_parser  # type: ignore[method-assign]
+        for module, importer in importers:
+            module.import_object = importer  # type: ignore[attr-defined]
+
+
+def _file_forms_too(importer: Any) -> Any:
+    """jsonargparse's ``import_object``, which also imports a file-form class path (``lib/nets.py:Net``, see
+    :func:`~accelkit.cli.saved_config.import_file_form`): jsonargparse calls it only where the argument's annotation
+    asks for a class, so a file named in a value of an ``Any`` argument is never imported."""
+    def import_object(name: Any, *args: Any, **kwargs: Any) -> Any:
+        return import_file_form(name) if is_file_form(name) else importer(name, *args, **kwargs)
+
+    return import_object
 
 
 def _imported_class(path: str) -> bool:

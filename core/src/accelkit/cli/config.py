@@ -39,7 +39,6 @@ from accelkit.cli.saved_config import (
     accept_class_paths,
     file_form_class_paths,
     import_class_path,
-    resolve_file_class_paths,
     started_in,
     with_class_paths,
 )
@@ -67,8 +66,10 @@ PARSER_MODE = "accelkit_yaml"
 def _load(text: str) -> Any:
     # bounded first: every step below walks the loaded data, which aliases could make a billion values
     check_yaml_text(text, "the configuration")
-    # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
-    return accept_class_paths(resolve_file_class_paths(translate_value(get_loader("yaml")(text))))
+    # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes; a
+    # file-form class path (lib/nets.py:Net) stays text here: its file is imported only where the argument's
+    # annotation asks for a class (accelkit.cli.class_path_safety)
+    return accept_class_paths(translate_value(get_loader("yaml")(text)))
 
 
 set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError, DataBombError))
