@@ -530,14 +530,13 @@ def build(tmp_path: Path, init_args: dict) -> object:
 
 @pytest.mark.parametrize("argument, value, given", [
     ("extra", lambda m: shell(m), lambda m: shell(m)),
-    ("untyped", lambda m: shell(m), lambda m: shell(m)),
     ("nested", lambda m: {"x": shell(m)}, lambda m: {"x": shell(m)}),
     ("items", lambda m: [shell(m)], lambda m: [shell(m)]),
     ("maybe", lambda m: shell(m), lambda m: shell(m)),
     ("anything", lambda m: shell(m), lambda m: shell(m)),
 ])
 @pytest.mark.filterwarnings("error::DeprecationWarning")  # nothing named is looked up: no import path warning either
-def test_a_class_path_for_an_argument_typed_any_or_untyped_stays_plain_data(loose, argument, value, given):
+def test_a_class_path_for_an_argument_typed_any_stays_plain_data(loose, argument, value, given):
     marker = loose / "MARKER"
     with pytest.warns(UserWarning, match="naming class_path 'os.system' .* stays plain data"):
         cli = build(loose, {argument: value(marker)})
@@ -558,6 +557,31 @@ def test_a_class_path_for_an_argument_typed_any_imports_nothing(loose):
     with pytest.warns(UserWarning, match="'marks_on_import.Thing'"):
         cli = CLI(run=False, args=["--config", "e.yaml", "--model.init_args.extra", override])
     assert cli.model.given["extra"] == {"class_path": "marks_on_import.Thing", "init_args": {"a": 1}}
+    assert "marks_on_import" not in sys.modules and not (loose / "IMPORTED").exists()
+
+
+@pytest.mark.parametrize("value", [{"class_path": "torch.nn.MSELoss"}, [{"class_path": "marks_on_import.Thing"}]])
+def test_a_class_path_for_an_untyped_argument_is_refused_at_parse_time_naming_it_and_the_annotation(loose, capsys,
+                                                                                                    value):
+    """A template's untyped ``criterion`` given a class_path reached the module as a dict (only a warning), to fail
+    later as "'dict' object is not callable": it is refused when the configuration is parsed, naming the argument
+    and the annotation that builds it, and nothing it names is imported."""
+    import sys
+
+    (loose / "u.yaml").write_text(yaml.safe_dump({
+        "trainer": {"logger": False, "default_root_dir": str(loose)},
+        "model": {"class_path": "loose_models.Loose", "init_args": {"untyped": value}}}))
+    from accelkit.cli import CLI
+
+    with pytest.raises(SystemExit):
+        CLI(run=False, args=["--config", "u.yaml"])
+    error = capsys.readouterr().err.splitlines()[0]
+    name = str(value).split("'class_path': '")[1].split("'")[0]
+    assert error.endswith(f"error: model.init_args.untyped: class_path {name!r} is given for an argument without a "
+                          "type annotation: accelkit builds a class_path only where the annotation asks for a class, "
+                          f"and does not pass the dict on. Annotate the argument with a class it accepts "
+                          f"({name.rpartition('.')[2]} itself or a base class of it, such as torch.nn.Module) to have "
+                          "it built, or with Any or dict to receive the dict as data"), error
     assert "marks_on_import" not in sys.modules and not (loose / "IMPORTED").exists()
 
 
@@ -616,14 +640,15 @@ def test_accelkit_fit_does_not_run_a_shell_command_from_a_config_nor_from_its_sa
     marker = loose / "MARKER"
     (loose / "e.yaml").write_text(yaml.safe_dump({
         "trainer": {"accelerator": "cpu", "max_steps": 1, "enable_progress_bar": False, "default_root_dir": "out"},
-        "model": {"class_path": "loose_models.Loose", "init_args": {"extra": shell(marker), "untyped": shell(marker)}},
+        "model": {"class_path": "loose_models.Loose",
+                  "init_args": {"extra": shell(marker), "nested": {"x": shell(marker)}}},
     }))
     first = run(prewarmed, loose, "-m", "accelkit.cli", "fit", "--config", "e.yaml")
     assert first.returncode == 0, first.stderr
     assert not marker.exists()
     saved_path = next((loose / "out").rglob("config.yaml"))
     saved = yaml.safe_load(saved_path.read_text())
-    assert saved["model"]["init_args"]["extra"] == shell(marker) == saved["model"]["init_args"]["untyped"]
+    assert saved["model"]["init_args"]["extra"] == shell(marker) == saved["model"]["init_args"]["nested"]["x"]
     again = run(prewarmed, loose, "-m", "accelkit.cli", "fit", "--config", str(saved_path),
                 "--trainer.default_root_dir", "again")
     assert again.returncode == 0, again.stderr

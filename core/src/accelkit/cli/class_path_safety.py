@@ -54,7 +54,12 @@ if "import_path_denylist" in inspect.signature(set_parsing_settings).parameters:
 
 
 def _as_given(value: Any, typehint: Any, serialize: bool, instantiate: bool, *args: Any, **kwargs: Any) -> Any:
-    """What an argument typed ``Any``, ``object`` or not typed receives: the value as the configuration gives it."""
+    """What an argument typed ``Any`` or ``object`` receives: the value as the configuration gives it. A class path
+    given for an argument without annotation is refused (:class:`UntypedClassPath`)."""
+    if not serialize and not instantiate and isinstance(typehint, _jsonargparse_typehints.UntypedType):
+        paths = sorted(set(class_paths_in(value)))
+        if paths:
+            raise UntypedClassPath(paths[0])
     if not serialize and not instantiate:
         for path in sorted(set(class_paths_in(value))):
             warnings.warn(f"the configuration value naming class_path {path!r} is given for an argument typed "
@@ -62,6 +67,20 @@ def _as_given(value: Any, typehint: Any, serialize: bool, instantiate: bool, *ar
                           "class_path only where the argument's annotation is a class; annotate the argument with "
                           "the base class it accepts to have the value built", UserWarning, stacklevel=2)
     return value
+
+
+class UntypedClassPath(ValueError):
+    """A ``{class_path: ...}`` value given for an ``__init__`` argument without annotation: accelkit does not build
+    it (nothing the annotation does not ask for is imported) and does not pass the dict on (the program would fail
+    later, calling it); the message says which annotation builds it."""
+
+    def __init__(self, class_path: str) -> None:
+        self.class_path = class_path
+        super().__init__(f"class_path {class_path!r} is given for an argument without a type annotation: accelkit "
+                         "builds a class_path only where the annotation asks for a class, and does not pass the dict "
+                         f"on. Annotate the argument with a class it accepts ({class_path.rpartition('.')[2]} itself "
+                         "or a base class of it, such as torch.nn.Module) to have it built, or with Any or dict to "
+                         "receive the dict as data")
 
 
 def class_paths_in(value: Any) -> Iterator[str]:

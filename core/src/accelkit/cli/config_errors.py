@@ -64,6 +64,10 @@ def _accepted(message: str) -> str:
     return ", ".join(dict.fromkeys(choices + ["null" if f == "NoneType" else f for f in found]))
 
 
+_UNTYPED = re.compile(r"(class_path '[^']*' is given for an argument without a type annotation[^\n]*)")
+_PARSER_KEY = re.compile(r'Parser key "([^"]+)"')
+
+
 def explain(parser: Any, message: str) -> str:
     """``message`` (a jsonargparse error) with a summary line: the unknown key and the close known one, or the
     key, the given value and the accepted types."""
@@ -74,6 +78,12 @@ def explain(parser: Any, message: str) -> str:
             close = close_key(key, known_keys(parser))
             hint = f" Did you mean {close!r}?" if close else ""
             return f"unknown key {key!r}.{hint} (`--help` lists every key)\n{message}"
+    untyped = ([None] + list(_UNTYPED.finditer(message)))[-1]  # the last: inner parsers add summary lines too
+    if untyped:  # accelkit's refusal (class_path_safety.UntypedClassPath), under the keys that lead to it
+        keys = _PARSER_KEY.findall(message[:untyped.start()])
+        key = ".init_args.".join(keys) if len(keys) > 1 and "Problem with given class_path" in message else \
+            ".".join(keys[-1:])
+        return f"{key}: {untyped.group(1)}\n{message}"
     denied, match = _DENIED.search(message), _BAD_VALUE.search(message)
     if denied:  # jsonargparse's import path policy (class_path_safety turns it on), under whichever member
         key = f"{match.group(1)}: " if match else ""
