@@ -1109,3 +1109,126 @@ def test_ddp_spawn_workers_import_a_file_form_model_without_its_folder_on_the_pa
                "--trainer.devices", "2", "--trainer.max_steps", "2", "--trainer.logger", "false",
                "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------- optimizer and scheduler short names
+#: values for the required arguments of torch's schedulers, by name
+SCHEDULER_ARGUMENTS = {"step_size": "2", "milestones": "[1, 2]", "gamma": "0.5", "T_max": "4", "T_0": "3",
+                       "base_lr": "0.01", "max_lr": "0.1", "total_steps": "10"}
+#: torch's schedulers whose required arguments are functions or other schedulers (objects a YAML file names by an
+#: import path only), left out of the name check
+SCHEDULERS_OF_OBJECTS = {"LambdaLR", "MultiplicativeLR", "SequentialLR", "ChainedScheduler"}
+
+
+def torch_classes(module: types.ModuleType, base: type) -> list[type]:
+    import inspect
+
+    return sorted((value for name, value in vars(module).items() if inspect.isclass(value) and issubclass(value, base)
+                   and value is not base and not name.startswith("_") and value.__module__.startswith("torch.optim")),
+                  key=lambda cls: cls.__name__)
+
+
+def optimizers_built(tmp_path: Path, *words: str) -> tuple:
+    """The optimizer and scheduler a CLI of a one-layer Module builds from ``words``."""
+    import torch
+
+    import accelkit
+    from accelkit.cli import CLI
+
+    class OneLayer(accelkit.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2, bias=False)  # 2-D parameters only, which torch's Muon requires
+
+    cli = CLI(OneLayer, run=False, args=["--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path),
+                                         *words])
+    built = cli.model.configure_optimizers()
+    if isinstance(built, dict):
+        return built["optimizer"], built["lr_scheduler"]["scheduler"]
+    optimizers, schedulers = built
+    return optimizers[0], schedulers[0]
+
+
+def test_every_torch_scheduler_and_optimizer_is_accepted_by_its_short_name(tmp_path):
+    """``--lr_scheduler ReduceLROnPlateau`` was refused (``accepted: null``): jsonargparse found two classes of that
+    name, torch's and accelkit.cli's, as accelkit paired torch's with LRScheduler. As in Lightning, the short name is
+    accelkit.cli.ReduceLROnPlateau (Lightning's is lightning.pytorch.cli's), and every other torch scheduler and
+    optimizer is its torch class."""
+    import inspect
+
+    import torch
+
+    from accelkit.cli import ReduceLROnPlateau
+
+    schedulers = torch_classes(torch.optim.lr_scheduler, torch.optim.lr_scheduler.LRScheduler)
+    assert {"StepLR", "OneCycleLR", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts"} <= {c.__name__
+                                                                                            for c in schedulers}
+    checked = []
+    for cls in schedulers:
+        required = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[2:]
+                    if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+        if cls.__name__ in SCHEDULERS_OF_OBJECTS:
+            continue
+        words = [f"--lr_scheduler.{name}={SCHEDULER_ARGUMENTS[name]}" for name in required]
+        if cls is torch.optim.lr_scheduler.ReduceLROnPlateau:
+            words.append("--lr_scheduler.monitor=val_loss")
+        if cls is torch.optim.lr_scheduler.OneCycleLR:  # optional in the signature, needed by the constructor
+            words.append("--lr_scheduler.total_steps=10")
+        _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler",
+                                        cls.__name__, *words)
+        expected = ReduceLROnPlateau if cls is torch.optim.lr_scheduler.ReduceLROnPlateau else cls
+        assert type(scheduler) is expected, cls
+        checked.append(cls.__name__)
+    assert set(checked) == {c.__name__ for c in schedulers} - SCHEDULERS_OF_OBJECTS
+    for cls in torch_classes(torch.optim, torch.optim.Optimizer):
+        optimizer, _ = optimizers_built(tmp_path, "--optimizer", cls.__name__, "--optimizer.lr", "0.01",
+                                        "--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "2")
+        assert type(optimizer) is cls
+
+
+def test_a_scheduler_short_name_in_a_yaml_and_a_users_own_subclass(tmp_path, monkeypatch):
+    import torch
+
+    from accelkit.cli import ReduceLROnPlateau
+
+    (tmp_path / "sched.yaml").write_text(textwrap.dedent('''
+        optimizer: {class_path: Adam, init_args: {lr: 0.01}}
+        lr_scheduler: {class_path: ReduceLROnPlateau, init_args: {monitor: val_loss, patience: 2}}
+    '''))
+    _, scheduler = optimizers_built(tmp_path, "--config", str(tmp_path / "sched.yaml"))
+    assert type(scheduler) is ReduceLROnPlateau and scheduler.monitor == "val_loss" and scheduler.patience == 2
+    # the user's own subclass by its short name, as Lightning finds it: a subclass imported by the program
+    (tmp_path / "own_schedulers.py").write_text(textwrap.dedent('''
+        import torch
+
+        class WarmStep(torch.optim.lr_scheduler.StepLR):
+            pass
+    '''))
+    with project_imports(tmp_path):
+        monkeypatch.syspath_prepend(str(tmp_path))
+        own = __import__("own_schedulers")
+        _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler",
+                                        "WarmStep", "--lr_scheduler.step_size", "2")
+        assert type(scheduler) is own.WarmStep and isinstance(scheduler, torch.optim.lr_scheduler.StepLR)
+
+
+def test_a_short_name_two_classes_share_is_refused_naming_both_as_lightning_does(tmp_path, monkeypatch, capsys):
+    """A user's ``StepLR`` subclass shares torch's short name: Lightning 2.6 refuses ``--lr_scheduler StepLR`` then
+    (jsonargparse: "Multiple subclasses with name StepLR"), and so does accelkit, in one line naming both classes
+    (it said only ``accepted: path, dot, null``); the full class path picks one."""
+    import torch
+
+    (tmp_path / "own_steps.py").write_text("import torch\n\nclass StepLR(torch.optim.lr_scheduler.StepLR):\n"
+                                           "    pass\n")
+    with project_imports(tmp_path):
+        monkeypatch.syspath_prepend(str(tmp_path))
+        own = __import__("own_steps")
+        with pytest.raises(SystemExit):
+            optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler", "StepLR",
+                             "--lr_scheduler.step_size", "2")
+        error = capsys.readouterr().err.splitlines()[0]
+        assert error.endswith("error: lr_scheduler: the class name 'StepLR' names torch.optim.lr_scheduler.StepLR, "
+                              "own_steps.StepLR; give the full class path of the one meant"), error
+        _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler",
+                                        "own_steps.StepLR", "--lr_scheduler.step_size", "2")
+        assert type(scheduler) is own.StepLR and type(scheduler) is not torch.optim.lr_scheduler.StepLR

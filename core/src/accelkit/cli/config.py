@@ -97,8 +97,6 @@ LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[Any, Any, str]] = {
                                          + " talk to"),
 }
 
-_LR_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
 
 _FIELD = re.compile(r":\w+(?: [^:`]*)?:(?:\s|$)")  # a field of a docstring (":param x:", ":raises:")
 
@@ -130,6 +128,12 @@ class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
     def __init__(self, optimizer: torch.optim.Optimizer, monitor: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(optimizer, *args, **kwargs)
         self.monitor = monitor
+
+
+#: What ``--lr_scheduler`` accepts, as Lightning's LightningCLI: torch's schedulers and the ReduceLROnPlateau above,
+#: not torch's, so that the short name ``ReduceLROnPlateau`` names one class (torch's, a subclass of LRScheduler,
+#: is still accepted by its full path; a short name two classes share is an error naming both, as in Lightning)
+LR_SCHEDULER_CLASSES = (torch.optim.lr_scheduler.LRScheduler, ReduceLROnPlateau)
 
 
 def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
@@ -203,7 +207,7 @@ class ArgumentParser(_JsonArgParser):
         """Add ``--optimizer`` (a class path with ``init_args``; ``params`` is filled in by the CLI)."""
         self._add_optim_group(optimizer_class, nested_key, link_to, "params", self.optimizer_classes)
 
-    def add_lr_scheduler_args(self, lr_scheduler_class: Any = _LR_SCHEDULERS, nested_key: str = "lr_scheduler",
+    def add_lr_scheduler_args(self, lr_scheduler_class: Any = LR_SCHEDULER_CLASSES, nested_key: str = "lr_scheduler",
                               link_to: str = "AUTOMATIC") -> None:
         """Add ``--lr_scheduler`` (a class path with ``init_args``; ``optimizer`` is filled in by the CLI)."""
         self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self.lr_scheduler_classes)

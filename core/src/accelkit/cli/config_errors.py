@@ -66,6 +66,8 @@ def _accepted(message: str) -> str:
 
 _UNTYPED = re.compile(r"(class_path '[^']*' is given for an argument without a type annotation[^\n]*)")
 _PARSER_KEY = re.compile(r'Parser key "([^"]+)"')
+_AMBIGUOUS = re.compile(r"Multiple subclasses with name (\w+)\. Give the full class path to avoid ambiguity: "
+                        r"([\w., ]+?)\.?$", re.MULTILINE)
 
 
 def explain(parser: Any, message: str) -> str:
@@ -85,6 +87,10 @@ def explain(parser: Any, message: str) -> str:
             ".".join(keys[-1:])
         return f"{key}: {untyped.group(1)}\n{message}"
     denied, match = _DENIED.search(message), _BAD_VALUE.search(message)
+    ambiguous = _AMBIGUOUS.search(message)
+    if ambiguous and match:  # a short class name that several imported classes have (as Lightning refuses it)
+        return (f"{match.group(1)}: the class name {ambiguous.group(1)!r} names {ambiguous.group(2)}; give the full "
+                f"class path of the one meant\n{message}")
     if denied:  # jsonargparse's import path policy (class_path_safety turns it on), under whichever member
         key = f"{match.group(1)}: " if match else ""
         return (f"{key}class_path {denied.group(1)!r} is refused: jsonargparse denies "
