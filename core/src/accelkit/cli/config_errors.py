@@ -61,9 +61,16 @@ def close_key(key: str, keys: list[str]) -> str | None:
 def _accepted(message: str) -> str:
     choices = [c.replace("typing.", "") for c in _CHOICES.findall(message)]
     found = [a or b for a, b in _EXPECTED.findall(message) if not (b or "").startswith(("typing.Literal", "Literal"))]
-    return ", ".join(dict.fromkeys(choices + ["null" if f == "NoneType" else f for f in found]))
+    return _readable(", ".join(dict.fromkeys(choices + ["null" if f == "NoneType" else f for f in found])))
 
 
+def _readable(text: str) -> str:
+    """jsonargparse's words for what a ``type`` argument accepts ("Expected a dot import path string") as a reader's."""
+    return re.sub(r"\bdot\b", "a class named by its import path (a string such as torch.nn.ReLU, not a class_path "
+                  "dict)", text)
+
+
+_INNER_SUMMARY = re.compile(r"^\s+- Problem with given class_path '[^']*':\n\s+([\w.]+): (value .*)$", re.MULTILINE)
 _UNTYPED = re.compile(r"(class_path '[^']*' is given for an argument without a type annotation[^\n]*)")
 _PARSER_KEY = re.compile(r'Parser key "([^"]+)"')
 _AMBIGUOUS = re.compile(r"Multiple subclasses with name (\w+)\. Give the full class path to avoid ambiguity: "
@@ -99,6 +106,9 @@ def explain(parser: Any, message: str) -> str:
     if match and not _GIVEN.search(message):  # no value to name (a file that does not exist...): what it says
         reason = message[match.end():].strip().splitlines()
         return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
+    inner = _INNER_SUMMARY.search(message) if match and "Problem with given class_path" in message else None
+    if inner:  # an argument of the class a class_path names: its own summary line, under its full key
+        return f"{match.group(1)}.init_args.{inner.group(1)}: {_readable(inner.group(2))}\n{message}"
     if match:
         given = _GIVEN.search(message)
         key, value = match.group(1), given.group(1).strip() if given else "?"
