@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from accelkit.utilities.bounded import check_expanded_size, load_yaml
 from accelkit.utilities.parsing import AttributeDict
 
 __all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams",
@@ -186,17 +187,21 @@ def hparams_to_log(module: Any, datamodule: Any = None) -> dict[str, Any] | None
 
 
 def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read hyper-parameters from a YAML file (``.yaml``/``.yml``; needs PyYAML)."""
+    """Read hyper-parameters from a YAML file (``.yaml``/``.yml``; needs PyYAML).
+
+    :raises accelkit.utilities.bounded.DataBombError: the file stands for more values than
+        :data:`~accelkit.utilities.bounded.MAX_VALUES` once its aliases are expanded (or nests too deep).
+    """
     path = Path(path)
     if path.suffix.lower() not in (".yaml", ".yml"):
         raise ValueError(f"hparams_file {str(path)!r}: only YAML files (.yaml, .yml) are read")
     try:
-        import yaml
+        import yaml  # noqa: F401  (load_yaml's dependency, named here by the file that needs it)
     except ImportError:
         raise ImportError(f"hparams_file {str(path)!r} needs PyYAML: pip install pyyaml") from None
     if not path.is_file():
         raise FileNotFoundError(f"hparams_file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml(path.read_text(), f"hparams_file {str(path)!r}") or {}
     if not isinstance(data, Mapping):
         raise ValueError(f"hparams_file {str(path)!r} holds a {type(data).__name__}, not a mapping of names to values")
     return dict(data)
@@ -233,6 +238,11 @@ def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict
     checkpoint = files.load(source, weights_only=weights_only, map_location=map_location)
     layout.check_version(checkpoint, repr(str(getattr(source, "name", source))))
     return checkpoint
+
+
+def _name(source: Any) -> str:
+    """A checkpoint source for messages: its path, or the name of an open file."""
+    return repr(str(getattr(source, "name", source)))
 
 
 def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
@@ -292,6 +302,9 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
     :param weights_only: ``torch.load(weights_only=...)``: ``True`` (the default) refuses to unpickle objects.
     :param overrides: ``__init__`` arguments that replace the saved ones, or that were not saved (modules).
         If ``cls.__init__`` takes no ``**kwargs``, saved hyper-parameters it does not accept are not passed.
+    :raises accelkit.utilities.bounded.DataBombError: the hyper-parameters (of the checkpoint or of
+        ``hparams_file``) stand for more values than :data:`~accelkit.utilities.bounded.MAX_VALUES` once shared
+        lists and aliases are expanded, before anything copies them.
     :raises TypeError: a required ``__init__`` argument is neither saved nor given (an override that is no
         ``__init__`` argument is warned about and not passed).
     """
@@ -300,6 +313,8 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
     name_key = getattr(cls, "CHECKPOINT_HYPER_PARAMS_NAME", HPARAMS_NAME_KEY)
     if hparams_file is not None:
         checkpoint[key] = load_hparams_file(hparams_file)
+    else:  # shared lists in the pickled data would be copied once per use below
+        check_expanded_size(checkpoint.get(key), f"checkpoint {_name(checkpoint_path)} {key}")
     stored = {name: _attribute_access(value) for name, value in (checkpoint.get(key) or {}).items()}
     kwargs = _init_kwargs(cls, stored, checkpoint.get(name_key), overrides)
     checkpoint[key] = {**(checkpoint.get(key) or {}), **overrides}
