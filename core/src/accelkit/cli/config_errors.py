@@ -107,7 +107,7 @@ def explain(parser: Any, message: str) -> str:
         reason = message[match.end():].strip().splitlines()
         return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
     inner = _INNER_SUMMARY.search(message) if match and "Problem with given class_path" in message else None
-    if inner:  # an argument of the class a class_path names: its own summary line, under its full key
+    if inner and match:  # an argument of the class a class_path names: its own summary line, under its full key
         return f"{match.group(1)}.init_args.{inner.group(1)}: {_readable(inner.group(2))}\n{message}"
     if match:
         given = _GIVEN.search(message)
@@ -116,8 +116,8 @@ def explain(parser: Any, message: str) -> str:
         accepted = _accepted(message)
         if nested:
             key, value = f"{key}.{nested.group(1)}", nested.group(2)
-            inner = message.split(f'Parser key "{nested.group(1)}":', 1)
-            accepted = _accepted(inner[1].split("\n    - ", 1)[0]) if len(inner) == 2 else ""
+            pieces = message.split(f'Parser key "{nested.group(1)}":', 1)
+            accepted = _accepted(pieces[1].split("\n    - ", 1)[0]) if len(pieces) == 2 else ""
         return (f"{key}: value {value!r} is not accepted"
                 + (f"; accepted: {accepted}" if accepted else "") + f"\n{message}")
     return message
