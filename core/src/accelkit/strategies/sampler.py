@@ -243,7 +243,7 @@ def shard_batch_sampler(loader: DataLoader, hook: Any, num_replicas: int, rank: 
         does not draw from the replaced ``sampler`` (its length does not follow the shard's); the message says
         what to do instead.
     """
-    batches = loader.batch_sampler
+    batches: Any = loader.batch_sampler  # a sampler of index lists (typed by torch as an Iterable)
     name = type(batches).__name__
     inner = getattr(batches, "sampler", None)
     cannot = (f"the DataLoader's batch_sampler {name} cannot be sharded over the {num_replicas} processes of this "
