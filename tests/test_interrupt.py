@@ -107,7 +107,7 @@ def test_a_second_signal_stops_at_once_without_saving(tmp_path, devices, prewarm
 
 def test_the_grace_after_a_first_signal_fits_in_a_schedulers_30_s_pre_emption_grace():
     # one value for both launchers (documented in docs/topology.rst), with time left to exit before a SIGKILL
-    assert InPlaceLauncher.grace_s == SpawnLauncher.grace_s == interrupt.STOP_GRACE_S <= 25
+    assert InPlaceLauncher.grace_s == SpawnLauncher.grace_s == interrupt.STOP_GRACE_S <= 20
 
 
 @pytest.mark.slow
@@ -127,6 +127,8 @@ def test_sigterm_while_the_first_step_compiles_stops_within_the_grace_without_sa
     assert done.returncode != 0
     assert "SIGTERM: the run did not reach the end of a step within 1 s of the signal (it was compiling the step " \
            "with torch.compile), so it was stopped there; nothing was saved" in err, err[-3000:]
+    # the stop is the error the program ends with, though torch's compiler, cut short, raises another on its way out
+    assert err.strip().splitlines()[-1].startswith("accelkit.errors.TrainingInterrupted: SIGTERM: "), err[-3000:]
     assert "step " not in done.stdout  # the compiled step never ran
     assert not (tmp_path / "run" / "checkpoints" / "interrupted.ckpt").exists()
 

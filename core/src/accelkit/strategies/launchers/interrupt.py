@@ -32,8 +32,9 @@ _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
 _NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 #: seconds a run gets after the first SIGINT/SIGTERM to reach a consistent step and save it, before it is stopped
 #: without saving: within the 30 s that schedulers wait between SIGTERM and SIGKILL by default (Kubernetes'
-#: ``terminationGracePeriodSeconds``, SLURM's ``KillWait``), with 5 s left to exit
-STOP_GRACE_S = 25.0
+#: ``terminationGracePeriodSeconds``, SLURM's ``KillWait``), with 10 s left to exit (torch's compile workers take
+#: about 5 s to shut down when a compilation was cut short)
+STOP_GRACE_S = 20.0
 #: modules whose frames on the main thread's stack mean the step is being compiled (``torch.compile``)
 _COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch")
 
@@ -150,7 +151,9 @@ class Deadline:
     """Stops the run in this process (the main thread) ``seconds`` after :meth:`arm` unless the block ends first:
     a ``SIGALRM`` timer whose handler raises :class:`~accelkit.errors.TrainingInterrupted`, saying that nothing
     was saved and what the process was doing (:func:`doing`). Used as a context manager, whose exit disarms it and
-    gives ``SIGALRM`` its former handler back; outside the main thread, :meth:`arm` does nothing.
+    gives ``SIGALRM`` its former handler back, and lets that error be the one raised when code it went through
+    raised another while unwinding (torch 2.9's compiler raises ``UnboundLocalError`` when its compilation is cut
+    short); outside the main thread, :meth:`arm` does nothing.
 
     :param seconds: the grace (:data:`STOP_GRACE_S` by default).
     """
@@ -159,6 +162,8 @@ class Deadline:
         self.seconds = seconds
         self._previous: Any = None
         self._armed = False
+        #: the error raised when the grace ran out (``None`` until then)
+        self.fired: BaseException | None = None
 
     def arm(self, signum: int) -> None:
         """Start the countdown after signal ``signum`` (named in the error)."""
@@ -169,10 +174,11 @@ class Deadline:
         def expired(alarm: int, frame: Any) -> None:
             from accelkit.errors import TrainingInterrupted
 
-            raise TrainingInterrupted(
+            self.fired = TrainingInterrupted(
                 f"{signal_name(signum)}: the run did not reach the end of a step within {seconds:g} s of the signal"
                 f"{doing(frame)}, so it was stopped there; nothing was saved by this interruption. Resume from its "
                 "last checkpoint.")
+            raise self.fired
 
         self._previous = signal.signal(signal.SIGALRM, expired)
         signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -188,8 +194,10 @@ class Deadline:
     def __enter__(self) -> Deadline:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
         self.disarm()
+        if self.fired is not None and error is not None and error is not self.fired:
+            raise self.fired from error  # another error replaced it on the way out: the stop is what happened
 
 
 def announce_first(signum: int, how: str) -> None:
