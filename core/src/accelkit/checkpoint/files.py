@@ -107,13 +107,18 @@ def _raise_write_error(exc: BaseException, path: Path, tmp_name: str, written: i
         free = f"; {usage.f_bavail * usage.f_frsize} bytes free on that file system"
     except OSError:
         free = ""
-    reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-              errno.EFBIG: "the file is larger than this process may write (ulimit -f)",
-              errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(
-        code or 0, os.strerror(code) if code else f"{type(exc).__name__}: {exc}")
+    reason = write_error_reason(code) if code else f"{type(exc).__name__}: {exc}"
     raise OSError(code or errno.EIO, f"could not write checkpoint {str(path)!r}: {reason} (after {written} bytes"
                   f"{free}). The previous file at that path, if any, is unchanged; free space or choose another "
                   "folder (default_root_dir or ModelCheckpoint(dirpath=...)).", str(path)) from exc
+
+
+def write_error_reason(code: int) -> str:
+    """Why a write failed with ``errno`` ``code``, in words: ``"the disk is full"`` for ``ENOSPC``, the quota, the
+    file size limit (``ulimit -f``), a permission or a read-only file system; the system's text for any other."""
+    return {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+            errno.EFBIG: "the file is larger than this process may write (ulimit -f)",
+            errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(code, os.strerror(code))
 
 
 def probe_write_error(file: str | os.PathLike) -> int | None:

@@ -678,7 +678,8 @@ def _skip_by_batches(loop: Any, loader: Any, pos: Position, head: str) -> tuple[
     """The last resort of :func:`resume_on_changed_data` (no sampler to skip samples with): skip as many batches
     as hold the samples trained on, counted with this run's batch size and processes."""
     trainer = loop.trainer
-    size = getattr(loader, "batch_size", None) or 1
+    # a loader built with batch_sampler= has no batch_size of its own: its batch sampler's counts
+    size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size", 1) or 1
     batches = pos.samples // (size * trainer.world_size)
     limit = trainer.num_training_batches
     ends = limit is not None and batches >= limit
