@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sys
 import warnings
 from datetime import timedelta
@@ -303,6 +304,7 @@ def test_the_state_keeps_a_relative_folder_as_lightning_does_and_resumes_after_t
         make_trainer("./runs", max_epochs=4, callbacks=[resumed]).fit(Scripted(val_losses=scores),
                                                                       ckpt_path="runs/checkpoints/last.ckpt")
     assert not [w for w in caught if "dirpath has changed" in str(w.message)]
+    assert not _outside_warnings(caught)  # the relative paths of a moved run resolve inside its folder
     # the top two over both runs: epoch 3 (0.2) and epoch 1 (0.3, from before the move)
     assert sorted(resumed.best_k_models) == ["runs/checkpoints/epoch=1-step=8.ckpt",
                                              "runs/checkpoints/epoch=3-step=16.ckpt"]
@@ -621,3 +623,175 @@ def test_every_refused_callback_name_is_a_not_yet_row_of_the_migration_guide() -
     not_yet = {name for (section, name), row in load_rows().items()
                if section == "callbacks" and row.status == "not yet"}
     assert set(NOT_PROVIDED) == not_yet == set(_lacking())
+
+
+# ---------------------------------------------------------------------------------------------- paths from outside
+def _state(checkpoint: dict[str, Any], monitor: str | None) -> dict[str, Any]:
+    return next(state for key, state in checkpoint["callbacks"].items()
+                if key.startswith("ModelCheckpoint") and f"'monitor': {monitor!r}" in key)
+
+
+def _outside_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    return [str(w.message) for w in caught if "They are dropped: never read, never removed" in str(w.message)]
+
+
+@pytest.mark.parametrize("logger", [False, True], ids=["logger=False", "default logger"])
+def test_a_checkpoint_naming_paths_outside_the_run_removes_nothing_there(tmp_path, monkeypatch, logger):
+    """Issue 36, case 2: a checkpoint (loading with weights_only=True) whose ModelCheckpoint states name
+    ``checkpoints/../../victim_dir`` (best), a victim file (top-k, kth) and another (last), resumed with
+    ``fit(ckpt_path=)``: the folder and the files one level above the run folder survive the resumed fit's top-k
+    clean-up (they were removed, the fit exiting 0), each dropped path is named in a warning, and the resumed run
+    keeps its own top-k."""
+    run = tmp_path / "run"
+    (tmp_path / "victim_dir").mkdir(parents=True)
+    (tmp_path / "victim_dir" / "precious.txt").write_text("keep me")
+    for name in ("victim.txt", "victim_last.txt"):
+        (tmp_path / name).write_text("keep me")
+    run.mkdir()
+    monkeypatch.chdir(run)
+    scores = [0.5, 0.4, 0.3]
+
+    def callbacks() -> list[ModelCheckpoint]:
+        return [ModelCheckpoint(), ModelCheckpoint(monitor="val_loss", save_top_k=1, save_last=True,
+                                                   filename="best-{epoch}")]
+
+    options = dict(logger=logger)
+    first = callbacks()
+    make_trainer(run, max_epochs=1, callbacks=first, **options).fit(Scripted(val_losses=scores))
+    checkpoint = load(first[1].last_model_path)
+    # the resumed run's folder, as an attacker predicts it (with a logger: the next version folder)
+    folder = first[0].dirpath.replace("version_0", "version_1")
+    relative = os.path.relpath(folder, run)  # "checkpoints", or "lightning_logs/version_1/checkpoints"
+    up = "/".join([".."] * (relative.count("/") + 2))  # from the folder to one level above the run folder
+    latest, ranked = _state(checkpoint, None), _state(checkpoint, "val_loss")
+    latest.update(dirpath=folder, best_model_path=f"{relative}/{up}/victim_dir")
+    ranked.update(dirpath=folder, best_model_path=f"{relative}/{up}/victim.txt", kth_value=torch.tensor(0.9),
+                  best_k_models={f"{relative}/{up}/victim.txt": torch.tensor(0.9)},
+                  kth_best_model_path=f"{relative}/{up}/victim.txt", best_model_score=torch.tensor(0.9),
+                  last_model_path=f"{relative}/{up}/victim_last.txt")
+    evil = tmp_path / "evil.ckpt"
+    torch.save(checkpoint, evil)
+    torch.load(evil, weights_only=True)  # the attack needs nothing unsafe
+
+    resumed = callbacks()
+    trainer = make_trainer(run, max_epochs=3, callbacks=resumed, **options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Scripted(val_losses=scores), ckpt_path=evil)
+    assert trainer.current_epoch == 3
+    assert (tmp_path / "victim_dir" / "precious.txt").read_text() == "keep me"
+    assert (tmp_path / "victim.txt").read_text() == "keep me"
+    assert (tmp_path / "victim_last.txt").read_text() == "keep me"
+    dropped = "\n".join(_outside_warnings(caught))
+    for name in ("victim_dir", "victim.txt", "victim_last.txt"):
+        assert f"{relative}/{up}/{name}'" in dropped
+    # the resumed run's own bookkeeping goes on inside its folder
+    assert resumed[0].dirpath == folder
+    assert resumed[0].best_model_path == os.path.join(folder, "epoch=2-step=12.ckpt")
+    assert list(resumed[1].best_k_models) == [os.path.join(folder, "best-epoch=2.ckpt")]
+    # the first run's files that the dropped state named are no longer known, so they are kept; the resumed
+    # run's own top-k replaced its epoch-1 files
+    kept = ["best-epoch=0.ckpt", "epoch=0-step=4.ckpt", "last.ckpt"] if not logger else []
+    assert names(Path(folder)) == sorted(kept + ["best-epoch=2.ckpt", "epoch=2-step=12.ckpt",
+                                                 "last-v1.ckpt" if not logger else "last.ckpt"])
+
+
+def test_a_restored_path_to_no_checkpoint_or_through_a_link_outside_is_dropped(tmp_path):
+    """A restored path naming the user's own folder or text file inside the checkpoint folder (no checkpoint), or a
+    checkpoint through a link to another folder (outside, links followed), is dropped with a warning naming it and
+    why: the folder was removed with ``shutil.rmtree``, the file and the other run's checkpoint too."""
+    folder = tmp_path / "ckpt"
+    other_run = tmp_path / "other_run"
+    other_run.mkdir()
+    torch.save({"state_dict": {}}, other_run / "other.ckpt")
+    scores = [0.5, 0.4, 0.3]
+
+    def callbacks() -> list[ModelCheckpoint]:
+        return [ModelCheckpoint(dirpath=folder),
+                ModelCheckpoint(dirpath=folder, monitor="val_loss", save_last=True, filename="best-{epoch}")]
+
+    first = callbacks()
+    make_trainer(tmp_path, max_epochs=1, callbacks=first).fit(Scripted(val_losses=scores))
+    (folder / "notes").mkdir()
+    (folder / "notes" / "idea.txt").write_text("keep me")
+    (folder / "notes.txt").write_text("keep me")
+    (folder / "elsewhere").symlink_to(other_run, target_is_directory=True)
+    checkpoint = load(first[1].last_model_path)
+    through_link = str(folder / "elsewhere" / "other.ckpt")
+    _state(checkpoint, None).update(best_model_path=str(folder / "notes"))
+    _state(checkpoint, "val_loss").update(best_k_models={through_link: torch.tensor(0.9)},
+                                          kth_best_model_path=through_link, best_model_path=through_link,
+                                          best_model_score=torch.tensor(0.9), kth_value=torch.tensor(0.9),
+                                          last_model_path=str(folder / "notes.txt"))
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+
+    resumed = callbacks()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_trainer(tmp_path, max_epochs=3, callbacks=resumed).fit(Scripted(val_losses=scores),
+                                                                    ckpt_path=tmp_path / "crafted.ckpt")
+    assert (folder / "notes" / "idea.txt").read_text() == "keep me"
+    assert (folder / "notes.txt").read_text() == "keep me"
+    assert (other_run / "other.ckpt").is_file()
+    dropped = "\n".join(_outside_warnings(caught))
+    assert f"{str(folder / 'notes')!r} (it is a folder but not a sharded checkpoint" in dropped
+    assert f"{str(folder / 'notes.txt')!r} (it is not a checkpoint file" in dropped
+    assert f"{through_link!r} (outside the folder, .. and symbolic links followed)" in dropped
+    assert list(resumed[1].best_k_models) == [str(folder / "best-epoch=2.ckpt")]
+
+
+@pytest.mark.parametrize("filename", ["../../escaped-{step}", "/tmp/escaped-{step}", "sub/../../escaped-{step}",
+                                      "{../../escaped}"])
+def test_a_filename_template_leaving_dirpath_is_refused(filename):
+    """Issue 36, case 8: ``filename="../../escaped-{step}"`` wrote outside ``dirpath`` without a word."""
+    with pytest.raises(accelkit.ConfigurationError, match=re.escape(f"ModelCheckpoint(filename={filename!r}): the "
+                                                                    "template leaves dirpath")):
+        ModelCheckpoint(dirpath="ckpt", filename=filename)
+
+
+def test_a_template_leaving_dirpath_after_construction_writes_and_removes_nothing_outside(tmp_path):
+    """A template set after construction (``callback.filename = ...``, or a sub-folder that is a link to another
+    folder) is refused when a name is made from it: nothing is written, nor removed, outside ``dirpath``; a
+    sub-folder inside ``dirpath`` keeps its top-k there."""
+    folder, outside = tmp_path / "run" / "ckpt", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "escaped-step=4.ckpt").write_text("keep me")
+    callback = ModelCheckpoint(dirpath=folder, monitor="val_loss")
+    callback.filename = "../../outside/escaped-{step}"
+    with pytest.raises(accelkit.ConfigurationError, match=r"filename='../../outside/escaped-\{step\}'\) gives the "
+                                                          r"path .* which leaves dirpath"):
+        make_trainer(tmp_path, max_epochs=2, callbacks=[callback]).fit(Scripted(val_losses=[0.5, 0.4]))
+    assert names(outside) == ["escaped-step=4.ckpt"]
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "linked").symlink_to(outside, target_is_directory=True)
+    linked = ModelCheckpoint(dirpath=folder, monitor="val_loss", filename="linked/escaped-{step}")
+    with pytest.raises(accelkit.ConfigurationError, match="leaves dirpath"):
+        make_trainer(tmp_path, max_epochs=2, callbacks=[linked]).fit(Scripted(val_losses=[0.5, 0.4]))
+    assert names(outside) == ["escaped-step=4.ckpt"]
+
+    inside = ModelCheckpoint(dirpath=folder, monitor="val_loss", filename="sub/{epoch}")
+    make_trainer(tmp_path, max_epochs=3, callbacks=[inside]).fit(Scripted(val_losses=[0.5, 0.3, 0.4]))
+    assert names(folder / "sub") == ["epoch=1.ckpt"]
+    assert inside.best_model_path == str(folder / "sub" / "epoch=1.ckpt")
+
+
+def test_the_ranking_goes_on_with_the_restored_paths_that_are_kept(tmp_path):
+    """One of two top-k paths outside the folder: it is dropped, and the best and k-th paths fall back to the file
+    that is kept (the ranking stays consistent: no KeyError on the next save)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    kept, outside = str(folder / "epoch=0-step=4.ckpt"), f"{folder}/../epoch=1-step=8.ckpt"
+    torch.save({"epoch": 0}, kept)
+    torch.save({"epoch": 1}, tmp_path / "epoch=1-step=8.ckpt")
+    callback = ModelCheckpoint(dirpath=folder, monitor="val_loss", save_top_k=2)
+    state = {"monitor": "val_loss", "dirpath": callback.dirpath, "best_model_score": torch.tensor(0.1),
+             "best_model_path": outside, "current_score": torch.tensor(0.1), "kth_best_model_path": kept,
+             "kth_value": torch.tensor(0.3), "last_model_path": "",
+             "best_k_models": {kept: torch.tensor(0.3), outside: torch.tensor(0.1)}}
+    with pytest.warns(UserWarning, match=re.escape(f"names 1 path(s) this callback cannot have written in its folder "
+                                                   f"{callback.dirpath!r}: {outside!r} (outside the folder")):
+        callback.load_state_dict(state)
+    assert callback.best_k_models == {kept: torch.tensor(0.3)}
+    assert (callback.best_model_path, float(callback.best_model_score)) == (kept, pytest.approx(0.3))
+    assert (callback.kth_best_model_path, float(callback.kth_value)) == (kept, pytest.approx(0.3))

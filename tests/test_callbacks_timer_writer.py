@@ -8,6 +8,7 @@ batch), so where it stops is a number of steps known in advance, whatever the ma
 from __future__ import annotations
 
 import pickle
+import re
 import sys
 import warnings
 from datetime import timedelta
@@ -363,6 +364,24 @@ def test_on_exception_checkpoint_refuses_a_bad_filename(tmp_path) -> None:
         OnExceptionCheckpoint(tmp_path, filename="")
     with pytest.raises(ValueError, match="without the .ckpt extension"):
         OnExceptionCheckpoint(tmp_path, filename="crash.ckpt")
+    for name in ("../crash", "/tmp/crash", "sub/../../crash"):  # issue 36: nothing written or removed outside
+        with pytest.raises(ValueError, match=re.escape(f"OnExceptionCheckpoint(filename={name!r}): the name leaves "
+                                                       "dirpath")):
+            OnExceptionCheckpoint(tmp_path, filename=name)
+
+
+def test_on_exception_checkpoint_removes_only_a_checkpoint_after_a_completed_fit(tmp_path) -> None:
+    """A folder of the user's at the checkpoint's path is no checkpoint: a completed fit keeps it, with a warning
+    naming it (it was removed with ``shutil.rmtree``)."""
+    callback = OnExceptionCheckpoint(tmp_path / "crash")
+    Path(callback.ckpt_path).mkdir(parents=True)
+    (Path(callback.ckpt_path) / "precious.txt").write_text("keep me")
+    trainer = quiet_trainer(tmp_path, max_epochs=1, callbacks=[callback], enable_checkpointing=True, **QUIET)
+    with pytest.warns(UserWarning, match=re.escape(f"OnExceptionCheckpoint did not remove {callback.ckpt_path!r} "
+                                                   "after the completed fit: it is a folder but not a sharded "
+                                                   "checkpoint")):
+        trainer.fit(FailsAt(fail_at=None))
+    assert (Path(callback.ckpt_path) / "precious.txt").read_text() == "keep me"
 
 
 # ----------------------------------------------------------------------------------------------------- LambdaCallback

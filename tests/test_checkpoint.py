@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import re
+import shutil
 import signal
 import sys
 import warnings
@@ -16,9 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.checkpoint import files as checkpoint  # noqa: E402
+from helpers.damage import flip_record_byte  # noqa: E402
 from helpers.fixtures import lightning_records  # noqa: E402
 from helpers.guards import TESTS, child_env  # noqa: E402
-from helpers.models import ExplodingPickle, Opaque, RegressionModule  # noqa: E402
+from helpers.models import ExplodingPickle, Opaque, RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
 
 def temp_files(folder: Path) -> list[Path]:
@@ -270,3 +273,186 @@ def test_a_240_character_filename_saves(tmp_path):
     trainer.fit(RegressionModule())
     assert [p.name for p in (tmp_path / "ckpt").iterdir()] == [name + ".ckpt"]  # no temporary left beside it
     assert checkpoint.load(tmp_path / "ckpt" / (name + ".ckpt"))["global_step"] == 4
+
+
+# ---------------------------------------------------------------------------------------------- paths a callback trusts
+def test_only_checkpoints_inside_the_folder_may_be_removed_links_followed(tmp_path):
+    """``accelkit.checkpoint.paths``: what a checkpoint callback may remove (and trust when a checkpoint's state
+    names it) is decided on resolved paths and on the file's format, not on the path as written."""
+    from accelkit.checkpoint import paths, sharded
+
+    folder, outside = tmp_path / "ckpt", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    torch.save({"epoch": 0}, folder / "a.ckpt")
+    torch.save({"epoch": 0}, outside / "b.ckpt")
+    (folder / "notes.txt").write_text("not a checkpoint")
+    (folder / "data").mkdir()
+    sharded.save({"state_dict": {"w": torch.zeros(2)}, "epoch": 0}, folder / "sharded.ckpt")
+    (folder / "link.ckpt").symlink_to(folder / "a.ckpt")
+    (folder / "out.ckpt").symlink_to(outside / "b.ckpt")
+    (folder / "elsewhere").symlink_to(outside, target_is_directory=True)
+
+    assert paths.removal_refusal(folder / "a.ckpt", folder) is None
+    assert paths.removal_refusal(folder / "sharded.ckpt", folder) is None
+    assert paths.removal_refusal(folder / "link.ckpt", folder) is None  # the link goes, not its target
+    assert paths.removal_refusal(folder / "notes.txt", folder) == ("it is not a checkpoint file (torch.save writes a "
+                                                                   "zip archive)")
+    assert paths.removal_refusal(folder / "data", folder) == ("it is a folder but not a sharded checkpoint (it holds "
+                                                              f"no {sharded.METADATA_FILE})")
+    assert paths.removal_refusal(folder / "out.ckpt", folder) == ("it is a symbolic link pointing outside the "
+                                                                  f"callback's folder, to {str(outside / 'b.ckpt')!r}")
+    # outside, as written or through a link, or nothing there: not this callback's, nothing to say
+    for path in (f"{folder}/../outside/b.ckpt", folder / "elsewhere" / "b.ckpt", folder / "gone.ckpt"):
+        assert paths.removal_refusal(path, folder) == ""
+    assert paths.removal_refusal(folder, folder) == ""
+
+    assert paths.restore_refusal(str(folder / "a.ckpt"), folder) is None
+    assert paths.restore_refusal(str(folder / "gone.ckpt"), folder) is None  # deleted since: it would be ours
+    assert paths.restore_refusal(f"{folder}/../outside/b.ckpt", folder) == ("outside the folder, .. and symbolic "
+                                                                            "links followed")
+    assert paths.restore_refusal(str(folder / "elsewhere" / "b.ckpt"), folder) == ("outside the folder, .. and "
+                                                                                   "symbolic links followed")
+    assert paths.restore_refusal(3, folder) == "not a path but a value of type int"
+    assert paths.restore_refusal(str(folder / "notes.txt"), folder) == ("it is not a checkpoint file (torch.save "
+                                                                        "writes a zip archive)")
+
+# ---------------------------------------------------------------------------------------------- checksums
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint written by a real fit: one epoch of SGD with momentum (a weight, a momentum buffer)."""
+    root = tmp_path_factory.mktemp("trained")
+    return run(root, 1)[1].checkpoint_path
+
+
+def record_holding(file: Path, tensor: torch.Tensor) -> str:
+    """The name of the one record of the archive ``file`` whose bytes are ``tensor``'s."""
+    import zipfile
+
+    wanted = tensor.contiguous().numpy().tobytes()
+    with zipfile.ZipFile(file) as archive:
+        found = [i.filename for i in archive.infolist() if "/data/" in i.filename and archive.read(i) == wanted]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def every_load_path(path: Path, root: Path) -> list[Any]:
+    """What loading ``path`` raises (or returns) on each path that reads a checkpoint file."""
+    loader = torch.utils.data.DataLoader(regression_data(8), batch_size=4)
+    def from_open_file() -> Any:
+        with open(path, "rb") as handle:
+            return checkpoint.load(handle)
+
+    calls = [lambda: checkpoint.load(path), from_open_file,
+             lambda: MomentumModule.load_from_checkpoint(path), lambda: run(root, 2, ckpt_path=path),
+             lambda: quiet_trainer(root).validate(MomentumModule(), ckpt_path=path),
+             lambda: quiet_trainer(root).test(MomentumModule(), ckpt_path=path),
+             lambda: quiet_trainer(root).predict(MomentumModule(), loader, ckpt_path=path)]
+    outcomes = []
+    for call in calls:
+        try:
+            outcomes.append(call())
+        except Exception as exc:  # noqa: BLE001 - each outcome is checked by the caller
+            outcomes.append(exc)
+    return outcomes
+
+
+@pytest.mark.parametrize("entry", ["weight", "momentum buffer"])
+def test_a_flipped_byte_inside_a_tensor_is_named_as_damage_on_every_load_path(tmp_path, trained, entry):
+    path = Path(shutil.copy(trained, tmp_path / "flipped.ckpt"))
+    saved = torch.load(path, weights_only=True)
+    tensor = saved["state_dict"]["layer.weight"] if entry == "weight" else \
+        saved["optimizer_states"][0]["state"][0]["momentum_buffer"]
+    record = record_holding(path, tensor)
+    flip_record_byte(path, record, at=1)
+    plain = torch.load(path, weights_only=True)  # torch itself reads the changed value without a word
+    changed = plain["state_dict"]["layer.weight"] if entry == "weight" else \
+        plain["optimizer_states"][0]["state"][0]["momentum_buffer"]
+    assert not torch.equal(changed, tensor)
+    named = re.compile(rf"checkpoint '{re.escape(str(path))}' is damaged: its record '{re.escape(record)}' does not "
+                       "match the checksum saved with it")
+    outcomes = every_load_path(path, tmp_path / "runs")
+    for outcome in outcomes:
+        assert isinstance(outcome, checkpoint.CheckpointError) and named.search(str(outcome)), outcome
+        assert not isinstance(outcome, checkpoint.UnsafeCheckpointError)
+
+
+@pytest.mark.parametrize("checksums", [True, False], ids=["with checksums", "without checksums"])
+def test_a_damaged_data_pkl_is_called_damaged_not_unsafe(tmp_path, trained, checksums):
+    path = tmp_path / "pickle.ckpt"
+    torch.serialization.set_crc32_options(checksums)
+    try:
+        torch.save(torch.load(trained, weights_only=True), path)
+    finally:
+        torch.serialization.set_crc32_options(True)
+    flip_record_byte(path, "data.pkl", at=0, mask=0xFF)  # the pickle's first opcode: garbage to the unpickler
+    said = "its record '.*data.pkl' does not match the checksum" if checksums else \
+        r"its data.pkl cannot be unpickled \(Unsupported operand 127\)"
+    for outcome in every_load_path(path, tmp_path / "runs"):
+        assert isinstance(outcome, checkpoint.CheckpointError), outcome
+        assert not isinstance(outcome, checkpoint.UnsafeCheckpointError), outcome
+        assert re.search(rf"checkpoint '.*pickle\.ckpt' is damaged: {said}", str(outcome)), outcome
+
+
+@pytest.mark.parametrize("old", ["crc32 off", "legacy format"])
+def test_a_checkpoint_without_checksums_loads_and_resumes_as_before(tmp_path, trained, old):
+    """Files torch wrote without checksums: after ``set_crc32_options(False)`` (every record's CRC-32 is 0), or in
+    the pre-1.6 format (no archive). They load unchecked, as before; a genuine checkpoint is checked."""
+    saved = torch.load(trained, weights_only=True)
+    path = tmp_path / "old.ckpt"
+    if old == "legacy format":
+        torch.save(saved, path, _use_new_zipfile_serialization=False)
+    else:
+        torch.serialization.set_crc32_options(False)
+        try:
+            torch.save(saved, path)
+        finally:
+            torch.serialization.set_crc32_options(True)
+    assert checkpoint.verify_archive(path) is False and checkpoint.verify_archive(trained) is True
+    loaded = MomentumModule.load_from_checkpoint(path)
+    assert torch.equal(loaded.layer.weight, saved["state_dict"]["layer.weight"])
+    resumed, trainer = run(tmp_path, 2, ckpt_path=path)
+    assert resumed.epochs_started == [1] and trainer.global_step == 8
+
+
+def test_verifying_leaves_an_open_file_where_it_was(tmp_path, trained):
+    with open(trained, "rb") as handle:
+        handle.seek(7)
+        assert checkpoint.verify_archive(handle) is True and handle.tell() == 7
+
+
+@pytest.mark.parametrize("threads", [True, False], ids=["on threads", "on one thread"])
+def test_verifying_names_the_damaged_record_whichever_way_it_reads(tmp_path, trained, monkeypatch, threads):
+    from accelkit.checkpoint import files
+
+    monkeypatch.setattr(files, "PARALLEL_CHECK_BYTES", 0 if threads else 2**62)  # the real threads, or none
+    path = Path(shutil.copy(trained, tmp_path / "flipped.ckpt"))
+    record = record_holding(path, torch.load(path, weights_only=True)["state_dict"]["layer.weight"])
+    assert files.verify_archive(path) is True
+    flip_record_byte(path, record, at=3, mask=0x80)
+    with pytest.raises(checkpoint.CheckpointError, match=rf"its record '{re.escape(record)}' does not match"):
+        files.verify_archive(path)
+
+
+def test_a_damaged_record_header_is_named(tmp_path, trained):
+    import zipfile
+
+    path = Path(shutil.copy(trained, tmp_path / "header.ckpt"))
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith("data.pkl"))
+    data = bytearray(path.read_bytes())
+    data[info.header_offset + 30] ^= 0x20  # the first letter of the record's name in its own header
+    path.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError, match=rf"its record '{re.escape(info.filename)}' has a damaged "
+                                                         r"header \(its name differs from the archive's directory\)"):
+        checkpoint.load(path)
+
+
+def test_a_damaged_archive_directory_is_named(tmp_path, trained):
+    path = Path(shutil.copy(trained, tmp_path / "directory.ckpt"))
+    data = bytearray(path.read_bytes())
+    data[data.rfind(b"PK\x01\x02") + 3] ^= 0xFF  # the signature of the directory's last entry
+    path.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError, match=r"checkpoint '.*directory\.ckpt' is damaged: the directory "
+                                                         r"of its zip archive cannot be read \(BadZipFile"):
+        checkpoint.load(path)

@@ -526,3 +526,61 @@ def test_fit_help_gives_the_commands_own_max_epochs_default(capsys):
     entry = entry[:entry.index("--trainer.min_epochs")]
     assert "Not given, accelkit fit trains 20 epochs when neither max_steps nor max_time is given" in entry, entry
     assert "as Lightning's: 1000" not in entry, entry
+
+
+# ------------------------------------------------------------------------------------------- private core names
+# A third-party plugin that imports a private name of the core (issue 36, case 11): it loads and runs, and before
+# item 9 nothing told its author that the next release may remove the name.
+PRIVATE_NAME_USER = '''
+import accelkit.loggers.tensorboard
+from accelkit.loggers.tensorboard import _flatten
+
+ACCELKIT_API = ">=1.0,<2"
+FLAT = _flatten({"a": {"b": 1}})  # it runs: the use is real
+'''
+
+
+@pytest.fixture
+def private_name_plugin(tmp_path, make_distribution, clean_env):
+    """``acme-private`` 2.0.0, installed on ``sys.path`` for this test only, whose entry point ``acmeprivate``
+    imports ``accelkit.loggers.tensorboard._flatten``."""
+    make_distribution(tmp_path, "acme-private", "2.0.0", {"acmeprivate": "acme_private_plugin"},
+                      {"acme_private_plugin": PRIVATE_NAME_USER})
+    clean_env.syspath_prepend(str(tmp_path))
+    yield tmp_path / "acme_private_plugin.py"
+    sys.modules.pop("acme_private_plugin", None)
+
+
+def test_plugins_names_the_private_core_names_a_plugin_uses(private_name_plugin, capsys):
+    code, out, _ = run_cli(capsys, "plugins", "--json")
+    listed = {p["name"]: p for p in json.loads(out)["plugins"]}
+    assert code == 0 and listed["acmeprivate"]["status"] == "loaded"
+    assert listed["acmeprivate"]["private_names"] == [
+        {"name": "accelkit.loggers.tensorboard._flatten", "module": "accelkit.loggers.tensorboard",
+         "file": str(private_name_plugin), "line": 3}]
+    code, out, _ = run_cli(capsys, "plugins")
+    section = out[out.index("acmeprivate  [loaded]  acme-private 2.0.0"):]
+    assert ("uses private core name(s), not covered by the stability promise (docs/plugins.rst, 'Stability')"
+            in section)
+    assert "accelkit.loggers.tensorboard._flatten (module accelkit.loggers.tensorboard, acme_private_plugin.py:3)" \
+        in section
+
+
+def test_doctor_warns_of_a_plugins_private_core_names_without_failing(private_name_plugin, capsys):
+    code, out, _ = run_cli(capsys, "doctor", "--json")
+    report = json.loads(out)
+    assert code == (1 if report["problems"] else 0)
+    assert not [p for p in report["problems"] if "acmeprivate" in p]  # a warning, not a problem
+    [warning] = [w for w in report["warnings"] if "acmeprivate" in w]
+    assert warning.startswith("plugin 'acmeprivate' (acme-private) uses private core name(s)")
+    assert "accelkit.loggers.tensorboard._flatten (module accelkit.loggers.tensorboard" in warning
+    plugin = next(p for p in report["plugins"] if p["name"] == "acmeprivate")
+    assert [use["name"] for use in plugin["private_names"]] == ["accelkit.loggers.tensorboard._flatten"]
+    _, out, _ = run_cli(capsys, "doctor")
+    assert "\nWarnings:\n  - plugin 'acmeprivate' (acme-private) uses private core name(s)" in out
+
+
+def test_the_first_party_plugins_use_no_private_core_name(clean_env, capsys):
+    report = json.loads(run_cli(capsys, "plugins", "--json")[1])
+    assert {p["name"]: p["private_names"] for p in report["plugins"] if p["private_names"]} == {}
+    assert json.loads(run_cli(capsys, "doctor", "--json")[1])["warnings"] == []

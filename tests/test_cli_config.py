@@ -530,14 +530,13 @@ def build(tmp_path: Path, init_args: dict) -> object:
 
 @pytest.mark.parametrize("argument, value, given", [
     ("extra", lambda m: shell(m), lambda m: shell(m)),
-    ("untyped", lambda m: shell(m), lambda m: shell(m)),
     ("nested", lambda m: {"x": shell(m)}, lambda m: {"x": shell(m)}),
     ("items", lambda m: [shell(m)], lambda m: [shell(m)]),
     ("maybe", lambda m: shell(m), lambda m: shell(m)),
     ("anything", lambda m: shell(m), lambda m: shell(m)),
 ])
 @pytest.mark.filterwarnings("error::DeprecationWarning")  # nothing named is looked up: no import path warning either
-def test_a_class_path_for_an_argument_typed_any_or_untyped_stays_plain_data(loose, argument, value, given):
+def test_a_class_path_for_an_argument_typed_any_stays_plain_data(loose, argument, value, given):
     marker = loose / "MARKER"
     with pytest.warns(UserWarning, match="naming class_path 'os.system' .* stays plain data"):
         cli = build(loose, {argument: value(marker)})
@@ -558,6 +557,31 @@ def test_a_class_path_for_an_argument_typed_any_imports_nothing(loose):
     with pytest.warns(UserWarning, match="'marks_on_import.Thing'"):
         cli = CLI(run=False, args=["--config", "e.yaml", "--model.init_args.extra", override])
     assert cli.model.given["extra"] == {"class_path": "marks_on_import.Thing", "init_args": {"a": 1}}
+    assert "marks_on_import" not in sys.modules and not (loose / "IMPORTED").exists()
+
+
+@pytest.mark.parametrize("value", [{"class_path": "torch.nn.MSELoss"}, [{"class_path": "marks_on_import.Thing"}]])
+def test_a_class_path_for_an_untyped_argument_is_refused_at_parse_time_naming_it_and_the_annotation(loose, capsys,
+                                                                                                    value):
+    """A template's untyped ``criterion`` given a class_path reached the module as a dict (only a warning), to fail
+    later as "'dict' object is not callable": it is refused when the configuration is parsed, naming the argument
+    and the annotation that builds it, and nothing it names is imported."""
+    import sys
+
+    (loose / "u.yaml").write_text(yaml.safe_dump({
+        "trainer": {"logger": False, "default_root_dir": str(loose)},
+        "model": {"class_path": "loose_models.Loose", "init_args": {"untyped": value}}}))
+    from accelkit.cli import CLI
+
+    with pytest.raises(SystemExit):
+        CLI(run=False, args=["--config", "u.yaml"])
+    error = capsys.readouterr().err.splitlines()[0]
+    name = str(value).split("'class_path': '")[1].split("'")[0]
+    assert error.endswith(f"error: model.init_args.untyped: class_path {name!r} is given for an argument without a "
+                          "type annotation: accelkit builds a class_path only where the annotation asks for a class, "
+                          f"and does not pass the dict on. Annotate the argument with a class it accepts "
+                          f"({name.rpartition('.')[2]} itself or a base class of it, such as torch.nn.Module) to have "
+                          "it built, or with Any or dict to receive the dict as data"), error
     assert "marks_on_import" not in sys.modules and not (loose / "IMPORTED").exists()
 
 
@@ -616,14 +640,15 @@ def test_accelkit_fit_does_not_run_a_shell_command_from_a_config_nor_from_its_sa
     marker = loose / "MARKER"
     (loose / "e.yaml").write_text(yaml.safe_dump({
         "trainer": {"accelerator": "cpu", "max_steps": 1, "enable_progress_bar": False, "default_root_dir": "out"},
-        "model": {"class_path": "loose_models.Loose", "init_args": {"extra": shell(marker), "untyped": shell(marker)}},
+        "model": {"class_path": "loose_models.Loose",
+                  "init_args": {"extra": shell(marker), "nested": {"x": shell(marker)}}},
     }))
     first = run(prewarmed, loose, "-m", "accelkit.cli", "fit", "--config", "e.yaml")
     assert first.returncode == 0, first.stderr
     assert not marker.exists()
     saved_path = next((loose / "out").rglob("config.yaml"))
     saved = yaml.safe_load(saved_path.read_text())
-    assert saved["model"]["init_args"]["extra"] == shell(marker) == saved["model"]["init_args"]["untyped"]
+    assert saved["model"]["init_args"]["extra"] == shell(marker) == saved["model"]["init_args"]["nested"]["x"]
     again = run(prewarmed, loose, "-m", "accelkit.cli", "fit", "--config", str(saved_path),
                 "--trainer.default_root_dir", "again")
     assert again.returncode == 0, again.stderr
@@ -918,3 +943,294 @@ def test_a_module_named_by_its_module_path_after_its_file_is_saved_by_its_module
         assert file_form_class_paths(text) == text
     finally:
         sys.modules.pop("twice_named", None)
+
+
+# ------------------------------------------------------------------- bounded configuration files
+def test_an_alias_bomb_configuration_is_refused_before_it_is_expanded(loose, forked_python):
+    """A 1 KB configuration of nine levels of aliases (ten billion values) is refused when it is read, with the bound
+    in the message; in a subprocess, bounded by its timeout, so that a regression fails instead of hanging."""
+    import accelkit
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
+    (loose / "bomb.yaml").write_text("\n".join(lines) + "\nmodel:\n  class_path: loose_models.Loose\n"
+                                     "  init_args: {extra: *a9}\n")
+    out = forked_python(f"""
+        import contextlib, io, json, sys
+        sys.path[:0] = [{str(Path(accelkit.__file__).resolve().parents[1])!r}, {str(loose)!r}]
+        from accelkit.cli import CLI
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            try:
+                CLI(run=False, args=["--config", "bomb.yaml"])
+                code = 0
+            except SystemExit as stop:
+                code = stop.code
+        print(json.dumps({{"code": code, "err": err.getvalue()}}))
+        """)
+    assert out["code"] == 2
+    assert "the configuration stands for more than 1,000,000 values once its aliases" in out["err"]
+
+
+# ------------------------------------------------------------------- file-form class paths: imported only for a class
+# a file whose import leaves a mark next to it: a configuration naming it must not run it unless a class is asked for
+MARKS_WHEN_RUN = 'import pathlib\npathlib.Path(__file__).with_name("RAN").touch()\n\nclass X:\n    pass\n'
+
+HOLDER = textwrap.dedent('''
+    from typing import Any, Optional
+
+    import torch
+
+    import accelkit
+
+
+    class Holder(accelkit.Module):
+        """Arguments typed Any, dict[str, Any] and Optional[type], and one that asks for a module."""
+
+        def __init__(self, extra: Any = None, nested: dict[str, Any] = None, kind: Optional[type] = None,
+                     net: torch.nn.Module = None):
+            super().__init__()
+            self.given = dict(extra=extra, nested=nested, kind=kind, net=net)
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        def train_dataloader(self):
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.ones(4, 2)), batch_size=2)
+''')
+
+
+@pytest.fixture
+def holder(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    (tmp_path / "holder_models.py").write_text(HOLDER)
+    (tmp_path / "some" / "dir").mkdir(parents=True)
+    (tmp_path / "some" / "dir" / "evil.py").write_text(MARKS_WHEN_RUN)
+    with project_imports(tmp_path, also=("evil",)), environment_as_found():
+        monkeypatch.syspath_prepend(str(tmp_path))
+        monkeypatch.chdir(tmp_path)
+        yield tmp_path
+
+
+EVIL = {"class_path": "some/dir/evil.py:X", "init_args": {}}
+
+
+def build_holder(folder: Path, init_args: dict) -> object:
+    """A CLI (run=False) of ``holder_models.Holder`` given ``init_args`` by a ``--config`` file."""
+    from accelkit.cli import CLI
+
+    (folder / "holder.yaml").write_text(yaml.safe_dump({
+        "model": {"class_path": "holder_models.Holder", "init_args": init_args},
+        "trainer": {"logger": False, "default_root_dir": str(folder)}}))
+    return CLI(run=False, args=["--config", "holder.yaml"])
+
+
+@pytest.mark.parametrize("argument, value", [("extra", EVIL), ("nested", {"x": EVIL})])
+def test_a_file_form_class_path_in_an_argument_typed_any_never_runs_the_file(holder, argument, value):
+    import sys
+
+
+    path = list(sys.path)
+    with pytest.warns(UserWarning, match="'some/dir/evil.py:X' .* stays plain data"):
+        cli = build_holder(holder, {argument: value})
+    assert not (holder / "some" / "dir" / "RAN").exists(), "the configuration ran the file"
+    assert "evil" not in sys.modules and sys.path == path
+    assert cli.model.given[argument] == value
+
+
+def test_a_file_form_class_path_for_optional_type_is_refused_before_the_file_runs(holder, capsys):
+    import sys
+
+
+    with pytest.raises(SystemExit):
+        build_holder(holder, {"kind": EVIL})
+    assert not (holder / "some" / "dir" / "RAN").exists(), "the file ran before the value was refused"
+    assert "evil" not in sys.modules
+    error = capsys.readouterr().err.splitlines()[0]
+    assert error.endswith('error: model.init_args.kind: value "{\'class_path\': \'some/dir/evil.py:X\', '
+                          '\'init_args\': {}}" is not accepted; accepted: a class named by its import path (a string '
+                          'such as torch.nn.ReLU, not a class_path dict), null'), error
+
+
+def test_a_replayed_saved_config_never_runs_a_file_named_in_an_any_argument(holder):
+    import sys
+
+    import yaml
+
+    from accelkit.cli import CLI
+
+    (holder / "e.yaml").write_text(yaml.safe_dump({
+        "trainer": {"accelerator": "cpu", "max_steps": 1, "logger": False, "enable_progress_bar": False,
+                    "enable_checkpointing": False, "enable_model_summary": False, "default_root_dir": "out"},
+        "model": {"class_path": "holder_models.Holder", "init_args": {"extra": EVIL, "nested": {"x": EVIL}}}}))
+    with pytest.warns(UserWarning, match="stays plain data"):
+        CLI(args=["fit", "--config", "e.yaml"])
+    saved = next((holder / "out").rglob("config.yaml"))
+    assert yaml.safe_load(saved.read_text())["model"]["init_args"]["extra"] == EVIL
+    with pytest.warns(UserWarning, match="stays plain data"):
+        again = CLI(args=["fit", "--config", str(saved), "--trainer.default_root_dir", "again"])
+    assert again.model.given["extra"] == EVIL
+    assert not (holder / "some" / "dir" / "RAN").exists() and "evil" not in sys.modules
+
+
+def test_a_file_form_class_path_where_a_class_is_asked_for_imports_that_file_only(holder):
+    """The file is imported under its stem where the annotation asks for a class; its folder is on ``sys.path`` only
+    while it runs (it imports its neighbour), so afterwards neither ``sys.path`` nor the modules a later import finds
+    have changed: the neighbour, and a ``json.py`` in the same folder, are not importable from there."""
+    import importlib.util
+    import sys
+
+
+    lib = holder / "lib"
+    lib.mkdir()
+    (lib / "neighbour.py").write_text("import torch\n\nclass Block(torch.nn.Linear):\n    pass\n")
+    (lib / "nets.py").write_text("from neighbour import Block\n\nclass Net(Block):\n    def __init__(self):\n"
+                                 "        super().__init__(2, 2)\n")
+    (lib / "json.py").write_text("raise RuntimeError('not the json module')\n")
+    path = list(sys.path)
+    cli = build_holder(holder, {"net": {"class_path": "lib/nets.py:Net"}})
+    assert type(cli.model.given["net"]).__name__ == "Net" and type(cli.model.given["net"]).__module__ == "nets"
+    assert sys.path == path
+    assert importlib.util.find_spec("neighbour") is None or "neighbour" in sys.modules
+    sys.modules.pop("neighbour", None)
+    assert importlib.util.find_spec("neighbour") is None, "the file's folder stayed on the import path"
+    assert not (holder / "some" / "dir" / "RAN").exists()
+
+
+@pytest.mark.slow  # two ddp_spawn workers
+def test_ddp_spawn_workers_import_a_file_form_model_without_its_folder_on_the_path(tmp_path, prewarmed):
+    """The workers unpickle the model by its module name (``nets``): the launching process passes the one file it
+    imported by that name (``accelkit.utilities.file_modules``), not its folder on ``sys.path``."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "nets.py").write_text(MODELS)
+    done = run(prewarmed, tmp_path, "-m", "accelkit.cli", "fit", "--model", "lib/nets.py:Net", "--data",
+               "lib/nets.py:Blobs", "--trainer.accelerator", "cpu", "--trainer.strategy", "ddp_spawn",
+               "--trainer.devices", "2", "--trainer.max_steps", "2", "--trainer.logger", "false",
+               "--trainer.enable_checkpointing", "false", "--trainer.enable_progress_bar", "false")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# ------------------------------------------------------------------- optimizer and scheduler short names
+#: values for the required arguments of torch's schedulers, by name
+SCHEDULER_ARGUMENTS = {"step_size": "2", "milestones": "[1, 2]", "gamma": "0.5", "T_max": "4", "T_0": "3",
+                       "base_lr": "0.01", "max_lr": "0.1", "total_steps": "10"}
+#: torch's schedulers whose required arguments are functions or other schedulers (objects a YAML file names by an
+#: import path only), left out of the name check
+SCHEDULERS_OF_OBJECTS = {"LambdaLR", "MultiplicativeLR", "SequentialLR", "ChainedScheduler"}
+
+
+def torch_classes(module: types.ModuleType, base: type) -> list[type]:
+    import inspect
+
+    return sorted((value for name, value in vars(module).items() if inspect.isclass(value) and issubclass(value, base)
+                   and value is not base and not name.startswith("_") and value.__module__.startswith("torch.optim")),
+                  key=lambda cls: cls.__name__)
+
+
+def optimizers_built(tmp_path: Path, *words: str) -> tuple:
+    """The optimizer and scheduler a CLI of a one-layer Module builds from ``words``."""
+    import torch
+
+    import accelkit
+    from accelkit.cli import CLI
+
+    class OneLayer(accelkit.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 2, bias=False)  # 2-D parameters only, which torch's Muon requires
+
+    cli = CLI(OneLayer, run=False, args=["--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path),
+                                         *words])
+    built = cli.model.configure_optimizers()
+    if isinstance(built, dict):
+        return built["optimizer"], built["lr_scheduler"]["scheduler"]
+    optimizers, schedulers = built
+    return optimizers[0], schedulers[0]
+
+
+def test_every_torch_scheduler_and_optimizer_is_accepted_by_its_short_name(tmp_path):
+    """``--lr_scheduler ReduceLROnPlateau`` was refused (``accepted: null``): jsonargparse found two classes of that
+    name, torch's and accelkit.cli's, as accelkit paired torch's with LRScheduler. As in Lightning, the short name is
+    accelkit.cli.ReduceLROnPlateau (Lightning's is lightning.pytorch.cli's), and every other torch scheduler and
+    optimizer is its torch class."""
+    import inspect
+
+    import torch
+
+    from accelkit.cli import ReduceLROnPlateau
+
+    schedulers = torch_classes(torch.optim.lr_scheduler, torch.optim.lr_scheduler.LRScheduler)
+    assert {"StepLR", "OneCycleLR", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts"} <= {c.__name__
+                                                                                            for c in schedulers}
+    checked = []
+    for cls in schedulers:
+        required = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[2:]
+                    if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+        if cls.__name__ in SCHEDULERS_OF_OBJECTS:
+            continue
+        words = [f"--lr_scheduler.{name}={SCHEDULER_ARGUMENTS[name]}" for name in required]
+        if cls is torch.optim.lr_scheduler.ReduceLROnPlateau:
+            words.append("--lr_scheduler.monitor=val_loss")
+        if cls is torch.optim.lr_scheduler.OneCycleLR:  # optional in the signature, needed by the constructor
+            words.append("--lr_scheduler.total_steps=10")
+        _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler",
+                                        cls.__name__, *words)
+        expected = ReduceLROnPlateau if cls is torch.optim.lr_scheduler.ReduceLROnPlateau else cls
+        assert type(scheduler) is expected, cls
+        checked.append(cls.__name__)
+    assert set(checked) == {c.__name__ for c in schedulers} - SCHEDULERS_OF_OBJECTS
+    for cls in torch_classes(torch.optim, torch.optim.Optimizer):
+        optimizer, _ = optimizers_built(tmp_path, "--optimizer", cls.__name__, "--optimizer.lr", "0.01",
+                                        "--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "2")
+        assert type(optimizer) is cls
+
+
+def test_a_scheduler_short_name_in_a_yaml_and_a_users_own_subclass(tmp_path, monkeypatch):
+    import torch
+
+    from accelkit.cli import ReduceLROnPlateau
+
+    (tmp_path / "sched.yaml").write_text(textwrap.dedent('''
+        optimizer: {class_path: Adam, init_args: {lr: 0.01}}
+        lr_scheduler: {class_path: ReduceLROnPlateau, init_args: {monitor: val_loss, patience: 2}}
+    '''))
+    _, scheduler = optimizers_built(tmp_path, "--config", str(tmp_path / "sched.yaml"))
+    assert type(scheduler) is ReduceLROnPlateau and scheduler.monitor == "val_loss" and scheduler.patience == 2
+    # the user's own subclass by its short name, as Lightning finds it: a subclass imported by the program
+    (tmp_path / "own_schedulers.py").write_text(textwrap.dedent('''
+        import torch
+
+        class WarmStep(torch.optim.lr_scheduler.StepLR):
+            pass
+    '''))
+    with project_imports(tmp_path):
+        monkeypatch.syspath_prepend(str(tmp_path))
+        own = __import__("own_schedulers")
+        _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler",
+                                        "WarmStep", "--lr_scheduler.step_size", "2")
+        assert type(scheduler) is own.WarmStep and isinstance(scheduler, torch.optim.lr_scheduler.StepLR)
+
+
+def test_a_short_name_two_classes_share_is_refused_naming_both_as_lightning_does(tmp_path, monkeypatch, capsys):
+    """A user's ``StepLR`` subclass shares torch's short name: Lightning 2.6 refuses ``--lr_scheduler StepLR`` then
+    (jsonargparse: "Multiple subclasses with name StepLR"), and so does accelkit, in one line naming both classes
+    (it said only ``accepted: path, dot, null``); the full class path picks one."""
+    import torch
+
+    (tmp_path / "own_steps.py").write_text("import torch\n\nclass StepLR(torch.optim.lr_scheduler.StepLR):\n"
+                                           "    pass\n")
+    with project_imports(tmp_path):
+        monkeypatch.syspath_prepend(str(tmp_path))
+        own = __import__("own_steps")
+        with pytest.raises(SystemExit):
+            optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler", "StepLR",
+                             "--lr_scheduler.step_size", "2")
+        error = capsys.readouterr().err.splitlines()[0]
+        assert error.endswith("error: lr_scheduler: the class name 'StepLR' names torch.optim.lr_scheduler.StepLR, "
+                              "own_steps.StepLR; give the full class path of the one meant"), error
+        _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler",
+                                        "own_steps.StepLR", "--lr_scheduler.step_size", "2")
+        assert type(scheduler) is own.StepLR and type(scheduler) is not torch.optim.lr_scheduler.StepLR

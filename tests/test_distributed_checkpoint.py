@@ -5,6 +5,7 @@ ModelCheckpoint (top-k removal, last.ckpt as a copy or a link, ckpt_path="last")
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,28 @@ def test_a_malicious_index_is_refused_on_every_one_device_path_and_never_runs(ge
     assert "safe loading refuses (Unsupported global: GLOBAL posix.system)" in capsys.readouterr().err
     assert not marker.exists() and not (tmp_path / "one.ckpt").exists()
     assert RegressionModule.load_from_checkpoint(genuine).layer.weight.shape == (1, 4)  # the genuine one loads
+
+
+@pytest.mark.parametrize("missing, what", [(dcp_io.METADATA_FILE, "the non-tensor part"),
+                                           (".metadata", "DCP's index of the shards"), ("__0_0.distcp", None)])
+def test_a_missing_file_of_a_sharded_checkpoint_is_named_on_every_path(genuine, tmp_path, capsys, missing, what):
+    from accelkit import cli
+    from accelkit.checkpoint.files import CheckpointError
+
+    broken = copy_checkpoint(genuine, tmp_path / "broken.ckpt")
+    (broken / missing).unlink()
+    named = (rf"sharded checkpoint '.*broken\.ckpt' is incomplete: '.*broken\.ckpt/{re.escape(missing)}' "
+             rf"\({re.escape(what)}.*\) is missing") if what else \
+        rf"sharded checkpoint '.*broken\.ckpt' is damaged: its shard '.*/{missing}' cannot be read \(No such file"
+    with pytest.raises(CheckpointError, match=named):
+        RegressionModule.load_from_checkpoint(broken)
+    with pytest.raises(CheckpointError, match=named):
+        fit(tmp_path / "resume", accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "out"), epochs=3,
+            ckpt_path=broken)
+    with pytest.raises(CheckpointError, match=named):
+        dcp_io.load_full(broken)
+    assert cli.main(["checkpoint", "consolidate", str(broken), str(tmp_path / "one.ckpt")]) != 0
+    assert re.search(named, capsys.readouterr().err)
 
 
 def test_a_malicious_entry_in_a_shard_is_refused_unless_weights_only_false(tmp_path):

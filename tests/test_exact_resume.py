@@ -482,6 +482,119 @@ def test_resume_on_another_number_of_processes_trains_every_other_sample_once(tm
     assert resumed["global_step"] == every + (32 - samples) // (4 * then) + 2 * 32 // (4 * then)
 
 
+def damage_record(path: Path, damage: str) -> None:
+    """Damage the trained-samples record of the checkpoint at ``path`` (rank 0's mask or the dataset length)."""
+    saved = torch.load(path, weights_only=True)
+    position = saved["loops"]["position"]
+    record = position["ranks"][0]
+    if damage.startswith("all bits set"):
+        record["seen"] = torch.full_like(record["seen"], 255)
+        if damage.endswith("no checksum"):  # as written before records had a checksum and a count with repeats
+            record.pop("seen_crc", None), record.pop("drawn", None)
+    elif damage == "mask and counts":  # nothing left to count with but the batches the position says were trained
+        record["seen"] = torch.full_like(record["seen"], 255)
+        record.pop("seen_crc", None)
+        record["samples"], record["drawn"] = -5, 10**9
+    elif damage == "truncated mask":
+        record["seen"] = record["seen"][:2].clone()
+    else:
+        position["geometry"]["dataset_len"] = 10**12
+    torch.save(saved, path)
+
+
+DAMAGES = {
+    "all bits set": r"process 0's mask of the samples trained or its counts do not match the checksum saved with them",
+    "all bits set, no checksum": r"process 0's mask of the samples trained marks 32 of 32 samples where its count "
+                                 r"says 24",
+    "mask and counts": r"process 0's mask of the samples trained marks 32 of 32 samples where its count says -5",
+    "truncated mask": r"process 0's mask of the samples trained holds 2 torch.uint8 value\(s\) where a dataset of 32 "
+                      r"samples needs 4 bytes",
+    "dataset_len=10**12": r"process 0's mask of the samples trained holds 4 torch.uint8 value\(s\) where a dataset of "
+                          r"1000000000000 samples needs 125000000000 bytes",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_trained_samples_record_is_named_and_every_sample_is_trained_once(tmp_path, damage):
+    """The record of which samples an epoch trained (a bit mask per process) is checked against its length, its
+    count and its checksum; a damaged one is named and the resume counts the samples instead (the same processes:
+    the epoch's order is drawn again, so skipping the 24 samples counted leaves exactly the 8 untrained)."""
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)  # last.ckpt at step 6: batch 6 of 8, 24 of 32 samples
+    before = checkpointed_epoch_0(tmp_path, "a.log", 24)
+    damage_record(tmp_path / "checkpoints" / "last.ckpt", damage)
+    with pytest.warns(UserWarning, match=r"8 sample\(s\) per batch where the checkpoint's run had 4: the checkpoint's "
+                                         rf"record of the samples trained is damaged \({DAMAGES[damage]}\) and not "
+                                         r"used, so the 24 sample\(s\) trained before the checkpoint count against "
+                                         r"this epoch: each process skips the first 24 sample\(s\) of its share of "
+                                         r"32 and trains the other 8\.") as caught:
+        trainer = indexed_fit(tmp_path, "b.log", batch_size=8, ckpt_path="last")
+    assert "sample(s) in the dataset" not in " ".join(str(w.message) for w in caught)  # no damaged length quoted
+    after = trained(tmp_path / "b.log")
+    assert sorted(after[0]) == sorted(set(range(32)) - before)  # none twice, none never
+    assert all(sorted(after[e]) == list(range(32)) for e in (1, 2))
+    assert trainer.global_step == 6 + 1 + 2 * 4
+
+
+def test_a_damaged_record_not_needed_for_the_resume_is_named_and_the_resume_is_exact(tmp_path):
+    from helpers.resume_data import trained
+
+    indexed_fit(tmp_path, "a.log", stop=7)
+    before = checkpointed_epoch_0(tmp_path, "a.log", 24)
+    damage_record(tmp_path / "checkpoints" / "last.ckpt", "dataset_len=10**12")
+    with pytest.warns(UserWarning, match=r"resuming inside epoch 0: the checkpoint's record of the samples trained is "
+                                         r"damaged \(.*1000000000000 samples.*\); it is not needed here: the "
+                                         r"processes and the batch size are the checkpoint's, so the run continues "
+                                         r"after its 6 batch\(es\)"):
+        indexed_fit(tmp_path, "b.log", ckpt_path="last")
+    after = trained(tmp_path / "b.log")
+    assert sorted(after[0]) == sorted(set(range(32)) - before)
+
+
+def test_a_sampler_with_replacement_counts_samples_not_distinct_indices(tmp_path):
+    """``WeightedRandomSampler(replacement=True)`` repeats indices: 24 samples trained before the checkpoint may be
+    fewer distinct ones, and the resumed epoch must skip 24 (the uninterrupted run's last 8 draws follow)."""
+    from helpers.resume_data import trained
+
+    (tmp_path / "whole").mkdir()
+    indexed_fit(tmp_path / "whole", "log", replacement=True)  # the uninterrupted run
+    reference = trained(tmp_path / "whole" / "log")[0]
+    indexed_fit(tmp_path, "a.log", stop=7, replacement=True)
+    first = trained(tmp_path / "a.log")[0][:24]
+    assert first == reference[:24] and len(set(first)) < 24  # repeats: the case where distinct is not samples
+    with pytest.warns(UserWarning, match=r"its sampler WeightedRandomSampler cannot leave given samples out, so the "
+                                         r"24 sample\(s\) trained before the checkpoint count against this epoch: "
+                                         r"each process skips the first 24 sample\(s\) of its share of 32 and trains "
+                                         r"the other 8"):
+        trainer = indexed_fit(tmp_path, "b.log", batch_size=8, ckpt_path="last", replacement=True)
+    assert trained(tmp_path / "b.log")[0] == reference[24:]  # 8 samples: the draws the checkpoint had not reached
+    assert trainer.global_step == 6 + 1 + 2 * 4
+
+
+@pytest.mark.slow
+def test_a_sampler_with_replacement_resumed_on_fewer_processes_trains_the_epochs_total(tmp_path, forked_python):
+    """Issue 36.5's case: ``WeightedRandomSampler(replacement=True)`` on 2 processes (``ddp_fork``, as the test
+    above), resumed on 1: the warning counts the 16 samples trained before the checkpoint, not their distinct
+    indices, and the epoch trains its other 16."""
+    from helpers.resume_data import trained
+
+    resumed = forked_python(f"""
+        import json
+        from helpers.resume_data import resumed_on_other_processes
+        print(json.dumps(resumed_on_other_processes({str(tmp_path)!r}, 2, 1, 2, replacement=True)))
+        """, path=[Path(__file__).resolve().parent, Path(accelkit.__file__).resolve().parents[1]],  # this accelkit
+        env={"CUDA_VISIBLE_DEVICES": ""})
+    log = [line.split() for line in (tmp_path / "a.log").read_text().splitlines()]
+    before = [int(i) for rank in "01" for line in [x for x in log if x[1] == rank][:2] for i in line[2:]]
+    assert len(before) == 16 and len(set(before)) < 16  # 2 steps x 4 samples x 2 processes, some repeated
+    assert ("the 16 sample(s) trained before the checkpoint count against this epoch: each process skips the first "
+            "16 sample(s) of its share of 32 and trains the other 16") in resumed["err"], resumed["err"]
+    after = trained(tmp_path / "b.log")
+    assert len(after[0]) == 16 and all(len(after[e]) == 32 for e in (1, 2))
+    assert resumed["current_epoch"] == 3 and resumed["global_step"] == 2 + 16 // 4 + 2 * 32 // 4
+
+
 class IndexStream(IterableDataset):
     """The samples of helpers.resume_data.Indexed(32) as a stream, in index order."""
 

@@ -592,6 +592,74 @@ def test_fit_save_checkpoint_and_load_from_checkpoint(tmp_path):
     assert Pairs.load_from_checkpoint(tmp_path / "model.ckpt").hparams.batch_size == 8
 
 
+# ------------------------------------------------------------------------------------ bounded hyper-parameters
+def alias_bomb_yaml(levels: int = 9, width: int = 10) -> str:
+    """A YAML text of about 1 KB whose ``h`` stands for ``width ** (levels + 1)`` values (nine levels: ten billion)."""
+    lines = [f"a0: &a0 [{', '.join(['x'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines + [f"h: *a{levels}"]) + "\n"
+
+
+BOMBS = """
+    import json, sys
+    sys.path.insert(0, {core!r})
+    import torch
+    from accelkit.module.hparams import HyperparametersMixin
+
+    class Net(HyperparametersMixin, torch.nn.Module):
+        def __init__(self, h=None):
+            super().__init__()
+            self.save_hyperparameters()
+            self.layer = torch.nn.Linear(1, 1)
+
+    shared = [1]
+    for _ in range(60):  # 2 ** 60 values in a file of 2 KB: one list per level, named twice by the next
+        shared = [shared, shared]
+    torch.save({{"state_dict": Net().state_dict(), "hyper_parameters": {{"h": shared}}}}, "shared.ckpt")
+    torch.save({{"state_dict": Net().state_dict(), "hyper_parameters": {{"h": 1}}}}, "plain.ckpt")
+    errors = []
+    for path, hparams_file in (("plain.ckpt", "bomb.yaml"), ("shared.ckpt", None), ("plain.ckpt", "cycle.yaml")):
+        try:
+            Net.load_from_checkpoint(path, hparams_file=hparams_file)
+            errors.append(None)
+        except Exception as error:
+            errors.append([type(error).__name__, str(error)])
+    small = Net.load_from_checkpoint("plain.ckpt", hparams_file="aliases.yaml").hparams.h
+    print(json.dumps({{"errors": errors, "small": small}}))
+"""
+
+
+def test_an_alias_bomb_or_shared_lists_are_refused_before_they_are_expanded(tmp_path, monkeypatch, forked_python):
+    """A 1 KB YAML of nine levels of aliases hung load_from_checkpoint(hparams_file=...), and a 2 KB checkpoint whose
+    hyper-parameters share one list per level exhausted memory (each use was copied): both are refused with an error
+    naming the source. In a subprocess, bounded by its timeout, so that a regression fails instead of hanging."""
+    (tmp_path / "bomb.yaml").write_text(alias_bomb_yaml())
+    (tmp_path / "cycle.yaml").write_text("h: &h [1, *h]\n")
+    (tmp_path / "aliases.yaml").write_text("base: &b [1, 2]\nh: [*b, *b]\n")  # a few aliases: fine
+    monkeypatch.chdir(tmp_path)
+    assert len(alias_bomb_yaml()) < 1024
+    out = forked_python(BOMBS.format(core=str(Path(accelkit.__file__).resolve().parents[1])))
+    bomb, shared, cycle = out["errors"]
+    assert bomb[0] == shared[0] == cycle[0] == "DataBombError"
+    assert bomb[1].startswith("hparams_file 'bomb.yaml' stands for more than 1,000,000 values once its aliases")
+    assert shared[1].startswith("checkpoint 'shared.ckpt' hyper_parameters stands for more than 1,000,000 values")
+    assert "contains itself" in cycle[1] and "cycle.yaml" in cycle[1]
+    assert out["small"] == [[1, 2], [1, 2]]
+
+
+def test_too_deep_or_too_long_yaml_is_refused_naming_the_bound(tmp_path):
+    from accelkit.utilities.bounded import MAX_DEPTH, DataBombError, check_expanded_size, load_yaml
+
+    with pytest.raises(DataBombError, match=f"deep.yaml' nests lists or mappings more than {MAX_DEPTH} levels"):
+        load_yaml("h: " + "[" * (MAX_DEPTH + 5) + "]" * (MAX_DEPTH + 5), "'deep.yaml'")
+    assert load_yaml("h: " + "[" * 20 + "]" * 20, "'ok.yaml'")["h"] is not None
+    nested: list = []
+    for _ in range(20):
+        nested = [nested]
+    # the dict, its two keys, "text", and the 21 nested lists
+    assert check_expanded_size({"a": nested, "b": "text"}, "x") == 1 + 2 + 1 + 21
+
+
 # ------------------------------------------------------------------------------------------------ classes, functions
 class Encoder(nn.Module):
     def __init__(self, features: int, latent: int, act_fn: type) -> None:

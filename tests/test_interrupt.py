@@ -14,7 +14,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from accelkit.strategies.launchers.spawn import remove_stale_temp_dirs
+from accelkit.strategies.launchers import interrupt
+from accelkit.strategies.launchers.in_place import InPlaceLauncher
+from accelkit.strategies.launchers.spawn import SpawnLauncher, remove_stale_temp_dirs
 from helpers.models import RegressionModule, quiet_trainer, regression_data
 from helpers.prewarmed import Prewarmed, Running
 
@@ -27,10 +29,10 @@ def left_behind(tmp: Path) -> list[Path]:
     return [p for p in tmp.iterdir() if not p.name.startswith("torchinductor_")]
 
 
-def _start(tmp_path: Path, devices: int, prewarmed: Prewarmed, slow_s: float = 0.05) -> Running:
+def _start(tmp_path: Path, devices: int, prewarmed: Prewarmed, slow_s: float = 0.05, **extra: str) -> Running:
     """``interrupt_fit.py`` as a program forked from the prewarmed interpreter (its temporary files under
-    ``tmp_path/tmp``)."""
-    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), SLOW_S=str(slow_s))
+    ``tmp_path/tmp``; ``extra``: more environment variables)."""
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"), SLOW_S=str(slow_s), **extra)
     (tmp_path / "tmp").mkdir(exist_ok=True)
     return prewarmed.start([str(HELPER), str(tmp_path / "run"), str(devices)], cwd=tmp_path, env=env)
 
@@ -101,6 +103,34 @@ def test_a_second_signal_stops_at_once_without_saving(tmp_path, devices, prewarm
     assert not (tmp_path / "run" / "checkpoints" / "interrupted.ckpt").exists()
     assert _gone(pids)
     assert left_behind(tmp_path / "tmp") == []
+
+
+def test_the_grace_after_a_first_signal_fits_in_a_schedulers_30_s_pre_emption_grace():
+    # one value for both launchers (documented in docs/topology.rst), with time left to exit before a SIGKILL
+    assert InPlaceLauncher.grace_s == SpawnLauncher.grace_s == interrupt.STOP_GRACE_S <= 20
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_first_step_compiles_stops_within_the_grace_without_saving(tmp_path, prewarmed):
+    """compile_step=True, one process: SIGTERM while torch.compile compiles the first step (a cold compile: the
+    inductor cache is in the run's own temporary folder) ends the run when the grace (1 s here) runs out, not when
+    the compilation ends; the error names the signal, the grace and the compilation, and nothing is saved."""
+    running = _start(tmp_path, 1, prewarmed, COMPILE_STEP="1", GRACE_S="1")
+    for line in running.lines(timeout=120):
+        if line.startswith("batch 0 "):
+            break
+    else:
+        raise AssertionError(f"the run ended before its first batch: {running.wait(0).stderr[-2000:]}")
+    running.send_signal(signal.SIGTERM)
+    done = running.wait(120)  # bounded: the generous limit of the subprocess, far above the grace
+    err = done.stderr
+    assert done.returncode != 0
+    assert "SIGTERM: the run did not reach the end of a step within 1 s of the signal (it was compiling the step " \
+           "with torch.compile), so it was stopped there; nothing was saved" in err, err[-3000:]
+    # the stop is the error the program ends with, though torch's compiler, cut short, raises another on its way out
+    assert err.strip().splitlines()[-1].startswith("accelkit.errors.TrainingInterrupted: SIGTERM: "), err[-3000:]
+    assert "step " not in done.stdout  # the compiled step never ran
+    assert not (tmp_path / "run" / "checkpoints" / "interrupted.ckpt").exists()
 
 
 def test_stale_result_folders_of_dead_launchers_are_removed(tmp_path):

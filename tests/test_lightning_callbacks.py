@@ -13,6 +13,7 @@ The tests with real libraries fit in this process (one CPU device); the conforma
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -275,3 +276,32 @@ def test_lightnings_model_checkpoint_keeps_its_top_k_and_resumes_from_last(tmp_p
     assert resumed.checkpoint_callbacks == [resumed.checkpoint_callback] and resumed.callbacks[-1] is \
         resumed.checkpoint_callback and not (tmp_path / "checkpoints").exists()
     assert resumed.checkpoint_path == Path(resumed.checkpoint_callback.last_model_path)
+
+
+def test_lightnings_model_checkpoint_resumed_from_a_crafted_state_removes_nothing_but_checkpoints(tmp_path):
+    """Issue 36, case 2, through Lightning's own ``ModelCheckpoint`` (whose check of the folder keeps a ``..``): its
+    restored k-th path names a folder above its folder; the strategy's ``remove_checkpoint`` removes only checkpoints,
+    so the folder survives, named in a warning (it was removed with ``shutil.rmtree``)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    (tmp_path / "victim_dir").mkdir()
+    (tmp_path / "victim_dir" / "precious.txt").write_text("keep me")
+    folder = tmp_path / "run" / "ckpts"
+    first = ModelCheckpoint(dirpath=folder, monitor="val_loss", save_top_k=1, save_last=True)
+    quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=0, enable_checkpointing=True,
+                  callbacks=[first]).fit(RegressionModule(lr=0.05), loader(), loader())
+    checkpoint = torch.load(folder / "last.ckpt", weights_only=True)
+    state = next(v for k, v in checkpoint["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    victim = f"{folder}/../../victim_dir"
+    state.update(best_k_models={victim: torch.tensor(1e9)}, kth_best_model_path=victim, best_model_path=victim,
+                 kth_value=torch.tensor(1e9), best_model_score=torch.tensor(1e9))
+    torch.save(checkpoint, tmp_path / "crafted.ckpt")
+
+    resumed = ModelCheckpoint(dirpath=folder, monitor="val_loss", save_top_k=1, save_last=True)
+    trainer = quiet_trainer(tmp_path, max_epochs=2, num_sanity_val_steps=0, enable_checkpointing=True,
+                            callbacks=[resumed])
+    with pytest.warns(UserWarning, match=re.escape(f"remove_checkpoint({victim!r}) removed nothing: it is neither a "
+                                                   "checkpoint file")):
+        trainer.fit(RegressionModule(lr=0.05), loader(), loader(), ckpt_path=tmp_path / "crafted.ckpt")
+    assert (tmp_path / "victim_dir" / "precious.txt").read_text() == "keep me"
+    assert Path(resumed.best_model_path).name == "epoch=1-step=8.ckpt"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import csv
+import errno
+import json
 import os
 import pickle
+import subprocess
 import sys
 from argparse import Namespace
 from pathlib import Path
@@ -17,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from accelkit.loggers import CSVLogger, Logger, TensorBoardLogger  # noqa: E402
 from helpers.fixtures import lightning_records  # noqa: E402
+from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
 from helpers.models import RegressionModule, quiet_trainer  # noqa: E402
+from helpers.requirements import can_mount_tmpfs  # noqa: E402
 
 
 def read_csv(path: str | Path) -> list[dict[str, str]]:
@@ -408,3 +413,44 @@ def test_a_value_logged_once_is_written_once(tmp_path):
     trainer.fit(LogsOnce())
     rows = [row for row in trainer.logger.rows if "once" in row]
     assert [row["step"] for row in rows] == [0]  # the first batch's row is at step 0, as in Lightning
+
+
+# ---------------------------------------------------------------------------------------------- failed writes
+def _full_disk_run(folder: Path, kind: str) -> dict[str, Any]:
+    """``helpers.full_disk_logging`` on a 256 KiB tmpfs mounted at ``folder`` and filled up to 8 KiB."""
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=256k tmpfs {folder} && exec "
+                           f"{PYTHON} -m helpers.full_disk_logging {folder} {kind} fill"],
+                          capture_output=True, text=True, env=child_env(), timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow  # starts a process
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs unshare -rm to mount a tiny tmpfs")
+@pytest.mark.parametrize("kind, name, file", [("tensorboard", "TensorBoardLogger", "events.out.tfevents."),
+                                              ("csv", "CSVLogger", "metrics.csv")])
+def test_a_full_disk_under_a_logger_is_an_error_naming_the_logger_and_its_file(tmp_path, kind, name, file):
+    """A real full disk (a tmpfs filled up): the fit ends with a LoggerWriteError (an OSError, errno ENOSPC) that
+    names the logger and the file it was writing, not TensorBoard's bare ``OSError: [Errno 28]``."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    error_class, code, message, path = _full_disk_run(folder, kind)["error"]
+    assert error_class == "LoggerWriteError" and code == errno.ENOSPC
+    assert path.startswith(str(folder / "lightning_logs" / "version_0" / file)), path
+    assert message.startswith(f"{name} could not write {path!r}: the disk is full"), message
+
+
+@pytest.mark.slow  # starts a process
+def test_a_tensorboard_write_past_the_file_size_limit_names_the_logger_and_its_event_file(tmp_path, forked_python):
+    """The same with a file size limit (RLIMIT_FSIZE, which needs no mount): EFBIG, named with the event file."""
+    out = forked_python(f"""
+        import json, resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))  # the limit is the child's own
+        from helpers.full_disk_logging import fit_until_writes_fail
+        print(json.dumps(fit_until_writes_fail({str(tmp_path)!r}, "tensorboard")))
+        """, path=[TESTS])
+    error_class, code, message, path = out["error"]
+    assert error_class == "LoggerWriteError" and code == errno.EFBIG
+    assert path.startswith(str(tmp_path / "lightning_logs" / "version_0" / "events.out.tfevents.")), path
+    assert message.startswith(f"TensorBoardLogger could not write {path!r}: the file is larger than this process "
+                              "may write (ulimit -f)"), message

@@ -86,3 +86,40 @@ def test_a_deprecated_name_works_with_a_warning_naming_its_replacement_until_the
         f"{dotted} is deprecated since hook API {deprecation.since} and will be removed in {deprecation.removed_in}: "
         f"use {deprecation.replacement} instead"]
     assert caught[0].category is DeprecationWarning and caught[0].filename == __file__
+
+
+# ------------------------------------------------------------------- private names a plugin uses (issue 36, item 9)
+def test_every_form_of_a_private_core_name_is_found_in_a_plugins_source():
+    from accelkit.plugins.private_names import scan_source
+
+    source = (
+        "import accelkit\n"                                                # 1
+        "import accelkit.loggers.tensorboard as tb\n"                      # 2
+        "from accelkit.loggers.tensorboard import _flatten, TensorBoardLogger\n"  # 3
+        "from accelkit.loggers import tensorboard\n"                       # 4
+        "from accelkit._private_module import thing\n"                     # 5
+        "import accelkit.__about__\n"                                      # 6: a dunder is not private
+        "from accelkit import __version__, Trainer\n"                      # 7
+        "a = accelkit.loggers.tensorboard._flatten\n"                      # 8
+        "b = tb._something.deeper\n"                                       # 9
+        "c = tensorboard._flatten({})\n"                                   # 10
+        "d = accelkit.strategies.DDPStrategy._env\n"                       # 11: a class's private method
+        "e = self._own_thing\n"                                            # 12: not the core's
+        "import torch\n"
+        "f = torch._C\n"                                                   # 14: not the core's
+    )
+    found = [(use.name, use.module, use.line) for use in scan_source(source, "plugin.py")]
+    assert found == [
+        ("accelkit.loggers.tensorboard._flatten", "accelkit.loggers.tensorboard", 3),
+        ("accelkit._private_module", "accelkit", 5),
+        ("accelkit.loggers.tensorboard._flatten", "accelkit.loggers.tensorboard", 8),
+        ("accelkit.loggers.tensorboard._something", "accelkit.loggers.tensorboard", 9),
+        ("accelkit.loggers.tensorboard._flatten", "accelkit.loggers.tensorboard", 10),
+        ("accelkit.strategies.DDPStrategy._env", "accelkit.strategies.DDPStrategy", 11),
+    ]
+
+
+def test_a_plugin_source_that_does_not_parse_reports_nothing_rather_than_failing():
+    from accelkit.plugins.private_names import scan_source
+
+    assert scan_source("from accelkit.x import _y\ndef broken(:\n", "broken.py") == []

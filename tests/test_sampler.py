@@ -16,10 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, IterableDataset, Sampler, TensorDataset
 
+from accelkit.errors import ConfigurationError
 from accelkit.plugins.manager import PluginManager
 from accelkit.strategies.sampler import ShardSampler, default_distributed_sampler, distribute_dataloader, set_epoch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # spawned workers import helpers.samplers by name
+from helpers.samplers import KeepsExtra, batch_sampler_loader  # noqa: E402
 
 sizes = st.integers(min_value=0, max_value=150)
 replicas = st.integers(min_value=1, max_value=9)
@@ -208,7 +210,7 @@ def test_an_iterable_dataset_is_left_alone_with_a_warning(isolated):
     assert out is loader
 
 
-def test_a_custom_batch_sampler_is_left_alone_with_a_warning(isolated):
+def test_a_batch_sampler_without_a_sampler_to_shard_is_refused_saying_what_to_do(isolated):
     class Pairs(Sampler[list]):
         def __iter__(self):
             return iter([[0, 1], [2, 3]])
@@ -217,8 +219,47 @@ def test_a_custom_batch_sampler_is_left_alone_with_a_warning(isolated):
             return 2
 
     loader = DataLoader(_dataset(4), batch_sampler=Pairs())
-    with pytest.warns(UserWarning, match="batch_sampler"):
-        assert distribute_dataloader(loader, _core_hook(), 2, 0, 0, "fit") is loader
+    with pytest.raises(ConfigurationError, match="batch_sampler Pairs cannot be sharded over the 2 processes") as info:
+        distribute_dataloader(loader, _core_hook(), 2, 0, 0, "fit")
+    assert "no `sampler` attribute" in str(info.value) and "use_distributed_sampler=False" in str(info.value)
+
+
+def test_a_batch_sampler_that_ignores_its_replaced_sampler_is_refused(isolated):
+    class Frozen(torch.utils.data.BatchSampler):  # draws every batch in __init__: a new `sampler` changes nothing
+        def __init__(self, sampler, batch_size, drop_last):
+            super().__init__(sampler, batch_size, drop_last)
+            self.batches = list(torch.utils.data.BatchSampler(sampler, batch_size, drop_last))
+
+        def __iter__(self):
+            return iter(self.batches)
+
+        def __len__(self):
+            return len(self.batches)
+
+    loader = DataLoader(_dataset(20), batch_sampler=Frozen(torch.utils.data.SequentialSampler(range(20)), 4, False))
+    with pytest.raises(ConfigurationError, match="batch_sampler Frozen cannot be sharded") as info:
+        distribute_dataloader(loader, _core_hook(), 2, 0, 0, "fit")
+    assert "still gives 5 batches of 4 where 3 were expected" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["BatchSampler", "KeepsExtra"])
+def test_a_loader_built_with_a_batch_sampler_is_sharded_keeping_its_batches(isolated, kind):
+    """20 samples, batches of 8, 2 ranks: each rank reads its 10 as batches of 8 and 2, the ranks disjoint; a
+    user's class stays its class with its own settings."""
+    extra = {"kind": KeepsExtra, "tag": "kept"} if kind == "KeepsExtra" else {}
+    read, sizes = [], []
+    for rank in range(2):
+        loader = batch_sampler_loader(**extra)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            sharded = distribute_dataloader(loader, _core_hook(), 2, rank, 0, "fit")
+        assert type(sharded.batch_sampler).__name__ == kind
+        batches = [batch[2].tolist() for batch in sharded]
+        sizes.append([len(b) for b in batches])
+        read.append([i for b in batches for i in b])
+    assert sizes == [[8, 2], [8, 2]]
+    assert sorted(read[0] + read[1]) == list(range(20))
+    assert read == [_shard_order(20, 2, rank, 0, 0) for rank in range(2)]  # the seeded shared shuffle, sharded
 
 
 def test_non_dataloader_iterables_pass_through(isolated):
@@ -510,3 +551,38 @@ def test_a_streams_loader_can_be_rebuilt_with_a_worker_init_fn():
 
     loader = rebuild_loader(DataLoader(IndexStream(6), batch_size=2), worker_init_fn=print)
     assert loader.worker_init_fn is print and [int(i) for batch in loader for i in batch[2]] == list(range(6))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["batch_sampler_fork", "batch_sampler_spawn", "batch_sampler_subclass"])
+def test_two_ranks_train_every_sample_once_through_a_users_batch_sampler(tmp_path, forked_python, name):
+    """``batch_sampler=BatchSampler(RandomSampler(data), 8, False)`` (or a class of the user's) over 20 samples on
+    2 processes: each rank trains its 10 as batches of 8 and 2, every sample once per epoch, and nothing warns."""
+    run = _two_rank_fit(forked_python, tmp_path, name)
+    ranks = run["ranks"]
+    for epoch in map(str, range(len(ranks[0]["epochs"]))):
+        assert [r["sizes"][epoch] for r in ranks] == [[8, 2], [8, 2]]
+        assert sorted(ranks[0]["epochs"][epoch] + ranks[1]["epochs"][epoch]) == list(range(20))
+    assert "batch_sampler" not in run["err"]
+
+
+@pytest.mark.slow
+def test_a_batch_sampler_run_resumed_mid_epoch_trains_the_rest_of_the_epoch_once(tmp_path, forked_python):
+    """2 processes, 40 samples in batches of 4 through a BatchSampler: stopped after step 3 of epoch 0 and resumed
+    from its checkpoint, the two fits together train every sample of epoch 0 once, in the uninterrupted order;
+    resumed on one process, the samples trained count as batches of the batch sampler's size."""
+    run = forked_python(f"""
+        import json
+        from helpers.samplers import resume_batch_sampler_mid_epoch
+        print(json.dumps(resume_batch_sampler_mid_epoch({str(tmp_path)!r})))
+        """, path=[Path(__file__).resolve().parent], env={"CUDA_VISIBLE_DEVICES": ""})
+    first, second = run["read"]["first"], run["read"]["second"]
+    for rank in range(2):
+        assert first[rank]["sizes"]["0"] == [4, 4, 4] and second[rank]["sizes"]["0"] == [4, 4]
+        assert first[rank]["epochs"]["0"] + second[rank]["epochs"]["0"] == _shard_order(40, 2, rank, 0, 0)
+    err = run["err"]
+    assert err.count("resuming inside epoch") == 1, err  # the same geometry: an exact resume, without a word
+    # on one process (another geometry) the 24 samples trained count as 6 batches of the batch sampler's 4, and the
+    # other 16 samples' worth of the epoch is trained
+    assert "the 24 sample(s) trained before the checkpoint count as 6 batch(es) of 4 per process" in err, err
+    assert run["read"]["single"][0]["sizes"]["0"] == [4, 4, 4, 4]

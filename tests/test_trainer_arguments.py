@@ -11,14 +11,21 @@ Lightning documents, not only that the argument is accepted.
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import sys
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, IterableDataset, TensorDataset
@@ -838,3 +845,132 @@ def test_the_sanity_check_does_not_change_the_training_order(tmp_path):
         quiet_trainer(tmp_path, max_epochs=1, num_sanity_val_steps=steps).fit(model)
         orders.append(model.first[0])
     torch.testing.assert_close(orders[0], orders[1], rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------- every argument type-checked (issue 36, item 7)
+# The cases issue 36 found (case 9): each was a bare TypeError/RuntimeError from pathlib, a tensor or timedelta, or a
+# wrong value silently taken (any truthy value for a flag, a float or NaN seed).
+WRONG_VALUES = [
+    ("default_root_dir", 3.5), ("default_root_dir", "runs\0here"), ("default_root_dir", [".", "x"]),
+    ("use_distributed_sampler", torch.tensor([1, 2])), ("detect_anomaly", torch.tensor([1, 2])),
+    ("deterministic", torch.tensor([1, 2])), ("deterministic", 1), ("deterministic", "bogus"),
+    ("barebones", "bogus"), ("enable_checkpointing", 1 + 2j), ("enable_progress_bar", 1), ("benchmark", "yes"),
+    ("inference_mode", None), ("sync_batchnorm", 0),
+    ("max_time", {"minutes": "x"}), ("max_time", {"bogus": 1}), ("max_time", {"days": 10**12}),
+    ("max_time", {"hours": float("nan")}), ("max_time", "99999999999:00:00:00"), ("max_time", 3600),
+    ("seed", float("nan")), ("seed", 3.5), ("seed", -1), ("seed", 2**32), ("seed", "42"), ("seed", True),
+    ("num_nodes", 0), ("num_nodes", 1.0), ("num_nodes", np.int64(1)), ("accelerator", 3), ("strategy", 2),
+    ("devices", 1.5), ("devices", [0.5]), ("precision", 32.0), ("precision", True), ("logger", 3),
+    ("logger", [object()]), ("callbacks", 1), ("callbacks", [None]), ("profiler", 1), ("profiler", "advanced"),
+    ("gradient_clip_val", float("nan")), ("compile_step", "yes"),
+]
+
+
+@pytest.mark.parametrize("argument, value", WRONG_VALUES, ids=[f"{a}={v!r:.30}" for a, v in WRONG_VALUES])
+def test_a_wrong_type_or_value_is_a_configuration_error_naming_the_argument(tmp_path, argument, value):
+    with pytest.raises(ConfigurationError) as info:
+        accelkit.Trainer(**{"accelerator": "cpu", "default_root_dir": tmp_path, argument: value})
+    message = str(info.value)
+    assert f"{argument}=" in message, message
+    assert any(word in message for word in ("must", "takes", "use ", "pass", "choose")), f"says what works: {message}"
+
+
+@pytest.mark.parametrize("value, fix", [(np.True_, "bool(value)"), (torch.tensor(True), "bool(tensor.item())")])
+def test_a_numpy_or_tensor_boolean_for_a_flag_is_refused_with_the_fix(tmp_path, value, fix):
+    """Not taken for its truth value: ``np.False_ is not False``, so accepting one would turn a default on."""
+    with pytest.raises(ConfigurationError, match=r"enable_checkpointing=.*pass a Python bool: " + re.escape(fix)):
+        accelkit.Trainer(accelerator="cpu", default_root_dir=tmp_path, enable_checkpointing=value)
+
+
+def test_every_wrong_type_is_reported_at_once(tmp_path):
+    with pytest.raises(ConfigurationError) as info:
+        accelkit.Trainer(accelerator="cpu", default_root_dir=3.5, barebones="bogus", seed=3.5)
+    assert {"default_root_dir=3.5", "barebones='bogus'", "seed=3.5"} <= {
+        p.split(" ", 1)[0] for p in info.value.problems}
+
+
+@pytest.mark.parametrize("argument, value", [
+    ("deterministic", "warn"), ("deterministic", None), ("max_time", "00:00:01:00"), ("max_time", {"minutes": 1.5}),
+    ("max_time", timedelta(hours=1)), ("devices", 1), ("devices", "1"), ("precision", 32), ("precision", None),
+    ("precision", "32"), ("precision", "32-true"), ("val_check_interval", 0.5), ("val_check_interval", 2),
+    ("limit_train_batches", 0.5), ("limit_train_batches", 3), ("gradient_clip_val", 1), ("gradient_clip_val", 0.5),
+    ("gradient_clip_val", None), ("seed", 0), ("seed", 2**32 - 1), ("seed", np.int64(7)), ("num_nodes", 1),
+    ("enable_checkpointing", None), ("benchmark", None), ("enable_progress_bar", False), ("logger", False),
+    ("logger", "csv"), ("profiler", "simple"), ("compile_step", False), ("default_root_dir", "relative/runs"),
+])
+def test_the_forms_lightning_accepts_are_accepted(tmp_path, monkeypatch, argument, value):
+    monkeypatch.chdir(tmp_path)
+    kwargs: dict[str, Any] = {"accelerator": "cpu", "default_root_dir": tmp_path, argument: value}
+    trainer = accelkit.Trainer(**kwargs)
+    if argument == "seed":
+        assert trainer.seed == value
+
+
+#: the documented Trainer parameters (its docstring's ``:param NAME:``), less the catch-all ``legacy_arguments``
+DOCUMENTED = [name for name in re.findall(r":param (\w+):", accelkit.Trainer.__doc__ or "")
+              if name != "legacy_arguments"]
+#: values of every kind, right and wrong, for any parameter
+ANY_VALUE = [
+    None, True, False, 0, 1, -1, 2, 16, 32, -2, 2**32, 10**30, -10**30, 0.0, 0.5, 1.0, 3.5, -0.5, float("nan"),
+    float("inf"), float(2**40), 1 + 2j, "", "bogus", "warn", "1", "0,1", "cpu", "auto", "simple", "advanced", "csv",
+    "norm", "value", "32-true", "16-mixed", "no:cpu", "00:00:01:00", "99999999999:00:00:00", "1 hour", "a\0b", b"x",
+    [], [1, 2], [0.5], ["cpu"], ["bogus"], (1,), {}, {"minutes": "x"}, {"minutes": 1}, {"days": 10**12},
+    {"bogus": 1}, {"mode": "bogus"}, {"mode": "default"}, timedelta(seconds=-1), timedelta(minutes=1), Path("x"),
+    np.True_, np.False_, np.int64(3), np.float64(0.5), torch.tensor(True), torch.tensor(3), torch.tensor([1, 2]),
+]
+BOOL_ONLY = ("inference_mode", "use_distributed_sampler", "detect_anomaly", "barebones", "sync_batchnorm")
+BOOL_OR_NONE = ("enable_checkpointing", "enable_progress_bar", "enable_model_summary", "benchmark")
+
+
+def must_refuse(name: str, value: Any) -> bool:
+    """An oracle for the arguments whose accepted types are short to state: ``True`` when ``value`` is wrong."""
+    if name in BOOL_ONLY:
+        return type(value) is not bool
+    if name in BOOL_OR_NONE:
+        return value is not None and type(value) is not bool
+    if name == "seed":
+        return value is not None and not (isinstance(value, (int, np.integer)) and type(value) is not bool
+                                          and 0 <= value < 2**32)
+    if name == "default_root_dir":
+        return not (value is None or (isinstance(value, (str, Path)) and "\0" not in str(value)))
+    if name == "deterministic":
+        return not (value is None or type(value) is bool or (type(value) is str and value == "warn"))
+    return False
+
+
+class Hang(Exception):
+    """Raised by the alarm in a construction that did not end."""
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise Hang("the Trainer's construction did not end within 60 s")
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="bounds each construction with SIGALRM (POSIX only)")
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(DOCUMENTED), st.sampled_from(ANY_VALUE), min_size=1, max_size=3))
+def test_any_documented_argument_combination_builds_or_names_the_argument(tmp_path, kwargs):
+    """Fuzz over the documented parameters: building the Trainer (only) either works or raises a ConfigurationError
+    naming a given argument; any other exception, a wrong value taken (the oracle) or a hang fails."""
+    kwargs = {"accelerator": "cpu", "default_root_dir": tmp_path, **kwargs}
+    refused = [name for name, value in kwargs.items() if must_refuse(name, value)]
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    signal.setitimer(signal.ITIMER_REAL, 60)
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # a relative default_root_dir stays inside the test's folder
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            accelkit.Trainer(**kwargs)
+    except ConfigurationError as exc:
+        message = str(exc)
+        assert any(f"{name}" in message for name in kwargs), f"{kwargs!r}: names no argument: {message}"
+        for name in refused:  # wrong types are all reported at once, before any value is checked
+            assert f"{name}=" in message or not set(refused) <= set(BOOL_ONLY + BOOL_OR_NONE), (kwargs, message)
+    else:
+        assert not refused, f"{kwargs!r}: {refused} should have been refused"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        os.chdir(cwd)

@@ -51,21 +51,24 @@ def _lies_under(module: ModuleType | None, folders: list[Path]) -> bool:
 @contextmanager
 def project_imports(project: Path, also: tuple[str, ...] = ()) -> Iterator[None]:
     """Within: ``sys.modules`` holds no module named as one of ``project``'s files (nor one named in ``also``),
-    as in a fresh interpreter started there, and :data:`accelkit.cli.class_paths.FILE_MODULES` is empty.
-    After: ``sys.path``, ``FILE_MODULES`` and ``sys.modules`` are as they were found: the modules imported from
-    ``project`` (or from a folder put on ``sys.path`` within) are forgotten, whatever their names, and the
-    same-named modules set aside are put back."""
+    as in a fresh interpreter started there, and :data:`accelkit.cli.class_paths.FILE_MODULES` and
+    :data:`accelkit.utilities.file_modules.REGISTERED` are empty.
+    After: ``sys.path``, ``FILE_MODULES``, ``REGISTERED`` and ``sys.modules`` are as they were found: the modules
+    imported from ``project`` (or from a folder put on ``sys.path`` within) are forgotten, whatever their names, and
+    the same-named modules set aside are put back."""
     from accelkit.cli.class_paths import FILE_MODULES
+    from accelkit.utilities.file_modules import REGISTERED
 
     def ours(name: str) -> bool:
         return name.split(".")[0] in names
 
     project = project.resolve()
     names = module_names(project) | set(also)
-    path, file_modules = list(sys.path), dict(FILE_MODULES)
+    path, file_modules, registered = list(sys.path), dict(FILE_MODULES), dict(REGISTERED)
     set_aside = {name: sys.modules.pop(name) for name in [name for name in sys.modules if ours(name)]}
     known = dict(sys.modules)
     FILE_MODULES.clear()
+    REGISTERED.clear()
     importlib.invalidate_caches()  # files written since the folder was last read
     try:
         yield
@@ -80,6 +83,8 @@ def project_imports(project: Path, also: tuple[str, ...] = ()) -> Iterator[None]
         sys.path[:] = path
         FILE_MODULES.clear()
         FILE_MODULES.update(file_modules)
+        REGISTERED.clear()
+        REGISTERED.update(registered)
 
 
 @contextmanager

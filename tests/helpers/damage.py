@@ -44,3 +44,27 @@ def flip_bytes(file: Path, start: int, count: int = 64) -> Path:
         data[i] ^= 0xFF
     file.write_bytes(bytes(data))
     return file
+
+
+def record_offset(file: Path, suffix: str) -> tuple[int, int]:
+    """``(offset, size)`` of the bytes of the record whose name ends with ``suffix`` in the zip archive ``file``
+    (a ``torch.save`` file: records are stored uncompressed)."""
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(file) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(suffix))
+    with open(file, "rb") as handle:
+        handle.seek(info.header_offset + 26)
+        name_length, extra_length = struct.unpack("<HH", handle.read(4))
+    return info.header_offset + 30 + name_length + extra_length, info.file_size
+
+
+def flip_record_byte(file: Path, suffix: str, at: int = 0, mask: int = 0x01) -> Path:
+    """Flip the bits ``mask`` of byte ``at`` of the record ending with ``suffix`` in the archive ``file``."""
+    offset, size = record_offset(file, suffix)
+    assert 0 <= at < size, (suffix, at, size)
+    data = bytearray(file.read_bytes())
+    data[offset + at] ^= mask
+    file.write_bytes(bytes(data))
+    return file

@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import shutil
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -92,3 +94,13 @@ def import_or_skip(name: str, reason: str) -> ModuleType:
         for added in set(sys.modules) - before:
             del sys.modules[added]
         pytest.skip(reason, allow_module_level=True)
+
+
+def can_mount_tmpfs() -> bool:
+    """Whether ``unshare -rm`` can mount a tmpfs here (a user and mount namespace of one's own): how the tests make a
+    tiny file system that a write fills for real (``ENOSPC``). Containers without user namespaces cannot."""
+    if not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /tmp"],
+                           capture_output=True, check=False)
+    return probe.returncode == 0

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler, TensorDataset
 
 import accelkit
 from helpers.guards import standard_error_to
@@ -74,6 +74,7 @@ class ReadRecorder(accelkit.Callback):
     def __init__(self, folder: str | os.PathLike) -> None:
         self.folder = str(folder)
         self.epochs: dict[int, list[int]] = {}
+        self.sizes: dict[int, list[int]] = {}  # the size of each batch read, per epoch
         self.sampler_epochs: list[int] = []
 
     def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
@@ -83,10 +84,11 @@ class ReadRecorder(accelkit.Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.epochs.setdefault(trainer.current_epoch, []).extend(int(i) for i in batch[2])
+        self.sizes.setdefault(trainer.current_epoch, []).append(len(batch[2]))
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         info = {"rank": trainer.global_rank, "world_size": trainer.world_size, "epochs": self.epochs,
-                "sampler_epochs": self.sampler_epochs, "pid": os.getpid()}
+                "sampler_epochs": self.sampler_epochs, "pid": os.getpid(), "sizes": self.sizes}
         Path(self.folder, f"rank{trainer.global_rank}.json").write_text(json.dumps(info))
 
 
@@ -171,17 +173,37 @@ class StreamModule(OwnSamplerModule):
         return DataLoader(IndexStream(self.n), batch_size=self.batch_size, num_workers=self.num_workers)
 
 
+class KeepsExtra(BatchSampler):
+    """A user's batch sampler class with a setting of its own (``tag``), which a sharded copy keeps."""
+
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool, tag: str = "") -> None:
+        super().__init__(sampler, batch_size, drop_last)
+        self.tag = tag
+
+    def __iter__(self):
+        assert self.tag == "kept", f"the batch sampler lost its tag: {self.tag!r}"
+        return super().__iter__()
+
+
+def batch_sampler_loader(n: int = 20, batch_size: int = 8, kind: type = BatchSampler, **extra: Any) -> DataLoader:
+    """A loader of ``indexed_data(n)`` built with ``batch_sampler=kind(RandomSampler(data), batch_size, False)``."""
+    data = indexed_data(n)
+    return DataLoader(data, batch_sampler=kind(RandomSampler(data), batch_size, False, **extra))
+
+
 def fit_and_read(folder: str | os.PathLike, module: accelkit.Module | None = None, loader: Any = None,
-                 val: Any = None, devices: int = 2, epochs: int = 2, plugins: Any = (),
+                 val: Any = None, devices: int = 2, epochs: int = 2, plugins: Any = (), strategy: str | None = None,
                  **trainer_arguments: Any) -> tuple[list[dict[str, Any]], list[list[dict[str, Any]]]]:
     """Fit ``module`` (an :class:`OwnSamplerModule` reading ``loader``, by default a shuffled loader of
-    ``indexed_data(9)``) for ``epochs`` on ``devices`` CPU processes (``ddp_fork`` for more than one), recording
-    with a :class:`ReadRecorder` in ``folder``; return what each rank read and the sampler plugin calls each made."""
+    ``indexed_data(9)``) for ``epochs`` on ``devices`` CPU processes (``strategy``, by default ``ddp_fork`` for more
+    than one), recording with a :class:`ReadRecorder` in ``folder``; return what each rank read and the sampler
+    plugin calls each made."""
     folder = Path(folder)
     if module is None:
         module = OwnSamplerModule()
         loader = loader or DataLoader(indexed_data(9), batch_size=2, shuffle=True)
-    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy="ddp_fork" if devices > 1 else "auto",
+    strategy = strategy or ("ddp_fork" if devices > 1 else "auto")
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy=strategy,
                                max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                                enable_model_summary=False, default_root_dir=folder,
                                callbacks=[ReadRecorder(folder)], plugins=list(plugins), **trainer_arguments)
@@ -206,6 +228,11 @@ TWO_RANK_FITS: dict[str, Any] = {
     "own_matching": lambda folder: {"module": OwnSamplerModule("matching", n=64, batch_size=4, seed=5)},
     "own_batch_sampler": lambda folder: {"module": OwnSamplerModule("batch_sampler", n=64, batch_size=4, seed=5)},
     "own_mismatch": lambda folder: {"module": OwnSamplerModule("mismatch", n=64, batch_size=4, seed=5), "epochs": 1},
+    # loaders built with batch_sampler= (20 samples, batches of 8): torch's BatchSampler, under ddp_fork and
+    # ddp_spawn, and a class of the user's with a setting of its own
+    "batch_sampler_fork": lambda folder: {"loader": batch_sampler_loader()},
+    "batch_sampler_spawn": lambda folder: {"loader": batch_sampler_loader(), "strategy": "ddp_spawn", "epochs": 1},
+    "batch_sampler_subclass": lambda folder: {"loader": batch_sampler_loader(kind=KeepsExtra, tag="kept")},
     # a 64-item stream sharded by StreamShardingPlugin, with 0 or 2 loader workers per rank
     "stream_0_workers": lambda folder: {"module": StreamModule(num_workers=0), "epochs": 1,
                                         "plugins": [StreamShardingPlugin()]},
@@ -220,3 +247,26 @@ def record_two_rank_fit(folder: str, name: str) -> dict[str, Any]:
     with standard_error_to(Path(folder, "stderr.txt")) as err:
         ranks, calls = fit_and_read(folder, **TWO_RANK_FITS[name](folder))
     return {"ranks": ranks, "calls": calls, "err": err.read_text()}
+
+
+def resume_batch_sampler_mid_epoch(folder: str) -> dict[str, Any]:
+    """Two ``ddp_fork`` fits of 2 processes reading :func:`batch_sampler_loader` (40 samples, batches of 4): the
+    first stops after step 3 of epoch 0 with a checkpoint there, the second resumes from it to the end of epoch 0,
+    and a third resumes from it on one process. Returns what each rank read in each fit, and the standard error."""
+    from accelkit.callbacks import ModelCheckpoint
+
+    root = Path(folder)
+    with standard_error_to(root / "stderr.txt") as err:
+        for part, extra in (("first", {"max_steps": 3}), ("second", {"max_epochs": 1}),
+                            ("single", {"max_epochs": 1, "devices": 1, "strategy": "auto"})):
+            (root / part).mkdir()
+            checkpoints = ModelCheckpoint(dirpath=root / "ckpt", every_n_train_steps=3, save_top_k=-1)
+            arguments = {"devices": 2, "strategy": "ddp_fork", **extra}
+            trainer = accelkit.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False,
+                                       enable_model_summary=False, default_root_dir=root / part,
+                                       callbacks=[ReadRecorder(root / part), checkpoints], **arguments)
+            resume = None if part == "first" else str(root / "ckpt" / "epoch=0-step=3.ckpt")
+            trainer.fit(OwnSamplerModule(), batch_sampler_loader(n=40, batch_size=4), ckpt_path=resume)
+    read = {part: [json.loads((root / part / f"rank{r}.json").read_text()) for r in range(2 if part != "single" else 1)]
+            for part in ("first", "second", "single")}
+    return {"read": read, "err": err.read_text()}

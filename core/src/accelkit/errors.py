@@ -32,6 +32,18 @@ class PluginConflictError(PluginError):
     """Two distributions claim the same name."""
 
 
+class LoggerWriteError(AccelkitError, OSError):
+    """A logger could not write its files (a full disk, a file size limit, a folder it may not write): the message
+    names the logger, the path and why; ``errno`` is the operating system's code and ``path`` the file or folder.
+    An ``OSError``, so ``except OSError`` still catches it."""
+
+    def __init__(self, message: str, code: int | None, path: str | None) -> None:
+        super().__init__(message)
+        self.errno = code
+        #: the file (or folder) the logger was writing
+        self.path = path
+
+
 class LoggedValueError(TypeError, ValueError):
     """``self.log`` was given a value it cannot record (a string, a dict, a list, ``None``...): a ``ValueError``, as
     Lightning raises there, and a ``TypeError``, as accelkit raised before, so either ``except`` catches it. A mistake

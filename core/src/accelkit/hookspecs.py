@@ -140,7 +140,8 @@ def accelkit_distributed_sampler(
 
     :param dataset: the DataLoader's dataset.
     :param sampler: the sampler the user's DataLoader had (a ``SequentialSampler``/``RandomSampler`` for plain
-        loaders, or the user's own sampler).
+        loaders, or the user's own sampler); for a loader built with ``batch_sampler=``, that batch sampler's
+        ``sampler``, whose answer the batches are then drawn from.
     :param shuffle: whether the data should be shuffled (``True`` for training with a random sampler).
     :param num_replicas: the number of ranks reading data.
     :param rank: this rank's index among them.

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from accelkit.errors import ConfigurationError
 from accelkit.utilities.rank_zero import global_rank
 
 __all__ = ["Profiler", "PassThroughProfiler", "SimpleProfiler", "PyTorchProfiler", "resolve_profiler"]
@@ -288,7 +289,8 @@ class PyTorchProfiler(Profiler):
 def resolve_profiler(value: Profiler | str | None) -> Profiler | None:
     """The profiler for ``Trainer(profiler=value)``: ``None`` for none, ``"simple"`` a :class:`SimpleProfiler`,
     ``"pytorch"`` a :class:`PyTorchProfiler`, a :class:`Profiler` as given. ``"advanced"`` (Lightning's cProfile
-    profiler) and any other value are errors naming the value and the choices."""
+    profiler) and any other value are a :class:`~accelkit.errors.ConfigurationError` (a ``ValueError``) naming the
+    value and the choices."""
     if value is None or isinstance(value, Profiler):
         return value
     if isinstance(value, str):
@@ -298,8 +300,9 @@ def resolve_profiler(value: Profiler | str | None) -> Profiler | None:
         if key == "pytorch":
             return PyTorchProfiler()
         if key == "advanced":
-            raise ValueError("profiler='advanced' (Lightning's cProfile-based AdvancedProfiler) is not available in "
-                             "accelkit; use profiler='simple' (wall time per hook), profiler='pytorch' "
-                             "(torch.profiler operators), or pass your own accelkit.profilers.Profiler")
-    raise ValueError(f"profiler={value!r} is not a profiler; choose one of None, 'simple', 'pytorch', or an "
-                     "accelkit.profilers.Profiler instance")
+            raise ConfigurationError("profiler='advanced' (Lightning's cProfile-based AdvancedProfiler) is not "
+                                     "available in accelkit; use profiler='simple' (wall time per hook), "
+                                     "profiler='pytorch' (torch.profiler operators), or pass your own "
+                                     "accelkit.profilers.Profiler")
+    raise ConfigurationError(f"profiler={value!r} is not a profiler; choose one of None, 'simple', 'pytorch', or an "
+                             "accelkit.profilers.Profiler instance")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import subprocess
@@ -17,6 +18,8 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit
+from helpers.guards import child_env
+from helpers.requirements import can_mount_tmpfs
 
 pytest.importorskip("mlflow")
 ROOT = Path(__file__).resolve().parents[3]
@@ -130,3 +133,42 @@ def test_installed_alone_next_to_core_and_cpu(tmp_path, prewarmed):
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(f.startswith(str(target)) for f in found["files"]), found
     assert found["val_loss"] == pytest.approx(found["logged"])
+
+
+FULL_STORE = """
+import json, os, sys
+from helpers.full_disk_logging import fill_up
+from accelkit_mlflow.logger import MLFlowLogger
+
+folder = sys.argv[1]
+logger = MLFlowLogger(save_dir=os.path.join(folder, "mlruns"))
+logger.log_hyperparams({"a": 1})
+fill_up(folder)
+try:
+    for step in range(2000):
+        logger.log_metrics({f"m{i}": 1.0 for i in range(20)}, step=step)
+    error = None
+except Exception as exc:
+    error = [type(exc).__name__, getattr(exc, "errno", None), str(exc), getattr(exc, "path", None)]
+print(json.dumps({"error": error, "run": os.path.join(folder, "mlruns", logger.experiment_id, logger.run_id)}))
+"""
+
+
+@pytest.mark.slow  # starts a process
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs unshare -rm to mount a tiny tmpfs")
+def test_a_full_file_store_is_an_error_naming_the_logger_and_the_run_folder(tmp_path):
+    """A real full disk under the file store (a filled tmpfs): MLflow's bare ``MlflowException: [Errno 28] No space
+    left on device`` becomes a LoggerWriteError (ENOSPC) naming MLFlowLogger and the run's folder."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    script = tmp_path / "full_store.py"
+    script.write_text(FULL_STORE)
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c",
+                           f"mount -t tmpfs -o size=512k tmpfs {folder} && exec {sys.executable} {script} {folder}"],
+                          capture_output=True, text=True, env=child_env(), timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    error_class, code, message, path = out["error"]
+    assert error_class == "LoggerWriteError" and code == errno.ENOSPC
+    assert path == out["run"] and path.startswith(str(folder / "mlruns")), path
+    assert message.startswith(f"MLFlowLogger could not write {path!r}: the disk is full"), message

@@ -15,12 +15,13 @@ import tempfile
 import time
 import warnings
 from datetime import timedelta
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelkit.callbacks.base import Callback, monitored_score
+from accelkit.checkpoint import paths as checkpoint_paths
 from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ class ModelCheckpoint(Checkpoint):
         else ``<default_root_dir>/checkpoints`` (decided at ``setup``).
     :param filename: name template without extension, with ``{metric}`` / ``{metric:format}`` fields filled from
         ``trainer.callback_metrics`` plus ``epoch`` and ``step`` (a missing metric reads 0). Default
-        ``"{epoch}-{step}"``, giving ``epoch=3-step=120.ckpt``.
+        ``"{epoch}-{step}"``, giving ``epoch=3-step=120.ckpt``. It may name sub-folders (``"sub/{epoch}"``) but
+        never leave ``dirpath``: an absolute template or a ``..`` part is refused.
     :param monitor: metric to rank checkpoints by; ``None`` keeps the latest ones.
     :param verbose: print what is saved.
     :param save_last: also keep ``last.ckpt``, a copy of the latest state (``"link"``: a symbolic link to the latest
@@ -119,6 +121,8 @@ class ModelCheckpoint(Checkpoint):
         elif monitor is None and save_top_k not in (-1, 0, 1):
             problems.append(f"ModelCheckpoint(save_top_k={save_top_k}, monitor=None): without a monitor there is "
                             "no quantity to rank checkpoints by; use save_top_k in (-1, 0, 1) or set monitor.")
+        if filename is not None:
+            problems += _filename_problems(filename)
         if save_last not in (None, True, False, "link"):
             problems.append(f"ModelCheckpoint(save_last={save_last!r}): must be True, False, None or 'link'.")
         for name, value in (("every_n_train_steps", self._every_n_train_steps),
@@ -243,24 +247,61 @@ class ModelCheckpoint(Checkpoint):
         has changed from ...``), except for the default folder of a resumed run, a new version folder beside the
         checkpoint's. The folders are compared as written, as Lightning's: the default folder of a relative
         ``default_root_dir`` (or logger ``save_dir``) is relative, so the same run moved elsewhere, or resumed
-        from another working directory, still names the same folder."""
+        from another working directory, still names the same folder.
+
+        A checkpoint is data from outside: every restored path must resolve (``..`` and symbolic links followed)
+        inside this callback's folder (``best_model_path`` restored from another folder: inside the folder the
+        state names) and name a checkpoint or nothing, else it is dropped, with a warning naming it, and never
+        read or removed (:func:`accelkit.checkpoint.paths.restore_refusal`)."""
         saved_dir = state_dict.get("dirpath", self.dirpath)
         if self.dirpath is None:  # not set up yet (a spawned run's state coming back): adopt the saved folder
             self.dirpath = saved_dir
+        dropped: list[str] = []
+
+        def trusted(path: Any, folder: Any) -> str:
+            refusal = None if isinstance(path, str) and not path else checkpoint_paths.restore_refusal(path, folder)
+            if refusal is None:
+                return os.fspath(path)
+            if (entry := f"{path!r} ({refusal})") not in dropped:  # best, last and top-k may name one file
+                dropped.append(entry)
+            return ""
+
         if saved_dir == self.dirpath:
             self.best_model_score = state_dict["best_model_score"]
             self.current_score = state_dict.get("current_score", self.current_score)
-            self.kth_best_model_path = state_dict.get("kth_best_model_path", self.kth_best_model_path)
             self.kth_value = state_dict.get("kth_value", self.kth_value)
-            self.best_k_models = dict(state_dict.get("best_k_models", self.best_k_models))
-            self.last_model_path = state_dict.get("last_model_path", self.last_model_path)
+            self.best_k_models = {kept: score for path, score in dict(state_dict.get("best_k_models", {})).items()
+                                  if (kept := trusted(path, saved_dir))}
+            self.kth_best_model_path = trusted(state_dict.get("kth_best_model_path", ""), saved_dir)
+            self.last_model_path = trusted(state_dict.get("last_model_path", ""), saved_dir)
         elif not (self._in_run_folder and _sibling_run_folders(saved_dir, self.dirpath)):
             # (A resumed run with the default folder writes into its own new version folder, by design: no warning.)
             warnings.warn(f"The dirpath has changed from {saved_dir!r} to {self.dirpath!r}, therefore "
                           "`best_model_score`, `kth_best_model_path`, `kth_value`, `last_model_path` and "
                           "`best_k_models` won't be reloaded. Only `best_model_path` will be reloaded.",
                           UserWarning, stacklevel=2)
-        self.best_model_path = state_dict["best_model_path"]
+        self.best_model_path = trusted(state_dict["best_model_path"], saved_dir)
+        if dropped:
+            self._mend_ranking()
+            warnings.warn(f"{type(self).__name__}: the checkpoint's state names {len(dropped)} path(s) this "
+                          f"callback cannot have written in its folder {saved_dir!r}: {'; '.join(dropped)}. They are "
+                          "dropped: never read, never removed. A checkpoint this callback wrote names only its own "
+                          "checkpoints inside its folder; check where this one came from.", UserWarning, stacklevel=2)
+
+    def _mend_ranking(self) -> None:
+        """After restored paths were dropped: point ``kth_best_model_path`` and ``best_model_path`` at files still
+        ranked (``best_k_models``), or at none."""
+        scores = {path: float(score) for path, score in self.best_k_models.items()}
+        worst, best = (max, min) if self.mode == "min" else (min, max)
+        if self.kth_best_model_path not in scores:
+            self.kth_best_model_path = worst(scores, key=scores.__getitem__) if scores else ""
+            self.kth_value = (self.best_k_models[self.kth_best_model_path] if self.kth_best_model_path
+                              else torch.tensor(float("inf") if self.mode == "min" else float("-inf")))
+        if not self.best_model_path and scores:
+            self.best_model_path = best(scores, key=scores.__getitem__)
+            self.best_model_score = self.best_k_models[self.best_model_path]
+        elif not self.best_model_path:
+            self.best_model_score = None
 
     # ----------------------------------------------------------------- names
     def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
@@ -276,7 +317,16 @@ class ModelCheckpoint(Checkpoint):
         if ver is not None:
             name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
         name += self.FILE_EXTENSION
-        return os.path.join(self.dirpath, name) if self.dirpath else name
+        if not self.dirpath:
+            return name
+        path = os.path.join(self.dirpath, name)
+        if not checkpoint_paths.inside(path, self.dirpath):
+            raise ConfigurationError(f"{type(self).__name__}(filename={filename or self.filename!r}) gives the path "
+                                     f"{path!r}, which leaves dirpath {self.dirpath!r} (.. and symbolic links "
+                                     "followed); checkpoints are written, and removed, only inside dirpath. Keep the "
+                                     "template inside it (sub-folders such as 'sub/{epoch}' are allowed) and choose "
+                                     "the folder with dirpath=.")
+        return path
 
     def to_yaml(self, filepath: str | os.PathLike | None = None) -> None:
         """Write ``best_k_models`` (path: score) as YAML-compatible lines to ``filepath``
@@ -535,19 +585,42 @@ class ModelCheckpoint(Checkpoint):
         trainer.strategy.barrier()
 
     def _removable(self, trainer: Trainer, previous: str, current: str) -> bool:
-        """Only files inside ``dirpath``, never the one just written nor the one the run resumed from."""
+        """Only checkpoints this callback wrote: inside ``dirpath`` (resolved, links followed), a checkpoint by its
+        format (:func:`~accelkit.checkpoint.paths.removal_refusal`), never the one just written nor the one the run
+        resumed from. A file inside ``dirpath`` that is not a checkpoint is kept, with a warning naming it; one
+        outside is kept silently, as Lightning keeps the files of a folder it no longer saves to."""
         if previous == current:
             return False
-        previous_path = Path(previous).absolute()
         resumed = getattr(trainer, "ckpt_path", None)
-        if resumed is not None and previous_path == Path(resumed).absolute():
+        if resumed is not None and Path(previous).absolute() == Path(resumed).absolute():
             return False
-        return Path(self.dirpath or ".").absolute() in previous_path.parents
+        refusal = checkpoint_paths.removal_refusal(previous, self.dirpath or ".")
+        if refusal is None:
+            return True
+        if refusal and trainer.is_global_zero:
+            warnings.warn(f"{type(self).__name__} did not remove {previous!r}, which it no longer keeps: {refusal}.",
+                          UserWarning, stacklevel=2)
+        return False
 
     @staticmethod
     def _remove(trainer: Trainer, path: str) -> None:
         """Remove a checkpoint file, link, or sharded checkpoint directory (the strategy's, global zero only)."""
         trainer.strategy.remove_checkpoint(path)
+
+
+def _filename_problems(filename: Any) -> list[str]:
+    """What is wrong with a ``filename`` template: not a string, or a path leaving ``dirpath`` (absolute, or with a
+    ``..`` part)."""
+    if not isinstance(filename, str):
+        return [f"ModelCheckpoint(filename={filename!r}): must be a str (a name template such as "
+                "'{epoch}-{step}')."]
+    parts = PurePath(filename).parts
+    if PurePath(filename).is_absolute() or ".." in parts:
+        return [f"ModelCheckpoint(filename={filename!r}): the template leaves dirpath (an absolute path or a '..' "
+                "part); checkpoints are written, and removed, only inside dirpath. Choose the folder with dirpath= "
+                f"and give a name inside it, such as {PurePath(filename).name!r} (sub-folders such as 'sub/{{epoch}}' "
+                "are allowed)."]
+    return []
 
 
 def _claim(path: str) -> bool:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from accelkit.callbacks.model_checkpoint import Checkpoint
+from accelkit.checkpoint import paths as checkpoint_paths
+from accelkit.checkpoint import sharded
 
 if TYPE_CHECKING:
     from accelkit.module.module import Module
@@ -45,6 +46,10 @@ class OnExceptionCheckpoint(Checkpoint):
         if filename.endswith(self.FILE_EXTENSION):
             raise ValueError(f"OnExceptionCheckpoint(filename={filename!r}): give the name without the "
                              f"{self.FILE_EXTENSION} extension (it is added)")
+        if Path(filename).is_absolute() or ".." in Path(filename).parts:
+            raise ValueError(f"OnExceptionCheckpoint(filename={filename!r}): the name leaves dirpath (an absolute "
+                             "path or a '..' part), where the checkpoint is written and removed; choose the folder "
+                             f"with dirpath= and give a name inside it, such as {Path(filename).name!r}")
         self.dirpath = Path(dirpath).expanduser().resolve()
         self.filename = filename
 
@@ -61,12 +66,16 @@ class OnExceptionCheckpoint(Checkpoint):
                           f"{type(exception).__name__}: {type(exc).__name__}: {exc}", UserWarning, stacklevel=2)
 
     def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
+        """After a completed ``fit``, remove the checkpoint: only a checkpoint (by its format) inside ``dirpath``;
+        anything else at its path (a folder or file of yours) is kept, with a warning naming it."""
         if stage == "fit" and trainer.is_global_zero:
             path = self.ckpt_path
-            if os.path.isdir(path) and not os.path.islink(path):  # a sharded checkpoint is a directory
-                shutil.rmtree(path, ignore_errors=True)
-            elif os.path.lexists(path):
-                os.remove(path)
+            refusal = checkpoint_paths.removal_refusal(path, self.dirpath)
+            if refusal:
+                warnings.warn(f"OnExceptionCheckpoint did not remove {path!r} after the completed fit: {refusal}.",
+                              UserWarning, stacklevel=2)
+            elif refusal is None:
+                sharded.remove(path)
 
     def find_last_checkpoints(self, trainer: Trainer) -> set[str]:
         """For ``ckpt_path="last"`` (see :class:`~accelkit.callbacks.ModelCheckpoint`): this callback's file."""

@@ -15,7 +15,8 @@ from accelkit.checkpoint.files import (
                                        non_finite_tensors,
                                        remove_stale_temp_files,
                                        to_cpu,
+                                       verify_archive,
 )
 
 __all__ = ["ALLOW_NON_FINITE_ENV", "CheckpointError", "UnsafeCheckpointError", "atomic_save", "check_file", "load",
-           "non_finite_tensors", "remove_stale_temp_files", "sharded", "to_cpu"]
+           "non_finite_tensors", "remove_stale_temp_files", "sharded", "to_cpu", "verify_archive"]

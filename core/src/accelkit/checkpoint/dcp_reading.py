@@ -170,7 +170,7 @@ class _SafeBytes:
         try:
             obj = torch.load(value, weights_only=self.weights_only)
         except pickle.UnpicklingError as exc:
-            if not self.weights_only or not _refused_object(exc):
+            if not self.weights_only or not ckpt.refused_object(exc):
                 raise  # garbled bytes: the reader names the damaged shard
             raise ckpt.unsafe_checkpoint_error(repr(self.checkpoint), exc) from exc
         fqn = read_item.dest_index.fqn
@@ -178,11 +178,6 @@ class _SafeBytes:
             set_element(self.original_state_dict, self.mappings[fqn], obj)
         else:
             self.state_dict[fqn] = obj
-
-
-def _refused_object(exc: BaseException) -> bool:
-    """Whether the weights-only unpickler refused an object (rather than failing on garbled bytes)."""
-    return "GLOBAL" in str(exc) or "allowlisted" in str(exc)
 
 
 class SafeLoadPlanner(_SafeBytes, DefaultLoadPlanner):

@@ -10,6 +10,15 @@ inf) is refused before anything is written, so a diverged run never replaces the
 Reading (:func:`load`): an empty, truncated or foreign file, a folder, a bare ``state_dict`` and a file holding
 arbitrary Python objects each get a :class:`~accelkit.checkpoint.CheckpointError` naming the file, what is wrong and
 what would work.
+
+Checksums (:func:`verify_archive`): ``torch.save`` writes a zip archive whose every record (``data.pkl``, each
+tensor's bytes, ``version``...) carries the CRC-32 of its bytes in the archive's own directory, but ``torch.load``
+does not compare them, so a flipped byte inside a tensor loads as a changed weight. :func:`load` compares every
+record with its CRC-32 before anything is unpickled; a mismatch is a :class:`CheckpointError` naming the file and the
+record. The checksums live where the zip format puts them, so a checkpoint is the file ``torch.save`` writes, read by
+a plain ``torch.load`` as before, and every checkpoint torch wrote since 1.6 (accelkit's of any version, Lightning's)
+is checked. A file without checksums (the legacy pre-1.6 format, or written after
+``torch.serialization.set_crc32_options(False)``) loads unchecked, as before.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import os
 import pickle
 import socket
 import stat
+import struct
 import tempfile
 import zipfile
 import zlib
@@ -97,13 +107,18 @@ def _raise_write_error(exc: BaseException, path: Path, tmp_name: str, written: i
         free = f"; {usage.f_bavail * usage.f_frsize} bytes free on that file system"
     except OSError:
         free = ""
-    reason = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-              errno.EFBIG: "the file is larger than this process may write (ulimit -f)",
-              errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(
-        code or 0, os.strerror(code) if code else f"{type(exc).__name__}: {exc}")
+    reason = write_error_reason(code) if code else f"{type(exc).__name__}: {exc}"
     raise OSError(code or errno.EIO, f"could not write checkpoint {str(path)!r}: {reason} (after {written} bytes"
                   f"{free}). The previous file at that path, if any, is unchanged; free space or choose another "
                   "folder (default_root_dir or ModelCheckpoint(dirpath=...)).", str(path)) from exc
+
+
+def write_error_reason(code: int) -> str:
+    """Why a write failed with ``errno`` ``code``, in words: ``"the disk is full"`` for ``ENOSPC``, the quota, the
+    file size limit (``ulimit -f``), a permission or a read-only file system; the system's text for any other."""
+    return {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+            errno.EFBIG: "the file is larger than this process may write (ulimit -f)",
+            errno.EACCES: "permission denied", errno.EROFS: "the file system is read-only"}.get(code, os.strerror(code))
 
 
 def probe_write_error(file: str | os.PathLike) -> int | None:
@@ -198,26 +213,32 @@ def non_finite_tensors(state_dict: dict[str, Any]) -> list[tuple[str, int]]:
 def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_location: Any = "cpu") -> Any:
     """Load a checkpoint file: the one reader of checkpoint files, with one set of errors (resuming a fit,
     ``load_from_checkpoint``, the ``accelkit checkpoint`` command). ``weights_only=True`` (the default) refuses to
-    unpickle arbitrary objects.
+    unpickle arbitrary objects. Every record of the archive is compared with its CRC-32 first
+    (:func:`verify_archive`).
 
     :param path: a path, or an open binary file.
     :raises FileNotFoundError: nothing at ``path``.
     :raises IsADirectoryError: ``path`` is a folder (the message lists the checkpoints in it).
-    :raises CheckpointError: the file is empty, truncated, not a PyTorch file, damaged, a bare ``state_dict``, or
-        holds something other than a checkpoint dict.
+    :raises CheckpointError: the file is empty, truncated, not a PyTorch file, damaged (a record whose bytes do not
+        match their checksum, a ``data.pkl`` that cannot be unpickled), a bare ``state_dict``, or holds something
+        other than a checkpoint dict.
     :raises UnsafeCheckpointError: with ``weights_only=True``, the file holds objects other than plain data.
     """
     file = Path(path) if isinstance(path, (str, os.PathLike)) else None
     name = repr(str(path)) if file is not None else repr(getattr(path, "name", None) or type(path).__name__)
     if file is not None:
         check_file(file)
+    verify_archive(path if file is None else file, name)
     try:
         checkpoint = torch.load(path if file is None else file, map_location=map_location, weights_only=weights_only)
     except pickle.UnpicklingError as exc:
-        if not weights_only:
-            raise CheckpointError(f"checkpoint {name} is damaged: unpickling failed ({exc}).") from exc
-        raise unsafe_checkpoint_error(name, exc) from exc
-    except (RuntimeError, EOFError, OSError, ValueError) as exc:
+        if weights_only and refused_object(exc):
+            raise unsafe_checkpoint_error(name, exc) from exc
+        raise CheckpointError(f"checkpoint {name} is damaged: its data.pkl cannot be unpickled "
+                              f"({_first_reason(exc)}). {_alternatives(file) if file is not None else ''}".rstrip()
+                              ) from exc
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+            struct.error) as exc:
         where = f" ({_size(file)})" if file is not None else ""
         hint = _alternatives(file) if file is not None else ""
         raise CheckpointError(
@@ -234,6 +255,133 @@ def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_loc
             "weights with module.load_state_dict(torch.load(path, weights_only=True)), or write a full checkpoint "
             "with trainer.save_checkpoint(path).")
     return checkpoint
+
+
+def refused_object(exc: BaseException) -> bool:
+    """Whether the weights-only unpickler's error ``exc`` refused an object that is there (a ``GLOBAL`` it does
+    not admit), rather than failing on garbled bytes: only the first is "unsafe content", the second is damage."""
+    return "GLOBAL" in str(exc) or "allowlisted" in str(exc)
+
+
+def verify_archive(source: str | os.PathLike | IO[bytes], name: str | None = None) -> bool:
+    """Compare every record of the ``torch.save`` zip archive ``source`` (a path, or a seekable binary file, left
+    at the position it had) with the CRC-32 the archive stores for it; read only, nothing is unpickled.
+
+    Returns whether the archive was checked: ``False`` for a file without checksums (torch's legacy pre-1.6 format,
+    an archive written after ``torch.serialization.set_crc32_options(False)``, whose records all say 0), or a file
+    object that cannot seek. Reads the whole file once (see ``docs/resume.rst`` for the cost).
+
+    :param name: how the file is named in the error (default: its quoted path).
+    :raises CheckpointError: a record's bytes do not match their checksum, or the archive's directory or a record's
+        header is damaged; the message names the file and the record.
+    """
+    if not isinstance(source, (str, os.PathLike)) and not (callable(getattr(source, "seekable", None))
+                                                            and source.seekable()):
+        return False
+    name = name or repr(str(getattr(source, "name", source)))
+    start = None if isinstance(source, (str, os.PathLike)) else source.tell()
+    try:
+        return _verify_records(source, name)
+    finally:
+        if start is not None and not isinstance(source, (str, os.PathLike)):
+            source.seek(start)
+
+
+def _verify_records(source: str | os.PathLike | IO[bytes], name: str) -> bool:
+    try:
+        archive = zipfile.ZipFile(source)
+    except (zipfile.BadZipFile, ValueError, struct.error, EOFError, OSError) as exc:
+        if not _starts_with(source, b"PK"):
+            return False  # not a zip archive (the legacy format); check_file refused what is neither
+        raise CheckpointError(f"checkpoint {name} is damaged: the directory of its zip archive cannot be read "
+                              f"({type(exc).__name__}: {exc}).") from exc
+    with archive:
+        records = archive.infolist()
+        if not any(info.CRC for info in records) and any(info.file_size for info in records):
+            return False  # written without checksums
+        if isinstance(source, (str, os.PathLike)) and all(i.compress_type == zipfile.ZIP_STORED for i in records):
+            found = _stored_records_damage(Path(source), records)  # torch's own: read in parallel
+        else:
+            found = _records_damage(archive, records)
+    if found is not None:
+        record, reason, cause = found
+        hint = _alternatives(Path(source)) if isinstance(source, (str, os.PathLike)) else ""
+        raise CheckpointError(f"checkpoint {name} is damaged: its record {record!r} {reason}; loading it would give "
+                              f"other values than were saved. {hint}".rstrip()) from cause
+    return True
+
+
+def _starts_with(source: str | os.PathLike | IO[bytes], head: bytes) -> bool:
+    if isinstance(source, (str, os.PathLike)):
+        with open(source, "rb") as handle:
+            return handle.read(len(head)) == head
+    where = source.tell()
+    try:
+        source.seek(0)
+        return source.read(len(head)) == head
+    finally:
+        source.seek(where)
+
+
+#: archives larger than this (bytes) have their records' checksums computed on several threads
+PARALLEL_CHECK_BYTES = 64 * 2**20
+_MISMATCH = "does not match the checksum saved with it (its bytes changed after saving)"
+_Damage = tuple[str, str, BaseException | None]  # (record, what is wrong with it, the error that said so)
+
+
+def _records_damage(archive: zipfile.ZipFile, records: list[zipfile.ZipInfo]) -> _Damage | None:
+    """The first damaged record of ``archive``, read through :mod:`zipfile` (which compares each CRC-32)."""
+    for info in records:
+        try:
+            with archive.open(info) as handle:
+                while handle.read(1 << 24):
+                    pass
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
+            reason = _MISMATCH if "CRC" in str(exc) else f"cannot be read ({type(exc).__name__}: {exc})"
+            return info.filename, reason, exc
+    return None
+
+
+def _stored_records_damage(path: Path, records: list[zipfile.ZipInfo]) -> _Damage | None:
+    """The first damaged record of the uncompressed archive at ``path``, its records' CRC-32 computed on several
+    threads for a large archive (``zlib.crc32`` releases the GIL; one thread reads about 1 GB/s)."""
+    workers = min(8, os.cpu_count() or 1, len(records))
+    if workers < 2 or sum(info.file_size for info in records) <= PARALLEL_CHECK_BYTES:
+        return _stored_group_damage(path, records)
+    from concurrent.futures import ThreadPoolExecutor
+
+    groups = [records[i::workers] for i in range(workers)]  # one open file per thread
+    with ThreadPoolExecutor(workers, thread_name_prefix="accelkit-crc") as pool:
+        found = list(pool.map(lambda group: _stored_group_damage(path, group), groups))
+    return next((damage for damage in found if damage is not None), None)
+
+
+def _stored_group_damage(path: Path, records: list[zipfile.ZipInfo]) -> _Damage | None:
+    """The first damaged one of the stored (uncompressed) ``records`` of the archive at ``path``, or ``None``."""
+    record = records[0].filename if records else "?"
+    try:
+        with open(path, "rb") as handle:
+            for info in records:
+                record = info.filename
+                handle.seek(info.header_offset)
+                header = handle.read(30)
+                if len(header) < 30 or header[:4] != b"PK\x03\x04":
+                    return record, "has a damaged header (its offset in the archive's directory is wrong)", None
+                name_length, extra_length = struct.unpack("<HH", header[26:30])
+                if handle.read(name_length) != info.orig_filename.encode("utf-8", "replace"):
+                    return record, "has a damaged header (its name differs from the archive's directory)", None
+                handle.seek(extra_length, os.SEEK_CUR)
+                value, left = 0, info.compress_size
+                while left > 0:
+                    piece = handle.read(min(left, 1 << 24))
+                    if not piece:
+                        return record, f"is cut short ({left} of its {info.compress_size} bytes missing)", None
+                    value, left = zlib.crc32(piece, value), left - len(piece)
+                if value != info.CRC:
+                    return record, _MISMATCH, None
+    except OSError as exc:
+        return record, f"cannot be read ({exc})", exc
+    return None
 
 
 def unsafe_checkpoint_error(name: str, reason: str | BaseException) -> UnsafeCheckpointError:
@@ -302,7 +450,7 @@ def crc32_of(file: str | os.PathLike) -> int:
 
 def _first_reason(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    useful = [line for line in lines if "GLOBAL" in line or "Unsupported" in line or "Unpickler error" in line]
+    useful = [line for mark in ("GLOBAL", "Unsupported", "Unpickler error") for line in lines if mark in line]
     text = useful[0] if useful else (lines[-1] if lines else type(exc).__name__)
     return text.replace("WeightsUnpickler error: ", "")
 

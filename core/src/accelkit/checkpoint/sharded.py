@@ -62,6 +62,31 @@ def is_sharded_checkpoint(path: str | os.PathLike) -> bool:
     return path.is_dir() and (path / METADATA_FILE).is_file() and (path / ".metadata").is_file()
 
 
+_PARTS = {METADATA_FILE: "the non-tensor part: epoch, step, callbacks; written last",
+          ".metadata": "DCP's index of the shards"}
+
+
+def check_complete(path: str | os.PathLike) -> None:
+    """Refuse, naming the missing file, a folder holding part of a sharded checkpoint: one of
+    :data:`METADATA_FILE` and DCP's ``.metadata`` without the other, or shard files (``*.distcp``) without either.
+    Anything else (a complete sharded checkpoint, a file, another folder) passes.
+
+    :raises ~accelkit.checkpoint.files.CheckpointError: the message names the missing file.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return
+    present = [name for name in _PARTS if (path / name).is_file()]
+    if len(present) == len(_PARTS) or not present and not any(path.glob("*.distcp")):
+        return
+    missing = [name for name in _PARTS if name not in present]
+    shown = " and ".join(f"{str(path / name)!r} ({_PARTS[name]})" for name in missing)
+    raise ckpt.CheckpointError(
+        f"sharded checkpoint {str(path)!r} is incomplete: {shown} {'is' if len(missing) == 1 else 'are'} missing "
+        "(deleted, or not copied with the rest of the folder), so it cannot be loaded. Copy the whole folder "
+        "again, or use another checkpoint.")
+
+
 def _no_op(*args: Any, **kwargs: Any) -> Any:
     return args[0] if args else None
 
@@ -178,6 +203,7 @@ def remove(path: str | os.PathLike) -> None:
 
 def load_metadata(path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
     """The non-tensor parts of the sharded checkpoint at ``path`` (epoch, global step, callbacks, ...)."""
+    check_complete(path)
     if not is_sharded_checkpoint(path):
         raise FileNotFoundError(f"{os.fspath(path)!r} is not a sharded accelkit checkpoint (a directory holding "
                                 f"{METADATA_FILE} and .metadata)")

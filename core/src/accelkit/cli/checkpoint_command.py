@@ -33,6 +33,7 @@ def checkpoint_command(args: argparse.Namespace) -> int:
         raise SystemExit(f"accelkit checkpoint: unknown action {args.action!r}")
     source, output = Path(args.directory), Path(args.output)
     if not dcp_io.is_sharded_checkpoint(source):
+        dcp_io.check_complete(source)  # part of a sharded checkpoint: the missing file is named
         what = "does not exist" if not source.exists() else (
             "is a file, already one checkpoint" if source.is_file() else
             f"is a directory without {dcp_io.METADATA_FILE} and .metadata (not a complete sharded checkpoint)")

@@ -35,9 +35,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from jsonargparse import Namespace, set_parsing_settings
+from jsonargparse import _actions as _jsonargparse_actions  # its import_object, wrapped below
 from jsonargparse import _typehints as _jsonargparse_typehints  # the two functions replaced below
 
-from accelkit.cli.saved_config import import_class_path
+from accelkit.cli.saved_config import import_class_path, import_file_form, is_file_form
 from accelkit.errors import ConfigurationError
 
 if not (callable(getattr(_jsonargparse_typehints, "adapt_classes_any", None))  # pragma: no cover - jsonargparse 5
@@ -53,7 +54,12 @@ if "import_path_denylist" in inspect.signature(set_parsing_settings).parameters:
 
 
 def _as_given(value: Any, typehint: Any, serialize: bool, instantiate: bool, *args: Any, **kwargs: Any) -> Any:
-    """What an argument typed ``Any``, ``object`` or not typed receives: the value as the configuration gives it."""
+    """What an argument typed ``Any`` or ``object`` receives: the value as the configuration gives it. A class path
+    given for an argument without annotation is refused (:class:`UntypedClassPath`)."""
+    if not serialize and not instantiate and isinstance(typehint, _jsonargparse_typehints.UntypedType):
+        paths = sorted(set(class_paths_in(value)))
+        if paths:
+            raise UntypedClassPath(paths[0])
     if not serialize and not instantiate:
         for path in sorted(set(class_paths_in(value))):
             warnings.warn(f"the configuration value naming class_path {path!r} is given for an argument typed "
@@ -61,6 +67,20 @@ def _as_given(value: Any, typehint: Any, serialize: bool, instantiate: bool, *ar
                           "class_path only where the argument's annotation is a class; annotate the argument with "
                           "the base class it accepts to have the value built", UserWarning, stacklevel=2)
     return value
+
+
+class UntypedClassPath(ValueError):
+    """A ``{class_path: ...}`` value given for an ``__init__`` argument without annotation: accelkit does not build
+    it (nothing the annotation does not ask for is imported) and does not pass the dict on (the program would fail
+    later, calling it); the message says which annotation builds it."""
+
+    def __init__(self, class_path: str) -> None:
+        self.class_path = class_path
+        super().__init__(f"class_path {class_path!r} is given for an argument without a type annotation: accelkit "
+                         "builds a class_path only where the annotation asks for a class, and does not pass the dict "
+                         f"on. Annotate the argument with a class it accepts ({class_path.rpartition('.')[2]} itself "
+                         "or a base class of it, such as torch.nn.Module) to have it built, or with Any or dict to "
+                         "receive the dict as data")
 
 
 def class_paths_in(value: Any) -> Iterator[str]:
@@ -82,6 +102,7 @@ def values_of_any_stay_data() -> Iterator[None]:
     imported or called."""
     hints = _jsonargparse_typehints.ActionTypeHint
     original, original_parser = _jsonargparse_typehints.adapt_classes_any, hints.__dict__["get_class_parser"]
+    importers = [(module, module.import_object) for module in (_jsonargparse_typehints, _jsonargparse_actions)]
     # replacing jsonargparse's function on purpose (restored below) with ours, whose signature differs in names
     _jsonargparse_typehints.adapt_classes_any = _as_given  # type: ignore[assignment]
     # when merging two configurations, jsonargparse takes a class_path dict of an Any argument for a class to build
@@ -91,11 +112,25 @@ def values_of_any_stay_data() -> Iterator[None]:
     # (replacing jsonargparse's method on purpose, and putting it back below)
     hints.get_class_parser = staticmethod(lambda val_class, *args, **kwargs: original_parser.__func__(  # type: ignore[method-assign]
         val_class if not isinstance(val_class, str) or _imported_class(val_class) else object, *args, **kwargs))
+    for module, importer in importers:  # where jsonargparse imports a class path (the annotation asks for a class)
+        module.import_object = _file_forms_too(importer)  # type: ignore[attr-defined]
     try:
         yield
     finally:
         _jsonargparse_typehints.adapt_classes_any = original
         hints.get_class_parser = original_parser  # type: ignore[method-assign]
+        for module, importer in importers:
+            module.import_object = importer  # type: ignore[attr-defined]
+
+
+def _file_forms_too(importer: Any) -> Any:
+    """jsonargparse's ``import_object``, which also imports a file-form class path (``lib/nets.py:Net``, see
+    :func:`~accelkit.cli.saved_config.import_file_form`): jsonargparse calls it only where the argument's annotation
+    asks for a class, so a file named in a value of an ``Any`` argument is never imported."""
+    def import_object(name: Any, *args: Any, **kwargs: Any) -> Any:
+        return import_file_form(name) if is_file_form(name) else importer(name, *args, **kwargs)
+
+    return import_object
 
 
 def _imported_class(path: str) -> bool:

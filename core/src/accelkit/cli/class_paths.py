@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.errors import ConfigurationError
+from accelkit.utilities.file_modules import import_file
 
 #: Lightning's package prefixes, newest first (``lightning.pytorch`` and the older ``pytorch_lightning``).
 LIGHTNING_PREFIXES = ("lightning.pytorch.", "pytorch_lightning.")
@@ -173,8 +174,8 @@ def translate_word(word: str) -> str:
 def load_class(target: str, base: type, kind: str) -> type:
     """Import ``path/to/file.py:ClassName`` or ``package.module:ClassName`` and check it subclasses ``base``.
 
-    A file is imported under its own stem with its folder put first on ``sys.path``, so worker processes
-    started with the ``spawn`` method can import it again by name.
+    A file is imported under its own stem (:func:`accelkit.utilities.file_modules.import_file`: only that name
+    finds that file, in this process and in the workers it starts; ``sys.path`` is the same after).
 
     :param kind: how ``base`` is named in messages (``"accelkit.Module"``).
     :raise SystemExit: with a message naming the bad part and the classes the module has.
@@ -182,25 +183,28 @@ def load_class(target: str, base: type, kind: str) -> type:
     location, sep, class_name = target.rpartition(":")
     if not sep or not location or not class_name:
         raise SystemExit(f"accelkit: {target!r} is not of the form path/to/file.py:ClassName or package.module:Class")
-    if location.endswith(".py") or "/" in location or "\\" in location:
+    is_file = is_file_location(location)
+    if is_file:
         path = Path(location).resolve()
         if not path.is_file():
             raise SystemExit(f"accelkit: no such file: {location}")
-        if str(path.parent) not in sys.path:
-            sys.path.insert(0, str(path.parent))
         module_name = path.stem
     else:
         module_name = location
         if "" not in sys.path and os.getcwd() not in sys.path:
             sys.path.insert(0, os.getcwd())  # as `python -m` would: modules in the current folder import
     try:
-        module = importlib.import_module(module_name)
+        module = import_file(path) if is_file else importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.split(".")[0] != exc.name.split(".")[0]:
             raise  # the module exists but imports something missing: the traceback is the useful answer
         raise SystemExit(f"accelkit: cannot import {module_name!r} ({exc}); give a file path "
                          "(path/to/file.py:Class) or a module importable from the current folder") from None
-    if location.endswith(".py") or "/" in location or "\\" in location:
+    except ImportError as exc:
+        if not is_file or exc.name != module_name:
+            raise
+        raise SystemExit(f"accelkit: {exc}") from None
+    if is_file:
         FILE_MODULES[module_name] = path
     else:  # named by its module path this time (a later command of the same process): saved by that path
         FILE_MODULES.pop(module_name, None)
@@ -214,6 +218,11 @@ def load_class(target: str, base: type, kind: str) -> type:
         raise SystemExit(f"accelkit: {module_name}:{class_name} is a {type(cls).__name__}, not an {kind} "
                          f"subclass; {kind} classes found there: {', '.join(names) or 'none'}")
     return cls
+
+
+def is_file_location(location: str) -> bool:
+    """Whether the part before ``:`` of a target names a file (``lib/nets.py``), not a module (``lib.nets``)."""
+    return location.endswith(".py") or "/" in location or "\\" in location
 
 
 def dotted_class_path(target: str, base: type, kind: str) -> str:

@@ -39,7 +39,6 @@ from accelkit.cli.saved_config import (
     accept_class_paths,
     file_form_class_paths,
     import_class_path,
-    resolve_file_class_paths,
     started_in,
     with_class_paths,
 )
@@ -51,6 +50,7 @@ from accelkit.module.module import Module
 from accelkit.profilers import Profiler
 from accelkit.strategies.base import Strategy
 from accelkit.trainer.trainer import Trainer
+from accelkit.utilities.bounded import DataBombError, check_yaml_text
 
 if TYPE_CHECKING:
     from accelkit.module.module import Module
@@ -64,11 +64,15 @@ PARSER_MODE = "accelkit_yaml"
 
 
 def _load(text: str) -> Any:
-    # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes
-    return accept_class_paths(resolve_file_class_paths(translate_value(get_loader("yaml")(text))))
+    # bounded first: every step below walks the loaded data, which aliases could make a billion values
+    check_yaml_text(text, "the configuration")
+    # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes; a
+    # file-form class path (lib/nets.py:Net) stays text here: its file is imported only where the argument's
+    # annotation asks for a class (accelkit.cli.class_path_safety)
+    return accept_class_paths(translate_value(get_loader("yaml")(text)))
 
 
-set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError,))
+set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError, DataBombError))
 
 #: Trainer arguments whose signature says ``Any``, with the types the command line and files accept. The others
 #: come from the Trainer's signature as they are.
@@ -92,8 +96,6 @@ LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[Any, Any, str]] = {
     "model_registry": (str | None, None, "it names Lightning AI's cloud model registry, which accelkit does not"
                                          + " talk to"),
 }
-
-_LR_SCHEDULERS = (torch.optim.lr_scheduler.LRScheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
 
 
 _FIELD = re.compile(r":\w+(?: [^:`]*)?:(?:\s|$)")  # a field of a docstring (":param x:", ":raises:")
@@ -126,6 +128,12 @@ class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
     def __init__(self, optimizer: torch.optim.Optimizer, monitor: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(optimizer, *args, **kwargs)
         self.monitor = monitor
+
+
+#: What ``--lr_scheduler`` accepts, as Lightning's LightningCLI: torch's schedulers and the ReduceLROnPlateau above,
+#: not torch's, so that the short name ``ReduceLROnPlateau`` names one class (torch's, a subclass of LRScheduler,
+#: is still accepted by its full path; a short name two classes share is an error naming both, as in Lightning)
+LR_SCHEDULER_CLASSES = (torch.optim.lr_scheduler.LRScheduler, ReduceLROnPlateau)
 
 
 def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
@@ -199,7 +207,7 @@ class ArgumentParser(_JsonArgParser):
         """Add ``--optimizer`` (a class path with ``init_args``; ``params`` is filled in by the CLI)."""
         self._add_optim_group(optimizer_class, nested_key, link_to, "params", self.optimizer_classes)
 
-    def add_lr_scheduler_args(self, lr_scheduler_class: Any = _LR_SCHEDULERS, nested_key: str = "lr_scheduler",
+    def add_lr_scheduler_args(self, lr_scheduler_class: Any = LR_SCHEDULER_CLASSES, nested_key: str = "lr_scheduler",
                               link_to: str = "AUTOMATIC") -> None:
         """Add ``--lr_scheduler`` (a class path with ``init_args``; ``optimizer`` is filled in by the CLI)."""
         self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self.lr_scheduler_classes)

@@ -61,7 +61,20 @@ def close_key(key: str, keys: list[str]) -> str | None:
 def _accepted(message: str) -> str:
     choices = [c.replace("typing.", "") for c in _CHOICES.findall(message)]
     found = [a or b for a, b in _EXPECTED.findall(message) if not (b or "").startswith(("typing.Literal", "Literal"))]
-    return ", ".join(dict.fromkeys(choices + ["null" if f == "NoneType" else f for f in found]))
+    return _readable(", ".join(dict.fromkeys(choices + ["null" if f == "NoneType" else f for f in found])))
+
+
+def _readable(text: str) -> str:
+    """jsonargparse's words for what a ``type`` argument accepts ("Expected a dot import path string") as a reader's."""
+    return re.sub(r"\bdot\b", "a class named by its import path (a string such as torch.nn.ReLU, not a class_path "
+                  "dict)", text)
+
+
+_INNER_SUMMARY = re.compile(r"^\s+- Problem with given class_path '[^']*':\n\s+([\w.]+): (value .*)$", re.MULTILINE)
+_UNTYPED = re.compile(r"(class_path '[^']*' is given for an argument without a type annotation[^\n]*)")
+_PARSER_KEY = re.compile(r'Parser key "([^"]+)"')
+_AMBIGUOUS = re.compile(r"Multiple subclasses with name (\w+)\. Give the full class path to avoid ambiguity: "
+                        r"([\w., ]+?)\.?$", re.MULTILINE)
 
 
 def explain(parser: Any, message: str) -> str:
@@ -74,7 +87,17 @@ def explain(parser: Any, message: str) -> str:
             close = close_key(key, known_keys(parser))
             hint = f" Did you mean {close!r}?" if close else ""
             return f"unknown key {key!r}.{hint} (`--help` lists every key)\n{message}"
+    untyped = ([None] + list(_UNTYPED.finditer(message)))[-1]  # the last: inner parsers add summary lines too
+    if untyped:  # accelkit's refusal (class_path_safety.UntypedClassPath), under the keys that lead to it
+        keys = _PARSER_KEY.findall(message[:untyped.start()])
+        key = ".init_args.".join(keys) if len(keys) > 1 and "Problem with given class_path" in message else \
+            ".".join(keys[-1:])
+        return f"{key}: {untyped.group(1)}\n{message}"
     denied, match = _DENIED.search(message), _BAD_VALUE.search(message)
+    ambiguous = _AMBIGUOUS.search(message)
+    if ambiguous and match:  # a short class name that several imported classes have (as Lightning refuses it)
+        return (f"{match.group(1)}: the class name {ambiguous.group(1)!r} names {ambiguous.group(2)}; give the full "
+                f"class path of the one meant\n{message}")
     if denied:  # jsonargparse's import path policy (class_path_safety turns it on), under whichever member
         key = f"{match.group(1)}: " if match else ""
         return (f"{key}class_path {denied.group(1)!r} is refused: jsonargparse denies "
@@ -83,6 +106,9 @@ def explain(parser: Any, message: str) -> str:
     if match and not _GIVEN.search(message):  # no value to name (a file that does not exist...): what it says
         reason = message[match.end():].strip().splitlines()
         return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
+    inner = _INNER_SUMMARY.search(message) if match and "Problem with given class_path" in message else None
+    if inner and match:  # an argument of the class a class_path names: its own summary line, under its full key
+        return f"{match.group(1)}.init_args.{inner.group(1)}: {_readable(inner.group(2))}\n{message}"
     if match:
         given = _GIVEN.search(message)
         key, value = match.group(1), given.group(1).strip() if given else "?"
@@ -90,8 +116,8 @@ def explain(parser: Any, message: str) -> str:
         accepted = _accepted(message)
         if nested:
             key, value = f"{key}.{nested.group(1)}", nested.group(2)
-            inner = message.split(f'Parser key "{nested.group(1)}":', 1)
-            accepted = _accepted(inner[1].split("\n    - ", 1)[0]) if len(inner) == 2 else ""
+            pieces = message.split(f'Parser key "{nested.group(1)}":', 1)
+            accepted = _accepted(pieces[1].split("\n    - ", 1)[0]) if len(pieces) == 2 else ""
         return (f"{key}: value {value!r} is not accepted"
                 + (f"; accepted: {accepted}" if accepted else "") + f"\n{message}")
     return message
@@ -168,13 +194,15 @@ def config_file_words(words: list[str]) -> list[str]:
     a file that does not read as a YAML mapping adds nothing (the parser reports it)."""
     import yaml
 
+    from accelkit.utilities.bounded import DataBombError, load_yaml
+
     found: list[str] = []
     for index, word in enumerate(words[:-1]):
         if word in ("--config", "-c"):
             try:
                 with open(words[index + 1], encoding="utf-8") as handle:
-                    loaded = yaml.safe_load(handle)
-            except (OSError, yaml.YAMLError):
+                    loaded = load_yaml(handle.read(), words[index + 1])
+            except (OSError, yaml.YAMLError, DataBombError):
                 continue
             if isinstance(loaded, dict):
                 found += _flatten(loaded)

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any
 
-from accelkit.cli.plugins_command import manager_of, quiet_manager
+from accelkit.cli.plugins_command import manager_of, private_names_sentence, quiet_manager
 
 
 def _requirement_versions(distribution_name: str) -> list[dict[str, Any]]:
@@ -91,12 +91,16 @@ def _plugin_problem(info: Any) -> str | None:
 
 
 def _plugin_findings(manager: Any, packages: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
-    """Every plugin with its status, each one not loaded as a problem, and the plugin distributions' requirements
-    (their installed versions into ``packages``, unmet ones as problems)."""
+    """Every plugin with its status and the private core names its source uses, each one not loaded as a problem,
+    and the plugin distributions' requirements (their installed versions into ``packages``, unmet ones as
+    problems)."""
+    from accelkit.plugins.private_names import private_core_names
+
     plugins = []
     for info in sorted(manager.infos.values(), key=lambda i: (i.name, i.status)):
         plugins.append({"name": info.name, "distribution": info.distribution, "version": info.version,
-                        "status": info.status, "reason": info.reason})
+                        "status": info.status, "reason": info.reason,
+                        "private_names": [use.as_dict() for use in private_core_names(info.plugin)]})
         problem = _plugin_problem(info)
         if problem:
             problems.append(problem)
@@ -150,7 +154,8 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
         environment detected, why, and the ranks it gives; ``name`` ``None`` for a plain process; ``stale``: the
         sentence saying its variables are stale when no launcher process runs this one; ``registered``:
         every cluster environment in detection order with the variables it reads that are set) and ``problems``
-        (each with its fix).
+        (each with its fix); ``warnings``: what works today but may not tomorrow (a plugin using private core
+        names, listed in its ``private_names``), which does not make the exit status 1.
     """
     import platform
     from importlib import metadata
@@ -177,6 +182,8 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
     for found in manager.hook.accelkit_diagnose(environ=dict(os.environ)):
         problems.extend(found or [])
     cluster = _cluster_environment_report(manager, registry, problems)
+    warnings = [f"plugin {p['name']!r} ({p['distribution'] or 'not from a distribution'}) "
+                f"{private_names_sentence(p['private_names'])}" for p in plugins if p["private_names"]]
 
     return {
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
@@ -188,6 +195,7 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
         "environment": environment,
         "cluster_environment": cluster,
         "problems": problems,
+        "warnings": warnings,
     }
 
 
@@ -271,6 +279,10 @@ def doctor_command(args: argparse.Namespace) -> int:
     for env in cluster["registered"]:
         shown = ", ".join(f"{k}={v}" for k, v in env["set"].items()) or "none of its variables set"
         print(f"    {env['name']:<10} priority {env['priority']:<3} [{env['provider']}] {env['description']}: {shown}")
+    if report["warnings"]:
+        print("\nWarnings:")
+    for warning in report["warnings"]:
+        print(f"  - {warning}")
     print("\nProblems:" if report["problems"] else "\nNo problems found.")
     for problem in report["problems"]:
         print(f"  - {problem}")

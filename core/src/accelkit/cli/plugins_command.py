@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 #: (record kind in the registry, section of a plugin's ``provides``)
@@ -66,11 +67,14 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
         ``failed``, ``blocked``, ``incompatible``, ``duplicate`` or ``unregistered``), ``reason``, ``preferred``
         (the ``ACCELKIT_PREFER`` setting that chose it over a duplicate, or ``""``), ``api``, ``hooks`` and
         ``provides`` (``accelerators``, ``strategies``, ``precisions``, ``cluster_environments``, ``loggers``,
-        ``commands``, ``callbacks``, ``profilers``); ``core`` is what the core itself registers (cluster environments,
-        loggers, commands).
+        ``commands``, ``callbacks``, ``profilers``) and ``private_names``: each private (``_``) core name its source
+        uses (``name``, ``module``, ``file``, ``line``; :func:`accelkit.plugins.private_names.private_core_names`),
+        which the stability promise does not cover; ``core`` is what the core itself registers (cluster
+        environments, loggers, commands).
     """
     from accelkit.__about__ import __version__
     from accelkit.hookspecs import HOOK_API_VERSION
+    from accelkit.plugins.private_names import private_core_names
 
     manager = manager or quiet_manager()
     conflicts = manager.conflicts()  # builds the registry first: a plugin whose hook raises is "failed" below
@@ -81,9 +85,20 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
             "status": info.status, "reason": info.reason, "preferred": info.preferred, "api": info.api,
             "hooks": list(info.hooks),
             "provides": provided_by(manager, key if info.status == "loaded" else None),
+            "private_names": [use.as_dict() for use in private_core_names(info.plugin)],
         })
     return {"accelkit": __version__, "hook_api": HOOK_API_VERSION,
             "core": {"provides": provided_by(manager, CORE_PLUGIN_NAME)}, "plugins": plugins, "conflicts": conflicts}
+
+
+def private_names_sentence(uses: list[dict[str, Any]]) -> str:
+    """The warning ``accelkit plugins`` and ``accelkit doctor`` print for a plugin using private core names (``uses``:
+    the ``private_names`` of :func:`accelkit.cli.plugin_report`)."""
+    from accelkit.plugins.private_names import STABILITY_PROMISE
+
+    listed = "; ".join(f"{u['name']} (module {u['module']}, {os.path.basename(u['file'])}:{u['line']})" for u in uses)
+    return (f"uses private core name(s), not covered by the stability promise ({STABILITY_PROMISE}): they may "
+            f"change or go in any release, so ask its authors to use public names instead: {listed}")
 
 
 def _names(entries: list[dict[str, Any]]) -> str:
@@ -129,6 +144,8 @@ def plugins_command(args: argparse.Namespace) -> int:
         if plugin["status"] == "loaded":
             _print_provides(plugin["provides"], ("accelerators", "strategies", "precisions"))
             print(f"  hooks: {', '.join(plugin['hooks']) or '-'}")
+        if plugin["private_names"]:
+            print(f"  {private_names_sentence(plugin['private_names'])}")
     for conflict in report["conflicts"]:
         print(f"\nconflict: {conflict}")
     return 1 if report["conflicts"] else 0

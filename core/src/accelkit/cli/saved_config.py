@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+import sys
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -67,8 +68,8 @@ def accept_class_paths(value: Any, classes: dict[str, type] | None = None) -> An
             named = group["class_path"]
             # another path to the same class (a re-export) is imported to compare; a path naming a class of
             # another name is refused without importing anything
-            if named not in (class_path_of(cls), cls.__name__) and (
-                    str(named).rpartition(".")[2] != cls.__name__ or _import(named) is not cls):
+            if named not in (class_path_of(cls), cls.__name__) and not _names_file_of(named, cls) and (
+                    is_file_form(named) or str(named).rpartition(".")[2] != cls.__name__ or _import(named) is not cls):
                 raise ClassPathMismatch(
                     f"{key}.class_path is {named!r}, but this command builds its {key} from {class_path_of(cls)} "
                     f"(a CLI given that class, without subclass_mode_{'model' if key == 'model' else 'data'}=True): "
@@ -84,10 +85,19 @@ def accept_class_paths(value: Any, classes: dict[str, type] | None = None) -> An
 
 def import_class_path(path: str) -> Any:
     """The object a configuration's dotted ``class_path`` names (``torch.optim.SGD``), resolved as jsonargparse
-    resolves it (its only use of jsonargparse's ``_util``)."""
+    resolves it (its only use of jsonargparse's ``_util``), or that a file-form one names (:func:`import_file_form`).
+    Call it only where a class is asked for."""
     from jsonargparse._util import import_object
 
-    return import_object(path)
+    return import_file_form(path) if is_file_form(path) else import_object(path)
+
+
+def _names_file_of(named: Any, cls: type) -> bool:
+    """Whether a file-form class path names ``cls`` in the file its module was imported from (nothing imported)."""
+    if not is_file_form(named) or named.rpartition(":")[2] != cls.__qualname__:
+        return False
+    file = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return file is not None and Path(file).resolve() == file_form_location(named)
 
 
 def _import(path: Any) -> Any:
@@ -138,8 +148,8 @@ def file_form_class_paths(text: str) -> str:
     """``text`` (a dumped configuration) with the class paths of modules imported from a file outside the current
     folder (``--model examples/digits.py:Net`` imports module ``digits``, which ``digits.Net`` would not find from
     here) written in the file form, ``examples/digits.py:Net`` (relative to the current folder when under it),
-    which every command reads back (:func:`resolve_file_class_paths`). A module importable by its name from the
-    current folder keeps its dotted path."""
+    which every command reads back (:func:`import_file_form`, where the argument asks for a class). A module
+    importable by its name from the current folder keeps its dotted path."""
     from accelkit.cli.class_paths import FILE_MODULES
 
     if not FILE_MODULES:
@@ -158,30 +168,48 @@ def file_form_class_paths(text: str) -> str:
     return _CLASS_PATH_LINE.sub(file_form, text)
 
 
-def resolve_file_class_paths(value: Any) -> Any:
-    """``value`` (a loaded configuration) with every ``class_path`` of the file form (``examples/digits.py:Net``,
-    as :func:`file_form_class_paths` writes it) imported and replaced by its dotted path; the rest unchanged."""
-    from accelkit.cli.class_paths import dotted_class_path
+def is_file_form(named: object) -> bool:
+    """Whether a ``class_path`` is of the file form, ``examples/digits.py:Net``."""
+    return isinstance(named, str) and _FILE_FORM.search(named) is not None
 
-    if isinstance(value, list):
-        return [resolve_file_class_paths(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    out = {key: resolve_file_class_paths(item) for key, item in value.items()}
-    named = out.get("class_path")
-    if isinstance(named, str) and _FILE_FORM.search(named):
-        location, _, name = named.rpartition(":")
-        started = _STARTED_IN.get()
-        # jsonargparse reads a file from the file's folder; the path was written relative to where the command ran
-        if started is not None and not Path(location).is_file() and (started / location).is_file():
-            location = str(started / location)
-        out["class_path"] = dotted_class_path(f"{location}:{name}", object, "class")
-    return out
+
+def file_form_location(named: str) -> Path:
+    """The file a file-form ``class_path`` names, resolved: relative to the current folder, else to the folder the
+    command started in (jsonargparse reads a configuration file from that file's folder; the path was written
+    relative to where the command ran)."""
+    location = named.rpartition(":")[0]
+    started = _STARTED_IN.get()
+    if started is not None and not Path(location).is_file() and (started / location).is_file():
+        return (started / location).resolve()
+    return Path(location).resolve()
+
+
+def import_file_form(named: str) -> Any:
+    """The object a file-form ``class_path`` names, its file imported as a module of its stem
+    (:func:`accelkit.utilities.file_modules.import_file`; recorded for :func:`file_form_class_paths`). Called only
+    where an argument's annotation asks for a class (:mod:`accelkit.cli.class_path_safety`).
+
+    :raises ImportError: no such file, or no such name in it.
+    """
+    from accelkit.cli.class_paths import FILE_MODULES
+    from accelkit.utilities.file_modules import import_file
+
+    file = file_form_location(named)
+    if not file.is_file():
+        raise ImportError(f"class_path {named!r}: no such file {str(file)!r}")
+    module = import_file(file)
+    FILE_MODULES[module.__name__] = file
+    found: Any = module
+    for part in named.rpartition(":")[2].split("."):
+        if not hasattr(found, part):
+            raise ImportError(f"class_path {named!r}: {file.name} has no {part!r}")
+        found = getattr(found, part)
+    return found
 
 
 @contextlib.contextmanager
 def started_in(folder: Path) -> Iterator[None]:
-    """While parsing: the folder the command runs in, against which :func:`resolve_file_class_paths` also resolves
+    """While parsing: the folder the command runs in, against which :func:`file_form_location` also resolves
     a relative file (jsonargparse reads a configuration file from that file's folder)."""
     token = _STARTED_IN.set(folder)
     try:

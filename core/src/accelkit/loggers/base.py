@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from argparse import Namespace
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 
+from accelkit.checkpoint.files import write_error_reason
+from accelkit.errors import LoggerWriteError
 from accelkit.utilities.rank_zero import global_rank
 
 
@@ -71,6 +74,31 @@ def add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str = "-") ->
     if not prefix:
         return dict(metrics)
     return {f"{prefix}{separator}{key}": value for key, value in metrics.items()}
+
+
+@contextlib.contextmanager
+def naming_write_failures(logger: Any, path: str | os.PathLike | Callable[[], str | None]) -> Iterator[None]:
+    """Within the block, an ``OSError`` (a full disk, a file size limit...) becomes a
+    :class:`~accelkit.errors.LoggerWriteError` naming the logger's class, the path it was writing and why, with
+    the original error as its cause; a write failure of a library that names no file (TensorBoard's
+    ``OSError: [Errno 28] No space left on device``) then says whose and where.
+
+    :param logger: the logger writing (its class is named).
+    :param path: the file or folder written, or a function giving it when a failure is reported (for a file whose
+        name is known only once written).
+    """
+    try:
+        yield
+    except LoggerWriteError:
+        raise
+    except OSError as exc:
+        where = path() if callable(path) else os.fspath(path)
+        where = where or (os.fspath(exc.filename) if exc.filename else None)
+        why = write_error_reason(exc.errno) if exc.errno else f"{type(exc).__name__}: {exc}"
+        name = type(logger).__name__
+        raise LoggerWriteError(
+            f"{name} could not write {where!r}: {why} ({exc}). Free space or fix the folder, or give the logger "
+            f"another save_dir (or Trainer(logger=False) to log nothing).", exc.errno, where) from exc
 
 
 #: The folder of every built-in logger's versions under ``save_dir``, as in Lightning.

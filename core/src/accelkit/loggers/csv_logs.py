@@ -10,7 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accelkit.loggers.base import DEFAULT_NAME, VersionedLogger, add_prefix, metric_value, params_to_dict
+from accelkit.loggers.base import (
+    DEFAULT_NAME,
+    VersionedLogger,
+    add_prefix,
+    metric_value,
+    naming_write_failures,
+    params_to_dict,
+)
 from accelkit.module.saving import save_hparams_to_yaml
 from accelkit.utilities.rank_zero import global_rank
 
@@ -127,14 +134,21 @@ class CSVLogger(VersionedLogger):
         if global_rank() != 0:
             return
         self.hparams.update(params_to_dict(params))
-        os.makedirs(self.log_dir, exist_ok=True)
-        save_hparams_to_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+        target = os.path.join(self.log_dir, "hparams.yaml")
+        with naming_write_failures(self, target):
+            os.makedirs(self.log_dir, exist_ok=True)
+            save_hparams_to_yaml(target, self.hparams)
 
     def save(self) -> None:
         """Write the buffered rows to ``metrics.csv``: appended when the file's header already has every column,
-        otherwise the file is rewritten with the wider header. Rank zero only."""
+        otherwise the file is rewritten with the wider header. Rank zero only. A failed write is a
+        :class:`~accelkit.errors.LoggerWriteError` naming the file."""
         if not self._pending or global_rank() != 0:
             return
+        with naming_write_failures(self, self.metrics_file):
+            self._write_pending()
+
+    def _write_pending(self) -> None:
         os.makedirs(self.log_dir, exist_ok=True)
         path = self.metrics_file
         if self._written_columns == self._columns and path.is_file():

@@ -23,6 +23,7 @@ from accelkit.loggers.base import (
     VersionedLogger,
     add_prefix,
     metric_value,
+    naming_write_failures,
     params_to_dict,
 )
 from accelkit.module.saving import save_hparams_to_yaml
@@ -148,22 +149,35 @@ class TensorBoardLogger(VersionedLogger):
             return SilentExperiment()
         if self._experiment is None:
             _require_tensorboard()
-            os.makedirs(self.log_dir, exist_ok=True)
-            self._experiment = _writer_module().SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
+            with naming_write_failures(self, self.log_dir):
+                os.makedirs(self.log_dir, exist_ok=True)
+                self._experiment = _writer_module().SummaryWriter(log_dir=self.log_dir, **self._writer_kwargs)
             # kept open over the stages (see finalize); closed with this logger, or at exit, ending its thread
             weakref.finalize(self, self._experiment.close)
         return self._experiment
+
+    def event_file(self) -> str:
+        """The event file this process writes (``events.out.tfevents.<time>.<host>.<pid>...`` in :attr:`log_dir`,
+        the newest of this process), or :attr:`log_dir` when there is none yet: the path a write failure names."""
+        marker = f".{os.getpid()}."
+        try:
+            mine = [entry for entry in os.scandir(self.log_dir)
+                    if entry.name.startswith("events.out.tfevents.") and marker in entry.name]
+        except OSError:
+            return self.log_dir
+        return max(mine, key=lambda entry: entry.stat().st_mtime).path if mine else self.log_dir
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Write each metric as a scalar at ``step`` (a dict value as a group of scalars). Rank zero only."""
         if global_rank() != 0:
             return
         writer = self.experiment
-        for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
-            if isinstance(value, Mapping):
-                writer.add_scalars(key, {k: metric_value(f"{key}/{k}", v) for k, v in value.items()}, step)
-            else:
-                writer.add_scalar(key, metric_value(key, value), step)
+        with naming_write_failures(self, self.event_file):  # the writer's thread's failure surfaces at a write
+            for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
+                if isinstance(value, Mapping):
+                    writer.add_scalars(key, {k: metric_value(f"{key}/{k}", v) for k, v in value.items()}, step)
+                else:
+                    writer.add_scalar(key, metric_value(key, value), step)
 
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
                         metrics: Mapping[str, Any] | float | None = None) -> None:
@@ -176,8 +190,10 @@ class TensorBoardLogger(VersionedLogger):
             return
         given = params_to_dict(params)
         self.hparams.update(given)
-        os.makedirs(self.log_dir, exist_ok=True)
-        save_hparams_to_yaml(os.path.join(self.log_dir, "hparams.yaml"), self.hparams)
+        target = os.path.join(self.log_dir, "hparams.yaml")
+        with naming_write_failures(self, target):
+            os.makedirs(self.log_dir, exist_ok=True)
+            save_hparams_to_yaml(target, self.hparams)
         if metrics is None:
             metrics = {"hp_metric": -1} if self._default_hp_metric else None
         elif not isinstance(metrics, Mapping):
@@ -189,8 +205,9 @@ class TensorBoardLogger(VersionedLogger):
         flat = {key: _hparam_value(value) for key, value in _flatten(given).items()}
         numbers = {key: metric_value(key, value) for key, value in metrics.items()}
         writer = self.experiment._get_file_writer()
-        for summary in hparams(flat, numbers):
-            writer.add_summary(summary)
+        with naming_write_failures(self, self.event_file):
+            for summary in hparams(flat, numbers):
+                writer.add_summary(summary)
 
     def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """Record the model's graph (traced with ``input_array``, by default ``model.example_input_array``,
@@ -221,11 +238,13 @@ class TensorBoardLogger(VersionedLogger):
         folder that has none yet (``{}`` when no hyper-parameters were logged), as Lightning does. Rank zero
         only."""
         if self._experiment is not None:
-            self._experiment.flush()
+            with naming_write_failures(self, self.event_file):
+                self._experiment.flush()
         if global_rank() == 0 and self.version_claimed and os.path.isdir(self.log_dir):
             target = os.path.join(self.log_dir, "hparams.yaml")
             if not os.path.isfile(target):
-                save_hparams_to_yaml(target, self.hparams)
+                with naming_write_failures(self, target):
+                    save_hparams_to_yaml(target, self.hparams)
 
     def finalize(self, status: str) -> None:
         """Flush the event file at the end of a stage and keep it open: the stages a Trainer runs next in this
@@ -237,9 +256,10 @@ class TensorBoardLogger(VersionedLogger):
     def close(self) -> None:
         """Flush and close the event file; a later write opens a new one in the same folder."""
         if self._experiment is not None:
-            self._experiment.flush()
-            self._experiment.close()
-            self._experiment = None
+            experiment, self._experiment = self._experiment, None
+            with naming_write_failures(self, self.event_file):
+                experiment.flush()
+                experiment.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

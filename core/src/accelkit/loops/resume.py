@@ -19,10 +19,12 @@ its saved state instead. Nothing is recorded per step: the states are read when 
 snapshot of the random states per epoch).
 
 The position also records the data's :func:`geometry` (processes, batch size, dataset length) and which dataset
-indices each process trained on in the epoch (a bit mask, drawn again when the checkpoint is written). Resumed
-with another geometry, the position is mapped by samples, not batches (:func:`resume_on_changed_data`), and a
-warning says what the run does, with numbers. Lightning's own checkpoints resume where Lightning would
-(:func:`lightning_position`).
+indices each process trained on in the epoch (a bit mask, drawn again when the checkpoint is written), how many
+samples that is (repeats included, for a sampler drawing with replacement) and a checksum of both
+(:func:`record_checksum`). Resumed with another geometry, the position is mapped by samples, not batches
+(:func:`resume_on_changed_data`), and a warning says what the run does, with numbers; a record that fails its
+checks (:func:`record_damage`) is named in that warning and not used. Lightning's own checkpoints resume where
+Lightning would (:func:`lightning_position`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import zlib
 from collections.abc import Iterator, Sized
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -231,6 +234,9 @@ class Position:
     samples: int = 0
     #: written inside an epoch that was itself resumed on other data (its batches do not count the loader's)
     remapped: bool = False
+    #: what is wrong with the trained-samples record, when it is damaged (then ``seen`` is ``None`` and
+    #: ``samples`` is counted without it); ``None`` for a sound record
+    damage: str | None = None
 
 
 def position(trainer: Trainer, checkpoint: dict[str, Any]) -> Position | None:
@@ -250,18 +256,72 @@ def position(trainer: Trainer, checkpoint: dict[str, Any]) -> Position | None:
     found = Position(epoch=int(saved["epoch"]), batches=int(saved["batches"]),
                      batches_since_val=int(saved.get("batches_since_val", 0)), record=record,
                      geometry=saved.get("geometry"), remapped=bool(saved.get("remapped", False)))
-    seen = [r["seen"] for r in ranks if isinstance(r, dict) and isinstance(r.get("seen"), torch.Tensor)]
-    size = (found.geometry or {}).get("dataset_len")
-    if seen and size and len(seen) == len(ranks):
-        found.seen = torch.stack([unpack_mask(s, size) for s in seen]).any(dim=0)  # padding repeats a few
-        found.samples = int(found.seen.sum())
-    else:
-        found.samples = sum(int(r.get("samples", 0)) for r in ranks if isinstance(r, dict))
+    _read_trained_samples(found, ranks)
     if record is None:
         found.notes.append(f"the checkpoint was written by {len(ranks)} process(es) and this run has {world}: the "
                            "random states and the data order of each process are not restored, so the resumed run "
                            "is not identical to an uninterrupted one")
     return found
+
+
+def _read_trained_samples(found: Position, ranks: list[Any]) -> None:
+    """Set ``found.seen`` and ``found.samples`` from the processes' trained-samples records, checked first
+    (:func:`record_damage`): a damaged record is named in ``found.damage`` and not used; the samples are then
+    counted from the records' counts, bounded by the batches the position says were trained."""
+    records = [r for r in ranks if isinstance(r, dict)]
+    counts = [r.get("drawn", r.get("samples", 0)) for r in records]
+    counted = sum(c for c in counts if isinstance(c, int) and not isinstance(c, bool) and c > 0)
+    size: Any = (found.geometry or {}).get("dataset_len")  # read from the checkpoint: checked below
+    masks = [r["seen"] for r in records if isinstance(r.get("seen"), torch.Tensor)]
+    if not records or len(records) != len(ranks) or len(masks) != len(records):
+        found.samples = counted
+        return
+    found.damage = record_damage(records, size)
+    if found.damage is not None:
+        geometry = found.geometry or {}
+        if not _whole(size, 1, _MAX_SAMPLES) or any(m.numel() != -(-size // 8) for m in masks):
+            # the length or the masks are damaged, and which one cannot be told: the length is unknown, not
+            # another dataset's (the run is then compared with the checkpoint's by processes and batch size)
+            found.geometry = {**geometry, "dataset_len": None}
+        trained = found.batches * (geometry.get("batch_size") or 0) * int(geometry.get("world_size") or 1)
+        if trained and not found.remapped and not 0 < counted <= trained:  # the counts are damaged too
+            counted = trained
+        found.samples = counted
+        return
+    found.seen = torch.stack([unpack_mask(m, size) for m in masks]).any(dim=0)  # padding repeats a few
+    replaced = any(r.get("replacement") is True for r in records)  # repeats: samples, not distinct indices
+    found.samples = counted if replaced else int(found.seen.sum())
+
+
+_MAX_SAMPLES = 1 << 48  # a dataset length past this is a damaged record (its mask alone would be 32 TiB)
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def record_damage(records: list[dict[str, Any]], size: Any) -> str | None:
+    """What is wrong with the processes' trained-samples ``records`` (of a dataset of ``size`` samples, as the
+    position records it), in words; ``None`` when each mask has the length ``size`` needs, matches its checksum
+    (records written before accelkit kept one have none) and marks as many samples as its count says."""
+    if not _whole(size, 1, _MAX_SAMPLES):
+        return f"the dataset length it records, {size!r}, is not a whole number of samples from 1 to {_MAX_SAMPLES}"
+    needed = -(-size // 8)
+    for rank, record in enumerate(records):
+        mask, samples = record["seen"], record.get("samples")
+        who = f"process {rank}'s mask of the samples trained"
+        if mask.dtype != torch.uint8 or mask.dim() != 1 or mask.numel() != needed:
+            return (f"{who} holds {mask.numel()} {mask.dtype} value(s) where a dataset of {size} samples needs "
+                    f"{needed} bytes")
+        saved = record.get("seen_crc")
+        if saved is not None and saved != record_checksum(mask, samples, record.get("drawn")):
+            return f"{who} or its counts do not match the checksum saved with them"
+        bits = mask.to(torch.uint8).unsqueeze(1).bitwise_and(_BITS).ne(0).reshape(-1)
+        marked, beyond = int(bits[:size].sum()), int(bits[size:].sum())
+        if beyond or not _whole(samples, 0, size) or marked != samples:
+            return (f"{who} marks {marked} of {size} samples" + (f" and {beyond} past the dataset's end" if beyond
+                                                                 else "") + f" where its count says {samples!r}")
+    return None
 
 
 def lightning_position(checkpoint: dict[str, Any]) -> Position | None:
@@ -303,8 +363,13 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
     trainer = loop.trainer
     record = pos.record
     if pos.batches and pos.geometry is not None and (
-            pos.remapped or geometry(loader, trainer.world_size) != pos.geometry):
+            pos.remapped or not _same_geometry(pos, geometry(loader, trainer.world_size))):
         return resume_on_changed_data(loop, loader, pos)
+    if pos.batches and pos.damage is not None:
+        rank_zero_warn(f"resuming inside epoch {pos.epoch}: the checkpoint's record of the samples trained is damaged "
+                       f"({pos.damage}); it is not needed here: the processes and the batch size are the "
+                       f"checkpoint's, so the run continues after its {pos.batches} batch(es).", category=UserWarning,
+                       stacklevel=5)
     for note in pos.notes:
         rank_zero_warn(f"resuming at epoch {pos.epoch}, batch {pos.batches}: {note}.", category=UserWarning,
                        stacklevel=5)
@@ -434,7 +499,21 @@ def _samples_trained(loop: Any, order: EpochOrder, rank: int) -> dict[str, Any]:
     size = len(order.source.dataset)
     mask = torch.zeros(size, dtype=torch.bool) if order.carried_seen is None else order.carried_seen.clone()
     mask[drawn[drawn < size]] = True
-    return {"seen": pack_mask(mask), "samples": int(mask.sum())}
+    packed, samples, count = pack_mask(mask), int(mask.sum()), carried + int(drawn.numel())
+    return {"seen": packed, "samples": samples, "drawn": count, "seen_crc": record_checksum(packed, samples, count),
+            "replacement": draws_with_replacement(order.source)}
+
+
+def record_checksum(packed: torch.Tensor, samples: Any, drawn: Any) -> int:
+    """The CRC-32 of one process's trained-samples record: its packed mask and both counts (``samples``: the
+    distinct indices the mask marks; ``drawn``: the samples trained, repeats included)."""
+    return zlib.crc32(f"{samples} {drawn} ".encode() + packed.contiguous().numpy().tobytes())
+
+
+def draws_with_replacement(loader: Any) -> bool:
+    """Whether a sampler of ``loader`` draws with replacement (``WeightedRandomSampler``, ``RandomSampler(
+    replacement=True)``): its epoch repeats indices, so samples are counted, not distinct indices."""
+    return any(getattr(sampler, "replacement", False) is True for sampler in _samplers(loader))
 
 
 _BITS = torch.tensor([1, 2, 4, 8, 16, 32, 64, 128], dtype=torch.uint8)
@@ -525,11 +604,20 @@ def _skipped_loader(loader: Any, samples: int, world_size: int) -> tuple[Any, in
     return rebuild_loader(loader, sampler=SkipSampler(loader.sampler, skip)), skip, share
 
 
-def _changes(saved: dict[str, Any], now: dict[str, Any]) -> str:
+def _same_geometry(pos: Position, now: dict[str, Any]) -> bool:
+    """Whether ``now`` is the data shape of ``pos``; a part a damaged record lost (``None``) is not a change."""
+    saved = pos.geometry or {}
+    return all(saved.get(key) == value or pos.damage is not None and saved.get(key) is None
+               for key, value in now.items())
+
+
+def _changes(saved: dict[str, Any], now: dict[str, Any], lost: bool = False) -> str:
+    """The parts of ``now`` that differ from ``saved``, in words (``lost``: leave out the parts ``saved`` lost to a
+    damaged record, ``None``)."""
     words = {"world_size": "process(es)", "batch_size": "sample(s) per batch",
              "dataset_len": "sample(s) in the dataset"}
     changed = [f"{now.get(key)} {word} where the checkpoint's run had {saved.get(key)}" for key, word in words.items()
-               if saved.get(key) != now.get(key)]
+               if saved.get(key) != now.get(key) and not (lost and saved.get(key) is None)]
     return ", ".join(changed) or "the data of the checkpoint's run, which had itself resumed this epoch on other data"
 
 
@@ -549,7 +637,7 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
     if start_states.get("rng") is not None:  # same processes: the epoch's order as the checkpoint's run drew it
         set_rng_states(start_states["rng"], trainer.accelerator)
         _set_generators(loader, start_states.get("generators", []))
-    head = f"resuming inside epoch {pos.epoch} with {_changes(pos.geometry or {}, now)}:"
+    head = f"resuming inside epoch {pos.epoch} with {_changes(pos.geometry or {}, now, pos.damage is not None)}:"
     total = pos.geometry.get("dataset_len") if pos.geometry else None
     unseen = _unseen_loader(loader, pos.seen, trainer.world_size) \
         if pos.seen is not None and total is not None and total == now["dataset_len"] else None
@@ -564,7 +652,9 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
         if skipped is None:
             return _skip_by_batches(loop, loader, pos, head)
         source, skip, share = skipped
-        if total != now["dataset_len"]:
+        if pos.damage is not None:
+            which = f"the checkpoint's record of the samples trained is damaged ({pos.damage}) and not used, so "
+        elif total != now["dataset_len"]:
             which = "which samples were trained cannot be matched to this data, so "
         elif pos.seen is None:
             which = "which samples were trained was not recorded (their order could not be drawn again), so "
@@ -588,7 +678,8 @@ def _skip_by_batches(loop: Any, loader: Any, pos: Position, head: str) -> tuple[
     """The last resort of :func:`resume_on_changed_data` (no sampler to skip samples with): skip as many batches
     as hold the samples trained on, counted with this run's batch size and processes."""
     trainer = loop.trainer
-    size = getattr(loader, "batch_size", None) or 1
+    # a loader built with batch_sampler= has no batch_size of its own: its batch sampler's counts
+    size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size", 1) or 1
     batches = pos.samples // (size * trainer.world_size)
     limit = trainer.num_training_batches
     ends = limit is not None and batches >= limit

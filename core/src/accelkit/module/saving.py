@@ -32,6 +32,7 @@ from accelkit.module.references import (
     reference_to,
     resolve_references,
 )
+from accelkit.utilities.bounded import check_expanded_size, load_yaml
 from accelkit.utilities.parsing import AttributeDict
 
 __all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams",
@@ -202,17 +203,21 @@ def hparams_to_log(module: Any, datamodule: Any = None) -> dict[str, Any] | None
 
 
 def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
-    """Read hyper-parameters from a YAML file (``.yaml``/``.yml``; needs PyYAML)."""
+    """Read hyper-parameters from a YAML file (``.yaml``/``.yml``; needs PyYAML).
+
+    :raises accelkit.utilities.bounded.DataBombError: the file stands for more values than
+        :data:`~accelkit.utilities.bounded.MAX_VALUES` once its aliases are expanded (or nests too deep).
+    """
     path = Path(path)
     if path.suffix.lower() not in (".yaml", ".yml"):
         raise ValueError(f"hparams_file {str(path)!r}: only YAML files (.yaml, .yml) are read")
     try:
-        import yaml
+        import yaml  # noqa: F401  (load_yaml's dependency, named here by the file that needs it)
     except ImportError:
         raise ImportError(f"hparams_file {str(path)!r} needs PyYAML: pip install pyyaml") from None
     if not path.is_file():
         raise FileNotFoundError(f"hparams_file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_yaml(path.read_text(), f"hparams_file {str(path)!r}") or {}
     if not isinstance(data, Mapping):
         raise ValueError(f"hparams_file {str(path)!r} holds a {type(data).__name__}, not a mapping of names to values")
     return dict(data)
@@ -244,9 +249,16 @@ def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict
         checkpoint = sharded.load_full(source, weights_only=weights_only)  # any world size, on the CPU
         layout.check_version(checkpoint, repr(str(source)))
         return checkpoint if map_location is None else _move(checkpoint, map_location)
+    if isinstance(source, (str, os.PathLike)):
+        sharded.check_complete(source)  # part of a sharded checkpoint: the missing file is named
     checkpoint = files.load(source, weights_only=weights_only, map_location=map_location)
     layout.check_version(checkpoint, repr(str(getattr(source, "name", source))))
     return checkpoint
+
+
+def _name(source: Any) -> str:
+    """A checkpoint source for messages: its path, or the name of an open file."""
+    return repr(str(getattr(source, "name", source)))
 
 
 def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
@@ -309,6 +321,9 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
         A stored class or function reference is resolved from the modules already imported (nothing is imported).
     :raises CheckpointError: an ``__init__`` argument is a stored reference that does not resolve in this process
         (its module is not imported, or holds no such class or function), and no override replaces it.
+    :raises accelkit.utilities.bounded.DataBombError: the hyper-parameters (of the checkpoint or of
+        ``hparams_file``) stand for more values than :data:`~accelkit.utilities.bounded.MAX_VALUES` once shared
+        lists and aliases are expanded, before anything copies them.
     :raises TypeError: a required ``__init__`` argument is neither saved nor given (an override that is no
         ``__init__`` argument is warned about and not passed).
     """
@@ -317,6 +332,8 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
     name_key = getattr(cls, "CHECKPOINT_HYPER_PARAMS_NAME", HPARAMS_NAME_KEY)
     if hparams_file is not None:
         checkpoint[key] = load_hparams_file(hparams_file)
+    else:  # shared lists in the pickled data would be copied once per use below
+        check_expanded_size(checkpoint.get(key), f"checkpoint {_name(checkpoint_path)} {key}")
     saved = checkpoint.get(key) or {}
     resolved = {name: resolve_references(value, name) for name, value in saved.items()}  # classes, functions
     stored = {name: _attribute_access(value) for name, value in resolved.items()}

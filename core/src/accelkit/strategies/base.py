@@ -342,11 +342,22 @@ class Strategy:
     def remove_checkpoint(self, path: str | os.PathLike) -> None:
         """Remove the checkpoint at ``path`` (a file, a link or a sharded directory), from the global-zero process
         only, as Lightning's ``Strategy.remove_checkpoint``: a callback dropping a checkpoint it no longer keeps
-        (``ModelCheckpoint``'s top-k, Lightning's own ``ModelCheckpoint`` too) calls it on every process."""
+        (``ModelCheckpoint``'s top-k, Lightning's own ``ModelCheckpoint`` too) calls it on every process.
+
+        Only a checkpoint is removed (a ``torch.save`` file, a sharded checkpoint folder, or a symbolic link, which
+        alone goes): anything else at ``path`` (a folder or file a checkpoint's state named) is kept, with a warning
+        naming it (:func:`~accelkit.checkpoint.paths.is_checkpoint_file`)."""
+        from accelkit.checkpoint import paths
         from accelkit.checkpoint import sharded as distributed_checkpoint
 
-        if self.is_global_zero:
-            distributed_checkpoint.remove(path)
+        if not self.is_global_zero:
+            return
+        if os.path.lexists(path) and not os.path.islink(path) and not paths.is_checkpoint_file(path):
+            warnings.warn(f"remove_checkpoint({os.fspath(path)!r}) removed nothing: it is neither a checkpoint file "
+                          "(torch.save's zip format) nor a sharded checkpoint folder; a callback asked to remove what "
+                          "it did not write.", UserWarning, stacklevel=2)
+            return
+        distributed_checkpoint.remove(path)
 
     def load_checkpoint(self, path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
         """Read a checkpoint onto the CPU: a file, or a whole sharded checkpoint directory (any world size)."""
@@ -354,6 +365,7 @@ class Strategy:
 
         if distributed_checkpoint.is_sharded_checkpoint(path):
             return distributed_checkpoint.load_full(path, weights_only=weights_only)
+        distributed_checkpoint.check_complete(path)  # part of a sharded one: the missing file is named
         return ckpt.load(path, weights_only=weights_only)
 
     def teardown(self) -> None:

@@ -54,7 +54,7 @@ class DDPStrategy(ParallelStrategy):
         self.timeout_s = timeout_s
 
     # the outside launcher's environment
-    def _env(self) -> Any:
+    def launcher_environment(self) -> Any:
         """The :class:`~accelkit.environments.base.ClusterEnvironment` whose processes this strategy joins, or ``None``.
 
         The resolver sets ``cluster_environment`` (detected once, through every plugin's environments); a
@@ -73,7 +73,7 @@ class DDPStrategy(ParallelStrategy):
         return environment
 
     def validate(self) -> list[str]:
-        env = self._env()
+        env = self.launcher_environment()
         if env is None:
             if self.world_size == 1:
                 return []
@@ -99,32 +99,32 @@ class DDPStrategy(ParallelStrategy):
         """Joins processes an outside launcher started (in place when there is nothing to join)."""
         from accelkit.strategies.launchers.in_place import ExternalLauncher, InPlaceLauncher
 
-        env = self._env()
+        env = self.launcher_environment()
         return InPlaceLauncher() if env is None else ExternalLauncher(env)
 
     @property
     def local_rank(self) -> int:
         """The launcher's local rank when joining one (read from ``cluster_environment``)."""
-        env = self._env()
+        env = self.launcher_environment()
         return env.local_rank if env is not None else super().local_rank
 
     @property
     def node_rank(self) -> int:
         """When joining a launcher: the global rank over ``processes_per_node`` (processes placed node by
         node, which every launcher here does)."""
-        env = self._env()
+        env = self.launcher_environment()
         return env.global_rank // max(self.processes_per_node, 1) if env is not None else super().node_rank
 
     @property
     def global_rank(self) -> int:
         """The launcher's global rank when joining one."""
-        env = self._env()
+        env = self.launcher_environment()
         return env.global_rank if env is not None else super().global_rank
 
     def _init_process_group(self) -> None:
         self._owns_process_group = False
         if dist.is_available() and not dist.is_initialized() and self.world_size > 1:
-            env = self._env()
+            env = self.launcher_environment()
             if env is not None:  # the rendezvous torch's env:// reads, as the launcher's environment gives it
                 os.environ["MASTER_ADDR"] = env.main_address
                 os.environ["MASTER_PORT"] = str(env.main_port)
@@ -439,8 +439,9 @@ class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
     #: the :mod:`multiprocessing` start method of the workers
     start_method = "spawn"
 
-    def _env(self) -> Any:
-        return None  # this strategy owns its processes; any launcher environment is not ours
+    def launcher_environment(self) -> Any:
+        """``None``: this strategy starts its own processes; any launcher environment is not its to join."""
+        return None
 
     def validate(self) -> list[str]:
         if self.num_nodes != 1:

@@ -8,11 +8,15 @@ A loader whose sampler already knows about ranks is used as given, as Lightning 
 whose ``num_replicas`` and ``rank`` attributes are set. If those disagree with the run's world size and rank,
 a warning names both. Neither the hook nor the core re-shards such a loader.
 
+A loader built with ``batch_sampler=`` keeps its batches: the batch sampler's own ``sampler`` is sharded
+(:func:`shard_batch_sampler`), as Lightning does; a batch sampler without one is refused with what to do.
+
 Each epoch the loop calls :func:`set_epoch` on the loader, which reaches the sampler(s) that shuffle per epoch.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import warnings
 from collections.abc import Iterator, Sized
@@ -28,6 +32,8 @@ from torch.utils.data import (
     Sampler,
     SequentialSampler,
 )
+
+from accelkit.errors import ConfigurationError
 
 
 class ShardSampler(Sampler[int]):
@@ -183,8 +189,9 @@ def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, 
 
     ``loader`` is returned unchanged when it is not a ``DataLoader``, when its sampler, batch sampler or the
     batch sampler's inner sampler is rank-aware (with a warning if that sampler's ``num_replicas``/``rank``
-    differ from ``num_replicas``/``rank``), when ``num_replicas`` is 1, for an ``IterableDataset`` no plugin shards
-    (through ``accelkit_shard_iterable``) and for a custom batch sampler (both with a warning: nothing shards them).
+    differ from ``num_replicas``/``rank``), when ``num_replicas`` is 1, and for an ``IterableDataset`` no plugin
+    shards (through ``accelkit_shard_iterable``; with a warning: nothing shards it). A loader built with
+    ``batch_sampler=`` is sharded through its batch sampler's ``sampler`` (:func:`shard_batch_sampler`).
 
     :param loader: the user's loader (or any iterable).
     :param hook: the ``accelkit_distributed_sampler`` hook caller; called with keyword arguments.
@@ -213,16 +220,57 @@ def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, 
             "plugin shards it (the accelkit_shard_iterable hook).",
             UserWarning, stacklevel=3)
         return loader
-    if loader.batch_sampler is not None and type(loader.batch_sampler) is not BatchSampler:
-        warnings.warn(
-            f"the DataLoader uses a custom batch_sampler ({type(loader.batch_sampler).__name__}); accelkit leaves it "
-            "as it is, so it must shard the data itself (or pass use_distributed_sampler=False to silence this).",
-            UserWarning, stacklevel=3)
-        return loader
+    if loader.batch_size is None and loader.batch_sampler is not None:  # built with batch_sampler=
+        return shard_batch_sampler(loader, hook, num_replicas, rank, seed, stage)
     shuffle = isinstance(loader.sampler, RandomSampler) and stage == "fit"
     new_sampler = hook(dataset=loader.dataset, sampler=loader.sampler, shuffle=shuffle, num_replicas=num_replicas,
                        rank=rank, seed=seed, stage=stage)
     return rebuild_loader(loader, sampler=new_sampler)
+
+
+def shard_batch_sampler(loader: DataLoader, hook: Any, num_replicas: int, rank: int, seed: int,
+                        stage: str) -> DataLoader:
+    """A copy of ``loader`` (built with ``batch_sampler=``) whose batches are drawn from this rank's shard of the
+    batch sampler's own ``sampler``, as Lightning injects its distributed sampler into a batch sampler.
+
+    The ``accelkit_distributed_sampler`` hook is asked about the batch sampler's ``sampler`` (``shuffle`` when
+    it is a ``RandomSampler`` and the stage is ``fit``). Torch's plain ``BatchSampler`` becomes the loader's
+    ``batch_size``/``drop_last`` around the shard (the loader a ``batch_size=`` loader would be, so a mid-epoch
+    resume maps samples exactly as for one); any other batch sampler is copied with its ``sampler`` replaced, so
+    its own settings stay. Arguments as :func:`distribute_dataloader`'s.
+
+    :raises ConfigurationError: naming the batch sampler, when it has no ``sampler`` to shard, or when its copy
+        does not draw from the replaced ``sampler`` (its length does not follow the shard's); the message says
+        what to do instead.
+    """
+    batches: Any = loader.batch_sampler  # a sampler of index lists (typed by torch as an Iterable)
+    name = type(batches).__name__
+    inner = getattr(batches, "sampler", None)
+    cannot = (f"the DataLoader's batch_sampler {name} cannot be sharded over the {num_replicas} processes of this "
+              f"run: ")
+    remedy = ("Build it around a sampler it keeps as its `sampler` attribute and draws from when iterated (as "
+              "torch's BatchSampler does: accelkit then shards that sampler), give it num_replicas and rank "
+              "attributes and shard it yourself (accelkit then uses it as given), or pass "
+              "Trainer(use_distributed_sampler=False) if every process should read all of it.")
+    if inner is None:
+        raise ConfigurationError(cannot + "it has no `sampler` attribute whose indices accelkit could split. "
+                                 + remedy)
+    shuffle = isinstance(inner, RandomSampler) and stage == "fit"
+    shard = hook(dataset=loader.dataset, sampler=inner, shuffle=shuffle, num_replicas=num_replicas, rank=rank,
+                 seed=seed, stage=stage)
+    if type(batches) is BatchSampler:
+        return rebuild_loader(loader, sampler=shard, batch_size=batches.batch_size, drop_last=batches.drop_last)
+    sharded = copy.copy(batches)
+    sharded.sampler = shard
+    size = getattr(batches, "batch_size", None)
+    if isinstance(size, int) and size > 0 and isinstance(sharded, Sized) and isinstance(shard, Sized):
+        expected = len(shard) // size if getattr(batches, "drop_last", False) else math.ceil(len(shard) / size)
+        if len(sharded) != expected:
+            raise ConfigurationError(
+                cannot + f"with its `sampler` replaced by this process's shard of {len(shard)} samples it still "
+                f"gives {len(sharded)} batches of {size} where {expected} were expected, so it does not draw from "
+                "its `sampler` attribute when iterated. " + remedy)
+    return rebuild_loader(loader, batch_sampler=sharded, batch_size=1, drop_last=False)
 
 
 #: where a device loader wrapping a DataLoader keeps it, for :func:`set_epoch` to look through: ``loader`` (the

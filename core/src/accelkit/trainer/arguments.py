@@ -56,7 +56,8 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
     if args["gradient_clip_algorithm"] not in (None, "norm", "value"):
         problems.append(f"gradient_clip_algorithm={args['gradient_clip_algorithm']!r} must be 'norm' or 'value'.")
     clip = args["gradient_clip_val"]
-    if clip is not None and (not isinstance(clip, numbers.Real) or isinstance(clip, bool) or clip < 0):
+    if clip is not None and (not isinstance(clip, (int, float, numbers.Real)) or isinstance(clip, bool)
+                             or not float(clip) >= 0):
         problems.append(f"gradient_clip_val={clip!r} must be a number >= 0 or None.")
     if not _is_int(args["log_every_n_steps"]) or args["log_every_n_steps"] < 1:
         problems.append(f"log_every_n_steps={args['log_every_n_steps']!r} must be an int >= 1.")
@@ -84,7 +85,9 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
     reload = args["reload_dataloaders_every_n_epochs"]
     if not _is_int(reload) or reload < 0:
         problems.append(f"reload_dataloaders_every_n_epochs={reload!r} must be an int >= 0.")
-    if args["deterministic"] not in (None, True, False, "warn"):
+    deterministic = args["deterministic"]
+    if not (deterministic is None or isinstance(deterministic, bool) or
+            (isinstance(deterministic, str) and deterministic == "warn")):
         problems.append(f"deterministic={args['deterministic']!r} must be True, False, 'warn' or None.")
     for name in ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
                  "overfit_batches"):
@@ -158,18 +161,40 @@ def parse_max_time(value: Any) -> float | None:
     if isinstance(value, datetime.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, dict):
-        seconds = datetime.timedelta(**value).total_seconds()
+        seconds = _timedelta(value, value).total_seconds()
     elif isinstance(value, str):
         parts = value.split(":")
-        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+        if len(parts) != 4 or not all(p.strip().isascii() and p.strip().isdigit() for p in parts):
             raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS' (e.g. '00:12:00:00'), a timedelta or a dict")
         days, hours, minutes, secs = (int(p) for p in parts)
-        seconds = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=secs).total_seconds()
+        seconds = _timedelta(dict(days=days, hours=hours, minutes=minutes, seconds=secs), value).total_seconds()
     else:
         raise ValueError(f"max_time={value!r} must be 'DD:HH:MM:SS', a datetime.timedelta or a dict")
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"max_time={value!r} must be a positive duration")
     return seconds
+
+
+#: the keyword arguments of ``datetime.timedelta``, the keys a ``max_time`` dict may have
+TIMEDELTA_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
+
+
+def _timedelta(parts: dict[Any, Any], value: Any) -> datetime.timedelta:
+    """``timedelta(**parts)`` for ``max_time=value``, refusing (``ValueError`` naming it) a key timedelta does not
+    take, a part that is not a finite number, and a duration longer than timedelta holds."""
+    unknown = [key for key in parts if key not in TIMEDELTA_KEYS]
+    if unknown:
+        raise ValueError(f"max_time={value!r} has key(s) {', '.join(map(repr, unknown))} that timedelta does not "
+                         f"take; use {', '.join(TIMEDELTA_KEYS)} (e.g. {{'hours': 1, 'minutes': 30}})")
+    for key, part in parts.items():
+        if not isinstance(part, numbers.Real) or isinstance(part, bool) or not math.isfinite(part):
+            raise ValueError(f"max_time={value!r}: its part {key}={part!r} is not a number; each part must be "
+                             "an int or a finite float (e.g. {'minutes': 1.5})")
+    try:
+        return datetime.timedelta(**parts)
+    except OverflowError:
+        raise ValueError(f"max_time={value!r} is longer than a datetime.timedelta holds "
+                         f"({datetime.timedelta.max.days} days); pass a shorter duration or None") from None
 
 
 # ----------------------------------------------------------------------------------------------- plugins, devices

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelkit.checkpoint.files import check_file
-from accelkit.checkpoint.sharded import METADATA_FILE, is_sharded_checkpoint
+from accelkit.checkpoint.sharded import METADATA_FILE, check_complete, is_sharded_checkpoint
 from accelkit.loops.state import TrainerFn, TrainerStatus
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
@@ -159,6 +159,7 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given:
     if ckpt_path is not None:
         path = Path(ckpt_path)
         if path.is_dir() and not is_sharded_checkpoint(path):
+            check_complete(path)  # part of a sharded checkpoint: the missing file is named
             raise IsADirectoryError(f"ckpt_path={str(ckpt_path)!r} is a directory but not a sharded checkpoint (no "
                                     f"{METADATA_FILE} and .metadata in it); give the .ckpt file or sharded "
                                     "checkpoint directory in it")

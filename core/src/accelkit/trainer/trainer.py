@@ -21,6 +21,7 @@ from accelkit.loops.state import RunState, TrainerState
 from accelkit.plugins.compose import Composition, compose, named_callbacks, named_profiler, print_notices
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
 from accelkit.profilers import resolve_profiler
+from accelkit.trainer.argument_types import refuse_wrong_types
 from accelkit.trainer.arguments import (
     CLOUD_ONLY,
     callback_list,
@@ -55,13 +56,18 @@ class TrainerSnapshot:
 class Trainer(TrainerProperties):
     """Compose a run from names and drive it: Lightning's ``Trainer`` arguments, resolved through plugins.
 
+    Every argument is checked when the Trainer is built: a wrong type or value is a
+    :class:`~accelkit.errors.ConfigurationError` naming the argument and what it accepts. Wrong types are reported
+    first, all in one error (:mod:`accelkit.trainer.argument_types`), then wrong values, all in one error. Flags take
+    a Python ``bool`` only (not ``1``, ``"yes"``, ``numpy.True_`` or a tensor).
+
     :param accelerator: an accelerator name (``"cpu"``, or any a plugin provides, with aliases), an
         :class:`~accelkit.Accelerator` instance, or ``"auto"``: the available accelerator of highest priority.
     :param strategy: a strategy name (``"ddp_spawn"``...), a :class:`~accelkit.Strategy`, or ``"auto"``.
     :param devices: how many devices, which ones (``[1]``, ``"0,1"``), or ``"auto"``.
     :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``).
-    :param precision: ``"32-true"`` (default), ``"64-true"``, ``"bf16-mixed"``, ``"16-mixed"`` ..., as the
-        accelerator's plugins provide; ints such as ``16`` are aliases.
+    :param precision: ``"32-true"`` (default; ``None`` says the same, as in Lightning), ``"64-true"``,
+        ``"bf16-mixed"``, ``"16-mixed"`` ..., as the accelerator's plugins provide; ints such as ``16`` are aliases.
     :param logger: ``True``/``None`` (default) for Lightning's default logger under ``default_root_dir``
         (:func:`~accelkit.loggers.default_logger`: TensorBoard when installed, else CSV, in
         ``lightning_logs/version_<n>``), ``False`` for none, a logger, or a list of loggers.
@@ -140,6 +146,8 @@ class Trainer(TrainerProperties):
         reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
         seed: int | None = None, collective_timeout: Any = None, compile_step: Any = False, **legacy_arguments: Any,
     ) -> None:
+        # the types first, before any value is read (a tensor asked for its truth, a float turned into a path)
+        refuse_wrong_types({name: value for name, value in locals().items() if name != "self"})
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
                 raise ConfigurationError(reason)
@@ -157,8 +165,8 @@ class Trainer(TrainerProperties):
         barebones_args = dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
                               enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
                               detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps) if barebones else None
-        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "precision": precision,
-                     "num_nodes": num_nodes, "extra": dict(legacy_arguments)}
+        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "num_nodes": num_nodes,
+                     "precision": "32-true" if precision is None else precision, "extra": dict(legacy_arguments)}
         self._composition: Composition = self._compose(plugins, arguments, run_args, barebones_args, max_time,
                                                        sync_batchnorm, collective_timeout)
 

@@ -89,10 +89,11 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
 
     def _launcher_env(self) -> Any:
         """The launcher environment DDP would join (its ``cluster_environment``), or ``None``."""
-        return DDPStrategy._env(self)
+        return DDPStrategy.launcher_environment(self)
 
-    def _env(self) -> Any:
-        return None if self._spawns else super()._env()
+    def launcher_environment(self) -> Any:
+        """``None`` when this strategy starts its own processes, else the launcher environment it joins."""
+        return None if self._spawns else super().launcher_environment()
 
     def validate(self) -> list[str]:
         problems = []

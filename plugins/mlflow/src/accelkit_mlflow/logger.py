@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
 import warnings
 from argparse import Namespace
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from accelkit.loggers import Logger
-from accelkit.loggers.base import SilentExperiment, add_prefix, metric_value, params_to_dict
+from accelkit.loggers.base import SilentExperiment, add_prefix, metric_value, naming_write_failures, params_to_dict
 from accelkit.utilities.rank_zero import global_rank
 
 #: MLflow's limit on a parameter value's length, and on the entries of one ``log_batch`` call
@@ -99,19 +100,23 @@ class MLFlowLogger(Logger):
                 os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             from mlflow.tracking import MlflowClient
 
-            client = MlflowClient(tracking_uri=self._tracking_uri)
-            if self._run_id is not None:
-                self._experiment_id = client.get_run(self._run_id).info.experiment_id
-            else:
-                found = client.get_experiment_by_name(self._experiment_name)
-                self._experiment_id = (found.experiment_id if found is not None else client.create_experiment(
-                    self._experiment_name, artifact_location=self._artifact_location))
-                tags = {str(k): str(v) for k, v in self.tags.items()}
-                if self._run_name is not None:
-                    tags.setdefault("mlflow.runName", self._run_name)
-                self._run_id = client.create_run(self._experiment_id, tags=tags).info.run_id
-            self._client = client
+            with self.writing():
+                self._client = self._open(MlflowClient(tracking_uri=self._tracking_uri))
         return self._client
+
+    def _open(self, client: Any) -> Any:
+        """``client`` after finding (or creating) the experiment and the run."""
+        if self._run_id is not None:
+            self._experiment_id = client.get_run(self._run_id).info.experiment_id
+        else:
+            found = client.get_experiment_by_name(self._experiment_name)
+            self._experiment_id = (found.experiment_id if found is not None else client.create_experiment(
+                self._experiment_name, artifact_location=self._artifact_location))
+            tags = {str(k): str(v) for k, v in self.tags.items()}
+            if self._run_name is not None:
+                tags.setdefault("mlflow.runName", self._run_name)
+            self._run_id = client.create_run(self._experiment_id, tags=tags).info.run_id
+        return client
 
     @property
     def run_id(self) -> str | None:
@@ -151,6 +156,31 @@ class MLFlowLogger(Logger):
     def _sync(self) -> dict[str, Any]:
         return {} if self._synchronous is None else {"synchronous": self._synchronous}
 
+    def run_folder(self) -> str | None:
+        """The folder of this run in a file store (``<save_dir>/<experiment id>/<run id>``, or the store itself
+        before the run exists); ``None`` for other tracking URIs."""
+        store = self.save_dir
+        if store is None or self._experiment_id is None:
+            return store
+        return os.path.join(store, self._experiment_id, self._run_id or "")
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Within the block, a file store's failed write (MLflow reports ``ENOSPC`` as an ``MlflowException`` saying
+        ``[Errno 28] No space left on device`` and nothing more) is a :class:`~accelkit.errors.LoggerWriteError`
+        naming this logger and :meth:`run_folder`."""
+        if self.save_dir is None:  # a tracking server: its errors are its own
+            yield
+            return
+        with naming_write_failures(self, self.run_folder):
+            try:
+                yield
+            except Exception as exc:
+                cause = exc.__cause__ or exc.__context__
+                if isinstance(exc, OSError) or not isinstance(cause, OSError):
+                    raise
+                raise OSError(cause.errno, cause.strerror) from exc  # the OS error MLflow wrapped
+
     # ----------------------------------------------------------------- logging
     def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
         """Log the run's hyper-parameters as MLflow params (nested dicts flattened to ``outer/inner``; values as
@@ -161,8 +191,9 @@ class MLFlowLogger(Logger):
 
         flat = _flatten(params_to_dict(params))
         entries = [Param(key, str(value)[:_PARAM_LENGTH]) for key, value in flat.items()]
-        for start in range(0, len(entries), _BATCH):
-            self.experiment.log_batch(self.run_id, params=entries[start:start + _BATCH], **self._sync())
+        with self.writing():
+            for start in range(0, len(entries), _BATCH):
+                self.experiment.log_batch(self.run_id, params=entries[start:start + _BATCH], **self._sync())
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Log numeric metrics at ``step`` (names with characters MLflow refuses have them replaced by ``_``)."""
@@ -179,8 +210,9 @@ class MLFlowLogger(Logger):
                               stacklevel=2)
             entries.append(Metric(key=clean, value=float(metric_value(key, value)), timestamp=timestamp,
                                   step=step or 0))
-        for start in range(0, len(entries), _BATCH):
-            self.experiment.log_batch(self.run_id, metrics=entries[start:start + _BATCH], **self._sync())
+        with self.writing():
+            for start in range(0, len(entries), _BATCH):
+                self.experiment.log_batch(self.run_id, metrics=entries[start:start + _BATCH], **self._sync())
 
     def after_save_checkpoint(self, checkpoint_callback: Any) -> None:
         """Remember the checkpoint callback; with ``log_model="all"`` log the new checkpoint now."""
@@ -194,10 +226,11 @@ class MLFlowLogger(Logger):
             path = os.fspath(path)
             if path in self._logged_checkpoints or not os.path.exists(path):
                 continue
-            if os.path.isdir(path):  # a sharded checkpoint directory
-                self.experiment.log_artifacts(self.run_id, path, f"checkpoints/{os.path.basename(path)}")
-            else:
-                self.experiment.log_artifact(self.run_id, path, "checkpoints")
+            with self.writing():
+                if os.path.isdir(path):  # a sharded checkpoint directory
+                    self.experiment.log_artifacts(self.run_id, path, f"checkpoints/{os.path.basename(path)}")
+                else:
+                    self.experiment.log_artifact(self.run_id, path, "checkpoints")
             self._logged_checkpoints.add(path)
 
     def finalize(self, status: str) -> None:
@@ -206,7 +239,8 @@ class MLFlowLogger(Logger):
             return
         if self._log_model and self._checkpoint_callback is not None and status == "success":
             self._log_checkpoints(self._checkpoint_callback)
-        self.experiment.set_terminated(self.run_id, _STATUS.get(status, "FINISHED"))
+        with self.writing():
+            self.experiment.set_terminated(self.run_id, _STATUS.get(status, "FINISHED"))
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -14,23 +14,30 @@ class InPlaceLauncher(Launcher):
     """The work runs here, in the calling process.
 
     The first SIGINT/SIGTERM during ``fit`` stops training at the end of the current batch (a checkpoint of that
-    state is written and :class:`~accelkit.errors.TrainingInterrupted` raised); the second raises
+    state is written and :class:`~accelkit.errors.TrainingInterrupted` raised); if that end is not reached within
+    :attr:`grace_s` (a step still compiling), the run stops there without saving. The second signal raises
     ``KeyboardInterrupt`` at once.
     """
+
+    #: seconds the run gets after the first signal to end its step and save, before it stops without saving
+    grace_s: float = interrupt.STOP_GRACE_S
 
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if strategy.run_context.stage != "fit":
             return function(*args, **kwargs)  # nothing to save: Ctrl-C keeps its usual meaning
         control = interrupt.StopControl()
+        deadline = interrupt.Deadline(self.grace_s)
 
         def first(signum: int) -> None:
             control.request(signum)
-            interrupt.announce_first(signum, "stopping after the current batch and saving a checkpoint")
+            deadline.arm(signum)
+            interrupt.announce_first(signum, "stopping after the current batch and saving a checkpoint (within "
+                                             f"{self.grace_s:g} s, else without saving)")
 
         def second(signum: int) -> None:
             raise KeyboardInterrupt(f"{interrupt.signal_name(signum)} received twice: stopped at once")
 
-        with interrupt.handle_signals(first, second), interrupt.active(control):
+        with interrupt.handle_signals(first, second), interrupt.active(control), deadline:
             return function(*args, **kwargs)
 
 

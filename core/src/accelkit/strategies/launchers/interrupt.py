@@ -10,6 +10,10 @@ reaches the workers too; they ignore it). The launcher and its workers share a s
 writes its step there after every batch, and on a signal the launcher writes the step at which all of them stop
 (two steps past the furthest, so no worker has passed it: data-parallel workers stay within one step of each other).
 Reading it costs a memory load per batch, no collective.
+
+A stop is bounded: a run that has not reached the agreed step :data:`STOP_GRACE_S` seconds after the first signal
+(a step that is still compiling, a loader that hangs) is stopped without saving, and the error says so, before a
+scheduler's pre-emption grace runs out and it kills the processes with nothing said.
 """
 
 from __future__ import annotations
@@ -26,6 +30,13 @@ from typing import Any
 #: slots of the shared block: [requested (0/1), stop at step, signal number, step of worker 0, worker 1, ...]
 _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
 _NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
+#: seconds a run gets after the first SIGINT/SIGTERM to reach a consistent step and save it, before it is stopped
+#: without saving: within the 30 s that schedulers wait between SIGTERM and SIGKILL by default (Kubernetes'
+#: ``terminationGracePeriodSeconds``, SLURM's ``KillWait``), with 10 s left to exit (torch's compile workers take
+#: about 5 s to shut down when a compilation was cut short)
+STOP_GRACE_S = 20.0
+#: modules whose frames on the main thread's stack mean the step is being compiled (``torch.compile``)
+_COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch")
 
 
 def signal_name(signum: int) -> str:
@@ -123,6 +134,70 @@ def handle_signals(on_first: Any, on_second: Any) -> Iterator[None]:
     finally:
         for s, old in previous.items():
             signal.signal(s, old)
+
+
+def doing(frame: Any) -> str:
+    """What the main thread was doing at ``frame`` (a signal handler's frame), for a stop message:
+    ``" (it was compiling the step with torch.compile)"`` when a frame of torch's compiler is on its stack, else
+    ``""``."""
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith(_COMPILER_MODULES):
+            return " (it was compiling the step with torch.compile)"
+        frame = frame.f_back
+    return ""
+
+
+class Deadline:
+    """Stops the run in this process (the main thread) ``seconds`` after :meth:`arm` unless the block ends first:
+    a ``SIGALRM`` timer whose handler raises :class:`~accelkit.errors.TrainingInterrupted`, saying that nothing
+    was saved and what the process was doing (:func:`doing`). Used as a context manager, whose exit disarms it and
+    gives ``SIGALRM`` its former handler back, and lets that error be the one raised when code it went through
+    raised another while unwinding (torch 2.9's compiler raises ``UnboundLocalError`` when its compilation is cut
+    short); outside the main thread, :meth:`arm` does nothing.
+
+    :param seconds: the grace (:data:`STOP_GRACE_S` by default).
+    """
+
+    def __init__(self, seconds: float = STOP_GRACE_S) -> None:
+        self.seconds = seconds
+        self._previous: Any = None
+        self._armed = False
+        #: the error raised when the grace ran out (``None`` until then)
+        self.fired: BaseException | None = None
+
+    def arm(self, signum: int) -> None:
+        """Start the countdown after signal ``signum`` (named in the error)."""
+        if self._armed or threading.current_thread() is not threading.main_thread():
+            return
+        seconds = self.seconds
+
+        def expired(alarm: int, frame: Any) -> None:
+            from accelkit.errors import TrainingInterrupted
+
+            self.fired = TrainingInterrupted(
+                f"{signal_name(signum)}: the run did not reach the end of a step within {seconds:g} s of the signal"
+                f"{doing(frame)}, so it was stopped there; nothing was saved by this interruption. Resume from its "
+                "last checkpoint.")
+            raise self.fired
+
+        self._previous = signal.signal(signal.SIGALRM, expired)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        self._armed = True
+
+    def disarm(self) -> None:
+        """Cancel the countdown, if armed, and restore the former ``SIGALRM`` handler."""
+        if self._armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous)
+            self._armed = False
+
+    def __enter__(self) -> Deadline:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+        self.disarm()
+        if self.fired is not None and error is not None and error is not self.fired:
+            raise self.fired from error  # another error replaced it on the way out: the stop is what happened
 
 
 def announce_first(signum: int, how: str) -> None:

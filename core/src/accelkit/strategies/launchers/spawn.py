@@ -71,7 +71,8 @@ class SpawnLauncher(Launcher):
             ) from None
 
     #: seconds the workers get to reach the agreed step and save after the first signal, before they are killed
-    grace_s: float = 60.0
+    #: (:data:`~accelkit.strategies.launchers.interrupt.STOP_GRACE_S`: within a scheduler's 30 s pre-emption grace)
+    grace_s: float = interrupt.STOP_GRACE_S
     #: whether the workers can receive a shared-memory block through :meth:`start`'s arguments (needed for the
     #: graceful stop on a first signal; without it, a signal stops the workers at once)
     shares_memory: bool = True

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from accelkit.errors import WorkerError
+from accelkit.utilities.file_modules import install_from_environment
 from accelkit.utilities.processes import process_stopped
 
 #: seconds a worker is seen stopped before one line names it
@@ -210,6 +211,7 @@ def run_worker(entry: Callable[..., None], index: int, args: tuple, folder: str,
     if forked:
         atexit._clear()  # the interpreter's own way to drop every handler; the worker's code registers its own
     path = Path(folder)
+    install_from_environment()  # the launching process's modules imported from files (a CLI's lib/nets.py:Net)
     _record_native_crashes(crash_file(path, index))
     started_marker(path, index).touch()
     _die_with_parent()
