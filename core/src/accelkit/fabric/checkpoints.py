@@ -39,8 +39,14 @@ def _forward_module(fabric: Fabric, value: Any) -> nn.Module:
     return value
 
 
-def _optimizer_owner(fabric: Fabric, optimizer: Any) -> nn.Module:
+def _optimizer_owner(fabric: Fabric, optimizer: Any, state: dict[str, Any]) -> nn.Module:
+    """The set-up module whose parameters ``optimizer`` steps: recorded at setup, else found among ``state``'s."""
     owner = fabric.optimizer_module(optimizer)
+    first = next((p for g in unwrap(optimizer).param_groups for p in g["params"]), None)
+    for value in state.values() if owner is None else ():
+        if isinstance(value, (FabricModule, nn.Module)) and any(p is first for p in value.parameters()):
+            owner = _forward_module(fabric, value)
+            break
     if owner is None:
         raise ValueError("Fabric.save/load: an optimizer in the state was not set up with Fabric.setup() or "
                          "setup_optimizers() after its module's setup; set it up so its module is known")
@@ -72,7 +78,7 @@ def converted(fabric: Fabric, state: dict[str, Any], filter: dict[str, Callable[
             entry = strategy.module_state_dict(_forward_module(fabric, value))
             sharded_keys.append(key)
         elif kind == "optimizer":
-            entry = strategy.optimizer_state_dict(_optimizer_owner(fabric, value), unwrap(value))
+            entry = strategy.optimizer_state_dict(_optimizer_owner(fabric, value, state), unwrap(value))
             sharded_keys.append(key)
         elif kind == "stateful":
             entry = value.state_dict()
@@ -121,7 +127,7 @@ def _read(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any] | None,
         if _kind(value) == "module":
             template[key] = strategy.module_state_dict(_forward_module(fabric, value))
         elif _kind(value) == "optimizer":
-            template[key] = strategy.optimizer_state_dict(_optimizer_owner(fabric, value), unwrap(value))
+            template[key] = strategy.optimizer_state_dict(_optimizer_owner(fabric, value, state), unwrap(value))
     checkpoint.update(sharded.load_into(path, template, weights_only) if template else {})
     return checkpoint
 
@@ -146,7 +152,7 @@ def load(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any] | None, 
         if kind == "module":
             strategy.load_module_state_dict(_forward_module(fabric, value), entry, strict=strict)
         elif kind == "optimizer":
-            strategy.load_optimizer_state_dict(_optimizer_owner(fabric, value), unwrap(value), entry)
+            strategy.load_optimizer_state_dict(_optimizer_owner(fabric, value, state), unwrap(value), entry)
         elif kind == "stateful":
             value.load_state_dict(entry)
         else:
@@ -173,6 +179,6 @@ def load_raw(fabric: Fabric, path: str | os.PathLike, obj: Any, strict: bool, we
     if kind == "module":
         fabric.strategy.load_module_state_dict(_forward_module(fabric, obj), state_dict, strict=strict)
     elif kind == "optimizer":
-        fabric.strategy.load_optimizer_state_dict(_optimizer_owner(fabric, obj), unwrap(obj), state_dict)
+        fabric.strategy.load_optimizer_state_dict(_optimizer_owner(fabric, obj, {}), unwrap(obj), state_dict)
     else:
         raise TypeError(f"Fabric.load_raw(path, obj): obj must be a module or an optimizer, got {type(obj).__name__}")
