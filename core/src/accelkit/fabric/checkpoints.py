@@ -35,7 +35,7 @@ def _kind(value: Any) -> str:
 def _forward_module(fabric: Fabric, value: Any) -> nn.Module:
     """What the strategy set up for a module entry (the module itself when it was never set up)."""
     if isinstance(value, FabricModule):
-        return value._forward_module  # noqa: SLF001 - this package's wrapper
+        return value.forward_module
     return value
 
 

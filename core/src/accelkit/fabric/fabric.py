@@ -214,6 +214,11 @@ class Fabric:
         strategy.setup_runtime()
         strategy.setup_environment()
         set_global_rank(strategy.global_rank)
+        from accelkit.strategies.launchers import watchdog
+
+        # from here this process runs the user's loop (not a collective): the watchdog's diagnosis of a rank that
+        # does not reach a collective names it as behind, and reads its backward pass as such
+        watchdog.mark(watchdog.STEP_PHASE)
         self._environment_ready = True
 
     # ----------------------------------------------------------------- setup
@@ -273,7 +278,7 @@ class Fabric:
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"Fabric.setup() takes torch optimizers after the module, got {type(optimizer).__name__}")
         optimizer = self.strategy.setup_optimizer(optimizer)
-        owner = module._forward_module if module is not None else None  # noqa: SLF001 - this package's wrapper
+        owner = module.forward_module if module is not None else None
         if owner is None:
             owner = self._owner_of(optimizer)
         if owner is not None:
@@ -378,7 +383,7 @@ class Fabric:
                             f"{type(module).__name__}")
         if not enabled:
             return contextlib.nullcontext()
-        context = self.strategy.no_backward_sync(module._forward_module, True)  # noqa: SLF001 - this package's
+        context = self.strategy.no_backward_sync(module.forward_module, True)
         if isinstance(context, contextlib.nullcontext) and self.world_size > 1 and "no_sync" not in self._warned:
             self._warned.add("no_sync")
             warnings.warn(f"no_backward_sync(): strategy {self.strategy.name!r} cannot skip the gradient "

@@ -56,6 +56,12 @@ class FabricModule(nn.Module):
         """The user's module (Lightning's ``_FabricModule.module``)."""
         return self._original_module
 
+    @property
+    def forward_module(self) -> nn.Module:
+        """What the strategy's :meth:`~accelkit.Strategy.setup_module` returned (``DistributedDataParallel``, the
+        sharded module...), which the strategy's checkpoint and synchronisation methods take."""
+        return self._forward_module
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The user's module's forward, through the strategy's wrapper, under the precision."""
         return self._run("__call__", args, kwargs)

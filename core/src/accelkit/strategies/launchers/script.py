@@ -100,6 +100,7 @@ class ScriptLauncher(Launcher):
         def failed_here(*info: Any) -> None:  # this process's script failed: its children need not be waited for
             self.wait_at_exit_s = 0.0
             previous_hook(*info)
+            self.name_failed_children(wait_s=2.0)  # a collective fails here when a peer died: say which one
 
         sys.excepthook = failed_here
         atexit.register(lambda: self.end_children(self.wait_at_exit_s))
@@ -120,11 +121,30 @@ class ScriptLauncher(Launcher):
                 return
             time.sleep(WATCH_EVERY_S)
 
-    def _fail(self, local_rank: int, child: subprocess.Popen, code: int) -> None:
+    def name_failed_children(self, wait_s: float = 0.0) -> None:
+        """Print one line for the first child that ended with a failure (waiting up to ``wait_s`` for one to), unless
+        one was named already."""
+        deadline = time.monotonic() + wait_s
+        while self._failure is None:
+            for local_rank, child in enumerate(self.children, start=1):
+                code = child.poll()
+                if code is not None and code != 0:
+                    self._failure = self.failure_line(local_rank, child, code)
+                    print(self._failure, file=sys.stderr, flush=True)
+                    return
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.1)
+
+    def failure_line(self, local_rank: int, child: subprocess.Popen, code: int) -> str:
+        """The sentence naming a child that failed: its rank, pid, and exit code or signal."""
         how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         rank = self.environment.node_rank * self.environment.processes_per_node + local_rank
-        self._failure = (f"accelkit: the process of rank {rank} (local rank {local_rank}, pid {child.pid}) {how}; "
-                         "stopping the run's other processes.")
+        return (f"accelkit: the process of rank {rank} (local rank {local_rank}, pid {child.pid}) {how}; stopping "
+                "the run's other processes.")
+
+    def _fail(self, local_rank: int, child: subprocess.Popen, code: int) -> None:
+        self._failure = self.failure_line(local_rank, child, code)
         print(self._failure, file=sys.stderr, flush=True)
         self.end_children()
         import _thread

@@ -1,0 +1,90 @@
+"""Programs run as scripts by tests/test_fabric_processes.py: ``python fabric_runs.py SCENARIO STRATEGY DEVICES OUT``.
+
+``train``: a short data-parallel fit through Fabric (sharded, shuffled loader; accumulation under
+``no_backward_sync``); global rank 0 writes what every rank saw to ``OUT`` (JSON). ``spawn``: ``launch(function)``,
+whose return value (global rank 0's) the caller writes. ``dead_rank``: rank 1 exits with code 3 after launching,
+rank 0 waits in a barrier. ``rank_zero_save``: only rank 0 calls ``save`` (a collective), rank 1 works on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from accelkit import Fabric
+
+
+def train(fabric: Fabric, out: str) -> dict:
+    fabric.seed_everything(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=2, shuffle=True))
+    seen = []
+    for epoch in range(2):
+        for i, (x, y) in enumerate(loader):
+            seen.append(x[:, 0].tolist())
+            accumulating = i % 2 == 0
+            with fabric.no_backward_sync(model, enabled=accumulating):
+                fabric.backward(nn.functional.mse_loss(model(x), y))
+            if accumulating:  # each rank's own gradient, not yet averaged
+                local = model.weight.grad.detach().clone()
+                gathered = fabric.all_gather(local)
+                unsynced = not torch.allclose(gathered[0], gathered[1])
+            else:
+                optimizer.step()
+                optimizer.zero_grad()
+    weights = fabric.all_gather(model.weight.detach())
+    result = {"world_size": fabric.world_size, "ranks_agree": bool(torch.allclose(weights[0], weights[1])),
+              "gathered_shape": list(weights.shape), "unsynced_during_accumulation": unsynced,
+              "batches": len(loader), "seen": fabric.all_gather(torch.tensor(seen)).tolist(),
+              "mean_rank": fabric.all_reduce(float(fabric.global_rank)).item(),
+              "sum_rank": fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op="sum").item(),
+              "broadcast": fabric.broadcast(os.getpid()), "pid": os.getpid(), "weight": weights[0].tolist()}
+    if fabric.is_global_zero and out:
+        with open(out, "w") as f:
+            json.dump(result, f)
+    return result
+
+
+def main() -> None:
+    scenario, strategy, devices, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    if strategy == "ddp-short-timeout":  # the watchdog speaks after max(10 s, a tenth of the timeout)
+        from accelkit.strategies import DDPStrategy
+
+        strategy = DDPStrategy(timeout_s=30)
+    fabric = Fabric(accelerator="cpu", devices=devices, strategy=strategy)
+    if scenario == "spawn":
+        result = fabric.launch(train, "")
+        with open(out, "w") as f:
+            json.dump({**result, "caller_pid": os.getpid()}, f)
+        return
+    fabric.launch()
+    if scenario == "train":
+        train(fabric, out)
+    elif scenario == "dead_rank":
+        if fabric.global_rank == 1:
+            os._exit(3)
+        fabric.barrier("after the exit")
+        time.sleep(120)
+    elif scenario == "rank_zero_save":
+        if fabric.global_rank == 0:
+            fabric.save(out, {"step": 1})
+        else:
+            time.sleep(40)
+    elif scenario == "sleep":
+        with open(f"{out}.{fabric.global_rank}", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(300)
+
+
+if __name__ == "__main__":
+    main()
