@@ -47,7 +47,7 @@ def fabric_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def report(fabric: Any, **metrics: float) -> None:
     """Print the final metrics from rank zero, one ``METRIC name=value`` line each, in full precision."""
     for name, value in metrics.items():
-        fabric.print(f"METRIC {name}={float(value)!r}")
+        fabric.print(f"METRIC {name}={float(value)!r}\n", end="")  # one write: lines of processes do not mix
 
 
 def expect(condition: bool, message: str) -> None:
@@ -58,4 +58,4 @@ def expect(condition: bool, message: str) -> None:
 
 def ok(name: str, fabric: Any) -> None:
     """The line the test looks for, once per process."""
-    print(f"CONFORMANCE OK {name} rank={fabric.global_rank}", flush=True)
+    print(f"CONFORMANCE OK {name} rank={fabric.global_rank}\n", end="", flush=True)
