@@ -84,3 +84,45 @@ def test_ctrl_c_or_a_killed_first_process_ends_every_process(prewarmed, tmp_path
         os.kill(running.pid, signal.SIGINT if how == "sigint_first" else signal.SIGKILL)
     running.wait(60)
     assert wait_gone(pids, 30) == []
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(prewarmed, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
+    """Two clipped FSDP steps on 2 processes, then a sharded save (read by the tests below)."""
+    folder = tmp_path_factory.mktemp("fsdp")
+    out = folder / "run.json"
+    proc = _run(prewarmed, folder, "fsdp_checkpoint", "fsdp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder, json.loads(out.read_text())
+
+
+def test_clip_gradients_under_fsdp_returns_the_norm_of_the_full_gradients(fsdp_run: tuple[Path, dict]) -> None:
+    _, result = fsdp_run
+    for returned, expected in result["norms"]:
+        assert returned == pytest.approx(expected, rel=1e-5)
+
+
+def test_fsdp_save_is_sharded_and_loads_whole_in_one_plain_process(fsdp_run: tuple[Path, dict]) -> None:
+    import torch
+
+    from accelkit import Fabric
+    from accelkit.checkpoint.sharded import is_sharded_checkpoint
+
+    folder, result = fsdp_run
+    path = folder / "run.json.ckpt"
+    assert is_sharded_checkpoint(path) and len(list(path.glob("*.distcp"))) == 2  # one shard file per process
+    loaded = Fabric(accelerator="cpu", devices=1).load(path)
+    assert loaded["step"] == 2 and set(loaded) == {"model", "optimizer", "step"}
+    for key, value in result["weights"].items():
+        torch.testing.assert_close(loaded["model"][key], torch.tensor(value))
+
+
+def test_fsdp_checkpoint_loads_into_a_sharded_model_at_another_world_size(
+        prewarmed, fsdp_run: tuple[Path, dict]) -> None:  # type: ignore[no-untyped-def]
+    folder, result = fsdp_run
+    out = folder / "run.json.loaded"
+    proc = prewarmed.run([str(HELPER), "fsdp_load", "fsdp", "1", str(out)], cwd=folder, env=child_env(), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(out.read_text())
+    assert loaded["weights"] == result["weights"] and loaded["step"] == 2 and loaded["rest"] == []
+    assert loaded["adam_steps"] == [2]  # the optimizer's state too

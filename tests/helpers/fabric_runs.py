@@ -29,7 +29,7 @@ def train(fabric: Fabric, out: str) -> dict:
     data = TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g))
     loader = fabric.setup_dataloaders(DataLoader(data, batch_size=2, shuffle=True))
     seen = []
-    for epoch in range(2):
+    for _epoch in range(2):
         for i, (x, y) in enumerate(loader):
             seen.append(x[:, 0].tolist())
             accumulating = i % 2 == 0
@@ -55,6 +55,46 @@ def train(fabric: Fabric, out: str) -> dict:
     return result
 
 
+def fsdp_checkpoint(fabric: Fabric, out: str) -> None:
+    """Two clipped steps under FSDP, the norm compared with the full gradients' own; a sharded save; rank 0 writes
+    the full weights and norms to ``out`` (JSON)."""
+    fabric.seed_everything(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model, optimizer = fabric.setup(model, optimizer)
+    g = torch.Generator().manual_seed(fabric.global_rank)
+    norms = []
+    for _ in range(2):
+        x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+        fabric.backward(nn.functional.mse_loss(model(x), y))
+        full_grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for p in model.parameters()]
+        expected = torch.linalg.vector_norm(torch.cat([g.flatten() for g in full_grads]))
+        norm = fabric.clip_gradients(model, optimizer, max_norm=0.5)
+        norms.append((float(norm), float(expected)))
+        optimizer.step()
+        optimizer.zero_grad()
+    fabric.save(out + ".ckpt", {"model": model, "optimizer": optimizer, "step": 2})
+    weights = {k: v.tolist() for k, v in model.state_dict().items()}
+    if fabric.is_global_zero:
+        with open(out, "w") as f:
+            json.dump({"norms": norms, "weights": weights}, f)
+
+
+def fsdp_load(fabric: Fabric, out: str) -> None:
+    """Load the checkpoint ``fsdp_checkpoint`` saved (at another world size) into a fresh sharded model and
+    optimizer; write the restored full weights and step to ``out`` (JSON)."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    rest = fabric.load(out.removesuffix(".loaded") + ".ckpt", state)
+    weights = {k: v.tolist() for k, v in model.state_dict().items()}
+    steps = sorted({int(s["step"]) for s in optimizer.state_dict()["state"].values()})
+    if fabric.is_global_zero:
+        with open(out, "w") as f:
+            json.dump({"weights": weights, "step": state["step"], "rest": sorted(rest), "adam_steps": steps}, f)
+
+
 def main() -> None:
     scenario, strategy, devices, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     if strategy == "ddp-short-timeout":  # the watchdog speaks after max(10 s, a tenth of the timeout)
@@ -70,6 +110,10 @@ def main() -> None:
     fabric.launch()
     if scenario == "train":
         train(fabric, out)
+    elif scenario == "fsdp_checkpoint":
+        fsdp_checkpoint(fabric, out)
+    elif scenario == "fsdp_load":
+        fsdp_load(fabric, out)
     elif scenario == "dead_rank":
         if fabric.global_rank == 1:
             os._exit(3)

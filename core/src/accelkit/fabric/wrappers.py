@@ -111,8 +111,15 @@ class FabricModule(nn.Module):
             super().__setattr__(name, value)
 
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        """The user's module's ``state_dict`` (its own names, without a wrapper's prefix)."""
-        return self._original_module.state_dict(*args, **kwargs)
+        """The user's module's ``state_dict`` (its own names, without a wrapper's prefix). Where the strategy shards
+        the parameters, the full tensors gathered from every process (a collective: every process calls it, as
+        Lightning's FSDP module's ``state_dict``); ``fabric.save`` writes shards instead."""
+        state = self._original_module.state_dict(*args, **kwargs)
+        for key, value in state.items():
+            full = getattr(value, "full_tensor", None)  # a sharded (DTensor) value: gathered, on every process
+            if callable(full):
+                state[key] = full().detach()
+        return state
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """The user's module's ``load_state_dict``."""
