@@ -321,3 +321,11 @@ def test_load_refuses_pickled_objects_unless_told_and_load_raw_reads_a_state_dic
     torch.save(nn.Linear(2, 2).state_dict(), tmp_path / "raw.pt")
     fabric.load_raw(tmp_path / "raw.pt", wrapped)
     torch.testing.assert_close(model.weight, torch.load(tmp_path / "raw.pt")["weight"])
+
+
+def test_an_argument_that_disagrees_with_accelkit_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELKIT_FABRIC_PRECISION", "bf16-mixed")
+    assert Fabric(accelerator="cpu", devices=1).precision.name == "bf16-mixed"  # the default takes the option
+    with pytest.raises(ConfigurationError, match=r"Fabric\(precision='64-true'\) conflicts with `accelkit run "
+                                                 r"--precision bf16-mixed`"):
+        Fabric(accelerator="cpu", devices=1, precision="64-true")

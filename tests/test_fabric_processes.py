@@ -126,3 +126,29 @@ def test_fsdp_checkpoint_loads_into_a_sharded_model_at_another_world_size(
     loaded = json.loads(out.read_text())
     assert loaded["weights"] == result["weights"] and loaded["step"] == 2 and loaded["rest"] == []
     assert loaded["adam_steps"] == [2]  # the optimizer's state too
+
+
+def test_accelkit_run_starts_a_script_that_never_calls_launch(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "no_launch.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from accelkit import Fabric\n"
+        "fabric = Fabric(accelerator='cpu')\n"
+        "total = fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op='sum').item()\n"
+        "print('RESULT', fabric.global_rank, fabric.world_size, fabric.strategy.name, fabric.precision.name, total,\n"
+        "      sys.argv[1:], flush=True)\n")
+    proc = prewarmed.run(["-m", "accelkit.cli", "run", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+                          "--precision", "bf16-mixed", str(script), "--lr", "0.1"], cwd=tmp_path, env=child_env(),
+                         timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    assert lines == [f"RESULT {rank} 2 ddp bf16-mixed 1.0 ['--lr', '0.1']" for rank in (0, 1)]
+
+
+def test_accelkit_run_names_the_process_that_failed(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "fails.py"
+    script.write_text("import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit(5)\nimport time\ntime.sleep(60)\n")
+    proc = prewarmed.run(["-m", "accelkit.cli", "run", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+                          str(script)], cwd=tmp_path, env=child_env(), timeout=120)
+    assert proc.returncode == 5
+    assert "the process of rank 1 (local rank 1" in proc.stderr and "exited with code 5" in proc.stderr

@@ -52,23 +52,16 @@ class Fabric:
     def __init__(self, *, accelerator: Any = "auto", strategy: Any = "auto", devices: Any = "auto",
                  num_nodes: int = 1, precision: Any = None, plugins: Any = None, callbacks: Any = None,
                  loggers: Any = None) -> None:
-        from accelkit.environments.base import ClusterEnvironment
-        from accelkit.environments.detection import detect_cluster_environment
-        from accelkit.environments.script import ScriptEnvironment
         from accelkit.strategies.launchers.script import follow_parent
 
         self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
         self._manager: PluginManager | None = None
         self._register_plugin_objects()
-        objects = list(self._plugin_objects)
-        if not any(isinstance(o, ClusterEnvironment) for o in objects) and \
-                detect_cluster_environment(self.plugin_manager) is None:
-            objects.append(ScriptEnvironment())  # nobody started this process: "ddp" starts its peers itself
-        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy,
-                     "precision": "32-true" if precision is None else precision, "num_nodes": num_nodes,
-                     "extra": {}}
-        self._composition: Composition = compose_arguments(self.plugin_manager, arguments, names, objects, [],
-                                                           Fabric.__init__)
+        given = {"accelerator": accelerator, "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
+                 "precision": precision}
+        settings = settings_from_command_line(given)
+        self._composition: Composition = compose_fabric(self.plugin_manager, names, self._plugin_objects,
+                                                        **settings)
         self._callbacks = _as_list(callbacks)
         self._loggers = _as_list(loggers)
         self._launched = False
@@ -534,6 +527,51 @@ class Fabric:
     def optimizer_module(self, optimizer: Any) -> nn.Module | None:
         """The set-up module whose parameters ``optimizer`` (wrapped or not) steps, if known."""
         return self._optimizer_modules.get(id(unwrap(optimizer)))
+
+
+#: the defaults of the Fabric's composition arguments (an argument left at its default takes ``accelkit run``'s)
+DEFAULTS = {"accelerator": "auto", "strategy": "auto", "devices": "auto", "num_nodes": 1, "precision": None}
+
+
+def settings_from_command_line(given: dict[str, Any]) -> dict[str, Any]:
+    """The composition arguments after ``accelkit run``'s options (``ACCELKIT_FABRIC_*`` variables, see
+    :mod:`accelkit.cli.run_command`): an argument left at its default takes the option's value; one given otherwise
+    must agree with it."""
+    from accelkit.cli.commands import parse_value
+    from accelkit.cli.run_command import SETTINGS
+    from accelkit.errors import ConfigurationError
+
+    settings, problems = dict(given), []
+    for name, variable in SETTINGS.items():
+        raw = os.environ.get(variable)
+        if raw is None:
+            continue
+        value = parse_value(raw) if name in ("devices", "num_nodes") else raw
+        mine = given[name]
+        if mine != DEFAULTS[name] and str(mine) != str(value):
+            problems.append(f"Fabric({name}={mine!r}) conflicts with `accelkit run --{name.replace('_', '-')} "
+                            f"{raw}`; remove one of them")
+        settings[name] = value
+    if problems:
+        raise ConfigurationError(problems)
+    return settings
+
+
+def compose_fabric(manager: PluginManager, plugin_names: list[str], plugin_objects: list[Any], accelerator: Any,
+                   strategy: Any, devices: Any, num_nodes: Any, precision: Any) -> Composition:
+    """The Fabric's run, composed as the Trainer's (:func:`~accelkit.trainer.arguments.compose_arguments`); when no
+    launcher started this process, a :class:`~accelkit.environments.script.ScriptEnvironment` lets ``"ddp"`` start
+    the other processes itself."""
+    from accelkit.environments.base import ClusterEnvironment
+    from accelkit.environments.detection import detect_cluster_environment
+    from accelkit.environments.script import ScriptEnvironment
+
+    objects = list(plugin_objects)
+    if not any(isinstance(o, ClusterEnvironment) for o in objects) and detect_cluster_environment(manager) is None:
+        objects.append(ScriptEnvironment())
+    arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "num_nodes": num_nodes,
+                 "precision": "32-true" if precision is None else precision, "extra": {}}
+    return compose_arguments(manager, arguments, plugin_names, objects, [], Fabric.__init__)
 
 
 def run_launched(fabric: Fabric, function: Callable[..., Any] | None, args: tuple, kwargs: dict) -> Any:

@@ -170,6 +170,27 @@ class ScriptLauncher(Launcher):
                 child.kill()
                 child.wait()
 
+    def run_everywhere(self, command: list[str]) -> int:
+        """Run ``command`` as every local rank of this node (``accelkit run``: this process is none of them), wait
+        for all, and return the exit status: the first failing process's (named, the others stopped), else 0."""
+        os.environ["MASTER_ADDR"] = self.environment.main_address
+        os.environ["MASTER_PORT"] = str(self.environment.main_port)
+        self.children = [subprocess.Popen(command, env=self.child_environment(local_rank))
+                         for local_rank in range(self.environment.processes_per_node)]
+        try:
+            while True:
+                codes = [child.poll() for child in self.children]
+                failed = next(((i, c) for i, c in enumerate(codes) if c not in (None, 0)), None)
+                if failed is not None:
+                    self._failure = self.failure_line(failed[0], self.children[failed[0]], failed[1])
+                    print(self._failure, file=sys.stderr, flush=True)
+                    return failed[1] if failed[1] > 0 else 128 - failed[1]
+                if all(c == 0 for c in codes):
+                    return 0
+                time.sleep(WATCH_EVERY_S)
+        finally:
+            self.end_children()
+
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Start the children, then run ``function`` here (each child runs the same script, so the same call)."""
         self.start_children()
