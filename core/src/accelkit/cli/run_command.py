@@ -5,7 +5,8 @@
 The run is composed here as the script's :class:`~accelkit.Fabric` will compose it (same plugins, same checks), then
 the script is started once per process of this node with its rank in the environment (``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``..., as ``torchrun`` sets them); the script need not call ``fabric.launch()``. The options reach each
-process's ``Fabric(...)`` through ``ACCELKIT_FABRIC_*`` variables (:data:`SETTINGS`): an argument the script gives
+process's ``Fabric(...)`` through ``ACCELKIT_FABRIC_*`` variables
+(:data:`accelkit.fabric.fabric.COMMAND_LINE_SETTINGS`): an argument the script gives
 that disagrees with one of them is refused, naming both. The first process that fails is named and the others are
 stopped; the exit status is the failing one's.
 """
@@ -17,10 +18,7 @@ import os
 import sys
 from typing import Any
 
-#: the option names of ``accelkit run`` that the script's Fabric reads, and the variables that carry them
-SETTINGS = {"accelerator": "ACCELKIT_FABRIC_ACCELERATOR", "strategy": "ACCELKIT_FABRIC_STRATEGY",
-            "devices": "ACCELKIT_FABRIC_DEVICES", "num_nodes": "ACCELKIT_FABRIC_NUM_NODES",
-            "precision": "ACCELKIT_FABRIC_PRECISION"}
+from accelkit.fabric.fabric import COMMAND_LINE_SETTINGS as SETTINGS
 
 
 def parser() -> argparse.ArgumentParser:

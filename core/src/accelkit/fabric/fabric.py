@@ -529,6 +529,10 @@ class Fabric:
         return self._optimizer_modules.get(id(unwrap(optimizer)))
 
 
+#: the composition arguments ``accelkit run`` sets for the script's Fabric, and the variables that carry them
+COMMAND_LINE_SETTINGS = {"accelerator": "ACCELKIT_FABRIC_ACCELERATOR", "strategy": "ACCELKIT_FABRIC_STRATEGY",
+                         "devices": "ACCELKIT_FABRIC_DEVICES", "num_nodes": "ACCELKIT_FABRIC_NUM_NODES",
+                         "precision": "ACCELKIT_FABRIC_PRECISION"}
 #: the defaults of the Fabric's composition arguments (an argument left at its default takes ``accelkit run``'s)
 DEFAULTS = {"accelerator": "auto", "strategy": "auto", "devices": "auto", "num_nodes": 1, "precision": None}
 
@@ -537,16 +541,14 @@ def settings_from_command_line(given: dict[str, Any]) -> dict[str, Any]:
     """The composition arguments after ``accelkit run``'s options (``ACCELKIT_FABRIC_*`` variables, see
     :mod:`accelkit.cli.run_command`): an argument left at its default takes the option's value; one given otherwise
     must agree with it."""
-    from accelkit.cli.commands import parse_value
-    from accelkit.cli.run_command import SETTINGS
     from accelkit.errors import ConfigurationError
 
     settings, problems = dict(given), []
-    for name, variable in SETTINGS.items():
+    for name, variable in COMMAND_LINE_SETTINGS.items():
         raw = os.environ.get(variable)
         if raw is None:
             continue
-        value = parse_value(raw) if name in ("devices", "num_nodes") else raw
+        value: Any = int(raw) if name in ("devices", "num_nodes") and raw.strip().isdigit() else raw
         mine = given[name]
         if mine != DEFAULTS[name] and str(mine) != str(value):
             problems.append(f"Fabric({name}={mine!r}) conflicts with `accelkit run --{name.replace('_', '-')} "
