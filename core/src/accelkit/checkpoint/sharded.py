@@ -146,11 +146,11 @@ def split(checkpoint: dict[str, Any], sharded_keys: list[str] | None = None) -> 
     """``(tensor part for DCP, everything else)`` of a Trainer checkpoint, or of any checkpoint whose
     ``sharded_keys`` entries are the sharded ones."""
     if sharded_keys is not None:
-        tensors = {k: checkpoint[k] for k in sharded_keys}
-        metadata = {k: v for k, v in checkpoint.items() if k not in tensors}
-        metadata[SHARDED_KEYS_KEY] = list(sharded_keys)
-        metadata[FORMAT_KEY] = 1
-        return tensors, metadata
+        named = {k: checkpoint[k] for k in sharded_keys}
+        rest = {k: v for k, v in checkpoint.items() if k not in named}
+        rest[SHARDED_KEYS_KEY] = list(sharded_keys)
+        rest[FORMAT_KEY] = 1
+        return named, rest
     optimizers = list(checkpoint.get("optimizer_states") or [])
     tensors: dict[str, Any] = {"state_dict": checkpoint.get("state_dict", {})}
     if optimizers:

@@ -359,6 +359,7 @@ class Fabric:
         if clip_val is not None:
             torch.nn.utils.clip_grad_value_(parameters, clip_val)
             return None
+        assert max_norm is not None  # exactly one of the two was given
         total = torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type,
                                                error_if_nonfinite=error_if_nonfinite)
         full = getattr(total, "full_tensor", None)  # a sharded norm (DTensor): its value over every process
