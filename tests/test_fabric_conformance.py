@@ -39,6 +39,8 @@ TWO_PROCESSES = {name: ("ddp", "ddp") for name in SCRIPTS} | {"fsdp_scheduler": 
 #: how close accelkit's metrics must be to Lightning's: the same operations in the same order give the same floats;
 #: a different reduction order (a collective, a sharded norm) changes the last bits, which training then carries on
 RELATIVE, ABSOLUTE = 1e-4, 1e-6
+needs_lightning = pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
+                                     reason="needs Lightning (a dev requirement), to compare with")
 METRIC = re.compile(r"METRIC (\w+)=(-?(?:\d+\.?\d*(?:e[-+]?\d+)?|inf|nan))")
 
 
@@ -62,6 +64,63 @@ def test_a_script_refuses_an_unknown_framework(tmp_path: Path) -> None:
                           timeout=60)
     assert done.returncode != 0
     assert "FRAMEWORK='pytorch-lightning' is not one of ('accelkit', 'lightning')" in done.stderr, done.stderr
+
+
+GUIDE = FOLDER.parents[2] / "docs" / "migrating-from-lightning.rst"
+#: every public method of Accelerate's ``Accelerator`` (huggingface/accelerate 1.15.0.dev0, commit 16cb6eb8, read from
+#: ``src/accelerate/accelerator.py``: accelerate is not a dev requirement, so the list is data here)
+ACCELERATOR_METHODS = {
+    "accumulate", "autocast", "backward", "check_trigger", "clear", "clip_grad_norm_", "clip_grad_value_",
+    "deepspeed_ulysses_dl_adapter", "end_training", "free_memory", "gather", "gather_for_metrics", "get_state_dict",
+    "get_tracker", "init_trackers", "join_uneven_inputs", "load_state", "local_main_process_first", "log",
+    "lomo_backward", "main_process_first", "maybe_context_parallel", "no_sync", "on_last_process",
+    "on_local_main_process", "on_local_process", "on_main_process", "on_process", "pad_across_processes", "prepare",
+    "prepare_data_loader", "prepare_model", "prepare_optimizer", "prepare_scheduler", "print", "profile", "reduce",
+    "register_for_checkpointing", "register_load_state_pre_hook", "register_save_state_pre_hook", "save",
+    "save_model", "save_state", "set_trigger", "skip_first_batches", "split_between_processes",
+    "trigger_sync_in_backward", "unscale_gradients", "unwrap_model", "verify_device_map", "wait_for_everyone"}
+
+
+def guide_table(title: str) -> dict[str, tuple[str, str]]:
+    """The rows of the guide's list-table ``title``: ``{name: (second column, notes)}``."""
+    text = GUIDE.read_text()
+    start = text.index(f".. list-table:: {title}\n")
+    body = text[start:text.index("\n\n", text.index("   * - ", start))]
+    rows = re.findall(r"   \* - ``(\w+)``\n     - (.*)\n     -(.*)", body)
+    return {name: (second.strip(), notes.strip()) for name, second, notes in rows}
+
+
+@needs_lightning
+def test_the_guide_has_a_row_for_every_name_of_lightning_fabric_and_its_status_holds() -> None:
+    import lightning.fabric
+
+    import accelkit
+
+    rows = guide_table("Lightning Fabric")
+    lightning_names = {name for name in dir(lightning.fabric.Fabric) if not name.startswith("_")}
+    assert set(rows) == lightning_names, (f"rows to add: {sorted(lightning_names - set(rows))}, rows of names "
+                                          f"Lightning does not have: {sorted(set(rows) - lightning_names)}")
+    for name, (status, notes) in rows.items():
+        assert status in ("supported", "differs", "not yet"), (name, status)
+        present = hasattr(accelkit.Fabric, name)
+        assert present == (status != "not yet"), f"{name}: the row says {status!r}, accelkit.Fabric has it: {present}"
+        assert status == "supported" or len(notes) > 15, f"{name}: a {status!r} row says what differs or what to use"
+
+
+def test_the_guide_has_a_row_for_every_method_of_accelerate_and_names_real_counterparts() -> None:
+    import accelkit
+
+    rows = guide_table("Accelerate")
+    assert set(rows) == ACCELERATOR_METHODS, (sorted(ACCELERATOR_METHODS - set(rows)),
+                                              sorted(set(rows) - ACCELERATOR_METHODS))
+    for name, (counterpart, notes) in rows.items():
+        if counterpart in ("none", "none needed", "not yet"):
+            assert len(notes) > 15, f"{name}: say why there is no counterpart, or what to write instead"
+        for method in re.findall(r"fabric\.(\w+)", counterpart):
+            assert hasattr(accelkit.Fabric, method), f"{name}: the counterpart fabric.{method} does not exist"
+    # a counterpart that accelkit grows must replace its "not yet"
+    for name in ("accumulate", "gather_for_metrics"):
+        assert (rows[name][0] == "not yet") == (not hasattr(accelkit.Fabric, name)), name
 
 
 def _env(framework: str) -> dict[str, str]:
@@ -93,10 +152,6 @@ def compare(name: str, ours: dict[str, float], lightning: dict[str, float]) -> N
     differing = {key: (ours[key], lightning[key]) for key in ours
                  if not math.isclose(ours[key], lightning[key], rel_tol=RELATIVE, abs_tol=ABSOLUTE)}
     assert not differing, f"{name}: accelkit's metrics differ from Lightning's (accelkit, Lightning): {differing}"
-
-
-needs_lightning = pytest.mark.skipif(importlib.util.find_spec("lightning") is None,
-                                     reason="the side-by-side run needs Lightning (a dev requirement)")
 
 
 @pytest.mark.slow

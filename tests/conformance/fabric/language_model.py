@@ -4,8 +4,8 @@ a causal transformer created under ``fabric.init_module()``, token batches from 
 printed), and the validation perplexity averaged over the processes with ``fabric.all_reduce``.
 
 The text is made here (no download): token ``t+1`` is ``(3 * t + 1) mod 17`` of token ``t``, so a model that has
-learned it predicts every next token. Checked: the validation perplexity falls far below the vocabulary size of 17, the parameters were
-created on the Fabric's device, and every process ends with the same weights.
+learned it predicts every next token. Checked: the validation perplexity falls far below the vocabulary size (17),
+the parameters were created on the Fabric's device, and every process ends with the same weights.
 """
 
 import math
