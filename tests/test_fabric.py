@@ -264,9 +264,18 @@ def test_no_backward_sync_warns_when_the_strategy_cannot_skip_the_sync() -> None
         single.no_backward_sync(nn.Linear(2, 1))
 
 
+class _SpawningStrategy(SingleDeviceStrategy):
+    """A strategy that starts its workers from a function and is no data-parallel one (as an XLA plugin's)."""
+
+    def create_launcher(self) -> object:
+        from accelkit.strategies.launchers import SpawnLauncher
+
+        return SpawnLauncher(2)
+
+
 def test_launch_on_spawn_strategies_needs_a_function_and_ddp_needs_launch() -> None:
     with pytest.raises(TypeError, match="launch\\(function\\)"):
-        Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn").launch()
+        Fabric(accelerator="cpu", devices=1, strategy=_SpawningStrategy()).launch()
     fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp")
     with pytest.raises(RuntimeError, match="call fabric.launch\\(\\) first"):
         fabric.setup(nn.Linear(2, 1))

@@ -60,6 +60,7 @@ class Fabric:
         given = {"accelerator": accelerator, "strategy": strategy, "devices": devices, "num_nodes": num_nodes,
                  "precision": precision}
         settings = settings_from_command_line(given)
+        self._settings, self._plugin_names = settings, names
         self._composition: Composition = compose_fabric(self.plugin_manager, names, self._plugin_objects,
                                                         **settings)
         self._callbacks = _as_list(callbacks)
@@ -180,6 +181,8 @@ class Fabric:
         if function is not None:
             _check_launch_function(function)
         launcher = self.strategy.launcher
+        if launcher.launches_workers and function is None and self._join_instead_of_spawning():
+            launcher = self.strategy.launcher
         if launcher.launches_workers and function is None:
             raise TypeError(f"strategy {self.strategy.name or type(self.strategy).__name__!r} starts its processes "
                             "by running a function in each: call fabric.launch(function) with a function taking "
@@ -190,6 +193,24 @@ class Fabric:
 
         self.strategy.run_context = RunContext(stage=None, root_dir=None)
         return self.strategy.launch(run_launched, self, function, args, kwargs)
+
+    def _join_instead_of_spawning(self) -> bool:
+        """``launch()`` without a function on a strategy that spawns its workers from a function (``ddp_spawn``,
+        ``ddp_fork``, the default of several devices): compose the run again as ``"ddp"``, whose processes run the
+        script itself (started here by running it again, or by a launcher); ``False`` where the strategy is no
+        data-parallel one (it keeps refusing)."""
+        from accelkit.strategies.ddp import DDPStrategy
+
+        strategy = self.strategy
+        if not isinstance(strategy, DDPStrategy):
+            return False
+        settings = {**self._settings, "strategy": "ddp"}
+        self._composition = compose_fabric(self.plugin_manager, self._plugin_names, self._plugin_objects, **settings)
+        if self._settings["strategy"] != "auto" and self.strategy.is_global_zero:
+            print(f"accelkit: Fabric(strategy={strategy.name!r}).launch() without a function: the script runs again "
+                  "in each process, as with strategy='ddp' (give launch() a function to start the processes from it "
+                  "instead)", flush=True)
+        return True
 
     def setup_environment(self) -> None:
         """Set this process up for the run once (device runtime, process group, the rank that ``rank_zero_only``
