@@ -338,3 +338,70 @@ def test_an_argument_that_disagrees_with_accelkit_run_is_refused(monkeypatch: py
     with pytest.raises(ConfigurationError, match=r"Fabric\(precision='64-true'\) conflicts with `accelkit run "
                                                  r"--precision bf16-mixed`"):
         Fabric(accelerator="cpu", devices=1, precision="64-true")
+
+
+def test_accumulate_steps_once_per_window_and_at_the_epochs_end() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    reference = copy.deepcopy(model)
+    data = _data(10)  # 5 batches of 2: windows of 2, 2 and the epoch's last batch alone
+    fabric = _fabric()
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=2))
+    norms = []
+    for x, y in loader:
+        with fabric.accumulate(wrapped, every=2):
+            fabric.backward(nn.functional.mse_loss(wrapped(x), y))
+            norms.append(fabric.clip_gradients(wrapped, optimizer, max_norm=100.0))
+            optimizer.step()
+            optimizer.zero_grad()
+    assert [n is not None for n in norms] == [False, True, False, True, True]
+    hand = torch.optim.SGD(reference.parameters(), lr=0.1)
+    batches = list(DataLoader(data, batch_size=2))
+    for window in (batches[0:2], batches[2:4], batches[4:5]):
+        for x, y in window:
+            (nn.functional.mse_loss(reference(x), y) / 2).backward()
+        hand.step()
+        hand.zero_grad()
+    for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    with pytest.raises(ValueError, match="every=0"):
+        with fabric.accumulate(wrapped, every=0):
+            pass
+
+
+@pytest.mark.parametrize("order_from", ["loader_generator", "global_seed"])
+def test_a_saved_loader_resumes_mid_epoch_where_it_stopped(tmp_path: Path, order_from: str) -> None:
+    data = TensorDataset(torch.arange(12.0).unsqueeze(1))
+
+    def run(fabric: Fabric, loader: FabricDataLoader, epochs: int, stop_after: int | None = None) -> list[float]:
+        seen = []
+        for _ in range(epochs):
+            for (x,) in loader:
+                seen.append(x[0, 0].item())
+                if stop_after is not None and len(seen) == stop_after:
+                    fabric.save(tmp_path / "mid.ckpt", {"loader": loader})
+                    return seen
+        return seen
+
+    def fresh() -> tuple[Fabric, FabricDataLoader]:
+        fabric = _fabric()
+        torch.manual_seed(3)
+        generator = torch.Generator().manual_seed(3) if order_from == "loader_generator" else None
+        return fabric, fabric.setup_dataloaders(DataLoader(data, batch_size=3, shuffle=True, generator=generator))
+
+    fabric, loader = fresh()
+    uninterrupted = run(fabric, loader, 3)
+    fabric, loader = fresh()
+    first = run(fabric, loader, 3, stop_after=6)  # the second batch of the second epoch
+    fabric, loader = fresh()
+    fabric.load(tmp_path / "mid.ckpt", {"loader": loader})
+    position = loader.state_dict()
+    assert (position["epoch"], position["batches_done"]) == (1, 2)
+    rest = []
+    for _ in range(2):
+        rest += [x[0, 0].item() for (x,) in loader]
+    if order_from == "loader_generator":  # the loader's own generator: every later epoch's order too
+        assert first + rest[:len(uninterrupted) - len(first)] == uninterrupted
+    else:  # the global random state decides the later epochs (the program's to save): the resumed epoch is exact
+        assert first + rest[:2] == uninterrupted[:8]

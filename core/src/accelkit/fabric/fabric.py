@@ -73,6 +73,13 @@ class Fabric:
         self._optimizer_modules: dict[int, nn.Module] = {}
         self._backward_since_step = False
         self._warned: set[str] = set()
+        #: the set-up loader being iterated most recently (what :meth:`gather_for_metrics` and :meth:`accumulate`
+        #: read: its last batch, its sampler's padding)
+        self.active_loader: FabricDataLoader | None = None
+        #: whether the batch being run is an accumulation step of :meth:`accumulate` (no step, no sync)
+        self.accumulating = False
+        self._accumulation: dict[int, int] = {}
+        self._loss_divisor = 1
         follow_parent()  # a process a ScriptLauncher started ends when its starter is gone
         if self._loggers:
             atexit.register(self._save_loggers)  # rows buffered in a logger reach its files when the script ends
@@ -339,6 +346,8 @@ class Fabric:
         if model is not None and not isinstance(model, FabricModule):
             raise TypeError(f"backward(model=...) takes a module set up with Fabric.setup(), got "
                             f"{type(model).__name__}")
+        if self._loss_divisor != 1:  # inside accumulate(): each batch's share of the window's gradient
+            tensor = tensor / self._loss_divisor
         if args or kwargs:
             self.precision.scale_loss(tensor).backward(*args, **kwargs)
         else:
@@ -375,6 +384,8 @@ class Fabric:
         if (clip_val is None) == (max_norm is None):
             raise ValueError(f"clip_gradients(clip_val={clip_val!r}, max_norm={max_norm!r}): give exactly one of "
                              "them (clip_val clips each value, max_norm the total norm)")
+        if self.accumulating:  # inside accumulate(): the window's gradients are clipped once, at its last batch
+            return None
         self.precision.unscale_gradients(unwrap(optimizer))
         parameters = [p for p in unwrap(module).parameters() if p.grad is not None]
         if clip_val is not None:
@@ -405,6 +416,59 @@ class Fabric:
                           "synchronisation, so every backward pass in it still synchronises (correct, but no "
                           "faster)", UserWarning, stacklevel=2)
         return context
+
+    @contextlib.contextmanager
+    def accumulate(self, module: Any, every: int) -> Iterator[None]:
+        """Run one batch of a gradient-accumulation window of ``every`` batches (accelkit's, beyond Lightning; as
+        Hugging Face Accelerate's ``accumulate``): on its accumulation steps the backward pass skips the gradient
+        synchronisation and ``optimizer.step()``, ``optimizer.zero_grad()`` and :meth:`clip_gradients` do nothing;
+        on the window's last batch (or the loader's last batch of the epoch) they run once, unscaling and clipping
+        the whole window's gradients. Each batch's loss counts ``1/every`` of the window's. Write the loop as for
+        one batch per step::
+
+            for batch in loader:
+                with fabric.accumulate(model, every=4):
+                    fabric.backward(loss_of(model, batch))
+                    fabric.clip_gradients(model, optimizer, max_norm=1.0)
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """
+        if not isinstance(module, FabricModule):
+            raise TypeError(f"accumulate() takes a module set up with Fabric.setup(), got {type(module).__name__}")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"accumulate(every={every!r}): give the number of batches per optimizer step, an int >= 1")
+        if self._loss_divisor != 1 or self.accumulating:
+            raise RuntimeError("accumulate() is already active: one window at a time, one batch per `with` block")
+        count = self._accumulation.get(id(module), 0) + 1
+        loader = self.active_loader
+        last = count % every == 0 or (loader is not None and loader.at_last_batch)
+        self._accumulation[id(module)] = 0 if last else count
+        self.accumulating, self._loss_divisor = not last, every
+        try:
+            with self.no_backward_sync(module, enabled=not last):
+                yield
+        finally:
+            self.accumulating, self._loss_divisor = False, 1
+
+    def gather_for_metrics(self, data: Any) -> Any:
+        """Gather tensors (or collections of them) from every process and join them along the first dimension,
+        without the samples the distributed sampler repeated to give every process as many (in the last batch of
+        the epoch): each sample of the data set once, for exact distributed evaluation (accelkit's, beyond
+        Lightning; Hugging Face Accelerate's ``gather_for_metrics``). One process returns ``data`` unchanged."""
+        if self.world_size == 1:
+            return data
+        gathered = self.all_gather(data)
+        loader = self.active_loader
+        padding = loader.padding if loader is not None and loader.at_last_batch else 0
+        keep_whole = self.world_size - padding  # ranks from here on hold a repeated sample last
+
+        def join(tensor: torch.Tensor) -> torch.Tensor:
+            if tensor.ndim < 2:  # one value per process
+                return tensor[:keep_whole] if padding else tensor
+            parts = [tensor[r] if r < keep_whole else tensor[r][:-1] for r in range(tensor.shape[0])]
+            return torch.cat(parts)
+
+        return apply_to_tensors(gathered, join)
 
     # ----------------------------------------------------------------- creating on the device
     @contextlib.contextmanager

@@ -166,11 +166,18 @@ class FabricOptimizer:
         return self._optimizer
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
-        """One optimizer step through the strategy and the precision; returns the closure's loss, if any."""
+        """One optimizer step through the strategy and the precision; returns the closure's loss, if any. Inside
+        :meth:`accelkit.Fabric.accumulate` on an accumulation step, nothing (the step comes with the window's last
+        batch)."""
+        if self._fabric.accumulating:
+            return None
         return self._fabric.optimizer_step(self._optimizer, closure)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """The user's optimizer's ``zero_grad``."""
+        """The user's optimizer's ``zero_grad`` (nothing on an accumulation step of
+        :meth:`accelkit.Fabric.accumulate`: the window's gradients are kept)."""
+        if self._fabric.accumulating:
+            return
         self._optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self) -> dict[str, Any]:
@@ -191,6 +198,14 @@ class FabricDataLoader:
     epoch (``set_epoch``: a new shuffle every epoch, the same on every process) and moves each batch to the device;
     ``len``, ``dataset``, ``sampler``, ``batch_size`` and the rest are the loader's own.
 
+    Its position is state: ``fabric.save(path, {"loader": loader, ...})`` records the epoch, the batches read in
+    it and what decided its order, and after ``fabric.load`` the next iteration continues the same epoch's order
+    after them without loading them (a mid-epoch resume). The epochs after it draw their order from the loader's
+    ``generator`` when it has one (exact), else from the global random state, which the program saves and restores
+    itself (``torch.get_rng_state``) for an exact run. While it yields its last batch, :attr:`at_last_batch` is
+    ``True`` and :attr:`padding` says how many indices the distributed sampler repeated to give every process as
+    many (what :meth:`accelkit.Fabric.gather_for_metrics` drops).
+
     :param loader: the (re-sharded) loader.
     :param device: where batches go, or ``None`` to leave them where the loader puts them.
     :param fabric: the :class:`~accelkit.Fabric` that set it up.
@@ -200,8 +215,16 @@ class FabricDataLoader:
         self._loader = loader
         self._device = device
         self._fabric = fabric
-        self._epoch = 0
         self._num_iter_calls = 0
+        self._batches_done = 0
+        self._skip = 0
+        self._epoch = 0
+        #: what decided the order of the epoch being read (:func:`accelkit.loops.resume.epoch_start`), saved with
+        #: the position; a loaded one is put back before the resumed epoch's first batch
+        self._epoch_start: dict[str, Any] | None = None
+        self._resume_start: dict[str, Any] | None = None
+        #: whether the batch being used is the loader's last of the epoch
+        self.at_last_batch = False
 
     @property
     def loader(self) -> Any:
@@ -213,18 +236,67 @@ class FabricDataLoader:
         """Where batches are moved (``None``: left where the loader puts them)."""
         return self._device
 
+    @property
+    def padding(self) -> int:
+        """How many indices the loader's distributed sampler repeats at the end of an epoch (0 without one)."""
+        sampler = getattr(self._loader, "sampler", None)
+        replicas = getattr(sampler, "num_replicas", None)
+        source = getattr(sampler, "data_source", None) or getattr(sampler, "dataset", None)
+        if not replicas or source is None or getattr(sampler, "drop_last", False):
+            return 0
+        try:
+            return replicas * len(sampler) - len(source)
+        except TypeError:
+            return 0
+
     def __len__(self) -> int:
         return len(self._loader)
 
     def __iter__(self) -> Iterator[Any]:
-        set_epoch(self._loader, self._num_iter_calls)
-        self._num_iter_calls += 1
-        if self._device is None:
-            yield from self._loader
-            return
-        to_device = self._fabric.strategy.batch_to_device
-        for batch in self._loader:
-            yield to_device(batch)
+        from accelkit.loops import resume
+
+        epoch, skip, start = self._num_iter_calls, self._skip, self._resume_start
+        self._num_iter_calls, self._skip, self._resume_start = epoch + 1, 0, None
+        self._epoch, self._batches_done = epoch, skip
+        set_epoch(self._loader, epoch)
+        self._fabric.active_loader = self
+        try:
+            total = len(self._loader)
+        except TypeError:
+            total = None
+        now = None
+        if start is None:
+            self._epoch_start = resume.epoch_start(self._loader)
+        else:  # resuming mid-epoch: that epoch's order, without the batches read before the save
+            self._epoch_start, now = start, resume.rng_states()
+            resume.restore_epoch_start(self._loader, start)
+        source = resume.skip_batches(self._loader, skip) if skip else self._loader
+        to_device = self._fabric.strategy.batch_to_device if self._device is not None else None
+        for index, batch in enumerate(source, start=skip):
+            if now is not None:  # the order is drawn: the random streams go on as they were
+                resume.set_rng_states(now)
+                now = None
+            self.at_last_batch = total is not None and index == total - 1
+            self._batches_done = index + 1  # in use from here: a save during its step counts it as read
+            yield to_device(batch) if to_device is not None else batch
+        self.at_last_batch = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position: the epoch being read, the batches of it already used, and what decided its order."""
+        return {"epoch": self._epoch, "batches_done": self._batches_done, "epoch_start": self._epoch_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a position :meth:`state_dict` gave: the next iteration reads that epoch's order after its
+        used batches (the next epoch when it had ended)."""
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        try:
+            ended = done >= len(self._loader)
+        except TypeError:
+            ended = False
+        self._epoch, self._batches_done = (epoch, done)
+        self._num_iter_calls, self._skip = (epoch + 1, 0) if ended else (epoch, done)
+        self._resume_start = None if ended else state.get("epoch_start")
+        self._epoch_start = self._resume_start
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
