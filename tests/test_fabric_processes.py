@@ -172,3 +172,13 @@ def test_launch_without_a_function_on_a_spawning_strategy_runs_the_script_again(
     assert sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT")) == [
         "RESULT 0 2 1.0", "RESULT 1 2 1.0"]
     assert proc.stdout.count("launch() without a function") == (0 if strategy == "auto" else 1)
+
+
+def test_gather_for_metrics_sees_each_sample_once_and_accumulate_keeps_ranks_in_step(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "eval.json"
+    proc = _run(prewarmed, tmp_path, "evaluate", "ddp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert len(result["plain"]) == 16  # all_gather: the sampler's repeated sample included
+    assert sorted(result["seen"]) == [float(i) for i in range(15)]
+    assert result["agree"]

@@ -95,6 +95,28 @@ def fsdp_load(fabric: Fabric, out: str) -> None:
             json.dump({"weights": weights, "step": state["step"], "rest": sorted(rest), "adam_steps": steps}, f)
 
 
+def evaluate(fabric: Fabric, out: str) -> None:
+    """15 samples over 2 processes (the sampler repeats one): what gather_for_metrics returns over the epoch, and
+    a fit under accumulate(every=2) whose ranks must agree; rank 0 writes both to ``out`` (JSON)."""
+    data = TensorDataset(torch.arange(15.0).unsqueeze(1), torch.ones(15, 1))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=4))
+    seen, plain = [], []
+    for x, _ in loader:
+        seen += fabric.gather_for_metrics(x[:, 0]).tolist()
+        plain += fabric.all_gather(x[:, 0]).flatten().tolist()
+    model = nn.Linear(1, 1)
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    for x, y in loader:
+        with fabric.accumulate(model, every=2):
+            fabric.backward(nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+    weights = fabric.all_gather(model.weight.detach())
+    if fabric.is_global_zero:
+        with open(out, "w") as f:
+            json.dump({"seen": seen, "plain": plain, "agree": bool(torch.equal(weights[0], weights[1]))}, f)
+
+
 def main() -> None:
     scenario, strategy, devices, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     if strategy == "ddp-short-timeout":  # the watchdog speaks after max(10 s, a tenth of the timeout)
@@ -110,6 +132,8 @@ def main() -> None:
     fabric.launch()
     if scenario == "train":
         train(fabric, out)
+    elif scenario == "evaluate":
+        evaluate(fabric, out)
     elif scenario == "fsdp_checkpoint":
         fsdp_checkpoint(fabric, out)
     elif scenario == "fsdp_load":
