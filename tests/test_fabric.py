@@ -405,3 +405,14 @@ def test_a_saved_loader_resumes_mid_epoch_where_it_stopped(tmp_path: Path, order
         assert first + rest[:len(uninterrupted) - len(first)] == uninterrupted
     else:  # the global random state decides the later epochs (the program's to save): the resumed epoch is exact
         assert first + rest[:2] == uninterrupted[:8]
+
+
+def test_a_save_that_fails_leaves_the_previous_checkpoint_whole(tmp_path: Path) -> None:
+    fabric = _fabric()
+    wrapped = fabric.setup(nn.Linear(2, 2))
+    path = tmp_path / "state.ckpt"
+    fabric.save(path, {"model": wrapped, "step": 1})
+    with pytest.raises(Exception, match="lambda|pickle|Can't"):
+        fabric.save(path, {"model": wrapped, "step": 2, "unpicklable": lambda: None})
+    assert fabric.load(path)["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.ckpt"]
