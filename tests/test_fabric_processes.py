@@ -4,6 +4,7 @@ collective only some ranks reach named, Ctrl-C ends every process). Programs: ``
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -182,3 +183,21 @@ def test_gather_for_metrics_sees_each_sample_once_and_accumulate_keeps_ranks_in_
     assert len(result["plain"]) == 16  # all_gather: the sampler's repeated sample included
     assert sorted(result["seen"]) == [float(i) for i in range(15)]
     assert result["agree"]
+
+
+@pytest.mark.xla
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+def test_a_fabric_loop_on_one_xla_device_trains_as_on_the_cpu(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The same seeded loop through Fabric on an XLA device (PJRT on the host CPU, in a process of its own) and on
+    the CPU: the optimizer steps through the XLA strategy, the loader moves batches to the XLA device."""
+    from helpers.xla import run_program, xla_env
+
+    results = {}
+    for accelerator in ("cpu", "xla"):
+        out = tmp_path / f"{accelerator}.json"
+        env = xla_env(1, FABRIC_RUNS_ACCELERATOR=accelerator, PYTHONPATH=child_env()["PYTHONPATH"])
+        proc = run_program([str(HELPER), "one_device", "auto", "1", str(out)], env, 300, prewarmed)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[accelerator] = json.loads(out.read_text())
+    assert results["xla"]["device"].startswith("xla") and results["cpu"]["device"] == "cpu"
+    assert results["xla"]["weight"][0] == pytest.approx(results["cpu"]["weight"][0], abs=1e-5)

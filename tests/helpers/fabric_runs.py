@@ -117,13 +117,30 @@ def evaluate(fabric: Fabric, out: str) -> None:
             json.dump({"seen": seen, "plain": plain, "agree": bool(torch.equal(weights[0], weights[1]))}, f)
 
 
+def one_device(fabric: Fabric, out: str) -> None:
+    """A seeded fit on one device (the CPU, or an XLA device): ``out`` gets the device and the trained weights."""
+    fabric.seed_everything(0)
+    model = nn.Linear(4, 1)
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g))
+    for x, y in fabric.setup_dataloaders(DataLoader(data, batch_size=4)):
+        fabric.backward(nn.functional.mse_loss(model(x), y))
+        fabric.clip_gradients(model, optimizer, max_norm=1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+    with open(out, "w") as f:
+        json.dump({"device": str(fabric.device), "weight": model.weight.detach().cpu().tolist()}, f)
+
+
 def main() -> None:
     scenario, strategy, devices, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     if strategy == "ddp-short-timeout":  # the watchdog speaks after max(10 s, a tenth of the timeout)
         from accelkit.strategies import DDPStrategy
 
         strategy = DDPStrategy(timeout_s=30)
-    fabric = Fabric(accelerator="cpu", devices=devices, strategy=strategy)
+    accelerator = os.environ.get("FABRIC_RUNS_ACCELERATOR", "cpu")
+    fabric = Fabric(accelerator=accelerator, devices=devices, strategy=strategy)
     if scenario == "spawn":
         result = fabric.launch(train, "")
         with open(out, "w") as f:
@@ -132,6 +149,8 @@ def main() -> None:
     fabric.launch()
     if scenario == "train":
         train(fabric, out)
+    elif scenario == "one_device":
+        one_device(fabric, out)
     elif scenario == "evaluate":
         evaluate(fabric, out)
     elif scenario == "fsdp_checkpoint":
