@@ -7,7 +7,11 @@ agree, gradients were or were not synchronised, a checkpoint resumed exactly), p
 zero (``METRIC name=value``) and ``CONFORMANCE OK <name> rank=<r>`` from every process. Each runs on one CPU process
 and on two started by ``fabric.launch()`` (``strategy="ddp"``; ``fsdp_scheduler`` on ``fsdp``), forked from the
 prewarmed interpreter (``helpers.prewarmed``; the processes ``launch()`` starts are fresh interpreters), once per
-framework with the same seed; accelkit's metrics must equal Lightning's within float rounding.
+framework with the same seed; accelkit's metrics must equal Lightning's within float rounding. One script also runs
+on one XLA device (PJRT on the host CPU), compared with Lightning's CPU run.
+
+The guide's hand-kept tables (``docs/migrating-from-lightning.rst``: every public name of Lightning's Fabric, every
+method of Accelerate's ``Accelerator``) are held here to both APIs and to accelkit's.
 """
 
 from __future__ import annotations
@@ -131,12 +135,13 @@ def _env(framework: str) -> dict[str, str]:
     return env
 
 
-def run(prewarmed: Prewarmed, name: str, framework: str, folder: Path, devices: int, strategy: str) -> dict[str, float]:
+def run(prewarmed: Prewarmed, name: str, framework: str, folder: Path, devices: int, strategy: str,
+        accelerator: str = "cpu", **env: str) -> dict[str, float]:
     """Run the script on ``framework`` and return its metrics, after checking that every process reported."""
     folder.mkdir()
-    argv = [str(FOLDER / f"{name}.py"), "--root", str(folder), "--accelerator", "cpu", "--devices", str(devices),
-            "--strategy", strategy]
-    proc = prewarmed.run(argv, cwd=folder, env=_env(framework), timeout=600)
+    argv = [str(FOLDER / f"{name}.py"), "--root", str(folder), "--accelerator", accelerator, "--devices",
+            str(devices), "--strategy", strategy]
+    proc = prewarmed.run(argv, cwd=folder, env={**_env(framework), **env}, timeout=600)
     output = (f"FRAMEWORK={framework} python {' '.join(argv)}\n--- stdout\n{proc.stdout[-4000:]}\n"
               f"--- stderr\n{proc.stderr[-8000:]}")
     assert proc.returncode == 0, f"{name} failed on {framework} (exit {proc.returncode})\n{output}"
@@ -170,6 +175,23 @@ def test_on_two_processes_started_by_launch(name: str, tmp_path: Path, prewarmed
     strategy, lightning_strategy = TWO_PROCESSES[name]
     lightning = run(prewarmed, name, "lightning", tmp_path / "lightning", 2, lightning_strategy)
     ours = run(prewarmed, name, "accelkit", tmp_path / "accelkit", 2, strategy)
+    compare(name, ours, lightning)
+
+
+#: scripts run on one XLA device (torch_xla's PJRT runtime on the host CPU; several XLA processes on the CPU abort in
+#: torch_xla's rendezvous): accelkit only, compared with Lightning's run on the CPU (Lightning runs XLA on TPUs only)
+XLA_SCRIPTS = ["accumulation"]
+
+
+@pytest.mark.slow
+@pytest.mark.xla
+@needs_lightning
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+@pytest.mark.parametrize("name", XLA_SCRIPTS)
+def test_on_one_xla_device(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
+    lightning = run(prewarmed, name, "lightning", tmp_path / "lightning", 1, "auto")
+    ours = run(prewarmed, name, "accelkit", tmp_path / "accelkit", 1, "auto", accelerator="tpu", PJRT_DEVICE="CPU",
+               CPU_NUM_DEVICES="1")
     compare(name, ours, lightning)
 
 

@@ -38,11 +38,12 @@ def gathered_grads(fabric: Fabric, model) -> torch.Tensor:
 def main(fabric: Fabric) -> None:
     fabric.seed_everything(1)
     model = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 1))
-    reference = copy.deepcopy(model)  # plain torch, never synchronised: this process's own gradients
+    # plain torch, never synchronised: this process's own gradients. Moved before its optimizer is made: on a device
+    # whose tensors cannot share the CPU's storage (XLA), .to() makes new parameters
+    reference = copy.deepcopy(model).to(fabric.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
     model, optimizer = fabric.setup(model, optimizer)
-    reference.to(fabric.device)
     data = micro_batches(fabric.global_rank)
     unsynced_differ = []
     for window in range(WINDOWS):
