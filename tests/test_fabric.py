@@ -416,3 +416,20 @@ def test_a_save_that_fails_leaves_the_previous_checkpoint_whole(tmp_path: Path) 
         fabric.save(path, {"model": wrapped, "step": 2, "unpicklable": lambda: None})
     assert fabric.load(path)["step"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.ckpt"]
+
+
+def test_the_distributed_shuffle_is_seeded_by_seed_everything_as_lightnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning Fabric's distributed sampler takes ``seed_everything``'s seed: the same order per rank and epoch."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    for name in ("ACCELKIT_SEED", "ACCELKIT_SEED_WORKERS", "PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        monkeypatch.delenv(name, raising=False)  # seed_everything sets them; put back as found after the test
+
+    fabric = Fabric(accelerator="cpu", devices=1, strategy=_TwoProcessStrategy())  # reports rank 0 of 2
+    data = TensorDataset(torch.arange(20))
+    fabric.seed_everything(7)
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=4, shuffle=True))
+    reference = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=7)
+    for epoch in range(2):
+        reference.set_epoch(epoch)
+        assert [int(i) for (batch,) in loader for i in batch] == list(reference)

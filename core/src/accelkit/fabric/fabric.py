@@ -27,6 +27,7 @@ from accelkit.precision import TruePrecision
 from accelkit.strategies.sampler import distribute_dataloader, seed_workers
 from accelkit.trainer.arguments import compose_arguments, plugin_arguments
 from accelkit.utilities.apply_func import apply_to_tensors
+from accelkit.utilities.seed import seed_from_environment
 
 _REDUCE_OPS = ("mean", "sum", "max", "min")
 
@@ -333,8 +334,10 @@ class Fabric:
         if use_distributed_sampler:
             shards = strategy.distributed_sampler_kwargs or {"num_replicas": 1, "rank": 0}
             hooks = self.plugin_manager.hook
+            # the shuffle's base seed: seed_everything's (ACCELKIT_SEED / PL_GLOBAL_SEED), as Lightning Fabric's
             loader = distribute_dataloader(loader, hooks.accelkit_distributed_sampler, shards["num_replicas"],
-                                           shards["rank"], 0, "fit", shard_iterable=hooks.accelkit_shard_iterable)
+                                           shards["rank"], seed_from_environment(0), "fit",
+                                           shard_iterable=hooks.accelkit_shard_iterable)
         loader = seed_workers(loader, strategy.global_rank)
         loader = strategy.process_dataloader(loader, "fit")
         return FabricDataLoader(loader, self.device if move_to_device else None, self)
