@@ -7,7 +7,8 @@ The workload (issue 24's tiny step): an MLP 32-64-4, batch 64, AdamW, ``zero_gra
 the loader shuffles (a ``DistributedSampler`` with ``set_epoch`` on two processes, set up by the framework where it
 has one). Every side runs in a fresh interpreter of its own with one intra-op thread per process. A measurement is
 one run: rank 0 times each epoch (its steps, the sampler's epoch and the loader's start inside) and reports the
-median per-step time of the epochs after the first (warm-up), and its peak resident memory.
+median per-step wall time and CPU time (its threads included) of the epochs after the first (warm-up), and its peak
+resident memory. On a shared machine the CPU time is the steadier of the two.
 
 Sides run interleaved: each round runs every side once, the order rotated from round to round; per round the ratio
 of each side to the hand loop; printed: the median ratio and its spread (lowest-highest) over the rounds, and the
@@ -45,21 +46,23 @@ def model_and_data(samples: int):
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3), data
 
 
-def timed_epochs(loader, epochs: int, step, set_epoch=None) -> float:
-    """Run ``epochs`` epochs of ``step(x, y)``; the median per-step time of the epochs after the first."""
-    per_step = []
+def timed_epochs(loader, epochs: int, step, set_epoch=None) -> tuple[float, float]:
+    """Run ``epochs`` epochs of ``step(x, y)``; the median per-step wall time and CPU time (this process's, its threads
+    included) of the epochs after the first."""
+    wall, cpu = [], []
     for epoch in range(epochs):
-        start, steps = time.perf_counter(), 0
+        start, start_cpu, steps = time.perf_counter(), time.process_time(), 0
         if set_epoch is not None:
             set_epoch(epoch)
         for x, y in loader:
             step(x, y)
             steps += 1
-        per_step.append((time.perf_counter() - start) / steps)
-    return statistics.median(per_step[1:])
+        wall.append((time.perf_counter() - start) / steps)
+        cpu.append((time.process_time() - start_cpu) / steps)
+    return statistics.median(wall[1:]), statistics.median(cpu[1:])
 
 
-def hand_loop(args: argparse.Namespace) -> tuple[int, float]:
+def hand_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
     import torch
     import torch.distributed as dist
     from torch.nn import functional as F
@@ -85,7 +88,7 @@ def hand_loop(args: argparse.Namespace) -> tuple[int, float]:
     return rank, seconds
 
 
-def fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, float]:
+def fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, tuple[float, float]]:
     from torch.nn import functional as F
     from torch.utils.data import DataLoader
 
@@ -104,7 +107,7 @@ def fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, float]:
     return fabric.global_rank, timed_epochs(loader, args.epochs, step)
 
 
-def accelerate_loop(args: argparse.Namespace) -> tuple[int, float]:
+def accelerate_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
     from accelerate import Accelerator
     from torch.nn import functional as F
     from torch.utils.data import DataLoader
@@ -137,7 +140,7 @@ def worker(args: argparse.Namespace) -> None:
         rank, seconds = accelerate_loop(args)
     if rank == 0:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-        print("RESULT " + json.dumps({"seconds": seconds, "peak_mib": peak}), flush=True)
+        print("RESULT " + json.dumps({"seconds": seconds[0], "cpu_seconds": seconds[1], "peak_mib": peak}), flush=True)
 
 
 def free_port() -> int:
@@ -177,6 +180,7 @@ def compare(args: argparse.Namespace, sides: list[str], processes: int) -> None:
     print(f"\n== {title}: sides: {', '.join(sides)}", flush=True)
     results: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     ratios: dict[str, list[float]] = {side: [] for side in sides if side != "hand loop"}
+    cpu_ratios: dict[str, list[float]] = {side: [] for side in sides if side != "hand loop"}
     for round_index in range(args.rounds):
         order = sides[round_index % len(sides):] + sides[:round_index % len(sides)]
         print(f"round {round_index + 1}/{args.rounds} ({' > '.join(order)})", flush=True)
@@ -184,17 +188,21 @@ def compare(args: argparse.Namespace, sides: list[str], processes: int) -> None:
         for side in order:
             results[side].append(measured[side])
             ratio = measured[side]["seconds"] / measured["hand loop"]["seconds"]
+            cpu_ratio = measured[side]["cpu_seconds"] / measured["hand loop"]["cpu_seconds"]
             if side != "hand loop":
                 ratios[side].append(ratio)
-            print(f"  {side:<11}: {measured[side]['seconds'] * 1e6:9.1f} us/step  x{ratio:.4f}", flush=True)
+                cpu_ratios[side].append(cpu_ratio)
+            print(f"  {side:<11}: {measured[side]['seconds'] * 1e6:9.1f} us/step  x{ratio:.4f}   (CPU "
+                  f"{measured[side]['cpu_seconds'] * 1e6:9.1f} us/step  x{cpu_ratio:.4f})", flush=True)
     hand_peak = statistics.median(r["peak_mib"] for r in results["hand loop"])
     print(f"-- {title}: hand loop {statistics.median(r['seconds'] for r in results['hand loop']) * 1e6:.1f} us/step, "
           f"peak {hand_peak:.0f} MiB")
     for side, values in ratios.items():
         peak = statistics.median(r["peak_mib"] for r in results[side])
         print(f"-- {title}: {side} / hand loop: ratio to the hand loop x{statistics.median(values):.4f} (spread "
-              f"x{min(values):.4f}-x{max(values):.4f} over {len(values)} rounds), peak {peak:.0f} MiB "
-              f"(x{peak / hand_peak:.3f})", flush=True)
+              f"x{min(values):.4f}-x{max(values):.4f} over {len(values)} rounds), by CPU time "
+              f"x{statistics.median(cpu_ratios[side]):.4f} (spread x{min(cpu_ratios[side]):.4f}-"
+              f"x{max(cpu_ratios[side]):.4f}), peak {peak:.0f} MiB (x{peak / hand_peak:.3f})", flush=True)
 
 
 def main() -> None:

@@ -150,6 +150,7 @@ def test_bench_fabric_prints_each_side_s_ratio_to_the_hand_loop_on_one_and_two_p
         assert f"== {title}: sides: hand loop, {', '.join(sides)}" in out, out
         for side in sides:
             assert f"-- {title}: {side} / hand loop: ratio to the hand loop x" in out, out
-        assert re.search(rf"-- {title}: accelkit / hand loop: .* peak \d+ MiB \(x\d\.\d+\)", out), out
+        assert re.search(rf"-- {title}: accelkit / hand loop: .* by CPU time x\d\.\d+ .* peak \d+ MiB \(x\d\.\d+\)",
+                         out), out
     for side in {"lightning", "accelerate"} - set(sides):
         assert f"{side}: not installed ({side}), its side is skipped" in out, out
