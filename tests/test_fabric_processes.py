@@ -60,6 +60,14 @@ def test_a_dead_rank_is_named_and_the_run_ends(prewarmed, tmp_path: Path) -> Non
     assert "the process of rank 1 (local rank 1" in proc.stderr and "exited with code 3" in proc.stderr
 
 
+def test_a_stopped_rank_is_named_and_every_process_ends(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "pid"
+    proc = _run(prewarmed, tmp_path, "stopped_rank", "ddp-short-timeout", out, timeout=150)
+    assert proc.returncode != 0
+    assert "(its process" in proc.stderr and "is stopped: SIGSTOP or SIGTSTP)" in proc.stderr, proc.stderr[-3000:]
+    assert wait_gone([int(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)], 30) == []
+
+
 def test_a_save_only_rank_zero_reaches_is_named(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     proc = _run(prewarmed, tmp_path, "rank_zero_save", "ddp-short-timeout", tmp_path / "state.ckpt", timeout=150)
     assert "rank 1 is behind (not in a collective)" in proc.stderr, proc.stderr[-3000:]

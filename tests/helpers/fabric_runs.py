@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -162,6 +163,13 @@ def main() -> None:
             os._exit(3)
         fabric.barrier("after the exit")
         time.sleep(120)
+    elif scenario == "stopped_rank":
+        with open(f"{out}.{fabric.global_rank}", "w") as f:
+            f.write(str(os.getpid()))
+        if fabric.global_rank == 1:
+            time.sleep(3)  # its watchdog reports first
+            os.kill(os.getpid(), signal.SIGSTOP)
+        fabric.barrier("after the stop")
     elif scenario == "rank_zero_save":
         if fabric.global_rank == 0:
             fabric.save(out, {"step": 1})
