@@ -239,7 +239,7 @@ class FabricDataLoader:
     @property
     def padding(self) -> int:
         """How many indices the loader's distributed sampler repeats at the end of an epoch (0 without one)."""
-        sampler = getattr(self._loader, "sampler", None)
+        sampler: Any = getattr(self._loader, "sampler", None)
         replicas = getattr(sampler, "num_replicas", None)
         source = getattr(sampler, "data_source", None) or getattr(sampler, "dataset", None)
         if not replicas or source is None or getattr(sampler, "drop_last", False):
