@@ -3,6 +3,8 @@ benchmarks themselves, on their machines, prove the speed)."""
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,3 +137,20 @@ def test_bench_cuda_counts_both_sides_after_the_captured_sides_compiled(captured
     for line in counts.values():
         instructions = int(line.split(": ")[1].split(" Python instructions")[0])
         assert instructions > 1000, line  # the MLP's step alone runs thousands (torch's own Python included)
+
+
+@pytest.mark.slow
+def test_bench_fabric_prints_each_side_s_ratio_to_the_hand_loop_on_one_and_two_processes(prewarmed):
+    done = run_benchmark(prewarmed, "bench_fabric.py", "--rounds", "1", "--epochs", "2", "--samples", "256",
+                         timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    sides = ["accelkit"] + [side for side in ("lightning", "accelerate") if importlib.util.find_spec(side)]
+    for title in ("one process", "2 processes, DDP over gloo"):
+        assert f"== {title}: sides: hand loop, {', '.join(sides)}" in out, out
+        for side in sides:
+            assert f"-- {title}: {side} / hand loop: ratio to the hand loop x" in out, out
+        assert re.search(rf"-- {title}: accelkit / hand loop: .* by CPU time x\d\.\d+ .* peak \d+ MiB \(x\d\.\d+\)",
+                         out), out
+    for side in {"lightning", "accelerate"} - set(sides):
+        assert f"{side}: not installed ({side}), its side is skipped" in out, out

@@ -435,7 +435,7 @@ def test_a_plugin_cannot_take_a_core_command_name(command_plugins, capsys):
     assert [c["name"] for c in mine["provides"]["commands"]] == ["hello", "echo", "broken", "count", "refuse",
                                                                  "crash"]
     assert {c["name"] for c in report["core"]["provides"]["commands"]} == {
-        "fit", "validate", "test", "predict", "plugins", "doctor", "checkpoint"}
+        "fit", "validate", "test", "predict", "plugins", "doctor", "run", "checkpoint"}
 
 
 # ------------------------------------------------------------------------------------------- deprecated commands

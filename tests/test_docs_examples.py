@@ -1,6 +1,6 @@
 """The user-facing pages run as written: every Python code block of the README, ``docs/quickstart.rst``,
-``docs/tuner.rst`` and ``docs/progress-bar.rst`` is executed, and their shell commands are the ones CI and the
-example tests run.
+``docs/tuner.rst``, ``docs/progress-bar.rst`` and ``docs/fabric.rst`` is executed, and their shell commands are the
+ones CI and the example tests run.
 
 A page's Python blocks are one program, read top to bottom as a reader pastes them: they run in order as one
 program (in a temporary folder, so run files land there), forked from an interpreter that has imported torch
@@ -26,7 +26,7 @@ from helpers.prewarmed import Prewarmed  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-PAGES = ["README.md", "docs/quickstart.rst", "docs/tuner.rst", "docs/progress-bar.rst"]
+PAGES = ["README.md", "docs/quickstart.rst", "docs/tuner.rst", "docs/progress-bar.rst", "docs/fabric.rst"]
 
 _RST_BLOCK = re.compile(r"(?:^\.\. needs: (?P<needs>[\w, ]+)\n\n)?"
                         r"^\.\. code-block:: python\n\n(?P<body>(?:    .*\n|\n)+)", re.MULTILINE)

@@ -439,7 +439,7 @@ def test_loggers_and_commands_are_records_of_the_one_registry(isolated):
     registry = PluginManager().registry
     assert registry.find_logger("TB").name == "tensorboard" and registry.find_logger("csv").provider == CORE_PROVIDER
     assert [r.name for r in registry.command_records()] == ["fit", "validate", "test", "predict", "plugins",
-                                                            "doctor", "checkpoint"]
+                                                            "doctor", "run", "checkpoint"]
     assert registry.find_named(registry.commands, "Doctor").provider == CORE_PROVIDER
     assert registry.cluster_environment_names()[0] == "torchrun"  # the highest priority
 

@@ -420,6 +420,17 @@ def _freeze(ws: Workspace) -> None:
     assert all(p.requires_grad for p in module.parameters()) and module.training
 
 
+@exercise(MODULE, "fabric")
+def _fabric(ws: Workspace) -> None:
+    from accelkit.fabric.loggers import CSVLogger
+
+    module = Net()
+    assert module.fabric is None  # under no Fabric (nor under a Trainer)
+    fabric = accelkit.Fabric(accelerator="cpu", devices=1, loggers=CSVLogger(root_dir=ws.fresh()))
+    wrapped = fabric.setup(module)
+    assert module.fabric is fabric and wrapped.fabric is fabric and module.logger is fabric.logger
+
+
 @exercise(MODULE, "print")
 def _print(ws: Workspace) -> None:
     out = io.StringIO()

@@ -20,6 +20,7 @@ from accelkit.errors import (
     TrainingInterrupted,
     WorkerError,
 )
+from accelkit.fabric import Fabric
 from accelkit.hookspecs import HOOK_API_VERSION, hookimpl, hookspec
 from accelkit.module import DataModule, Module
 from accelkit.precision import MixedPrecision, Precision, TruePrecision
@@ -63,6 +64,7 @@ __all__ = [
     "DataModule",
     "DDPSpawnStrategy",
     "DDPStrategy",
+    "Fabric",
     "LightningDataModule",
     "LightningModule",
     "MixedPrecision",

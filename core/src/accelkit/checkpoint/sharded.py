@@ -41,6 +41,9 @@ FORMAT_KEY = "accelkit_checkpoint_format"
 #: the key, in :data:`METADATA_FILE`, of the CRC-32 of every other file of the directory (:func:`file_checksums`),
 #: checked as each file is read: flipped bytes inside a tensor's data are otherwise read without complaint
 CHECKSUMS_KEY = "accelkit_file_checksums"
+#: the key, in :data:`METADATA_FILE`, listing the entries stored through DCP when they are not the Trainer's
+#: (a Fabric checkpoint's modules and optimizers, by their names)
+SHARDED_KEYS_KEY = "accelkit_sharded_keys"
 #: the checkpoint entries stored through DCP (sharded); everything else goes to :data:`METADATA_FILE`
 SHARDED_KEYS = ("state_dict", "optimizer_states")
 
@@ -92,7 +95,8 @@ def _no_op(*args: Any, **kwargs: Any) -> Any:
 
 
 def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[..., Any] = _no_op,
-         broadcast: Callable[..., Any] = _no_op, is_global_zero: bool = True) -> Path:
+         broadcast: Callable[..., Any] = _no_op, is_global_zero: bool = True,
+         sharded_keys: list[str] | None = None) -> Path:
     """Write ``checkpoint`` as a sharded directory at ``path`` (every process calls this, with its shards).
 
     ``checkpoint["state_dict"]`` and ``checkpoint["optimizer_states"]`` (a list) go through DCP: each process writes
@@ -103,6 +107,9 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
 
     :param barrier: the strategy's ``barrier``; :param broadcast: its ``broadcast`` (the temporary name is agreed
         on); both no-ops for one process.
+    :param sharded_keys: the entries to write through DCP instead of the Trainer's two (a Fabric's state: every
+        entry holding a module's or an optimizer's state); they are listed in :data:`METADATA_FILE`
+        (:data:`SHARDED_KEYS_KEY`), and :func:`load_full` gives them back under their names.
     """
     import torch.distributed.checkpoint as dcp
 
@@ -115,7 +122,7 @@ def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[
             shutil.rmtree(stale, ignore_errors=True)
         temporary.mkdir()
     barrier("sharded_checkpoint_start")
-    tensors, metadata = split(checkpoint)
+    tensors, metadata = split(checkpoint, sharded_keys)
     try:
         with _write_error(target, temporary), _real_failure():
             dcp.save(tensors, checkpoint_id=temporary)
@@ -160,8 +167,15 @@ def file_checksums(folder: str | os.PathLike) -> dict[str, int]:
     return checksums
 
 
-def split(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(tensor part for DCP, everything else)`` of a Trainer checkpoint."""
+def split(checkpoint: dict[str, Any], sharded_keys: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(tensor part for DCP, everything else)`` of a Trainer checkpoint, or of any checkpoint whose
+    ``sharded_keys`` entries are the sharded ones."""
+    if sharded_keys is not None:
+        named = {k: checkpoint[k] for k in sharded_keys}
+        rest = {k: v for k, v in checkpoint.items() if k not in named}
+        rest[SHARDED_KEYS_KEY] = list(sharded_keys)
+        rest[FORMAT_KEY] = 1
+        return named, rest
     optimizers = list(checkpoint.get("optimizer_states") or [])
     tensors: dict[str, Any] = {"state_dict": checkpoint.get("state_dict", {})}
     if optimizers:
@@ -273,6 +287,10 @@ def load_full(path: str | os.PathLike, weights_only: bool = True) -> dict[str, A
     with _real_failure():
         _load_state_dict(tensors, storage_reader=reader, planner=SafeEverythingPlanner(path, weights_only),
                          no_dist=True)
+    named = checkpoint.pop(SHARDED_KEYS_KEY, None)
+    if named is not None:  # a Fabric's checkpoint: its entries under their own names
+        checkpoint.update({key: tensors.get(key, {}) for key in named})
+        return checkpoint
     checkpoint["state_dict"] = tensors.get("state_dict", {})
     if count >= 0:
         saved = tensors.get("optimizer_states", {})

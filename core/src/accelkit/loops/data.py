@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import warnings
 from collections.abc import Callable, Iterator, Sized
 from typing import TYPE_CHECKING, Any
@@ -16,10 +15,9 @@ from accelkit.loops.combined import CombinedBatches, arrange_loaders
 from accelkit.module.module import Module
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
-from accelkit.strategies.sampler import distribute_dataloader, rank_aware_sampler, rebuild_loader
+from accelkit.strategies.sampler import distribute_dataloader, rank_aware_sampler, rebuild_loader, seed_workers
 from accelkit.utilities.apply_func import device_plan, move_to_device
 from accelkit.utilities.combined_loader import CombinedLoader
-from accelkit.utilities.seed import SEED_WORKERS_ENV, worker_init_function
 
 if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
@@ -102,11 +100,7 @@ class DataConnector:
         if isinstance(loader, CombinedLoader):  # each loader inside is prepared; the loop reads the batches
             return CombinedBatches(loader.map(lambda inner: self._prepare(inner, kind)))
         trainer = self.trainer
-        if os.environ.get(SEED_WORKERS_ENV) == "1" and isinstance(loader, DataLoader) and \
-                loader.num_workers > 0 and loader.worker_init_fn is None:
-            # seed_everything(workers=True): each worker process gets its own reproducible seed
-            loader = rebuild_loader(loader, worker_init_fn=functools.partial(worker_init_function,
-                                                                       rank=trainer.strategy.global_rank))
+        loader = seed_workers(loader, trainer.strategy.global_rank)  # after seed_everything(workers=True)
         if kind == "train" and trainer.overfit_batches and isinstance(loader, DataLoader) and not isinstance(
                 loader.sampler, SequentialSampler) and rank_aware_sampler(loader) is None:
             warnings.warn("overfit_batches: the training loader shuffles; accelkit replaces its sampler with a "

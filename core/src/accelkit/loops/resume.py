@@ -166,6 +166,17 @@ def epoch_start(loader: Any, accelerator: Any = None) -> dict[str, Any]:
             "sampler": sampler.state_dict() if sampler is not None else None}
 
 
+def restore_epoch_start(loader: Any, start: dict[str, Any], accelerator: Any = None) -> None:
+    """Put back what :func:`epoch_start` took (the random states, the loader's generators, a stateful sampler's
+    state), so iterating ``loader`` again draws that epoch's order (``Fabric``'s loaders resume with it)."""
+    if start.get("rng") is not None:
+        set_rng_states(start["rng"], accelerator)
+    _set_generators(loader, start.get("generators", []))
+    sampler = _stateful_sampler(loader)
+    if sampler is not None and start.get("sampler") is not None:
+        sampler.load_state_dict(start["sampler"])
+
+
 # ---------------------------------------------------------------------------------------------- capture (saving)
 def capture(trainer: Trainer) -> dict[str, Any] | None:
     """The position of the running fit (``None`` outside one). Every process calls this when a checkpoint is

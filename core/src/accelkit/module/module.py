@@ -53,6 +53,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     def __getstate__(self) -> dict[str, Any]:
         state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
         state["_trainer"] = None  # a Module is pickled into workers without its Trainer
+        state.pop("_fabric", None)  # ...and without the Fabric that set it up
         return state
 
     # ----------------------------------------------------------------- context
@@ -64,6 +65,16 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     @trainer.setter
     def trainer(self, trainer: Trainer | None) -> None:
         self.__dict__["_trainer"] = trainer
+
+    @property
+    def fabric(self) -> Any:
+        """The :class:`~accelkit.Fabric` that set this module up (``None`` otherwise): under it, :meth:`log`,
+        :meth:`log_dict`, :attr:`logger` and :meth:`print` go through the Fabric, as in Lightning."""
+        return self.__dict__.get("_fabric")
+
+    @fabric.setter
+    def fabric(self, fabric: Any) -> None:
+        self.__dict__["_fabric"] = fabric
 
     @property
     def device(self) -> torch.device:
@@ -103,12 +114,16 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
     @property
     def logger(self) -> Any:
         """The Trainer's first logger (``None`` without one)."""
-        return self.trainer.logger if self.trainer else None
+        if self.trainer:
+            return self.trainer.logger
+        return self.fabric.logger if self.fabric is not None else None
 
     @property
     def loggers(self) -> list[Any]:
-        """Every logger of the Trainer."""
-        return self.trainer.loggers if self.trainer else []
+        """Every logger of the Trainer (of the Fabric, under one)."""
+        if self.trainer:
+            return self.trainer.loggers
+        return self.fabric.loggers if self.fabric is not None else []
 
     @property
     def on_graphics_processor(self) -> bool:
@@ -127,8 +142,10 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         return device.type in graphics_processor_device_types()
 
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` from the global-zero process only."""
-        if self.trainer is None or self.trainer.is_global_zero:
+        """``print`` from the global-zero process only (under a Fabric: :meth:`accelkit.Fabric.print`)."""
+        if self.trainer is None and self.fabric is not None:
+            self.fabric.print(*args, **kwargs)
+        elif self.trainer is None or self.trainer.is_global_zero:
             print(*args, **kwargs)
 
     def freeze(self) -> None:
@@ -213,6 +230,10 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         try:  # (the ``trainer`` property's value, read without its call: this runs every step)
             store = self._trainer.run_state.metrics
         except AttributeError:  # no trainer (``None``, or never attached)
+            fabric = self.__dict__.get("_fabric")
+            if fabric is not None:  # under a Fabric: its loggers get the value, as Lightning's
+                fabric.log(name, value)
+                return
             raise RuntimeError(f"{type(self).__name__}.log({name!r}, ...) was called outside a Trainer run") from None
         if store.repeats:  # (none while a captured step records it: torch.compile reads no frame)
             # a repeat (the per-step log): this name logged before by this function with these options and a

@@ -107,6 +107,9 @@ def accelkit_register_commands() -> list[CommandRecord]:
         CommandRecord("doctor", "check this machine: versions, plugins, which accelerators are usable and why not, "
                       "relevant environment, problems with their fixes",
                       _CLI + "plugins_command:add_json_argument", _CLI + "doctor:doctor_command"),
+        CommandRecord("run", "start a Fabric script on this node's processes (Lightning's `fabric run`): accelkit "
+                      "run --accelerator cpu --devices 2 --strategy ddp SCRIPT.py [ARGS]",
+                      run=_CLI + "run_command:run_command", raw=True),
         CommandRecord("checkpoint", "work with checkpoints: `accelkit checkpoint consolidate DIR OUT.ckpt` writes a "
                       "sharded checkpoint directory as one file", _CLI + "checkpoint_command:add_checkpoint_arguments",
                       _CLI + "checkpoint_command:checkpoint_command"),

@@ -53,6 +53,15 @@ class DDPStrategy(ParallelStrategy):
         super().__init__(**options)
         self.timeout_s = timeout_s
 
+    def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
+        """As the base class; a :class:`~accelkit.environments.script.ScriptEnvironment` (this process will start
+        its peers itself) learns the run's layout here, before :meth:`validate` compares it."""
+        super().connect(accelerator, devices, num_nodes, precision)
+        from accelkit.environments.script import ScriptEnvironment
+
+        if isinstance(self.cluster_environment, ScriptEnvironment):
+            self.cluster_environment.plan(self.processes_per_node, num_nodes)
+
     # the outside launcher's environment
     def launcher_environment(self) -> Any:
         """The :class:`~accelkit.environments.base.ClusterEnvironment` whose processes this strategy joins, or ``None``.
@@ -96,10 +105,15 @@ class DDPStrategy(ParallelStrategy):
         return []
 
     def create_launcher(self) -> Any:
-        """Joins processes an outside launcher started (in place when there is nothing to join)."""
+        """Joins processes an outside launcher started (in place when there is nothing to join); with a
+        :class:`~accelkit.environments.script.ScriptEnvironment`, starts them by running the script again."""
+        from accelkit.environments.script import ScriptEnvironment
         from accelkit.strategies.launchers.in_place import ExternalLauncher, InPlaceLauncher
+        from accelkit.strategies.launchers.script import ScriptLauncher
 
         env = self.launcher_environment()
+        if isinstance(env, ScriptEnvironment):  # no launcher: this process starts the others (Fabric.launch())
+            return ScriptLauncher(env)
         return InPlaceLauncher() if env is None else ExternalLauncher(env)
 
     @property

@@ -313,3 +313,18 @@ def set_epoch(loader: Any, epoch: int) -> list[Any]:
     for candidate in found.values():
         candidate.set_epoch(epoch)
     return list(found.values())
+
+
+def seed_workers(loader: Any, rank: int) -> Any:
+    """``loader`` with each worker process seeded reproducibly for ``rank`` (a copy with
+    :func:`~accelkit.utilities.seed.worker_init_function`) after ``seed_everything(workers=True)``; ``loader`` itself
+    when that was not asked for, it has no workers, or it has a ``worker_init_fn`` of its own."""
+    import functools
+    import os
+
+    from accelkit.utilities.seed import SEED_WORKERS_ENV, worker_init_function
+
+    if os.environ.get(SEED_WORKERS_ENV) == "1" and isinstance(loader, DataLoader) and \
+            loader.num_workers > 0 and loader.worker_init_fn is None:
+        return rebuild_loader(loader, worker_init_fn=functools.partial(worker_init_function, rank=rank))
+    return loader

@@ -342,3 +342,35 @@ def parse_collective_timeout(value: Any) -> float:
         raise ConfigurationError(f"collective_timeout={value!r} must be a positive number of seconds or a timedelta "
                                  "(default 600: ten minutes)")
     return float(seconds)
+
+
+def compose_arguments(manager: Any, arguments: dict[str, Any], plugin_names: list[str], plugin_objects: list[Any],
+                      problems: list[str], front: Any) -> Any:
+    """The one composition of a run from a front end's arguments (the Trainer's and the Fabric's): plugins
+    translate ``arguments`` (``accelerator``, ``devices``, ``strategy``, ``precision``, ``num_nodes``, and ``extra``:
+    keyword arguments the front does not know, refused with ``front``'s signature when no plugin takes them), the
+    device count is checked, and :func:`~accelkit.plugins.compose.compose` resolves the parts. ``problems`` found
+    by the front's own checks are reported in the same :class:`ConfigurationError`; its notices are printed.
+
+    :param front: the front end's ``__init__`` (named in the error for an unknown keyword argument).
+    """
+    from accelkit.plugins.compose import compose, print_notices
+    from accelkit.trainer.removed_arguments import removed_argument_message
+
+    manager.hook.accelkit_translate_arguments(arguments=arguments)
+    if arguments["extra"]:
+        raise TypeError(removed_argument_message(arguments["extra"], front))
+    too_many = check_device_count(arguments["devices"], arguments["accelerator"], manager)
+    if too_many:
+        raise ConfigurationError(problems + [too_many])  # the accelerator would try to build the list
+    try:
+        composition = compose(manager, accelerator=arguments["accelerator"], devices=arguments["devices"],
+                              strategy=arguments["strategy"], precision=arguments["precision"],
+                              num_nodes=arguments["num_nodes"], plugin_names=plugin_names,
+                              plugin_objects=plugin_objects)
+    except ConfigurationError as exc:
+        raise ConfigurationError(problems + exc.problems) from None
+    if problems:
+        raise ConfigurationError(problems)
+    print_notices(composition.notices)
+    return composition

@@ -18,7 +18,7 @@ from accelkit.callbacks.progress.default import configure_progress_bar
 from accelkit.errors import ConfigurationError
 from accelkit.loops.captured import compile_options
 from accelkit.loops.state import RunState, TrainerState
-from accelkit.plugins.compose import Composition, compose, named_callbacks, named_profiler, print_notices
+from accelkit.plugins.compose import Composition, named_callbacks, named_profiler
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
 from accelkit.profilers import resolve_profiler
 from accelkit.trainer.argument_types import refuse_wrong_types
@@ -26,10 +26,10 @@ from accelkit.trainer.arguments import (
     CLOUD_ONLY,
     callback_list,
     check_barebones,
-    check_device_count,
     check_loaders,
     check_root_dir,
     check_run_arguments,
+    compose_arguments,
     logger_list,
     parse_collective_timeout,
     parse_max_time,
@@ -37,7 +37,6 @@ from accelkit.trainer.arguments import (
     split_datamodule,
 )
 from accelkit.trainer.properties import TrainerProperties
-from accelkit.trainer.removed_arguments import removed_argument_message
 from accelkit.trainer.summary import print_fit_summary
 from accelkit.utilities.seed import seed_from_environment
 
@@ -238,10 +237,6 @@ class Trainer(TrainerProperties):
 
         manager = self.plugin_manager
         self._register_plugin_objects()
-        manager.hook.accelkit_translate_arguments(arguments=arguments)
-        if arguments["extra"]:
-            raise TypeError(removed_argument_message(arguments["extra"], Trainer.__init__))
-
         problems = check_run_arguments(run_args)
         if barebones_args is not None:
             check_barebones(barebones_args, problems)
@@ -249,18 +244,8 @@ class Trainer(TrainerProperties):
             self.max_time = parse_max_time(max_time)
         except ValueError as exc:
             problems.append(str(exc))
-        too_many = check_device_count(arguments["devices"], arguments["accelerator"], manager)
-        if too_many:
-            raise ConfigurationError(problems + [too_many])  # the accelerator would try to build the list
-        try:
-            composition = compose(manager, accelerator=arguments["accelerator"], devices=arguments["devices"],
-                                  strategy=arguments["strategy"], precision=arguments["precision"],
-                                  num_nodes=arguments["num_nodes"], plugin_names=names,
-                                  plugin_objects=self._plugin_objects)
-        except ConfigurationError as exc:
-            raise ConfigurationError(problems + exc.problems) from None
-        if problems:
-            raise ConfigurationError(problems)
+        composition: Composition = compose_arguments(manager, arguments, names, self._plugin_objects, problems,
+                                                     Trainer.__init__)
         accel = composition.accelerator
         if sync_batchnorm and composition.strategy.world_size > 1 and not accel.supports_sync_batchnorm:
             raise ConfigurationError(f"sync_batchnorm=True: torch.nn.SyncBatchNorm does not run on accelerator "
@@ -268,7 +253,6 @@ class Trainer(TrainerProperties):
                                      "accelerator whose plugin supports it")
         if collective_timeout is not None:
             composition.strategy.collective_timeout_s = parse_collective_timeout(collective_timeout)
-        print_notices(composition.notices)
         return composition
 
     def _reset_run_state(self) -> None:

@@ -118,9 +118,9 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         """A :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` of one process per device, or, when a launcher
         started
         the processes, an :class:`~accelkit.strategies.launchers.in_place.ExternalLauncher` that joins them."""
-        from accelkit.strategies.launchers import ExternalLauncher, SpawnLauncher
+        from accelkit.strategies.launchers import SpawnLauncher
 
-        return SpawnLauncher(len(self.devices)) if self._spawns else ExternalLauncher(self.cluster_environment)
+        return SpawnLauncher(len(self.devices)) if self._spawns else DDPStrategy.create_launcher(self)
 
     def _init_process_group(self) -> None:
         # FSDP needs a process group even for one process (its device mesh is built on it).

@@ -1,0 +1,236 @@
+"""What a loop of your own costs under ``accelkit.Fabric``: the same training loop written by hand, with accelkit's
+Fabric, with Lightning Fabric and with Hugging Face Accelerate (each side where it is installed), on the CPU, on one
+process and on two (DDP over gloo: ``Fabric(strategy="ddp")`` + ``fabric.launch()``, the hand loop and Accelerate
+started as two processes with the ranks in their environment, as ``torchrun`` does).
+
+The workload (issue 24's tiny step): an MLP 32-64-4, batch 64, AdamW, ``zero_grad``/``forward``/``backward``/``step``;
+the loader shuffles (a ``DistributedSampler`` with ``set_epoch`` on two processes, set up by the framework where it
+has one). Every side runs in a fresh interpreter of its own with one intra-op thread per process. A measurement is
+one run: rank 0 times each epoch (its steps, the sampler's epoch and the loader's start inside) and reports the
+median per-step wall time and CPU time (its threads included) of the epochs after the first (warm-up), and its peak
+resident memory. On a shared machine the CPU time is the steadier of the two.
+
+Sides run interleaved: each round runs every side once, the order rotated from round to round; per round the ratio
+of each side to the hand loop; printed: the median ratio and its spread (lowest-highest) over the rounds, and the
+median peak memory. A benchmark, not a test: ``tests/test_benchmarks.py`` only runs it in a tiny configuration.
+
+    .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192] [--only one|ddp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+SIDES = ("hand loop", "accelkit", "lightning", "accelerate")
+#: what each side needs installed, beyond torch
+NEEDS = {"accelkit": "accelkit", "lightning": "lightning", "accelerate": "accelerate"}
+
+
+def model_and_data(samples: int):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(samples, 32, generator=generator)
+    data = torch.utils.data.TensorDataset(x, (x[:, :4] > 0).long().sum(1) % 4)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3), data
+
+
+def timed_epochs(loader, epochs: int, step, set_epoch=None) -> tuple[float, float]:
+    """Run ``epochs`` epochs of ``step(x, y)``; the median per-step wall time and CPU time (this process's, its threads
+    included) of the epochs after the first."""
+    wall, cpu = [], []
+    for epoch in range(epochs):
+        start, start_cpu, steps = time.perf_counter(), time.process_time(), 0
+        if set_epoch is not None:
+            set_epoch(epoch)
+        for x, y in loader:
+            step(x, y)
+            steps += 1
+        wall.append((time.perf_counter() - start) / steps)
+        cpu.append((time.process_time() - start_cpu) / steps)
+    return statistics.median(wall[1:]), statistics.median(cpu[1:])
+
+
+def hand_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
+    import torch
+    import torch.distributed as dist
+    from torch.nn import functional as F
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    model, optimizer, data = model_and_data(args.samples)
+    rank, sampler = 0, None
+    if args.processes > 1:
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        sampler = DistributedSampler(data, shuffle=True)
+    loader = DataLoader(data, batch_size=64, shuffle=sampler is None, sampler=sampler)
+
+    def step(x, y):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    seconds = timed_epochs(loader, args.epochs, step, sampler.set_epoch if sampler is not None else None)
+    if args.processes > 1:
+        dist.destroy_process_group()
+    return rank, seconds
+
+
+def fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, tuple[float, float]]:
+    from torch.nn import functional as F
+    from torch.utils.data import DataLoader
+
+    fabric = fabric_class(accelerator="cpu", devices=args.processes,
+                          strategy="ddp" if args.processes > 1 else "auto")
+    fabric.launch()
+    model, optimizer, data = model_and_data(args.samples)
+    model, optimizer = fabric.setup(model, optimizer)
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=64, shuffle=True))
+
+    def step(x, y):
+        optimizer.zero_grad()
+        fabric.backward(F.cross_entropy(model(x), y))
+        optimizer.step()
+
+    return fabric.global_rank, timed_epochs(loader, args.epochs, step)
+
+
+def accelerate_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
+    from accelerate import Accelerator
+    from torch.nn import functional as F
+    from torch.utils.data import DataLoader
+
+    accelerator = Accelerator(cpu=True)
+    model, optimizer, data = model_and_data(args.samples)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=64, shuffle=True))
+
+    def step(x, y):
+        optimizer.zero_grad()
+        accelerator.backward(F.cross_entropy(model(x), y))
+        optimizer.step()
+
+    return accelerator.process_index, timed_epochs(loader, args.epochs, step)
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One measurement of one side (in its own interpreter): rank 0 prints ``RESULT {json}``."""
+    if args.worker == "hand loop":
+        rank, seconds = hand_loop(args)
+    elif args.worker == "accelkit":
+        from accelkit import Fabric
+
+        rank, seconds = fabric_loop(args, Fabric)
+    elif args.worker == "lightning":
+        from lightning.fabric import Fabric
+
+        rank, seconds = fabric_loop(args, Fabric)
+    else:
+        rank, seconds = accelerate_loop(args)
+    if rank == 0:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print("RESULT " + json.dumps({"seconds": seconds[0], "cpu_seconds": seconds[1], "peak_mib": peak}), flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def measure(side: str, args: argparse.Namespace, processes: int) -> dict[str, float]:
+    """Run one measurement of ``side`` on ``processes`` processes; its rank 0's result."""
+    command = [sys.executable, os.path.abspath(__file__), "--worker", side, "--processes", str(processes),
+               "--epochs", str(args.epochs), "--samples", str(args.samples)]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+    # the frameworks' Fabrics start their second process themselves; the others are started here, as torchrun would
+    started_here = processes if side in ("hand loop", "accelerate") and processes > 1 else 1
+    port = str(free_port())
+    procs = []
+    for rank in range(started_here):
+        rank_env = dict(env)
+        if started_here > 1:
+            rank_env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(processes),
+                            LOCAL_WORLD_SIZE=str(processes), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+        procs.append(subprocess.Popen(command, env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    outputs = [proc.communicate(timeout=args.timeout) for proc in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        if proc.returncode != 0:
+            raise SystemExit(f"{side} on {processes} process(es) failed (exit {proc.returncode}):\n{out}\n"
+                             f"{err[-3000:]}")
+    line = next(line for out, _ in outputs for line in out.splitlines() if line.startswith("RESULT "))
+    return json.loads(line[len("RESULT "):])
+
+
+def compare(args: argparse.Namespace, sides: list[str], processes: int) -> None:
+    title = "one process" if processes == 1 else f"{processes} processes, DDP over gloo"
+    print(f"\n== {title}: sides: {', '.join(sides)}", flush=True)
+    results: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+    ratios: dict[str, list[float]] = {side: [] for side in sides if side != "hand loop"}
+    cpu_ratios: dict[str, list[float]] = {side: [] for side in sides if side != "hand loop"}
+    for round_index in range(args.rounds):
+        order = sides[round_index % len(sides):] + sides[:round_index % len(sides)]
+        print(f"round {round_index + 1}/{args.rounds} ({' > '.join(order)})", flush=True)
+        measured = {side: measure(side, args, processes) for side in order}
+        for side in order:
+            results[side].append(measured[side])
+            ratio = measured[side]["seconds"] / measured["hand loop"]["seconds"]
+            cpu_ratio = measured[side]["cpu_seconds"] / measured["hand loop"]["cpu_seconds"]
+            if side != "hand loop":
+                ratios[side].append(ratio)
+                cpu_ratios[side].append(cpu_ratio)
+            print(f"  {side:<11}: {measured[side]['seconds'] * 1e6:9.1f} us/step  x{ratio:.4f}   (CPU "
+                  f"{measured[side]['cpu_seconds'] * 1e6:9.1f} us/step  x{cpu_ratio:.4f})", flush=True)
+    hand_peak = statistics.median(r["peak_mib"] for r in results["hand loop"])
+    print(f"-- {title}: hand loop {statistics.median(r['seconds'] for r in results['hand loop']) * 1e6:.1f} us/step, "
+          f"peak {hand_peak:.0f} MiB")
+    for side, values in ratios.items():
+        peak = statistics.median(r["peak_mib"] for r in results[side])
+        print(f"-- {title}: {side} / hand loop: ratio to the hand loop x{statistics.median(values):.4f} (spread "
+              f"x{min(values):.4f}-x{max(values):.4f} over {len(values)} rounds), by CPU time "
+              f"x{statistics.median(cpu_ratios[side]):.4f} (spread x{min(cpu_ratios[side]):.4f}-"
+              f"x{max(cpu_ratios[side]):.4f}), peak {peak:.0f} MiB (x{peak / hand_peak:.3f})", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
+    parser.add_argument("--samples", type=int, default=8192)
+    parser.add_argument("--only", choices=("one", "ddp"), default=None)
+    parser.add_argument("--timeout", type=float, default=600, help="seconds one measurement may take")
+    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error(f"--epochs {args.epochs}: give at least 2 (the first epoch is warm-up, not timed)")
+    if args.worker:
+        worker(args)
+        return
+    sides = ["hand loop"]
+    for side in SIDES[1:]:
+        if importlib.util.find_spec(NEEDS[side]) is None:
+            print(f"{side}: not installed ({NEEDS[side]}), its side is skipped")
+        else:
+            sides.append(side)
+    if args.only in (None, "one"):
+        compare(args, sides, 1)
+    if args.only in (None, "ddp"):
+        compare(args, sides, 2)
+
+
+if __name__ == "__main__":
+    main()

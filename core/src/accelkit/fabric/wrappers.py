@@ -1,0 +1,323 @@
+"""What :meth:`accelkit.Fabric.setup` returns: the module, optimizer and data loader wrappers.
+
+:class:`FabricModule` runs the module's forward (and the ``*_step`` methods of a :class:`~accelkit.Module`, and the
+methods named with :meth:`FabricModule.mark_forward_method`) through the strategy's wrapper, under the precision's
+context and input conversion; every other attribute, ``state_dict`` included, is the user's module's.
+:class:`FabricOptimizer` steps through the strategy and the precision and shares everything else (``param_groups``,
+``state``) with the user's optimizer. :class:`FabricDataLoader` moves each batch to the device and gives the sampler
+the epoch every time it is iterated.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from accelkit.strategies.base import StepRouter
+from accelkit.strategies.sampler import set_epoch
+
+if TYPE_CHECKING:
+    from accelkit.fabric.fabric import Fabric
+
+#: a :class:`~accelkit.Module`'s methods that run through the strategy's wrapper as its forward does
+STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
+
+
+class FabricModule(nn.Module):
+    """The module as :meth:`accelkit.Fabric.setup` returns it.
+
+    Calling it runs the user's module through the strategy's wrapper (``DistributedDataParallel`` for DDP,
+    the sharded module for FSDP), its inputs converted by the precision and its body under the precision's context
+    (autocast for mixed precision). Attribute reads and writes other than these reach the user's module, so
+    ``model.state_dict()``, ``model.layer`` and ``model.some_flag = 1`` behave as on the module itself.
+
+    :param forward_module: what the strategy's :meth:`~accelkit.Strategy.setup_module` returned.
+    :param original_module: the user's module.
+    :param fabric: the :class:`~accelkit.Fabric` that set it up.
+    """
+
+    def __init__(self, forward_module: nn.Module, original_module: nn.Module, fabric: Fabric) -> None:
+        super().__init__()
+        self._forward_module = forward_module
+        self._original_module = original_module
+        self._fabric = fabric
+        self._forward_methods: set[str] = {name for name in STEP_METHODS if callable(
+            getattr(original_module, name, None))}
+        #: whether the strategy's wrapper routes named methods (``DistributedDataParallel`` over a
+        #: :class:`~accelkit.strategies.base.StepRouter`)
+        self._routed = isinstance(getattr(forward_module, "module", None), StepRouter)
+
+    @property
+    def module(self) -> nn.Module:
+        """The user's module (Lightning's ``_FabricModule.module``)."""
+        return self._original_module
+
+    @property
+    def forward_module(self) -> nn.Module:
+        """What the strategy's :meth:`~accelkit.Strategy.setup_module` returned (``DistributedDataParallel``, the
+        sharded module...), which the strategy's checkpoint and synchronisation methods take."""
+        return self._forward_module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The user's module's forward, through the strategy's wrapper, under the precision."""
+        return self._run("__call__", args, kwargs)
+
+    def _run(self, method: str, args: tuple, kwargs: dict) -> Any:
+        precision = self._fabric.strategy.precision
+        args, kwargs = precision.convert_input((args, kwargs))
+        with precision.forward_context():
+            if self._routed:
+                return self._forward_module(method, *args, **kwargs)
+            if method == "__call__":
+                return self._forward_module(*args, **kwargs)
+            return getattr(self._forward_module, method)(*args, **kwargs)
+
+    def mark_forward_method(self, method: str | Callable[..., Any]) -> None:
+        """Run ``method`` (a name, or the module's bound method) through the strategy's wrapper and the precision,
+        as the forward: a method that computes the loss outside ``forward`` then gets its gradients reduced."""
+        name = method if isinstance(method, str) else getattr(method, "__name__", "")
+        if not callable(getattr(self._original_module, name, None)):
+            raise ValueError(f"mark_forward_method({method!r}): {type(self._original_module).__name__} has no "
+                             f"method {name!r}; give the name of one of its methods")
+        if name == "forward":
+            return
+        self._forward_methods.add(name)
+        register = getattr(self._fabric.strategy, "register_forward_method", None)
+        if callable(register):
+            register(self._forward_module, name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_forward_module", "_original_module", "_fabric", "_forward_methods", "_routed"):
+            return super().__getattr__(name)
+        methods = self.__dict__.get("_forward_methods")
+        if methods is not None and name in methods:
+            return _ForwardMethod(self, name)
+        original = super().__getattr__("_original_module")
+        return getattr(original, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("_forward_module", "_original_module", "_fabric", "_forward_methods", "_routed") or \
+                "_original_module" not in self._modules:
+            super().__setattr__(name, value)
+            return
+        original = self._original_module
+        if hasattr(original, name) or not hasattr(self, name):
+            setattr(original, name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """The user's module's ``state_dict`` (its own names, without a wrapper's prefix). Where the strategy shards
+        the parameters, the full tensors gathered from every process (a collective: every process calls it, as
+        Lightning's FSDP module's ``state_dict``); ``fabric.save`` writes shards instead."""
+        state = self._original_module.state_dict(*args, **kwargs)
+        for key, value in state.items():
+            full = getattr(value, "full_tensor", None)  # a sharded (DTensor) value: gathered, on every process
+            if callable(full):
+                state[key] = full().detach()
+        return state
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """The user's module's ``load_state_dict``."""
+        return self._original_module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def __repr__(self) -> str:
+        return f"FabricModule({self._original_module!r})"
+
+
+class _ForwardMethod:
+    """A marked method of a :class:`FabricModule`, bound: calling it runs the method as the forward."""
+
+    def __init__(self, owner: FabricModule, name: str) -> None:
+        self.owner, self.name = owner, name
+        self.__signature__ = inspect.signature(getattr(owner.module, name))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.owner._run(self.name, args, kwargs)  # noqa: SLF001 - the owner's own helper
+
+
+class FabricOptimizer:
+    """The optimizer as :meth:`accelkit.Fabric.setup` returns it: :meth:`step` goes through the strategy (gradients
+    reduced where the strategy does so, the precision's gradient scaler, the strategy's step end: a lazy device
+    cuts its graph there); everything else (``param_groups``, ``state``, ``defaults``, ``zero_grad``) is the user's
+    optimizer's own objects, so a learning-rate scheduler built on it before ``setup`` keeps working, and one built
+    on the wrapper (an instance of the optimizer's class too) changes the same parameter groups.
+
+    :param optimizer: the user's optimizer (after the strategy's ``setup_optimizer``).
+    :param fabric: the :class:`~accelkit.Fabric` that set it up.
+    """
+
+    _OWN = ("step", "zero_grad", "state_dict", "load_state_dict", "__del__")
+
+    def __init__(self, optimizer: torch.optim.Optimizer, fabric: Fabric) -> None:
+        self.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k not in self._OWN})
+        self._optimizer = optimizer
+        self._fabric = fabric
+        # an instance of the user's optimizer class too (torch's schedulers check it)
+        self.__class__ = type(f"Fabric{type(optimizer).__name__}", (FabricOptimizer, type(optimizer)), {})
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The user's optimizer."""
+        return self._optimizer
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One optimizer step through the strategy and the precision; returns the closure's loss, if any. Inside
+        :meth:`accelkit.Fabric.accumulate` on an accumulation step, nothing (the step comes with the window's last
+        batch)."""
+        if self._fabric.accumulating:
+            return None
+        return self._fabric.optimizer_step(self._optimizer, closure)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """The user's optimizer's ``zero_grad`` (nothing on an accumulation step of
+        :meth:`accelkit.Fabric.accumulate`: the window's gradients are kept)."""
+        if self._fabric.accumulating:
+            return
+        self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The user's optimizer's state (this process's shard where the strategy shards it)."""
+        return self._optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load into the user's optimizer, and share its new ``state`` and ``param_groups`` again."""
+        self._optimizer.load_state_dict(state_dict)
+        self.__dict__.update({k: v for k, v in self._optimizer.__dict__.items() if k not in self._OWN})
+
+    def __repr__(self) -> str:
+        return f"FabricOptimizer({self._optimizer!r})"
+
+
+class FabricDataLoader:
+    """A data loader as :meth:`accelkit.Fabric.setup_dataloaders` returns it: iterating it gives the sampler the
+    epoch (``set_epoch``: a new shuffle every epoch, the same on every process) and moves each batch to the device;
+    ``len``, ``dataset``, ``sampler``, ``batch_size`` and the rest are the loader's own.
+
+    Its position is state: ``fabric.save(path, {"loader": loader, ...})`` records the epoch, the batches read in
+    it and what decided its order, and after ``fabric.load`` the next iteration continues the same epoch's order
+    after them without loading them (a mid-epoch resume). The epochs after it draw their order from the loader's
+    ``generator`` when it has one (exact), else from the global random state, which the program saves and restores
+    itself (``torch.get_rng_state``) for an exact run. While it yields its last batch, :attr:`at_last_batch` is
+    ``True`` and :attr:`padding` says how many indices the distributed sampler repeated to give every process as
+    many (what :meth:`accelkit.Fabric.gather_for_metrics` drops).
+
+    :param loader: the (re-sharded) loader.
+    :param device: where batches go, or ``None`` to leave them where the loader puts them.
+    :param fabric: the :class:`~accelkit.Fabric` that set it up.
+    """
+
+    def __init__(self, loader: Any, device: torch.device | None, fabric: Fabric) -> None:
+        self._loader = loader
+        self._device = device
+        self._fabric = fabric
+        self._num_iter_calls = 0
+        self._batches_done = 0
+        self._skip = 0
+        self._epoch = 0
+        #: what decided the order of the epoch being read (:func:`accelkit.loops.resume.epoch_start`), saved with
+        #: the position; a loaded one is put back before the resumed epoch's first batch
+        self._epoch_start: dict[str, Any] | None = None
+        self._resume_start: dict[str, Any] | None = None
+        #: whether the batch being used is the loader's last of the epoch
+        self.at_last_batch = False
+
+    @property
+    def loader(self) -> Any:
+        """The wrapped loader (where :func:`~accelkit.strategies.sampler.set_epoch` finds its sampler)."""
+        return self._loader
+
+    @property
+    def device(self) -> torch.device | None:
+        """Where batches are moved (``None``: left where the loader puts them)."""
+        return self._device
+
+    @property
+    def padding(self) -> int:
+        """How many indices the loader's distributed sampler repeats at the end of an epoch (0 without one)."""
+        sampler: Any = getattr(self._loader, "sampler", None)
+        replicas = getattr(sampler, "num_replicas", None)
+        source = getattr(sampler, "data_source", None) or getattr(sampler, "dataset", None)
+        if not replicas or source is None or getattr(sampler, "drop_last", False):
+            return 0
+        try:
+            return replicas * len(sampler) - len(source)
+        except TypeError:
+            return 0
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        from accelkit.loops import resume
+
+        epoch, skip, start = self._num_iter_calls, self._skip, self._resume_start
+        self._num_iter_calls, self._skip, self._resume_start = epoch + 1, 0, None
+        self._epoch, self._batches_done = epoch, skip
+        set_epoch(self._loader, epoch)
+        self._fabric.active_loader = self
+        try:
+            total = len(self._loader)
+        except TypeError:
+            total = None
+        now = None
+        if start is None:
+            self._epoch_start = resume.epoch_start(self._loader)
+        else:  # resuming mid-epoch: that epoch's order, without the batches read before the save
+            self._epoch_start, now = start, resume.rng_states()
+            resume.restore_epoch_start(self._loader, start)
+        source = resume.skip_batches(self._loader, skip) if skip else self._loader
+        to_device = self._fabric.strategy.batch_to_device if self._device is not None else None
+        for index, batch in enumerate(source, start=skip):
+            if now is not None:  # the order is drawn: the random streams go on as they were
+                resume.set_rng_states(now)
+                now = None
+            self.at_last_batch = total is not None and index == total - 1
+            self._batches_done = index + 1  # in use from here: a save during its step counts it as read
+            yield to_device(batch) if to_device is not None else batch
+        self.at_last_batch = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position: the epoch being read, the batches of it already used, and what decided its order."""
+        return {"epoch": self._epoch, "batches_done": self._batches_done, "epoch_start": self._epoch_start}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a position :meth:`state_dict` gave: the next iteration reads that epoch's order after its
+        used batches (the next epoch when it had ended)."""
+        epoch, done = int(state["epoch"]), int(state["batches_done"])
+        try:
+            ended = done >= len(self._loader)
+        except TypeError:
+            ended = False
+        self._epoch, self._batches_done = (epoch, done)
+        self._num_iter_calls, self._skip = (epoch + 1, 0) if ended else (epoch, done)
+        self._resume_start = None if ended else state.get("epoch_start")
+        self._epoch_start = self._resume_start
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._loader, name)
+
+    def __repr__(self) -> str:
+        return f"FabricDataLoader({self._loader!r})"
+
+
+def is_wrapped(obj: Any) -> bool:
+    """Whether ``obj`` is a :class:`FabricModule`, :class:`FabricOptimizer` or :class:`FabricDataLoader`."""
+    return isinstance(obj, (FabricModule, FabricOptimizer, FabricDataLoader))
+
+
+def unwrap(obj: Any) -> Any:
+    """The user's object inside a Fabric wrapper (``obj`` itself if it is not one)."""
+    if isinstance(obj, FabricModule):
+        return obj.module
+    if isinstance(obj, FabricOptimizer):
+        return obj.optimizer
+    if isinstance(obj, FabricDataLoader):
+        return obj.loader
+    return obj

@@ -1,0 +1,185 @@
+"""Programs run as scripts by tests/test_fabric_processes.py: ``python fabric_runs.py SCENARIO STRATEGY DEVICES OUT``.
+
+``train``: a short data-parallel fit through Fabric (sharded, shuffled loader; accumulation under
+``no_backward_sync``); global rank 0 writes what every rank saw to ``OUT`` (JSON). ``spawn``: ``launch(function)``,
+whose return value (global rank 0's) the caller writes. ``dead_rank``: rank 1 exits with code 3 after launching,
+rank 0 waits in a barrier. ``rank_zero_save``: only rank 0 calls ``save`` (a collective), rank 1 works on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from accelkit import Fabric
+
+
+def train(fabric: Fabric, out: str) -> dict:
+    fabric.seed_everything(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=2, shuffle=True))
+    seen = []
+    for _epoch in range(2):
+        for i, (x, y) in enumerate(loader):
+            seen.append(x[:, 0].tolist())
+            accumulating = i % 2 == 0
+            with fabric.no_backward_sync(model, enabled=accumulating):
+                fabric.backward(nn.functional.mse_loss(model(x), y))
+            if accumulating:  # each rank's own gradient, not yet averaged
+                local = model.weight.grad.detach().clone()
+                gathered = fabric.all_gather(local)
+                unsynced = not torch.allclose(gathered[0], gathered[1])
+            else:
+                optimizer.step()
+                optimizer.zero_grad()
+    weights = fabric.all_gather(model.weight.detach())
+    result = {"world_size": fabric.world_size, "ranks_agree": bool(torch.allclose(weights[0], weights[1])),
+              "gathered_shape": list(weights.shape), "unsynced_during_accumulation": unsynced,
+              "batches": len(loader), "seen": fabric.all_gather(torch.tensor(seen)).tolist(),
+              "mean_rank": fabric.all_reduce(float(fabric.global_rank)).item(),
+              "sum_rank": fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op="sum").item(),
+              "broadcast": fabric.broadcast(os.getpid()), "pid": os.getpid(), "weight": weights[0].tolist()}
+    if fabric.is_global_zero and out:
+        with open(out, "w") as f:
+            json.dump(result, f)
+    return result
+
+
+def fsdp_checkpoint(fabric: Fabric, out: str) -> None:
+    """Two clipped steps under FSDP, the norm compared with the full gradients' own; a sharded save; rank 0 writes
+    the full weights and norms to ``out`` (JSON)."""
+    fabric.seed_everything(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model, optimizer = fabric.setup(model, optimizer)
+    g = torch.Generator().manual_seed(fabric.global_rank)
+    norms = []
+    for _ in range(2):
+        x, y = torch.randn(8, 4, generator=g), torch.randn(8, 1, generator=g)
+        fabric.backward(nn.functional.mse_loss(model(x), y))
+        full_grads = [p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad for p in model.parameters()]
+        expected = torch.linalg.vector_norm(torch.cat([g.flatten() for g in full_grads]))
+        norm = fabric.clip_gradients(model, optimizer, max_norm=0.5)
+        norms.append((float(norm), float(expected)))
+        optimizer.step()
+        optimizer.zero_grad()
+    fabric.save(out + ".ckpt", {"model": model, "optimizer": optimizer, "step": 2})
+    weights = {k: v.tolist() for k, v in model.state_dict().items()}
+    if fabric.is_global_zero:
+        with open(out, "w") as f:
+            json.dump({"norms": norms, "weights": weights}, f)
+
+
+def fsdp_load(fabric: Fabric, out: str) -> None:
+    """Load the checkpoint ``fsdp_checkpoint`` saved (at another world size) into a fresh sharded model and
+    optimizer; write the restored full weights and step to ``out`` (JSON)."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    model, optimizer = fabric.setup(model, optimizer)
+    state = {"model": model, "optimizer": optimizer, "step": 0}
+    rest = fabric.load(out.removesuffix(".loaded") + ".ckpt", state)
+    weights = {k: v.tolist() for k, v in model.state_dict().items()}
+    steps = sorted({int(s["step"]) for s in optimizer.state_dict()["state"].values()})
+    if fabric.is_global_zero:
+        with open(out, "w") as f:
+            json.dump({"weights": weights, "step": state["step"], "rest": sorted(rest), "adam_steps": steps}, f)
+
+
+def evaluate(fabric: Fabric, out: str) -> None:
+    """15 samples over 2 processes (the sampler repeats one): what gather_for_metrics returns over the epoch, and
+    a fit under accumulate(every=2) whose ranks must agree; rank 0 writes both to ``out`` (JSON)."""
+    data = TensorDataset(torch.arange(15.0).unsqueeze(1), torch.ones(15, 1))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=4))
+    seen, plain = [], []
+    for x, _ in loader:
+        seen += fabric.gather_for_metrics(x[:, 0]).tolist()
+        plain += fabric.all_gather(x[:, 0]).flatten().tolist()
+    model = nn.Linear(1, 1)
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.01))
+    for x, y in loader:
+        with fabric.accumulate(model, every=2):
+            fabric.backward(nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+    weights = fabric.all_gather(model.weight.detach())
+    if fabric.is_global_zero:
+        with open(out, "w") as f:
+            json.dump({"seen": seen, "plain": plain, "agree": bool(torch.equal(weights[0], weights[1]))}, f)
+
+
+def one_device(fabric: Fabric, out: str) -> None:
+    """A seeded fit on one device (the CPU, or an XLA device): ``out`` gets the device and the trained weights."""
+    fabric.seed_everything(0)
+    model = nn.Linear(4, 1)
+    model, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(16, 4, generator=g), torch.randn(16, 1, generator=g))
+    for x, y in fabric.setup_dataloaders(DataLoader(data, batch_size=4)):
+        fabric.backward(nn.functional.mse_loss(model(x), y))
+        fabric.clip_gradients(model, optimizer, max_norm=1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+    with open(out, "w") as f:
+        json.dump({"device": str(fabric.device), "weight": model.weight.detach().cpu().tolist()}, f)
+
+
+def main() -> None:
+    scenario, strategy, devices, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    if strategy == "ddp-short-timeout":  # the watchdog speaks after max(10 s, a tenth of the timeout)
+        from accelkit.strategies import DDPStrategy
+
+        strategy = DDPStrategy(timeout_s=30)
+    accelerator = os.environ.get("FABRIC_RUNS_ACCELERATOR", "cpu")
+    fabric = Fabric(accelerator=accelerator, devices=devices, strategy=strategy)
+    if scenario == "spawn":
+        result = fabric.launch(train, "")
+        with open(out, "w") as f:
+            json.dump({**result, "caller_pid": os.getpid()}, f)
+        return
+    fabric.launch()
+    if scenario == "train":
+        train(fabric, out)
+    elif scenario == "one_device":
+        one_device(fabric, out)
+    elif scenario == "evaluate":
+        evaluate(fabric, out)
+    elif scenario == "fsdp_checkpoint":
+        fsdp_checkpoint(fabric, out)
+    elif scenario == "fsdp_load":
+        fsdp_load(fabric, out)
+    elif scenario == "dead_rank":
+        if fabric.global_rank == 1:
+            os._exit(3)
+        fabric.barrier("after the exit")
+        time.sleep(120)
+    elif scenario == "stopped_rank":
+        with open(f"{out}.{fabric.global_rank}", "w") as f:
+            f.write(str(os.getpid()))
+        if fabric.global_rank == 1:
+            time.sleep(3)  # its watchdog reports first
+            os.kill(os.getpid(), signal.SIGSTOP)
+        fabric.barrier("after the stop")
+    elif scenario == "rank_zero_save":
+        if fabric.global_rank == 0:
+            fabric.save(out, {"step": 1})
+        else:
+            time.sleep(40)
+    elif scenario == "sleep":
+        with open(f"{out}.{fabric.global_rank}", "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(300)
+
+
+if __name__ == "__main__":
+    main()

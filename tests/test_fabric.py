@@ -1,0 +1,435 @@
+"""accelkit.Fabric in one CPU process: composition, the wrappers, the step, collectives, logging, callbacks and
+checkpoints (the multi-process behaviour is in test_fabric_processes.py)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Sampler, TensorDataset
+
+import accelkit
+from accelkit import Fabric
+from accelkit.errors import ConfigurationError
+from accelkit.fabric.wrappers import FabricDataLoader, FabricModule, FabricOptimizer
+from accelkit.precision import MixedPrecision
+from accelkit.strategies import SingleDeviceStrategy
+
+
+def _data(n: int = 32) -> TensorDataset:
+    g = torch.Generator().manual_seed(0)
+    return TensorDataset(torch.randn(n, 4, generator=g), torch.randn(n, 1, generator=g))
+
+
+def _fabric(**kwargs: object) -> Fabric:
+    return Fabric(accelerator="cpu", devices=1, **kwargs)
+
+
+def test_fabric_is_exported_under_lightnings_names() -> None:
+    import accelkit.fabric
+
+    assert accelkit.Fabric is accelkit.fabric.Fabric
+    assert accelkit.fabric.loggers.CSVLogger.__init__.__code__.co_varnames[1] == "root_dir"
+
+
+def test_composition_is_the_trainers_own() -> None:
+    with pytest.raises(ConfigurationError) as fabric_error:
+        Fabric(accelerator="cpu", strategy="no_such_strategy")
+    with pytest.raises(ConfigurationError) as trainer_error:
+        accelkit.Trainer(accelerator="cpu", strategy="no_such_strategy")
+    assert "no_such_strategy" in str(fabric_error.value)
+    assert fabric_error.value.problems == trainer_error.value.problems
+    fabric = _fabric(precision="bf16-mixed")
+    assert fabric.device == torch.device("cpu") and fabric.world_size == 1 and fabric.global_rank == 0
+    assert fabric.local_rank == 0 and fabric.node_rank == 0 and fabric.is_global_zero
+    assert fabric.precision.name == "bf16-mixed" and fabric.strategy.precision is fabric.precision
+
+
+def test_setup_wraps_module_and_shares_the_optimizers_parameter_groups() -> None:
+    fabric = _fabric()
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)  # made before setup
+    wrapped, fabric_optimizer = fabric.setup(model, optimizer)
+    assert isinstance(wrapped, FabricModule) and wrapped.module is model
+    assert isinstance(fabric_optimizer, FabricOptimizer) and isinstance(fabric_optimizer, torch.optim.SGD)
+    assert wrapped.weight is model.weight
+    wrapped.custom_flag = 3
+    assert model.custom_flag == 3
+    assert list(wrapped.state_dict()) == list(model.state_dict())
+    loss = wrapped(torch.ones(2, 4)).sum()
+    fabric.backward(loss)
+    fabric_optimizer.step()
+    scheduler.step()
+    assert fabric_optimizer.param_groups[0]["lr"] == 0.5  # the scheduler's change, seen through the wrapper
+    assert fabric_optimizer.param_groups is optimizer.param_groups
+    with pytest.raises(ValueError, match="already set up"):
+        fabric.setup(wrapped)
+
+
+def test_a_fabric_loop_trains_as_a_hand_loop() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    reference = copy.deepcopy(model)
+    data = _data()
+    fabric = _fabric()
+    wrapped, optimizer = fabric.setup(model, torch.optim.Adam(model.parameters(), lr=0.01))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=8))
+    hand_optimizer = torch.optim.Adam(reference.parameters(), lr=0.01)
+    for _ in range(2):
+        for (x, y), (hx, hy) in zip(loader, DataLoader(data, batch_size=8), strict=True):
+            fabric.backward(nn.functional.mse_loss(wrapped(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+            nn.functional.mse_loss(reference(hx), hy).backward()
+            hand_optimizer.step()
+            hand_optimizer.zero_grad()
+    for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs)
+
+
+class _EpochRecorder(Sampler[int]):
+    def __init__(self, n: int) -> None:
+        self.n, self.epochs = n, []
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(range(self.n))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epochs.append(epoch)
+
+
+def test_setup_dataloaders_gives_the_sampler_each_epoch_and_moves_batches() -> None:
+    fabric = _fabric()
+    sampler = _EpochRecorder(8)
+    loader = fabric.setup_dataloaders(DataLoader(_data(8), batch_size=4, sampler=sampler))
+    assert isinstance(loader, FabricDataLoader) and len(loader) == 2 and loader.batch_size == 4
+    for _ in range(3):
+        batches = list(loader)
+    assert sampler.epochs == [0, 1, 2]
+    assert batches[0][0].device == fabric.device
+    first, second = fabric.setup_dataloaders(DataLoader(_data(8)), DataLoader(_data(8)), move_to_device=False)
+    assert first.device is None and second.device is None
+
+
+def test_collectives_on_one_process_return_their_input() -> None:
+    fabric = _fabric()
+    tensor = torch.arange(3.0)
+    assert fabric.all_gather(tensor) is tensor  # unchanged, as Lightning's (no new dimension)
+    assert torch.equal(fabric.all_reduce(tensor, reduce_op="sum"), tensor)
+    assert fabric.all_reduce(2.0).item() == 2.0
+    assert fabric.broadcast({"a": 1}) == {"a": 1}
+    with pytest.raises(ValueError, match="reduce_op='median'"):
+        fabric.all_reduce(tensor, reduce_op="median")
+    fabric.barrier()
+    with fabric.rank_zero_first():
+        pass
+
+
+def test_call_passes_each_callback_the_keyword_arguments_it_takes() -> None:
+    seen = []
+
+    class Narrow:
+        def on_epoch_end(self, loss: float) -> None:
+            seen.append(("narrow", loss))
+
+    class Wide:
+        def on_epoch_end(self, **kwargs: object) -> None:
+            seen.append(("wide", kwargs))
+
+    fabric = _fabric(callbacks=[Narrow(), Wide(), object()])
+    fabric.call("on_epoch_end", loss=1.5, epoch=2)
+    fabric.call("on_unknown_hook", value=1)
+    assert seen == [("narrow", 1.5), ("wide", {"loss": 1.5, "epoch": 2})]
+
+
+def test_log_dict_writes_to_fabric_loggers_with_root_dir(tmp_path: Path) -> None:
+    from accelkit.fabric.loggers import CSVLogger
+
+    logger = CSVLogger(root_dir=tmp_path)
+    fabric = _fabric(loggers=logger)
+    assert fabric.logger is logger and fabric.loggers == [logger]
+    fabric.log("loss", torch.tensor(0.5), step=0)
+    fabric.log_dict({"loss": 0.25, "acc": 1.0}, step=1)
+    logger.save()
+    text = (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text()
+    assert text.splitlines()[0] == "acc,loss,step"
+    assert "0.25" in text and "0.5" in text
+
+
+class _Lit(accelkit.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def training_step(self, batch: tuple) -> torch.Tensor:
+        x, y = batch
+        loss = nn.functional.mse_loss(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+
+def test_a_lightning_module_under_fabric_logs_and_prints_through_it(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture) -> None:
+    from accelkit.fabric.loggers import CSVLogger
+
+    fabric = _fabric(loggers=CSVLogger(tmp_path))
+    module = _Lit()
+    wrapped = fabric.setup(module)
+    assert module.fabric is fabric and module.logger is fabric.logger
+    loss = wrapped.training_step(next(iter(DataLoader(_data(4), batch_size=4))))
+    assert loss.ndim == 0
+    module.print("hello from the module")
+    fabric.logger.save()
+    assert "train_loss" in (tmp_path / "lightning_logs" / "version_0" / "metrics.csv").read_text()
+    assert "hello from the module" in capsys.readouterr().out
+
+
+def test_the_forward_runs_under_the_precision() -> None:
+    fabric = _fabric(precision="bf16-mixed")
+    wrapped = fabric.setup(nn.Linear(4, 4))
+    assert wrapped(torch.ones(2, 4)).dtype == torch.bfloat16  # autocast around the forward
+    with fabric.autocast():
+        assert (torch.ones(2, 4) @ torch.ones(4, 4)).dtype == torch.bfloat16
+    true64 = _fabric(precision="64-true")
+    module = true64.setup(nn.Linear(4, 4))
+    assert module.weight.dtype == torch.float64 and module(torch.ones(1, 4)).dtype == torch.float64
+    with true64.init_tensor():
+        assert torch.ones(1).dtype == torch.float64
+    with true64.init_module():
+        assert nn.Linear(2, 2).weight.dtype == torch.float64
+
+
+def test_clip_gradients_returns_the_total_norm_and_refuses_both_or_neither() -> None:
+    fabric = _fabric()
+    model = nn.Linear(4, 1)
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    fabric.backward(wrapped(torch.full((2, 4), 10.0)).sum())
+    expected = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    norm = fabric.clip_gradients(wrapped, optimizer, max_norm=1.0)
+    torch.testing.assert_close(norm, expected)
+    after = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    torch.testing.assert_close(after, torch.tensor(1.0), atol=1e-4, rtol=0)
+    assert fabric.clip_gradients(wrapped, optimizer, clip_val=0.01) is None
+    assert max(p.grad.abs().max().item() for p in model.parameters()) <= 0.01 + 1e-7
+    with pytest.raises(ValueError, match="exactly one"):
+        fabric.clip_gradients(wrapped, optimizer)
+
+
+def test_a_loss_that_bypassed_the_gradient_scaler_is_refused() -> None:
+    fabric = _fabric(plugins=[MixedPrecision(dtype="bfloat16", scaler=True)])
+    model = nn.Linear(4, 1)
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    wrapped(torch.ones(2, 4)).sum().backward()  # not fabric.backward: the scaler never saw it
+    with pytest.raises(RuntimeError, match=r"fabric.backward\(loss\)"):
+        optimizer.step()
+    optimizer.zero_grad()
+    before = model.weight.detach().clone()
+    fabric.backward(wrapped(torch.ones(2, 4)).sum())
+    optimizer.step()
+    assert not torch.equal(before, model.weight)
+
+
+class _TwoProcessStrategy(SingleDeviceStrategy):
+    """A strategy that reports two processes and has no way to skip a gradient sync."""
+
+    @property
+    def world_size(self) -> int:
+        return 2
+
+
+def test_no_backward_sync_warns_when_the_strategy_cannot_skip_the_sync() -> None:
+    fabric = Fabric(accelerator="cpu", devices=1, strategy=_TwoProcessStrategy())
+    wrapped = fabric.setup(nn.Linear(2, 1))
+    with pytest.warns(UserWarning, match="cannot skip the gradient synchronisation"):
+        with fabric.no_backward_sync(wrapped):
+            pass
+    single = _fabric()
+    one = single.setup(nn.Linear(2, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with single.no_backward_sync(one):  # one process: nothing to skip, nothing to say
+            pass
+    with pytest.raises(TypeError, match="set up with Fabric.setup"):
+        single.no_backward_sync(nn.Linear(2, 1))
+
+
+class _SpawningStrategy(SingleDeviceStrategy):
+    """A strategy that starts its workers from a function and is no data-parallel one (as an XLA plugin's)."""
+
+    def create_launcher(self) -> object:
+        from accelkit.strategies.launchers import SpawnLauncher
+
+        return SpawnLauncher(2)
+
+
+def test_launch_on_spawn_strategies_needs_a_function_and_ddp_needs_launch() -> None:
+    with pytest.raises(TypeError, match="launch\\(function\\)"):
+        Fabric(accelerator="cpu", devices=1, strategy=_SpawningStrategy()).launch()
+    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp")
+    with pytest.raises(RuntimeError, match="call fabric.launch\\(\\) first"):
+        fabric.setup(nn.Linear(2, 1))
+    with pytest.raises(TypeError, match="first parameter for the Fabric"):
+        _fabric().launch(lambda: None)
+
+
+def test_save_and_load_round_trip_with_filter_and_strict(tmp_path: Path) -> None:
+    fabric = _fabric()
+    model = nn.Linear(4, 2)
+    wrapped, optimizer = fabric.setup(model, torch.optim.Adam(model.parameters()))
+    fabric.backward(wrapped(torch.ones(1, 4)).sum())
+    optimizer.step()
+    path = tmp_path / "state.ckpt"
+    fabric.save(path, {"model": wrapped, "optimizer": optimizer, "step": 7})
+    saved = torch.load(path, weights_only=True)
+    assert set(saved) == {"model", "optimizer", "step"} and saved["step"] == 7
+    assert list(tmp_path.iterdir()) == [path]  # written atomically: no temporary left beside it
+
+    other = nn.Linear(4, 2)
+    loading = _fabric()
+    other_wrapped, other_optimizer = loading.setup(other, torch.optim.Adam(other.parameters()))
+    state = {"model": other_wrapped, "optimizer": other_optimizer, "step": 0}
+    rest = loading.load(path, state)
+    assert rest == {} and state["step"] == 7
+    torch.testing.assert_close(other.weight, model.weight)
+    assert other_optimizer.state_dict()["state"][0]["step"] == 1
+
+    fabric.save(tmp_path / "weights.ckpt", {"model": wrapped}, filter={"model": lambda k, v: "weight" in k})
+    assert list(torch.load(tmp_path / "weights.ckpt", weights_only=True)["model"]) == ["weight"]
+    with pytest.raises(KeyError, match="missing"):
+        fabric.load(path, {"model": other_wrapped, "missing": 1})
+    assert set(fabric.load(path, {"model": other_wrapped, "missing": 1}, strict=False)) == {"optimizer", "step"}
+    assert set(fabric.load(path)) == {"model", "optimizer", "step"}
+
+
+class _Arbitrary:
+    """An object a weights-only load refuses to unpickle."""
+
+
+def test_load_refuses_pickled_objects_unless_told_and_load_raw_reads_a_state_dict(tmp_path: Path) -> None:
+    from accelkit.checkpoint.files import UnsafeCheckpointError
+
+    fabric = _fabric()
+    model = nn.Linear(2, 2)
+    wrapped = fabric.setup(model)
+    fabric.save(tmp_path / "unsafe.ckpt", {"model": wrapped, "extra": _Arbitrary()})
+    with pytest.raises(UnsafeCheckpointError):
+        fabric.load(tmp_path / "unsafe.ckpt")
+    assert isinstance(fabric.load(tmp_path / "unsafe.ckpt", weights_only=False)["extra"], _Arbitrary)
+
+    torch.save(nn.Linear(2, 2).state_dict(), tmp_path / "raw.pt")
+    fabric.load_raw(tmp_path / "raw.pt", wrapped)
+    torch.testing.assert_close(model.weight, torch.load(tmp_path / "raw.pt")["weight"])
+
+
+def test_an_argument_that_disagrees_with_accelkit_run_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACCELKIT_FABRIC_PRECISION", "bf16-mixed")
+    assert Fabric(accelerator="cpu", devices=1).precision.name == "bf16-mixed"  # the default takes the option
+    with pytest.raises(ConfigurationError, match=r"Fabric\(precision='64-true'\) conflicts with `accelkit run "
+                                                 r"--precision bf16-mixed`"):
+        Fabric(accelerator="cpu", devices=1, precision="64-true")
+
+
+def test_accumulate_steps_once_per_window_and_at_the_epochs_end() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    reference = copy.deepcopy(model)
+    data = _data(10)  # 5 batches of 2: windows of 2, 2 and the epoch's last batch alone
+    fabric = _fabric()
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=2))
+    norms = []
+    for x, y in loader:
+        with fabric.accumulate(wrapped, every=2):
+            fabric.backward(nn.functional.mse_loss(wrapped(x), y))
+            norms.append(fabric.clip_gradients(wrapped, optimizer, max_norm=100.0))
+            optimizer.step()
+            optimizer.zero_grad()
+    assert [n is not None for n in norms] == [False, True, False, True, True]
+    hand = torch.optim.SGD(reference.parameters(), lr=0.1)
+    batches = list(DataLoader(data, batch_size=2))
+    for window in (batches[0:2], batches[2:4], batches[4:5]):
+        for x, y in window:
+            (nn.functional.mse_loss(reference(x), y) / 2).backward()
+        hand.step()
+        hand.zero_grad()
+    for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    with pytest.raises(ValueError, match="every=0"):
+        with fabric.accumulate(wrapped, every=0):
+            pass
+
+
+@pytest.mark.parametrize("order_from", ["loader_generator", "global_seed"])
+def test_a_saved_loader_resumes_mid_epoch_where_it_stopped(tmp_path: Path, order_from: str) -> None:
+    data = TensorDataset(torch.arange(12.0).unsqueeze(1))
+
+    def run(fabric: Fabric, loader: FabricDataLoader, epochs: int, stop_after: int | None = None) -> list[float]:
+        seen = []
+        for _ in range(epochs):
+            for (x,) in loader:
+                seen.append(x[0, 0].item())
+                if stop_after is not None and len(seen) == stop_after:
+                    fabric.save(tmp_path / "mid.ckpt", {"loader": loader})
+                    return seen
+        return seen
+
+    def fresh() -> tuple[Fabric, FabricDataLoader]:
+        fabric = _fabric()
+        torch.manual_seed(3)
+        generator = torch.Generator().manual_seed(3) if order_from == "loader_generator" else None
+        return fabric, fabric.setup_dataloaders(DataLoader(data, batch_size=3, shuffle=True, generator=generator))
+
+    fabric, loader = fresh()
+    uninterrupted = run(fabric, loader, 3)
+    fabric, loader = fresh()
+    first = run(fabric, loader, 3, stop_after=6)  # the second batch of the second epoch
+    fabric, loader = fresh()
+    fabric.load(tmp_path / "mid.ckpt", {"loader": loader})
+    position = loader.state_dict()
+    assert (position["epoch"], position["batches_done"]) == (1, 2)
+    rest = []
+    for _ in range(2):
+        rest += [x[0, 0].item() for (x,) in loader]
+    if order_from == "loader_generator":  # the loader's own generator: every later epoch's order too
+        assert first + rest[:len(uninterrupted) - len(first)] == uninterrupted
+    else:  # the global random state decides the later epochs (the program's to save): the resumed epoch is exact
+        assert first + rest[:2] == uninterrupted[:8]
+
+
+def test_a_save_that_fails_leaves_the_previous_checkpoint_whole(tmp_path: Path) -> None:
+    fabric = _fabric()
+    wrapped = fabric.setup(nn.Linear(2, 2))
+    path = tmp_path / "state.ckpt"
+    fabric.save(path, {"model": wrapped, "step": 1})
+    with pytest.raises(Exception, match="lambda|pickle|Can't"):
+        fabric.save(path, {"model": wrapped, "step": 2, "unpicklable": lambda: None})
+    assert fabric.load(path)["step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.ckpt"]
+
+
+def test_the_distributed_shuffle_is_seeded_by_seed_everything_as_lightnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lightning Fabric's distributed sampler takes ``seed_everything``'s seed: the same order per rank and epoch."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    for name in ("ACCELKIT_SEED", "ACCELKIT_SEED_WORKERS", "PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+        monkeypatch.delenv(name, raising=False)  # seed_everything sets them; put back as found after the test
+
+    fabric = Fabric(accelerator="cpu", devices=1, strategy=_TwoProcessStrategy())  # reports rank 0 of 2
+    data = TensorDataset(torch.arange(20))
+    fabric.seed_everything(7)
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_size=4, shuffle=True))
+    reference = DistributedSampler(data, num_replicas=2, rank=0, shuffle=True, seed=7)
+    for epoch in range(2):
+        reference.set_epoch(epoch)
+        assert [int(i) for (batch,) in loader for i in batch] == list(reference)

@@ -1,0 +1,211 @@
+"""accelkit.Fabric over several CPU processes: ``strategy="ddp"`` + ``launch()`` (the script run again with the
+ranks), ``ddp_spawn`` + ``launch(function)``, and the guarantees of every accelkit launch (a dead rank named, a
+collective only some ranks reach named, Ctrl-C ends every process). Programs: ``helpers/fabric_runs.py``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.guards import child_env, pid_alive, wait_gone
+
+HELPER = Path(__file__).parent / "helpers" / "fabric_runs.py"
+
+pytestmark = pytest.mark.slow
+
+
+def _run(prewarmed, tmp_path: Path, scenario: str, strategy: str, out: Path, timeout: float = 240):  # type: ignore[no-untyped-def]
+    return prewarmed.run([str(HELPER), scenario, strategy, "2", str(out)], cwd=tmp_path, env=child_env(),
+                         timeout=timeout)
+
+
+def _check_data_parallel(result: dict) -> None:
+    assert result["world_size"] == 2 and result["gathered_shape"] == [2, 1, 4]
+    assert result["ranks_agree"], "the ranks' weights differ after synchronised steps"
+    assert result["unsynced_during_accumulation"], "no_backward_sync did not skip the gradient synchronisation"
+    assert result["batches"] == 4  # 16 samples, batch 2, two ranks: each reads its half
+    assert result["mean_rank"] == 0.5 and result["sum_rank"] == 1.0
+    first_epoch = [v for rank in result["seen"] for batch in rank[:4] for v in batch]
+    assert len(first_epoch) == len(set(first_epoch)) == 16  # disjoint shards covering the data
+    assert result["seen"][0][:4] != result["seen"][0][4:]  # set_epoch: another order in the second epoch
+
+
+def test_ddp_launch_runs_the_script_again_as_the_other_rank(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "result.json"
+    proc = _run(prewarmed, tmp_path, "train", "ddp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    _check_data_parallel(result)
+    assert result["broadcast"] == result["pid"]  # rank 0 is the process the test started
+
+
+def test_ddp_spawn_launch_runs_the_function_and_returns_rank_zeros_result(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "result.json"
+    proc = _run(prewarmed, tmp_path, "spawn", "ddp_spawn", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    _check_data_parallel(result)
+    assert result["pid"] != result["caller_pid"]  # computed in a worker, returned to the caller
+
+
+def test_a_dead_rank_is_named_and_the_run_ends(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    proc = _run(prewarmed, tmp_path, "dead_rank", "ddp", tmp_path / "unused", timeout=120)
+    assert proc.returncode != 0
+    assert "the process of rank 1 (local rank 1" in proc.stderr and "exited with code 3" in proc.stderr
+
+
+def test_a_stopped_rank_is_named_and_every_process_ends(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "pid"
+    proc = _run(prewarmed, tmp_path, "stopped_rank", "ddp-short-timeout", out, timeout=150)
+    assert proc.returncode != 0
+    assert "(its process" in proc.stderr and "is stopped: SIGSTOP or SIGTSTP)" in proc.stderr, proc.stderr[-3000:]
+    assert wait_gone([int(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)], 30) == []
+
+
+def test_a_save_only_rank_zero_reaches_is_named(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    proc = _run(prewarmed, tmp_path, "rank_zero_save", "ddp-short-timeout", tmp_path / "state.ckpt", timeout=150)
+    assert "rank 1 is behind (not in a collective)" in proc.stderr, proc.stderr[-3000:]
+    assert "in barrier 'Fabric.save'" in proc.stderr
+
+
+@pytest.mark.parametrize("how", ["sigint_group", "sigint_first", "sigkill_first"])
+def test_ctrl_c_or_a_killed_first_process_ends_every_process(prewarmed, tmp_path: Path, how: str) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C (SIGINT to the terminal's group), SIGINT to the first process alone (it ends the processes it
+    started as it exits), and ``kill -9`` of the first process (the others see it gone and end)."""
+    out = tmp_path / "pid"
+    running = prewarmed.start([str(HELPER), "sleep", "ddp", "2", str(out)], cwd=tmp_path, env=child_env())
+    deadline = time.monotonic() + 150
+    files = [Path(f"{out}.0"), Path(f"{out}.1")]
+    while not all(f.is_file() and f.read_text() for f in files) and time.monotonic() < deadline:
+        assert running.poll() is None, "the launch ended before both ranks started"
+        time.sleep(0.5)
+    pids = [int(f.read_text()) for f in files]
+    assert all(pid_alive(pid) for pid in pids) and pids[0] == running.pid
+    if how == "sigint_group":
+        os.killpg(running.pid, signal.SIGINT)
+    else:
+        os.kill(running.pid, signal.SIGINT if how == "sigint_first" else signal.SIGKILL)
+    running.wait(60)
+    assert wait_gone(pids, 30) == []
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(prewarmed, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
+    """Two clipped FSDP steps on 2 processes, then a sharded save (read by the tests below)."""
+    folder = tmp_path_factory.mktemp("fsdp")
+    out = folder / "run.json"
+    proc = _run(prewarmed, folder, "fsdp_checkpoint", "fsdp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return folder, json.loads(out.read_text())
+
+
+def test_clip_gradients_under_fsdp_returns_the_norm_of_the_full_gradients(fsdp_run: tuple[Path, dict]) -> None:
+    _, result = fsdp_run
+    for returned, expected in result["norms"]:
+        assert returned == pytest.approx(expected, rel=1e-5)
+
+
+def test_fsdp_save_is_sharded_and_loads_whole_in_one_plain_process(fsdp_run: tuple[Path, dict]) -> None:
+    import torch
+
+    from accelkit import Fabric
+    from accelkit.checkpoint.sharded import is_sharded_checkpoint
+
+    folder, result = fsdp_run
+    path = folder / "run.json.ckpt"
+    assert is_sharded_checkpoint(path) and len(list(path.glob("*.distcp"))) == 2  # one shard file per process
+    loaded = Fabric(accelerator="cpu", devices=1).load(path)
+    assert loaded["step"] == 2 and set(loaded) == {"model", "optimizer", "step"}
+    for key, value in result["weights"].items():
+        torch.testing.assert_close(loaded["model"][key], torch.tensor(value))
+
+
+def test_fsdp_checkpoint_loads_into_a_sharded_model_at_another_world_size(
+        prewarmed, fsdp_run: tuple[Path, dict]) -> None:  # type: ignore[no-untyped-def]
+    folder, result = fsdp_run
+    out = folder / "run.json.loaded"
+    proc = prewarmed.run([str(HELPER), "fsdp_load", "fsdp", "1", str(out)], cwd=folder, env=child_env(), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    loaded = json.loads(out.read_text())
+    assert loaded["weights"] == result["weights"] and loaded["step"] == 2 and loaded["rest"] == []
+    assert loaded["adam_steps"] == [2]  # the optimizer's state too
+
+
+def test_accelkit_run_starts_a_script_that_never_calls_launch(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "no_launch.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from accelkit import Fabric\n"
+        "fabric = Fabric(accelerator='cpu')\n"
+        "total = fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op='sum').item()\n"
+        "print('RESULT', fabric.global_rank, fabric.world_size, fabric.strategy.name, fabric.precision.name, total,\n"
+        "      sys.argv[1:], flush=True)\n")
+    proc = prewarmed.run(["-m", "accelkit.cli", "run", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+                          "--precision", "bf16-mixed", str(script), "--lr", "0.1"], cwd=tmp_path, env=child_env(),
+                         timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    assert lines == [f"RESULT {rank} 2 ddp bf16-mixed 1.0 ['--lr', '0.1']" for rank in (0, 1)]
+
+
+def test_accelkit_run_names_the_process_that_failed(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = tmp_path / "fails.py"
+    script.write_text("import os, sys\nif os.environ['RANK'] == '1':\n    sys.exit(5)\nimport time\ntime.sleep(60)\n")
+    proc = prewarmed.run(["-m", "accelkit.cli", "run", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+                          str(script)], cwd=tmp_path, env=child_env(), timeout=120)
+    assert proc.returncode == 5
+    assert "the process of rank 1 (local rank 1" in proc.stderr and "exited with code 5" in proc.stderr
+
+
+@pytest.mark.parametrize("strategy", ["auto", "ddp_spawn"])
+def test_launch_without_a_function_on_a_spawning_strategy_runs_the_script_again(prewarmed, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                                 strategy: str) -> None:
+    """``Fabric(devices=2)`` (whose default starts its processes from a function) and ``ddp_spawn`` with
+    ``launch()``: the script runs in each process as with ``ddp`` (Lightning's default does the same)."""
+    script = tmp_path / "auto.py"
+    script.write_text(
+        "import sys, torch\n"
+        "from accelkit import Fabric\n"
+        "fabric = Fabric(accelerator='cpu', devices=2, strategy=sys.argv[1])\n"
+        "fabric.launch()\n"
+        "total = fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op='sum').item()\n"
+        "print('RESULT', fabric.global_rank, fabric.world_size, total, flush=True)\n")
+    proc = prewarmed.run([str(script), strategy], cwd=tmp_path, env=child_env(), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT")) == [
+        "RESULT 0 2 1.0", "RESULT 1 2 1.0"]
+    assert proc.stdout.count("launch() without a function") == (0 if strategy == "auto" else 1)
+
+
+def test_gather_for_metrics_sees_each_sample_once_and_accumulate_keeps_ranks_in_step(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "eval.json"
+    proc = _run(prewarmed, tmp_path, "evaluate", "ddp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert len(result["plain"]) == 16  # all_gather: the sampler's repeated sample included
+    assert sorted(result["seen"]) == [float(i) for i in range(15)]
+    assert result["agree"]
+
+
+@pytest.mark.xla
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+def test_a_fabric_loop_on_one_xla_device_trains_as_on_the_cpu(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The same seeded loop through Fabric on an XLA device (PJRT on the host CPU, in a process of its own) and on
+    the CPU: the optimizer steps through the XLA strategy, the loader moves batches to the XLA device."""
+    from helpers.xla import run_program, xla_env
+
+    results = {}
+    for accelerator in ("cpu", "xla"):
+        out = tmp_path / f"{accelerator}.json"
+        env = xla_env(1, FABRIC_RUNS_ACCELERATOR=accelerator, PYTHONPATH=child_env()["PYTHONPATH"])
+        proc = run_program([str(HELPER), "one_device", "auto", "1", str(out)], env, 300, prewarmed)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[accelerator] = json.loads(out.read_text())
+    assert results["xla"]["device"].startswith("xla") and results["cpu"]["device"] == "cpu"
+    assert results["xla"]["weight"][0] == pytest.approx(results["cpu"]["weight"][0], abs=1e-5)
