@@ -115,15 +115,16 @@ def output(root: Path) -> str:
 
 
 @pytest.mark.slow
-def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_store(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_store(tmp_path, strategy):
     """Two launchers (a shared store, the default); a worker of launcher B is killed mid-epoch: both restart
     (round 1) and resume from the newest checkpoint by themselves; then launcher B is killed whole: A restarts
     alone on a world of 1 (round 2), resumes mid-epoch and finishes. Every sample of both epochs is trained exactly
     once (the work lost with each failure dropped), in one version folder, without num_nodes or ckpt_path."""
     root, port = tmp_path / "run", free_port()
-    first = launcher(root, port, "A")
+    first = launcher(root, port, "A", strategy)
     time.sleep(1.0)  # A binds the rendezvous endpoint and hosts the store (B's loss must not take the store)
-    second = launcher(root, port, "B")
+    second = launcher(root, port, "B", strategy)
     launchers = [first, second]
     deadline = time.monotonic() + BOUND_S
     try:
