@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -153,6 +154,41 @@ def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_s
     assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]  # one run folder
 
 
+def run_job(root: Path, kill_worker_at: int | None) -> tuple[subprocess.Popen, list[dict]]:
+    """Two launchers of one DDP job to its end; with ``kill_worker_at``, launcher B's worker is killed once round 0
+    reached that step."""
+    port = free_port()
+    first = launcher(root, port, "A", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
+    time.sleep(1.0)
+    second = launcher(root, port, "B", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
+    launchers, deadline = [first, second], time.monotonic() + BOUND_S
+    try:
+        if kill_worker_at is not None:
+            wait_for(lambda: max((r["step"] for r in records(root) if r["round"] == 0), default=-1) >= kill_worker_at,
+                     root, launchers, f"round 0 reaching step {kill_worker_at}", deadline)
+            os.kill(workers_of(root, "B")[0], signal.SIGKILL)
+        for proc in launchers:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    return first, records(root)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_restarts_both_launchers_and_ends_with_the_weights_of_a_run_never_stopped(tmp_path):
+    """The world does not change (both launchers restart their workers): the restarted attempt resumes by itself
+    from the newest checkpoint and the final weights equal those of the same job never stopped, bit for bit."""
+    reference, _ = run_job(tmp_path / "reference", None)
+    assert reference.returncode == 0, output(tmp_path / "reference")
+    job, rows = run_job(tmp_path / "run", 4)
+    assert job.returncode == 0, output(tmp_path / "run")
+    resumed = min(r["step"] for r in rows if r["round"] == 1)  # a periodic checkpoint's step (every 3 steps)
+    assert sorted({row["round"] for row in rows}) == [0, 1] and resumed > 0 and resumed % 3 == 0, resumed
+    assert trained_once(kept(rows)) == {}
+    final, expected = (torch.load(tmp_path / name / "final.pt", weights_only=True) for name in ("run", "reference"))
+    assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)
+
+
 def test_a_given_num_nodes_that_an_elastic_torchrun_contradicts_says_what_to_write(monkeypatch):
     for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
                         "GROUP_WORLD_SIZE": "1", "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "job",
@@ -191,9 +227,8 @@ def small_trainer(root: Path, epochs: int, **options) -> accelkit.Trainer:
 
 
 def test_a_restarted_attempt_resumes_from_the_runs_newest_checkpoint_in_the_runs_folder(monkeypatch, tmp_path, capsys):
-    from helpers.models import RegressionModule
-
     from accelkit.trainer.summary import fit_summary
+    from helpers.models import RegressionModule
 
     torchrun_attempt(monkeypatch, 0)
     first = small_trainer(tmp_path, 1)

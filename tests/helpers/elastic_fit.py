@@ -4,9 +4,10 @@ default logger's version folder), recording every sample it trains.
 
 Each training batch appends one JSON line ``{"round", "rank", "world", "epoch", "step", "idx", "t"}`` (``round``:
 the attempt, as accelkit reads it; ``step``: the global step the batch is trained in; ``idx``: the dataset indices
-of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-rank<R>-pid<P>.jsonl``, ``LAUNCHER`` being the name the test
-gave the launcher that started it (``ELASTIC_TEST_LAUNCHER``). ``STEP_SLEEP_S`` slows every step down. At the
-end global rank zero writes ``ROOT/final.pt`` and prints ``done``.
+of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-rank<R>-pid<P>.jsonl``,
+``LAUNCHER`` being the name the test gave the launcher that started it (``ELASTIC_TEST_LAUNCHER``).
+``STEP_SLEEP_S`` slows every step down. At the end global rank zero writes ``ROOT/final.pt`` (DDP) and prints
+``done``.
 
 Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY``
 """

@@ -81,8 +81,8 @@ def _nothing_to_resume(trainer: Trainer) -> str:
 
 def restart_attempt(trainer: Trainer) -> int | None:
     """Which attempt of its run this process belongs to, where the launcher restarts a failed run by itself
-    (:attr:`~accelkit.environments.ClusterEnvironment.restart_attempt`: torchrun's rendezvous round, a requeued SLURM
-    job's ``SLURM_RESTART_COUNT``; 0 the first), else ``None``."""
+    (:attr:`~accelkit.environments.ClusterEnvironment.restart_attempt`: the attempt torchrun's processes agreed on,
+    a requeued SLURM job's ``SLURM_RESTART_COUNT``; 0 the first), else ``None``."""
     return restart_attempt_of(getattr(trainer.strategy, "cluster_environment", None))
 
 
@@ -105,7 +105,7 @@ def newest_checkpoint(trainer: Trainer) -> Path | None:
 
 
 def _elastic_resume(trainer: Trainer, stage: str) -> str | None:
-    """For a ``fit`` given no ``ckpt_path`` in a restarted attempt of an elastic launcher (torchrun's round > 0, a
+    """For a ``fit`` given no ``ckpt_path`` in a restarted attempt of an elastic launcher (torchrun's attempt > 0, a
     requeued SLURM job): the run's newest complete checkpoint (:func:`newest_checkpoint`); the first attempt, and any
     other run, start as asked."""
     attempt = restart_attempt(trainer) if stage == "fit" else None
