@@ -300,3 +300,15 @@ def test_the_join_wait_of_a_restarted_attempt_says_so_and_not_stale_variables(mo
     err = capfd.readouterr().err
     assert "has waited 1 s for all 2 processes" in err and "This is attempt 2 of a run its launcher restarts" in err
     assert "the variables are not stale" in err and "the variables are stale" not in err
+
+
+def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
+    """``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: no shared store to agree through, and each agent counts its own
+    restarts, so over several nodes no attempt is claimed (no process resumes where another would start fresh)."""
+    from accelkit.environments.torchrun import TorchrunEnvironment
+
+    env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job",
+           "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    assert TorchrunEnvironment(env).restart_attempt is None
+    assert TorchrunEnvironment({**env, "LOCAL_WORLD_SIZE": "4"}).restart_attempt == 1
+    assert TorchrunEnvironment({k: v for k, v in env.items() if k != "TORCHELASTIC_RUN_ID"}).restart_attempt is None

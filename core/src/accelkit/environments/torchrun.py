@@ -112,13 +112,18 @@ class TorchrunEnvironment(ClusterEnvironment):
     @property
     def restart_attempt(self) -> int | None:
         """Under torchrun: the attempt its processes agreed on through the agent's store (:func:`agreed_attempt`,
-        the same in every process), else ``TORCHELASTIC_RESTART_COUNT`` (the same in every process only when one
-        agent runs them all: with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` over several nodes it does not tell).
+        the same in every process); with a store of each attempt's own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``),
+        ``TORCHELASTIC_RESTART_COUNT`` where one agent runs every process (``WORLD_SIZE == LOCAL_WORLD_SIZE``),
+        else ``None``: each agent counts its own restarts, so the processes of several nodes could disagree.
         ``None`` without torchrun (a hand-written launch)."""
         if "TORCHELASTIC_RUN_ID" not in self.env:
             return None
         agreed = agreed_attempt(self.env)
-        return agreed[1] if agreed is not None else self._int("TORCHELASTIC_RESTART_COUNT", default=0)
+        if agreed is not None:
+            return agreed[1]
+        if self.env.get("WORLD_SIZE") != self.env.get("LOCAL_WORLD_SIZE", self.env.get("WORLD_SIZE")):
+            return None
+        return self._int("TORCHELASTIC_RESTART_COUNT", default=0)
 
     @property
     def world_size(self) -> int:

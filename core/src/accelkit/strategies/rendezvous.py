@@ -31,8 +31,6 @@ from typing import Any
 
 #: the variable that pins gloo's sockets to one network interface
 GLOO_INTERFACE_VARIABLE = "GLOO_SOCKET_IFNAME"
-#: torch's switch that gives every attempt of a torchrun run a store of its own, hosted by the rank 0 process
-UNSHARED_STORE_VARIABLE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: the address a run on one machine listens on
 LOOPBACK_ADDRESS = "127.0.0.1"
 _IFF_LOOPBACK = 0x8
