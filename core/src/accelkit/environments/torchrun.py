@@ -111,7 +111,7 @@ class TorchrunEnvironment(ClusterEnvironment):
 
     @property
     def restart_attempt(self) -> int | None:
-        """Under torchrun: the attempt its processes agreed on through the agent's store (:func:`agreed_attempt`,
+        """Under torchrun: the attempt its processes agreed on through the agent's store (``agreed_attempt()``,
         the same in every process); with a store of each attempt's own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``),
         ``TORCHELASTIC_RESTART_COUNT`` where one agent runs every process (``WORLD_SIZE == LOCAL_WORLD_SIZE``),
         else ``None``: each agent counts its own restarts, so the processes of several nodes could disagree.

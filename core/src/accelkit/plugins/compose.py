@@ -331,7 +331,7 @@ def compose(
     plugin_objects: list[Any] | None = None,
 ) -> Composition:
     """Resolve a run. Raises :class:`~accelkit.ConfigurationError` listing every problem found. ``num_nodes``
-    ``None``: the launcher's (:func:`launcher_num_nodes`)."""
+    ``None``: the launcher's (``launcher_num_nodes()``)."""
     resolver = Resolver(manager)
     parts = _Parts(resolver, manager)
     problems = resolver.problems

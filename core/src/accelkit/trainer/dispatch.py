@@ -126,7 +126,7 @@ def claim_run_folders(trainer: Trainer) -> None:
     logger has none) before the run starts: on global rank zero, or in the caller of a strategy that starts
     workers (the other processes take rank zero's). Loggers of one run writing under the same root share one
     version folder (``logger=["csv", "tensorboard"]`` both write ``lightning_logs/version_<n>``). A restarted
-    attempt of a run its launcher restarts by itself (:func:`restart_attempt` > 0) takes, in every process, the
+    attempt of a run its launcher restarts by itself (``restart_attempt()`` > 0) takes, in every process, the
     newest version folder: the run's, which its first attempt claimed."""
     folders = trainer.versioned_loggers()
     if restart_attempt(trainer):  # a restarted attempt writes on in the run's folder: the newest version, which
