@@ -166,3 +166,17 @@ def test_a_run_across_machines_does_not_listen_on_a_loopback_address():
     listener, why = listening_socket("127.0.0.1", find_free_port(), spans_machines=False)
     assert isinstance(listener, socket.socket) and why == ""
     listener.close()
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_agreement_on_the_attempt_is_bounded_when_a_process_never_comes(monkeypatch, rank):
+    """Rank 0 waiting for a rank 1 that never asks, or rank 1 waiting for a rank 0 that never announces: each ends
+    with the store's timeout error after ``timeout_s``, not a hang."""
+    import torch.distributed as dist
+
+    from accelkit.environments.torchrun import agreed_attempt
+
+    port = find_free_port()
+    _agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    with pytest.raises(RuntimeError, match="timeout|Timeout"):
+        agreed_attempt(agent_environment(monkeypatch, port, rank, 2, 0), timeout_s=2)
