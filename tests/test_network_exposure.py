@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accelkit.strategies.ddp import find_free_port  # noqa: E402
 from accelkit.strategies.rendezvous import (  # noqa: E402
     GLOO_INTERFACE_VARIABLE,
-    UNSHARED_STORE_VARIABLE,
     listen_on_loopback,
     listening_socket,
     loopback_interface,
@@ -70,27 +68,73 @@ def test_the_rendezvous_store_listens_on_the_master_address_only(monkeypatch):
         del store
 
 
+def agent_environment(monkeypatch, port: int, rank: int, world: int, restarts: int) -> dict[str, str]:
+    """The variables torchrun sets in a worker that shares its agent's store (torch's default)."""
+    from accelkit.environments import torchrun
+
+    monkeypatch.setattr(torchrun, "AGREED_ATTEMPTS", {})  # a new worker process: nothing agreed yet
+    return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True",
+            "RANK": str(rank), "WORLD_SIZE": str(world), "TORCHELASTIC_RESTART_COUNT": str(restarts),
+            "TORCHELASTIC_RUN_ID": "job"}
+
+
+def agree_together(environments: list[dict[str, str]], delays: list[float]) -> list[tuple[str, int]]:
+    """What ``agreed_attempt`` answers in each of the processes (threads here) of one attempt, each starting after
+    its delay."""
+    import threading
+    import time
+
+    from accelkit.environments.torchrun import agreed_attempt
+
+    answers: list = [None] * len(environments)
+
+    def one(index: int) -> None:
+        time.sleep(delays[index])
+        answers[index] = agreed_attempt(environments[index], timeout_s=60)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(environments))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return answers
+
+
+def test_under_torchruns_agent_store_the_processes_of_an_attempt_agree_on_it(monkeypatch):
+    """torchrun's agent keeps one store for all restarts, and each agent counts its own restarts (the one that
+    restarts because another node failed does not count it): the processes agree on the attempt through the store,
+    also when a restarted rank 1 reads the announcement of the attempt before (whose rank 0 is gone) first."""
+    import torch.distributed as dist
+
+    port = find_free_port()
+    _agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # as torchrun's agent hosts it
+    first = agree_together([agent_environment(monkeypatch, port, 0, 2, 0),
+                            agent_environment(monkeypatch, port, 1, 2, 0)], [0.0, 0.0])
+    assert first[0] == first[1] and first[0][1] == 0, first
+    # node B's worker failed: its agent counts a restart, node A's does not; rank 1 starts 3 s before rank 0
+    second = agree_together([agent_environment(monkeypatch, port, 0, 2, 0),
+                             agent_environment(monkeypatch, port, 1, 2, 1)], [3.0, 0.0])
+    assert second[0] == second[1] and second[0][1] == 1 and second[0][0] != first[0][0], (first, second)
+
+
 def test_under_torchruns_agent_store_each_attempt_has_keys_of_its_own(monkeypatch):
-    """torchrun's agent keeps one store for all restarts; a restarted process must not read what the processes of
-    the attempt before it wrote there (gloo's addresses of processes that are gone)."""
+    """A restarted process must not read what the processes of the attempt before it wrote in the agent's store
+    (gloo's addresses of processes that are gone)."""
     import torch.distributed as dist
 
     port = find_free_port()
     agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # as torchrun's agent hosts it
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(port))
-    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # one agent (--standalone) runs every process
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
-    first = rendezvous_store(0, 2, 30.0, spans_machines=False)
+    for name, value in agent_environment(monkeypatch, port, 0, 1, 0).items():
+        monkeypatch.setenv(name, value)
+    first = rendezvous_store(0, 1, 30.0, spans_machines=False)
     first.set("rank_1", "address of attempt 0")
-    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    second = rendezvous_store(1, 2, 30.0, spans_machines=False)
+    for name, value in agent_environment(monkeypatch, port, 0, 1, 1).items():
+        monkeypatch.setenv(name, value)
+    second = rendezvous_store(0, 1, 30.0, spans_machines=False)
     assert not second.check(["rank_1"])  # attempt 1 does not see attempt 0's key
     second.set("rank_1", "address of attempt 1")
-    assert agent.get("accelkit/attempt_0/rank_1") == b"address of attempt 0"
-    assert agent.get("accelkit/attempt_1/rank_1") == b"address of attempt 1"
+    tokens = [token.decode() for token in (agent.get("accelkit/attempt"),)]
+    assert agent.get(f"accelkit/attempt_{tokens[0]}/rank_1") == b"address of attempt 1"
 
 
 def test_a_run_on_one_machine_points_every_backend_at_the_loopback_interface():
@@ -124,23 +168,15 @@ def test_a_run_across_machines_does_not_listen_on_a_loopback_address():
     listener.close()
 
 
-def test_a_restartable_torchrun_run_over_several_machines_is_told_how_to_keep_attempts_apart(monkeypatch):
-    """Each agent counts its own restarts, so no attempt number is common to the processes of several machines: no
-    prefix then, and rank 0 is told of torch's switch that gives each attempt a store of its own."""
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_agreement_on_the_attempt_is_bounded_when_a_process_never_comes(monkeypatch, rank):
+    """Rank 0 waiting for a rank 1 that never asks, or rank 1 waiting for a rank 0 that never announces: each ends
+    with the store's timeout error after ``timeout_s``, not a hang."""
     import torch.distributed as dist
 
+    from accelkit.environments.torchrun import agreed_attempt
+
     port = find_free_port()
-    agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True",
-                        "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RESTART_COUNT": "1",
-                        "TORCHELASTIC_MAX_RESTARTS": "3"}.items():
-        monkeypatch.setenv(name, value)
-    with pytest.warns(UserWarning, match=UNSHARED_STORE_VARIABLE + "=1"):
-        store = rendezvous_store(0, 4, 30.0, spans_machines=True)
-    store.set("key", "value")
-    assert agent.get("key") == b"value"
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        rendezvous_store(1, 4, 30.0, spans_machines=True)  # rank 1: rank 0 says it
-        monkeypatch.setenv("TORCHELASTIC_MAX_RESTARTS", "0")
-        rendezvous_store(0, 4, 30.0, spans_machines=True)  # no restarts: nothing to say
+    _agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    with pytest.raises(RuntimeError, match="timeout|Timeout"):
+        agreed_attempt(agent_environment(monkeypatch, port, rank, 2, 0), timeout_s=2)

@@ -128,6 +128,13 @@ class ClusterEnvironment:
         return (self.global_rank - self.local_rank) // max(1, self.local_world_size)
 
     @property
+    def restart_attempt(self) -> int | None:
+        """Which attempt of the run this process belongs to (``0``: the first), the same number in every process
+        of the attempt, for a launcher that restarts a failed run by itself (torchrun's elastic agent, a requeued
+        SLURM job); ``None`` where the launcher never restarts one or cannot tell. Default: ``None``."""
+        return None
+
+    @property
     def main_address(self) -> str:
         """The host of rank 0, where the process group meets. Default: ``MASTER_ADDR``, else the loopback."""
         return self.env.get("MASTER_ADDR") or "127.0.0.1"
@@ -205,6 +212,17 @@ class ClusterEnvironment:
 
 
 # --------------------------------------------------------------------------------------------- helpers
+def restart_attempt_of(environment: ClusterEnvironment | None) -> int | None:
+    """``environment``'s :attr:`~ClusterEnvironment.restart_attempt` (``None`` for no environment, one whose
+    launcher starts one process per host, or variables that do not read as numbers)."""
+    if environment is None or not getattr(environment, "launches_every_process", True):
+        return None
+    try:
+        return environment.restart_attempt
+    except ConfigurationError:
+        return None
+
+
 def first_host(nodelist: str) -> str:
     """The first host of a SLURM-style host list: ``"node[01-04,07],gpu5"`` -> ``"node01"``,
     ``"rack[2-3]-n[5-6]"`` -> ``"rack2-n5"``, ``"a b"`` -> ``"a"``."""

@@ -42,6 +42,7 @@ class SLURMEnvironment(ClusterEnvironment):
         "SLURM_JOB_NAME": "'bash' or 'interactive' marks an interactive allocation: not detected",
         "MASTER_ADDR": "overrides the first host of the node list",
         "MASTER_PORT": "overrides the port derived from the job id",
+        "SLURM_RESTART_COUNT": "how many times the job was requeued (the run's attempt; unset: the first)",
     }
     #: job names of an interactive allocation, where processes are not started by ``srun``
     INTERACTIVE_JOB_NAMES = ("bash", "interactive")
@@ -55,6 +56,11 @@ class SLURMEnvironment(ClusterEnvironment):
         """Names the rank variables and the job."""
         job = f", job {self.env['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in self.env else ""
         return f"{super().reason()} by srun{job}"
+
+    @property
+    def restart_attempt(self) -> int:
+        """``SLURM_RESTART_COUNT`` (set by SLURM in a requeued job, the same in every task), else 0."""
+        return self._int("SLURM_RESTART_COUNT", default=0)
 
     @property
     def world_size(self) -> int:

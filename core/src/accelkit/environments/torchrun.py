@@ -2,9 +2,68 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from datetime import timedelta
 from typing import ClassVar
 
 from accelkit.environments.base import ClusterEnvironment
+
+#: the store key under which global rank zero announces the attempt of the processes it joins
+ATTEMPT_KEY = "accelkit/attempt"
+#: seconds the processes of an attempt wait for each other to agree on it (the default collective timeout)
+AGREE_TIMEOUT_S = 600.0
+#: the attempts agreed in this process, by store address, run id, restart count and rank (a worker process lives
+#: within one attempt)
+AGREED_ATTEMPTS: dict[tuple[str, ...], tuple[str, int]] = {}
+
+
+def agreed_attempt(env: Mapping[str, str], timeout_s: float = AGREE_TIMEOUT_S) -> tuple[str, int] | None:
+    """``(token, number)`` of the attempt this process belongs to, the same in every process of the attempt, where
+    torchrun's processes share its agent's store (torch's default, ``TORCHELASTIC_USE_AGENT_STORE=True``); else
+    ``None``. ``number`` counts the attempts of the run (0: the first), ``token`` is new in each.
+
+    That store outlives the attempts: it keeps what every earlier attempt wrote, and no variable torchrun sets is the
+    same in every process of an attempt (``TORCHELASTIC_RESTART_COUNT`` is each agent's own count: an agent that
+    restarts its workers because another node failed does not count it). So the processes agree through the store:
+    global rank zero takes the next number (an atomic add), announces ``<random token>.<number>`` under
+    :data:`ATTEMPT_KEY`, and confirms it to each other rank that asks for it with a nonce of its own; a rank that
+    read an earlier attempt's announcement gets no answer (that rank zero is gone) and reads it again. Asked once
+    per process (cached); waits at most ``timeout_s`` for the other processes."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or "MASTER_PORT" not in env or "RANK" not in env:
+        return None
+    key = (env.get("MASTER_ADDR", "127.0.0.1"), env["MASTER_PORT"], env.get("TORCHELASTIC_RUN_ID", ""),
+           env.get("TORCHELASTIC_RESTART_COUNT", ""), env["RANK"])
+    if key not in AGREED_ATTEMPTS:
+        AGREED_ATTEMPTS[key] = _agree(key[0], int(key[1]), int(env["RANK"]), int(env.get("WORLD_SIZE", "1")),
+                                      timeout_s)
+    return AGREED_ATTEMPTS[key]
+
+
+def _agree(host: str, port: int, rank: int, world: int, timeout_s: float) -> tuple[str, int]:
+    import secrets
+    import time
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    if rank == 0:
+        number = int(store.add("accelkit/attempts", 1)) - 1
+        token = f"{secrets.token_hex(8)}.{number}"
+        store.set(ATTEMPT_KEY, token)
+        for other in range(1, world):  # each waits for its answer: this is where the attempt's processes meet
+            nonce = store.get(f"{ATTEMPT_KEY}/ask/{token}/{other}").decode()
+            store.set(f"{ATTEMPT_KEY}/yes/{token}/{other}/{nonce}", "1")
+        return token, number
+    nonce, deadline = secrets.token_hex(8), time.monotonic() + timeout_s
+    while True:
+        token = store.get(ATTEMPT_KEY).decode()  # waits for a first announcement
+        store.set(f"{ATTEMPT_KEY}/ask/{token}/{rank}", nonce)
+        try:
+            store.wait([f"{ATTEMPT_KEY}/yes/{token}/{rank}/{nonce}"], timedelta(seconds=2))
+            return token, int(token.rsplit(".", 1)[1])
+        except RuntimeError:  # torch's DistStoreError: an earlier attempt's announcement, or a slow rank zero
+            if time.monotonic() > deadline:
+                raise
 
 
 class TorchrunEnvironment(ClusterEnvironment):
@@ -23,6 +82,9 @@ class TorchrunEnvironment(ClusterEnvironment):
         "MASTER_ADDR": "rendezvous host (rank 0's)",
         "MASTER_PORT": "rendezvous port",
         "TORCHELASTIC_RUN_ID": "set by torchrun only: tells it from a hand-made launch",
+        "TORCHELASTIC_RESTART_COUNT": "how many times this node's agent restarted its workers",
+        "TORCHELASTIC_USE_AGENT_STORE": "'True': the processes share the agent's store (they agree on the "
+                                        "attempt there)",
     }
 
     def validate(self) -> list[str]:
@@ -46,6 +108,22 @@ class TorchrunEnvironment(ClusterEnvironment):
         launcher = ("torchrun (TORCHELASTIC_RUN_ID="f"{self.env['TORCHELASTIC_RUN_ID']})"
                     if "TORCHELASTIC_RUN_ID" in self.env else "a launcher exporting torch.distributed's variables")
         return f"{super().reason()} by {launcher}"
+
+    @property
+    def restart_attempt(self) -> int | None:
+        """Under torchrun: the attempt its processes agreed on through the agent's store (``agreed_attempt()``,
+        the same in every process); with a store of each attempt's own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``),
+        ``TORCHELASTIC_RESTART_COUNT`` where one agent runs every process (``WORLD_SIZE == LOCAL_WORLD_SIZE``),
+        else ``None``: each agent counts its own restarts, so the processes of several nodes could disagree.
+        ``None`` without torchrun (a hand-written launch)."""
+        if "TORCHELASTIC_RUN_ID" not in self.env:
+            return None
+        agreed = agreed_attempt(self.env)
+        if agreed is not None:
+            return agreed[1]
+        if self.env.get("WORLD_SIZE") != self.env.get("LOCAL_WORLD_SIZE", self.env.get("WORLD_SIZE")):
+            return None
+        return self._int("TORCHELASTIC_RESTART_COUNT", default=0)
 
     @property
     def world_size(self) -> int:

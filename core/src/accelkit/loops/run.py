@@ -12,6 +12,7 @@ import torch
 from accelkit.callbacks.base import monitors_metrics
 from accelkit.checkpoint import files as ckpt
 from accelkit.checkpoint import layout
+from accelkit.environments.base import restart_attempt_of
 from accelkit.loops import checkpointing, resume
 from accelkit.loops.checkpointing import training_state
 from accelkit.loops.data import DataConnector
@@ -40,6 +41,16 @@ def prepare_data(trainer: Trainer, module: Any, datamodule: Any) -> None:
         module.prepare_data()
 
 
+def attempt_words(attempt: int | None) -> str:
+    """``"attempt N of this run (restarted by its launcher): "``, for a launcher that restarts a run by itself
+    (``"first attempt of this run: "`` for 0), else ``""``."""
+    if attempt is None:
+        return ""
+    if attempt == 0:
+        return "first attempt of this run: "
+    return f"attempt {attempt} of this run (restarted by its launcher): "
+
+
 def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
               weights_only: bool, prepared: bool, options: dict[str, Any]) -> WorkerResult:
     """Everything one worker does for ``stage`` (``fit``, ``validate``, ``test``, ``predict``): set up, run the
@@ -51,8 +62,11 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
     try:
         _setup_worker(trainer, stage, module, datamodule, prepared)
         module, checkpoint = _setup_model(trainer, module, ckpt_path, weights_only)
-        if checkpoint is not None and strategy.is_global_zero:  # which file, as Lightning's "Restoring states"
-            print(f"accelkit: {stage}() loaded checkpoint {os.path.abspath(os.fspath(ckpt_path))}", flush=True)
+        attempt = restart_attempt_of(getattr(strategy, "cluster_environment", None)) if stage == "fit" else None
+        if strategy.is_global_zero and (checkpoint is not None or attempt is not None):  # as "Restoring states"
+            print(f"accelkit: {stage}() {attempt_words(attempt)}" + (
+                f"loaded checkpoint {os.path.abspath(os.fspath(ckpt_path))}" if checkpoint is not None else
+                "starts from the beginning (no checkpoint)"), flush=True)
         trainer.run_state.data = DataConnector(trainer, module, datamodule, loaders)
         trainer.run_state.publisher = Publisher(trainer)
         if strategy.is_global_zero:  # every stage, as Lightning: a test-only run's folder has its hparams.yaml too

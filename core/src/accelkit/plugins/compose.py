@@ -326,15 +326,20 @@ def compose(
     devices: Any = "auto",
     strategy: Any = "auto",
     precision: Any = "32-true",
-    num_nodes: int = 1,
+    num_nodes: int | None = None,
     plugin_names: list[str] | None = None,
     plugin_objects: list[Any] | None = None,
 ) -> Composition:
-    """Resolve a run. Raises :class:`~accelkit.ConfigurationError` listing every problem found."""
+    """Resolve a run. Raises :class:`~accelkit.ConfigurationError` listing every problem found. ``num_nodes``
+    ``None``: the launcher's (``launcher_num_nodes()``)."""
     resolver = Resolver(manager)
     parts = _Parts(resolver, manager)
     problems = resolver.problems
     strategy, precision, forced_environment = parts.from_plugins(strategy, precision, plugin_names, plugin_objects)
+    # which launcher started this process, asked once: the default strategy joins it, the strategy reads its ranks
+    environment = forced_environment or detect_cluster_environment(manager)
+    if num_nodes is None:
+        num_nodes = launcher_num_nodes(environment)
     if not isinstance(num_nodes, int) or isinstance(num_nodes, bool) or num_nodes < 1:
         problems.append(f"num_nodes={num_nodes!r} must be an int >= 1.")
         num_nodes = 1
@@ -352,8 +357,7 @@ def compose(
         parsed = [0]
     config = RunConfig(accelerator=acc_name, accelerator_cls=acc_cls, devices=parsed, num_nodes=num_nodes,
                        user_devices=devices)
-    # which launcher started this process, asked once: the default strategy joins it, the strategy reads its ranks
-    config.cluster_environment = forced_environment or detect_cluster_environment(manager)
+    config.cluster_environment = environment
     strategy_obj = parts.strategy(strategy, config)
     precision_obj = parts.precision(precision, config)
     parts.connect(acc_instance, strategy_obj, precision_obj, config)
@@ -361,6 +365,15 @@ def compose(
         raise ConfigurationError(problems)
     assert strategy_obj is not None and precision_obj is not None
     return Composition(acc_instance, strategy_obj, precision_obj, config, resolver.notices)
+
+
+def launcher_num_nodes(environment: Any) -> int:
+    """The number of nodes of a run whose ``num_nodes`` was not given: the one the launcher that started every
+    process says (torchrun's ``GROUP_WORLD_SIZE``, which an elastic run changes from one attempt to the next;
+    srun's ``SLURM_NNODES``...), else 1."""
+    if environment is None or not getattr(environment, "launches_every_process", True) or environment.validate():
+        return 1
+    return int(environment.num_nodes)
 
 
 def print_notices(notices: list[str]) -> None:

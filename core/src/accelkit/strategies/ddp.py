@@ -95,6 +95,15 @@ class DDPStrategy(ParallelStrategy):
         problems = env.validate()
         if problems:
             return problems
+        if env.world_size != self.world_size and "TORCHELASTIC_RUN_ID" in env.env and \
+                env.num_nodes != self.num_nodes:
+            return [(
+                f"num_nodes={self.num_nodes} was given, but torchrun started this attempt on {env.num_nodes} node(s) "
+                f"(GROUP_WORLD_SIZE={env.env.get('GROUP_WORLD_SIZE', '?')}, WORLD_SIZE={env.world_size}): torchrun "
+                "is an elastic launcher (--nnodes=MIN:MAX, --max-restarts), whose number of nodes may change from one "
+                "attempt to the next. Leave num_nodes out of the Trainer: it is then taken from the launcher on every "
+                f"attempt (or launch with --nnodes={self.num_nodes})."
+            )]
         if env.world_size != self.world_size:
             return [(
                 f"the launcher started {env.world_size} processes ({env.name}: {env.reason()}) but devices="
@@ -384,13 +393,19 @@ def join_wait_s() -> float:
 
 def _still_waiting(strategy: Any, env: Any, waited: float) -> None:
     """Printed when joining the process group takes longer than :func:`join_wait_s`: who is expected, where, and the
-    usual cause."""
+    usual cause (for a restarted attempt of an elastic launcher, not stale variables)."""
     source = f"{env.name}: {env.reason()}" if env is not None else "set by accelkit"
+    attempt = env.restart_attempt if env is not None else None
+    if attempt:
+        cause = (f"This is attempt {attempt} of a run its launcher restarts by itself (torchrun's rendezvous round, a "
+                 "requeued job): the processes of this attempt have not all reached the process group yet (a node "
+                 "still restarting or loading); the variables are not stale.")
+    else:
+        cause = ("If no launcher started the other processes, the variables are stale: unset RANK, WORLD_SIZE, "
+                 "LOCAL_RANK (and SLURM_*/OMPI_* when not inside such a job), or use strategy='ddp_spawn'.")
     print(f"accelkit: rank {strategy.global_rank} has waited {waited:.0f} s for all {strategy.world_size} processes "
-          f"to join at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). If no launcher "
-          "started the other processes, the variables are stale: unset RANK, WORLD_SIZE, LOCAL_RANK (and "
-          "SLURM_*/OMPI_* when not inside such a job), or use strategy='ddp_spawn'. It gives up after the collective "
-          "timeout (Trainer(collective_timeout=...)).", file=sys.stderr, flush=True)
+          f"to join at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} ({source}). {cause} It gives "
+          "up after the collective timeout (Trainer(collective_timeout=...)).", file=sys.stderr, flush=True)
 
 
 def find_free_port() -> int:

@@ -31,8 +31,6 @@ from typing import Any
 
 #: the variable that pins gloo's sockets to one network interface
 GLOO_INTERFACE_VARIABLE = "GLOO_SOCKET_IFNAME"
-#: torch's switch that gives every attempt of a torchrun run a store of its own, hosted by the rank 0 process
-UNSHARED_STORE_VARIABLE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: the address a run on one machine listens on
 LOOPBACK_ADDRESS = "127.0.0.1"
 _IFF_LOOPBACK = 0x8
@@ -74,22 +72,25 @@ def uses_launcher_store(environ: MutableMapping[str, str] = os.environ) -> bool:
 
 
 def attempt_prefix(environ: MutableMapping[str, str] = os.environ) -> str:
-    """The prefix of this attempt's keys in the rendezvous store (``PrefixStore`` adds the ``/``):
-    ``accelkit/attempt_N`` under torchrun's agent store when one agent runs every process of the run
-    (``WORLD_SIZE == LOCAL_WORLD_SIZE``; ``N`` is its ``TORCHELASTIC_RESTART_COUNT``), else empty.
+    """The prefix of this attempt's keys in the rendezvous store (``PrefixStore`` adds the ``/``), under torchrun's
+    agent store (else empty): ``accelkit/attempt_<token>``, the token the attempt's processes agreed on
+    (:func:`~accelkit.environments.torchrun.agreed_attempt`, new in each attempt, the same in every process, on one
+    machine or several).
 
     torchrun's agent keeps one store for every restart of its workers (torch 2.9's c10d rendezvous shares it), and
     neither torch's ``env://`` rendezvous nor the process group puts the attempt in the keys. Without this prefix a
     restarted process can read the keys the killed attempt wrote: gloo's listening address of a process that is
     gone among them, so the new attempt fails with "Gloo connectFullMesh failed ... Connection refused" whenever
-    one process reads a peer's key before that peer rewrote it (a loaded machine). Over several machines each
-    agent counts its own restarts (one that restarts because another node failed does not count it), so no
-    attempt number is common to every process: :func:`warn_restarts_share_keys` says what to do there.
+    one process reads a peer's key before that peer rewrote it (a loaded machine). Each agent counts its own
+    restarts (one that restarts because another node failed does not count it), so the restart count is no
+    attempt number common to the processes of several machines.
     """
-    if not uses_launcher_store(environ) or environ.get("WORLD_SIZE") != environ.get("LOCAL_WORLD_SIZE"):
+    if not uses_launcher_store(environ):
         return ""
-    return f"accelkit/attempt_{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    from accelkit.environments.torchrun import agreed_attempt
 
+    agreed = agreed_attempt(environ)
+    return f"accelkit/attempt_{agreed[0]}" if agreed is not None else ""
 
 
 def in_this_attempt(store: Any) -> Any:
@@ -98,19 +99,6 @@ def in_this_attempt(store: Any) -> Any:
 
     prefix = attempt_prefix()
     return dist.PrefixStore(prefix, store) if prefix else store
-
-def warn_restarts_share_keys(rank: int, environ: MutableMapping[str, str] = os.environ) -> None:
-    """On rank 0 of a torchrun run over several machines that may restart (``--max-restarts`` > 0) and shares the
-    agent's store: warn that a restarted attempt can read the keys of the failed one, and how to avoid it."""
-    if rank != 0 or not uses_launcher_store(environ) or attempt_prefix(environ):
-        return
-    if environ.get("TORCHELASTIC_MAX_RESTARTS", "0") in ("", "0"):
-        return
-    warnings.warn(f"this torchrun run spans several machines, may restart its workers and keeps one rendezvous "
-                  f"store for every attempt: a restarted attempt can read the keys of the failed one and fail to "
-                  f"connect to a process that is gone. Set {UNSHARED_STORE_VARIABLE}=1 in the environment of every "
-                  "torchrun (rank 0's process then hosts a new store for each attempt).", UserWarning, stacklevel=3)
-
 
 def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
     """The store of a run joined through ``MASTER_ADDR``/``MASTER_PORT``: rank 0 hosts it on the address
@@ -129,7 +117,6 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machine
         "world_size": world_size, "timeout": timeout, "multi_tenant": True,
         "use_libuv": os.environ.get("USE_LIBUV", "0" if sys.platform == "win32" else "1") == "1"}
     if uses_launcher_store():
-        warn_restarts_share_keys(rank)
         return in_this_attempt(dist.TCPStore(host, port, is_master=False, **options))
     if rank != 0:
         return dist.TCPStore(host, port, is_master=False, **options)

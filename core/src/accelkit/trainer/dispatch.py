@@ -10,6 +10,7 @@ import torch
 
 from accelkit.checkpoint.files import check_file
 from accelkit.checkpoint.sharded import METADATA_FILE, check_complete, is_sharded_checkpoint
+from accelkit.environments.base import restart_attempt_of
 from accelkit.loops.state import TrainerFn, TrainerStatus
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
@@ -78,14 +79,64 @@ def _nothing_to_resume(trainer: Trainer) -> str:
             "resumes from the newest one written there.")
 
 
+def restart_attempt(trainer: Trainer) -> int | None:
+    """Which attempt of its run this process belongs to, where the launcher restarts a failed run by itself
+    (:attr:`~accelkit.environments.ClusterEnvironment.restart_attempt`: the attempt torchrun's processes agreed on,
+    a requeued SLURM job's ``SLURM_RESTART_COUNT``; 0 the first), else ``None``."""
+    return restart_attempt_of(getattr(trainer.strategy, "cluster_environment", None))
+
+
+def newest_checkpoint(trainer: Trainer) -> Path | None:
+    """The newest complete checkpoint the run's checkpoint callbacks wrote in their folders (any ``*.ckpt`` file that
+    is not empty, or a sharded checkpoint directory), whatever its name, or ``None``."""
+    found: list[Path] = []
+    for callback in trainer.checkpoint_callbacks:
+        if hasattr(callback, "last_checkpoint_path"):
+            folder = Path(callback.last_checkpoint_path(trainer)).parent
+        elif getattr(callback, "dirpath", None):
+            folder = Path(callback.dirpath)
+        else:
+            continue
+        extension = getattr(callback, "FILE_EXTENSION", ".ckpt")
+        if folder.is_dir():
+            found += [p for p in folder.iterdir() if p.name.endswith(extension) and (
+                (p.is_file() and p.stat().st_size > 0) or is_sharded_checkpoint(p))]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
+def _elastic_resume(trainer: Trainer, stage: str) -> str | None:
+    """For a ``fit`` given no ``ckpt_path`` in a restarted attempt of an elastic launcher (torchrun's attempt > 0, a
+    requeued SLURM job): the run's newest complete checkpoint (:func:`newest_checkpoint`); the first attempt, and any
+    other run, start as asked."""
+    attempt = restart_attempt(trainer) if stage == "fit" else None
+    if not attempt:
+        return None
+    newest = newest_checkpoint(trainer)
+    if newest is None:
+        where = ("in the folders of its checkpoint callbacks" if trainer.checkpoint_callbacks else
+                 "(it has no checkpoint callback: enable_checkpointing=False and none in callbacks)")
+        rank_zero_warn(f"attempt {attempt} of this run (restarted by its launcher) finds no checkpoint {where}: it "
+                       "trains from the start", stacklevel=6)
+        return None
+    return str(newest)
+
+
 def claim_run_folders(trainer: Trainer) -> None:
     """Claim the version folders of the run's loggers (and of :attr:`~accelkit.Trainer.run_folder` when the first
     logger has none) before the run starts: on global rank zero, or in the caller of a strategy that starts
     workers (the other processes take rank zero's). Loggers of one run writing under the same root share one
-    version folder (``logger=["csv", "tensorboard"]`` both write ``lightning_logs/version_<n>``)."""
+    version folder (``logger=["csv", "tensorboard"]`` both write ``lightning_logs/version_<n>``). A restarted
+    attempt of a run its launcher restarts by itself (``restart_attempt()`` > 0) takes, in every process, the
+    newest version folder: the run's, which its first attempt claimed."""
+    folders = trainer.versioned_loggers()
+    if restart_attempt(trainer):  # a restarted attempt writes on in the run's folder: the newest version, which
+        from accelkit.loggers.base import next_version  # every process reads alike (no process claims a new one)
+
+        for folder in folders:
+            if not folder.version_claimed and next_version(folder.root_dir) > 0:
+                folder.version = next_version(folder.root_dir) - 1
     if not (trainer.strategy.launches_workers or trainer.is_global_zero):
         return
-    folders = trainer.versioned_loggers()
     shared = {folder.root_dir: folder.version for folder in folders if folder.version_claimed}
     for folder in folders:
         if folder.version_claimed:
@@ -132,6 +183,8 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given:
     directory; for an evaluation without a model, the last fit's best), or ``None``; refuses a path that is no
     checkpoint, naming it, before anything is started."""
     ckpt_path = _requested_ckpt(trainer, ckpt_path, stage)
+    if ckpt_path is None:  # a restarted attempt of an elastic launcher resumes by itself; a given path wins
+        ckpt_path = _elastic_resume(trainer, stage)
     if ckpt_path is None and not model_given and stage != "fit":
         best = _best_path(trainer)
         if best:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from accelkit.environments.base import restart_attempt_of
+
 if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
 
@@ -20,11 +22,17 @@ def _number(value: Any) -> str:
 
 def fit_summary(trainer: Trainer, elapsed: float | None = None) -> list[str]:
     """The end-of-fit lines of ``trainer``'s latest fit (without the ``accelkit:`` prefix): why it stopped, its
-    epochs, steps, time (``elapsed`` seconds, when given) and ``callback_metrics``; the folder of each checkpoint
+    epochs, steps, time (``elapsed`` seconds, when given), which attempt of a run its launcher restarts by itself
+    (torchrun, a requeued SLURM job) and what it resumed from, and ``callback_metrics``; the folder of each checkpoint
     callback with the files it wrote last and best; the logs' folder when the run has a logger."""
     reason = trainer.run_state.stop_reason or "finished"
     first = (f"fit stopped: {reason}; {trainer.current_epoch} epoch(s), {trainer.global_step} step(s)"
              + (f" in {elapsed:.1f} s" if elapsed is not None else ""))
+    attempt = restart_attempt_of(getattr(trainer.strategy, "cluster_environment", None))
+    if attempt is not None:  # a launcher that restarts the run by itself: which attempt, resumed from where
+        loaded = trainer.run_state.ckpt_path
+        first += (f"; {'first attempt' if attempt == 0 else f'attempt {attempt}'} of this run, "
+                  + (f"resumed from {loaded}" if loaded else "from the beginning"))
     shown = ", ".join(f"{name}={_number(value)}" for name, value in sorted(trainer.callback_metrics.items()))
     lines = [first + (f"; {shown}" if shown else "")]
     for callback in trainer.checkpoint_callbacks:

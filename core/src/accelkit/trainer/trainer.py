@@ -64,7 +64,9 @@ class Trainer(TrainerProperties):
         :class:`~accelkit.Accelerator` instance, or ``"auto"``: the available accelerator of highest priority.
     :param strategy: a strategy name (``"ddp_spawn"``...), a :class:`~accelkit.Strategy`, or ``"auto"``.
     :param devices: how many devices, which ones (``[1]``, ``"0,1"``), or ``"auto"``.
-    :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``).
+    :param num_nodes: number of machines (processes on each are started by ``torchrun``/``srun``); not given
+        (``None``): the launcher's (torchrun's ``GROUP_WORLD_SIZE``, srun's ``SLURM_NNODES``; an elastic torchrun
+        run's changes between attempts), else 1.
     :param precision: ``"32-true"`` (default; ``None`` says the same, as in Lightning), ``"64-true"``,
         ``"bf16-mixed"``, ``"16-mixed"`` ..., as the accelerator's plugins provide; ints such as ``16`` are aliases.
     :param logger: ``True``/``None`` (default) for Lightning's default logger under ``default_root_dir``
@@ -128,7 +130,7 @@ class Trainer(TrainerProperties):
 
     def __init__(
         self, *,
-        accelerator: Any = "auto", strategy: Any = "auto", devices: Any = "auto", num_nodes: int = 1,
+        accelerator: Any = "auto", strategy: Any = "auto", devices: Any = "auto", num_nodes: int | None = None,
         precision: Any = "32-true", logger: Any = None, callbacks: Iterable[Callback] | Callback | None = None,
         fast_dev_run: int | bool = False, max_epochs: int | None = None, min_epochs: int | None = None,
         max_steps: int = -1, min_steps: int | None = None, max_time: Any = None,

@@ -1,0 +1,314 @@
+"""Elastic training under torchrun (issue 39): a job that loses a node keeps training on the survivors, and every
+sample of every epoch is trained exactly once, with torchrun's default (shared) rendezvous store, neither
+``num_nodes`` nor ``ckpt_path`` given, and no environment variable set by the user.
+
+The slow tests run real launchers on this machine (``torchrun --nnodes=1:2 --rdzv-backend=c10d
+--rdzv-endpoint=127.0.0.1:PORT``), each in a process group of its own that the test kills in the end; the fit is
+tests/helpers/elastic_fit.py, which records the dataset indices of every batch each process trains."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import accelkit  # noqa: E402
+from helpers.guards import PYTHON, TESTS, child_env  # noqa: E402
+
+SCRIPT = TESTS / "helpers" / "elastic_fit.py"
+SAMPLES, EPOCHS = 96, 2
+BOUND_S = 420.0  # a generous bound on one whole job (a loaded machine of 2 cores): past it, the test fails
+
+
+def free_port() -> int:
+    from accelkit.strategies.ddp import find_free_port
+
+    return find_free_port()
+
+
+def launcher(root: Path, port: int, name: str, strategy: str = "ddp", step_sleep_s: float = 0.15) -> subprocess.Popen:
+    """One torchrun launcher (a "node") of an elastic job of 1 to 2 nodes, one process each, in its own process
+    group; its output goes to ``root/<name>.out``."""
+    env = child_env()
+    env["ELASTIC_TEST_LAUNCHER"] = name  # names the records' files (the test's instrument, not accelkit's)
+    env["STEP_SLEEP_S"] = str(step_sleep_s)
+    root.mkdir(parents=True, exist_ok=True)
+    command = [PYTHON, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic-test", "--max-restarts=3",
+               "--rdzv-conf=last_call_timeout=5", "--monitor-interval=0.5", str(SCRIPT), str(root), strategy]
+    out = open(root / f"{name}.out", "w")  # noqa: SIM115 - closed when the process ends (the child holds it)
+    try:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        out.close()
+
+
+def workers_of(root: Path, name: str) -> list[int]:
+    """The process ids of the workers launcher ``name`` started (read from their records' file names)."""
+    return [int(p.stem.rsplit("pid", 1)[1]) for p in (root / "records").glob(f"{name}-*.jsonl")]
+
+
+def kill_all(root: Path, launchers: list[subprocess.Popen]) -> None:
+    """Kill every launcher's process group and every worker that recorded (torchrun puts each worker in a session
+    of its own)."""
+    for proc in launchers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    for path in (root / "records").glob("*.jsonl") if (root / "records").is_dir() else []:
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            os.kill(int(path.stem.rsplit("pid", 1)[1]), signal.SIGKILL)
+    for proc in launchers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+
+
+def records(root: Path) -> list[dict]:
+    rows = []
+    for path in sorted((root / "records").glob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            with contextlib.suppress(json.JSONDecodeError):  # a line cut by SIGKILL
+                rows.append(json.loads(line))
+    return rows
+
+
+def kept(rows: list[dict]) -> list[dict]:
+    """The batches whose training the run kept: an attempt that resumed at step S (its first batch's global step)
+    drops what the attempts before it trained from step S on (work lost with the failure)."""
+    starts = {}
+    for row in rows:
+        starts[row["round"]] = min(starts.get(row["round"], row["step"]), row["step"])
+    return [row for row in rows if all(not (later > row["round"] and row["step"] >= start)
+                                       for later, start in starts.items())]
+
+
+def trained_once(rows: list[dict]) -> dict[int, str]:
+    """Per epoch, what is wrong with the samples the run kept ("" when each of them is trained exactly once)."""
+    wrong = {}
+    for epoch in range(EPOCHS):
+        counts = Counter(i for row in rows if row["epoch"] == epoch for i in row["idx"])
+        twice = sorted(i for i, n in counts.items() if n > 1)
+        missing = sorted(set(range(SAMPLES)) - set(counts))
+        if twice or missing:
+            wrong[epoch] = f"twice {twice}, missing {missing}"
+    return wrong
+
+
+def wait_for(condition, root: Path, launchers: list[subprocess.Popen], what: str, deadline: float) -> None:
+    while not condition():
+        if time.monotonic() > deadline or all(p.poll() is not None for p in launchers):
+            raise AssertionError(f"{what} did not happen: " + output(root))
+        time.sleep(0.2)
+
+
+def output(root: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(root.glob("*.out")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_store(tmp_path, strategy):
+    """Two launchers (a shared store, the default); a worker of launcher B is killed mid-epoch: both restart
+    (round 1) and resume from the newest checkpoint by themselves; then launcher B is killed whole: A restarts
+    alone on a world of 1 (round 2), resumes mid-epoch and finishes. Every sample of both epochs is trained exactly
+    once (the work lost with each failure dropped), in one version folder, without num_nodes or ckpt_path."""
+    root, port = tmp_path / "run", free_port()
+    first = launcher(root, port, "A", strategy)
+    time.sleep(1.0)  # A binds the rendezvous endpoint and hosts the store (B's loss must not take the store)
+    second = launcher(root, port, "B", strategy)
+    launchers = [first, second]
+    deadline = time.monotonic() + BOUND_S
+    try:
+        def max_step(round_: int) -> int:
+            return max((r["step"] for r in records(root) if r["round"] == round_), default=-1)
+
+        wait_for(lambda: max_step(0) >= 4, root, launchers, "round 0 reaching step 4", deadline)
+        os.kill(workers_of(root, "B")[0], signal.SIGKILL)  # inside epoch 0, past the checkpoint of step 3
+        wait_for(lambda: max_step(1) >= max(max_step(0), 7) + 2, root, launchers, "round 1 training on", deadline)
+        os.killpg(second.pid, signal.SIGKILL)  # the whole launcher B: its agent and its worker
+        for pid in workers_of(root, "B"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        first.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    said = (root / "A.out").read_text()
+    assert first.returncode == 0 and "done" in said, output(root)
+    rows = records(root)
+    worlds = {row["round"]: row["world"] for row in rows}
+    assert worlds == {0: 2, 1: 2, 2: 1}, (worlds, output(root))
+    assert trained_once(kept(rows)) == {}, output(root)
+    # the restarted attempts resumed by themselves from a checkpoint of this run, and said so
+    assert min(r["step"] for r in rows if r["round"] == 1) > 0 and min(r["step"] for r in rows if r["round"] == 2) > 0
+    assert "attempt 2 of this run (restarted by its launcher): loaded checkpoint" in said, said[-3000:]
+    assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]  # one run folder
+
+
+def run_job(root: Path, kill_worker_at: int | None) -> tuple[subprocess.Popen, list[dict]]:
+    """Two launchers of one DDP job to its end; with ``kill_worker_at``, launcher B's worker is killed once round 0
+    reached that step."""
+    port = free_port()
+    first = launcher(root, port, "A", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
+    time.sleep(1.0)
+    second = launcher(root, port, "B", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
+    launchers, deadline = [first, second], time.monotonic() + BOUND_S
+    try:
+        if kill_worker_at is not None:
+            wait_for(lambda: max((r["step"] for r in records(root) if r["round"] == 0), default=-1) >= kill_worker_at,
+                     root, launchers, f"round 0 reaching step {kill_worker_at}", deadline)
+            os.kill(workers_of(root, "B")[0], signal.SIGKILL)
+        for proc in launchers:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    return first, records(root)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_restarts_both_launchers_and_ends_with_the_weights_of_a_run_never_stopped(tmp_path):
+    """The world does not change (both launchers restart their workers): the restarted attempt resumes by itself
+    from the newest checkpoint and the final weights equal those of the same job never stopped, bit for bit."""
+    reference, _ = run_job(tmp_path / "reference", None)
+    assert reference.returncode == 0, output(tmp_path / "reference")
+    job, rows = run_job(tmp_path / "run", 4)
+    assert job.returncode == 0, output(tmp_path / "run")
+    resumed = min(r["step"] for r in rows if r["round"] == 1)  # a periodic checkpoint's step (every 3 steps)
+    assert sorted({row["round"] for row in rows}) == [0, 1] and resumed > 0 and resumed % 3 == 0, resumed
+    assert trained_once(kept(rows)) == {}
+    final, expected = (torch.load(tmp_path / name / "final.pt", weights_only=True) for name in ("run", "reference"))
+    assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)
+
+
+def test_a_given_num_nodes_that_an_elastic_torchrun_contradicts_says_what_to_write(monkeypatch):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "GROUP_WORLD_SIZE": "1", "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "job",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(accelkit.ConfigurationError, match=r"num_nodes=2 was given, but torchrun started this "
+                       r"attempt on 1 node.*elastic launcher.*Leave num_nodes out of the Trainer"):
+        accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=1, num_nodes=2)
+    # not given: the launcher's
+    monkeypatch.setenv("GROUP_WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=1, logger=False)
+    assert trainer.num_nodes == 2 and trainer.world_size == 2
+
+
+# ------------------------------------------------------------------ a restarted attempt resumes by itself (in-process)
+def torchrun_attempt(monkeypatch, restarts: int) -> None:
+    """The variables torchrun sets in the single process of a one-node run at its ``restarts``-th restart (its own
+    store, as with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: the attempt is torchrun's restart count)."""
+    for key in list(os.environ):
+        if key.startswith(("TORCHELASTIC_", "SLURM_", "OMPI_", "PMI_", "GROUP_")):
+            monkeypatch.delenv(key)
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "job",
+                        "TORCHELASTIC_RESTART_COUNT": str(restarts), "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": str(free_port())}.items():
+        monkeypatch.setenv(name, value)
+
+
+def small_trainer(root: Path, epochs: int, **options) -> accelkit.Trainer:
+    from accelkit.callbacks import ModelCheckpoint
+
+    return accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=1, max_epochs=epochs, default_root_dir=root,
+                            enable_progress_bar=False, enable_model_summary=False, logger="csv",
+                            callbacks=[ModelCheckpoint(every_n_train_steps=2, **options)])
+
+
+def test_a_restarted_attempt_resumes_from_the_runs_newest_checkpoint_in_the_runs_folder(monkeypatch, tmp_path, capsys):
+    from accelkit.trainer.summary import fit_summary
+    from helpers.models import RegressionModule
+
+    torchrun_attempt(monkeypatch, 0)
+    first = small_trainer(tmp_path, 1)
+    first.fit(RegressionModule())
+    assert "first attempt of this run: starts from the beginning" in capsys.readouterr().out
+    assert "first attempt of this run, from the beginning" in fit_summary(first)[0]
+    newest = max((tmp_path / "lightning_logs" / "version_0" / "checkpoints").iterdir(), key=lambda p: p.stat().st_mtime)
+    torchrun_attempt(monkeypatch, 1)  # torchrun restarted the run: nothing else changes, no ckpt_path
+    second = small_trainer(tmp_path, 2)
+    second.fit(RegressionModule())
+    said = capsys.readouterr().out
+    assert f"attempt 1 of this run (restarted by its launcher): loaded checkpoint {newest}" in said, said
+    assert f"attempt 1 of this run, resumed from {newest}" in fit_summary(second)[0]
+    assert second.global_step == 2 * first.global_step  # went on from the first attempt's last step
+    assert [p.name for p in (tmp_path / "lightning_logs").iterdir()] == ["version_0"]  # the run's one folder
+    # an explicit ckpt_path wins over the newest checkpoint
+    oldest = min((tmp_path / "lightning_logs" / "version_0" / "checkpoints").iterdir(), key=lambda p: p.stat().st_mtime)
+    torchrun_attempt(monkeypatch, 2)
+    third = small_trainer(tmp_path, 1, save_top_k=0)
+    third.fit(RegressionModule(), ckpt_path=str(oldest))
+    assert f"loaded checkpoint {oldest}" in capsys.readouterr().out
+
+
+def test_the_first_attempt_starts_fresh_even_where_the_folder_holds_a_checkpoint(monkeypatch, tmp_path, capsys):
+    from helpers.models import RegressionModule
+
+    torchrun_attempt(monkeypatch, 0)
+    before = small_trainer(tmp_path, 1, dirpath=tmp_path / "fixed")
+    before.fit(RegressionModule())
+    assert list((tmp_path / "fixed").iterdir())
+    again = small_trainer(tmp_path, 1, dirpath=tmp_path / "fixed")  # a new run (attempt 0) in the same folder
+    again.fit(RegressionModule())
+    assert "first attempt of this run: starts from the beginning" in capsys.readouterr().out
+    assert again.global_step == before.global_step > 0 and again.current_epoch == 1  # trained one whole epoch
+
+
+def test_a_requeued_slurm_job_resumes_by_itself(monkeypatch, tmp_path, capsys):
+    from helpers.models import RegressionModule
+
+    torchrun_attempt(monkeypatch, 0)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT"):
+        monkeypatch.delenv(name)
+    for name, value in {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+                        "SLURM_NNODES": "1", "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "train",
+                        "SLURM_STEP_NODELIST": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    first = small_trainer(tmp_path, 1)
+    first.fit(RegressionModule())
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")  # SLURM requeued the job
+    resumed = small_trainer(tmp_path, 2)
+    resumed.fit(RegressionModule())
+    assert "attempt 1 of this run (restarted by its launcher): loaded checkpoint" in capsys.readouterr().out
+    assert resumed.global_step == 2 * first.global_step > 0
+
+
+def test_the_join_wait_of_a_restarted_attempt_says_so_and_not_stale_variables(monkeypatch, capfd):
+    from accelkit.strategies.ddp import JOIN_WAIT_ENV
+
+    torchrun_attempt(monkeypatch, 2)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv(JOIN_WAIT_ENV, "1")
+    from helpers.models import RegressionModule
+
+    trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=2, max_epochs=1, logger=False,
+                               enable_checkpointing=False, enable_progress_bar=False, collective_timeout=4)
+    with pytest.raises(Exception):  # noqa: B017, PT011 - the store's timeout (rank 1 never comes): torch's error
+        trainer.fit(RegressionModule())
+    err = capfd.readouterr().err
+    assert "has waited 1 s for all 2 processes" in err and "This is attempt 2 of a run its launcher restarts" in err
+    assert "the variables are not stale" in err and "the variables are stale" not in err
+
+
+def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
+    """``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: no shared store to agree through, and each agent counts its own
+    restarts, so over several nodes no attempt is claimed (no process resumes where another would start fresh)."""
+    from accelkit.environments.torchrun import TorchrunEnvironment
+
+    env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job",
+           "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "False"}
+    assert TorchrunEnvironment(env).restart_attempt is None
+    assert TorchrunEnvironment({**env, "LOCAL_WORLD_SIZE": "4"}).restart_attempt == 1
+    assert TorchrunEnvironment({k: v for k, v in env.items() if k != "TORCHELASTIC_RUN_ID"}).restart_attempt is None
