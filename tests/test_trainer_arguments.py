@@ -863,6 +863,8 @@ WRONG_VALUES = [
     ("devices", 1.5), ("devices", [0.5]), ("precision", 32.0), ("precision", True), ("logger", 3),
     ("logger", [object()]), ("callbacks", 1), ("callbacks", [None]), ("profiler", 1), ("profiler", "advanced"),
     ("gradient_clip_val", float("nan")), ("compile_step", "yes"),
+    # 0 was silently taken for the default 50 (Lightning reads 0 as "never log steps"): refused, naming it
+    ("log_every_n_steps", 0), ("log_every_n_steps", torch.tensor([1, 2])),
 ]
 
 

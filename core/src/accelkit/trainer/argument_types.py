@@ -129,8 +129,9 @@ def _is_seed(value: Any) -> bool:
 
 
 def _is_num_nodes(value: Any) -> bool:
-    # None: the launcher's number of nodes (else 1); otherwise a Python int, as compose needs
-    return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+    # the type only (compose checks the value with the other problems): None, the launcher's number of nodes (else
+    # 1), or a Python int, as compose needs
+    return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _is_deterministic(value: Any) -> bool:
@@ -152,7 +153,7 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "strategy": (_is_strategy, "a name such as 'ddp_spawn' or 'auto', or an accelkit.Strategy instance"),
     "devices": (_is_devices, "an int (how many; -1 for all), a list of int device indices, or a string such as "
                              "'auto', '2' or '0,1'"),
-    "num_nodes": (_is_num_nodes, "a Python int >= 1, or None for the launcher's number of nodes"),
+    "num_nodes": (_is_num_nodes, "a Python int (>= 1), or None for the launcher's number of nodes"),
     "precision": (_is_precision, "a precision name such as '32-true' or 'bf16-mixed', an int alias (64, 32, 16), "
                                  "an accelkit.Precision instance, or None"),
     "logger": (_is_logger, "True, False, None, a logger (an object with log_metrics), a registered logger name, "
