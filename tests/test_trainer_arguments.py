@@ -868,7 +868,9 @@ WRONG_VALUES = [
 ]
 
 
-@pytest.mark.parametrize("argument, value", WRONG_VALUES, ids=[f"{a}={v!r:.30}" for a, v in WRONG_VALUES])
+# ids without memory addresses (an object()'s repr): every xdist worker must collect the same names
+@pytest.mark.parametrize("argument, value", WRONG_VALUES,
+                         ids=[re.sub(r" at 0x[0-9a-f]+", "", f"{a}={v!r:.30}") for a, v in WRONG_VALUES])
 def test_a_wrong_type_or_value_is_a_configuration_error_naming_the_argument(tmp_path, argument, value):
     with pytest.raises(ConfigurationError) as info:
         accelkit.Trainer(**{"accelerator": "cpu", "default_root_dir": tmp_path, argument: value})
