@@ -1,6 +1,7 @@
-"""The house rules, checked on every run: no import circle, no device name in the core, no private name used
-across modules, no function over 80 lines, and the public import paths of docs/architecture.rst (new homes and
-the flat layout's old paths) naming the same objects."""
+"""The house rules, checked on every run: no import circle, every import of the core pointing down the layers of
+docs/architecture.rst, no device name in the core, no private name used across modules, no function over 80 lines,
+and the public import paths of docs/architecture.rst (new homes and the flat layout's old paths) naming the same
+objects."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers import architecture, import_cycles, long_functions  # noqa: E402
+from helpers import architecture, import_cycles, layers, long_functions  # noqa: E402
 
 ROOT = architecture.ROOT
 CORE = ROOT / "core" / "src" / "accelkit"
@@ -58,6 +59,57 @@ def test_no_import_circle():
     graph = {name: set(import_cycles.imports(name, path, known)) for name, path in known.items()}
     assert len(known) > 100  # the whole tree was read
     assert import_cycles.circles(graph) == []
+
+
+#: the ``if TYPE_CHECKING:`` imports that point up the drawing (importer, imported), with the reason; none runs
+ALLOWED_TYPE_ONLY = {
+    ("callbacks/", "trainer/"): "a callback's hooks are annotated with the Trainer they receive",
+    ("loops/", "trainer/"): "the loops' functions are annotated with the Trainer they run for",
+    ("module/", "trainer/"): "Module.trainer, DataModule.trainer and the hooks' annotations",
+    ("module/", "loops/"): "the Module's manual optimization is annotated with the loops' Optimization",
+}
+
+
+def test_every_run_time_import_points_down_the_documented_layers():
+    assert layers.undrawn() == [], "packages or modules missing from the drawing of docs/architecture.rst"
+    assert [str(edge) for edge in layers.upward_imports()] == []
+
+
+def test_the_type_only_edges_are_the_allowed_ones_and_documented():
+    assert layers.type_only_edges() == set(ALLOWED_TYPE_ONLY)
+    documented = set(re.findall(r"^- ``(\S+)`` -> ``(\S+)``:", DOC.read_text(), re.M))
+    assert documented == set(ALLOWED_TYPE_ONLY)
+
+
+def test_the_drawing_is_read_as_layers():
+    drawn = layers.documented_layers()
+    assert drawn[0] == ["__init__.py"] and ["callbacks/", "loggers/", "profilers.py"] in drawn
+    assert drawn.index(["loops/"]) < drawn.index(["module/"]) < drawn.index(["utilities/"])
+
+
+def test_the_layer_check_sees_imports_that_point_up(tmp_path):
+    src = tmp_path / "src" / "accelkit"
+    for package in ("high", "low"):
+        (src / package).mkdir(parents=True)
+        (src / package / "__init__.py").write_text("")
+    (src / "__init__.py").write_text("")
+    (src / "base.py").write_text("")
+    (src / "low" / "top.py").write_text("from accelkit.high import a\n")
+    (src / "low" / "inner.py").write_text("def f():\n    from accelkit.high.a import g\n    return g\n")
+    (src / "low" / "typed.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                          "    from accelkit.high.a import g\n")
+    (src / "high" / "a.py").write_text("from accelkit.low import top\nfrom accelkit import base\n\n\ndef g():\n"
+                                       "    pass\n")
+    (src / "base.py").write_text("import accelkit.low\n")
+    doc = tmp_path / "architecture.rst"
+    doc.write_text(".. code-block:: text\n\n    high/     the top\n      |\n    low/      below it\n"
+                   "      |         more words\n    base.py\n\nText.\n")
+    assert layers.documented_layers(doc) == [["high/"], ["low/"], ["base.py"]]
+    assert layers.undrawn(src.parent, doc) == ["__init__.py"]
+    found = [str(edge) for edge in layers.upward_imports(src.parent, doc)]
+    assert found == ["accelkit.base -> accelkit.low (accelkit.low)", "accelkit.low.inner -> accelkit.high.a (g)",
+                     "accelkit.low.top -> accelkit.high.a (a)"]
+    assert layers.type_only_edges(src.parent, doc) == {("low/", "high/")}
 
 
 def test_the_core_names_no_device():

@@ -11,6 +11,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import typing
 import warnings
 
@@ -451,6 +452,29 @@ def test_the_lightning_utilities_names_import():
 
     hints = typing.get_type_hints(Annotated.configure_optimizers, {"types": types})
     assert hints["return"] == types.OptimizerLRScheduler
+
+
+def test_lr_scheduler_config_lives_in_utilities_types_and_names_the_keys_of_an_lr_scheduler_dict():
+    from accelkit.module import optimizers
+    from accelkit.utilities import types
+
+    # Lightning's home of the class; the module that reads configure_optimizers names the same class
+    assert types.LRSchedulerConfig.__module__ == "accelkit.utilities.types"
+    assert optimizers.LRSchedulerConfig is types.LRSchedulerConfig
+
+    class UnknownKey(accelkit.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(1, 1)
+
+        def configure_optimizers(self):
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1),
+                                                       "every": 2}}
+
+    accepted = "['scheduler', 'name', 'interval', 'frequency', 'monitor', 'strict']"
+    with pytest.raises(ValueError, match=re.escape(f"unknown lr_scheduler key(s) ['every']; accepted: {accepted}")):
+        optimizers.configure_optimizers(UnknownKey())
 
 
 def test_apply_to_collection_and_move_data_to_device():

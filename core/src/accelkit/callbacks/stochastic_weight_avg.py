@@ -316,7 +316,7 @@ class _SWALR(SWALR):
 
 def _install_scheduler(trainer: Trainer, scheduler: Any) -> None:
     """Put ``scheduler`` (stepped every epoch) in place of the module's scheduler."""
-    from accelkit.module.optimizers import LRSchedulerConfig
+    from accelkit.utilities.types import LRSchedulerConfig
 
     config = LRSchedulerConfig(scheduler=scheduler)
     configs = trainer.lr_scheduler_configs

@@ -8,7 +8,29 @@ from typing import Any
 
 from accelkit.environments.base import ClusterEnvironment
 from accelkit.errors import PluginConflictError, PluginError
-from accelkit.records import by_priority
+from accelkit.records import ClusterEnvironmentRecord, by_priority
+
+_ENVIRONMENTS = "accelkit.environments:"
+
+
+def builtin_cluster_environments() -> list[ClusterEnvironmentRecord]:
+    """The records of the launchers the core recognises (the core's own plugin registers them, and detection without
+    a plugin manager asks them). Priorities order detection where their variables overlap: torchrun's variables are
+    exported by hand inside other jobs, ``jsrun`` sets MPI's variables too, ``mpirun`` inside a SLURM allocation
+    leaves SLURM's describing the allocation, and Kubeflow's are torchrun's without ``LOCAL_RANK``."""
+    return [
+        ClusterEnvironmentRecord("torchrun", _ENVIRONMENTS + "TorchrunEnvironment", priority=50,
+                                 description="torchrun / TorchElastic (RANK, WORLD_SIZE, LOCAL_RANK)"),
+        ClusterEnvironmentRecord("lsf", _ENVIRONMENTS + "LSFEnvironment", priority=40,
+                                 description="IBM Spectrum LSF's jsrun (LSB_JOBID, JSM_NAMESPACE_*)"),
+        ClusterEnvironmentRecord("mpi", _ENVIRONMENTS + "MPIEnvironment", priority=30,
+                                 description="mpirun: Open MPI (OMPI_COMM_WORLD_*) or PMI (PMI_RANK, PMI_SIZE)"),
+        ClusterEnvironmentRecord("slurm", _ENVIRONMENTS + "SLURMEnvironment", priority=20,
+                                 description="SLURM's srun (SLURM_PROCID, SLURM_NTASKS)"),
+        ClusterEnvironmentRecord("kubeflow", _ENVIRONMENTS + "KubeflowEnvironment", priority=10,
+                                 description="a Kubeflow PyTorchJob pod (MASTER_ADDR, WORLD_SIZE, RANK; "
+                                             "no LOCAL_RANK)"),
+    ]
 
 
 # --------------------------------------------------------------------------------------------- detection
@@ -32,9 +54,7 @@ def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | Non
     """
     env = os.environ if env is None else env
     if manager is None:
-        from accelkit.plugins import builtin as _builtin
-
-        records = by_priority(_builtin.accelkit_register_cluster_environments())
+        records = by_priority(builtin_cluster_environments())
     else:
         registry = manager.registry
         for conflicts in getattr(registry.cluster_environments, "conflicts", {}).values():
@@ -53,4 +73,5 @@ def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | Non
     return None
 
 
-__all__ = ["ClusterEnvironment", "cluster_environment_records", "detect_cluster_environment"]
+__all__ = ["ClusterEnvironment", "builtin_cluster_environments", "cluster_environment_records",
+           "detect_cluster_environment"]

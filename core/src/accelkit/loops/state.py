@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from accelkit.loops.resume import Position
     from accelkit.module.datamodule import DataModule
     from accelkit.module.module import Module
-    from accelkit.module.optimizers import LRSchedulerConfig
     from accelkit.strategies.launchers.result import WorkerResult
+    from accelkit.utilities.types import LRSchedulerConfig
 
 
 class TrainerStatus(LightningEnum):

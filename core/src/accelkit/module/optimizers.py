@@ -4,49 +4,26 @@ strategy and the precision."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import fields
 from typing import Any
 
 import torch
 
+from accelkit.utilities.types import LRSchedulerConfig
 
-@dataclass
-class LRSchedulerConfig:
-    """One learning-rate scheduler and when the Trainer steps it (Lightning's ``lr_scheduler`` dict).
-
-    :param scheduler: the scheduler.
-    :param name: its name for :class:`~accelkit.callbacks.LearningRateMonitor` (``None``: derived).
-    :param interval: ``"epoch"`` or ``"step"``.
-    :param frequency: step it every this many intervals.
-    :param monitor: metric passed to ``scheduler.step(metric)`` (``ReduceLROnPlateau``).
-    :param strict: a missing ``monitor`` metric is an error (``False``: a warning, and the step is skipped).
-    """
-
-    scheduler: Any
-    name: str | None = None
-    interval: str = "epoch"
-    frequency: int = 1
-    monitor: str | None = None
-    strict: bool = True
-
-    @property
-    def reduce_on_plateau(self) -> bool:
-        """Whether the scheduler steps on a metric (``ReduceLROnPlateau``); only such schedulers use ``monitor``,
-        as in Lightning."""
-        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
-
-    _KEYS = ("scheduler", "name", "interval", "frequency", "monitor", "strict")
+#: the keys of an ``lr_scheduler`` dict, the fields of :class:`LRSchedulerConfig`
+_KEYS = tuple(field.name for field in fields(LRSchedulerConfig))
 
 
 def _scheduler_config(entry: Any, where: str) -> LRSchedulerConfig:
     if not isinstance(entry, dict):
         return LRSchedulerConfig(scheduler=entry)
-    unknown = sorted(set(entry) - set(LRSchedulerConfig._KEYS))
+    unknown = sorted(set(entry) - set(_KEYS))
     if unknown:
-        raise ValueError(f"{where}: unknown lr_scheduler key(s) {unknown}; accepted: {list(LRSchedulerConfig._KEYS)}")
+        raise ValueError(f"{where}: unknown lr_scheduler key(s) {unknown}; accepted: {list(_KEYS)}")
     if "scheduler" not in entry:
         raise ValueError(f"{where}: an lr_scheduler dict needs the key 'scheduler'")
-    config = LRSchedulerConfig(**{k: entry[k] for k in LRSchedulerConfig._KEYS if k in entry})
+    config = LRSchedulerConfig(**{k: entry[k] for k in _KEYS if k in entry})
     if config.interval not in ("epoch", "step"):
         raise ValueError(f"{where}: lr_scheduler interval={config.interval!r} must be 'epoch' or 'step'")
     if not isinstance(config.frequency, int) or config.frequency < 1:

@@ -30,7 +30,7 @@ class Tuner:
     """
 
     def __init__(self, trainer: Trainer) -> None:
-        from accelkit import Trainer
+        from accelkit.trainer.trainer import Trainer
 
         if not isinstance(trainer, Trainer):
             raise TypeError(f"Tuner(trainer) needs an accelkit.Trainer, got {type(trainer).__name__}")

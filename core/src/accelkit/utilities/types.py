@@ -11,14 +11,13 @@ They describe what the hooks take and return; nothing here is checked at run tim
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import torch
 from torch import Tensor
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
-
-from accelkit.module.optimizers import LRSchedulerConfig
 
 #: a number as ``self.log`` takes it
 _NUMBER = int | float
@@ -79,9 +78,37 @@ LRSchedulerType = type[torch.optim.lr_scheduler.LRScheduler] | type[torch.optim.
 LRSchedulerPLType = LRScheduler | ReduceLROnPlateau
 
 
+@dataclass
+class LRSchedulerConfig:
+    """One learning-rate scheduler and when the Trainer steps it (Lightning's ``lr_scheduler`` dict, and Lightning's
+    class of this name in the same module); :func:`accelkit.module.optimizers.configure_optimizers` makes one for
+    every scheduler ``configure_optimizers`` returns.
+
+    :param scheduler: the scheduler.
+    :param name: its name for :class:`~accelkit.callbacks.LearningRateMonitor` (``None``: derived).
+    :param interval: ``"epoch"`` or ``"step"``.
+    :param frequency: step it every this many intervals.
+    :param monitor: metric passed to ``scheduler.step(metric)`` (``ReduceLROnPlateau``).
+    :param strict: a missing ``monitor`` metric is an error (``False``: a warning, and the step is skipped).
+    """
+
+    scheduler: Any
+    name: str | None = None
+    interval: str = "epoch"
+    frequency: int = 1
+    monitor: str | None = None
+    strict: bool = True
+
+    @property
+    def reduce_on_plateau(self) -> bool:
+        """Whether the scheduler steps on a metric (``ReduceLROnPlateau``); only such schedulers use ``monitor``,
+        as in Lightning."""
+        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+
 class LRSchedulerConfigType(TypedDict, total=False):
     """The ``"lr_scheduler"`` dict of ``configure_optimizers`` (see
-    :class:`~accelkit.module.optimizers.LRSchedulerConfig` for the keys' meaning)."""
+    :class:`LRSchedulerConfig` for the keys' meaning)."""
 
     scheduler: Any
     name: str | None
