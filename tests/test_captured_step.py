@@ -214,7 +214,7 @@ def test_every_reason_reported_together(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value, words", [
-    ("yes", "compile_step='yes' is a str"),
+    ("yes", "compile_step='yes' is not accepted: compile_step takes True, False, or a dict"),
     ({"mode": "reduce-overhead", "fulgraph": True}, "torch.compile does not take (fulgraph)"),
     ({"disable": True}, "pass compile_step=False for the eager step"),
 ])

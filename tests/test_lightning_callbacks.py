@@ -46,8 +46,9 @@ class Asks(pl.Callback):
 
 
 def test_other_objects_are_still_refused_naming_them(tmp_path):
-    with pytest.raises(TypeError, match=r"callbacks must be accelkit.Callback instances \(or, with lightning "
-                                        r"installed, lightning.pytorch.Callback ones\), got 5 \(int\)"):
+    with pytest.raises(ConfigurationError, match=r"callbacks=\[5\] \(list\) is not accepted: callbacks takes an "
+                                                r"accelkit.Callback \(or, with lightning installed, a "
+                                                r"lightning.pytorch Callback\)"):
         quiet_trainer(tmp_path, callbacks=[5])
     # a string is the name of a callback a plugin provides (issue 26): an unknown one is named as such
     with pytest.raises(ConfigurationError, match="callback 'early' is not a registered callback"):

@@ -158,7 +158,8 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
                                  "an accelkit.Precision instance, or None"),
     "logger": (_is_logger, "True, False, None, a logger (an object with log_metrics), a registered logger name, "
                            "or a list of loggers and names"),
-    "callbacks": (_is_callbacks, "an accelkit.Callback, a registered callback name, a list of them, or None"),
+    "callbacks": (_is_callbacks, "an accelkit.Callback (or, with lightning installed, a lightning.pytorch "
+                                 "Callback), a registered callback name, a list of them, or None"),
     "profiler": (_is_profiler, "'simple', 'pytorch', a registered profiler name, an accelkit.profilers.Profiler, "
                                "or None"),
     "default_root_dir": (_is_path, "a folder path: a str or os.PathLike (without NUL characters), or None "
