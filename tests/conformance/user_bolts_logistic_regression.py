@@ -55,7 +55,7 @@ class LogisticRegression(L.LightningModule):
         self.val_outputs.append(self._loss(batch))
 
     def on_validation_epoch_end(self):
-        losses, accs = zip(*self.val_outputs)
+        losses, accs = zip(*self.val_outputs, strict=True)
         self.log_dict({"val_loss": torch.stack(losses).mean(), "val_acc": torch.stack(accs).mean()}, prog_bar=True)
         self.val_outputs.clear()
 
@@ -63,7 +63,7 @@ class LogisticRegression(L.LightningModule):
         self.test_outputs.append(self._loss(batch))
 
     def on_test_epoch_end(self):
-        losses, accs = zip(*self.test_outputs)
+        losses, accs = zip(*self.test_outputs, strict=True)
         self.log_dict({"test_ce_loss": torch.stack(losses).mean(), "test_acc": torch.stack(accs).mean()})
         self.test_outputs.clear()
 

@@ -68,7 +68,8 @@ class VAE(L.LightningModule):
 def make_data(n, seed):
     generator = torch.Generator().manual_seed(seed)
     basis = torch.randn(4, 64, generator=torch.Generator().manual_seed(0))
-    return TensorDataset(torch.randn(n, 4, generator=generator) @ basis + 0.05 * torch.randn(n, 64, generator=generator))
+    points = torch.randn(n, 4, generator=generator) @ basis
+    return TensorDataset(points + 0.05 * torch.randn(n, 64, generator=generator))
 
 
 def main():

@@ -22,7 +22,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from torchmetrics.functional import accuracy
 
 import accelkit as L  # was: import lightning as L
-from accelkit.callbacks import LearningRateMonitor, TQDMProgressBar  # was: from lightning.pytorch.callbacks import LearningRateMonitor, TQDMProgressBar
+from accelkit.callbacks import (
+    LearningRateMonitor,  # was: from lightning.pytorch.callbacks import LearningRateMonitor
+    TQDMProgressBar,  # was: from lightning.pytorch.callbacks import TQDMProgressBar
+)
 from accelkit.loggers import CSVLogger  # was: from lightning.pytorch.loggers import CSVLogger
 
 BATCH_SIZE = 32

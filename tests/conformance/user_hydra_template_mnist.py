@@ -2,10 +2,11 @@
 ``src/models/mnist_module.py``, ``src/data/mnist_datamodule.py``, ``src/train.py``), re-written in our own words with
 the features it uses: torchmetrics *objects* (``Accuracy``, ``MeanMetric``, ``MaxMetric``) updated in the steps and
 logged as objects, the best validation accuracy so far logged from ``on_validation_epoch_end`` with ``sync_dist``,
-the metrics reset in ``on_train_start``, ``save_hyperparameters(logger=False, ignore=["net"])`` with the network as an argument, a
-``ReduceLROnPlateau`` monitoring ``val/loss`` returned in a dict, a DataModule whose ``setup`` splits once and divides
-the batch size by ``trainer.world_size``, ``EarlyStopping`` and ``ModelCheckpoint`` on ``val/acc`` with a
-``/`` in the metric name, then ``trainer.test(ckpt_path="best")`` and ``trainer.callback_metrics`` read back.
+the metrics reset in ``on_train_start``, ``save_hyperparameters(logger=False, ignore=["net"])`` with the network as
+an argument, a ``ReduceLROnPlateau`` monitoring ``val/loss`` returned in a dict, a DataModule whose ``setup``
+splits once and divides the batch size by ``trainer.world_size``, ``EarlyStopping`` and ``ModelCheckpoint`` on
+``val/acc`` with a ``/`` in the metric name, then ``trainer.test(ckpt_path="best")`` and
+``trainer.callback_metrics`` read back.
 
 Stand-ins: hydra's configuration becomes keyword arguments, MNIST random 1x28x28 images whose class is the sign of
 their mean, 3 epochs. Only the imports point at accelkit.
@@ -21,7 +22,10 @@ from torchmetrics import MaxMetric, MeanMetric
 from torchmetrics.classification.accuracy import Accuracy
 
 import accelkit as L  # was: import lightning as L
-from accelkit.callbacks import EarlyStopping, ModelCheckpoint  # was: from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+from accelkit.callbacks import (
+    EarlyStopping,  # was: from lightning.pytorch.callbacks import EarlyStopping
+    ModelCheckpoint,  # was: from lightning.pytorch.callbacks import ModelCheckpoint
+)
 
 
 class DenseNet(nn.Module):

@@ -21,7 +21,10 @@ from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit as L  # was: import lightning as L
-from accelkit.callbacks import LearningRateMonitor, ModelCheckpoint  # was: from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from accelkit.callbacks import (
+    LearningRateMonitor,  # was: from lightning.pytorch.callbacks import LearningRateMonitor
+    ModelCheckpoint,  # was: from lightning.pytorch.callbacks import ModelCheckpoint
+)
 
 act_fn_by_name = {"tanh": nn.Tanh, "relu": nn.ReLU, "gelu": nn.GELU}
 
