@@ -8,7 +8,7 @@ the splits the stage needs; a task logging a torchmetrics ``MetricCollection`` w
 ``predict_step`` returning the class probabilities collected by ``trainer.predict``.
 
 Stand-ins: the imagery becomes random 4-band 8x8 tiles whose class is the brightest band, the augmentations kornia's
-replaced by functions marking the tiles (so each stage's choice shows), 4 epochs. Only the imports point at accelkit.
+replaced by modules marking the tiles (so each stage's choice shows), 4 epochs. Only the imports point at accelkit.
 """
 
 from collections import namedtuple
@@ -47,18 +47,23 @@ def stack_samples(samples):
             else [s[key] for s in samples] for key in samples[0]}
 
 
-def mark(stage):
-    def augment(batch):
-        batch["image"] = torch.cat([batch["image"], torch.full_like(batch["image"][:, :1], MARKS[stage])], dim=1)
+class Mark(nn.Module):
+    """The stand-in augmentation (a module, as kornia's): adds a band holding the stage's mark."""
+
+    def __init__(self, stage):
+        super().__init__()
+        self.value = MARKS[stage]
+
+    def forward(self, batch):
+        batch["image"] = torch.cat([batch["image"], torch.full_like(batch["image"][:, :1], self.value)], dim=1)
         return batch
-    return augment
 
 
 class TileDataModule(L.LightningDataModule):
     def __init__(self, batch_size=32):
         super().__init__()
         self.batch_size = batch_size
-        self.train_aug, self.val_aug, self.test_aug, self.predict_aug = (mark(s) for s in MARKS)
+        self.train_aug, self.val_aug, self.test_aug, self.predict_aug = (Mark(s) for s in MARKS)
         self.built = []
 
     def setup(self, stage):
