@@ -180,6 +180,20 @@ def test_manual_optimization_refused(tmp_path: Path) -> None:
         quiet_trainer(tmp_path, max_steps=1, compile_step=True).fit(module)
 
 
+class LBFGSModule(MLPModule):
+    def configure_optimizers(self) -> Any:
+        return torch.optim.LBFGS(self.parameters(), lr=0.1, max_iter=2)
+
+
+def test_an_optimizer_that_evaluates_its_closure_refused(tmp_path: Path) -> None:
+    """LBFGS evaluates the loss several times per step (accelkit now steps it so, as Lightning); the captured step
+    runs the loss once, so compile_step refuses it by name."""
+    trainer = quiet_trainer(tmp_path, max_steps=1, compile_step=True)
+    with pytest.raises(ConfigurationError, match=r"LBFGS\.step\(\) evaluates the loss several times"):
+        trainer.fit(LBFGSModule())
+    assert trainer.global_step == 0
+
+
 class OwnStep(SingleDeviceStrategy):
     """A single-device strategy that steps the optimizer its own way."""
 

@@ -612,13 +612,97 @@ def test_the_default_predict_step_passes_the_whole_batch_to_forward_as_lightning
 
 
 class WithLBFGS(RegressionModule):
+    """LBFGS (its step evaluates the loss several times through the closure), counting the evaluations."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps_run, self.before_steps = 0, 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.steps_run += 1
+        x, y = batch
+        return F.mse_loss(self(x), y)
+
+    def on_before_optimizer_step(self, optimizer: Any) -> None:
+        self.before_steps += 1
+
     def configure_optimizers(self) -> Any:
-        return torch.optim.LBFGS(self.parameters(), lr=0.1)
+        return torch.optim.LBFGS(self.parameters(), lr=0.5, max_iter=3)
 
 
-def test_an_optimizer_that_needs_its_closure_is_refused_clearly(tmp_path):
-    with pytest.raises(NotImplementedError, match="LBFGS.step\\(\\) re-evaluates the loss through its closure"):
-        quiet_trainer(tmp_path, max_epochs=1).fit(WithLBFGS())
+def test_an_optimizer_that_evaluates_its_closure_steps_as_in_torch(tmp_path):
+    """Lightning passes its closure to ``optimizer.step`` and LBFGS calls it several times per step; accelkit ran
+    the closure once and refused such optimizers (``NotImplementedError``: a user's sine-wave LSTM with LBFGS,
+    ``tests/conformance/user_sine_lbfgs.py``). Now every evaluation runs ``training_step`` and backward again,
+    with ``on_before_optimizer_step`` after each (as Lightning's wrapped closure), one global step per batch, and
+    the weights are those of torch's own loop."""
+    model = WithLBFGS()
+    reference = WithLBFGS()
+    reference.load_state_dict(model.state_dict())
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(model)
+    optimizer = torch.optim.LBFGS(reference.parameters(), lr=0.5, max_iter=3)
+    evaluations = 0
+    for x, y in DataLoader(regression_data(32), batch_size=8):
+        def closure(x: torch.Tensor = x, y: torch.Tensor = y) -> torch.Tensor:
+            nonlocal evaluations
+            evaluations += 1
+            optimizer.zero_grad()
+            loss = F.mse_loss(reference(x), y)
+            loss.backward()
+            return loss
+        optimizer.step(closure)
+    assert trainer.global_step == 4
+    assert model.steps_run == evaluations > 4
+    assert model.before_steps == evaluations
+    for name, tensor in reference.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name], tensor)
+
+
+class ManualLBFGS(WithLBFGS):
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        opt = self.optimizers()
+
+        def closure() -> torch.Tensor:
+            self.steps_run += 1
+            opt.zero_grad()
+            x, y = batch
+            loss = F.mse_loss(self(x), y)
+            self.manual_backward(loss)
+            return loss
+
+        opt.step(closure=closure)
+
+
+def test_manual_optimization_steps_lbfgs_with_the_users_closure(tmp_path):
+    """``opt.step(closure=closure)`` with LBFGS in manual optimization: the optimizer evaluates the user's
+    closure as often as it needs (accelkit refused it), and the step counts once."""
+    model = ManualLBFGS()
+    trainer = quiet_trainer(tmp_path, max_epochs=1)
+    trainer.fit(model)
+    assert trainer.global_step == 4
+    assert model.steps_run > 4 and model.before_steps == model.steps_run
+
+
+class OwnStepStrategy(SingleDeviceStrategy):
+    """A single-device strategy with its own optimizer step (which knows nothing of a closure)."""
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+        return bool(optimizer.step())
+
+
+def test_an_optimizer_that_evaluates_its_closure_is_refused_where_its_step_is_not_the_default(tmp_path):
+    """A strategy (or a precision: a gradient scaler) with its own optimizer step would step LBFGS without a
+    closure: refused before the fit trains, naming the optimizer, the strategy and what works."""
+    model = WithLBFGS()
+    with pytest.raises(NotImplementedError, match=r"LBFGS\.step\(\) re-evaluates the loss through its closure.*"
+                                                  r"strategy OwnStepStrategy.*precision='32-true'"):
+        quiet_trainer(tmp_path, max_epochs=1, strategy=OwnStepStrategy()).fit(model)
+    assert model.steps_run == 0
 
 
 def test_a_trainer_and_its_logger_are_freed_after_fit(tmp_path):

@@ -109,6 +109,9 @@ def refusals(optimization: accelkit.loops.optimization.Optimization) -> list[str
     if not optimization.automatic:
         problems.append(f"{cls} uses manual optimization (automatic_optimization=False): its training_step steps "
                         "the optimizers itself, so there is no step to capture; use compile_step=False.")
+    for optimizer in optimization.closure_optimizers:
+        problems.append(f"{type(optimizer).__name__}.step() evaluates the loss several times through its closure; "
+                        "the captured step runs it once; use compile_step=False.")
     if len(optimization.optimizers) != 1:
         problems.append(f"{cls}.configure_optimizers() gave {len(optimization.optimizers)} optimizers; the captured "
                         "step steps exactly one.")

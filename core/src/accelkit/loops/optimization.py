@@ -32,6 +32,14 @@ def _defaults(obj: Any, base: type, *names: str) -> bool:
     return not any(is_overridden(name, obj, base) for name in names)
 
 
+def _needs_closure(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether ``optimizer.step`` must be given a closure (it evaluates the loss itself, as ``LBFGS``)."""
+    import inspect
+
+    closure = inspect.signature(type(optimizer).step).parameters.get("closure")
+    return closure is not None and closure.default is inspect.Parameter.empty
+
+
 def _batch_only(step: Callable[..., Any]) -> Callable[[Any, int], Any]:
     """``step`` called as ``step(batch)``: for a ``training_step`` that takes no ``batch_idx``."""
 
@@ -169,6 +177,17 @@ class Optimization:
         if self.automatic:
             self._before_step.append(self._clip_to_trainer if clip_hook is None else self._call_clip_hook)
         self._step_optimizer: Callable[[torch.optim.Optimizer], Any] = _STEP if plain else strategy.optimizer_step
+        #: the optimizers whose ``step`` evaluates the loss itself (LBFGS): stepped as ``optimizer.step(closure)``,
+        #: the closure run again at each evaluation (as Lightning)
+        self.closure_optimizers = [o for o in self.optimizers if _needs_closure(o)]
+        if self.closure_optimizers and not plain:
+            names = ", ".join(type(o).__name__ for o in self.closure_optimizers)
+            raise NotImplementedError(
+                f"{names}.step() re-evaluates the loss through its closure, which accelkit supports with the "
+                f"default optimizer step and full precision only; strategy {type(strategy).__name__} and precision "
+                f"{type(self.precision).__name__} step through their own code. Use precision='32-true' and a "
+                "strategy that keeps the default step (single device, DDP), or an optimizer that steps on the "
+                "gradients of one backward pass (SGD, Adam, ...)")
         self._step_end: list[Callable[[], Any]] = [] if _defaults(strategy, Strategy, "step_end") else \
             [strategy.step_end]
         #: manual optimization ends its step inside ``opt.step()``; automatic after ``optimizer_step`` returns
@@ -183,7 +202,7 @@ class Optimization:
         self._direct_step = self._optimizer_step == self._default_optimizer_step and self._run_step == self._step
         #: nothing around the step but the clipping check: a batch that steps may run :meth:`_plain_batch`
         self._plain = self.automatic and self._direct_step and plain and self._before_step == [self._clip_to_trainer] \
-            and not self._after_step and not self._step_end
+            and not self._after_step and not self._step_end and not self.closure_optimizers
 
     def _precisions(self) -> list[Precision]:
         """The trainer's precision and the strategy's (the same object unless a strategy brings its own)."""
@@ -388,10 +407,35 @@ class Optimization:
         return self._run_step(optimizer, closure)
 
     def _step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
+        if closure is not None and self.closure_optimizers and optimizer in self.closure_optimizers:
+            return self._step_evaluating(optimizer, closure)
         result = closure() if closure is not None else None
         for fn in self._before_step:
             fn(optimizer)
         self._step_optimizer(optimizer)  # the strategy steps through the precision (a scaler)
+        self._stepped = True
+        for fn_after in self._after_step:
+            fn_after()
+        return result
+
+    def _step_evaluating(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any]) -> Any:
+        """Step an optimizer that evaluates the loss itself (LBFGS): ``optimizer.step(evaluate)``, where each
+        evaluation runs ``closure`` anew (automatic: ``training_step``, zero-grad, backward) and then what comes
+        before a step (``on_before_optimizer_step``, clipping), as Lightning's wrapped closure. One step is counted
+        however many evaluations the optimizer makes."""
+        evaluations = 0
+
+        def evaluate() -> Any:
+            nonlocal evaluations
+            if evaluations:
+                self._ran = False  # the optimizer asks for the loss again: the automatic closure runs once more
+            evaluations += 1
+            result = closure()
+            for fn in self._before_step:
+                fn(optimizer)
+            return result
+
+        result = optimizer.step(evaluate)
         self._stepped = True
         for fn_after in self._after_step:
             fn_after()

@@ -306,15 +306,6 @@ def _sync_batchnorm(trainer: Trainer, module: Any) -> Any:
 
 
 def _check_optimization(trainer: Trainer, module: Any) -> None:
-    import inspect
-
-    for opt in trainer.optimizers:
-        closure = inspect.signature(type(opt).step).parameters.get("closure")
-        if closure is not None and closure.default is inspect.Parameter.empty:
-            raise NotImplementedError(
-                f"{type(opt).__name__}.step() re-evaluates the loss through its closure, which accelkit does not "
-                "support yet: the closure runs once, before the step. Use an optimizer that steps on the "
-                "gradients of one backward pass (SGD, Adam, ...)")
     if module.automatic_optimization:
         if len(trainer.optimizers) > 1:
             raise ValueError(f"{type(module).__name__}.configure_optimizers() returned {len(trainer.optimizers)} "
