@@ -7,6 +7,8 @@
   ``run_python``) serve every test folder.
 * ``helpers.scheduling`` spreads a run of the suite over the machine's cores (pytest-xdist, ``-n auto``).
 * ``helpers.cpu_usage`` records each test's CPU seconds and its children's when asked (``--cpu-usage=FILE``).
+* ``helpers.stray_modules`` forgets what a test imported from its temporary folders and errors naming it, so that
+  no later test of the same worker imports another test's ``models.py`` (the suite passes in any order).
 * No test may start torch_xla inside the pytest process. Importing torch_xla picks a device and sets
   ``PJRT_DEVICE`` in the process, after which ``accelerator="auto"`` means XLA for every later test. XLA tests
   run their work in subprocesses (``helpers.xla``).
@@ -21,7 +23,7 @@ TESTS = str(Path(__file__).resolve().parent / "tests")
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
-pytest_plugins = ["helpers.fixtures", "helpers.scheduling", "helpers.cpu_usage"]
+pytest_plugins = ["helpers.fixtures", "helpers.scheduling", "helpers.cpu_usage", "helpers.stray_modules"]
 
 
 @pytest.hookimpl(hookwrapper=True)

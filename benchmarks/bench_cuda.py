@@ -27,7 +27,8 @@ loop and of accelkit (``sys.settrace`` over ``--count-steps`` steps, default 50,
 the functions where accelkit's instructions differ most from the hand loop's (its extra, function by function).
 Each workload is counted in a fresh process that compiles nothing; the counter turns opcode events on before
 ``sys.settrace`` (on Python 3.12 a first traced run otherwise gets none: the count read 0 there); a side of which
-no instruction was seen stops the benchmark with an error rather than print 0. The same process then runs each side once more under ``cProfile``
+no instruction was seen stops the benchmark with an error rather than print 0. The same process then runs each
+side once more under ``cProfile``
 over those steps and prints the host time per step of each side and the functions where accelkit's differs most,
 C functions (CUDA runtime calls among them) included: what the instruction count cannot see.
 
@@ -403,8 +404,8 @@ def compare(w: Workload, device: torch.device, sides: list[str], args: argparse.
         print(f"  round {r + 1}/{args.rounds} ({' > '.join(order)}): "
               + ", ".join(f"{n} {times[n][-1] * 1e3:.3f}" for n in sides) + " ms/step (host CPU "
               + ", ".join(f"{host[n][-1] * 1e3:.3f}" for n in sides) + ")", flush=True)
-    ratios = {name: [t / h for t, h in zip(times[name], times["hand loop"])] for name in sides}
-    host_ratios = {name: [t / h for t, h in zip(host[name], host["hand loop"])] for name in sides}
+    ratios = {name: [t / h for t, h in zip(times[name], times["hand loop"], strict=True)] for name in sides}
+    host_ratios = {name: [t / h for t, h in zip(host[name], host["hand loop"], strict=True)] for name in sides}
     width = max(10, *map(len, sides))
     for name in sides:
         memory = f", peak memory {peaks[name] / 2**20:.1f} MiB" if device.type == "cuda" else ""

@@ -221,7 +221,7 @@ class HandLoop:
 def per_step(starts: list[tuple[float, float]], steps: int) -> dict[str, float]:
     """Median seconds per step over the epochs after the first, by the wall clock and by this process's CPU time,
     from the epochs' start times (and the end)."""
-    return {key: statistics.median(b[i] - a[i] for a, b in list(zip(starts, starts[1:]))[1:]) / steps
+    return {key: statistics.median(b[i] - a[i] for a, b in list(zip(starts, starts[1:], strict=False))[1:]) / steps
             for i, key in enumerate(("per_step", "per_step_cpu"))}
 
 
@@ -323,14 +323,15 @@ class EpochStarts(accelkit.Callback):
         self.ends.append(self._now())
         if trainer.global_rank == 0:
             steps = trainer.num_training_batches
-            spans = [[(b - a) / steps for a, b in zip(s, e, strict=True)] for s, e in zip(self.starts, self.ends)][1:]
+            spans = [[(b - a) / steps for a, b in zip(s, e, strict=True)]
+                     for s, e in zip(self.starts, self.ends, strict=True)][1:]
             result = {"per_step": statistics.median(t[0] for t in spans),
                       "per_step_cpu": statistics.median(t[1] for t in spans)}
             if self.paired:
                 assert self.loop is not None
                 loops = [[v / len(self.loop.loader) for v in t] for t in self.loop_times][1:]
                 for index, clock in enumerate(("paired", "paired_cpu", "paired_thread")):
-                    ratios = [a[index] / b[index] for a, b in zip(spans, loops)]
+                    ratios = [a[index] / b[index] for a, b in zip(spans, loops, strict=True)]
                     result[clock] = statistics.median(ratios)
                     # spans[0] is epoch 1 (odd: the hand loop after it); odd positions are even epochs
                     result[clock + "_loop_after"] = statistics.median(ratios[0::2])
@@ -611,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
             hand, ours = ([r[key] for r in runs[name]] for name in ("hand loop", "ddp_spawn"))
             print(f"  {clock}: hand loop {statistics.median(hand) * 1e3:.4f}, ddp_spawn "
                   f"{statistics.median(ours) * 1e3:.4f} ms/step (medians); ratio ddp_spawn / hand loop "
-                  f"{spread([t / h for t, h in zip(ours, hand)])}  target <= 1.03", flush=True)
+                  f"{spread([t / h for t, h in zip(ours, hand, strict=True)])}  target <= 1.03", flush=True)
     if args.only in (None, "paired"):
         print("paired epochs (a hand-loop epoch beside each Trainer epoch, in the Trainer's workers, before it in "
               "even epochs and after it in odd ones):", flush=True)

@@ -67,9 +67,11 @@ def main() -> None:
         accelkit_times.append(sample(ACCELKIT))
         extra_times.append(sample(EXTRA))
     t, a = statistics.median(torch_times), statistics.median(accelkit_times)
-    pairs = statistics.median(x - y for x, y in zip(accelkit_times, torch_times))
-    print(f"import torch                               : median {t:.3f} s  ({', '.join(f'{v:.3f}' for v in torch_times)})")
-    print(f"import accelkit + PluginManager().registry : median {a:.3f} s  ({', '.join(f'{v:.3f}' for v in accelkit_times)})")
+    pairs = statistics.median(x - y for x, y in zip(accelkit_times, torch_times, strict=True))
+    print(f"import torch                               : median {t:.3f} s  "
+          f"({', '.join(f'{v:.3f}' for v in torch_times)})")
+    print(f"import accelkit + PluginManager().registry : median {a:.3f} s  "
+          f"({', '.join(f'{v:.3f}' for v in accelkit_times)})")
     print(f"difference of medians: {a - t:+.3f} s; median of paired differences: {pairs:+.3f} s")
     print(f"accelkit + registry after torch is imported (same process): median {statistics.median(extra_times):.3f} s "
           f"({', '.join(f'{v:.3f}' for v in extra_times)})")

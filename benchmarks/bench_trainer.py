@@ -468,7 +468,7 @@ def report(results: dict[str, list[tuple]], baseline: str, targets: dict[str, fl
         for name, values in results.items():
             if name == baseline:
                 continue
-            ratios = [v[clock_index] / b for v, b in zip(values, base)]
+            ratios = [v[clock_index] / b for v, b in zip(values, base, strict=True)]
             target = f"  target <= {targets[name]:.2f}" if name in targets else ""
             print(f"  {clock_name:<4} ratio {name}/{baseline}: {statistics.median(ratios):.3f}{target}  "
                   f"(per round: {', '.join(f'{x:.3f}' for x in ratios)})")
@@ -559,9 +559,9 @@ def against(args: argparse.Namespace) -> None:
 def report_against(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
     """Medians over the rounds of each tree's per-step times and ratios, and of the per-round after / before."""
     if "opcodes" in after[0]:
-        print("Python instructions per step beyond the hand-written loop (deterministic), before -> after: " + ", ".join(
-            f"{side} {before[0]['opcodes'][side]:.0f} -> {after[0]['opcodes'][side]:.0f}"
-            for side in after[0]["opcodes"] if side != "loop"))
+        print("Python instructions per step beyond the hand-written loop (deterministic), before -> after: "
+              + ", ".join(f"{side} {before[0]['opcodes'][side]:.0f} -> {after[0]['opcodes'][side]:.0f}"
+                          for side in after[0]["opcodes"] if side != "loop"))
     for comparison, baseline in (("single", "loop"), ("ddp", "ddp loop")):
         if comparison not in after[0]:
             continue
@@ -575,7 +575,7 @@ def report_against(before: list[dict[str, Any]], after: list[dict[str, Any]]) ->
                     line.append(f"{tree} {1e3 * statistics.median(values):.3f} ms/step ({side}/{baseline} "
                                 f"{statistics.median(ratios):.3f})")
                 change = [a[comparison][side][0][clock_index] / b[comparison][side][0][clock_index]
-                          for a, b in zip(after, before)]
+                          for a, b in zip(after, before, strict=True)]
                 line.append(f"after/before {statistics.median(change):.3f} (per round: "
                             f"{', '.join(f'{x:.3f}' for x in change)})")
                 print(", ".join(line))

@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             compiles[side].append(compiled)
             this_round[side] = per_step
         ratios.append(this_round["accelkit"] / this_round["hand"])
-        print(f"round {round_index + 1}: " + "   ".join(f"{side} {this_round[side] * 1e3:8.3f} ms/step" for side in sides)
+        print(f"round {round_index + 1}: "
+              + "   ".join(f"{side} {this_round[side] * 1e3:8.3f} ms/step" for side in sides)
               + f"   ratio accelkit/hand {ratios[-1]:.3f}", flush=True)
 
     import torch_xla.runtime as xr

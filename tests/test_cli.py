@@ -512,6 +512,8 @@ def test_help_of_every_command_is_plain_text(capsys):
     assert "accelkit fit examples/digits.py:DigitsClassifier --max-epochs 3" in fit
     assert "accelkit fit --model examples/digits.py:DigitsClassifier --trainer.max_epochs 3" in fit
     assert "Defaults for a first run: 20 epochs" in fit and "seed 0" in fit
+    assert "a step's values logged every 10 steps" in re.sub(r"\s+", " ", fit)
+    assert "Not given, accelkit fit logs every 10 (the Trainer's own default is 50)" in re.sub(r"\s+", " ", fit)
     # a docstring continued on a line starting with a role is not cut off; tuple group titles are readable
     assert "an Accelerator instance" in re.sub(r"\s+", " ", fit)
     assert "\nLRScheduler or ReduceLROnPlateau:" in fit

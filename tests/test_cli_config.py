@@ -774,8 +774,10 @@ def test_print_config_then_config_then_test_config_round_trip(project, monkeypat
     assert fit.returncode == 0, fit.stderr
     saved_path = reported(fit.stdout, "configuration saved to")
     saved = yaml.safe_load(Path(saved_path).read_text())
-    # the first-run defaults of either spelling: 20 epochs, seed 0, the held-out test after the fit
+    # the first-run defaults of either spelling: 20 epochs, a step logged every 10, seed 0, the held-out test after
+    # the fit
     assert saved["trainer"]["max_epochs"] == 20 and saved["seed_everything"] == 0
+    assert saved["trainer"]["log_every_n_steps"] == 10
     assert saved["model"] == {"class_path": written, "init_args": {"hidden": 6, "lr": 0.05}}
     assert "accelkit: held-out test_acc = " in fit.stdout
     test = run_here(project, monkeypatch, capsys, "test", "--config", saved_path, "--ckpt_path",

@@ -858,13 +858,14 @@ def lightning_spawn_caller_reads(tmp_path_factory) -> dict[str, list[Any]]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("scenario", ["fit_then_validate", "validate_then_fit"])
-def test_the_callers_trainer_after_a_spawned_run_reads_as_in_lightning(tmp_path, lightning_spawn_caller_reads,
-                                                                      scenario):
-    """After a ``ddp_spawn`` fit or validate the caller's Trainer, which loaded no loader, reads Lightning's caller's
-    batch counts (``inf``, ``[]``; before, ``num_training_batches`` read ``None``) and state. It differs on purpose
-    (``tests/data/migration_rows.toml``): it holds rank 0's ``current_epoch`` and ``global_step`` and the last run's
-    three metric dicts, as after a run in one process, where Lightning's caller reads ``0``, empty dicts and
-    ``callback_metrics`` merged into the previous run's."""
+def test_the_callers_trainer_after_a_run_in_worker_processes_reads_as_in_lightning(
+        tmp_path, lightning_spawn_caller_reads, scenario):
+    """After a fit or validate in worker processes (``ddp_fork``; what the caller reads is the launcher's hand-back,
+    the same for ``ddp_spawn``: ``helpers.spawn_caller_reads``) the caller's Trainer, which loaded no loader, reads
+    Lightning's caller's batch counts (``inf``, ``[]``; before, ``num_training_batches`` read ``None``) and state. It
+    differs on purpose (``tests/data/migration_rows.toml``): it holds rank 0's ``current_epoch`` and ``global_step``
+    and the last run's three metric dicts, as after a run in one process, where Lightning's caller reads ``0``, empty
+    dicts and ``callback_metrics`` merged into the previous run's."""
     from helpers.spawn_caller_reads import record
 
     ours, theirs = record("accelkit", str(tmp_path), scenario), lightning_spawn_caller_reads[scenario]

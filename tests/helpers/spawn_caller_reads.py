@@ -1,6 +1,11 @@
-"""What the caller's Trainer reads after ``ddp_spawn`` runs (two workers on the CPU), recorded the same way on
+"""What the caller's Trainer reads after runs in worker processes (two on the CPU), recorded the same way on
 accelkit's Trainer and on Lightning's (``tests/test_trainer.py`` compares them): the run is the workers', and
 rank 0 hands some of its state back to the caller.
+
+The workers are forked (:data:`STRATEGY`): what the caller reads afterwards is what the launcher hands back, and
+that is the same code for ``ddp_fork`` and ``ddp_spawn`` in both frameworks (Lightning's
+``_MultiProcessingLauncher``, accelkit's ``SpawnLauncher``: only the start method differs); spawned workers would
+add two fresh interpreters, each importing torch, to every call (16 in all, most of the comparison's cost).
 
 ``"fit_then_validate"``: a fit of 2 training and validation batches per rank (2 epochs), then
 ``trainer.validate`` of 3 batches per rank; ``"validate_then_fit"``: the same two the other way round. After each
@@ -23,6 +28,8 @@ from helpers.frameworks import linear_module, pick, random_pairs
 from helpers.trainer_counts import plain
 
 SCENARIOS = ("fit_then_validate", "validate_then_fit")
+#: the strategy of every run: its workers forked (see the module's docstring)
+STRATEGY = "ddp_fork"
 
 _made: dict[str, type] = {}
 
@@ -64,7 +71,7 @@ def record(framework: str, root: str, scenario: str) -> list[Any]:
     def data(batches: int) -> DataLoader:  # each of the two ranks gets ``batches`` batches of 2
         return DataLoader(random_pairs(4 * batches, generator), batch_size=2)
 
-    trainer = chosen.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, logger=False,
+    trainer = chosen.Trainer(accelerator="cpu", devices=2, strategy=STRATEGY, max_epochs=2, logger=False,
                              enable_model_summary=False, enable_progress_bar=False, enable_checkpointing=False,
                              num_sanity_val_steps=0, default_root_dir=root)
     module = __getattr__(f"Net_{framework}")()

@@ -7,7 +7,7 @@ a string is imported only when the implementation is used, which keeps plugin di
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,19 +90,20 @@ class StrategyRecord(_Record):
 
     :param accelerators: canonical accelerator names the strategy runs on; ``None`` for any.
     :param options: keyword arguments passed to the strategy class, so one class can back several names
-        (``"ddp_find_unused_parameters_true"`` -> ``{"find_unused_parameters": True}``).
+        (``"ddp_find_unused_parameters_true"`` -> ``{"find_unused_parameters": True}``): a mapping, kept as its
+        sorted ``(name, value)`` pairs (which the record stores, hashable).
     :param notice: a one-line message shown when this name is chosen (a legacy alias, say).
     """
 
     accelerators: tuple[str, ...] | None = None
-    options: tuple[tuple[str, Any], ...] = ()
+    options: tuple[tuple[str, Any], ...] | Mapping[str, Any] = ()
     notice: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.accelerators is not None:
             object.__setattr__(self, "accelerators", tuple(normalize_name(a) for a in self.accelerators))
-        if isinstance(self.options, dict):
+        if isinstance(self.options, Mapping):
             object.__setattr__(self, "options", tuple(sorted(self.options.items())))
 
     def runs_on(self, accelerator: str) -> bool:

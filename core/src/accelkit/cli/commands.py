@@ -4,8 +4,6 @@ core's are in :mod:`accelkit.plugins.builtin`."""
 
 from __future__ import annotations
 
-from typing import Any
-
 
 def load_module_class(target: str) -> type:
     """Import ``path/to/file.py:ClassName`` or ``package.module:ClassName`` (an :class:`accelkit.Module`).
@@ -17,13 +15,3 @@ def load_module_class(target: str) -> type:
     from accelkit.module.module import Module
 
     return load_class(target, Module, "accelkit.Module")
-
-
-def parse_value(text: str) -> Any:
-    """``"2"`` -> 2, ``"1.5"`` -> 1.5, ``"[0, 1]"`` -> [0, 1], anything else stays a string."""
-    import ast
-
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text

@@ -7,7 +7,8 @@
 ``--model``/``--data`` take ``path/to/file.py:Class`` or ``package.module:Class`` besides the dotted class paths
 of the configuration files. ``accelkit fit FILE.py:Class --max-epochs 3`` (the model first, a Trainer argument
 without its ``trainer.``) is another spelling of the same command (:func:`expand_short_form`), with the same
-options and defaults (:data:`FIRST_RUN_MAX_EPOCHS`, :data:`FIRST_RUN_SEED`, a test after the fit).
+options and defaults (:data:`FIRST_RUN_MAX_EPOCHS`, :data:`FIRST_RUN_LOG_EVERY_N_STEPS`, :data:`FIRST_RUN_SEED`, a
+test after the fit).
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ _TARGET_OPTIONS = {"--model": ("accelkit.module.module", "Module", "accelkit.Mod
 #: ``accelkit fit`` trains this many epochs unless ``max_epochs``, ``max_steps`` or ``max_time`` says otherwise (the
 #: Trainer's own default is Lightning's 1000): a first run ends in seconds and its numbers are the README's.
 FIRST_RUN_MAX_EPOCHS = 20
+#: ``accelkit fit`` logs a training step's values every this many steps unless ``log_every_n_steps`` (or
+#: ``barebones``) is given (the Trainer's own default is Lightning's 50): a small first model's epoch (the digits
+#: example's 20 batches) is still logged within the epoch, and the fit does not open with the Trainer's warning
+#: that an epoch is shorter than the interval.
+FIRST_RUN_LOG_EVERY_N_STEPS = 10
 #: the ``--seed_everything`` default of the commands (a script's :class:`~accelkit.cli.CLI` keeps Lightning's
 #: ``True``: the seed of ``ACCELKIT_SEED`` or ``PL_GLOBAL_SEED``, else 0 with a warning): a run repeated without a
 #: configuration gives the same numbers.
@@ -49,10 +55,12 @@ shorter, --NAME (dashes or underscores: --max-epochs 3); --init KEY=VALUE is
 --model.KEY VALUE; --seed N is --seed_everything N; --no-progress-bar and --no-test turn those off.
 
 Defaults for a first run: {FIRST_RUN_MAX_EPOCHS} epochs (when none of --trainer.max_epochs, max_steps or max_time is
-given; the Trainer's own default is 1000), seed {FIRST_RUN_SEED}, and the test loop after the fit when the model or
-the data has a test split (--test_after_fit false, or --no-test, skips it; a choice of the command, not written into
-the configuration). --print_config prints the configuration, which --config reads back, in this command and in
-validate, test and predict (and in a script's CLI); the run saves it as config.yaml beside its logs.
+given; the Trainer's own default is 1000), a step's values logged every {FIRST_RUN_LOG_EVERY_N_STEPS} steps (when
+neither --trainer.log_every_n_steps nor barebones is given; the Trainer's own default is 50), seed {FIRST_RUN_SEED},
+and the test loop after the fit when the model or the data has a test split (--test_after_fit false, or --no-test,
+skips it; a choice of the command, not written into the configuration). --print_config prints the configuration,
+which --config reads back, in this command and in validate, test and predict (and in a script's CLI); the run saves
+it as config.yaml beside its logs.
 """
 
 
@@ -207,12 +215,17 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
                     action.help = (f"stop after this many epochs (-1: no limit). Not given, accelkit fit trains "
                                    f"{FIRST_RUN_MAX_EPOCHS} epochs when neither max_steps nor max_time is given "
                                    "(the Trainer's own default is 1000).")
+                elif action.dest == "trainer.log_every_n_steps":
+                    action.help = (f"log a training step's values every this many steps. Not given, accelkit fit "
+                                   f"logs every {FIRST_RUN_LOG_EVERY_N_STEPS} (the Trainer's own default is 50).")
 
         def before_instantiate_classes(self) -> None:
             trainer = self.config[str(self.subcommand)]["trainer"]
             if self.subcommand == "fit" and trainer.get("max_epochs") is None \
                     and trainer.get("max_steps") in (None, -1) and trainer.get("max_time") is None:
                 trainer["max_epochs"] = FIRST_RUN_MAX_EPOCHS
+            if self.subcommand == "fit" and trainer.get("log_every_n_steps") is None and not trainer.get("barebones"):
+                trainer["log_every_n_steps"] = FIRST_RUN_LOG_EVERY_N_STEPS
 
         def _start(self) -> None:
             check_ckpt_path(self.config_init[str(self.subcommand)].get("ckpt_path"), str(self.subcommand))
@@ -300,6 +313,6 @@ def run_predict(words: list[str]) -> int:
     return run_config_command("predict", words)
 
 
-__all__ = ["FIRST_RUN_MAX_EPOCHS", "FIRST_RUN_SEED", "SHORT_FORM_WORDS", "check_ckpt_path", "expand_short_form",
-           "pop_test_after_fit",
+__all__ = ["FIRST_RUN_LOG_EVERY_N_STEPS", "FIRST_RUN_MAX_EPOCHS", "FIRST_RUN_SEED", "SHORT_FORM_WORDS",
+           "check_ckpt_path", "expand_short_form", "pop_test_after_fit",
            "resolve_targets", "run_config_command", "run_fit", "run_predict", "run_test", "run_validate"]

@@ -14,11 +14,6 @@ from typing import Any
 MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
 
 
-def _is_node(value: Any) -> bool:
-    """Whether ``value`` is a collection the loader looks into (a dict, list or tuple) rather than an iterable."""
-    return isinstance(value, (Mapping, list, tuple))
-
-
 def flatten(tree: Any) -> list[Any]:
     """The leaves of nested dicts, lists and tuples in order (dict values in insertion order); a leaf alone is a
     list of one."""
@@ -235,9 +230,3 @@ class CombinedLoader(Iterable[tuple[Any, int, int]]):
 
     def __repr__(self) -> str:
         return f"CombinedLoader(mode={self._mode!r}, iterables={len(self._flattened)})"
-
-
-def batches_of(loader: CombinedLoader) -> Iterator[Any]:
-    """The batches of a combined loader without their indices (what a training loop steps on)."""
-    for batch, _, _ in loader:
-        yield batch

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -23,8 +24,9 @@ class RoundedPrecision(Precision):
             dtype = getattr(torch, dtype)
         self.dtype = dtype
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool:
-        """Step, then round every parameter the optimizer holds."""
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool | None:
+        """Step, then round every parameter the optimizer holds. Returns what the base class says of the step
+        (``False``: skipped, ``None``: unknown)."""
         stepped = super().optimizer_step(optimizer, step)
         with torch.no_grad():
             for group in optimizer.param_groups:
