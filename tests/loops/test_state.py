@@ -125,15 +125,18 @@ def test_continued_keeps_the_counters_and_nothing_else() -> None:
 
 def test_a_training_batch_is_counted_by_one_method() -> None:
     """``count_batch`` is where ``batches_that_stepped`` grows (a stepping batch at once, before its step);
-    ``begin_batch`` marks the epoch's last batch and, where every batch steps, counts it too."""
+    ``begin_batch`` sets the last-batch flag, which holds until it is set again."""
     progress = Progress()
     progress.begin_batch(is_last=False)
     assert (progress.is_last_batch, progress.stepping, progress.batches_that_stepped) == (False, False, 0)
     progress.count_batch(False)  # inside an accumulation window
     progress.count_batch(True)
     assert (progress.stepping, progress.batches_that_stepped, progress.logger_step()) == (True, 1, 0)
-    progress.begin_batch(is_last=True, steps=True)
+    progress.begin_batch(is_last=True)
+    progress.count_batch(True)
     assert (progress.is_last_batch, progress.stepping, progress.batches_that_stepped) == (True, True, 2)
+    progress.count_batch(True)  # the flag is not the count's
+    assert (progress.is_last_batch, progress.batches_that_stepped) == (True, 3)
 
 
 def test_the_epochs_training_is_done_until_the_epoch_advances() -> None:

@@ -318,18 +318,23 @@ class FitLoop:
         optim, progress = plan.optim, trainer.run_state.progress
         accumulate, automatic, run_batch = optim.accumulate, plan.automatic, plan.run_batch
         publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
-        start_cbs, start_m, end_cbs, end_m = plan.start_cbs, plan.start_m, plan.end_cbs, plan.end_m
-        step_scheds = plan.step_scheds
+        start_cbs, start_m, step_scheds = plan.start_cbs, plan.start_m, plan.step_scheds
+        # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
+        end_fns = plan.end_cbs if plan.end_m is None else [*plan.end_cbs, plan.end_m]
         metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
         batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
+        first = True
         for batch_idx, batch, is_last in batches:
-            if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
-                resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-                restore_rng = None
+            if first:  # the epoch's first batch: the previous epoch's last-batch flag goes (or stays: one batch)
+                first = False
+                progress.begin_batch(is_last)
+                if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
+                    resume_mod.set_rng_states(restore_rng, trainer.accelerator)
+            elif is_last:  # (the flag changes only here: no call per batch)
+                progress.begin_batch(True)
             if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
             metrics.current_batch = batch
-            progress.begin_batch(is_last)
             for fn in start_cbs:
                 fn(batch, batch_idx)
             if start_m is not None and start_m(batch, batch_idx) == -1:
@@ -338,11 +343,11 @@ class FitLoop:
                 boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
                 progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
                 output, stepped = run_batch(batch, batch_idx, boundary)
-                if stepped and step_scheds:
+                if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
                     self._step_step_schedulers(step_scheds)
             else:
                 boundary = True  # (a manual batch counts)
-                progress.count_batch(True)
+                progress.count_batch()
                 stepped_before = trainer.global_step
                 output = optim.training_step(batch, batch_idx)
                 stepped = trainer.global_step != stepped_before
@@ -350,11 +355,9 @@ class FitLoop:
             if is_last:
                 progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
                 self._step_epoch_schedulers(plan.epoch_scheds)
-            for fn in end_cbs:
+            for fn in end_fns:
                 fn(output, batch, batch_idx)
-            if end_m is not None:
-                end_m(output, batch, batch_idx)
-            if boundary and (progress.batches_that_stepped % log_every == 0 or progress.should_stop):
+            if boundary and (not progress.batches_that_stepped % log_every or progress.should_stop):
                 publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
             if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
                 self._validate_in_epoch(stepped)
@@ -363,7 +366,8 @@ class FitLoop:
                 if stop.pending() and self._interrupt_due(stop):
                     return batch_idx, False
             if (progress.should_stop or trainer.max_time is not None or
-                    0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
+                    trainer.max_steps >= 0 and trainer.max_steps <= progress.global_step) and \
+                    self._stop_within_epoch():
                 break  # the cheap test first: most runs set none of these, and max_steps matters once reached
         return batch_idx, False
 
@@ -383,20 +387,23 @@ class FitLoop:
         report, pending = (None, _nothing) if stop is None else (stop.report, stop.pending)  # (bound once)
         ahead, iterator, prepare = started  # (the batch read ahead: the next to run)
         whole, phase, end = slice(None), STEP_PHASE, _END  # (the note's whole slice, built once)
-        begin_batch = progress.begin_batch  # (bound once)
-        batch_idx = start - 1
+        batch_idx, is_last = start - 1, False
+        progress.begin_batch(False)  # (the previous epoch's last-batch flag: the first batch was read already)
         for batch_idx, upcoming in enumerate(itertools.chain(iterator, (end,)), start):
             batch, ahead = prepare(ahead), upcoming  # (read ahead, then prepared)
             if note is not None:  # watchdog.mark_step's note, without its call
                 note[whole] = progress.global_step, batch_idx, phase, clock()
             metrics.current_batch = batch
-            is_last = upcoming is end
-            begin_batch(is_last, True)  # (every batch steps: counted at once)
+            if upcoming is end:  # the epoch's last batch (the flag changes only here: no call per batch)
+                is_last = True
+                progress.begin_batch(True)
+            progress.count_batch()  # (every batch steps: counted at once)
             run_batch(batch, batch_idx, True)
             self.consumed = batch_idx + 1
             # (none of these has a side effect: what is due after the batch, as the general loop decides it)
-            if is_last or progress.should_stop or progress.batches_that_stepped % log_every == 0 or \
-                    trainer.max_time is not None or 0 <= trainer.max_steps <= progress.global_step:
+            if is_last or progress.should_stop or not progress.batches_that_stepped % log_every or \
+                    trainer.max_time is not None or \
+                    trainer.max_steps >= 0 and trainer.max_steps <= progress.global_step:
                 if self._plain_batch_end(batch_idx, is_last, plan.epoch_scheds, stop, log_every):
                     return batch_idx
             elif report is not None:

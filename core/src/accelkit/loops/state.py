@@ -216,21 +216,21 @@ class Progress:
 
     def advance_step(self) -> None:
         """One optimizer step was taken (the one place ``global_step`` grows)."""
-        self.global_step += 1
+        self.global_step = self.global_step + 1  # (one instruction fewer than ``+=``: it runs every step)
 
-    def begin_batch(self, is_last: bool, steps: bool | None = None) -> None:
-        """A training batch starts; ``is_last``: it is the epoch's last (``trainer.is_last_batch``). ``steps``, when
-        known before the batch's hooks run (an epoch where every batch steps), counts it now (:meth:`count_batch`)."""
+    def begin_batch(self, is_last: bool) -> None:
+        """The training batch starting now is the epoch's last (``is_last``: ``trainer.is_last_batch``) or not. The
+        flag holds until a batch changes it, so a loop calls this only when it changes (the epoch's last batch and
+        the first one after it): a call per batch would cost the step."""
         self.is_last_batch = is_last
-        if steps is not None:
-            self.count_batch(steps)
 
-    def count_batch(self, steps: bool) -> None:
-        """The running training batch ends an optimization step (``steps``: each batch of a manual optimization,
-        the last of an accumulation window) or not. A stepping batch is counted in ``batches_that_stepped`` at once,
-        before its step, so that a checkpoint written from its hooks includes it (the one place the count grows)."""
+    def count_batch(self, steps: bool = True) -> None:
+        """The running training batch ends an optimization step (``steps``: each batch of a manual optimization or
+        of an epoch where every batch steps, the last of an accumulation window) or not. A stepping batch is counted
+        in ``batches_that_stepped`` at once, before its step, so that a checkpoint written from its hooks includes it
+        (the one place the count grows; called once per batch, after ``on_train_batch_start``)."""
         self.stepping = steps
-        self.batches_that_stepped += steps
+        self.batches_that_stepped = self.batches_that_stepped + steps
 
     def finish_epoch_training(self) -> None:
         """The current epoch's training batches are all done (validation may still run): a checkpoint written from
