@@ -241,3 +241,34 @@ def test_a_plain_batch_after_which_nothing_is_due_is_told_by_one_test(tmp_path):
     instructions (90 when every batch went through each test in turn)."""
     per_batch = loop_instructions_per_batch(tmp_path)
     assert per_batch <= 84, per_batch
+
+
+class RecordsLastBatch(RegressionModule):
+    """Records ``trainer.is_last_batch`` as ``training_step`` and ``on_train_epoch_start`` see it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.in_steps: list[bool] = []
+        self.at_epoch_start: list[bool] = []
+
+    def on_train_epoch_start(self) -> None:
+        self.at_epoch_start.append(self.trainer.is_last_batch)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.in_steps.append(self.trainer.is_last_batch)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("limit", [None, 1], ids=["four batches", "one batch"])
+@pytest.mark.parametrize("general", [False, True], ids=["plain", "general"])
+def test_the_last_batch_flag_is_set_at_each_epochs_last_batch_and_put_down_at_the_next(tmp_path, general, limit):
+    """The loops set ``trainer.is_last_batch`` only when it changes (the epoch's last batch, the next epoch's
+    first): every batch still sees its own value, and the flag stays up from the last batch until the next
+    epoch's first (its ``on_train_epoch_start`` included, as when it was written at every batch)."""
+    module = RecordsLastBatch()
+    options = {} if limit is None else {"limit_train_batches": limit}
+    result = fit(tmp_path, general, module, max_epochs=3, **options)
+    assert result["loops"] == {"_steps" if general else "_plain_steps"}
+    per_epoch = [True] if limit == 1 else [False, False, False, True]
+    assert module.in_steps == per_epoch * 3
+    assert module.at_epoch_start == [False, True, True]

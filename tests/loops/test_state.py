@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import ast
+import copy
 import dataclasses
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
 
 from accelkit.loops.metrics import MetricStore
-from accelkit.loops.state import CARRIED_FIELDS, Progress, RunState, TrainerState
+from accelkit.loops.state import (
+    BATCH_COUNTS,
+    CARRIED_FIELDS,
+    Lifecycle,
+    Progress,
+    RunState,
+    TrainerState,
+    fields_where,
+    lifecycle,
+)
 from accelkit.strategies.launchers.result import WorkerResult
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _non_default(name: str, value: object) -> object:
@@ -109,6 +123,94 @@ def test_continued_keeps_the_counters_and_nothing_else() -> None:
         assert getattr(nxt, item.name) == expected, item.name
 
 
+def test_a_training_batch_is_counted_by_one_method() -> None:
+    """``count_batch`` is where ``batches_that_stepped`` grows (a stepping batch at once, before its step);
+    ``begin_batch`` sets the last-batch flag, which holds until it is set again."""
+    progress = Progress()
+    progress.begin_batch(is_last=False)
+    assert (progress.is_last_batch, progress.stepping, progress.batches_that_stepped) == (False, False, 0)
+    progress.count_batch(False)  # inside an accumulation window
+    progress.count_batch(True)
+    assert (progress.stepping, progress.batches_that_stepped, progress.logger_step()) == (True, 1, 0)
+    progress.begin_batch(is_last=True)
+    progress.count_batch(True)
+    assert (progress.is_last_batch, progress.stepping, progress.batches_that_stepped) == (True, True, 2)
+    progress.count_batch(True)  # the flag is not the count's
+    assert (progress.is_last_batch, progress.batches_that_stepped) == (True, 3)
+
+
+def test_the_epochs_training_is_done_until_the_epoch_advances() -> None:
+    progress = Progress(current_epoch=1)
+    progress.finish_epoch_training()
+    assert progress.state_dict()["resume_epoch"] == 2  # a checkpoint from here resumes at the next epoch
+    progress.advance_epoch()
+    assert (progress.current_epoch, progress.epoch_training_done) == (2, False)
+    assert progress.state_dict()["resume_epoch"] == 2
+
+
+def test_batch_counts_are_recorded_per_stage_and_kept_for_after_the_fit() -> None:
+    progress = Progress()
+    for stage, name in BATCH_COUNTS.items():
+        progress.record_batches(stage, 5 if stage == "train" else (3, None))
+        assert getattr(progress, name) == (5 if stage == "train" else [3, None]), stage
+    progress.end_fit()
+    assert progress.last_fit_batches == (5, [3, None])
+    with pytest.raises(ValueError, match=r"unknown stage 'val'; use one of \['predict', 'sanity_check', 'test', "
+                                         r"'train', 'validate'\]"):
+        progress.record_batches("val", [1])
+
+
+#: the Trainer's Lightning setters of progress flags: their public API, the only writers outside loops/state.py
+LIGHTNING_SETTERS = {("core/src/accelkit/trainer/properties.py", "should_stop"),
+                     ("core/src/accelkit/trainer/properties.py", "sanity_checking")}
+
+
+def progress_writes(files: list[Path]) -> list[str]:
+    """``path:line: target`` of every assignment to a :class:`Progress` field outside loops/state.py (an attribute of
+    that name on anything but ``self``, or ``setattr`` on a progress record)."""
+    names = {item.name for item in dataclasses.fields(Progress)}
+    found = []
+    for path in files:
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "core/src/accelkit/loops/state.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Attribute) and sub.attr in names and \
+                            ast.unparse(sub.value).endswith("progress") and (rel, sub.attr) not in LIGHTNING_SETTERS:
+                        found.append(f"{rel}:{node.lineno}: {ast.unparse(sub)}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" and \
+                    node.args and ast.unparse(node.args[0]).endswith("progress"):
+                found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_every_progress_field_is_written_by_a_method_of_progress() -> None:
+    files = sorted((ROOT / "core" / "src").rglob("*.py")) + sorted((ROOT / "plugins").glob("*/src/**/*.py"))
+    assert len(files) > 100
+    assert progress_writes(files) == []
+
+
+def test_the_progress_write_check_sees_writes(tmp_path: Path) -> None:
+    folder = ROOT / "tests" / "loops"
+    source = ("def f(trainer, progress):\n    trainer.run_state.progress.epoch_training_done = True\n"
+              "    progress.batches_that_stepped += 1\n    setattr(trainer.run_state.progress, 'num_val_batches', [])\n"
+              "    trainer.should_stop = True\n    progress.count_batch(True)\n")
+    probe = folder / f"_probe_{tmp_path.name}.py"  # (inside the repository: the check names paths from its root)
+    probe.write_text(source)
+    try:
+        found = progress_writes([probe])
+    finally:
+        probe.unlink()
+    rel = probe.relative_to(ROOT).as_posix()
+    assert found == [f"{rel}:2: trainer.run_state.progress.epoch_training_done",
+                     f"{rel}:3: progress.batches_that_stepped",
+                     f"{rel}:4: setattr(trainer.run_state.progress, 'num_val_batches', [])"]
+
+
 # ------------------------------------------------------------------------------------------------- RunState
 def _stale_run_state() -> RunState:
     """A run state whose every field differs from a fresh one's."""
@@ -178,3 +280,68 @@ def test_a_spawned_worker_gets_no_loop_objects() -> None:
     run = RunState(hooks=object(), fit_loop=object(), progress=Progress(global_step=4))  # type: ignore[arg-type]
     copied = pickle.loads(pickle.dumps(run))
     assert copied.hooks is None and copied.fit_loop is None and copied.progress.global_step == 4
+
+
+#: the fields of a WorkerResult that are not fields of the run state (what only a worker's end knows)
+WORKER_ONLY = {"result", "state_dict", "training_state", "callback_states", "interrupted"}
+
+
+def test_a_field_declares_its_lifecycle_once_and_every_copy_follows_it() -> None:
+    """Walks the fields of RunState: begin keeps exactly the carried ones, pickling to a worker drops exactly the
+    ones not sent, a snapshot shares, copies or deep-copies each as declared, and restore puts each back."""
+    run = _stale_run_state()
+    run.metrics = MetricStore()
+    before = {item.name: getattr(run, item.name) for item in dataclasses.fields(RunState)}
+    saved = run.snapshot()
+    pickled = pickle.loads(pickle.dumps(RunState(**{name: value for name, value in before.items()
+                                                    if isinstance(value, (dict, list, int, str, Progress,
+                                                                          TrainerState))})))
+    declared = {item.name: lifecycle(item) for item in dataclasses.fields(RunState)}
+    for name, life in declared.items():
+        value, kept = before[name], getattr(saved, name)
+        if life.snapshot == "shared":
+            assert kept is value, name
+        elif life.snapshot == "copied":
+            assert kept is not value and kept == value, name
+        else:
+            assert kept is not value and dataclasses.asdict(kept) == dataclasses.asdict(value), name
+        if not life.to_workers:
+            assert RunState(**{name: object()}).__getstate__()[name] is None, name
+        elif isinstance(value, (dict, list, int, str)):
+            assert getattr(pickled, name) == value, name
+    assert set(CARRIED_FIELDS) == {name for name, life in declared.items() if life.carried}
+    progress = run.progress
+    run.begin(object())  # type: ignore[arg-type]
+    for name, life in declared.items():
+        if name == "progress":
+            assert [f.name for f in dataclasses.fields(Progress) if lifecycle(f).carried] == \
+                ["current_epoch", "global_step", "batches_that_stepped", "last_fit_batches"]
+        elif life.carried:
+            assert getattr(run, name) is before[name], name
+    run.restore(saved)
+    assert run.progress is not progress  # (begin made a new record; restore fills the live one in place)
+    for name, life in declared.items():
+        now, kept = getattr(run, name), getattr(saved, name)
+        assert (dataclasses.asdict(now) == dataclasses.asdict(kept)) if life.snapshot == "deep" else now is kept, name
+
+
+def test_the_fields_a_worker_returns_are_the_worker_results_fields() -> None:
+    """Every field declared ``returned`` (of RunState and of Progress) is a field of WorkerResult, and every other
+    field of WorkerResult is one only a worker's end knows; a worker's outcome goes through a WorkerResult into a
+    caller's run state unchanged."""
+    returned = fields_where(RunState, returned=True) + fields_where(Progress, returned=True)
+    assert {item.name for item in dataclasses.fields(WorkerResult)} == set(returned) | WORKER_ONLY
+    worker = _stale_run_state()
+    worker.metrics = MetricStore()
+    worker.stop_reason = "max_steps=3 reached"
+    outcome = worker.outcome()
+    assert set(outcome) == set(returned)
+    caller = RunState()
+    caller.apply_worker_result(WorkerResult(**copy.deepcopy(outcome)))
+    assert caller.outcome() == outcome
+    assert (caller.progress.current_epoch, caller.progress.global_step, caller.progress.should_stop) == (3, 30, True)
+
+
+def test_a_lifecycle_names_its_bad_snapshot_value() -> None:
+    with pytest.raises(ValueError, match="Lifecycle\\(snapshot='deepest'\\): use 'shared', 'copied' or 'deep'"):
+        Lifecycle(snapshot="deepest")

@@ -16,9 +16,6 @@ if TYPE_CHECKING:
 
 _NAMES = {"validate": "validation", "test": "test", "sanity_check": "validation"}
 #: the :class:`~accelkit.loops.state.Progress` field holding each stage's batches per loader (Lightning's names)
-_COUNTS = {"validate": "num_val_batches", "test": "num_test_batches", "sanity_check": "num_sanity_val_batches"}
-
-
 class EvaluationLoop:
     """Runs ``validation_step`` or ``test_step`` over one or several loaders, with the batch and epoch hooks.
 
@@ -38,7 +35,7 @@ class EvaluationLoop:
         prefix = self.prefix
         if sum(n if n is not None else 1 for n in limits) == 0:
             return [{} for _ in loaders]
-        setattr(trainer.run_state.progress, _COUNTS[self.stage], list(limits))  # what the progress bar counts to
+        trainer.run_state.progress.record_batches(self.stage, limits)  # what the progress bar counts to
         step = getattr(module, f"{prefix}_step")
         arity = step_arity(step, f"{prefix}_step", len(loaders))
         # Every sub-module's mode, restored afterwards unless the Module overrides on_*_model_train (as Lightning
@@ -187,7 +184,7 @@ class PredictionLoop:
         self.return_predictions = return_predictions
         self._predictions, self.epoch_batch_indices, self.current_batch_indices = [], [], []
         hooks.module_default("on_predict_model_eval")()
-        trainer.run_state.progress.num_predict_batches = list(limits)  # what the progress bar counts to
+        trainer.run_state.progress.record_batches("predict", limits)  # what the progress bar counts to
         arity = step_arity(module.predict_step, "predict_step", len(loaders))
         with _grad_off(trainer, inside_fit=False):
             hooks.call("on_predict_start")

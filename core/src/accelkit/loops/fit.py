@@ -57,7 +57,7 @@ class FitLoop:
         module = trainer.lightning_module
         if trainer.limits["validate"] == 0 or not is_overridden("validation_step", module, Module):
             self.val_loaders = None
-            trainer.run_state.progress.num_val_batches = []
+            trainer.run_state.progress.record_batches("validate", [])
             return
         self.val_loaders = _UNBUILT
 
@@ -68,7 +68,7 @@ class FitLoop:
             data = trainer.run_state.active_data
             self.val_loaders = data.loaders("val")
             self.val_limits = data.agreed_num_batches(self.val_loaders or [], "val", "validation")
-            trainer.run_state.progress.num_val_batches = list(self.val_limits)
+            trainer.run_state.progress.record_batches("validate", self.val_limits)
         return self.val_loaders
 
     def run(self) -> None:
@@ -139,7 +139,7 @@ class FitLoop:
 
     def _sanity_check(self, steps: int) -> None:
         trainer = self.trainer
-        trainer.run_state.progress.sanity_checking = True
+        trainer.sanity_checking = True
         trainer.run_state.state.stage = RunningStage.SANITY_CHECKING
         for fn in trainer.run_state.active_hooks.callback_plan("on_sanity_check_start"):
             fn()
@@ -150,7 +150,7 @@ class FitLoop:
                     limits = [n if steps < 0 else (steps if n is None else min(steps, n)) for n in self.val_limits]
                     EvaluationLoop(trainer, "sanity_check").run(self._built_val() or [], limits, inside_fit=True)
         finally:
-            trainer.run_state.progress.sanity_checking = False
+            trainer.sanity_checking = False
         for fn in trainer.run_state.active_hooks.callback_plan("on_sanity_check_end"):
             fn()
         for values in (trainer.callback_metrics, trainer.logged_metrics, trainer.progress_bar_metrics):
@@ -162,7 +162,7 @@ class FitLoop:
         trainer = self.trainer
         if trainer.limits["fit"] == 0:  # as Lightning: no batch will be asked for; train_dataloader() is not called
             self.train_loader = None
-            trainer.run_state.progress.num_training_batches = 0
+            trainer.run_state.progress.record_batches("train", 0)
             return
         data = trainer.run_state.active_data
         train_loaders = data.loaders("train")
@@ -171,7 +171,7 @@ class FitLoop:
                              f"{type(trainer.lightning_module).__name__}.train_dataloader()")
         self.train_loader = train_loaders[0]
         counts = data.agreed_num_batches([self.train_loader], "train", "training")
-        trainer.run_state.progress.num_training_batches = counts[0]
+        trainer.run_state.progress.record_batches("train", counts[0])
         if trainer.loggers and counts[0] is not None and counts[0] < trainer.log_every_n_steps:
             # as Lightning: a step value is logged at every log_every_n_steps-th step, counted over the whole fit
             rank_zero_warn(f"The training epoch has {counts[0]} batches, fewer than Trainer(log_every_n_steps="
@@ -318,44 +318,46 @@ class FitLoop:
         optim, progress = plan.optim, trainer.run_state.progress
         accumulate, automatic, run_batch = optim.accumulate, plan.automatic, plan.run_batch
         publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
-        start_cbs, start_m, end_cbs, end_m = plan.start_cbs, plan.start_m, plan.end_cbs, plan.end_m
-        step_scheds = plan.step_scheds
+        start_cbs, start_m, step_scheds = plan.start_cbs, plan.start_m, plan.step_scheds
+        # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
+        end_fns = plan.end_cbs if plan.end_m is None else [*plan.end_cbs, plan.end_m]
         metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
         batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
+        first = True
         for batch_idx, batch, is_last in batches:
-            if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
-                resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-                restore_rng = None
+            if first:  # the epoch's first batch: the previous epoch's last-batch flag goes (or stays: one batch)
+                first = False
+                progress.begin_batch(is_last)
+                if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
+                    resume_mod.set_rng_states(restore_rng, trainer.accelerator)
+            elif is_last:  # (the flag changes only here: no call per batch)
+                progress.begin_batch(True)
             if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
             metrics.current_batch = batch
-            progress.is_last_batch = is_last
             for fn in start_cbs:
                 fn(batch, batch_idx)
             if start_m is not None and start_m(batch, batch_idx) == -1:
                 return batch_idx, True
             if automatic:
                 boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
-                progress.stepping = boundary  # counted at once (a checkpoint from its hooks includes it)
-                progress.batches_that_stepped += boundary  # (the one writer during a fit: a manual batch counts)
+                progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
                 output, stepped = run_batch(batch, batch_idx, boundary)
-                if stepped and step_scheds:
+                if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
                     self._step_step_schedulers(step_scheds)
             else:
-                progress.stepping = boundary = True
-                progress.batches_that_stepped += 1
+                boundary = True  # (a manual batch counts)
+                progress.count_batch()
                 stepped_before = trainer.global_step
                 output = optim.training_step(batch, batch_idx)
                 stepped = trainer.global_step != stepped_before
             self.consumed = batch_idx + 1
             if is_last:
-                progress.epoch_training_done = True  # a checkpoint written from here on resumes next epoch
+                progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
                 self._step_epoch_schedulers(plan.epoch_scheds)
-            for fn in end_cbs:
+            for fn in end_fns:
                 fn(output, batch, batch_idx)
-            if end_m is not None:
-                end_m(output, batch, batch_idx)
-            if boundary and (progress.batches_that_stepped % log_every == 0 or progress.should_stop):
+            if boundary and (not progress.batches_that_stepped % log_every or progress.should_stop):
                 publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
             if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
                 self._validate_in_epoch(stepped)
@@ -364,7 +366,8 @@ class FitLoop:
                 if stop.pending() and self._interrupt_due(stop):
                     return batch_idx, False
             if (progress.should_stop or trainer.max_time is not None or
-                    0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch():
+                    trainer.max_steps >= 0 and trainer.max_steps <= progress.global_step) and \
+                    self._stop_within_epoch():
                 break  # the cheap test first: most runs set none of these, and max_steps matters once reached
         return batch_idx, False
 
@@ -384,20 +387,23 @@ class FitLoop:
         report, pending = (None, _nothing) if stop is None else (stop.report, stop.pending)  # (bound once)
         ahead, iterator, prepare = started  # (the batch read ahead: the next to run)
         whole, phase, end = slice(None), STEP_PHASE, _END  # (the note's whole slice, built once)
-        batch_idx = start - 1
-        progress.stepping = True  # (every batch steps; from the first one, as the general loop)
+        batch_idx, is_last = start - 1, False
+        progress.begin_batch(False)  # (the previous epoch's last-batch flag: the first batch was read already)
         for batch_idx, upcoming in enumerate(itertools.chain(iterator, (end,)), start):
             batch, ahead = prepare(ahead), upcoming  # (read ahead, then prepared)
             if note is not None:  # watchdog.mark_step's note, without its call
                 note[whole] = progress.global_step, batch_idx, phase, clock()
             metrics.current_batch = batch
-            progress.is_last_batch = is_last = upcoming is end
-            progress.batches_that_stepped += 1
+            if upcoming is end:  # the epoch's last batch (the flag changes only here: no call per batch)
+                is_last = True
+                progress.begin_batch(True)
+            progress.count_batch()  # (every batch steps: counted at once)
             run_batch(batch, batch_idx, True)
             self.consumed = batch_idx + 1
             # (none of these has a side effect: what is due after the batch, as the general loop decides it)
-            if is_last or progress.should_stop or progress.batches_that_stepped % log_every == 0 or \
-                    trainer.max_time is not None or 0 <= trainer.max_steps <= progress.global_step:
+            if is_last or progress.should_stop or not progress.batches_that_stepped % log_every or \
+                    trainer.max_time is not None or \
+                    trainer.max_steps >= 0 and trainer.max_steps <= progress.global_step:
                 if self._plain_batch_end(batch_idx, is_last, plan.epoch_scheds, stop, log_every):
                     return batch_idx
             elif report is not None:
@@ -413,7 +419,7 @@ class FitLoop:
         trainer = self.trainer
         progress = trainer.run_state.progress
         if is_last:
-            progress.epoch_training_done = True
+            progress.finish_epoch_training()
             self._step_epoch_schedulers(epoch_scheds)
         if progress.batches_that_stepped % log_every == 0 or progress.should_stop:
             trainer.run_state.active_publisher.log_step()
@@ -455,7 +461,7 @@ class FitLoop:
         """A resumed epoch with no batch left (its samples were all trained before the checkpoint, which was
         written on other data) ends as its last batch would have: validation when it is due at the epoch's end."""
         trainer = self.trainer
-        trainer.run_state.progress.epoch_training_done = True
+        trainer.run_state.progress.finish_epoch_training()
         if self.val_loaders and isinstance(trainer.val_check_interval, float) and \
                 self._val_due(start - 1, is_last=True):
             self._validate(zero_grad=False)
@@ -467,7 +473,6 @@ class FitLoop:
         trainer = self.trainer
         set_epoch(loader, trainer.current_epoch)
         trainer.run_state.metrics.reset(training=True)
-        trainer.run_state.progress.epoch_training_done = False
         source, start, restore_rng = loader, 0, None
         self.epoch_state = None
         self.epoch_order = resume_mod.EpochOrder(loader)
@@ -491,7 +496,7 @@ class FitLoop:
 
     def _end_epoch(self, automatic: bool) -> None:
         trainer = self.trainer
-        trainer.run_state.progress.epoch_training_done = True
+        trainer.run_state.progress.finish_epoch_training()
         run = trainer.run_state
         # the epoch's rows are at the step of its last batch's (Lightning steps back one for them, whatever it was)
         run.active_publisher.end_epoch(run.active_hooks, "on_train_epoch_end", monitoring_last=True,

@@ -235,19 +235,13 @@ def _worker_result(trainer: Trainer, stage: str, result: Any, interrupted: Any) 
         # full weights and optimizer states (gathered from every process by a sharding strategy)
         state_dict=ckpt.to_cpu(strategy.full_state_dict(trainer.model)) if spawned else None,
         training_state=ckpt.to_cpu(_full_training_state(trainer)) if spawned else None,
-        callback_metrics=ckpt.to_cpu(trainer.callback_metrics),
-        logged_metrics=ckpt.to_cpu(trainer.logged_metrics),
-        progress_bar_metrics=dict(trainer.progress_bar_metrics),
-        current_epoch=trainer.current_epoch,
-        global_step=trainer.global_step,
-        batches_that_stepped=trainer.run_state.progress.batches_that_stepped,
         # the caller's checkpoint/early-stopping callbacks learn the workers' outcome (best_model_path...)
         callback_states=ckpt.to_cpu({cb.state_key: cb.state_dict() for cb in trainer.callbacks
                                      if monitors_metrics(cb)})
         if strategy.launches_workers else {},
-        should_stop=trainer.should_stop,
         interrupted=interrupted,
-        stop_reason=trainer.run_state.stop_reason if stage == "fit" else None,
+        # the metrics, counters, stop request and stop reason (a fit's only: each run starts without one)
+        **ckpt.to_cpu(trainer.run_state.outcome()),
     )
 
 

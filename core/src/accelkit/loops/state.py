@@ -108,12 +108,72 @@ class TrainerState:
         return self.status.stopped
 
 
+@dataclass(frozen=True)
+class Lifecycle:
+    """How a field of :class:`RunState` or :class:`Progress` lives beyond the run that wrote it, declared with the
+    field (its ``metadata["lifecycle"]``, see :func:`run_field`) and read by every method that copies fields:
+    :meth:`RunState.begin` (and :meth:`Progress.continued`), pickling to spawned workers, :meth:`RunState.snapshot`
+    and :meth:`RunState.restore`, and the :class:`~accelkit.strategies.launchers.result.WorkerResult` a worker sends
+    back (:meth:`RunState.outcome`, :meth:`RunState.apply_worker_result`).
+
+    :ivar carried: why the next run of the same Trainer continues the value (``None``: the next run starts it anew).
+    :ivar to_workers: pickled with the Trainer to spawned workers (``False``: the caller's object stays behind and
+        the worker gets ``None``).
+    :ivar snapshot: how :meth:`RunState.snapshot` keeps the value: ``"shared"`` (the same object), ``"copied"``
+        (a shallow copy: a dict, a list, the stage) or ``"deep"`` (a deep copy, put back into the live object by
+        :meth:`RunState.restore`, so that a loop holding it sees the restored values).
+    :ivar returned: a spawned worker sends the value back in its ``WorkerResult`` (a field of the same name).
+    """
+
+    carried: str | None = None
+    to_workers: bool = True
+    snapshot: str = "shared"
+    returned: bool = False
+
+    def __post_init__(self) -> None:
+        if self.snapshot not in ("shared", "copied", "deep"):
+            raise ValueError(f"Lifecycle(snapshot={self.snapshot!r}): use 'shared', 'copied' or 'deep'")
+
+
+def run_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **lifecycle: Any) -> Any:
+    """A dataclass field of the run's state with its :class:`Lifecycle` (``carried=``, ``to_workers=``,
+    ``snapshot=``, ``returned=``), and ``default`` or a default ``factory``."""
+    return field(default=default, default_factory=factory, metadata={"lifecycle": Lifecycle(**lifecycle)})
+
+
+def lifecycle(item: dataclasses.Field) -> Lifecycle:
+    """The :class:`Lifecycle` a field was declared with (a field declared without one: nothing of it outlives its
+    run)."""
+    return item.metadata.get("lifecycle", _UNDECLARED)
+
+
+_UNDECLARED = Lifecycle()
+
+
+def fields_where(cls: type, **wanted: Any) -> list[str]:
+    """The names of ``cls``'s fields whose :class:`Lifecycle` has the ``wanted`` values (``carried`` is matched as
+    set or not: ``carried=True``)."""
+    def matches(item: dataclasses.Field) -> bool:
+        life = lifecycle(item)
+        return all((getattr(life, key) is not None) == value if key == "carried" else getattr(life, key) == value
+                   for key, value in wanted.items())
+
+    return [item.name for item in dataclasses.fields(cls) if matches(item)]
+
+
+#: the :class:`Progress` field that holds the batch counts of each loop (:meth:`Progress.record_batches`)
+BATCH_COUNTS = {"train": "num_training_batches", "validate": "num_val_batches",
+                "sanity_check": "num_sanity_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}
+
+
 @dataclass(eq=False)
 class Progress:
     """Where a run is: its counters and per-batch flags (``trainer.current_epoch``, ``trainer.global_step``,
-    ``trainer.should_stop``... read them). Each counter has one writer: :meth:`advance_step` (the optimization
-    step), the fit loop's training batch (``batches_that_stepped``, inline: it is per batch), :meth:`advance_epoch`
-    (the fit loop's epoch end) and :meth:`load_state_dict` (a checkpoint's restore).
+    ``trainer.should_stop``... read them). Every field is written by the methods below, nowhere else (the Trainer's
+    Lightning setters ``should_stop`` and ``sanity_checking`` aside): :meth:`advance_step` (the optimization step),
+    :meth:`begin_batch` and :meth:`count_batch` (a training batch), :meth:`finish_epoch_training` and
+    :meth:`advance_epoch` (the epoch's batches done, its end), :meth:`record_batches` (the loaders' sizes),
+    :meth:`end_fit` and :meth:`load_state_dict` (a checkpoint's restore, and the workers' result).
 
     :ivar current_epoch: epochs completed (the epoch running now, counted from 0).
     :ivar global_step: optimizer steps taken (not reset at an epoch's start).
@@ -137,11 +197,11 @@ class Progress:
         (a ``fit``'s validations, or one ``validate``/``test`` call): the next one's logger step, as Lightning's.
     """
 
-    current_epoch: int = 0
-    global_step: int = 0
-    batches_that_stepped: int = 0
+    current_epoch: int = run_field(0, carried="the epoch counter goes on", returned=True)
+    global_step: int = run_field(0, carried="the step counter goes on", returned=True)
+    batches_that_stepped: int = run_field(0, carried="the loggers' steps go on", returned=True)
     stepping: bool = False
-    should_stop: bool = False
+    should_stop: bool = run_field(False, returned=True)
     sanity_checking: bool = False
     is_last_batch: bool = False
     epoch_training_done: bool = False
@@ -150,12 +210,45 @@ class Progress:
     num_sanity_val_batches: list[int | None] = field(default_factory=list)
     num_test_batches: list[int | None] = field(default_factory=list)
     num_predict_batches: list[int | None] = field(default_factory=list)
-    last_fit_batches: tuple[int | float | None, list[int | None]] = (math.inf, [])
+    last_fit_batches: tuple[int | float | None, list[int | None]] = run_field(
+        (math.inf, []), carried="what num_training_batches/num_val_batches read outside a fit, as Lightning's")
     eval_logger_steps: dict[int, int] = field(default_factory=dict)
 
     def advance_step(self) -> None:
         """One optimizer step was taken (the one place ``global_step`` grows)."""
-        self.global_step += 1
+        self.global_step = self.global_step + 1  # (one instruction fewer than ``+=``: it runs every step)
+
+    def begin_batch(self, is_last: bool) -> None:
+        """The training batch starting now is the epoch's last (``is_last``: ``trainer.is_last_batch``) or not. The
+        flag holds until a batch changes it, so a loop calls this only when it changes (the epoch's last batch and
+        the first one after it): a call per batch would cost the step."""
+        self.is_last_batch = is_last
+
+    def count_batch(self, steps: bool = True) -> None:
+        """The running training batch ends an optimization step (``steps``: each batch of a manual optimization or
+        of an epoch where every batch steps, the last of an accumulation window) or not. A stepping batch is counted
+        in ``batches_that_stepped`` at once, before its step, so that a checkpoint written from its hooks includes it
+        (the one place the count grows; called once per batch, after ``on_train_batch_start``)."""
+        self.stepping = steps
+        self.batches_that_stepped = self.batches_that_stepped + steps
+
+    def finish_epoch_training(self) -> None:
+        """The current epoch's training batches are all done (validation may still run): a checkpoint written from
+        now on resumes at the next epoch."""
+        self.epoch_training_done = True
+
+    def record_batches(self, stage: str, counts: Any) -> None:
+        """The batches the loop of ``stage`` runs, per loader (``"train"``: one number, ``None`` for a loader
+        without a length): what ``trainer.num_training_batches`` and the others (the progress bar) read."""
+        name = BATCH_COUNTS.get(stage)
+        if name is None:
+            raise ValueError(f"Progress.record_batches: unknown stage {stage!r}; use one of {sorted(BATCH_COUNTS)}")
+        setattr(self, name, counts if stage == "train" else list(counts))
+
+    def end_fit(self) -> None:
+        """A fit ended: its batch counts are what ``num_training_batches``/``num_val_batches`` read in the next runs
+        (``last_fit_batches``), as Lightning's loops keep them."""
+        self.last_fit_batches = (self.num_training_batches, list(self.num_val_batches))
 
     def advance_epoch(self) -> None:
         """The current epoch ended (after its end hooks): the next one starts with none of its batches done."""
@@ -175,10 +268,17 @@ class Progress:
         return accumulate == 1 or (batch_idx + 1) % accumulate == 0 or self.is_last_batch
 
     def continued(self) -> Progress:
-        """A fresh record for the next run of the same Trainer: the step and epoch counters go on (as Lightning's
-        loop progress does across ``fit``/``validate``), every flag and batch count starts anew."""
-        return Progress(current_epoch=self.current_epoch, global_step=self.global_step,
-                        batches_that_stepped=self.batches_that_stepped, last_fit_batches=self.last_fit_batches)
+        """A fresh record for the next run of the same Trainer: the fields declared ``carried`` go on (the step and
+        epoch counters, as Lightning's loop progress does across ``fit``/``validate``), every flag and batch count
+        starts anew."""
+        return Progress(**{name: getattr(self, name) for name in fields_where(Progress, carried=True)})
+
+    def take_outcome(self, values: dict[str, Any]) -> None:
+        """Continue from what a spawned worker sent back (the fields declared ``returned``, by name): its counters and
+        stop request; no batch of it is running here."""
+        for name, value in values.items():
+            setattr(self, name, value)
+        self.stepping = self.epoch_training_done = False
 
     def state_dict(self) -> dict[str, int]:
         """The progress as a checkpoint records it: ``epoch`` (the current epoch), ``global_step``,
@@ -210,15 +310,6 @@ def _during_run(value: _T | None, name: str) -> _T:
         raise RuntimeError(f"RunState.{name} exists only while a run is going on (inside fit/validate/test/predict, "
                            "after its setup); read it from a hook or callback of the run")
     return value
-
-
-#: the fields of :class:`RunState` that :meth:`RunState.begin` continues from the previous run, with why
-CARRIED_FIELDS = {
-    "progress": "the step and epoch counters go on (its flags and batch counts start anew: Progress.continued)",
-    "optimizers": "validate/test/save_checkpoint after a fit use the fit's optimizers (as in Lightning)",
-    "schedulers": "they go with the optimizers",
-    "worker_training_state": "the optimizer state a spawned fit sent back, for save_checkpoint after it",
-}
 
 
 @dataclass(eq=False)
@@ -257,23 +348,29 @@ class RunState:
     datamodule: DataModule | None = None
     ckpt_path: Any = None  # a path (str or os.PathLike) or None
     model: torch.nn.Module | None = None
-    state: TrainerState = field(default_factory=TrainerState)
-    progress: Progress = field(default_factory=Progress)
-    callback_metrics: dict[str, Any] = field(default_factory=dict)
-    logged_metrics: dict[str, Any] = field(default_factory=dict)
-    progress_bar_metrics: dict[str, float] = field(default_factory=dict)
+    state: TrainerState = run_field(factory=TrainerState, snapshot="copied")
+    progress: Progress = run_field(factory=Progress, snapshot="deep",
+                                   carried="the step and epoch counters go on (Progress.continued: its own fields "
+                                           "declared carried; its flags and batch counts start anew)")
+    callback_metrics: dict[str, Any] = run_field(factory=dict, snapshot="copied", returned=True)
+    logged_metrics: dict[str, Any] = run_field(factory=dict, snapshot="copied", returned=True)
+    progress_bar_metrics: dict[str, float] = run_field(factory=dict, snapshot="copied", returned=True)
     metrics: MetricStore = field(default_factory=MetricStore)
-    hooks: HookCaller | None = None
-    data: DataConnector | None = None
-    publisher: Publisher | None = None
-    optimization: Optimization | None = None
-    fit_loop: FitLoop | None = None
+    hooks: HookCaller | None = run_field(None, to_workers=False)
+    data: DataConnector | None = run_field(None, to_workers=False)
+    publisher: Publisher | None = run_field(None, to_workers=False)
+    optimization: Optimization | None = run_field(None, to_workers=False)
+    fit_loop: FitLoop | None = run_field(None, to_workers=False)
     predict_loop: PredictionLoop | None = None
-    optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
-    schedulers: list[LRSchedulerConfig] = field(default_factory=list)
-    worker_training_state: dict[str, Any] | None = None
+    optimizers: list[torch.optim.Optimizer] = run_field(
+        factory=list, snapshot="copied",
+        carried="validate/test/save_checkpoint after a fit use the fit's optimizers (as in Lightning)")
+    schedulers: list[LRSchedulerConfig] = run_field(factory=list, snapshot="copied",
+                                                    carried="they go with the optimizers")
+    worker_training_state: dict[str, Any] | None = run_field(
+        None, carried="the optimizer state a spawned fit sent back, for save_checkpoint after it")
     resume_position: Position | None = None
-    stop_reason: str | None = None
+    stop_reason: str | None = run_field(None, returned=True)
 
     def current(self, kind: str) -> dict[str, Any]:
         """The Trainer's dict ``kind`` (``"callback_metrics"``, ``"logged_metrics"`` or ``"progress_bar_metrics"``)
@@ -311,7 +408,7 @@ class RunState:
         """Start a run of ``module``: every field fresh, except those of :data:`CARRIED_FIELDS` (the counters go
         on, the flags and batch counts of :class:`Progress` start anew)."""
         carried = {name: getattr(self, name) for name in CARRIED_FIELDS}
-        carried["progress"] = self.progress.continued()
+        carried["progress"] = self.progress.continued()  # (the one field that carries part of itself)
         fresh = RunState(module=module, datamodule=datamodule, ckpt_path=ckpt_path, **carried)
         for item in dataclasses.fields(self):
             setattr(self, item.name, getattr(fresh, item.name))
@@ -323,37 +420,52 @@ class RunState:
         if result.state_dict is not None:
             self.optimizers, self.schedulers = [], []
             self.worker_training_state = result.training_state
-        self.callback_metrics = result.callback_metrics
-        self.logged_metrics = result.logged_metrics
-        self.progress_bar_metrics = result.progress_bar_metrics
-        self.progress.load_state_dict({"epoch": result.current_epoch, "global_step": result.global_step,
-                                       "batches_that_stepped": result.batches_that_stepped})
-        self.progress.should_stop = result.should_stop
-        self.stop_reason = result.stop_reason
+        for name in fields_where(RunState, returned=True):
+            setattr(self, name, getattr(result, name))
+        self.progress.take_outcome({name: getattr(result, name) for name in fields_where(Progress, returned=True)})
+
+    def outcome(self) -> dict[str, Any]:
+        """What a spawned worker sends back of its run, by field name (the fields of this state and of its progress
+        declared ``returned``, the arguments of a :class:`~accelkit.strategies.launchers.result.WorkerResult`): the
+        metric dicts as the Trainer reads them (:meth:`current`), the counters, the stop request and its reason."""
+        values = {name: self.current(name) if name in PUBLISHED else getattr(self, name)
+                  for name in fields_where(RunState, returned=True)}
+        values.update({name: getattr(self.progress, name) for name in fields_where(Progress, returned=True)})
+        return values
 
     def snapshot(self) -> RunState:
-        """A copy to put back later with :meth:`restore` (the tuner's trials run on the same Trainer): the
-        progress, stage and metric dicts copied, the objects (module, optimizers, loops) shared."""
+        """A copy to put back later with :meth:`restore` (the tuner's trials run on the same Trainer): each field as
+        its :class:`Lifecycle` says (the progress, stage, metric dicts and optimizer lists copied, the objects:
+        module, optimizers, loops, shared)."""
         saved = dataclasses.replace(self)  # (not copy.copy: __getstate__ leaves the loop objects out, for workers)
-        saved.progress = copy.deepcopy(self.progress)
-        saved.state = copy.copy(self.state)
-        saved.callback_metrics = dict(self.callback_metrics)
-        saved.logged_metrics = dict(self.logged_metrics)
-        saved.progress_bar_metrics = dict(self.progress_bar_metrics)
-        saved.optimizers, saved.schedulers = list(self.optimizers), list(self.schedulers)
+        for name in fields_where(RunState, snapshot="copied"):
+            setattr(saved, name, copy.copy(getattr(self, name)))
+        for name in fields_where(RunState, snapshot="deep"):
+            setattr(saved, name, copy.deepcopy(getattr(self, name)))
         return saved
 
     def restore(self, saved: RunState) -> None:
-        """Put back every field of ``saved`` (a :meth:`snapshot`); the progress record stays the same object (a
-        loop holding it sees the restored values)."""
+        """Put back every field of ``saved`` (a :meth:`snapshot`); a deep-copied one (the progress record) stays the
+        same object, its fields put back (a loop holding it sees the restored values)."""
+        deep = fields_where(RunState, snapshot="deep")
         for item in dataclasses.fields(self):
-            if item.name != "progress":
+            if item.name not in deep:
                 setattr(self, item.name, getattr(saved, item.name))
-        for item in dataclasses.fields(Progress):
-            setattr(self.progress, item.name, copy.copy(getattr(saved.progress, item.name)))
+        for name in deep:
+            live, kept = getattr(self, name), getattr(saved, name)
+            for item in dataclasses.fields(live):
+                setattr(live, item.name, copy.copy(getattr(kept, item.name)))
 
     def __getstate__(self) -> dict[str, Any]:
         # sent to spawned workers with the Trainer: the loop objects of the caller's last run stay behind
         state = self.__dict__.copy()
-        state.update(hooks=None, data=None, publisher=None, optimization=None, fit_loop=None)
+        state.update(dict.fromkeys(fields_where(RunState, to_workers=False)))
         return state
+
+
+#: the fields of :class:`RunState` that :meth:`RunState.begin` continues from the previous run, with why (the fields
+#: declared ``carried``)
+CARRIED_FIELDS = {item.name: lifecycle(item).carried for item in dataclasses.fields(RunState)
+                  if lifecycle(item).carried is not None}
+#: the metric dicts the Trainer publishes, computed when read (:meth:`RunState.current`)
+PUBLISHED = ("callback_metrics", "logged_metrics", "progress_bar_metrics")

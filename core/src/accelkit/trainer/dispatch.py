@@ -305,8 +305,7 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
     if strategy.launches_workers:
         state.status = TrainerStatus.INTERRUPTED if output.interrupted else TrainerStatus.FINISHED
     if stage == "fit":  # what num_training_batches/num_val_batches read in the next runs, as Lightning's
-        progress = trainer.run_state.progress
-        progress.last_fit_batches = (progress.num_training_batches, list(progress.num_val_batches))
+        trainer.run_state.progress.end_fit()
     trainer.warned_unknown_hooks = True
     model.trainer = trainer  # as after a Lightning run: model.current_epoch/global_step read the trainer
     trainer.run_state.module = model

@@ -498,7 +498,7 @@ class TrainerProperties:
         if batches is None and self.run_state.data is not None:
             loaders = self.run_state.data.loaders("train")
             batches = self.run_state.data.num_batches(loaders[0], "train") if loaders else 0
-            self.run_state.progress.num_training_batches = batches
+            self.run_state.progress.record_batches("train", batches)
         if batches is None:  # as Lightning's: an unknown count per epoch bounds nothing but max_steps
             return self.max_steps
         total = math.ceil(batches / self.accumulate_grad_batches) * self.max_epochs
