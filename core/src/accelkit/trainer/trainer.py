@@ -155,7 +155,8 @@ class Trainer(TrainerProperties):
         run_args = dict(
             max_epochs=max_epochs, max_steps=max_steps, min_epochs=min_epochs, min_steps=min_steps,
             accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
-            gradient_clip_algorithm=gradient_clip_algorithm, log_every_n_steps=50 if log_every_n_steps is None else log_every_n_steps,
+            gradient_clip_algorithm=gradient_clip_algorithm,
+            log_every_n_steps=50 if log_every_n_steps is None else log_every_n_steps,
             check_val_every_n_epoch=check_val_every_n_epoch,
             val_check_interval=1.0 if val_check_interval is None else val_check_interval,
             num_sanity_val_steps=2 if num_sanity_val_steps is None else num_sanity_val_steps,
