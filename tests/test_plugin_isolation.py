@@ -19,6 +19,7 @@ from accelkit.precision import MixedPrecision, TruePrecision
 from accelkit.records import AcceleratorRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers.cli_runs import project_imports
 from helpers.models import RegressionModule
 
 PROVIDER = '''
@@ -378,11 +379,12 @@ def test_a_plugin_module_reaches_every_spawned_worker(isolated, cpu_plugin, tmp_
     seen.mkdir()
     monkeypatch.setenv("ISOLATION_SEEN", str(seen))
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
-    import isolation_plugin
+    with project_imports(tmp_path):  # isolation_plugin is forgotten after the test
+        import isolation_plugin
 
-    trainer = quiet_trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1,
-                            plugins=[cpu_plugin, isolation_plugin])
-    trainer.fit(RegressionModule())  # was: "cannot pickle 'module' object"
+        trainer = quiet_trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1,
+                                plugins=[cpu_plugin, isolation_plugin])
+        trainer.fit(RegressionModule())  # was: "cannot pickle 'module' object"
     import os
 
     workers = {p.name for p in seen.iterdir()} - {str(os.getpid())}

@@ -29,7 +29,10 @@ def _locations(module: object) -> list[str]:
     found = [getattr(module, "__file__", None)]
     folders = getattr(module, "__path__", None)
     if isinstance(folders, list) or type(folders).__name__ == "_NamespacePath":
-        found.extend(folders)
+        try:
+            found.extend(folders)
+        except KeyError:  # a namespace path recomputed after its parent package left sys.modules (triton._C)
+            pass
     return [location for location in found if isinstance(location, str)]
 
 

@@ -19,8 +19,10 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import sys
+import tomllib
 import warnings
 from collections.abc import Sequence
+from importlib import resources
 from types import ModuleType
 from typing import Any
 
@@ -91,16 +93,8 @@ LIGHTNING_PATHS: dict[str, str] = {
 #: package, which that path is once it is installed (``from accelkit.loggers.wandb import WandbLogger`` is
 #: ``accelkit_wandb.WandbLogger``): the package is imported when the path is, never before. Where the distribution
 #: is not installed, importing the path raises a ``ModuleNotFoundError`` naming it (:func:`plugin_missing_message`).
-LIGHTNING_PLUGIN_PATHS: dict[str, str] = {
-    "accelkit.accelerators.cpu": "accelkit_cpu",
-    "accelkit.accelerators.cuda": "accelkit_cuda",
-    "accelkit.accelerators.xla": "accelkit_xla_spawn",
-    "accelkit.loggers.mlflow": "accelkit_mlflow",
-    "accelkit.loggers.wandb": "accelkit_wandb",
-    "accelkit.strategies.fsdp": "accelkit_fsdp",
-    "accelkit.strategies.xla": "accelkit_xla_spawn",
-    "accelkit.strategies.launchers.xla": "accelkit_xla_spawn",
-}
+LIGHTNING_PLUGIN_PATHS: dict[str, str] = tomllib.loads(
+    resources.files("accelkit").joinpath("catalog.toml").read_text())["lightning_module_paths"]
 
 
 def distribution_of(package: str) -> str:

@@ -115,6 +115,7 @@ def test_installed_alone_next_to_core_and_cpu(tmp_path, prewarmed):
         import sys, json
         sys.path.insert(0, {str(target)!r})
         sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path.insert(1, {str(ROOT / "tests")!r})  # the shared helpers the test module imports
         import accelkit, accelkit_cpu, accelkit_mlflow
         from test_mlflow_logger import Tiny
         trainer = accelkit.Trainer(accelerator="cpu", logger="mlflow", max_epochs=2, enable_progress_bar=False,

@@ -210,13 +210,20 @@ class Trainer(TrainerProperties):
         self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, self.plugin_manager)
         self.profiler = resolve_profiler(named_profiler(profiler, self.plugin_manager))
         self.callbacks = callback_list(named_callbacks(callbacks, self.plugin_manager))
+        self._configure_callbacks(enable_checkpointing)
+        if fast:
+            print(f"accelkit: fast_dev_run={fast_dev_run}: every loop runs {fast} batch(es); logging and "
+                  "checkpointing are off.")
+        self._reset_run_state()
+
+    def _configure_callbacks(self, enable_checkpointing: bool | None) -> None:
+        """The progress bar, the model summary and Lightning's default checkpoint callback among ``self.callbacks``;
+        ``enable_checkpointing=False`` next to a checkpoint callback of the user's is refused."""
         from accelkit.callbacks import ModelCheckpoint
         from accelkit.callbacks.model_checkpoint import is_checkpoint
         from accelkit.callbacks.model_summary import configure_model_summary
-
         configure_progress_bar(self.callbacks, self.enable_progress_bar)
         configure_model_summary(self.callbacks, self.enable_model_summary)
-
         if self.enable_checkpointing and not any(map(is_checkpoint, self.callbacks)):
             # Lightning's default: one file, the latest epoch=E-step=S.ckpt (best_model_path), in <log_dir>/checkpoints
             # and no last.ckpt; ckpt_path="last" finds the newest of those files (ModelCheckpoint.find_last_checkpoints)
@@ -225,10 +232,6 @@ class Trainer(TrainerProperties):
             given = next(type(c).__name__ for c in self.callbacks if is_checkpoint(c))
             raise ConfigurationError(f"enable_checkpointing=False but a checkpoint callback ({given}) is among the "
                                      "callbacks; remove one of them")
-        if fast:
-            print(f"accelkit: fast_dev_run={fast_dev_run}: every loop runs {fast} batch(es); logging and "
-                  "checkpointing are off.")
-        self._reset_run_state()
 
     def _compose(self, plugins: Any, arguments: dict[str, Any], run_args: dict[str, Any],
                  barebones_args: dict[str, Any] | None, max_time: Any, sync_batchnorm: bool,
