@@ -137,6 +137,22 @@ def test_fsdp_checkpoint_loads_into_a_sharded_model_at_another_world_size(
     assert loaded["adam_steps"] == [2]  # the optimizer's state too
 
 
+def test_fsdp_empty_init_materialises_after_sharding_with_a_normal_inits_weights(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``init_module(empty_init=True)`` under FSDP on 2 CPU processes: the module is on the meta device until
+    ``setup`` shards it, each process then holds half of the weights, which equal a normal init with the same
+    seed, and the module trains."""
+    out = tmp_path / "empty.json"
+    proc = _run(prewarmed, tmp_path, "fsdp_empty_init", "fsdp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "initialises the weights anyway" not in proc.stderr
+    result = json.loads(out.read_text())
+    assert result["on_meta"] is True
+    assert result["weights"] == result["reference"]
+    full_bytes = 4 * (6 * 16 + 16 + 16 + 16 + 16 * 3 + 3)
+    assert result["local_bytes"] < full_bytes  # this process allocated its shards, not the whole module
+    assert result["loss"] == result["loss"] and result["loss"] > 0  # finite: initialised memory, not garbage
+
+
 def test_accelkit_run_starts_a_script_that_never_calls_launch(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     script = tmp_path / "no_launch.py"
     script.write_text(

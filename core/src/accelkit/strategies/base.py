@@ -316,6 +316,11 @@ class Strategy:
         spawned fit: :meth:`optimizer_state_dict` by default; a sharding strategy gathers its shards."""
         return self.optimizer_state_dict(model, optimizer)
 
+    #: whether :meth:`setup_module` accepts a module created on the meta device and materialises it (a sharding
+    #: strategy: after sharding, so each process allocates only its shards); ``Fabric.init_module(empty_init=True)``
+    #: creates modules on the meta device only for such a strategy
+    materializes_meta_modules: bool = False
+
     #: whether a checkpoint is read after :meth:`setup_module` (into the set-up module: a sharding strategy reads
     #: each process's shards) rather than before it, into the plain module
     restore_checkpoint_after_setup: bool = False
