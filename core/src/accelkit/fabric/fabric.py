@@ -199,8 +199,15 @@ class Fabric:
         self._launched = True
         from accelkit.strategies.base import RunContext
 
-        self.strategy.run_context = RunContext(stage=None, root_dir=None)
+        self.strategy.run_context = RunContext(stage=None, root_dir=None, outlives_launch=function is None)
+        if function is None:
+            atexit.register(self._end_run)  # the script is the run: it ends when the script does
         return self.strategy.launch(run_launched, self, function, args, kwargs)
+
+    def _end_run(self) -> None:
+        """Tell the strategy that this process's run has ended (what it reports at the end, it reports now)."""
+        if self._environment_ready:
+            self.strategy.end_run()
 
     def _join_instead_of_spawning(self) -> bool:
         """``launch()`` without a function on a strategy that spawns its workers from a function (``ddp_spawn``,
@@ -686,7 +693,9 @@ def run_launched(fabric: Fabric, function: Callable[..., Any] | None, args: tupl
     fabric.setup_environment()
     if function is None:
         return None
-    return function(fabric, *args, **kwargs)
+    result = function(fabric, *args, **kwargs)
+    fabric._end_run()  # noqa: SLF001 - the launched function was the run
+    return result
 
 
 def _check_launch_function(function: Any) -> None:
