@@ -59,8 +59,8 @@ def spmd() -> tuple[dict[str, torch.Tensor], dict]:
     fresh, fresh_optimizer = fabric.setup(fresh, fresh_optimizer)
     state = {"model": fresh, "optimizer": fresh_optimizer, "step": 0}
     fabric.load(path, state)
-    seen["restored"] = state["step"] == EPOCHS * len(loader) and all(
-        torch.equal(a.cpu(), b.cpu()) for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True))
+    pairs = zip(model.state_dict().values(), fresh.state_dict().values(), strict=True)
+    seen["restored"] = state["step"] == EPOCHS * len(loader) and all(torch.equal(a.cpu(), b.cpu()) for a, b in pairs)
     seen.update(strategy=type(fabric.strategy).__name__, world_size=fabric.world_size,
                 mesh_shape=list(fabric.strategy.mesh.mesh_shape), batches=len(loader))
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}, seen
