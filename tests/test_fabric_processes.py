@@ -137,6 +137,22 @@ def test_fsdp_checkpoint_loads_into_a_sharded_model_at_another_world_size(
     assert loaded["adam_steps"] == [2]  # the optimizer's state too
 
 
+def test_fsdp_empty_init_materialises_after_sharding_with_a_normal_inits_weights(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``init_module(empty_init=True)`` under FSDP on 2 CPU processes: the module is on the meta device until
+    ``setup`` shards it, each process then holds half of the weights, which equal a normal init with the same
+    seed, and the module trains."""
+    out = tmp_path / "empty.json"
+    proc = _run(prewarmed, tmp_path, "fsdp_empty_init", "fsdp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "initialises the weights anyway" not in proc.stderr
+    result = json.loads(out.read_text())
+    assert result["on_meta"] is True
+    assert result["weights"] == result["reference"]
+    full_bytes = 4 * (6 * 16 + 16 + 16 + 16 + 16 * 3 + 3)
+    assert result["local_bytes"] < full_bytes  # this process allocated its shards, not the whole module
+    assert result["loss"] == result["loss"] and result["loss"] > 0  # finite: initialised memory, not garbage
+
+
 def test_accelkit_run_starts_a_script_that_never_calls_launch(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     script = tmp_path / "no_launch.py"
     script.write_text(
@@ -209,3 +225,76 @@ def test_a_fabric_loop_on_one_xla_device_trains_as_on_the_cpu(prewarmed, tmp_pat
         results[accelerator] = json.loads(out.read_text())
     assert results["xla"]["device"].startswith("xla") and results["cpu"]["device"] == "cpu"
     assert results["xla"]["weight"][0] == pytest.approx(results["cpu"]["weight"][0], abs=1e-5)
+
+
+#: A Fabric script on one XLA device with ``plugins="tpu_spawn_debug"``: ``launch()`` without a function, so the
+#: script is the run; 12 steps of one shape, then one step of another.
+XLA_DEBUG_SCRIPT = """
+import json, sys, torch
+from accelkit import Fabric
+
+fabric = Fabric(accelerator="xla", devices=1, plugins="tpu_spawn_debug")
+fabric.launch()
+model = torch.nn.Linear(4, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = fabric.setup(model, optimizer)
+data = torch.utils.data.TensorDataset(torch.randn(48, 4), torch.randn(48, 1))
+loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(data, batch_size=4))
+for x, y in loader:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    fabric.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+print(json.dumps({"strategy": type(fabric.strategy).__name__, "device": str(fabric.device)}), flush=True)
+"""
+
+
+@pytest.mark.xla
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+def test_tpu_spawn_debug_under_fabric_prints_its_report_when_the_script_ends(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``plugins="tpu_spawn_debug"`` on one XLA device (PJRT on the host CPU, a process of its own): the script that
+    called ``launch()`` without a function is the run; when it ends, the report is written and its path printed,
+    as after a Trainer's fit."""
+    from helpers.xla import xla_env
+
+    script = tmp_path / "debug_loop.py"
+    script.write_text(XLA_DEBUG_SCRIPT)
+    env = xla_env(None, unset=("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "XLA_IR_DEBUG", "XLA_HLO_DEBUG"),
+                  PYTHONPATH=child_env()["PYTHONPATH"])
+    proc = prewarmed.run([str(script)], cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome["strategy"] == "XLASingleDebugStrategy" and outcome["device"].startswith("xla")
+    report = tmp_path / "xla_debug" / "run-rank0.txt"
+    assert f"XLA debug report of replica 0: {report}" in proc.stderr, proc.stderr[-3000:]
+    assert "no XLA debug report was written" not in proc.stderr
+    data = json.loads(report.with_suffix(".json").read_text())
+    assert data["summary"]["steps"] == 12
+    assert "Metric: CompileTime" in report.read_text()
+    log = tmp_path / "xla_debug" / "pt_xla_debug.log"  # the variables stayed set while the script's loop ran
+    assert f"torch_xla debug log (PT_XLA_DEBUG_LEVEL=2): {log}" in proc.stderr, proc.stderr[-3000:]
+    assert "Compilation Analysis" in log.read_text()
+
+
+@pytest.mark.xla
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is None, reason="torch_xla is not installed")
+def test_xla_spmd_under_fabric_shards_the_batch_and_matches_one_cpu_device(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``strategy="xla_spmd"`` through Fabric on 4 PJRT CPU devices (SPMD: one process): the loader's batches reach
+    the mesh split on the data axis, whole as the loop sees them, and three epochs end with the weights of plain
+    torch on one CPU device with the whole batch; ``clip_gradients`` returns the whole gradient's norm and a checkpoint
+round-trips. Program: ``helpers/fabric_xla_spmd.py``."""
+    from helpers.xla import xla_env
+
+    out = tmp_path / "spmd.json"
+    env = xla_env(4, PYTHONPATH=child_env()["PYTHONPATH"])
+    proc = prewarmed.run([str(HELPER.parent / "fabric_xla_spmd.py"), str(out)], cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["strategy"] == "XLASPMDStrategy" and result["world_size"] == 1 and result["mesh_shape"] == [4]
+    assert result["device"].startswith("xla") and result["batches"] == 4
+    assert result["shardings"] == ["{devices=[4,1]0,1,2,3}", "{devices=[4]0,1,2,3}"]  # split on the data axis
+    assert result["shapes"] == [[16, 8], [16]]  # the global batch, whole in the loop
+    assert result["trained"] > 0.1  # the weights moved
+    assert result["max_diff"] <= 1e-5
+    assert result["norms"] == pytest.approx(result["expected_norms"], rel=1e-4)  # clip_gradients over the mesh
+    assert result["restored"] is True  # save, then load into a fresh set-up model and optimizer

@@ -130,3 +130,53 @@ def test_a_plugin_declaring_an_unsupported_api_is_reported_incompatible(installe
     assert ">=2.0,<3" in mine["reason"] and listing["hook_api"] in mine["reason"]
     result = run(prewarmed, env, "-c", "import accelkit; accelkit.Trainer(accelerator='mydevice')", check=False)
     assert result.returncode != 0 and "incompatible" in result.stderr
+
+
+#: A Fabric loop on the template's device, strategy and precision, selected by alias: the plugin is used unchanged.
+FABRIC_LOOP = """
+import accelkit, torch
+from accelkit import Fabric
+from accelkit_mydevice.accelerator import MyDeviceAccelerator
+from accelkit_mydevice.precision import RoundedPrecision
+from accelkit_mydevice.strategy import CountingStrategy
+
+print("accelkit from", accelkit.__file__)
+fabric = Fabric(accelerator="mydev", strategy="counting", precision="bf16-rounded", devices=1)
+fabric.launch()
+assert isinstance(fabric.accelerator, MyDeviceAccelerator), fabric.accelerator
+assert isinstance(fabric.strategy, CountingStrategy), fabric.strategy
+assert isinstance(fabric.precision, RoundedPrecision), fabric.precision
+fabric.seed_everything(0, verbose=False)
+model = torch.nn.Linear(8, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = fabric.setup(model, optimizer)
+inputs = torch.randn(32, 8)
+targets = inputs @ torch.randn(8, 1)
+data = torch.utils.data.TensorDataset(inputs, targets)
+loader = fabric.setup_dataloaders(torch.utils.data.DataLoader(data, batch_size=8))
+def full_loss():
+    with torch.no_grad():
+        return torch.nn.functional.mse_loss(model(fabric.to_device(inputs)), fabric.to_device(targets)).item()
+first = full_loss()
+for epoch in range(3):
+    for x, y in loader:
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        fabric.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+last = full_loss()
+rounded = all(torch.equal(p, p.to(torch.bfloat16).float()) for p in model.parameters())
+print(f"steps={fabric.strategy.steps} device={fabric.device} rounded={rounded} improved={last < first}")
+"""
+
+
+def test_the_template_runs_a_fabric_loop_unchanged(installed, prewarmed, tmp_path):
+    """The plugin written for the Trainer serves ``accelkit.Fabric`` as it is: its accelerator, its own strategy
+    (which counts the steps the Fabric optimizer takes through it) and its own precision (weights rounded after
+    each step), all found through the entry point and selected by alias. PYTHONPATH is kept so that the child
+    imports this checkout's accelkit."""
+    script = tmp_path / "loop.py"
+    script.write_text(FABRIC_LOOP)
+    result = run(prewarmed, installed, str(script), cwd=tmp_path)
+    assert f"accelkit from {ROOT / 'core' / 'src' / 'accelkit' / '__init__.py'}" in result.stdout, result.stdout
+    assert "steps=12 device=cpu rounded=True improved=True" in result.stdout, result.stdout

@@ -96,6 +96,32 @@ def fsdp_load(fabric: Fabric, out: str) -> None:
             json.dump({"weights": weights, "step": state["step"], "rest": sorted(rest), "adam_steps": steps}, f)
 
 
+def fsdp_empty_init(fabric: Fabric, out: str) -> None:
+    """A module made under ``init_module(empty_init=True)`` (on the meta device until ``setup`` shards it) and one
+    made normally, both after ``seed_everything(0)``: rank 0 writes whether the first was on the meta device, both
+    full weights, the bytes each rank's shards take, and the loss of one step on the materialised one (JSON)."""
+    def build() -> nn.Module:
+        return nn.Sequential(nn.Linear(6, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 3))
+
+    fabric.seed_everything(0, verbose=False)
+    reference = {k: v.tolist() for k, v in build().state_dict().items()}
+    fabric.seed_everything(0, verbose=False)
+    with fabric.init_module(empty_init=True):
+        model = build()
+    on_meta = all(p.is_meta for p in model.parameters())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    local_bytes = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+    weights = {k: v.tolist() for k, v in model.state_dict().items()}
+    loss = nn.functional.mse_loss(model(torch.randn(4, 6)), torch.zeros(4, 3))
+    fabric.backward(loss)
+    optimizer.step()
+    if fabric.is_global_zero:
+        with open(out, "w") as f:
+            json.dump({"on_meta": on_meta, "reference": reference, "weights": weights, "loss": loss.item(),
+                       "local_bytes": local_bytes}, f)
+
+
 def evaluate(fabric: Fabric, out: str) -> None:
     """15 samples over 2 processes (the sampler repeats one): what gather_for_metrics returns over the epoch, and
     a fit under accumulate(every=2) whose ranks must agree; rank 0 writes both to ``out`` (JSON)."""
@@ -156,6 +182,8 @@ def main() -> None:
         evaluate(fabric, out)
     elif scenario == "fsdp_checkpoint":
         fsdp_checkpoint(fabric, out)
+    elif scenario == "fsdp_empty_init":
+        fsdp_empty_init(fabric, out)
     elif scenario == "fsdp_load":
         fsdp_load(fabric, out)
     elif scenario == "dead_rank":

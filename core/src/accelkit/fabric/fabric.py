@@ -199,8 +199,15 @@ class Fabric:
         self._launched = True
         from accelkit.strategies.base import RunContext
 
-        self.strategy.run_context = RunContext(stage=None, root_dir=None)
+        self.strategy.run_context = RunContext(stage=None, root_dir=None, outlives_launch=function is None)
+        if function is None:
+            atexit.register(self._end_run)  # the script is the run: it ends when the script does
         return self.strategy.launch(run_launched, self, function, args, kwargs)
+
+    def _end_run(self) -> None:
+        """Tell the strategy that this process's run has ended (what it reports at the end, it reports now)."""
+        if self._environment_ready:
+            self.strategy.end_run()
 
     def _join_instead_of_spawning(self) -> bool:
         """``launch()`` without a function on a strategy that spawns its workers from a function (``ddp_spawn``,
@@ -476,12 +483,22 @@ class Fabric:
     # ----------------------------------------------------------------- creating on the device
     @contextlib.contextmanager
     def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
-        """Create modules directly on the device, in the precision's dtype for the true precisions."""
+        """Create modules directly on the device, in the precision's dtype for the true precisions.
+
+        ``empty_init=True`` under a strategy that materialises meta-device modules (``fsdp``): the module is created
+        on the meta device (no memory, no initialisation) and :meth:`setup` initialises it after sharding, each
+        process allocating its shards only (sub-modules need ``reset_parameters``); the weights equal a normal
+        initialisation with the same seed. Under other strategies it warns and initialises as usual."""
         self.setup_environment()
+        if empty_init and getattr(self.strategy, "materializes_meta_modules", False):
+            with self._default_dtype(), torch.device("meta"):
+                yield
+            return
         if empty_init and "empty_init" not in self._warned:
             self._warned.add("empty_init")
-            warnings.warn("init_module(empty_init=True): accelkit initialises the weights anyway (a checkpoint "
-                          "loaded afterwards gives the same result; only the time is not saved)", UserWarning,
+            warnings.warn(f"init_module(empty_init=True): strategy {self.strategy.name!r} initialises the weights "
+                          "anyway (a checkpoint loaded afterwards gives the same result; only the time is not "
+                          "saved); the fsdp strategy creates the module on the meta device instead", UserWarning,
                           stacklevel=3)
         with self.init_tensor():
             yield
@@ -490,17 +507,22 @@ class Fabric:
     def init_tensor(self) -> Iterator[None]:
         """Create tensors directly on the device, in the precision's dtype for the true precisions."""
         self.setup_environment()
+        with self._default_dtype(), torch.device(self.device):
+            yield
+
+    @contextlib.contextmanager
+    def _default_dtype(self) -> Iterator[None]:
+        """The precision's dtype as torch's default dtype, for the true precisions; nothing otherwise."""
         precision = self.precision
-        with torch.device(self.device):
-            if isinstance(precision, TruePrecision):
-                previous = torch.get_default_dtype()
-                torch.set_default_dtype(precision.dtype)
-                try:
-                    yield
-                finally:
-                    torch.set_default_dtype(previous)
-            else:
-                yield
+        if not isinstance(precision, TruePrecision):
+            yield
+            return
+        previous = torch.get_default_dtype()
+        torch.set_default_dtype(precision.dtype)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(previous)
 
     def to_device(self, obj: Any) -> Any:
         """Move a module, a tensor or a collection of tensors to the device."""
@@ -671,7 +693,9 @@ def run_launched(fabric: Fabric, function: Callable[..., Any] | None, args: tupl
     fabric.setup_environment()
     if function is None:
         return None
-    return function(fabric, *args, **kwargs)
+    result = function(fabric, *args, **kwargs)
+    fabric._end_run()  # noqa: SLF001 - the launched function was the run
+    return result
 
 
 def _check_launch_function(function: Any) -> None:

@@ -316,6 +316,16 @@ class Strategy:
         spawned fit: :meth:`optimizer_state_dict` by default; a sharding strategy gathers its shards."""
         return self.optimizer_state_dict(model, optimizer)
 
+    def end_run(self) -> None:
+        """A Fabric run has ended in this process (the launched function returned, or the script that called
+        ``launch()`` without one is ending): the place for what a strategy reports at the end. Nothing by default;
+        the Trainer's runs end with :meth:`teardown`."""
+
+    #: whether :meth:`setup_module` accepts a module created on the meta device and materialises it (a sharding
+    #: strategy: after sharding, so each process allocates only its shards); ``Fabric.init_module(empty_init=True)``
+    #: creates modules on the meta device only for such a strategy
+    materializes_meta_modules: bool = False
+
     #: whether a checkpoint is read after :meth:`setup_module` (into the set-up module: a sharding strategy reads
     #: each process's shards) rather than before it, into the plain module
     restore_checkpoint_after_setup: bool = False
@@ -383,10 +393,13 @@ class RunContext:
 
     :param stage: ``"fit"``, ``"validate"``, ``"test"`` or ``"predict"`` (``None`` before the first launch).
     :param root_dir: the Trainer's ``default_root_dir`` (a place for the strategy's own files).
+    :param outlives_launch: the run goes on after ``launch`` returns (``Fabric.launch()`` without a function: the
+        script itself is the work); :meth:`~accelkit.Strategy.end_run` is then called when the script ends.
     """
 
     stage: str | None = None
     root_dir: Path | None = None
+    outlives_launch: bool = False
 
 
 def _tied_parameter_names(module: nn.Module) -> list[list[str]]:

@@ -66,6 +66,10 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
     OPTIONS = ("auto_wrap_policy", "activation_checkpointing", "cpu_offload", "reshard_after_forward",
                "save_distributed_checkpoint", "timeout_s")
 
+    #: ``Fabric.init_module(empty_init=True)`` creates modules on the meta device; :meth:`setup_module` shards them,
+    #: then gives each process storage for its shards only and initialises them (``reset_parameters``)
+    materializes_meta_modules = True
+
     def __init__(self, auto_wrap_policy: Any = None, activation_checkpointing: Any = None, cpu_offload: bool = False,
                  reshard_after_forward: bool = True, save_distributed_checkpoint: bool = True,
                  timeout_s: float = 1800.0, **options: Any) -> None:
@@ -154,7 +158,8 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         if isinstance(module, FSDPModule):  # sharded by an earlier stage of this process (under a launcher)
             self._module = module
             return module
-        module = self.module_to_device(module)
+        if not _on_meta(module):  # a meta-device module gets its storage after sharding, on every process
+            module = self.module_to_device(module)
         if self.activation_checkpointing:
             from torch.distributed._composable import checkpoint
 
@@ -170,6 +175,7 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
         for sub in self._units(module):
             fully_shard(sub, **kwargs)
         fully_shard(module, **kwargs)
+        materialize_after_sharding(module, self.root_device)
         for method in _STEP_METHODS:
             original = getattr(module, method, None)
             if callable(original):
@@ -308,6 +314,60 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(devices={self.devices}, num_nodes={self.num_nodes}, "
                 f"auto_wrap_policy={self.auto_wrap_policy!r}, cpu_offload={self.cpu_offload})")
+
+
+def materialize_after_sharding(module: nn.Module, device: torch.device) -> None:
+    """Give a sharded module created on the meta device (``Fabric.init_module(empty_init=True)``) real storage on
+    ``device`` and initialise it: each sub-module holding meta tensors runs its ``reset_parameters`` once, in module
+    order, on full-size parameters of which each process keeps its own shard. With the same seed the weights equal
+    those of a module created normally (whose constructors initialise in that order), while no process ever holds
+    more than one sub-module's full parameters. A module without meta tensors is left as it is.
+
+    :raises ConfigurationError: a sub-module with meta tensors has no ``reset_parameters`` (nothing to initialise
+        it with), named with what would work.
+    """
+    pending = [(name, sub) for name, sub in module.named_modules()
+               if any(t.is_meta for t in (*sub.parameters(recurse=False), *sub.buffers(recurse=False)))]
+    if not pending:
+        return
+    missing = [name or type(module).__name__ for name, sub in pending if not callable(getattr(sub, "reset_parameters",
+                                                                                               None))]
+    if missing:
+        raise ConfigurationError(f"init_module(empty_init=True) under strategy 'fsdp': the sub-module(s) {missing} "
+                                 "hold meta-device tensors but define no reset_parameters(), so they cannot be "
+                                 "initialised after sharding; give them a reset_parameters() method, or create the "
+                                 "module with empty_init=False (or load a checkpoint into it before setup).")
+    module.to_empty(device=device)
+    with torch.no_grad():
+        for _, sub in pending:
+            _reset_full_size(sub)
+
+
+def _on_meta(module: nn.Module) -> bool:
+    """Whether any parameter or buffer of ``module`` is on the meta device."""
+    return any(t.is_meta for t in (*module.parameters(), *module.buffers()))
+
+
+def _reset_full_size(sub: nn.Module) -> None:
+    """Run ``sub.reset_parameters()`` on full-size stand-ins for its sharded parameters, then keep this process's
+    shard of each (cut locally: every process computed the same full values from the same random stream)."""
+    from torch.distributed.tensor import distribute_tensor
+
+    sharded = {name: param for name, param in sub.named_parameters(recurse=False) if _is_dtensor(param)}
+    for name, param in sharded.items():
+        local = param.to_local()
+        sub._parameters[name] = nn.Parameter(torch.empty(param.shape, dtype=local.dtype, device=local.device),
+                                             requires_grad=param.requires_grad)
+    try:
+        sub.reset_parameters()
+        for name, param in sharded.items():
+            full = sub._parameters[name]
+            assert full is not None
+            shard = distribute_tensor(full.detach(), param.device_mesh, param.placements, src_data_rank=None)
+            param.to_local().copy_(shard.to_local())
+    finally:
+        for name, param in sharded.items():
+            sub._parameters[name] = param
 
 
 def _keep_signature(wrapped: Any, original: Any) -> None:

@@ -66,6 +66,7 @@ class XLADebugMixin:
         self.run_label = "run"
         self.applied_environment: dict[str, str] = {}
         self._monitor: StepMonitor | None = None
+        self._saved_environment: dict[str, str | None] = {}
 
     # ----------------------------------------------------------------- launching process
     def debug_environment(self) -> dict[str, str]:
@@ -112,15 +113,22 @@ class XLADebugMixin:
                 stale = self.report_path(rank).with_suffix(suffix)
                 if stale.exists():
                     stale.unlink()
+        self._saved_environment = saved
         try:
             return super().launch(function, *args, **kwargs)
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            self._announce()
+            if not self.run_context.outlives_launch:  # else the run, and the variables, go on until end_run
+                self._restore_environment()
+                self._announce()
+
+    def _restore_environment(self) -> None:
+        """Put back the debug variables as they were before :meth:`launch`."""
+        for name, value in self._saved_environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved_environment = {}
 
     def _announce(self) -> None:
         lines = []
@@ -167,6 +175,19 @@ class XLADebugMixin:
         super().step_end()
         if self._monitor is not None:
             self._monitor.on_step_end()
+
+    def end_run(self) -> None:
+        """A Fabric run ended: write this replica's report; where the script itself was the run (``launch()``
+        without a function, on one device), print where it is, as :meth:`launch` does for a function's run."""
+        if self._monitor is not None:
+            try:
+                self._write_report()
+            finally:
+                self._monitor = None
+        if self.run_context.outlives_launch:
+            self._restore_environment()
+            if self.global_rank == 0:
+                self._announce()
 
     def teardown(self) -> None:
         """Write this replica's report, then tear down."""
