@@ -14,12 +14,22 @@ Sides run interleaved: each round runs every side once, the order rotated from r
 of each side to the hand loop; printed: the median ratio and its spread (lowest-highest) over the rounds, and the
 median peak memory. A benchmark, not a test: ``tests/test_benchmarks.py`` only runs it in a tiny configuration.
 
-    .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192] [--only one|ddp]
+``--only counts``: what load does not change (clocks on a loaded machine are noise at the 1 % this is about).
+The hand loop and accelkit's Fabric, each in a fresh interpreter, on one process and on two (DDP over gloo): after
+a warm-up epoch and an uncounted one (the peak resident memory is read there, before any counting), rank 0 runs one
+whole epoch under ``torch.profiler`` (the collectives per step: the process group's ``c10d::`` operators, as
+``bench_ddp.py --only counts`` counts them) and the next under ``sys.settrace`` with opcode events (the Python
+instructions per step, the sampler's epoch and the loader's start included, as in a timed epoch). Printed per side:
+instructions, collectives and peak memory, and accelkit's ratio to the hand loop, with the functions where the
+instructions differ most.
+
+    .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192] [--only one|ddp|counts]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import importlib.util
 import json
 import os
@@ -29,6 +39,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 SIDES = ("hand loop", "accelkit", "lightning", "accelerate")
 #: what each side needs installed, beyond torch
@@ -63,6 +75,17 @@ def timed_epochs(loader, epochs: int, step, set_epoch=None) -> tuple[float, floa
 
 
 def hand_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
+    rank, loader, step, set_epoch = build_hand_loop(args)
+    seconds = timed_epochs(loader, args.epochs, step, set_epoch)
+    if args.processes > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return rank, seconds
+
+
+def build_hand_loop(args: argparse.Namespace) -> tuple[int, Any, Callable[[Any, Any], None], Any]:
+    """The hand loop's ``(rank, loader, step, set_epoch)`` (``set_epoch`` ``None`` on one process)."""
     import torch
     import torch.distributed as dist
     from torch.nn import functional as F
@@ -82,13 +105,16 @@ def hand_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
 
-    seconds = timed_epochs(loader, args.epochs, step, sampler.set_epoch if sampler is not None else None)
-    if args.processes > 1:
-        dist.destroy_process_group()
-    return rank, seconds
+    return rank, loader, step, sampler.set_epoch if sampler is not None else None
 
 
 def fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, tuple[float, float]]:
+    rank, loader, step, _ = build_fabric_loop(args, fabric_class)
+    return rank, timed_epochs(loader, args.epochs, step)
+
+
+def build_fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, Any, Callable[[Any, Any], None], Any]:
+    """The Fabric loop's ``(rank, loader, step, None)``: the loader sets the sampler's epoch itself."""
     from torch.nn import functional as F
     from torch.utils.data import DataLoader
 
@@ -104,7 +130,7 @@ def fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, tuple[floa
         fabric.backward(F.cross_entropy(model(x), y))
         optimizer.step()
 
-    return fabric.global_rank, timed_epochs(loader, args.epochs, step)
+    return fabric.global_rank, loader, step, None
 
 
 def accelerate_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
@@ -124,8 +150,88 @@ def accelerate_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]
     return accelerator.process_index, timed_epochs(loader, args.epochs, step)
 
 
+class InstructionCounter:
+    """Python instructions (``sys.settrace`` opcode events), in all and per function, while installed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.by_function: collections.Counter[str] = collections.Counter()
+
+    def trace(self, frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.count += 1
+            code = frame.f_code
+            path = code.co_filename.rsplit("site-packages/", 1)[-1].rsplit("src/", 1)[-1]
+            self.by_function[f"{os.path.basename(path) if path == code.co_filename else path}:"
+                             f"{getattr(code, 'co_qualname', code.co_name)}"] += 1
+        return self.trace
+
+    def run(self, function: Callable[[], Any]) -> None:
+        """Run ``function`` traced (its frame and every frame it starts)."""
+        # Python 3.12 turns opcode events on at settrace only if a frame asked for them before
+        sys._getframe().f_trace_opcodes = True
+        sys.settrace(self.trace)
+        try:
+            function()
+        finally:
+            sys.settrace(None)
+
+
+def counted_epochs(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any) -> dict[str, Any]:
+    """Four epochs: a warm-up, one plain (the peak memory is read after it), one under ``torch.profiler`` (the
+    collectives), one under :class:`InstructionCounter`; per-step figures of the counted ones."""
+    from torch.profiler import ProfilerActivity, profile
+
+    steps = [0]
+
+    def epoch(index: int) -> None:
+        if set_epoch is not None:
+            set_epoch(index)
+        for x, y in loader:
+            step(x, y)
+            steps[0] += 1
+
+    epoch(0)
+    epoch(1)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    steps[0] = 0
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        epoch(2)
+    profiled = steps[0]
+    collectives = collections.Counter(e.name for e in prof.events() if e.name.startswith("c10d::"))
+    counter = InstructionCounter()
+    steps[0] = 0
+    counter.run(lambda: epoch(3))
+    if counter.count == 0:
+        raise RuntimeError("sys.settrace saw no Python instruction in a counted epoch that ran: nothing was counted")
+    return {"instructions": counter.count / steps[0], "collectives": sum(collectives.values()) / profiled,
+            "collective_ops": {name: n / profiled for name, n in collectives.items()},
+            "functions": {name: n / steps[0] for name, n in counter.by_function.items()}, "peak_mib": peak}
+
+
+def count_worker(args: argparse.Namespace) -> None:
+    """The counts of one side (in its own interpreter): rank 0 prints ``RESULT {json}``."""
+    if args.worker == "hand loop":
+        rank, loader, step, set_epoch = build_hand_loop(args)
+    else:
+        from accelkit import Fabric
+
+        rank, loader, step, set_epoch = build_fabric_loop(args, Fabric)
+    result = counted_epochs(loader, step, set_epoch)
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+    if args.processes > 1 and args.worker == "hand loop":
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
 def worker(args: argparse.Namespace) -> None:
     """One measurement of one side (in its own interpreter): rank 0 prints ``RESULT {json}``."""
+    if args.count:
+        count_worker(args)
+        return
     if args.worker == "hand loop":
         rank, seconds = hand_loop(args)
     elif args.worker == "accelkit":
@@ -149,10 +255,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def measure(side: str, args: argparse.Namespace, processes: int) -> dict[str, float]:
-    """Run one measurement of ``side`` on ``processes`` processes; its rank 0's result."""
+def measure(side: str, args: argparse.Namespace, processes: int, count: bool = False) -> dict[str, Any]:
+    """Run one measurement of ``side`` on ``processes`` processes (its counts with ``count``); its rank 0's
+    result."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", side, "--processes", str(processes),
-               "--epochs", str(args.epochs), "--samples", str(args.samples)]
+               "--epochs", str(args.epochs), "--samples", str(args.samples)] + (["--count"] if count else [])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
     # the frameworks' Fabrics start their second process themselves; the others are started here, as torchrun would
@@ -205,20 +312,48 @@ def compare(args: argparse.Namespace, sides: list[str], processes: int) -> None:
               f"x{max(cpu_ratios[side]):.4f}), peak {peak:.0f} MiB (x{peak / hand_peak:.3f})", flush=True)
 
 
+def print_counts(args: argparse.Namespace, processes: int) -> dict[str, dict[str, Any]]:
+    """Measure and print the per-step counts of the hand loop and accelkit's Fabric; returns them."""
+    title = "one process" if processes == 1 else f"{processes} processes, DDP over gloo"
+    print(f"\n== counts per step, rank 0, {title}:", flush=True)
+    result = {side: measure(side, args, processes, count=True) for side in ("hand loop", "accelkit")}
+    for side, figures in result.items():
+        print(f"  {side:<9}: {figures['instructions']:.1f} Python instructions, {figures['collectives']:.2f} "
+              f"collectives per step, peak {figures['peak_mib']:.0f} MiB", flush=True)
+    hand, ours = result["hand loop"], result["accelkit"]
+    print(f"-- counts, {title}: accelkit / hand loop: Python instructions per step "
+          f"x{ours['instructions'] / hand['instructions']:.4f} (+{ours['instructions'] - hand['instructions']:.1f}), "
+          f"collectives per step {hand['collectives']:.2f} -> {ours['collectives']:.2f}, peak memory "
+          f"x{ours['peak_mib'] / hand['peak_mib']:.3f}", flush=True)
+    extra = {name: ours["functions"].get(name, 0.0) - hand["functions"].get(name, 0.0)
+             for name in set(hand["functions"]) | set(ours["functions"])}
+    largest = [name for name in sorted(extra, key=lambda n: (-abs(extra[n]), n)) if abs(extra[name]) >= 0.5][:12]
+    print("  Python instructions per step, accelkit minus hand loop, by function (the largest): "
+          + (", ".join(f"{name} {extra[name]:+.1f}" for name in largest) or "nothing"), flush=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
     parser.add_argument("--samples", type=int, default=8192)
-    parser.add_argument("--only", choices=("one", "ddp"), default=None)
+    parser.add_argument("--only", choices=("one", "ddp", "counts"), default=None)
     parser.add_argument("--timeout", type=float, default=600, help="seconds one measurement may take")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error(f"--epochs {args.epochs}: give at least 2 (the first epoch is warm-up, not timed)")
     if args.worker:
         worker(args)
+        return
+    if args.only == "counts":
+        if importlib.util.find_spec("accelkit") is None:
+            parser.error("--only counts compares accelkit's Fabric with the hand loop: accelkit is not installed")
+        print_counts(args, 1)
+        print_counts(args, 2)
         return
     sides = ["hand loop"]
     for side in SIDES[1:]:

@@ -154,3 +154,22 @@ def test_bench_fabric_prints_each_side_s_ratio_to_the_hand_loop_on_one_and_two_p
                          out), out
     for side in {"lightning", "accelerate"} - set(sides):
         assert f"{side}: not installed ({side}), its side is skipped" in out, out
+
+
+@pytest.mark.slow
+def test_bench_fabric_counts_instructions_and_collectives_per_step_against_the_hand_loop(prewarmed):
+    done = run_benchmark(prewarmed, "bench_fabric.py", "--only", "counts", "--samples", "512", timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    for title, collectives in (("one process", "0.00"), ("2 processes, DDP over gloo", "1.00")):
+        assert f"== counts per step, rank 0, {title}:" in out, out
+        # a ratio of instructions, the same collectives on both sides (DDP's one bucket all-reduce per step), memory
+        found = re.search(rf"-- counts, {title}: accelkit / hand loop: Python instructions per step x(\d\.\d+) "
+                          rf"\(\+?-?\d+\.\d\), collectives per step (\d\.\d\d) -> (\d\.\d\d), peak memory x\d\.\d+",
+                          out)
+        assert found, out
+        assert found.group(2) == found.group(3) == collectives, out
+    for side in ("hand loop", "accelkit "):
+        assert len(re.findall(rf"  {side}: \d+\.\d Python instructions, \d\.\d\d collectives per step, peak \d+ MiB",
+                              out)) == 2, out
+    assert out.count("accelkit minus hand loop, by function (the largest): ") == 2 and "accelkit/fabric/" in out, out

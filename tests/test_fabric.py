@@ -433,3 +433,118 @@ def test_the_distributed_shuffle_is_seeded_by_seed_everything_as_lightnings(monk
     for epoch in range(2):
         reference.set_epoch(epoch)
         assert [int(i) for (batch,) in loader for i in batch] == list(reference)
+
+
+def _functions_called(run: object) -> set[str]:
+    """The qualified names of the Python functions ``run()`` calls (``sys.setprofile``: what ran, not how long)."""
+    import sys
+
+    called: set[str] = set()
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            called.add(frame.f_code.co_qualname)  # type: ignore[attr-defined]
+
+    sys.setprofile(profile)
+    try:
+        run()  # type: ignore[operator]
+    finally:
+        sys.setprofile(None)
+    return called
+
+
+def _steady_steps(fabric: Fabric) -> tuple[set[str], list[torch.Tensor]]:
+    """What a second epoch of a Fabric loop calls, and the weights it ends with."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    loader = fabric.setup_dataloaders(DataLoader(_data(), batch_size=8))
+
+    def epoch() -> None:
+        for x, y in loader:
+            optimizer.zero_grad()
+            fabric.backward(nn.functional.mse_loss(wrapped(x), y))
+            optimizer.step()
+
+    epoch()  # the first epoch decides the plain calls
+    return _functions_called(epoch), [p.detach().clone() for p in model.parameters()]
+
+
+class _CustomStepStrategy(SingleDeviceStrategy):
+    """A strategy that customises every part of the step (records each call, then does the default)."""
+
+    calls: list[str]
+
+    def batch_to_device(self, batch: object) -> object:
+        self.calls.append("batch_to_device")
+        return super().batch_to_device(batch)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.calls.append("backward")
+        super().backward(loss)
+
+    def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        self.calls.append("reduce_gradients")
+
+    def step_end(self) -> None:
+        self.calls.append("step_end")
+
+
+def test_the_plain_step_calls_no_default_method_of_the_strategy_or_the_precision() -> None:
+    # the plain precision on one process: forward, backward, step and the batch transfer come down to the module's,
+    # the tensor's and the optimizer's own calls; the default methods in between (which only pass them on) and the
+    # wrapper's own forward frame are not run every step (bench_fabric.py --only counts: their instructions)
+    called, plain_weights = _steady_steps(_fabric())
+    passed_on = {"Strategy.backward", "Precision.backward", "Precision.scale_loss", "Strategy.optimizer_step",
+                 "Precision.optimizer_step", "Strategy.reduce_gradients", "Strategy.step_end",
+                 "Strategy.batch_to_device", "move_to_device", "FabricModule.forward",
+                 "FabricModule._run", "Precision.convert_input", "Precision.forward_context"}
+    assert not called & passed_on, sorted(called & passed_on)
+    assert {"FabricOptimizer.step", "Fabric.optimizer_step", "Fabric.backward", "FabricDataLoader.__iter__"} <= called
+    # a strategy that customises them gets each call, every step, and the same training
+    strategy = _CustomStepStrategy()
+    strategy.calls = []
+    custom_called, custom_weights = _steady_steps(Fabric(accelerator="cpu", devices=1, strategy=strategy))
+    assert {"_CustomStepStrategy.batch_to_device", "_CustomStepStrategy.backward",
+            "_CustomStepStrategy.reduce_gradients", "_CustomStepStrategy.step_end"} <= custom_called
+    steps = 2 * len(_data()) // 8
+    assert {name: strategy.calls.count(name) for name in set(strategy.calls)} == {
+        "batch_to_device": steps, "backward": steps, "reduce_gradients": steps, "step_end": steps}
+    for plain, custom in zip(plain_weights, custom_weights, strict=True):
+        torch.testing.assert_close(plain, custom)
+
+
+def test_the_wrapped_module_keeps_its_hooks_and_the_precision_s_conversion() -> None:
+    fabric = _fabric()
+    wrapped = fabric.setup(nn.Linear(4, 1))
+    seen: list[str] = []
+    wrapped.register_forward_pre_hook(lambda module, args: seen.append("pre"))
+    wrapped.register_forward_hook(lambda module, args, out: seen.append("post"))
+    wrapped(torch.ones(2, 4))
+    assert seen == ["pre", "post"]  # hooks on the wrapper run, as on any nn.Module
+    assert wrapped.forward(torch.ones(2, 4)).shape == (2, 1)
+    # a precision that converts inputs: the forward goes through it (no plain call)
+    true64 = _fabric(precision="64-true")
+    module = true64.setup(nn.Linear(4, 1))
+    assert module(torch.ones(1, 4, dtype=torch.float32)).dtype == torch.float64
+
+
+def test_at_last_batch_is_true_while_the_last_batch_is_used_and_false_after_the_epoch() -> None:
+    fabric = _fabric()
+    loader = fabric.setup_dataloaders(DataLoader(_data(24), batch_size=8))
+    assert loader.at_last_batch is False
+    flags = []
+    for _ in loader:
+        flags.append(loader.at_last_batch)
+    assert flags == [False, False, True] and loader.at_last_batch is False
+    iterator = iter(loader)
+    for _ in range(3):
+        next(iterator)
+    assert loader.at_last_batch is True  # an epoch left at its last batch (not exhausted) is still there
+    unsized = fabric.setup_dataloaders(DataLoader(torch.utils.data.IterableDataset.__new__(_Stream), batch_size=2))
+    assert [unsized.at_last_batch for _ in unsized] == [False, False]  # no length: never known to be the last
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(torch.arange(4.0))

@@ -64,6 +64,8 @@ class Fabric:
         self._settings, self._plugin_names = settings, names
         self._composition: Composition = compose_fabric(self.plugin_manager, names, self._plugin_objects,
                                                         **settings)
+        #: the step's calls as :meth:`_step_calls` decides them for this composition (``None``: not decided yet)
+        self._plain_calls: tuple[Callable[[torch.Tensor], Any], bool] | None = None
         self._callbacks = _as_list(callbacks)
         self._loggers = _as_list(loggers)
         self._launched = False
@@ -221,6 +223,7 @@ class Fabric:
             return False
         settings = {**self._settings, "strategy": "ddp"}
         self._composition = compose_fabric(self.plugin_manager, self._plugin_names, self._plugin_objects, **settings)
+        self._plain_calls = None
         if self._settings["strategy"] != "auto" and self.strategy.is_global_zero:
             print(f"accelkit: Fabric(strategy={strategy.name!r}).launch() without a function: the script runs again "
                   "in each process, as with strategy='ddp' (give launch() a function to start the processes from it "
@@ -361,13 +364,40 @@ class Fabric:
         if args or kwargs:
             self.precision.scale_loss(tensor).backward(*args, **kwargs)
         else:
-            self.strategy.backward(tensor)
+            (self._plain_calls or self._step_calls())[0](tensor)
         self._backward_since_step = True
+
+    def _step_calls(self) -> tuple[Callable[[torch.Tensor], Any], bool]:
+        """What :meth:`backward` calls, and whether :meth:`optimizer_step` may call the optimizer's own ``step``
+        alone, decided once per composition: where neither the strategy nor the precision customises that part of
+        the step (the plain precision on one process or DDP), the tensor's own ``backward`` and ``True``, which is
+        what their default methods come down to, without their frames; else the strategy's ``backward`` and
+        ``False`` (:meth:`_full_step`)."""
+        from accelkit.precision import Precision
+        from accelkit.strategies.base import Strategy
+        from accelkit.utilities.model_helpers import is_overridden
+
+        strategy, precision = self.strategy, self.precision
+        plain_backward = not is_overridden("backward", strategy, Strategy) and not any(
+            is_overridden(name, precision, Precision) for name in ("backward", "scale_loss"))
+        plain_step = not getattr(precision, "use_scaler", False) and not is_overridden(
+            "optimizer_step", precision, Precision) and not any(
+            is_overridden(name, strategy, Strategy) for name in ("reduce_gradients", "optimizer_step", "step_end"))
+        self._plain_calls = (torch.Tensor.backward if plain_backward else strategy.backward, plain_step)
+        return self._plain_calls
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         """Step ``optimizer`` (the user's, not the wrapper) through the strategy: gradients reduced where the
         strategy does so, the precision's scaler, the strategy's step end. :meth:`FabricOptimizer.step
         <accelkit.fabric.wrappers.FabricOptimizer.step>` calls it."""
+        if closure is None and (self._plain_calls or self._step_calls())[1]:
+            optimizer.step()  # what the default strategy and precision do, without their frames
+            self._backward_since_step = False
+            return None
+        return self._full_step(optimizer, closure)
+
+    def _full_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
+        """:meth:`optimizer_step` through the strategy's and the precision's methods (the scaler's check first)."""
         precision, strategy = self.precision, self.strategy
         if getattr(precision, "use_scaler", False) and not self._backward_since_step and closure is None:
             raise RuntimeError(

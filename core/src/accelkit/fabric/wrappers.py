@@ -10,6 +10,7 @@ the epoch every time it is iterated.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from torch import nn
 
 from accelkit.strategies.base import StepRouter
 from accelkit.strategies.sampler import set_epoch
+from accelkit.utilities.apply_func import device_plan
 
 if TYPE_CHECKING:
     from accelkit.fabric.fabric import Fabric
@@ -50,6 +52,9 @@ class FabricModule(nn.Module):
         #: whether the strategy's wrapper routes named methods (``DistributedDataParallel`` over a
         #: :class:`~accelkit.strategies.base.StepRouter`)
         self._routed = isinstance(getattr(forward_module, "module", None), StepRouter)
+        plain = plain_forward(forward_module, fabric.strategy.precision, self._routed)
+        if plain is not None:  # the plain precision: calling the wrapper calls the strategy's wrapper, no more
+            self.__dict__["forward"] = plain
 
     @property
     def module(self) -> nn.Module:
@@ -63,7 +68,9 @@ class FabricModule(nn.Module):
         return self._forward_module
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """The user's module's forward, through the strategy's wrapper, under the precision."""
+        """The user's module's forward, through the strategy's wrapper, under the precision. (Where the precision
+        changes neither the inputs nor the context, the instance's ``forward`` is the strategy's wrapper's call
+        itself, :func:`plain_forward`: the same, without this method's frame.)"""
         return self._run("__call__", args, kwargs)
 
     def _run(self, method: str, args: tuple, kwargs: dict) -> Any:
@@ -127,6 +134,18 @@ class FabricModule(nn.Module):
 
     def __repr__(self) -> str:
         return f"FabricModule({self._original_module!r})"
+
+
+def plain_forward(forward_module: nn.Module, precision: Any, routed: bool) -> Callable[..., Any] | None:
+    """What calling a :class:`FabricModule` comes down to where ``precision`` converts no input and wraps the
+    forward in no context (its :class:`~accelkit.Precision` defaults): a call of the strategy's wrapper (through
+    the router's ``"__call__"`` where ``routed``); ``None`` where the precision does either."""
+    from accelkit.precision import Precision
+    from accelkit.utilities.model_helpers import is_overridden
+
+    if is_overridden("convert_input", precision, Precision) or is_overridden("forward_context", precision, Precision):
+        return None
+    return functools.partial(forward_module, "__call__") if routed else forward_module.__call__
 
 
 class _ForwardMethod:
@@ -223,13 +242,20 @@ class FabricDataLoader:
         #: the position; a loaded one is put back before the resumed epoch's first batch
         self._epoch_start: dict[str, Any] | None = None
         self._resume_start: dict[str, Any] | None = None
-        #: whether the batch being used is the loader's last of the epoch
-        self.at_last_batch = False
+        #: the index of the epoch's last batch (-1: unknown), and whether an epoch is being read (not exhausted)
+        self._last_index = -1
+        self._reading = False
 
     @property
     def loader(self) -> Any:
         """The wrapped loader (where :func:`~accelkit.strategies.sampler.set_epoch` finds its sampler)."""
         return self._loader
+
+    @property
+    def at_last_batch(self) -> bool:
+        """Whether the batch being used is the loader's last of the epoch (``False`` once the epoch is exhausted,
+        and where the loader has no length)."""
+        return self._reading and self._last_index >= 0 and self._batches_done == self._last_index + 1
 
     @property
     def device(self) -> torch.device | None:
@@ -271,15 +297,33 @@ class FabricDataLoader:
             self._epoch_start, now = start, resume.rng_states()
             resume.restore_epoch_start(self._loader, start)
         source = resume.skip_batches(self._loader, skip) if skip else self._loader
-        to_device = self._fabric.strategy.batch_to_device if self._device is not None else None
-        for index, batch in enumerate(source, start=skip):
+        self._last_index, self._reading = (total - 1 if total is not None else -1), True
+        batches = enumerate(source, start=skip)
+        for index, batch in batches:  # the first batch: the random streams, the transfer decided
             if now is not None:  # the order is drawn: the random streams go on as they were
                 resume.set_rng_states(now)
-                now = None
-            self.at_last_batch = total is not None and index == total - 1
+            to_device = self._transfer(batch)
             self._batches_done = index + 1  # in use from here: a save during its step counts it as read
-            yield to_device(batch) if to_device is not None else batch
-        self.at_last_batch = False
+            yield to_device(batch)
+            break
+        for index, batch in batches:
+            self._batches_done = index + 1
+            yield to_device(batch)
+        self._reading = False
+
+    def _transfer(self, first: Any) -> Callable[[Any], Any]:
+        """How this epoch's batches reach the device, decided from its ``first``: left alone without a device; the
+        strategy's own ``batch_to_device`` where it customises it; else :func:`~accelkit.utilities.apply_func.
+        device_plan` (what the default ``batch_to_device`` does, planned once, as the Trainer's loop does)."""
+        from accelkit.strategies.base import Strategy
+        from accelkit.utilities.model_helpers import is_overridden
+
+        strategy = self._fabric.strategy
+        if self._device is None:
+            return _unchanged
+        if is_overridden("batch_to_device", strategy, Strategy):
+            return strategy.batch_to_device
+        return device_plan(first, strategy.root_device, bool(strategy.accelerator.pin_memory))
 
     def state_dict(self) -> dict[str, Any]:
         """The position: the epoch being read, the batches of it already used, and what decided its order."""
@@ -305,6 +349,10 @@ class FabricDataLoader:
 
     def __repr__(self) -> str:
         return f"FabricDataLoader({self._loader!r})"
+
+
+def _unchanged(batch: Any) -> Any:
+    return batch
 
 
 def is_wrapped(obj: Any) -> bool:
