@@ -266,6 +266,15 @@ class DDPStrategy(ParallelStrategy):
             dist.broadcast_object_list(box, src=src)
         return box[0]
 
+    def end_run(self) -> None:
+        """A Fabric run ended in this process: the process group this strategy made is destroyed now, before the
+        interpreter's own exit (which, with a gloo group still alive and its peers gone, can abort the process:
+        ``terminate called without an active exception``). A group the user made stays."""
+        super().end_run()
+        if self._owns_process_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_process_group = False
+
     def teardown(self) -> None:
         """Destroy the process group if this strategy created it (a group the user made stays)."""
         from accelkit.strategies.launchers import watchdog

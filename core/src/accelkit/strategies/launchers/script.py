@@ -68,6 +68,8 @@ class ScriptLauncher(Launcher):
         self.children: list[subprocess.Popen] = []
         self.started = False
         self._failure: str | None = None
+        #: whether this process's script has failed (its error is being reported)
+        self.main_failed = False
         #: seconds this process's normal exit waits for its children to end by themselves before ending them
         #: (none after this process's script failed: the children would only wait for it in a collective)
         self.wait_at_exit_s = EXIT_WAIT_S
@@ -99,8 +101,11 @@ class ScriptLauncher(Launcher):
 
         def failed_here(*info: Any) -> None:  # this process's script failed: its children need not be waited for
             self.wait_at_exit_s = 0.0
-            previous_hook(*info)
-            self.name_failed_children(wait_s=2.0)  # a collective fails here when a peer died: say which one
+            self.main_failed = True  # the watcher no longer interrupts this thread: it is ending already
+            try:
+                previous_hook(*info)
+            finally:
+                self.name_failed_children(wait_s=2.0)  # a collective fails here when a peer died: say which one
 
         sys.excepthook = failed_here
         atexit.register(lambda: self.end_children(self.wait_at_exit_s))
@@ -149,7 +154,8 @@ class ScriptLauncher(Launcher):
         self.end_children()
         import _thread
 
-        _thread.interrupt_main()  # ends this process's work at its next Python instruction
+        if not self.main_failed:  # (a main thread already in its error report is not interrupted there)
+            _thread.interrupt_main()  # ends this process's work at its next Python instruction
         time.sleep(FAILURE_GRACE_S)  # ...or, stuck in a collective that waits for the dead rank, by force
         os._exit(1)
 
