@@ -312,3 +312,72 @@ def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
     assert TorchrunEnvironment(env).restart_attempt is None
     assert TorchrunEnvironment({**env, "LOCAL_WORLD_SIZE": "4"}).restart_attempt == 1
     assert TorchrunEnvironment({k: v for k, v in env.items() if k != "TORCHELASTIC_RUN_ID"}).restart_attempt is None
+
+
+# ------------------------------------------------------------------ a lost peer: the survivor keeps the last step
+def slurm_task(root: Path, rank: int, world: int, port: int, requeued: int, stop: str = "") -> subprocess.Popen:
+    """One task of a requeued-SLURM-like job (the variables ``srun`` sets, one task per node, no ``srun``): a
+    launcher that restarts the run (``SLURM_RESTART_COUNT``), so a lost peer makes the survivor keep its last
+    completed step. Its output goes to ``root/<launcher>-<requeued>.out``; the fit is elastic_fit.py."""
+    env = {k: v for k, v in child_env().items() if not k.startswith(("SLURM_", "TORCHELASTIC_", "GROUP_"))}
+    name = "AB"[rank]
+    env.update({"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(world), "SLURM_LOCALID": "0",
+                "SLURM_NODEID": str(rank), "SLURM_NNODES": str(world), "SLURM_JOB_ID": "77",
+                "SLURM_JOB_NAME": "train", "SLURM_STEP_NODELIST": "127.0.0.1", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "ELASTIC_TEST_LAUNCHER": name, "ELASTIC_TEST_STOP": stop,
+                "STEP_SLEEP_S": "0"})
+    if requeued:
+        env["SLURM_RESTART_COUNT"] = str(requeued)
+    root.mkdir(parents=True, exist_ok=True)
+    out = open(root / f"{name}-{requeued}.out", "w")  # noqa: SIM115 - closed when the process ends (the child holds it)
+    try:
+        return subprocess.Popen([PYTHON, str(SCRIPT), str(root), "ddp"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    finally:
+        out.close()
+
+
+def lose_a_peer(root: Path, stop: str) -> tuple[list[int], dict, str]:
+    """A DDP job of two tasks where ``stop`` (``<launcher>:<step>:<KILL|TERM>``) happens, then its requeued attempt
+    on one task to the end; returns the exit statuses, the survivor's checkpoint and what the tasks printed."""
+    from accelkit.loops.survivor import SURVIVOR_FILE
+
+    port = free_port()
+    tasks = [slurm_task(root, rank, 2, port, 0, stop) for rank in (0, 1)]
+    try:
+        for task in tasks:
+            task.wait(timeout=BOUND_S / 2)
+        path = root / "lightning_logs" / "version_0" / "checkpoints" / SURVIVOR_FILE
+        assert path.is_file(), output(root)
+        survivor = torch.load(path, weights_only=False)
+        again = slurm_task(root, 0, 1, free_port(), 1)
+        tasks.append(again)
+        again.wait(timeout=BOUND_S / 2)
+    finally:
+        kill_all(root, tasks)
+    return [task.returncode for task in tasks], survivor, "\n".join(p.read_text() for p in sorted(root.glob("*.out")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["KILL", "TERM"])
+def test_a_lost_peer_leaves_the_last_completed_step_and_the_next_attempt_trains_at_most_one_step_again(tmp_path,
+                                                                                                      how):
+    """KILL: task B dies in step 5 (before its backward), and task A fails in that step's gradient all-reduce;
+    TERM: task A is told to stop (its launcher's SIGTERM) in step 5, ends that step and stops, and B fails in the
+    next one. The survivor A writes the last completed step alone (no collective) as survivor.ckpt, the newest
+    checkpoint of the run's folder; the requeued attempt, on one task, resumes from it: it trains again at most the
+    one step that was running, and every sample of both epochs once."""
+    root = tmp_path / "run"
+    statuses, survivor, said = lose_a_peer(root, ("B" if how == "KILL" else "A") + f":5:{how}")
+    completed = 5 if how == "KILL" else 6  # steps whose optimizer step ended before the stop
+    assert statuses[:2] != [0, 0] and statuses[2] == 0, said[-6000:]
+    assert "wrote the last completed step (epoch 0, step " + f"{completed}," in said, said[-6000:]
+    position = survivor["loops"]["position"]
+    assert (survivor["global_step"], survivor["epoch"], position["batches"]) == (completed, 0, completed)
+    assert survivor["loops"]["batches_that_stepped"] == completed
+    rows = records(root)
+    assert min(r["step"] for r in rows if r["round"] == 1) == completed  # resumed there: the running step again
+    lost = max(r["step"] for r in rows if r["round"] == 0) + 1 - completed
+    assert lost <= 1 and (lost == 1 or how == "TERM"), lost  # at most the step running (B's, after A stopped)
+    assert trained_once(kept(rows)) == {}, said[-6000:]
+    assert "attempt 1 of this run (restarted by its launcher): loaded checkpoint" in said and "survivor.ckpt" in said

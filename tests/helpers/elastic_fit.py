@@ -6,8 +6,9 @@ Each training batch appends one JSON line ``{"round", "rank", "world", "epoch", 
 the attempt, as accelkit reads it; ``step``: the global step the batch is trained in; ``idx``: the dataset indices
 of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-rank<R>-pid<P>.jsonl``,
 ``LAUNCHER`` being the name the test gave the launcher that started it (``ELASTIC_TEST_LAUNCHER``).
-``STEP_SLEEP_S`` slows every step down. At the end global rank zero writes ``ROOT/final.pt`` (DDP) and prints
-``done``.
+``STEP_SLEEP_S`` slows every step down. ``ELASTIC_TEST_STOP=<LAUNCHER>:<STEP>:<KILL|TERM>`` makes the process of
+that launcher send itself SIGKILL or SIGTERM in the first attempt's training step ``STEP`` (after recording it,
+before its backward). At the end global rank zero writes ``ROOT/final.pt`` (DDP) and prints ``done``.
 
 Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY``
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -70,6 +72,9 @@ class Recorded(accelkit.Module):
                                       "world": self.trainer.world_size, "epoch": self.current_epoch,
                                       "step": self.global_step, "idx": index.tolist(), "t": time.time()}) + "\n")
         self.record.flush()
+        stop = os.environ.get("ELASTIC_TEST_STOP", "::").split(":")
+        if self.attempt == 0 and stop[:2] == [os.environ.get("ELASTIC_TEST_LAUNCHER"), str(self.global_step)]:
+            os.kill(os.getpid(), signal.SIGKILL if stop[2] == "KILL" else signal.SIGTERM)
         time.sleep(float(os.environ.get("STEP_SLEEP_S", "0")))
         return F.binary_cross_entropy_with_logits(self.net(x), y)
 

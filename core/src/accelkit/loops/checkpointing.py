@@ -13,8 +13,10 @@ if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
 
 
-def dump(trainer: Trainer, module: Any, weights_only: bool = False) -> dict[str, Any]:
+def dump(trainer: Trainer, module: Any, weights_only: bool = False, alone: bool = False) -> dict[str, Any]:
     """The checkpoint of the current state. ``weights_only``: the weights, progress and hyperparameters only.
+    ``alone``: this process writes it by itself, with no collective, after a peer was lost
+    (:func:`~accelkit.loops.resume.capture`'s ``alone``).
 
     Callback states and ``on_save_checkpoint`` hooks come in Lightning's order: every callback's
     ``state_dict``, the DataModule's, the callbacks' ``on_save_checkpoint``, then the Module's.
@@ -33,7 +35,7 @@ def dump(trainer: Trainer, module: Any, weights_only: bool = False) -> dict[str,
     }
     datamodule = getattr(trainer, "datamodule", None)
     if not weights_only:
-        position = resume.capture(trainer)  # where the running fit is, for an exact resume (None outside fit)
+        position = resume.capture(trainer, alone)  # where the running fit is, for an exact resume (None outside fit)
         if position is not None:
             checkpoint["loops"][resume.POSITION_KEY] = position
         checkpoint.update(training_state(trainer))

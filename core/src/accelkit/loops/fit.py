@@ -42,6 +42,7 @@ class FitLoop:
         self.active = False  # a checkpoint written now records the loop's position
         self.in_epoch = False  # inside an epoch's batches
         self.consumed = 0  # batches of the current epoch trained on
+        self.started = 0  # batches of the current epoch started (one more than consumed while a batch runs)
         self.epoch_state: dict[str, Any] | None = None  # what decided the current epoch's order
         self.epoch_order: Any = None  # what the current epoch iterates (resume.EpochOrder)
         self._resume: Any = None  # the position to continue from (a resumed fit's first epoch)
@@ -284,7 +285,8 @@ class FitLoop:
         optim.accumulate = trainer.accumulate_grad_batches
         step_scheds, epoch_scheds = self._scheduler_plan(optim.automatic)
         plan = _EpochPlan(hooks, optim, step_scheds, epoch_scheds)
-        self.consumed, self.in_epoch = start, True
+        self.consumed = self.started = start
+        self.in_epoch = True
         if restore_rng is None and read_ahead and plan.plain and self._validates_at_epoch_end_only():
             started = data.read_ahead(source, "fit", limit, start=start)
             batch_idx, skipped_rest = self._plain_steps(started, start, plan), False
@@ -339,6 +341,7 @@ class FitLoop:
                 fn(batch, batch_idx)
             if start_m is not None and start_m(batch, batch_idx) == -1:
                 return batch_idx, True
+            self.started = batch_idx + 1  # (a failure from here to `consumed` is inside this batch)
             if automatic:
                 boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
                 progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
@@ -398,6 +401,7 @@ class FitLoop:
                 is_last = True
                 progress.begin_batch(True)
             progress.count_batch()  # (every batch steps: counted at once)
+            self.started = batch_idx + 1  # (a failure from here to `consumed` is inside this batch)
             run_batch(batch, batch_idx, True)
             self.consumed = batch_idx + 1
             # (none of these has a side effect: what is due after the batch, as the general loop decides it)

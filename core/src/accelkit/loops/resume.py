@@ -178,14 +178,19 @@ def restore_epoch_start(loader: Any, start: dict[str, Any], accelerator: Any = N
 
 
 # ---------------------------------------------------------------------------------------------- capture (saving)
-def capture(trainer: Trainer) -> dict[str, Any] | None:
+def capture(trainer: Trainer, alone: bool = False) -> dict[str, Any] | None:
     """The position of the running fit (``None`` outside one). Every process calls this when a checkpoint is
-    written (``Trainer.save_checkpoint`` is collective), so the per-process records are gathered here."""
+    written (``Trainer.save_checkpoint`` is collective), so the per-process records are gathered here.
+
+    ``alone``: this process writes the checkpoint by itself after a peer was lost (:mod:`accelkit.loops.survivor`),
+    with no collective: the position is that of the last completed step (:func:`completed_batches`), and the other
+    processes' records are drawn here (:func:`_records_alone`)."""
     loop = trainer.run_state.fit_loop
     if loop is None or not loop.active:
         return None
     loader = getattr(loop, "train_loader", None)
     in_epoch = loop.in_epoch and not trainer.run_state.progress.epoch_training_done
+    batches = (completed_batches(trainer) if alone else int(loop.consumed)) if in_epoch else 0
     record: dict[str, Any] = {"rng": rng_states(trainer.accelerator),
                               "generators": [g.get_state() for g in _generators(loader)] if loader is not None else [],
                               "epoch_start": loop.epoch_state if in_epoch else None}
@@ -193,11 +198,77 @@ def capture(trainer: Trainer) -> dict[str, Any] | None:
         record["loader"] = loader.state_dict()
     order = getattr(loop, "epoch_order", None)
     if in_epoch and loader is not None and order is not None:
-        record.update(_samples_trained(loop, order, trainer.global_rank))
-    return {"epoch": int(trainer.current_epoch), "batches": int(loop.consumed) if in_epoch else 0,
-            "batches_since_val": int(loop.batches_since_val), "world_size": int(trainer.world_size),
-            "geometry": geometry(loader, trainer.world_size) if loader is not None else None,
-            "remapped": bool(in_epoch and order is not None and order.remapped), "ranks": _gather(trainer, record)}
+        record.update(_samples_trained(loop, order, trainer.global_rank, batches))
+    position = {"epoch": int(trainer.current_epoch), "batches": batches,
+                "batches_since_val": int(loop.batches_since_val), "world_size": int(trainer.world_size),
+                "geometry": geometry(loader, trainer.world_size) if loader is not None else None,
+                "remapped": bool(in_epoch and order is not None and order.remapped)}
+    if not alone:
+        return {**position, "ranks": _gather(trainer, record)}
+    others = _records_alone(trainer, order if in_epoch and loader is not None else None, record, batches)
+    return {**position, "ranks": others, ALONE_KEY: int(trainer.global_rank)}
+
+
+#: the position key of a checkpoint one process wrote alone (its global rank): the other processes' records hold
+#: no random states of theirs
+ALONE_KEY = "written_alone_by"
+
+
+def completed_batches(trainer: Trainer) -> int:
+    """The batches of the current epoch whose optimizer step completed: those the loop finished, less the batch
+    running when the run failed (``loop.started`` past ``loop.consumed``) and, with gradient accumulation, the
+    batches of an accumulation window that had not stepped yet (their gradients are not in the weights)."""
+    loop = trainer.run_state.fit_loop
+    done = int(loop.consumed) if loop is not None else 0
+    accumulate = trainer.accumulate_grad_batches
+    return done - done % accumulate if accumulate > 1 else done
+
+
+def in_flight(trainer: Trainer) -> bool:
+    """Whether a training batch was running (started, not finished) when the run stopped."""
+    loop = trainer.run_state.fit_loop
+    return loop is not None and loop.in_epoch and int(loop.started) > int(loop.consumed)
+
+
+def _records_alone(trainer: Trainer, order: EpochOrder | None, own: dict[str, Any],
+                   batches: int) -> list[dict[str, Any]]:
+    """Every process's record as one process can tell it alone: its own ``own``; for each other one, the samples
+    it trained in the epoch's first ``batches`` batches, drawn again from this loader with that process's rank (a
+    rank-aware sampler, copied), and no random state (``None``: not restored)."""
+    rank = trainer.global_rank
+    records = []
+    for other in range(trainer.world_size):
+        if other == rank:
+            records.append(own)
+            continue
+        start = own.get("epoch_start")
+        record: dict[str, Any] = {"rng": None, "generators": own["generators"],
+                                  "epoch_start": None if start is None else {**start, "rng": None, "sampler": None}}
+        source = _rank_copy(order.source, other) if order is not None else None
+        if order is not None and source is not None:
+            record.update(_samples_trained(trainer.run_state.fit_loop,
+                                           EpochOrder(source, order.offset, order.carried, order.carried_seen),
+                                           other, batches))
+        elif order is not None:  # no sampler to draw another rank's share with: its count only
+            size = getattr(order.source, "batch_size", None) or 1
+            record.update({"seen": None, "samples": (order.carried if other == 0 else 0) + batches * size})
+        records.append(record)
+    return records
+
+
+def _rank_copy(loader: Any, rank: int) -> Any:
+    """``loader`` as process ``rank`` has it: a copy whose rank-aware sampler (``num_replicas``/``rank``) has that
+    rank; ``None`` where its sampler is not rank-aware."""
+    import copy
+
+    from accelkit.strategies.sampler import is_rank_aware, rebuild_loader
+
+    sampler = getattr(loader, "sampler", None)
+    if not isinstance(loader, DataLoader) or not is_rank_aware(sampler):
+        return None
+    theirs = copy.copy(sampler)
+    theirs.rank = rank
+    return rebuild_loader(loader, sampler=theirs)
 
 
 def describe(trainer: Trainer) -> str:
@@ -268,6 +339,11 @@ def position(trainer: Trainer, checkpoint: dict[str, Any]) -> Position | None:
                      batches_since_val=int(saved.get("batches_since_val", 0)), record=record,
                      geometry=saved.get("geometry"), remapped=bool(saved.get("remapped", False)))
     _read_trained_samples(found, ranks)
+    alone = saved.get(ALONE_KEY)
+    if record is not None and alone is not None and alone != rank:
+        found.notes.append(f"the checkpoint was written by process {alone} alone after a peer was lost: the random "
+                           "states of this process are not restored, so the resumed run is not identical to an "
+                           "uninterrupted one where it draws random numbers")
     if record is None:
         found.notes.append(f"the checkpoint was written by {len(ranks)} process(es) and this run has {world}: the "
                            "random states and the data order of each process are not restored, so the resumed run "
@@ -396,7 +472,8 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
             # uninterrupted run's next iter() starts a new epoch from that iterator; build it at the saved
             # position so the epoch's iter() does the same (torchdata's StatefulDataLoader)
             iter(loader)
-        set_rng_states(record["rng"], trainer.accelerator)
+        if record.get("rng") is not None:  # (none in a record another process wrote alone)
+            set_rng_states(record["rng"], trainer.accelerator)
         _set_generators(loader, record.get("generators", []))
         return loader, 0, None
     start = record.get("epoch_start") or {}
@@ -495,11 +572,11 @@ def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> t
     return torch.tensor(picked, dtype=torch.int64)
 
 
-def _samples_trained(loop: Any, order: EpochOrder, rank: int) -> dict[str, Any]:
-    """This process's share of what the current epoch trained on: ``seen`` (its dataset indices as a bit mask,
-    :func:`pack_mask`, or ``None``) and ``samples`` (how many; samples carried from an earlier checkpoint without
-    their indices are counted by rank 0)."""
-    batches = int(loop.consumed) - order.offset
+def _samples_trained(loop: Any, order: EpochOrder, rank: int, done: int) -> dict[str, Any]:
+    """Process ``rank``'s share of what the current epoch trained on in its first ``done`` batches: ``seen`` (its
+    dataset indices as a bit mask, :func:`pack_mask`, or ``None``) and ``samples`` (how many; samples carried from
+    an earlier checkpoint without their indices are counted by rank 0)."""
+    batches = done - order.offset
     drawn = _drawn_indices(order.source, batches, loop.epoch_state)
     carried = order.carried if rank == 0 else 0
     if drawn is None:

@@ -13,7 +13,7 @@ from accelkit.callbacks.base import monitors_metrics
 from accelkit.checkpoint import files as ckpt
 from accelkit.checkpoint import layout
 from accelkit.environments.base import restart_attempt_of
-from accelkit.loops import checkpointing, resume
+from accelkit.loops import checkpointing, resume, survivor
 from accelkit.loops.checkpointing import training_state
 from accelkit.loops.data import DataConnector
 from accelkit.loops.evaluation import EvaluationLoop
@@ -77,6 +77,8 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
         trainer.run_state.active_publisher.to_host()  # the metric dicts hold CPU tensors after a run (Lightning's too)
         return _worker_result(trainer, stage, result, interrupted)
     except BaseException as exc:
+        if stage == "fit":  # a lost peer: the survivors keep the last completed step where they can
+            survivor.on_failure(trainer, module, exc)
         _on_exception(trainer, datamodule, exc)
         raise
     finally:
@@ -352,10 +354,16 @@ def _save_interrupted(trainer: Trainer, module: Any) -> str:
     from accelkit.strategies.launchers import interrupt
 
     control = interrupt.current()
+    signal = control.signal_name if control else "a signal"
+    if survivor.keeps_last_step(trainer) and trainer.strategy.replicates_state:  # each process stops on its own
+        saved = survivor.save_alone(trainer, module, f"{signal} from the launcher")
+        return (f"{signal} stopped training at epoch {trainer.current_epoch}, step {trainer.global_step}; " + (
+            f"the state is saved in {saved}, which the launcher's next attempt resumes from." if saved else
+            "the first process of this node saves the state (the launcher's next attempt resumes from it)."))
     folder = getattr(trainer.checkpoint_callback, "dirpath", None) or Path(trainer.default_root_dir) / "checkpoints"
     path = Path(folder) / "interrupted.ckpt"
     trainer.save_checkpoint(path)
-    return (f"{control.signal_name if control else 'a signal'} stopped training at epoch {trainer.current_epoch}, "
+    return (f"{signal} stopped training at epoch {trainer.current_epoch}, "
             f"step {trainer.global_step}; the state is saved in {path}. Resume with "
             f"trainer.fit(model, ckpt_path={str(path)!r}) ({resume.describe(trainer)}).")
 

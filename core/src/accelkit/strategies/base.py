@@ -330,6 +330,11 @@ class Strategy:
     #: each process's shards) rather than before it, into the plain module
     restore_checkpoint_after_setup: bool = False
 
+    #: whether every process holds the whole model and optimizer state (data-parallel replicas), so that one
+    #: process can write a complete checkpoint alone, without a collective: what a run under a launcher that
+    #: restarts it does when a peer is lost (:mod:`accelkit.loops.survivor`). ``False`` for a sharding strategy
+    replicates_state: bool = False
+
     def load_module_state_dict(self, model: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
         """Load a checkpoint's ``"state_dict"`` into ``model`` (the plain module, or the set-up one when
         :attr:`restore_checkpoint_after_setup`): the unwrapped module's ``load_state_dict``."""

@@ -41,6 +41,8 @@ class DDPStrategy(ParallelStrategy):
 
     #: whether :meth:`teardown` destroys the process group (set once this strategy created it)
     _owns_process_group: bool = False
+    #: every process holds the whole model and optimizer state (:attr:`~accelkit.Strategy.replicates_state`)
+    replicates_state: bool = True
     _DDP_OPTIONS = ("find_unused_parameters", "static_graph", "gradient_as_bucket_view", "broadcast_buffers",
                     "bucket_cap_mb")
 

@@ -11,6 +11,7 @@ import torch
 from accelkit.checkpoint.files import check_file
 from accelkit.checkpoint.sharded import METADATA_FILE, check_complete, is_sharded_checkpoint
 from accelkit.environments.base import restart_attempt_of
+from accelkit.loops import survivor
 from accelkit.loops.state import TrainerFn, TrainerStatus
 from accelkit.strategies.base import RunContext
 from accelkit.strategies.launchers.result import WorkerResult
@@ -90,14 +91,7 @@ def newest_checkpoint(trainer: Trainer) -> Path | None:
     """The newest complete checkpoint the run's checkpoint callbacks wrote in their folders (any ``*.ckpt`` file that
     is not empty, or a sharded checkpoint directory), whatever its name, or ``None``."""
     found: list[Path] = []
-    for callback in trainer.checkpoint_callbacks:
-        if hasattr(callback, "last_checkpoint_path"):
-            folder = Path(callback.last_checkpoint_path(trainer)).parent
-        elif getattr(callback, "dirpath", None):
-            folder = Path(callback.dirpath)
-        else:
-            continue
-        extension = getattr(callback, "FILE_EXTENSION", ".ckpt")
+    for folder, extension in survivor.checkpoint_folders(trainer):
         if folder.is_dir():
             found += [p for p in folder.iterdir() if p.name.endswith(extension) and (
                 (p.is_file() and p.stat().st_size > 0) or is_sharded_checkpoint(p))]

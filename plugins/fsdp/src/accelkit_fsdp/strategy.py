@@ -69,6 +69,9 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
     #: ``Fabric.init_module(empty_init=True)`` creates modules on the meta device; :meth:`setup_module` shards them,
     #: then gives each process storage for its shards only and initialises them (``reset_parameters``)
     materializes_meta_modules = True
+    #: each process holds its shards only: no process can write the whole state alone (after a lost peer the
+    #: run keeps its last periodic checkpoint, see docs/elastic.rst)
+    replicates_state = False
 
     def __init__(self, auto_wrap_policy: Any = None, activation_checkpointing: Any = None, cpu_offload: bool = False,
                  reshard_after_forward: bool = True, save_distributed_checkpoint: bool = True,

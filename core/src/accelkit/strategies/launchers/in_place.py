@@ -53,7 +53,14 @@ class ExternalLauncher(InPlaceLauncher):
 
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run in place. Signals keep their default meaning: the outside launcher delivers them to each process
-        at its own moment, so the processes could not agree on a step to stop at."""
+        at its own moment, so the processes could not agree on a step to stop at. Except in a ``fit`` under a
+        launcher that restarts the run by itself (an elastic torchrun's agent stops its processes with SIGTERM
+        before it restarts them) with a strategy whose processes each hold the whole state
+        (:attr:`~accelkit.Strategy.replicates_state`): there SIGTERM stops training after the current batch,
+        as in place, and the first process of each node writes that step alone (:mod:`accelkit.loops.survivor`)."""
+        environment = getattr(strategy, "cluster_environment", None) or self.environment
+        if strategy.replicates_state and getattr(environment, "restart_attempt", None) is not None:
+            return super().launch(strategy, function, *args, **kwargs)
         return function(*args, **kwargs)
 
     def __repr__(self) -> str:

@@ -354,6 +354,19 @@ def stop() -> None:
         _active = None
 
 
+def failed_in_collective(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of a collective (a collective timeout, a lost peer): an error of
+    ``torch.distributed`` itself, or, where this process's watchdog runs, one raised while it waited for the
+    other processes (a phase of :data:`WAITING_PREFIXES` other than the set-up, or the backward pass of a step)."""
+    import torch.distributed as dist
+
+    if isinstance(exc, getattr(dist, "DistError", ())):
+        return True
+    if _active is None or phase() == "setup":
+        return False
+    return waiting(phase()) or phase() == STEP_PHASE and raised_in_backward(exc)
+
+
 def explain(exc: BaseException) -> None:
     """Attach a diagnosis to ``exc`` as a note when it came out of a collective (a collective timeout, a lost
     peer): what every rank reported then. It takes at most :data:`STORE_TIMEOUT_S`; a failure in this rank's own
