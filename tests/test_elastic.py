@@ -152,6 +152,14 @@ def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_s
     assert min(r["step"] for r in rows if r["round"] == 1) > 0 and min(r["step"] for r in rows if r["round"] == 2) > 0
     assert "attempt 2 of this run (restarted by its launcher): loaded checkpoint" in said, said[-3000:]
     assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]  # one run folder
+    # what each failure cost: DDP's survivor kept the last completed step (the step running is trained again, once);
+    # FSDP's state is sharded: nothing is written, and the run goes on from its last periodic checkpoint
+    for after in (1, 2):
+        lost = max(r["step"] for r in rows if r["round"] == after - 1) + 1 - \
+            min(r["step"] for r in rows if r["round"] == after)
+        assert lost <= (1 if strategy == "ddp" else 3), (after, lost)
+    assert ("wrote the last completed step" in said) == (strategy == "ddp"), said[-3000:]
+    assert ("no process can write it alone" in said) == (strategy == "fsdp"), said[-3000:]
 
 
 def run_job(root: Path, kill_worker_at: int | None) -> tuple[subprocess.Popen, list[dict]]:
@@ -177,13 +185,15 @@ def run_job(root: Path, kill_worker_at: int | None) -> tuple[subprocess.Popen, l
 @pytest.mark.slow
 def test_a_killed_worker_restarts_both_launchers_and_ends_with_the_weights_of_a_run_never_stopped(tmp_path):
     """The world does not change (both launchers restart their workers): the restarted attempt resumes by itself
-    from the newest checkpoint and the final weights equal those of the same job never stopped, bit for bit."""
+    from the newest checkpoint, the one the survivor wrote at the last completed step (it trains again only the step
+    that was running), and the final weights equal those of the same job never stopped, bit for bit."""
     reference, _ = run_job(tmp_path / "reference", None)
     assert reference.returncode == 0, output(tmp_path / "reference")
     job, rows = run_job(tmp_path / "run", 4)
     assert job.returncode == 0, output(tmp_path / "run")
-    resumed = min(r["step"] for r in rows if r["round"] == 1)  # a periodic checkpoint's step (every 3 steps)
-    assert sorted({row["round"] for row in rows}) == [0, 1] and resumed > 0 and resumed % 3 == 0, resumed
+    resumed = min(r["step"] for r in rows if r["round"] == 1)  # the survivor's step, not a periodic checkpoint's
+    running = max(r["step"] for r in rows if r["round"] == 0)  # the step the failure cut short
+    assert sorted({row["round"] for row in rows}) == [0, 1] and resumed == running >= 4, (resumed, running)
     assert trained_once(kept(rows)) == {}
     final, expected = (torch.load(tmp_path / name / "final.pt", weights_only=True) for name in ("run", "reference"))
     assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)
@@ -381,3 +391,58 @@ def test_a_lost_peer_leaves_the_last_completed_step_and_the_next_attempt_trains_
     assert lost <= 1 and (lost == 1 or how == "TERM"), lost  # at most the step running (B's, after A stopped)
     assert trained_once(kept(rows)) == {}, said[-6000:]
     assert "attempt 1 of this run (restarted by its launcher): loaded checkpoint" in said and "survivor.ckpt" in said
+
+
+def test_the_survivor_never_replaces_a_checkpoint_a_callback_keeps(tmp_path, capsys):
+    """A ModelCheckpoint whose own file is named survivor.ckpt keeps it: the survivor writes nothing and says why;
+    next to another callback's files, it writes its own file and leaves theirs as they were."""
+    from accelkit.callbacks import ModelCheckpoint
+    from accelkit.loops import survivor
+    from helpers.models import RegressionModule
+
+    def fitted(callback: ModelCheckpoint) -> tuple[accelkit.Trainer, RegressionModule]:
+        trainer = accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=1, callbacks=[callback], logger=False,
+                                   enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+        module = RegressionModule()
+        trainer.fit(module)
+        return trainer, module
+
+    trainer, module = fitted(ModelCheckpoint(dirpath=tmp_path / "a", filename="survivor", every_n_train_steps=1))
+    theirs = tmp_path / "a" / survivor.SURVIVOR_FILE
+    before = theirs.read_bytes()
+    assert survivor.save_alone(trainer, module, "a test") is None
+    assert theirs.read_bytes() == before
+    assert f"{theirs} is a checkpoint ModelCheckpoint keeps" in capsys.readouterr().out
+    trainer, module = fitted(ModelCheckpoint(dirpath=tmp_path / "b", every_n_train_steps=2, save_top_k=-1))
+    files = {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+    written = survivor.save_alone(trainer, module, "a test")
+    assert written == tmp_path / "b" / survivor.SURVIVOR_FILE
+    assert {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir() if p != written} == files
+    assert torch.load(written, weights_only=False)["global_step"] == trainer.global_step > 0
+
+
+def test_a_checkpoint_cadence_by_time_resumes_a_restarted_attempt(monkeypatch, tmp_path, capsys):
+    """``ModelCheckpoint(train_time_interval=...)``, the cadence docs/elastic.rst recommends (Lightning has no
+    ``every_n_seconds``), writes into the run's folder, where a restarted attempt finds its newest checkpoint."""
+    from datetime import timedelta
+
+    from accelkit.callbacks import ModelCheckpoint
+    from helpers.models import RegressionModule
+
+    def trainer(epochs: int) -> accelkit.Trainer:
+        checkpoint = ModelCheckpoint(train_time_interval=timedelta(microseconds=1), save_top_k=-1)
+        return accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=1, max_epochs=epochs,
+                                default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False,
+                                logger="csv", callbacks=[checkpoint])
+
+    torchrun_attempt(monkeypatch, 0)
+    first = trainer(1)
+    first.fit(RegressionModule())
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    assert len(list(folder.iterdir())) >= first.global_step > 1  # one per step (the interval is 1 microsecond)
+    newest = max(folder.iterdir(), key=lambda p: p.stat().st_mtime)
+    torchrun_attempt(monkeypatch, 1)
+    second = trainer(2)
+    second.fit(RegressionModule())
+    assert f"attempt 1 of this run (restarted by its launcher): loaded checkpoint {newest}" in capsys.readouterr().out
+    assert second.global_step == 2 * first.global_step

@@ -62,16 +62,33 @@ def save_alone(trainer: Trainer, module: Any, why: str) -> Path | None:
         print(f"accelkit: {why}; the run has no checkpoint callback (enable_checkpointing=False), so the last "
               "completed step is not written", flush=True)
         return None
+    path = folders[0][0] / SURVIVOR_FILE
+    owner = _tracked_by(trainer, path)
+    if owner is not None:
+        print(f"accelkit: {why}; the last completed step is not written: {path} is a checkpoint {owner} keeps (its "
+              f"filename is {SURVIVOR_FILE!r}); give that callback another filename", flush=True)
+        return None
     checkpoint = checkpointing.dump(trainer, module, alone=True)
     progress = trainer.run_state.progress
     if resume.in_flight(trainer) and progress.stepping:  # the running batch was counted before its step
         checkpoint["loops"]["batches_that_stepped"] = progress.batches_that_stepped - 1
-    path = ckpt.atomic_save(ckpt.to_cpu(checkpoint), folders[0][0] / SURVIVOR_FILE)
+    ckpt.atomic_save(ckpt.to_cpu(checkpoint), path)
     position = checkpoint["loops"].get(resume.POSITION_KEY) or {}
     print(f"accelkit: {why}; process {strategy.global_rank} wrote the last completed step (epoch "
           f"{checkpoint['epoch']}, step {checkpoint['global_step']}, {position.get('batches', 0)} batch(es) of the "
           f"epoch) alone to {path}: the launcher's next attempt resumes from it", flush=True)
     return path
+
+
+def _tracked_by(trainer: Trainer, path: Path) -> str | None:
+    """The name of the checkpoint callback whose records (its top-k files, best and last checkpoint) hold ``path``,
+    or ``None``: a survivor's file never replaces a checkpoint a callback keeps."""
+    for callback in trainer.checkpoint_callbacks:
+        kept = [*getattr(callback, "best_k_models", {}), getattr(callback, "best_model_path", ""),
+                getattr(callback, "last_model_path", "")]
+        if any(name and Path(name).resolve() == path.resolve() for name in kept):
+            return type(callback).__name__
+    return None
 
 
 def on_failure(trainer: Trainer, module: Any, exc: BaseException) -> Path | None:
@@ -85,7 +102,7 @@ def on_failure(trainer: Trainer, module: Any, exc: BaseException) -> Path | None
     first = (str(exc).strip().splitlines() or [""])[0][:200]
     why = f"a collective failed ({type(exc).__name__}: {first})"
     if not strategy.replicates_state:
-        if strategy.is_global_zero:
+        if strategy.local_rank == 0:
             print(f"accelkit: {why}; the {type(strategy).__name__}'s state is sharded over the processes, so no "
                   "process can write it alone: the launcher's next attempt resumes from the run's last periodic "
                   "checkpoint", flush=True)

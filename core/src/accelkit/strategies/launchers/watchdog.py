@@ -356,15 +356,24 @@ def stop() -> None:
 
 def failed_in_collective(exc: BaseException) -> bool:
     """Whether ``exc`` came out of a collective (a collective timeout, a lost peer): an error of
-    ``torch.distributed`` itself, or, where this process's watchdog runs, one raised while it waited for the
-    other processes (a phase of :data:`WAITING_PREFIXES` other than the set-up, or the backward pass of a step)."""
+    ``torch.distributed`` itself or raised inside its code (a sharded module's gathers), or, where this process's
+    watchdog runs, one raised while it waited for the other processes (a phase of :data:`WAITING_PREFIXES` other
+    than the set-up, or the backward pass of a step)."""
     import torch.distributed as dist
 
-    if isinstance(exc, getattr(dist, "DistError", ())):
+    if isinstance(exc, getattr(dist, "DistError", ())) or _raised_in_distributed(exc):
         return True
     if _active is None or phase() == "setup":
         return False
     return waiting(phase()) or phase() == STEP_PHASE and raised_in_backward(exc)
+
+
+def _raised_in_distributed(exc: BaseException) -> bool:
+    """Whether the innermost Python frame of ``exc``'s traceback is ``torch.distributed``'s code."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith("torch.distributed")
 
 
 def explain(exc: BaseException) -> None:
