@@ -17,6 +17,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -446,3 +447,45 @@ def test_a_checkpoint_cadence_by_time_resumes_a_restarted_attempt(monkeypatch, t
     second.fit(RegressionModule())
     assert f"attempt 1 of this run (restarted by its launcher): loaded checkpoint {newest}" in capsys.readouterr().out
     assert second.global_step == 2 * first.global_step
+
+
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_the_last_completed_step_leaves_out_the_batch_running_and_resumes_as_never_stopped(tmp_path, accumulate):
+    """What a survivor writes from inside a training step (where a collective fails: the gradient exchange of its
+    backward) is the state after the last optimizer step that completed: the running batch, and with gradient
+    accumulation the batches of its window that had not stepped, are not in the step counters nor in the samples
+    trained. Resumed from it, the fit ends with the weights of a fit never stopped."""
+    from accelkit.callbacks import ModelCheckpoint
+    from accelkit.loops import survivor
+    from helpers.models import RegressionModule
+
+    failing_at = 5  # the batch running when the survivor writes (0-based, inside the first of 2 epochs of 8)
+
+    class Failing(RegressionModule):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.current_epoch == 0 and batch_idx == failing_at:
+                survivor.save_alone(self.trainer, self, "a test")
+            return super().training_step(batch, batch_idx)
+
+    def trainer(root: Path) -> accelkit.Trainer:
+        return accelkit.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, default_root_dir=root,
+                                enable_progress_bar=False, enable_model_summary=False,
+                                accumulate_grad_batches=accumulate,
+                                callbacks=[ModelCheckpoint(dirpath=root / "checkpoints", every_n_epochs=5)])
+
+    never_stopped = RegressionModule(batch_size=4)
+    trainer(tmp_path / "reference").fit(never_stopped)
+    trainer(tmp_path / "run").fit(Failing(batch_size=4))
+    written = torch.load(tmp_path / "run" / "checkpoints" / survivor.SURVIVOR_FILE, weights_only=False)
+    stepped = failing_at // accumulate  # the optimizer steps before the running batch (window) began
+    position = written["loops"]["position"]
+    assert (written["global_step"], position["epoch"], position["batches"]) == \
+        (stepped, 0, stepped * accumulate), (written["global_step"], position)
+    assert written["loops"]["batches_that_stepped"] == stepped
+    assert position["ranks"][0]["samples"] == stepped * accumulate * 4  # the samples of the completed batches
+    resumed = RegressionModule(batch_size=4)
+    finish = trainer(tmp_path / "resumed")
+    finish.fit(resumed, ckpt_path=tmp_path / "run" / "checkpoints" / survivor.SURVIVOR_FILE)
+    assert finish.global_step == 16 // accumulate
+    assert all(torch.equal(a, b) for a, b in zip(resumed.state_dict().values(), never_stopped.state_dict().values(),
+                                                 strict=True))

@@ -263,7 +263,7 @@ def _rank_copy(loader: Any, rank: int) -> Any:
 
     from accelkit.strategies.sampler import is_rank_aware, rebuild_loader
 
-    sampler = getattr(loader, "sampler", None)
+    sampler: Any = getattr(loader, "sampler", None)
     if not isinstance(loader, DataLoader) or not is_rank_aware(sampler):
         return None
     theirs = copy.copy(sampler)
