@@ -489,3 +489,29 @@ def test_the_last_completed_step_leaves_out_the_batch_running_and_resumes_as_nev
     assert finish.global_step == 16 // accumulate
     assert all(torch.equal(a, b) for a, b in zip(resumed.state_dict().values(), never_stopped.state_dict().values(),
                                                  strict=True))
+
+
+def test_a_sigterm_to_a_one_process_attempt_saves_its_step_and_the_next_attempt_resumes_there(monkeypatch, tmp_path,
+                                                                                              capsys):
+    """Under a launcher that restarts the run (torchrun's agent stops its processes with SIGTERM before it restarts
+    them), a DDP process ends the batch it is in and saves it (before: SIGTERM ended it at once, keeping only the
+    last periodic checkpoint); the next attempt resumes from that step by itself."""
+    from helpers.models import RegressionModule
+
+    class Stopped(RegressionModule):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            if self.global_step == 2:
+                os.kill(os.getpid(), signal.SIGTERM)  # what torchrun's agent sends (past the checkpoint of step 2)
+            return super().training_step(batch, batch_idx)
+
+    torchrun_attempt(monkeypatch, 0)
+    with pytest.raises(accelkit.errors.TrainingInterrupted, match="SIGTERM stopped training at epoch 0, step 3"):
+        small_trainer(tmp_path, 2).fit(Stopped(n=64))
+    saved = tmp_path / "lightning_logs" / "version_0" / "checkpoints" / "interrupted.ckpt"
+    assert torch.load(saved, weights_only=False)["global_step"] == 3
+    torchrun_attempt(monkeypatch, 1)
+    resumed = small_trainer(tmp_path, 2)
+    resumed.fit(RegressionModule(n=64))
+    said = capsys.readouterr().out
+    assert f"attempt 1 of this run (restarted by its launcher): loaded checkpoint {saved}" in said, said
+    assert resumed.global_step == 16  # 2 epochs of 8 batches: none trained twice, none left out
