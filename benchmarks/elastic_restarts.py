@@ -5,7 +5,8 @@ batch to the next attempt's first, read from the per-batch records of tests/help
     python benchmarks/elastic_restarts.py /tmp/elastic/<test folder>/run/records
 
 One line per attempt after the first: ``attempt N (world W): resumed at step S, L step(s) trained again, restarted
-after T s`` (``L``: the failed attempt's steps past the checkpoint it resumed from; ``T``: from the last batch any
+after T s`` (``L``: the failed attempt's steps past the checkpoint it resumed from, the step running when it failed
+included: 1 where the survivors wrote the last completed step, DDP's ``survivor.ckpt``; ``T``: from the last batch any
 process of the attempt before started to the first batch of this one, which includes torchrun's detection of
 the failure, the rendezvous, the processes' start and the checkpoint's loading). Timings are printed, never
 asserted; they depend on the machine and its load.
