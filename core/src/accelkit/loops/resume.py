@@ -215,9 +215,9 @@ ALONE_KEY = "written_alone_by"
 
 
 def completed_batches(trainer: Trainer) -> int:
-    """The batches of the current epoch whose optimizer step completed: those the loop finished, less the batch
-    running when the run failed (``loop.started`` past ``loop.consumed``) and, with gradient accumulation, the
-    batches of an accumulation window that had not stepped yet (their gradients are not in the weights)."""
+    """The batches of the current epoch whose optimizer step completed: those the loop finished (``loop.consumed``,
+    which the batch running when the run failed is not among), less, with gradient accumulation, the batches of an
+    accumulation window that had not stepped yet (their gradients are not in the weights)."""
     loop = trainer.run_state.fit_loop
     done = int(loop.consumed) if loop is not None else 0
     accumulate = trainer.accumulate_grad_batches

@@ -58,8 +58,10 @@ class ExternalLauncher(InPlaceLauncher):
         before it restarts them) with a strategy whose processes each hold the whole state
         (:attr:`~accelkit.Strategy.replicates_state`): there SIGTERM stops training after the current batch,
         as in place, and the first process of each node writes that step alone (:mod:`accelkit.loops.survivor`)."""
+        from accelkit.environments.base import restart_attempt_of
+
         environment = getattr(strategy, "cluster_environment", None) or self.environment
-        if strategy.replicates_state and getattr(environment, "restart_attempt", None) is not None:
+        if strategy.replicates_state and restart_attempt_of(environment) is not None:
             return super().launch(strategy, function, *args, **kwargs)
         return function(*args, **kwargs)
 
