@@ -326,7 +326,8 @@ def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
 
 
 # ------------------------------------------------------------------ a lost peer: the survivor keeps the last step
-def slurm_task(root: Path, rank: int, world: int, port: int, requeued: int, stop: str = "") -> subprocess.Popen:
+def slurm_task(root: Path, rank: int, world: int, port: int, requeued: int, stop: str = "",
+               timeout_s: float | None = None) -> subprocess.Popen:
     """One task of a requeued-SLURM-like job (the variables ``srun`` sets, one task per node, no ``srun``): a
     launcher that restarts the run (``SLURM_RESTART_COUNT``), so a lost peer makes the survivor keep its last
     completed step. Its output goes to ``root/<launcher>-<requeued>.out``; the fit is elastic_fit.py."""
@@ -339,6 +340,8 @@ def slurm_task(root: Path, rank: int, world: int, port: int, requeued: int, stop
                 "STEP_SLEEP_S": "0"})
     if requeued:
         env["SLURM_RESTART_COUNT"] = str(requeued)
+    if timeout_s is not None:
+        env["ELASTIC_TEST_COLLECTIVE_TIMEOUT_S"] = str(timeout_s)
     root.mkdir(parents=True, exist_ok=True)
     out = open(root / f"{name}-{requeued}.out", "w")  # noqa: SIM115 - closed when the process ends (the child holds it)
     try:
@@ -354,10 +357,13 @@ def lose_a_peer(root: Path, stop: str) -> tuple[list[int], dict, str]:
     from accelkit.loops.survivor import SURVIVOR_FILE
 
     port = free_port()
-    tasks = [slurm_task(root, rank, 2, port, 0, stop) for rank in (0, 1)]
+    hung = stop.endswith(":STOP")  # task B stops itself: A fails at the collective timeout
+    tasks = [slurm_task(root, rank, 2, port, 0, stop, timeout_s=15 if hung else None) for rank in (0, 1)]
     try:
-        for task in tasks:
-            task.wait(timeout=BOUND_S / 2)
+        tasks[0].wait(timeout=BOUND_S / 2)
+        if hung:
+            tasks[1].kill()  # (stopped: SIGKILL ends it all the same)
+        tasks[1].wait(timeout=BOUND_S / 2)
         path = root / "lightning_logs" / "version_0" / "checkpoints" / SURVIVOR_FILE
         assert path.is_file(), output(root)
         survivor = torch.load(path, weights_only=False)
@@ -370,17 +376,18 @@ def lose_a_peer(root: Path, stop: str) -> tuple[list[int], dict, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["KILL", "TERM"])
+@pytest.mark.parametrize("how", ["KILL", "TERM", "STOP"])
 def test_a_lost_peer_leaves_the_last_completed_step_and_the_next_attempt_trains_at_most_one_step_again(tmp_path,
                                                                                                       how):
     """KILL: task B dies in step 5 (before its backward), and task A fails in that step's gradient all-reduce;
     TERM: task A is told to stop (its launcher's SIGTERM) in step 5, ends that step and stops, and B fails in the
-    next one. The survivor A writes the last completed step alone (no collective) as survivor.ckpt, the newest
+    next one; STOP: task B hangs (SIGSTOP) in step 5, and A fails in that step's all-reduce at the collective
+    timeout (15 s). The survivor A writes the last completed step alone (no collective) as survivor.ckpt, the newest
     checkpoint of the run's folder; the requeued attempt, on one task, resumes from it: it trains again at most the
     one step that was running, and every sample of both epochs once."""
     root = tmp_path / "run"
-    statuses, survivor, said = lose_a_peer(root, ("B" if how == "KILL" else "A") + f":5:{how}")
-    completed = 5 if how == "KILL" else 6  # steps whose optimizer step ended before the stop
+    statuses, survivor, said = lose_a_peer(root, ("A" if how == "TERM" else "B") + f":5:{how}")
+    completed = 6 if how == "TERM" else 5  # steps whose optimizer step ended before the stop
     assert statuses[:2] != [0, 0] and statuses[2] == 0, said[-6000:]
     assert "wrote the last completed step (epoch 0, step " + f"{completed}," in said, said[-6000:]
     position = survivor["loops"]["position"]

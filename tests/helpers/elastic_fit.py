@@ -6,9 +6,10 @@ Each training batch appends one JSON line ``{"round", "rank", "world", "epoch", 
 the attempt, as accelkit reads it; ``step``: the global step the batch is trained in; ``idx``: the dataset indices
 of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-rank<R>-pid<P>.jsonl``,
 ``LAUNCHER`` being the name the test gave the launcher that started it (``ELASTIC_TEST_LAUNCHER``).
-``STEP_SLEEP_S`` slows every step down. ``ELASTIC_TEST_STOP=<LAUNCHER>:<STEP>:<KILL|TERM>`` makes the process of
-that launcher send itself SIGKILL or SIGTERM in the first attempt's training step ``STEP`` (after recording it,
-before its backward). At the end global rank zero writes ``ROOT/final.pt`` (DDP) and prints ``done``.
+``STEP_SLEEP_S`` slows every step down. ``ELASTIC_TEST_STOP=<LAUNCHER>:<STEP>:<KILL|TERM|STOP>`` makes the process
+of that launcher send itself SIGKILL, SIGTERM or SIGSTOP (a hung peer) in the first attempt's training step ``STEP``
+(after recording it, before its backward); ``ELASTIC_TEST_COLLECTIVE_TIMEOUT_S`` sets the Trainer's
+``collective_timeout``. At the end global rank zero writes ``ROOT/final.pt`` (DDP) and prints ``done``.
 
 Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY``
 """
@@ -74,7 +75,7 @@ class Recorded(accelkit.Module):
         self.record.flush()
         stop = os.environ.get("ELASTIC_TEST_STOP", "::").split(":")
         if self.attempt == 0 and stop[:2] == [os.environ.get("ELASTIC_TEST_LAUNCHER"), str(self.global_step)]:
-            os.kill(os.getpid(), signal.SIGKILL if stop[2] == "KILL" else signal.SIGTERM)
+            os.kill(os.getpid(), {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}[stop[2]])
         time.sleep(float(os.environ.get("STEP_SLEEP_S", "0")))
         return F.binary_cross_entropy_with_logits(self.net(x), y)
 
@@ -89,9 +90,11 @@ def main(root: str, strategy: str) -> int:
     folder = Path(root)
     accelkit.seed_everything(0)
     model = Recorded(folder)
+    given = os.environ.get("ELASTIC_TEST_COLLECTIVE_TIMEOUT_S")
+    timeout = {"collective_timeout": float(given)} if given else {}
     trainer = accelkit.Trainer(accelerator="cpu", strategy=strategy, devices=1, max_epochs=EPOCHS,
                                default_root_dir=folder, enable_progress_bar=False, enable_model_summary=False,
-                               callbacks=[accelkit.callbacks.ModelCheckpoint(every_n_train_steps=3)])
+                               callbacks=[accelkit.callbacks.ModelCheckpoint(every_n_train_steps=3)], **timeout)
     trainer.fit(model)
     if trainer.is_global_zero:
         if strategy == "ddp":  # (a sharded module's state dict is a collective)
