@@ -66,6 +66,11 @@ class Fabric:
                                                         **settings)
         #: the step's calls as :meth:`_step_calls` decides them for this composition (``None``: not decided yet)
         self._plain_calls: tuple[Callable[[torch.Tensor], Any], bool] | None = None
+        #: what :meth:`backward` calls without a frame of its own: ``Tensor.backward`` where the step is plain
+        #: (:meth:`_step_calls`) and no accumulation window divides the loss; ``None``: :meth:`_backward` decides
+        self._plain_backward: Callable[[torch.Tensor], Any] | None = None
+        #: the set-up optimizers, told how to step (:meth:`FabricOptimizer.follow`) when the plan or the window changes
+        self._optimizer_wrappers: list[FabricOptimizer] = []
         self._callbacks = _as_list(callbacks)
         self._loggers = _as_list(loggers)
         self._launched = False
@@ -79,8 +84,7 @@ class Fabric:
         #: the set-up loader being iterated most recently (what :meth:`gather_for_metrics` and :meth:`accumulate`
         #: read: its last batch, its sampler's padding)
         self.active_loader: FabricDataLoader | None = None
-        #: whether the batch being run is an accumulation step of :meth:`accumulate` (no step, no sync)
-        self.accumulating = False
+        self._accumulating = False
         self._accumulation: dict[int, int] = {}
         self._loss_divisor = 1
         follow_parent()  # a process a ScriptLauncher started ends when its starter is gone
@@ -113,6 +117,7 @@ class Fabric:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_manager"] = None  # pluggy managers hold modules; workers rebuild theirs
+        state["_optimizer_wrappers"] = []  # (set up in the process that runs the loop)
         state["_plugin_objects"] = portable_plugins(self._plugin_objects)
         return state
 
@@ -122,6 +127,15 @@ class Fabric:
         self._register_plugin_objects()
 
     # ----------------------------------------------------------------- properties
+    @property
+    def accumulating(self) -> bool:
+        """Whether the batch being run is an accumulation step of :meth:`accumulate` (no step, no sync)."""
+        return self._accumulating
+
+    @accumulating.setter
+    def accumulating(self, value: bool) -> None:
+        self._set_window(bool(value), self._loss_divisor)
+
     @property
     def strategy(self) -> Any:
         """The :class:`~accelkit.Strategy` of the run."""
@@ -224,6 +238,7 @@ class Fabric:
         settings = {**self._settings, "strategy": "ddp"}
         self._composition = compose_fabric(self.plugin_manager, self._plugin_names, self._plugin_objects, **settings)
         self._plain_calls = None
+        self._step_calls()  # the new composition's plan
         if self._settings["strategy"] != "auto" and self.strategy.is_global_zero:
             print(f"accelkit: Fabric(strategy={strategy.name!r}).launch() without a function: the script runs again "
                   "in each process, as with strategy='ddp' (give launch() a function to start the processes from it "
@@ -315,7 +330,10 @@ class Fabric:
             owner = self._owner_of(optimizer)
         if owner is not None:
             self._optimizer_modules[id(optimizer)] = owner
-        return FabricOptimizer(optimizer, self)
+        wrapper = FabricOptimizer(optimizer, self)
+        self._optimizer_wrappers.append(wrapper)
+        self._plan_fast_paths(self._plain_calls or self._step_calls())
+        return wrapper
 
     def _owner_of(self, optimizer: torch.optim.Optimizer) -> nn.Module | None:
         """The set-up module holding the optimizer's parameters, if any."""
@@ -356,6 +374,14 @@ class Fabric:
     def backward(self, tensor: torch.Tensor, *args: Any, model: Any = None, **kwargs: Any) -> None:
         """Back-propagate ``tensor`` through the strategy and the precision (a gradient scaler scales it); extra
         arguments go to ``Tensor.backward`` (``retain_graph=True``...)."""
+        plain = self._plain_backward
+        if plain is None or args or kwargs or model is not None:
+            self._backward(tensor, args, kwargs, model)
+            return
+        plain(tensor)  # the plain step (no scaler: nothing reads _backward_since_step), outside a window
+
+    def _backward(self, tensor: torch.Tensor, args: tuple, kwargs: dict[str, Any], model: Any) -> None:
+        """:meth:`backward` through the strategy's and the precision's methods where they customise it."""
         if model is not None and not isinstance(model, FabricModule):
             raise TypeError(f"backward(model=...) takes a module set up with Fabric.setup(), got "
                             f"{type(model).__name__}")
@@ -383,8 +409,26 @@ class Fabric:
         plain_step = not getattr(precision, "use_scaler", False) and not is_overridden(
             "optimizer_step", precision, Precision) and not any(
             is_overridden(name, strategy, Strategy) for name in ("reduce_gradients", "optimizer_step", "step_end"))
-        self._plain_calls = (torch.Tensor.backward if plain_backward else strategy.backward, plain_step)
-        return self._plain_calls
+        plan = (torch.Tensor.backward if plain_backward else strategy.backward, plain_step)
+        self._plain_calls = plan
+        self._plan_fast_paths(plan)
+        return plan
+
+    def _plan_fast_paths(self, plan: tuple[Callable[[torch.Tensor], Any], bool]) -> None:
+        """Set the step's paths without frames of their own from the composition's ``plan`` (:meth:`_step_calls`)
+        and the accumulation window: :meth:`backward`'s, and each set-up optimizer's
+        (:meth:`FabricOptimizer.follow <accelkit.fabric.wrappers.FabricOptimizer.follow>`)."""
+        backward, plain_step = plan
+        plain = backward is torch.Tensor.backward and plain_step and self._loss_divisor == 1
+        self._plain_backward = backward if plain else None
+        for wrapper in self._optimizer_wrappers:
+            wrapper.follow(plain_step, self._accumulating)
+
+    def _set_window(self, accumulating: bool, divisor: int) -> None:
+        """Enter or leave an accumulation step of :meth:`accumulate` (``divisor``: each batch's share of the
+        window's loss), and plan the step's fast paths for it."""
+        self._accumulating, self._loss_divisor = accumulating, divisor
+        self._plan_fast_paths(self._plain_calls or self._step_calls())
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         """Step ``optimizer`` (the user's, not the wrapper) through the strategy: gradients reduced where the
@@ -483,12 +527,12 @@ class Fabric:
         loader = self.active_loader
         last = count % every == 0 or (loader is not None and loader.at_last_batch)
         self._accumulation[id(module)] = 0 if last else count
-        self.accumulating, self._loss_divisor = not last, every
+        self._set_window(not last, every)
         try:
             with self.no_backward_sync(module, enabled=not last):
                 yield
         finally:
-            self.accumulating, self._loss_divisor = False, 1
+            self._set_window(False, 1)
 
     def gather_for_metrics(self, data: Any) -> Any:
         """Gather tensors (or collections of them) from every process and join them along the first dimension,

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+from torch.nn.modules import module as module_hooks
 
 from accelkit.strategies.base import StepRouter
 from accelkit.strategies.sampler import set_epoch
@@ -55,6 +58,7 @@ class FabricModule(nn.Module):
         plain = plain_forward(forward_module, fabric.strategy.precision, self._routed)
         if plain is not None:  # the plain precision: calling the wrapper calls the strategy's wrapper, no more
             self.__dict__["forward"] = plain
+            object.__setattr__(self, "__class__", _PlainFabricModule)
 
     @property
     def module(self) -> nn.Module:
@@ -108,7 +112,10 @@ class FabricModule(nn.Module):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("_forward_module", "_original_module", "_fabric", "_forward_methods", "_routed") or \
-                "_original_module" not in self._modules:
+                "_original_module" not in self._modules or \
+                (name.startswith("_") and (name in self.__dict__ or hasattr(nn.Module, name))):
+            # (the last: nn.Module's own state of the wrapper, such as the flag register_full_backward_hook sets
+            # or the call compile() makes, which belongs to the wrapper, not to the user's module)
             super().__setattr__(name, value)
             return
         original = self._original_module
@@ -148,6 +155,56 @@ def plain_forward(forward_module: nn.Module, precision: Any, routed: bool) -> Ca
     return functools.partial(forward_module, "__call__") if routed else forward_module.__call__
 
 
+class _PlainFabricModule(FabricModule):
+    """A :class:`FabricModule` whose precision changes neither the inputs nor the context (:func:`plain_forward`):
+    calling it calls its ``forward`` (the strategy's wrapper's call) without ``nn.Module.__call__``'s hook machinery
+    for this wrapper (the user's module and the strategy's wrapper run theirs as usual), as long as nothing asks for
+    that machinery: a module hook registered globally (``torch.nn.modules.module.register_module_forward_hook``...)
+    is seen at each call, and registering a hook on the wrapper, or ``compile()``, makes it a :class:`FabricModule`
+    called through ``nn.Module.__call__`` from then on (as :class:`~accelkit.strategies.base.StepRouter` does)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if any(_GLOBAL_MODULE_HOOKS):
+            return nn.Module.__call__(self, *args, **kwargs)
+        return self.forward(*args, **kwargs)
+
+    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_forward_pre_hook`; calls run the wrapper's hooks from then on."""
+        return _hooked(self).register_forward_pre_hook(*args, **kwargs)
+
+    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_forward_hook`; calls run the wrapper's hooks from then on."""
+        return _hooked(self).register_forward_hook(*args, **kwargs)
+
+    def register_full_backward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_full_backward_pre_hook`; calls run the wrapper's hooks from then on."""
+        return _hooked(self).register_full_backward_pre_hook(*args, **kwargs)
+
+    def register_full_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_full_backward_hook`; calls run the wrapper's hooks from then on."""
+        return _hooked(self).register_full_backward_hook(*args, **kwargs)
+
+    def register_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`torch.nn.Module.register_backward_hook`; calls run the wrapper's hooks from then on."""
+        return _hooked(self).register_backward_hook(*args, **kwargs)
+
+    def compile(self, *args: Any, **kwargs: Any) -> None:
+        """:meth:`torch.nn.Module.compile`: calls run the compiled call from then on."""
+        _hooked(self).compile(*args, **kwargs)
+
+
+#: torch's registries of module hooks registered globally (``torch.nn.modules.module.register_module_*_hook``),
+#: which ``nn.Module.__call__`` runs for every module
+_GLOBAL_MODULE_HOOKS = (module_hooks._global_backward_pre_hooks, module_hooks._global_backward_hooks,  # noqa: SLF001
+                        module_hooks._global_forward_hooks, module_hooks._global_forward_pre_hooks)  # noqa: SLF001
+
+
+def _hooked(module: FabricModule) -> FabricModule:
+    """``module``, from now on called through ``nn.Module.__call__`` (a hook is being registered on it)."""
+    object.__setattr__(module, "__class__", FabricModule)
+    return module
+
+
 class _ForwardMethod:
     """A marked method of a :class:`FabricModule`, bound: calling it runs the method as the forward."""
 
@@ -176,6 +233,8 @@ class FabricOptimizer:
         self.__dict__.update({k: v for k, v in optimizer.__dict__.items() if k not in self._OWN})
         self._optimizer = optimizer
         self._fabric = fabric
+        #: whether :meth:`step` is the optimizer's own step alone (:meth:`follow`)
+        self._direct_step = False
         # an instance of the user's optimizer class too (torch's schedulers check it)
         self.__class__ = type(f"Fabric{type(optimizer).__name__}", (FabricOptimizer, type(optimizer)), {})
 
@@ -188,16 +247,31 @@ class FabricOptimizer:
         """One optimizer step through the strategy and the precision; returns the closure's loss, if any. Inside
         :meth:`accelkit.Fabric.accumulate` on an accumulation step, nothing (the step comes with the window's last
         batch)."""
+        if self._direct_step and closure is None:  # what the plain strategy and precision come down to
+            self._optimizer.step()
+            return None
         if self._fabric.accumulating:
             return None
         return self._fabric.optimizer_step(self._optimizer, closure)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """The user's optimizer's ``zero_grad`` (nothing on an accumulation step of
-        :meth:`accelkit.Fabric.accumulate`: the window's gradients are kept)."""
+        :meth:`accelkit.Fabric.accumulate`: the window's gradients are kept). Outside those steps the instance's
+        ``zero_grad`` is the user's optimizer's own (:meth:`follow`): the same call, without this method's frame."""
         if self._fabric.accumulating:
             return
         self._optimizer.zero_grad(set_to_none=set_to_none)
+
+    def follow(self, plain_step: bool, accumulating: bool) -> None:
+        """How :meth:`step` and :meth:`zero_grad` run, as the :class:`~accelkit.Fabric` plans them (it calls this
+        when the wrapper is made, and when its composition or :meth:`~accelkit.Fabric.accumulate`'s window
+        changes): ``plain_step`` where neither the strategy nor the precision customises the step (then
+        :meth:`step` is the optimizer's own step), ``accumulating`` on an accumulation step (both do nothing)."""
+        self._direct_step = plain_step and not accumulating
+        if accumulating:
+            self.__dict__.pop("zero_grad", None)
+        else:
+            self.__dict__["zero_grad"] = self._optimizer.zero_grad
 
     def state_dict(self) -> dict[str, Any]:
         """The user's optimizer's state (this process's shard where the strategy shards it)."""
@@ -235,7 +309,9 @@ class FabricDataLoader:
         self._device = device
         self._fabric = fabric
         self._num_iter_calls = 0
-        self._batches_done = 0
+        #: the epoch's batches used: ``_done_before`` plus the numbers ``_drawn`` has given (:attr:`_batches_done`)
+        self._done_before = 0
+        self._drawn = iter(range(_COUNT_END))
         self._skip = 0
         self._epoch = 0
         #: what decided the order of the epoch being read (:func:`accelkit.loops.resume.epoch_start`), saved with
@@ -256,6 +332,16 @@ class FabricDataLoader:
         """Whether the batch being used is the loader's last of the epoch (``False`` once the epoch is exhausted,
         and where the loader has no length)."""
         return self._reading and self._last_index >= 0 and self._batches_done == self._last_index + 1
+
+    @property
+    def _batches_done(self) -> int:
+        """The batches of the epoch used so far: those counted before the epoch's counter started, plus the numbers
+        it has given (one as each batch passes, in C: :meth:`__iter__`)."""
+        return self._done_before + _COUNT_END - operator.length_hint(self._drawn)
+
+    @_batches_done.setter
+    def _batches_done(self, done: int) -> None:
+        self._done_before, self._drawn = done, iter(range(_COUNT_END))
 
     @property
     def device(self) -> torch.device | None:
@@ -298,17 +384,17 @@ class FabricDataLoader:
             resume.restore_epoch_start(self._loader, start)
         source = resume.skip_batches(self._loader, skip) if skip else self._loader
         self._last_index, self._reading = (total - 1 if total is not None else -1), True
-        batches = enumerate(source, start=skip)
-        for index, batch in batches:  # the first batch: the random streams, the transfer decided
+        batches = iter(source)
+        for batch in batches:  # the first batch: the random streams, the transfer decided
             if now is not None:  # the order is drawn: the random streams go on as they were
                 resume.set_rng_states(now)
             to_device = self._transfer(batch)
-            self._batches_done = index + 1  # in use from here: a save during its step counts it as read
+            self._batches_done = skip + 1  # in use from here: a save during its step counts it as read
             yield to_device(batch)
+            # the others: zip draws a number from the counter as each batch passes (in use from there, as the
+            # first), and no Python frame runs per batch beyond the transfer
+            yield from map(to_device, map(_FIRST, zip(batches, self._drawn, strict=False)))
             break
-        for index, batch in batches:
-            self._batches_done = index + 1
-            yield to_device(batch)
         self._reading = False
 
     def _transfer(self, first: Any) -> Callable[[Any], Any]:
@@ -353,6 +439,11 @@ class FabricDataLoader:
 
 def _unchanged(batch: Any) -> Any:
     return batch
+
+
+#: the end of a loader's batch counter (:attr:`FabricDataLoader._batches_done`): more numbers than batches
+_COUNT_END = sys.maxsize
+_FIRST = operator.itemgetter(0)
 
 
 def is_wrapped(obj: Any) -> bool:
