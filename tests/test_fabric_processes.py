@@ -45,9 +45,12 @@ def test_ddp_launch_runs_the_script_again_as_the_other_rank(prewarmed, tmp_path:
     assert result["broadcast"] == result["pid"]  # rank 0 is the process the test started
 
 
-def test_ddp_spawn_launch_runs_the_function_and_returns_rank_zeros_result(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork", "ddp_notebook"])
+def test_ddp_spawn_launch_runs_the_function_and_returns_rank_zeros_result(prewarmed, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                          strategy: str) -> None:
+    """``launch(function)`` on each strategy that starts its processes from a function (spawned or forked)."""
     out = tmp_path / "result.json"
-    proc = _run(prewarmed, tmp_path, "spawn", "ddp_spawn", out)
+    proc = _run(prewarmed, tmp_path, "spawn", strategy, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     _check_data_parallel(result)
