@@ -345,60 +345,27 @@ def test_a_mixed_precision_without_a_gradient_scaler_steps_plainly(tmp_path, sca
     assert opt.trainer.global_step == len(BATCHES)
 
 
-def test_a_plain_batch_runs_these_frames_of_the_loops_and_no_more(tmp_path):
-    """The Python frames of ``accelkit.loops`` one plain automatic batch runs (no hook overridden, no profiler):
-    the batch, its step, the closure and the module's ``training_step`` call, the gradient-clipping check
-    (``gradient_clip_val`` is read at each step, as in Lightning) and the step's count; nothing forwards a call
-    (``run_batch`` used to hand every batch to a second method)."""
-    import sys
-
-    opt = optimization(Net(), tmp_path)
-    opt.run_batch(BATCHES[0], 0, boundary=True)  # warm-up: the optimizer's state exists
-    frames: list[str] = []
-
-    def trace(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and "/accelkit/loops/" in frame.f_code.co_filename:
-            frames.append(frame.f_code.co_name)
-
-    previous = sys.getprofile()
-    sys.setprofile(trace)
-    try:
-        opt.run_batch(BATCHES[1], 1, boundary=True)
-    finally:
-        sys.setprofile(previous)
-    assert frames == ["run_batch", "_step", "closure", "_module_training_step", "_clip_to_trainer", "_end_step",
-                      "advance_step"], frames
-
-
-def test_a_plain_batch_that_steps_runs_one_frame_of_the_loops_around_training_step(tmp_path):
-    """With nothing around the step (no hook of the step overridden, no callback, no accumulation, no profiler), the
-    batch the fit loop runs (:meth:`Optimization.batch_runner`) is one frame of the loops besides the Module's
-    ``training_step`` call and the step's count: the closure's phases and the step inline, the clipping check
-    without a call while ``gradient_clip_val`` is unset. Anything around the step, or accumulation, keeps the
-    general batch (whose frames the test above lists)."""
-    import sys
-
-    opt = optimization(Net(), tmp_path)
-    run_batch = opt.batch_runner()
-    run_batch(BATCHES[0], 0, boundary=True)  # warm-up: the optimizer's state exists
-    frames: list[str] = []
-
-    def trace(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and "/accelkit/loops/" in frame.f_code.co_filename:
-            frames.append(frame.f_code.co_name)
-
-    previous = sys.getprofile()
-    sys.setprofile(trace)
-    try:
-        output, stepped = run_batch(BATCHES[1], 1, boundary=True)
-    finally:
-        sys.setprofile(previous)
-    assert frames == ["plain_batch", "_module_training_step", "advance_step"], frames
-    assert stepped and set(output) == {"loss"} and opt.trainer.global_step == 2
-    # its phases bound once (plain_batch_runner): fewer instructions than the method that read them from the object
-    from helpers.instructions import instructions
-    assert instructions(lambda: run_batch(BATCHES[2], 2, boundary=True), within="accelkit/loops/") <= 68  # (75)
-    opt.accumulate = 2
-    assert opt.batch_runner() == opt.run_batch
-    for hooked in (optimization(HookedNet(), tmp_path), optimization(Net(), tmp_path, callbacks=(StepRecorder(),))):
-        assert hooked.batch_runner() == hooked.run_batch
+def test_the_epochs_batch_runner_trains_as_run_batch_with_clipping_changed_mid_run(tmp_path):
+    """What the fit loop runs per batch (:meth:`Optimization.batch_runner`, asked once per epoch) trains as
+    :meth:`Optimization.run_batch` does: the same outputs, parameters and step count, ``gradient_clip_val`` read at
+    each step (set after the second batch, it clips from the third on, as Lightning reads it)."""
+    results = []
+    for choose in (Optimization.batch_runner, lambda opt: opt.run_batch):
+        module = Net()
+        opt = optimization(module, tmp_path)
+        run_batch = choose(opt)
+        outputs = []
+        for i, batch in enumerate(BATCHES):
+            if i == 2:
+                opt.trainer.gradient_clip_val = 0.01
+            output, stepped = run_batch(batch, i, boundary=True)
+            assert stepped and set(output) == {"loss"}
+            outputs.append(float(output["loss"]))
+        results.append((outputs, [p.detach().clone() for p in module.parameters()], opt.trainer.global_step))
+    (outputs_a, params_a, steps_a), (outputs_b, params_b, steps_b) = results
+    assert outputs_a == outputs_b and steps_a == steps_b == len(BATCHES)
+    for a, b in zip(params_a, params_b, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    unclipped = Net()
+    train(optimization(unclipped, tmp_path))
+    assert not torch.equal(unclipped.layer.weight, params_a[0])  # the clipping set mid-run took effect

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelkit.loops.captured import captured_step
-from accelkit.loops.hooks import HookCaller, accepts_positional, profiled
+from accelkit.loops.hooks import STEP_HOOKS, HookCaller, accepts_positional, profiled
 from accelkit.module.module import Module
 from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
@@ -97,6 +97,10 @@ class Optimization:
         self.accumulate: int = trainer.accumulate_grad_batches
         #: the Module's ``lr_scheduler_step`` (its default steps the scheduler)
         self.scheduler_hook = hooks.module_default("lr_scheduler_step")
+        #: each hook of :data:`~accelkit.loops.hooks.STEP_HOOKS`: the callbacks that override it, then the Module's
+        #: (planned once; empty where nothing overrides it)
+        self._step_hooks: dict[str, list[Callable[..., Any]]] = {
+            name: [*hooks.callback_plan(name), *self._module_hooks(name)] for name in STEP_HOOKS}
         self._plan_training_step()
         self._plan_backward()
         self._plan_step()
@@ -139,12 +143,10 @@ class Optimization:
         the defaults, else the strategy's)."""
         hooks, strategy = self.hooks, self.strategy
         # the watchdog of a distributed run sees the backward pass on the training thread's stack: no note here
-        self._before_backward: list[Callable[[torch.Tensor], Any]] = [
-            *hooks.callback_plan("on_before_backward"), *self._module_hooks("on_before_backward")]
+        self._before_backward: list[Callable[[torch.Tensor], Any]] = [*self._step_hooks["on_before_backward"]]
         if not self.automatic:
             self._before_backward.append(self._arm_manual_backward)
-        self._after_backward: list[Callable[[], Any]] = [
-            *hooks.callback_plan("on_after_backward"), *self._module_hooks("on_after_backward")]
+        self._after_backward: list[Callable[[], Any]] = self._step_hooks["on_after_backward"]
         self._backward_hook = hooks.module_hook("backward")
         plain = _defaults(strategy, Strategy, "backward") and all(p.passes_through() for p in self._precisions())
         self._backward_pass: Callable[..., Any] = (
@@ -159,8 +161,7 @@ class Optimization:
     def _plan_step(self) -> None:
         """The zero-grad and optimizer-step phases and ``optimizer_step`` itself."""
         hooks, strategy = self.hooks, self.strategy
-        self._before_zero: list[Callable[[torch.optim.Optimizer], Any]] = [
-            *hooks.callback_plan("on_before_zero_grad"), *self._module_hooks("on_before_zero_grad")]
+        self._before_zero: list[Callable[[torch.optim.Optimizer], Any]] = self._step_hooks["on_before_zero_grad"]
         self._zero_grad_hook = hooks.module_hook("optimizer_zero_grad")
         self._zero: Callable[[torch.optim.Optimizer], Any] = (
             _ZERO_GRAD if self._zero_grad_hook is None else self._call_zero_grad_hook)
@@ -172,7 +173,7 @@ class Optimization:
             p.passes_through() for p in self._precisions())
         self._before_step: list[Callable[[torch.optim.Optimizer], Any]] = [
             *([] if plain else [strategy.reduce_gradients, self.precision.unscale_gradients]),
-            *hooks.callback_plan("on_before_optimizer_step"), *self._module_hooks("on_before_optimizer_step")]
+            *self._step_hooks["on_before_optimizer_step"]]
         clip_hook = self._clip_hook = hooks.module_hook("configure_gradient_clipping")
         if self.automatic:
             self._before_step.append(self._clip_to_trainer if clip_hook is None else self._call_clip_hook)
