@@ -248,10 +248,10 @@ def test_global_step_counts_optimizer_steps_only(tmp_path):
     assert not torch.equal(module.layer.weight, before)
 
 
-@pytest.mark.parametrize("plain", [False, True], ids=["run_batch", "plain batch"])
-def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, plain):
-    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted
-    (through :meth:`Optimization.run_batch` and through the plain batch the fit loop runs alike)."""
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, accumulate):
+    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted, with
+    or without accumulation."""
 
     class Skipping(Net):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -259,15 +259,15 @@ def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, plain):
 
     module = Skipping()
     opt = optimization(module, tmp_path)
-    run_batch = opt.batch_runner() if plain else opt.run_batch
-    assert (run_batch == opt.run_batch) is not plain
+    opt.accumulate = accumulate
+    run_batch = opt.batch_runner()
     before = module.layer.weight.detach().clone()
     with pytest.warns(UserWarning, match="returned None for batch 0"):
-        run_batch(BATCHES[0], 0, boundary=True)
+        run_batch(BATCHES[0], 0, boundary=accumulate == 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         output, stepped = run_batch(BATCHES[1], 1, boundary=True)
-    assert output is None and stepped and opt.trainer.global_step == 2
+    assert output is None and stepped and opt.trainer.global_step == (2 if accumulate == 1 else 1)
     assert torch.equal(module.layer.weight, before)
 
 
@@ -348,7 +348,8 @@ def test_a_mixed_precision_without_a_gradient_scaler_steps_plainly(tmp_path, sca
 def test_the_epochs_batch_runner_trains_as_run_batch_with_clipping_changed_mid_run(tmp_path):
     """What the fit loop runs per batch (:meth:`Optimization.batch_runner`, asked once per epoch) trains as
     :meth:`Optimization.run_batch` does: the same outputs, parameters and step count, ``gradient_clip_val`` read at
-    each step (set after the second batch, it clips from the third on, as Lightning reads it)."""
+    each step (set after the second batch, it clips from the third on, as Lightning reads it) although the runner
+    was made before it was set."""
     results = []
     for choose in (Optimization.batch_runner, lambda opt: opt.run_batch):
         module = Net()
@@ -369,3 +370,61 @@ def test_the_epochs_batch_runner_trains_as_run_batch_with_clipping_changed_mid_r
     unclipped = Net()
     train(optimization(unclipped, tmp_path))
     assert not torch.equal(unclipped.layer.weight, params_a[0])  # the clipping set mid-run took effect
+
+
+def test_every_step_hook_is_called_by_the_eager_step_and_refused_by_the_captured_one(tmp_path):
+    """The hooks of the automatic step are listed once (``loops.hooks.STEP_HOOKS``): a callback overriding any of
+    them is called by the eager step, once per batch that steps, and the captured step refuses it by the same list
+    (a new step hook is added in one place)."""
+    from accelkit.loops import captured, hooks
+
+    assert set(captured.CALLBACK_HOOKS) == set(hooks.STEP_HOOKS)
+    assert set(captured.MODULE_HOOKS) == set(hooks.STEP_HOOKS) | set(hooks.STEP_OVERRIDES)
+    recorder = StepRecorder()  # overrides each of them
+    opt = optimization(Net(), tmp_path, callbacks=(recorder,))
+    train(opt)
+    assert sorted(set(recorder.calls)) == sorted(hooks.STEP_HOOKS)
+    assert all(recorder.calls.count(name) == len(BATCHES) for name in hooks.STEP_HOOKS), recorder.calls
+
+
+def test_an_overridden_optimizer_step_gets_a_closure_that_back_propagates_once(tmp_path):
+    """Lightning's closure: an ``optimizer_step`` override that calls it twice before stepping gets the same loss
+    back and the batch is back-propagated once (the parameters end as with the default step)."""
+
+    class CallsTwice(HookedNet):
+        def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+            first = optimizer_closure()
+            assert optimizer_closure() is first
+            optimizer.step(closure=optimizer_closure)
+
+    default, twice = Net(), CallsTwice()
+    train(optimization(default, tmp_path))
+    opt = optimization(twice, tmp_path)
+    train(opt)
+    assert twice.calls.count("backward") == len(BATCHES) and opt.trainer.global_step == len(BATCHES)
+    for a, b in zip(default.parameters(), twice.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_an_optimizer_that_evaluates_the_loss_itself_reruns_the_step_per_evaluation(tmp_path):
+    """LBFGS with the default ``optimizer_step``: each evaluation runs ``training_step``, zero-grad and backward anew
+    (as Lightning's closure), and one step is counted per batch."""
+
+    class Lbfgs(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def on_after_backward(self) -> None:
+            self.calls.append("backward")
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.LBFGS(self.parameters(), lr=0.1, max_iter=3)
+
+    module = Lbfgs()
+    opt = optimization(module, tmp_path)
+    before = module.layer.weight.detach().clone()
+    train(opt)
+    assert opt.trainer.global_step == len(BATCHES)
+    assert module.calls.count("backward") > len(BATCHES)  # several evaluations per step
+    assert not torch.equal(module.layer.weight, before)

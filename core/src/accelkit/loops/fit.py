@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import warnings
 from collections.abc import Iterator
@@ -300,25 +301,29 @@ class FitLoop:
 
     def _steps(self, batches: Iterator[tuple[int, Any, bool]], start: int, plan: _EpochPlan,
                restore_rng: Any) -> tuple[int, bool]:
-        """The general loop over an epoch's batches: every hook around the step. Returns the last batch index run
-        and whether ``on_train_batch_start`` skipped the rest of the epoch."""
+        """The loop over an epoch's batches, in Lightning's order: the watchdog's note, ``on_train_batch_start``, the
+        batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`'s), the epoch's end
+        at its last batch, ``on_train_batch_end``, then what may be due (:meth:`_after_batch`). The batch hooks are
+        lists planned at the epoch's start, empty where nothing overrides them. Returns the last batch index run and
+        whether ``on_train_batch_start`` skipped the rest of the epoch."""
         trainer = self.trainer
-        optim, progress = plan.optim, trainer.run_state.progress
-        accumulate, automatic, run_batch = optim.accumulate, plan.automatic, plan.run_batch
-        publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
+        progress, run_batch, log_every = trainer.run_state.progress, plan.run_batch, trainer.log_every_n_steps
+        accumulate = plan.optim.accumulate if plan.automatic else 1  # (a manual batch always counts as stepping)
+        every = accumulate == 1
         start_cbs, start_m, step_scheds = plan.start_cbs, plan.start_m, plan.step_scheds
         # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
         end_fns = plan.end_cbs if plan.end_m is None else [*plan.end_cbs, plan.end_m]
         metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
+        validates = bool(self.val_loaders)  # (validation may be due after any batch)
         batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
-        first = True
-        for batch_idx, batch, is_last in batches:
-            if first:  # the epoch's first batch: the previous epoch's last-batch flag goes (or stays: one batch)
-                first = False
-                progress.begin_batch(is_last)
-                if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
-                    resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-            elif is_last:  # (the flag changes only here: no call per batch)
+        first = next(batches, None)  # (the loader starts)
+        if first is None:
+            return batch_idx, False
+        progress.begin_batch(first[2])  # the previous epoch's last-batch flag goes (or stays: one batch)
+        if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
+            resume_mod.set_rng_states(restore_rng, trainer.accelerator)
+        for batch_idx, batch, is_last in itertools.chain((first,), batches):
+            if is_last:  # (the flag changes only here: no call per batch)
                 progress.begin_batch(True)
             if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
@@ -327,37 +332,47 @@ class FitLoop:
                 fn(batch, batch_idx)
             if start_m is not None and start_m(batch, batch_idx) == -1:
                 return batch_idx, True
-            if automatic:
-                boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
-                progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
-                output, stepped = run_batch(batch, batch_idx, boundary)
-                if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
-                    self._step_step_schedulers(step_scheds)
-            else:
-                boundary = True  # (a manual batch counts)
-                progress.count_batch()
-                stepped_before = trainer.global_step
-                output = optim.training_step(batch, batch_idx)
-                stepped = trainer.global_step != stepped_before
+            boundary = every or progress.accumulation_boundary(batch_idx, accumulate)
+            progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
+            output, stepped = run_batch(batch, batch_idx, boundary)
+            if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
+                self._step_step_schedulers(step_scheds)
             self.consumed = batch_idx + 1
             if is_last:
                 progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
                 self._step_epoch_schedulers(plan.epoch_scheds)
             for fn in end_fns:
                 fn(output, batch, batch_idx)
-            if boundary and (not progress.batches_that_stepped % log_every or progress.should_stop):
-                publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
-            if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
-                self._validate_in_epoch(stepped)
-            if stop is not None:
+            # one test tells a batch after which nothing but a signal's stop can be due (none of these has a side
+            # effect); what can change within the epoch (a requested stop, max_steps, max_time) is read at every batch
+            if is_last or validates or progress.should_stop or not progress.batches_that_stepped % log_every or \
+                    trainer.max_time is not None or trainer.max_steps >= 0 and \
+                    trainer.max_steps <= progress.global_step:
+                if self._after_batch(batch_idx, is_last, boundary, stepped, stop):
+                    return batch_idx, False
+            elif stop is not None:  # what _after_batch does when nothing else is due
                 stop.report(progress.global_step)
                 if stop.pending() and self._interrupt_due(stop):
                     return batch_idx, False
-            if (progress.should_stop or trainer.max_time is not None or
-                    trainer.max_steps >= 0 and trainer.max_steps <= progress.global_step) and \
-                    self._stop_within_epoch():
-                break  # the cheap test first: most runs set none of these, and max_steps matters once reached
         return batch_idx, False
+
+    def _after_batch(self, batch_idx: int, is_last: bool, boundary: bool, stepped: bool, stop: Any) -> bool:
+        """What may be due after a training batch, in Lightning's order: the step's log (every
+        ``log_every_n_steps`` batches that stepped, or at a requested stop), validation, a signal's stop
+        (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`), the limits; ``True``: the epoch ends
+        here."""
+        trainer = self.trainer
+        progress = trainer.run_state.progress
+        if boundary and (not progress.batches_that_stepped % trainer.log_every_n_steps or progress.should_stop):
+            trainer.run_state.active_publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
+        if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
+            self._validate_in_epoch(stepped)
+        if stop is not None:
+            stop.report(progress.global_step)
+            if stop.pending() and self._interrupt_due(stop):
+                return True
+        return (progress.should_stop or trainer.max_time is not None or
+                0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch()
 
     def _step_step_schedulers(self, configs: list[Any]) -> None:
         """After an optimizer step: step the step-interval schedulers in ``configs`` whose ``frequency`` the
