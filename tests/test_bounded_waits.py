@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -261,23 +262,24 @@ def test_a_collective_failing_in_backward_gets_the_diagnosis(store):
 
 
 def test_a_distributed_run_notes_one_phase_per_step_and_none_around_backward(store, tmp_path):
-    """The training loop notes each step (its step and batch, ``training_step``) and nothing else per step: the plain
-    epoch writes ``mark_step``'s note itself (``watchdog.step_note``), with no call into the watchdog per batch."""
+    """The training loop notes each step (its step and batch, ``training_step``) through ``watchdog.mark_step``,
+    once per batch, and nothing else per step (the backward pass is seen from the stack, without a note)."""
     from helpers.models import RegressionModule, quiet_trainer
 
     calls = collections.Counter()
     notes: list[tuple] = []
+    dog: Any = None
 
     class Notes(RegressionModule):
         def training_step(self, batch, batch_idx):
-            notes.append(tuple(watchdog.step_note())[:3])  # what the watchdog's thread reads during the step
+            notes.append(dog.own_note(backward=False)[:3])  # what the watchdog's thread reads during the step
             return super().training_step(batch, batch_idx)
 
     def trace(frame, event, arg):
         if event == "call" and frame.f_code.co_filename == watchdog.__file__:
             calls[frame.f_code.co_name] += 1
 
-    watchdog.start(store, 0, 2, timeout_s=20)  # what a distributed run's worker has: the loop notes its phases
+    dog = watchdog.start(store, 0, 2, timeout_s=20)  # what a distributed run's worker has: the loop notes its phases
     trainer = quiet_trainer(tmp_path, max_steps=6, enable_model_summary=False, limit_val_batches=0)
     sys.settrace(trace)
     try:
@@ -287,5 +289,5 @@ def test_a_distributed_run_notes_one_phase_per_step_and_none_around_backward(sto
         watchdog.stop()
     assert trainer.global_step == 6
     assert notes == [(step, step % 4, "training_step") for step in range(6)], notes
-    assert calls["mark_step"] == 0 and calls["step_note"] == 2 + len(notes), calls  # (the loop: once per epoch)
+    assert calls["mark_step"] == len(notes), calls
     assert calls["mark"] == 0, calls

@@ -1,13 +1,10 @@
-"""The fit loop's plain epoch (``FitLoop._plain_steps``): an epoch with nothing around the step runs its batches
-in a loop without the tests of what it lacks. It must train, count, log, validate, stop and checkpoint exactly as
-the general loop (``FitLoop._steps``) does: each scenario runs a plain fit and the same fit with a batch callback
-that does nothing (which makes every epoch general), and compares weights, counters, metrics, logged rows and the
-checkpoint written at the end."""
+"""The fit loop's epoch: a fit with nothing around the step trains, counts, logs, validates, stops and checkpoints
+exactly as the same fit with a batch callback that does nothing: each scenario runs both and compares weights,
+counters, metrics, logged rows and the checkpoint written at the end."""
 
 from __future__ import annotations
 
 import csv
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +17,7 @@ from helpers.models import RegressionModule, quiet_trainer
 
 
 class BatchEndNoOp(accelkit.Callback):
-    """Overrides ``on_train_batch_end`` and does nothing: its presence alone makes every epoch general."""
+    """Overrides ``on_train_batch_end`` and does nothing: a fit with it must end as the same fit without it."""
 
     def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         pass
@@ -54,7 +51,7 @@ class SetsMaxSteps(RegressionModule):
 
 
 class StopsAtEpochStart(accelkit.Callback):
-    """Requests a stop when epoch ``epoch`` starts (an epoch-level callback: the epoch stays plain)."""
+    """Requests a stop when epoch ``epoch`` starts (an epoch-level callback, no batch hook)."""
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
@@ -78,24 +75,13 @@ class SavesMidEpoch(accelkit.Callback):
 def fit(folder: Path, general: bool, module: accelkit.Module | None = None, callbacks: tuple = (),
         ckpt_path: Path | None = None, **options: Any) -> dict[str, Any]:
     """One fit (``general``: with :class:`BatchEndNoOp`), and what it left: weights, counters, metrics, the
-    CSV logger's rows, the checkpoint written after it, and which of the fit loop's batch loops ran."""
+    CSV logger's rows and the checkpoint written after it."""
     torch.manual_seed(0)
     module = module if module is not None else RegressionModule()
     logger = accelkit.loggers.CSVLogger(folder, name="", version=0)
     trainer = quiet_trainer(folder, logger=logger, max_epochs=options.pop("max_epochs", 3),
                             callbacks=[*callbacks, *([BatchEndNoOp()] if general else [])], **options)
-    loops: set[str] = set()
-
-    def seen(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename.endswith("accelkit/loops/fit.py"):
-            loops.add(frame.f_code.co_name)
-
-    previous = sys.getprofile()
-    sys.setprofile(seen)
-    try:
-        trainer.fit(module, ckpt_path=ckpt_path)
-    finally:
-        sys.setprofile(previous)
+    trainer.fit(module, ckpt_path=ckpt_path)
     trainer.save_checkpoint(folder / "end.ckpt")
     checkpoint = torch.load(folder / "end.ckpt", weights_only=False)
     checkpoint["callbacks"] = {k: v for k, v in checkpoint.get("callbacks", {}).items() if "BatchEndNoOp" not in k}
@@ -105,7 +91,7 @@ def fit(folder: Path, general: bool, module: accelkit.Module | None = None, call
             "counters": (trainer.global_step, trainer.current_epoch, trainer.should_stop),
             "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
             "logged_metrics": {k: float(v) for k, v in trainer.logged_metrics.items()},
-            "rows": rows, "checkpoint": checkpoint, "loops": loops & {"_plain_steps", "_steps"}}
+            "rows": rows, "checkpoint": checkpoint}
 
 
 def assert_same_checkpoint(a: Any, b: Any, where: str = "checkpoint") -> None:
@@ -124,9 +110,8 @@ def assert_same_checkpoint(a: Any, b: Any, where: str = "checkpoint") -> None:
         assert a == b, (where, a, b)
 
 
-def assert_same_fit(plain: dict[str, Any], general: dict[str, Any], plain_loops: set[str]) -> None:
-    """The plain fit ran ``plain_loops``, the general one only the general loop, with the same results."""
-    assert plain["loops"] == plain_loops and general["loops"] == {"_steps"}, (plain["loops"], general["loops"])
+def assert_same_fit(plain: dict[str, Any], general: dict[str, Any]) -> None:
+    """The fit without a batch callback and the fit with one that does nothing ended alike."""
     assert_same_weights(plain["weights"], general["weights"])
     for key in ("counters", "callback_metrics", "logged_metrics", "rows"):
         assert plain[key] == general[key], key
@@ -146,101 +131,36 @@ SCENARIOS = {
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_a_plain_epoch_trains_logs_and_stops_as_the_general_loop(tmp_path, scenario):
+def test_an_epoch_without_batch_hooks_trains_logs_and_stops_as_one_with_them(tmp_path, scenario):
     """(a) max_steps reached mid-epoch, or set mid-run by the module, (b) a stop requested from training_step or from
     an epoch-level callback, validation at the epoch's end, (d) limit_train_batches, (e) log_every_n_steps, a time
-    limit set (not reached): the plain epoch and the general one give identical weights, counters, metrics, logged
-    rows and checkpoints."""
+    limit set (not reached): a fit without batch hooks and the same fit with a batch callback that does nothing give
+    identical weights, counters, metrics, logged rows and checkpoints."""
     options = {k: (v() if callable(v) else v) for k, v in SCENARIOS[scenario].items()}
     plain = fit(tmp_path / "plain", general=False, **options)
     options = {k: (v() if callable(v) else v) for k, v in SCENARIOS[scenario].items()}
     general = fit(tmp_path / "general", general=True, **options)
-    assert_same_fit(plain, general, {"_plain_steps"})
+    assert_same_fit(plain, general)
 
 
-def test_validation_within_the_epoch_takes_the_general_loop_with_the_same_results(tmp_path):
-    """(c) ``val_check_interval`` within the epoch: the plain fit's epochs take the general loop too (validation
-    may be due after any batch), with the same results."""
+def test_validation_within_the_epoch_gives_the_same_results_with_or_without_batch_hooks(tmp_path):
+    """(c) ``val_check_interval`` within the epoch (validation may be due after any batch): the same results with or
+    without a batch callback that does nothing, and validation ran."""
     plain = fit(tmp_path / "plain", general=False, val_check_interval=2, limit_val_batches=1)
     general = fit(tmp_path / "general", general=True, val_check_interval=2, limit_val_batches=1)
-    assert_same_fit(plain, general, {"_steps"})
+    assert_same_fit(plain, general)
     assert any(row.get("val_loss") for row in plain["rows"])
 
 
-def test_a_fit_resumed_mid_epoch_runs_as_the_general_loop(tmp_path):
-    """(f) A fit resumed from a checkpoint written inside an epoch: its first epoch (random states put back once
-    the loader started) takes the general loop, the later ones the plain loop, with the results of a resumed fit
-    whose epochs are all general."""
+def test_a_fit_resumed_mid_epoch_gives_the_same_results_with_or_without_batch_hooks(tmp_path):
+    """(f) A fit resumed from a checkpoint written inside an epoch (random states put back once the loader started)
+    ends as the same resumed fit with a batch callback that does nothing."""
     path = tmp_path / "mid.ckpt"
     fit(tmp_path / "first", general=True, callbacks=(SavesMidEpoch(path, step=6),), max_epochs=2)
     plain = fit(tmp_path / "plain", general=False, ckpt_path=path)
     general = fit(tmp_path / "general", general=True, ckpt_path=path)
-    assert_same_fit(plain, general, {"_steps", "_plain_steps"})
+    assert_same_fit(plain, general)
     assert plain["counters"][0] == 12
-
-
-def test_a_plain_epoch_runs_fewer_instructions_per_batch_in_the_fit_loop(tmp_path):
-    """The plain epoch's cut, counted in Python instructions (no clock): per batch, the fit loop's own code
-    (``accelkit/loops/fit.py``) runs fewer instructions than in the general loop of the same fit, whose batch
-    callback does nothing. On the code before the plain epoch both ran the same loop."""
-    def per_batch(general: bool) -> float:
-        by_code = second_epoch_instructions(tmp_path, 64, (BatchEndNoOp(),) if general else ())
-        return sum(n for code, n in by_code.items() if code.co_filename.endswith("accelkit/loops/fit.py") and
-                   code.co_name in ("_plain_steps", "_steps")) / 8
-
-    plain, general = per_batch(False), per_batch(True)
-    assert plain <= general - 15, (plain, general)
-
-
-def second_epoch_instructions(folder: Path, n: int, callbacks: tuple[Any, ...] = ()) -> dict[Any, int]:
-    """Python instructions per code object that the second epoch of a two-epoch fit of ``RegressionModule(n=n)``
-    (with ``callbacks``) runs, from its ``on_train_epoch_start`` to its ``on_train_epoch_end``."""
-    from helpers.instructions import opcode_counter
-
-    counter = opcode_counter()
-
-    class Counts(accelkit.Callback):
-        def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
-            counter.counting = trainer.current_epoch == 1
-
-        def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
-            counter.counting = False
-
-    previous = sys.gettrace()
-    counter.install()
-    try:
-        quiet_trainer(folder, max_epochs=2, callbacks=[Counts(), *callbacks]).fit(RegressionModule(n=n))
-    finally:
-        sys.settrace(previous)
-    return dict(counter.by_code)
-
-
-def loop_instructions_per_batch(folder: Path) -> float:
-    """Python instructions the fit loop's and its data's code (``loops/fit.py``, ``loops/data.py``) run per batch of
-    a plain epoch: what a 16-batch epoch (the fit's second) costs more than an 8-batch one, so that the epoch's own
-    start and end cancel out."""
-    def epoch(n: int) -> int:
-        return sum(count for code, count in second_epoch_instructions(folder, n).items()
-                   if code.co_filename.endswith(("accelkit/loops/fit.py", "accelkit/loops/data.py")))
-
-    return (epoch(128) - epoch(64)) / 8
-
-
-def test_a_plain_epoch_reads_its_loader_ahead_in_its_own_frame(tmp_path):
-    """The plain epoch reads one batch ahead in its own loop (no generator's frame between it and the loader) and
-    marks every batch as stepping once: per batch, the fit loop's and its data's code run at most 94 Python
-    instructions (99 when a generator read ahead for it)."""
-    per_batch = loop_instructions_per_batch(tmp_path)
-    assert per_batch <= 94, per_batch
-
-
-def test_a_plain_batch_after_which_nothing_is_due_is_told_by_one_test(tmp_path):
-    """After a plain epoch's batch, whether anything is due (the epoch's last batch, a stop requested, a log, a
-    time or step limit set or reached) is one test, with what is due then in its own frame
-    (``FitLoop._plain_batch_end``): per batch, the fit loop's and its data's code run at most 84 Python
-    instructions (90 when every batch went through each test in turn)."""
-    per_batch = loop_instructions_per_batch(tmp_path)
-    assert per_batch <= 84, per_batch
 
 
 class RecordsLastBatch(RegressionModule):
@@ -260,15 +180,14 @@ class RecordsLastBatch(RegressionModule):
 
 
 @pytest.mark.parametrize("limit", [None, 1], ids=["four batches", "one batch"])
-@pytest.mark.parametrize("general", [False, True], ids=["plain", "general"])
+@pytest.mark.parametrize("general", [False, True], ids=["no batch hook", "a batch callback"])
 def test_the_last_batch_flag_is_set_at_each_epochs_last_batch_and_put_down_at_the_next(tmp_path, general, limit):
     """The loops set ``trainer.is_last_batch`` only when it changes (the epoch's last batch, the next epoch's
     first): every batch still sees its own value, and the flag stays up from the last batch until the next
     epoch's first (its ``on_train_epoch_start`` included, as when it was written at every batch)."""
     module = RecordsLastBatch()
     options = {} if limit is None else {"limit_train_batches": limit}
-    result = fit(tmp_path, general, module, max_epochs=3, **options)
-    assert result["loops"] == {"_steps" if general else "_plain_steps"}
+    fit(tmp_path, general, module, max_epochs=3, **options)
     per_epoch = [True] if limit == 1 else [False, False, False, True]
     assert module.in_steps == per_epoch * 3
     assert module.at_epoch_start == [False, True, True]

@@ -248,10 +248,10 @@ def test_global_step_counts_optimizer_steps_only(tmp_path):
     assert not torch.equal(module.layer.weight, before)
 
 
-@pytest.mark.parametrize("plain", [False, True], ids=["run_batch", "plain batch"])
-def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, plain):
-    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted
-    (through :meth:`Optimization.run_batch` and through the plain batch the fit loop runs alike)."""
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, accumulate):
+    """``training_step`` returning None: no backward, a warning once per run, and the (empty) step is counted, with
+    or without accumulation."""
 
     class Skipping(Net):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
@@ -259,15 +259,15 @@ def test_skipped_batch_warns_once_and_still_counts_the_step(tmp_path, plain):
 
     module = Skipping()
     opt = optimization(module, tmp_path)
-    run_batch = opt.batch_runner() if plain else opt.run_batch
-    assert (run_batch == opt.run_batch) is not plain
+    opt.accumulate = accumulate
+    run_batch = opt.batch_runner()
     before = module.layer.weight.detach().clone()
     with pytest.warns(UserWarning, match="returned None for batch 0"):
-        run_batch(BATCHES[0], 0, boundary=True)
+        run_batch(BATCHES[0], 0, boundary=accumulate == 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         output, stepped = run_batch(BATCHES[1], 1, boundary=True)
-    assert output is None and stepped and opt.trainer.global_step == 2
+    assert output is None and stepped and opt.trainer.global_step == (2 if accumulate == 1 else 1)
     assert torch.equal(module.layer.weight, before)
 
 
@@ -345,60 +345,86 @@ def test_a_mixed_precision_without_a_gradient_scaler_steps_plainly(tmp_path, sca
     assert opt.trainer.global_step == len(BATCHES)
 
 
-def test_a_plain_batch_runs_these_frames_of_the_loops_and_no_more(tmp_path):
-    """The Python frames of ``accelkit.loops`` one plain automatic batch runs (no hook overridden, no profiler):
-    the batch, its step, the closure and the module's ``training_step`` call, the gradient-clipping check
-    (``gradient_clip_val`` is read at each step, as in Lightning) and the step's count; nothing forwards a call
-    (``run_batch`` used to hand every batch to a second method)."""
-    import sys
+def test_the_epochs_batch_runner_trains_as_run_batch_with_clipping_changed_mid_run(tmp_path):
+    """What the fit loop runs per batch (:meth:`Optimization.batch_runner`, asked once per epoch) trains as
+    :meth:`Optimization.run_batch` does: the same outputs, parameters and step count, ``gradient_clip_val`` read at
+    each step (set after the second batch, it clips from the third on, as Lightning reads it) although the runner
+    was made before it was set."""
+    results = []
+    for choose in (Optimization.batch_runner, lambda opt: opt.run_batch):
+        module = Net()
+        opt = optimization(module, tmp_path)
+        run_batch = choose(opt)
+        outputs = []
+        for i, batch in enumerate(BATCHES):
+            if i == 2:
+                opt.trainer.gradient_clip_val = 0.01
+            output, stepped = run_batch(batch, i, boundary=True)
+            assert stepped and set(output) == {"loss"}
+            outputs.append(float(output["loss"]))
+        results.append((outputs, [p.detach().clone() for p in module.parameters()], opt.trainer.global_step))
+    (outputs_a, params_a, steps_a), (outputs_b, params_b, steps_b) = results
+    assert outputs_a == outputs_b and steps_a == steps_b == len(BATCHES)
+    for a, b in zip(params_a, params_b, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    unclipped = Net()
+    train(optimization(unclipped, tmp_path))
+    assert not torch.equal(unclipped.layer.weight, params_a[0])  # the clipping set mid-run took effect
 
-    opt = optimization(Net(), tmp_path)
-    opt.run_batch(BATCHES[0], 0, boundary=True)  # warm-up: the optimizer's state exists
-    frames: list[str] = []
 
-    def trace(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and "/accelkit/loops/" in frame.f_code.co_filename:
-            frames.append(frame.f_code.co_name)
+def test_every_step_hook_is_called_by_the_eager_step_and_refused_by_the_captured_one(tmp_path):
+    """The hooks of the automatic step are listed once (``loops.hooks.STEP_HOOKS``): a callback overriding any of
+    them is called by the eager step, once per batch that steps, and the captured step refuses it by the same list
+    (a new step hook is added in one place)."""
+    from accelkit.loops import captured, hooks
 
-    previous = sys.getprofile()
-    sys.setprofile(trace)
-    try:
-        opt.run_batch(BATCHES[1], 1, boundary=True)
-    finally:
-        sys.setprofile(previous)
-    assert frames == ["run_batch", "_step", "closure", "_module_training_step", "_clip_to_trainer", "_end_step",
-                      "advance_step"], frames
+    assert set(captured.CALLBACK_HOOKS) == set(hooks.STEP_HOOKS)
+    assert set(captured.MODULE_HOOKS) == set(hooks.STEP_HOOKS) | set(hooks.STEP_OVERRIDES)
+    recorder = StepRecorder()  # overrides each of them
+    opt = optimization(Net(), tmp_path, callbacks=(recorder,))
+    train(opt)
+    assert sorted(set(recorder.calls)) == sorted(hooks.STEP_HOOKS)
+    assert all(recorder.calls.count(name) == len(BATCHES) for name in hooks.STEP_HOOKS), recorder.calls
 
 
-def test_a_plain_batch_that_steps_runs_one_frame_of_the_loops_around_training_step(tmp_path):
-    """With nothing around the step (no hook of the step overridden, no callback, no accumulation, no profiler), the
-    batch the fit loop runs (:meth:`Optimization.batch_runner`) is one frame of the loops besides the Module's
-    ``training_step`` call and the step's count: the closure's phases and the step inline, the clipping check
-    without a call while ``gradient_clip_val`` is unset. Anything around the step, or accumulation, keeps the
-    general batch (whose frames the test above lists)."""
-    import sys
+def test_an_overridden_optimizer_step_gets_a_closure_that_back_propagates_once(tmp_path):
+    """Lightning's closure: an ``optimizer_step`` override that calls it twice before stepping gets the same loss
+    back and the batch is back-propagated once (the parameters end as with the default step)."""
 
-    opt = optimization(Net(), tmp_path)
-    run_batch = opt.batch_runner()
-    run_batch(BATCHES[0], 0, boundary=True)  # warm-up: the optimizer's state exists
-    frames: list[str] = []
+    class CallsTwice(HookedNet):
+        def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+            first = optimizer_closure()
+            assert optimizer_closure() is first
+            optimizer.step(closure=optimizer_closure)
 
-    def trace(frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and "/accelkit/loops/" in frame.f_code.co_filename:
-            frames.append(frame.f_code.co_name)
+    default, twice = Net(), CallsTwice()
+    train(optimization(default, tmp_path))
+    opt = optimization(twice, tmp_path)
+    train(opt)
+    assert twice.calls.count("backward") == len(BATCHES) and opt.trainer.global_step == len(BATCHES)
+    for a, b in zip(default.parameters(), twice.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
-    previous = sys.getprofile()
-    sys.setprofile(trace)
-    try:
-        output, stepped = run_batch(BATCHES[1], 1, boundary=True)
-    finally:
-        sys.setprofile(previous)
-    assert frames == ["plain_batch", "_module_training_step", "advance_step"], frames
-    assert stepped and set(output) == {"loss"} and opt.trainer.global_step == 2
-    # its phases bound once (plain_batch_runner): fewer instructions than the method that read them from the object
-    from helpers.instructions import instructions
-    assert instructions(lambda: run_batch(BATCHES[2], 2, boundary=True), within="accelkit/loops/") <= 68  # (75)
-    opt.accumulate = 2
-    assert opt.batch_runner() == opt.run_batch
-    for hooked in (optimization(HookedNet(), tmp_path), optimization(Net(), tmp_path, callbacks=(StepRecorder(),))):
-        assert hooked.batch_runner() == hooked.run_batch
+
+def test_an_optimizer_that_evaluates_the_loss_itself_reruns_the_step_per_evaluation(tmp_path):
+    """LBFGS with the default ``optimizer_step``: each evaluation runs ``training_step``, zero-grad and backward anew
+    (as Lightning's closure), and one step is counted per batch."""
+
+    class Lbfgs(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def on_after_backward(self) -> None:
+            self.calls.append("backward")
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.LBFGS(self.parameters(), lr=0.1, max_iter=3)
+
+    module = Lbfgs()
+    opt = optimization(module, tmp_path)
+    before = module.layer.weight.detach().clone()
+    train(opt)
+    assert opt.trainer.global_step == len(BATCHES)
+    assert module.calls.count("backward") > len(BATCHES)  # several evaluations per step
+    assert not torch.equal(module.layer.weight, before)

@@ -27,7 +27,7 @@ import torch
 
 from accelkit.callbacks.base import callback_base
 from accelkit.errors import ConfigurationError
-from accelkit.loops.hooks import accepts_positional
+from accelkit.loops.hooks import STEP_HOOKS, STEP_OVERRIDES, accepts_positional
 from accelkit.module.module import Module
 from accelkit.precision import MixedPrecision, Precision
 from accelkit.strategies.base import Strategy
@@ -37,11 +37,10 @@ if TYPE_CHECKING:  # annotations only: optimization.py imports this module
     import accelkit.loops.optimization
 
 #: Module hooks that run between the forward pass, the backward pass and the optimizer step: the captured step
-#: cannot call them, so a Module that overrides one is refused
-MODULE_HOOKS = ("backward", "on_before_backward", "on_after_backward", "on_before_zero_grad",
-                "optimizer_zero_grad", "on_before_optimizer_step", "configure_gradient_clipping", "optimizer_step")
+#: cannot call them, so a Module that overrides one is refused (the eager step's list: ``loops.hooks``)
+MODULE_HOOKS = STEP_HOOKS + STEP_OVERRIDES
 #: Callback hooks refused for the same reason
-CALLBACK_HOOKS = ("on_before_backward", "on_after_backward", "on_before_zero_grad", "on_before_optimizer_step")
+CALLBACK_HOOKS = STEP_HOOKS
 #: ``torch.compile`` modes that replay captured graphs (their outputs live in memory the next replay reuses)
 GRAPH_MODES = ("reduce-overhead", "max-autotune")
 _ACCEPTS = ("compile_step takes False (the eager step, default), True (torch.compile's defaults) or a dict of "

@@ -210,8 +210,7 @@ class DataConnector:
 
     def read_ahead(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0,
                    start: int = 0) -> tuple[Any, Iterator[Any], Callable[[Any], Any]] | None:
-        """What :meth:`batches` with ``lookahead`` reads ahead from, for a loop that reads ahead itself (the plain
-        epoch's, without a generator's frame between it and the loader): the loader's first batch (as it came), the
+        """What :meth:`batches` with ``lookahead`` reads ahead from: the loader's first batch (as it came), the
         loader's iterator after it, and what prepares a batch (device transfer, batch hooks); ``None`` when the
         loader has no batch. The loader starts here."""
         iterator = iter(self._source(loader, stage, limit, start))

@@ -17,7 +17,7 @@ from accelkit.loops.state import RunningStage
 from accelkit.module.module import Module
 from accelkit.module.optimizers import step_scheduler
 from accelkit.strategies.launchers import interrupt, watchdog
-from accelkit.strategies.launchers.watchdog import STEP_PHASE, mark, mark_step
+from accelkit.strategies.launchers.watchdog import mark, mark_step
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.rank_zero import rank_zero_warn
@@ -287,12 +287,8 @@ class FitLoop:
         plan = _EpochPlan(hooks, optim, step_scheds, epoch_scheds)
         self.consumed = self.started = start
         self.in_epoch = True
-        if restore_rng is None and read_ahead and plan.plain and self._validates_at_epoch_end_only():
-            started = data.read_ahead(source, "fit", limit, start=start)
-            batch_idx, skipped_rest = self._plain_steps(started, start, plan), False
-        else:
-            batches = data.batches(source, "fit", limit, lookahead=True, start=start, read_ahead=read_ahead)
-            batch_idx, skipped_rest = self._steps(batches, start, plan, restore_rng)
+        batches = data.batches(source, "fit", limit, lookahead=True, start=start, read_ahead=read_ahead)
+        batch_idx, skipped_rest = self._steps(batches, start, plan, restore_rng)
         ran = batch_idx + 1 - start
         if self.interrupted:
             return ran  # still inside the epoch: the checkpoint the caller saves resumes it
@@ -305,34 +301,31 @@ class FitLoop:
         self._end_epoch(optim.automatic)
         return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
 
-    def _validates_at_epoch_end_only(self) -> bool:
-        """Whether validation, if any, can only be due at the epoch's last batch or at a requested stop (what
-        :meth:`_plain_steps` asks :meth:`_val_due` about): no validation, or ``val_check_interval`` a fraction
-        of at least one epoch."""
-        interval = self.trainer.val_check_interval
-        return not self.val_loaders or isinstance(interval, float) and interval >= 1.0
-
     def _steps(self, batches: Iterator[tuple[int, Any, bool]], start: int, plan: _EpochPlan,
                restore_rng: Any) -> tuple[int, bool]:
-        """The general loop over an epoch's batches: every hook around the step. Returns the last batch index run
-        and whether ``on_train_batch_start`` skipped the rest of the epoch."""
+        """The loop over an epoch's batches, in Lightning's order: the watchdog's note, ``on_train_batch_start``, the
+        batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`'s), the epoch's end
+        at its last batch, ``on_train_batch_end``, then what may be due (:meth:`_after_batch`). The batch hooks are
+        lists planned at the epoch's start, empty where nothing overrides them. Returns the last batch index run and
+        whether ``on_train_batch_start`` skipped the rest of the epoch."""
         trainer = self.trainer
-        optim, progress = plan.optim, trainer.run_state.progress
-        accumulate, automatic, run_batch = optim.accumulate, plan.automatic, plan.run_batch
-        publisher, log_every = trainer.run_state.active_publisher, trainer.log_every_n_steps
+        progress, run_batch, log_every = trainer.run_state.progress, plan.run_batch, trainer.log_every_n_steps
+        accumulate = plan.optim.accumulate if plan.automatic else 1  # (a manual batch always counts as stepping)
+        every = accumulate == 1
         start_cbs, start_m, step_scheds = plan.start_cbs, plan.start_m, plan.step_scheds
         # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
         end_fns = plan.end_cbs if plan.end_m is None else [*plan.end_cbs, plan.end_m]
         metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
+        validates = bool(self.val_loaders)  # (validation may be due after any batch)
         batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
-        first = True
-        for batch_idx, batch, is_last in batches:
-            if first:  # the epoch's first batch: the previous epoch's last-batch flag goes (or stays: one batch)
-                first = False
-                progress.begin_batch(is_last)
-                if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
-                    resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-            elif is_last:  # (the flag changes only here: no call per batch)
+        first = next(batches, None)  # (the loader starts)
+        if first is None:
+            return batch_idx, False
+        progress.begin_batch(first[2])  # the previous epoch's last-batch flag goes (or stays: one batch)
+        if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
+            resume_mod.set_rng_states(restore_rng, trainer.accelerator)
+        for batch_idx, batch, is_last in itertools.chain((first,), batches):
+            if is_last:  # (the flag changes only here: no call per batch)
                 progress.begin_batch(True)
             if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
@@ -342,94 +335,41 @@ class FitLoop:
             if start_m is not None and start_m(batch, batch_idx) == -1:
                 return batch_idx, True
             self.started = batch_idx + 1  # (a failure from here to `consumed` is inside this batch)
-            if automatic:
-                boundary = accumulate == 1 or progress.accumulation_boundary(batch_idx, accumulate)
-                progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
-                output, stepped = run_batch(batch, batch_idx, boundary)
-                if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
-                    self._step_step_schedulers(step_scheds)
-            else:
-                boundary = True  # (a manual batch counts)
-                progress.count_batch()
-                stepped_before = trainer.global_step
-                output = optim.training_step(batch, batch_idx)
-                stepped = trainer.global_step != stepped_before
+            boundary = every or progress.accumulation_boundary(batch_idx, accumulate)
+            progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
+            output, stepped = run_batch(batch, batch_idx, boundary)
+            if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
+                self._step_step_schedulers(step_scheds)
             self.consumed = batch_idx + 1
             if is_last:
                 progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
                 self._step_epoch_schedulers(plan.epoch_scheds)
             for fn in end_fns:
                 fn(output, batch, batch_idx)
-            if boundary and (not progress.batches_that_stepped % log_every or progress.should_stop):
-                publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
-            if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
-                self._validate_in_epoch(stepped)
-            if stop is not None:
+            # one test tells a batch after which nothing but a signal's stop can be due (none of these has a side
+            # effect); what can change within the epoch (a requested stop, max_steps, max_time) is read at every batch
+            if is_last or validates or progress.should_stop or not progress.batches_that_stepped % log_every or \
+                    trainer.max_time is not None or trainer.max_steps >= 0 and \
+                    trainer.max_steps <= progress.global_step:
+                if self._after_batch(batch_idx, is_last, boundary, stepped, stop):
+                    return batch_idx, False
+            elif stop is not None:  # what _after_batch does when nothing else is due
                 stop.report(progress.global_step)
                 if stop.pending() and self._interrupt_due(stop):
                     return batch_idx, False
-            if (progress.should_stop or trainer.max_time is not None or
-                    trainer.max_steps >= 0 and trainer.max_steps <= progress.global_step) and \
-                    self._stop_within_epoch():
-                break  # the cheap test first: most runs set none of these, and max_steps matters once reached
         return batch_idx, False
 
-    def _plain_steps(self, started: tuple[Any, Iterator[Any], Any] | None, start: int, plan: _EpochPlan) -> int:
-        """:meth:`_steps` for an epoch with nothing around the step (:class:`_EpochPlan` ``plain``, validation only
-        at the epoch's end, no random state to put back, a loader read ahead): the same bookkeeping in the same
-        order, without the tests of what this epoch does not have. ``started``: the loader read ahead
-        (:meth:`~accelkit.loops.data.DataConnector.read_ahead`, ``None``: no batch), which this loop goes on reading
-        one batch ahead itself, as the general loop's batches do. A batch after which nothing is due (not the
-        last, no stop requested, no log, no limit set or reached) is told by one test; any other ends in
-        :meth:`_plain_batch_end`. Returns the last batch index run."""
-        if started is None:
-            return start - 1
-        trainer = self.trainer
-        progress, run_batch, log_every = trainer.run_state.progress, plan.run_batch, trainer.log_every_n_steps
-        metrics, stop, note, clock = trainer.run_state.metrics, interrupt.current(), watchdog.step_note(), time.time
-        report, pending = (None, _nothing) if stop is None else (stop.report, stop.pending)  # (bound once)
-        ahead, iterator, prepare = started  # (the batch read ahead: the next to run)
-        whole, phase, end = slice(None), STEP_PHASE, _END  # (the note's whole slice, built once)
-        batch_idx, is_last = start - 1, False
-        progress.begin_batch(False)  # (the previous epoch's last-batch flag: the first batch was read already)
-        for batch_idx, upcoming in enumerate(itertools.chain(iterator, (end,)), start):
-            batch, ahead = prepare(ahead), upcoming  # (read ahead, then prepared)
-            if note is not None:  # watchdog.mark_step's note, without its call
-                note[whole] = progress.global_step, batch_idx, phase, clock()
-            metrics.current_batch = batch
-            if upcoming is end:  # the epoch's last batch (the flag changes only here: no call per batch)
-                is_last = True
-                progress.begin_batch(True)
-            progress.count_batch()  # (every batch steps: counted at once)
-            self.started = batch_idx + 1  # (a failure from here to `consumed` is inside this batch)
-            run_batch(batch, batch_idx, True)
-            self.consumed = batch_idx + 1
-            # (none of these has a side effect: what is due after the batch, as the general loop decides it)
-            if is_last or progress.should_stop or not progress.batches_that_stepped % log_every or \
-                    trainer.max_time is not None or \
-                    trainer.max_steps >= 0 and trainer.max_steps <= progress.global_step:
-                if self._plain_batch_end(batch_idx, is_last, plan.epoch_scheds, stop, log_every):
-                    return batch_idx
-            elif report is not None:
-                report(progress.global_step)
-                if pending() and self._interrupt_due(stop):
-                    return batch_idx
-        return batch_idx
-
-    def _plain_batch_end(self, batch_idx: int, is_last: bool, epoch_scheds: list[Any], stop: Any,
-                         log_every: int) -> bool:
-        """What :meth:`_plain_steps` does after a batch when something may be due (the epoch's last batch, a stop
-        requested, a log, a time or step limit), in :meth:`_steps`' order; ``True``: the epoch ends here."""
+    def _after_batch(self, batch_idx: int, is_last: bool, boundary: bool, stepped: bool, stop: Any) -> bool:
+        """What may be due after a training batch, in Lightning's order: the step's log (every
+        ``log_every_n_steps`` batches that stepped, or at a requested stop), validation, a signal's stop
+        (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`), the limits; ``True``: the epoch ends
+        here."""
         trainer = self.trainer
         progress = trainer.run_state.progress
-        if is_last:
-            progress.finish_epoch_training()
-            self._step_epoch_schedulers(epoch_scheds)
-        if progress.batches_that_stepped % log_every == 0 or progress.should_stop:
-            trainer.run_state.active_publisher.log_step()
-        if (is_last or progress.should_stop) and self.val_loaders and (
-                self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
-            self._validate_in_epoch(True)
+        if boundary and (not progress.batches_that_stepped % trainer.log_every_n_steps or progress.should_stop):
+            trainer.run_state.active_publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
+        if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
+            self._validate_in_epoch(stepped)
         if stop is not None:
             stop.report(progress.global_step)
             if stop.pending() and self._interrupt_due(stop):
@@ -531,9 +471,9 @@ class FitLoop:
 
 
 class _EpochPlan:
-    """What runs around an epoch's steps, decided at its start: the batch hooks, the schedulers, the batch runner,
-    and whether nothing surrounds the step (``plain``: automatic optimization stepping every batch with nothing
-    around the step, no batch hooks or callbacks, no step-interval scheduler)."""
+    """What runs around an epoch's steps, decided at its start: the batch hooks (lists, empty where nothing
+    overrides them), the schedulers and the batch runner
+    (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`, asked once per epoch)."""
 
     def __init__(self, hooks: Any, optim: Any, step_scheds: list[Any], epoch_scheds: list[Any]) -> None:
         self.optim, self.automatic, self.run_batch = optim, optim.automatic, optim.batch_runner()
@@ -542,19 +482,10 @@ class _EpochPlan:
         self.start_m = hooks.module_hook("on_train_batch_start")
         self.end_cbs = hooks.callback_plan("on_train_batch_end")
         self.end_m = hooks.module_hook("on_train_batch_end")
-        self.plain = optim.steps_plainly() and not (self.start_cbs or self.end_cbs or step_scheds) and \
-            self.start_m is None and self.end_m is None
 
 
 #: :attr:`FitLoop.val_loaders` of a fit that validates, before its loaders are built (truthy: validation is on)
 _UNBUILT: list[Any] = [None]
-#: what :meth:`FitLoop._plain_steps` reads after the loader's last batch
-_END: Any = object()
-
-
-def _nothing() -> None:
-    """No stop pending (a run without a stop control)."""
-
 
 @contextlib.contextmanager
 def isolated_rng() -> Iterator[None]:

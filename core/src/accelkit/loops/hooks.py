@@ -47,6 +47,14 @@ def _public_hooks(base: type) -> set[str]:
 MODULE_HOOKS = frozenset(_public_hooks(Module))
 CALLBACK_HOOKS = frozenset(_public_hooks(Callback))
 
+#: The Callback and Module hooks called inside the automatic training step, in the order the step calls them (see
+#: ``docs/hooks.rst``). The one list of them: the eager step (``loops/optimization.py``) plans one list of callables
+#: per name from it, and the captured step (``loops/captured.py``) refuses a fit that overrides one of them.
+STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
+#: The Module methods of the automatic training step whose override replaces a part of it (their defaults do that
+#: part): read by the eager step's plan and refused by the captured step, as :data:`STEP_HOOKS`.
+STEP_OVERRIDES = ("optimizer_zero_grad", "backward", "configure_gradient_clipping", "optimizer_step")
+
 
 class HookCaller:
     """Calls a hook on the callbacks (those that override it) and on the Module (if it overrides it).

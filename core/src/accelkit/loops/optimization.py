@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from accelkit.loops.captured import captured_step
-from accelkit.loops.hooks import HookCaller, accepts_positional, profiled
+from accelkit.loops.hooks import STEP_HOOKS, HookCaller, accepts_positional, profiled
 from accelkit.module.module import Module
 from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
@@ -72,16 +72,18 @@ def _after(first: Callable[[], None], step: Callable[[Any, int], Any]) -> Callab
 class Optimization:
     """Optimizers of a fit and how they step.
 
-    Automatic optimization: for each batch :meth:`run_batch` calls the Module's ``optimizer_step`` hook with the
-    closure (:meth:`closure`: ``training_step``, ``optimizer_zero_grad`` at the start of an accumulation window,
-    ``backward``); its default runs ``optimizer.step(closure)``, i.e. :meth:`step`. Manual optimization:
-    ``training_step`` calls ``self.optimizers()`` (wrapped in :class:`~accelkit.module.optimizers.Optimizer`),
-    ``manual_backward`` and ``opt.step()``, which land in :meth:`backward` and :meth:`step`.
+    Automatic optimization: every batch runs the one eager step, :meth:`eager_step`'s function (``training_step``,
+    zero-grad, backward, then at the end of an accumulation window what the Module's default ``optimizer_step``
+    does), called by the fit loop itself or, where the Module overrides ``optimizer_step``, through that hook with
+    Lightning's :class:`Closure` (:meth:`batch_runner`). Manual optimization: ``training_step`` calls
+    ``self.optimizers()`` (wrapped in :class:`~accelkit.module.optimizers.Optimizer`), ``manual_backward`` and
+    ``opt.step()``, which land in :meth:`backward` and :meth:`step`.
 
-    There is one implementation of each phase. Everything a phase could call around its work (hooks, the
-    strategy's and the precision's steps where they are not the base classes' defaults, the profiler) is
-    decided here, once: a phase holds the callables that do something, and a phase left with
-    one callable is that callable (with nothing overridden, the backward phase is ``loss.backward``).
+    There is one implementation of each part of the step. Everything a part could call around its work (the hooks
+    of :data:`~accelkit.loops.hooks.STEP_HOOKS`, one list each, empty where nothing overrides the hook; the
+    strategy's and the precision's steps where they are not the base classes' defaults; the profiler) is decided
+    here, once, and a part left with one callable is that callable (with nothing overridden, the backward part is
+    ``loss.backward``).
     """
 
     def __init__(self, trainer: Trainer, module: Module, hooks: HookCaller,
@@ -97,17 +99,15 @@ class Optimization:
         self.accumulate: int = trainer.accumulate_grad_batches
         #: the Module's ``lr_scheduler_step`` (its default steps the scheduler)
         self.scheduler_hook = hooks.module_default("lr_scheduler_step")
+        #: each hook of :data:`~accelkit.loops.hooks.STEP_HOOKS`: the callbacks that override it, then the Module's
+        #: (planned once; empty where nothing overrides it)
+        self._step_hooks: dict[str, list[Callable[..., Any]]] = {
+            name: [*hooks.callback_plan(name), *self._module_hooks(name)] for name in STEP_HOOKS}
         self._plan_training_step()
         self._plan_backward()
         self._plan_step()
-        # per-batch state of the automatic closure
-        self._batch: Any = None
-        self._batch_idx = 0
-        self._zero_first = False
-        self._ran = False
-        self._stepped = False
-        self._loss: torch.Tensor | None = None
-        self.output: Any = None
+        self._batch_idx = 0  # the batch whose gradients are zeroed (the Module's optimizer_zero_grad is given it)
+        self._stepped = False  # the optimizer stepped (what an overridden optimizer_step did)
         self._warned_skip = False
         # compile_step (issue 24): the captured step runs automatic batches instead (refused here if it cannot)
         self.captured = captured_step(self)
@@ -139,12 +139,10 @@ class Optimization:
         the defaults, else the strategy's)."""
         hooks, strategy = self.hooks, self.strategy
         # the watchdog of a distributed run sees the backward pass on the training thread's stack: no note here
-        self._before_backward: list[Callable[[torch.Tensor], Any]] = [
-            *hooks.callback_plan("on_before_backward"), *self._module_hooks("on_before_backward")]
+        self._before_backward: list[Callable[[torch.Tensor], Any]] = [*self._step_hooks["on_before_backward"]]
         if not self.automatic:
             self._before_backward.append(self._arm_manual_backward)
-        self._after_backward: list[Callable[[], Any]] = [
-            *hooks.callback_plan("on_after_backward"), *self._module_hooks("on_after_backward")]
+        self._after_backward: list[Callable[[], Any]] = self._step_hooks["on_after_backward"]
         self._backward_hook = hooks.module_hook("backward")
         plain = _defaults(strategy, Strategy, "backward") and all(p.passes_through() for p in self._precisions())
         self._backward_pass: Callable[..., Any] = (
@@ -152,19 +150,18 @@ class Optimization:
             torch.Tensor.backward if plain else strategy.backward)
         self._backward_with_arguments = (
             self._module_backward if self._backward_hook is not None else self._scaled_backward)
-        #: the closure's backward phase: :meth:`backward`, or the pass alone when nothing surrounds it
+        #: the step's backward part: :meth:`backward`, or the pass alone when its hook lists are empty
         self._backward_phase: Callable[[torch.Tensor], Any] = (
             self.backward if self._before_backward or self._after_backward else self._backward_pass)
 
     def _plan_step(self) -> None:
         """The zero-grad and optimizer-step phases and ``optimizer_step`` itself."""
         hooks, strategy = self.hooks, self.strategy
-        self._before_zero: list[Callable[[torch.optim.Optimizer], Any]] = [
-            *hooks.callback_plan("on_before_zero_grad"), *self._module_hooks("on_before_zero_grad")]
+        self._before_zero: list[Callable[[torch.optim.Optimizer], Any]] = self._step_hooks["on_before_zero_grad"]
         self._zero_grad_hook = hooks.module_hook("optimizer_zero_grad")
         self._zero: Callable[[torch.optim.Optimizer], Any] = (
             _ZERO_GRAD if self._zero_grad_hook is None else self._call_zero_grad_hook)
-        #: the closure's zero-grad phase: :meth:`zero_grad`, or ``optimizer.zero_grad()`` alone
+        #: the step's zero-grad part: :meth:`zero_grad`, or ``optimizer.zero_grad()`` alone when it has no hook
         self._zero_phase: Callable[[], Any] = self.zero_grad
         if not self._before_zero and self._zero_grad_hook is None and len(self.optimizers) == 1:
             self._zero_phase = functools.partial(_ZERO_GRAD, self.optimizers[0])
@@ -172,10 +169,10 @@ class Optimization:
             p.passes_through() for p in self._precisions())
         self._before_step: list[Callable[[torch.optim.Optimizer], Any]] = [
             *([] if plain else [strategy.reduce_gradients, self.precision.unscale_gradients]),
-            *hooks.callback_plan("on_before_optimizer_step"), *self._module_hooks("on_before_optimizer_step")]
-        clip_hook = self._clip_hook = hooks.module_hook("configure_gradient_clipping")
-        if self.automatic:
-            self._before_step.append(self._clip_to_trainer if clip_hook is None else self._call_clip_hook)
+            *self._step_hooks["on_before_optimizer_step"]]
+        #: automatic optimization's clipping: the Module's ``configure_gradient_clipping`` where overridden (``None``:
+        #: the Trainer's ``gradient_clip_val``; see :meth:`before_optimizer_step`)
+        self._clip_hook = hooks.module_hook("configure_gradient_clipping") if self.automatic else None
         self._step_optimizer: Callable[[torch.optim.Optimizer], Any] = _STEP if plain else strategy.optimizer_step
         #: the optimizers whose ``step`` evaluates the loss itself (LBFGS): stepped as ``optimizer.step(closure)``,
         #: the closure run again at each evaluation (as Lightning)
@@ -197,12 +194,11 @@ class Optimization:
             self._run_step = profiled(self.trainer.profiler,
                                       f"[Strategy]{type(strategy).__name__}.optimizer_step", self._step)
         self._optimizer_step = hooks.module_hook("optimizer_step") or self._default_optimizer_step
-        #: the Module keeps the default ``optimizer_step`` and no profiler times it: a batch calls :meth:`_step`
-        #: with the closure itself (what the default does), without the hook's frames
-        self._direct_step = self._optimizer_step == self._default_optimizer_step and self._run_step == self._step
-        #: nothing around the step but the clipping check: a batch that steps may run :meth:`_plain_batch`
-        self._plain = self.automatic and self._direct_step and plain and self._before_step == [self._clip_to_trainer] \
-            and not self._after_step and not self._step_end and not self.closure_optimizers
+        #: the Module's ``optimizer_step`` is given Lightning's :class:`Closure` (:meth:`_routed_batch`): it is
+        #: overridden, a profiler times the step, or an optimizer evaluates the loss itself; otherwise the eager step
+        #: does what the default ``optimizer_step`` does, without a closure
+        self._through_closure = self._optimizer_step != self._default_optimizer_step or \
+            self._run_step != self._step or bool(self.closure_optimizers)
 
     def _precisions(self) -> list[Precision]:
         """The trainer's precision and the strategy's (the same object unless a strategy brings its own)."""
@@ -213,77 +209,129 @@ class Optimization:
         return [] if hook is None else [hook]
 
     # ----------------------------------------------------------------- automatic
-    def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-        """Train on one batch; step the optimizer when ``boundary`` ends the accumulation window. Returns the
-        step's output (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the
-        optimizer stepped. The eager batch runs the closure, inside ``optimizer_step`` at the end of an accumulation
-        window; with ``compile_step``, ``loops/captured.py`` runs the batch."""
+    def batch_runner(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+        """What trains one batch this epoch (manual optimization: ``training_step``), called as
+        ``run(batch, batch_idx, boundary)``; ``boundary``: the batch ends an accumulation window, so the optimizer
+        steps. Returns ``(output, stepped)``: the step's output
+        (``{"loss": ...}``, or ``None`` when ``training_step`` skipped the batch) and whether the optimizer stepped.
+        Asked once per epoch (``accumulate_grad_batches`` may change between epochs).
+
+        It is :meth:`eager_step`'s function, the one eager step, called by the fit loop itself where the Module keeps
+        the default ``optimizer_step`` and a batch inside an accumulation window needs no context, else through
+        :meth:`_routed_batch` (the Module's ``optimizer_step`` given Lightning's :class:`Closure`, the strategy's
+        ``no_backward_sync`` around a window's batch). With ``compile_step``, ``loops/captured.py`` runs the batch."""
+        if not self.automatic:
+            return self._manual_batch
         if self.captured is not None:
-            return self._captured_batch(batch, batch_idx, boundary)
-        self._batch, self._batch_idx = batch, batch_idx
-        self._zero_first = self.accumulate == 1 or batch_idx % self.accumulate == 0
-        self._ran = self._stepped = False
-        self.output = None
+            return self._captured_batch
+        step = self.eager_step()
+        needs_no_sync = self.accumulate > 1 and not _defaults(self.strategy, Strategy, "no_backward_sync")
+        if not self._through_closure and not needs_no_sync:
+            return step
+        return functools.partial(self._routed_batch, step)
+
+    def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """Train on one batch outside an epoch loop: :meth:`batch_runner`'s function for the current settings."""
+        return self.batch_runner()(batch, batch_idx, boundary)
+
+    def eager_step(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+        """The eager automatic step, its parts bound once (per epoch): ``step(batch, batch_idx, boundary)`` runs, in
+        Lightning's order,
+
+        1. ``training_step`` (through the strategy's wrapper, in the precision's forward context);
+        2. at the start of an accumulation window, ``on_before_zero_grad`` and ``optimizer_zero_grad`` (also when the
+           batch is skipped, as Lightning's closure: its step then moves nothing);
+        3. ``on_before_backward``, the backward pass of the loss (divided by ``accumulate_grad_batches``),
+           ``on_after_backward`` -- parts 1 to 3 are Lightning's closure, all that a batch inside an accumulation
+           window (``boundary`` false) or :class:`Closure` runs;
+        4. at ``boundary``, what the Module's default ``optimizer_step`` does: :meth:`before_optimizer_step`
+           (reduction and unscaling where the strategy and precision do them, ``on_before_optimizer_step``, the
+           clipping), the optimizer's step, its count and the strategy's ``step_end``.
+
+        Each part's hooks are a list planned at the fit's start, empty where nothing overrides them, and a part with
+        no hook is its bare callable (the backward part: ``loss.backward``); a part with nothing to do is skipped by
+        one test (no hook before the optimizer step and no ``gradient_clip_val``)."""
+        training_step, zero_phase, backward_phase = self._training_step, self._zero_phase, self._backward_phase
+        before_step, before_optimizer_step = bool(self._before_step) or self._clip_hook is not None, \
+            self.before_optimizer_step
+        optimizer, step_optimizer, trainer = self.optimizers[0], self._step_optimizer, self.trainer
+        end_step = self._progress.advance_step if not self._step_end else self._end_step
+        accumulate, loss_of, skip_batch, tensor = self.accumulate, self._loss_of, self._skip_batch, torch.Tensor
+        every = accumulate == 1
+        zero_hooked = self._zero_phase == self.zero_grad  # (its optimizer_zero_grad hook is given the batch index)
+
+        def step(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+            output = training_step(batch, batch_idx)  # 1.
+            loss: torch.Tensor | None
+            if output.__class__ is not tensor:  # (a dict, None, a tensor subclass...)
+                loss, output = loss_of(output)
+            else:  # the common return, without a call
+                loss, output = output, {"loss": output}
+            if every or batch_idx % accumulate == 0:  # 2.
+                if zero_hooked:
+                    self._batch_idx = batch_idx
+                zero_phase()
+            if loss is None:  # 3.
+                skip_batch(batch_idx)
+            elif not every:
+                backward_phase(loss / accumulate)
+            else:
+                backward_phase(loss)
+            if not boundary:
+                return output, False
+            if before_step or trainer.gradient_clip_val is not None:  # 4.
+                before_optimizer_step(optimizer)
+            step_optimizer(optimizer)  # the strategy steps through the precision (a scaler)
+            end_step()
+            return output, True
+
+        return step
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """What comes between the backward pass and ``optimizer``'s step: the strategy's gradient reduction and the
+        precision's unscaling where they do them, ``on_before_optimizer_step``, and in automatic optimization the
+        clipping (the Module's ``configure_gradient_clipping``, else the Trainer's ``gradient_clip_val``, read at
+        each step as Lightning does)."""
+        for hook in self._before_step:
+            hook(optimizer)
+        if not self.automatic:
+            return
+        trainer = self.trainer
+        if self._clip_hook is not None:
+            self._clip_hook(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+        elif trainer.gradient_clip_val is not None:
+            self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
+
+    def _routed_batch(self, step: Callable[[Any, int, bool], tuple[Any, bool]], batch: Any, batch_idx: int,
+                      boundary: bool) -> tuple[Any, bool]:
+        """:meth:`batch_runner`'s function when the fit loop cannot call ``step`` (:meth:`eager_step`'s) itself: a
+        batch inside an accumulation window runs parts 1 to 3 inside the strategy's ``no_backward_sync``; at a
+        window's end, the Module's ``optimizer_step`` (overridden, timed by a profiler, or for an optimizer that
+        evaluates the loss itself) is given Lightning's :class:`Closure`, which runs parts 1 to 3, and steps."""
         if not boundary:
             with self.strategy.no_backward_sync(self.trainer.model, enabled=True):
-                self.closure()
-            return self.output, False
-        # Automatic optimization has one optimizer (several are refused before the fit starts, as in Lightning).
-        if self._direct_step:
-            self._step(self.optimizers[0], self.closure)
-        else:
-            self._optimizer_step(self.trainer.current_epoch, batch_idx, self.wrapped[0], self.closure)
-        if not self._ran:
+                return step(batch, batch_idx, False)
+        if not self._through_closure:
+            return step(batch, batch_idx, True)
+        closure = Closure(step, batch, batch_idx, self.accumulate)
+        self._stepped = False
+        self._optimizer_step(self.trainer.current_epoch, batch_idx, self.wrapped[0], closure)
+        if not closure.ran:
             raise RuntimeError(f"{type(self.module).__name__}.optimizer_step did not call the closure: call "
                                "optimizer.step(closure=optimizer_closure) (it runs training_step and backward)")
         if self._stepped:
             self._end_step()
-        return self.output, self._stepped
+        return closure.output, self._stepped
 
-    def batch_runner(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
-        """What trains one batch this epoch, called as :meth:`run_batch`: :meth:`plain_batch_runner`'s where every
-        batch steps (no accumulation) and nothing surrounds the step (no ``optimizer_step`` override, no hook before
-        or after the optimizer's step, the strategy's and precision's default step, no profiler, no
-        ``compile_step``), else :meth:`run_batch`. Asked once per epoch (``accumulate`` may change between
-        epochs)."""
-        return self.plain_batch_runner() if self.steps_plainly() else self.run_batch
-
-    def steps_plainly(self) -> bool:
-        """Whether :meth:`batch_runner` gives the plain batch this epoch: every batch steps and nothing surrounds
-        the step."""
-        return self._plain and self.accumulate == 1 and self.captured is None
-
-    def plain_batch_runner(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
-        """:meth:`run_batch` of a batch that steps when nothing surrounds the step (:meth:`batch_runner`), with
-        this epoch's phases bound once: the closure's phases and the step in one frame, in the same order
-        (``training_step``, zero-grad, backward, the clipping check, ``optimizer.step()``, the step's count)."""
-        training_step, zero_phase, backward_phase = self._training_step, self._zero_phase, self._backward_phase
-        optimizer, trainer, advance_step, tensor = self.optimizers[0], self.trainer, self._progress.advance_step, \
-            torch.Tensor
-
-        def plain_batch(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-            output = training_step(batch, batch_idx)
-            loss: torch.Tensor | None
-            if type(output) is tensor:
-                loss, output = output, {"loss": output}
-            else:
-                loss, output = self._loss_of(output)
-            zero_phase()
-            if loss is None:
-                self._batch_idx = batch_idx  # (what the warning names)
-                self._skip_batch()
-            else:
-                backward_phase(loss)
-            if trainer.gradient_clip_val is not None:  # read at each step, as Lightning does
-                self._clip_to_trainer(optimizer)
-            optimizer.step()  # looked up on the instance (a learning-rate scheduler wraps the instance's step)
-            advance_step()
-            return output, True
-
-        return plain_batch
+    def _manual_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        """:meth:`batch_runner`'s function in manual optimization: ``training_step`` steps the optimizers itself
+        (``opt.step()`` counts each step); stepped: the global step moved."""
+        before = self._progress.global_step
+        output = self._training_step(batch, batch_idx)
+        return output, self._progress.global_step != before
 
     def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-        """:meth:`run_batch` with ``compile_step``: ``loops/captured.py`` runs the batch."""
+        """:meth:`batch_runner`'s function with ``compile_step``: ``loops/captured.py`` runs the batch."""
         assert self.captured is not None
         output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
         if stepped:
@@ -295,30 +343,6 @@ class Optimization:
         """What the Module's default ``optimizer_step`` does (``optimizer.step(closure=closure)``), without the
         wrapper in between: ``optimizer`` wraps the fit's one optimizer."""
         self._run_step(self.optimizers[0], closure)
-
-    def closure(self) -> torch.Tensor | None:
-        """Lightning's optimizer closure: ``training_step``, zero_grad (first batch of a window), backward.
-        Runs once per batch; a second call returns the same loss instead of back-propagating twice."""
-        if self._ran:
-            return self._loss
-        self._ran = True
-        output = self._training_step(self._batch, self._batch_idx)
-        loss: torch.Tensor | None
-        if type(output) is torch.Tensor:  # the common return, without a call
-            loss, self.output = output, {"loss": output}
-        else:
-            loss, self.output = self._loss_of(output)
-        if self._zero_first:  # as Lightning's closure: also when the batch is skipped (its step then moves nothing)
-            self._zero_phase()
-        if loss is None:
-            self._skip_batch()
-            self._loss = None
-            return None
-        if self.accumulate > 1:
-            loss = loss / self.accumulate
-        self._backward_phase(loss)
-        self._loss = loss
-        return loss
 
     @staticmethod
     def _loss_of(output: Any) -> tuple[torch.Tensor | None, Any]:
@@ -335,14 +359,14 @@ class Optimization:
         raise TypeError(f"training_step returned {type(output).__name__}; return the loss tensor, a dict with "
                         "'loss', or None to skip the batch")
 
-    def _skip_batch(self) -> None:
-        """``training_step`` returned ``None``: an error with several processes (the others would wait in the
-        gradient exchange), else a warning, once per run."""
+    def _skip_batch(self, batch_idx: int) -> None:
+        """``training_step`` returned ``None`` for batch ``batch_idx``: an error with several processes (the others
+        would wait in the gradient exchange), else a warning, once per run."""
         trainer = self.trainer
         if trainer.world_size > 1:
             raise RuntimeError(
                 f"{type(self.module).__name__}.training_step returned None on rank {trainer.global_rank} "
-                f"(batch {self._batch_idx}, step {trainer.global_step}) in a run of "
+                f"(batch {batch_idx}, step {trainer.global_step}) in a run of "
                 f"{trainer.world_size} processes: skipping a batch on one rank leaves the others waiting "
                 "in the gradient exchange (Lightning does not support it either). Return the loss on every "
                 "rank; to skip a batch everywhere, make the decision identical on all ranks and return "
@@ -350,7 +374,7 @@ class Optimization:
         if not self._warned_skip:  # once per run, as Lightning's warning cache
             self._warned_skip = True
             warn_at(type(self.module).training_step,
-                    f"{type(self.module).__name__}.training_step returned None for batch {self._batch_idx} "
+                    f"{type(self.module).__name__}.training_step returned None for batch {batch_idx} "
                     f"(epoch {trainer.current_epoch}), so that batch is skipped: no backward, and the optimizer step "
                     "moves nothing. If this was on purpose, ignore this warning; otherwise return the loss (or "
                     "{'loss': loss}).")
@@ -410,8 +434,7 @@ class Optimization:
         if closure is not None and self.closure_optimizers and optimizer in self.closure_optimizers:
             return self._step_evaluating(optimizer, closure)
         result = closure() if closure is not None else None
-        for fn in self._before_step:
-            fn(optimizer)
+        self.before_optimizer_step(optimizer)
         self._step_optimizer(optimizer)  # the strategy steps through the precision (a scaler)
         self._stepped = True
         for fn_after in self._after_step:
@@ -420,19 +443,17 @@ class Optimization:
 
     def _step_evaluating(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any]) -> Any:
         """Step an optimizer that evaluates the loss itself (LBFGS): ``optimizer.step(evaluate)``, where each
-        evaluation runs ``closure`` anew (automatic: ``training_step``, zero-grad, backward) and then what comes
-        before a step (``on_before_optimizer_step``, clipping), as Lightning's wrapped closure. One step is counted
-        however many evaluations the optimizer makes."""
+        evaluation runs ``closure`` anew (automatic: :meth:`Closure.evaluate`, the eager step's parts 1 to 3) and then
+        :meth:`before_optimizer_step`, as Lightning's wrapped closure. One step is counted however many evaluations
+        the optimizer makes."""
+        again = closure.evaluate if isinstance(closure, Closure) else closure
         evaluations = 0
 
         def evaluate() -> Any:
             nonlocal evaluations
-            if evaluations:
-                self._ran = False  # the optimizer asks for the loss again: the automatic closure runs once more
+            result = again() if evaluations else closure()  # the first: the closure's result if it already ran
             evaluations += 1
-            result = closure()
-            for fn in self._before_step:
-                fn(optimizer)
+            self.before_optimizer_step(optimizer)
             return result
 
         result = optimizer.step(evaluate)
@@ -448,16 +469,6 @@ class Optimization:
         for fn in self._step_end:
             fn()
 
-    def _clip_to_trainer(self, optimizer: torch.optim.Optimizer) -> None:
-        """Clip to the Trainer's ``gradient_clip_val`` (read at each step, as Lightning does)."""
-        trainer = self.trainer
-        if trainer.gradient_clip_val is not None:
-            self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
-
-    def _call_clip_hook(self, optimizer: torch.optim.Optimizer) -> None:
-        assert self._clip_hook is not None
-        self._clip_hook(optimizer, self.trainer.gradient_clip_val, self.trainer.gradient_clip_algorithm)
-
     def clip(self, optimizer: torch.optim.Optimizer, value: float | None, algorithm: str | None) -> None:
         """Clip ``optimizer``'s gradients by norm (default) or value, at their true scale."""
         if value is None or value == 0:
@@ -471,3 +482,35 @@ class Optimization:
             torch.nn.utils.clip_grad_norm_(params, value)
         else:
             torch.nn.utils.clip_grad_value_(params, value)
+
+
+class Closure:
+    """Lightning's optimizer closure of one batch, given to an overridden ``optimizer_step`` (and to an optimizer that
+    evaluates the loss itself): calling it runs the eager step's parts 1 to 3 (``training_step``, zero-grad,
+    backward) once and returns the loss back-propagated; a second call returns the same loss instead of
+    back-propagating twice (:meth:`evaluate` runs them again).
+
+    :param step: the epoch's eager step (:meth:`Optimization.eager_step`).
+    :param batch: the batch.
+    :param batch_idx: its index in the epoch.
+    :param accumulate: ``accumulate_grad_batches`` (the loss back-propagated is divided by it).
+    """
+
+    def __init__(self, step: Callable[[Any, int, bool], tuple[Any, bool]], batch: Any, batch_idx: int,
+                 accumulate: int) -> None:
+        self.step, self.batch, self.batch_idx, self.accumulate = step, batch, batch_idx, accumulate
+        #: whether it ran; the step's output (``None``: the batch was skipped)
+        self.ran, self.output = False, None
+        self.loss: torch.Tensor | None = None
+
+    def __call__(self) -> torch.Tensor | None:
+        """The loss, from :meth:`evaluate` the first time."""
+        return self.loss if self.ran else self.evaluate()
+
+    def evaluate(self) -> torch.Tensor | None:
+        """Run ``training_step``, zero-grad and backward (again): the loss back-propagated."""
+        self.ran = True
+        self.output = self.step(self.batch, self.batch_idx, False)[0]
+        loss = None if self.output is None else self.output["loss"]
+        self.loss = loss if loss is None or self.accumulate == 1 else loss / self.accumulate
+        return self.loss

@@ -2,10 +2,10 @@
 
 Each process of a ``torch.distributed`` run notes what it is doing in a module-level record written in place
 (:func:`mark`: the step, the batch, a phase such as ``"validation"`` or ``"barrier 'save_checkpoint'"`` and since
-when; the training loop calls :func:`mark_step` once per batch, one slice assignment, or writes that note itself:
-:func:`step_note`). The backward pass, where data parallel waits for the other ranks' gradients, costs no note at
-all: while the step's phase is ``"training_step"``, the watchdog reads ``"backward"`` when the training thread is
-inside ``torch.autograd.backward`` (its stack, looked at once a second; a failure's traceback after a collective fails).
+when; the training loop calls :func:`mark_step` once per batch, one slice assignment). The backward pass, where
+data parallel waits for the other ranks' gradients, costs no note at all: while the step's phase is
+``"training_step"``, the watchdog reads ``"backward"`` when the training thread is inside
+``torch.autograd.backward`` (its stack, looked at once a second; a failure's traceback after a collective fails).
 A daemon thread publishes that note, with the time it was published, to the process group's key-value
 store once a second. When this process has made no progress for ``warn_after_s``, the thread reads
 every rank's note and prints one diagnosis naming the ranks that are behind or that stopped reporting, what each
@@ -61,13 +61,6 @@ def mark_step(step: int, batch: int) -> None:
     """Note that this process runs the training step of batch ``batch`` at optimizer step ``step`` (the training
     loop's one note per batch; its backward pass is seen without a note, see the module's docstring)."""
     _note[:] = step, batch, STEP_PHASE, _time()
-
-
-def step_note() -> list[Any] | None:
-    """This process's note where its watchdog runs (``None`` where it does not), for a training loop that writes
-    :func:`mark_step`'s note itself, without the call: ``note[:] = step, batch, STEP_PHASE, time.time()`` (the plain
-    epoch's loop, ``FitLoop._plain_steps``)."""
-    return _note if _active is not None else None
 
 
 def phase() -> str:
