@@ -163,8 +163,10 @@ def test_accelkit_run_starts_a_script_that_never_calls_launch(prewarmed, tmp_pat
         "from accelkit import Fabric\n"
         "fabric = Fabric(accelerator='cpu')\n"
         "total = fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op='sum').item()\n"
-        "print('RESULT', fabric.global_rank, fabric.world_size, fabric.strategy.name, fabric.precision.name, total,\n"
-        "      sys.argv[1:], flush=True)\n")
+        "line = ' '.join(map(str, ['RESULT', fabric.global_rank, fabric.world_size, fabric.strategy.name,\n"
+        "                         fabric.precision.name, total, sys.argv[1:]]))\n"
+        "sys.stdout.write(line + '\\n')  # one write: the ranks share the output\n"
+        "sys.stdout.flush()\n")
     proc = prewarmed.run(["-m", "accelkit.cli", "run", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
                           "--precision", "bf16-mixed", str(script), "--lr", "0.1"], cwd=tmp_path, env=child_env(),
                          timeout=240)
@@ -194,7 +196,8 @@ def test_launch_without_a_function_on_a_spawning_strategy_runs_the_script_again(
         "fabric = Fabric(accelerator='cpu', devices=2, strategy=sys.argv[1])\n"
         "fabric.launch()\n"
         "total = fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op='sum').item()\n"
-        "print('RESULT', fabric.global_rank, fabric.world_size, total, flush=True)\n")
+        "sys.stdout.write(f'RESULT {fabric.global_rank} {fabric.world_size} {total}\\n')  # one write: shared output\n"
+        "sys.stdout.flush()\n")
     proc = prewarmed.run([str(script), strategy], cwd=tmp_path, env=child_env(), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT")) == [

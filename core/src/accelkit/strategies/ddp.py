@@ -271,8 +271,13 @@ class DDPStrategy(ParallelStrategy):
     def end_run(self) -> None:
         """A Fabric run ended in this process: the process group this strategy made is destroyed now, before the
         interpreter's own exit (which, with a gloo group still alive and its peers gone, can abort the process:
-        ``terminate called without an active exception``). A group the user made stays."""
+        ``terminate called without an active exception``). The watchdog's thread is stopped first: a daemon thread
+        still inside a store call while the interpreter finalises aborts the process the same way. A group the user
+        made stays."""
+        from accelkit.strategies.launchers import watchdog
+
         super().end_run()
+        watchdog.stop()
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_process_group = False
