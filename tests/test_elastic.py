@@ -37,16 +37,21 @@ def free_port() -> int:
     return find_free_port()
 
 
-def launcher(root: Path, port: int, name: str, strategy: str = "ddp", step_sleep_s: float = 0.15) -> subprocess.Popen:
-    """One torchrun launcher (a "node") of an elastic job of 1 to 2 nodes, one process each, in its own process
-    group; its output goes to ``root/<name>.out``."""
+def launcher(root: Path, port: int, name: str, strategy: str = "ddp", step_sleep_s: float = 0.15,
+             nnodes: str = "1:2", last_call_s: int = 5, max_restarts: int = 3,
+             env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+    """One torchrun launcher (a "node") of an elastic job of ``nnodes`` nodes (1 to 2 unless told), one process
+    each, in its own process group; its output goes to ``root/<name>.out``. ``env_extra``: the launcher's own
+    variables (what a user would export before torchrun)."""
     env = child_env()
     env["ELASTIC_TEST_LAUNCHER"] = name  # names the records' files (the test's instrument, not accelkit's)
     env["STEP_SLEEP_S"] = str(step_sleep_s)
+    env.update(env_extra or {})
     root.mkdir(parents=True, exist_ok=True)
-    command = [PYTHON, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic-test", "--max-restarts=3",
-               "--rdzv-conf=last_call_timeout=5", "--monitor-interval=0.5", str(SCRIPT), str(root), strategy]
+    command = [PYTHON, "-m", "torch.distributed.run", f"--nnodes={nnodes}", "--nproc-per-node=1",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic-test",
+               f"--max-restarts={max_restarts}", f"--rdzv-conf=last_call_timeout={last_call_s}",
+               "--monitor-interval=0.5", str(SCRIPT), str(root), strategy]
     out = open(root / f"{name}.out", "w")  # noqa: SIM115 - closed when the process ends (the child holds it)
     try:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -312,3 +317,122 @@ def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
     assert TorchrunEnvironment(env).restart_attempt is None
     assert TorchrunEnvironment({**env, "LOCAL_WORLD_SIZE": "4"}).restart_attempt == 1
     assert TorchrunEnvironment({k: v for k, v in env.items() if k != "TORCHELASTIC_RUN_ID"}).restart_attempt is None
+
+
+def test_each_group_of_workers_an_agent_starts_tells_how_many_it_started_before(tmp_path):
+    """With a store of each attempt's own, a process tells a restarted attempt from the first by its agent's log
+    folder (torch's own log specification, as torchrun's agent uses it): a restart on a node joining, which torch
+    does not count in TORCHELASTIC_RESTART_COUNT, is told too; another agent (a node that just joined) starts at 0."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+
+    from accelkit.environments.torchrun import TorchrunEnvironment, earlier_worker_groups
+
+    def start(specs: DefaultLogsSpecs, restarts: int) -> dict[int, dict[str, str]]:
+        """What an agent does each time it starts its workers (two on its node): their variables."""
+        time.sleep(0.05)  # (groups start seconds apart; a folder made again at once could share its time stamp)
+        envs = {rank: {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": str(restarts)} for rank in (0, 1)}
+        specs.reify(envs)
+        return envs
+
+    agent = DefaultLogsSpecs(log_dir=str(tmp_path))
+    first = start(agent, 0)
+    assert [earlier_worker_groups(env) for env in first.values()] == [0, 0]
+    assert earlier_worker_groups(first[0]) == 0  # asked again in the same group
+    grown = start(agent, 0)  # a node joined: the agent restarts its workers without counting a restart
+    assert [earlier_worker_groups(env) for env in grown.values()] == [1, 1]
+    # on one node that is the attempt; over several, the processes agree on the largest (the torchrun runs below)
+    one_node = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", **grown[0]}
+    assert TorchrunEnvironment(one_node).restart_attempt == 1
+    assert TorchrunEnvironment({**one_node, "WORLD_SIZE": "4", "RANK": "2"}).restart_attempt is None  # no store
+    assert [earlier_worker_groups(env) for env in start(agent, 1).values()] == [2, 2]  # a failure
+    assert earlier_worker_groups(start(DefaultLogsSpecs(log_dir=str(tmp_path)), 0)[0]) == 0  # a new agent
+
+
+# ---------------------------------------------------------------- shrink 3 -> 2, grow 1 -> 2, a restart loop that ends
+def round_rows(root: Path, round_: int) -> list[dict]:
+    return [r for r in records(root) if r["round"] == round_]
+
+
+@pytest.mark.slow
+def test_three_launchers_lose_one_whole_and_the_two_left_train_every_sample_once(tmp_path):
+    """Three launchers (``--nnodes=2:3``, the shared store, no num_nodes/ckpt_path/variable); one that neither binds
+    the endpoint nor runs rank zero is killed whole mid-epoch: the two left restart on a world of 2, resume from the
+    newest checkpoint by themselves and end with exit status 0, every sample of both epochs trained exactly once."""
+    root, port = tmp_path / "run", free_port()
+    names, launchers = ["A", "B", "C"], []
+    try:
+        for name in names:  # A first: it binds the endpoint; the others join within last_call_timeout
+            launchers.append(launcher(root, port, name, nnodes="2:3", last_call_s=20))
+            time.sleep(1.0)
+        deadline = time.monotonic() + BOUND_S
+        wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
+                 "round 0 reaching step 4", deadline)
+        ranks = {r["rank"]: p.name.split("-", 1)[0] for p in (root / "records").glob("*-round0-*.jsonl")
+                 for r in [json.loads(p.read_text().splitlines()[0])]}
+        assert sorted(ranks) == [0, 1, 2], (ranks, output(root))
+        victim = next(name for name in ("C", "B") if ranks[0] != name)  # never A (the endpoint) nor rank zero's
+        os.killpg(launchers[names.index(victim)].pid, signal.SIGKILL)
+        for pid in workers_of(root, victim):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        left = [proc for name, proc in zip(names, launchers, strict=True) if name != victim]
+        for proc in left:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    assert [proc.returncode for proc in left] == [0, 0], output(root)
+    rows = records(root)
+    assert {row["round"]: row["world"] for row in rows} == {0: 3, 1: 2}, output(root)
+    assert min(r["step"] for r in rows if r["round"] == 1) > 0  # resumed, not from the start
+    assert trained_once(kept(rows)) == {}, output(root)
+    assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]
+
+
+#: what growing needs in torch 2.9 (docs/elastic.rst, "Growing"): a store of each attempt's own
+OWN_STORES = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+@pytest.mark.slow
+def test_a_launcher_that_joins_grows_the_job_which_resumes_by_itself_every_sample_once(tmp_path):
+    """Launcher A trains alone (world 1); launcher B starts mid-epoch: A's agent restarts its worker and the next
+    attempt runs on a world of 2, tells that it is a restarted attempt (no failure was counted: each process's
+    agent count is 0), resumes from the run's newest checkpoint in the same run folder and trains the rest of the
+    epoch, every sample of both epochs once. No num_nodes, no ckpt_path; the variable torch needs to grow."""
+    root, port = tmp_path / "run", free_port()
+    first = launcher(root, port, "A", step_sleep_s=1.0, env_extra=OWN_STORES)  # B joins within A's first epoch
+    launchers, deadline = [first], time.monotonic() + BOUND_S
+    try:
+        wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
+                 "round 0 reaching step 4", deadline)
+        launchers.append(launcher(root, port, "B", env_extra=OWN_STORES))
+        for proc in launchers:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    assert [proc.returncode for proc in launchers] == [0, 0], output(root)
+    rows = records(root)
+    assert {row["round"]: row["world"] for row in rows} == {0: 1, 1: 2}, output(root)
+    resumed = min(r["step"] for r in rows if r["round"] == 1)
+    assert resumed > 0 and resumed % 3 == 0, resumed  # a periodic checkpoint's step (every 3 steps)
+    assert any(r["epoch"] == 0 for r in rows if r["round"] == 1), resumed  # resumed within the epoch it grew in
+    assert trained_once(kept(rows)) == {}, output(root)
+    said = output(root)
+    assert "attempt 1 of this run (restarted by its launcher): loaded checkpoint" in said, said
+    assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]
+
+
+@pytest.mark.slow
+def test_a_restart_loop_that_always_fails_ends_with_the_last_failure_when_max_restarts_is_spent(tmp_path):
+    """A fit that fails at step 2 in every attempt under ``--max-restarts=1``: the job ends (non-zero, within a
+    generous bound) after two attempts, and torchrun's output names the failure of the last one."""
+    root, port = tmp_path / "run", free_port()
+    job = launcher(root, port, "A", nnodes="1", max_restarts=1, step_sleep_s=0.0, env_extra={"FAIL_AT_STEP": "2"})
+    try:
+        job.wait(timeout=BOUND_S)
+    finally:
+        kill_all(root, [job])
+    said = output(root)
+    assert job.returncode not in (0, None), said
+    assert sorted({row["round"] for row in records(root)}) == [0, 1], said  # restarted once, then gave up
+    assert "elastic_fit fails at step 2 on purpose" in said and "ChildFailedError" in said, said
+    assert "attempt_1" in said  # the failure reported is the last attempt's (torchrun's root cause)

@@ -6,8 +6,8 @@ Each training batch appends one JSON line ``{"round", "rank", "world", "epoch", 
 the attempt, as accelkit reads it; ``step``: the global step the batch is trained in; ``idx``: the dataset indices
 of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-rank<R>-pid<P>.jsonl``,
 ``LAUNCHER`` being the name the test gave the launcher that started it (``ELASTIC_TEST_LAUNCHER``).
-``STEP_SLEEP_S`` slows every step down. At the end global rank zero writes ``ROOT/final.pt`` (DDP) and prints
-``done``.
+``STEP_SLEEP_S`` slows every step down; ``FAIL_AT_STEP`` raises in the training step of that global step. At the
+end global rank zero writes ``ROOT/final.pt`` (DDP) and prints ``done``.
 
 Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY``
 """
@@ -70,6 +70,8 @@ class Recorded(accelkit.Module):
                                       "world": self.trainer.world_size, "epoch": self.current_epoch,
                                       "step": self.global_step, "idx": index.tolist(), "t": time.time()}) + "\n")
         self.record.flush()
+        if self.global_step == int(os.environ.get("FAIL_AT_STEP", "-1")):  # a fault in every attempt
+            raise RuntimeError(f"elastic_fit fails at step {self.global_step} on purpose (FAIL_AT_STEP)")
         time.sleep(float(os.environ.get("STEP_SLEEP_S", "0")))
         return F.binary_cross_entropy_with_logits(self.net(x), y)
 

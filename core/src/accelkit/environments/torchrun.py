@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 from accelkit.environments.base import ClusterEnvironment
 
@@ -15,6 +16,12 @@ AGREE_TIMEOUT_S = 600.0
 #: the attempts agreed in this process, by store address, run id, restart count and rank (a worker process lives
 #: within one attempt)
 AGREED_ATTEMPTS: dict[tuple[str, ...], tuple[str, int]] = {}
+#: the store key under which each process of an attempt posts what it knows of the attempt (store of its own)
+EVIDENCE_KEY = "accelkit/attempt_evidence"
+#: the name of the marker files a group of workers leaves in its agent's log folder (one per group)
+GROUP_MARKER = "accelkit-worker-group-"
+#: the attempts agreed in this process where each attempt has a store of its own, by store address and rank
+MAX_ATTEMPTS: dict[tuple[str, ...], int] = {}
 
 
 def agreed_attempt(env: Mapping[str, str], timeout_s: float = AGREE_TIMEOUT_S) -> tuple[str, int] | None:
@@ -66,6 +73,40 @@ def _agree(host: str, port: int, rank: int, world: int, timeout_s: float) -> tup
                 raise
 
 
+def earlier_worker_groups(env: Mapping[str, str]) -> int:
+    """How many groups of workers this process's torchrun agent started before the one this process belongs to.
+
+    An agent restarts its workers on a failure (and counts it, ``TORCHELASTIC_RESTART_COUNT``) and on a change of
+    membership (a node joined: not counted), and writes each group's files under one log folder of its own, made when
+    the agent starts: ``<log dir>/<run id>_<random>/attempt_<restart count>/<local rank>/error.json``, the last one
+    given to each worker as ``TORCHELASTIC_ERROR_FILE``. Each group leaves a marker there, named after its
+    ``attempt_<n>`` folder (made anew for each group); the markers of other groups are the groups before. 0 where
+    the variable is not set or not shaped so (a launcher with other log specifications)."""
+    error_file = env.get("TORCHELASTIC_ERROR_FILE")
+    if not error_file:
+        return 0
+    group_folder = Path(error_file).parent.parent
+    if not group_folder.name.startswith("attempt_"):
+        return 0
+    try:
+        made = group_folder.stat()
+        mine = f"{GROUP_MARKER}{made.st_ino}-{made.st_ctime_ns}"
+        others = {p.name for p in group_folder.parent.glob(f"{GROUP_MARKER}*")} - {mine}
+        (group_folder.parent / mine).touch()
+    except OSError:
+        return 0
+    return len(others)
+
+
+def agree_on_max(store: Any, rank: int, world: int, value: int) -> int:
+    """The largest ``value`` over the ``world`` processes of an attempt, each posting its own in ``store`` (a store
+    of this attempt's own) and reading the others'; waits for them at most the store's timeout."""
+    store.set(f"{EVIDENCE_KEY}/{rank}", str(value))
+    keys = [f"{EVIDENCE_KEY}/{other}" for other in range(world)]
+    store.wait(keys)
+    return max(int(store.get(key).decode()) for key in keys)
+
+
 class TorchrunEnvironment(ClusterEnvironment):
     """Processes started by ``torchrun`` (TorchElastic), or by anything exporting ``RANK``, ``WORLD_SIZE`` and
     ``LOCAL_RANK`` for ``torch.distributed``'s ``env://`` rendezvous (a hand-written launch script, say)."""
@@ -85,7 +126,15 @@ class TorchrunEnvironment(ClusterEnvironment):
         "TORCHELASTIC_RESTART_COUNT": "how many times this node's agent restarted its workers",
         "TORCHELASTIC_USE_AGENT_STORE": "'True': the processes share the agent's store (they agree on the "
                                         "attempt there)",
+        "TORCHELASTIC_ERROR_FILE": "where a worker writes its error; its folder is the agent's, one per group of "
+                                   "workers (tells a group its agent started before)",
     }
+    #: opens this attempt's rendezvous store at ``MASTER_ADDR:MASTER_PORT`` (global rank zero hosts it) for the
+    #: processes to agree on the attempt where each attempt has a store of its own
+    #: (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``); set by the strategy that joins the processes, which knows
+    #: where a run listens. ``None``: over several nodes such an attempt is not told (``restart_attempt`` is
+    #: ``None``).
+    store_opener: Callable[[], Any] | None = None
 
     def validate(self) -> list[str]:
         """The base checks, and variables that look left over in the shell: ``torch.distributed``'s ``env://``
@@ -112,18 +161,28 @@ class TorchrunEnvironment(ClusterEnvironment):
     @property
     def restart_attempt(self) -> int | None:
         """Under torchrun: the attempt its processes agreed on through the agent's store (``agreed_attempt()``,
-        the same in every process); with a store of each attempt's own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``),
-        ``TORCHELASTIC_RESTART_COUNT`` where one agent runs every process (``WORLD_SIZE == LOCAL_WORLD_SIZE``),
-        else ``None``: each agent counts its own restarts, so the processes of several nodes could disagree.
-        ``None`` without torchrun (a hand-written launch)."""
+        the same in every process). With a store of each attempt's own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``):
+        the largest over the processes of what each knows (its agent's ``TORCHELASTIC_RESTART_COUNT``, the groups
+        of workers its agent started before, :func:`earlier_worker_groups`): one node's count where one agent runs
+        every process, else agreed through :attr:`store_opener`'s store (``None`` without one). An agent that was
+        there from the start has seen every attempt, so a restart on a failure and one on a node joining (which
+        torch does not count) are both told. ``None`` without torchrun (a hand-written launch)."""
         if "TORCHELASTIC_RUN_ID" not in self.env:
             return None
         agreed = agreed_attempt(self.env)
         if agreed is not None:
             return agreed[1]
-        if self.env.get("WORLD_SIZE") != self.env.get("LOCAL_WORLD_SIZE", self.env.get("WORLD_SIZE")):
-            return None
-        return self._int("TORCHELASTIC_RESTART_COUNT", default=0)
+        key = (self.env.get("MASTER_ADDR", ""), self.env.get("MASTER_PORT", ""), self.env["TORCHELASTIC_RUN_ID"],
+               self.env.get("TORCHELASTIC_RESTART_COUNT", ""), self.env.get("RANK", ""))
+        if key not in MAX_ATTEMPTS:
+            known = max(self._int("TORCHELASTIC_RESTART_COUNT", default=0), earlier_worker_groups(self.env))
+            if self.env.get("WORLD_SIZE") == self.env.get("LOCAL_WORLD_SIZE", self.env.get("WORLD_SIZE")):
+                MAX_ATTEMPTS[key] = known
+            elif self.store_opener is None:
+                return None
+            else:
+                MAX_ATTEMPTS[key] = agree_on_max(self.store_opener(), self.global_rank, self.world_size, known)
+        return MAX_ATTEMPTS[key]
 
     @property
     def world_size(self) -> int:

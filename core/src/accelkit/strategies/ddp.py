@@ -19,7 +19,13 @@ from torch import nn
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
-from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store, uses_launcher_store
+from accelkit.strategies.rendezvous import (
+    agreement_store,
+    in_this_attempt,
+    listen_on_loopback,
+    rendezvous_store,
+    uses_launcher_store,
+)
 
 #: seconds a process waits for the others to join before saying so (and, with stale launcher variables that no
 #: launcher process stands behind, before it stops); ``ACCELKIT_JOIN_WAIT_S`` sets another value
@@ -61,6 +67,19 @@ class DDPStrategy(ParallelStrategy):
 
         if isinstance(self.cluster_environment, ScriptEnvironment):
             self.cluster_environment.plan(self.processes_per_node, num_nodes)
+        from accelkit.environments.torchrun import TorchrunEnvironment
+
+        if isinstance(self.cluster_environment, TorchrunEnvironment):  # how its processes reach their store
+            self.cluster_environment.store_opener = self.agreement_store
+
+    def agreement_store(self) -> Any:
+        """This attempt's rendezvous store, opened before the process group for the processes to agree on the
+        attempt (:func:`~accelkit.strategies.rendezvous.agreement_store`), waiting at most the collective
+        timeout."""
+        env = self.launcher_environment()
+        timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
+        return agreement_store(self.global_rank, self.world_size, timeout,
+                               spans_machines=(env.num_nodes if env is not None else self.num_nodes) > 1)
 
     # the outside launcher's environment
     def launcher_environment(self) -> Any:
