@@ -348,21 +348,46 @@ def test_each_group_of_workers_an_agent_starts_tells_how_many_it_started_before(
     assert earlier_worker_groups(start(DefaultLogsSpecs(log_dir=str(tmp_path)), 0)[0]) == 0  # a new agent
 
 
+def test_the_agreement_on_the_attempt_waits_at_most_the_collective_timeout_and_says_why(monkeypatch):
+    """Rank 1 of a restarted attempt whose rank 0 never comes (it died, or its node did): the wait for the
+    attempt's agreement ends after the Trainer's collective timeout, not a fixed ten minutes, with what happened."""
+    import torch.distributed as dist
+
+    from accelkit.environments import torchrun
+    from accelkit.environments.base import restart_attempt_of
+    from accelkit.errors import WorkerError
+
+    port = free_port()
+    _agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # as torchrun's agent hosts it
+    monkeypatch.setattr(torchrun, "AGREED_ATTEMPTS", {})
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "GROUP_WORLD_SIZE": "2", "GROUP_RANK": "1", "TORCHELASTIC_RUN_ID": "job",
+                        "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=1, logger=False, collective_timeout=3)
+    with pytest.raises(WorkerError, match=r"rank 1 waited 3 s \(the collective timeout.*global rank 0 never "
+                       r"announced it.*did not start or died"):
+        restart_attempt_of(trainer.strategy.cluster_environment)
+
+
 # ---------------------------------------------------------------- shrink 3 -> 2, grow 1 -> 2, a restart loop that ends
 def round_rows(root: Path, round_: int) -> list[dict]:
     return [r for r in records(root) if r["round"] == round_]
 
 
 @pytest.mark.slow
-def test_three_launchers_lose_one_whole_and_the_two_left_train_every_sample_once(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_three_launchers_lose_one_whole_and_the_two_left_train_every_sample_once(tmp_path, strategy):
     """Three launchers (``--nnodes=2:3``, the shared store, no num_nodes/ckpt_path/variable); one that neither binds
     the endpoint nor runs rank zero is killed whole mid-epoch: the two left restart on a world of 2, resume from the
-    newest checkpoint by themselves and end with exit status 0, every sample of both epochs trained exactly once."""
+    newest checkpoint by themselves (FSDP: resharded from 3 to 2) and end with exit status 0, every sample of both
+    epochs trained exactly once."""
     root, port = tmp_path / "run", free_port()
     names, launchers = ["A", "B", "C"], []
     try:
         for name in names:  # A first: it binds the endpoint; the others join within last_call_timeout
-            launchers.append(launcher(root, port, name, nnodes="2:3", last_call_s=20))
+            launchers.append(launcher(root, port, name, strategy, nnodes="2:3", last_call_s=20))
             time.sleep(1.0)
         deadline = time.monotonic() + BOUND_S
         wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from accelkit.environments.base import ClusterEnvironment
+from accelkit.errors import WorkerError
 
 #: the store key under which global rank zero announces the attempt of the processes it joins
 ATTEMPT_KEY = "accelkit/attempt"
@@ -53,24 +54,47 @@ def _agree(host: str, port: int, rank: int, world: int, timeout_s: float) -> tup
     import torch.distributed as dist
 
     store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout_s), wait_for_workers=False)
+    deadline = time.monotonic() + timeout_s
+
+    def left() -> timedelta:
+        return timedelta(seconds=max(0.1, deadline - time.monotonic()))
+
     if rank == 0:
         number = int(store.add("accelkit/attempts", 1)) - 1
         token = f"{secrets.token_hex(8)}.{number}"
         store.set(ATTEMPT_KEY, token)
         for other in range(1, world):  # each waits for its answer: this is where the attempt's processes meet
+            try:
+                store.wait([f"{ATTEMPT_KEY}/ask/{token}/{other}"], left())
+            except RuntimeError as exc:  # torch's DistStoreError
+                raise agreement_timeout(rank, timeout_s, f"{host}:{port}", f"global rank {other} never asked") from exc
             nonce = store.get(f"{ATTEMPT_KEY}/ask/{token}/{other}").decode()
             store.set(f"{ATTEMPT_KEY}/yes/{token}/{other}/{nonce}", "1")
         return token, number
-    nonce, deadline = secrets.token_hex(8), time.monotonic() + timeout_s
+    nonce = secrets.token_hex(8)
     while True:
-        token = store.get(ATTEMPT_KEY).decode()  # waits for a first announcement
+        try:
+            store.wait([ATTEMPT_KEY], left())  # a first announcement
+        except RuntimeError as exc:
+            raise agreement_timeout(rank, timeout_s, f"{host}:{port}", "global rank 0 never announced it") from exc
+        token = store.get(ATTEMPT_KEY).decode()
         store.set(f"{ATTEMPT_KEY}/ask/{token}/{rank}", nonce)
         try:
             store.wait([f"{ATTEMPT_KEY}/yes/{token}/{rank}/{nonce}"], timedelta(seconds=2))
             return token, int(token.rsplit(".", 1)[1])
-        except RuntimeError:  # torch's DistStoreError: an earlier attempt's announcement, or a slow rank zero
+        except RuntimeError as exc:  # an earlier attempt's announcement, or a slow rank zero
             if time.monotonic() > deadline:
-                raise
+                raise agreement_timeout(rank, timeout_s, f"{host}:{port}",
+                                        "global rank 0 of this attempt never confirmed it") from exc
+
+
+def agreement_timeout(rank: int, timeout_s: float, where: str, what: str) -> WorkerError:
+    """The error of a process whose peers did not come to agree on the attempt within ``timeout_s``."""
+    return WorkerError(
+        f"rank {rank} waited {timeout_s:.0f} s (the collective timeout, Trainer(collective_timeout=...)) for the "
+        f"processes of this attempt to agree on it in the rendezvous store at {where}, and stops: {what}. A process "
+        "of this attempt did not start or died (its launcher's output names its failure); the launcher restarts "
+        "the attempt while --max-restarts allows (a store timeout).")
 
 
 def earlier_worker_groups(env: Mapping[str, str]) -> int:
@@ -103,7 +127,12 @@ def agree_on_max(store: Any, rank: int, world: int, value: int) -> int:
     of this attempt's own) and reading the others'; waits for them at most the store's timeout."""
     store.set(f"{EVIDENCE_KEY}/{rank}", str(value))
     keys = [f"{EVIDENCE_KEY}/{other}" for other in range(world)]
-    store.wait(keys)
+    try:
+        store.wait(keys)
+    except RuntimeError as exc:  # torch's DistStoreError
+        missing = [other for other, key in enumerate(keys) if not store.check([key])]
+        raise agreement_timeout(rank, store.timeout.total_seconds(), "MASTER_ADDR:MASTER_PORT",
+                                f"global rank(s) {missing} never came") from exc
     return max(int(store.get(key).decode()) for key in keys)
 
 
@@ -135,6 +164,9 @@ class TorchrunEnvironment(ClusterEnvironment):
     #: where a run listens. ``None``: over several nodes such an attempt is not told (``restart_attempt`` is
     #: ``None``).
     store_opener: Callable[[], Any] | None = None
+    #: how long the processes of an attempt wait for each other to agree on it (seconds): the collective timeout
+    #: of the strategy that joins them (set by it); ``None``: :data:`AGREE_TIMEOUT_S`
+    wait_limit_s: Callable[[], float] | None = None
 
     def validate(self) -> list[str]:
         """The base checks, and variables that look left over in the shell: ``torch.distributed``'s ``env://``
@@ -169,7 +201,7 @@ class TorchrunEnvironment(ClusterEnvironment):
         torch does not count) are both told. ``None`` without torchrun (a hand-written launch)."""
         if "TORCHELASTIC_RUN_ID" not in self.env:
             return None
-        agreed = agreed_attempt(self.env)
+        agreed = agreed_attempt(self.env, self.wait_limit_s() if self.wait_limit_s is not None else AGREE_TIMEOUT_S)
         if agreed is not None:
             return agreed[1]
         key = (self.env.get("MASTER_ADDR", ""), self.env.get("MASTER_PORT", ""), self.env["TORCHELASTIC_RUN_ID"],
