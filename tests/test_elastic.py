@@ -460,4 +460,29 @@ def test_a_restart_loop_that_always_fails_ends_with_the_last_failure_when_max_re
     assert job.returncode not in (0, None), said
     assert sorted({row["round"] for row in records(root)}) == [0, 1], said  # restarted once, then gave up
     assert "elastic_fit fails at step 2 on purpose" in said and "ChildFailedError" in said, said
-    assert "attempt_1" in said  # the failure reported is the last attempt's (torchrun's root cause)
+    last = next((root / "records").glob("A-round1-*.jsonl")).stem.rsplit("pid", 1)[1]
+    assert f"exitcode  : 1 (pid: {last})" in said, said  # torchrun's root cause: the last attempt's process
+
+
+@pytest.mark.slow
+def test_losing_the_launcher_that_hosts_the_rendezvous_store_ends_the_job_with_torchs_error(tmp_path):
+    """Launcher A binds the endpoint (it hosts torch's rendezvous store); killed whole mid-epoch, launcher B cannot
+    rendezvous again: torch's agent ends the job, non-zero, within a generous bound, saying it lost the store."""
+    root, port = tmp_path / "run", free_port()
+    first = launcher(root, port, "A")
+    time.sleep(1.0)
+    second = launcher(root, port, "B")
+    launchers, deadline = [first, second], time.monotonic() + BOUND_S
+    try:
+        wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
+                 "round 0 reaching step 4", deadline)
+        os.killpg(first.pid, signal.SIGKILL)
+        for pid in workers_of(root, "A"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        second.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    said = (root / "B.out").read_text()
+    assert second.returncode not in (0, None), said[-3000:]
+    assert "RendezvousConnectionError" in said, said[-3000:]

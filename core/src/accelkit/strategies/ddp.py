@@ -70,20 +70,20 @@ class DDPStrategy(ParallelStrategy):
         from accelkit.environments.torchrun import TorchrunEnvironment
 
         if isinstance(self.cluster_environment, TorchrunEnvironment):  # how its processes reach their store
-            self.cluster_environment.store_opener = self.agreement_store
-            self.cluster_environment.wait_limit_s = self.join_timeout_s
+            self.cluster_environment.store_opener = self._agreement_store
+            self.cluster_environment.wait_limit_s = self._join_timeout_s
 
-    def join_timeout_s(self) -> float:
+    def _join_timeout_s(self) -> float:
         """How long the processes wait for each other to join the run (agree on the attempt, form the process
         group): the strategy's ``timeout_s`` where given, else the collective timeout."""
         return self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
 
-    def agreement_store(self) -> Any:
+    def _agreement_store(self) -> Any:
         """This attempt's rendezvous store, opened before the process group for the processes to agree on the
         attempt (:func:`~accelkit.strategies.rendezvous.agreement_store`), waiting at most
-        :meth:`join_timeout_s`."""
+        :meth:`_join_timeout_s`."""
         env = self.launcher_environment()
-        return agreement_store(self.global_rank, self.world_size, self.join_timeout_s(),
+        return agreement_store(self.global_rank, self.world_size, self._join_timeout_s(),
                                spans_machines=(env.num_nodes if env is not None else self.num_nodes) > 1)
 
     # the outside launcher's environment
@@ -179,7 +179,7 @@ class DDPStrategy(ParallelStrategy):
             os.environ.setdefault("MASTER_PORT", "29500")
             from datetime import timedelta
 
-            timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
+            timeout = self._join_timeout_s()
             stale = env.stale_variables() if env is not None else None
             patience = join_wait_s()
             waiting = threading.Timer(patience, _still_waiting, args=(self, env, patience))
