@@ -309,7 +309,9 @@ def test_the_join_wait_of_a_restarted_attempt_says_so_and_not_stale_variables(mo
 
 def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
     """``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: no shared store to agree through, and each agent counts its own
-    restarts, so over several nodes no attempt is claimed (no process resumes where another would start fresh)."""
+    restarts, so over several nodes an environment that no strategy gave the attempt's own store to agree through
+    (``store_opener``) claims no attempt (no process resumes where another would start fresh); a strategy does
+    (the grow test below)."""
     from accelkit.environments.torchrun import TorchrunEnvironment
 
     env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job",
@@ -346,6 +348,50 @@ def test_each_group_of_workers_an_agent_starts_tells_how_many_it_started_before(
     assert TorchrunEnvironment({**one_node, "WORLD_SIZE": "4", "RANK": "2"}).restart_attempt is None  # no store
     assert [earlier_worker_groups(env) for env in start(agent, 1).values()] == [2, 2]  # a failure
     assert earlier_worker_groups(start(DefaultLogsSpecs(log_dir=str(tmp_path)), 0)[0]) == 0  # a new agent
+
+
+def test_the_processes_of_a_grown_attempt_agree_it_is_a_restart_and_rank_zero_keeps_the_store(monkeypatch, tmp_path):
+    """A grown job with a store of each attempt's own: rank 0's agent started a group before (it ran alone), rank
+    1's agent is new, and neither counted a restart. Both processes (threads here) answer attempt 1, through the
+    store rank 0 hosts at MASTER_ADDR:MASTER_PORT, which the process group then takes over."""
+    import threading
+
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+
+    from accelkit.environments.torchrun import TorchrunEnvironment
+    from accelkit.strategies import rendezvous
+
+    def group(specs: DefaultLogsSpecs) -> dict[str, str]:
+        envs = {0: {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": "0"}}
+        specs.reify(envs)
+        return envs[0]
+
+    alone = DefaultLogsSpecs(log_dir=str(tmp_path / "a"))
+    first = TorchrunEnvironment({**group(alone), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+    assert first.restart_attempt == 0
+    time.sleep(0.05)
+    port = free_port()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    common = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    grown = [TorchrunEnvironment({**group(alone), **common, "RANK": "0"}),
+             TorchrunEnvironment({**group(DefaultLogsSpecs(log_dir=str(tmp_path / "b"))), **common, "RANK": "1"})]
+    for rank, env in enumerate(grown):
+        env.store_opener = lambda rank=rank: rendezvous.agreement_store(rank, 2, 30.0, spans_machines=False)
+    answers: list = [None, None]
+
+    def ask(rank: int) -> None:
+        answers[rank] = grown[rank].restart_attempt
+
+    threads = [threading.Thread(target=ask, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert answers == [1, 1]
+    hosted = rendezvous.HOSTED_EARLY[("127.0.0.1", port)]
+    assert rendezvous.rendezvous_store(0, 2, 30.0, spans_machines=False) is hosted  # the process group's store
+    assert ("127.0.0.1", port) not in rendezvous.HOSTED_EARLY
 
 
 def test_the_agreement_on_the_attempt_waits_at_most_the_collective_timeout_and_says_why(monkeypatch):
