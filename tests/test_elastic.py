@@ -321,13 +321,16 @@ def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
     assert TorchrunEnvironment({k: v for k, v in env.items() if k != "TORCHELASTIC_RUN_ID"}).restart_attempt is None
 
 
-def test_each_group_of_workers_an_agent_starts_tells_how_many_it_started_before(tmp_path):
+def test_each_group_of_workers_an_agent_starts_tells_how_many_it_started_before(monkeypatch, tmp_path):
     """With a store of each attempt's own, a process tells a restarted attempt from the first by its agent's log
     folder (torch's own log specification, as torchrun's agent uses it): a restart on a node joining, which torch
     does not count in TORCHELASTIC_RESTART_COUNT, is told too; another agent (a node that just joined) starts at 0."""
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
 
+    from accelkit.environments import torchrun
     from accelkit.environments.torchrun import TorchrunEnvironment, earlier_worker_groups
+
+    monkeypatch.setattr(torchrun, "MAX_ATTEMPTS", {})  # new worker processes: nothing agreed yet
 
     def start(specs: DefaultLogsSpecs, restarts: int) -> dict[int, dict[str, str]]:
         """What an agent does each time it starts its workers (two on its node): their variables."""
@@ -358,8 +361,11 @@ def test_the_processes_of_a_grown_attempt_agree_it_is_a_restart_and_rank_zero_ke
 
     from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
 
+    from accelkit.environments import torchrun
     from accelkit.environments.torchrun import TorchrunEnvironment
     from accelkit.strategies import rendezvous
+
+    monkeypatch.setattr(torchrun, "MAX_ATTEMPTS", {})  # new worker processes: nothing agreed yet
 
     def group(specs: DefaultLogsSpecs) -> dict[str, str]:
         envs = {0: {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": "0"}}
