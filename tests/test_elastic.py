@@ -59,6 +59,28 @@ def launcher(root: Path, port: int, name: str, strategy: str = "ddp", step_sleep
         out.close()
 
 
+def listening(port: int) -> bool:
+    """Whether a socket of this machine listens on TCP ``port`` (read from /proc/net: nothing connects to it)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    return True
+    return False
+
+
+def bind_endpoint_first(proc: subprocess.Popen, root: Path, port: int) -> None:
+    """Wait until launcher ``proc``, started first, listens on the rendezvous endpoint: its agent then hosts torch's
+    rendezvous store (a launcher started later only connects), so losing another launcher never takes the store.
+    (A fixed pause is not enough on a loaded machine: a launcher started a second later can bind first.)"""
+    deadline = time.monotonic() + 120
+    while not listening(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the first launcher did not bind 127.0.0.1:{port}: " + output(root))
+        time.sleep(0.2)
+
+
 def workers_of(root: Path, name: str) -> list[int]:
     """The process ids of the workers launcher ``name`` started (read from their records' file names)."""
     return [int(p.stem.rsplit("pid", 1)[1]) for p in (root / "records").glob(f"{name}-*.jsonl")]
@@ -129,7 +151,7 @@ def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_s
     once (the work lost with each failure dropped), in one version folder, without num_nodes or ckpt_path."""
     root, port = tmp_path / "run", free_port()
     first = launcher(root, port, "A", strategy)
-    time.sleep(1.0)  # A binds the rendezvous endpoint and hosts the store (B's loss must not take the store)
+    bind_endpoint_first(first, root, port)  # A hosts the rendezvous store (B's loss must not take the store)
     second = launcher(root, port, "B", strategy)
     launchers = [first, second]
     deadline = time.monotonic() + BOUND_S
@@ -164,7 +186,7 @@ def run_job(root: Path, kill_worker_at: int | None) -> tuple[subprocess.Popen, l
     reached that step."""
     port = free_port()
     first = launcher(root, port, "A", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
-    time.sleep(1.0)
+    bind_endpoint_first(first, root, port)
     second = launcher(root, port, "B", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
     launchers, deadline = [first, second], time.monotonic() + BOUND_S
     try:
@@ -440,7 +462,8 @@ def test_three_launchers_lose_one_whole_and_the_two_left_train_every_sample_once
     try:
         for name in names:  # A first: it binds the endpoint; the others join within last_call_timeout
             launchers.append(launcher(root, port, name, strategy, nnodes="2:3", last_call_s=20))
-            time.sleep(1.0)
+            if name == "A":
+                bind_endpoint_first(launchers[0], root, port)
         deadline = time.monotonic() + BOUND_S
         wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
                  "round 0 reaching step 4", deadline)
@@ -470,18 +493,20 @@ OWN_STORES = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 
 
 @pytest.mark.slow
-def test_a_launcher_that_joins_grows_the_job_which_resumes_by_itself_every_sample_once(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_launcher_that_joins_grows_the_job_which_resumes_by_itself_every_sample_once(tmp_path, strategy):
     """Launcher A trains alone (world 1); launcher B starts mid-epoch: A's agent restarts its worker and the next
     attempt runs on a world of 2, tells that it is a restarted attempt (no failure was counted: each process's
     agent count is 0), resumes from the run's newest checkpoint in the same run folder and trains the rest of the
-    epoch, every sample of both epochs once. No num_nodes, no ckpt_path; the variable torch needs to grow."""
+    epoch (FSDP: resharded from 1 to 2), every sample of both epochs once. No num_nodes, no ckpt_path; the variable
+    torch needs to grow."""
     root, port = tmp_path / "run", free_port()
-    first = launcher(root, port, "A", step_sleep_s=1.0, env_extra=OWN_STORES)  # B joins within A's first epoch
+    first = launcher(root, port, "A", strategy, step_sleep_s=1.0, env_extra=OWN_STORES)  # B joins in epoch 0
     launchers, deadline = [first], time.monotonic() + BOUND_S
     try:
         wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
                  "round 0 reaching step 4", deadline)
-        launchers.append(launcher(root, port, "B", env_extra=OWN_STORES))
+        launchers.append(launcher(root, port, "B", strategy, env_extra=OWN_STORES))
         for proc in launchers:
             proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
@@ -522,7 +547,7 @@ def test_losing_the_launcher_that_hosts_the_rendezvous_store_ends_the_job_with_t
     rendezvous again: torch's agent ends the job, non-zero, within a generous bound, saying it lost the store."""
     root, port = tmp_path / "run", free_port()
     first = launcher(root, port, "A")
-    time.sleep(1.0)
+    bind_endpoint_first(first, root, port)
     second = launcher(root, port, "B")
     launchers, deadline = [first, second], time.monotonic() + BOUND_S
     try:
