@@ -38,21 +38,48 @@ def free_port() -> int:
     return find_free_port()
 
 
-def launcher(root: Path, port: int, name: str, strategy: str = "ddp", step_sleep_s: float = 0.15) -> subprocess.Popen:
-    """One torchrun launcher (a "node") of an elastic job of 1 to 2 nodes, one process each, in its own process
-    group; its output goes to ``root/<name>.out``."""
+def launcher(root: Path, port: int, name: str, strategy: str = "ddp", step_sleep_s: float = 0.15,
+             nnodes: str = "1:2", last_call_s: int = 5, max_restarts: int = 3,
+             env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+    """One torchrun launcher (a "node") of an elastic job of ``nnodes`` nodes (1 to 2 unless told), one process
+    each, in its own process group; its output goes to ``root/<name>.out``. ``env_extra``: the launcher's own
+    variables (what a user would export before torchrun)."""
     env = child_env()
     env["ELASTIC_TEST_LAUNCHER"] = name  # names the records' files (the test's instrument, not accelkit's)
     env["STEP_SLEEP_S"] = str(step_sleep_s)
+    env.update(env_extra or {})
     root.mkdir(parents=True, exist_ok=True)
-    command = [PYTHON, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic-test", "--max-restarts=3",
-               "--rdzv-conf=last_call_timeout=5", "--monitor-interval=0.5", str(SCRIPT), str(root), strategy]
+    command = [PYTHON, "-m", "torch.distributed.run", f"--nnodes={nnodes}", "--nproc-per-node=1",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic-test",
+               f"--max-restarts={max_restarts}", f"--rdzv-conf=last_call_timeout={last_call_s}",
+               "--monitor-interval=0.5", str(SCRIPT), str(root), strategy]
     out = open(root / f"{name}.out", "w")  # noqa: SIM115 - closed when the process ends (the child holds it)
     try:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         out.close()
+
+
+def listening(port: int) -> bool:
+    """Whether a socket of this machine listens on TCP ``port`` (read from /proc/net: nothing connects to it)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    return True
+    return False
+
+
+def bind_endpoint_first(proc: subprocess.Popen, root: Path, port: int) -> None:
+    """Wait until launcher ``proc``, started first, listens on the rendezvous endpoint: its agent then hosts torch's
+    rendezvous store (a launcher started later only connects), so losing another launcher never takes the store.
+    (A fixed pause is not enough on a loaded machine: a launcher started a second later can bind first.)"""
+    deadline = time.monotonic() + 120
+    while not listening(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"the first launcher did not bind 127.0.0.1:{port}: " + output(root))
+        time.sleep(0.2)
 
 
 def workers_of(root: Path, name: str) -> list[int]:
@@ -125,7 +152,7 @@ def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_s
     once (the work lost with each failure dropped), in one version folder, without num_nodes or ckpt_path."""
     root, port = tmp_path / "run", free_port()
     first = launcher(root, port, "A", strategy)
-    time.sleep(1.0)  # A binds the rendezvous endpoint and hosts the store (B's loss must not take the store)
+    bind_endpoint_first(first, root, port)  # A hosts the rendezvous store (B's loss must not take the store)
     second = launcher(root, port, "B", strategy)
     launchers = [first, second]
     deadline = time.monotonic() + BOUND_S
@@ -168,7 +195,7 @@ def run_job(root: Path, kill_worker_at: int | None) -> tuple[subprocess.Popen, l
     reached that step."""
     port = free_port()
     first = launcher(root, port, "A", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
-    time.sleep(1.0)
+    bind_endpoint_first(first, root, port)
     second = launcher(root, port, "B", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
     launchers, deadline = [first, second], time.monotonic() + BOUND_S
     try:
@@ -315,7 +342,9 @@ def test_the_join_wait_of_a_restarted_attempt_says_so_and_not_stale_variables(mo
 
 def test_with_a_store_of_each_attempts_own_only_one_node_tells_its_attempt():
     """``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: no shared store to agree through, and each agent counts its own
-    restarts, so over several nodes no attempt is claimed (no process resumes where another would start fresh)."""
+    restarts, so over several nodes an environment that no strategy gave the attempt's own store to agree through
+    (``store_opener``) claims no attempt (no process resumes where another would start fresh); a strategy does
+    (the grow test below)."""
     from accelkit.environments.torchrun import TorchrunEnvironment
 
     env = {"RANK": "0", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job",
@@ -522,3 +551,224 @@ def test_a_sigterm_to_a_one_process_attempt_saves_its_step_and_the_next_attempt_
     said = capsys.readouterr().out
     assert f"attempt 1 of this run (restarted by its launcher): loaded checkpoint {saved}" in said, said
     assert resumed.global_step == 16  # 2 epochs of 8 batches: none trained twice, none left out
+
+def test_each_group_of_workers_an_agent_starts_tells_how_many_it_started_before(monkeypatch, tmp_path):
+    """With a store of each attempt's own, a process tells a restarted attempt from the first by its agent's log
+    folder (torch's own log specification, as torchrun's agent uses it): a restart on a node joining, which torch
+    does not count in TORCHELASTIC_RESTART_COUNT, is told too; another agent (a node that just joined) starts at 0."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+
+    from accelkit.environments import torchrun
+    from accelkit.environments.torchrun import TorchrunEnvironment, earlier_worker_groups
+
+    monkeypatch.setattr(torchrun, "MAX_ATTEMPTS", {})  # new worker processes: nothing agreed yet
+
+    def start(specs: DefaultLogsSpecs, restarts: int) -> dict[int, dict[str, str]]:
+        """What an agent does each time it starts its workers (two on its node): their variables."""
+        time.sleep(0.05)  # (groups start seconds apart; a folder made again at once could share its time stamp)
+        envs = {rank: {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": str(restarts)} for rank in (0, 1)}
+        specs.reify(envs)
+        return envs
+
+    agent = DefaultLogsSpecs(log_dir=str(tmp_path))
+    first = start(agent, 0)
+    assert [earlier_worker_groups(env) for env in first.values()] == [0, 0]
+    assert earlier_worker_groups(first[0]) == 0  # asked again in the same group
+    grown = start(agent, 0)  # a node joined: the agent restarts its workers without counting a restart
+    assert [earlier_worker_groups(env) for env in grown.values()] == [1, 1]
+    # on one node that is the attempt; over several, the processes agree on the largest (the torchrun runs below)
+    one_node = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", **grown[0]}
+    assert TorchrunEnvironment(one_node).restart_attempt == 1
+    assert TorchrunEnvironment({**one_node, "WORLD_SIZE": "4", "RANK": "2"}).restart_attempt is None  # no store
+    assert [earlier_worker_groups(env) for env in start(agent, 1).values()] == [2, 2]  # a failure
+    assert earlier_worker_groups(start(DefaultLogsSpecs(log_dir=str(tmp_path)), 0)[0]) == 0  # a new agent
+
+
+def test_the_processes_of_a_grown_attempt_agree_it_is_a_restart_and_rank_zero_keeps_the_store(monkeypatch, tmp_path):
+    """A grown job with a store of each attempt's own: rank 0's agent started a group before (it ran alone), rank
+    1's agent is new, and neither counted a restart. Both processes (threads here) answer attempt 1, through the
+    store rank 0 hosts at MASTER_ADDR:MASTER_PORT, which the process group then takes over."""
+    import threading
+
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+
+    from accelkit.environments import torchrun
+    from accelkit.environments.torchrun import TorchrunEnvironment
+    from accelkit.strategies import rendezvous
+
+    monkeypatch.setattr(torchrun, "MAX_ATTEMPTS", {})  # new worker processes: nothing agreed yet
+
+    def group(specs: DefaultLogsSpecs) -> dict[str, str]:
+        envs = {0: {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": "0"}}
+        specs.reify(envs)
+        return envs[0]
+
+    alone = DefaultLogsSpecs(log_dir=str(tmp_path / "a"))
+    first = TorchrunEnvironment({**group(alone), "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"})
+    assert first.restart_attempt == 0
+    time.sleep(0.05)
+    port = free_port()
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    common = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    grown = [TorchrunEnvironment({**group(alone), **common, "RANK": "0"}),
+             TorchrunEnvironment({**group(DefaultLogsSpecs(log_dir=str(tmp_path / "b"))), **common, "RANK": "1"})]
+    for rank, env in enumerate(grown):
+        env.store_opener = lambda rank=rank: rendezvous.agreement_store(rank, 2, 30.0, spans_machines=False)
+    answers: list = [None, None]
+
+    def ask(rank: int) -> None:
+        answers[rank] = grown[rank].restart_attempt
+
+    threads = [threading.Thread(target=ask, args=(rank,)) for rank in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert answers == [1, 1]
+    hosted = rendezvous.HOSTED_EARLY[("127.0.0.1", port)]
+    assert rendezvous.rendezvous_store(0, 2, 30.0, spans_machines=False) is hosted  # the process group's store
+    assert ("127.0.0.1", port) not in rendezvous.HOSTED_EARLY
+
+
+def test_the_agreement_on_the_attempt_waits_at_most_the_collective_timeout_and_says_why(monkeypatch):
+    """Rank 1 of a restarted attempt whose rank 0 never comes (it died, or its node did): the wait for the
+    attempt's agreement ends after the Trainer's collective timeout, not a fixed ten minutes, with what happened."""
+    import torch.distributed as dist
+
+    from accelkit.environments import torchrun
+    from accelkit.environments.base import restart_attempt_of
+    from accelkit.errors import WorkerError
+
+    port = free_port()
+    _agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)  # as torchrun's agent hosts it
+    monkeypatch.setattr(torchrun, "AGREED_ATTEMPTS", {})
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                        "GROUP_WORLD_SIZE": "2", "GROUP_RANK": "1", "TORCHELASTIC_RUN_ID": "job",
+                        "TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_USE_AGENT_STORE": "True",
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(name, value)
+    trainer = accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=1, logger=False, collective_timeout=3)
+    with pytest.raises(WorkerError, match=r"rank 1 waited 3 s \(the collective timeout.*global rank 0 never "
+                       r"announced it.*did not start or died"):
+        restart_attempt_of(trainer.strategy.cluster_environment)
+
+
+# ---------------------------------------------------------------- shrink 3 -> 2, grow 1 -> 2, a restart loop that ends
+def round_rows(root: Path, round_: int) -> list[dict]:
+    return [r for r in records(root) if r["round"] == round_]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_three_launchers_lose_one_whole_and_the_two_left_train_every_sample_once(tmp_path, strategy):
+    """Three launchers (``--nnodes=2:3``, the shared store, no num_nodes/ckpt_path/variable); one that neither binds
+    the endpoint nor runs rank zero is killed whole mid-epoch: the two left restart on a world of 2, resume from the
+    newest checkpoint by themselves (FSDP: resharded from 3 to 2) and end with exit status 0, every sample of both
+    epochs trained exactly once."""
+    root, port = tmp_path / "run", free_port()
+    names, launchers = ["A", "B", "C"], []
+    try:
+        for name in names:  # A first: it binds the endpoint; the others join within last_call_timeout
+            launchers.append(launcher(root, port, name, strategy, nnodes="2:3", last_call_s=20))
+            if name == "A":
+                bind_endpoint_first(launchers[0], root, port)
+        deadline = time.monotonic() + BOUND_S
+        wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
+                 "round 0 reaching step 4", deadline)
+        ranks = {r["rank"]: p.name.split("-", 1)[0] for p in (root / "records").glob("*-round0-*.jsonl")
+                 for r in [json.loads(p.read_text().splitlines()[0])]}
+        assert sorted(ranks) == [0, 1, 2], (ranks, output(root))
+        victim = next(name for name in ("C", "B") if ranks[0] != name)  # never A (the endpoint) nor rank zero's
+        os.killpg(launchers[names.index(victim)].pid, signal.SIGKILL)
+        for pid in workers_of(root, victim):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        left = [proc for name, proc in zip(names, launchers, strict=True) if name != victim]
+        for proc in left:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    assert [proc.returncode for proc in left] == [0, 0], output(root)
+    rows = records(root)
+    assert {row["round"]: row["world"] for row in rows} == {0: 3, 1: 2}, output(root)
+    assert min(r["step"] for r in rows if r["round"] == 1) > 0  # resumed, not from the start
+    assert trained_once(kept(rows)) == {}, output(root)
+    assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]
+
+
+#: what growing needs in torch 2.9 (docs/elastic.rst, "Growing"): a store of each attempt's own
+OWN_STORES = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_a_launcher_that_joins_grows_the_job_which_resumes_by_itself_every_sample_once(tmp_path, strategy):
+    """Launcher A trains alone (world 1); launcher B starts mid-epoch: A's agent restarts its worker and the next
+    attempt runs on a world of 2, tells that it is a restarted attempt (no failure was counted: each process's
+    agent count is 0), resumes from the run's newest checkpoint in the same run folder and trains the rest of the
+    epoch (FSDP: resharded from 1 to 2), every sample of both epochs once. No num_nodes, no ckpt_path; the variable
+    torch needs to grow."""
+    root, port = tmp_path / "run", free_port()
+    first = launcher(root, port, "A", strategy, step_sleep_s=1.0, env_extra=OWN_STORES)  # B joins in epoch 0
+    launchers, deadline = [first], time.monotonic() + BOUND_S
+    try:
+        wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
+                 "round 0 reaching step 4", deadline)
+        launchers.append(launcher(root, port, "B", strategy, env_extra=OWN_STORES))
+        for proc in launchers:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    assert [proc.returncode for proc in launchers] == [0, 0], output(root)
+    rows = records(root)
+    assert {row["round"]: row["world"] for row in rows} == {0: 1, 1: 2}, output(root)
+    resumed = min(r["step"] for r in rows if r["round"] == 1)
+    assert resumed > 0 and resumed % 3 == 0, resumed  # a periodic checkpoint's step (every 3 steps)
+    assert any(r["epoch"] == 0 for r in rows if r["round"] == 1), resumed  # resumed within the epoch it grew in
+    assert trained_once(kept(rows)) == {}, output(root)
+    said = output(root)
+    assert "attempt 1 of this run (restarted by its launcher): loaded checkpoint" in said, said
+    assert [p.name for p in (root / "lightning_logs").iterdir()] == ["version_0"]
+
+
+@pytest.mark.slow
+def test_a_restart_loop_that_always_fails_ends_with_the_last_failure_when_max_restarts_is_spent(tmp_path):
+    """A fit that fails at step 2 in every attempt under ``--max-restarts=1``: the job ends (non-zero, within a
+    generous bound) after two attempts, and torchrun's output names the failure of the last one."""
+    root, port = tmp_path / "run", free_port()
+    job = launcher(root, port, "A", nnodes="1", max_restarts=1, step_sleep_s=0.0, env_extra={"FAIL_AT_STEP": "2"})
+    try:
+        job.wait(timeout=BOUND_S)
+    finally:
+        kill_all(root, [job])
+    said = output(root)
+    assert job.returncode not in (0, None), said
+    assert sorted({row["round"] for row in records(root)}) == [0, 1], said  # restarted once, then gave up
+    assert "elastic_fit fails at step 2 on purpose" in said and "ChildFailedError" in said, said
+    last = next((root / "records").glob("A-round1-*.jsonl")).stem.rsplit("pid", 1)[1]
+    assert f"exitcode  : 1 (pid: {last})" in said, said  # torchrun's root cause: the last attempt's process
+
+
+@pytest.mark.slow
+def test_losing_the_launcher_that_hosts_the_rendezvous_store_ends_the_job_with_torchs_error(tmp_path):
+    """Launcher A binds the endpoint (it hosts torch's rendezvous store); killed whole mid-epoch, launcher B cannot
+    rendezvous again: torch's agent ends the job, non-zero, within a generous bound, saying it lost the store."""
+    root, port = tmp_path / "run", free_port()
+    first = launcher(root, port, "A")
+    bind_endpoint_first(first, root, port)
+    second = launcher(root, port, "B")
+    launchers, deadline = [first, second], time.monotonic() + BOUND_S
+    try:
+        wait_for(lambda: max((r["step"] for r in round_rows(root, 0)), default=-1) >= 4, root, launchers,
+                 "round 0 reaching step 4", deadline)
+        os.killpg(first.pid, signal.SIGKILL)
+        for pid in workers_of(root, "A"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        second.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        kill_all(root, launchers)
+    said = (root / "B.out").read_text()
+    assert second.returncode not in (0, None), said[-3000:]
+    assert "RendezvousConnectionError" in said, said[-3000:]

@@ -9,7 +9,8 @@ of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-
 ``STEP_SLEEP_S`` slows every step down. ``ELASTIC_TEST_STOP=<LAUNCHER>:<STEP>:<KILL|TERM|STOP>`` makes the process
 of that launcher send itself SIGKILL, SIGTERM or SIGSTOP (a hung peer) in the first attempt's training step ``STEP``
 (after recording it, before its backward); ``ELASTIC_TEST_COLLECTIVE_TIMEOUT_S`` sets the Trainer's
-``collective_timeout``. At the end global rank zero writes ``ROOT/final.pt`` (DDP) and prints ``done``.
+``collective_timeout``. ``FAIL_AT_STEP`` raises in the training step of that global step (every attempt). At the
+end global rank zero writes ``ROOT/final.pt`` (DDP) and prints ``done``.
 
 Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY``
 """
@@ -76,6 +77,8 @@ class Recorded(accelkit.Module):
         stop = os.environ.get("ELASTIC_TEST_STOP", "::").split(":")
         if self.attempt == 0 and stop[:2] == [os.environ.get("ELASTIC_TEST_LAUNCHER"), str(self.global_step)]:
             os.kill(os.getpid(), {"KILL": signal.SIGKILL, "TERM": signal.SIGTERM, "STOP": signal.SIGSTOP}[stop[2]])
+        if self.global_step == int(os.environ.get("FAIL_AT_STEP", "-1")):  # a fault in every attempt
+            raise RuntimeError(f"elastic_fit fails at step {self.global_step} on purpose (FAIL_AT_STEP)")
         time.sleep(float(os.environ.get("STEP_SLEEP_S", "0")))
         return F.binary_cross_entropy_with_logits(self.net(x), y)
 

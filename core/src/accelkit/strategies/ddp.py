@@ -19,7 +19,13 @@ from torch import nn
 from accelkit.errors import ConfigurationError
 from accelkit.strategies.base import NULL_CONTEXT, StepRouter
 from accelkit.strategies.parallel import ParallelStrategy
-from accelkit.strategies.rendezvous import in_this_attempt, listen_on_loopback, rendezvous_store, uses_launcher_store
+from accelkit.strategies.rendezvous import (
+    agreement_store,
+    in_this_attempt,
+    listen_on_loopback,
+    rendezvous_store,
+    uses_launcher_store,
+)
 
 #: seconds a process waits for the others to join before saying so (and, with stale launcher variables that no
 #: launcher process stands behind, before it stops); ``ACCELKIT_JOIN_WAIT_S`` sets another value
@@ -63,6 +69,24 @@ class DDPStrategy(ParallelStrategy):
 
         if isinstance(self.cluster_environment, ScriptEnvironment):
             self.cluster_environment.plan(self.processes_per_node, num_nodes)
+        from accelkit.environments.torchrun import TorchrunEnvironment
+
+        if isinstance(self.cluster_environment, TorchrunEnvironment):  # how its processes reach their store
+            self.cluster_environment.store_opener = self._agreement_store
+            self.cluster_environment.wait_limit_s = self._join_timeout_s
+
+    def _join_timeout_s(self) -> float:
+        """How long the processes wait for each other to join the run (agree on the attempt, form the process
+        group): the strategy's ``timeout_s`` where given, else the collective timeout."""
+        return self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
+
+    def _agreement_store(self) -> Any:
+        """This attempt's rendezvous store, opened before the process group for the processes to agree on the
+        attempt (:func:`~accelkit.strategies.rendezvous.agreement_store`), waiting at most
+        :meth:`_join_timeout_s`."""
+        env = self.launcher_environment()
+        return agreement_store(self.global_rank, self.world_size, self._join_timeout_s(),
+                               spans_machines=(env.num_nodes if env is not None else self.num_nodes) > 1)
 
     # the outside launcher's environment
     def launcher_environment(self) -> Any:
@@ -157,7 +181,7 @@ class DDPStrategy(ParallelStrategy):
             os.environ.setdefault("MASTER_PORT", "29500")
             from datetime import timedelta
 
-            timeout = self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
+            timeout = self._join_timeout_s()
             stale = env.stale_variables() if env is not None else None
             patience = join_wait_s()
             waiting = threading.Timer(patience, _still_waiting, args=(self, env, patience))

@@ -34,6 +34,9 @@ GLOO_INTERFACE_VARIABLE = "GLOO_SOCKET_IFNAME"
 #: the address a run on one machine listens on
 LOOPBACK_ADDRESS = "127.0.0.1"
 _IFF_LOOPBACK = 0x8
+#: stores rank zero hosted before its process group (for the processes to agree on the attempt,
+#: :func:`agreement_store`), by address; :func:`rendezvous_store` takes each one over, once
+HOSTED_EARLY: dict[tuple[str, int], Any] = {}
 
 
 def loopback_interface() -> str | None:
@@ -100,6 +103,20 @@ def in_this_attempt(store: Any) -> Any:
     prefix = attempt_prefix()
     return dist.PrefixStore(prefix, store) if prefix else store
 
+
+def agreement_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
+    """The store at ``MASTER_ADDR:MASTER_PORT`` opened before the process group, for the processes of an attempt to
+    agree on it where each attempt has a store of its own (torchrun with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``,
+    :attr:`~accelkit.environments.TorchrunEnvironment.store_opener`): rank 0 hosts it as :func:`rendezvous_store`
+    would, and keeps it for the process group (:data:`HOSTED_EARLY`); the others connect."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    if rank != 0:  # (a client counts itself in, as rank 0's store waits for every process to connect)
+        return rendezvous_store(rank, world_size, timeout_s, spans_machines)
+    if (host, port) not in HOSTED_EARLY:
+        HOSTED_EARLY[host, port] = rendezvous_store(0, world_size, timeout_s, spans_machines)
+    return HOSTED_EARLY[host, port]
+
+
 def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
     """The store of a run joined through ``MASTER_ADDR``/``MASTER_PORT``: rank 0 hosts it on the address
     ``MASTER_ADDR`` names, the others connect. Under torchrun's agent store every process connects to the agent's
@@ -120,6 +137,10 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machine
         return in_this_attempt(dist.TCPStore(host, port, is_master=False, **options))
     if rank != 0:
         return dist.TCPStore(host, port, is_master=False, **options)
+    early = HOSTED_EARLY.pop((host, port), None)
+    if early is not None:  # hosted for the attempt's agreement: the process group's from here on
+        early.set_timeout(timeout)
+        return early
     listener, why = listening_socket(host, port, spans_machines)
     if listener is None:
         if why:
