@@ -76,15 +76,30 @@ def project_imports(project: Path, also: tuple[str, ...] = ()) -> Iterator[None]
         names |= module_names(project)  # files the test wrote within
         # ("" is the current folder, the project's while a command ran here)
         added = [Path(entry).resolve() for entry in sys.path if entry and entry not in path]
-        for name in [name for name, module in sys.modules.items() if known.get(name) is not module
-                     and (ours(name) or _lies_under(module, [project, *added]))]:
+        forgotten = [name for name, module in sys.modules.items() if known.get(name) is not module
+                     and (ours(name) or _lies_under(module, [project, *added]))]
+        for name in forgotten:
             del sys.modules[name]
+        forget_class_parsers(set(forgotten))
         sys.modules.update(set_aside)
         sys.path[:] = path
         FILE_MODULES.clear()
         FILE_MODULES.update(file_modules)
         REGISTERED.clear()
         REGISTERED.update(registered)
+
+
+def forget_class_parsers(modules: set[str]) -> None:
+    """Drop jsonargparse's cached parsers of classes defined in ``modules``: its cache (keyed by the class) would keep
+    a forgotten project's classes alive, and a class kept alive stays among its base class's ``__subclasses__()``,
+    where a later test's short class name (``StepLR``) would find two classes. (A private table of jsonargparse,
+    read here only, in the tests; without it nothing is done.)"""
+    from jsonargparse import _typehints
+
+    cache = getattr(_typehints, "_cached_class_parsers", None)
+    if isinstance(cache, dict):
+        for key in [key for key in cache if getattr(key[0], "__module__", None) in modules]:
+            del cache[key]
 
 
 @contextmanager
