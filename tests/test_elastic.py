@@ -724,7 +724,12 @@ def test_a_launcher_that_joins_grows_the_job_which_resumes_by_itself_every_sampl
     rows = records(root)
     assert {row["round"]: row["world"] for row in rows} == {0: 1, 1: 2}, output(root)
     resumed = min(r["step"] for r in rows if r["round"] == 1)
-    assert resumed > 0 and resumed % 3 == 0, resumed  # a periodic checkpoint's step (every 3 steps)
+    last = max(r["step"] for r in rows if r["round"] == 0)
+    if strategy == "ddp":  # the agent's SIGTERM to A's worker: it ends its step and saves it (interrupted.ckpt)
+        assert last <= resumed <= last + 1, (last, resumed)
+        assert "interrupted.ckpt" in output(root)
+    else:  # sharded state: nothing written on the way out, the newest periodic checkpoint (every 3 steps)
+        assert resumed > 0 and resumed % 3 == 0, resumed
     assert any(r["epoch"] == 0 for r in rows if r["round"] == 1), resumed  # resumed within the epoch it grew in
     assert trained_once(kept(rows)) == {}, output(root)
     said = output(root)
