@@ -165,7 +165,7 @@ class TorchrunEnvironment(ClusterEnvironment):
     #: ``None``).
     store_opener: Callable[[], Any] | None = None
     #: how long the processes of an attempt wait for each other to agree on it (seconds): the collective timeout
-    #: of the strategy that joins them (set by it); ``None``: :data:`AGREE_TIMEOUT_S`
+    #: of the strategy that joins them (set by it); ``None``: ``AGREE_TIMEOUT_S``
     wait_limit_s: Callable[[], float] | None = None
 
     def validate(self) -> list[str]:
@@ -195,7 +195,7 @@ class TorchrunEnvironment(ClusterEnvironment):
         """Under torchrun: the attempt its processes agreed on through the agent's store (``agreed_attempt()``,
         the same in every process). With a store of each attempt's own (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``):
         the largest over the processes of what each knows (its agent's ``TORCHELASTIC_RESTART_COUNT``, the groups
-        of workers its agent started before, :func:`earlier_worker_groups`): one node's count where one agent runs
+        of workers its agent started before, ``earlier_worker_groups``): one node's count where one agent runs
         every process, else agreed through :attr:`store_opener`'s store (``None`` without one). An agent that was
         there from the start has seen every attempt, so a restart on a failure and one on a node joining (which
         torch does not count) are both told. ``None`` without torchrun (a hand-written launch)."""

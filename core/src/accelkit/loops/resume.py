@@ -183,7 +183,7 @@ def capture(trainer: Trainer, alone: bool = False) -> dict[str, Any] | None:
     written (``Trainer.save_checkpoint`` is collective), so the per-process records are gathered here.
 
     ``alone``: this process writes the checkpoint by itself after a peer was lost (:mod:`accelkit.loops.survivor`),
-    with no collective: the position is that of the last completed step (:func:`completed_batches`), and the other
+    with no collective: the position is that of the last completed step (``completed_batches``), and the other
     processes' records are drawn here (:func:`_records_alone`)."""
     loop = trainer.run_state.fit_loop
     if loop is None or not loop.active:
