@@ -6,12 +6,13 @@ import contextlib
 import itertools
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks import EarlyStopping, Timer
 from accelkit.loops import resume as resume_mod
+from accelkit.loops.data import LAST
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.loops.state import RunningStage
 from accelkit.module.module import Module
@@ -287,8 +288,8 @@ class FitLoop:
         plan = _EpochPlan(hooks, optim, step_scheds, epoch_scheds)
         self.consumed = self.started = start
         self.in_epoch = True
-        batches = data.batches(source, "fit", limit, lookahead=True, start=start, read_ahead=read_ahead)
-        batch_idx, skipped_rest = self._steps(batches, start, plan, restore_rng)
+        pairs, prepare = data.epoch_batches(source, "fit", limit, start=start, read_ahead=read_ahead)
+        batch_idx, skipped_rest = self._steps(pairs, prepare, start, plan, restore_rng)
         ran = batch_idx + 1 - start
         if self.interrupted:
             return ran  # still inside the epoch: the checkpoint the caller saves resumes it
@@ -301,61 +302,68 @@ class FitLoop:
         self._end_epoch(optim.automatic)
         return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
 
-    def _steps(self, batches: Iterator[tuple[int, Any, bool]], start: int, plan: _EpochPlan,
+    def _steps(self, pairs: Iterator[tuple[Any, Any]], prepare: Callable[[Any], Any], start: int, plan: _EpochPlan,
                restore_rng: Any) -> tuple[int, bool]:
-        """The loop over an epoch's batches, in Lightning's order: the watchdog's note, ``on_train_batch_start``, the
-        batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`'s), the epoch's end
-        at its last batch, ``on_train_batch_end``, then what may be due (:meth:`_after_batch`). The batch hooks are
-        lists planned at the epoch's start, empty where nothing overrides them. Returns the last batch index run and
-        whether ``on_train_batch_start`` skipped the rest of the epoch."""
+        """The loop over an epoch's batches, in Lightning's order: the batch put on the device, the watchdog's note,
+        ``on_train_batch_start``, the batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.
+        batch_runner`'s), the epoch's end at its last batch, ``on_train_batch_end``, then what may be due
+        (:meth:`_after_batch`). ``pairs`` and ``prepare``: :meth:`~accelkit.loops.data.DataConnector.epoch_batches`',
+        read here in the loop's own frame. The batch hooks are lists planned at the epoch's start, skipped by one
+        test where nothing overrides them. Returns the last batch index run and whether ``on_train_batch_start``
+        skipped the rest of the epoch."""
         trainer = self.trainer
         progress, run_batch, log_every = trainer.run_state.progress, plan.run_batch, trainer.log_every_n_steps
         accumulate = plan.optim.accumulate if plan.automatic else 1  # (a manual batch always counts as stepping)
         every = accumulate == 1
-        start_cbs, start_m, step_scheds = plan.start_cbs, plan.start_m, plan.step_scheds
-        # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
-        end_fns = plan.end_cbs if plan.end_m is None else [*plan.end_cbs, plan.end_m]
-        metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
-        validates = bool(self.val_loaders)  # (validation may be due after any batch)
-        batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
-        first = next(batches, None)  # (the loader starts)
+        start_cbs, start_m, end_fns, hooked = plan.start_cbs, plan.start_m, plan.end_fns, plan.hooked
+        step_scheds, metrics, stop, last = plan.step_scheds, trainer.run_state.metrics, interrupt.current(), LAST
+        report, pending = (None, None) if stop is None else (stop.report, stop.pending)  # (bound once)
+        marks = watchdog.running()  # the watchdog's note, in a distributed run
+        # validation may be due after any batch: then every batch ends in _after_batch, as the last one does
+        check = bool(self.val_loaders)
+        batch_idx, is_last = start - 1, False  # the batches run: batch_idx + 1 - start (no counter per batch)
+        first = next(pairs, None)  # (the loader starts, or has started and reads its second batch)
         if first is None:
             return batch_idx, False
-        progress.begin_batch(first[2])  # the previous epoch's last-batch flag goes (or stays: one batch)
+        progress.begin_batch(first[1] is last)  # the previous epoch's last-batch flag goes (or stays: one batch)
         if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
             resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-        for batch_idx, batch, is_last in itertools.chain((first,), batches):
-            if is_last:  # (the flag changes only here: no call per batch)
+        for batch_idx, (batch, upcoming) in enumerate(itertools.chain((first,), pairs), start):
+            batch = prepare(batch)
+            if upcoming is last:  # (the flag changes only here: no call per batch)
+                is_last = check = True
                 progress.begin_batch(True)
-            if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
+            if marks:  # what this rank is doing (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
             metrics.current_batch = batch
-            for fn in start_cbs:
-                fn(batch, batch_idx)
-            if start_m is not None and start_m(batch, batch_idx) == -1:
-                return batch_idx, True
+            if hooked:
+                for fn in start_cbs:
+                    fn(batch, batch_idx)
+                if start_m is not None and start_m(batch, batch_idx) == -1:
+                    return batch_idx, True
             self.started = batch_idx + 1  # (a failure from here to `consumed` is inside this batch)
             boundary = every or progress.accumulation_boundary(batch_idx, accumulate)
             progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
             output, stepped = run_batch(batch, batch_idx, boundary)
             if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
                 self._step_step_schedulers(step_scheds)
-            self.consumed = batch_idx + 1
+            self.consumed = self.started
             if is_last:
                 progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
                 self._step_epoch_schedulers(plan.epoch_scheds)
-            for fn in end_fns:
-                fn(output, batch, batch_idx)
+            if hooked:
+                for fn in end_fns:
+                    fn(output, batch, batch_idx)
             # one test tells a batch after which nothing but a signal's stop can be due (none of these has a side
             # effect); what can change within the epoch (a requested stop, max_steps, max_time) is read at every batch
-            if is_last or validates or progress.should_stop or not progress.batches_that_stepped % log_every or \
+            if check or progress.should_stop or not progress.batches_that_stepped % log_every or \
                     trainer.max_time is not None or trainer.max_steps >= 0 and \
                     trainer.max_steps <= progress.global_step:
                 if self._after_batch(batch_idx, is_last, boundary, stepped, stop):
                     return batch_idx, False
-            elif stop is not None:  # what _after_batch does when nothing else is due
-                stop.report(progress.global_step)
-                if stop.pending() and self._interrupt_due(stop):
+            elif report is not None:  # what _after_batch does when nothing else is due
+                report(progress.global_step)
+                if pending() and self._interrupt_due(stop):
                     return batch_idx, False
         return batch_idx, False
 
@@ -480,8 +488,11 @@ class _EpochPlan:
         self.step_scheds, self.epoch_scheds = step_scheds, epoch_scheds
         self.start_cbs = hooks.callback_plan("on_train_batch_start")
         self.start_m = hooks.module_hook("on_train_batch_start")
-        self.end_cbs = hooks.callback_plan("on_train_batch_end")
-        self.end_m = hooks.module_hook("on_train_batch_end")
+        # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
+        end_m = hooks.module_hook("on_train_batch_end")
+        self.end_fns = [*hooks.callback_plan("on_train_batch_end"), *([] if end_m is None else [end_m])]
+        #: whether any batch hook runs (the loop skips them by one test where none does)
+        self.hooked = bool(self.start_cbs or self.start_m is not None or self.end_fns)
 
 
 #: :attr:`FitLoop.val_loaders` of a fit that validates, before its loaders are built (truthy: validation is on)

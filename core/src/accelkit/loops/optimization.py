@@ -59,6 +59,11 @@ def _inside(context: Callable[[], Any], step: Callable[[Any, int], Any]) -> Call
     return call
 
 
+def _scaled(backward: Callable[[torch.Tensor], Any], accumulate: int, loss: torch.Tensor) -> Any:
+    """``backward(loss / accumulate)``: the backward part of a batch inside an accumulation window."""
+    return backward(loss / accumulate)
+
+
 def _after(first: Callable[[], None], step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
     """``first()``, then ``step``."""
 
@@ -259,6 +264,8 @@ class Optimization:
         accumulate, loss_of, skip_batch, tensor = self.accumulate, self._loss_of, self._skip_batch, torch.Tensor
         every = accumulate == 1
         zero_hooked = self._zero_phase == self.zero_grad  # (its optimizer_zero_grad hook is given the batch index)
+        if not every:  # a window's loss is back-propagated divided by its length (decided here, not per batch)
+            backward_phase = functools.partial(_scaled, backward_phase, accumulate)
 
         def step(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
             output = training_step(batch, batch_idx)  # 1.
@@ -273,8 +280,6 @@ class Optimization:
                 zero_phase()
             if loss is None:  # 3.
                 skip_batch(batch_idx)
-            elif not every:
-                backward_phase(loss / accumulate)
             else:
                 backward_phase(loss)
             if not boundary:
