@@ -27,7 +27,7 @@ _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_da
 _LIMIT_KEYS = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
 #: :meth:`DataConnector._plain_prepare` without a first batch to plan from
 _NO_BATCH: Any = object()
-#: what follows an epoch's last batch in :meth:`DataConnector.epoch_batches`' pairs
+#: what follows an epoch's last batch in :meth:`DataConnector.epoch_batches`
 LAST: Any = object()
 
 
@@ -187,30 +187,32 @@ class DataConnector:
             yield index, prepare(batch)
 
     def epoch_batches(self, loader: Any, stage: str, limit: int | None, start: int = 0,
-                      read_ahead: bool = True) -> tuple[Iterator[tuple[Any, Any]], Callable[[Any], Any]]:
-        """A training epoch's batches, for a loop that iterates them in its own frame: ``(pairs, prepare)``, where
-        ``pairs`` yields ``(batch, upcoming)``, the batch as the loader gave it and :data:`LAST` for the epoch's last
-        one (anything else otherwise), and ``prepare(batch)`` puts a batch on the device (the batch hooks, the
-        device transfer). No generator frame runs per batch: ``pairs`` is built of ``itertools`` pieces.
+                      read_ahead: bool = True) -> tuple[Iterator[tuple[int, Any, Any]], Callable[[Any], Any]]:
+        """A training epoch's batches, for a loop that iterates them in its own frame: ``(batches, prepare)``, where
+        ``batches`` yields ``(index, batch, upcoming)``: the batch's index (from ``start``), the batch as the loader
+        gave it, and :data:`LAST` for the epoch's last one (anything else otherwise); ``prepare(batch)`` puts a batch
+        on the device (the batch hooks, the device transfer). No generator frame runs per batch: ``batches`` is
+        built of ``itertools`` pieces.
 
         The loader's batch after the current one is read before the current one is prepared, so the last batch is
         known even for a loader without a length; ``read_ahead=False`` with a ``limit``: the last batch is known from
         the limit and no batch is read before its step (a loader whose saved state must match the batches trained
         on). ``start``: the index of the loader's first batch (a resumed epoch whose first ``start`` batches were
         skipped); ``limit`` counts from index 0. A loader read ahead starts here (its first batch is read), another at
-        the first ``next(pairs)``."""
+        the first batch asked for."""
         source = self._source(loader, stage, limit, start)
         if read_ahead or limit is None:
             iterator = iter(source)
             first = next(iterator, _NO_BATCH)
             if first is _NO_BATCH:
                 return iter(()), self._preparer(0)
+            current, upcoming = itertools.tee(itertools.chain((first,), iterator, (LAST,)))
+            next(upcoming)  # (one batch ahead: the loader's next batch is read when the current one is asked for)
             # (without batch hooks: the epoch's device plan, from its first batch)
-            return itertools.pairwise(itertools.chain((first,), iterator, (LAST,))), self._preparer(0, first)
-        prepare = self._preparer(0)
+            return zip(itertools.count(start), current, upcoming, strict=False), self._preparer(0, first)
         # zip reads the loader first: a loader that ends before the limit ends the epoch there
-        upcoming = itertools.chain(itertools.repeat(None, max(0, limit - start - 1)), (LAST,))
-        return zip(source, upcoming, strict=False), prepare
+        marks = itertools.chain(itertools.repeat(None, max(0, limit - start - 1)), (LAST,))
+        return zip(itertools.count(start), source, marks, strict=False), self._preparer(0)
 
     def _source(self, loader: Any, stage: str, limit: int | None, start: int) -> Any:
         """The batches of ``loader`` as the strategy hands them out, up to ``limit`` (counted from index 0 when the

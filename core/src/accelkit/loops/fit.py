@@ -47,6 +47,7 @@ class FitLoop:
         self.epoch_state: dict[str, Any] | None = None  # what decided the current epoch's order
         self.epoch_order: Any = None  # what the current epoch iterates (resume.EpochOrder)
         self._resume: Any = None  # the position to continue from (a resumed fit's first epoch)
+        self._plan: _EpochPlan | None = None  # the last epoch's, kept while it holds
 
     # ----------------------------------------------------------------- set-up
     def _load_val(self) -> None:
@@ -284,12 +285,14 @@ class FitLoop:
         read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
         # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
         optim.accumulate = trainer.accumulate_grad_batches
-        step_scheds, epoch_scheds = self._scheduler_plan(optim.automatic)
-        plan = _EpochPlan(hooks, optim, step_scheds, epoch_scheds)
+        plan = self._plan
+        if plan is None or plan.hooks is not hooks or plan.optim is not optim or plan.accumulate != optim.accumulate:
+            plan = self._plan = _EpochPlan(hooks, optim)  # (kept while these stay: the batch hooks do for a run)
+        step_scheds, epoch_scheds = plan.step_scheds, plan.epoch_scheds = self._scheduler_plan(optim.automatic)
         self.consumed = self.started = start
         self.in_epoch = True
-        pairs, prepare = data.epoch_batches(source, "fit", limit, start=start, read_ahead=read_ahead)
-        batch_idx, skipped_rest = self._steps(pairs, prepare, start, plan, restore_rng)
+        batches, prepare = data.epoch_batches(source, "fit", limit, start=start, read_ahead=read_ahead)
+        batch_idx, skipped_rest = self._steps(batches, prepare, start, plan, restore_rng)
         ran = batch_idx + 1 - start
         if self.interrupted:
             return ran  # still inside the epoch: the checkpoint the caller saves resumes it
@@ -302,33 +305,35 @@ class FitLoop:
         self._end_epoch(optim.automatic)
         return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
 
-    def _steps(self, pairs: Iterator[tuple[Any, Any]], prepare: Callable[[Any], Any], start: int, plan: _EpochPlan,
-               restore_rng: Any) -> tuple[int, bool]:
+    def _steps(self, batches: Iterator[tuple[int, Any, Any]], prepare: Callable[[Any], Any], start: int,
+               plan: _EpochPlan, restore_rng: Any) -> tuple[int, bool]:
         """The loop over an epoch's batches, in Lightning's order: the batch put on the device, the watchdog's note,
         ``on_train_batch_start``, the batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.
-        batch_runner`'s), the epoch's end at its last batch, ``on_train_batch_end``, then what may be due
-        (:meth:`_after_batch`). ``pairs`` and ``prepare``: :meth:`~accelkit.loops.data.DataConnector.epoch_batches`',
-        read here in the loop's own frame. The batch hooks are lists planned at the epoch's start, skipped by one
-        test where nothing overrides them. Returns the last batch index run and whether ``on_train_batch_start``
+        batch_runner`'s), then what may be due after it (:meth:`_after_batch`: the schedulers, the epoch's end at
+        its last batch, ``on_train_batch_end``, the log, validation, a stop), asked by one test. ``batches`` and
+        ``prepare``: :meth:`~accelkit.loops.data.DataConnector.epoch_batches`', read here in the loop's own frame.
+        The batch hooks are lists planned at the epoch's start, skipped by one test where nothing overrides them.
+        Returns the last batch index run and whether ``on_train_batch_start``
         skipped the rest of the epoch."""
         trainer = self.trainer
         progress, run_batch, log_every = trainer.run_state.progress, plan.run_batch, trainer.log_every_n_steps
         accumulate = plan.optim.accumulate if plan.automatic else 1  # (a manual batch always counts as stepping)
         every = accumulate == 1
-        start_cbs, start_m, end_fns, hooked = plan.start_cbs, plan.start_m, plan.end_fns, plan.hooked
-        step_scheds, metrics, stop, last = plan.step_scheds, trainer.run_state.metrics, interrupt.current(), LAST
+        start_cbs, start_m, hooked = plan.start_cbs, plan.start_m, plan.hooked
+        metrics, stop, last = trainer.run_state.metrics, interrupt.current(), LAST
         report, pending = (None, None) if stop is None else (stop.report, stop.pending)  # (bound once)
         marks = watchdog.running()  # the watchdog's note, in a distributed run
-        # validation may be due after any batch: then every batch ends in _after_batch, as the last one does
-        check = bool(self.val_loaders)
+        # every batch ends in _after_batch, as the last one does, where a batch-end hook, a step-interval scheduler
+        # or validation may be due after any batch
+        check = hooked or bool(plan.step_scheds) or bool(self.val_loaders)
         batch_idx, is_last = start - 1, False  # the batches run: batch_idx + 1 - start (no counter per batch)
-        first = next(pairs, None)  # (the loader starts, or has started and reads its second batch)
+        first = next(batches, None)  # (the loader starts, or has started and reads its second batch)
         if first is None:
             return batch_idx, False
-        progress.begin_batch(first[1] is last)  # the previous epoch's last-batch flag goes (or stays: one batch)
+        progress.begin_batch(first[2] is last)  # the previous epoch's last-batch flag goes (or stays: one batch)
         if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
             resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-        for batch_idx, (batch, upcoming) in enumerate(itertools.chain((first,), pairs), start):
+        for batch_idx, batch, upcoming in itertools.chain((first,), batches):
             batch = prepare(batch)
             if upcoming is last:  # (the flag changes only here: no call per batch)
                 is_last = check = True
@@ -345,21 +350,13 @@ class FitLoop:
             boundary = every or progress.accumulation_boundary(batch_idx, accumulate)
             progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
             output, stepped = run_batch(batch, batch_idx, boundary)
-            if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
-                self._step_step_schedulers(step_scheds)
             self.consumed = self.started
-            if is_last:
-                progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
-                self._step_epoch_schedulers(plan.epoch_scheds)
-            if hooked:
-                for fn in end_fns:
-                    fn(output, batch, batch_idx)
             # one test tells a batch after which nothing but a signal's stop can be due (none of these has a side
             # effect); what can change within the epoch (a requested stop, max_steps, max_time) is read at every batch
             if check or progress.should_stop or not progress.batches_that_stepped % log_every or \
                     trainer.max_time is not None or trainer.max_steps >= 0 and \
                     trainer.max_steps <= progress.global_step:
-                if self._after_batch(batch_idx, is_last, boundary, stepped, stop):
+                if self._after_batch(plan, output, batch, batch_idx, is_last, boundary, stepped, stop):
                     return batch_idx, False
             elif report is not None:  # what _after_batch does when nothing else is due
                 report(progress.global_step)
@@ -367,13 +364,23 @@ class FitLoop:
                     return batch_idx, False
         return batch_idx, False
 
-    def _after_batch(self, batch_idx: int, is_last: bool, boundary: bool, stepped: bool, stop: Any) -> bool:
-        """What may be due after a training batch, in Lightning's order: the step's log (every
+    def _after_batch(self, plan: _EpochPlan, output: Any, batch: Any, batch_idx: int, is_last: bool, boundary: bool,
+                     stepped: bool, stop: Any) -> bool:
+        """What may be due after a training batch (``output``: its step's), in Lightning's order: the step-interval
+        schedulers (``stepped``: the optimizer stepped), the epoch's end at its last batch (``is_last``: the epoch's
+        training done, the epoch-interval schedulers), ``on_train_batch_end``, the step's log (every
         ``log_every_n_steps`` batches that stepped, or at a requested stop), validation, a signal's stop
         (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`), the limits; ``True``: the epoch ends
         here."""
         trainer = self.trainer
         progress = trainer.run_state.progress
+        if plan.step_scheds and stepped:
+            self._step_step_schedulers(plan.step_scheds)
+        if is_last:
+            progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
+            self._step_epoch_schedulers(plan.epoch_scheds)
+        for fn in plan.end_fns:
+            fn(output, batch, batch_idx)
         if boundary and (not progress.batches_that_stepped % trainer.log_every_n_steps or progress.should_stop):
             trainer.run_state.active_publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
         if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):
@@ -480,12 +487,14 @@ class FitLoop:
 
 class _EpochPlan:
     """What runs around an epoch's steps, decided at its start: the batch hooks (lists, empty where nothing
-    overrides them), the schedulers and the batch runner
-    (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`, asked once per epoch)."""
+    overrides them), the schedulers (set each epoch) and the batch runner
+    (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`, asked again when ``accumulate`` changes)."""
 
-    def __init__(self, hooks: Any, optim: Any, step_scheds: list[Any], epoch_scheds: list[Any]) -> None:
-        self.optim, self.automatic, self.run_batch = optim, optim.automatic, optim.batch_runner()
-        self.step_scheds, self.epoch_scheds = step_scheds, epoch_scheds
+    def __init__(self, hooks: Any, optim: Any) -> None:
+        self.hooks, self.optim, self.automatic, self.accumulate = hooks, optim, optim.automatic, optim.accumulate
+        self.run_batch = optim.batch_runner()
+        self.step_scheds: list[Any] = []
+        self.epoch_scheds: list[Any] = []
         self.start_cbs = hooks.callback_plan("on_train_batch_start")
         self.start_m = hooks.module_hook("on_train_batch_start")
         # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
