@@ -143,12 +143,11 @@ def epoch_of(tmp_path: Any, loader: Reads, limit: int | None, start: int = 0,
              read_ahead: bool = True) -> list[tuple[int, float, bool, int]]:
     """``DataConnector.epoch_batches`` of ``loader`` iterated as the fit loop does: per batch, its index, its value
     (prepared), whether it is marked the epoch's last, and how many batches the loader had given when it came."""
-    from accelkit.loops.data import LAST, DataConnector
+    from accelkit.loops.data import DataConnector
 
     data = DataConnector(quiet_trainer(tmp_path), RegressionModule(), None, {})
     batches, prepare = data.epoch_batches(loader, "fit", limit, start=start, read_ahead=read_ahead)
-    return [(index, float(prepare(batch)[0][0]), upcoming is LAST, loader.read)
-            for index, batch, upcoming in batches]
+    return [(index, float(prepare(batch)[0][0]), is_last, loader.read) for index, batch, is_last in batches]
 
 
 @pytest.mark.parametrize("limit", [None, 6])

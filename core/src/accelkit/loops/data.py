@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import warnings
 from collections.abc import Callable, Iterator, Sized
 from typing import TYPE_CHECKING, Any
@@ -27,8 +28,8 @@ _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_da
 _LIMIT_KEYS = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
 #: :meth:`DataConnector._plain_prepare` without a first batch to plan from
 _NO_BATCH: Any = object()
-#: what follows an epoch's last batch in :meth:`DataConnector.epoch_batches`
-LAST: Any = object()
+#: what follows an epoch's last batch in the loader (:meth:`DataConnector.epoch_batches`)
+_LAST: Any = object()
 
 
 class DataConnector:
@@ -189,9 +190,9 @@ class DataConnector:
     def epoch_batches(self, loader: Any, stage: str, limit: int | None, start: int = 0,
                       read_ahead: bool = True) -> tuple[Iterator[tuple[int, Any, Any]], Callable[[Any], Any]]:
         """A training epoch's batches, for a loop that iterates them in its own frame: ``(batches, prepare)``, where
-        ``batches`` yields ``(index, batch, upcoming)``: the batch's index (from ``start``), the batch as the loader
-        gave it, and :data:`LAST` for the epoch's last one (anything else otherwise); ``prepare(batch)`` puts a batch
-        on the device (the batch hooks, the device transfer). No generator frame runs per batch: ``batches`` is
+        ``batches`` yields ``(index, batch, is_last)``: the batch's index (from ``start``), the batch as the loader
+        gave it, and whether it is the epoch's last; ``prepare(batch)`` puts a batch on the device (the batch hooks,
+        the device transfer). No generator frame runs per batch: ``batches`` is
         built of ``itertools`` pieces.
 
         The loader's batch after the current one is read before the current one is prepared, so the last batch is
@@ -206,13 +207,14 @@ class DataConnector:
             first = next(iterator, _NO_BATCH)
             if first is _NO_BATCH:
                 return iter(()), self._preparer(0)
-            current, upcoming = itertools.tee(itertools.chain((first,), iterator, (LAST,)))
+            current, upcoming = itertools.tee(itertools.chain((first,), iterator, (_LAST,)))
             next(upcoming)  # (one batch ahead: the loader's next batch is read when the current one is asked for)
+            is_last = map(operator.is_, upcoming, itertools.repeat(_LAST))  # (tested in C)
             # (without batch hooks: the epoch's device plan, from its first batch)
-            return zip(itertools.count(start), current, upcoming, strict=False), self._preparer(0, first)
+            return zip(itertools.count(start), current, is_last, strict=False), self._preparer(0, first)
         # zip reads the loader first: a loader that ends before the limit ends the epoch there
-        marks = itertools.chain(itertools.repeat(None, max(0, limit - start - 1)), (LAST,))
-        return zip(itertools.count(start), source, marks, strict=False), self._preparer(0)
+        is_last = itertools.chain(itertools.repeat(False, max(0, limit - start - 1)), (True,))
+        return zip(itertools.count(start), source, is_last, strict=False), self._preparer(0)
 
     def _source(self, loader: Any, stage: str, limit: int | None, start: int) -> Any:
         """The batches of ``loader`` as the strategy hands them out, up to ``limit`` (counted from index 0 when the

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from accelkit.callbacks import EarlyStopping, Timer
 from accelkit.loops import resume as resume_mod
-from accelkit.loops.data import LAST
 from accelkit.loops.evaluation import EvaluationLoop
 from accelkit.loops.state import RunningStage
 from accelkit.module.module import Module
@@ -320,23 +319,23 @@ class FitLoop:
         accumulate = plan.optim.accumulate if plan.automatic else 1  # (a manual batch always counts as stepping)
         every = accumulate == 1
         start_cbs, start_m, hooked = plan.start_cbs, plan.start_m, plan.hooked
-        metrics, stop, last = trainer.run_state.metrics, interrupt.current(), LAST
+        metrics, stop = trainer.run_state.metrics, interrupt.current()
         report, pending = (None, None) if stop is None else (stop.report, stop.pending)  # (bound once)
         marks = watchdog.running()  # the watchdog's note, in a distributed run
         # every batch ends in _after_batch, as the last one does, where a batch-end hook, a step-interval scheduler
         # or validation may be due after any batch
         check = hooked or bool(plan.step_scheds) or bool(self.val_loaders)
-        batch_idx, is_last = start - 1, False  # the batches run: batch_idx + 1 - start (no counter per batch)
+        batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
         first = next(batches, None)  # (the loader starts, or has started and reads its second batch)
         if first is None:
             return batch_idx, False
-        progress.begin_batch(first[2] is last)  # the previous epoch's last-batch flag goes (or stays: one batch)
+        progress.begin_batch(first[2])  # the previous epoch's last-batch flag goes (or stays: one batch)
         if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
             resume_mod.set_rng_states(restore_rng, trainer.accelerator)
-        for batch_idx, batch, upcoming in itertools.chain((first,), batches):
+        for batch_idx, batch, is_last in itertools.chain((first,), batches):
             batch = prepare(batch)
-            if upcoming is last:  # (the flag changes only here: no call per batch)
-                is_last = check = True
+            if is_last:  # (the flag changes only here: no call per batch)
+                check = True
                 progress.begin_batch(True)
             if marks:  # what this rank is doing (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
