@@ -229,17 +229,16 @@ class Optimization:
             return self._manual_batch
         if self.captured is not None:
             return self._captured_batch
-        step = self.eager_step()
         needs_no_sync = self.accumulate > 1 and not _defaults(self.strategy, Strategy, "no_backward_sync")
         if not self._through_closure and not needs_no_sync:
-            return step
-        return functools.partial(self._routed_batch, step)
+            return self.eager_step(steps_alone=True)
+        return functools.partial(self._routed_batch, self.eager_step())
 
     def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
         """Train on one batch outside an epoch loop: :meth:`batch_runner`'s function for the current settings."""
         return self.batch_runner()(batch, batch_idx, boundary)
 
-    def eager_step(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+    def eager_step(self, steps_alone: bool = False) -> Callable[[Any, int, bool], tuple[Any, bool]]:
         """The eager automatic step, its parts bound once (per epoch): ``step(batch, batch_idx, boundary)`` runs, in
         Lightning's order,
 
@@ -259,7 +258,8 @@ class Optimization:
         training_step, zero_phase, backward_phase = self._training_step, self._zero_phase, self._backward_phase
         before_step, before_optimizer_step = bool(self._before_step) or self._clip_hook is not None, \
             self.before_optimizer_step
-        optimizer, step_optimizer, trainer = self.optimizers[0], self._step_optimizer, self.trainer
+        optimizer, trainer = self.optimizers[0], self.trainer
+        step_optimizer = functools.partial(self._step_optimizer, optimizer)  # (steps it through the strategy)
         end_step = self._progress.advance_step if not self._step_end else self._end_step
         accumulate, loss_of, skip_batch, tensor = self.accumulate, self._loss_of, self._skip_batch, torch.Tensor
         every = accumulate == 1
@@ -286,11 +286,33 @@ class Optimization:
                 return output, False
             if before_step or trainer.gradient_clip_val is not None:  # 4.
                 before_optimizer_step(optimizer)
-            step_optimizer(optimizer)  # the strategy steps through the precision (a scaler)
+            step_optimizer()  # the strategy steps through the precision (a scaler)
             end_step()
             return output, True
 
-        return step
+        if not steps_alone or not every or zero_hooked:
+            return step
+
+        def step_every(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+            # ``step`` where every batch ends its window (``boundary`` always true) and zero-grad needs no index
+            output = training_step(batch, batch_idx)  # 1.
+            loss: torch.Tensor | None
+            if output.__class__ is not tensor:
+                loss, output = loss_of(output)
+            else:
+                loss, output = output, {"loss": output}
+            zero_phase()  # 2.
+            if loss is None:  # 3.
+                skip_batch(batch_idx)
+            else:
+                backward_phase(loss)
+            if before_step or trainer.gradient_clip_val is not None:  # 4.
+                before_optimizer_step(optimizer)
+            step_optimizer()
+            end_step()
+            return output, True
+
+        return step_every
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """What comes between the backward pass and ``optimizer``'s step: the strategy's gradient reduction and the
