@@ -308,8 +308,8 @@ class FitLoop:
                plan: _EpochPlan, restore_rng: Any) -> tuple[int, bool]:
         """The loop over an epoch's batches, in Lightning's order: the batch put on the device, the watchdog's note,
         ``on_train_batch_start``, the batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.
-        batch_runner`'s), then what may be due after it (:meth:`_after_batch`: the schedulers, the epoch's end at
-        its last batch, ``on_train_batch_end``, the log, validation, a stop), asked by one test. ``batches`` and
+        batch_runner`'s), the step-interval schedulers, the epoch's end at its last batch, ``on_train_batch_end``,
+        then what may be due (:meth:`_after_batch`: the log, validation, a stop), asked by one test. ``batches`` and
         ``prepare``: :meth:`~accelkit.loops.data.DataConnector.epoch_batches`', read here in the loop's own frame.
         The batch hooks are lists planned at the epoch's start, skipped by one test where nothing overrides them.
         Returns the last batch index run and whether ``on_train_batch_start``
@@ -322,9 +322,10 @@ class FitLoop:
         metrics, stop = trainer.run_state.metrics, interrupt.current()
         report, pending = (None, None) if stop is None else (stop.report, stop.pending)  # (bound once)
         marks = watchdog.running()  # the watchdog's note, in a distributed run
-        # every batch ends in _after_batch, as the last one does, where a batch-end hook, a step-interval scheduler
-        # or validation may be due after any batch
-        check = hooked or bool(plan.step_scheds) or bool(self.val_loaders)
+        step_scheds, end_fns = plan.step_scheds, plan.end_fns
+        # a step-interval scheduler or on_train_batch_end after any batch, as the epoch's end after its last
+        ends = bool(step_scheds or end_fns)
+        check = bool(self.val_loaders)  # validation may be due after any batch, as anything after the last one
         batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
         first = next(batches, None)  # (the loader starts, or has started and reads its second batch)
         if first is None:
@@ -335,7 +336,7 @@ class FitLoop:
         for batch_idx, batch, is_last in itertools.chain((first,), batches):
             batch = prepare(batch)
             if is_last:  # (the flag changes only here: no call per batch)
-                check = True
+                ends = check = True
                 progress.begin_batch(True)
             if marks:  # what this rank is doing (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
@@ -349,13 +350,23 @@ class FitLoop:
             boundary = every or progress.accumulation_boundary(batch_idx, accumulate)
             progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
             output, stepped = run_batch(batch, batch_idx, boundary)
-            self.consumed = self.started
+            if ends:  # in Lightning's order
+                if step_scheds and stepped:
+                    self._step_step_schedulers(step_scheds)
+                self.consumed = self.started
+                if is_last:
+                    progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
+                    self._step_epoch_schedulers(plan.epoch_scheds)
+                for fn in end_fns:
+                    fn(output, batch, batch_idx)
+            else:
+                self.consumed = self.started
             # one test tells a batch after which nothing but a signal's stop can be due (none of these has a side
             # effect); what can change within the epoch (a requested stop, max_steps, max_time) is read at every batch
             if check or progress.should_stop or not progress.batches_that_stepped % log_every or \
                     trainer.max_time is not None or trainer.max_steps >= 0 and \
                     trainer.max_steps <= progress.global_step:
-                if self._after_batch(plan, output, batch, batch_idx, is_last, boundary, stepped, stop):
+                if self._after_batch(batch_idx, is_last, boundary, stepped, stop):
                     return batch_idx, False
             elif report is not None:  # what _after_batch does when nothing else is due
                 report(progress.global_step)
@@ -363,23 +374,13 @@ class FitLoop:
                     return batch_idx, False
         return batch_idx, False
 
-    def _after_batch(self, plan: _EpochPlan, output: Any, batch: Any, batch_idx: int, is_last: bool, boundary: bool,
-                     stepped: bool, stop: Any) -> bool:
-        """What may be due after a training batch (``output``: its step's), in Lightning's order: the step-interval
-        schedulers (``stepped``: the optimizer stepped), the epoch's end at its last batch (``is_last``: the epoch's
-        training done, the epoch-interval schedulers), ``on_train_batch_end``, the step's log (every
-        ``log_every_n_steps`` batches that stepped, or at a requested stop), validation, a signal's stop
-        (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`), the limits; ``True``: the epoch ends
-        here."""
+    def _after_batch(self, batch_idx: int, is_last: bool, boundary: bool, stepped: bool, stop: Any) -> bool:
+        """What may be due after a training batch and its ``on_train_batch_end``, in Lightning's order: the step's
+        log (every ``log_every_n_steps`` batches that stepped, or at a requested stop), validation (``stepped``: the
+        optimizer stepped), a signal's stop (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`),
+        the limits; ``True``: the epoch ends here."""
         trainer = self.trainer
         progress = trainer.run_state.progress
-        if plan.step_scheds and stepped:
-            self._step_step_schedulers(plan.step_scheds)
-        if is_last:
-            progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
-            self._step_epoch_schedulers(plan.epoch_scheds)
-        for fn in plan.end_fns:
-            fn(output, batch, batch_idx)
         if boundary and (not progress.batches_that_stepped % trainer.log_every_n_steps or progress.should_stop):
             trainer.run_state.active_publisher.log_step()  # as Lightning: every log_every_n_steps batches that stepped
         if self.val_loaders and (self._val_due(batch_idx, is_last) or progress.should_stop and self._stop_val()):

@@ -254,7 +254,13 @@ class Optimization:
 
         Each part's hooks are a list planned at the fit's start, empty where nothing overrides them, and a part with
         no hook is its bare callable (the backward part: ``loss.backward``); a part with nothing to do is skipped by
-        one test (no hook before the optimizer step and no ``gradient_clip_val``)."""
+        one test (no hook before the optimizer step and no ``gradient_clip_val``).
+
+        ``steps_alone``: the fit loop calls the function itself (no closure, no ``no_backward_sync``). Then, where every
+        batch steps (``accumulate_grad_batches=1``), no ``optimizer_zero_grad`` hook needs the batch index and nothing
+        but the Trainer's clipping comes before the optimizer's step, the function is the same four parts without the
+        tests those leave decided (the window's start and end, the index, the hooks before the step): chosen here,
+        once per epoch, not per batch."""
         training_step, zero_phase, backward_phase = self._training_step, self._zero_phase, self._backward_phase
         before_step, before_optimizer_step = bool(self._before_step) or self._clip_hook is not None, \
             self.before_optimizer_step
@@ -290,11 +296,12 @@ class Optimization:
             end_step()
             return output, True
 
-        if not steps_alone or not every or zero_hooked:
+        if not steps_alone or not every or zero_hooked or before_step:
             return step
 
         def step_every(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-            # ``step`` where every batch ends its window (``boundary`` always true) and zero-grad needs no index
+            # ``step`` where every batch ends its window (``boundary`` always true), zero-grad needs no index and
+            # nothing but the Trainer's clipping can come before the optimizer's step
             output = training_step(batch, batch_idx)  # 1.
             loss: torch.Tensor | None
             if output.__class__ is not tensor:
@@ -306,7 +313,7 @@ class Optimization:
                 skip_batch(batch_idx)
             else:
                 backward_phase(loss)
-            if before_step or trainer.gradient_clip_val is not None:  # 4.
+            if trainer.gradient_clip_val is not None:  # 4.
                 before_optimizer_step(optimizer)
             step_optimizer()
             end_step()
