@@ -213,8 +213,8 @@ class DataConnector:
             # (without batch hooks: the epoch's device plan, from its first batch)
             return zip(itertools.count(start), current, is_last, strict=False), self._preparer(0, first)
         # zip reads the loader first: a loader that ends before the limit ends the epoch there
-        is_last = itertools.chain(itertools.repeat(False, max(0, limit - start - 1)), (True,))
-        return zip(itertools.count(start), source, is_last, strict=False), self._preparer(0)
+        last_from_limit = itertools.chain(itertools.repeat(False, max(0, limit - start - 1)), (True,))
+        return zip(itertools.count(start), source, last_from_limit, strict=False), self._preparer(0)
 
     def _source(self, loader: Any, stage: str, limit: int | None, start: int) -> Any:
         """The batches of ``loader`` as the strategy hands them out, up to ``limit`` (counted from index 0 when the

@@ -320,7 +320,10 @@ class FitLoop:
         every = accumulate == 1
         start_cbs, start_m, hooked = plan.start_cbs, plan.start_m, plan.hooked
         metrics, stop = trainer.run_state.metrics, interrupt.current()
-        report, pending = (None, None) if stop is None else (stop.report, stop.pending)  # (bound once)
+        report: Callable[[int], object] | None = None  # (bound once)
+        pending: Callable[[], object] = bool  # (asked only after a report)
+        if stop is not None:
+            report, pending = stop.report, stop.pending
         marks = watchdog.running()  # the watchdog's note, in a distributed run
         step_scheds, end_fns = plan.step_scheds, plan.end_fns
         # a step-interval scheduler or on_train_batch_end after any batch, as the epoch's end after its last
