@@ -83,12 +83,11 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   hook lists' tests, the step's window tests). Cut since: the loop reads its batches in its own frame
   (``DataConnector.epoch_batches``: ``itertools`` pieces, the last batch told in C; no generator frame), one test
   per epoch-constant skips the empty batch hooks and what only an epoch's last batch does, the epoch's plan (hooks,
-  batch runner) is kept across epochs, the step where every batch steps is the same parts without the window's
-  tests (``Optimization.eager_step``, chosen per epoch), ``mark_step`` writes a slice built once: 9847 -> 9809
-  (x1.031; the code before issue 40 counts 9801 on the same machine: the rest of the difference is ``mark_step``'s
-  frame, 12). What is left per step (DDP, ``--only counts``, 64-step epochs): the epoch loop's body (~92: the
+  batch runner) is kept across epochs, ``mark_step`` writes a slice built once: 9847 -> 9817 (x1.032; the code
+  before issue 40 counts 9801 on the same machine: the rest of the difference is ``mark_step``'s frame, 12, and the
+  one step's window tests, which a second copy of the step without them would save, kept out for one step). What is left per step (DDP, ``--only counts``, 64-step epochs): the epoch loop's body (~92: the
   batch's device plan's call, the note's call, the batch's counters, the one test of what is due, the stop
-  control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the step (~48), the
+  control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the step (~56), the
   device plan (~22), the note (~12), the wrapper's router (~12, ``strategies/base.py``), the step's count (~9,
   ``Progress.advance_step``: the counters' one writer), and per epoch (measured at 20 steps an epoch: ~135 per
   step, a third of that over a 64-step epoch: the metrics' publishing twice, ~28; the exact-resume record of the

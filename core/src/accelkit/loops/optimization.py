@@ -231,14 +231,14 @@ class Optimization:
             return self._captured_batch
         needs_no_sync = self.accumulate > 1 and not _defaults(self.strategy, Strategy, "no_backward_sync")
         if not self._through_closure and not needs_no_sync:
-            return self.eager_step(steps_alone=True)
+            return self.eager_step()
         return functools.partial(self._routed_batch, self.eager_step())
 
     def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
         """Train on one batch outside an epoch loop: :meth:`batch_runner`'s function for the current settings."""
         return self.batch_runner()(batch, batch_idx, boundary)
 
-    def eager_step(self, steps_alone: bool = False) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+    def eager_step(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
         """The eager automatic step, its parts bound once (per epoch): ``step(batch, batch_idx, boundary)`` runs, in
         Lightning's order,
 
@@ -254,13 +254,7 @@ class Optimization:
 
         Each part's hooks are a list planned at the fit's start, empty where nothing overrides them, and a part with
         no hook is its bare callable (the backward part: ``loss.backward``); a part with nothing to do is skipped by
-        one test (no hook before the optimizer step and no ``gradient_clip_val``).
-
-        ``steps_alone``: the fit loop calls the function itself (no closure, no ``no_backward_sync``). Then, where every
-        batch steps (``accumulate_grad_batches=1``), no ``optimizer_zero_grad`` hook needs the batch index and nothing
-        but the Trainer's clipping comes before the optimizer's step, the function is the same four parts without the
-        tests those leave decided (the window's start and end, the index, the hooks before the step): chosen here,
-        once per epoch, not per batch."""
+        one test (no hook before the optimizer step and no ``gradient_clip_val``)."""
         training_step, zero_phase, backward_phase = self._training_step, self._zero_phase, self._backward_phase
         before_step, before_optimizer_step = bool(self._before_step) or self._clip_hook is not None, \
             self.before_optimizer_step
@@ -296,30 +290,7 @@ class Optimization:
             end_step()
             return output, True
 
-        if not steps_alone or not every or zero_hooked or before_step:
-            return step
-
-        def step_every(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
-            # ``step`` where every batch ends its window (``boundary`` always true), zero-grad needs no index and
-            # nothing but the Trainer's clipping can come before the optimizer's step
-            output = training_step(batch, batch_idx)  # 1.
-            loss: torch.Tensor | None
-            if output.__class__ is not tensor:
-                loss, output = loss_of(output)
-            else:
-                loss, output = output, {"loss": output}
-            zero_phase()  # 2.
-            if loss is None:  # 3.
-                skip_batch(batch_idx)
-            else:
-                backward_phase(loss)
-            if trainer.gradient_clip_val is not None:  # 4.
-                before_optimizer_step(optimizer)
-            step_optimizer()
-            end_step()
-            return output, True
-
-        return step_every
+        return step
 
     def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """What comes between the backward pass and ``optimizer``'s step: the strategy's gradient reduction and the
