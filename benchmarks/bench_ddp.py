@@ -78,18 +78,24 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   stop, a log, a time or step limit) is one test, what is due then in ``FitLoop._plain_batch_end`` (105 -> 95,
   +3 there per step), a list or tuple already on the device follows its plan with one class read and one C test of its
   elements (``apply_func.device_plan``'s ``sequence_stays``: 27 -> 22), the router merges keyword arguments only when
-  a call has some (13 -> 12): 9807 -> 9794 (x1.029). What is left per step (DDP, ``--only counts``, 64-step epochs):
-  the plain loop's body (~95: the read-ahead and the batch's device plan's call, the watchdog's note, the batch's
-  counters, the one test of what is due, the stop control's report), ``self.log`` (~54: a key of 14 parts, the
-  value's detach and clone), the plain batch (~51), the device plan (~22), the wrapper's router (~12,
-  ``strategies/base.py``), the step's count (~9, ``Progress.advance_step``: the counters' one writer), and per
-  epoch (measured at 20 steps an epoch: ~135 per step, a third of that over a 64-step epoch: the metrics'
-  publishing twice, ~28; the exact-resume record of the
-  epoch's random states, samplers and generators, ~18; the epoch's plan of hooks and batch runner, ~13; the sampler's
-  epoch, ~8; the epoch's own start and end). Not done (a few instructions each):
-  the plain batch without its output (``{"loss": loss}``, unused there: ~5, but a second copy of its body), the step's
-  count in the batch's frame (~7, against the counters' one writer), the router's call (~12), the precision's
-  forward context inside the plain batch (the ``_inside`` frame, ~8 with ``bf16-mixed``, +2 without a context),
+  a call has some (13 -> 12): 9807 -> 9794 (x1.029). Issue 40's one epoch loop and one eager step (no plain loop,
+  the note through ``watchdog.mark_step``) took it to 9847 (x1.035: the batch generator, the note's call, the empty
+  hook lists' tests, the step's window tests). Cut since: the loop reads its batches in its own frame
+  (``DataConnector.epoch_batches``: ``itertools`` pieces, the last batch told in C; no generator frame), one test
+  per epoch-constant skips the empty batch hooks and what only an epoch's last batch does, the epoch's plan (hooks,
+  batch runner) is kept across epochs, ``mark_step`` writes a slice built once: 9847 -> 9817 (x1.032; the code
+  before issue 40 counts 9801 on the same machine: the rest of the difference is ``mark_step``'s frame, 12, and the
+  one step's window tests, which a second copy of the step without them would save, kept out for one step). What is left per step (DDP, ``--only counts``, 64-step epochs): the epoch loop's body (~92: the
+  batch's device plan's call, the note's call, the batch's counters, the one test of what is due, the stop
+  control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the step (~56), the
+  device plan (~22), the note (~12), the wrapper's router (~12, ``strategies/base.py``), the step's count (~9,
+  ``Progress.advance_step``: the counters' one writer), and per epoch (measured at 20 steps an epoch: ~135 per
+  step, a third of that over a 64-step epoch: the metrics' publishing twice, ~28; the exact-resume record of the
+  epoch's random states, samplers and generators, ~18; the sampler's epoch, ~8; the epoch's own start and end).
+  Not done (a few instructions each): the step without its output (``{"loss": loss}``, unused without a batch-end
+  hook: ~5), the step's count in the batch's frame (~7, against the counters' one writer), the router's call
+  (~12), the note's clock read by the watchdog's thread instead (~3, but its "since" a second late), the
+  precision's forward context inside the step (the ``_inside`` frame, ~8 with ``bf16-mixed``),
   publishing the three dicts in one pass over the entries (~15 per step at 20 steps an epoch);
 - the epoch's ends: the Trainer's epoch start and end (sampler epoch, random states for an exact resume, the
   loader's start with its one batch read ahead, the end-of-epoch publishing) cost ~1.3 ms of CPU more than the

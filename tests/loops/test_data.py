@@ -123,3 +123,51 @@ def test_a_sequence_already_on_the_device_follows_its_plan_in_one_class_test_and
     assert type(moved) is kind and (moved is first) == (kind is tuple) and all(
         a is b for a, b in zip(moved, first, strict=True))
     assert plan(kind()) == move_to_device(kind(), cpu) and type(plan(kind())) is kind
+
+
+class Reads:
+    """An iterable of ``n`` one-tensor batches (batch ``i`` holds ``i``) that counts the batches read from it."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.read = n, 0
+
+    def __iter__(self) -> Any:
+        import torch
+
+        for i in range(self.n):
+            self.read += 1
+            yield [torch.full((1,), float(i))]
+
+
+def epoch_of(tmp_path: Any, loader: Reads, limit: int | None, start: int = 0,
+             read_ahead: bool = True) -> list[tuple[int, float, bool, int]]:
+    """``DataConnector.epoch_batches`` of ``loader`` iterated as the fit loop does: per batch, its index, its value
+    (prepared), whether it is marked the epoch's last, and how many batches the loader had given when it came."""
+    from accelkit.loops.data import DataConnector
+
+    data = DataConnector(quiet_trainer(tmp_path), RegressionModule(), None, {})
+    batches, prepare = data.epoch_batches(loader, "fit", limit, start=start, read_ahead=read_ahead)
+    return [(index, float(prepare(batch)[0][0]), is_last, loader.read) for index, batch, is_last in batches]
+
+
+@pytest.mark.parametrize("limit", [None, 6])
+def test_an_epoch_read_ahead_knows_its_last_batch_one_batch_early(tmp_path, limit):
+    """Read ahead (a loader without a length, or one whose state need not match): the loader's next batch is read
+    before the current one is handed out, so the last one is marked even without a length; indices from ``start``
+    (2: the loader gives the batches from index 2 on, 4 of them up to ``limit``)."""
+    count = 4 if limit is not None else 8
+    assert epoch_of(tmp_path, Reads(8), limit, start=2) == [
+        (2 + i, float(i), i == count - 1, min(i + 2, count)) for i in range(count)]
+
+
+def test_an_epoch_not_read_ahead_reads_each_batch_at_its_turn_and_knows_the_last_from_the_limit(tmp_path):
+    """``read_ahead=False`` (a stateful loader whose saved state must match the batches trained on): no batch is
+    read before it is handed out; the last is marked from the limit, counted from index 0 (``start`` skipped)."""
+    assert epoch_of(tmp_path, Reads(6), 4, start=1, read_ahead=False) == [
+        (1, 0.0, False, 1), (2, 1.0, False, 2), (3, 2.0, True, 3)]
+
+
+def test_an_epoch_not_read_ahead_whose_loader_ends_before_the_limit_ends_there(tmp_path):
+    """A loader that runs out before the limit (its length overstated) ends the epoch at its last batch, unmarked:
+    no error, no batch invented."""
+    assert epoch_of(tmp_path, Reads(2), 5, read_ahead=False) == [(0, 0.0, False, 1), (1, 1.0, False, 2)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import warnings
 from collections.abc import Callable, Iterator, Sized
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_da
 _LIMIT_KEYS = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
 #: :meth:`DataConnector._plain_prepare` without a first batch to plan from
 _NO_BATCH: Any = object()
+#: what follows an epoch's last batch in the loader (:meth:`DataConnector.epoch_batches`)
+_LAST: Any = object()
 
 
 class DataConnector:
@@ -177,56 +180,54 @@ class DataConnector:
         return agreed
 
     # ----------------------------------------------------------------- batches
-    def batches(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0,
-                lookahead: bool = False, start: int = 0, read_ahead: bool = True) -> Iterator[tuple]:
-        """``(index, batch)`` on the device; with ``lookahead``, ``(index, batch, is_last)``: one batch is read
-        ahead so the last one is known even for loaders without a length (``read_ahead=False`` with a ``limit``:
-        ``is_last`` comes from the limit and no batch is read before its step, for a loader whose saved state
-        must match the batches trained on). ``start``: the index of the loader's first batch (a resumed epoch
-        whose first ``start`` batches were skipped); ``limit`` counts from index 0."""
-        if lookahead and (read_ahead or limit is None):
-            started = self.read_ahead(loader, stage, limit, dataloader_idx, start)
-            if started is None:
-                return
-            batch, iterator, prepare = started
-            index = start - 1
-            # the loop reads the next batch before the current one is prepared and handed out (as a read-ahead does),
-            # and enumerate counts: no call of next() nor counter of its own per batch
-            for index, upcoming in enumerate(iterator, start):
-                yield index, prepare(batch), False
-                batch = upcoming
-            yield index + 1, prepare(batch), True
-            return
-        iterable = self._source(loader, stage, limit, start)
-        prepare = self._plain_prepare() if self._plain else \
-            functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
-        if not lookahead:
-            for index, batch in enumerate(iterable, start):
-                yield index, prepare(batch)
-            return
-        last = limit - 1 if limit is not None else -1  # (always given here: a loader read ahead had none)
-        for index, batch in enumerate(iterable, start):
-            yield index, prepare(batch), index == last
+    def batches(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0) -> Iterator[tuple]:
+        """``(index, batch)`` on the device, up to ``limit`` batches."""
+        iterable = self._source(loader, stage, limit, 0)
+        prepare = self._preparer(dataloader_idx)
+        for index, batch in enumerate(iterable):
+            yield index, prepare(batch)
 
-    def read_ahead(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0,
-                   start: int = 0) -> tuple[Any, Iterator[Any], Callable[[Any], Any]] | None:
-        """What :meth:`batches` with ``lookahead`` reads ahead from: the loader's first batch (as it came), the
-        loader's iterator after it, and what prepares a batch (device transfer, batch hooks); ``None`` when the
-        loader has no batch. The loader starts here."""
-        iterator = iter(self._source(loader, stage, limit, start))
-        batch = next(iterator, _NO_BATCH)
-        if batch is _NO_BATCH:
-            return None
-        # without batch hooks: the epoch's device plan, from its first batch
-        prepare = self._plain_prepare(batch) if self._plain else \
-            functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
-        return batch, iterator, prepare
+    def epoch_batches(self, loader: Any, stage: str, limit: int | None, start: int = 0,
+                      read_ahead: bool = True) -> tuple[Iterator[tuple[int, Any, Any]], Callable[[Any], Any]]:
+        """A training epoch's batches, for a loop that iterates them in its own frame: ``(batches, prepare)``, where
+        ``batches`` yields ``(index, batch, is_last)``: the batch's index (from ``start``), the batch as the loader
+        gave it, and whether it is the epoch's last; ``prepare(batch)`` puts a batch on the device (the batch hooks,
+        the device transfer). No generator frame runs per batch: ``batches`` is
+        built of ``itertools`` pieces.
+
+        The loader's batch after the current one is read before the current one is prepared, so the last batch is
+        known even for a loader without a length; ``read_ahead=False`` with a ``limit``: the last batch is known from
+        the limit and no batch is read before its step (a loader whose saved state must match the batches trained
+        on). ``start``: the index of the loader's first batch (a resumed epoch whose first ``start`` batches were
+        skipped); ``limit`` counts from index 0. A loader read ahead starts here (its first batch is read), another at
+        the first batch asked for."""
+        source = self._source(loader, stage, limit, start)
+        if read_ahead or limit is None:
+            iterator = iter(source)
+            first = next(iterator, _NO_BATCH)
+            if first is _NO_BATCH:
+                return iter(()), self._preparer(0)
+            current, upcoming = itertools.tee(itertools.chain((first,), iterator, (_LAST,)))
+            next(upcoming)  # (one batch ahead: the loader's next batch is read when the current one is asked for)
+            is_last = map(operator.is_, upcoming, itertools.repeat(_LAST))  # (tested in C)
+            # (without batch hooks: the epoch's device plan, from its first batch)
+            return zip(itertools.count(start), current, is_last, strict=False), self._preparer(0, first)
+        # zip reads the loader first: a loader that ends before the limit ends the epoch there
+        last_from_limit = itertools.chain(itertools.repeat(False, max(0, limit - start - 1)), (True,))
+        return zip(itertools.count(start), source, last_from_limit, strict=False), self._preparer(0)
 
     def _source(self, loader: Any, stage: str, limit: int | None, start: int) -> Any:
         """The batches of ``loader`` as the strategy hands them out, up to ``limit`` (counted from index 0 when the
         first is ``start``)."""
         iterable = self.trainer.strategy.process_dataloader(loader, stage)
         return iterable if limit is None else itertools.islice(iterable, max(0, limit - start))
+
+    def _preparer(self, dataloader_idx: int, first: Any = _NO_BATCH) -> Callable[[Any], Any]:
+        """What puts a batch of loader ``dataloader_idx`` on the device: with batch hooks, them and the transfer;
+        without, :meth:`_plain_prepare` (planned from ``first`` where given)."""
+        if self._plain:
+            return self._plain_prepare(first)
+        return functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
 
     def _plain_prepare(self, first: Any = _NO_BATCH) -> Callable[[Any], Any]:
         """Device transfer and input conversion without batch hooks, decided once per loop: the default

@@ -6,7 +6,7 @@ import contextlib
 import itertools
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +46,7 @@ class FitLoop:
         self.epoch_state: dict[str, Any] | None = None  # what decided the current epoch's order
         self.epoch_order: Any = None  # what the current epoch iterates (resume.EpochOrder)
         self._resume: Any = None  # the position to continue from (a resumed fit's first epoch)
+        self._plan: _EpochPlan | None = None  # the last epoch's, kept while it holds
 
     # ----------------------------------------------------------------- set-up
     def _load_val(self) -> None:
@@ -283,12 +284,14 @@ class FitLoop:
         read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
         # a callback may change accumulate_grad_batches per epoch (GradientAccumulationScheduler)
         optim.accumulate = trainer.accumulate_grad_batches
-        step_scheds, epoch_scheds = self._scheduler_plan(optim.automatic)
-        plan = _EpochPlan(hooks, optim, step_scheds, epoch_scheds)
+        plan = self._plan
+        if plan is None or plan.hooks is not hooks or plan.optim is not optim or plan.accumulate != optim.accumulate:
+            plan = self._plan = _EpochPlan(hooks, optim)  # (kept while these stay: the batch hooks do for a run)
+        step_scheds, epoch_scheds = plan.step_scheds, plan.epoch_scheds = self._scheduler_plan(optim.automatic)
         self.consumed = self.started = start
         self.in_epoch = True
-        batches = data.batches(source, "fit", limit, lookahead=True, start=start, read_ahead=read_ahead)
-        batch_idx, skipped_rest = self._steps(batches, start, plan, restore_rng)
+        batches, prepare = data.epoch_batches(source, "fit", limit, start=start, read_ahead=read_ahead)
+        batch_idx, skipped_rest = self._steps(batches, prepare, start, plan, restore_rng)
         ran = batch_idx + 1 - start
         if self.interrupted:
             return ran  # still inside the epoch: the checkpoint the caller saves resumes it
@@ -301,69 +304,84 @@ class FitLoop:
         self._end_epoch(optim.automatic)
         return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
 
-    def _steps(self, batches: Iterator[tuple[int, Any, bool]], start: int, plan: _EpochPlan,
-               restore_rng: Any) -> tuple[int, bool]:
-        """The loop over an epoch's batches, in Lightning's order: the watchdog's note, ``on_train_batch_start``, the
-        batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`'s), the epoch's end
-        at its last batch, ``on_train_batch_end``, then what may be due (:meth:`_after_batch`). The batch hooks are
-        lists planned at the epoch's start, empty where nothing overrides them. Returns the last batch index run and
-        whether ``on_train_batch_start`` skipped the rest of the epoch."""
+    def _steps(self, batches: Iterator[tuple[int, Any, Any]], prepare: Callable[[Any], Any], start: int,
+               plan: _EpochPlan, restore_rng: Any) -> tuple[int, bool]:
+        """The loop over an epoch's batches, in Lightning's order: the batch put on the device, the watchdog's note,
+        ``on_train_batch_start``, the batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.
+        batch_runner`'s), the step-interval schedulers, the epoch's end at its last batch, ``on_train_batch_end``,
+        then what may be due (:meth:`_after_batch`: the log, validation, a stop), asked by one test. ``batches`` and
+        ``prepare``: :meth:`~accelkit.loops.data.DataConnector.epoch_batches`', read here in the loop's own frame.
+        The batch hooks are lists planned at the epoch's start, skipped by one test where nothing overrides them.
+        Returns the last batch index run and whether ``on_train_batch_start``
+        skipped the rest of the epoch."""
         trainer = self.trainer
         progress, run_batch, log_every = trainer.run_state.progress, plan.run_batch, trainer.log_every_n_steps
         accumulate = plan.optim.accumulate if plan.automatic else 1  # (a manual batch always counts as stepping)
         every = accumulate == 1
-        start_cbs, start_m, step_scheds = plan.start_cbs, plan.start_m, plan.step_scheds
-        # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
-        end_fns = plan.end_cbs if plan.end_m is None else [*plan.end_cbs, plan.end_m]
-        metrics, stop, marks = trainer.run_state.metrics, interrupt.current(), watchdog.running()
-        validates = bool(self.val_loaders)  # (validation may be due after any batch)
+        start_cbs, start_m, hooked = plan.start_cbs, plan.start_m, plan.hooked
+        metrics, stop = trainer.run_state.metrics, interrupt.current()
+        report: Callable[[int], object] | None = None  # (bound once)
+        pending: Callable[[], object] = bool  # (asked only after a report)
+        if stop is not None:
+            report, pending = stop.report, stop.pending
+        marks = watchdog.running()  # the watchdog's note, in a distributed run
+        step_scheds, end_fns = plan.step_scheds, plan.end_fns
+        # a step-interval scheduler or on_train_batch_end after any batch, as the epoch's end after its last
+        ends = bool(step_scheds or end_fns)
+        check = bool(self.val_loaders)  # validation may be due after any batch, as anything after the last one
         batch_idx = start - 1  # the batches run: batch_idx + 1 - start (no counter per batch)
-        first = next(batches, None)  # (the loader starts)
+        first = next(batches, None)  # (the loader starts, or has started and reads its second batch)
         if first is None:
             return batch_idx, False
         progress.begin_batch(first[2])  # the previous epoch's last-batch flag goes (or stays: one batch)
         if restore_rng is not None:  # the resumed epoch's order is drawn: continue the checkpoint's streams
             resume_mod.set_rng_states(restore_rng, trainer.accelerator)
         for batch_idx, batch, is_last in itertools.chain((first,), batches):
+            batch = prepare(batch)
             if is_last:  # (the flag changes only here: no call per batch)
+                ends = check = True
                 progress.begin_batch(True)
-            if marks:  # what this rank is doing, for the watchdog of a distributed run (its backward: no note)
+            if marks:  # what this rank is doing (its backward: no note)
                 mark_step(progress.global_step, batch_idx)
             metrics.current_batch = batch
-            for fn in start_cbs:
-                fn(batch, batch_idx)
-            if start_m is not None and start_m(batch, batch_idx) == -1:
-                return batch_idx, True
+            if hooked:
+                for fn in start_cbs:
+                    fn(batch, batch_idx)
+                if start_m is not None and start_m(batch, batch_idx) == -1:
+                    return batch_idx, True
             self.started = batch_idx + 1  # (a failure from here to `consumed` is inside this batch)
             boundary = every or progress.accumulation_boundary(batch_idx, accumulate)
             progress.count_batch(boundary)  # counted at once (a checkpoint from its hooks includes it)
             output, stepped = run_batch(batch, batch_idx, boundary)
-            if step_scheds and stepped:  # (the cheap test first: most runs have no step-interval scheduler)
-                self._step_step_schedulers(step_scheds)
-            self.consumed = batch_idx + 1
-            if is_last:
-                progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
-                self._step_epoch_schedulers(plan.epoch_scheds)
-            for fn in end_fns:
-                fn(output, batch, batch_idx)
+            if ends:  # in Lightning's order
+                if step_scheds and stepped:
+                    self._step_step_schedulers(step_scheds)
+                self.consumed = self.started
+                if is_last:
+                    progress.finish_epoch_training()  # a checkpoint written from here on resumes next epoch
+                    self._step_epoch_schedulers(plan.epoch_scheds)
+                for fn in end_fns:
+                    fn(output, batch, batch_idx)
+            else:
+                self.consumed = self.started
             # one test tells a batch after which nothing but a signal's stop can be due (none of these has a side
             # effect); what can change within the epoch (a requested stop, max_steps, max_time) is read at every batch
-            if is_last or validates or progress.should_stop or not progress.batches_that_stepped % log_every or \
+            if check or progress.should_stop or not progress.batches_that_stepped % log_every or \
                     trainer.max_time is not None or trainer.max_steps >= 0 and \
                     trainer.max_steps <= progress.global_step:
                 if self._after_batch(batch_idx, is_last, boundary, stepped, stop):
                     return batch_idx, False
-            elif stop is not None:  # what _after_batch does when nothing else is due
-                stop.report(progress.global_step)
-                if stop.pending() and self._interrupt_due(stop):
+            elif report is not None:  # what _after_batch does when nothing else is due
+                report(progress.global_step)
+                if pending() and self._interrupt_due(stop):
                     return batch_idx, False
         return batch_idx, False
 
     def _after_batch(self, batch_idx: int, is_last: bool, boundary: bool, stepped: bool, stop: Any) -> bool:
-        """What may be due after a training batch, in Lightning's order: the step's log (every
-        ``log_every_n_steps`` batches that stepped, or at a requested stop), validation, a signal's stop
-        (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`), the limits; ``True``: the epoch ends
-        here."""
+        """What may be due after a training batch and its ``on_train_batch_end``, in Lightning's order: the step's
+        log (every ``log_every_n_steps`` batches that stepped, or at a requested stop), validation (``stepped``: the
+        optimizer stepped), a signal's stop (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`),
+        the limits; ``True``: the epoch ends here."""
         trainer = self.trainer
         progress = trainer.run_state.progress
         if boundary and (not progress.batches_that_stepped % trainer.log_every_n_steps or progress.should_stop):
@@ -472,16 +490,21 @@ class FitLoop:
 
 class _EpochPlan:
     """What runs around an epoch's steps, decided at its start: the batch hooks (lists, empty where nothing
-    overrides them), the schedulers and the batch runner
-    (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`, asked once per epoch)."""
+    overrides them), the schedulers (set each epoch) and the batch runner
+    (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`, asked again when ``accumulate`` changes)."""
 
-    def __init__(self, hooks: Any, optim: Any, step_scheds: list[Any], epoch_scheds: list[Any]) -> None:
-        self.optim, self.automatic, self.run_batch = optim, optim.automatic, optim.batch_runner()
-        self.step_scheds, self.epoch_scheds = step_scheds, epoch_scheds
+    def __init__(self, hooks: Any, optim: Any) -> None:
+        self.hooks, self.optim, self.automatic, self.accumulate = hooks, optim, optim.automatic, optim.accumulate
+        self.run_batch = optim.batch_runner()
+        self.step_scheds: list[Any] = []
+        self.epoch_scheds: list[Any] = []
         self.start_cbs = hooks.callback_plan("on_train_batch_start")
         self.start_m = hooks.module_hook("on_train_batch_start")
-        self.end_cbs = hooks.callback_plan("on_train_batch_end")
-        self.end_m = hooks.module_hook("on_train_batch_end")
+        # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)
+        end_m = hooks.module_hook("on_train_batch_end")
+        self.end_fns = [*hooks.callback_plan("on_train_batch_end"), *([] if end_m is None else [end_m])]
+        #: whether any batch hook runs (the loop skips them by one test where none does)
+        self.hooked = bool(self.start_cbs or self.start_m is not None or self.end_fns)
 
 
 #: :attr:`FitLoop.val_loaders` of a fit that validates, before its loaders are built (truthy: validation is on)

@@ -59,6 +59,11 @@ def _inside(context: Callable[[], Any], step: Callable[[Any, int], Any]) -> Call
     return call
 
 
+def _scaled(backward: Callable[[torch.Tensor], Any], accumulate: int, loss: torch.Tensor) -> Any:
+    """``backward(loss / accumulate)``: the backward part of a batch inside an accumulation window."""
+    return backward(loss / accumulate)
+
+
 def _after(first: Callable[[], None], step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
     """``first()``, then ``step``."""
 
@@ -224,11 +229,10 @@ class Optimization:
             return self._manual_batch
         if self.captured is not None:
             return self._captured_batch
-        step = self.eager_step()
         needs_no_sync = self.accumulate > 1 and not _defaults(self.strategy, Strategy, "no_backward_sync")
         if not self._through_closure and not needs_no_sync:
-            return step
-        return functools.partial(self._routed_batch, step)
+            return self.eager_step()
+        return functools.partial(self._routed_batch, self.eager_step())
 
     def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
         """Train on one batch outside an epoch loop: :meth:`batch_runner`'s function for the current settings."""
@@ -254,11 +258,14 @@ class Optimization:
         training_step, zero_phase, backward_phase = self._training_step, self._zero_phase, self._backward_phase
         before_step, before_optimizer_step = bool(self._before_step) or self._clip_hook is not None, \
             self.before_optimizer_step
-        optimizer, step_optimizer, trainer = self.optimizers[0], self._step_optimizer, self.trainer
+        optimizer, trainer = self.optimizers[0], self.trainer
+        step_optimizer = functools.partial(self._step_optimizer, optimizer)  # (steps it through the strategy)
         end_step = self._progress.advance_step if not self._step_end else self._end_step
         accumulate, loss_of, skip_batch, tensor = self.accumulate, self._loss_of, self._skip_batch, torch.Tensor
         every = accumulate == 1
         zero_hooked = self._zero_phase == self.zero_grad  # (its optimizer_zero_grad hook is given the batch index)
+        if not every:  # a window's loss is back-propagated divided by its length (decided here, not per batch)
+            backward_phase = functools.partial(_scaled, backward_phase, accumulate)
 
         def step(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
             output = training_step(batch, batch_idx)  # 1.
@@ -273,15 +280,13 @@ class Optimization:
                 zero_phase()
             if loss is None:  # 3.
                 skip_batch(batch_idx)
-            elif not every:
-                backward_phase(loss / accumulate)
             else:
                 backward_phase(loss)
             if not boundary:
                 return output, False
             if before_step or trainer.gradient_clip_val is not None:  # 4.
                 before_optimizer_step(optimizer)
-            step_optimizer(optimizer)  # the strategy steps through the precision (a scaler)
+            step_optimizer()  # the strategy steps through the precision (a scaler)
             end_step()
             return output, True
 

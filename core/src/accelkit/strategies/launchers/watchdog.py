@@ -49,6 +49,8 @@ _time = time.time
 #: this process's note: step, batch, phase, since. One list, written in place by whole-slice assignments and read
 #: whole (``tuple(_note)``): each is one step of the interpreter, so the watchdog thread never reads half a note.
 _note: list[Any] = [0, -1, "setup", time.time()]
+#: the note's whole slice, built once (:func:`mark_step` runs every batch)
+_WHOLE = slice(None)
 
 
 def mark(phase: str, step: int | None = None, batch: int | None = None) -> None:
@@ -60,7 +62,7 @@ def mark(phase: str, step: int | None = None, batch: int | None = None) -> None:
 def mark_step(step: int, batch: int) -> None:
     """Note that this process runs the training step of batch ``batch`` at optimizer step ``step`` (the training
     loop's one note per batch; its backward pass is seen without a note, see the module's docstring)."""
-    _note[:] = step, batch, STEP_PHASE, _time()
+    _note[_WHOLE] = step, batch, STEP_PHASE, _time()
 
 
 def phase() -> str:
