@@ -85,7 +85,8 @@ per-thread probes in the paired design; rank 0 and rank 1 alike):
   per epoch-constant skips the empty batch hooks and what only an epoch's last batch does, the epoch's plan (hooks,
   batch runner) is kept across epochs, ``mark_step`` writes a slice built once: 9847 -> 9817 (x1.032; the code
   before issue 40 counts 9801 on the same machine: the rest of the difference is ``mark_step``'s frame, 12, and the
-  one step's window tests, which a second copy of the step without them would save, kept out for one step). What is left per step (DDP, ``--only counts``, 64-step epochs): the epoch loop's body (~92: the
+  one step's window tests, which a second copy of the step without them would save, kept out for one step).
+  What is left per step (DDP, ``--only counts``, 64-step epochs): the epoch loop's body (~92: the
   batch's device plan's call, the note's call, the batch's counters, the one test of what is due, the stop
   control's report), ``self.log`` (~54: a key of 14 parts, the value's detach and clone), the step (~56), the
   device plan (~22), the note (~12), the wrapper's router (~12, ``strategies/base.py``), the step's count (~9,
