@@ -64,3 +64,56 @@ def test_replicas_end_identical_and_equal_the_whole_batch_reference(launched) ->
     for key, value in result["reference"].items():
         assert torch.allclose(torch.tensor(ranks[0]["weights"][key]), torch.tensor(value), atol=1e-5), key
         assert not torch.allclose(torch.tensor(value), torch.tensor(result["initial"][key]), atol=1e-3), key
+
+
+# ------------------------------------------------------------------------------------ launch() without a function
+def _run_script(prewarmed, out: Path, **env: str):  # type: ignore[no-untyped-def]
+    from helpers.xla import run_program, xla_env
+
+    return run_program([str(Path(__file__).with_name("fabric_script.py")), str(out)],
+                       xla_env(WORLD, XLA_THREAD_POOL_SIZE=str(2 * WORLD), **env), 300, prewarmed)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def script_run(tmp_path_factory: pytest.TempPathFactory, prewarmed) -> Path:  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("fabric_script")
+    proc = _run_script(prewarmed, out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return out
+
+
+def test_launch_without_a_function_runs_the_rest_of_the_script_in_each_replica_only(script_run: Path) -> None:
+    before, after = _lines(script_run / "before.jsonl"), _lines(script_run / "after.jsonl")
+    launching_pid = before[0]["pid"]  # the launching process runs the top of the script first
+    assert len(before) == 1 + WORLD  # the code before launch(): once in the launching process, once per replica
+    assert sorted(r["global_rank"] for r in after) == [0, 1]  # the code after launch(): once per replica
+    assert {r["world_size"] for r in after} == {WORLD}
+    assert sorted(r["device"] for r in after) == ["xla:0", "xla:1"]
+    assert launching_pid not in {r["pid"] for r in after}  # never in the launching process
+    assert len({(r["pid"], r["thread"]) for r in after}) == WORLD
+
+
+def test_launch_without_a_function_trains_as_launch_with_one(script_run: Path, launched) -> None:
+    ranks, by_function = _ranks(script_run), _ranks(launched[1])
+    assert ranks[0]["weights"] == ranks[1]["weights"]
+    assert ranks[0]["weights"] == by_function[0]["weights"]  # the same loop through launch(train)
+    assert not set(ranks[0]["seen"]) & set(ranks[1]["seen"])
+
+
+def test_a_replica_failing_after_launch_fails_the_launching_process(tmp_path: Path, prewarmed) -> None:  # type: ignore[no-untyped-def]
+    proc = _run_script(prewarmed, tmp_path, FAIL_AFTER_LAUNCH="1")
+    assert proc.returncode != 0
+    assert "fails on purpose" in proc.stderr and "a replica failed" in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "after.jsonl").exists()
+
+
+def test_launch_without_a_function_and_without_a_script_file_names_launch_function(run_python) -> None:  # type: ignore[no-untyped-def]
+    proc = run_python("from accelkit import Fabric\n"
+                      "Fabric(accelerator='xla', devices=2, strategy='xla_spawn').launch()", devices=2)
+    assert proc.returncode != 0
+    assert "TypeError" in proc.stderr and "call fabric.launch(function)" in proc.stderr, proc.stderr[-2000:]
+    assert "no script file" in proc.stderr
