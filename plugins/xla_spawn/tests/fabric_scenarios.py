@@ -94,7 +94,20 @@ def scenario_launch(out: Path) -> dict:
             "reference": reference(), "initial": {k: v.tolist() for k, v in build().state_dict().items()}}
 
 
-SCENARIOS = {"launch": scenario_launch}
+def scenario_stock(out: Path) -> dict:
+    """``strategy="xla_spawn"`` as shipped (``xm.all_reduce``) with ``launch(train, out)`` on CPU replicas: what the
+    launching process is told when XLA's rendezvous aborts the replicas' process."""
+    from accelkit.errors import WorkerError
+
+    fabric = Fabric(accelerator="xla", devices=int(os.environ["CPU_NUM_DEVICES"]), strategy="xla_spawn")
+    try:
+        fabric.launch(train, str(out))
+    except WorkerError as exc:
+        return {"error": str(exc)}
+    return {"error": None}
+
+
+SCENARIOS = {"launch": scenario_launch, "stock": scenario_stock}
 
 if __name__ == "__main__":
     name, outdir = sys.argv[1], Path(sys.argv[2])
