@@ -284,6 +284,45 @@ def test_launch_on_spawn_strategies_needs_a_function_and_ddp_needs_launch() -> N
         _fabric().launch(lambda: None)
 
 
+def test_launch_without_a_function_is_refused_where_the_program_is_no_script_file() -> None:
+    """Under pytest (``python -m pytest``), ``__main__`` is pytest's module, not the user's script: running it again
+    in each worker would be wrong, so ``launch()`` names ``launch(function)`` instead."""
+    with pytest.raises(TypeError, match="runs as the module .*python -m.*call fabric.launch\\(function\\)"):
+        Fabric(accelerator="cpu", devices=1, strategy=_SpawningStrategy()).launch()
+
+
+def test_a_script_run_again_in_a_worker_adopts_the_workers_run(tmp_path: Path) -> None:
+    """What each worker of ``launch()`` without a function runs (``script_replicas.run_script``): the script as
+    ``__main__``, whose ``Fabric(...)`` takes the worker's set-up run and whose ``launch()`` returns at once."""
+    from accelkit.fabric import script_replicas
+
+    outer = _fabric()
+    outer.setup_environment()
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from accelkit import Fabric\n"
+        "from accelkit.fabric import script_replicas\n"
+        "fabric = Fabric(accelerator='cpu', devices=1)\n"
+        "assert fabric.strategy is script_replicas.current().strategy\n"
+        "assert fabric.launch() is None\n"
+        "assert __name__ == '__main__'\n"
+        f"Path({str(tmp_path / 'ran')!r}).write_text(str(fabric.global_rank))\n")
+    script_replicas.run_script(outer, str(script))
+    assert (tmp_path / "ran").read_text() == "0"
+    assert script_replicas.current() is None  # only while the script runs
+
+    script.write_text("from accelkit import Fabric\nFabric(accelerator='cpu', devices=1, precision='bf16-mixed')\n")
+    with pytest.raises(ConfigurationError,
+                       match=r"(?s)precision='bf16-mixed'\) in a worker, but the launching process had None.*same"):
+        script_replicas.run_script(outer, str(script))
+    script.write_text("import sys\nsys.exit(0)\n")
+    script_replicas.run_script(outer, str(script))  # a clean exit ends the worker's script quietly
+    script.write_text("import sys\nsys.exit(3)\n")
+    with pytest.raises(RuntimeError, match="exited with status 3 in worker 0"):
+        script_replicas.run_script(outer, str(script))
+
+
 def test_save_and_load_round_trip_with_filter_and_strict(tmp_path: Path) -> None:
     fabric = _fabric()
     model = nn.Linear(4, 2)

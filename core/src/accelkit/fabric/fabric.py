@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from accelkit.fabric import checkpoints
+from accelkit.fabric import checkpoints, script_replicas
 from accelkit.fabric.wrappers import FabricDataLoader, FabricModule, FabricOptimizer, unwrap
 from accelkit.plugins.compose import Composition
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
@@ -62,8 +62,12 @@ class Fabric:
                  "precision": precision}
         settings = settings_from_command_line(given)
         self._settings, self._plugin_names = settings, names
-        self._composition: Composition = compose_fabric(self.plugin_manager, names, self._plugin_objects,
-                                                        **settings)
+        outer = script_replicas.current()  # set in a worker that runs the script again (launch() on XLA...)
+        #: this Fabric is the script's own in such a worker: it adopts the worker's run, set up already
+        self._script_worker = outer is not None
+        self._composition: Composition = (
+            compose_fabric(self.plugin_manager, names, self._plugin_objects, **settings) if outer is None
+            else outer._worker_composition(settings))
         #: the step's calls as :meth:`_step_calls` decides them for this composition (``None``: not decided yet)
         self._plain_calls: tuple[Callable[[torch.Tensor], Any], bool] | None = None
         #: what :meth:`backward` calls without a frame of its own: ``Tensor.backward`` where the step is plain
@@ -74,7 +78,7 @@ class Fabric:
         self._callbacks = _as_list(callbacks)
         self._loggers = _as_list(loggers)
         self._launched = False
-        self._environment_ready = False
+        self._environment_ready = self._script_worker
         #: what the strategy returned for each set-up module
         self._forward_modules: list[nn.Module] = []
         #: the set-up module each set-up optimizer's parameters belong to (a sharding strategy needs both)
@@ -88,8 +92,8 @@ class Fabric:
         self._accumulation: dict[int, int] = {}
         self._loss_divisor = 1
         follow_parent()  # a process a ScriptLauncher started ends when its starter is gone
-        if self._loggers:
-            atexit.register(self._save_loggers)  # rows buffered in a logger reach its files when the script ends
+        if self._loggers:  # rows buffered in a logger reach its files when the script ends
+            script_replicas.at_end(self._save_loggers)
 
     def _save_loggers(self) -> None:
         for logger in self._loggers:
@@ -196,22 +200,24 @@ class Fabric:
         """Start the run's processes and set each one up (process group, device).
 
         Without ``function``, the script itself is the work: with ``strategy="ddp"`` and no launcher, the script is
-        run again once per other local rank, and every process goes on after this call. With ``function``, it is
-        called as ``function(fabric, *args, **kwargs)`` in every process and its result (global rank 0's) returned;
-        the spawn-style strategies (``ddp_spawn``, ``ddp_fork``, ``xla``...) need one.
+        run again once per other local rank, and every process goes on after this call; ``ddp_spawn``/``ddp_fork``
+        do the same as ``"ddp"``; a strategy that starts its workers from a function (``xla_spawn``) runs the script
+        file again in each worker (:mod:`~accelkit.fabric.script_replicas`) and this process exits once they end.
+        With ``function``, it is called as ``function(fabric, *args, **kwargs)`` in every process and its result
+        (global rank 0's) returned.
         """
         if self._launched:
             raise RuntimeError("Fabric.launch() was already called for this Fabric; call it once, at the start")
         if function is not None:
             _check_launch_function(function)
+        if self._script_worker:  # the script run again in a worker: that worker is launched and set up already
+            self._launched = True
+            return None if function is None else function(self, *args, **kwargs)
         launcher = self.strategy.launcher
         if launcher.launches_workers and function is None and self._join_instead_of_spawning():
             launcher = self.strategy.launcher
         if launcher.launches_workers and function is None:
-            raise TypeError(f"strategy {self.strategy.name or type(self.strategy).__name__!r} starts its processes "
-                            "by running a function in each: call fabric.launch(function) with a function taking "
-                            "the Fabric as its first argument, or use strategy='ddp' (launch() then runs the script "
-                            "again in each process)")
+            self._launch_script()
         self._launched = True
         from accelkit.strategies.base import RunContext
 
@@ -219,6 +225,34 @@ class Fabric:
         if function is None:
             atexit.register(self._end_run)  # the script is the run: it ends when the script does
         return self.strategy.launch(run_launched, self, function, args, kwargs)
+
+    def _launch_script(self) -> None:
+        """``launch()`` without a function on a strategy that starts its workers from a function (XLA's replicas):
+        start them running this script again (:mod:`~accelkit.fabric.script_replicas`), wait for them, and exit
+        this process (raises ``SystemExit(0)``; a failed worker raises its error), so that the code after
+        ``launch()`` runs in the workers only."""
+        from accelkit.strategies.base import RunContext
+
+        path = script_replicas.script_path(self.strategy.name or type(self.strategy).__name__)
+        self._launched = True
+        self.strategy.run_context = RunContext(stage=None, root_dir=None, outlives_launch=False)
+        carrier = Fabric.__new__(Fabric)  # the workers' script makes its own callbacks and loggers
+        carrier.__dict__.update(self.__dict__, _callbacks=[], _loggers=[])
+        with script_replicas.main_module_hidden():
+            self.strategy.launch(run_launched, carrier, script_replicas.run_script, (path,), {})
+        raise SystemExit(0)
+
+    def _worker_composition(self, settings: dict[str, Any]) -> Composition:
+        """The run of this worker, for the script's own ``Fabric(...)`` in it; its arguments must name the same
+        run as the launching process's (a strategy or accelerator object: the same class)."""
+        from accelkit.errors import ConfigurationError
+
+        differ = [f"Fabric({name}={value!r}) in a worker, but the launching process had {self._settings[name]!r}"
+                  for name, value in settings.items() if not _same_setting(value, self._settings[name])]
+        if differ:
+            raise ConfigurationError([*differ, "the script runs again in every worker: build the Fabric there with "
+                                      "the same arguments"])
+        return self._composition
 
     def _end_run(self) -> None:
         """Tell the strategy that this process's run has ended (what it reports at the end, it reports now)."""
@@ -782,6 +816,13 @@ def _check_launch_function(function: Any) -> None:
     if not parameters:
         raise TypeError(f"Fabric.launch({getattr(function, '__name__', function)}): the function is called as "
                         "function(fabric, *args); give it a first parameter for the Fabric")
+
+
+def _same_setting(mine: Any, theirs: Any) -> bool:
+    """Two values of a composition argument name the same thing: equal, or objects of one class."""
+    if isinstance(mine, (str, int, float, list, tuple, type(None))):
+        return bool(mine == theirs)
+    return type(mine) is type(theirs)
 
 
 def _as_list(value: Any) -> list[Any]:

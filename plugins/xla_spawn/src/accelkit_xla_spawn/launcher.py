@@ -37,15 +37,19 @@ class XLALauncher(SpawnLauncher):
     def start(self, entry: Callable[..., None], args: tuple, num_processes: int) -> None:
         """``torch_xla.launch(entry, args)``; a failure names the replica's exception, with the torch_xla 1.x
         replacement or the PJRT CPU collectives note when one explains it."""
+        from concurrent.futures.process import BrokenProcessPool
+
         import torch_xla  # imported at the moment of spawning; the runtime is not started here
 
         try:
             torch_xla.launch(_replica_entry, args=(entry, *args))
         except Exception as exc:  # noqa: BLE001 - any failure in a replica
+            # the CPU collectives note explains a replica process that died (XLA's rendezvous aborts it), not an
+            # exception a replica raised, nor one that names a torch_xla 1.x name
+            aborted = isinstance(exc, BrokenProcessPool) and not removed_api_hint(exc)
             raise WorkerError(
                 f"a replica failed: {type(exc).__name__}: {exc}."
-                # a torch_xla 1.x name explains the failure; the CPU collectives note would mislead
-                + ("" if removed_api_hint(exc) else launch_failure_hint(os.environ, self._world_size))
+                + (launch_failure_hint(os.environ, self._world_size) if aborted else "")
             ) from exc
 
     def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
