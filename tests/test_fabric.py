@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import sys
 import warnings
 from pathlib import Path
 
@@ -284,10 +285,23 @@ def test_launch_on_spawn_strategies_needs_a_function_and_ddp_needs_launch() -> N
         _fabric().launch(lambda: None)
 
 
-def test_launch_without_a_function_is_refused_where_the_program_is_no_script_file() -> None:
-    """Under pytest (``python -m pytest``), ``__main__`` is pytest's module, not the user's script: running it again
-    in each worker would be wrong, so ``launch()`` names ``launch(function)`` instead."""
-    with pytest.raises(TypeError, match="runs as the module .*python -m.*call fabric.launch\\(function\\)"):
+def test_launch_without_a_function_is_refused_where_the_program_is_no_script_file(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program run as a module (``python -m pytest``: ``__main__`` is not the user's script) or without a script
+    file (``python -c``, a notebook, an xdist worker): running ``__main__`` again in each worker would be wrong, so
+    ``launch()`` names ``launch(function)`` instead. ``__main__`` is set here: the real one depends on how pytest
+    was started."""
+    import importlib.machinery
+    import types
+
+    as_module = types.ModuleType("__main__")
+    as_module.__spec__ = importlib.machinery.ModuleSpec("pytest", None)
+    as_module.__file__ = __file__
+    monkeypatch.setitem(sys.modules, "__main__", as_module)
+    with pytest.raises(TypeError, match="runs as the module 'pytest' .*python -m.*call fabric.launch\\(function\\)"):
+        Fabric(accelerator="cpu", devices=1, strategy=_SpawningStrategy()).launch()
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # python -c: no file, no spec
+    with pytest.raises(TypeError, match="has no script file .*python -c.*call fabric.launch\\(function\\)"):
         Fabric(accelerator="cpu", devices=1, strategy=_SpawningStrategy()).launch()
 
 

@@ -79,6 +79,8 @@ class Fabric:
         self._loggers = _as_list(loggers)
         self._launched = False
         self._environment_ready = self._script_worker
+        self._ends_at_exit = False  # _end_run is registered with atexit
+        self._run_ended = False
         #: what the strategy returned for each set-up module
         self._forward_modules: list[nn.Module] = []
         #: the set-up module each set-up optimizer's parameters belong to (a sharding strategy needs both)
@@ -223,7 +225,7 @@ class Fabric:
 
         self.strategy.run_context = RunContext(stage=None, root_dir=None, outlives_launch=function is None)
         if function is None:
-            atexit.register(self._end_run)  # the script is the run: it ends when the script does
+            self._end_at_exit()  # the script is the run: it ends when the script does
         return self.strategy.launch(run_launched, self, function, args, kwargs)
 
     def _launch_script(self) -> None:
@@ -255,9 +257,17 @@ class Fabric:
         return self._composition
 
     def _end_run(self) -> None:
-        """Tell the strategy that this process's run has ended (what it reports at the end, it reports now)."""
-        if self._environment_ready:
+        """Tell the strategy that this process's run has ended (what it reports at the end, it reports now); once."""
+        if self._environment_ready and not self._run_ended:
+            self._run_ended = True
             self.strategy.end_run()
+
+    def _end_at_exit(self) -> None:
+        """End this process's run when the script ends (``launch()`` without a function, or a script that never
+        calls ``launch()``: the launcher started its processes); registered once."""
+        if not self._ends_at_exit:
+            self._ends_at_exit = True
+            atexit.register(self._end_run)
 
     def _join_instead_of_spawning(self) -> bool:
         """``launch()`` without a function on a strategy that spawns its workers from a function (``ddp_spawn``,
@@ -301,6 +311,8 @@ class Fabric:
         # does not reach a collective names it as behind, and reads its backward pass as such
         watchdog.mark(watchdog.STEP_PHASE)
         self._environment_ready = True
+        if not self._launched:  # no launch(): the script is the run (its process group ends before the interpreter)
+            self._end_at_exit()
 
     # ----------------------------------------------------------------- setup
     def setup(self, module: nn.Module, *optimizers: torch.optim.Optimizer, scheduler: Any = None,
