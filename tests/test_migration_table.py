@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -262,34 +263,76 @@ def _imports(path: str) -> bool:
     return True
 
 
+def _import_error(fullname: str) -> ImportError | None:
+    """The error of ``import fullname``, or ``None`` where it imports."""
+    try:
+        importlib.import_module(fullname)
+    except ImportError as error:
+        return error
+    return None
+
+
+def _from_import_error(fullname: str) -> ImportError | None:
+    """The error of ``from parent import last`` for ``fullname`` (``from accelkit.loggers import comet``), where
+    Python drops a ``ModuleNotFoundError`` naming the submodule for its own "cannot import name"."""
+    parent, _, last = fullname.rpartition(".")
+    try:
+        exec(f"from {parent} import {last}", {})
+    except ImportError as error:
+        return error
+    return None
+
+
+def _unsaid(message: str, row: Row) -> list[str]:
+    """What an import error covered by a module row must say and ``message`` does not: that accelkit has no module
+    for the Lightning path, its counterpart in accelkit where the row names one, the row's notes (what to use
+    instead, as plain text) and the migration guide's page."""
+    notes = re.sub(r":doc:`([^`]+)`", r"docs/\1.rst", row.notes).replace("``", "").rstrip(".")
+    wanted = [f"accelkit has no module for Lightning's lightning.pytorch.{row.name} ", notes,
+              "docs/migrating-from-lightning.rst"]
+    if row.counterpart:
+        wanted.append(f"its counterpart in accelkit is {row.counterpart}")
+    return [part for part in wanted if part not in message]
+
+
 def _import_problem(path: str) -> str | None:
     """Why ``accelkit.<path>`` (Lightning's ``lightning.pytorch.<path>`` with the package name changed) is not what
     a ported program may import, or ``None``: it imports (a path of ``LIGHTNING_PLUGIN_PATHS`` as the plugin's
-    package), a path of ``LIGHTNING_PLUGIN_PATHS`` raises an ImportError naming the distribution to install, or a
-    ``not yet`` row of module_rows.toml covers it (the guide's table says what to use instead)."""
+    package); a path of ``LIGHTNING_PLUGIN_PATHS`` raises an ImportError naming the distribution to install; or a
+    row of lightning_modules.toml covers it and the ImportError says the row's sentence. Both import forms (``import
+    a.b.c`` and ``from a.b import c``) are tried: a bare ``ModuleNotFoundError`` from either is a problem."""
     from accelkit.compat import LIGHTNING_PLUGIN_PATHS, distribution_of
 
     fullname = f"accelkit.{path}"
     plugin = LIGHTNING_PLUGIN_PATHS.get(fullname)
-    try:
+    errors = [_import_error(fullname), _from_import_error(fullname)]
+    if errors == [None, None]:
         module = importlib.import_module(fullname)
-    except ImportError as error:
+        if plugin is not None and module is not importlib.import_module(plugin):
+            return f"{fullname} is {module.__name__}, not the plugin's package {plugin}"
+        return None
+    row = covering_row(path, MODULE_ROWS)
+    for error in errors:
+        if error is None:
+            return f"{fullname} imports one way and not the other: {errors!r}"
         if plugin is not None:
             wanted = f"pip install {distribution_of(plugin)}"
-            return None if wanted in str(error) else f"{fullname}: {error!r} does not say {wanted!r}"
-        if covering_row(path, MODULE_ROWS) is not None:
-            return None
-        return (f"{fullname}: {error!r}; add a module (or an alias in accelkit.compat.LIGHTNING_PATHS, or a plugin's "
-                "in LIGHTNING_PLUGIN_PATHS), or a row in tests/data/module_rows.toml")
-    if plugin is not None and module is not importlib.import_module(plugin):
-        return f"{fullname} is {module.__name__}, not the plugin's package {plugin}"
+            if wanted not in str(error):
+                return f"{fullname}: {error!r} does not say {wanted!r}"
+        elif row is None:
+            return (f"{fullname}: {error!r}; add a module (or an alias in accelkit.compat.LIGHTNING_PATHS, or a "
+                    "plugin's in LIGHTNING_PLUGIN_PATHS), or a row in core/src/accelkit/lightning_modules.toml")
+        elif unsaid := _unsaid(str(error), row):
+            return f"{fullname}: {error!r} does not say {unsaid}"
     return None
 
 
 def test_every_lightning_module_path_imports_from_accelkit_or_has_a_row() -> None:
-    """Lightning's public submodules (``modules`` of the names file) under the mechanical rule
-    ``lightning.pytorch.X`` -> ``accelkit.X``: each imports, says which distribution to install, or a ``not yet``
-    row of module_rows.toml covers it."""
+    """Issue 38.3: Lightning's public submodules (``modules`` of the names file, dumped from Lightning 2.6.6) under
+    the mechanical rule ``lightning.pytorch.X`` -> ``accelkit.X``: each imports, or raises an ImportError saying
+    which distribution to install, or (a row of lightning_modules.toml covering it) that accelkit has no such
+    module, its counterpart, what to use instead and the guide's page. Before, 93 of the 164 raised a bare
+    ``ModuleNotFoundError: No module named 'accelkit.loggers.comet'``."""
     modules = NAMES["modules"]
     assert "utilities.model_summary" in modules and len(modules) > 100
     problems = [problem for problem in map(_import_problem, modules) if problem]
@@ -301,8 +344,9 @@ def test_every_module_path_of_the_installed_lightning_imports_or_names_what_to_i
     """Issue 38.3, from Lightning's own module list: every public module path of the installed
     ``lightning.pytorch`` (and ``pytorch_lightning``, where installed), found by walking the package with
     :mod:`pkgutil` (a path with a ``_private`` part is no user's import; one that does not import there is none
-    either), imports from accelkit, raises an ImportError naming the distribution to install, or is one of the
-    guide's documented gaps; and the names file the guide's tables come from lists the same paths."""
+    either), imports from accelkit, raises an ImportError naming the distribution to install, or raises the
+    ImportError of the guide's row for it (what to use instead); and the names file the guide's tables come from
+    lists the same paths."""
     pytest.importorskip("lightning.pytorch", reason="walks the installed Lightning's modules")
     found = forked_python("""
         import importlib, importlib.util, json, logging, pkgutil, warnings
@@ -358,6 +402,8 @@ def test_a_plugins_lightning_path_is_its_package_or_names_the_distribution(monke
                 importlib.import_module(package), name)
     for fullname, package in LIGHTNING_PLUGIN_PATHS.items():
         monkeypatch.delitem(sys.modules, fullname, raising=False)
+        parent, _, last = fullname.rpartition(".")  # and the attribute its import set on its parent package
+        monkeypatch.delattr(importlib.import_module(parent), last, raising=False)
         monkeypatch.setitem(sys.modules, package, None)  # as where the distribution is not installed
         distribution = distribution_of(package)
         with pytest.raises(ModuleNotFoundError) as info:
@@ -365,7 +411,9 @@ def test_a_plugins_lightning_path_is_its_package_or_names_the_distribution(monke
         assert str(info.value) == (
             f"No module named {fullname!r}: Lightning's lightning.pytorch{fullname[len('accelkit'):]} is provided "
             f"by the {distribution} distribution, which is not installed; pip install {distribution} (then import "
-            f"from {fullname} or from {package})") and info.value.name == fullname
+            f"from {fullname} or from {package})")
+        # ``from accelkit.loggers import wandb`` says so too (Python's "cannot import name 'wandb'" before)
+        assert _from_import_error(fullname) is not None and str(_from_import_error(fullname)) == str(info.value)
     sending_to_plugins = [path for path, row in MODULE_ROWS.items() if "from accelkit_" in row.notes]
     assert not sending_to_plugins, f"module_rows.toml sends users to a plugin: {sending_to_plugins}"
 
@@ -384,9 +432,40 @@ def test_importing_accelkit_imports_no_plugin_for_lightnings_paths(run_python) -
 
 def test_module_rows_name_lightning_paths_that_accelkit_lacks() -> None:
     stale = [path for path in MODULE_ROWS if path not in NAMES["modules"]]
-    assert not stale, f"tests/data/module_rows.toml has rows for paths Lightning does not have: {stale}"
+    assert not stale, f"lightning_modules.toml has rows for paths Lightning does not have: {stale}"
     present = [path for path in MODULE_ROWS if _imports(f"accelkit.{path}")]
-    assert not present, f"accelkit now has {present}: remove their rows from tests/data/module_rows.toml"
+    assert not present, f"accelkit now has {present}: remove their rows from lightning_modules.toml"
+    counterparts = {row.counterpart for row in MODULE_ROWS.values() if row.counterpart}
+    assert counterparts and not [name for name in counterparts if not _imports(name)]
+
+
+def test_a_lightning_path_accelkit_lacks_is_refused_by_a_finder_that_never_stands_in_for_a_module(
+        forked_python) -> None:
+    """The finder that words the errors of lightning_modules.toml's paths is asked only after Python's own finders
+    found nothing: a row for a module accelkit has (planted here) leaves that module importing; and importing
+    accelkit, its modules and a Lightning alias path does not even read the rows."""
+    found = forked_python("""
+        import importlib, importlib.machinery, json, sys
+        import accelkit, accelkit.compat as compat
+        import accelkit.loggers, accelkit.utilities.model_summary, accelkit.core.module
+        read_before = compat.lightning_module_gaps.cache_info().currsize
+        finders = [finder if isinstance(finder, type) else type(finder) for finder in sys.meta_path]
+        order = [finders.index(importlib.machinery.PathFinder), finders.index(compat.MissingModuleFinder)]
+        assert "accelkit.utilities.file_modules" not in sys.modules
+        compat.lightning_module_gaps()["utilities.file_modules"] = {"status": "not yet", "notes": "planted"}
+        planted = importlib.import_module("accelkit.utilities.file_modules").__file__
+        try:
+            importlib.import_module("accelkit.loggers.comet")
+        except ImportError as error:
+            comet = [type(error).__name__, str(error)]
+        print(json.dumps({"read_before": read_before, "order": order, "planted": planted, "comet": comet}))
+        """, path=[Path(accelkit.__file__).parents[1]])
+    assert found["read_before"] == 0
+    assert found["order"][0] < found["order"][1]
+    assert found["planted"].endswith("file_modules.py")
+    assert found["comet"][0] == "ModuleNotFoundError" and "accelkit has no module for Lightning's " \
+        "lightning.pytorch.loggers.comet (pytorch_lightning.loggers.comet); its counterpart in accelkit is " \
+        "accelkit.loggers. No Comet logger" in found["comet"][1]
 
 
 def test_lightning_module_paths_are_the_objects_at_accelkit_homes() -> None:
@@ -410,7 +489,7 @@ def test_lightning_module_paths_are_the_objects_at_accelkit_homes() -> None:
 
 
 def test_what_lightning_raises_as_misconfiguration_is_what_the_guide_says(tmp_path) -> None:
-    """The row of ``lightning.pytorch.utilities.exceptions`` (``tests/data/module_rows.toml``) tells a user who
+    """The row of ``lightning.pytorch.utilities.exceptions`` (``lightning_modules.toml``) tells a user who
     catches Lightning's ``MisconfigurationException`` what accelkit raises in its place; each kind it names, for a
     mistake on which Lightning 2.6.6 raises ``MisconfigurationException``, is that type here, and all are caught by
     the ``except`` the row gives."""

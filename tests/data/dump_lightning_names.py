@@ -12,7 +12,7 @@ Lightning's API reference lists them. ``lightning.pytorch.utilities.types`` has 
 or function from another package, or a name neither defined by a class, function or assignment in the module).
 ``modules`` lists the public submodules of ``lightning.pytorch`` that import (relative paths): the module paths
 programs import, each of which has an accelkit module under the mechanical rule or a row of
-``tests/data/module_rows.toml``.
+``core/src/accelkit/lightning_modules.toml`` (whose rows word the import errors).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 NAMES_FILE = ROOT / "tests" / "data" / "lightning_names.json"
 ROWS_FILE = ROOT / "tests" / "data" / "migration_rows.toml"
-MODULE_ROWS_FILE = ROOT / "tests" / "data" / "module_rows.toml"
+MODULE_ROWS_FILE = ROOT / "core" / "src" / "accelkit" / "lightning_modules.toml"  # shipped: the import errors' text
 GUIDE = ROOT / "docs" / "migrating-from-lightning.rst"
 
 STATUSES = ("supported", "differs", "refused", "not yet", "accelkit")
@@ -80,6 +80,7 @@ class Row:
     sentence: str | None = None
     missing_parameters: list[str] = field(default_factory=list)
     through_kwargs: bool = False
+    counterpart: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -199,15 +200,16 @@ def render_counts(rows: dict[tuple[str, str], Row], names: dict | None = None) -
 
 
 def load_module_rows() -> dict[str, Row]:
-    """The rows of ``module_rows.toml``: Lightning's module paths (relative to ``lightning.pytorch``) that accelkit
-    has no module for, each covering the paths below it too."""
+    """The rows of ``lightning_modules.toml`` (in the accelkit package, where ``accelkit.compat`` words the import
+    errors from them): Lightning's module paths (relative to ``lightning.pytorch``) that accelkit has no module for,
+    each covering the paths below it too."""
     data = tomllib.loads(MODULE_ROWS_FILE.read_text())
     rows = {}
     for path, entry in data.items():
-        unknown = set(entry) - {"status", "notes"}
+        unknown = set(entry) - {"status", "notes", "counterpart"}
         if unknown or entry.get("status") != "not yet" or not entry.get("notes"):
-            raise ValueError(f"{MODULE_ROWS_FILE.name}: [{path}] needs status = \"not yet\" and notes, and nothing "
-                             f"else (found {sorted(entry)})")
+            raise ValueError(f"{MODULE_ROWS_FILE.name}: [{path}] needs status = \"not yet\" and notes, may have a "
+                             f"counterpart, and nothing else (found {sorted(entry)})")
         rows[path] = Row(section="modules", name=path, **entry)
     return rows
 
@@ -235,13 +237,15 @@ def render_module_table(rows: dict[str, Row], names: dict) -> list[str]:
     lacking = [path for path in modules if covering_row(path, rows) is not None]
     lines = [f"Of Lightning {names['lightning_version']}'s {len(modules)} public module paths, "
              f"**{len(modules) - len(lacking)} import** from accelkit with ``accelkit`` for ``lightning.pytorch``; "
-             f"these {len(lacking)} do not (a row covers the paths below it). Of those that import, "
+             f"these {len(lacking)} do not, and importing one raises an ``ImportError`` that says so with the row's "
+             "counterpart and text and names this page (a row covers the paths below it). Of those that import, "
              f"{_plugin_paths()} are a plugin's package once its distribution is installed, and raise an "
              "``ImportError`` naming the distribution to install where it is not:", "",
-             ".. list-table:: Lightning module paths accelkit lacks", "   :header-rows: 1", "   :widths: 40 60", "",
-             "   * - Module path", "     - Use instead"]
+             ".. list-table:: Lightning module paths accelkit lacks", "   :header-rows: 1", "   :widths: 35 20 45", "",
+             "   * - Module path", "     - Counterpart", "     - Use instead"]
     for row in rows.values():
-        lines += [f"   * - ``lightning.pytorch.{row.name}``", f"     - {row.notes}"]
+        counterpart = f"``{row.counterpart}``" if row.counterpart else ""
+        lines += [f"   * - ``lightning.pytorch.{row.name}``", f"     - {counterpart}", f"     - {row.notes}"]
     return lines
 
 

@@ -15,9 +15,11 @@ path is used. ``docs/architecture.rst`` lists the new paths.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.abc
 import importlib.machinery
+import re
 import sys
 import tomllib
 import warnings
@@ -66,8 +68,8 @@ MOVED: dict[str, str] = {
 #: names live elsewhere -> the accelkit module (or package) holding them, so that a program importing from Lightning's
 #: module path imports after changing only the package name (``from accelkit.utilities.model_summary import
 #: ModelSummary``). A module below a path given here that names a package maps below its home
-#: (``accelkit.core.module`` -> ``accelkit.module.module``). ``tests/data/module_rows.toml`` lists Lightning's module
-#: paths accelkit has no module for.
+#: (``accelkit.core.module`` -> ``accelkit.module.module``). ``lightning_modules.toml`` (:func:`lightning_module_gaps`)
+#: lists Lightning's module paths accelkit has no module for.
 LIGHTNING_PATHS: dict[str, str] = {
     # ``import lightning.pytorch as pl`` with the package name changed: accelkit itself, and below it accelkit's
     # modules (``from accelkit.pytorch.callbacks import ModelCheckpoint``), as the attribute ``accelkit.pytorch`` is
@@ -108,6 +110,55 @@ def plugin_missing_message(fullname: str, package: str) -> str:
     distribution = distribution_of(package)
     return (f"No module named {fullname!r}: Lightning's {lightning} is provided by the {distribution} distribution, "
             f"which is not installed; pip install {distribution} (then import from {fullname} or from {package})")
+
+
+#: where the errors of :func:`missing_message` send users: the migration guide's table of Lightning's module paths
+GUIDE_SECTION = "\"Lightning's module paths\" in the migration guide (docs/migrating-from-lightning.rst)"
+
+
+@functools.cache
+def lightning_module_gaps() -> dict[str, dict[str, str]]:
+    """Lightning's module paths (relative to ``lightning.pytorch``) that accelkit has no module for -> their row of
+    ``lightning_modules.toml`` in this package: ``notes`` (what to use instead, reStructuredText) and, where accelkit
+    has one, ``counterpart`` (the accelkit module holding what comes closest). Read the first time it is asked for:
+    by :class:`MissingModuleFinder` when an import of such a path has failed, never by an import that succeeds."""
+    text = resources.files("accelkit").joinpath("lightning_modules.toml").read_text()
+    return tomllib.loads(text)
+
+
+def gap_of(fullname: str) -> str | None:
+    """The path of :func:`lightning_module_gaps` (relative to ``lightning.pytorch``) covering ``fullname``, an
+    accelkit module path, or one above it (a row covers the paths below it), or covering the Lightning path whose
+    alias (:data:`LIGHTNING_PATHS`) stands for ``fullname`` (``accelkit.module.summary.model_summary``, asked for as
+    ``accelkit.utilities.model_summary.model_summary``); ``None`` where none does."""
+    if not fullname.startswith("accelkit."):
+        return None
+    rows = lightning_module_gaps()
+    names = [fullname] + [alias + fullname[len(home):] for alias, home in LIGHTNING_PATHS.items()
+                          if fullname.startswith(home + ".")]
+    for name in names:
+        path = name[len("accelkit."):]
+        while path and path not in rows:
+            path = path.rpartition(".")[0]
+        if path:
+            return path
+    return None
+
+
+def plain_text(rst: str) -> str:
+    """``rst``, a row's reStructuredText notes, as an error message shows them (literals unquoted, ``:doc:`x```
+    as the file ``docs/x.rst``)."""
+    return re.sub(r":doc:`([^`]+)`", r"docs/\1.rst", rst).replace("``", "")
+
+
+def missing_message(fullname: str, path: str) -> str:
+    """The error of importing ``fullname``, which ``path`` (a row of :func:`lightning_module_gaps`) covers: that
+    accelkit has no such module, its counterpart in accelkit if any, what to use instead and where the migration
+    guide says so."""
+    row = lightning_module_gaps()[path]
+    counterpart = f"; its counterpart in accelkit is {row['counterpart']}" if "counterpart" in row else ""
+    return (f"No module named {fullname!r}: accelkit has no module for Lightning's lightning.pytorch.{path} "
+            f"(pytorch_lightning.{path}){counterpart}. {plain_text(row['notes']).rstrip('.')}. See {GUIDE_SECTION}.")
 
 
 def home_in(paths: dict[str, str], fullname: str) -> str | None:
@@ -163,8 +214,9 @@ class _PluginLoader(_AliasLoader):
         except ModuleNotFoundError as error:
             if error.name != self.target:  # the plugin is there, something it imports is not: its own error
                 raise
-            raise ModuleNotFoundError(plugin_missing_message(self.fullname, self.target), name=self.fullname) \
-                from None
+            # no ``name``: Python drops a ModuleNotFoundError named after the submodule that ``from accelkit.loggers
+            # import wandb`` asked for, and says "cannot import name" instead of this sentence
+            raise ModuleNotFoundError(plugin_missing_message(self.fullname, self.target)) from None
 
 
 class MovedModuleFinder(importlib.abc.MetaPathFinder):
@@ -190,11 +242,32 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         return None if new is None else importlib.machinery.ModuleSpec(fullname, _AliasLoader(new))
 
 
+class MissingModuleFinder(importlib.abc.MetaPathFinder):
+    """Last on :data:`sys.meta_path`: asked only about a module no other finder found, so it never stands in for a
+    module accelkit has, and an import that succeeds never reaches it. An accelkit path that a row of
+    :func:`lightning_module_gaps` covers raises a ``ModuleNotFoundError`` with :func:`missing_message`'s sentence
+    (``importlib.util.find_spec`` raises it too); any other path is left to Python's own error.
+
+    The error has no ``name``: Python drops a ``ModuleNotFoundError`` named after the submodule that ``from
+    accelkit.loggers import comet`` asked for, and would say "cannot import name" instead of the sentence."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        """Raise the sentence of a Lightning path accelkit lacks; ``None`` (not found) for any other path."""
+        covering = gap_of(fullname)
+        if covering is None:
+            return None
+        raise ModuleNotFoundError(missing_message(fullname, covering))
+
+
 def install() -> None:
-    """Put the finder first on :data:`sys.meta_path` once (``import accelkit`` does this): first, so that a module
-    below a Lightning path standing for a package (``accelkit.core.module``) is the module at its home, not a second
-    copy of that file loaded under the other name. Without warning options given to the interpreter, the old paths'
-    deprecation warnings are shown wherever the import happens (see the module's description)."""
+    """Put :class:`MovedModuleFinder` first on :data:`sys.meta_path` once (``import accelkit`` does this): first, so
+    that a module below a Lightning path standing for a package (``accelkit.core.module``) is the module at its home,
+    not a second copy of that file loaded under the other name; and :class:`MissingModuleFinder` last. Without
+    warning options given to the interpreter, the old paths' deprecation warnings are shown wherever the import
+    happens (see the module's description)."""
+    if not any(isinstance(finder, MissingModuleFinder) for finder in sys.meta_path):
+        sys.meta_path.append(MissingModuleFinder())
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, MovedModuleFinder())
         if not sys.warnoptions:

@@ -20,6 +20,11 @@ import torch
 from accelkit.errors import ConfigurationError
 from accelkit.utilities.rank_zero import global_rank
 
+#: an empty search path, as Lightning's lightning.pytorch.profilers is a package: importing a path below it
+#: that Lightning has and accelkit lacks reaches :class:`accelkit.compat.MissingModuleFinder`, which says what
+#: to import instead (Python would stop at "is not a package"); no module is found below this one
+__path__: list[str] = []
+
 __all__ = ["Profiler", "PassThroughProfiler", "SimpleProfiler", "PyTorchProfiler", "resolve_profiler"]
 
 

@@ -18,6 +18,11 @@ from accelkit.strategies.base import Strategy
 from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.user_code import warn_at
 
+#: an empty search path, as Lightning's lightning.pytorch.loops.optimization is a package: importing a path below it
+#: that Lightning has and accelkit lacks reaches :class:`accelkit.compat.MissingModuleFinder`, which says what
+#: to import instead (Python would stop at "is not a package"); no module is found below this one
+__path__: list[str] = []
+
 if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
 

@@ -9,6 +9,12 @@ import torch
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
+#: an empty search path, as Lightning's lightning.pytorch.utilities.model_summary (an alias of this module) is a
+#: package: importing a path below it that Lightning has and accelkit lacks reaches
+#: :class:`accelkit.compat.MissingModuleFinder`, which says what to import instead (Python would stop at "is not a
+#: package"); no module is found below this one
+__path__: list[str] = []
+
 __all__ = ["ModelSummary", "summarize"]
 
 
