@@ -1120,9 +1120,13 @@ def test_ddp_spawn_workers_import_a_file_form_model_without_its_folder_on_the_pa
 #: values for the required arguments of torch's schedulers, by name
 SCHEDULER_ARGUMENTS = {"step_size": "2", "milestones": "[1, 2]", "gamma": "0.5", "T_max": "4", "T_0": "3",
                        "base_lr": "0.01", "max_lr": "0.1", "total_steps": "10"}
-#: torch's schedulers whose required arguments are functions or other schedulers (objects a YAML file names by an
-#: import path only), left out of the name check
-SCHEDULERS_OF_OBJECTS = {"LambdaLR", "MultiplicativeLR", "SequentialLR", "ChainedScheduler"}
+#: torch's schedulers whose required argument is a function (``lr_lambda``): given by its import path, a function of
+#: the program's own module, as Lightning 2.6.6's LightningCLI takes it
+SCHEDULERS_OF_FUNCTIONS = {"LambdaLR", "MultiplicativeLR"}
+#: torch's schedulers made of other schedulers, each of which needs the optimizer: no configuration can give them,
+#: in Lightning 2.6.6's LightningCLI neither ("the following arguments are required: optimizer"); refused with a
+#: sentence saying to build them in configure_optimizers
+SCHEDULERS_OF_SCHEDULERS = {"SequentialLR", "ChainedScheduler"}
 
 
 def torch_classes(module: types.ModuleType, base: type) -> list[type]:
@@ -1148,17 +1152,21 @@ def optimizers_built(tmp_path: Path, *words: str) -> tuple:
     cli = CLI(OneLayer, run=False, args=["--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path),
                                          *words])
     built = cli.model.configure_optimizers()
+    if isinstance(built, torch.optim.Optimizer):  # no lr_scheduler given
+        return built, None
     if isinstance(built, dict):
         return built["optimizer"], built["lr_scheduler"]["scheduler"]
     optimizers, schedulers = built
     return optimizers[0], schedulers[0]
 
 
-def test_every_torch_scheduler_and_optimizer_is_accepted_by_its_short_name(tmp_path):
+def test_every_torch_scheduler_and_optimizer_is_accepted_by_its_short_name(tmp_path, monkeypatch):
     """``--lr_scheduler ReduceLROnPlateau`` was refused (``accepted: null``): jsonargparse found two classes of that
     name, torch's and accelkit.cli's, as accelkit paired torch's with LRScheduler. As in Lightning, the short name is
     accelkit.cli.ReduceLROnPlateau (Lightning's is lightning.pytorch.cli's), and every other torch scheduler and
-    optimizer is its torch class."""
+    optimizer is its torch class; ``LambdaLR`` and ``MultiplicativeLR`` take their ``lr_lambda`` as the import path
+    of a function of the program's module, as LightningCLI does (``SequentialLR`` and ``ChainedScheduler``, refused
+    as by LightningCLI: the next test)."""
     import inspect
 
     import torch
@@ -1168,26 +1176,104 @@ def test_every_torch_scheduler_and_optimizer_is_accepted_by_its_short_name(tmp_p
     schedulers = torch_classes(torch.optim.lr_scheduler, torch.optim.lr_scheduler.LRScheduler)
     assert {"StepLR", "OneCycleLR", "ReduceLROnPlateau", "CosineAnnealingWarmRestarts"} <= {c.__name__
                                                                                             for c in schedulers}
+    (tmp_path / "lr_functions.py").write_text("def warm(epoch):\n    return min(1.0, (epoch + 1) / 4)\n")
     checked = []
-    for cls in schedulers:
-        required = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[2:]
-                    if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
-        if cls.__name__ in SCHEDULERS_OF_OBJECTS:
-            continue
-        words = [f"--lr_scheduler.{name}={SCHEDULER_ARGUMENTS[name]}" for name in required]
-        if cls is torch.optim.lr_scheduler.ReduceLROnPlateau:
-            words.append("--lr_scheduler.monitor=val_loss")
-        if cls is torch.optim.lr_scheduler.OneCycleLR:  # optional in the signature, needed by the constructor
-            words.append("--lr_scheduler.total_steps=10")
-        _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", "--lr_scheduler",
-                                        cls.__name__, *words)
-        expected = ReduceLROnPlateau if cls is torch.optim.lr_scheduler.ReduceLROnPlateau else cls
-        assert type(scheduler) is expected, cls
-        checked.append(cls.__name__)
-    assert set(checked) == {c.__name__ for c in schedulers} - SCHEDULERS_OF_OBJECTS
+    with project_imports(tmp_path):
+        monkeypatch.syspath_prepend(str(tmp_path))
+        for cls in schedulers:
+            if cls.__name__ in SCHEDULERS_OF_SCHEDULERS:
+                continue
+            required = [p.name for p in list(inspect.signature(cls.__init__).parameters.values())[2:]
+                        if p.default is inspect.Parameter.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+            words = [f"--lr_scheduler.{name}={SCHEDULER_ARGUMENTS.get(name, 'lr_functions.warm')}"
+                     for name in required]
+            if cls is torch.optim.lr_scheduler.ReduceLROnPlateau:
+                words.append("--lr_scheduler.monitor=val_loss")
+            if cls is torch.optim.lr_scheduler.OneCycleLR:  # optional in the signature, needed by the constructor
+                words.append("--lr_scheduler.total_steps=10")
+            _, scheduler = optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1",
+                                            "--lr_scheduler", cls.__name__, *words)
+            expected = ReduceLROnPlateau if cls is torch.optim.lr_scheduler.ReduceLROnPlateau else cls
+            assert type(scheduler) is expected, cls
+            if cls.__name__ in SCHEDULERS_OF_FUNCTIONS:
+                assert [f.__module__ + "." + f.__name__ for f in scheduler.lr_lambdas] == ["lr_functions.warm"]
+            checked.append(cls.__name__)
+        del scheduler
+    assert set(checked) == {c.__name__ for c in schedulers} - SCHEDULERS_OF_SCHEDULERS
+    assert SCHEDULERS_OF_FUNCTIONS <= set(checked)
     for cls in torch_classes(torch.optim, torch.optim.Optimizer):
         optimizer, _ = optimizers_built(tmp_path, "--optimizer", cls.__name__, "--optimizer.lr", "0.01",
                                         "--lr_scheduler", "StepLR", "--lr_scheduler.step_size", "2")
+        assert type(optimizer) is cls
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULERS_OF_SCHEDULERS))
+def test_a_scheduler_made_of_schedulers_is_refused_saying_to_build_it_in_configure_optimizers(tmp_path, capsys,
+                                                                                               name):
+    """Lightning 2.6.6's LightningCLI refuses ``SequentialLR`` and ``ChainedScheduler`` by any name ("the following
+    arguments are required: optimizer", for the schedulers inside); so does accelkit, now saying why and what to do
+    (it said ``value "Namespace(...)" is not accepted; accepted: null``), on the command line and in a YAML file."""
+    schedulers = '[{"class_path": "StepLR", "init_args": {"step_size": 2}}]'
+    milestones = ["--lr_scheduler.milestones", "[2]"] if name == "SequentialLR" else []
+    (tmp_path / "chain.yaml").write_text(
+        f"lr_scheduler: {{class_path: {name}, init_args: {{schedulers: {schedulers}"
+        + (", milestones: [2]" if milestones else "") + "}}\n")
+    for words in (["--lr_scheduler", name, "--lr_scheduler.schedulers", schedulers, *milestones],
+                  ["--config", str(tmp_path / "chain.yaml")]):
+        with pytest.raises(SystemExit):
+            optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1", *words)
+        error = capsys.readouterr().err.splitlines()[0]
+        assert error.endswith(
+            f"error: lr_scheduler: torch.optim.lr_scheduler.{name} takes other schedulers (schedulers: "
+            "torch.optim.lr_scheduler.StepLR), which a configuration cannot build: each needs the optimizer, and only "
+            "the scheduler under lr_scheduler is given it (as in Lightning's LightningCLI); build "
+            f"{name} in the Module's configure_optimizers instead"), error
+
+
+def test_a_users_own_optimizer_by_its_short_name_and_a_torch_name_it_shares(tmp_path, monkeypatch, capsys):
+    """A user's own optimizer subclass, defined in the program's module, by its short name in ``optimizer:`` and on
+    the command line, as Lightning 2.6.6's LightningCLI finds it; one named as torch's (``SGD``) makes the short name
+    ambiguous, refused naming both as LightningCLI refuses it ("Multiple subclasses with name SGD"), and either
+    full class path picks its class."""
+    import torch
+
+    (tmp_path / "own_optimizers.py").write_text(textwrap.dedent('''
+        import torch
+
+        class WarmSGD(torch.optim.SGD):
+            pass
+
+        class SGD(torch.optim.SGD):
+            pass
+    '''))
+    (tmp_path / "own.yaml").write_text("optimizer: {class_path: WarmSGD, init_args: {lr: 0.2, momentum: 0.5}}\n")
+    try:
+        with project_imports(tmp_path):  # forgets the module, and jsonargparse's parsers of its classes, after
+            monkeypatch.syspath_prepend(str(tmp_path))
+            _build_with_own_optimizers(tmp_path, capsys)
+    finally:
+        gc.collect()  # the classes live in reference cycles: until collected, torch's SGD still lists them
+    assert [c for c in torch.optim.SGD.__subclasses__() if c.__module__ == "own_optimizers"] == []
+
+
+def _build_with_own_optimizers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The checks of the test above, in a frame of their own: its locals, which hold the user's classes, are gone
+    when it returns, so that they can be collected."""
+    import torch
+
+    own = __import__("own_optimizers")
+    optimizer, _ = optimizers_built(tmp_path, "--config", str(tmp_path / "own.yaml"))
+    assert type(optimizer) is own.WarmSGD and optimizer.defaults["lr"] == 0.2 and \
+        optimizer.defaults["momentum"] == 0.5
+    optimizer, _ = optimizers_built(tmp_path, "--optimizer", "WarmSGD", "--optimizer.lr", "0.1")
+    assert type(optimizer) is own.WarmSGD and optimizer.defaults["lr"] == 0.1
+    with pytest.raises(SystemExit):
+        optimizers_built(tmp_path, "--optimizer", "SGD", "--optimizer.lr", "0.1")
+    error = capsys.readouterr().err.splitlines()[0]
+    assert error.endswith("error: optimizer: the class name 'SGD' names torch.optim.SGD, own_optimizers.SGD; "
+                          "give the full class path of the one meant"), error
+    for path, cls in (("torch.optim.SGD", torch.optim.SGD), ("own_optimizers.SGD", own.SGD)):
+        optimizer, _ = optimizers_built(tmp_path, "--optimizer", path, "--optimizer.lr", "0.1")
         assert type(optimizer) is cls
 
 

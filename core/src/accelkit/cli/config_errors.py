@@ -73,6 +73,10 @@ def _readable(text: str) -> str:
 _INNER_SUMMARY = re.compile(r"^\s+- Problem with given class_path '[^']*':\n\s+([\w.]+): (value .*)$", re.MULTILINE)
 _UNTYPED = re.compile(r"(class_path '[^']*' is given for an argument without a type annotation[^\n]*)")
 _PARSER_KEY = re.compile(r'Parser key "([^"]+)"')
+#: a class_path whose argument is a list of classes that need the optimizer (``SequentialLR``'s ``schedulers``)
+_NEEDS_OPTIMIZER = re.compile(r"- Problem with given class_path '([^']*)':\n(?:.*\n)*?\s*Parser key \"(\w+)\":\n"
+                              r"\s*Problem with given class_path '([^']*)':\n\s*the following arguments are "
+                              r"required: optimizer")
 _AMBIGUOUS = re.compile(r"Multiple subclasses with name (\w+)\. Give the full class path to avoid ambiguity: "
                         r"([\w., ]+?)\.?$", re.MULTILINE)
 
@@ -103,6 +107,13 @@ def explain(parser: Any, message: str) -> str:
         return (f"{key}class_path {denied.group(1)!r} is refused: jsonargparse denies "
                 f"importing {denied.group(2)!r} from a configuration (it can run commands or code); name a class "
                 f"there\n{message}")
+    needs_optimizer = _NEEDS_OPTIMIZER.search(message)
+    if needs_optimizer and match:  # SequentialLR, ChainedScheduler: refused by Lightning's CLI too
+        outer, argument, inner = needs_optimizer.groups()
+        return (f"{match.group(1)}: {outer} takes other schedulers ({argument}: {inner}), which a configuration "
+                f"cannot build: each needs the optimizer, and only the scheduler under lr_scheduler is given it (as "
+                f"in Lightning's LightningCLI); build {outer.rpartition('.')[2]} in the Module's "
+                f"configure_optimizers instead\n{message}")
     if match and not _GIVEN.search(message):  # no value to name (a file that does not exist...): what it says
         reason = message[match.end():].strip().splitlines()
         return f"{match.group(1)}: {reason[0] if reason else 'not accepted'}\n{message}"
