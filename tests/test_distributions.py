@@ -128,6 +128,7 @@ def test_dependencies_and_entry_points(built, directory):
         assert {"pluggy", "packaging"} <= set(by_name)
         assert re.search(r"^\[console_scripts\]\s*\naccelkit = accelkit\.cli:main$", entry_points, re.M)
         assert "catalog.toml" in str(list(files)) and "accelkit/py.typed" in files
+        assert "accelkit/lightning_modules.toml" in files  # the rows the import errors of Lightning paths quote
         return
     # A plugin depends on a range of accelkit that admits this repository's accelkit and excludes the next
     # minor series, where the hook contract may change.

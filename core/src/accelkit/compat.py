@@ -253,7 +253,7 @@ class MissingModuleFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        """Raise the sentence of a Lightning path accelkit lacks; ``None`` (not found) for any other path."""
+        # no docstring: the class's says what it does (sphinx cannot resolve ModuleSpec, importlib's private class)
         covering = gap_of(fullname)
         if covering is None:
             return None
