@@ -190,13 +190,16 @@ def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_s
     assert ("no process can write it alone" in said) == (strategy == "fsdp"), said[-3000:]
 
 
-def run_job(root: Path, kill_worker_at: int | None) -> tuple[subprocess.Popen, list[dict]]:
-    """Two launchers of one DDP job to its end; with ``kill_worker_at``, launcher B's worker is killed once round 0
-    reached that step."""
+def run_job(root: Path, kill_worker_at: int | None, strategy: str = "ddp") -> tuple[subprocess.Popen, list[dict]]:
+    """Two launchers of one job (DDP unless told) to its end; with ``kill_worker_at``, launcher B's worker is
+    killed once round 0 reached that step. The world never changes here, so each launcher asks for 2 nodes
+    (``--nnodes=2:2``): launcher A never starts alone when B is slow to start on a loaded machine (with ``1:2`` it
+    did after ``last_call_timeout``, and B's arrival was then torch's growing deadlock under the shared store)."""
     port = free_port()
-    first = launcher(root, port, "A", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
+    pace = 0.15 if kill_worker_at is not None else 0.0
+    first = launcher(root, port, "A", strategy, step_sleep_s=pace, nnodes="2:2")
     bind_endpoint_first(first, root, port)
-    second = launcher(root, port, "B", step_sleep_s=0.15 if kill_worker_at is not None else 0.0)
+    second = launcher(root, port, "B", strategy, step_sleep_s=pace, nnodes="2:2")
     launchers, deadline = [first, second], time.monotonic() + BOUND_S
     try:
         if kill_worker_at is not None:
@@ -222,6 +225,27 @@ def test_a_killed_worker_restarts_both_launchers_and_ends_with_the_weights_of_a_
     resumed = min(r["step"] for r in rows if r["round"] == 1)  # the survivor's step, not a periodic checkpoint's
     running = max(r["step"] for r in rows if r["round"] == 0)  # the step the failure cut short
     assert sorted({row["round"] for row in rows}) == [0, 1] and resumed == running >= 4, (resumed, running)
+    assert trained_once(kept(rows)) == {}
+    final, expected = (torch.load(tmp_path / name / "final.pt", weights_only=True) for name in ("run", "reference"))
+    assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)
+
+
+@pytest.mark.slow
+def test_under_fsdp_a_killed_worker_resumes_from_the_periodic_checkpoint_and_ends_with_the_weights_never_stopped(
+        tmp_path):
+    """FSDP where the world does not change (a worker killed in step 4, both launchers restart on a world of 2):
+    no process can write the sharded state alone, so the restarted attempt resumes from the newest periodic
+    checkpoint (step 3, a sharded directory, read back into the same 2 shards) and trains the steps since again;
+    every sample of both epochs is kept once and the final weights, gathered from both processes, equal those of
+    the same FSDP job never stopped, bit for bit."""
+    reference, _ = run_job(tmp_path / "reference", None, "fsdp")
+    assert reference.returncode == 0, output(tmp_path / "reference")
+    job, rows = run_job(tmp_path / "run", 4, "fsdp")
+    assert job.returncode == 0, output(tmp_path / "run")
+    assert {row["round"]: row["world"] for row in rows} == {0: 2, 1: 2}, output(tmp_path / "run")
+    resumed = min(r["step"] for r in rows if r["round"] == 1)
+    assert resumed == 3, resumed  # every_n_train_steps=3: the newest periodic checkpoint before step 4
+    assert "no process can write it alone" in (tmp_path / "run" / "A.out").read_text()  # (A survived)
     assert trained_once(kept(rows)) == {}
     final, expected = (torch.load(tmp_path / name / "final.pt", weights_only=True) for name in ("run", "reference"))
     assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in final)

@@ -10,7 +10,8 @@ of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-
 of that launcher send itself SIGKILL, SIGTERM or SIGSTOP (a hung peer) in the first attempt's training step ``STEP``
 (after recording it, before its backward); ``ELASTIC_TEST_COLLECTIVE_TIMEOUT_S`` sets the Trainer's
 ``collective_timeout``. ``FAIL_AT_STEP`` raises in the training step of that global step (every attempt). At the
-end global rank zero writes ``ROOT/final.pt`` (DDP) and prints ``done``.
+end global rank zero writes the whole final weights to ``ROOT/final.pt`` (FSDP: gathered from every process)
+and prints ``done``.
 
 Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY``
 """
@@ -86,7 +87,7 @@ class Recorded(accelkit.Module):
         return DataLoader(Indexed(), batch_size=BATCH, shuffle=True)
 
     def configure_optimizers(self) -> Any:
-        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)  # (FSDP: see test_elastic.py)
+        return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
 
 
 def main(root: str, strategy: str) -> int:
@@ -99,9 +100,10 @@ def main(root: str, strategy: str) -> int:
                                default_root_dir=folder, enable_progress_bar=False, enable_model_summary=False,
                                callbacks=[accelkit.callbacks.ModelCheckpoint(every_n_train_steps=3)], **timeout)
     trainer.fit(model)
+    # FSDP: the module stays sharded after fit; gathering its whole weights is a collective every process calls
+    weights = trainer.strategy.full_state_dict(model) if strategy == "fsdp" else model.state_dict()
     if trainer.is_global_zero:
-        if strategy == "ddp":  # (a sharded module's state dict is a collective)
-            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, folder / "final.pt")
+        torch.save({k: v.detach().cpu() for k, v in weights.items()}, folder / "final.pt")
         print("done", flush=True)
     return 0
 

@@ -163,3 +163,25 @@ def test_a_full_disk_at_save_is_the_error_and_the_previous_checkpoint_loads(tmp_
     assert "without a Python exception" not in proc.stderr
     assert sorted(p.name for p in kept.iterdir()) == ["epoch=0-step=4.ckpt"]  # no partial directory left
     assert MLP.load_from_checkpoint(kept / "epoch=0-step=4.ckpt").head.weight.shape == (1, 64)
+
+
+@pytest.mark.parametrize("sharded", [True, False], ids=["sharded-directory", "one-file"])
+def test_plain_sgd_whose_optimizer_keeps_no_state_resumes_under_fsdp(tmp_path, sharded):
+    """SGD without momentum keeps no per-parameter state, so its checkpoint's optimizer state holds no tensor:
+    loading it used to fail in torch's ``set_optimizer_state_dict`` (``assert device is not None``, its path for a
+    whole state finds no tensor to shard). It resumes now, from a sharded directory or one file: the resumed run,
+    given another learning rate, takes the saved one (the param groups are loaded) and ends with the weights of the
+    run never stopped (2 processes both times)."""
+    from accelkit_fsdp import FSDPStrategy
+
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1)
+    reference = MLP(optimizer="sgd", lr=0.01)
+    trainer(tmp_path / "whole", strategy=FSDPStrategy(save_distributed_checkpoint=sharded),
+            callbacks=[callback]).fit(reference)
+    assert (tmp_path / "ckpt" / "epoch=0-step=4.ckpt").is_dir() == sharded
+    model = MLP(optimizer="sgd", lr=0.5)  # were the saved param groups not loaded, this rate would train on
+    run = trainer(tmp_path / "resumed", strategy=FSDPStrategy(save_distributed_checkpoint=sharded),
+                  enable_checkpointing=False)
+    run.fit(model, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=4.ckpt")
+    assert run.global_step == 8
+    assert_same_weights(model.state_dict(), reference.state_dict())

@@ -273,8 +273,8 @@ class FSDPStrategy(LocalRendezvous, DDPStrategy):
             state = dcp_io.load_into(state.path, template, state.weights_only)["optimizer_states"][key]
         if dcp_io.keyed_by_index(state):
             state = dcp_io.optimizer_state_by_name(state, module, optimizer)
-        full = not any(_is_dtensor(t) for s in state.get("state", {}).values() for t in s.values())
-        set_optimizer_state_dict(module, optimizer, state, options=StateDictOptions(full_state_dict=full))
+        options = StateDictOptions(full_state_dict=_whole_optimizer_state(state))
+        set_optimizer_state_dict(module, optimizer, state, options=options)
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
         """A sharded checkpoint directory written by every process (atomically), or one file from global zero
@@ -393,6 +393,16 @@ def _no_sync(model: Any) -> Iterator[None]:
         yield
     finally:
         model.set_requires_gradient_sync(True)
+
+
+def _whole_optimizer_state(state: dict[str, Any]) -> bool:
+    """Whether optimizer ``state`` holds whole (unsharded) per-parameter tensors that torch must shard on loading.
+
+    A sharded state holds DTensors; a state with no tensor of one or more dimensions (plain SGD without momentum
+    keeps none, an optimizer may keep only scalar step counts) has nothing to shard, and torch's whole-state path
+    refuses it (it asserts it found the device of a tensor to shard), so it is loaded as this process's own."""
+    values = [t for s in state.get("state", {}).values() for t in s.values() if isinstance(t, torch.Tensor)]
+    return not any(_is_dtensor(t) for t in values) and any(t.dim() > 0 for t in values)
 
 
 def _is_dtensor(value: Any) -> bool:
