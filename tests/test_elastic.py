@@ -151,9 +151,11 @@ def test_lose_a_worker_then_a_whole_launcher_every_sample_once_with_the_shared_s
     alone on a world of 1 (round 2), resumes mid-epoch and finishes. Every sample of both epochs is trained exactly
     once (the work lost with each failure dropped), in one version folder, without num_nodes or ckpt_path."""
     root, port = tmp_path / "run", free_port()
-    first = launcher(root, port, "A", strategy)
+    # last_call_timeout 15 s: B, slow to start on a loaded machine, came more than 5 s after A in 3 of 7 runs, and
+    # A had begun alone (B's arrival a grow: torch's deadlock under the shared store); the shrink's restart waits it
+    first = launcher(root, port, "A", strategy, last_call_s=15)
     bind_endpoint_first(first, root, port)  # A hosts the rendezvous store (B's loss must not take the store)
-    second = launcher(root, port, "B", strategy)
+    second = launcher(root, port, "B", strategy, last_call_s=15)
     launchers = [first, second]
     deadline = time.monotonic() + BOUND_S
     try:
