@@ -417,9 +417,21 @@ from accelkit_wandb import WandbLogger
 
 folder, case = sys.argv[1], sys.argv[2]
 WandbLogger.space_check_s = 0.0  # every row: the test needs the first failure, not one within 5 s
-logger = WandbLogger(save_dir=folder)
+if case == "staging":  # the small file system is wandb's data folder, where artifact files are copied first
+    os.environ["WANDB_DATA_DIR"] = folder
+    logger = WandbLogger(save_dir=os.path.join(os.path.dirname(folder), "runs"), log_model="all")
+else:
+    logger = WandbLogger(save_dir=folder)
 record = None
 try:
+    if case == "staging":
+        import types
+        import torch
+        checkpoint = os.path.join(os.path.dirname(folder), "big.ckpt")
+        torch.save({"weights": torch.zeros(256 * 1024)}, checkpoint)  # 1 MiB, for 512 KiB of room
+        logger.after_save_checkpoint(types.SimpleNamespace(
+            save_top_k=1, last_model_path="", best_model_path=checkpoint, best_model_score=0.5, best_k_models={},
+            monitor=None, mode="min", save_last=False, save_weights_only=False))
     if case == "full":
         logger.log_hyperparams({"a": 1})  # the run starts; then the disk fills up under wandb's service process
         record = logger.experiment.settings.sync_file
@@ -434,11 +446,12 @@ print(json.dumps({"error": error, "record": record}))
 
 
 @pytest.mark.slow  # starts a process and wandb's service
-@pytest.mark.parametrize("case", ["read-only", "full"])
+@pytest.mark.parametrize("case", ["read-only", "full", "staging"])
 def test_a_read_only_or_full_disk_is_an_error_naming_the_logger_and_the_path(offline, case):
-    """A real read-only file system (before the run starts) and a real full disk (under the running run, whose
-    records wandb's service process writes and, unchecked, loses without a word): each is a LoggerWriteError
-    naming WandbLogger and the folder, or the run's record file."""
+    """A real read-only file system (before the run starts), a real full disk under the running run (whose records
+    wandb's service process writes and, unchecked, loses without a word) and a full wandb data folder (where a
+    checkpoint is copied for a model artifact): each is a LoggerWriteError naming WandbLogger and the folder, the
+    run's record file or the staging folder."""
     # imported here: a subprocess of another test imports this module with only this folder on its path
     from helpers.guards import child_env
     from helpers.requirements import can_mount_tmpfs
@@ -461,6 +474,9 @@ def test_a_read_only_or_full_disk_is_an_error_naming_the_logger_and_the_path(off
     if case == "read-only":
         assert code == errno.EROFS and path == str(folder / "wandb"), out
         assert message.startswith(f"WandbLogger could not write {path!r}: the file system is read-only"), message
+    elif case == "staging":
+        assert code == errno.ENOSPC and path == str(folder / "artifacts" / "staging"), out
+        assert message.startswith(f"WandbLogger could not write {path!r}: the disk is full"), message
     else:
         assert code == errno.ENOSPC and path == out["record"], out
         assert path.startswith(str(folder / "wandb" / "offline-run-")) and path.endswith(".wandb"), path

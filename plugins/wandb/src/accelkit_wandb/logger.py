@@ -212,11 +212,11 @@ class WandbLogger(Logger):
         return record or self.run_folder()
 
     @contextlib.contextmanager
-    def writing(self) -> Iterator[None]:
+    def writing(self, path: str | None = None) -> Iterator[None]:
         """Within the block, a write that fails in this process (a logged image or table written into the run
-        folder, a checkpoint copied for an artifact) is a :class:`~accelkit.errors.LoggerWriteError` naming
-        WandbLogger and :meth:`run_folder`, not wandb's bare ``OSError``."""
-        with naming_write_failures(self, self.run_folder):
+        folder) is a :class:`~accelkit.errors.LoggerWriteError` naming WandbLogger and ``path`` (default:
+        :meth:`run_folder`), not wandb's bare ``OSError``."""
+        with naming_write_failures(self, path if path is not None else self.run_folder):
             yield
 
     def _check_writable(self) -> None:
@@ -391,13 +391,12 @@ class WandbLogger(Logger):
             self._checkpoint_callbacks[id(checkpoint_callback)] = checkpoint_callback
 
     def finalize(self, status: str) -> None:
-        """After a successful run with ``log_model=True``, log the checkpoints not yet logged. The wandb run
-        stays open (see the class)."""
-        if global_rank() != 0 or self._experiment is None:
-            return
+        """After a successful run, check that the run folder's disk still takes writes (see :attr:`space_check_s`)
+        and, with ``log_model=True``, log the checkpoints not yet logged. The wandb run stays open (see the
+        class)."""
+        if global_rank() != 0 or status != "success" or self._experiment is None:
+            return  # a failed run's own error is the one to see
         self._check_space(now=True)
-        if status != "success":
-            return
         for callback in self._checkpoint_callbacks.values():
             self._log_checkpoints(callback)
 
@@ -414,8 +413,10 @@ class WandbLogger(Logger):
                 self._checkpoint_name = f"model-{self.experiment.id}"
             artifact = wandb.Artifact(name=self._checkpoint_name, type="model", metadata=metadata)
             aliases = ["latest", "best"] if path == callback.best_model_path else ["latest"]
-            with self.writing():
+            # a "mutable" file is first copied into wandb's staging folder
+            with self.writing(os.path.join(wandb.env.get_data_dir(), "artifacts", "staging")):
                 artifact.add_file(path, name="model.ckpt", policy=self.add_file_policy)
+            with self.writing():
                 self.experiment.log_artifact(artifact, aliases=aliases)
             self._logged_model_time[path] = modified
 
