@@ -108,6 +108,19 @@ def test_bench_ddp_counts_and_compares_a_user_s_ddp_run(prewarmed):
     assert "pairs with the hand loop after the Trainer epoch: wall " in out, out
 
 
+def test_bench_bombs_times_each_refusal_and_says_it_was_the_bounded_parsing_error(prewarmed):
+    done = run_benchmark(prewarmed, "bench_bombs.py", "--rounds", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if " ms   median " in line]
+    assert [row.split(" first ")[0].strip() for row in rows] == [
+        "load_from_checkpoint(hparams_file=)", "CLI --config", "load_from_checkpoint(shared lists)",
+        "reference: CLI --config, no aliases"], done.stdout
+    assert all(row.endswith("the bounded-parsing error (DataBombError)") for row in rows[:3]), done.stdout
+    assert rows[3].endswith("parsed"), done.stdout
+    assert "stands for more than 1,000,000 values" in done.stdout, done.stdout
+    assert re.search(r"shared\.ckpt 1\d\.\d KiB \(2\*\*60 values\)", done.stdout), done.stdout  # the 19 KB
+
+
 def test_the_instruction_counter_refuses_a_side_it_saw_nothing_of():
     sys.path.insert(0, str(BENCHMARKS))
     try:

@@ -57,6 +57,21 @@ def test_ddp_spawn_launch_runs_the_function_and_returns_rank_zeros_result(prewar
     assert result["pid"] != result["caller_pid"]  # computed in a worker, returned to the caller
 
 
+def test_ddp_shards_a_users_batch_sampler_keeping_its_batches(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``setup_dataloaders`` of a loader built with ``batch_sampler=BatchSampler(RandomSampler(data), 8, False)``
+    (20 samples) on 2 ``ddp`` processes: each rank reads its 10 as batches of 8 and 2 (the batch sampler's size
+    kept, not one sample a batch), every sample once per epoch, and nothing warns about the batch sampler."""
+    out = tmp_path / "read"
+    proc = _run(prewarmed, tmp_path, "batch_sampler", "ddp", out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    for epoch in range(2):
+        assert [r["sizes"][epoch] for r in ranks] == [[8, 2], [8, 2]]
+        assert sorted(ranks[0]["epochs"][epoch] + ranks[1]["epochs"][epoch]) == list(range(20))
+    assert "batch_sampler" not in proc.stderr, proc.stderr[-3000:]
+
+
 def test_a_dead_rank_is_named_and_the_run_ends(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     proc = _run(prewarmed, tmp_path, "dead_rank", "ddp", tmp_path / "unused", timeout=120)
     assert proc.returncode != 0

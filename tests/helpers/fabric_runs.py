@@ -4,6 +4,8 @@
 ``no_backward_sync``); global rank 0 writes what every rank saw to ``OUT`` (JSON). ``spawn``: ``launch(function)``,
 whose return value (global rank 0's) the caller writes. ``dead_rank``: rank 1 exits with code 3 after launching,
 rank 0 waits in a barrier. ``rank_zero_save``: only rank 0 calls ``save`` (a collective), rank 1 works on.
+``batch_sampler``: two epochs over a loader built with ``batch_sampler=BatchSampler(RandomSampler(data), 8, False)``;
+each rank writes the sample indices and batch sizes it read to ``OUT.<rank>`` (JSON).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 from accelkit import Fabric
 
@@ -54,6 +56,34 @@ def train(fabric: Fabric, out: str) -> dict:
         with open(out, "w") as f:
             json.dump(result, f)
     return result
+
+
+def batch_sampler(fabric: Fabric, out: str) -> None:
+    """Two epochs of steps over 20 indexed samples read through a user's ``batch_sampler=`` (batches of 8); each
+    rank writes ``{"epochs": [[index, ...], ...], "sizes": [[batch size, ...], ...]}`` to ``<out>.<rank>``."""
+    fabric.seed_everything(0)
+    model = nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = fabric.setup(model, optimizer)
+    g = torch.Generator().manual_seed(0)
+    data = TensorDataset(torch.randn(20, 4, generator=g), torch.randn(20, 1, generator=g), torch.arange(20))
+    loader = fabric.setup_dataloaders(DataLoader(data, batch_sampler=BatchSampler(RandomSampler(data), 8, False)))
+    epochs: list[list[int]] = []
+    sizes: list[list[int]] = []
+    for epoch in range(2):
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        epochs.append([])
+        sizes.append([])
+        for x, y, index in loader:
+            epochs[-1].extend(int(i) for i in index)
+            sizes[-1].append(len(index))
+            fabric.backward(nn.functional.mse_loss(model(x), y))
+            optimizer.step()
+            optimizer.zero_grad()
+    with open(f"{out}.{fabric.global_rank}", "w") as f:
+        json.dump({"epochs": epochs, "sizes": sizes, "world_size": fabric.world_size}, f)
 
 
 def fsdp_checkpoint(fabric: Fabric, out: str) -> None:
@@ -176,6 +206,8 @@ def main() -> None:
     fabric.launch()
     if scenario == "train":
         train(fabric, out)
+    elif scenario == "batch_sampler":
+        batch_sampler(fabric, out)
     elif scenario == "one_device":
         one_device(fabric, out)
     elif scenario == "evaluate":

@@ -88,7 +88,8 @@ class ReadRecorder(accelkit.Callback):
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         info = {"rank": trainer.global_rank, "world_size": trainer.world_size, "epochs": self.epochs,
-                "sampler_epochs": self.sampler_epochs, "pid": os.getpid(), "sizes": self.sizes}
+                "sampler_epochs": self.sampler_epochs, "pid": os.getpid(), "sizes": self.sizes,
+                "strategy": type(trainer.strategy).__name__}
         Path(self.folder, f"rank{trainer.global_rank}.json").write_text(json.dumps(info))
 
 
@@ -233,6 +234,8 @@ TWO_RANK_FITS: dict[str, Any] = {
     "batch_sampler_fork": lambda folder: {"loader": batch_sampler_loader()},
     "batch_sampler_spawn": lambda folder: {"loader": batch_sampler_loader(), "strategy": "ddp_spawn", "epochs": 1},
     "batch_sampler_subclass": lambda folder: {"loader": batch_sampler_loader(kind=KeepsExtra, tag="kept")},
+    # the same under the fsdp plugin's strategy (spawned workers, gloo): plugins/fsdp/tests/test_fsdp.py
+    "batch_sampler_fsdp": lambda folder: {"loader": batch_sampler_loader(), "strategy": "fsdp"},
     # a 64-item stream sharded by StreamShardingPlugin, with 0 or 2 loader workers per rank
     "stream_0_workers": lambda folder: {"module": StreamModule(num_workers=0), "epochs": 1,
                                         "plugins": [StreamShardingPlugin()]},

@@ -20,6 +20,7 @@ from accelkit.errors import ConfigurationError
 from accelkit.strategies.ddp import find_free_port
 from accelkit_fsdp import FSDPStrategy
 from helpers.compare import assert_same_weights
+from helpers.guards import TESTS
 
 HERE = Path(__file__).resolve().parent
 QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -189,6 +190,25 @@ def test_torchrun_two_nodes_on_loopback_join_instead_of_spawning(tmp_path, fsdp2
     assert records[0]["ppid"] != records[1]["ppid"]  # two torchrun agents, one per "node"
     assert_same_weights(torch.load(tmp_path / "torchrun-weights.pt", weights_only=True), reference.state_dict(),
                         atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_users_batch_sampler_is_sharded_keeping_its_batches(tmp_path, forked_python):
+    """A loader built with ``batch_sampler=BatchSampler(RandomSampler(data), 8, False)`` over 20 samples, fitted
+    under ``fsdp`` on 2 processes for 2 epochs (``helpers.samplers``' ``batch_sampler_fsdp``): each rank trains its
+    10 as batches of 8 and 2, every sample once per epoch, and nothing warns about the batch sampler."""
+    run = forked_python(f"""
+        import json
+        from helpers.samplers import record_two_rank_fit
+        print(json.dumps(record_two_rank_fit({str(tmp_path)!r}, "batch_sampler_fsdp")))
+        """, path=[TESTS], env={"CUDA_VISIBLE_DEVICES": ""})
+    ranks = run["ranks"]
+    assert [(r["strategy"], r["world_size"]) for r in ranks] == [("FSDPStrategy", 2)] * 2
+    assert len({r["pid"] for r in ranks}) == 2 and sorted(ranks[0]["epochs"]) == ["0", "1"]
+    for epoch in ("0", "1"):
+        assert [r["sizes"][epoch] for r in ranks] == [[8, 2], [8, 2]]
+        assert sorted(ranks[0]["epochs"][epoch] + ranks[1]["epochs"][epoch]) == list(range(20))
+    assert "batch_sampler" not in run["err"], run["err"][-3000:]
 
 
 def test_16_mixed_is_refused_until_the_scaler_decides_for_every_rank():

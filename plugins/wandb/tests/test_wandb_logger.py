@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import accelkit
 from accelkit.callbacks import ModelCheckpoint
+from accelkit.errors import LoggerWriteError
 
 wandb = pytest.importorskip("wandb")
 pytest.importorskip("accelkit_wandb", reason="the accelkit-wandb plugin is not installed")
@@ -388,3 +392,92 @@ def test_bad_arguments_are_refused_with_a_sentence(arguments, error, message):
 def test_anonymous_is_warned_about_as_wandb_ignores_it():
     with pytest.warns(UserWarning, match=r"WandbLogger\(anonymous=True\) has no effect: wandb ignores"):
         WandbLogger(anonymous=True)
+
+
+# --------------------------------------------------------------------------------------------- write failures
+def test_a_save_dir_that_cannot_be_written_is_an_error_naming_the_logger_and_the_folder(offline):
+    """wandb, given a folder it cannot write, logs the run to the system's temporary folder with a warning only; the
+    logger refuses before the run starts, naming itself and the folder (here a file stands where a folder would be
+    made: a failure for every user, root included). No run is started elsewhere."""
+    blocker = offline / "not_a_folder"
+    blocker.write_text("a file")
+    with pytest.raises(LoggerWriteError) as caught:
+        fit(offline, WandbLogger(save_dir=blocker / "runs"), max_epochs=1)
+    folder = str(blocker / "runs" / "wandb")
+    assert caught.value.path == folder and caught.value.errno == errno.ENOTDIR
+    assert str(caught.value).startswith(f"WandbLogger could not write {folder!r}: "), caught.value
+    assert wandb.run is None and not glob.glob(os.path.join(os.environ["WANDB_DIR"], "**", "offline-run-*"),
+                                               recursive=True)
+
+
+FAILING_WRITES = """
+import json, os, sys
+from helpers.full_disk_logging import fill_up
+from accelkit_wandb import WandbLogger
+
+folder, case = sys.argv[1], sys.argv[2]
+WandbLogger.space_check_s = 0.0  # every row: the test needs the first failure, not one within 5 s
+if case == "staging":  # the small file system is wandb's data folder, where artifact files are copied first
+    os.environ["WANDB_DATA_DIR"] = folder
+    logger = WandbLogger(save_dir=os.path.join(os.path.dirname(folder), "runs"), log_model="all")
+else:
+    logger = WandbLogger(save_dir=folder)
+record = None
+try:
+    if case == "staging":
+        import types
+        import torch
+        checkpoint = os.path.join(os.path.dirname(folder), "big.ckpt")
+        torch.save({"weights": torch.zeros(256 * 1024)}, checkpoint)  # 1 MiB, for 512 KiB of room
+        logger.after_save_checkpoint(types.SimpleNamespace(
+            save_top_k=1, last_model_path="", best_model_path=checkpoint, best_model_score=0.5, best_k_models={},
+            monitor=None, mode="min", save_last=False, save_weights_only=False))
+    if case == "full":
+        logger.log_hyperparams({"a": 1})  # the run starts; then the disk fills up under wandb's service process
+        record = logger.experiment.settings.sync_file
+        fill_up(folder)
+    for step in range(20000):
+        logger.log_metrics({f"a_metric_with_a_long_name_{i}": 1.0 for i in range(20)}, step=step)
+    error = None
+except Exception as exc:
+    error = [type(exc).__name__, getattr(exc, "errno", None), str(exc), getattr(exc, "path", None)]
+print(json.dumps({"error": error, "record": record}))
+"""
+
+
+@pytest.mark.slow  # starts a process and wandb's service
+@pytest.mark.parametrize("case", ["read-only", "full", "staging"])
+def test_a_read_only_or_full_disk_is_an_error_naming_the_logger_and_the_path(offline, case):
+    """A real read-only file system (before the run starts), a real full disk under the running run (whose records
+    wandb's service process writes and, unchecked, loses without a word) and a full wandb data folder (where a
+    checkpoint is copied for a model artifact): each is a LoggerWriteError naming WandbLogger and the folder, the
+    run's record file or the staging folder."""
+    # imported here: a subprocess of another test imports this module with only this folder on its path
+    from helpers.guards import child_env
+    from helpers.requirements import can_mount_tmpfs
+
+    if not can_mount_tmpfs():
+        pytest.skip("needs unshare -rm to mount a tiny or read-only tmpfs")
+    folder = offline / "small"
+    folder.mkdir()
+    script = offline / "failing_writes.py"
+    script.write_text(FAILING_WRITES)
+    options = "size=512k,ro" if case == "read-only" else "size=512k"
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o {options} tmpfs {folder} && "
+                           f"exec {sys.executable} {script} {folder} {case}"],
+                          capture_output=True, text=True, env=child_env(), timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["error"] is not None, "the logger went on as if its writes had worked"
+    error_class, code, message, path = out["error"]
+    assert error_class == "LoggerWriteError"
+    if case == "read-only":
+        assert code == errno.EROFS and path == str(folder / "wandb"), out
+        assert message.startswith(f"WandbLogger could not write {path!r}: the file system is read-only"), message
+    elif case == "staging":
+        assert code == errno.ENOSPC and path == str(folder / "artifacts" / "staging"), out
+        assert message.startswith(f"WandbLogger could not write {path!r}: the disk is full"), message
+    else:
+        assert code == errno.ENOSPC and path == out["record"], out
+        assert path.startswith(str(folder / "wandb" / "offline-run-")) and path.endswith(".wandb"), path
+        assert message.startswith(f"WandbLogger could not write {path!r}: the disk is full"), message

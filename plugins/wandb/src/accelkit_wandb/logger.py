@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import json
 import os
 import secrets
 import string
+import tempfile
+import time
 import warnings
 from argparse import Namespace
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from accelkit.loggers import Logger
-from accelkit.loggers.base import SilentExperiment, add_prefix, params_to_dict
+from accelkit.loggers.base import SilentExperiment, add_prefix, naming_write_failures, params_to_dict
 from accelkit.utilities.rank_zero import global_rank
 
 #: The key Lightning's WandbLogger adds to every row logged with a step, and makes every metric's x axis.
@@ -127,6 +130,9 @@ class WandbLogger(Logger):
     """
 
     LOGGER_JOIN_CHAR = "-"
+    #: how often (seconds) logging checks that the run folder's disk is neither full nor read-only (a ``statvfs``
+    #: call; a real write only when it reports no free block)
+    space_check_s: float = 5.0
 
     def __init__(self, name: str | None = None, save_dir: str | os.PathLike = ".", version: str | None = None,
                  offline: bool = False, dir: str | os.PathLike | None = None, id: str | None = None,
@@ -168,6 +174,7 @@ class WandbLogger(Logger):
         self.add_file_policy = add_file_policy
         self._logged_model_time: dict[str, float] = {}
         self._checkpoint_callbacks: dict[int, Any] = {}
+        self._next_space_check = 0.0
 
     # ----------------------------------------------------------------- the run
     @property
@@ -185,9 +192,58 @@ class WandbLogger(Logger):
                               "for a run of its own.", UserWarning, stacklevel=2)
                 self._experiment = wandb.run
             else:
+                self._check_writable()
                 self._experiment = wandb.init(**self._init_kwargs)
                 self._define_step_metric()
         return self._experiment
+
+    # ----------------------------------------------------------------- write failures
+    def run_folder(self) -> str | None:
+        """The folder of the run's files (``<save_dir>/wandb/<run folder>``, its ``.wandb`` record file in it), or
+        ``<save_dir>/wandb`` before the run starts; ``None`` for a run given as ``experiment=`` without one."""
+        run = self._experiment
+        if run is not None:
+            return getattr(getattr(run, "settings", None), "sync_dir", None)
+        return os.path.join(self._save_dir or ".", "wandb")
+
+    def _record_file(self) -> str | None:
+        """The run's record file, which wandb's service process writes (the run folder when it is not known)."""
+        record = getattr(getattr(self._experiment, "settings", None), "sync_file", None)
+        return record or self.run_folder()
+
+    @contextlib.contextmanager
+    def writing(self, path: str | None = None) -> Iterator[None]:
+        """Within the block, a write that fails in this process (a logged image or table written into the run
+        folder) is a :class:`~accelkit.errors.LoggerWriteError` naming WandbLogger and ``path`` (default:
+        :meth:`run_folder`), not wandb's bare ``OSError``."""
+        with naming_write_failures(self, path if path is not None else self.run_folder):
+            yield
+
+    def _check_writable(self) -> None:
+        """Before the run starts: write (and remove) a small file in ``<save_dir>/wandb``. wandb itself, given a
+        folder it cannot write, logs the run to the system's temporary folder instead, with a warning only."""
+        folder = os.path.join(self._save_dir or ".", "wandb")
+        with naming_write_failures(self, folder):
+            os.makedirs(folder, exist_ok=True)
+            _probe(folder)
+
+    def _check_space(self, now: bool = False) -> None:
+        """Every :attr:`space_check_s` seconds (``now``: at once), whether the run folder's file system still takes
+        writes. wandb's service process writes the run's records and, on a full or read-only disk, loses them
+        without a word; a file system with no free block or mounted read-only is probed with a real write, whose
+        failure is a :class:`~accelkit.errors.LoggerWriteError` naming WandbLogger and the record file."""
+        folder = self.run_folder() if self._experiment is not None else None
+        if folder is None or not now and time.monotonic() < self._next_space_check:
+            return
+        self._next_space_check = time.monotonic() + self.space_check_s
+        try:
+            stats = os.statvfs(folder)
+        except OSError:
+            return  # not a local folder this process can see: nothing to tell
+        if stats.f_bavail > 0 and not stats.f_flag & os.ST_RDONLY:
+            return
+        with naming_write_failures(self, self._record_file):
+            _probe(folder)
 
     def _define_step_metric(self) -> None:
         """Every metric's x axis is :data:`STEP_KEY` (or TensorBoard's ``global_step`` when syncing TensorBoard)."""
@@ -234,7 +290,8 @@ class WandbLogger(Logger):
         :func:`~accelkit_wandb.logger.sanitize_hyperparams`)."""
         if global_rank() != 0:
             return
-        self.experiment.config.update(sanitize_hyperparams(params), allow_val_change=True)
+        with self.writing():
+            self.experiment.config.update(sanitize_hyperparams(params), allow_val_change=True)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Log one row: the metrics (prefixed) and, when ``step`` is given, ``trainer/global_step: step``, the
@@ -244,7 +301,10 @@ class WandbLogger(Logger):
         row = add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR)
         if step is not None and not self._init_kwargs.get("sync_tensorboard"):
             row[STEP_KEY] = step
-        self.experiment.log(row)
+        run = self.experiment
+        self._check_space()
+        with self.writing():
+            run.log(row)
 
     def log_table(self, key: str, columns: list[str] | None = None, data: list[list[Any]] | None = None,
                   dataframe: Any = None, step: int | None = None) -> None:
@@ -331,10 +391,12 @@ class WandbLogger(Logger):
             self._checkpoint_callbacks[id(checkpoint_callback)] = checkpoint_callback
 
     def finalize(self, status: str) -> None:
-        """After a successful run with ``log_model=True``, log the checkpoints not yet logged. The wandb run
-        stays open (see the class)."""
+        """After a successful run, check that the run folder's disk still takes writes (see :attr:`space_check_s`)
+        and, with ``log_model=True``, log the checkpoints not yet logged. The wandb run stays open (see the
+        class)."""
         if global_rank() != 0 or status != "success" or self._experiment is None:
-            return
+            return  # a failed run's own error is the one to see
+        self._check_space(now=True)
         for callback in self._checkpoint_callbacks.values():
             self._log_checkpoints(callback)
 
@@ -350,9 +412,12 @@ class WandbLogger(Logger):
             if not self._checkpoint_name:
                 self._checkpoint_name = f"model-{self.experiment.id}"
             artifact = wandb.Artifact(name=self._checkpoint_name, type="model", metadata=metadata)
-            artifact.add_file(path, name="model.ckpt", policy=self.add_file_policy)
             aliases = ["latest", "best"] if path == callback.best_model_path else ["latest"]
-            self.experiment.log_artifact(artifact, aliases=aliases)
+            # a "mutable" file is first copied into wandb's staging folder
+            with self.writing(os.path.join(wandb.env.get_data_dir(), "artifacts", "staging")):
+                artifact.add_file(path, name="model.ckpt", policy=self.add_file_policy)
+            with self.writing():
+                self.experiment.log_artifact(artifact, aliases=aliases)
             self._logged_model_time[path] = modified
 
     def _new_checkpoints(self, callback: Any) -> list[tuple[float, str, Any]]:
@@ -366,6 +431,19 @@ class WandbLogger(Logger):
         scores.update(getattr(callback, "best_k_models", {}))
         found = sorted((Path(p).stat().st_mtime, p, s) for p, s in scores.items() if Path(p).is_file())
         return [(t, p, s) for t, p, s in found if p not in self._logged_model_time or self._logged_model_time[p] < t]
+
+
+def _probe(folder: str) -> None:
+    """Write 4 KiB to a new file in ``folder``, flushed to disk, and remove it; raises the ``OSError`` met."""
+    descriptor, path = tempfile.mkstemp(prefix=".accelkit-probe-", dir=folder)
+    try:
+        with os.fdopen(descriptor, "wb") as probe:
+            probe.write(b"\0" * 4096)
+            probe.flush()
+            os.fsync(probe.fileno())
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
 
 
 def logger_by_name(save_dir: str | os.PathLike) -> WandbLogger:
