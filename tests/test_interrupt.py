@@ -107,7 +107,7 @@ def test_a_second_signal_stops_at_once_without_saving(tmp_path, devices, prewarm
 
 def test_the_grace_after_a_first_signal_fits_in_a_schedulers_30_s_pre_emption_grace():
     # one value for both launchers (documented in docs/topology.rst), with time left to exit before a SIGKILL
-    assert InPlaceLauncher.grace_s == SpawnLauncher.grace_s == interrupt.STOP_GRACE_S <= 20
+    assert InPlaceLauncher.grace_s == SpawnLauncher.grace_s == interrupt.STOP_GRACE_S <= 15
 
 
 @pytest.mark.slow

@@ -32,9 +32,9 @@ _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
 _NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 #: seconds a run gets after the first SIGINT/SIGTERM to reach a consistent step and save it, before it is stopped
 #: without saving: within the 30 s that schedulers wait between SIGTERM and SIGKILL by default (Kubernetes'
-#: ``terminationGracePeriodSeconds``, SLURM's ``KillWait``), with 10 s left to exit (torch's compile workers take
-#: about 5 s to shut down when a compilation was cut short)
-STOP_GRACE_S = 20.0
+#: ``terminationGracePeriodSeconds``, SLURM's ``KillWait``), with 15 s left to exit (after a compilation cut short the
+#: interpreter's own exit took up to 9 s on a loaded 2-core machine: ``benchmarks/sigterm_compile.py``)
+STOP_GRACE_S = 15.0
 #: modules whose frames on the main thread's stack mean the step is being compiled (``torch.compile``)
 _COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch")
 
