@@ -83,7 +83,7 @@ def main():
                 DataLoader(make_data(128, 2), batch_size=32))
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     report(metrics=metrics, steps=trainer.global_step, best=checkpoint.best_model_path.split("/")[-1],
-           best_score=float(checkpoint.best_model_score))
+           best_score=checkpoint.best_model_score)
     wanted = {"train_recon_loss", "train_kl", "train_loss", "val_recon_loss", "val_kl", "val_loss"}
     expect(wanted <= set(metrics), f"callback_metrics: {sorted(metrics)}")
     expect(metrics["val_recon_loss"] < float(make_data(128, 2).tensors[0].var()), f"nothing learnt: {metrics}")

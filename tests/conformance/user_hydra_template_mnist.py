@@ -146,7 +146,7 @@ def main():
     test_metrics = dict(trainer.callback_metrics)
     metrics = {**train_metrics, **test_metrics}
     report(metrics={k: float(v) for k, v in metrics.items()}, steps=trainer.global_step, epoch=trainer.current_epoch,
-           best=Path(checkpoint.best_model_path).name, best_score=float(checkpoint.best_model_score))
+           best=Path(checkpoint.best_model_path).name, best_score=checkpoint.best_model_score)
     for key in ("train/loss", "train/acc", "val/loss", "val/acc", "val/acc_best", "test/loss", "test/acc"):
         expect(key in metrics, f"{key} missing from callback_metrics: {sorted(metrics)}")
     expect(float(metrics["val/acc_best"]) >= float(train_metrics["val/acc"]) - 1e-6, f"best below last: {metrics}")
