@@ -7,6 +7,10 @@ Every script asserts its own outcomes (loss fell, files exist, per-rank counts, 
 ``CONFORMANCE OK <name>``. Each runs on ``cpu`` with one process and, unless one process is its subject, on
 ``ddp_fork`` with two; a few also on ``ddp_spawn`` (``SPAWN_SCRIPTS``) and on XLA (PJRT on the host CPU, a
 subprocess like the xla_spawn plugin's tests; torch_xla is never imported here).
+
+The ports of issue 38.6 (``SIDE_BY_SIDE``) also run on Lightning 2.6.6, their imports switched back by the
+``# was:`` comments, and each run's reported numbers, files, logged rows and scalars and checkpoints are compared
+with accelkit's (``test_side_by_side_with_lightning``; on ``ddp_spawn`` too where the program's checks hold there).
 """
 
 from __future__ import annotations
@@ -348,6 +352,7 @@ KNOWN_DIFFERENCES = {("user_hydra_template_mnist", "auto"): last_ckpt_follows_th
 
 
 def compare_runs(name: str, ours: dict[str, Any], lightning: dict[str, Any], strategy: str = "auto") -> None:
+    """Fail with every place where accelkit's run record differs from Lightning's beyond the guide's differences."""
     if (name, strategy) in KNOWN_DIFFERENCES:
         KNOWN_DIFFERENCES[name, strategy](ours, lightning)
     differences = _close(ours, lightning, name)
