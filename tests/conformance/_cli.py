@@ -71,6 +71,19 @@ def expect(condition: bool, message: str) -> None:
         raise AssertionError(message)
 
 
+def _plain(value: Any) -> Any:
+    """A tensor or NumPy number as JSON has it: a number, or a list of them."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"report() takes numbers, strings, tensors and lists or dicts of them, not {type(value).__name__}")
+
+
+def report(**numbers: Any) -> None:
+    """Print what the script measured as one JSON line (``CONFORMANCE NUMBERS {...}``), floats in full precision:
+    ``tests/test_conformance.py`` compares the line of a script's accelkit run with its Lightning run's."""
+    print(f"CONFORMANCE NUMBERS {json.dumps(numbers, default=_plain, sort_keys=True)}", flush=True)
+
+
 def ok(name: str) -> None:
     """The line the test runner looks for."""
     print(f"CONFORMANCE OK {name}", flush=True)

@@ -11,7 +11,7 @@ Stand-ins: iris is scikit-learn's bundled copy (no download), 30 epochs. Only th
 
 import numpy as np
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from sklearn.datasets import load_iris
 from torch import nn
 from torch.nn import functional as F
@@ -104,7 +104,7 @@ def main():
     trainer.fit(model, datamodule=datamodule)
     fitted = {k: float(v) for k, v in trainer.callback_metrics.items()}
     results = trainer.test(model, datamodule=datamodule)
-    print(fitted, results)
+    report(fitted=fitted, results=results, steps=trainer.global_step, epoch=trainer.current_epoch)
     expect({"train_ce_loss", "train_acc", "val_loss", "val_acc"} <= set(fitted), f"callback_metrics: {fitted}")
     expect(fitted["val_acc"] > 0.8, f"iris was not learnt: {fitted}")
     expect(len(results) == 1 and set(results[0]) == {"test_ce_loss", "test_acc"}, f"test results: {results}")

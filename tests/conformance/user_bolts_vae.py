@@ -11,7 +11,7 @@ subspace, 4 epochs. Only the imports point at accelkit.
 """
 
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
@@ -82,7 +82,8 @@ def main():
     trainer.fit(model, DataLoader(make_data(512, 1), batch_size=32, shuffle=True),
                 DataLoader(make_data(128, 2), batch_size=32))
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    print(metrics)
+    report(metrics=metrics, steps=trainer.global_step, best=checkpoint.best_model_path.split("/")[-1],
+           best_score=checkpoint.best_model_score)
     wanted = {"train_recon_loss", "train_kl", "train_loss", "val_recon_loss", "val_kl", "val_loss"}
     expect(wanted <= set(metrics), f"callback_metrics: {sorted(metrics)}")
     expect(metrics["val_recon_loss"] < float(make_data(128, 2).tensors[0].var()), f"nothing learnt: {metrics}")

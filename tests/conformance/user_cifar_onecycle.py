@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn
 from torch.optim.lr_scheduler import OneCycleLR
 from torch.utils.data import DataLoader, TensorDataset
@@ -93,7 +93,8 @@ def main():
     val = DataLoader(make_data(64, 1), batch_size=BATCH_SIZE)
     trainer.fit(model, train, val)
     results = trainer.test(model, dataloaders=DataLoader(make_data(64, 2), batch_size=BATCH_SIZE))
-    print(results)
+    report(results=results, metrics={k: float(v) for k, v in trainer.callback_metrics.items()},
+           steps=trainer.global_step, lr=trainer.optimizers[0].param_groups[0]["lr"])
     expect(len(results) == 1 and set(results[0]) == {"test_loss", "test_acc"}, f"test results: {results}")
     expect(results[0]["test_acc"] > 0.6, f"the model did not learn: {results}")
     if trainer.global_rank == 0:

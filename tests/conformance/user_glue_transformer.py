@@ -16,7 +16,7 @@ embedding-bag classifier over random token ids whose label is a token's presence
 from collections import defaultdict
 
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 from torch.utils.data import DataLoader, TensorDataset
@@ -134,7 +134,8 @@ def main():
                         enable_checkpointing=False, **trainer_kwargs(args))
     trainer.fit(model, datamodule=dm)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    print(metrics, model.total_steps, trainer.global_step)
+    report(metrics=metrics, total_steps=model.total_steps, steps=trainer.global_step,
+           scheduler_steps=model.scheduler_steps, lr=trainer.optimizers[0].param_groups[0]["lr"])
     wanted = {f"{m}_{s}" for m in ("val_loss", "accuracy", "f1") for s in ("matched", "mismatched")}
     expect(set(metrics) == wanted, f"callback_metrics: {sorted(metrics)}, wanted {sorted(wanted)}")
     expect(metrics["accuracy_matched"] > 0.75 and metrics["accuracy_mismatched"] > 0.75, f"not learnt: {metrics}")

@@ -15,7 +15,7 @@ their mean, 3 epochs. Only the imports point at accelkit.
 from pathlib import Path
 
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset, random_split
 from torchmetrics import MaxMetric, MeanMetric
@@ -145,7 +145,8 @@ def main():
     trainer.test(model=model, datamodule=datamodule, ckpt_path="best")
     test_metrics = dict(trainer.callback_metrics)
     metrics = {**train_metrics, **test_metrics}
-    print({k: float(v) for k, v in metrics.items()})
+    report(metrics={k: float(v) for k, v in metrics.items()}, steps=trainer.global_step, epoch=trainer.current_epoch,
+           best=Path(checkpoint.best_model_path).name, best_score=checkpoint.best_model_score)
     for key in ("train/loss", "train/acc", "val/loss", "val/acc", "val/acc_best", "test/loss", "test/acc"):
         expect(key in metrics, f"{key} missing from callback_metrics: {sorted(metrics)}")
     expect(float(metrics["val/acc_best"]) >= float(train_metrics["val/acc"]) - 1e-6, f"best below last: {metrics}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -109,7 +109,8 @@ def main():
     trainer.fit(model, datamodule=datamodule)
     last = float(trainer.callback_metrics["val_loss"])
     predictions = trainer.predict(model, datamodule=datamodule, return_predictions=True)
-    print({"val_loss": (first, last), "calls": model.calls, "steps": trainer.global_step})
+    report(val_loss=[first, last], calls=model.calls, steps=trainer.global_step,
+           predictions=[p[:, -1] for p in predictions])
     expect(last < first, f"the validation loss did not fall: {first} -> {last}")
     expect(trainer.global_step == 4, f"global_step {trainer.global_step}: one LBFGS step per batch wanted")
     expect(model.calls > trainer.global_step, f"training_step ran {model.calls} times: LBFGS re-evaluates it")

@@ -14,7 +14,7 @@ replaced by modules marking the tiles (so each stage's choice shows), 4 epochs. 
 from collections import namedtuple
 
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchmetrics import MetricCollection
@@ -171,7 +171,7 @@ def main():
     task.marks.clear()
     predictions = trainer.predict(task, datamodule=datamodule)
     expect(task.marks == {MARKS["predict"]}, f"augmentations seen in predict: {task.marks}")
-    print(fitted, results)
+    report(fitted=fitted, results=results, steps=trainer.global_step, predictions=[p.sum(0) for p in predictions])
     wanted = {"train_loss", "train_OverallAccuracy", "train_F1Score", "val_loss", "val_OverallAccuracy", "val_F1Score"}
     expect(wanted <= set(fitted), f"callback_metrics: {sorted(fitted)}")
     expect(set(results[0]) == {"test_loss", "test_OverallAccuracy", "test_F1Score"}, f"test results: {results}")

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn, optim
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -123,7 +123,7 @@ def main():
                                          optimizer_name="SGD", optimizer_hparams={"lr": 0.1, "momentum": 0.9,
                                                                                   "weight_decay": 1e-4},
                                          trainer=trainer_kwargs(args))
-    print(result)
+    report(result=result, steps=trainer.global_step, best=Path(trainer.checkpoint_callback.best_model_path).name)
     expect(result["val"] > 0.6 and result["test"] > 0.6, f"the model did not learn: {result}")
     expect(model.hparams.model_hparams == {"num_classes": 3, "c_hidden": [8, 16], "act_fn_name": "relu"},
            f"nested hyper-parameters: {model.hparams.model_hparams}")

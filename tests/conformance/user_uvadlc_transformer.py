@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn, optim
 from torch.utils import data
 
@@ -119,7 +119,8 @@ def main():
     val_result = trainer.test(model, dataloaders=val_loader, verbose=False)
     test_result = trainer.test(model, dataloaders=test_loader, verbose=False)
     result = {"test_acc": test_result[0]["test_acc"], "val_acc": val_result[0]["test_acc"]}
-    print(result)
+    report(result=result, test=test_result, steps=steps, lr=rate,
+           best=trainer.checkpoint_callback.best_model_path.split("/")[-1])
     expect(result["val_acc"] > 0.35 and result["test_acc"] > 0.35, f"no better than chance (0.2): {result}")
     expect(set(test_result[0]) == {"test_loss", "test_acc"}, f"test results: {test_result}")
     ok("user_uvadlc_transformer")

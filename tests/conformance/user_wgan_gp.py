@@ -11,7 +11,7 @@ imports point at accelkit.
 """
 
 import torch
-from _cli import expect, ok, parse_args, trainer_kwargs
+from _cli import expect, ok, parse_args, report, trainer_kwargs
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -88,7 +88,8 @@ def main():
     trainer.fit(model, loader)
     with torch.no_grad():
         after = model(torch.randn(512, 4)).mean(0)
-    print({"before": before.tolist(), "after": after.tolist(), "steps": trainer.global_step})
+    report(before=before, after=after, steps=trainer.global_step, generator_steps=model.generator_steps,
+           metrics={k: float(v) for k, v in trainer.callback_metrics.items()})
     batches = 5 * len(loader)
     # one step per optimizer.step(): every batch the critic's, every n_critic-th the generator's too (as Lightning)
     expect(model.generator_steps == 5 * -(-len(loader) // 3), f"generator steps: {model.generator_steps}")
