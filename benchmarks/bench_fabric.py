@@ -15,13 +15,15 @@ of each side to the hand loop; printed: the median ratio and its spread (lowest-
 median peak memory. A benchmark, not a test: ``tests/test_benchmarks.py`` only runs it in a tiny configuration.
 
 ``--only counts``: what load does not change (clocks on a loaded machine are noise at the 1 % this is about).
-The hand loop and accelkit's Fabric, each in a fresh interpreter, on one process and on two (DDP over gloo): after
-a warm-up epoch and an uncounted one (the peak resident memory is read there, before any counting), rank 0 runs one
-whole epoch under ``torch.profiler`` (the collectives per step: the process group's ``c10d::`` operators, as
-``bench_ddp.py --only counts`` counts them) and the next under ``sys.settrace`` with opcode events (the Python
-instructions per step, the sampler's epoch and the loader's start included, as in a timed epoch). Printed per side:
-instructions, collectives and peak memory, and accelkit's ratio to the hand loop, with the functions where the
-instructions differ most.
+Every side (the hand loop, accelkit's Fabric, and Lightning Fabric and Accelerate where installed), each in a fresh
+interpreter, on one process and on two (DDP over gloo): after a warm-up epoch and an uncounted one (the peak resident
+memory is read there, before any counting), rank 0 runs one whole epoch under ``torch.profiler`` (the collectives
+per step: the process group's ``c10d::`` operators, as ``bench_ddp.py --only counts`` counts them) and the next
+under ``sys.settrace`` with opcode events (the Python instructions per step, the sampler's epoch and the loader's
+start included, as in a timed epoch). Printed per side: instructions, collectives and peak memory, and each
+framework's ratio to the hand loop; for accelkit also the functions where its instructions differ most from the
+hand loop's. Accelerate runs with ``USE_TORCH_XLA=0``: where torch_xla is installed it would otherwise take the
+XLA device (PJRT on the host) despite ``cpu=True``, and time lazy tensors instead of this loop.
 
     .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192] [--only one|ddp|counts]
 """
@@ -134,11 +136,21 @@ def build_fabric_loop(args: argparse.Namespace, fabric_class) -> tuple[int, Any,
 
 
 def accelerate_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
+    rank, loader, step, _ = build_accelerate_loop(args)
+    return rank, timed_epochs(loader, args.epochs, step)
+
+
+def build_accelerate_loop(args: argparse.Namespace) -> tuple[int, Any, Callable[[Any, Any], None], Any]:
+    """The Accelerate loop's ``(rank, loader, step, None)``: its prepared loader moves to the next epoch's order
+    itself."""
     from accelerate import Accelerator
     from torch.nn import functional as F
     from torch.utils.data import DataLoader
 
     accelerator = Accelerator(cpu=True)
+    if accelerator.device.type != "cpu" or accelerator.num_processes != args.processes:
+        raise RuntimeError(f"Accelerate runs on {accelerator.device} with {accelerator.num_processes} process(es), "
+                           f"not on the CPU with {args.processes}: the comparison would not be the same loop")
     model, optimizer, data = model_and_data(args.samples)
     model, optimizer, loader = accelerator.prepare(model, optimizer, DataLoader(data, batch_size=64, shuffle=True))
 
@@ -147,7 +159,7 @@ def accelerate_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]
         accelerator.backward(F.cross_entropy(model(x), y))
         optimizer.step()
 
-    return accelerator.process_index, timed_epochs(loader, args.epochs, step)
+    return accelerator.process_index, loader, step, None
 
 
 class InstructionCounter:
@@ -214,10 +226,16 @@ def count_worker(args: argparse.Namespace) -> None:
     """The counts of one side (in its own interpreter): rank 0 prints ``RESULT {json}``."""
     if args.worker == "hand loop":
         rank, loader, step, set_epoch = build_hand_loop(args)
-    else:
+    elif args.worker == "accelkit":
         from accelkit import Fabric
 
         rank, loader, step, set_epoch = build_fabric_loop(args, Fabric)
+    elif args.worker == "lightning":
+        from lightning.fabric import Fabric as LightningFabric
+
+        rank, loader, step, set_epoch = build_fabric_loop(args, LightningFabric)
+    else:
+        rank, loader, step, set_epoch = build_accelerate_loop(args)
     result = counted_epochs(loader, step, set_epoch)
     if rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
@@ -262,6 +280,8 @@ def measure(side: str, args: argparse.Namespace, processes: int, count: bool = F
                "--epochs", str(args.epochs), "--samples", str(args.samples)] + (["--count"] if count else [])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
+    if side == "accelerate":  # with torch_xla installed Accelerate picks the XLA device even with cpu=True (PJRT on
+        env["USE_TORCH_XLA"] = "0"  # the host: lazy tensors, not this loop); its own switch keeps it on the CPU
     # the frameworks' Fabrics start their second process themselves; the others are started here, as torchrun would
     started_here = processes if side in ("hand loop", "accelerate") and processes > 1 else 1
     port = str(free_port())
@@ -312,19 +332,24 @@ def compare(args: argparse.Namespace, sides: list[str], processes: int) -> None:
               f"x{max(cpu_ratios[side]):.4f}), peak {peak:.0f} MiB (x{peak / hand_peak:.3f})", flush=True)
 
 
-def print_counts(args: argparse.Namespace, processes: int) -> dict[str, dict[str, Any]]:
-    """Measure and print the per-step counts of the hand loop and accelkit's Fabric; returns them."""
+def print_counts(args: argparse.Namespace, processes: int, sides: list[str]) -> dict[str, dict[str, Any]]:
+    """Measure and print the per-step counts of ``sides`` (the hand loop and accelkit's Fabric first, then Lightning
+    Fabric and Accelerate where installed), each framework's ratios to the hand loop, and where accelkit's
+    instructions differ from the hand loop's; returns the counts."""
     title = "one process" if processes == 1 else f"{processes} processes, DDP over gloo"
     print(f"\n== counts per step, rank 0, {title}:", flush=True)
-    result = {side: measure(side, args, processes, count=True) for side in ("hand loop", "accelkit")}
+    result = {side: measure(side, args, processes, count=True) for side in sides}
     for side, figures in result.items():
         print(f"  {side:<9}: {figures['instructions']:.1f} Python instructions, {figures['collectives']:.2f} "
               f"collectives per step, peak {figures['peak_mib']:.0f} MiB", flush=True)
     hand, ours = result["hand loop"], result["accelkit"]
-    print(f"-- counts, {title}: accelkit / hand loop: Python instructions per step "
-          f"x{ours['instructions'] / hand['instructions']:.4f} (+{ours['instructions'] - hand['instructions']:.1f}), "
-          f"collectives per step {hand['collectives']:.2f} -> {ours['collectives']:.2f}, peak memory "
-          f"x{ours['peak_mib'] / hand['peak_mib']:.3f}", flush=True)
+    for side in sides[1:]:
+        theirs = result[side]
+        print(f"-- counts, {title}: {side} / hand loop: Python instructions per step "
+              f"x{theirs['instructions'] / hand['instructions']:.4f} "
+              f"(+{theirs['instructions'] - hand['instructions']:.1f}), collectives per step "
+              f"{hand['collectives']:.2f} -> {theirs['collectives']:.2f}, peak memory "
+              f"x{theirs['peak_mib'] / hand['peak_mib']:.3f}", flush=True)
     extra = {name: ours["functions"].get(name, 0.0) - hand["functions"].get(name, 0.0)
              for name in set(hand["functions"]) | set(ours["functions"])}
     largest = [name for name in sorted(extra, key=lambda n: (-abs(extra[n]), n)) if abs(extra[name]) >= 0.5][:12]
@@ -349,18 +374,18 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    if args.only == "counts":
-        if importlib.util.find_spec("accelkit") is None:
-            parser.error("--only counts compares accelkit's Fabric with the hand loop: accelkit is not installed")
-        print_counts(args, 1)
-        print_counts(args, 2)
-        return
+    if args.only == "counts" and importlib.util.find_spec("accelkit") is None:
+        parser.error("--only counts compares accelkit's Fabric with the hand loop: accelkit is not installed")
     sides = ["hand loop"]
     for side in SIDES[1:]:
         if importlib.util.find_spec(NEEDS[side]) is None:
             print(f"{side}: not installed ({NEEDS[side]}), its side is skipped")
         else:
             sides.append(side)
+    if args.only == "counts":
+        print_counts(args, 1, sides)
+        print_counts(args, 2, sides)
+        return
     if args.only in (None, "one"):
         compare(args, sides, 1)
     if args.only in (None, "ddp"):

@@ -197,15 +197,57 @@ def test_a_lightning_module_under_fabric_logs_and_prints_through_it(tmp_path: Pa
     assert "hello from the module" in capsys.readouterr().out
 
 
-def test_the_forward_runs_under_the_precision() -> None:
+def _lightning_fabric(**kwargs: object) -> object:
+    """Lightning Fabric 2.6's ``Fabric`` on one CPU process, to compare with (skipped where Lightning is missing)."""
+    lightning_fabric = pytest.importorskip("lightning.fabric")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return lightning_fabric.Fabric(accelerator="cpu", devices=1, **kwargs)
+
+
+class _Scorer(nn.Module):
+    """A module with a method besides ``forward`` that runs its layer (a loss computed outside the forward)."""
+
+    not_a_method = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+    def score(self, x: torch.Tensor) -> tuple[torch.Tensor, bool, torch.dtype, torch.dtype]:
+        """The layer's output, whether autocast is on, the input's dtype, the output's dtype inside the method."""
+        out = self.layer(x)
+        return out, torch.is_autocast_enabled("cpu"), x.dtype, out.dtype
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "64-true", "bf16-true"])
+def test_the_forward_runs_under_the_precision_and_returns_the_default_dtype_as_lightnings(precision: str) -> None:
+    """Inside the forward the precision's dtype; what it returns in float32 again (Lightning's ``convert_output``),
+    the same values as Lightning Fabric's wrapper returns for the same weights."""
+    torch.manual_seed(0)
+    module = _Scorer()
+    twin = copy.deepcopy(module)
+    seen: list[torch.dtype] = []
+    module.layer.register_forward_hook(lambda layer, args, out: seen.append(out.dtype))
+    wrapped = _fabric(precision=precision).setup(module)
+    theirs = _lightning_fabric(precision=precision).setup(twin)  # type: ignore[attr-defined]
+    x = torch.randn(2, 4)
+    out = wrapped(x)
+    assert seen == [{"bf16-mixed": torch.bfloat16, "64-true": torch.float64, "bf16-true": torch.bfloat16}[precision]]
+    assert out.dtype == torch.float32 and out.requires_grad
+    torch.testing.assert_close(out, theirs(x), rtol=0, atol=0)
+
+
+def test_the_fabric_s_autocast_init_tensor_and_init_module_use_the_precision() -> None:
     fabric = _fabric(precision="bf16-mixed")
-    wrapped = fabric.setup(nn.Linear(4, 4))
-    assert wrapped(torch.ones(2, 4)).dtype == torch.bfloat16  # autocast around the forward
     with fabric.autocast():
         assert (torch.ones(2, 4) @ torch.ones(4, 4)).dtype == torch.bfloat16
     true64 = _fabric(precision="64-true")
     module = true64.setup(nn.Linear(4, 4))
-    assert module.weight.dtype == torch.float64 and module(torch.ones(1, 4)).dtype == torch.float64
+    assert module.weight.dtype == torch.float64
     with true64.init_tensor():
         assert torch.ones(1).dtype == torch.float64
     with true64.init_module():
@@ -226,6 +268,197 @@ def test_clip_gradients_returns_the_total_norm_and_refuses_both_or_neither() -> 
     assert max(p.grad.abs().max().item() for p in model.parameters()) <= 0.01 + 1e-7
     with pytest.raises(ValueError, match="exactly one"):
         fabric.clip_gradients(wrapped, optimizer)
+
+
+def _refusals(wrapped: object) -> dict[str, type]:
+    """The exception class ``mark_forward_method`` raises for each wrong argument."""
+    found = {}
+    for label, argument in [("unknown", "no_such_method"), ("attribute", "not_a_method"), ("submodule", "layer"),
+                            ("forward", "forward"), ("int", 3)]:
+        with pytest.raises(Exception) as caught:
+            wrapped.mark_forward_method(argument)  # type: ignore[attr-defined]
+        found[label] = type(caught.value)
+    return found
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "64-true"])
+def test_mark_forward_method_runs_the_method_under_the_precision_and_refuses_as_lightning(precision: str) -> None:
+    """A marked method runs as the forward: its input converted, its body under autocast, its floating output in
+    float32 again; unmarked, it is the module's own method. The wrong arguments are refused with Lightning
+    Fabric's exception classes (``AttributeError`` for a name that is no method of the module)."""
+    wrapped = _fabric(precision=precision).setup(_Scorer())
+    x = torch.ones(2, 4)
+    as_weights = x.to(wrapped.module.layer.weight.dtype)  # not marked: the method itself, as Lightning's
+    out, autocast, input_dtype, inner_dtype = wrapped.score(as_weights)
+    assert (autocast, input_dtype, out.dtype) == (False, as_weights.dtype, as_weights.dtype)
+    wrapped.mark_forward_method("score")
+    out, autocast, input_dtype, inner_dtype = wrapped.score(x)
+    if precision == "bf16-mixed":
+        assert (autocast, input_dtype, inner_dtype) == (True, torch.float32, torch.bfloat16)
+    else:
+        assert (autocast, input_dtype, inner_dtype) == (False, torch.float64, torch.float64)
+    assert out.dtype == torch.float32  # Lightning's convert_output, as after the forward
+    other = _fabric(precision=precision).setup(_Scorer())
+    other.mark_forward_method(other.module.score)  # the bound method, as Lightning accepts it
+    assert other.score(x)[2] == input_dtype
+    theirs = _lightning_fabric(precision=precision).setup(_Scorer())  # type: ignore[attr-defined]
+    assert _refusals(wrapped) == _refusals(theirs) == {
+        "unknown": AttributeError, "attribute": AttributeError, "submodule": AttributeError, "forward": ValueError,
+        "int": TypeError}
+
+
+class _SecondNodeStrategy(SingleDeviceStrategy):
+    """One process per node, this one on the second node (global rank 1, local rank 0); it records its barriers."""
+
+    def __init__(self, events: list[str]) -> None:
+        super().__init__()
+        self.events = events
+
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    @property
+    def global_rank(self) -> int:
+        return 1
+
+    def barrier(self, name: str | None = None) -> None:
+        self.events.append(f"barrier {name}")
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_rank_zero_first_lets_the_first_process_of_the_node_or_of_the_run_go_first(local: bool) -> None:
+    """``local=True``: the node's first process (local rank 0, here on the second node) runs the block, then waits
+    for the others; ``local=False``: as global rank 1 it waits for global rank 0 before the block (Lightning's
+    order). On one plain process the block just runs, and an error in it propagates."""
+    events: list[str] = []
+    fabric = Fabric(accelerator="cpu", devices=1, strategy=_SecondNodeStrategy(events))
+    assert (fabric.global_rank, fabric.local_rank) == (1, 0)
+    with fabric.rank_zero_first(local=local):
+        events.append("block")
+    expected = ["block", "barrier rank_zero_first"] if local else ["barrier rank_zero_first", "block"]
+    assert events == expected
+    single = _fabric()
+    ran = []
+    with single.rank_zero_first(local=local):
+        ran.append(single.local_rank)
+    assert ran == [0]
+    with pytest.raises(KeyError, match="missing"), single.rank_zero_first(local=local):
+        raise KeyError("missing")
+
+
+def _train(wrapped: object, optimizer: object, backward: object) -> None:
+    data = _data(16)
+    for x, y in DataLoader(data, batch_size=4):
+        backward(nn.functional.mse_loss(wrapped(x), y))  # type: ignore[operator]
+        optimizer.step()  # type: ignore[attr-defined]
+        optimizer.zero_grad()  # type: ignore[attr-defined]
+
+
+def test_setup_module_then_setup_optimizers_trains_as_setup_and_as_lightnings() -> None:
+    """The optimizer made from the set-up module's parameters and set up afterwards: the same weights as ``setup``
+    with both, and as Lightning Fabric's ``setup_module``/``setup_optimizers``; one optimizer comes back alone,
+    several as a tuple, none or one already set up is refused (as Lightning's, ``ValueError``)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    together_model, lightning_model = copy.deepcopy(model), copy.deepcopy(model)
+    fabric = _fabric()
+    wrapped = fabric.setup_module(model)
+    optimizer = fabric.setup_optimizers(torch.optim.Adam(wrapped.parameters(), lr=0.01))
+    assert isinstance(optimizer, FabricOptimizer)
+    _train(wrapped, optimizer, fabric.backward)
+    together = _fabric()
+    together_wrapped, together_optimizer = together.setup(together_model,
+                                                          torch.optim.Adam(together_model.parameters(), lr=0.01))
+    _train(together_wrapped, together_optimizer, together.backward)
+    lightning = _lightning_fabric()
+    theirs = lightning.setup_module(lightning_model)  # type: ignore[attr-defined]
+    _train(theirs, lightning.setup_optimizers(torch.optim.Adam(theirs.parameters(), lr=0.01)),  # type: ignore[attr-defined]
+           lightning.backward)  # type: ignore[attr-defined]
+    for mine, same, lightnings in zip(model.parameters(), together_model.parameters(), lightning_model.parameters(),
+                                      strict=True):
+        torch.testing.assert_close(mine, same, rtol=0, atol=0)
+        torch.testing.assert_close(mine, lightnings, rtol=0, atol=0)
+    pair = fabric.setup_optimizers(torch.optim.SGD(wrapped.parameters(), lr=0.1),
+                                   torch.optim.SGD(wrapped.parameters(), lr=0.1))
+    assert isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(o, FabricOptimizer) for o in pair)
+    with pytest.raises(ValueError, match="at least one optimizer"):
+        fabric.setup_optimizers()
+    with pytest.raises(ValueError, match="set up each optimizer once"):
+        fabric.setup_optimizers(optimizer)
+
+
+def _scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(log_dir))
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def test_fabric_tensorboard_logger_writes_events_under_root_dir_as_lightnings(tmp_path: Path) -> None:
+    """``accelkit.fabric.loggers.TensorBoardLogger(root_dir=...)``: ``fabric.log`` and ``log_dict`` reach it, as
+    event files in ``<root_dir>/lightning_logs/version_0``, the folder Lightning Fabric's logger writes, with the
+    same scalars."""
+    lightning_loggers = pytest.importorskip("lightning.fabric.loggers")
+    from accelkit.fabric.loggers import TensorBoardLogger
+
+    folders = {}
+    for side, logger_class, make in [("accelkit", TensorBoardLogger, _fabric),
+                                     ("lightning", lightning_loggers.TensorBoardLogger, _lightning_fabric)]:
+        root = tmp_path / side
+        logger = logger_class(root_dir=root)
+        fabric = make(loggers=logger)
+        assert fabric.logger is logger  # type: ignore[attr-defined]
+        fabric.log("loss", torch.tensor(0.5), step=0)  # type: ignore[attr-defined]
+        fabric.log_dict({"loss": 0.25, "acc": 1.0}, step=1)  # type: ignore[attr-defined]
+        logger.finalize("success")
+        events = sorted(root.rglob("events.out.tfevents.*"))
+        assert len(events) == 1 and Path(logger.log_dir) == events[0].parent
+        folders[side] = (events[0].parent.relative_to(root), _scalars(events[0].parent))
+    assert folders["accelkit"] == folders["lightning"] == (
+        Path("lightning_logs", "version_0"), {"loss": [(0, 0.5), (1, 0.25)], "acc": [(1, 1.0)]})
+
+
+@pytest.mark.parametrize("norm_type", [float("inf"), 1.0, 2.0])
+def test_clip_gradients_norm_type_gives_torch_s_norm_and_clipping_and_lightnings(norm_type: float) -> None:
+    """``clip_gradients(max_norm=, norm_type=)``: the total norm and the clipped gradients of torch's
+    ``clip_grad_norm_`` over the same gradients, and the norm Lightning Fabric returns."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    reference, lightning_model = copy.deepcopy(model), copy.deepcopy(model)
+    x = torch.randn(8, 4) * 10
+    fabric = _fabric()
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    fabric.backward(wrapped(x).sum())
+    norm = fabric.clip_gradients(wrapped, optimizer, max_norm=0.5, norm_type=norm_type)
+    reference(x).sum().backward()
+    expected = torch.nn.utils.clip_grad_norm_(reference.parameters(), 0.5, norm_type=norm_type)
+    torch.testing.assert_close(norm, expected)
+    for mine, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad)
+    lightning = _lightning_fabric()
+    theirs_wrapped, theirs_optimizer = lightning.setup(  # type: ignore[attr-defined]
+        lightning_model, torch.optim.SGD(lightning_model.parameters(), lr=0.1))
+    lightning.backward(theirs_wrapped(x).sum())  # type: ignore[attr-defined]
+    torch.testing.assert_close(norm, lightning.clip_gradients(  # type: ignore[attr-defined]
+        theirs_wrapped, theirs_optimizer, max_norm=0.5, norm_type=norm_type))
+
+
+def test_clip_gradients_refuses_a_nan_gradient_unless_error_if_nonfinite_is_false() -> None:
+    """A NaN gradient: ``RuntimeError`` by default (torch's, as Lightning's); with ``error_if_nonfinite=False`` the
+    NaN norm comes back and nothing is raised."""
+    fabric = _fabric()
+    model = nn.Linear(4, 1)
+    wrapped, optimizer = fabric.setup(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    fabric.backward(wrapped(torch.ones(2, 4)).sum())
+    model.weight.grad[0, 0] = float("nan")
+    with pytest.raises(RuntimeError, match="non-finite"):
+        fabric.clip_gradients(wrapped, optimizer, max_norm=1.0)
+    with pytest.raises(RuntimeError, match="non-finite"):
+        fabric.clip_gradients(wrapped, optimizer, max_norm=1.0, norm_type=float("inf"))
+    norm = fabric.clip_gradients(wrapped, optimizer, max_norm=1.0, error_if_nonfinite=False)
+    assert norm is not None and torch.isnan(norm)
 
 
 def test_a_loss_that_bypassed_the_gradient_scaler_is_refused() -> None:
@@ -581,8 +814,11 @@ def test_the_wrapped_module_keeps_its_hooks_and_the_precision_s_conversion() -> 
     assert wrapped.forward(torch.ones(2, 4)).shape == (2, 1)
     # a precision that converts inputs: the forward goes through it (no plain call)
     true64 = _fabric(precision="64-true")
-    module = true64.setup(nn.Linear(4, 1))
-    assert module(torch.ones(1, 4, dtype=torch.float32)).dtype == torch.float64
+    inner = nn.Linear(4, 1)
+    inputs: list[torch.dtype] = []
+    inner.register_forward_pre_hook(lambda module, args: inputs.append(args[0].dtype))
+    module = true64.setup(inner)
+    assert module(torch.ones(1, 4, dtype=torch.float32)).dtype == torch.float32 and inputs == [torch.float64]
 
 
 def _calls_counted(run: object) -> collections.Counter[str]:

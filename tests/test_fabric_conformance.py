@@ -72,7 +72,8 @@ def test_a_script_refuses_an_unknown_framework(tmp_path: Path) -> None:
 
 GUIDE = FOLDER.parents[2] / "docs" / "migrating-from-lightning.rst"
 #: every public method of Accelerate's ``Accelerator`` (huggingface/accelerate 1.15.0.dev0, commit 16cb6eb8, read from
-#: ``src/accelerate/accelerator.py``: accelerate is not a dev requirement, so the list is data here)
+#: ``src/accelerate/accelerator.py``; the same names as the 1.16.0 of requirements-dev.txt). Data here, so that the test
+#: neither needs accelerate nor imports it (importing it imports torch_xla where installed, which sets PJRT_DEVICE)
 ACCELERATOR_METHODS = {
     "accumulate", "autocast", "backward", "check_trigger", "clear", "clip_grad_norm_", "clip_grad_value_",
     "deepspeed_ulysses_dl_adapter", "end_training", "free_memory", "gather", "gather_for_metrics", "get_state_dict",

@@ -199,24 +199,31 @@ def test_accelkit_run_names_the_process_that_failed(prewarmed, tmp_path: Path) -
     assert "the process of rank 1 (local rank 1" in proc.stderr and "exited with code 5" in proc.stderr
 
 
-@pytest.mark.parametrize("strategy", ["auto", "ddp_spawn"])
+@pytest.mark.parametrize("strategy", ["auto", "ddp_spawn", "ddp_fork"])
 def test_launch_without_a_function_on_a_spawning_strategy_runs_the_script_again(prewarmed, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                                  strategy: str) -> None:
-    """``Fabric(devices=2)`` (whose default starts its processes from a function) and ``ddp_spawn`` with
-    ``launch()``: the script runs in each process as with ``ddp`` (Lightning's default does the same)."""
+    """``Fabric(devices=2)`` (whose default starts its processes from a function), ``ddp_spawn`` and ``ddp_fork``
+    with ``launch()``: the script runs in each process as with ``ddp`` (Lightning's default does the same), and
+    ``rank_zero_first(local=True)`` lets the node's first process finish its block (it writes a file, late) before
+    the other's block starts (it finds the file)."""
     script = tmp_path / "auto.py"
     script.write_text(
-        "import sys, torch\n"
+        "import os, sys, time, torch\n"
         "from accelkit import Fabric\n"
         "fabric = Fabric(accelerator='cpu', devices=2, strategy=sys.argv[1])\n"
         "fabric.launch()\n"
+        "with fabric.rank_zero_first(local=True):\n"
+        "    if fabric.local_rank == 0:\n"
+        "        time.sleep(1.0)  # the other process, were it not waiting, would look before the file exists\n"
+        "        open('downloaded', 'w').close()\n"
+        "    found = os.path.exists('downloaded')\n"
         "total = fabric.all_reduce(torch.tensor(float(fabric.global_rank)), reduce_op='sum').item()\n"
-        "sys.stdout.write(f'RESULT {fabric.global_rank} {fabric.world_size} {total}\\n')  # one write: shared output\n"
+        "sys.stdout.write(f'RESULT {fabric.global_rank} {fabric.world_size} {total} {found}\\n')  # one write\n"
         "sys.stdout.flush()\n")
     proc = prewarmed.run([str(script), strategy], cwd=tmp_path, env=child_env(), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(line for line in proc.stdout.splitlines() if line.startswith("RESULT")) == [
-        "RESULT 0 2 1.0", "RESULT 1 2 1.0"]
+        "RESULT 0 2 1.0 True", "RESULT 1 2 1.0 True"]
     assert proc.stdout.count("launch() without a function") == (0 if strategy == "auto" else 1)
 
 

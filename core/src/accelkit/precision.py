@@ -21,6 +21,13 @@ from accelkit.utilities.model_helpers import is_overridden
 _STEP_METHODS = ("backward", "scale_loss", "unscale_gradients", "optimizer_step")
 
 
+def to_default_dtype(data: Any) -> Any:
+    """``data`` with its floating-point tensors in ``torch.get_default_dtype()`` (other tensors unchanged): what
+    :meth:`TruePrecision.convert_output` and :meth:`MixedPrecision.convert_output` return."""
+    default = torch.get_default_dtype()
+    return apply_to_tensors(data, lambda t: t.to(default) if t.is_floating_point() else t)
+
+
 class Precision:
     """Full 32-bit precision, the default: nothing is converted.
 
@@ -51,6 +58,14 @@ class Precision:
     def forward_context(self) -> contextlib.AbstractContextManager:
         """Context around training/evaluation steps (autocast, for mixed precision)."""
         return contextlib.nullcontext()
+
+    def convert_output(self, data: Any) -> Any:
+        """Convert floating-point tensors a :class:`~accelkit.Fabric`-wrapped module returns (after
+        :meth:`forward_context` ends), as Lightning Fabric's precisions do; the Trainer does not call it. The default
+        returns ``data`` unchanged; :class:`TruePrecision` and :class:`MixedPrecision` give the tensors the default
+        dtype (``torch.get_default_dtype()``, float32 unless changed), so code after the forward computes as it
+        would at full precision."""
+        return data
 
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss to back-propagate (a gradient scaler multiplies it); used when the Module overrides
@@ -108,6 +123,9 @@ class TruePrecision(Precision):
     def convert_input(self, batch: Any) -> Any:
         return apply_to_tensors(batch, lambda t: t.to(self.dtype) if t.is_floating_point() else t)
 
+    def convert_output(self, data: Any) -> Any:
+        return to_default_dtype(data)
+
     @contextlib.contextmanager
     def forward_context(self) -> Iterator[None]:
         # Tensors created inside the step (torch.zeros, ...) get the same dtype, as under Lightning's true
@@ -143,6 +161,9 @@ class MixedPrecision(Precision):
         if self.use_scaler and self.scaler is None:
             self.scaler = torch.amp.GradScaler(self.accelerator.autocast_device_type)
         return self.scaler
+
+    def convert_output(self, data: Any) -> Any:
+        return to_default_dtype(data)
 
     def forward_context(self) -> contextlib.AbstractContextManager:
         return torch.autocast(device_type=self.accelerator.autocast_device_type, dtype=self.dtype)

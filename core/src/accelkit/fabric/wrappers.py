@@ -82,20 +82,30 @@ class FabricModule(nn.Module):
         args, kwargs = precision.convert_input((args, kwargs))
         with precision.forward_context():
             if self._routed:
-                return self._forward_module(method, *args, **kwargs)
-            if method == "__call__":
-                return self._forward_module(*args, **kwargs)
-            return getattr(self._forward_module, method)(*args, **kwargs)
+                output = self._forward_module(method, *args, **kwargs)
+            elif method == "__call__":
+                output = self._forward_module(*args, **kwargs)
+            else:
+                output = getattr(self._forward_module, method)(*args, **kwargs)
+        return precision.convert_output(output)  # float32 again after a lower precision, as Lightning's
 
     def mark_forward_method(self, method: str | Callable[..., Any]) -> None:
         """Run ``method`` (a name, or the module's bound method) through the strategy's wrapper and the precision,
-        as the forward: a method that computes the loss outside ``forward`` then gets its gradients reduced."""
-        name = method if isinstance(method, str) else getattr(method, "__name__", "")
-        if not callable(getattr(self._original_module, name, None)):
-            raise ValueError(f"mark_forward_method({method!r}): {type(self._original_module).__name__} has no "
-                             f"method {name!r}; give the name of one of its methods")
+        as the forward: a method that computes the loss outside ``forward`` then gets its gradients reduced. As
+        Lightning's: ``TypeError`` for anything but a name or a method, ``ValueError`` for ``"forward"`` (it runs so
+        already), ``AttributeError`` for a name the module has no method of. Unlike Lightning's, the method runs
+        under the precision on one process too (Lightning's runs it plain there, under the precision only where a
+        strategy wraps the module)."""
+        if not isinstance(method, str) and not inspect.ismethod(method):
+            raise TypeError(f"mark_forward_method({method!r}): give a method's name or the bound method "
+                            f"(module.{getattr(method, '__name__', 'name')}), not a {type(method).__name__}")
+        name = method if isinstance(method, str) else method.__name__
         if name == "forward":
-            return
+            raise ValueError("mark_forward_method('forward'): the forward already runs through the strategy's wrapper "
+                             "and the precision; mark other methods only")
+        if not inspect.ismethod(getattr(self._original_module, name, None)):
+            raise AttributeError(f"mark_forward_method({name!r}): {type(self._original_module).__name__}.{name} is "
+                                 "not a method of the module; give the name of one of its methods")
         self._forward_methods.add(name)
         register = getattr(self._fabric.strategy, "register_forward_method", None)
         if callable(register):
@@ -144,13 +154,14 @@ class FabricModule(nn.Module):
 
 
 def plain_forward(forward_module: nn.Module, precision: Any, routed: bool) -> Callable[..., Any] | None:
-    """What calling a :class:`FabricModule` comes down to where ``precision`` converts no input and wraps the
-    forward in no context (its :class:`~accelkit.Precision` defaults): a call of the strategy's wrapper (through
-    the router's ``"__call__"`` where ``routed``); ``None`` where the precision does either."""
+    """What calling a :class:`FabricModule` comes down to where ``precision`` converts neither inputs nor outputs
+    and wraps the forward in no context (its :class:`~accelkit.Precision` defaults): a call of the strategy's wrapper
+    (through the router's ``"__call__"`` where ``routed``); ``None`` where the precision does any of them."""
     from accelkit.precision import Precision
     from accelkit.utilities.model_helpers import is_overridden
 
-    if is_overridden("convert_input", precision, Precision) or is_overridden("forward_context", precision, Precision):
+    if any(is_overridden(name, precision, Precision) for name in ("convert_input", "forward_context",
+                                                                  "convert_output")):
         return None
     return functools.partial(forward_module, "__call__") if routed else forward_module.__call__
 
