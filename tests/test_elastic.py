@@ -329,6 +329,30 @@ def test_the_first_attempt_starts_fresh_even_where_the_folder_holds_a_checkpoint
     assert again.global_step == before.global_step > 0 and again.current_epoch == 1  # trained one whole epoch
 
 
+def test_a_restarted_attempt_resumes_from_the_default_callbacks_one_file(monkeypatch, tmp_path, capsys):
+    """No checkpoint callback of the user's: the default one writes Lightning's one ``epoch=E-step=S.ckpt`` and no
+    ``last.ckpt`` (issue 38.1); a torchrun restart and a SLURM requeue still resume from it by themselves."""
+    from helpers.models import RegressionModule
+
+    def trainer(epochs: int) -> accelkit.Trainer:
+        return accelkit.Trainer(accelerator="cpu", strategy="ddp", devices=1, max_epochs=epochs,
+                                default_root_dir=tmp_path, enable_progress_bar=False, enable_model_summary=False,
+                                logger="csv")
+
+    torchrun_attempt(monkeypatch, 0)
+    first = trainer(1)
+    first.fit(RegressionModule())
+    folder = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    only = [p.name for p in folder.iterdir()]
+    assert only == [f"epoch=0-step={first.global_step}.ckpt"], only  # Lightning's default: one file, no last.ckpt
+    torchrun_attempt(monkeypatch, 1)
+    second = trainer(2)
+    second.fit(RegressionModule())
+    assert f"attempt 1 of this run (restarted by its launcher): loaded checkpoint {folder / only[0]}" in \
+        capsys.readouterr().out
+    assert second.global_step == 2 * first.global_step > 0
+
+
 def test_a_requeued_slurm_job_resumes_by_itself(monkeypatch, tmp_path, capsys):
     from helpers.models import RegressionModule
 
