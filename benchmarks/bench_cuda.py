@@ -330,6 +330,9 @@ def lightning_run(w: Workload, device: torch.device, span: Span, steps: int) -> 
 
 def accelerate_run(w: Workload, device: torch.device, span: Span, steps: int) -> None:
     """The hand loop through Hugging Face Accelerate."""
+    # where torch_xla is installed (the CPU machine), importing Accelerate imports it and Accelerate picks the XLA
+    # device even with cpu=True; its own switch keeps it on the device asked for (no effect where torch_xla is absent)
+    os.environ.setdefault("USE_TORCH_XLA", "0")
     from accelerate import Accelerator
 
     accelerator = Accelerator(mixed_precision="bf16", cpu=device.type == "cpu")
