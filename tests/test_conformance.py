@@ -50,6 +50,14 @@ ONE_PROCESS_ONLY = {"cli_yaml", "optuna_pruning", "user_audio_autoencoder", "use
                     "user_sine_lbfgs", "user_torchgeo_datamodule", "user_uvadlc_resnet", "user_uvadlc_transformer",
                     "user_wgan_gp"}
 DDP_SCRIPTS = [name for name in SCRIPTS if name not in ONE_PROCESS_ONLY]
+#: the users' ports of issue 38.6, also run on Lightning 2.6.6 by ``test_side_by_side_with_lightning``
+SIDE_BY_SIDE = ["user_bolts_logistic_regression", "user_bolts_vae", "user_cifar_onecycle", "user_glue_transformer",
+                "user_hydra_template_mnist", "user_sine_lbfgs", "user_torchgeo_datamodule", "user_uvadlc_resnet",
+                "user_uvadlc_transformer", "user_wgan_gp"]
+#: one CPU process on accelkit alone: every script but those the side-by-side test runs (on accelkit and on
+#: Lightning) where Lightning is installed
+CPU_SCRIPTS = [name for name in SCRIPTS
+               if name not in SIDE_BY_SIDE or importlib.util.find_spec("lightning") is None]
 # Every DDP script runs on two processes with ddp_fork: the same strategy, samplers, collectives, rank-zero
 # decisions and result hand-back as ddp_spawn, and the same pickling (the launcher pickles the run, Trainer, module,
 # loaders, DataModule, callbacks and logger, into a file that every worker unpickles, whichever the start method:
@@ -147,7 +155,7 @@ NEEDS = {"optuna_pruning": ("optuna", "optuna_integration", "lightning")}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", CPU_SCRIPTS)
 def test_on_cpu(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
     missing = [lib for lib in NEEDS.get(name, ()) if importlib.util.find_spec(lib) is None]
     if missing:
@@ -179,9 +187,8 @@ def test_on_xla(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
 # --- side by side with Lightning ---------------------------------------------------------------------------------
 #: The ports run on Lightning too (issue 38.6): each script, with its imports switched back, on Lightning and on
 #: accelkit (CPU, one process), the two runs' reports and files compared (:func:`compare_runs`).
-SIDE_BY_SIDE = ["user_bolts_logistic_regression", "user_bolts_vae", "user_cifar_onecycle", "user_glue_transformer",
-                "user_hydra_template_mnist", "user_sine_lbfgs", "user_torchgeo_datamodule", "user_uvadlc_resnet",
-                "user_uvadlc_transformer", "user_wgan_gp"]
+#: (SIDE_BY_SIDE, above with the script lists: ``test_on_cpu`` leaves them to the side-by-side test where Lightning is
+#: installed, which runs their accelkit side and its checks too.)
 #: A ported import keeps the Lightning statement it replaced in a comment: ``import accelkit as L  # was: import
 #: lightning as L``; in a parenthesised ``from accelkit.x import (...)`` every name's line carries its own.
 WAS = re.compile(r"^(?P<code>.*?)\s+# was: (?P<was>(?:import|from) lightning\b.*)$")
