@@ -7,9 +7,9 @@ on load."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from torch import nn
@@ -22,7 +22,17 @@ if TYPE_CHECKING:
     from accelkit.fabric.fabric import Fabric
 
 
-def _kind(value: Any) -> str:
+class Stateful(Protocol):
+    """An entry of a Fabric's state saved and restored through its own state dict (a scheduler, a data loader)."""
+
+    def state_dict(self) -> Mapping[str, object]:
+        """The object's state."""
+
+    def load_state_dict(self, state_dict: Mapping[str, object], /) -> object:
+        """Restore the state :meth:`state_dict` gave."""
+
+
+def _kind(value: object) -> str:
     if isinstance(value, (FabricModule, nn.Module)):
         return "module"
     if isinstance(value, (FabricOptimizer, torch.optim.Optimizer)):
@@ -32,16 +42,16 @@ def _kind(value: Any) -> str:
     return "plain"
 
 
-def _forward_module(fabric: Fabric, value: Any) -> nn.Module:
+def _forward_module(fabric: Fabric, value: object) -> nn.Module:
     """What the strategy set up for a module entry (the module itself when it was never set up)."""
     if isinstance(value, FabricModule):
         return value.forward_module
-    return value
+    return cast(nn.Module, value)  # an entry _kind() calls a module
 
 
-def _optimizer_owner(fabric: Fabric, optimizer: Any, state: dict[str, Any]) -> nn.Module:
+def _optimizer_owner(fabric: Fabric, optimizer: object, state: Mapping[str, object]) -> nn.Module:
     """The set-up module whose parameters ``optimizer`` steps: recorded at setup, else found among ``state``'s."""
-    owner = fabric.optimizer_module(optimizer)
+    owner = fabric.optimizer_module(cast("torch.optim.Optimizer | FabricOptimizer", optimizer))  # _kind() says so
     first = next((p for g in unwrap(optimizer).param_groups for p in g["params"]), None)
     for value in state.values() if owner is None else ():
         if isinstance(value, (FabricModule, nn.Module)) and any(p is first for p in value.parameters()):
@@ -58,7 +68,7 @@ def shards_checkpoints(fabric: Fabric) -> bool:
     return bool(getattr(fabric.strategy, "save_distributed_checkpoint", False))
 
 
-def converted(fabric: Fabric, state: dict[str, Any], filter: dict[str, Callable[[str, Any], bool]] | None,
+def converted(fabric: Fabric, state: Mapping[str, object], filter: Mapping[str, Callable[[str, Any], bool]] | None,
               ) -> tuple[dict[str, Any], list[str]]:  # noqa: A002 - Lightning's argument name
     """``state`` as a checkpoint: modules and optimizers as their (possibly sharded) state dicts, stateful objects
     as theirs, the rest as is; ``filter[key](name, value)`` keeps the items of entry ``key`` it accepts. Returns
@@ -74,6 +84,7 @@ def converted(fabric: Fabric, state: dict[str, Any], filter: dict[str, Callable[
     strategy, checkpoint, sharded_keys = fabric.strategy, {}, []
     for key, value in state.items():
         kind = _kind(value)
+        entry: object
         if kind == "module":
             entry = strategy.module_state_dict(_forward_module(fabric, value))
             sharded_keys.append(key)
@@ -81,17 +92,17 @@ def converted(fabric: Fabric, state: dict[str, Any], filter: dict[str, Callable[
             entry = strategy.optimizer_state_dict(_optimizer_owner(fabric, value, state), unwrap(value))
             sharded_keys.append(key)
         elif kind == "stateful":
-            entry = value.state_dict()
+            entry = cast(Stateful, value).state_dict()
         else:
             entry = value
-        if key in filter:
-            entry = {k: v for k, v in entry.items() if filter[key](k, v)}
+        if key in filter:  # a filtered entry is a state dict (a module's, an optimizer's or a plain dict)
+            entry = {k: v for k, v in cast(Mapping[str, object], entry).items() if filter[key](k, v)}
         checkpoint[key] = entry
     return checkpoint, sharded_keys
 
 
-def save(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any],
-         filter: dict[str, Callable[[str, Any], bool]] | None) -> None:  # noqa: A002 - Lightning's argument name
+def save(fabric: Fabric, path: str | os.PathLike, state: Mapping[str, object],
+         filter: Mapping[str, Callable[[str, Any], bool]] | None) -> None:  # noqa: A002 - Lightning's argument name
     """Write ``state`` at ``path``: a sharded directory where the strategy shards, else one file written atomically
     by global rank 0 (every process waits for it)."""
     fabric.setup_environment()
@@ -109,7 +120,8 @@ def save(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any],
     strategy.barrier("Fabric.save")
 
 
-def _read(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any] | None, weights_only: bool) -> dict[str, Any]:
+def _read(fabric: Fabric, path: str | os.PathLike, state: Mapping[str, object] | None,
+          weights_only: bool) -> dict[str, Any]:
     """The checkpoint at ``path``: a file read whole; a sharded directory read into this run's shards of
     ``state``'s modules and optimizers when the strategy shards, else whole."""
     if not sharded.is_sharded_checkpoint(path):
@@ -160,7 +172,8 @@ def load(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any] | None, 
     return checkpoint
 
 
-def load_raw(fabric: Fabric, path: str | os.PathLike, obj: Any, strict: bool, weights_only: bool | None) -> None:
+def load_raw(fabric: Fabric, path: str | os.PathLike, obj: nn.Module | torch.optim.Optimizer | FabricOptimizer, strict: bool,
+             weights_only: bool | None) -> None:
     """Load a plain ``state_dict`` file into a module or optimizer (see :meth:`accelkit.Fabric.load_raw`)."""
     fabric.setup_environment()
     safe = True if weights_only is None else weights_only

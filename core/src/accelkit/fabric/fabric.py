@@ -14,7 +14,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import torch
 from torch import nn
@@ -28,6 +28,16 @@ from accelkit.strategies.sampler import distribute_dataloader, seed_workers
 from accelkit.trainer.arguments import compose_arguments, plugin_arguments
 from accelkit.utilities.apply_func import apply_to_tensors
 from accelkit.utilities.seed import seed_from_environment
+
+if TYPE_CHECKING:
+    from accelkit.accelerator import Accelerator
+    from accelkit.loggers.base import Logger
+    from accelkit.precision import Precision
+    from accelkit.strategies.base import Strategy
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 _REDUCE_OPS = ("mean", "sum", "max", "min")
 
@@ -50,9 +60,10 @@ class Fabric:
         :mod:`accelkit.fabric.loggers`).
     """
 
-    def __init__(self, *, accelerator: Any = "auto", strategy: Any = "auto", devices: Any = "auto",
-                 num_nodes: int = 1, precision: Any = None, plugins: Any = None, callbacks: Any = None,
-                 loggers: Any = None) -> None:
+    def __init__(self, *, accelerator: str | Accelerator = "auto", strategy: str | Strategy = "auto",
+                 devices: int | str | list[int] = "auto", num_nodes: int = 1, precision: str | int | None = None,
+                 plugins: object = None, callbacks: object = None,
+                 loggers: Logger | list[Logger] | tuple[Logger, ...] | None = None) -> None:
         from accelkit.strategies.launchers.script import follow_parent
 
         self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
@@ -69,14 +80,14 @@ class Fabric:
             compose_fabric(self.plugin_manager, names, self._plugin_objects, **settings) if outer is None
             else outer._worker_composition(settings))
         #: the step's calls as :meth:`_step_calls` decides them for this composition (``None``: not decided yet)
-        self._plain_calls: tuple[Callable[[torch.Tensor], Any], bool] | None = None
+        self._plain_calls: tuple[Callable[[torch.Tensor], None], bool] | None = None
         #: what :meth:`backward` calls without a frame of its own: ``Tensor.backward`` where the step is plain
         #: (:meth:`_step_calls`) and no accumulation window divides the loss; ``None``: :meth:`_backward` decides
-        self._plain_backward: Callable[[torch.Tensor], Any] | None = None
+        self._plain_backward: Callable[[torch.Tensor], None] | None = None
         #: the set-up optimizers, told how to step (:meth:`FabricOptimizer.follow`) when the plan or the window changes
         self._optimizer_wrappers: list[FabricOptimizer] = []
-        self._callbacks = _as_list(callbacks)
-        self._loggers = _as_list(loggers)
+        self._callbacks: list[object] = _as_list(callbacks)
+        self._loggers: list[Logger] = _as_list(loggers)
         self._launched = False
         self._environment_ready = self._script_worker
         self._ends_at_exit = False  # _end_run is registered with atexit
@@ -120,14 +131,14 @@ class Fabric:
             if not isinstance(obj, (Strategy, Precision, ClusterEnvironment)):
                 self.plugin_manager.add_plugin(obj)
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_manager"] = None  # pluggy managers hold modules; workers rebuild theirs
         state["_optimizer_wrappers"] = []  # (set up in the process that runs the loop)
         state["_plugin_objects"] = portable_plugins(self._plugin_objects)
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._plugin_objects = resolve_plugins(self._plugin_objects)
         self._register_plugin_objects()
@@ -143,17 +154,17 @@ class Fabric:
         self._set_window(bool(value), self._loss_divisor)
 
     @property
-    def strategy(self) -> Any:
+    def strategy(self) -> Strategy:
         """The :class:`~accelkit.Strategy` of the run."""
         return self._composition.strategy
 
     @property
-    def accelerator(self) -> Any:
+    def accelerator(self) -> Accelerator:
         """The :class:`~accelkit.Accelerator` of the run."""
         return self._composition.accelerator
 
     @property
-    def precision(self) -> Any:
+    def precision(self) -> Precision:
         """The :class:`~accelkit.Precision` of the run."""
         return self._composition.strategy.precision
 
@@ -188,17 +199,23 @@ class Fabric:
         return self.strategy.is_global_zero
 
     @property
-    def loggers(self) -> list[Any]:
+    def loggers(self) -> list[Logger]:
         """Every logger given to the Fabric."""
         return self._loggers
 
     @property
-    def logger(self) -> Any:
+    def logger(self) -> Logger | None:
         """The first logger (``None`` without one)."""
         return self._loggers[0] if self._loggers else None
 
     # ----------------------------------------------------------------- launching
-    def launch(self, function: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+    @overload
+    def launch(self, function: None = None) -> None: ...
+
+    @overload
+    def launch(self, function: Callable[Concatenate[Fabric, _P], _R], *args: _P.args, **kwargs: _P.kwargs) -> _R: ...
+
+    def launch(self, function: Callable[..., _R] | None = None, *args: object, **kwargs: object) -> _R | None:
         """Start the run's processes and set each one up (process group, device).
 
         Without ``function``, the script itself is the work: with ``strategy="ddp"`` and no launcher, the script is
@@ -244,7 +261,7 @@ class Fabric:
             self.strategy.launch(run_launched, carrier, script_replicas.run_script, (path,), {})
         raise SystemExit(0)
 
-    def _worker_composition(self, settings: dict[str, Any]) -> Composition:
+    def _worker_composition(self, settings: dict[str, object]) -> Composition:
         """The run of this worker, for the script's own ``Fabric(...)`` in it; its arguments must name the same
         run as the launching process's (a strategy or accelerator object: the same class)."""
         from accelkit.errors import ConfigurationError
@@ -315,8 +332,8 @@ class Fabric:
             self._end_at_exit()
 
     # ----------------------------------------------------------------- setup
-    def setup(self, module: nn.Module, *optimizers: torch.optim.Optimizer, scheduler: Any = None,
-              move_to_device: bool = True) -> Any:
+    def setup(self, module: nn.Module, *optimizers: torch.optim.Optimizer, scheduler: object = None,
+              move_to_device: bool = True) -> Any:  # Lightning's: unpacked as the call's arguments decide
         """Set up a module and its optimizers for the run: returns the wrapped module alone, or ``(module,
         *optimizers)`` (and the ``scheduler``, unchanged, last, when given)."""
         self._check_not_wrapped(module, optimizers)
@@ -332,7 +349,14 @@ class Fabric:
         self._check_not_wrapped(module, ())
         return self._setup_module(module, move_to_device, ())
 
-    def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> Any:
+    @overload
+    def setup_optimizers(self, optimizer: torch.optim.Optimizer, /) -> FabricOptimizer: ...
+
+    @overload
+    def setup_optimizers(self, first: torch.optim.Optimizer, second: torch.optim.Optimizer, /,
+                         *optimizers: torch.optim.Optimizer) -> tuple[FabricOptimizer, ...]: ...
+
+    def setup_optimizers(self, *optimizers: torch.optim.Optimizer) -> FabricOptimizer | tuple[FabricOptimizer, ...]:
         """Set up optimizers of an already set-up module: one wrapped optimizer, or a tuple of them."""
         self._check_not_wrapped(None, optimizers)
         if not optimizers:
@@ -340,7 +364,7 @@ class Fabric:
         wrapped = [self._setup_optimizer(o, None) for o in optimizers]
         return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
 
-    def _check_not_wrapped(self, module: Any, optimizers: Iterable[Any]) -> None:
+    def _check_not_wrapped(self, module: object, optimizers: Iterable[object]) -> None:
         if isinstance(module, FabricModule):
             raise ValueError("this module was already set up by Fabric.setup(); set up each module once")
         if any(isinstance(o, FabricOptimizer) for o in optimizers):
@@ -348,7 +372,8 @@ class Fabric:
         if module is not None and not isinstance(module, nn.Module):
             raise TypeError(f"Fabric.setup() needs a torch.nn.Module, got {type(module).__name__}")
 
-    def _setup_module(self, module: nn.Module, move_to_device: bool, optimizers: tuple) -> FabricModule:
+    def _setup_module(self, module: nn.Module, move_to_device: bool,
+                      optimizers: tuple[torch.optim.Optimizer, ...]) -> FabricModule:
         self.setup_environment()
         strategy = self.strategy
         names = {id(p): n for n, p in module.named_parameters()}
@@ -389,8 +414,17 @@ class Fabric:
                 return forward_module
         return None
 
-    def setup_dataloaders(self, *dataloaders: Any, use_distributed_sampler: bool = True,
-                          move_to_device: bool = True) -> Any:
+    @overload
+    def setup_dataloaders(self, dataloader: Iterable[object], /, *, use_distributed_sampler: bool = True,
+                          move_to_device: bool = True) -> FabricDataLoader: ...
+
+    @overload
+    def setup_dataloaders(self, first: Iterable[object], second: Iterable[object], /,
+                          *dataloaders: Iterable[object], use_distributed_sampler: bool = True,
+                          move_to_device: bool = True) -> list[FabricDataLoader]: ...
+
+    def setup_dataloaders(self, *dataloaders: Iterable[object], use_distributed_sampler: bool = True,
+                          move_to_device: bool = True) -> FabricDataLoader | list[FabricDataLoader]:
         """Prepare loaders for the run: each process reads its shard (a sampler of the user's is sharded, not
         replaced; one that already knows its rank is kept), workers are seeded after
         ``seed_everything(workers=True)``, and iterating moves batches to the device and gives the sampler the
@@ -401,7 +435,8 @@ class Fabric:
         prepared = [self._setup_dataloader(d, use_distributed_sampler, move_to_device) for d in dataloaders]
         return prepared[0] if len(prepared) == 1 else prepared
 
-    def _setup_dataloader(self, loader: Any, use_distributed_sampler: bool, move_to_device: bool) -> Any:
+    def _setup_dataloader(self, loader: Iterable[object], use_distributed_sampler: bool,
+                          move_to_device: bool) -> FabricDataLoader:
         if isinstance(loader, FabricDataLoader):
             raise ValueError("this data loader was already set up by Fabric.setup_dataloaders(); set it up once")
         strategy = self.strategy
@@ -417,7 +452,7 @@ class Fabric:
         return FabricDataLoader(loader, self.device if move_to_device else None, self)
 
     # ----------------------------------------------------------------- the step
-    def backward(self, tensor: torch.Tensor, *args: Any, model: Any = None, **kwargs: Any) -> None:
+    def backward(self, tensor: torch.Tensor, *args: Any, model: FabricModule | None = None, **kwargs: Any) -> None:
         """Back-propagate ``tensor`` through the strategy and the precision (a gradient scaler scales it); extra
         arguments go to ``Tensor.backward`` (``retain_graph=True``...)."""
         plain = self._plain_backward
@@ -426,7 +461,8 @@ class Fabric:
             return
         plain(tensor)  # the plain step (no scaler: nothing reads _backward_since_step), outside a window
 
-    def _backward(self, tensor: torch.Tensor, args: tuple, kwargs: dict[str, Any], model: Any) -> None:
+    def _backward(self, tensor: torch.Tensor, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  model: FabricModule | None) -> None:
         """:meth:`backward` through the strategy's and the precision's methods where they customise it."""
         if model is not None and not isinstance(model, FabricModule):
             raise TypeError(f"backward(model=...) takes a module set up with Fabric.setup(), got "
@@ -439,7 +475,7 @@ class Fabric:
             (self._plain_calls or self._step_calls())[0](tensor)
         self._backward_since_step = True
 
-    def _step_calls(self) -> tuple[Callable[[torch.Tensor], Any], bool]:
+    def _step_calls(self) -> tuple[Callable[[torch.Tensor], None], bool]:
         """What :meth:`backward` calls, and whether :meth:`optimizer_step` may call the optimizer's own ``step``
         alone, decided once per composition: where neither the strategy nor the precision customises that part of
         the step (the plain precision on one process or DDP), the tensor's own ``backward`` and ``True``, which is
@@ -460,7 +496,7 @@ class Fabric:
         self._plan_fast_paths(plan)
         return plan
 
-    def _plan_fast_paths(self, plan: tuple[Callable[[torch.Tensor], Any], bool]) -> None:
+    def _plan_fast_paths(self, plan: tuple[Callable[[torch.Tensor], None], bool]) -> None:
         """Set the step's paths without frames of their own from the composition's ``plan`` (:meth:`_step_calls`)
         and the accumulation window: :meth:`backward`'s, and each set-up optimizer's
         (:meth:`FabricOptimizer.follow <accelkit.fabric.wrappers.FabricOptimizer.follow>`)."""
@@ -476,7 +512,8 @@ class Fabric:
         self._accumulating, self._loss_divisor = accumulating, divisor
         self._plan_fast_paths(self._plain_calls or self._step_calls())
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer,
+                       closure: Callable[[], float] | None = None) -> float | None:
         """Step ``optimizer`` (the user's, not the wrapper) through the strategy: gradients reduced where the
         strategy does so, the precision's scaler, the strategy's step end. :meth:`FabricOptimizer.step
         <accelkit.fabric.wrappers.FabricOptimizer.step>` calls it."""
@@ -486,7 +523,7 @@ class Fabric:
             return None
         return self._full_step(optimizer, closure)
 
-    def _full_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
+    def _full_step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], float] | None) -> float | None:
         """:meth:`optimizer_step` through the strategy's and the precision's methods (the scaler's check first)."""
         precision, strategy = self.precision, self.strategy
         if getattr(precision, "use_scaler", False) and not self._backward_since_step and closure is None:
@@ -496,16 +533,17 @@ class Fabric:
                 "would be unscaled wrongly. Call fabric.backward(loss) instead of loss.backward().")
         strategy.reduce_gradients(optimizer)
         if closure is None:
-            outcome = strategy.optimizer_step(optimizer)
+            outcome: bool | float | None = strategy.optimizer_step(optimizer)
         else:
-            results: list[Any] = []
+            results: list[float | None] = []
             precision.optimizer_step(optimizer, step=lambda: results.append(optimizer.step(closure)))
             outcome = results[0] if results else None
         strategy.step_end()
         self._backward_since_step = False
         return outcome if closure is not None else None
 
-    def clip_gradients(self, module: Any, optimizer: Any, clip_val: float | None = None,
+    def clip_gradients(self, module: nn.Module, optimizer: torch.optim.Optimizer | FabricOptimizer,
+                       clip_val: float | None = None,
                        max_norm: float | None = None, norm_type: float = 2.0,
                        error_if_nonfinite: bool = True) -> torch.Tensor | None:
         """Clip the gradients of ``module``'s parameters by value (``clip_val``) or by their total norm
@@ -531,7 +569,7 @@ class Fabric:
         """The precision's context for code outside the set-up module's forward (autocast for mixed precision)."""
         return self.precision.forward_context()
 
-    def no_backward_sync(self, module: Any, enabled: bool = True) -> contextlib.AbstractContextManager:
+    def no_backward_sync(self, module: FabricModule, enabled: bool = True) -> contextlib.AbstractContextManager:
         """Skip the gradient synchronisation of backward passes inside this context (while accumulating gradients);
         a warning says so when the strategy cannot skip it."""
         if not isinstance(module, FabricModule):
@@ -548,7 +586,7 @@ class Fabric:
         return context
 
     @contextlib.contextmanager
-    def accumulate(self, module: Any, every: int) -> Iterator[None]:
+    def accumulate(self, module: FabricModule, every: int) -> Iterator[None]:
         """Run one batch of a gradient-accumulation window of ``every`` batches (accelkit's, beyond Lightning; as
         Hugging Face Accelerate's ``accumulate``): on its accumulation steps the backward pass skips the gradient
         synchronisation and ``optimizer.step()``, ``optimizer.zero_grad()`` and :meth:`clip_gradients` do nothing;
@@ -580,7 +618,7 @@ class Fabric:
         finally:
             self._set_window(False, 1)
 
-    def gather_for_metrics(self, data: Any) -> Any:
+    def gather_for_metrics(self, data: object) -> Any:  # shaped as data, numbers made tensors
         """Gather tensors (or collections of them) from every process and join them along the first dimension,
         without the samples the distributed sampler repeated to give every process as many (in the last batch of
         the epoch): each sample of the data set once, for exact distributed evaluation (accelkit's, beyond
@@ -644,7 +682,13 @@ class Fabric:
         finally:
             torch.set_default_dtype(previous)
 
-    def to_device(self, obj: Any) -> Any:
+    @overload
+    def to_device(self, obj: nn.Module) -> nn.Module: ...
+
+    @overload
+    def to_device(self, obj: _T) -> _T: ...
+
+    def to_device(self, obj: object) -> object:
         """Move a module, a tensor or a collection of tensors to the device."""
         if isinstance(obj, nn.Module):
             return self.strategy.module_to_device(obj)
@@ -667,12 +711,12 @@ class Fabric:
         self.setup_environment()
         self.strategy.barrier(name)
 
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
+    def broadcast(self, obj: _T, src: int = 0) -> _T:
         """Send a picklable object from ``src`` to every process."""
         self.setup_environment()
         return self.strategy.broadcast(obj, src)
 
-    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+    def all_gather(self, data: object, group: object = None, sync_grads: bool = False) -> Any:  # shaped as data
         """Gather tensors (or collections of them) from every process along a new first dimension; a single
         process returns them unchanged, as Lightning's."""
         _no_group(group, "all_gather")
@@ -683,7 +727,7 @@ class Fabric:
         self.setup_environment()
         return apply_to_tensors(self._as_tensors(data), self.strategy.all_gather)
 
-    def all_reduce(self, data: Any, group: Any = None, reduce_op: str = "mean") -> Any:
+    def all_reduce(self, data: object, group: object = None, reduce_op: str = "mean") -> Any:  # shaped as data
         """Reduce tensors (or numbers, or collections of them) across processes: ``"mean"``, ``"sum"``, ``"max"``
         or ``"min"``."""
         _no_group(group, "all_reduce")
@@ -694,7 +738,7 @@ class Fabric:
         reduce = self.strategy.reduce
         return apply_to_tensors(self._as_tensors(data), lambda t: reduce(t, op))
 
-    def _as_tensors(self, data: Any) -> Any:
+    def _as_tensors(self, data: object) -> object:
         if isinstance(data, (int, float)) and not isinstance(data, bool):
             return torch.tensor(data, device=self.device)
         if isinstance(data, Mapping):
@@ -703,7 +747,7 @@ class Fabric:
             return type(data)(self._as_tensors(v) for v in data)
         return data
 
-    def print(self, *args: Any, **kwargs: Any) -> None:
+    def print(self, *args: object, **kwargs: Any) -> None:
         """``print`` on local rank 0 only."""
         if self.local_rank == 0:
             print(*args, **kwargs)
@@ -716,11 +760,11 @@ class Fabric:
         return seed_everything(seed, workers=True if workers is None else workers, verbose=verbose)
 
     # ----------------------------------------------------------------- logging and callbacks
-    def log(self, name: str, value: Any, step: int | None = None) -> None:
+    def log(self, name: str, value: object, step: int | None = None) -> None:
         """Log one value to every logger (from global rank 0)."""
         self.log_dict({name: value}, step=step)
 
-    def log_dict(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    def log_dict(self, metrics: Mapping[str, object], step: int | None = None) -> None:
         """Log values (numbers or one-element tensors) to every logger (from global rank 0)."""
         if not self.is_global_zero:
             return
@@ -728,7 +772,7 @@ class Fabric:
         for logger in self._loggers:
             logger.log_metrics(values, step=step)
 
-    def call(self, hook_name: str, *args: Any, **kwargs: Any) -> None:
+    def call(self, hook_name: str, *args: object, **kwargs: object) -> None:
         """Call ``hook_name`` on every callback that has it, with the keyword arguments its signature takes."""
         for callback in self._callbacks:
             method = getattr(callback, hook_name, None)
@@ -737,8 +781,8 @@ class Fabric:
             method(*args, **_accepted(method, kwargs))
 
     # ----------------------------------------------------------------- checkpoints
-    def save(self, path: str | os.PathLike, state: dict[str, Any],
-             filter: dict[str, Callable[[str, Any], bool]] | None = None) -> None:  # noqa: A002 - Lightning's name
+    def save(self, path: str | os.PathLike, state: Mapping[str, object],
+             filter: Mapping[str, Callable[[str, Any], bool]] | None = None) -> None:  # noqa: A002 - Lightning's name
         """Save ``state`` (modules, optimizers and anything picklable, by name) atomically: one file, or a sharded
         checkpoint directory where the strategy shards. Every process calls it."""
         checkpoints.save(self, path, state, filter)
@@ -750,12 +794,12 @@ class Fabric:
         weights only (no arbitrary pickled objects) unless ``weights_only=False``."""
         return checkpoints.load(self, path, state, strict, weights_only)
 
-    def load_raw(self, path: str | os.PathLike, obj: Any, strict: bool = True,
+    def load_raw(self, path: str | os.PathLike, obj: nn.Module | torch.optim.Optimizer | FabricOptimizer, strict: bool = True,
                  weights_only: bool | None = None) -> None:
         """Load a plain ``state_dict`` file (``torch.save(model.state_dict())``) into a module or optimizer."""
         checkpoints.load_raw(self, path, obj, strict, weights_only)
 
-    def optimizer_module(self, optimizer: Any) -> nn.Module | None:
+    def optimizer_module(self, optimizer: torch.optim.Optimizer | FabricOptimizer) -> nn.Module | None:
         """The set-up module whose parameters ``optimizer`` (wrapped or not) steps, if known."""
         return self._optimizer_modules.get(id(unwrap(optimizer)))
 
@@ -768,7 +812,7 @@ COMMAND_LINE_SETTINGS = {"accelerator": "ACCELKIT_FABRIC_ACCELERATOR", "strategy
 DEFAULTS = {"accelerator": "auto", "strategy": "auto", "devices": "auto", "num_nodes": 1, "precision": None}
 
 
-def settings_from_command_line(given: dict[str, Any]) -> dict[str, Any]:
+def settings_from_command_line(given: Mapping[str, object]) -> dict[str, object]:
     """The composition arguments after ``accelkit run``'s options (``ACCELKIT_FABRIC_*`` variables, see
     :mod:`accelkit.cli.run_command`): an argument left at its default takes the option's value; one given otherwise
     must agree with it."""
@@ -779,7 +823,7 @@ def settings_from_command_line(given: dict[str, Any]) -> dict[str, Any]:
         raw = os.environ.get(variable)
         if raw is None:
             continue
-        value: Any = int(raw) if name in ("devices", "num_nodes") and raw.strip().isdigit() else raw
+        value: int | str = int(raw) if name in ("devices", "num_nodes") and raw.strip().isdigit() else raw
         mine = given[name]
         if mine != DEFAULTS[name] and str(mine) != str(value):
             problems.append(f"Fabric({name}={mine!r}) conflicts with `accelkit run --{name.replace('_', '-')} "
@@ -790,8 +834,8 @@ def settings_from_command_line(given: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def compose_fabric(manager: PluginManager, plugin_names: list[str], plugin_objects: list[Any], accelerator: Any,
-                   strategy: Any, devices: Any, num_nodes: Any, precision: Any) -> Composition:
+def compose_fabric(manager: PluginManager, plugin_names: list[str], plugin_objects: list[object], accelerator: object,
+                   strategy: object, devices: object, num_nodes: object, precision: object) -> Composition:
     """The Fabric's run, composed as the Trainer's (:func:`~accelkit.trainer.arguments.compose_arguments`); when no
     launcher started this process, a :class:`~accelkit.environments.script.ScriptEnvironment` lets ``"ddp"`` start
     the other processes itself."""
@@ -807,7 +851,8 @@ def compose_fabric(manager: PluginManager, plugin_names: list[str], plugin_objec
     return compose_arguments(manager, arguments, plugin_names, objects, [], Fabric.__init__)
 
 
-def run_launched(fabric: Fabric, function: Callable[..., Any] | None, args: tuple, kwargs: dict) -> Any:
+def run_launched(fabric: Fabric, function: Callable[..., _R] | None, args: tuple[object, ...],
+                 kwargs: dict[str, object]) -> _R | None:
     """What :meth:`Fabric.launch` runs in every process: set the process up, then the user's function."""
     fabric._launched = True  # noqa: SLF001 - a spawned worker's own copy of the Fabric
     fabric.setup_environment()
@@ -818,7 +863,7 @@ def run_launched(fabric: Fabric, function: Callable[..., Any] | None, args: tupl
     return result
 
 
-def _check_launch_function(function: Any) -> None:
+def _check_launch_function(function: object) -> None:
     if not callable(function):
         raise TypeError(f"Fabric.launch(function): {function!r} is not callable")
     try:
@@ -830,25 +875,25 @@ def _check_launch_function(function: Any) -> None:
                         "function(fabric, *args); give it a first parameter for the Fabric")
 
 
-def _same_setting(mine: Any, theirs: Any) -> bool:
+def _same_setting(mine: object, theirs: object) -> bool:
     """Two values of a composition argument name the same thing: equal, or objects of one class."""
     if isinstance(mine, (str, int, float, list, tuple, type(None))):
         return bool(mine == theirs)
     return type(mine) is type(theirs)
 
 
-def _as_list(value: Any) -> list[Any]:
+def _as_list(value: _T | list[_T] | tuple[_T, ...] | None) -> list[_T]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _no_group(group: Any, method: str) -> None:
+def _no_group(group: object, method: str) -> None:
     if group is not None:
         raise ValueError(f"{method}(group=...) is not supported: it runs over every process; leave group=None")
 
 
-def _accepted(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _accepted(method: Callable[..., object], kwargs: dict[str, object]) -> dict[str, object]:
     """The keyword arguments ``method``'s signature takes (all of them when it takes ``**kwargs``)."""
     try:
         parameters = inspect.signature(method).parameters
@@ -859,7 +904,7 @@ def _accepted(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, A
     return {k: v for k, v in kwargs.items() if k in parameters}
 
 
-def _rebind_parameters(module: nn.Module, names: dict[int, str], optimizers: Iterable[Any]) -> None:
+def _rebind_parameters(module: nn.Module, names: dict[int, str], optimizers: Iterable[torch.optim.Optimizer]) -> None:
     """Point ``optimizers``' parameter groups at ``module``'s parameters after the strategy replaced them (a
     sharding strategy, a device whose tensors cannot share the CPU's storage), matched by name; the groups stay the
     same objects, so a scheduler made before ``setup`` keeps working."""
