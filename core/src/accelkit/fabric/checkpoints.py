@@ -172,8 +172,8 @@ def load(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any] | None, 
     return checkpoint
 
 
-def load_raw(fabric: Fabric, path: str | os.PathLike, obj: nn.Module | torch.optim.Optimizer | FabricOptimizer, strict: bool,
-             weights_only: bool | None) -> None:
+def load_raw(fabric: Fabric, path: str | os.PathLike, obj: nn.Module | torch.optim.Optimizer | FabricOptimizer,
+             strict: bool, weights_only: bool | None) -> None:
     """Load a plain ``state_dict`` file into a module or optimizer (see :meth:`accelkit.Fabric.load_raw`)."""
     fabric.setup_environment()
     safe = True if weights_only is None else weights_only

@@ -794,8 +794,8 @@ class Fabric:
         weights only (no arbitrary pickled objects) unless ``weights_only=False``."""
         return checkpoints.load(self, path, state, strict, weights_only)
 
-    def load_raw(self, path: str | os.PathLike, obj: nn.Module | torch.optim.Optimizer | FabricOptimizer, strict: bool = True,
-                 weights_only: bool | None = None) -> None:
+    def load_raw(self, path: str | os.PathLike, obj: nn.Module | torch.optim.Optimizer | FabricOptimizer,
+                 strict: bool = True, weights_only: bool | None = None) -> None:
         """Load a plain ``state_dict`` file (``torch.save(model.state_dict())``) into a module or optimizer."""
         checkpoints.load_raw(self, path, obj, strict, weights_only)
 
