@@ -9,7 +9,7 @@ when ``tensorboard`` or ``tensorboardX`` can be imported, else a :class:`CSVLogg
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelkit.loggers.base import DEFAULT_NAME, Logger, RunFolder, VersionedLogger, claim_version, next_version
 from accelkit.loggers.csv_logs import CSVLogger
@@ -30,7 +30,7 @@ def default_logger(save_dir: str | os.PathLike) -> Logger:
     return TensorBoardLogger(save_dir) if tensorboard_available() else CSVLogger(save_dir)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[TensorBoardLogger]:
     if name == "TensorBoardLogger":
         from accelkit.loggers.tensorboard import TensorBoardLogger
 

@@ -7,7 +7,7 @@ import functools
 import os
 from argparse import Namespace
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -15,34 +15,39 @@ from accelkit.checkpoint.files import write_error_reason
 from accelkit.errors import LoggerWriteError
 from accelkit.utilities.rank_zero import global_rank
 
+_Logger = TypeVar("_Logger")
+_Experiment = TypeVar("_Experiment")
+_Value = TypeVar("_Value")
+
 
 class SilentExperiment:
     """Stands in for ``experiment`` on ranks other than zero: every attribute is a call that does nothing, so
     ``logger.experiment.add_image(...)`` written for rank zero is harmless elsewhere."""
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> SilentExperiment:
         return self
 
-    def __call__(self, *args: Any, **kwargs: Any) -> SilentExperiment:
+    def __call__(self, *args: object, **kwargs: object) -> SilentExperiment:
         return self
 
     def __bool__(self) -> bool:
         return False
 
 
-def rank_zero_experiment(getter: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def rank_zero_experiment(getter: Callable[[_Logger], _Experiment],
+                         ) -> Callable[[_Logger], _Experiment | SilentExperiment]:
     """Decorate a logger's ``experiment`` getter (under ``@property``, as Lightning's decorator of this name is used
     in custom loggers): on global rank zero the getter runs; on any other rank it is not called and the property
     gives a ``SilentExperiment`` (every call on it does nothing), so the experiment is created once, by rank zero."""
 
     @functools.wraps(getter)
-    def experiment(self: Any) -> Any:
+    def experiment(self: _Logger) -> _Experiment | SilentExperiment:
         return getter(self) if global_rank() == 0 else SilentExperiment()
 
     return experiment
 
 
-def params_to_dict(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
+def params_to_dict(params: Mapping[str, object] | Namespace | None) -> dict[str, object]:
     """Hyper-parameters as a plain dict: a ``Namespace`` gives its attributes, ``None`` an empty dict."""
     if params is None:
         return {}
@@ -69,7 +74,7 @@ def metric_value(name: str, value: Any) -> int | float:
                          "number; log a float, an int or a one-element tensor") from None
 
 
-def add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str = "-") -> dict[str, Any]:
+def add_prefix(metrics: Mapping[str, _Value], prefix: str, separator: str = "-") -> dict[str, _Value]:
     """``metrics`` with ``prefix`` and ``separator`` put before every key (unchanged when ``prefix`` is empty)."""
     if not prefix:
         return dict(metrics)
@@ -77,7 +82,7 @@ def add_prefix(metrics: Mapping[str, Any], prefix: str, separator: str = "-") ->
 
 
 @contextlib.contextmanager
-def naming_write_failures(logger: Any, path: str | os.PathLike | Callable[[], str | None]) -> Iterator[None]:
+def naming_write_failures(logger: object, path: str | os.PathLike | Callable[[], str | None]) -> Iterator[None]:
     """Within the block, an ``OSError`` (a full disk, a file size limit...) becomes a
     :class:`~accelkit.errors.LoggerWriteError` naming the logger's class, the path it was writing and why, with
     the original error as its cause; a write failure of a library that names no file (TensorBoard's
@@ -186,7 +191,7 @@ class Logger:
         """Record the run's hyper-parameters (a dict or an ``argparse.Namespace``)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement log_hyperparams()")
 
-    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+    def log_graph(self, model: torch.nn.Module, input_array: torch.Tensor | None = None) -> None:
         """Record the model's computational graph. Does nothing unless a logger supports graphs
         (:class:`~accelkit.loggers.TensorBoardLogger` with ``log_graph=True``)."""
 
@@ -281,8 +286,8 @@ class RunFolder(VersionedLogger):
         """This run's folder, ``<save_dir>/lightning_logs/version_<n>``."""
         return self.version_dir()
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, object], step: int | None = None) -> None:
         """Nothing: metrics go to the run's loggers."""
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, params: Mapping[str, object] | Namespace, *args: object, **kwargs: object) -> None:
         """Nothing: hyper-parameters go to the run's loggers."""

@@ -63,7 +63,7 @@ class CSVLogger(VersionedLogger):
         self.flush_logs_every_n_steps = flush_logs_every_n_steps
         #: Every hyper-parameter logged so far (name to value).
         self.hparams: dict[str, Any] = {}
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[dict[str, int | float | str]] = []
         self._columns: list[str] = []
         self._written_columns: list[str] | None = None  # None: this logger has not written metrics.csv yet
         self._flushed_bucket = 0
@@ -84,17 +84,17 @@ class CSVLogger(VersionedLogger):
         return self
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[dict[str, int | float | str]]:
         """Every row this logger has logged, oldest first: those already in ``metrics.csv`` (read back, numbers
         parsed, empty cells left out) and those still buffered."""
-        written: list[dict[str, Any]] = []
+        written: list[dict[str, int | float | str]] = []
         if self._written_columns is not None and self.metrics_file.is_file():
             with open(self.metrics_file, newline="") as handle:
                 written = [{key: _parse_cell(value) for key, value in row.items() if value != ""}
                            for row in csv.DictReader(handle)]
         return written + [dict(row) for row in self._pending]
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, object], step: int | None = None) -> None:
         """Buffer one row: ``step`` and the metrics, tensors converted to numbers. Writes the buffer every
         ``flush_logs_every_n_steps`` steps. Rank zero only.
 
@@ -106,7 +106,7 @@ class CSVLogger(VersionedLogger):
         counted = step is None
         if step is None:  # Lightning's default: the rows not yet written
             step = len(self._pending)
-        row: dict[str, Any] = {"step": step}
+        row: dict[str, int | float | str] = {"step": step}
         for key, value in add_prefix(metrics, self.prefix, self.LOGGER_JOIN_CHAR).items():
             row[key] = metric_value(key, value)
         new = [key for key in row if key not in self._columns]
@@ -124,7 +124,8 @@ class CSVLogger(VersionedLogger):
             self._flushed_bucket = bucket
             self.save()
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
+    def log_hyperparams(self, params: Mapping[str, object] | Namespace | None, *args: object,
+                        **kwargs: object) -> None:
         """Add ``params`` to :attr:`hparams` and rewrite ``hparams.yaml`` (Lightning's file, which
         ``load_from_checkpoint(..., hparams_file=)`` reads; values that are not plain data are written as their
         ``repr``). Rank zero only."""

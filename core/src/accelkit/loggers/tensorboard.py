@@ -13,6 +13,7 @@ import warnings
 import weakref
 from argparse import Namespace
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -44,7 +45,7 @@ def _require_tensorboard() -> None:
         raise ModuleNotFoundError(_MISSING, name="tensorboard")
 
 
-def _writer_module() -> Any:
+def _writer_module() -> ModuleType:
     """The module holding ``SummaryWriter`` and ``summary.hparams``: torch's with ``tensorboard``, else
     ``tensorboardX``."""
     if importlib.util.find_spec("tensorboard") is not None:
@@ -56,9 +57,9 @@ def _writer_module() -> Any:
     return tensorboardX
 
 
-def _flatten(params: Mapping[str, Any], parent: str = "", separator: str = "/") -> dict[str, Any]:
+def _flatten(params: Mapping[str, object], parent: str = "", separator: str = "/") -> dict[str, object]:
     """Nested dicts flattened to ``{"outer/inner": value}``."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, object] = {}
     for key, value in params.items():
         name = f"{parent}{separator}{key}" if parent else str(key)
         if isinstance(value, Namespace):
@@ -70,7 +71,7 @@ def _flatten(params: Mapping[str, Any], parent: str = "", separator: str = "/") 
     return flat
 
 
-def _hparam_value(value: Any) -> int | float | str | bool:
+def _hparam_value(value: object) -> int | float | str | bool:
     """A value TensorBoard's hparams plugin accepts: numbers, strings and booleans as they are, one-element
     tensors as numbers, callables by name, anything else as its ``str``."""
     if isinstance(value, (bool, int, float, str)):
@@ -107,7 +108,7 @@ class TensorBoardLogger(VersionedLogger):
 
     def __init__(self, save_dir: str | os.PathLike, name: str | None = DEFAULT_NAME,
                  version: int | str | None = None, log_graph: bool = False, default_hp_metric: bool = True,
-                 prefix: str = "", sub_dir: str | os.PathLike | None = None, **kwargs: Any) -> None:
+                 prefix: str = "", sub_dir: str | os.PathLike | None = None, **kwargs: object) -> None:
         unknown = sorted(set(kwargs) - set(_WRITER_KWARGS))
         if unknown:
             raise TypeError(f"TensorBoardLogger got unexpected arguments {unknown}; the SummaryWriter arguments it "
@@ -167,7 +168,7 @@ class TensorBoardLogger(VersionedLogger):
             return self.log_dir
         return max(mine, key=lambda entry: entry.stat().st_mtime).path if mine else self.log_dir
 
-    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, object], step: int | None = None) -> None:
         """Write each metric as a scalar at ``step`` (a dict value as a group of scalars). Rank zero only."""
         if global_rank() != 0:
             return
@@ -179,8 +180,8 @@ class TensorBoardLogger(VersionedLogger):
                 else:
                     writer.add_scalar(key, metric_value(key, value), step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
-                        metrics: Mapping[str, Any] | float | None = None) -> None:
+    def log_hyperparams(self, params: Mapping[str, object] | Namespace | None,
+                        metrics: Mapping[str, object] | float | None = None) -> None:
         """Record hyper-parameters in ``hparams.yaml`` of the version folder (Lightning's file, which programs
         and ``load_from_checkpoint(..., hparams_file=)`` read back) and for TensorBoard's HPARAMS tab (nested
         dicts flattened with ``/``, values TensorBoard cannot show written as text), with ``metrics`` (a dict, or
@@ -209,7 +210,7 @@ class TensorBoardLogger(VersionedLogger):
             for summary in hparams(flat, numbers):
                 writer.add_summary(summary)
 
-    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
+    def log_graph(self, model: torch.nn.Module, input_array: object = None) -> None:
         """Record the model's graph (traced with ``input_array``, by default ``model.example_input_array``,
         moved to the model's device) when the logger was made with ``log_graph=True``; warns when there is no
         usable input. Rank zero only."""
@@ -261,7 +262,7 @@ class TensorBoardLogger(VersionedLogger):
                 experiment.flush()
                 experiment.close()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_experiment"] = None  # a SummaryWriter holds a thread and an open file; each process opens its own
         return state
