@@ -7,7 +7,7 @@ naming the entry, instead of failing later on a bare ``KeyError`` or ``Attribute
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
@@ -20,7 +20,7 @@ VERSION_KEY = "accelkit_version"
 LIGHTNING_VERSION_KEY = "pytorch-lightning_version"
 
 
-def check_version(checkpoint: dict[str, Any], name: str) -> None:
+def check_version(checkpoint: Mapping[str, object], name: str) -> None:
     """Refuse a checkpoint written by a newer accelkit than this one (or naming a version that is none).
 
     :param checkpoint: the loaded checkpoint dict.
@@ -41,7 +41,7 @@ def check_version(checkpoint: dict[str, Any], name: str) -> None:
                               f"'accelkit>={written}') to use it.")
 
 
-def check_entries(checkpoint: dict[str, Any], name: str) -> None:
+def check_entries(checkpoint: Mapping[str, object], name: str) -> None:
     """Refuse, with a sentence, a checkpoint whose ``state_dict``, ``callbacks`` or ``loops`` entry is not the
     dict accelkit and Lightning write (every stage reads them).
 
@@ -58,7 +58,7 @@ def check_entries(checkpoint: dict[str, Any], name: str) -> None:
                                   "(or start without ckpt_path).")
 
 
-def check_training_layout(checkpoint: dict[str, Any], name: str) -> None:
+def check_training_layout(checkpoint: Mapping[str, object], name: str) -> None:
     """Refuse, with a sentence, a checkpoint whose progress entries a resumed fit cannot read: ``epoch`` and
     ``global_step`` must be whole numbers, and the entries :func:`check_entries` checks dicts.
 
@@ -80,13 +80,13 @@ def check_training_layout(checkpoint: dict[str, Any], name: str) -> None:
     check_entries(checkpoint, name)
 
 
-def _integral_tensor(value: Any) -> bool:
+def _integral_tensor(value: object) -> bool:
     import torch
 
     return isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point()
 
 
-def _writer(checkpoint: dict[str, Any]) -> str:
+def _writer(checkpoint: Mapping[str, object]) -> str:
     """Who wrote ``checkpoint``, in words (for the errors)."""
     if VERSION_KEY in checkpoint:
         return f"written by accelkit {checkpoint[VERSION_KEY]}"

@@ -10,7 +10,6 @@ counts as outside), what lies inside a folder and what is a checkpoint by its fo
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from accelkit.checkpoint.sharded import METADATA_FILE
 
@@ -77,7 +76,7 @@ def removal_refusal(path: str | os.PathLike[str], folder: str | os.PathLike[str]
     return "it is not a checkpoint file (torch.save writes a zip archive)"
 
 
-def restore_refusal(path: Any, folder: Any) -> str | None:
+def restore_refusal(path: object, folder: str | os.PathLike[str]) -> str | None:
     """Why ``path``, restored from a checkpoint's callback state, must not be trusted by the callback whose folder is
     ``folder`` (``None``: it may be): it is no path, it resolves (``..`` and links followed) outside ``folder``, or
     something other than a checkpoint is there (:func:`removal_refusal`). A path where nothing is (a file the user

@@ -18,18 +18,21 @@ import threading
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from accelkit.fabric.fabric import Fabric
 
 _local = threading.local()
 
 
-def current() -> Any:
+def current() -> Fabric | None:
     """The set-up Fabric of the script run in this worker thread (what :func:`run_script` was given), or ``None``
     outside one."""
     return getattr(_local, "fabric", None)
 
 
-def at_end(function: Callable[[], Any]) -> None:
+def at_end(function: Callable[[], object]) -> None:
     """Call ``function`` when this worker's script run ends (a worker process may end without running ``atexit``
     handlers: a multiprocessing child leaves through ``os._exit``); outside a script run, at interpreter exit."""
     ends = getattr(_local, "at_end", None)
@@ -73,12 +76,12 @@ def main_module_hidden() -> Iterator[None]:
             sys.modules["__main__"] = main
 
 
-def run_script(fabric: Any, path: str) -> None:
+def run_script(fabric: Fabric, path: str) -> None:
     """What each worker runs: the script at ``path`` as ``__main__`` (in a namespace of its own), with ``fabric``
     (set up for this worker) adopted by the script's ``Fabric(...)``. A ``sys.exit`` with a status other than 0
     is raised as an error naming it."""
     code = compile(Path(path).read_bytes(), path, "exec")
-    namespace: dict[str, Any] = {"__name__": "__main__", "__file__": path, "__builtins__": builtins,
+    namespace: dict[str, object] = {"__name__": "__main__", "__file__": path, "__builtins__": builtins,
                                  "__package__": None, "__spec__": None, "__loader__": None, "__cached__": None}
     _local.fabric, _local.at_end = fabric, []
     try:
