@@ -18,17 +18,22 @@ import io
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, _EmptyStateDictLoadPlanner
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import ReadItem
+from torch.distributed.checkpoint.metadata import STATE_DICT_TYPE, Metadata, StorageMeta
+from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner, ReadItem
 
 from accelkit.checkpoint import files as ckpt
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint._nested_dict import FLATTEN_MAPPING
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.futures import Future
 
 #: DCP's index file in a sharded checkpoint directory (a pickle, read only through :func:`read_dcp_metadata`)
 DCP_METADATA_FILE = ".metadata"
@@ -51,11 +56,11 @@ _ELSE = "Use another checkpoint, or start without ckpt_path."
 class _IndexUnpickler(pickle.Unpickler):
     """Unpickles DCP's index admitting only :data:`DCP_METADATA_GLOBALS` and torch's dtypes."""
 
-    def __init__(self, handle: Any, name: str) -> None:
+    def __init__(self, handle: IO[bytes], name: str) -> None:
         super().__init__(handle)
         self.name = name
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         if (module, name) in DCP_METADATA_GLOBALS:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
@@ -123,7 +128,7 @@ class SafeReader(FileSystemReader):
                 f"bytes) does not match the checksum saved with it (its bytes changed after saving). {_ELSE}")
         self.checked.add(name)
 
-    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+    def read_metadata(self, *args: object, **kwargs: object) -> Metadata:
         """The index read at construction (accelkit writes no per-rank index: asked for one, there is none)."""
         if kwargs.get("rank") is not None:
             raise FileNotFoundError(f"{self.checkpoint!r} has no per-rank index")
@@ -133,11 +138,11 @@ class SafeReader(FileSystemReader):
         storage_meta.load_id = self.load_id
         return self.metadata
 
-    def _slice_file(self, file: Any, sinfo: Any) -> Any:
+    def _slice_file(self, file: object, sinfo: _StorageInfo) -> IO[bytes]:
         self.reading = sinfo.relative_path
         return super()._slice_file(file, sinfo)
 
-    def read_data(self, plan: Any, planner: Any) -> Any:
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         """DCP's read, with a failure naming the shard file it came from."""
         for item in plan.items:
             self.check(self.storage_data[item.storage_index].relative_path)
@@ -162,9 +167,9 @@ class _SafeBytes:
     weights_only = True
     checkpoint = "?"
     flatten_state_dict: bool
-    mappings: Any
-    original_state_dict: Any
-    state_dict: Any
+    mappings: FLATTEN_MAPPING
+    original_state_dict: STATE_DICT_TYPE
+    state_dict: STATE_DICT_TYPE
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
         try:

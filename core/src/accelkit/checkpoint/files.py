@@ -34,14 +34,20 @@ import struct
 import tempfile
 import zipfile
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import torch
 
 from accelkit.errors import AccelkitError
 from accelkit.utilities.apply_func import apply_to_tensors
 from accelkit.utilities.processes import process_alive
+
+if TYPE_CHECKING:
+    from torch.serialization import MAP_LOCATION
+
+_T = TypeVar("_T")
 
 #: set to ``1`` to write checkpoints whose weights hold NaN or inf (refused by default)
 ALLOW_NON_FINITE_ENV = "ACCELKIT_ALLOW_NON_FINITE_CHECKPOINTS"
@@ -58,7 +64,7 @@ class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
 
 
 # ----------------------------------------------------------------------------------------------- writing
-def atomic_save(obj: Any, path: str | os.PathLike) -> Path:
+def atomic_save(obj: object, path: str | os.PathLike) -> Path:
     """``torch.save`` ``obj`` to ``path`` so that ``path`` is either the old file or the complete new one.
 
     The data goes to a temporary file in the same directory, is flushed to disk, then renamed over ``path``
@@ -178,7 +184,7 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def _refuse_non_finite(obj: Any, path: Path) -> None:
+def _refuse_non_finite(obj: object, path: Path) -> None:
     """A Trainer checkpoint (``state_dict`` plus ``global_step``) with NaN/inf weights is not written."""
     if not (isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict) and "global_step" in obj):
         return
@@ -196,7 +202,7 @@ def _refuse_non_finite(obj: Any, path: Path) -> None:
         f"rate or gradient clipping (gradient_clip_val=...); set {ALLOW_NON_FINITE_ENV}=1 to write such checkpoints.")
 
 
-def non_finite_tensors(state_dict: dict[str, Any]) -> list[tuple[str, int]]:
+def non_finite_tensors(state_dict: Mapping[str, object]) -> list[tuple[str, int]]:
     """``(name, number of NaN/inf values)`` for each floating-point tensor of ``state_dict`` that has any."""
     bad = []
     for name, value in state_dict.items():
@@ -210,7 +216,8 @@ def non_finite_tensors(state_dict: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 # ----------------------------------------------------------------------------------------------- reading
-def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True, map_location: Any = "cpu") -> Any:
+def load(path: str | os.PathLike | IO[bytes], weights_only: bool = True,
+         map_location: MAP_LOCATION = "cpu") -> dict[str, Any]:
     """Load a checkpoint file: the one reader of checkpoint files, with one set of errors (resuming a fit,
     ``load_from_checkpoint``, the ``accelkit checkpoint`` command). ``weights_only=True`` (the default) refuses to
     unpickle arbitrary objects. Every record of the archive is compared with its CRC-32 first
@@ -455,7 +462,7 @@ def _first_reason(exc: BaseException) -> str:
     return text.replace("WeightsUnpickler error: ", "")
 
 
-def _is_bare_state_dict(obj: dict[Any, Any]) -> bool:
+def _is_bare_state_dict(obj: Mapping[object, object]) -> bool:
     return bool(obj) and all(isinstance(k, str) for k in obj) and all(
         isinstance(v, torch.Tensor) for v in obj.values())
 
@@ -479,6 +486,6 @@ def _alternatives(path: Path) -> str:
     return "Other checkpoints in that folder, newest first: " + ", ".join(p.name for p in others[:3]) + "."
 
 
-def to_cpu(obj: Any) -> Any:
+def to_cpu(obj: _T) -> _T:
     """A copy of ``obj`` with every tensor detached and on the CPU (for saving from any device)."""
     return apply_to_tensors(obj, lambda t: t.detach().cpu())
