@@ -25,11 +25,17 @@ import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from accelkit.checkpoint import files as ckpt
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.metadata import STATE_DICT_TYPE
+    from torch.optim.optimizer import StateDict
+
+    from accelkit.checkpoint.dcp_reading import SafeReader
 
 #: the file (written last, by global zero) holding a sharded checkpoint's non-tensor parts; its presence marks
 #: a directory as an accelkit sharded checkpoint
@@ -90,12 +96,12 @@ def check_complete(path: str | os.PathLike) -> None:
         "again, or use another checkpoint.")
 
 
-def _no_op(*args: Any, **kwargs: Any) -> Any:
+def _no_op(*args: object, **kwargs: object) -> object:
     return args[0] if args else None
 
 
-def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[..., Any] = _no_op,
-         broadcast: Callable[..., Any] = _no_op, is_global_zero: bool = True,
+def save(checkpoint: dict[str, Any], path: str | os.PathLike, barrier: Callable[[str], object] = _no_op,
+         broadcast: Callable[[str | None], object] = _no_op, is_global_zero: bool = True,
          sharded_keys: list[str] | None = None) -> Path:
     """Write ``checkpoint`` as a sharded directory at ``path`` (every process calls this, with its shards).
 
@@ -167,7 +173,8 @@ def file_checksums(folder: str | os.PathLike) -> dict[str, int]:
     return checksums
 
 
-def split(checkpoint: dict[str, Any], sharded_keys: list[str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def split(checkpoint: dict[str, Any], sharded_keys: list[str] | None = None,
+          ) -> tuple[STATE_DICT_TYPE, dict[str, object]]:
     """``(tensor part for DCP, everything else)`` of a Trainer checkpoint, or of any checkpoint whose
     ``sharded_keys`` entries are the sharded ones."""
     if sharded_keys is not None:
@@ -177,7 +184,7 @@ def split(checkpoint: dict[str, Any], sharded_keys: list[str] | None = None) -> 
         rest[FORMAT_KEY] = 1
         return named, rest
     optimizers = list(checkpoint.get("optimizer_states") or [])
-    tensors: dict[str, Any] = {"state_dict": checkpoint.get("state_dict", {})}
+    tensors: STATE_DICT_TYPE = {"state_dict": checkpoint.get("state_dict", {})}
     if optimizers:
         tensors["optimizer_states"] = {str(i): state for i, state in enumerate(optimizers)}
     metadata = {k: v for k, v in checkpoint.items() if k not in SHARDED_KEYS}
@@ -227,7 +234,7 @@ def load_metadata(path: str | os.PathLike, weights_only: bool = True) -> dict[st
     return metadata
 
 
-def _reader(path: str | os.PathLike, weights_only: bool) -> Any:
+def _reader(path: str | os.PathLike, weights_only: bool) -> SafeReader:
     """DCP's reader of ``path`` that runs nothing and checks each file against the checksums saved with it."""
     from accelkit.checkpoint.dcp_reading import SafeReader
 
@@ -235,7 +242,7 @@ def _reader(path: str | os.PathLike, weights_only: bool) -> Any:
     return SafeReader(path, checksums=saved.get(CHECKSUMS_KEY) if isinstance(saved, dict) else None)
 
 
-def load_into(path: str | os.PathLike, template: dict[str, Any], weights_only: bool = True) -> dict[str, Any]:
+def load_into(path: str | os.PathLike, template: STATE_DICT_TYPE, weights_only: bool = True) -> STATE_DICT_TYPE:
     """Read the entries of ``template`` from the checkpoint at ``path`` into its tensors, in place (each process
     reads the pieces of its shards, whatever the world size at saving time); returns ``template``.
 
@@ -282,7 +289,7 @@ def load_full(path: str | os.PathLike, weights_only: bool = True) -> dict[str, A
     checkpoint = load_metadata(path, weights_only=weights_only)
     reader = _reader(path, weights_only)  # DCP's index: refused or damaged before any shard is read
     count = int(checkpoint.pop(OPTIMIZER_COUNT_KEY, -1))
-    tensors: dict[str, Any] = {}
+    tensors: STATE_DICT_TYPE = {}
     # as torch's own dcp_to_torch_save: read every entry the checkpoint holds, with no template to fill
     with _real_failure():
         _load_state_dict(tensors, storage_reader=reader, planner=SafeEverythingPlanner(path, weights_only),
@@ -305,14 +312,14 @@ def consolidate(path: str | os.PathLike, output: str | os.PathLike) -> Path:
 
 
 # ----------------------------------------------------------------- optimizer state: by name <-> by index
-def keyed_by_index(state: dict[str, Any]) -> bool:
+def keyed_by_index(state: StateDict) -> bool:
     """Whether an optimizer state names its parameters by index (``optimizer.state_dict()``) rather than by name
     (``torch.distributed.checkpoint.state_dict.get_optimizer_state_dict``)."""
     params = [p for group in state.get("param_groups", []) for p in group.get("params", [])]
     return all(isinstance(p, int) for p in params)
 
 
-def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
+def optimizer_state_by_index(state: StateDict) -> StateDict:
     """A name-keyed optimizer state as ``optimizer.state_dict()`` would give it: parameters numbered in the order
     of the parameter groups (no model needed; an index-keyed state is returned unchanged)."""
     if keyed_by_index(state):  # DCP stores dictionary keys as strings: number the per-parameter states again
@@ -329,8 +336,8 @@ def optimizer_state_by_index(state: dict[str, Any]) -> dict[str, Any]:
     return {"state": per_param, "param_groups": groups}
 
 
-def optimizer_state_by_name(state: dict[str, Any], module: torch.nn.Module,
-                            optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def optimizer_state_by_name(state: StateDict, module: torch.nn.Module,
+                            optimizer: torch.optim.Optimizer) -> StateDict:
     """An index-keyed optimizer state keyed by parameter names instead, as ``set_optimizer_state_dict`` takes it
     (the indices follow ``optimizer.param_groups``, whose parameters ``module`` names)."""
     names = {id(p): name for name, p in module.named_parameters()}
