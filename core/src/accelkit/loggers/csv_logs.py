@@ -94,7 +94,7 @@ class CSVLogger(VersionedLogger):
                            for row in csv.DictReader(handle)]
         return written + [dict(row) for row in self._pending]
 
-    def log_metrics(self, metrics: Mapping[str, object], step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Buffer one row: ``step`` and the metrics, tensors converted to numbers. Writes the buffer every
         ``flush_logs_every_n_steps`` steps. Rank zero only.
 
@@ -124,8 +124,7 @@ class CSVLogger(VersionedLogger):
             self._flushed_bucket = bucket
             self.save()
 
-    def log_hyperparams(self, params: Mapping[str, object] | Namespace | None, *args: object,
-                        **kwargs: object) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None, *args: Any, **kwargs: Any) -> None:
         """Add ``params`` to :attr:`hparams` and rewrite ``hparams.yaml`` (Lightning's file, which
         ``load_from_checkpoint(..., hparams_file=)`` reads; values that are not plain data are written as their
         ``repr``). Rank zero only."""

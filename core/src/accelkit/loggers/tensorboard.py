@@ -168,7 +168,7 @@ class TensorBoardLogger(VersionedLogger):
             return self.log_dir
         return max(mine, key=lambda entry: entry.stat().st_mtime).path if mine else self.log_dir
 
-    def log_metrics(self, metrics: Mapping[str, object], step: int | None = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
         """Write each metric as a scalar at ``step`` (a dict value as a group of scalars). Rank zero only."""
         if global_rank() != 0:
             return
@@ -180,8 +180,8 @@ class TensorBoardLogger(VersionedLogger):
                 else:
                     writer.add_scalar(key, metric_value(key, value), step)
 
-    def log_hyperparams(self, params: Mapping[str, object] | Namespace | None,
-                        metrics: Mapping[str, object] | float | None = None) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None,
+                        metrics: Mapping[str, Any] | float | None = None) -> None:
         """Record hyper-parameters in ``hparams.yaml`` of the version folder (Lightning's file, which programs
         and ``load_from_checkpoint(..., hparams_file=)`` read back) and for TensorBoard's HPARAMS tab (nested
         dicts flattened with ``/``, values TensorBoard cannot show written as text), with ``metrics`` (a dict, or
@@ -210,7 +210,7 @@ class TensorBoardLogger(VersionedLogger):
             for summary in hparams(flat, numbers):
                 writer.add_summary(summary)
 
-    def log_graph(self, model: torch.nn.Module, input_array: object = None) -> None:
+    def log_graph(self, model: torch.nn.Module, input_array: Any = None) -> None:
         """Record the model's graph (traced with ``input_array``, by default ``model.example_input_array``,
         moved to the model's device) when the logger was made with ``log_graph=True``; warns when there is no
         usable input. Rank zero only."""
