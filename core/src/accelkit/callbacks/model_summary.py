@@ -11,8 +11,8 @@ from torch.nn.parameter import UninitializedParameter
 from accelkit.callbacks.base import Callback
 
 if TYPE_CHECKING:
-    from accelkit.module.summary import ModelSummary as Summary
     from accelkit.module.module import Module
+    from accelkit.module.summary import ModelSummary as Summary
     from accelkit.trainer.trainer import Trainer
 
 #: ``summary_data``: the table's columns, each ``(header, one string per layer)``
