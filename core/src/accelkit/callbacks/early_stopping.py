@@ -127,7 +127,7 @@ class EarlyStopping(Callback):
         if self._check_here(trainer, at_train_epoch_end=False):
             self._run_early_stopping_check(trainer)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """``wait_count``, ``stopped_epoch``, ``best_score``, ``patience`` and the stopping reason (plain data), as
         Lightning saves them: the reason as its ``EarlyStoppingReason`` number, so that either Trainer resumes
         from the other's checkpoint."""

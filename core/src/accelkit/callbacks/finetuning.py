@@ -178,7 +178,7 @@ class BaseFinetuning(Callback):
                                   "optimizer)")
 
     # ----------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The optimizers' parameter groups as this callback saw them, parameters by name."""
         return {_METADATA: self._metadata}
 
@@ -319,7 +319,7 @@ class BackboneFinetuning(BaseFinetuning):
         self.rounding = rounding
         self.previous_backbone_lr: float | None = None
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The parameter groups and the backbone's last learning rate."""
         return {_METADATA: self._metadata, "previous_backbone_lr": self.previous_backbone_lr}
 

@@ -228,7 +228,7 @@ class ModelCheckpoint(Checkpoint):
         if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer):
             self._save(trainer, top_k=self._epoch_due(trainer), at_epoch_end=True)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The bookkeeping saved in checkpoints (plain data and tensors: loads with ``weights_only=True``)."""
         return {
             "monitor": self.monitor,

@@ -226,7 +226,7 @@ class StochasticWeightAveraging(Callback):
         return _SWA_UPDATE(averaged_model_parameter, model_parameter, num_averaged)
 
     # ----------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The average, how many weights it holds, the last epoch folded in and the SWA scheduler's state."""
         return {
             "n_averaged": 0 if self.n_averaged is None else int(self.n_averaged),

@@ -184,7 +184,7 @@ class Timer(Callback):
                   f"(duration {timedelta(seconds=self._duration)}); stopping the run.")
 
     # ----------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"time_elapsed": {stage: self.time_elapsed(stage) for stage in STAGES}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
