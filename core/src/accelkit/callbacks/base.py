@@ -10,6 +10,8 @@ from accelkit.errors import ConfigurationError
 from accelkit.utilities.host import host_stats, host_stats_available
 
 if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
     from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
@@ -38,7 +40,7 @@ class Callback:
         one run add their distinguishing arguments, see ``_generate_state_key()``)."""
         return type(self).__qualname__
 
-    def _generate_state_key(self, **kwargs: Any) -> str:
+    def _generate_state_key(self, **kwargs: object) -> str:
         """A state key made of the class name and ``kwargs``, for callbacks that can appear several times."""
         return f"{type(self).__qualname__}{kwargs!r}"
 
@@ -85,16 +87,16 @@ class Callback:
                            batch_idx: int) -> None:
         """After each training batch; ``outputs`` is what ``training_step`` returned (a dict with ``"loss"``)."""
 
-    def on_before_backward(self, trainer: Trainer, pl_module: Module, loss: Any) -> None:
+    def on_before_backward(self, trainer: Trainer, pl_module: Module, loss: torch.Tensor) -> None:
         """Before ``loss.backward()``."""
 
     def on_after_backward(self, trainer: Trainer, pl_module: Module) -> None:
         """After the backward pass, before gradients are unscaled or clipped."""
 
-    def on_before_optimizer_step(self, trainer: Trainer, pl_module: Module, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: Module, optimizer: Optimizer) -> None:
         """Before each optimizer step, before gradient clipping."""
 
-    def on_before_zero_grad(self, trainer: Trainer, pl_module: Module, optimizer: Any) -> None:
+    def on_before_zero_grad(self, trainer: Trainer, pl_module: Module, optimizer: Optimizer) -> None:
         """Before ``optimizer.zero_grad()``."""
 
     # ----------------------------------------------------------------- evaluation
@@ -268,7 +270,7 @@ class DeviceStatsMonitor(Callback):
 LIGHTNING_CALLBACK_MODULES = ("lightning.pytorch.callbacks.callback", "pytorch_lightning.callbacks.callback")
 
 
-def lightning_callback_base(obj: Any) -> type | None:
+def lightning_callback_base(obj: object) -> type | None:
     """The ``Callback`` base class of Lightning (``lightning.pytorch`` or ``pytorch_lightning``) that ``obj``'s class
     derives from, or ``None``: told from the module names of the class's MRO, so Lightning is never imported."""
     for klass in type(obj).__mro__:
@@ -277,7 +279,7 @@ def lightning_callback_base(obj: Any) -> type | None:
     return None
 
 
-def callback_base(obj: Any) -> type:
+def callback_base(obj: object) -> type:
     """The base class whose hooks count as "not overridden" for the callback ``obj``: :class:`Callback`, or for a
     callback written for Lightning, Lightning's ``Callback`` (see :func:`lightning_callback_base`)."""
     if isinstance(obj, Callback):
@@ -292,7 +294,7 @@ LIGHTNING_MONITORING_CLASSES = frozenset(
     for module, name in (("checkpoint", "Checkpoint"), ("early_stopping", "EarlyStopping")))
 
 
-def monitors_metrics(callback: Any) -> bool:
+def monitors_metrics(callback: object) -> bool:
     """Whether ``callback`` monitors metrics (:attr:`~accelkit.Callback.monitors_metrics`); a callback written for
     Lightning does when it derives from Lightning's ``Checkpoint`` or ``EarlyStopping``, as in Lightning's loops
     (told from the class names, so Lightning is never imported)."""
@@ -314,7 +316,7 @@ LIGHTNING_OWN_REFUSED: dict[str, str] = {
 }
 
 
-def _refused_lightning_class(item: Any) -> str:
+def _refused_lightning_class(item: object) -> str:
     """Why ``item``, an instance of (a subclass of) one of :data:`LIGHTNING_OWN_REFUSED`, cannot run on accelkit's
     Trainer and what to use, or ``""``."""
     for klass in type(item).__mro__:
@@ -330,7 +332,7 @@ def _refused_lightning_class(item: Any) -> str:
     return ""
 
 
-def callback_list(callbacks: Any) -> list[Any]:
+def callback_list(callbacks: object) -> list[object]:
     """``callbacks=`` as a list (one, a list, or ``None``) of :class:`~accelkit.Callback` instances, or of
     Lightning ``Callback`` instances (libraries' callbacks for Lightning; their hooks run as accelkit's do)."""
     if callbacks is None:
@@ -346,7 +348,7 @@ def callback_list(callbacks: Any) -> list[Any]:
     return items
 
 
-def monitored_score(value: Any) -> torch.Tensor:
+def monitored_score(value: float | torch.Tensor) -> torch.Tensor:
     """A monitored metric's value as the 0-d CPU tensor a callback compares (``EarlyStopping``,
     ``ModelCheckpoint``): a ``float64`` value stays ``float64`` (as Lightning keeps it: a module computing its loss
     in double precision gets its best score back exactly); any other number or tensor becomes ``float32``."""

@@ -6,6 +6,7 @@ import enum
 import logging
 import math
 import warnings
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -105,7 +106,7 @@ class EarlyStopping(Callback):
         return self._generate_state_key(monitor=self.monitor, mode=self.mode)
 
     @property
-    def monitor_op(self) -> Any:
+    def monitor_op(self) -> Callable[[torch.Tensor, torch.Tensor | float], torch.Tensor]:
         """``torch.lt`` in ``"min"`` mode, ``torch.gt`` in ``"max"`` mode: whether the first value is better."""
         return self.mode_dict[self.mode]
 
@@ -126,7 +127,7 @@ class EarlyStopping(Callback):
         if self._check_here(trainer, at_train_epoch_end=False):
             self._run_early_stopping_check(trainer)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """``wait_count``, ``stopped_epoch``, ``best_score``, ``patience`` and the stopping reason (plain data), as
         Lightning saves them: the reason as its ``EarlyStoppingReason`` number, so that either Trainer resumes
         from the other's checkpoint."""
@@ -167,7 +168,7 @@ class EarlyStopping(Callback):
                           and getattr(trainer, "check_val_every_n_epoch", 1) == 1)
         return bool(configured) == at_train_epoch_end
 
-    def _validate_condition_metric(self, logs: dict[str, Any]) -> bool:
+    def _validate_condition_metric(self, logs: Mapping[str, object]) -> bool:
         if logs.get(self.monitor) is not None:
             return True
         message = (f"EarlyStopping(monitor={self.monitor!r}): the metric was not logged. Log it with "

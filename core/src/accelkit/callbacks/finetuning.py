@@ -16,6 +16,7 @@ from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from accelkit.module.module import Module
+    from accelkit.strategies.base import Strategy
     from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ class BaseFinetuning(Callback):
 
     # ----------------------------------------------------------------- module helpers (Lightning's names)
     @staticmethod
-    def flatten_modules(modules: nn.Module | Iterable[Any]) -> list[nn.Module]:
+    def flatten_modules(modules: nn.Module | Iterable[object]) -> list[nn.Module]:
         """The leaf modules of ``modules`` (a module, a ``ModuleDict``, or nested iterables of modules) and the
         modules that hold parameters of their own, each once."""
         found: list[nn.Module] = []
@@ -85,7 +86,7 @@ class BaseFinetuning(Callback):
         return found
 
     @staticmethod
-    def filter_params(modules: nn.Module | Iterable[Any], train_bn: bool = True,
+    def filter_params(modules: nn.Module | Iterable[object], train_bn: bool = True,
                       requires_grad: bool = True) -> Generator[nn.Parameter, None, None]:
         """The parameters of ``modules`` whose ``requires_grad`` equals ``requires_grad``; batch-norm layers are
         left out with ``train_bn=False``."""
@@ -97,7 +98,7 @@ class BaseFinetuning(Callback):
                     yield param
 
     @staticmethod
-    def make_trainable(modules: nn.Module | Iterable[Any]) -> None:
+    def make_trainable(modules: nn.Module | Iterable[object]) -> None:
         """Set ``requires_grad=True`` on every parameter of ``modules``; batch-norm layers track their running
         statistics again."""
         for module in BaseFinetuning.flatten_modules(modules):
@@ -116,7 +117,7 @@ class BaseFinetuning(Callback):
             param.requires_grad = False
 
     @staticmethod
-    def freeze(modules: nn.Module | Iterable[Any], train_bn: bool = True) -> None:
+    def freeze(modules: nn.Module | Iterable[object], train_bn: bool = True) -> None:
         """Freeze every parameter of ``modules``; with ``train_bn=True`` (the default) batch-norm layers stay
         trainable."""
         for module in BaseFinetuning.flatten_modules(modules):
@@ -141,7 +142,7 @@ class BaseFinetuning(Callback):
         return fresh
 
     @staticmethod
-    def unfreeze_and_add_param_group(modules: nn.Module | Iterable[Any], optimizer: torch.optim.Optimizer,
+    def unfreeze_and_add_param_group(modules: nn.Module | Iterable[object], optimizer: torch.optim.Optimizer,
                                      lr: float | None = None, initial_denom_lr: float = 10.0,
                                      train_bn: bool = True) -> None:
         """Make ``modules`` trainable and add their parameters to ``optimizer`` as a new parameter group.
@@ -177,7 +178,7 @@ class BaseFinetuning(Callback):
                                   "optimizer)")
 
     # ----------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The optimizers' parameter groups as this callback saw them, parameters by name."""
         return {_METADATA: self._metadata}
 
@@ -218,7 +219,7 @@ class BaseFinetuning(Callback):
             self._store(pl_module, index, before, optimizer.param_groups)
         self._find_unsynced(trainer)
 
-    def on_before_optimizer_step(self, trainer: Trainer, pl_module: Module, optimizer: Any) -> None:
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: Module, optimizer: torch.optim.Optimizer) -> None:
         """Average the gradients of unfrozen parameters that the distributed wrapper does not synchronise."""
         params = self.__dict__.get("_unsynced", {}).get(id(optimizer))
         if params:
@@ -318,7 +319,7 @@ class BackboneFinetuning(BaseFinetuning):
         self.rounding = rounding
         self.previous_backbone_lr: float | None = None
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The parameter groups and the backbone's last learning rate."""
         return {_METADATA: self._metadata, "previous_backbone_lr": self.previous_backbone_lr}
 
@@ -360,7 +361,7 @@ class BackboneFinetuning(BaseFinetuning):
 
 
 # --------------------------------------------------------------------------- helpers
-def _walk(modules: Any) -> Iterable[nn.Module]:
+def _walk(modules: object) -> Iterable[nn.Module]:
     if isinstance(modules, nn.Module):
         yield from modules.modules()
     elif isinstance(modules, Mapping):
@@ -374,7 +375,7 @@ def _walk(modules: Any) -> Iterable[nn.Module]:
                         f"{modules!r}")
 
 
-def _named_groups(groups: list[dict[str, Any]], names: dict[Any, str], pl_module: Module,
+def _named_groups(groups: list[dict[str, Any]], names: Mapping[nn.Parameter, str], pl_module: Module,
                   index: int) -> list[dict[str, Any]]:
     """``groups`` with each parameter replaced by its name in ``pl_module``."""
     named = []
@@ -397,7 +398,7 @@ def _wrapper_synced(trainer: Trainer, pl_module: Module) -> set[int] | None:
     return None
 
 
-def _average_gradients(strategy: Any, params: list[nn.Parameter]) -> None:
+def _average_gradients(strategy: Strategy, params: list[nn.Parameter]) -> None:
     """Average the gradients of ``params`` over the processes in one collective (a missing gradient counts as
     zeros; it is set when another process had one)."""
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -421,9 +422,9 @@ def _backbone(pl_module: Module) -> nn.Module:
     return backbone
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_positive(value: Any) -> bool:
+def _is_positive(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
@@ -97,5 +97,5 @@ class GradientAccumulationScheduler(Callback):
         self._applied = factor
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from typing import Any
 
 from accelkit.callbacks.base import Callback
 
@@ -15,8 +14,8 @@ HOOK_NAMES = frozenset(name for name in vars(Callback) if name.startswith("on_")
 _CLASSES: dict[tuple[type, frozenset[str]], type] = {}
 
 
-def _hook(name: str) -> Callable[..., Any]:
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+def _hook(name: str) -> Callable[..., object]:
+    def call(self: LambdaCallback, *args: object, **kwargs: object) -> object:
         return self.hooks[name](*args, **kwargs)
 
     call.__name__ = call.__qualname__ = name
@@ -29,13 +28,13 @@ def _class_for(base: type, names: frozenset[str]) -> type:
     ``names`` (the Trainer calls only the hooks a callback's class overrides, so those not given cost nothing)."""
     cls = _CLASSES.get((base, names))
     if cls is None:
-        namespace: dict[str, Any] = {name: _hook(name) for name in names}
+        namespace: dict[str, object] = {name: _hook(name) for name in names}
         namespace.update(__module__=base.__module__, __qualname__=base.__qualname__, _user_class=base)
         cls = _CLASSES[(base, names)] = type(base.__name__, (base,), namespace)
     return cls
 
 
-def _rebuild(base: type, hooks: dict[str, Callable[..., Any]]) -> LambdaCallback:
+def _rebuild(base: type, hooks: dict[str, Callable[..., object]]) -> LambdaCallback:
     """Unpickle a LambdaCallback (or a subclass's instance) without calling its ``__init__`` again."""
     callback: LambdaCallback = object.__new__(_class_for(base, frozenset(hooks)))
     callback.hooks = dict(hooks)
@@ -58,7 +57,7 @@ class LambdaCallback(Callback):
     #: on the per-hooks subclasses only: the class the user instantiated
     _user_class: type[LambdaCallback] | None = None
 
-    def __new__(cls, **hook_functions: Callable[..., Any]) -> LambdaCallback:
+    def __new__(cls, **hook_functions: Callable[..., object]) -> LambdaCallback:
         unknown = sorted(set(hook_functions) - HOOK_NAMES)
         if unknown:
             hints = [f"{name!r}" + (f" (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(
@@ -72,11 +71,11 @@ class LambdaCallback(Callback):
         base = cls._user_class or cls
         return super().__new__(_class_for(base, frozenset(hook_functions)))
 
-    def __init__(self, **hook_functions: Callable[..., Any]) -> None:
+    def __init__(self, **hook_functions: Callable[..., object]) -> None:
         #: the functions, by hook name
-        self.hooks: dict[str, Callable[..., Any]] = dict(hook_functions)
+        self.hooks: dict[str, Callable[..., object]] = dict(hook_functions)
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         # the per-hooks subclass is made at run time: pickle the functions and rebuild (spawned workers)
         state = {k: v for k, v in self.__dict__.items() if k != "hooks"}
         return _rebuild, (type(self)._user_class, self.hooks), state or None

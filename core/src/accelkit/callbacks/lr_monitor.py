@@ -12,7 +12,10 @@ from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
     from accelkit.trainer.trainer import Trainer
+    from accelkit.utilities.types import LRSchedulerConfig
 
 
 class LearningRateMonitor(Callback):
@@ -87,7 +90,7 @@ class LearningRateMonitor(Callback):
             metrics[name] = torch.tensor(value)
         return stats
 
-    def _optimizer_stats(self, optimizer: Any, names: list[str]) -> dict[str, float]:
+    def _optimizer_stats(self, optimizer: Optimizer, names: list[str]) -> dict[str, float]:
         stats: dict[str, float] = {}
         betas = "betas" in optimizer.defaults
         for group, name in zip(optimizer.param_groups, names, strict=True):
@@ -114,11 +117,11 @@ class LearningRateMonitor(Callback):
 
     # ----------------------------------------------------------------- names
     @staticmethod
-    def _optimizers(trainer: Trainer) -> list[Any]:
+    def _optimizers(trainer: Trainer) -> list[Optimizer]:
         # A wrapper optimizer (DeepSpeed-like) keeps the real one in ``.optimizer``.
         return [getattr(o, "optimizer", o) for o in getattr(trainer, "optimizers", None) or []]
 
-    def _sources(self, trainer: Trainer) -> tuple[list[Any], list[Any]]:
+    def _sources(self, trainer: Trainer) -> tuple[list[LRSchedulerConfig], list[Optimizer]]:
         """The scheduler configurations, and the optimizers that no scheduler drives."""
         configs = list(getattr(trainer, "lr_scheduler_configs", None) or [])
         driven = [config.scheduler.optimizer for config in configs]
@@ -148,12 +151,12 @@ class LearningRateMonitor(Callback):
         return scheduler_names, optimizer_names
 
     @staticmethod
-    def _numbered(name: str, optimizer: Any, seen_types: dict[type, int]) -> str:
+    def _numbered(name: str, optimizer: object, seen_types: dict[type, int]) -> str:
         count = seen_types.get(type(optimizer), 0)
         return f"{name}-{count - 1}" if count > 1 else name
 
     @staticmethod
-    def _group_names(optimizer: Any, name: str) -> list[str]:
+    def _group_names(optimizer: Optimizer, name: str) -> list[str]:
         groups = optimizer.param_groups
         labels = [group.get("name", f"pg{i}") for i, group in enumerate(groups, start=1)]
         duplicated = sorted({label for label in labels if labels.count(label) > 1})
@@ -165,5 +168,5 @@ class LearningRateMonitor(Callback):
         return [f"{name}/{groups[0]['name']}" if groups[0].get("name") else name]
 
 
-def _has_momentum(optimizer: Any) -> bool:
+def _has_momentum(optimizer: Optimizer) -> bool:
     return "momentum" in optimizer.defaults or "betas" in optimizer.defaults

@@ -14,9 +14,10 @@ import shutil
 import tempfile
 import time
 import warnings
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -42,7 +43,7 @@ LIGHTNING_CHECKPOINT_CLASSES = frozenset((f"{package}.callbacks.checkpoint", "Ch
                                          for package in ("lightning.pytorch", "pytorch_lightning"))
 
 
-def is_checkpoint(callback: Any) -> bool:
+def is_checkpoint(callback: object) -> bool:
     """Whether ``callback`` writes checkpoints: a :class:`Checkpoint`, or a callback deriving from Lightning's
     ``Checkpoint`` (Lightning's own ``ModelCheckpoint`` used as a library's; told from the class names, so Lightning is
     never imported). The Trainer adds no default ``ModelCheckpoint`` beside one, runs them after the other callbacks
@@ -227,7 +228,7 @@ class ModelCheckpoint(Checkpoint):
         if not self._skip(trainer) and not self._saves_at_train_epoch_end(trainer):
             self._save(trainer, top_k=self._epoch_due(trainer), at_epoch_end=True)
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The bookkeeping saved in checkpoints (plain data and tensors: loads with ``weights_only=True``)."""
         return {
             "monitor": self.monitor,
@@ -258,10 +259,10 @@ class ModelCheckpoint(Checkpoint):
             self.dirpath = saved_dir
         dropped: list[str] = []
 
-        def trusted(path: Any, folder: Any) -> str:
+        def trusted(path: object, folder: object) -> str:
             refusal = None if isinstance(path, str) and not path else checkpoint_paths.restore_refusal(path, folder)
-            if refusal is None:
-                return os.fspath(path)
+            if refusal is None:  # "" or a path restore_refusal accepted: a str or os.PathLike
+                return os.fspath(cast("str | os.PathLike[str]", path))
             if (entry := f"{path!r} ({refusal})") not in dropped:  # best, last and top-k may name one file
                 dropped.append(entry)
             return ""
@@ -304,7 +305,7 @@ class ModelCheckpoint(Checkpoint):
             self.best_model_score = None
 
     # ----------------------------------------------------------------- names
-    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
+    def format_checkpoint_name(self, metrics: dict[str, torch.Tensor], filename: str | None = None,
                                ver: int | None = None) -> str:
         """The path a checkpoint with ``metrics`` gets: ``filename`` (default: this callback's template) with its
         fields filled, ``-v<ver>`` when ``ver`` is given, the extension, inside ``dirpath`` when known.
@@ -391,7 +392,7 @@ class ModelCheckpoint(Checkpoint):
             return os.path.join(log_dir, "checkpoints")
         return os.path.join(trainer.default_root_dir, "checkpoints")
 
-    def _choose_path(self, trainer: Trainer, metrics: dict[str, Any], filename: str | None = None,
+    def _choose_path(self, trainer: Trainer, metrics: dict[str, torch.Tensor], filename: str | None = None,
                      reusable: str | None = None) -> str:
         """The next free name (``reusable`` may be overwritten), chosen by global zero and broadcast. With the
         version counter a free name is claimed by creating an empty file there exclusively (the checkpoint then
@@ -608,7 +609,7 @@ class ModelCheckpoint(Checkpoint):
         trainer.strategy.remove_checkpoint(path)
 
 
-def _filename_problems(filename: Any) -> list[str]:
+def _filename_problems(filename: object) -> list[str]:
     """What is wrong with a ``filename`` template: not a string, or a path leaving ``dirpath`` (absolute, or with a
     ``..`` part)."""
     if not isinstance(filename, str):
@@ -678,7 +679,7 @@ def _no_validation(trainer: Trainer) -> bool:
     return sum(batches if isinstance(batches, (list, tuple)) else [batches]) == 0
 
 
-def _render(template: str, metrics: dict[str, Any], equals: str | None) -> str:
+def _render(template: str, metrics: Mapping[str, object], equals: str | None) -> str:
     """Fill ``{name}``/``{name:spec}`` fields of ``template``; with ``equals``, each becomes ``name=value``."""
 
     def fill(match: re.Match) -> str:

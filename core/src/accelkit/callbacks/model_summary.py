@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
 from accelkit.callbacks.base import Callback
 
 if TYPE_CHECKING:
     from accelkit.module.module import Module
+    from accelkit.module.summary import ModelSummary as Summary
     from accelkit.trainer.trainer import Trainer
 
 #: ``summary_data``: the table's columns, each ``(header, one string per layer)``
@@ -24,14 +27,14 @@ def human_count(number: int) -> str:
     return str(number)
 
 
-def _params(module: Any, count: int) -> str:
+def _params(module: nn.Module, count: int) -> str:
     """A layer's parameter count; ``?`` marks parameters not initialised yet (lazy layers)."""
     if not any(isinstance(p, UninitializedParameter) for p in module.parameters()):
         return human_count(count)
     return f"{human_count(count)} + ?" if count else "?"
 
 
-def summary_data(summary: Any, model: Any) -> SummaryData:
+def summary_data(summary: Summary, model: nn.Module) -> SummaryData:
     """The columns of ``summary`` (an :class:`accelkit.module.summary.ModelSummary` of ``model``) as
     Lightning's ``summarize`` hook receives them: index, Name, Type, Params, Mode."""
     names = summary.layer_names
@@ -97,7 +100,7 @@ class ModelSummary(Callback):
         a subclass that overrides :meth:`summarize` can).
     """
 
-    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: object) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
             raise ValueError(f"{type(self).__name__}(max_depth={max_depth!r}): must be -1 (every layer), 0 (no "
                              "summary) or a positive int")
@@ -105,7 +108,7 @@ class ModelSummary(Callback):
         self._max_depth = max_depth
         self._summarize_kwargs = summarize_kwargs
 
-    def _check_summarize_kwargs(self, summarize_kwargs: dict[str, Any]) -> None:
+    def _check_summarize_kwargs(self, summarize_kwargs: Mapping[str, object]) -> None:
         if summarize_kwargs and type(self).summarize is ModelSummary.summarize:
             raise TypeError(f"{type(self).__name__}() got {', '.join(sorted(summarize_kwargs))}: the plain-text "
                             "summary takes no summarize arguments (override summarize() to use your own)")
@@ -140,7 +143,7 @@ class ModelSummary(Callback):
                                    total_training_modes))
 
 
-def configure_model_summary(callbacks: list[Any], enabled: bool) -> None:
+def configure_model_summary(callbacks: list[object], enabled: bool) -> None:
     """The Trainer's default summary (Lightning's): add a :class:`ModelSummary` to ``callbacks`` when
     ``enabled`` (``enable_model_summary``) and none is there (a :class:`RichModelSummary` when the progress bar
     is a :class:`~accelkit.callbacks.RichProgressBar`). A summary callback passed although the summary is
@@ -170,7 +173,7 @@ class RichModelSummary(ModelSummary):
 
     _KWARGS = ("header_style",)
 
-    def __init__(self, max_depth: int = 1, **summarize_kwargs: Any) -> None:
+    def __init__(self, max_depth: int = 1, **summarize_kwargs: object) -> None:
         try:
             import rich  # noqa: F401
         except ImportError:
@@ -179,7 +182,7 @@ class RichModelSummary(ModelSummary):
                               "ModelSummary for the plain-text table") from None
         super().__init__(max_depth, **summarize_kwargs)
 
-    def _check_summarize_kwargs(self, summarize_kwargs: dict[str, Any]) -> None:
+    def _check_summarize_kwargs(self, summarize_kwargs: Mapping[str, object]) -> None:
         unknown = sorted(set(summarize_kwargs) - set(self._KWARGS))
         if unknown:
             raise TypeError(f"{type(self).__name__}() got unknown argument(s) {', '.join(unknown)}; it takes "

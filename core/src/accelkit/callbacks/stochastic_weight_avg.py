@@ -7,7 +7,7 @@ import copy
 import inspect
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -20,8 +20,10 @@ from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from torch.nn.modules.batchnorm import _BatchNorm
+    from torch.optim.lr_scheduler import LRScheduler
 
     from accelkit.module.module import Module
+    from accelkit.strategies.base import Strategy
     from accelkit.trainer.trainer import Trainer
 
 log = logging.getLogger(__name__)
@@ -85,8 +87,8 @@ class StochasticWeightAveraging(Callback):
         """Forget the average of an earlier fit (a resumed fit then loads the checkpoint's)."""
         self.n_averaged: Tensor | None = None
         self._initialized = False
-        self._swa_scheduler: Any = None
-        self._scheduler_state: dict[str, Any] | None = None
+        self._swa_scheduler: _SWALR | None = None
+        self._scheduler_state: dict[str, object] | None = None
         self._init_n_averaged = 0
         self._latest_update_epoch = -1
         self._model_contains_batch_norm: bool | None = None
@@ -224,7 +226,7 @@ class StochasticWeightAveraging(Callback):
         return _SWA_UPDATE(averaged_model_parameter, model_parameter, num_averaged)
 
     # ----------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The average, how many weights it holds, the last epoch folded in and the SWA scheduler's state."""
         return {
             "n_averaged": 0 if self.n_averaged is None else int(self.n_averaged),
@@ -308,13 +310,13 @@ class _SWALR(SWALR):
     """:class:`~torch.optim.swa_utils.SWALR` whose state is plain data: its annealing function (rebuilt from
     ``anneal_strategy`` when the scheduler is made) is left out, so checkpoints load with ``weights_only=True``."""
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         state = super().state_dict()
         state.pop("anneal_func", None)
         return state
 
 
-def _install_scheduler(trainer: Trainer, scheduler: Any) -> None:
+def _install_scheduler(trainer: Trainer, scheduler: LRScheduler) -> None:
     """Put ``scheduler`` (stepped every epoch) in place of the module's scheduler."""
     from accelkit.utilities.types import LRSchedulerConfig
 
@@ -333,14 +335,14 @@ def _install_scheduler(trainer: Trainer, scheduler: Any) -> None:
     configs[0] = config
 
 
-def _batch_to_device(trainer: Trainer, pl_module: Module, batch: Any) -> Any:
+def _batch_to_device(trainer: Trainer, pl_module: Module, batch: object) -> object:
     """What the fit loop does to a batch: the batch-transfer hooks (the DataModule's override wins), the move to
     the device, the precision's input conversion."""
     from accelkit.module import DataModule, Module
 
     datamodule = trainer.datamodule
 
-    def hook(name: str) -> Any:
+    def hook(name: str) -> Callable[..., object] | None:
         if datamodule is not None and getattr(type(datamodule), name) is not getattr(DataModule, name):
             return getattr(datamodule, name)
         if getattr(type(pl_module), name) is not getattr(Module, name):
@@ -358,7 +360,7 @@ def _batch_to_device(trainer: Trainer, pl_module: Module, batch: Any) -> Any:
     return trainer.precision.convert_input(batch)
 
 
-def _average_batch_norm(strategy: Any, layers: dict[_BatchNorm, Any]) -> None:
+def _average_batch_norm(strategy: Strategy, layers: Iterable[_BatchNorm]) -> None:
     """Average the running mean and variance of ``layers`` over the processes (what one process would hold after
     seeing every process's batches, the batch counts being equal) and add up the batch counts."""
     stats = [t for m in layers for t in (m.running_mean, m.running_var) if t is not None]
@@ -376,7 +378,7 @@ def _average_batch_norm(strategy: Any, layers: dict[_BatchNorm, Any]) -> None:
             count.fill_(int(value))
 
 
-def _accepts_index(step: Callable[..., Any]) -> bool:
+def _accepts_index(step: Callable[..., object]) -> bool:
     try:
         params = list(inspect.signature(step).parameters.values())
     except (TypeError, ValueError):
@@ -385,8 +387,10 @@ def _accepts_index(step: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
-def _check_arguments(swa_lrs: Any, swa_epoch_start: Any, annealing_epochs: Any, annealing_strategy: Any,
-                     avg_fn: Any, device: Any) -> list[str]:
+def _check_arguments(swa_lrs: float | list[float], swa_epoch_start: int | float, annealing_epochs: int,
+                     annealing_strategy: str, avg_fn: _AVG_FN | None, device: torch.device | str | None) -> list[str]:
+    """What is wrong with ``StochasticWeightAveraging``'s arguments (checked at run time: they come from users'
+    code and configuration files, whatever their annotations say)."""
     problems = []
     if _is_int(swa_epoch_start):
         if swa_epoch_start < 1:
@@ -413,9 +417,9 @@ def _check_arguments(swa_lrs: Any, swa_epoch_start: Any, annealing_epochs: Any, 
     return problems
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)

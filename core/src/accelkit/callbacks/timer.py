@@ -20,7 +20,7 @@ _INTERVALS = ("step", "epoch")
 _DHMS = re.compile(r"\s*(\d+):(\d+):(\d+):(\d+)\s*")
 
 
-def parse_duration(duration: Any) -> float | None:
+def parse_duration(duration: object) -> float | None:
     """``duration`` in seconds: ``None``, a ``"DD:HH:MM:SS"`` string, a ``datetime.timedelta`` or a dict of
     ``timedelta`` keyword arguments (``{"hours": 2}``). Anything else raises :class:`~accelkit.ConfigurationError`."""
     if duration is None:
@@ -47,7 +47,7 @@ def parse_duration(duration: Any) -> float | None:
     return total
 
 
-def _stage_name(stage: Any) -> str:
+def _stage_name(stage: object) -> str:
     name = getattr(stage, "value", stage)  # an enum whose values are the stage names (Lightning's RunningStage)
     if name not in STAGES:
         raise ValueError(f"Timer: unknown stage {stage!r}; the stages timed are {', '.join(map(repr, STAGES))}")
@@ -184,7 +184,7 @@ class Timer(Callback):
                   f"(duration {timedelta(seconds=self._duration)}); stopping the run.")
 
     # ----------------------------------------------------------------- checkpoints
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         return {"time_elapsed": {stage: self.time_elapsed(stage) for stage in STAGES}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

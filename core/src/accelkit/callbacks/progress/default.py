@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from accelkit.callbacks.progress.progress_bar import ProgressBar
 from accelkit.callbacks.progress.tqdm_progress import TQDMProgressBar
 from accelkit.errors import ConfigurationError
 
 
-def configure_progress_bar(callbacks: list[Any], enabled: bool) -> None:
+def configure_progress_bar(callbacks: list[object], enabled: bool) -> None:
     """The run's progress bar: the :class:`~accelkit.callbacks.ProgressBar` among ``callbacks`` if there is one, else a
     :class:`~accelkit.callbacks.TQDMProgressBar` added when ``enabled`` (``enable_progress_bar``). Several bars, or a
     bar given while

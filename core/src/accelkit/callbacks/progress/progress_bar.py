@@ -128,7 +128,7 @@ class ProgressBar(Callback):
         if not trainer.is_global_zero:
             self.disable()
 
-    def get_metrics(self, trainer: Trainer, pl_module: Module) -> dict[str, Any]:
+    def get_metrics(self, trainer: Trainer, pl_module: Module) -> dict[str, int | str | float | dict[str, float]]:
         """What the bar shows: the standard items (``v_num``, the logger's version) and
         ``trainer.progress_bar_metrics`` (what ``self.log(..., prog_bar=True)`` recorded). Override it to change
         the items::
@@ -148,7 +148,7 @@ class ProgressBar(Callback):
                           stacklevel=2)
         return {**standard, **shown}
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_trainer"] = None  # sent to spawned workers with the Trainer, which sets it again there
         return state
@@ -193,7 +193,7 @@ class RefreshingProgressBar(ProgressBar):
         self._enabled = True
 
 
-def check_count(bar: Any, name: str, value: Any) -> None:
+def check_count(bar: object, name: str, value: object) -> None:
     """Refuse a bar's argument ``name`` unless ``value`` is an int >= 0 (``ValueError`` naming the bar)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"{type(bar).__name__}({name}={value!r}): must be an int >= 0")
@@ -205,13 +205,13 @@ def get_standard_metrics(trainer: Trainer) -> dict[str, int | str]:
     if not loggers:
         return {}
     versions = list(dict.fromkeys(logger.version for logger in loggers))
-    version: Any = versions[0] if len(versions) == 1 else "_".join(str(v) for v in versions)
+    version: int | str | None = versions[0] if len(versions) == 1 else "_".join(str(v) for v in versions)
     if version is None or version == "":
         return {}
     return {"v_num": version[-4:] if isinstance(version, str) else version}
 
 
-def _count(counts: Any, index: int | None) -> int | None:
+def _count(counts: float | list[float], index: int | None) -> int | None:
     if isinstance(counts, (list, tuple)):
         if not counts:
             return 0
@@ -219,13 +219,13 @@ def _count(counts: Any, index: int | None) -> int | None:
     return _bar_total(counts)
 
 
-def _total(counts: Any) -> int | None:
+def _total(counts: float | list[float]) -> int | None:
     if isinstance(counts, (list, tuple)):
         return _bar_total(sum(counts)) if all(_bar_total(n) is not None for n in counts) else None
     return _bar_total(counts)
 
 
-def _bar_total(count: Any) -> int | None:
+def _bar_total(count: float | None) -> int | None:
     """A bar's total for a Trainer's batch count: ``None`` (an open-ended bar) for ``inf``, a loader without a
     length."""
     return None if count is None or count == math.inf else int(count)

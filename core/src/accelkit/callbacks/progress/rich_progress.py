@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from accelkit.callbacks.progress.progress_bar import RefreshingProgressBar
 
 if TYPE_CHECKING:
+    from rich.progress import Progress, ProgressColumn, Task, TaskID
+    from rich.style import StyleType
+
     from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
@@ -34,14 +37,14 @@ class RichProgressBarTheme:
     :param metrics_format: format spec of float metrics.
     """
 
-    description: Any = ""
-    progress_bar: Any = "#6206E0"
-    progress_bar_finished: Any = "#6206E0"
-    progress_bar_pulse: Any = "#6206E0"
-    batch_progress: Any = ""
-    time: Any = "dim"
-    processing_speed: Any = "dim underline"
-    metrics: Any = "italic"
+    description: StyleType = ""
+    progress_bar: StyleType = "#6206E0"
+    progress_bar_finished: StyleType = "#6206E0"
+    progress_bar_pulse: StyleType = "#6206E0"
+    batch_progress: StyleType = ""
+    time: StyleType = "dim"
+    processing_speed: StyleType = "dim underline"
+    metrics: StyleType = "italic"
     metrics_text_delimiter: str = " "
     metrics_format: str = ".3f"
 
@@ -76,21 +79,21 @@ class RichProgressBar(RefreshingProgressBar):
         self._leave = leave
         self.theme = theme if theme is not None else RichProgressBarTheme()
         self._console_kwargs = dict(console_kwargs or {})
-        self.progress: Any = None  #: the ``rich.progress.Progress`` drawing the bars (during a run)
-        self.train_progress_bar_id: Any = None
-        self.val_progress_bar_id: Any = None
-        self.test_progress_bar_id: Any = None
-        self.predict_progress_bar_id: Any = None
+        self.progress: Progress | None = None  #: the ``rich.progress.Progress`` drawing the bars (during a run)
+        self.train_progress_bar_id: TaskID | None = None
+        self.val_progress_bar_id: TaskID | None = None
+        self.test_progress_bar_id: TaskID | None = None
+        self.predict_progress_bar_id: TaskID | None = None
         self._drawn_at = 0.0
-        self._totals: dict[Any, int | None] = {}
+        self._totals: dict[TaskID, int | None] = {}
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = super().__getstate__()  # the console holds the terminal's stream: spawned workers make their own
         state.update(progress=None, train_progress_bar_id=None, val_progress_bar_id=None, test_progress_bar_id=None,
                      predict_progress_bar_id=None)
         return state
 
-    def configure_columns(self, trainer: Trainer) -> list[Any]:
+    def configure_columns(self, trainer: Trainer) -> list[ProgressColumn]:
         """The columns of every line (rich ``ProgressColumn`` objects); override it to change them."""
         return _columns(self.theme)
 
@@ -114,10 +117,10 @@ class RichProgressBar(RefreshingProgressBar):
         self.test_progress_bar_id = self.predict_progress_bar_id = None
         self._totals = {}
 
-    def _task(self, task_id: Any, total: int | None, description: str, keep: bool = False) -> Any:
+    def _task(self, task_id: TaskID | None, total: int | None, description: str, keep: bool = False) -> TaskID:
         """A line at 0 of ``total`` labelled ``description``: ``task_id``'s line again, or a new one (also when
         ``keep`` leaves the old one on screen)."""
-        progress = self.progress
+        progress = cast("Progress", self.progress)  # the callers asked that the display is running
         if task_id is None or keep:
             task_id = progress.add_task(description, total=total, metrics="", total_text=_of(total))
         else:
@@ -129,7 +132,7 @@ class RichProgressBar(RefreshingProgressBar):
         self._totals[task_id] = total
         return task_id
 
-    def _move(self, task_id: Any, count: int, trainer: Trainer | None = None,
+    def _move(self, task_id: TaskID | None, count: int, trainer: Trainer | None = None,
               pl_module: Module | None = None) -> None:
         """``task_id``'s line to ``count`` batches (every ``refresh_rate``); redrawn at most every
         :data:`REDRAW_INTERVAL_S` seconds and at the loader's end, with the metrics when ``trainer`` is given."""
@@ -266,22 +269,22 @@ def _of(total: int | None) -> str:
     return "?" if total is None else str(total)
 
 
-def _label(description: str, dataloader_idx: int, counts: Any) -> str:
+def _label(description: str, dataloader_idx: int, counts: float | list[float]) -> str:
     several = isinstance(counts, (list, tuple)) and len(counts) > 1
     return f"{description} DataLoader {dataloader_idx}" if several else description
 
 
-def _format_metrics(metrics: dict[str, Any], theme: RichProgressBarTheme) -> str:
+def _format_metrics(metrics: Mapping[str, object], theme: RichProgressBarTheme) -> str:
     parts = [f"{name}: {value:{theme.metrics_format}}" if isinstance(value, float) else f"{name}: {value}"
              for name, value in metrics.items()]
     return theme.metrics_text_delimiter.join(parts)
 
 
-def _batches(task: Any) -> str:
+def _batches(task: Task) -> str:
     return f"{int(task.completed)}/{task.fields.get('total_text', '?')}"
 
 
-def _times(task: Any) -> str:
+def _times(task: Task) -> str:
     elapsed = task.finished_time if task.finished else task.elapsed
     text = _clock(elapsed)
     if task.total is not None:
@@ -296,12 +299,12 @@ def _clock(seconds: float | None) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _speed(task: Any) -> str:
+def _speed(task: Task) -> str:
     speed = task.finished_speed or task.speed
     return "" if speed is None else f"{speed:>.2f}it/s"
 
 
-def _columns(theme: RichProgressBarTheme) -> list[Any]:
+def _columns(theme: RichProgressBarTheme) -> list[ProgressColumn]:
     """The default columns: label, bar, batch count, time, speed, metrics."""
     from rich.progress import BarColumn, ProgressColumn, TextColumn
     from rich.text import Text
@@ -309,11 +312,11 @@ def _columns(theme: RichProgressBarTheme) -> list[Any]:
     class Computed(ProgressColumn):
         """A column whose text a function computes from the task."""
 
-        def __init__(self, text: Callable[[Any], str], style: Any) -> None:
+        def __init__(self, text: Callable[[Task], str], style: StyleType) -> None:
             super().__init__()
             self.text, self.style = text, style
 
-        def render(self, task: Any) -> Any:
+        def render(self, task: Task) -> Text:
             return Text(self.text(task), style=self.style)
 
     return [

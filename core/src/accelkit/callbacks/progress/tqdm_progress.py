@@ -8,7 +8,8 @@ import os
 import sys
 import time
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, cast
 
 from accelkit.callbacks.progress.progress_bar import RefreshingProgressBar, check_count
 from accelkit.errors import ConfigurationError
@@ -22,6 +23,14 @@ if importlib.util.find_spec("ipywidgets") is not None:  # pragma: no cover - not
     from tqdm.auto import tqdm as _tqdm
 else:
     from tqdm import tqdm as _tqdm
+
+
+class ShowWarning(Protocol):
+    """What :data:`warnings.showwarning` is (the bars route warnings above them through one)."""
+
+    def __call__(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None: ...
+
 
 #: width numbers are padded to, so the bar's text does not jump as values change
 _NUMBER_WIDTH = 5
@@ -65,7 +74,7 @@ class Tqdm(_tqdm):
     """A tqdm bar whose numbers in the postfix keep their width (``0.5`` shows as ``0.500``)."""
 
     @staticmethod
-    def format_num(n: Any) -> str:
+    def format_num(n: object) -> str:
         """``n`` as tqdm formats it, floats (and numeric strings) padded with zeros to five characters."""
         text = n if isinstance(n, str) else _tqdm.format_num(n)
         if isinstance(n, (float, str)) and "e" not in text:
@@ -115,18 +124,18 @@ class TQDMProgressBar(RefreshingProgressBar):
         check_count(self, "process_position", process_position)
         self._process_position = process_position
         self._leave = leave
-        self._train_progress_bar: Any = None
-        self._val_progress_bar: Any = None
-        self._test_progress_bar: Any = None
-        self._predict_progress_bar: Any = None
+        self._train_progress_bar: Tqdm | None = None
+        self._val_progress_bar: Tqdm | None = None
+        self._test_progress_bar: Tqdm | None = None
+        self._predict_progress_bar: Tqdm | None = None
         self._train_open = False  # the training bar is drawing (not closed at an epoch's end)
         self._plain = False  # plain lines instead of bars (plain_lines(), decided in setup)
         self._train_batches = 0  # batches of the running epoch, for the plain lines
         self._batches = 0  # batches of the running evaluation, for the plain lines
-        self._shown_warning: Any = None  # warnings.showwarning before the bars routed warnings above them
-        self._show: Any = None  # the routing function installed
+        self._shown_warning: ShowWarning | None = None  # warnings.showwarning before the bars routed warnings
+        self._show: ShowWarning | None = None  # the routing function installed
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = super().__getstate__()  # tqdm bars hold the terminal's stream: spawned workers make their own
         state.update(_train_progress_bar=None, _val_progress_bar=None, _test_progress_bar=None,
                      _predict_progress_bar=None, _train_open=False, _shown_warning=None, _show=None)
@@ -146,50 +155,50 @@ class TQDMProgressBar(RefreshingProgressBar):
         self._restore_warnings()
 
     @property
-    def _stream(self) -> Any:
+    def _stream(self) -> io.TextIOBase | TextIO:
         """Where the bars draw: standard output, or nowhere when the progress goes out as plain lines (the bars
         still count and hold their metrics, for subclasses that read them, as with Lightning's)."""
         return _DISCARD if self._plain else sys.stdout
 
     # ----------------------------------------------------------------- the bars
     @property
-    def train_progress_bar(self) -> Any:
+    def train_progress_bar(self) -> Tqdm:
         """The training bar (an error before training started)."""
         return self._bar("_train_progress_bar")
 
     @train_progress_bar.setter
-    def train_progress_bar(self, bar: Any) -> None:
+    def train_progress_bar(self, bar: Tqdm) -> None:
         self._train_progress_bar = bar
 
     @property
-    def val_progress_bar(self) -> Any:
+    def val_progress_bar(self) -> Tqdm:
         """The validation (or sanity check) bar."""
         return self._bar("_val_progress_bar")
 
     @val_progress_bar.setter
-    def val_progress_bar(self, bar: Any) -> None:
+    def val_progress_bar(self, bar: Tqdm) -> None:
         self._val_progress_bar = bar
 
     @property
-    def test_progress_bar(self) -> Any:
+    def test_progress_bar(self) -> Tqdm:
         """The test bar."""
         return self._bar("_test_progress_bar")
 
     @test_progress_bar.setter
-    def test_progress_bar(self, bar: Any) -> None:
+    def test_progress_bar(self, bar: Tqdm) -> None:
         self._test_progress_bar = bar
 
     @property
-    def predict_progress_bar(self) -> Any:
+    def predict_progress_bar(self) -> Tqdm:
         """The prediction bar."""
         return self._bar("_predict_progress_bar")
 
     @predict_progress_bar.setter
-    def predict_progress_bar(self, bar: Any) -> None:
+    def predict_progress_bar(self, bar: Tqdm) -> None:
         self._predict_progress_bar = bar
 
-    def _bar(self, attribute: str) -> Any:
-        bar = getattr(self, attribute)
+    def _bar(self, attribute: str) -> Tqdm:
+        bar: Tqdm | None = getattr(self, attribute)
         if bar is None:
             raise TypeError(f"The `{type(self).__name__}.{attribute}` reference has not been set yet: the bar is "
                             "made when its loop starts")
@@ -252,7 +261,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        bar = self._train_progress_bar
+        bar = cast(Tqdm, self._train_progress_bar)  # made by on_train_start, before the first batch
         count = self._train_batches = batch_idx + 1
         if bar.disable or (count % self._refresh_rate and count != bar.total):
             return
@@ -293,7 +302,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
-        self._move(self._val_progress_bar, batch_idx + 1)
+        self._move(cast(Tqdm, self._val_progress_bar), batch_idx + 1)  # made by on_validation_start
 
     def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self._train_open and trainer.state.fn == "fit":  # the training bar shows the validation's metrics
@@ -316,7 +325,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_test_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
-        self._move(self._test_progress_bar, batch_idx + 1)
+        self._move(cast(Tqdm, self._test_progress_bar), batch_idx + 1)  # made by on_test_start
 
     def on_test_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.test_progress_bar.close()
@@ -335,7 +344,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_predict_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
-        self._move(self._predict_progress_bar, batch_idx + 1)
+        self._move(cast(Tqdm, self._predict_progress_bar), batch_idx + 1)  # made by on_predict_start
 
     def on_predict_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.predict_progress_bar.close()
@@ -364,13 +373,13 @@ class TQDMProgressBar(RefreshingProgressBar):
             bar.write(sep.join(map(str, args)), **kwargs)
 
     # ----------------------------------------------------------------- moving a bar
-    def _move(self, bar: Any, count: int) -> None:
+    def _move(self, bar: Tqdm, count: int) -> None:
         """An evaluation bar to ``count`` batches, every ``refresh_rate`` batches."""
         self._batches += 1
         if not bar.disable and (count % self._refresh_rate == 0 or count == bar.total):
             bar.update(count - bar.n)
 
-    def _advance(self, bar: Any, count: int, trainer: Trainer, pl_module: Module) -> None:
+    def _advance(self, bar: Tqdm, count: int, trainer: Trainer, pl_module: Module) -> None:
         """The training bar to ``count`` batches through tqdm's ``update``, which redraws the line when
         ``mininterval`` seconds passed since the last draw; the metrics are refreshed first when it will."""
         if time.time() - bar.last_print_t >= bar.mininterval:
@@ -378,7 +387,7 @@ class TQDMProgressBar(RefreshingProgressBar):
         bar.update(count - bar.n)
 
     # ----------------------------------------------------------------- plain lines, warnings
-    def _line(self, label: str, count: str, metrics: dict[str, Any]) -> None:
+    def _line(self, label: str, count: str, metrics: Mapping[str, object]) -> None:
         """One plain line of progress: ``Epoch 2: 20/20 batches, v_num=0, train_loss=0.318``."""
         shown = "".join(f", {k}={v if isinstance(v, str) else Tqdm.format_num(v)}" for k, v in metrics.items())
         print(f"{label}: {count} batches{shown}", flush=True)
@@ -394,7 +403,8 @@ class TQDMProgressBar(RefreshingProgressBar):
             return
         original = warnings.showwarning
 
-        def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
             with Tqdm.external_write_mode(file=file if file is not None else sys.stderr):
                 original(message, category, filename, lineno, file, line)
 
@@ -403,16 +413,16 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def _restore_warnings(self) -> None:
         if self._show is not None and warnings.showwarning is self._show:
-            warnings.showwarning = self._shown_warning
+            warnings.showwarning = cast(ShowWarning, self._shown_warning)  # set together with _show
         self._shown_warning = self._show = None
 
     @staticmethod
-    def _label(description: str, dataloader_idx: int, counts: Any) -> str:
+    def _label(description: str, dataloader_idx: int, counts: float | list[float]) -> str:
         several = isinstance(counts, (list, tuple)) and len(counts) > 1
         return f"{description} DataLoader {dataloader_idx}" if several else description
 
 
-def _restart(bar: Any, total: int | None, description: str) -> None:
+def _restart(bar: Tqdm, total: int | None, description: str) -> None:
     """Start ``bar`` again at 0 of ``total`` (``None``: no total, the count alone) with ``description``."""
     bar.reset(total)
     bar.total = total  # tqdm keeps the old total when given None
