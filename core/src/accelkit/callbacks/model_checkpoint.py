@@ -259,7 +259,7 @@ class ModelCheckpoint(Checkpoint):
             self.dirpath = saved_dir
         dropped: list[str] = []
 
-        def trusted(path: object, folder: object) -> str:
+        def trusted(path: object, folder: str | os.PathLike[str]) -> str:
             refusal = None if isinstance(path, str) and not path else checkpoint_paths.restore_refusal(path, folder)
             if refusal is None:  # "" or a path restore_refusal accepted: a str or os.PathLike
                 return os.fspath(cast("str | os.PathLike[str]", path))
