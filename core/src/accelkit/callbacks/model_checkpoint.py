@@ -259,8 +259,13 @@ class ModelCheckpoint(Checkpoint):
             self.dirpath = saved_dir
         dropped: list[str] = []
 
-        def trusted(path: object, folder: str | os.PathLike[str]) -> str:
-            refusal = None if isinstance(path, str) and not path else checkpoint_paths.restore_refusal(path, folder)
+        def trusted(path: object, folder: object) -> str:
+            if isinstance(path, str) and not path:
+                refusal = None
+            elif not isinstance(folder, (str, os.PathLike)):  # a checkpoint whose "dirpath" is no path
+                refusal = f"the state's folder {folder!r} is not a path"
+            else:
+                refusal = checkpoint_paths.restore_refusal(path, folder)
             if refusal is None:  # "" or a path restore_refusal accepted: a str or os.PathLike
                 return os.fspath(cast("str | os.PathLike[str]", path))
             if (entry := f"{path!r} ({refusal})") not in dropped:  # best, last and top-k may name one file
