@@ -18,7 +18,7 @@ _DEVICE = operator.attrgetter("device")
 _CLASS_AND_DEVICE = operator.attrgetter("__class__", "device")
 
 
-def _fields_constructor(value: tuple[object, ...]) -> Callable[..., tuple[object, ...]]:
+def namedtuple_constructor(value: tuple[object, ...]) -> Callable[..., tuple[object, ...]]:
     """The class of the namedtuple ``value``: its constructor takes one argument per field (mypy sees the one of
     ``tuple``, which takes an iterable)."""
     return cast("Callable[..., tuple[object, ...]]", type(value))
@@ -35,7 +35,7 @@ def apply_to_tensors(data: object, fn: Callable[[torch.Tensor], object]) -> obje
     if isinstance(data, dict):
         return type(data)((k, apply_to_tensors(v, fn)) for k, v in data.items())
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return _fields_constructor(data)(*(apply_to_tensors(v, fn) for v in data))
+        return namedtuple_constructor(data)(*(apply_to_tensors(v, fn) for v in data))
     if isinstance(data, (list, tuple)):
         return type(data)(apply_to_tensors(v, fn) for v in data)
     return data
@@ -189,7 +189,7 @@ def apply_to_collection(data: object, dtype: type | tuple[type, ...], function: 
             return out
         return kept
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple: every field stays
-        return _fields_constructor(data)(*(apply(value) for value in data))
+        return namedtuple_constructor(data)(*(apply(value) for value in data))
     if isinstance(data, (list, tuple)):
         values = [apply(value) for value in data]
         return type(data)(value for value in values if include_none or value is not None)
