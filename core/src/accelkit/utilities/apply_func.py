@@ -45,8 +45,8 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     """Move every tensor of ``batch`` (nested dicts, lists, tuples, namedtuples, dataclasses) to ``device``;
     tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
     passes through."""
-    # (``batch: Any``: any object is taken, but this runs per step and tells a batch's kind by ``kind is ...``,
-    # which mypy does not follow to ``batch``; ``object`` would need casts on the per-step path)
+    # (the batch's annotation is loose: any object is taken, but this runs per step and tells a batch's kind by
+    # ``kind is ...``, which mypy does not follow to ``batch``; ``object`` would need casts on the per-step path)
     kind = type(batch)
     if (kind is tuple or kind is list) and set(map(type, batch)) == _TENSORS:
         # the common batch: plain tensors, their devices read and moved without a Python call per tensor
