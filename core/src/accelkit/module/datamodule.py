@@ -8,7 +8,7 @@ A DataModule gathers what a run needs to get its data: ``prepare_data`` (downloa
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from accelkit.module.hparams import HyperparametersMixin
 from accelkit.utilities.apply_func import move_to_device
+from accelkit.utilities.types import EVAL_DATALOADERS, TRAIN_DATALOADERS
 
 if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
@@ -79,22 +80,22 @@ class DataHooks:
         """Release what ``setup()`` built, in every process, at the end of ``stage``."""
 
     @_default_loader
-    def train_dataloader(self) -> Iterable[object] | None:
+    def train_dataloader(self) -> TRAIN_DATALOADERS | None:
         """The training loader(s); ``None`` (the default) when this object provides none."""
         return None
 
     @_default_loader
-    def val_dataloader(self) -> Iterable[object] | None:
+    def val_dataloader(self) -> EVAL_DATALOADERS | None:
         """The validation loader(s); ``None`` (the default): no validation."""
         return None
 
     @_default_loader
-    def test_dataloader(self) -> Iterable[object] | None:
+    def test_dataloader(self) -> EVAL_DATALOADERS | None:
         """The test loader(s); ``None`` (the default) when this object provides none."""
         return None
 
     @_default_loader
-    def predict_dataloader(self) -> Iterable[object] | None:
+    def predict_dataloader(self) -> EVAL_DATALOADERS | None:
         """The prediction loader(s); ``None`` (the default) when this object provides none."""
         return None
 

@@ -134,7 +134,7 @@ class _class_only_method(classmethod):
     """A classmethod that refuses to be called on an instance (``model.load_from_checkpoint(path)`` would
     build a new object and leave ``model`` untouched, which is never what the caller meant)."""
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
         if instance is None:
             return super().__get__(instance, owner)
         name = self.__func__.__name__

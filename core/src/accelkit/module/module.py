@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from sys import _getframe
-from typing import TYPE_CHECKING, Any, cast
+from typing import IO, TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 import torch
 from torch import nn
@@ -30,6 +30,32 @@ LIGHTNING_NAMES = {"on_gpu": "on_graphics_processor"}
 #: of them when there are several (Lightning's ``MODULE_OPTIMIZERS``)
 OptimizerOrOptimizers = (Optimizer | torch.optim.Optimizer | list[Optimizer] | list[torch.optim.Optimizer]
                          | list[Optimizer | torch.optim.Optimizer])
+
+
+class PrintOptions(TypedDict, total=False):
+    """The keywords of the built-in ``print`` that :meth:`Module.print` passes on."""
+
+    sep: str | None
+    end: str | None
+    file: IO[str] | None
+    flush: bool
+
+
+class LogOptions(TypedDict, total=False):
+    """The options of :meth:`Module.log` (see there), which :meth:`Module.log_dict` gives every item."""
+
+    prog_bar: bool
+    logger: bool | None
+    on_step: bool | None
+    on_epoch: bool | None
+    reduce_fx: str | Callable[..., object]
+    enable_graph: bool
+    sync_dist: bool
+    sync_dist_group: object
+    add_dataloader_idx: bool
+    batch_size: int | None
+    metric_attribute: str | None
+    rank_zero_only: bool
 
 
 class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, ExportMixin, nn.Module):
@@ -148,7 +174,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             return bool(accelerator.is_graphics_processor) and device.type == strategy.root_device.type
         return device.type in graphics_processor_device_types()
 
-    def print(self, *args: object, **kwargs: Any) -> None:
+    def print(self, *args: object, **kwargs: Unpack[PrintOptions]) -> None:
         """``print`` from the global-zero process only (under a Fabric: :meth:`accelkit.Fabric.print`)."""
         if self.trainer is None and self.fabric is not None:
             self.fabric.print(*args, **kwargs)
@@ -273,7 +299,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         store.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size, rank_zero_only,
                   add_dataloader_idx, _getframe(1).f_code if store.repeats is not None else None)
 
-    def log_dict(self, dictionary: Mapping[str, object], **kwargs: Any) -> None:
+    def log_dict(self, dictionary: Mapping[str, object], **kwargs: Unpack[LogOptions]) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
         for name, value in dictionary.items():
             self.log(name, value, **kwargs)

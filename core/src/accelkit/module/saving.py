@@ -277,7 +277,7 @@ def _name(source: object) -> str:
     return repr(str(getattr(source, "name", source)))
 
 
-def _move(checkpoint: dict[str, Any], map_location: MAP_LOCATION) -> dict[str, Any]:
+def _move(checkpoint: dict[str, object], map_location: MAP_LOCATION) -> dict[str, Any]:
     """The tensors of a checkpoint read on the CPU, moved as ``torch.load(map_location=...)`` would have put them."""
     import io
 

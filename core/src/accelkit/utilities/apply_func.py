@@ -41,7 +41,7 @@ def apply_to_tensors(data: object, fn: Callable[[torch.Tensor], object]) -> obje
     return data
 
 
-def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> object:
     """Move every tensor of ``batch`` (nested dicts, lists, tuples, namedtuples, dataclasses) to ``device``;
     tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
     passes through."""
@@ -67,7 +67,7 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
             return out
         return moved
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(move_to_device(value, device, non_blocking) for value in batch))
+        return namedtuple_constructor(batch)(*(move_to_device(value, device, non_blocking) for value in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(move_to_device(value, device, non_blocking) for value in batch)
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):

@@ -84,7 +84,7 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-class LogOptions(TypedDict, total=False):
+class LoggingOptions(TypedDict, total=False):
     """The keywords of ``logging.debug``/``logging.info`` that :func:`rank_zero_debug` and :func:`rank_zero_info`
     pass on (``stacklevel`` is their own argument)."""
 
@@ -94,7 +94,7 @@ class LogOptions(TypedDict, total=False):
     extra: Mapping[str, object] | None
 
 
-class WarnOptions(TypedDict, total=False):
+class WarningOptions(TypedDict, total=False):
     """The keywords of ``warnings.warn`` that :func:`rank_zero_warn` and :func:`rank_zero_deprecation` pass on
     (``stacklevel`` is their own argument)."""
 
@@ -135,39 +135,39 @@ if not logging.getLogger().hasHandlers() and not _package_log.handlers:
 
 
 # one frame between the public function and logging/warnings, so that stacklevel counts as in Lightning
-def _debug(*args: object, stacklevel: int = 2, **kwargs: Unpack[LogOptions]) -> None:
+def _debug(*args: object, stacklevel: int = 2, **kwargs: Unpack[LoggingOptions]) -> None:
     log.debug(*args, stacklevel=stacklevel, **kwargs)
 
 
-def _info(*args: object, stacklevel: int = 2, **kwargs: Unpack[LogOptions]) -> None:
+def _info(*args: object, stacklevel: int = 2, **kwargs: Unpack[LoggingOptions]) -> None:
     log.info(*args, stacklevel=stacklevel, **kwargs)
 
 
-def _warn(message: str | Warning, stacklevel: int = 2, **kwargs: Unpack[WarnOptions]) -> None:
+def _warn(message: str | Warning, stacklevel: int = 2, **kwargs: Unpack[WarningOptions]) -> None:
     warnings.warn(message, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_debug(*args: object, stacklevel: int = 4, **kwargs: Unpack[LogOptions]) -> None:
+def rank_zero_debug(*args: object, stacklevel: int = 4, **kwargs: Unpack[LoggingOptions]) -> None:
     """``logging.debug`` on rank 0 only (Lightning's ``rank_zero_debug``); ``stacklevel`` 4 names the caller."""
     _debug(*args, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_info(*args: object, stacklevel: int = 4, **kwargs: Unpack[LogOptions]) -> None:
+def rank_zero_info(*args: object, stacklevel: int = 4, **kwargs: Unpack[LoggingOptions]) -> None:
     """``logging.info`` on rank 0 only (Lightning's ``rank_zero_info``); ``stacklevel`` 4 names the caller."""
     _info(*args, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Unpack[WarnOptions]) -> None:
+def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Unpack[WarningOptions]) -> None:
     """``warnings.warn`` on rank 0 only (Lightning's ``rank_zero_warn``); ``category`` as for ``warnings.warn``;
     ``stacklevel`` 4 names the caller."""
     _warn(message, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Unpack[WarnOptions]) -> None:
+def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Unpack[WarningOptions]) -> None:
     """A :class:`DeprecationWarning` on rank 0 only (Lightning's ``rank_zero_deprecation``); ``stacklevel`` 5
     names the caller's caller (the code using the deprecated name)."""
     kwargs.setdefault("category", DeprecationWarning)

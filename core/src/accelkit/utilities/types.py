@@ -10,7 +10,7 @@ They describe what the hooks take and return; nothing here is checked at run tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -38,12 +38,12 @@ STEP_OUTPUT = Tensor | Mapping[str, Any] | None
 #: what ``Trainer.validate``/``test`` return: one dict of metrics per loader
 _EVALUATE_OUTPUT = list[Mapping[str, float]]
 #: what ``Trainer.predict`` returns: the predictions of each batch (a list per loader with several loaders)
-_PREDICT_OUTPUT = list[Any] | list[list[Any]]
+_PREDICT_OUTPUT = list[object] | list[list[object]]
 #: what ``train_dataloader`` returns: any iterable of batches, or a collection of them (a dict or list, combined by
 #: :class:`~accelkit.utilities.combined_loader.CombinedLoader`)
-TRAIN_DATALOADERS = Any
+TRAIN_DATALOADERS = Iterable[object]
 #: what ``val_dataloader``/``test_dataloader``/``predict_dataloader`` return: a loader or a collection of them
-EVAL_DATALOADERS = Any
+EVAL_DATALOADERS = Iterable[object]
 #: the ``mode`` of a :class:`~accelkit.utilities.combined_loader.CombinedLoader`
 _COMBINED_MODE = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
 #: a DataLoader or a list of them (older annotations)
