@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from sys import _getframe
-from typing import IO, TYPE_CHECKING, Any, TypedDict, Unpack, cast
+from typing import IO, TYPE_CHECKING, Any, TypedDict, Unpack, cast, overload
 
 import torch
 from torch import nn
@@ -28,8 +28,7 @@ LIGHTNING_NAMES = {"on_gpu": "on_graphics_processor"}
 
 #: what :meth:`Module.optimizers` returns: the run's optimizer (wrapped, or the raw ``torch.optim`` one), or a list
 #: of them when there are several (Lightning's ``MODULE_OPTIMIZERS``)
-OptimizerOrOptimizers = (Optimizer | torch.optim.Optimizer | list[Optimizer] | list[torch.optim.Optimizer]
-                         | list[Optimizer | torch.optim.Optimizer])
+OptimizerOrOptimizers = Optimizer | torch.optim.Optimizer | list[Optimizer] | list[torch.optim.Optimizer]
 
 
 class PrintOptions(TypedDict, total=False):
@@ -303,6 +302,12 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
         for name, value in dictionary.items():
             self.log(name, value, **kwargs)
+
+    @overload
+    def all_gather(self, data: torch.Tensor, group: object = None, sync_grads: bool = False) -> torch.Tensor: ...
+
+    @overload
+    def all_gather(self, data: object, group: object = None, sync_grads: bool = False) -> object: ...
 
     def all_gather(self, data: object, group: object = None, sync_grads: bool = False) -> object:
         """Gather tensors (or nested collections of them) from every process along a new first dimension."""
