@@ -8,32 +8,40 @@ A DataModule gathers what a run needs to get its data: ``prepare_data`` (downloa
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from accelkit.module.hparams import HyperparametersMixin
 from accelkit.utilities.apply_func import move_to_device
+from accelkit.utilities.types import EVAL_DATALOADERS, TRAIN_DATALOADERS
 
 if TYPE_CHECKING:
     from accelkit.trainer.trainer import Trainer
 
 __all__ = ["DataHooks", "DataModule", "dataloader_is_defined"]
 
+#: what :meth:`DataModule.from_datasets` takes for a stage: a dataset, a list of them or a dict of them by name (a
+#: list of other items is one dataset: a sequence is a map-style dataset to a DataLoader)
+Datasets = Dataset | Sequence[object] | Mapping[str, Dataset]
+
 _LOADER_METHODS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 
 
-_DEFAULT_LOADERS: list[Callable[..., Any]] = []  # the ``*_dataloader`` defaults of DataHooks (they return None)
+_DEFAULT_LOADERS: list[Callable[..., object]] = []  # the ``*_dataloader`` defaults of DataHooks (they return None)
 
 
-def _default_loader(method: Callable[..., Any]) -> Callable[..., Any]:
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _default_loader(method: _F) -> _F:
     _DEFAULT_LOADERS.append(method)
     return method
 
 
-def dataloader_is_defined(obj: Any, name: str) -> bool:
+def dataloader_is_defined(obj: object, name: str) -> bool:
     """Whether ``obj`` provides the ``name`` loader (``"train_dataloader"``, ...): it overrides the method, or
     :meth:`~accelkit.DataModule.from_datasets` gave it one. The defaults of :class:`DataHooks` return ``None`` and do
     not
@@ -72,22 +80,22 @@ class DataHooks:
         """Release what ``setup()`` built, in every process, at the end of ``stage``."""
 
     @_default_loader
-    def train_dataloader(self) -> Any:
+    def train_dataloader(self) -> TRAIN_DATALOADERS | None:
         """The training loader(s); ``None`` (the default) when this object provides none."""
         return None
 
     @_default_loader
-    def val_dataloader(self) -> Any:
+    def val_dataloader(self) -> EVAL_DATALOADERS | None:
         """The validation loader(s); ``None`` (the default): no validation."""
         return None
 
     @_default_loader
-    def test_dataloader(self) -> Any:
+    def test_dataloader(self) -> EVAL_DATALOADERS | None:
         """The test loader(s); ``None`` (the default) when this object provides none."""
         return None
 
     @_default_loader
-    def predict_dataloader(self) -> Any:
+    def predict_dataloader(self) -> EVAL_DATALOADERS | None:
         """The prediction loader(s); ``None`` (the default) when this object provides none."""
         return None
 
@@ -110,14 +118,16 @@ class _DatasetLoaders:
     """The loader method :meth:`~accelkit.DataModule.from_datasets` attaches: a picklable callable (a closure would not
     travel to spawned workers)."""
 
-    def __init__(self, datasets: Any, batch_size: int, num_workers: int, shuffle: bool) -> None:
+    def __init__(self, datasets: Datasets, batch_size: int, num_workers: int, shuffle: bool) -> None:
         self.datasets, self.batch_size, self.num_workers, self.shuffle = datasets, batch_size, num_workers, shuffle
 
-    def _loader(self, dataset: Any) -> DataLoader:
+    def _loader(self, dataset: Dataset | Sequence[object]) -> DataLoader:
         shuffle = self.shuffle and not isinstance(dataset, IterableDataset)
-        return DataLoader(dataset, batch_size=self.batch_size, shuffle=shuffle, num_workers=self.num_workers)
+        # (a sequence works as a map-style dataset: a DataLoader only indexes it and takes its len)
+        return DataLoader(cast(Dataset, dataset), batch_size=self.batch_size, shuffle=shuffle,
+                          num_workers=self.num_workers)
 
-    def __call__(self) -> Any:
+    def __call__(self) -> DataLoader | list[DataLoader] | dict[str, DataLoader]:
         datasets = self.datasets
         if isinstance(datasets, Mapping):
             return {name: self._loader(dataset) for name, dataset in datasets.items()}
@@ -150,12 +160,12 @@ class DataModule(DataHooks, HyperparametersMixin):
         super().__init__()
         self.trainer = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state.pop("trainer", None)  # the Trainer does not travel to workers with its datamodule
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
 
     def state_dict(self) -> dict[str, Any]:
@@ -170,9 +180,9 @@ class DataModule(DataHooks, HyperparametersMixin):
         """Called when a run ends with an exception, before it propagates."""
 
     @classmethod
-    def from_datasets(cls, train_dataset: Any = None, val_dataset: Any = None, test_dataset: Any = None,
-                      predict_dataset: Any = None, batch_size: int = 1, num_workers: int = 0,
-                      **datamodule_kwargs: Any) -> DataModule:
+    def from_datasets(cls, train_dataset: Datasets | None = None, val_dataset: Datasets | None = None,
+                      test_dataset: Datasets | None = None, predict_dataset: Datasets | None = None,
+                      batch_size: int = 1, num_workers: int = 0, **datamodule_kwargs: object) -> DataModule:
         """A datamodule whose loaders wrap the given datasets, as Lightning's ``from_datasets``.
 
         Each ``*_dataset`` may be a dataset, a list of datasets (several loaders) or a dict of them; the training

@@ -22,7 +22,7 @@ class ExportMixin:
         @property
         def device(self) -> torch.device: ...
 
-    def _export_input(self, given: Any, method: str, argument: str) -> Any:
+    def _export_input(self, given: object, method: str, argument: str) -> object:
         """``given``, else ``example_input_array``, moved to the module's device."""
         sample = given if given is not None else getattr(self, "example_input_array", None)
         if sample is None:
@@ -33,7 +33,7 @@ class ExportMixin:
 
     @torch.no_grad()
     def to_torchscript(self, file_path: str | os.PathLike | None = None, method: str = "script",
-                       example_inputs: Any = None, **kwargs: Any) -> Any:
+                       example_inputs: object = None, **kwargs: Any) -> torch.jit.ScriptModule:
         """The module as TorchScript (``torch.jit.ScriptModule``), saved to ``file_path`` when given.
 
         :param file_path: where to write it (``torch.jit.save``); ``None``: not written.
@@ -42,7 +42,7 @@ class ExportMixin:
         :param example_inputs: the input to trace with (default ``self.example_input_array``); ``"trace"`` only.
         :param kwargs: passed to ``torch.jit.script`` / ``torch.jit.trace``.
         """
-        with _in_eval_mode(self):
+        with _in_eval_mode(cast(torch.nn.Module, self)):  # (a Module, as in to_onnx)
             if method == "script":
                 scripted = torch.jit.script(self, **kwargs)
             elif method == "trace":
@@ -55,7 +55,8 @@ class ExportMixin:
         return scripted
 
     @torch.no_grad()
-    def to_onnx(self, file_path: str | os.PathLike | None, input_sample: Any = None, **kwargs: Any) -> Any:
+    def to_onnx(self, file_path: str | os.PathLike | None, input_sample: object = None,
+                **kwargs: Any) -> torch.onnx.ONNXProgram | None:
         """Export the module to ONNX with ``torch.onnx.export`` (what it returns is returned).
 
         :param file_path: the ``.onnx`` file to write.
@@ -69,14 +70,15 @@ class ExportMixin:
         _require_onnx(type(self).__name__, kwargs.get("dynamo"))
         sample = self._export_input(input_sample, "to_onnx", "input_sample")
         args = sample if isinstance(sample, tuple) else (sample,)
-        with _in_eval_mode(self):
-            # cast: this class is only ever part of a Module, which is a torch.nn.Module
-            return torch.onnx.export(cast(torch.nn.Module, self), args,
+        # cast: this class is only ever part of a Module, which is a torch.nn.Module
+        module = cast(torch.nn.Module, self)
+        with _in_eval_mode(module):
+            return torch.onnx.export(module, args,
                                      None if file_path is None else os.fspath(file_path), **kwargs)
 
 
 @contextlib.contextmanager
-def _in_eval_mode(module: Any) -> Iterator[None]:
+def _in_eval_mode(module: torch.nn.Module) -> Iterator[None]:
     """``module`` in evaluation mode for the block; its training mode is put back afterwards."""
     training = module.training
     module.eval()
@@ -86,7 +88,7 @@ def _in_eval_mode(module: Any) -> Iterator[None]:
         module.train(training)
 
 
-def _require_onnx(owner: str, dynamo: Any) -> None:
+def _require_onnx(owner: str, dynamo: object) -> None:
     """Raise a clear error when the packages ``torch.onnx.export`` needs are missing."""
     if importlib.util.find_spec("onnx") is None:
         raise ModuleNotFoundError(f"{owner}.to_onnx() needs the 'onnx' package, which is not installed: pip install "

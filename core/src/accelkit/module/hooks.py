@@ -7,11 +7,13 @@ module does not override costs nothing per step: the Trainer decides once per ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 if TYPE_CHECKING:
+    from accelkit.module.optimizers import Optimizer
     from accelkit.trainer.trainer import Trainer
 
 
@@ -24,7 +26,7 @@ class ModelHooks:
 
         def zero_grad(self, set_to_none: bool = True) -> None: ...
 
-        def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+        def clip_gradients(self, optimizer: Optimizer | torch.optim.Optimizer, gradient_clip_val: float | None = None,
                            gradient_clip_algorithm: str | None = None) -> None: ...
 
     # ----------------------------------------------------------------- lifecycle
@@ -119,7 +121,7 @@ class ModelHooks:
         """At the end of the prediction epoch."""
 
     # ----------------------------------------------------------------- evaluation mode
-    def _running_model(self) -> Any:
+    def _running_model(self) -> torch.nn.Module:
         """The model the Trainer runs (the strategy's wrapper of this module); an error outside a run."""
         trainer = self.trainer
         if trainer is None:
@@ -168,7 +170,8 @@ class ModelHooks:
         """Back-propagate ``loss`` (already scaled by the precision when it uses a gradient scaler)."""
         loss.backward(*args, **kwargs)
 
-    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer | torch.optim.Optimizer,
+                       optimizer_closure: Callable[[], Any] | None = None) -> None:
         """Step ``optimizer``: the default calls ``optimizer.step(closure=optimizer_closure)``; the closure runs
         ``training_step``, ``optimizer_zero_grad`` and ``backward``. Override it to change the learning rate
         around the step (warm-up) or to skip steps; the optimizer given still steps through the precision and
@@ -181,6 +184,8 @@ class ModelHooks:
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         """Step one scheduler: ``scheduler.step()``, or ``scheduler.step(metric)`` when it monitors a metric."""
+        # (``scheduler`` is not annotated as a scheduler union: ``ReduceLROnPlateau.step`` requires the metric that
+        # this default gives it only when one is monitored, which the type checker cannot follow)
         if metric is None:
             scheduler.step()
         else:

@@ -12,16 +12,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import inspect
-import io
 import os
 import sys
 import types
 import warnings
 from argparse import Namespace
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from torch import nn
+
+if TYPE_CHECKING:
+    from torch.serialization import MAP_LOCATION
 
 from accelkit.module.saving import (
     HPARAMS_KEY,
@@ -47,8 +49,11 @@ __all__ = [
 ]
 
 
+#: the class of the object :meth:`HyperparametersMixin.load_from_checkpoint` builds
+_H = TypeVar("_H", bound="HyperparametersMixin")
+
 # ------------------------------------------------------------------------------------------------ capture
-def _init_frames(obj: Any, start: types.FrameType) -> list[types.FrameType]:
+def _init_frames(obj: object, start: types.FrameType) -> list[types.FrameType]:
     """The ``__init__`` frames of ``obj`` on the stack, innermost (base class) first.
 
     Frames before the first ``__init__`` of ``obj`` are skipped (``save_hyperparameters`` may be called from a
@@ -68,7 +73,7 @@ def _init_frames(obj: Any, start: types.FrameType) -> list[types.FrameType]:
     return found
 
 
-def _frame_arguments(frame: types.FrameType) -> dict[str, Any]:
+def _frame_arguments(frame: types.FrameType) -> dict[str, object]:
     """The arguments of the function running in ``frame`` (their current values), ``**kwargs`` spread out,
     without ``self``, ``*args`` and ``__class__``."""
     code = frame.f_code
@@ -86,7 +91,7 @@ def _frame_arguments(frame: types.FrameType) -> dict[str, Any]:
     return args
 
 
-def _captured_init_arguments(obj: Any, frame: types.FrameType) -> dict[str, Any] | None:
+def _captured_init_arguments(obj: object, frame: types.FrameType) -> dict[str, object] | None:
     """Every ``__init__`` argument of ``obj``'s class hierarchy found from ``frame`` (``None`` if no ``__init__``
     of ``obj`` is on the stack). A subclass's value wins over its base's for the same name."""
     if dataclasses.is_dataclass(obj):
@@ -94,13 +99,13 @@ def _captured_init_arguments(obj: Any, frame: types.FrameType) -> dict[str, Any]
     frames = _init_frames(obj, frame)
     if not frames:
         return None
-    captured: dict[str, Any] = {}
+    captured: dict[str, object] = {}
     for init_frame in frames:  # base first, so the subclass overrides
         captured.update(_frame_arguments(init_frame))
     return captured
 
 
-def _as_hparams(value: Any) -> AttributeDict:
+def _as_hparams(value: object) -> AttributeDict:
     if isinstance(value, (Namespace, types.SimpleNamespace)):
         return AttributeDict(vars(value))
     if isinstance(value, Mapping):
@@ -129,13 +134,13 @@ class _class_only_method(classmethod):
     """A classmethod that refuses to be called on an instance (``model.load_from_checkpoint(path)`` would
     build a new object and leave ``model`` untouched, which is never what the caller meant)."""
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
         if instance is None:
             return super().__get__(instance, owner)
         name = self.__func__.__name__
         cls_name = type(instance).__name__
 
-        def refuse(*args: Any, **kwargs: Any) -> Any:
+        def refuse(*args: object, **kwargs: object) -> NoReturn:
             raise TypeError(f"{cls_name}.{name} builds a new object; call it on the class and use the result: "
                             f"model = {cls_name}.{name}(path)")
 
@@ -155,8 +160,8 @@ class HyperparametersMixin:
     #: Checkpoint key of the ``__init__`` argument the hyper-parameters were passed as (if one).
     CHECKPOINT_HYPER_PARAMS_NAME = HPARAMS_NAME_KEY
 
-    def save_hyperparameters(self, *args: Any, ignore: str | Iterable[str] | None = None,
-                             frame: types.FrameType | None = None, logger: bool = True, **values: Any) -> None:
+    def save_hyperparameters(self, *args: object, ignore: str | Iterable[str] | None = None,
+                             frame: types.FrameType | None = None, logger: bool = True, **values: object) -> None:
         """Record hyper-parameters in :attr:`hparams`: they go into checkpoints and to the loggers.
 
         * no argument: every argument of the calling ``__init__`` (of each class of the hierarchy whose
@@ -205,7 +210,7 @@ class HyperparametersMixin:
             initial = AttributeDict(self.hparams)
         self.__dict__["_hparams_initial"] = initial
 
-    def _collect_hparams(self, args: tuple[Any, ...], frame: types.FrameType) -> AttributeDict | None:
+    def _collect_hparams(self, args: tuple[object, ...], frame: types.FrameType) -> AttributeDict | None:
         if len(args) == 1 and not isinstance(args[0], str) and not args[0]:
             return None  # save_hyperparameters(None) / an empty dict: nothing to save (as Lightning)
         objects = [arg for arg in args if not isinstance(arg, str)]
@@ -228,11 +233,12 @@ class HyperparametersMixin:
             if unknown:
                 raise ValueError(f"{type(self).__name__}.save_hyperparameters({', '.join(map(repr, args))}): "
                                  f"{unknown!r} not among the __init__ arguments {sorted(captured)}")
-            captured = {name: captured[name] for name in args}
+            # (every argument is a name here: one that is not returned above)
+            captured = {name: captured[name] for name in cast("tuple[str, ...]", args)}
         self.__dict__["_hparams_name"] = "kwargs" if captured else None
         return AttributeDict(captured)
 
-    def _set_hparams(self, hparams: Mapping[str, Any] | Namespace) -> None:
+    def _set_hparams(self, hparams: Mapping[str, object] | Namespace) -> None:
         """Replace :attr:`hparams` with ``hparams`` (a mapping or an ``argparse.Namespace``)."""
         self.__dict__["_hparams"] = _as_hparams(hparams)
 
@@ -245,7 +251,7 @@ class HyperparametersMixin:
         return hparams
 
     @hparams.setter
-    def hparams(self, value: Any) -> None:
+    def hparams(self, value: object) -> None:
         raise AttributeError(f"{type(self).__name__}.hparams cannot be assigned; "
                              f"call self.save_hyperparameters(...) instead")
 
@@ -264,9 +270,10 @@ class HyperparametersMixin:
         self.__dict__["_log_hyperparams"] = value
 
     @_class_only_method
-    def load_from_checkpoint(cls: Any, checkpoint_path: str | os.PathLike | io.IOBase, map_location: Any = None,
+    def load_from_checkpoint(cls: type[_H], checkpoint_path: str | os.PathLike | IO[bytes],
+                             map_location: MAP_LOCATION = None,
                              hparams_file: str | os.PathLike | None = None, strict: bool | None = None,
-                             weights_only: bool = True, **overrides: Any) -> Any:
+                             weights_only: bool = True, **overrides: object) -> _H:
         """Build an object of this class from a checkpoint: see :func:`accelkit.module.hparams.load_from_checkpoint`.
 
         Call it on the class (``model = Model.load_from_checkpoint(path)``); it returns a new object.

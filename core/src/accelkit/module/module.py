@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from sys import _getframe
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypedDict, Unpack, cast, overload
 
 import torch
 from torch import nn
@@ -14,6 +14,8 @@ from accelkit.module.datamodule import DataHooks
 from accelkit.module.export import ExportMixin
 from accelkit.module.hooks import CheckpointHooks, ModelHooks
 from accelkit.module.hparams import HyperparametersMixin
+from accelkit.module.optimizers import Optimizer
+from accelkit.utilities.types import LRSchedulerPLType, OptimizerLRScheduler
 
 if TYPE_CHECKING:
     from accelkit.loops.optimization import Optimization
@@ -23,6 +25,36 @@ if TYPE_CHECKING:
 #: Lightning's names of Module properties whose accelkit names say what they mean without naming a kind of device
 #: (the core names none): ``module.on_gpu`` is ``module.on_graphics_processor``
 LIGHTNING_NAMES = {"on_gpu": "on_graphics_processor"}
+
+#: what :meth:`Module.optimizers` returns: the run's optimizer (wrapped, or the raw ``torch.optim`` one), or a list
+#: of them when there are several (Lightning's ``MODULE_OPTIMIZERS``)
+OptimizerOrOptimizers = Optimizer | torch.optim.Optimizer | list[Optimizer] | list[torch.optim.Optimizer]
+
+
+class PrintOptions(TypedDict, total=False):
+    """The keywords of the built-in ``print`` that :meth:`Module.print` passes on."""
+
+    sep: str | None
+    end: str | None
+    file: IO[str] | None
+    flush: bool
+
+
+class LogOptions(TypedDict, total=False):
+    """The options of :meth:`Module.log` (see there), which :meth:`Module.log_dict` gives every item."""
+
+    prog_bar: bool
+    logger: bool | None
+    on_step: bool | None
+    on_epoch: bool | None
+    reduce_fx: str | Callable[..., object]
+    enable_graph: bool
+    sync_dist: bool
+    sync_dist_group: object
+    add_dataloader_idx: bool
+    batch_size: int | None
+    metric_attribute: str | None
+    rank_zero_only: bool
 
 
 class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, ExportMixin, nn.Module):
@@ -50,7 +82,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         self.__dict__["_trainer"] = None
         self.__dict__["example_input_array"] = None
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = dict(super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__)
         state["_trainer"] = None  # a Module is pickled into workers without its Trainer
         state.pop("_fabric", None)  # ...and without the Fabric that set it up
@@ -141,7 +173,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
             return bool(accelerator.is_graphics_processor) and device.type == strategy.root_device.type
         return device.type in graphics_processor_device_types()
 
-    def print(self, *args: Any, **kwargs: Any) -> None:
+    def print(self, *args: object, **kwargs: Unpack[PrintOptions]) -> None:
         """``print`` from the global-zero process only (under a Fabric: :meth:`accelkit.Fabric.print`)."""
         if self.trainer is None and self.fabric is not None:
             self.fabric.print(*args, **kwargs)
@@ -181,20 +213,20 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         (a ``TensorDataset``'s batch is a list: override ``predict_step`` to pass ``batch[0]``)."""
         return self(batch)
 
-    def configure_optimizers(self) -> Any:
+    def configure_optimizers(self) -> OptimizerLRScheduler:
         """Return an optimizer, a list of them, ``(optimizers, schedulers)``, a dict
         ``{"optimizer": ..., "lr_scheduler": scheduler or {"scheduler": ..., "interval": "epoch"|"step",
         "frequency": 1, "monitor": "val_loss", "name": ..., "strict": True}}`` or a list of such dicts."""
         raise NotImplementedError(f"{type(self).__name__} must implement configure_optimizers() to be fit")
 
-    def configure_callbacks(self) -> Any:
+    def configure_callbacks(self) -> object:
         """Callbacks this module needs (a callback or a list); they replace Trainer callbacks of the same type."""
         return []
 
     # ----------------------------------------------------------------- logging
     def log(self, name: str, value: Any, prog_bar: bool = False, logger: bool | None = None,
-            on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: Any = "mean",
-            enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: Any = None,
+            on_step: bool | None = None, on_epoch: bool | None = None, reduce_fx: str | Callable[..., object] = "mean",
+            enable_graph: bool = False, sync_dist: bool = False, sync_dist_group: object = None,
             add_dataloader_idx: bool = True, batch_size: int | None = None, metric_attribute: str | None = None,
             rank_zero_only: bool = False) -> None:
         """Record a metric.
@@ -266,12 +298,18 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         store.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size, rank_zero_only,
                   add_dataloader_idx, _getframe(1).f_code if store.repeats is not None else None)
 
-    def log_dict(self, dictionary: dict[str, Any], **kwargs: Any) -> None:
+    def log_dict(self, dictionary: Mapping[str, object], **kwargs: Unpack[LogOptions]) -> None:
         """:meth:`log` each item of ``dictionary`` with the same options (a torchmetrics collection too)."""
         for name, value in dictionary.items():
             self.log(name, value, **kwargs)
 
-    def all_gather(self, data: Any, group: Any = None, sync_grads: bool = False) -> Any:
+    @overload
+    def all_gather(self, data: torch.Tensor, group: object = None, sync_grads: bool = False) -> torch.Tensor: ...
+
+    @overload
+    def all_gather(self, data: object, group: object = None, sync_grads: bool = False) -> object: ...
+
+    def all_gather(self, data: object, group: object = None, sync_grads: bool = False) -> object:
         """Gather tensors (or nested collections of them) from every process along a new first dimension."""
         from accelkit.utilities.apply_func import apply_to_tensors
 
@@ -289,14 +327,14 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         return apply_to_tensors(data, gather)
 
     # ----------------------------------------------------------------- manual optimization
-    def optimizers(self, use_pl_optimizer: bool = True) -> Any:
+    def optimizers(self, use_pl_optimizer: bool = True) -> OptimizerOrOptimizers:
         """The optimizers of the run: one if there is one, else a list (wrapped so ``step`` goes through the
         precision and strategy; ``use_pl_optimizer=False`` gives the raw ``torch.optim`` objects)."""
         optimization = self._require_optimization("optimizers()")
         opts = optimization.wrapped if use_pl_optimizer else optimization.trainer.optimizers
         return opts[0] if len(opts) == 1 else list(opts)
 
-    def lr_schedulers(self) -> Any:
+    def lr_schedulers(self) -> LRSchedulerPLType | list[LRSchedulerPLType] | None:
         """The schedulers of the run: ``None``, one, or a list."""
         trainer = self._require_trainer("lr_schedulers()")
         scheds = [c.scheduler for c in trainer.lr_scheduler_configs]
@@ -311,7 +349,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
                                "False` in __init__, or return the loss from training_step")
         optimization.backward(loss, *args, **kwargs)
 
-    def toggle_optimizer(self, optimizer: Any) -> None:
+    def toggle_optimizer(self, optimizer: Optimizer | torch.optim.Optimizer) -> None:
         """Let only ``optimizer``'s parameters require gradients (others are frozen until
         :meth:`untoggle_optimizer`)."""
         optimizer = getattr(optimizer, "optimizer", optimizer)
@@ -322,7 +360,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
                 saved[id(param)] = param.requires_grad
                 param.requires_grad = False
 
-    def untoggle_optimizer(self, optimizer: Any) -> None:
+    def untoggle_optimizer(self, optimizer: Optimizer | torch.optim.Optimizer) -> None:
         """Restore ``requires_grad`` of the parameters :meth:`toggle_optimizer` froze."""
         saved = self.__dict__.pop("_toggled", {})
         for param in self.parameters():
@@ -330,7 +368,7 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
                 param.requires_grad = saved[id(param)]
 
     @contextlib.contextmanager
-    def toggled_optimizer(self, optimizer: Any) -> Iterator[None]:
+    def toggled_optimizer(self, optimizer: Optimizer | torch.optim.Optimizer) -> Iterator[None]:
         """:meth:`toggle_optimizer` for the duration of a ``with`` block."""
         self.toggle_optimizer(optimizer)
         try:
@@ -338,12 +376,14 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         finally:
             self.untoggle_optimizer(optimizer)
 
-    def clip_gradients(self, optimizer: Any, gradient_clip_val: float | None = None,
+    def clip_gradients(self, optimizer: Optimizer | torch.optim.Optimizer, gradient_clip_val: float | None = None,
                        gradient_clip_algorithm: str | None = None) -> None:
         """Clip the gradients of ``optimizer``'s parameters by norm (default) or value, after bringing them to
         their true scale (a gradient scaler's ``unscale_``)."""
         optimization = self._require_optimization("clip_gradients()")
-        optimization.clip(getattr(optimizer, "optimizer", optimizer), gradient_clip_val, gradient_clip_algorithm)
+        # (the wrapper's ``optimizer`` is the torch one; a torch optimizer has no ``optimizer``: itself)
+        raw = cast(torch.optim.Optimizer, getattr(optimizer, "optimizer", optimizer))
+        optimization.clip(raw, gradient_clip_val, gradient_clip_algorithm)
 
     def _require_trainer(self, what: str) -> Trainer:
         return self._require_optimization(what).trainer

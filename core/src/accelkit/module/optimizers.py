@@ -3,19 +3,22 @@ strategy and the precision."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
 from accelkit.utilities.types import LRSchedulerConfig
 
+if TYPE_CHECKING:
+    from accelkit.module.module import Module
+
 #: the keys of an ``lr_scheduler`` dict, the fields of :class:`LRSchedulerConfig`
 _KEYS = tuple(field.name for field in fields(LRSchedulerConfig))
 
 
-def _scheduler_config(entry: Any, where: str) -> LRSchedulerConfig:
+def _scheduler_config(entry: object, where: str) -> LRSchedulerConfig:
     if not isinstance(entry, dict):
         return LRSchedulerConfig(scheduler=entry)
     unknown = sorted(set(entry) - set(_KEYS))
@@ -31,16 +34,16 @@ def _scheduler_config(entry: Any, where: str) -> LRSchedulerConfig:
     return config
 
 
-def configure_optimizers(module: Any) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
+def configure_optimizers(module: Module) -> tuple[list[torch.optim.Optimizer], list[LRSchedulerConfig]]:
     """Call ``module.configure_optimizers()`` and normalise every form Lightning accepts: an optimizer, a list or
     tuple of them, ``([optimizers], [schedulers])``, a dict ``{"optimizer", "lr_scheduler", "monitor"}`` or a
     list of such dicts. ``None`` means no optimizer (manual optimization that steps nothing)."""
     where = f"{type(module).__name__}.configure_optimizers()"
     config = module.configure_optimizers()
-    optimizers: list[Any] = []
+    optimizers: list[object] = []
     schedulers: list[LRSchedulerConfig] = []
 
-    def from_dict(d: dict) -> None:
+    def from_dict(d: Mapping[str, Any]) -> None:  # (the dict configure_optimizers returned, as written)
         if "optimizer" not in d:
             raise ValueError(f"{where} returned a dict without the key 'optimizer': {sorted(d)}")
         unknown = sorted(set(d) - {"optimizer", "lr_scheduler", "monitor"})
@@ -83,7 +86,15 @@ def configure_optimizers(module: Any) -> tuple[list[torch.optim.Optimizer], list
         if isinstance(sched.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau) and sched.monitor is None:
             raise ValueError(f"{where}: ReduceLROnPlateau needs a metric to monitor: return "
                              "{'optimizer': opt, 'lr_scheduler': {'scheduler': sched, 'monitor': 'val_loss'}}")
-    return optimizers, schedulers
+    return cast("list[torch.optim.Optimizer]", optimizers), schedulers  # (each one checked above)
+
+
+class Stepper(Protocol):
+    """What steps an :class:`Optimizer`: the run's optimization (:class:`accelkit.loops.optimization.Optimization`),
+    through the precision and the strategy."""
+
+    def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], object] | None, /) -> object:
+        """Run ``closure`` (if given), step ``optimizer``; returns the closure's result."""
 
 
 class Optimizer:
@@ -95,7 +106,7 @@ class Optimizer:
     gradient scaler's ``step``) and lets the strategy end the step (a lazy device cuts its graph).
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, stepper: Any) -> None:
+    def __init__(self, optimizer: torch.optim.Optimizer, stepper: Stepper) -> None:
         self.__dict__["_optimizer"] = optimizer
         self.__dict__["_stepper"] = stepper
 
@@ -104,7 +115,7 @@ class Optimizer:
         """The wrapped ``torch.optim.Optimizer``."""
         return self._optimizer
 
-    def step(self, closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+    def step(self, closure: Callable[[], object] | None = None, **kwargs: object) -> object:
         """Run ``closure`` (if given), then take the optimizer step; returns the closure's result."""
         if kwargs:
             raise TypeError(f"optimizer.step() got unexpected keyword argument(s) {sorted(kwargs)}; accelkit passes "
@@ -114,14 +125,15 @@ class Optimizer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._optimizer, name)
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         setattr(self._optimizer, name, value)
 
     def __repr__(self) -> str:
         return f"accelkit.module.optimizers.Optimizer({self._optimizer!r})"
 
 
-def step_scheduler(module: Any, config: LRSchedulerConfig, metrics: dict[str, Any], call_hook: Callable) -> None:
+def step_scheduler(module: object, config: LRSchedulerConfig, metrics: Mapping[str, object],
+                   call_hook: Callable[[object, object], object]) -> None:
     """Step one scheduler through the module's ``lr_scheduler_step`` hook (with its monitored metric)."""
     metric = None
     if config.reduce_on_plateau and config.monitor is not None:

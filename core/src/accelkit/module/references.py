@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeGuard
 
 #: the key of the one-entry mapping that stands for a class or function in a checkpoint's hyper-parameters
 REFERENCE_KEY = "__reference__"
@@ -26,13 +26,13 @@ __all__ = ["REFERENCE_KEY", "REFERENCE_TYPES", "Unresolved", "first_unresolved",
            "resolve_references"]
 
 
-def _lookup(module_name: str, qualname: str) -> Any:
+def _lookup(module_name: str, qualname: str) -> object:
     """The object ``qualname`` names in the already imported module ``module_name``, read from the ``__dict__``
     of each object on the way (no ``getattr``: nothing runs), or ``None``."""
     module = sys.modules.get(module_name)
     if module is None:
         return None
-    found: Any = module
+    found: object = module
     for part in qualname.split("."):
         namespace = getattr(found, "__dict__", None)
         if not isinstance(namespace, Mapping) or part not in namespace:
@@ -43,7 +43,7 @@ def _lookup(module_name: str, qualname: str) -> Any:
     return found
 
 
-def reference_to(value: Any) -> str | None:
+def reference_to(value: object) -> str | None:
     """``"module:qualname"`` for a class or function that can be found again by that name (its module's namespace
     holds it under its qualified name), else ``None``: a class or function defined inside a function, a lambda, one
     replaced in its module since, or one of a module that is not imported."""
@@ -55,7 +55,7 @@ def reference_to(value: Any) -> str | None:
     return f"{module_name}:{qualname}" if _lookup(module_name, qualname) is value else None
 
 
-def is_reference(value: Any) -> bool:
+def is_reference(value: object) -> TypeGuard[Mapping[str, str]]:
     """Whether ``value`` is a stored reference (``{"__reference__": "module:qualname"}``)."""
     return isinstance(value, Mapping) and len(value) == 1 and isinstance(value.get(REFERENCE_KEY), str)
 
@@ -75,7 +75,7 @@ class Unresolved:
         return f"Unresolved({self.reference!r})"
 
 
-def _resolve(reference: str, name: str) -> Any:
+def _resolve(reference: str, name: str) -> type | types.FunctionType | types.BuiltinFunctionType | Unresolved:
     module_name, colon, qualname = reference.partition(":")
     if not colon or not module_name or not qualname:
         return Unresolved(name, reference, "which is not of the form 'module:qualname'")
@@ -87,7 +87,7 @@ def _resolve(reference: str, name: str) -> Any:
     return found
 
 
-def resolve_references(value: Any, name: str) -> Any:
+def resolve_references(value: object, name: str) -> object:
     """``value`` (a stored hyper-parameter named ``name``) with each reference replaced by its class or function;
     a value holding a reference that does not resolve becomes one :class:`Unresolved`."""
     if is_reference(value):
@@ -103,7 +103,7 @@ def resolve_references(value: Any, name: str) -> Any:
     return value
 
 
-def first_unresolved(arguments: Mapping[str, Any]) -> Unresolved | None:
+def first_unresolved(arguments: Mapping[str, object]) -> Unresolved | None:
     """The first :class:`Unresolved` among ``arguments``' values (or the values of a mapping among them, the
     hyper-parameters saved from one ``__init__`` argument), or ``None``."""
     for value in arguments.values():

@@ -19,7 +19,7 @@ import warnings
 from argparse import Namespace
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import torch
 from torch import nn
@@ -35,6 +35,12 @@ from accelkit.module.references import (
 from accelkit.utilities.bounded import check_expanded_size, load_yaml
 from accelkit.utilities.parsing import AttributeDict
 
+if TYPE_CHECKING:
+    from torch.serialization import MAP_LOCATION
+
+    from accelkit.module.datamodule import DataModule
+    from accelkit.module.hparams import HyperparametersMixin
+
 __all__ = ["checkpoint_entries", "hparams_to_log", "load_from_checkpoint", "load_hparams_file", "plain_hparams",
            "save_hparams_to_yaml"]
 
@@ -45,9 +51,17 @@ HPARAMS_NAME_KEY = "hparams_name"
 
 _DROP = object()
 _WEIGHTS_ONLY: dict[type, bool] = {}
+_T = TypeVar("_T")
 
 
-def _weights_only_accepts(value: Any) -> bool:
+class StateLoader(Protocol):
+    """An object whose state a checkpoint restores: a :class:`~accelkit.DataModule`, or any class with its
+    ``load_state_dict``."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+
+
+def _weights_only_accepts(value: object) -> bool:
     """Whether this torch's ``torch.load(weights_only=True)`` reads values of ``value``'s type back."""
     kind = type(value)
     if kind not in _WEIGHTS_ONLY:
@@ -62,7 +76,7 @@ def _weights_only_accepts(value: Any) -> bool:
     return _WEIGHTS_ONLY[kind]
 
 
-def _dropped(path: str, value: Any) -> object:
+def _dropped(path: str, value: object) -> object:
     what = "a class" if isinstance(value, type) else type(value).__name__
     key = path.split(".")[0].split("[")[0]
     why = "is not plain data"
@@ -74,7 +88,7 @@ def _dropped(path: str, value: Any) -> object:
     return _DROP
 
 
-def _plain(value: Any, path: str) -> Any:
+def _plain(value: object, path: str) -> object:
     kind = type(value)
     if value is None or kind in (bool, int, float, str, bytes):
         return value
@@ -120,7 +134,7 @@ def _plain(value: Any, path: str) -> Any:
     return value if _weights_only_accepts(value) else _dropped(path, value)
 
 
-def plain_hparams(hparams: Mapping[str, Any] | Namespace, warned: Collection[str] = ()) -> dict[str, Any]:
+def plain_hparams(hparams: Mapping[str, object] | Namespace, warned: Collection[str] = ()) -> dict[str, object]:
     """A copy of ``hparams`` holding only data that ``torch.load(weights_only=True)`` reads back.
 
     ``pathlib.Path`` becomes ``str``, NumPy scalars Python numbers, NumPy arrays lists, ``Namespace``,
@@ -139,7 +153,7 @@ def plain_hparams(hparams: Mapping[str, Any] | Namespace, warned: Collection[str
     return {key: value for key, value in plain.items() if value is not _DROP}
 
 
-def _attribute_access(value: Any) -> Any:
+def _attribute_access(value: object) -> object:
     """Mappings (at any depth) become :class:`AttributeDict`, so a ``Namespace`` stored as a dict still answers
     ``args.lr`` after loading."""
 
@@ -151,11 +165,11 @@ def _attribute_access(value: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------------ checkpoints
-def checkpoint_entries(module: Any, datamodule: Any = None) -> dict[str, Any]:
+def checkpoint_entries(module: object, datamodule: DataModule | None = None) -> dict[str, object]:
     """The entries a checkpoint gets from ``module`` and ``datamodule``: their hyper-parameters as plain data
     (under their ``CHECKPOINT_HYPER_PARAMS_KEY``, with ``CHECKPOINT_HYPER_PARAMS_NAME`` when they were passed as
     one ``__init__`` argument) and the datamodule's non-empty ``state_dict()`` under its class's qualified name."""
-    entries: dict[str, Any] = {}
+    entries: dict[str, object] = {}
     for obj in (module, datamodule):
         hparams = getattr(obj, "hparams", None) if obj is not None else None
         if hparams:
@@ -172,10 +186,10 @@ def checkpoint_entries(module: Any, datamodule: Any = None) -> dict[str, Any]:
     return entries
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: object, b: object) -> bool:
     if type(a) is not type(b):
         return False
-    if isinstance(a, torch.Tensor):
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):  # (b's type is a's)
         return a is b or (a.shape == b.shape and bool(torch.equal(a.cpu(), b.cpu())))
     try:
         return bool(a == b)
@@ -183,7 +197,8 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
-def hparams_to_log(module: Any, datamodule: Any = None) -> dict[str, Any] | None:
+def hparams_to_log(module: HyperparametersMixin | None,
+                   datamodule: HyperparametersMixin | None = None) -> dict[str, object] | None:
     """The hyper-parameters the loggers get at the start of a run: the initial ones of the module and of the
     datamodule that saved theirs with ``logger=True``, merged (``None`` when neither did).
 
@@ -192,7 +207,7 @@ def hparams_to_log(module: Any, datamodule: Any = None) -> dict[str, Any] | None
     sources = [obj for obj in (module, datamodule) if obj is not None and getattr(obj, "_log_hyperparams", False)]
     if not sources:
         return None
-    merged: dict[str, Any] = {}
+    merged: dict[str, object] = {}
     for obj in sources:
         for key, value in obj.hparams_initial.items():
             if key in merged and not _same(merged[key], value):
@@ -202,7 +217,7 @@ def hparams_to_log(module: Any, datamodule: Any = None) -> dict[str, Any] | None
     return merged
 
 
-def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
+def load_hparams_file(path: str | os.PathLike) -> dict[str, object]:
     """Read hyper-parameters from a YAML file (``.yaml``/``.yml``; needs PyYAML).
 
     :raises accelkit.utilities.bounded.DataBombError: the file stands for more values than
@@ -223,7 +238,7 @@ def load_hparams_file(path: str | os.PathLike) -> dict[str, Any]:
     return dict(data)
 
 
-def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, Any]) -> None:
+def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, object]) -> None:
     """Write ``hparams`` to the YAML file ``config_yaml`` atomically (what
     :func:`~accelkit.module.hparams.load_hparams_file` and
     ``load_from_checkpoint(..., hparams_file=)`` read back, the loggers' ``hparams.yaml``); a value YAML cannot
@@ -240,7 +255,8 @@ def save_hparams_to_yaml(config_yaml: str | os.PathLike, hparams: Mapping[str, A
     os.replace(target + ".tmp", target)
 
 
-def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict[str, Any]:
+def _read_checkpoint(source: str | os.PathLike | IO[bytes], map_location: MAP_LOCATION,
+                     weights_only: bool) -> dict[str, Any]:
     """A checkpoint file or a sharded checkpoint's folder, read by the core's one reader
     (:func:`accelkit.checkpoint.files.load`, with its errors)."""
     from accelkit.checkpoint import files, layout, sharded
@@ -256,12 +272,12 @@ def _read_checkpoint(source: Any, map_location: Any, weights_only: bool) -> dict
     return checkpoint
 
 
-def _name(source: Any) -> str:
+def _name(source: object) -> str:
     """A checkpoint source for messages: its path, or the name of an open file."""
     return repr(str(getattr(source, "name", source)))
 
 
-def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
+def _move(checkpoint: dict[str, object], map_location: MAP_LOCATION) -> dict[str, Any]:
     """The tensors of a checkpoint read on the CPU, moved as ``torch.load(map_location=...)`` would have put them."""
     import io
 
@@ -271,8 +287,8 @@ def _move(checkpoint: dict[str, Any], map_location: Any) -> dict[str, Any]:
     return torch.load(buffer, map_location=map_location, weights_only=False)
 
 
-def _init_kwargs(cls: type[Any], stored: dict[str, Any], hparams_name: str | None,
-                 overrides: dict[str, Any]) -> dict[str, Any]:
+def _init_kwargs(cls: type[Any], stored: dict[str, object], hparams_name: str | None,
+                 overrides: dict[str, object]) -> dict[str, object]:
 
     params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     kinds = inspect.Parameter
@@ -303,9 +319,10 @@ def _init_kwargs(cls: type[Any], stored: dict[str, Any], hparams_name: str | Non
     return kwargs
 
 
-def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBase, map_location: Any = None,
+def load_from_checkpoint(cls: type[_T], checkpoint_path: str | os.PathLike | IO[bytes],
+                         map_location: MAP_LOCATION = None,
                          hparams_file: str | os.PathLike | None = None, strict: bool | None = None,
-                         weights_only: bool = True, **overrides: Any) -> Any:
+                         weights_only: bool = True, **overrides: object) -> _T:
     """Build a ``cls`` from a checkpoint: ``cls(**{**saved hyper-parameters, **overrides})``, then restore its
     state (a module: ``configure_model()``, ``on_load_checkpoint(checkpoint)``, ``load_state_dict``; a
     datamodule: ``load_state_dict`` of its saved state). The module is left in training mode, as Lightning does.
@@ -345,11 +362,11 @@ def load_from_checkpoint(cls: type, checkpoint_path: str | os.PathLike | io.IOBa
     if isinstance(obj, torch.nn.Module):
         restore_module_state(obj, checkpoint, strict)
     elif callable(getattr(obj, "load_state_dict", None)):
-        restore_datamodule_state(obj, checkpoint)
+        restore_datamodule_state(cast(StateLoader, obj), checkpoint)  # (its load_state_dict is callable)
     return obj
 
 
-def _refuse_unresolved(kwargs: dict[str, Any], source: Any) -> None:
+def _refuse_unresolved(kwargs: Mapping[str, object], source: object) -> None:
     """Refuse to build the object when an ``__init__`` argument is a stored class or function reference that did
     not resolve in this process (see :mod:`accelkit.module.references`)."""
     from accelkit.checkpoint.files import CheckpointError
@@ -360,7 +377,7 @@ def _refuse_unresolved(kwargs: dict[str, Any], source: Any) -> None:
         raise CheckpointError(f"checkpoint {str(named)!r}: {unresolved.message}")
 
 
-def restore_module_state(module: Any, checkpoint: dict[str, Any], strict: bool | None) -> None:
+def restore_module_state(module: nn.Module, checkpoint: dict[str, Any], strict: bool | None) -> None:
     """Restore a module built by :func:`~accelkit.module.hparams.load_from_checkpoint`: its ``configure_model``,
     ``on_load_checkpoint``
     and ``load_state_dict``, then a move to the checkpoint's device."""
@@ -389,7 +406,7 @@ def restore_module_state(module: Any, checkpoint: dict[str, Any], strict: bool |
         module.to(device)
 
 
-def restore_datamodule_state(datamodule: Any, checkpoint: Mapping[str, Any]) -> bool:
+def restore_datamodule_state(datamodule: StateLoader, checkpoint: Mapping[str, Any]) -> bool:
     """Give ``datamodule.load_state_dict`` the state saved under its class's qualified name, if the checkpoint
     has one (as Lightning does on resume). Returns whether it did."""
     key = type(datamodule).__qualname__

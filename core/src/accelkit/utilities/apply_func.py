@@ -6,8 +6,8 @@ import copy
 import dataclasses
 import functools
 import operator
-from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from typing import Any, cast
 
 import torch
 
@@ -18,7 +18,13 @@ _DEVICE = operator.attrgetter("device")
 _CLASS_AND_DEVICE = operator.attrgetter("__class__", "device")
 
 
-def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+def namedtuple_constructor(value: tuple[object, ...]) -> Callable[..., tuple[object, ...]]:
+    """The class of the namedtuple ``value``: its constructor takes one argument per field (mypy sees the one of
+    ``tuple``, which takes an iterable)."""
+    return cast("Callable[..., tuple[object, ...]]", type(value))
+
+
+def apply_to_tensors(data: object, fn: Callable[[torch.Tensor], object]) -> object:
     """Apply ``fn`` to every tensor inside nested lists, tuples, dicts and dataclass-like namedtuples.
 
     Everything that is not a tensor (strings, ids, arbitrary objects) passes through untouched, so batches may
@@ -29,16 +35,18 @@ def apply_to_tensors(data: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
     if isinstance(data, dict):
         return type(data)((k, apply_to_tensors(v, fn)) for k, v in data.items())
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
-        return type(data)(*(apply_to_tensors(v, fn) for v in data))
+        return namedtuple_constructor(data)(*(apply_to_tensors(v, fn) for v in data))
     if isinstance(data, (list, tuple)):
         return type(data)(apply_to_tensors(v, fn) for v in data)
     return data
 
 
-def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> Any:
+def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> object:
     """Move every tensor of ``batch`` (nested dicts, lists, tuples, namedtuples, dataclasses) to ``device``;
     tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
     passes through."""
+    # (the batch's annotation is loose: any object is taken, but this runs per step and tells a batch's kind by
+    # ``kind is ...``, which mypy does not follow to ``batch``; ``object`` would need casts on the per-step path)
     kind = type(batch)
     if (kind is tuple or kind is list) and set(map(type, batch)) == _TENSORS:
         # the common batch: plain tensors, their devices read and moved without a Python call per tensor
@@ -59,7 +67,7 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
             return out
         return moved
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
-        return type(batch)(*(move_to_device(value, device, non_blocking) for value in batch))
+        return namedtuple_constructor(batch)(*(move_to_device(value, device, non_blocking) for value in batch))
     if isinstance(batch, (list, tuple)):
         return type(batch)(move_to_device(value, device, non_blocking) for value in batch)
     if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
@@ -71,7 +79,7 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
     return batch
 
 
-def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) -> Callable[[Any], Any]:
+def device_plan(batch: object, device: torch.device, non_blocking: bool = False) -> Callable[[object], object]:
     """:func:`move_to_device` for the batches of an epoch, planned from its first ``batch``: where that is a tuple or
     list of plain tensors or a dict of them, all on one device, a batch of the same type whose tensors are all on
     that device (read in C, without a Python call per tensor) is handled as planned (left alone, or each tensor
@@ -83,7 +91,9 @@ def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) ->
     if kind is not tuple and kind is not list and kind is not dict:
         return general
     try:
-        seen = set(map(_CLASS_AND_DEVICE, batch.values() if kind is dict else batch))
+        # (``kind`` is dict, tuple or list, tested above: the casts say so to mypy, which does not follow ``kind``)
+        seen = set(map(_CLASS_AND_DEVICE, cast("dict[object, object]", batch).values() if kind is dict
+                       else cast("Iterable[object]", batch)))
     except AttributeError:  # an element without a device
         return general
     if len(seen) != 1 or next(iter(seen))[0] is not torch.Tensor:
@@ -91,7 +101,7 @@ def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) ->
     planned, move = seen, next(iter(seen))[1] != device
     to = operator.methodcaller("to", device, non_blocking=non_blocking)
     if kind is dict:
-        def dict_plan(batch: Any) -> Any:
+        def dict_plan(batch: object) -> object:
             if type(batch) is dict:
                 try:
                     if set(map(_CLASS_AND_DEVICE, batch.values())) == planned:
@@ -104,7 +114,7 @@ def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) ->
     # its elements' classes and devices are all the planned one (an empty one: nothing to move either way)
     covered = planned.issuperset
     if move:
-        def sequence_plan(batch: Any) -> Any:
+        def sequence_plan(batch: object) -> object:
             if batch.__class__ is kind:
                 try:
                     if covered(map(_CLASS_AND_DEVICE, batch)):
@@ -114,7 +124,7 @@ def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) ->
             return general(batch)
         return sequence_plan
 
-    def sequence_stays(batch: Any) -> Any:
+    def sequence_stays(batch: object) -> object:
         if batch.__class__ is kind:
             try:
                 if covered(map(_CLASS_AND_DEVICE, batch)):
@@ -125,13 +135,13 @@ def device_plan(batch: Any, device: torch.device, non_blocking: bool = False) ->
     return sequence_stays
 
 
-def batch_size_of(batch: Any) -> int:
+def batch_size_of(batch: object) -> int:
     """Best guess of a batch's size: the first dimension of its first tensor (1 if none)."""
     size = _first_dimension(batch)
     return 1 if size is None else size
 
 
-def _first_dimension(data: Any) -> int | None:
+def _first_dimension(data: object) -> int | None:
     """First dimension of the first tensor with one, in :func:`apply_to_tensors`' order (no copy is built)."""
     if isinstance(data, torch.Tensor):
         return data.shape[0] if data.ndim > 0 else None
@@ -146,15 +156,15 @@ def _first_dimension(data: Any) -> int | None:
     return None
 
 
-def move_data_to_device(batch: Any, device: torch.device | str | int) -> Any:
+def move_data_to_device(batch: object, device: torch.device | str | int) -> object:
     """Lightning's name for :func:`move_to_device`: every tensor of ``batch`` on ``device`` (a ``torch.device``
     or what ``torch.device()`` takes)."""
     return move_to_device(batch, device if isinstance(device, torch.device) else torch.device(device))
 
 
-def apply_to_collection(data: Any, dtype: type | tuple[type, ...], function: Callable[..., Any], *args: Any,
+def apply_to_collection(data: object, dtype: type | tuple[type, ...], function: Callable[..., object], *args: object,
                         wrong_dtype: type | tuple[type, ...] | None = None, include_none: bool = True,
-                        **kwargs: Any) -> Any:
+                        **kwargs: object) -> object:
     """``function(element, *args, **kwargs)`` for every element of type ``dtype`` inside nested mappings,
     namedtuples, dataclasses, lists and tuples (Lightning's ``apply_to_collection``); the containers keep their
     types and everything else passes through.
@@ -163,7 +173,7 @@ def apply_to_collection(data: Any, dtype: type | tuple[type, ...], function: Cal
     :param include_none: keep the entries for which ``function`` returned ``None`` (``False`` drops them from
         mappings and sequences).
     """
-    def apply(value: Any) -> Any:
+    def apply(value: object) -> object:
         return apply_to_collection(value, dtype, function, *args, wrong_dtype=wrong_dtype, include_none=include_none,
                                    **kwargs)
 
@@ -179,7 +189,7 @@ def apply_to_collection(data: Any, dtype: type | tuple[type, ...], function: Cal
             return out
         return kept
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple: every field stays
-        return type(data)(*(apply(value) for value in data))
+        return namedtuple_constructor(data)(*(apply(value) for value in data))
     if isinstance(data, (list, tuple)):
         values = [apply(value) for value in data]
         return type(data)(value for value in values if include_none or value is not None)

@@ -12,7 +12,6 @@ contains itself, with a :class:`DataBombError` naming the source, before anythin
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
 
 from accelkit.errors import AccelkitError
 
@@ -33,12 +32,12 @@ class DataBombError(AccelkitError, ValueError):
     aliases or shared containers are expanded, too deep, or containing itself)."""
 
 
-def _count(root: Any, children: Callable[[Any], Iterable[Any] | None], source: str) -> int:
+def _count(root: object, children: Callable[[object], Iterable[object] | None], source: str) -> int:
     """How many values ``root`` stands for, each shared value counted once per use; raises past the bounds."""
     sizes: dict[int, int] = {}
     open_ids: set[int] = set()
 
-    def size(value: Any, depth: int) -> int:
+    def size(value: object, depth: int) -> int:
         known = sizes.get(id(value))
         if known is not None:
             return known
@@ -66,7 +65,7 @@ def _count(root: Any, children: Callable[[Any], Iterable[Any] | None], source: s
     return size(root, 0)
 
 
-def _python_children(value: Any) -> Iterable[Any] | None:
+def _python_children(value: object) -> Iterable[object] | None:
     if isinstance(value, Mapping):
         return [item for pair in value.items() for item in pair]
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -74,7 +73,7 @@ def _python_children(value: Any) -> Iterable[Any] | None:
     return None
 
 
-def check_expanded_size(value: Any, source: str) -> int:
+def check_expanded_size(value: object, source: str) -> int:
     """Check that ``value`` (loaded data: dicts, lists, tuples, sets of anything) stays within the bounds when every
     shared container is counted once per place that holds it. Returns the number of values it stands for.
 
@@ -98,7 +97,7 @@ def check_yaml_text(text: str, source: str) -> None:
                             "for a YAML file; keep large data in a separate file")
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-    def children(node: Any) -> Iterable[Any] | None:
+    def children(node: object) -> Iterable[object] | None:
         if isinstance(node, yaml.MappingNode):
             return [item for pair in node.value for item in pair]
         if isinstance(node, yaml.SequenceNode):
@@ -112,7 +111,7 @@ def check_yaml_text(text: str, source: str) -> None:
         raise DataBombError(f"{source} nests lists or mappings too deep to read; flatten it") from None
 
 
-def load_yaml(text: str, source: str) -> Any:
+def load_yaml(text: str, source: str) -> object:
     """``yaml.safe_load(text)`` after :func:`check_yaml_text`: plain data, bounded in size.
 
     :param source: what the text is (``"hparams_file 'h.yaml'"``), for messages.

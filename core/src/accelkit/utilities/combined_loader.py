@@ -8,13 +8,15 @@ yourself to choose the mode.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from typing import cast
+
+from accelkit.utilities.apply_func import namedtuple_constructor
 
 MODES = ("min_size", "max_size_cycle", "max_size", "sequential")
 
 
-def flatten(tree: Any) -> list[Any]:
+def flatten(tree: object) -> list[object]:
     """The leaves of nested dicts, lists and tuples in order (dict values in insertion order); a leaf alone is a
     list of one."""
     if isinstance(tree, Mapping):
@@ -24,13 +26,13 @@ def flatten(tree: Any) -> list[Any]:
     return [tree]
 
 
-def unflatten(tree: Any, leaves: Iterator[Any]) -> Any:
+def unflatten(tree: object, leaves: Iterator[object]) -> object:
     """``tree`` rebuilt with its leaves taken from ``leaves`` in :func:`flatten`'s order (same container types)."""
     if isinstance(tree, Mapping):
         values = {key: unflatten(value, leaves) for key, value in tree.items()}
         return _copy_mapping(tree, values) if isinstance(tree, dict) else values
     if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # namedtuple
-        return type(tree)(*(unflatten(value, leaves) for value in tree))
+        return namedtuple_constructor(tree)(*(unflatten(value, leaves) for value in tree))
     if isinstance(tree, (list, tuple)):
         return type(tree)(unflatten(value, leaves) for value in tree)
     return next(leaves)
@@ -45,15 +47,17 @@ def _copy_mapping(original: dict, values: dict) -> dict:
     return out
 
 
-def _length(iterable: Any) -> int | None:
+def _length(iterable: Iterable[object]) -> int | None:
     """``len(iterable)``, or ``None`` when it has none (an iterable dataset's loader, a generator)."""
+    if not isinstance(iterable, Sized):  # (len() would raise TypeError: the same answer)
+        return None
     try:
         return len(iterable)
     except (TypeError, NotImplementedError):
         return None
 
 
-class _Combined(Iterator[tuple[Any, int, int]]):
+class _Combined(Iterator[tuple[object, int, int]]):
     """Iterates the leaves together: a batch of each, in the structure of the given iterables."""
 
     def __init__(self, combined: CombinedLoader) -> None:
@@ -63,7 +67,7 @@ class _Combined(Iterator[tuple[Any, int, int]]):
         self.exhausted = [False] * len(self.sources)
         self.index = 0
 
-    def __next__(self) -> tuple[Any, int, int]:
+    def __next__(self) -> tuple[object, int, int]:
         mode = self.combined.mode
         batches = []
         for position, iterator in enumerate(self.iterators):
@@ -74,7 +78,7 @@ class _Combined(Iterator[tuple[Any, int, int]]):
         index, self.index = self.index, self.index + 1
         return out, index, 0
 
-    def _next_of(self, position: int, iterator: Iterator[Any], mode: str) -> Any:
+    def _next_of(self, position: int, iterator: Iterator[object], mode: str) -> object:
         if mode == "max_size" and self.exhausted[position]:
             return None
         try:
@@ -90,7 +94,7 @@ class _Combined(Iterator[tuple[Any, int, int]]):
             return next(self.iterators[position])
 
 
-class _Sequential(Iterator[tuple[Any, int, int]]):
+class _Sequential(Iterator[tuple[object, int, int]]):
     """Iterates the leaves one after the other: ``(batch, batch_idx in that iterable, iterable_idx)``."""
 
     def __init__(self, combined: CombinedLoader) -> None:
@@ -98,9 +102,9 @@ class _Sequential(Iterator[tuple[Any, int, int]]):
         self.limits = combined.limits
         self.position = 0
         self.index = 0
-        self.iterator: Iterator[Any] | None = None
+        self.iterator: Iterator[object] | None = None
 
-    def __next__(self) -> tuple[Any, int, int]:
+    def __next__(self) -> tuple[object, int, int]:
         while self.position < len(self.sources):
             limit = None if self.limits is None else self.limits[self.position]
             if self.iterator is None:
@@ -122,7 +126,7 @@ class _Sequential(Iterator[tuple[Any, int, int]]):
 _END = object()
 
 
-class CombinedLoader(Iterable[tuple[Any, int, int]]):
+class CombinedLoader(Iterable[tuple[object, int, int]]):
     """Reads several iterables (DataLoaders, or any iterable) in one loop.
 
     :param iterables: an iterable, or a dict / list / tuple of them (nested as deep as you like).
@@ -144,12 +148,13 @@ class CombinedLoader(Iterable[tuple[Any, int, int]]):
     ones as their several loaders.
     """
 
-    def __init__(self, iterables: Any, mode: str = "min_size") -> None:
+    def __init__(self, iterables: object, mode: str = "min_size") -> None:
         if mode not in MODES:
             raise ValueError(f"CombinedLoader(mode={mode!r}) is not a mode; use one of {list(MODES)}")
         self._iterables = iterables
         self._mode = mode
-        self._flattened = flatten(iterables)
+        # (each leaf an iterable: checked just below)
+        self._flattened = cast("list[Iterable[object]]", flatten(iterables))
         for index, leaf in enumerate(self._flattened):
             if isinstance(leaf, (str, bytes)) or not isinstance(leaf, Iterable):
                 raise TypeError(f"CombinedLoader: item {index} of the iterables is {leaf!r:.80}, which is not an "
@@ -157,10 +162,10 @@ class CombinedLoader(Iterable[tuple[Any, int, int]]):
         #: per-iterable batch limits for ``"sequential"`` mode (``None``: no limit); the Trainer sets them from
         #: ``limit_*_batches``
         self.limits: list[int | None] | None = None
-        self._iterator: Iterator[tuple[Any, int, int]] | None = None
+        self._iterator: Iterator[tuple[object, int, int]] | None = None
 
     @property
-    def iterables(self) -> Any:
+    def iterables(self) -> object:
         """The iterables as given (the same object)."""
         return self._iterables
 
@@ -170,12 +175,12 @@ class CombinedLoader(Iterable[tuple[Any, int, int]]):
         return self._mode
 
     @property
-    def flattened(self) -> list[Any]:
+    def flattened(self) -> list[Iterable[object]]:
         """The iterables in one list, in order (dict values in insertion order, nested collections depth first)."""
         return list(self._flattened)
 
     @flattened.setter
-    def flattened(self, iterables: list[Any]) -> None:
+    def flattened(self, iterables: list[Iterable[object]]) -> None:
         """Replace the iterables by a list of as many (their structure stays), e.g. loaders with new samplers."""
         iterables = list(iterables)
         if len(iterables) != len(self._flattened):
@@ -186,16 +191,16 @@ class CombinedLoader(Iterable[tuple[Any, int, int]]):
         self._iterator = None
 
     @property
-    def sampler(self) -> Any:
+    def sampler(self) -> object:
         """The ``sampler`` of each iterable, in the structure of :attr:`iterables` (``None`` where there is none)."""
         return unflatten(self._iterables, iter([getattr(it, "sampler", None) for it in self._flattened]))
 
     @property
-    def batch_sampler(self) -> Any:
+    def batch_sampler(self) -> object:
         """The ``batch_sampler`` of each iterable, in the structure of :attr:`iterables`."""
         return unflatten(self._iterables, iter([getattr(it, "batch_sampler", None) for it in self._flattened]))
 
-    def __iter__(self) -> Iterator[tuple[Any, int, int]]:
+    def __iter__(self) -> Iterator[tuple[object, int, int]]:
         self._iterator = _Sequential(self) if self._mode == "sequential" else _Combined(self)
         return self._iterator
 
@@ -216,14 +221,14 @@ class CombinedLoader(Iterable[tuple[Any, int, int]]):
         """Forget the iterator in progress (the next ``iter()`` starts every iterable again)."""
         self._iterator = None
 
-    def map(self, function: Callable[[Any], Any]) -> CombinedLoader:
+    def map(self, function: Callable[[Iterable[object]], Iterable[object]]) -> CombinedLoader:
         """A copy whose iterables are ``function(iterable)`` (same mode, structure and limits)."""
         other = copy.copy(self)
         other._iterator = None
         other.flattened = [function(it) for it in self._flattened]
         return other
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_iterator"] = None  # live iterators (worker processes of a DataLoader) do not travel
         return state

@@ -12,7 +12,6 @@ import importlib
 import sys
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ DEPRECATED: dict[str, Deprecation] = {
 }
 
 
-def deprecated_attribute(module: str, name: str) -> Any:
+def deprecated_attribute(module: str, name: str) -> object:
     """The value of the removed name ``module.name``, with a :class:`DeprecationWarning`; :class:`AttributeError`
     (as a module's ``__getattr__`` must raise) if ``module.name`` was never a deprecated name."""
     deprecation = DEPRECATED.get(f"{module}.{name}")

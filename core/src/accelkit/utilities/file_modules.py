@@ -23,7 +23,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 __all__ = ["ENVIRONMENT_VARIABLE", "REGISTERED", "FileModuleFinder", "import_file", "install_from_environment"]
 
@@ -50,7 +49,8 @@ class _FolderDuringImport(importlib.machinery.SourceFileLoader):
 class FileModuleFinder(importlib.abc.MetaPathFinder):
     """Finds exactly the module names in :data:`REGISTERED`, each at its file; no other name."""
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         """The spec of ``fullname`` when it is registered (``None`` otherwise: the next finder looks)."""
         file = REGISTERED.get(fullname)
         if file is None:

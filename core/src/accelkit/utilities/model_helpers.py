@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
 
-
-def is_overridden(method_name: str, instance: Any, parent: type) -> bool:
+def is_overridden(method_name: str, instance: object, parent: type) -> bool:
     """Whether ``instance``'s class defines ``method_name`` differently from ``parent``: the one test the core uses
     to decide that a hook, a loader method or a strategy step was customised (and must be called).
 

@@ -20,7 +20,7 @@ class AttributeDict(dict):
             known = ", ".join(map(repr, self)) or "none"
             raise AttributeError(f"no hyper-parameter {name!r} (saved: {known})") from None
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         self[name] = value
 
     def __delattr__(self, name: str) -> None:

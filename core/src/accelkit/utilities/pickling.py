@@ -4,14 +4,13 @@ and when that fails the error should name the object at fault, not list everythi
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
 
 #: how deep :func:`find_unpicklable` looks into attributes and containers
 MAX_DEPTH = 8
 
 
-def _pickles(obj: Any) -> bool:
+def _pickles(obj: object) -> bool:
     try:
         pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 - any failure means "this part does not travel"
@@ -19,7 +18,7 @@ def _pickles(obj: Any) -> bool:
     return True
 
 
-def _parts(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+def _parts(obj: object, path: str) -> Iterator[tuple[str, object]]:
     """The named parts pickle would write for ``obj``: items of containers, the state of other objects."""
     if isinstance(obj, dict):
         for key, value in obj.items():
@@ -44,7 +43,7 @@ def _parts(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
             yield f"{path}.{key}", value
 
 
-def find_unpicklable(obj: Any, path: str = "", depth: int = 0) -> tuple[list[tuple[str, Any]], Any] | None:
+def find_unpicklable(obj: object, path: str = "", depth: int = 0) -> tuple[list[tuple[str, object]], object] | None:
     """The innermost part of ``obj`` that cannot be pickled, or ``None`` when ``obj`` pickles.
 
     :return: ``(chain, culprit)``: ``chain`` lists ``(path, object)`` from ``obj`` down to the culprit (paths such
@@ -61,12 +60,12 @@ def find_unpicklable(obj: Any, path: str = "", depth: int = 0) -> tuple[list[tup
     return here, obj
 
 
-def is_logger(obj: Any) -> bool:
+def is_logger(obj: object) -> bool:
     """Whether ``obj`` is used as an experiment logger (it has ``log_metrics``, as the Trainer requires)."""
     return not isinstance(obj, type) and callable(getattr(obj, "log_metrics", None))
 
 
-def pickling_failure(roots: dict[str, Any], error: BaseException) -> str:
+def pickling_failure(roots: Mapping[str, object], error: BaseException) -> str:
     """A sentence naming what in ``roots`` (name -> object sent to the workers) cannot be pickled, and why.
 
     A logger on the way to the culprit is named as the logger at fault (loggers travel to spawned workers with

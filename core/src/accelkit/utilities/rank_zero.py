@@ -6,8 +6,9 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import ParamSpec, TypedDict, TypeVar, Unpack
 
 import torch
 
@@ -79,7 +80,29 @@ def share_rank_with_lightning_utilities(overwrite: bool = False) -> None:
         theirs.rank_zero_only.rank = rank_zero_only.rank  # type: ignore[attr-defined]
 
 
-def rank_zero_only(fn: Callable[..., Any], default: Any = None) -> Callable[..., Any]:
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class LoggingOptions(TypedDict, total=False):
+    """The keywords of ``logging.debug``/``logging.info`` that :func:`rank_zero_debug` and :func:`rank_zero_info`
+    pass on (``stacklevel`` is their own argument)."""
+
+    exc_info: (bool | BaseException | tuple[type[BaseException], BaseException, TracebackType | None]
+               | tuple[None, None, None] | None)
+    stack_info: bool
+    extra: Mapping[str, object] | None
+
+
+class WarningOptions(TypedDict, total=False):
+    """The keywords of ``warnings.warn`` that :func:`rank_zero_warn` and :func:`rank_zero_deprecation` pass on
+    (``stacklevel`` is their own argument)."""
+
+    category: type[Warning] | None
+    source: object
+
+
+def rank_zero_only(fn: Callable[_P, _R], default: _R | None = None) -> Callable[_P, _R | None]:
     """Decorator: call ``fn`` only in the process of global rank 0 (``global_rank()``); elsewhere return
     ``default`` (``None`` unless given: ``rank_zero_only(fn, default=0)``).
 
@@ -88,7 +111,7 @@ def rank_zero_only(fn: Callable[..., Any], default: Any = None) -> Callable[...,
     import functools
 
     @functools.wraps(fn)
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
+    def wrapped(*args: _P.args, **kwargs: _P.kwargs) -> _R | None:
         if global_rank() == 0:
             return fn(*args, **kwargs)
         return default
@@ -112,39 +135,39 @@ if not logging.getLogger().hasHandlers() and not _package_log.handlers:
 
 
 # one frame between the public function and logging/warnings, so that stacklevel counts as in Lightning
-def _debug(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
+def _debug(*args: object, stacklevel: int = 2, **kwargs: Unpack[LoggingOptions]) -> None:
     log.debug(*args, stacklevel=stacklevel, **kwargs)
 
 
-def _info(*args: Any, stacklevel: int = 2, **kwargs: Any) -> None:
+def _info(*args: object, stacklevel: int = 2, **kwargs: Unpack[LoggingOptions]) -> None:
     log.info(*args, stacklevel=stacklevel, **kwargs)
 
 
-def _warn(message: str | Warning, stacklevel: int = 2, **kwargs: Any) -> None:
+def _warn(message: str | Warning, stacklevel: int = 2, **kwargs: Unpack[WarningOptions]) -> None:
     warnings.warn(message, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_debug(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+def rank_zero_debug(*args: object, stacklevel: int = 4, **kwargs: Unpack[LoggingOptions]) -> None:
     """``logging.debug`` on rank 0 only (Lightning's ``rank_zero_debug``); ``stacklevel`` 4 names the caller."""
     _debug(*args, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_info(*args: Any, stacklevel: int = 4, **kwargs: Any) -> None:
+def rank_zero_info(*args: object, stacklevel: int = 4, **kwargs: Unpack[LoggingOptions]) -> None:
     """``logging.info`` on rank 0 only (Lightning's ``rank_zero_info``); ``stacklevel`` 4 names the caller."""
     _info(*args, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Any) -> None:
+def rank_zero_warn(message: str | Warning, stacklevel: int = 4, **kwargs: Unpack[WarningOptions]) -> None:
     """``warnings.warn`` on rank 0 only (Lightning's ``rank_zero_warn``); ``category`` as for ``warnings.warn``;
     ``stacklevel`` 4 names the caller."""
     _warn(message, stacklevel=stacklevel, **kwargs)
 
 
 @rank_zero_only
-def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Any) -> None:
+def rank_zero_deprecation(message: str | Warning, stacklevel: int = 5, **kwargs: Unpack[WarningOptions]) -> None:
     """A :class:`DeprecationWarning` on rank 0 only (Lightning's ``rank_zero_deprecation``); ``stacklevel`` 5
     names the caller's caller (the code using the deprecated name)."""
     kwargs.setdefault("category", DeprecationWarning)

@@ -10,7 +10,7 @@ They describe what the hooks take and return; nothing here is checked at run tim
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypedDict, runtime_checkable
 
@@ -19,21 +19,31 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.utils.data import DataLoader
 
+
+class MetricLike(Protocol):
+    """What ``self.log`` uses of a metric object (a torchmetrics ``Metric``): its epoch value and its reset (it is
+    updated by the user's code)."""
+
+    def compute(self) -> object: ...
+
+    def reset(self) -> None: ...
+
+
 #: a number as ``self.log`` takes it
 _NUMBER = int | float
 #: a value ``self.log`` takes: a tensor, a number, or a metric object (torchmetrics ``Metric``)
-_METRIC = Tensor | _NUMBER | Any
+_METRIC = Tensor | _NUMBER | MetricLike
 #: what ``training_step`` (and the evaluation steps) return: the loss tensor, a dict with ``"loss"``, or ``None``
 STEP_OUTPUT = Tensor | Mapping[str, Any] | None
 #: what ``Trainer.validate``/``test`` return: one dict of metrics per loader
 _EVALUATE_OUTPUT = list[Mapping[str, float]]
 #: what ``Trainer.predict`` returns: the predictions of each batch (a list per loader with several loaders)
-_PREDICT_OUTPUT = list[Any] | list[list[Any]]
+_PREDICT_OUTPUT = list[object] | list[list[object]]
 #: what ``train_dataloader`` returns: any iterable of batches, or a collection of them (a dict or list, combined by
 #: :class:`~accelkit.utilities.combined_loader.CombinedLoader`)
-TRAIN_DATALOADERS = Any
+TRAIN_DATALOADERS = Iterable[object]
 #: what ``val_dataloader``/``test_dataloader``/``predict_dataloader`` return: a loader or a collection of them
-EVAL_DATALOADERS = Any
+EVAL_DATALOADERS = Iterable[object]
 #: the ``mode`` of a :class:`~accelkit.utilities.combined_loader.CombinedLoader`
 _COMBINED_MODE = Literal["min_size", "max_size_cycle", "max_size", "sequential"]
 #: a DataLoader or a list of them (older annotations)
@@ -49,9 +59,9 @@ class LRScheduler(Protocol):
 
     def step(self, epoch: int | None = None) -> None: ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, object]: ...
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state_dict: dict[str, object]) -> None: ...
 
 
 @runtime_checkable
@@ -63,9 +73,9 @@ class ReduceLROnPlateau(Protocol):
 
     def step(self, metrics: float | int | Tensor, epoch: int | None = None) -> None: ...
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, object]: ...
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state_dict: dict[str, object]) -> None: ...
 
 
 #: the scheduler classes of torch, as a tuple for ``isinstance``
@@ -110,7 +120,7 @@ class LRSchedulerConfigType(TypedDict, total=False):
     """The ``"lr_scheduler"`` dict of ``configure_optimizers`` (see
     :class:`LRSchedulerConfig` for the keys' meaning)."""
 
-    scheduler: Any
+    scheduler: LRSchedulerTypeUnion
     name: str | None
     interval: str
     frequency: int

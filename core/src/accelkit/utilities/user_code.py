@@ -6,10 +6,9 @@ from __future__ import annotations
 import inspect
 import warnings
 from collections.abc import Callable
-from typing import Any
 
 
-def warn_at(function: Callable[..., Any], message: str, category: type[Warning] = UserWarning) -> None:
+def warn_at(function: Callable[..., object], message: str, category: type[Warning] = UserWarning) -> None:
     """Issue ``message`` as a warning located at ``function``'s ``def`` line in its own file, through
     :func:`warnings.warn_explicit` with the registry of the function's module, so warning filters, ``"once"``
     and ``"default"`` treat it as a warning of that module. A callable without Python source (a builtin) warns
