@@ -768,7 +768,8 @@ class Fabric:
         """Log values (numbers or one-element tensors) to every logger (from global rank 0)."""
         if not self.is_global_zero:
             return
-        values = apply_to_tensors(dict(metrics), lambda t: t.item() if t.numel() == 1 else t)
+        values = {name: apply_to_tensors(value, lambda t: t.item() if t.numel() == 1 else t)
+                  for name, value in metrics.items()}
         for logger in self._loggers:
             logger.log_metrics(values, step=step)
 

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import operator
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast, overload
 
 import torch
 
@@ -24,11 +24,19 @@ def namedtuple_constructor(value: tuple[object, ...]) -> Callable[..., tuple[obj
     return cast("Callable[..., tuple[object, ...]]", type(value))
 
 
+_Data = TypeVar("_Data")
+
+
+@overload
+def apply_to_tensors(data: _Data, fn: Callable[[torch.Tensor], torch.Tensor]) -> _Data: ...
+@overload
+def apply_to_tensors(data: object, fn: Callable[[torch.Tensor], object]) -> object: ...
 def apply_to_tensors(data: object, fn: Callable[[torch.Tensor], object]) -> object:
     """Apply ``fn`` to every tensor inside nested lists, tuples, dicts and dataclass-like namedtuples.
 
     Everything that is not a tensor (strings, ids, arbitrary objects) passes through untouched, so batches may
-    carry metadata alongside tensors.
+    carry metadata alongside tensors: with an ``fn`` that returns tensors, the result has ``data``'s structure and
+    type.
     """
     if isinstance(data, torch.Tensor):
         return fn(data)
