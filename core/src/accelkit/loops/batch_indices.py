@@ -9,7 +9,7 @@ loader around a sampler that records each batch's indices as they are drawn, in 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, Sampler
@@ -29,7 +29,7 @@ class RecordingBatchSampler(Sampler[list[int]]):
         self.seen: list[list[int]] = []
 
     @property
-    def sampler(self) -> Any:
+    def sampler(self) -> object:
         """The sampler inside the wrapped batch sampler (samplers are looked for there: rank, ``set_epoch``)."""
         return getattr(self.batch_sampler, "sampler", None)
 
@@ -43,7 +43,7 @@ class RecordingBatchSampler(Sampler[list[int]]):
         return len(self.batch_sampler)
 
 
-def track_batch_indices(loader: Any, label: str) -> tuple[Any, Callable[[int], list[int]]]:
+def track_batch_indices(loader: Iterable[object], label: str) -> tuple[Iterable[object], Callable[[int], list[int]]]:
     """``loader`` rebuilt to record its batches' dataset indices, and a function giving the indices of batch
     ``batch_idx`` once the loader has produced it. Where they cannot be known (an ``IterableDataset``, a loader
     that is not a ``DataLoader``) the loader is returned as it is, the function gives empty lists and a warning

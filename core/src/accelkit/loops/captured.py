@@ -21,6 +21,7 @@ graphs' memory, which the next replay overwrites).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -35,6 +36,7 @@ from accelkit.utilities.model_helpers import is_overridden
 
 if TYPE_CHECKING:  # annotations only: optimization.py imports this module
     import accelkit.loops.optimization
+    from accelkit.loops.optimization import StepOutput
 
 #: Module hooks that run between the forward pass, the backward pass and the optimizer step: the captured step
 #: cannot call them, so a Module that overrides one is refused (the eager step's list: ``loops.hooks``)
@@ -47,7 +49,7 @@ _ACCEPTS = ("compile_step takes False (the eager step, default), True (torch.com
             "torch.compile keyword arguments such as {'mode': 'reduce-overhead'}")
 
 
-def compile_options(value: Any) -> dict[str, Any] | None:
+def compile_options(value: object) -> dict[str, Any] | None:
     """``Trainer(compile_step=...)`` as the keyword arguments of ``torch.compile`` (``None``: not captured).
 
     :raises TypeError: naming the value, when it is neither a bool nor a dict.
@@ -77,7 +79,7 @@ def replays_graphs(options: dict[str, Any]) -> bool:
     return options.get("mode") in GRAPH_MODES or bool((options.get("options") or {}).get("triton.cudagraphs"))
 
 
-def _graph_accumulation(options: dict[str, Any], accumulate: int) -> str:
+def _graph_accumulation(options: Mapping[str, object], accumulate: int) -> str:
     """The refusal of ``accumulate_grad_batches`` > 1 in a mode that replays graphs."""
     return (f"accumulate_grad_batches={accumulate} with compile_step={options!r}: a mode that replays graphs keeps "
             "a batch's gradients in the graphs' memory, which the next batch's replay reuses, so they cannot be "
@@ -210,8 +212,9 @@ class CapturedStep:
                     optimizer.state[param]["step"] = (step.to(dtype=torch.float32, device=param.device) if fresh
                                                       else torch.tensor(float(step), dtype=step.dtype))
 
-    def forward(self, batch: Any, batch_idx: int, accumulate: int) -> tuple[Any, Any]:
-        """``training_step`` and the loss to back-propagate (traced by ``torch.compile``): ``(loss, output)``."""
+    def forward(self, batch: object, batch_idx: int, accumulate: int) -> tuple[object, object]:
+        """``training_step`` and the loss to back-propagate (traced by ``torch.compile``): ``(loss, output)``, as
+        ``training_step`` gave them (:meth:`run_batch` checks them)."""
         module = self.module
         output = module.training_step(batch, batch_idx) if self.pass_idx else module.training_step(batch)
         loss = output.get("loss") if isinstance(output, dict) else output
@@ -228,7 +231,7 @@ class CapturedStep:
             torch.nn.utils.clip_grad_norm_(params, clip_value)
         self.optimizer.step()
 
-    def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+    def run_batch(self, batch: object, batch_idx: int, boundary: bool) -> tuple[StepOutput, bool]:
         """Train on one batch: the forward call, ``zero_grad`` at a window's start, the backward pass, and at
         ``boundary`` the optimizer call. Returns ``training_step``'s output as ``{"loss": ...}`` (a dict it
         returned, as it returned it) and whether the optimizer stepped."""
@@ -252,7 +255,7 @@ class CapturedStep:
             self.step_call()
         return (output if isinstance(output, dict) else {"loss": output}), True
 
-    def record(self, batch: Any, batch_idx: int, accumulate: int) -> tuple[Any, Any]:
+    def record(self, batch: object, batch_idx: int, accumulate: int) -> tuple[object, object]:
         """The forward call with ``self.log`` recorded, then the recorded calls given to the run's metric store
         (copied out of the graphs' memory in a mode that replays graphs)."""
         state = self.trainer.run_state
@@ -274,7 +277,7 @@ class CapturedStep:
             store.log(name, value, *rest)
         return loss, output
 
-    def bad_output(self, output: Any, batch_idx: int) -> Exception:
+    def bad_output(self, output: object, batch_idx: int) -> Exception:
         """The error for a ``training_step`` output without a loss tensor, naming what it returned."""
         cls = type(self.module).__name__
         if output is None:

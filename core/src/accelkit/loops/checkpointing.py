@@ -10,10 +10,13 @@ from accelkit.loops import resume
 from accelkit.module.hparams import checkpoint_entries
 
 if TYPE_CHECKING:
+    import torch
+
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
 
-def dump(trainer: Trainer, module: Any, weights_only: bool = False, alone: bool = False) -> dict[str, Any]:
+def dump(trainer: Trainer, module: Module, weights_only: bool = False, alone: bool = False) -> dict[str, Any]:
     """The checkpoint of the current state. ``weights_only``: the weights, progress and hyperparameters only.
     ``alone``: this process writes it by itself, with no collective, after a peer was lost
     (:func:`~accelkit.loops.resume.capture`'s ``alone``).
@@ -62,13 +65,14 @@ def dump(trainer: Trainer, module: Any, weights_only: bool = False, alone: bool 
     return checkpoint
 
 
-def _model(trainer: Trainer, module: Any) -> Any:
+def _model(trainer: Trainer, module: Module) -> torch.nn.Module:
     """The object the strategy set up around ``module`` (its wrapper, or the sharded module), else ``module``."""
     model = trainer.run_state.model
     return model if model is not None and module is trainer.run_state.module else module
 
 
-def restore_module_and_callbacks(trainer: Trainer, module: Any, checkpoint: dict[str, Any], model: Any = None) -> None:
+def restore_module_and_callbacks(trainer: Trainer, module: Module, checkpoint: dict[str, Any],
+                                 model: torch.nn.Module | None = None) -> None:
     """The Module's ``on_load_checkpoint``, the callbacks' ``on_load_checkpoint`` and states, the DataModule's
     state, then the weights (Lightning's order), through the strategy's ``load_module_state_dict`` into ``model``
     (the set-up module when the strategy restores after setup; ``module`` by default)."""

@@ -4,7 +4,7 @@ evaluation and prediction loops read their loaders one after the other, each wit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from accelkit.utilities.combined_loader import CombinedLoader, flatten
@@ -12,7 +12,7 @@ from accelkit.utilities.combined_loader import CombinedLoader, flatten
 _STAGES = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
 
 
-def arrange_loaders(raw: Any, kind: str) -> list[Any]:
+def arrange_loaders(raw: Any, kind: str) -> list[Iterable[object]]:
     """The loaders of ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``) as the loops take them.
 
     Training: one loader; a dict, list or tuple of loaders becomes ``CombinedLoader(raw, "max_size_cycle")`` (each
@@ -53,16 +53,16 @@ class CombinedBatches:
         self.loader = loader
 
     @property
-    def flattened(self) -> list[Any]:
+    def flattened(self) -> list[Iterable[object]]:
         """The loaders inside, in order."""
         return self.loader.flattened
 
     @property
-    def iterables(self) -> Any:
+    def iterables(self) -> object:
         """The loaders inside, in the structure they were given."""
         return self.loader.iterables
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
         for batch, _, _ in self.loader:
             yield batch
 

@@ -6,8 +6,8 @@ import functools
 import itertools
 import operator
 import warnings
-from collections.abc import Callable, Iterator, Sized
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Sized
+from typing import TYPE_CHECKING, cast
 
 from torch.utils.data import DataLoader, SequentialSampler
 
@@ -21,22 +21,24 @@ from accelkit.utilities.apply_func import device_plan, move_to_device
 from accelkit.utilities.combined_loader import CombinedLoader
 
 if TYPE_CHECKING:
+    from accelkit.module.datamodule import DataModule
     from accelkit.trainer.trainer import Trainer
 
 _HOOKS = {"train": "train_dataloader", "val": "val_dataloader", "test": "test_dataloader",
           "predict": "predict_dataloader"}
 _LIMIT_KEYS = {"train": "fit", "val": "validate", "test": "test", "predict": "predict"}
 #: :meth:`DataConnector._plain_prepare` without a first batch to plan from
-_NO_BATCH: Any = object()
+_NO_BATCH = object()
 #: what follows an epoch's last batch in the loader (:meth:`DataConnector.epoch_batches`)
-_LAST: Any = object()
+_LAST = object()
 
 
 class DataConnector:
     """Finds loaders (given to ``fit``/``test``..., else the DataModule's, else the Module's), prepares them for
     the run (distributed sampler, ``overfit_batches``) and iterates them onto the device with the batch hooks."""
 
-    def __init__(self, trainer: Trainer, module: Any, datamodule: Any, given: dict[str, Any]) -> None:
+    def __init__(self, trainer: Trainer, module: Module, datamodule: DataModule | None,
+                 given: dict[str, object]) -> None:
         self.trainer, self.module, self.datamodule, self.given = trainer, module, datamodule, given
         strategy, precision = trainer.strategy, trainer.precision
         # The batch-transfer hooks: a DataModule's override wins over the Module's (as in Lightning).
@@ -47,9 +49,9 @@ class DataConnector:
         self._convert = precision.convert_input
         self._plain = self._before is None and self._transfer is None and self._after is None
         #: the loaders last prepared for each kind (``trainer.train_dataloader``, ``val_dataloaders`` ...)
-        self.prepared: dict[str, list[Any]] = {}
+        self.prepared: dict[str, list[Iterable[object]]] = {}
 
-    def _pick(self, name: str) -> Any:
+    def _pick(self, name: str) -> Callable[..., object] | None:
         from accelkit.utilities.model_helpers import is_overridden
 
         dm = self.datamodule
@@ -60,7 +62,7 @@ class DataConnector:
         return None
 
     # ----------------------------------------------------------------- loaders
-    def request(self, kind: str) -> Any:
+    def request(self, kind: str) -> object:
         """The raw loader(s) for ``kind`` (``"train"``, ``"val"``, ``"test"``, ``"predict"``), or ``None``."""
         given = self.given.get(kind)
         if given is not None:
@@ -70,7 +72,7 @@ class DataConnector:
         source = self.datamodule if self.datamodule is not None else self.module
         return getattr(source, hook)()
 
-    def loaders(self, kind: str) -> list[Any] | None:
+    def loaders(self, kind: str) -> list[Iterable[object]] | None:
         """The prepared loader(s) of ``kind`` as a list (several evaluation loaders), or ``None``."""
         raw = self.request(kind)
         if raw is None:
@@ -81,7 +83,7 @@ class DataConnector:
         self.prepared[kind] = prepared
         return prepared
 
-    def _check_lengths(self, loaders: list[Any], kind: str) -> None:
+    def _check_lengths(self, loaders: list[Iterable[object]], kind: str) -> None:
         """An empty loader on one of several processes stalls the others in their collectives; as Lightning,
         refuse it unless the Module says ``allow_zero_length_dataloader_with_multiple_devices = True``."""
         if self.trainer.world_size <= 1:
@@ -90,7 +92,7 @@ class DataConnector:
                           "allow_zero_length_dataloader_with_multiple_devices", False)
         for index, loader in enumerate(loaders):
             try:
-                empty = len(loader) == 0
+                empty = len(cast(Sized, loader)) == 0  # (a TypeError where it has no length)
             except TypeError:
                 continue
             if empty and not allowed:
@@ -99,7 +101,7 @@ class DataConnector:
                     f"{self.trainer.world_size}: the other ranks would wait for it. Give every rank data, or set "
                     "allow_zero_length_dataloader_with_multiple_devices = True on the Module/DataModule")
 
-    def _prepare(self, loader: Any, kind: str) -> Any:
+    def _prepare(self, loader: Iterable[object], kind: str) -> Iterable[object]:
         if isinstance(loader, CombinedLoader):  # each loader inside is prepared; the loop reads the batches
             return CombinedBatches(loader.map(lambda inner: self._prepare(inner, kind)))
         trainer = self.trainer
@@ -118,13 +120,13 @@ class DataConnector:
                                            shard_iterable=hooks.accelkit_shard_iterable)
         return loader
 
-    def num_batches(self, loader: Any, kind: str) -> int | None:
+    def num_batches(self, loader: Iterable[object], kind: str) -> int | None:
         """How many batches of ``loader`` the loop runs (``None``: unknown, the loader has no length)."""
         trainer = self.trainer
         stage = _LIMIT_KEYS[kind]
         limit = trainer.limits[stage]
         try:
-            total = len(loader)
+            total = len(cast(Sized, loader))  # (a TypeError where it has no length)
         except TypeError:
             total = None
         if limit is None:
@@ -138,7 +140,7 @@ class DataConnector:
             return int(total * limit)
         return int(limit) if total is None else min(int(limit), total)
 
-    def agreed_num_batches(self, loaders: list[Any], kind: str, label: str) -> list[int | None]:
+    def agreed_num_batches(self, loaders: list[Iterable[object]], kind: str, label: str) -> list[int | None]:
         """:meth:`num_batches` of each loader, the same on every rank (:meth:`agree`); ``label`` names the loop in
         the warning."""
         return self.agree([self.num_batches(loader, kind) for loader in loaders], label)
@@ -180,15 +182,16 @@ class DataConnector:
         return agreed
 
     # ----------------------------------------------------------------- batches
-    def batches(self, loader: Any, stage: str, limit: int | None, dataloader_idx: int = 0) -> Iterator[tuple]:
+    def batches(self, loader: Iterable[object], stage: str, limit: int | None,
+                dataloader_idx: int = 0) -> Iterator[tuple[int, object]]:
         """``(index, batch)`` on the device, up to ``limit`` batches."""
         iterable = self._source(loader, stage, limit, 0)
         prepare = self._preparer(dataloader_idx)
         for index, batch in enumerate(iterable):
             yield index, prepare(batch)
 
-    def epoch_batches(self, loader: Any, stage: str, limit: int | None, start: int = 0,
-                      read_ahead: bool = True) -> tuple[Iterator[tuple[int, Any, Any]], Callable[[Any], Any]]:
+    def epoch_batches(self, loader: Iterable[object], stage: str, limit: int | None, start: int = 0,
+                      read_ahead: bool = True) -> tuple[Iterator[tuple[int, object, bool]], Callable[[object], object]]:
         """A training epoch's batches, for a loop that iterates them in its own frame: ``(batches, prepare)``, where
         ``batches`` yields ``(index, batch, is_last)``: the batch's index (from ``start``), the batch as the loader
         gave it, and whether it is the epoch's last; ``prepare(batch)`` puts a batch on the device (the batch hooks,
@@ -216,20 +219,20 @@ class DataConnector:
         last_from_limit = itertools.chain(itertools.repeat(False, max(0, limit - start - 1)), (True,))
         return zip(itertools.count(start), source, last_from_limit, strict=False), self._preparer(0)
 
-    def _source(self, loader: Any, stage: str, limit: int | None, start: int) -> Any:
+    def _source(self, loader: Iterable[object], stage: str, limit: int | None, start: int) -> Iterable[object]:
         """The batches of ``loader`` as the strategy hands them out, up to ``limit`` (counted from index 0 when the
         first is ``start``)."""
         iterable = self.trainer.strategy.process_dataloader(loader, stage)
         return iterable if limit is None else itertools.islice(iterable, max(0, limit - start))
 
-    def _preparer(self, dataloader_idx: int, first: Any = _NO_BATCH) -> Callable[[Any], Any]:
+    def _preparer(self, dataloader_idx: int, first: object = _NO_BATCH) -> Callable[[object], object]:
         """What puts a batch of loader ``dataloader_idx`` on the device: with batch hooks, them and the transfer;
         without, :meth:`_plain_prepare` (planned from ``first`` where given)."""
         if self._plain:
             return self._plain_prepare(first)
         return functools.partial(self._transfer_with_hooks, dataloader_idx=dataloader_idx)
 
-    def _plain_prepare(self, first: Any = _NO_BATCH) -> Callable[[Any], Any]:
+    def _plain_prepare(self, first: object = _NO_BATCH) -> Callable[[object], object]:
         """Device transfer and input conversion without batch hooks, decided once per loop: the default
         strategy transfer becomes a direct :func:`move_to_device` (planned from the loop's ``first`` batch where
         given: :func:`device_plan`) and the default (identity) conversion is skipped, so a batch already on the
@@ -245,12 +248,12 @@ class DataConnector:
         if not is_overridden("convert_input", precision, Precision):
             return to_device
 
-        def prepare(batch: Any) -> Any:
+        def prepare(batch: object) -> object:
             return convert(to_device(batch))
 
         return prepare
 
-    def _transfer_with_hooks(self, batch: Any, dataloader_idx: int) -> Any:
+    def _transfer_with_hooks(self, batch: object, dataloader_idx: int) -> object:
         if self._before is not None:
             batch = self._before(batch, dataloader_idx)
         if self._transfer is not None:

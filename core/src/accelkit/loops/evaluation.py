@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -27,7 +28,7 @@ class EvaluationLoop:
         self.trainer, self.stage = trainer, stage
         self.prefix = _NAMES[stage]
 
-    def run(self, loaders: list[Any], limits: list[int | None], inside_fit: bool = False,
+    def run(self, loaders: list[Iterable[object]], limits: list[int | None], inside_fit: bool = False,
             zero_grad: bool = False) -> list[dict[str, float]]:
         """Evaluate every batch of ``loaders`` (up to ``limits``); returns one metrics dict per loader."""
         trainer = self.trainer
@@ -112,7 +113,7 @@ class EvaluationLoop:
         return results
 
 
-def step_arity(step: Any, name: str, count: int) -> int:
+def step_arity(step: Callable[..., object], name: str, count: int) -> int:
     """How many of ``(batch, batch_idx, dataloader_idx)`` to pass to an evaluation or prediction step: as in
     Lightning, ``validation_step(self, batch)`` gets the batch alone, and ``dataloader_idx`` goes only where there
     are several loaders (:func:`check_dataloader_idx`'s errors where the signature disagrees)."""
@@ -121,7 +122,7 @@ def step_arity(step: Any, name: str, count: int) -> int:
     return 2 if accepts_positional(step, 2) else 1
 
 
-def check_dataloader_idx(step: Any, name: str, count: int) -> bool:
+def check_dataloader_idx(step: Callable[..., object], name: str, count: int) -> bool:
     """Whether to pass ``dataloader_idx`` to ``step`` (several loaders); Lightning's errors where the signature
     and the number of loaders disagree."""
     import inspect
@@ -158,21 +159,22 @@ class PredictionLoop:
         self.current_batch_indices: list[int] = []
         #: per loader, per batch, the dataset indices (during the run, with a prediction writer)
         self.epoch_batch_indices: list[list[list[int]]] = []
-        self._predictions: list[list[Any]] = []
+        self._predictions: list[list[object]] = []
 
     @property
     def predictions(self) -> Any:
-        """The predictions kept (on the CPU): one list per loader, a flat list when there is one loader."""
+        """The predictions kept (on the CPU): one list per loader, a flat list when there is one loader (``Any``,
+        as Lightning's: what ``predict_step`` returned, which the user reads)."""
         if not self._predictions:
             return []
         return self._predictions[0] if len(self._predictions) == 1 else self._predictions
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()  # a Trainer sent to spawned workers does not carry the last run's outputs
         state.update(_predictions=[], epoch_batch_indices=[], current_batch_indices=[])
         return state
 
-    def run(self, loaders: list[Any], limits: list[int | None], return_predictions: bool) -> Any:
+    def run(self, loaders: list[Iterable[object]], limits: list[int | None], return_predictions: bool) -> object:
         """Predictions per loader (a flat list for one loader), on the CPU; ``None`` without
         ``return_predictions``."""
         from accelkit.loops.batch_indices import track_batch_indices
@@ -191,7 +193,7 @@ class PredictionLoop:
             hooks.call("on_predict_epoch_start")
             for dl_idx, (loader, limit) in enumerate(zip(loaders, limits, strict=True)):
                 extra = (dl_idx,) if len(loaders) > 1 else ()
-                predictions: list[Any] = []
+                predictions: list[object] = []
                 indices: list[list[int]] = []
                 self._predictions.append(predictions)
                 self.epoch_batch_indices.append(indices)
@@ -216,7 +218,7 @@ class PredictionLoop:
         return result
 
 
-def _grad_off(trainer: Trainer, inside_fit: bool) -> Any:
+def _grad_off(trainer: Trainer, inside_fit: bool) -> torch.inference_mode | torch.no_grad:
     """``torch.inference_mode()`` where the Trainer asks and the accelerator allows it, else ``torch.no_grad()``
     (always inside fit: tensors made under inference mode could not be used by training afterwards)."""
     if trainer.inference_mode and not inside_fit and trainer.accelerator.supports_inference_mode:

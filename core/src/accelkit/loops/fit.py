@@ -6,9 +6,9 @@ import contextlib
 import itertools
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from accelkit.callbacks import EarlyStopping, Timer
 from accelkit.loops import resume as resume_mod
@@ -23,7 +23,11 @@ from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from accelkit.loops.hooks import HookCaller
+    from accelkit.loops.optimization import BatchRunner, Optimization
+    from accelkit.strategies.launchers.interrupt import StopControl
     from accelkit.trainer.trainer import Trainer
+    from accelkit.utilities.types import LRSchedulerConfig
 
 
 class FitLoop:
@@ -31,7 +35,7 @@ class FitLoop:
 
     def __init__(self, trainer: Trainer) -> None:
         self.trainer = trainer
-        self.val_loaders: list[Any] | None = None
+        self.val_loaders: list[Iterable[object]] | None = None
         self.val_limits: list[int | None] = []
         self._started = time.monotonic()
         self.batches_since_val = 0
@@ -44,8 +48,8 @@ class FitLoop:
         self.consumed = 0  # batches of the current epoch trained on
         self.started = 0  # batches of the current epoch started (one more than consumed while a batch runs)
         self.epoch_state: dict[str, Any] | None = None  # what decided the current epoch's order
-        self.epoch_order: Any = None  # what the current epoch iterates (resume.EpochOrder)
-        self._resume: Any = None  # the position to continue from (a resumed fit's first epoch)
+        self.epoch_order: resume_mod.EpochOrder | None = None  # what the current epoch iterates
+        self._resume: resume_mod.Position | None = None  # the position to continue from (a resumed fit's first epoch)
         self._plan: _EpochPlan | None = None  # the last epoch's, kept while it holds
 
     # ----------------------------------------------------------------- set-up
@@ -63,7 +67,7 @@ class FitLoop:
             return
         self.val_loaders = _UNBUILT
 
-    def _built_val(self) -> list[Any] | None:
+    def _built_val(self) -> list[Iterable[object]] | None:
         """The validation loaders, built now if :meth:`_load_val` left them to the first validation."""
         if self.val_loaders is _UNBUILT:
             trainer = self.trainer
@@ -278,7 +282,7 @@ class FitLoop:
         trainer = self.trainer
         run = trainer.run_state
         hooks, optim, data = run.active_hooks, run.active_optimization, run.active_data
-        loader = self.train_loader
+        loader = cast("Iterable[object]", self.train_loader)  # (set: an epoch runs with training data only)
         source, start, restore_rng = self._begin_epoch(loader)
         limit = trainer.run_state.progress.num_training_batches  # (the loader's, loaded: the property's value)
         read_ahead = limit is None or not resume_mod.is_stateful(loader)  # a stateful loader's state: no read-ahead
@@ -304,8 +308,8 @@ class FitLoop:
         self._end_epoch(optim.automatic)
         return start + ran  # the epoch's batches trained, before the checkpoint of a resumed epoch included
 
-    def _steps(self, batches: Iterator[tuple[int, Any, Any]], prepare: Callable[[Any], Any], start: int,
-               plan: _EpochPlan, restore_rng: Any) -> tuple[int, bool]:
+    def _steps(self, batches: Iterator[tuple[int, object, bool]], prepare: Callable[[object], object], start: int,
+               plan: _EpochPlan, restore_rng: dict[str, Any] | None) -> tuple[int, bool]:
         """The loop over an epoch's batches, in Lightning's order: the batch put on the device, the watchdog's note,
         ``on_train_batch_start``, the batch counted, the step (:meth:`~accelkit.loops.optimization.Optimization.
         batch_runner`'s), the step-interval schedulers, the epoch's end at its last batch, ``on_train_batch_end``,
@@ -373,11 +377,12 @@ class FitLoop:
                     return batch_idx, False
             elif report is not None:  # what _after_batch does when nothing else is due
                 report(progress.global_step)
-                if pending() and self._interrupt_due(stop):
+                if pending() and self._interrupt_due(cast("StopControl", stop)):  # (report: stop's)
                     return batch_idx, False
         return batch_idx, False
 
-    def _after_batch(self, batch_idx: int, is_last: bool, boundary: bool, stepped: bool, stop: Any) -> bool:
+    def _after_batch(self, batch_idx: int, is_last: bool, boundary: bool, stepped: bool,
+                     stop: StopControl | None) -> bool:
         """What may be due after a training batch and its ``on_train_batch_end``, in Lightning's order: the step's
         log (every ``log_every_n_steps`` batches that stepped, or at a requested stop), validation (``stepped``: the
         optimizer stepped), a signal's stop (``stop``: :func:`~accelkit.strategies.launchers.interrupt.current`),
@@ -395,7 +400,7 @@ class FitLoop:
         return (progress.should_stop or trainer.max_time is not None or
                 0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch()
 
-    def _step_step_schedulers(self, configs: list[Any]) -> None:
+    def _step_step_schedulers(self, configs: list[LRSchedulerConfig]) -> None:
         """After an optimizer step: step the step-interval schedulers in ``configs`` whose ``frequency`` the
         global step reaches."""
         trainer = self.trainer
@@ -411,7 +416,7 @@ class FitLoop:
         mark("validation")
         self._validate(zero_grad=stepped)  # restores training mode (on_validation_model_train)
 
-    def _interrupt_due(self, stop: Any) -> bool:
+    def _interrupt_due(self, stop: StopControl) -> bool:
         """A SIGINT/SIGTERM stop is pending (``stop.pending()``): ``True`` (and :attr:`interrupted`) when it is due
         now (every process stops after this step)."""
         if stop.due(self.trainer.run_state.progress.global_step):
@@ -428,7 +433,7 @@ class FitLoop:
                 self._val_due(start - 1, is_last=True):
             self._validate(zero_grad=False)
 
-    def _begin_epoch(self, loader: Any) -> tuple[Any, int, Any]:
+    def _begin_epoch(self, loader: Iterable[object]) -> tuple[Iterable[object], int, dict[str, Any] | None]:
         """The epoch's start: sampler epoch, fresh epoch metrics, the resume position of a resumed fit, the hook,
         and the record of what decides the epoch's order. Returns (batches to iterate, first index, RNG states to
         put back once the loader started)."""
@@ -448,7 +453,7 @@ class FitLoop:
             self.epoch_state = resume_mod.epoch_start(loader, trainer.accelerator)
         return source, start, restore_rng
 
-    def _scheduler_plan(self, automatic: bool) -> tuple[list[Any], list[Any]]:
+    def _scheduler_plan(self, automatic: bool) -> tuple[list[LRSchedulerConfig], list[LRSchedulerConfig]]:
         """The schedulers stepped per optimizer step, and those stepped at the epoch's end (not on plateau)."""
         if not automatic:
             return [], []
@@ -468,7 +473,7 @@ class FitLoop:
                                          if c.interval == "epoch" and c.reduce_on_plateau])
         trainer.run_state.progress.advance_epoch()
 
-    def _step_epoch_schedulers(self, configs: list[Any]) -> None:
+    def _step_epoch_schedulers(self, configs: list[LRSchedulerConfig]) -> None:
         """Step the epoch-interval schedulers in ``configs`` whose ``frequency`` this epoch reaches."""
         trainer = self.trainer
         for config in configs:
@@ -493,11 +498,11 @@ class _EpochPlan:
     overrides them), the schedulers (set each epoch) and the batch runner
     (:meth:`~accelkit.loops.optimization.Optimization.batch_runner`, asked again when ``accumulate`` changes)."""
 
-    def __init__(self, hooks: Any, optim: Any) -> None:
+    def __init__(self, hooks: HookCaller, optim: Optimization) -> None:
         self.hooks, self.optim, self.automatic, self.accumulate = hooks, optim, optim.automatic, optim.accumulate
-        self.run_batch = optim.batch_runner()
-        self.step_scheds: list[Any] = []
-        self.epoch_scheds: list[Any] = []
+        self.run_batch: BatchRunner = optim.batch_runner()
+        self.step_scheds: list[LRSchedulerConfig] = []
+        self.epoch_scheds: list[LRSchedulerConfig] = []
         self.start_cbs = hooks.callback_plan("on_train_batch_start")
         self.start_m = hooks.module_hook("on_train_batch_start")
         # on_train_batch_end: the callbacks', then the module's (one list: no test per batch for the module's)

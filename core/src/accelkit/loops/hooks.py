@@ -6,7 +6,7 @@ import difflib
 import functools
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from accelkit.callbacks.base import Callback, callback_base, callback_list, monitors_metrics
 from accelkit.module.module import Module
@@ -14,7 +14,11 @@ from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.user_code import warn_at
 
 if TYPE_CHECKING:
+    from accelkit.module.datamodule import DataModule
+    from accelkit.profilers import Profiler
     from accelkit.trainer.trainer import Trainer
+
+_R = TypeVar("_R")
 
 
 def accepts_positional(fn: Callable, count: int) -> bool:
@@ -29,11 +33,11 @@ def accepts_positional(fn: Callable, count: int) -> bool:
     return len([p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]) >= count
 
 
-def profiled(profiler: Any, label: str, fn: Callable) -> Callable:
+def profiled(profiler: Profiler, label: str, fn: Callable[..., _R]) -> Callable[..., _R]:
     """``fn``, each call recorded by ``profiler`` as the action ``label`` (decided once: the caller keeps the
     wrapped callable where it would keep ``fn``)."""
 
-    def call(*args: Any) -> Any:
+    def call(*args: object) -> _R:
         with profiler.profile(label):
             return fn(*args)
 
@@ -65,8 +69,8 @@ class HookCaller:
     :param profiler: a profiler whose ``profile(name)`` wraps each call, or ``None``.
     """
 
-    def __init__(self, trainer: Trainer, module: Any, callbacks: list[Any], profiler: Any = None,
-                 datamodule: Any = None) -> None:
+    def __init__(self, trainer: Trainer, module: Module, callbacks: list[Callback], profiler: Profiler | None = None,
+                 datamodule: DataModule | None = None) -> None:
         self.trainer, self.module, self.callbacks = trainer, module, callbacks
         self.datamodule = datamodule
         self.profiler = profiler
@@ -106,14 +110,14 @@ class HookCaller:
         hook = self.module_hook(name)
         return hook if hook is not None else getattr(self.module, name)
 
-    def call(self, name: str, *args: Any) -> Any:
+    def call(self, name: str, *args: object) -> object:
         """Callbacks' ``name`` then the Module's; returns the Module's result."""
         for fn in self.callback_plan(name):
             fn(*args)
         hook = self.module_hook(name)
         return hook(*args) if hook is not None else None
 
-    def call_before_monitors(self, name: str, *args: Any) -> None:
+    def call_before_monitors(self, name: str, *args: object) -> None:
         """The callbacks that do not monitor metrics, then the Module (Lightning's order for
         ``on_train_epoch_end``; :meth:`call_monitors` follows once what the Module logged is published)."""
         for fn in self.callback_plan(name, monitoring=False):
@@ -122,12 +126,12 @@ class HookCaller:
         if hook is not None:
             hook(*args)
 
-    def call_monitors(self, name: str, *args: Any) -> None:
+    def call_monitors(self, name: str, *args: object) -> None:
         """The callbacks that monitor metrics (checkpointing, early stopping)."""
         for fn in self.callback_plan(name, monitoring=True):
             fn(*args)
 
-    def call_datamodule(self, name: str, *args: Any) -> Any:
+    def call_datamodule(self, name: str, *args: object) -> object:
         """The DataModule's ``name`` (if there is a DataModule)."""
         if self.datamodule is None:
             return None
@@ -135,7 +139,7 @@ class HookCaller:
         return fn(*args) if callable(fn) else None
 
 
-def warn_unknown_hooks(module: Any, callbacks: list[Any]) -> None:
+def warn_unknown_hooks(module: Module, callbacks: list[Callback]) -> None:
     """Warn once per name about methods that look like hooks (``on_*``) but match none (a typo such as
     ``on_validation_epoch_ends`` would otherwise never run, silently)."""
     targets = [(module, Module, MODULE_HOOKS, "Module")] + [(cb, callback_base(cb), CALLBACK_HOOKS, "Callback")
@@ -176,7 +180,7 @@ REMOVED_HOOKS = {
 REFUSED_HOOKS = ("training_epoch_end", "validation_epoch_end", "test_epoch_end")
 
 
-def check_removed_hooks(module: Any, callbacks: list[Any], warn: bool = True) -> None:
+def check_removed_hooks(module: Module, callbacks: list[Callback], warn: bool = True) -> None:
     """Raise, naming every one, for the Lightning 1.x hooks a Module still defines that Lightning 2.x refuses
     (:data:`REFUSED_HOOKS`); warn, at the method, for the other removed hooks a Module or Callback defines: they
     are never called (Lightning 2.x ignores them silently); ``warn``: false on the ranks other than global zero."""
@@ -195,7 +199,7 @@ def check_removed_hooks(module: Any, callbacks: list[Any], warn: bool = True) ->
         raise NotImplementedError("; ".join(found))
 
 
-def merge_callbacks(trainer: Trainer, module: Any) -> list[Any]:
+def merge_callbacks(trainer: Trainer, module: Module) -> list[Callback]:
     """The run's callbacks, kept as ``trainer.callbacks``: the Trainer's, then the module's
     ``configure_callbacks()`` (replacing Trainer callbacks of the same type), with checkpoint callbacks last
     (Lightning's order)."""

@@ -6,20 +6,37 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
 from accelkit.errors import LoggedValueError
 from accelkit.utilities.apply_func import batch_size_of
 
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
 _REDUCERS = ("mean", "sum", "max", "min")
 #: ``reduce_fx`` as given (a name or a torch function) -> its name
-_REDUCE_FX: dict[Any, str] = {**{name: name for name in _REDUCERS}, torch.mean: "mean", torch.sum: "sum",
+_REDUCE_FX: dict[object, str] = {**{name: name for name in _REDUCERS}, torch.mean: "mean", torch.sum: "sum",
                               torch.max: "max", torch.min: "min"}
 
 
-def is_metric_object(value: Any) -> bool:
+class MetricObject(Protocol):
+    """What ``self.log`` takes as a metric object (a torchmetrics ``Metric``): it keeps its own state (``update``,
+    called by the user), computes the epoch value and is reset after it is published."""
+
+    def compute(self) -> torch.Tensor | float: ...
+
+    def reset(self) -> None: ...
+
+
+#: a value as the store keeps it: a tensor, a number, or a metric object
+Logged = torch.Tensor | float | MetricObject
+
+
+def is_metric_object(value: object) -> TypeIs[MetricObject]:
     """Whether ``value`` is a metric object (``update``/``compute``/``reset``, as a torchmetrics ``Metric``)."""
     return not isinstance(value, torch.Tensor) and all(
         callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
@@ -29,12 +46,12 @@ def is_metric_object(value: Any) -> bool:
 _RUNNERS = ("accelkit.", "torch.", "lightning.")
 
 
-def _logging_function(epoch_end: bool) -> tuple[str, Any]:
+def _logging_function(epoch_end: bool) -> tuple[str, CodeType | None]:
     """The name of the hook that called ``self.log``/``self.log_dict`` (e.g. ``training_step``, as Lightning's
     ``fx``), also through helpers of the user's, and its code object: the outermost of the frames above this store
     outside the Module's logging methods whose caller is the framework; without one within a few frames (a store
     used outside a run), the function that called ``self.log``. Marked when an epoch-end hook runs it."""
-    frame: Any = sys._getframe(3)
+    frame: FrameType | None = sys._getframe(3)
     while frame is not None and frame.f_globals.get("__name__", "").startswith(("accelkit.module", "accelkit.loops")):
         frame = frame.f_back
     hook = frame
@@ -43,7 +60,7 @@ def _logging_function(epoch_end: bool) -> tuple[str, Any]:
         if outer is None:
             break
         if outer.f_globals.get("__name__", "").startswith(_RUNNERS):
-            frame = hook
+            frame = cast(FrameType, hook)  # (the frame whose f_back is outer)
             if frame.f_code.co_name in _NO_LOGGING and outer.f_globals["__name__"].startswith(_FRAMEWORKS):
                 _refuse_logging_in(frame.f_code.co_name)
             break
@@ -88,11 +105,12 @@ def _refuse_step_level(name: str, on_step: bool, on_epoch: bool) -> None:
                      "values from training_step, validation_step, test_step or the batch hooks")
 
 
-def _logged_from(code: Any) -> bool:
+def _logged_from(code: CodeType | None) -> bool:
     """Whether the hook running ``code`` called ``self.log`` directly, through ``log_dict`` or through one helper
     (the store's caller, or one of the next two frames, runs ``code``): a cheap check that skips
     :func:`_logging_function`; ``False`` also where it is not known."""
-    frame: Any = sys._getframe(2)
+    frame: FrameType | None
+    frame = sys._getframe(2)
     return frame.f_code is code or (frame := frame.f_back) is not None and (
         frame.f_code is code or (frame := frame.f_back) is not None and frame.f_code is code)
 
@@ -104,7 +122,7 @@ def _refuse_mixed_loaders(name: str, first: int, now: int) -> None:
                      "loader's value a name of its own (with its dataloader_idx), or leave add_dataloader_idx=True")
 
 
-def _refuse_other_options(entry: _Entry, name: str, caller: str, given: dict[str, Any]) -> None:
+def _refuse_other_options(entry: _Entry, name: str, caller: str, given: dict[str, object]) -> None:
     """As Lightning's: logging a name again in the same hook with other arguments is an error (which ones would
     win is not defined); from another hook it is another value of its own (:meth:`MetricStore.log`)."""
     first = {"on_step": entry.on_step, "on_epoch": entry.on_epoch, "prog_bar": entry.prog_bar,
@@ -125,17 +143,17 @@ class _Entry:
     reduce_fx: str
     sync_dist: bool
     rank_zero_only: bool = False
-    step_value: Any = None
+    step_value: Any = None  # a Logged value (``None``: none yet); Module.log writes it from a repeat
     fresh: bool = False  # the step value is not yet sent to the loggers
-    total: Any = None
-    weight: Any = 0.0
-    metric: Any = None  # a metric object: its compute() is the epoch value
-    computed: Any = None  # the epoch value (a tensor, reduced across processes), once computed
+    total: torch.Tensor | float | None = None
+    weight: float = 0.0
+    metric: MetricObject | None = None  # a metric object: its compute() is the epoch value
+    computed: torch.Tensor | None = None  # the epoch value (a tensor, reduced across processes), once computed
     name: str = ""  # as logged (the store's key adds ``suffix``)
     suffix: str = ""  # ``/dataloader_idx_N`` with several evaluation loaders, after ``_step``/``_epoch`` as Lightning
     loader: int = 0  # the evaluation loader it was logged from (also with ``add_dataloader_idx=False``)
     caller: str = ""  # the function that called ``self.log`` (the hook, as Lightning's ``fx``)
-    code: Any = None  # that function's code object (a cheap check that a later log comes from the same function)
+    code: CodeType | None = None  # that function's code object (a cheap check that a later log comes from it)
     epoch_end: bool = False  # logged while an epoch-end hook ran (a helper run there is another caller)
     #: a repeat found under this entry (:attr:`MetricStore.repeats`) is stored by ``Module.log`` itself: a per-step
     #: value only, nothing to aggregate (a repeat from a helper of the hook is a :class:`_FromHelper`: never quick)
@@ -175,7 +193,7 @@ class _Carried:
 
     quick = False
 
-    def __init__(self, entry: _Entry, key: tuple[Any, ...]) -> None:
+    def __init__(self, entry: _Entry, key: tuple[object, ...]) -> None:
         self.entry, self.key = entry, key
 
 
@@ -200,7 +218,7 @@ class MetricStore:
         #: the stage whose every ``self.log`` is refused (``"predict"``, as in Lightning), whatever the name of the
         #: function that logs (a hook assigned from a function of another name); ``None`` where values are recorded
         self.refuses = refuses
-        self.current_batch: Any = None
+        self.current_batch: object = None
         #: index of the evaluation loader being run, and how many there are (names get a suffix when > 1)
         self.dataloader_idx = 0
         self.num_dataloaders = 1
@@ -226,9 +244,11 @@ class MetricStore:
         #: sync_dist, rank_zero_only, add_dataloader_idx, enable_graph, sync_dist_group``) -> its entry (a
         #: :class:`_FromHelper` where that function is not the hook): a later log of that name from there with the
         #: same options and a value of that kind takes the decisions made then, in one lookup (:meth:`log_again`)
-        self.repeats: dict[tuple[Any, ...], Any] = {}
+        #: (its values are an ``_Entry``, ``_FromHelper`` or ``_Carried``: ``Module.log`` reads an entry's fields
+        #: where ``quick`` says it is one, which only ``Any`` lets it do without a test per step)
+        self.repeats: dict[tuple[object, ...], Any] = {}
         #: the repeats of the last steps, for the next epoch's (:meth:`set_epoch_end`, :meth:`reset`)
-        self.carried: dict[tuple[Any, ...], _Carried] = {}
+        self.carried: dict[tuple[object, ...], _Carried] = {}
 
     def reset_metric_objects(self) -> None:
         """Reset the metric objects logged this epoch (after their epoch value is published, as Lightning does)."""
@@ -282,8 +302,8 @@ class MetricStore:
         self.default_on_epoch = not self.default_on_step
 
     def log(self, name: str, value: Any, prog_bar: bool, logger: bool | None, on_step: bool | None,
-            on_epoch: bool | None, reduce_fx: Any, sync_dist: bool, batch_size: int | None,
-            rank_zero_only: bool = False, add_dataloader_idx: bool = True, site: Any = None) -> None:
+            on_epoch: bool | None, reduce_fx: object, sync_dist: bool, batch_size: int | None,
+            rank_zero_only: bool = False, add_dataloader_idx: bool = True, site: CodeType | None = None) -> None:
         """Record one value (see :meth:`accelkit.Module.log`), deciding everything anew. ``site``: the code of the
         function that called ``self.log`` (``None``: not known); a later log from there that can take these decisions
         (a floating-point scalar tensor or a Python float, the same options) is a repeat: :attr:`repeats` remembers
@@ -412,7 +432,7 @@ class MetricStore:
         key = name if first is None or first.caller == new.caller else f"{name} (from {new.caller})"
         return self.entries.setdefault(key, new)
 
-    def _aggregate(self, entry: _Entry, value: Any, batch_size: int | None) -> None:
+    def _aggregate(self, entry: _Entry, value: torch.Tensor | float, batch_size: int | None) -> None:
         """Add a value logged with ``on_epoch`` to ``entry``'s epoch aggregate (``reduce_fx``; a mean weighs it by
         ``batch_size``, by default the batch's first dimension)."""
         entry.computed = None  # (logged again after a read of the epoch value, in an epoch-end hook)
@@ -429,7 +449,7 @@ class MetricStore:
         else:
             entry.total = _first(value) if entry.total is None else _minimum(entry.total, value)
 
-    def synced(self, value: Any, reduce_fx: str) -> Any:
+    def synced(self, value: torch.Tensor | float, reduce_fx: str) -> torch.Tensor | float:
         """``value`` reduced across processes now with ``reduce_fx`` (a number as a tensor on :attr:`device`);
         unchanged when the run set no ``reduce``."""
         if self.reduce is None:
@@ -447,7 +467,7 @@ class MetricStore:
                 log[entry.key(step=True)] = float(_step_tensor(entry.step_value))
         return log
 
-    def current(self, kind: str, loader: int | None = None) -> dict[str, Any]:
+    def current(self, kind: str, loader: int | None = None) -> dict[str, torch.Tensor | float]:
         """What this loop adds now to the Trainer's dict ``kind`` (one of :data:`KINDS`), computed when asked as
         Lightning does: per-step values while the batches run, epoch values after them. A metric logged both per
         step and per epoch is named ``<name>_step`` or ``<name>_epoch`` (the plain name too, for callbacks).
@@ -456,7 +476,7 @@ class MetricStore:
         ``loader``: the epoch values of what evaluation loader ``loader`` logged only (once its batches are done)."""
         if kind not in KINDS:
             raise ValueError(f"unknown kind of metrics {kind!r}: expected one of {KINDS}")
-        found: dict[str, Any] = {}
+        found: dict[str, torch.Tensor | float] = {}
         if self.phase == "closed":
             return found
         epoch = self.phase == "epoch" or loader is not None
@@ -529,22 +549,22 @@ class MetricStore:
         return log
 
 
-def _step_tensor(value: Any) -> torch.Tensor:
+def _step_tensor(value: Logged) -> torch.Tensor:
     """A step value as a tensor (a metric object's computed now; a number as a float32 tensor)."""
     if is_metric_object(value):
         value = value.compute()
     return value if isinstance(value, torch.Tensor) else torch.tensor(float(value))
 
 
-def _first(value: Any) -> Any:
+def _first(value: torch.Tensor | float) -> torch.Tensor | float:
     """The first value of an epoch aggregate, as its own tensor (once an epoch): the logged tensor may be changed in
     place later, and the aggregate must not change with it (later values make new tensors)."""
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def _maximum(a: Any, b: Any) -> Any:
+def _maximum(a: Any, b: Any) -> Any:  # (a tensor and a tensor, or a number and a number)
     return torch.maximum(a, b) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) else max(a, b)
 
 
-def _minimum(a: Any, b: Any) -> Any:
+def _minimum(a: Any, b: Any) -> Any:  # (as _maximum's)
     return torch.minimum(a, b) if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor) else min(a, b)

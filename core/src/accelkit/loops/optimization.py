@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import operator
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -16,6 +17,7 @@ from accelkit.module.optimizers import Optimizer
 from accelkit.precision import Precision
 from accelkit.strategies.base import Strategy
 from accelkit.utilities.model_helpers import is_overridden
+from accelkit.utilities.types import STEP_OUTPUT
 from accelkit.utilities.user_code import warn_at
 
 #: an empty search path, as Lightning's lightning.pytorch.loops.optimization is a package: importing a path below it
@@ -31,8 +33,18 @@ if TYPE_CHECKING:
 _STEP = operator.methodcaller("step")
 _ZERO_GRAD = operator.methodcaller("zero_grad")
 
+#: a batch's output once the automatic step read it (:meth:`Optimization._loss_of`): ``{"loss": tensor, ...}`` (the
+#: dict ``training_step`` returned, whose other values are the user's), or ``None`` for a skipped batch
+StepOutput = Mapping[str, Any] | None
+#: the eager automatic step, ``step(batch, batch_idx, boundary) -> (output, stepped)`` (:meth:`Optimization.eager_step`)
+EagerStep = Callable[[object, int, bool], tuple[StepOutput, bool]]
+#: what trains one batch, ``run(batch, batch_idx, boundary) -> (output, stepped)`` (:meth:`Optimization.batch_runner`;
+#: in manual optimization the output is what ``training_step`` returned)
+BatchRunner = Callable[[object, int, bool], tuple[STEP_OUTPUT, bool]]
+_R = TypeVar("_R")
 
-def _defaults(obj: Any, base: type, *names: str) -> bool:
+
+def _defaults(obj: object, base: type, *names: str) -> bool:
     """Whether ``obj``'s class keeps ``base``'s implementation of every method in ``names``."""
     return not any(is_overridden(name, obj, base) for name in names)
 
@@ -45,34 +57,35 @@ def _needs_closure(optimizer: torch.optim.Optimizer) -> bool:
     return closure is not None and closure.default is inspect.Parameter.empty
 
 
-def _batch_only(step: Callable[..., Any]) -> Callable[[Any, int], Any]:
+def _batch_only(step: Callable[[object], _R]) -> Callable[[object, int], _R]:
     """``step`` called as ``step(batch)``: for a ``training_step`` that takes no ``batch_idx``."""
 
-    def call(batch: Any, batch_idx: int) -> Any:
+    def call(batch: object, batch_idx: int) -> _R:
         return step(batch)
 
     return call
 
 
-def _inside(context: Callable[[], Any], step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+def _inside(context: Callable[[], contextlib.AbstractContextManager[object]],
+            step: Callable[[object, int], _R]) -> Callable[[object, int], _R]:
     """``step`` run inside a fresh ``context()`` (the precision's forward context)."""
 
-    def call(batch: Any, batch_idx: int) -> Any:
+    def call(batch: object, batch_idx: int) -> _R:
         with context():
             return step(batch, batch_idx)
 
     return call
 
 
-def _scaled(backward: Callable[[torch.Tensor], Any], accumulate: int, loss: torch.Tensor) -> Any:
+def _scaled(backward: Callable[[torch.Tensor], None], accumulate: int, loss: torch.Tensor) -> None:
     """``backward(loss / accumulate)``: the backward part of a batch inside an accumulation window."""
     return backward(loss / accumulate)
 
 
-def _after(first: Callable[[], None], step: Callable[[Any, int], Any]) -> Callable[[Any, int], Any]:
+def _after(first: Callable[[], None], step: Callable[[object, int], _R]) -> Callable[[object, int], _R]:
     """``first()``, then ``step``."""
 
-    def call(batch: Any, batch_idx: int) -> Any:
+    def call(batch: object, batch_idx: int) -> _R:
         first()
         return step(batch, batch_idx)
 
@@ -111,7 +124,7 @@ class Optimization:
         self.scheduler_hook = hooks.module_default("lr_scheduler_step")
         #: each hook of :data:`~accelkit.loops.hooks.STEP_HOOKS`: the callbacks that override it, then the Module's
         #: (planned once; empty where nothing overrides it)
-        self._step_hooks: dict[str, list[Callable[..., Any]]] = {
+        self._step_hooks: dict[str, list[Callable[..., object]]] = {
             name: [*hooks.callback_plan(name), *self._module_hooks(name)] for name in STEP_HOOKS}
         self._plan_training_step()
         self._plan_backward()
@@ -132,7 +145,8 @@ class Optimization:
         # manual backward instead (Strategy.pre_manual_backward).
         direct = trainer.model is module or not self.automatic
         # through the wrapper: bound once (the strategy wrapped the module before the fit built this object)
-        call = self._module_training_step if direct else functools.partial(trainer.model, "training_step")
+        call: Callable[..., STEP_OUTPUT] = \
+            self._module_training_step if direct else functools.partial(trainer.model, "training_step")
         if not accepts_positional(module.training_step, 2):
             call = _batch_only(call)
         if not _defaults(self.precision, Precision, "forward_context"):
@@ -141,7 +155,7 @@ class Optimization:
             call = _after(self._sync_buffers, call)  # what the wrapper's forward would have done
         if trainer.profiler is not None:
             call = profiled(trainer.profiler, f"[LightningModule]{type(module).__qualname__}.training_step", call)
-        self._training_step: Callable[[Any, int], Any] = call
+        self._training_step: Callable[[object, int], STEP_OUTPUT] = call
 
     def _plan_backward(self) -> None:
         """The backward phase: its hooks and the pass itself (the
@@ -149,41 +163,41 @@ class Optimization:
         the defaults, else the strategy's)."""
         hooks, strategy = self.hooks, self.strategy
         # the watchdog of a distributed run sees the backward pass on the training thread's stack: no note here
-        self._before_backward: list[Callable[[torch.Tensor], Any]] = [*self._step_hooks["on_before_backward"]]
+        self._before_backward: list[Callable[[torch.Tensor], object]] = [*self._step_hooks["on_before_backward"]]
         if not self.automatic:
             self._before_backward.append(self._arm_manual_backward)
-        self._after_backward: list[Callable[[], Any]] = self._step_hooks["on_after_backward"]
+        self._after_backward: list[Callable[[], object]] = self._step_hooks["on_after_backward"]
         self._backward_hook = hooks.module_hook("backward")
         plain = _defaults(strategy, Strategy, "backward") and all(p.passes_through() for p in self._precisions())
-        self._backward_pass: Callable[..., Any] = (
+        self._backward_pass: Callable[[torch.Tensor], None] = (
             self._module_backward if self._backward_hook is not None else
             torch.Tensor.backward if plain else strategy.backward)
         self._backward_with_arguments = (
             self._module_backward if self._backward_hook is not None else self._scaled_backward)
         #: the step's backward part: :meth:`backward`, or the pass alone when its hook lists are empty
-        self._backward_phase: Callable[[torch.Tensor], Any] = (
+        self._backward_phase: Callable[[torch.Tensor], None] = (
             self.backward if self._before_backward or self._after_backward else self._backward_pass)
 
     def _plan_step(self) -> None:
         """The zero-grad and optimizer-step phases and ``optimizer_step`` itself."""
         hooks, strategy = self.hooks, self.strategy
-        self._before_zero: list[Callable[[torch.optim.Optimizer], Any]] = self._step_hooks["on_before_zero_grad"]
+        self._before_zero: list[Callable[[torch.optim.Optimizer], object]] = self._step_hooks["on_before_zero_grad"]
         self._zero_grad_hook = hooks.module_hook("optimizer_zero_grad")
-        self._zero: Callable[[torch.optim.Optimizer], Any] = (
+        self._zero: Callable[[torch.optim.Optimizer], object] = (
             _ZERO_GRAD if self._zero_grad_hook is None else self._call_zero_grad_hook)
         #: the step's zero-grad part: :meth:`zero_grad`, or ``optimizer.zero_grad()`` alone when it has no hook
-        self._zero_phase: Callable[[], Any] = self.zero_grad
+        self._zero_phase: Callable[[], object] = self.zero_grad
         if not self._before_zero and self._zero_grad_hook is None and len(self.optimizers) == 1:
             self._zero_phase = functools.partial(_ZERO_GRAD, self.optimizers[0])
         plain = _defaults(strategy, Strategy, "reduce_gradients", "optimizer_step") and all(
             p.passes_through() for p in self._precisions())
-        self._before_step: list[Callable[[torch.optim.Optimizer], Any]] = [
+        self._before_step: list[Callable[[torch.optim.Optimizer], object]] = [
             *([] if plain else [strategy.reduce_gradients, self.precision.unscale_gradients]),
             *self._step_hooks["on_before_optimizer_step"]]
         #: automatic optimization's clipping: the Module's ``configure_gradient_clipping`` where overridden (``None``:
         #: the Trainer's ``gradient_clip_val``; see :meth:`before_optimizer_step`)
         self._clip_hook = hooks.module_hook("configure_gradient_clipping") if self.automatic else None
-        self._step_optimizer: Callable[[torch.optim.Optimizer], Any] = _STEP if plain else strategy.optimizer_step
+        self._step_optimizer: Callable[[torch.optim.Optimizer], object] = _STEP if plain else strategy.optimizer_step
         #: the optimizers whose ``step`` evaluates the loss itself (LBFGS): stepped as ``optimizer.step(closure)``,
         #: the closure run again at each evaluation (as Lightning)
         self.closure_optimizers = [o for o in self.optimizers if _needs_closure(o)]
@@ -195,11 +209,11 @@ class Optimization:
                 f"{type(self.precision).__name__} step through their own code. Use precision='32-true' and a "
                 "strategy that keeps the default step (single device, DDP), or an optimizer that steps on the "
                 "gradients of one backward pass (SGD, Adam, ...)")
-        self._step_end: list[Callable[[], Any]] = [] if _defaults(strategy, Strategy, "step_end") else \
+        self._step_end: list[Callable[[], object]] = [] if _defaults(strategy, Strategy, "step_end") else \
             [strategy.step_end]
         #: manual optimization ends its step inside ``opt.step()``; automatic after ``optimizer_step`` returns
-        self._after_step: list[Callable[[], Any]] = [] if self.automatic else [self._end_step]
-        self._run_step: Callable[[torch.optim.Optimizer, Callable[[], Any] | None], Any] = self._step
+        self._after_step: list[Callable[[], object]] = [] if self.automatic else [self._end_step]
+        self._run_step: Callable[[torch.optim.Optimizer, Callable[[], object] | None], object] = self._step
         if self.trainer.profiler is not None:
             self._run_step = profiled(self.trainer.profiler,
                                       f"[Strategy]{type(strategy).__name__}.optimizer_step", self._step)
@@ -214,12 +228,12 @@ class Optimization:
         """The trainer's precision and the strategy's (the same object unless a strategy brings its own)."""
         return list({id(p): p for p in (self.precision, self.strategy.precision)}.values())
 
-    def _module_hooks(self, name: str) -> list[Callable[..., Any]]:
+    def _module_hooks(self, name: str) -> list[Callable[..., object]]:
         hook = self.hooks.module_hook(name)
         return [] if hook is None else [hook]
 
     # ----------------------------------------------------------------- automatic
-    def batch_runner(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+    def batch_runner(self) -> BatchRunner:
         """What trains one batch this epoch (manual optimization: ``training_step``), called as
         ``run(batch, batch_idx, boundary)``; ``boundary``: the batch ends an accumulation window, so the optimizer
         steps. Returns ``(output, stepped)``: the step's output
@@ -239,11 +253,11 @@ class Optimization:
             return self.eager_step()
         return functools.partial(self._routed_batch, self.eager_step())
 
-    def run_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+    def run_batch(self, batch: object, batch_idx: int, boundary: bool) -> tuple[STEP_OUTPUT, bool]:
         """Train on one batch outside an epoch loop: :meth:`batch_runner`'s function for the current settings."""
         return self.batch_runner()(batch, batch_idx, boundary)
 
-    def eager_step(self) -> Callable[[Any, int, bool], tuple[Any, bool]]:
+    def eager_step(self) -> EagerStep:
         """The eager automatic step, its parts bound once (per epoch): ``step(batch, batch_idx, boundary)`` runs, in
         Lightning's order,
 
@@ -272,7 +286,7 @@ class Optimization:
         if not every:  # a window's loss is back-propagated divided by its length (decided here, not per batch)
             backward_phase = functools.partial(_scaled, backward_phase, accumulate)
 
-        def step(batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+        def step(batch: object, batch_idx: int, boundary: bool) -> tuple[StepOutput, bool]:
             output = training_step(batch, batch_idx)  # 1.
             loss: torch.Tensor | None
             if output.__class__ is not tensor:  # (a dict, None, a tensor subclass...)
@@ -312,8 +326,7 @@ class Optimization:
         elif trainer.gradient_clip_val is not None:
             self.clip(optimizer, trainer.gradient_clip_val, trainer.gradient_clip_algorithm)
 
-    def _routed_batch(self, step: Callable[[Any, int, bool], tuple[Any, bool]], batch: Any, batch_idx: int,
-                      boundary: bool) -> tuple[Any, bool]:
+    def _routed_batch(self, step: EagerStep, batch: object, batch_idx: int, boundary: bool) -> tuple[StepOutput, bool]:
         """:meth:`batch_runner`'s function when the fit loop cannot call ``step`` (:meth:`eager_step`'s) itself: a
         batch inside an accumulation window runs parts 1 to 3 inside the strategy's ``no_backward_sync``; at a
         window's end, the Module's ``optimizer_step`` (overridden, timed by a profiler, or for an optimizer that
@@ -333,14 +346,14 @@ class Optimization:
             self._end_step()
         return closure.output, self._stepped
 
-    def _manual_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+    def _manual_batch(self, batch: object, batch_idx: int, boundary: bool) -> tuple[STEP_OUTPUT, bool]:
         """:meth:`batch_runner`'s function in manual optimization: ``training_step`` steps the optimizers itself
         (``opt.step()`` counts each step); stepped: the global step moved."""
         before = self._progress.global_step
         output = self._training_step(batch, batch_idx)
         return output, self._progress.global_step != before
 
-    def _captured_batch(self, batch: Any, batch_idx: int, boundary: bool) -> tuple[Any, bool]:
+    def _captured_batch(self, batch: object, batch_idx: int, boundary: bool) -> tuple[StepOutput, bool]:
         """:meth:`batch_runner`'s function with ``compile_step``: ``loops/captured.py`` runs the batch."""
         assert self.captured is not None
         output, stepped = self.captured.run_batch(batch, batch_idx, boundary)
@@ -349,13 +362,13 @@ class Optimization:
         return output, stepped
 
     def _default_optimizer_step(self, epoch: int, batch_idx: int, optimizer: Optimizer,
-                                closure: Callable[[], Any]) -> None:
+                                closure: Callable[[], object]) -> None:
         """What the Module's default ``optimizer_step`` does (``optimizer.step(closure=closure)``), without the
         wrapper in between: ``optimizer`` wraps the fit's one optimizer."""
         self._run_step(self.optimizers[0], closure)
 
     @staticmethod
-    def _loss_of(output: Any) -> tuple[torch.Tensor | None, Any]:
+    def _loss_of(output: object) -> tuple[torch.Tensor | None, StepOutput]:
         """``(loss, outputs)`` of what ``training_step`` returned: a tensor becomes ``{"loss": tensor}``."""
         if isinstance(output, torch.Tensor):
             return output, {"loss": output}
@@ -401,12 +414,12 @@ class Optimization:
         self._zero_grad_hook(self.trainer.current_epoch, self._batch_idx, optimizer)
 
     # ----------------------------------------------------------------- both
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
+    def training_step(self, batch: object, batch_idx: int) -> STEP_OUTPUT:
         """Call ``training_step`` through the strategy's wrapper (DDP sees the forward pass), in the precision's
         forward context (manual optimization: the fit loop calls this for each batch)."""
         return self._training_step(batch, batch_idx)
 
-    def _module_training_step(self, *args: Any) -> Any:
+    def _module_training_step(self, *args: object) -> STEP_OUTPUT:
         return self.module.training_step(*args)
 
     def _sync_buffers(self) -> None:
@@ -434,13 +447,13 @@ class Optimization:
     def _scaled_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         self.precision.scale_loss(loss).backward(*args, **kwargs)
 
-    def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
+    def step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], object] | None) -> object:
         """Run ``closure``, then step ``optimizer``: reduce gradients (strategies that do so at step time),
         unscale, ``on_before_optimizer_step``, clip (automatic), precision step; manual steps also count the
         global step and end the step on the strategy."""
         return self._run_step(optimizer, closure)
 
-    def _step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any] | None) -> Any:
+    def _step(self, optimizer: torch.optim.Optimizer, closure: Callable[[], object] | None) -> object:
         if closure is not None and self.closure_optimizers and optimizer in self.closure_optimizers:
             return self._step_evaluating(optimizer, closure)
         result = closure() if closure is not None else None
@@ -451,7 +464,7 @@ class Optimization:
             fn_after()
         return result
 
-    def _step_evaluating(self, optimizer: torch.optim.Optimizer, closure: Callable[[], Any]) -> Any:
+    def _step_evaluating(self, optimizer: torch.optim.Optimizer, closure: Callable[[], object]) -> object:
         """Step an optimizer that evaluates the loss itself (LBFGS): ``optimizer.step(evaluate)``, where each
         evaluation runs ``closure`` anew (automatic: :meth:`Closure.evaluate`, the eager step's parts 1 to 3) and then
         :meth:`before_optimizer_step`, as Lightning's wrapped closure. One step is counted however many evaluations
@@ -459,7 +472,7 @@ class Optimization:
         again = closure.evaluate if isinstance(closure, Closure) else closure
         evaluations = 0
 
-        def evaluate() -> Any:
+        def evaluate() -> Any:  # (torch's stubs want a closure returning a float; it returns the loss tensor)
             nonlocal evaluations
             result = again() if evaluations else closure()  # the first: the closure's result if it already ran
             evaluations += 1
@@ -506,8 +519,10 @@ class Closure:
     :param accumulate: ``accumulate_grad_batches`` (the loss back-propagated is divided by it).
     """
 
-    def __init__(self, step: Callable[[Any, int, bool], tuple[Any, bool]], batch: Any, batch_idx: int,
-                 accumulate: int) -> None:
+    #: the step's output (``None``: the batch was skipped, or the closure has not run)
+    output: StepOutput
+
+    def __init__(self, step: EagerStep, batch: object, batch_idx: int, accumulate: int) -> None:
         self.step, self.batch, self.batch_idx, self.accumulate = step, batch, batch_idx, accumulate
         #: whether it ran; the step's output (``None``: the batch was skipped)
         self.ran, self.output = False, None

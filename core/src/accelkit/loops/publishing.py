@@ -3,13 +3,15 @@ progress-bar callback shows)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 
 from accelkit.loops.metrics import KINDS
 
 if TYPE_CHECKING:
+    from accelkit.loops.hooks import HookCaller
     from accelkit.trainer.trainer import Trainer
 
 
@@ -72,7 +74,7 @@ class Publisher:
                 if isinstance(value, torch.Tensor):
                     values[name] = value.cpu()
 
-    def end_epoch(self, hooks: Any, hook: str, monitoring_last: bool = False,
+    def end_epoch(self, hooks: HookCaller, hook: str, monitoring_last: bool = False,
                   to_loggers: bool = True, step: int | None = None) -> dict[str, torch.Tensor]:
         """Compute the epoch's aggregates, run the ``on_*_epoch_end`` hook (which sees them, and whose own
         ``self.log`` calls count as epoch values), then send them all to the loggers in one row, publish them and
@@ -97,7 +99,8 @@ class Publisher:
         metrics.phase = "closed"
         return {**logged, **late}
 
-    def _to_loggers(self, logged: dict[str, Any], step: int | None = None, with_epoch: bool = True) -> None:
+    def _to_loggers(self, logged: Mapping[str, torch.Tensor | float], step: int | None = None,
+                    with_epoch: bool = True) -> None:
         """Numbers to the loggers (one host read per tensor), on global rank zero, with the ``epoch`` (unless
         ``with_epoch`` is false) at ``step`` (default: :meth:`~accelkit.loops.state.Progress.logger_step`); with
         ``with_epoch``, a value logged as ``"step"`` is the step instead, without an ``epoch`` (Lightning's rule)."""

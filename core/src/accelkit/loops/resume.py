@@ -33,9 +33,9 @@ import io
 import os
 import random
 import zlib
-from collections.abc import Iterator, Sized
+from collections.abc import Iterable, Iterator, Mapping, Sized
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeGuard, cast
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, Sampler
@@ -46,16 +46,53 @@ from accelkit.utilities.rank_zero import rank_zero_warn
 from accelkit.utilities.seed import SEED_WORKERS_ENV, seed_everything, seed_from_environment
 
 if TYPE_CHECKING:
+    from accelkit.accelerator import Accelerator
+    from accelkit.loops.fit import FitLoop
+    from accelkit.strategies.base import Strategy
+    from accelkit.strategies.sampler import ShardSampler
     from accelkit.trainer.trainer import Trainer
 
 #: the key under ``checkpoint["loops"]`` holding the position (see the module docstring)
 POSITION_KEY = "position"
 
+
+class Stateful(Protocol):
+    """A loader or sampler that saves and restores its own position (torchdata's ``StatefulDataLoader``, a user
+    sampler with ``state_dict``); what :func:`is_stateful` tells. Its state is opaque here: saved, then given back."""
+
+    def state_dict(self) -> object: ...
+
+    def load_state_dict(self, state_dict: object, /) -> None: ...
+
+
+class RankRecord(TypedDict, total=False):
+    """One process's part of a position (see the module docstring); read back from a checkpoint, a key may lack."""
+
+    #: the random states at the checkpoint (:func:`rng_states`); ``None`` in a record another process wrote alone
+    rng: dict[str, Any] | None
+    #: the states of the loader's ``torch.Generator`` objects
+    generators: list[torch.Tensor]
+    #: what decided the epoch's order (:func:`epoch_start`); ``None`` at an epoch's end
+    epoch_start: dict[str, Any] | None
+    #: a stateful loader's ``state_dict()``
+    loader: object
+    #: the dataset indices trained on in the epoch (:func:`pack_mask`), ``None`` where not known
+    seen: torch.Tensor | None
+    #: the distinct indices ``seen`` marks (or a count, without ``seen``)
+    samples: int
+    #: the samples trained, repeats included
+    drawn: int
+    #: :func:`record_checksum` of the three above
+    seen_crc: int
+    #: whether the loader draws with replacement
+    replacement: bool
+
+
 # the fit loop running for each trainer (not an attribute: a trainer pickled to spawned workers stays light). Weak
 # on both sides: the loop refers to its trainer, so a strong value would keep every trainer (and what it holds:
 # loggers' open files, the module) alive for the rest of the process.
 # ---------------------------------------------------------------------------------------------- random states
-def rng_states(accelerator: Any = None) -> dict[str, Any]:
+def rng_states(accelerator: Accelerator | None = None) -> dict[str, Any]:
     """This process's global random states (torch's host generator, NumPy, Python, and the device's through
     :meth:`~accelkit.Accelerator.rng_state`) as plain data that ``torch.load(weights_only=True)`` reads back."""
     states: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
@@ -73,7 +110,7 @@ def rng_states(accelerator: Any = None) -> dict[str, Any]:
     return states
 
 
-def set_rng_states(states: dict[str, Any], accelerator: Any = None) -> None:
+def set_rng_states(states: dict[str, Any], accelerator: Accelerator | None = None) -> None:
     """Put back what :func:`rng_states` returned (entries missing from ``states`` are left alone)."""
     if "torch" in states:
         torch.set_rng_state(states["torch"])
@@ -92,7 +129,7 @@ def set_rng_states(states: dict[str, Any], accelerator: Any = None) -> None:
                              saved["has_gauss"], saved["cached"]))
 
 
-def seed_spawned_worker(strategy: Any) -> int | None:
+def seed_spawned_worker(strategy: Strategy) -> int | None:
     """In a process the strategy started (``ddp_spawn``, XLA spawn), seed torch/NumPy/Python from
     ``ACCELKIT_SEED`` as :func:`~accelkit.seed_everything` did in the launching process (Lightning's
     ``reset_seed``): a spawned process otherwise starts from a random state, so two identical runs differ as soon
@@ -106,9 +143,9 @@ def seed_spawned_worker(strategy: Any) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------- the loader's parts
-def _samplers(loader: Any) -> list[Any]:
+def _samplers(loader: object) -> list[object]:
     """The loader's sampler, batch sampler and the batch sampler's sampler (and what a ShardSampler wraps)."""
-    found: dict[int, Any] = {}
+    found: dict[int, object] = {}
     batch_sampler = getattr(loader, "batch_sampler", None)
     for candidate in (getattr(loader, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
         if candidate is not None:
@@ -119,7 +156,7 @@ def _samplers(loader: Any) -> list[Any]:
     return list(found.values())
 
 
-def _generators(loader: Any, samplers: list[Any] | None = None) -> list[torch.Generator]:
+def _generators(loader: object, samplers: list[object] | None = None) -> list[torch.Generator]:
     """The ``torch.Generator`` objects the loader's order is drawn from, in a fixed order (``samplers``: the
     loader's :func:`_samplers`, when the caller has them)."""
     found: dict[int, torch.Generator] = {}
@@ -130,35 +167,35 @@ def _generators(loader: Any, samplers: list[Any] | None = None) -> list[torch.Ge
     return list(found.values())
 
 
-def is_stateful(loader: Any) -> bool:
+def is_stateful(loader: object) -> TypeGuard[Stateful]:
     """Whether ``loader`` saves and restores its own position (``state_dict``/``load_state_dict``, as torchdata's
     ``StatefulDataLoader``)."""
     return callable(getattr(loader, "state_dict", None)) and callable(getattr(loader, "load_state_dict", None))
 
 
-def _stateful_sampler(loader: Any, samplers: list[Any] | None = None) -> Any:
+def _stateful_sampler(loader: object, samplers: list[object] | None = None) -> Stateful | None:
     """A user sampler of the loader that has ``state_dict``/``load_state_dict`` (restored at the epoch start;
     ``samplers``: the loader's :func:`_samplers`, when the caller has them)."""
     for sampler in _samplers(loader) if samplers is None else samplers:
         if _is_torch_or_ours(sampler):
             continue
-        if callable(getattr(sampler, "state_dict", None)) and callable(getattr(sampler, "load_state_dict", None)):
+        if is_stateful(sampler):
             return sampler
     return None
 
 
-def _is_torch_or_ours(sampler: Any) -> bool:
+def _is_torch_or_ours(sampler: object) -> bool:
     module = type(sampler).__module__
     return module.startswith("torch.utils.data") or module == "accelkit.strategies.sampler"
 
 
-def _unknown_samplers(loader: Any) -> list[str]:
+def _unknown_samplers(loader: object) -> list[str]:
     """Names of samplers whose order accelkit cannot re-create (a user class without ``state_dict``)."""
     return [type(s).__name__ for s in _samplers(loader)
             if not _is_torch_or_ours(s) and not callable(getattr(s, "state_dict", None))]
 
 
-def epoch_start(loader: Any, accelerator: Any = None) -> dict[str, Any]:
+def epoch_start(loader: object, accelerator: Accelerator | None = None) -> dict[str, Any]:
     """What decides an epoch's order: taken right before the loader is iterated (once per epoch)."""
     samplers = _samplers(loader)  # (once: both below look at them)
     sampler = _stateful_sampler(loader, samplers)
@@ -166,7 +203,7 @@ def epoch_start(loader: Any, accelerator: Any = None) -> dict[str, Any]:
             "sampler": sampler.state_dict() if sampler is not None else None}
 
 
-def restore_epoch_start(loader: Any, start: dict[str, Any], accelerator: Any = None) -> None:
+def restore_epoch_start(loader: object, start: dict[str, Any], accelerator: Accelerator | None = None) -> None:
     """Put back what :func:`epoch_start` took (the random states, the loader's generators, a stateful sampler's
     state), so iterating ``loader`` again draws that epoch's order (``Fabric``'s loaders resume with it)."""
     if start.get("rng") is not None:
@@ -178,7 +215,7 @@ def restore_epoch_start(loader: Any, start: dict[str, Any], accelerator: Any = N
 
 
 # ---------------------------------------------------------------------------------------------- capture (saving)
-def capture(trainer: Trainer, alone: bool = False) -> dict[str, Any] | None:
+def capture(trainer: Trainer, alone: bool = False) -> dict[str, object] | None:
     """The position of the running fit (``None`` outside one). Every process calls this when a checkpoint is
     written (``Trainer.save_checkpoint`` is collective), so the per-process records are gathered here.
 
@@ -191,9 +228,9 @@ def capture(trainer: Trainer, alone: bool = False) -> dict[str, Any] | None:
     loader = getattr(loop, "train_loader", None)
     in_epoch = loop.in_epoch and not trainer.run_state.progress.epoch_training_done
     batches = (completed_batches(trainer) if alone else int(loop.consumed)) if in_epoch else 0
-    record: dict[str, Any] = {"rng": rng_states(trainer.accelerator),
-                              "generators": [g.get_state() for g in _generators(loader)] if loader is not None else [],
-                              "epoch_start": loop.epoch_state if in_epoch else None}
+    record: RankRecord = {"rng": rng_states(trainer.accelerator),
+                          "generators": [g.get_state() for g in _generators(loader)] if loader is not None else [],
+                          "epoch_start": loop.epoch_state if in_epoch else None}
     if loader is not None and is_stateful(loader):
         record["loader"] = loader.state_dict()
     order = getattr(loop, "epoch_order", None)
@@ -230,8 +267,7 @@ def in_flight(trainer: Trainer) -> bool:
     return loop is not None and loop.in_epoch and int(loop.started) > int(loop.consumed)
 
 
-def _records_alone(trainer: Trainer, order: EpochOrder | None, own: dict[str, Any],
-                   batches: int) -> list[dict[str, Any]]:
+def _records_alone(trainer: Trainer, order: EpochOrder | None, own: RankRecord, batches: int) -> list[RankRecord]:
     """Every process's record as one process can tell it alone: its own ``own``; for each other one, the samples
     it trained in the epoch's first ``batches`` batches, drawn again from this loader with that process's rank (a
     rank-aware sampler, copied), and no random state (``None``: not restored)."""
@@ -242,11 +278,11 @@ def _records_alone(trainer: Trainer, order: EpochOrder | None, own: dict[str, An
             records.append(own)
             continue
         start = own.get("epoch_start")
-        record: dict[str, Any] = {"rng": None, "generators": own["generators"],
-                                  "epoch_start": None if start is None else {**start, "rng": None, "sampler": None}}
+        record: RankRecord = {"rng": None, "generators": own["generators"],
+                              "epoch_start": None if start is None else {**start, "rng": None, "sampler": None}}
         source = _rank_copy(order.source, other) if order is not None else None
         if order is not None and source is not None:
-            record.update(_samples_trained(trainer.run_state.fit_loop,
+            record.update(_samples_trained(cast("FitLoop", trainer.run_state.fit_loop),  # (capture found it running)
                                            EpochOrder(source, order.offset, order.carried, order.carried_seen),
                                            other, batches))
         elif order is not None:  # no sampler to draw another rank's share with: its count only
@@ -256,7 +292,7 @@ def _records_alone(trainer: Trainer, order: EpochOrder | None, own: dict[str, An
     return records
 
 
-def _rank_copy(loader: Any, rank: int) -> Any:
+def _rank_copy(loader: object, rank: int) -> DataLoader | None:
     """``loader`` as process ``rank`` has it: a copy whose rank-aware sampler (``num_replicas``/``rank``) has that
     rank; ``None`` where its sampler is not rank-aware."""
     import copy
@@ -280,7 +316,7 @@ def describe(trainer: Trainer) -> str:
     return f"it continues with batch {loop.consumed} of epoch {epoch}, as if never stopped"
 
 
-def _gather(trainer: Trainer, record: dict[str, Any]) -> list[dict[str, Any]]:
+def _gather(trainer: Trainer, record: RankRecord) -> list[RankRecord]:
     """``record`` of every process, in rank order (one exchange of serialized bytes through ``all_gather``)."""
     strategy = trainer.strategy
     if trainer.world_size <= 1:
@@ -306,10 +342,10 @@ class Position:
     epoch: int
     batches: int
     batches_since_val: int = 0
-    record: dict[str, Any] | None = None
+    record: RankRecord | None = None
     notes: list[str] = field(default_factory=list)
     #: the data's shape when the checkpoint was written (:func:`geometry`); ``None`` for older or foreign ones
-    geometry: dict[str, Any] | None = None
+    geometry: dict[str, int | None] | None = None
     #: which dataset indices every process together trained on in the epoch (a bool mask; ``None``: not known)
     seen: torch.Tensor | None = None
     #: how many samples every process together trained on in the epoch
@@ -351,7 +387,7 @@ def position(trainer: Trainer, checkpoint: dict[str, Any]) -> Position | None:
     return found
 
 
-def _read_trained_samples(found: Position, ranks: list[Any]) -> None:
+def _read_trained_samples(found: Position, ranks: list[object]) -> None:
     """Set ``found.seen`` and ``found.samples`` from the processes' trained-samples records, checked first
     (:func:`record_damage`): a damaged record is named in ``found.damage`` and not used; the samples are then
     counted from the records' counts, bounded by the batches the position says were trained."""
@@ -383,7 +419,7 @@ def _read_trained_samples(found: Position, ranks: list[Any]) -> None:
 _MAX_SAMPLES = 1 << 48  # a dataset length past this is a damaged record (its mask alone would be 32 TiB)
 
 
-def _whole(value: Any, low: int, high: int) -> bool:
+def _whole(value: object, low: int, high: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
@@ -440,7 +476,8 @@ def lightning_position(checkpoint: dict[str, Any]) -> Position | None:
     return Position(epoch=epochs, batches=batches, record=None, notes=[note])
 
 
-def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[str, Any] | None]:
+def begin_epoch(loop: FitLoop, loader: Iterable[object], pos: Position
+                ) -> tuple[Iterable[object], int, dict[str, Any] | None]:
     """Prepare the first epoch of a resumed fit: returns the iterable to train on, the index of its first batch,
     and the random states to put back once the loader has started (``None``: nothing to put back).
 
@@ -462,18 +499,18 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
                        stacklevel=5)
     if record is None:
         return skip_batches(loader, pos.batches), pos.batches, None
-    stateful = is_stateful(loader)
-    if stateful and record.get("loader") is not None:
-        loader.load_state_dict(record["loader"])
+    stateful = loader if is_stateful(loader) else None
+    if stateful is not None and record.get("loader") is not None:
+        stateful.load_state_dict(record["loader"])
     if pos.batches == 0:
         saved = record.get("loader")
-        if stateful and isinstance(saved, dict) and saved.get("_iterator_finished") is False:
+        if stateful is not None and isinstance(saved, dict) and saved.get("_iterator_finished") is False:
             # saved at an epoch's end before the loader said it was exhausted (no batch is read ahead): the
             # uninterrupted run's next iter() starts a new epoch from that iterator; build it at the saved
             # position so the epoch's iter() does the same (torchdata's StatefulDataLoader)
             iter(loader)
-        if record.get("rng") is not None:  # (none in a record another process wrote alone)
-            set_rng_states(record["rng"], trainer.accelerator)
+        if (rng := record.get("rng")) is not None:  # (none in a record another process wrote alone)
+            set_rng_states(rng, trainer.accelerator)
         _set_generators(loader, record.get("generators", []))
         return loader, 0, None
     start = record.get("epoch_start") or {}
@@ -484,7 +521,7 @@ def begin_epoch(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[s
                       f"accumulation window of {accumulate} batches: the gradients of its first "
                       f"{pos.batches % accumulate} batch(es) were not saved, so the resumed run differs.",
                       category=UserWarning, stacklevel=5)
-    if stateful:
+    if stateful is not None:
         if record.get("loader") is None:
             rank_zero_warn(f"the training loader {type(loader).__name__} is stateful now but was not when the "
                           "checkpoint was written: it starts the epoch from its first batch.", category=UserWarning,
@@ -511,7 +548,7 @@ class EpochOrder:
     data) from batch index ``offset``, after ``carried`` samples trained before the checkpoint it resumed from
     (``carried_seen``: a bool mask of their dataset indices, when they are known)."""
 
-    source: Any
+    source: Iterable[object]
     offset: int = 0
     carried: int = 0
     carried_seen: torch.Tensor | None = None
@@ -522,7 +559,7 @@ class EpochOrder:
         return self.carried > 0 or self.offset > 0
 
 
-def geometry(loader: Any, world_size: int) -> dict[str, Any]:
+def geometry(loader: object, world_size: int) -> dict[str, int | None]:
     """The shape of a training epoch's data: processes, samples per batch and samples in the dataset (``None``
     where unknown). A resume into another shape maps the position by samples (:func:`resume_on_changed_data`)."""
     dataset = getattr(loader, "dataset", None)
@@ -546,7 +583,7 @@ class _Indices(torch.utils.data.Dataset):
         return int(index)
 
 
-def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> torch.Tensor | None:
+def _drawn_indices(loader: object, batches: int, start: dict[str, Any] | None) -> torch.Tensor | None:
     """The dataset indices of the first ``batches`` batches of the epoch of ``loader`` that began at the states
     ``start``: drawn again (the random states are put back afterwards), nothing is loaded. ``None`` where the
     order cannot be drawn again (no sampler, a stateful loader or sampler, no epoch-start record)."""
@@ -572,7 +609,7 @@ def _drawn_indices(loader: Any, batches: int, start: dict[str, Any] | None) -> t
     return torch.tensor(picked, dtype=torch.int64)
 
 
-def _samples_trained(loop: Any, order: EpochOrder, rank: int, done: int) -> dict[str, Any]:
+def _samples_trained(loop: FitLoop, order: EpochOrder, rank: int, done: int) -> RankRecord:
     """Process ``rank``'s share of what the current epoch trained on in its first ``done`` batches: ``seen`` (its
     dataset indices as a bit mask, :func:`pack_mask`, or ``None``) and ``samples`` (how many; samples carried from
     an earlier checkpoint without their indices are counted by rank 0)."""
@@ -584,7 +621,7 @@ def _samples_trained(loop: Any, order: EpochOrder, rank: int, done: int) -> dict
         return {"seen": None, "samples": carried + max(0, batches) * size}
     if order.carried and order.carried_seen is None:  # carried samples of other data: a count, no indices
         return {"seen": None, "samples": carried + int(drawn.numel())}
-    size = len(order.source.dataset)
+    size = len(cast(Sized, cast(DataLoader, order.source).dataset))  # (_drawn_indices drew it: a sized DataLoader's)
     mask = torch.zeros(size, dtype=torch.bool) if order.carried_seen is None else order.carried_seen.clone()
     mask[drawn[drawn < size]] = True
     packed, samples, count = pack_mask(mask), int(mask.sum()), carried + int(drawn.numel())
@@ -592,13 +629,13 @@ def _samples_trained(loop: Any, order: EpochOrder, rank: int, done: int) -> dict
             "replacement": draws_with_replacement(order.source)}
 
 
-def record_checksum(packed: torch.Tensor, samples: Any, drawn: Any) -> int:
+def record_checksum(packed: torch.Tensor, samples: object, drawn: object) -> int:
     """The CRC-32 of one process's trained-samples record: its packed mask and both counts (``samples``: the
     distinct indices the mask marks; ``drawn``: the samples trained, repeats included)."""
     return zlib.crc32(f"{samples} {drawn} ".encode() + packed.contiguous().numpy().tobytes())
 
 
-def draws_with_replacement(loader: Any) -> bool:
+def draws_with_replacement(loader: object) -> bool:
     """Whether a sampler of ``loader`` draws with replacement (``WeightedRandomSampler``, ``RandomSampler(
     replacement=True)``): its epoch repeats indices, so samples are counted, not distinct indices."""
     return any(getattr(sampler, "replacement", False) is True for sampler in _samplers(loader))
@@ -627,7 +664,7 @@ class UnseenSampler(Sampler):
     :param seen: a bool tensor over the dataset's indices, ``True`` for those to leave out.
     """
 
-    def __init__(self, sampler: Any, seen: torch.Tensor) -> None:
+    def __init__(self, sampler: Iterable[int], seen: torch.Tensor) -> None:
         self.sampler, self.seen = sampler, seen.tolist()
         self.left = int(seen.numel() - int(seen.sum()))
 
@@ -642,7 +679,7 @@ class UnseenSampler(Sampler):
 class _GlobalOrder:
     """The order every rank of a :class:`~accelkit.strategies.sampler.ShardSampler` agrees on, before sharding."""
 
-    def __init__(self, sampler: Any) -> None:
+    def __init__(self, sampler: ShardSampler) -> None:
         self.sampler = sampler
 
     def __len__(self) -> int:
@@ -652,7 +689,7 @@ class _GlobalOrder:
         return iter(self.sampler.global_order())
 
 
-def _unseen_loader(loader: Any, mask: torch.Tensor, world_size: int) -> tuple[Any, str] | None:
+def _unseen_loader(loader: object, mask: torch.Tensor, world_size: int) -> tuple[DataLoader, str] | None:
     """A copy of ``loader`` that leaves out the samples trained on (``True`` in ``mask``: every other sample of
     the epoch once), and how it shards them; ``None`` where its sampler's order is not a plain permutation of the
     dataset."""
@@ -679,7 +716,7 @@ def _unseen_loader(loader: Any, mask: torch.Tensor, world_size: int) -> tuple[An
     return rebuild_loader(loader, sampler=new), how
 
 
-def _skipped_loader(loader: Any, samples: int, world_size: int) -> tuple[Any, int, int] | None:
+def _skipped_loader(loader: object, samples: int, world_size: int) -> tuple[DataLoader, int, int] | None:
     """A copy of ``loader`` whose sampler skips ``samples // world_size`` samples of this process's share
     (all of it when the share is smaller); returns (it, samples skipped per process, the share's size)."""
     from accelkit.strategies.sampler import rebuild_loader
@@ -692,14 +729,14 @@ def _skipped_loader(loader: Any, samples: int, world_size: int) -> tuple[Any, in
     return rebuild_loader(loader, sampler=SkipSampler(loader.sampler, skip)), skip, share
 
 
-def _same_geometry(pos: Position, now: dict[str, Any]) -> bool:
+def _same_geometry(pos: Position, now: Mapping[str, int | None]) -> bool:
     """Whether ``now`` is the data shape of ``pos``; a part a damaged record lost (``None``) is not a change."""
     saved = pos.geometry or {}
     return all(saved.get(key) == value or pos.damage is not None and saved.get(key) is None
                for key, value in now.items())
 
 
-def _changes(saved: dict[str, Any], now: dict[str, Any], lost: bool = False) -> str:
+def _changes(saved: Mapping[str, int | None], now: Mapping[str, int | None], lost: bool = False) -> str:
     """The parts of ``now`` that differ from ``saved``, in words (``lost``: leave out the parts ``saved`` lost to a
     damaged record, ``None``)."""
     words = {"world_size": "process(es)", "batch_size": "sample(s) per batch",
@@ -709,7 +746,8 @@ def _changes(saved: dict[str, Any], now: dict[str, Any], lost: bool = False) -> 
     return ", ".join(changed) or "the data of the checkpoint's run, which had itself resumed this epoch on other data"
 
 
-def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, int, dict[str, Any] | None]:
+def resume_on_changed_data(loop: FitLoop, loader: Iterable[object], pos: Position
+                           ) -> tuple[Iterable[object], int, dict[str, Any] | None]:
     """Resume inside an epoch when the processes, the batch size or the dataset's length differ from the
     checkpoint's (see :func:`begin_epoch` for what it returns). The position is mapped by samples, never by
     batches, and a warning says with numbers what the run does:
@@ -747,7 +785,8 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
         elif pos.seen is None:
             which = "which samples were trained was not recorded (their order could not be drawn again), so "
         else:
-            which = f"its sampler {type(loader.sampler).__name__} cannot leave given samples out, so "
+            # (a DataLoader: _skipped_loader copied it)
+            which = f"its sampler {type(cast(DataLoader, loader).sampler).__name__} cannot leave given samples out, so "
         text = f"{which}the {pos.samples} sample(s) trained before the checkpoint count against this epoch: " + (
             f"they cover its {share * trainer.world_size}, so epoch {pos.epoch} is complete and the run goes on "
             f"with epoch {pos.epoch + 1}" if skip >= share else
@@ -762,7 +801,8 @@ def resume_on_changed_data(loop: Any, loader: Any, pos: Position) -> tuple[Any, 
     return source, start, (pos.record or {}).get("rng")
 
 
-def _skip_by_batches(loop: Any, loader: Any, pos: Position, head: str) -> tuple[Any, int, dict[str, Any] | None]:
+def _skip_by_batches(loop: FitLoop, loader: Iterable[object], pos: Position, head: str
+                     ) -> tuple[Iterable[object], int, dict[str, Any] | None]:
     """The last resort of :func:`resume_on_changed_data` (no sampler to skip samples with): skip as many batches
     as hold the samples trained on, counted with this run's batch size and processes."""
     trainer = loop.trainer
@@ -780,7 +820,7 @@ def _skip_by_batches(loop: Any, loader: Any, pos: Position, head: str) -> tuple[
     return skip_batches(loader, batches), batches, (pos.record or {}).get("rng")
 
 
-def _set_generators(loader: Any, states: list[Any]) -> None:
+def _set_generators(loader: object, states: list[torch.Tensor]) -> None:
     generators = _generators(loader)
     if len(generators) != len(states):
         if states:
@@ -791,7 +831,7 @@ def _set_generators(loader: Any, states: list[Any]) -> None:
         generator.set_state(state)
 
 
-def skip_batches(loader: Any, count: int) -> Any:
+def skip_batches(loader: Iterable[object], count: int) -> Iterable[object]:
     """An iterable over ``loader`` without its first ``count`` batches.
 
     A map-style ``DataLoader`` gets a copy whose (batch) sampler skips them, so their samples are never loaded;
@@ -854,10 +894,11 @@ _END = object()
 class _Dropped:
     """``iterable`` without its first ``count`` items (read and thrown away)."""
 
-    def __init__(self, iterable: Any, count: int) -> None:
+    def __init__(self, iterable: Iterable[object], count: int) -> None:
         self.iterable, self.count = iterable, count
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[object]:
+
         iterator = iter(self.iterable)
         for _ in range(self.count):
             if next(iterator, _END) is _END:

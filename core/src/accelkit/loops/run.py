@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -30,10 +31,12 @@ from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.rank_zero import set_global_rank
 
 if TYPE_CHECKING:
+    from accelkit.module.datamodule import DataModule
+    from accelkit.strategies.base import Strategy
     from accelkit.trainer.trainer import Trainer
 
 
-def prepare_data(trainer: Trainer, module: Any, datamodule: Any) -> None:
+def prepare_data(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
     """``prepare_data`` of the DataModule, then of the Module (each only if overridden)."""
     if datamodule is not None:
         datamodule.prepare_data()
@@ -51,8 +54,9 @@ def attempt_words(attempt: int | None) -> str:
     return f"attempt {attempt} of this run (restarted by its launcher): "
 
 
-def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
-              weights_only: bool, prepared: bool, options: dict[str, Any]) -> WorkerResult:
+def run_stage(trainer: Trainer, stage: str, module: Module, datamodule: DataModule | None, loaders: dict[str, object],
+              ckpt_path: str | os.PathLike[str] | None, weights_only: bool, prepared: bool,
+              options: dict[str, bool]) -> WorkerResult:
     """Everything one worker does for ``stage`` (``fit``, ``validate``, ``test``, ``predict``): set up, run the
     stage's loop, tear down, and report what the caller needs (:class:`WorkerResult`)."""
     strategy = trainer.strategy
@@ -65,7 +69,9 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
         attempt = restart_attempt_of(getattr(strategy, "cluster_environment", None)) if stage == "fit" else None
         if strategy.is_global_zero and (checkpoint is not None or attempt is not None):  # as "Restoring states"
             print(f"accelkit: {stage}() {attempt_words(attempt)}" + (
-                f"loaded checkpoint {os.path.abspath(os.fspath(ckpt_path))}" if checkpoint is not None else
+                # (a checkpoint was read: from ckpt_path)
+                f"loaded checkpoint {os.path.abspath(os.fspath(cast('str | os.PathLike[str]', ckpt_path)))}"
+                if checkpoint is not None else
                 "starts from the beginning (no checkpoint)"), flush=True)
         trainer.run_state.data = DataConnector(trainer, module, datamodule, loaders)
         trainer.run_state.publisher = Publisher(trainer)
@@ -86,7 +92,7 @@ def run_stage(trainer: Trainer, stage: str, module: Any, datamodule: Any, loader
         strategy.teardown()
 
 
-def _begin(trainer: Trainer, stage: str, module: Any, datamodule: Any) -> HookCaller:
+def _begin(trainer: Trainer, stage: str, module: Module, datamodule: DataModule | None) -> HookCaller:
     """Reset what an earlier run left (Lightning resets its results at every run) and build the hook caller."""
     run = trainer.run_state
     run.begin(module, datamodule, trainer.ckpt_path)
@@ -103,7 +109,7 @@ def _begin(trainer: Trainer, stage: str, module: Any, datamodule: Any) -> HookCa
     return hooks
 
 
-def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, prepared: bool) -> None:
+def _setup_worker(trainer: Trainer, stage: str, module: Module, datamodule: DataModule | None, prepared: bool) -> None:
     """The process and the user's objects, up to ``setup(stage)`` and ``configure_model``."""
     strategy, hooks = trainer.strategy, trainer.run_state.active_hooks
     strategy.setup_runtime()  # before anything reads root_device
@@ -123,7 +129,7 @@ def _setup_worker(trainer: Trainer, stage: str, module: Any, datamodule: Any, pr
     check_removed_hooks(module, trainer.callbacks, warn=strategy.is_global_zero)  # one warning, not one per rank
     if stage == "fit" and not trainer.warned_unknown_hooks and strategy.is_global_zero:
         warn_unknown_hooks(module, trainer.callbacks)
-    fn_stage = trainer.run_state.state.fn  # the TrainerFn member, as Lightning passes it
+    fn_stage = cast(TrainerFn, trainer.run_state.state.fn)  # the TrainerFn member, as Lightning passes it (_begin's)
     hooks.call_datamodule("setup", fn_stage)
     for fn in hooks.callback_plan("setup"):
         fn(fn_stage)
@@ -143,7 +149,8 @@ def _agree_on_run_folders(trainer: Trainer) -> None:
         folder.version = version
 
 
-def _setup_model(trainer: Trainer, module: Any, ckpt_path: Any, weights_only: bool) -> tuple[Any, Any]:
+def _setup_model(trainer: Trainer, module: Module, ckpt_path: str | os.PathLike[str] | None,
+                 weights_only: bool) -> tuple[Module, dict[str, Any] | None]:
     """The strategy's model, with the checkpoint's weights and callback states; returns (module, checkpoint).
 
     A sharding strategy reads its checkpoint after setup, into the module it sharded (restore after setup)."""
@@ -164,7 +171,7 @@ def _setup_model(trainer: Trainer, module: Any, ckpt_path: Any, weights_only: bo
     return module, checkpoint
 
 
-def _read_checkpoint(strategy: Any, ckpt_path: Any, weights_only: bool) -> dict[str, Any]:
+def _read_checkpoint(strategy: Strategy, ckpt_path: str | os.PathLike[str], weights_only: bool) -> dict[str, Any]:
     """The strategy's reading of ``ckpt_path``, refused with a sentence when a newer accelkit wrote it or its
     entries have another shape."""
     checkpoint = strategy.load_checkpoint(ckpt_path, weights_only)
@@ -173,7 +180,7 @@ def _read_checkpoint(strategy: Any, ckpt_path: Any, weights_only: bool) -> dict[
     return checkpoint
 
 
-def _log_hyperparams(trainer: Trainer, module: Any, datamodule: Any) -> None:
+def _log_hyperparams(trainer: Trainer, module: Module, datamodule: DataModule | None) -> None:
     from accelkit.module.saving import hparams_to_log
 
     logged = hparams_to_log(module, datamodule)
@@ -183,8 +190,8 @@ def _log_hyperparams(trainer: Trainer, module: Any, datamodule: Any) -> None:
         logger.log_graph(module)
 
 
-def _run_loop(trainer: Trainer, stage: str, module: Any, checkpoint: Any, ckpt_path: Any,
-              options: dict[str, Any]) -> tuple[Any, Any]:
+def _run_loop(trainer: Trainer, stage: str, module: Module, checkpoint: dict[str, Any] | None,
+              ckpt_path: str | os.PathLike[str] | None, options: dict[str, bool]) -> tuple[object, str | None]:
     """The stage's loop; returns (its result, the interrupted-run record or ``None``)."""
     strategy, hooks, data = trainer.strategy, trainer.run_state.active_hooks, trainer.run_state.active_data
     if stage == "fit":
@@ -216,12 +223,12 @@ def _run_loop(trainer: Trainer, stage: str, module: Any, checkpoint: Any, ckpt_p
     return result, None
 
 
-def _teardown(trainer: Trainer, stage: str, module: Any) -> None:
+def _teardown(trainer: Trainer, stage: str, module: Module) -> None:
     hooks, state = trainer.run_state.active_hooks, trainer.run_state.state
     hooks.call_datamodule("teardown", state.fn)
     for fn in hooks.callback_plan("teardown"):
         fn(state.fn)
-    module.teardown(state.fn)
+    module.teardown(cast(TrainerFn, state.fn))  # (set for the run by _begin)
     for logger in trainer.loggers if trainer.strategy.is_global_zero else []:
         logger.finalize("success")
     if trainer.profiler is not None:
@@ -229,7 +236,7 @@ def _teardown(trainer: Trainer, stage: str, module: Any) -> None:
     state.stage, state.status = None, TrainerStatus.FINISHED  # as Lightning's after a run
 
 
-def _worker_result(trainer: Trainer, stage: str, result: Any, interrupted: Any) -> WorkerResult:
+def _worker_result(trainer: Trainer, stage: str, result: object, interrupted: str | None) -> WorkerResult:
     strategy = trainer.strategy
     spawned = stage == "fit" and strategy.launches_workers
     return WorkerResult(
@@ -247,7 +254,7 @@ def _worker_result(trainer: Trainer, stage: str, result: Any, interrupted: Any) 
     )
 
 
-def _on_exception(trainer: Trainer, datamodule: Any, exc: BaseException) -> None:
+def _on_exception(trainer: Trainer, datamodule: DataModule | None, exc: BaseException) -> None:
     from accelkit.strategies.launchers import watchdog
 
     watchdog.explain(exc)  # a distributed run that stalled: which rank was behind, and what each was doing
@@ -283,7 +290,7 @@ def _full_training_state(trainer: Trainer) -> dict[str, Any]:
     return state
 
 
-def _configure_model(module: Any) -> None:
+def _configure_model(module: Module) -> None:
     if is_overridden("configure_sharded_model", module, Module):
         warnings.warn("configure_sharded_model is deprecated (as in Lightning 2.x); rename it configure_model.",
                       DeprecationWarning, stacklevel=3)
@@ -292,16 +299,17 @@ def _configure_model(module: Any) -> None:
         module.configure_model()
 
 
-def _sync_batchnorm(trainer: Trainer, module: Any) -> Any:
+def _sync_batchnorm(trainer: Trainer, module: Module) -> Module:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError(f"sync_batchnorm=True needs a torch.distributed process group, which strategy "
                            f"{trainer.strategy.name!r} does not create; use a DDP strategy or sync_batchnorm=False")
-    return torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+    # (the module itself, its BatchNorm layers replaced: torch returns a new object only for a BatchNorm root)
+    return cast(Module, torch.nn.SyncBatchNorm.convert_sync_batchnorm(module))
 
 
-def _check_optimization(trainer: Trainer, module: Any) -> None:
+def _check_optimization(trainer: Trainer, module: Module) -> None:
     if module.automatic_optimization:
         if len(trainer.optimizers) > 1:
             raise ValueError(f"{type(module).__name__}.configure_optimizers() returned {len(trainer.optimizers)} "
@@ -318,7 +326,7 @@ def _check_optimization(trainer: Trainer, module: Any) -> None:
                          "automatic_optimization=False accumulate in training_step (step every N batches)")
 
 
-def _require(loaders: Any, stage: str, module: Any) -> list[Any]:
+def _require(loaders: list[Iterable[object]] | None, stage: str, module: Module) -> list[Iterable[object]]:
     if loaders is None:
         hook = {"validate": "val_dataloader", "test": "test_dataloader", "predict": "predict_dataloader"}[stage]
         raise ValueError(f"no {stage} data: pass dataloaders to {stage}(), a datamodule, or define "
@@ -346,7 +354,7 @@ def _print_results(stage: str, results: list[dict[str, float]]) -> None:
     print(line)
 
 
-def _save_interrupted(trainer: Trainer, module: Any) -> str:
+def _save_interrupted(trainer: Trainer, module: Module) -> str:
     """Every process stopped after the same step on SIGINT/SIGTERM: save that state; return the line that says
     where it stopped and how to resume."""
     from pathlib import Path
@@ -369,7 +377,7 @@ def _save_interrupted(trainer: Trainer, module: Any) -> str:
 
 
 @contextlib.contextmanager
-def _naming(ckpt_path: Any) -> Any:
+def _naming(ckpt_path: str | os.PathLike[str] | None) -> Iterator[None]:
     """A checkpoint that does not fit the module or its optimizers: the error names the file it came from."""
     try:
         yield

@@ -9,8 +9,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
 
 import torch
 
@@ -91,7 +93,7 @@ class TrainerState:
     fn: TrainerFn | None = None
     stage: RunningStage | None = None
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         kind = _STATE_ENUMS.get(name)
         if kind is not None and value is not None and not isinstance(value, kind):
             value = kind(value)
@@ -135,7 +137,28 @@ class Lifecycle:
             raise ValueError(f"Lifecycle(snapshot={self.snapshot!r}): use 'shared', 'copied' or 'deep'")
 
 
-def run_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING, **lifecycle: Any) -> Any:
+class _LifecycleArguments(TypedDict, total=False):
+    """The keyword arguments of :class:`Lifecycle`, as :func:`run_field` takes them."""
+
+    carried: str | None
+    to_workers: bool
+    snapshot: str
+    returned: bool
+
+
+_F = TypeVar("_F")
+
+
+@overload
+def run_field(default: _F, **lifecycle: Unpack[_LifecycleArguments]) -> _F: ...
+
+
+@overload
+def run_field(*, factory: Callable[[], _F], **lifecycle: Unpack[_LifecycleArguments]) -> _F: ...
+
+
+def run_field(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+              **lifecycle: Unpack[_LifecycleArguments]) -> Any:  # (Any: what dataclasses.field's overloads take)
     """A dataclass field of the run's state with its :class:`Lifecycle` (``carried=``, ``to_workers=``,
     ``snapshot=``, ``returned=``), and ``default`` or a default ``factory``."""
     return field(default=default, default_factory=factory, metadata={"lifecycle": Lifecycle(**lifecycle)})
@@ -150,7 +173,7 @@ def lifecycle(item: dataclasses.Field) -> Lifecycle:
 _UNDECLARED = Lifecycle()
 
 
-def fields_where(cls: type, **wanted: Any) -> list[str]:
+def fields_where(cls: type, **wanted: object) -> list[str]:
     """The names of ``cls``'s fields whose :class:`Lifecycle` has the ``wanted`` values (``carried`` is matched as
     set or not: ``carried=True``)."""
     def matches(item: dataclasses.Field) -> bool:
@@ -273,7 +296,7 @@ class Progress:
         starts anew."""
         return Progress(**{name: getattr(self, name) for name in fields_where(Progress, carried=True)})
 
-    def take_outcome(self, values: dict[str, Any]) -> None:
+    def take_outcome(self, values: Mapping[str, object]) -> None:
         """Continue from what a spawned worker sent back (the fields declared ``returned``, by name): its counters and
         stop request; no batch of it is running here."""
         for name, value in values.items():
@@ -288,7 +311,7 @@ class Progress:
                 "resume_epoch": self.current_epoch + (1 if self.epoch_training_done else 0),
                 "batches_that_stepped": self.batches_that_stepped}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Continue from ``state`` (:meth:`state_dict`'s keys; without ``resume_epoch``, ``epoch`` is where the fit
         resumes): the one place a checkpoint's counters come back."""
         missing = [key for key in ("epoch", "global_step") if key not in state]
@@ -346,7 +369,7 @@ class RunState:
 
     module: Module | None = None
     datamodule: DataModule | None = None
-    ckpt_path: Any = None  # a path (str or os.PathLike) or None
+    ckpt_path: str | os.PathLike[str] | None = None
     model: torch.nn.Module | None = None
     state: TrainerState = run_field(factory=TrainerState, snapshot="copied")
     progress: Progress = run_field(factory=Progress, snapshot="deep",
@@ -404,7 +427,8 @@ class RunState:
         """``optimization``, during a fit."""
         return _during_run(self.optimization, "optimization")
 
-    def begin(self, module: Module, datamodule: DataModule | None = None, ckpt_path: Any = None) -> None:
+    def begin(self, module: Module, datamodule: DataModule | None = None,
+              ckpt_path: str | os.PathLike[str] | None = None) -> None:
         """Start a run of ``module``: every field fresh, except those of :data:`CARRIED_FIELDS` (the counters go
         on, the flags and batch counts of :class:`Progress` start anew)."""
         carried = {name: getattr(self, name) for name in CARRIED_FIELDS}
@@ -424,7 +448,7 @@ class RunState:
             setattr(self, name, getattr(result, name))
         self.progress.take_outcome({name: getattr(result, name) for name in fields_where(Progress, returned=True)})
 
-    def outcome(self) -> dict[str, Any]:
+    def outcome(self) -> dict[str, object]:
         """What a spawned worker sends back of its run, by field name (the fields of this state and of its progress
         declared ``returned``, the arguments of a :class:`~accelkit.strategies.launchers.result.WorkerResult`): the
         metric dicts as the Trainer reads them (:meth:`current`), the counters, the stop request and its reason."""
@@ -456,7 +480,7 @@ class RunState:
             for item in dataclasses.fields(live):
                 setattr(live, item.name, copy.copy(getattr(kept, item.name)))
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         # sent to spawned workers with the Trainer: the loop objects of the caller's last run stay behind
         state = self.__dict__.copy()
         state.update(dict.fromkeys(fields_where(RunState, to_workers=False)))

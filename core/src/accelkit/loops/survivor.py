@@ -14,7 +14,7 @@ no process holds the whole state, and the next attempt resumes from the run's la
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelkit.checkpoint import files as ckpt
 from accelkit.environments.base import restart_attempt_of
@@ -22,6 +22,7 @@ from accelkit.loops import checkpointing, resume
 from accelkit.strategies.launchers import watchdog
 
 if TYPE_CHECKING:
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
 #: the name of the checkpoint a survivor writes (replaced at each failure; never one a checkpoint callback names)
@@ -51,7 +52,7 @@ def keeps_last_step(trainer: Trainer) -> bool:
         restart_attempt_of(getattr(trainer.strategy, "cluster_environment", None)) is not None
 
 
-def save_alone(trainer: Trainer, module: Any, why: str) -> Path | None:
+def save_alone(trainer: Trainer, module: Module, why: str) -> Path | None:
     """On the first process of each node, write the last completed step to :data:`SURVIVOR_FILE` alone (no
     collective), atomically, and say so; returns the path (``None`` where this process writes nothing)."""
     strategy = trainer.strategy
@@ -91,7 +92,7 @@ def _tracked_by(trainer: Trainer, path: Path) -> str | None:
     return None
 
 
-def on_failure(trainer: Trainer, module: Any, exc: BaseException) -> Path | None:
+def on_failure(trainer: Trainer, module: Module, exc: BaseException) -> Path | None:
     """After ``fit`` raised ``exc``: when it came out of a collective (:func:`~accelkit.strategies.launchers.
     watchdog.failed_in_collective`) in a run that keeps its last step (:func:`keeps_last_step`), write that step
     (:func:`save_alone`) where the strategy replicates the state, else say on global rank zero what the next attempt
