@@ -5,7 +5,7 @@ evaluation and prediction loops read their loaders one after the other, each wit
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from accelkit.utilities.combined_loader import CombinedLoader, flatten
 
@@ -39,7 +39,8 @@ def arrange_loaders(raw: Any, kind: str) -> list[Iterable[object]]:
         return raw.flattened
     if kind == "train":
         return [CombinedLoader(raw, "max_size_cycle")] if isinstance(raw, (dict, list, tuple)) else [raw]
-    return flatten(raw) if isinstance(raw, (dict, list, tuple)) else [raw]
+    # (the leaves of what a ``*_dataloader`` hook returned are its loaders: each is checked where it is iterated)
+    return cast("list[Iterable[object]]", flatten(raw)) if isinstance(raw, (dict, list, tuple)) else [raw]
 
 
 class CombinedBatches:

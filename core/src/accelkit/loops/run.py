@@ -239,6 +239,9 @@ def _teardown(trainer: Trainer, stage: str, module: Module) -> None:
 def _worker_result(trainer: Trainer, stage: str, result: object, interrupted: str | None) -> WorkerResult:
     strategy = trainer.strategy
     spawned = stage == "fit" and strategy.launches_workers
+    # the metrics, counters, stop request and stop reason (a fit's only: each run starts without one), by the name
+    # of WorkerResult's argument each one fills (its values of several types, as its fields declare them)
+    outcome: dict[str, Any] = ckpt.to_cpu(trainer.run_state.outcome())
     return WorkerResult(
         result=ckpt.to_cpu(result),
         # full weights and optimizer states (gathered from every process by a sharding strategy)
@@ -249,8 +252,7 @@ def _worker_result(trainer: Trainer, stage: str, result: object, interrupted: st
                                      if monitors_metrics(cb)})
         if strategy.launches_workers else {},
         interrupted=interrupted,
-        # the metrics, counters, stop request and stop reason (a fit's only: each run starts without one)
-        **ckpt.to_cpu(trainer.run_state.outcome()),
+        **outcome,
     )
 
 
