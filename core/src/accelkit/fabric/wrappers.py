@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
-from accelkit.strategies.base import StepRouter
+from accelkit.strategies.base import DirectCallModule, StepRouter
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.apply_func import device_plan
 
@@ -166,54 +166,31 @@ def plain_forward(forward_module: nn.Module, precision: Any, routed: bool) -> Ca
     return functools.partial(forward_module, "__call__") if routed else forward_module.__call__
 
 
-class _PlainFabricModule(FabricModule):
+class _PlainFabricModule(DirectCallModule, FabricModule):
     """A :class:`FabricModule` whose precision changes neither the inputs nor the context (:func:`plain_forward`):
     calling it calls its ``forward`` (the strategy's wrapper's call) without ``nn.Module.__call__``'s hook machinery
     for this wrapper (the user's module and the strategy's wrapper run theirs as usual), as long as nothing asks for
     that machinery: a module hook registered globally (``torch.nn.modules.module.register_module_forward_hook``...)
     is seen at each call, and registering a hook on the wrapper, or ``compile()``, makes it a :class:`FabricModule`
-    called through ``nn.Module.__call__`` from then on (as :class:`~accelkit.strategies.base.StepRouter` does)."""
+    called through ``nn.Module.__call__`` from then on (:class:`~accelkit.strategies.base.DirectCallModule`, as
+    :class:`~accelkit.strategies.base.StepRouter` does)."""
+
+    hooked_class = FabricModule
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(_GLOBAL_MODULE_HOOKS):
             return nn.Module.__call__(self, *args, **kwargs)
         return self.forward(*args, **kwargs)
 
-    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_pre_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_forward_pre_hook(*args, **kwargs)
-
-    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_forward_hook(*args, **kwargs)
-
-    def register_full_backward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_pre_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_full_backward_pre_hook(*args, **kwargs)
-
-    def register_full_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_full_backward_hook(*args, **kwargs)
-
-    def register_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_backward_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_backward_hook(*args, **kwargs)
-
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """:meth:`torch.nn.Module.compile`: calls run the compiled call from then on."""
-        _hooked(self).compile(*args, **kwargs)
+        self.use_hooks().compile(*args, **kwargs)
 
 
 #: torch's registries of module hooks registered globally (``torch.nn.modules.module.register_module_*_hook``),
 #: which ``nn.Module.__call__`` runs for every module
 _GLOBAL_MODULE_HOOKS = (module_hooks._global_backward_pre_hooks, module_hooks._global_backward_hooks,  # noqa: SLF001
                         module_hooks._global_forward_hooks, module_hooks._global_forward_pre_hooks)  # noqa: SLF001
-
-
-def _hooked(module: FabricModule) -> FabricModule:
-    """``module``, from now on called through ``nn.Module.__call__`` (a hook is being registered on it)."""
-    object.__setattr__(module, "__class__", FabricModule)
-    return module
 
 
 class _ForwardMethod:

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 import torch
 from torch import nn
@@ -415,6 +415,51 @@ def _tied_parameter_names(module: nn.Module) -> list[list[str]]:
     return [names for names in groups.values() if len(names) > 1]
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _switching_to_hooks(method: Callable[Concatenate[nn.Module, _P], _R]) -> Callable[Concatenate[DirectCallModule, _P],
+                                                                                     _R]:
+    """``method`` (one of ``nn.Module``'s hook registrations), for a :class:`DirectCallModule`: the instance
+    becomes its :attr:`~DirectCallModule.hooked_class` first, so that its calls run the hook from then on."""
+
+    def register(self: DirectCallModule, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return method(self.use_hooks(), *args, **kwargs)
+
+    register.__name__ = register.__qualname__ = method.__name__
+    register.__doc__ = f":meth:`torch.nn.Module.{method.__name__}`; calls run the module's hooks from then on."
+    return register
+
+
+class DirectCallModule(nn.Module):
+    """Mixin for a module whose class is called without ``nn.Module.__call__``'s hook machinery (its ``__call__``
+    is its forward, or close to it: a call once per step costs no more than the forward itself) until something
+    needs that machinery: registering a hook on it (``register_forward_pre_hook``, ``register_forward_hook``,
+    ``register_full_backward_hook``...) makes the instance its :attr:`hooked_class`, called through
+    ``nn.Module.__call__``, which runs the hook. Module hooks registered globally
+    (``torch.nn.modules.module.register_module_forward_hook``) are the subclass's own ``__call__``'s business.
+
+    Put it first among the bases of a subclass of the :attr:`hooked_class` (it then overrides the registrations of
+    ``nn.Module``): :class:`StepRouter` and the Fabric's module wrapper (:mod:`accelkit.fabric.wrappers`).
+    """
+
+    #: what an instance becomes when a hook is registered on it: the class it derives from, called through
+    #: ``nn.Module.__call__``
+    hooked_class: ClassVar[type[nn.Module]]
+
+    def use_hooks(self) -> nn.Module:
+        """This instance, from now on called through ``nn.Module.__call__`` (its :attr:`hooked_class`)."""
+        object.__setattr__(self, "__class__", self.hooked_class)
+        return self
+
+    register_forward_pre_hook = _switching_to_hooks(nn.Module.register_forward_pre_hook)
+    register_forward_hook = _switching_to_hooks(nn.Module.register_forward_hook)
+    register_full_backward_pre_hook = _switching_to_hooks(nn.Module.register_full_backward_pre_hook)
+    register_full_backward_hook = _switching_to_hooks(nn.Module.register_full_backward_hook)
+    register_backward_hook = _switching_to_hooks(nn.Module.register_backward_hook)
+
+
 class StepRouter(nn.Module):
     """Routes ``router("training_step", batch, idx)`` to the module's method through ``forward``.
 
@@ -424,10 +469,11 @@ class StepRouter(nn.Module):
 
     The wrapper calls the router once per step: that call goes straight to ``forward``, without
     ``nn.Module.__call__``'s hook machinery, as long as no hook is registered on the router (the user's module,
-    called as ``self(x)``, runs its own hooks as usual). Registering one (``register_forward_pre_hook``,
-    ``register_forward_hook``, ``register_full_backward_hook``...) turns the machinery on for this router, so the
-    hook runs; module hooks registered globally (``torch.nn.modules.module.register_module_forward_hook``) reach
-    the user's module, not the router.
+    called as ``self(x)``, runs its own hooks as usual): a new router is a :class:`DirectCallModule` subclass of
+    this class. Registering a hook (``register_forward_pre_hook``, ``register_forward_hook``,
+    ``register_full_backward_hook``...) makes it a plain :class:`StepRouter`, called through ``nn.Module.__call__``,
+    so the hook runs; module hooks registered globally (``torch.nn.modules.module.register_module_forward_hook``)
+    reach the user's module, not the router.
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -436,48 +482,19 @@ class StepRouter(nn.Module):
         # the same module, also as a plain attribute: read every step without nn.Module.__getattr__ (a submodule
         # is found only through it)
         object.__setattr__(self, "routed", module)
+        if type(self) is StepRouter:  # called directly until a hook is registered (the class docstring)
+            object.__setattr__(self, "__class__", _DirectStepRouter)
 
     def forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if kwargs:  # (a step's call has none: the call without merging them, one instruction less a step)
             return getattr(self.routed, method)(*args, **kwargs)
         return getattr(self.routed, method)(*args)
 
-    # the wrapper's call, once per step: the forward itself (see the class docstring)
-    __call__ = forward
 
-    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_pre_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_forward_pre_hook(*args, **kwargs)
+class _DirectStepRouter(DirectCallModule, StepRouter):
+    """A :class:`StepRouter` with no hook registered on it: its call is the forward itself (see
+    :class:`StepRouter`)."""
 
-    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_forward_hook(*args, **kwargs)
-
-    def register_full_backward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_pre_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_full_backward_pre_hook(*args, **kwargs)
-
-    def register_full_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_full_backward_hook(*args, **kwargs)
-
-    def register_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_backward_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_backward_hook(*args, **kwargs)
-
-
-class _HookedStepRouter(StepRouter):
-    """A :class:`StepRouter` with a hook registered on it: called through ``nn.Module.__call__``, which runs it."""
-
-    __call__ = nn.Module.__call__
-    register_forward_pre_hook = nn.Module.register_forward_pre_hook
-    register_forward_hook = nn.Module.register_forward_hook
-    register_full_backward_pre_hook = nn.Module.register_full_backward_pre_hook
-    register_full_backward_hook = nn.Module.register_full_backward_hook
-    register_backward_hook = nn.Module.register_backward_hook
-
-
-def _hooked(router: StepRouter) -> StepRouter:
-    """``router``, from now on called through ``nn.Module.__call__`` (a hook is being registered on it)."""
-    router.__class__ = _HookedStepRouter
-    return router
+    hooked_class = StepRouter
+    # the wrapper's call, once per step
+    __call__ = StepRouter.forward
