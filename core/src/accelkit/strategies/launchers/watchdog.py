@@ -333,7 +333,8 @@ def _process_state(note: Note) -> str:
 _active: Watchdog | None = None
 
 
-def start(store: Store | None, rank: int, world_size: int, timeout_s: float, store_owner: int | None = 0) -> Watchdog | None:
+def start(store: Store | None, rank: int, world_size: int, timeout_s: float,
+          store_owner: int | None = 0) -> Watchdog | None:
     """Start the watchdog of this process (warning after a tenth of the timeout, at least 10 s, at most 120 s);
     ``store_owner`` is the rank whose process keeps the store (``None``: a launcher's process)."""
     global _active
