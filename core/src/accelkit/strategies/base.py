@@ -428,8 +428,8 @@ def _tied_parameter_names(module: nn.Module) -> list[list[str]]:
     return [names for names in groups.values() if len(names) > 1]
 
 
-def _switching_to_hooks(method: Callable[Concatenate[nn.Module, _P], _R]) -> Callable[Concatenate[DirectCallModule, _P],
-                                                                                     _R]:
+def _switching_to_hooks(
+        method: Callable[Concatenate[nn.Module, _P], _R]) -> Callable[Concatenate[DirectCallModule, _P], _R]:
     """``method`` (one of ``nn.Module``'s hook registrations), for a :class:`DirectCallModule`: the instance
     becomes its :attr:`~DirectCallModule.hooked_class` first, so that its calls run the hook from then on."""
 
