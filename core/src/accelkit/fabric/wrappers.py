@@ -14,19 +14,22 @@ import functools
 import inspect
 import operator
 import sys
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, overload
 
 import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
 
-from accelkit.strategies.base import StepRouter
+from accelkit.strategies.base import DirectCallModule, StepRouter
 from accelkit.strategies.sampler import set_epoch
 from accelkit.utilities.apply_func import device_plan
 
 if TYPE_CHECKING:
     from accelkit.fabric.fabric import Fabric
+    from accelkit.precision import Precision
+
+_T = TypeVar("_T")
 
 #: a :class:`~accelkit.Module`'s methods that run through the strategy's wrapper as its forward does
 STEP_METHODS = ("training_step", "validation_step", "test_step", "predict_step")
@@ -77,7 +80,7 @@ class FabricModule(nn.Module):
         itself, :func:`plain_forward`: the same, without this method's frame.)"""
         return self._run("__call__", args, kwargs)
 
-    def _run(self, method: str, args: tuple, kwargs: dict) -> Any:
+    def _run(self, method: str, args: tuple[object, ...], kwargs: dict[str, object]) -> object:
         precision = self._fabric.strategy.precision
         args, kwargs = precision.convert_input((args, kwargs))
         with precision.forward_context():
@@ -89,7 +92,7 @@ class FabricModule(nn.Module):
                 output = getattr(self._forward_module, method)(*args, **kwargs)
         return precision.convert_output(output)  # float32 again after a lower precision, as Lightning's
 
-    def mark_forward_method(self, method: str | Callable[..., Any]) -> None:
+    def mark_forward_method(self, method: str | Callable[..., object]) -> None:
         """Run ``method`` (a name, or the module's bound method) through the strategy's wrapper and the precision,
         as the forward: a method that computes the loss outside ``forward`` then gets its gradients reduced. As
         Lightning's: ``TypeError`` for anything but a name or a method, ``ValueError`` for ``"forward"`` (it runs so
@@ -145,7 +148,7 @@ class FabricModule(nn.Module):
                 state[key] = full().detach()
         return state
 
-    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+    def load_state_dict(self, state_dict: Mapping[str, object], strict: bool = True, assign: bool = False) -> Any:
         """The user's module's ``load_state_dict``."""
         return self._original_module.load_state_dict(state_dict, strict=strict, assign=assign)
 
@@ -153,7 +156,7 @@ class FabricModule(nn.Module):
         return f"FabricModule({self._original_module!r})"
 
 
-def plain_forward(forward_module: nn.Module, precision: Any, routed: bool) -> Callable[..., Any] | None:
+def plain_forward(forward_module: nn.Module, precision: Precision, routed: bool) -> Callable[..., object] | None:
     """What calling a :class:`FabricModule` comes down to where ``precision`` converts neither inputs nor outputs
     and wraps the forward in no context (its :class:`~accelkit.Precision` defaults): a call of the strategy's wrapper
     (through the router's ``"__call__"`` where ``routed``); ``None`` where the precision does any of them."""
@@ -166,54 +169,31 @@ def plain_forward(forward_module: nn.Module, precision: Any, routed: bool) -> Ca
     return functools.partial(forward_module, "__call__") if routed else forward_module.__call__
 
 
-class _PlainFabricModule(FabricModule):
+class _PlainFabricModule(DirectCallModule, FabricModule):
     """A :class:`FabricModule` whose precision changes neither the inputs nor the context (:func:`plain_forward`):
     calling it calls its ``forward`` (the strategy's wrapper's call) without ``nn.Module.__call__``'s hook machinery
     for this wrapper (the user's module and the strategy's wrapper run theirs as usual), as long as nothing asks for
     that machinery: a module hook registered globally (``torch.nn.modules.module.register_module_forward_hook``...)
     is seen at each call, and registering a hook on the wrapper, or ``compile()``, makes it a :class:`FabricModule`
-    called through ``nn.Module.__call__`` from then on (as :class:`~accelkit.strategies.base.StepRouter` does)."""
+    called through ``nn.Module.__call__`` from then on (:class:`~accelkit.strategies.base.DirectCallModule`, as
+    :class:`~accelkit.strategies.base.StepRouter` does)."""
+
+    hooked_class = FabricModule
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(_GLOBAL_MODULE_HOOKS):
             return nn.Module.__call__(self, *args, **kwargs)
         return self.forward(*args, **kwargs)
 
-    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_pre_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_forward_pre_hook(*args, **kwargs)
-
-    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_forward_hook(*args, **kwargs)
-
-    def register_full_backward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_pre_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_full_backward_pre_hook(*args, **kwargs)
-
-    def register_full_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_full_backward_hook(*args, **kwargs)
-
-    def register_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_backward_hook`; calls run the wrapper's hooks from then on."""
-        return _hooked(self).register_backward_hook(*args, **kwargs)
-
-    def compile(self, *args: Any, **kwargs: Any) -> None:
+    def compile(self, *args: object, **kwargs: object) -> None:
         """:meth:`torch.nn.Module.compile`: calls run the compiled call from then on."""
-        _hooked(self).compile(*args, **kwargs)
+        self.use_hooks().compile(*args, **kwargs)
 
 
 #: torch's registries of module hooks registered globally (``torch.nn.modules.module.register_module_*_hook``),
 #: which ``nn.Module.__call__`` runs for every module
 _GLOBAL_MODULE_HOOKS = (module_hooks._global_backward_pre_hooks, module_hooks._global_backward_hooks,  # noqa: SLF001
                         module_hooks._global_forward_hooks, module_hooks._global_forward_pre_hooks)  # noqa: SLF001
-
-
-def _hooked(module: FabricModule) -> FabricModule:
-    """``module``, from now on called through ``nn.Module.__call__`` (a hook is being registered on it)."""
-    object.__setattr__(module, "__class__", FabricModule)
-    return module
 
 
 class _ForwardMethod:
@@ -223,7 +203,7 @@ class _ForwardMethod:
         self.owner, self.name = owner, name
         self.__signature__ = inspect.signature(getattr(owner.module, name))
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         return self.owner._run(self.name, args, kwargs)  # noqa: SLF001 - the owner's own helper
 
 
@@ -254,7 +234,7 @@ class FabricOptimizer:
         """The user's optimizer."""
         return self._optimizer
 
-    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+    def step(self, closure: Callable[[], object] | None = None) -> Any:
         """One optimizer step through the strategy and the precision; returns the closure's loss, if any. Inside
         :meth:`accelkit.Fabric.accumulate` on an accumulation step, nothing (the step comes with the window's last
         batch)."""
@@ -284,17 +264,28 @@ class FabricOptimizer:
         else:
             self.__dict__["zero_grad"] = self._optimizer.zero_grad
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """The user's optimizer's state (this process's shard where the strategy shards it)."""
         return self._optimizer.state_dict()
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, object]) -> None:
         """Load into the user's optimizer, and share its new ``state`` and ``param_groups`` again."""
         self._optimizer.load_state_dict(state_dict)
         self.__dict__.update({k: v for k, v in self._optimizer.__dict__.items() if k not in self._OWN})
 
     def __repr__(self) -> str:
         return f"FabricOptimizer({self._optimizer!r})"
+
+
+class LoaderPosition(TypedDict):
+    """A :class:`FabricDataLoader`'s position, as its ``state_dict`` gives it."""
+
+    #: the epoch being read
+    epoch: int
+    #: the batches of it already used
+    batches_done: int
+    #: what decided its order (:func:`accelkit.loops.resume.epoch_start`)
+    epoch_start: dict[str, object] | None
 
 
 class FabricDataLoader:
@@ -327,8 +318,8 @@ class FabricDataLoader:
         self._epoch = 0
         #: what decided the order of the epoch being read (:func:`accelkit.loops.resume.epoch_start`), saved with
         #: the position; a loaded one is put back before the resumed epoch's first batch
-        self._epoch_start: dict[str, Any] | None = None
-        self._resume_start: dict[str, Any] | None = None
+        self._epoch_start: dict[str, object] | None = None
+        self._resume_start: dict[str, object] | None = None
         #: the index of the epoch's last batch (-1: unknown), and whether an epoch is being read (not exhausted)
         self._last_index = -1
         self._reading = False
@@ -408,7 +399,7 @@ class FabricDataLoader:
             break
         self._reading = False
 
-    def _transfer(self, first: Any) -> Callable[[Any], Any]:
+    def _transfer(self, first: object) -> Callable[[object], object]:
         """How this epoch's batches reach the device, decided from its ``first``: left alone without a device; the
         strategy's own ``batch_to_device`` where it customises it; else :func:`~accelkit.utilities.apply_func.
         device_plan` (what the default ``batch_to_device`` does, planned once, as the Trainer's loop does)."""
@@ -422,11 +413,11 @@ class FabricDataLoader:
             return strategy.batch_to_device
         return device_plan(first, strategy.root_device, bool(strategy.accelerator.pin_memory))
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> LoaderPosition:
         """The position: the epoch being read, the batches of it already used, and what decided its order."""
         return {"epoch": self._epoch, "batches_done": self._batches_done, "epoch_start": self._epoch_start}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: LoaderPosition) -> None:
         """Continue from a position :meth:`state_dict` gave: the next iteration reads that epoch's order after its
         used batches (the next epoch when it had ended)."""
         epoch, done = int(state["epoch"]), int(state["batches_done"])
@@ -448,7 +439,7 @@ class FabricDataLoader:
         return f"FabricDataLoader({self._loader!r})"
 
 
-def _unchanged(batch: Any) -> Any:
+def _unchanged(batch: _T) -> _T:
     return batch
 
 
@@ -457,12 +448,28 @@ _COUNT_END = sys.maxsize
 _FIRST = operator.itemgetter(0)
 
 
-def is_wrapped(obj: Any) -> bool:
+def is_wrapped(obj: object) -> bool:
     """Whether ``obj`` is a :class:`FabricModule`, :class:`FabricOptimizer` or :class:`FabricDataLoader`."""
     return isinstance(obj, (FabricModule, FabricOptimizer, FabricDataLoader))
 
 
-def unwrap(obj: Any) -> Any:
+@overload
+def unwrap(obj: FabricModule) -> nn.Module: ...
+
+
+@overload
+def unwrap(obj: FabricOptimizer) -> torch.optim.Optimizer: ...
+
+
+@overload
+def unwrap(obj: FabricDataLoader) -> object: ...
+
+
+@overload
+def unwrap(obj: _T) -> _T: ...
+
+
+def unwrap(obj: object) -> object:
     """The user's object inside a Fabric wrapper (``obj`` itself if it is not one)."""
     if isinstance(obj, FabricModule):
         return obj.module

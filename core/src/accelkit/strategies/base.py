@@ -6,16 +6,26 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Concatenate, ParamSpec, TypeVar, cast
 
 import torch
 from torch import nn
 
 from accelkit.checkpoint import files as ckpt
 from accelkit.utilities.apply_func import move_to_device
+
+if TYPE_CHECKING:
+    from accelkit.accelerator import Accelerator
+    from accelkit.environments.base import ClusterEnvironment
+    from accelkit.precision import Precision
+    from accelkit.strategies.launchers.base import Launcher
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
 
 NULL_CONTEXT = contextlib.nullcontext()
 
@@ -46,21 +56,22 @@ class Strategy:
 
     def __init__(self, **options: Any) -> None:
         self.options = options
-        self.accelerator: Any = None
-        self.precision: Any = None
+        # (None until connect(), which the composition calls before anything uses them)
+        self.accelerator: Accelerator = cast("Accelerator", None)
+        self.precision: Precision = cast("Precision", None)
         self.devices: list[int] = [0]
         self.num_nodes = 1
         self._local_rank = 0
         self._node_rank = 0
         #: the cluster environment detected when the run was composed (torchrun, SLURM, ...), or ``None`` for a
         #: plain process; set by the resolver before :meth:`connect`
-        self.cluster_environment: Any = None
+        self.cluster_environment: ClusterEnvironment | None = None
         #: what the Trainer is launching (stage and root folder); set right before :meth:`launch`
         self.run_context = RunContext()
-        self._launcher: Any = None
+        self._launcher: Launcher | None = None
 
     # ----------------------------------------------------------------- composition (parent)
-    def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
+    def connect(self, accelerator: Accelerator, devices: list[int], num_nodes: int, precision: Precision) -> None:
         """Receive the resolved accelerator, device indices, node count and precision."""
         self.accelerator = accelerator
         self.devices = list(devices)
@@ -146,7 +157,7 @@ class Strategy:
         """The Trainer's ``default_root_dir`` for the run being launched: ``run_context.root_dir``."""
         return self.run_context.root_dir
 
-    def create_launcher(self) -> Any:
+    def create_launcher(self) -> Launcher:
         """The :class:`~accelkit.strategies.launchers.base.Launcher` this strategy's runs go through. In place by
         default;
         strategies that start processes return a :class:`~accelkit.strategies.launchers.spawn.SpawnLauncher` (or their
@@ -156,7 +167,7 @@ class Strategy:
         return InPlaceLauncher()
 
     @property
-    def launcher(self) -> Any:
+    def launcher(self) -> Launcher:
         """The launcher, created by :meth:`create_launcher` on first use (after :meth:`connect`)."""
         if self._launcher is None:
             self._launcher = self.create_launcher()
@@ -168,7 +179,7 @@ class Strategy:
         results back to the caller's objects."""
         return bool(self.launcher.launches_workers)
 
-    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Run ``function`` in every worker through :attr:`launcher` and return the global-zero worker's result
         (a :class:`~accelkit.strategies.launchers.result.WorkerResult` for the Trainer's work)."""
         return self.launcher.launch(self, function, *args, **kwargs)
@@ -179,7 +190,7 @@ class Strategy:
         its copy of the run and before the work: ``index`` is the worker's local index. Set the rank here."""
         self._local_rank = index
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_launcher"] = None  # the workers need no launcher of their own (and it may hold the parent's state)
         return state
@@ -237,13 +248,13 @@ class Strategy:
         """Prepare an optimizer created for the moved module."""
         return optimizer
 
-    def process_dataloader(self, dataloader: Any, stage: str) -> Any:
+    def process_dataloader(self, dataloader: Iterable[object], stage: str) -> Iterable[object]:
         """Wrap a DataLoader for this device (a prefetching device loader, say). Identity by default. A wrapper keeps
         the DataLoader as its ``loader`` attribute, where the loops find its sampler to give it the epoch
         (:data:`~accelkit.strategies.sampler.WRAPPED_LOADER_ATTRIBUTES`)."""
         return dataloader
 
-    def batch_to_device(self, batch: Any) -> Any:
+    def batch_to_device(self, batch: _T) -> _T:
         """Move a batch to :attr:`root_device`; non-tensor items pass through unchanged."""
         device = self.root_device
         return move_to_device(batch, device, non_blocking=bool(self.accelerator.pin_memory))
@@ -263,14 +274,15 @@ class Strategy:
     def reduce_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Average gradients across replicas before the optimizer step (DDP does this during backward)."""
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Step the optimizer; ``False`` if the precision skipped the step. Gradients are already reduced."""
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool | None:
+        """Step the optimizer; ``False`` if the precision skipped the step, ``None`` if it cannot tell without a host
+        sync (:meth:`~accelkit.Precision.optimizer_step`). Gradients are already reduced."""
         return self.precision.optimizer_step(optimizer)
 
     def step_end(self) -> None:
         """Called after every optimizer step (a lazy device cuts its graph here)."""
 
-    def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
+    def no_backward_sync(self, model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager[object]:
         """Skip gradient synchronisation inside this context (used while accumulating gradients); a null
         context where there is nothing to skip."""
         return NULL_CONTEXT
@@ -287,7 +299,7 @@ class Strategy:
     def barrier(self, name: str | None = None) -> None:
         """Wait until every process gets here."""
 
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
+    def broadcast(self, obj: _T, src: int = 0) -> _T:
         """Send a picklable object from ``src`` to every process."""
         return obj
 
@@ -297,21 +309,21 @@ class Strategy:
         return bool(decision)
 
     # ----------------------------------------------------------------- checkpoints
-    def module_state_dict(self, model: nn.Module) -> dict[str, Any]:
+    def module_state_dict(self, model: nn.Module) -> dict[str, object]:
         """What a checkpoint's ``"state_dict"`` holds for ``model`` (the object :meth:`setup_module` returned, or
         the user's module): the unwrapped module's ``state_dict()``. A sharding strategy returns its shards."""
         return self.unwrap(model).state_dict()
 
-    def optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, object]:
         """What a checkpoint holds for ``optimizer``: its ``state_dict()``. A sharding strategy returns shards."""
         return optimizer.state_dict()
 
-    def full_state_dict(self, model: nn.Module) -> dict[str, Any]:
+    def full_state_dict(self, model: nn.Module) -> dict[str, object]:
         """The complete weights of ``model`` (on global zero at least), sent back to the caller's module after a
         spawned fit. :meth:`module_state_dict` by default; a sharding strategy gathers its shards."""
         return self.module_state_dict(model)
 
-    def full_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    def full_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, object]:
         """The complete state of ``optimizer`` in ``optimizer.state_dict()``'s form, sent back to the caller after a
         spawned fit: :meth:`optimizer_state_dict` by default; a sharding strategy gathers its shards."""
         return self.optimizer_state_dict(model, optimizer)
@@ -335,20 +347,21 @@ class Strategy:
     #: restarts it does when a peer is lost (:mod:`accelkit.loops.survivor`). ``False`` for a sharding strategy
     replicates_state: bool = False
 
-    def load_module_state_dict(self, model: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> Any:
+    def load_module_state_dict(self, model: nn.Module, state_dict: dict[str, object],
+                               strict: bool = True) -> object:
         """Load a checkpoint's ``"state_dict"`` into ``model`` (the plain module, or the set-up one when
         :attr:`restore_checkpoint_after_setup`): the unwrapped module's ``load_state_dict``."""
         return self.unwrap(model).load_state_dict(state_dict, strict=strict)
 
     def load_optimizer_state_dict(self, model: nn.Module, optimizer: torch.optim.Optimizer,
-                                  state: dict[str, Any]) -> None:
+                                  state: dict[str, object]) -> None:
         """Load one of a checkpoint's ``"optimizer_states"`` into ``optimizer`` (a state keyed by parameter names,
         as sharded checkpoints hold it, is numbered first)."""
         from accelkit.checkpoint.sharded import optimizer_state_by_index
 
         optimizer.load_state_dict(optimizer_state_by_index(state))
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: str | os.PathLike) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, object], path: str | os.PathLike) -> None:
         """Write ``checkpoint`` atomically, from the global-zero process only; every process waits for it."""
         if self.is_global_zero:
             ckpt.atomic_save(ckpt.to_cpu(checkpoint), path)
@@ -374,7 +387,7 @@ class Strategy:
             return
         distributed_checkpoint.remove(path)
 
-    def load_checkpoint(self, path: str | os.PathLike, weights_only: bool = True) -> dict[str, Any]:
+    def load_checkpoint(self, path: str | os.PathLike, weights_only: bool = True) -> dict[str, object]:
         """Read a checkpoint onto the CPU: a file, or a whole sharded checkpoint directory (any world size)."""
         from accelkit.checkpoint import sharded as distributed_checkpoint
 
@@ -415,6 +428,47 @@ def _tied_parameter_names(module: nn.Module) -> list[list[str]]:
     return [names for names in groups.values() if len(names) > 1]
 
 
+def _switching_to_hooks(
+        method: Callable[Concatenate[nn.Module, _P], _R]) -> Callable[Concatenate[DirectCallModule, _P], _R]:
+    """``method`` (one of ``nn.Module``'s hook registrations), for a :class:`DirectCallModule`: the instance
+    becomes its :attr:`~DirectCallModule.hooked_class` first, so that its calls run the hook from then on."""
+
+    def register(self: DirectCallModule, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return method(self.use_hooks(), *args, **kwargs)
+
+    register.__name__ = register.__qualname__ = method.__name__
+    register.__doc__ = f":meth:`torch.nn.Module.{method.__name__}`; calls run the module's hooks from then on."
+    return register
+
+
+class DirectCallModule(nn.Module):
+    """Mixin for a module whose class is called without ``nn.Module.__call__``'s hook machinery (its ``__call__``
+    is its forward, or close to it: a call once per step costs no more than the forward itself) until something
+    needs that machinery: registering a hook on it (``register_forward_pre_hook``, ``register_forward_hook``,
+    ``register_full_backward_hook``...) makes the instance its :attr:`hooked_class`, called through
+    ``nn.Module.__call__``, which runs the hook. Module hooks registered globally
+    (``torch.nn.modules.module.register_module_forward_hook``) are the subclass's own ``__call__``'s business.
+
+    Put it first among the bases of a subclass of the :attr:`hooked_class` (it then overrides the registrations of
+    ``nn.Module``): :class:`StepRouter` and the Fabric's module wrapper (:mod:`accelkit.fabric.wrappers`).
+    """
+
+    #: what an instance becomes when a hook is registered on it: the class it derives from, called through
+    #: ``nn.Module.__call__``
+    hooked_class: ClassVar[type[nn.Module]]
+
+    def use_hooks(self) -> nn.Module:
+        """This instance, from now on called through ``nn.Module.__call__`` (its :attr:`hooked_class`)."""
+        object.__setattr__(self, "__class__", self.hooked_class)
+        return self
+
+    register_forward_pre_hook = _switching_to_hooks(nn.Module.register_forward_pre_hook)
+    register_forward_hook = _switching_to_hooks(nn.Module.register_forward_hook)
+    register_full_backward_pre_hook = _switching_to_hooks(nn.Module.register_full_backward_pre_hook)
+    register_full_backward_hook = _switching_to_hooks(nn.Module.register_full_backward_hook)
+    register_backward_hook = _switching_to_hooks(nn.Module.register_backward_hook)
+
+
 class StepRouter(nn.Module):
     """Routes ``router("training_step", batch, idx)`` to the module's method through ``forward``.
 
@@ -424,10 +478,11 @@ class StepRouter(nn.Module):
 
     The wrapper calls the router once per step: that call goes straight to ``forward``, without
     ``nn.Module.__call__``'s hook machinery, as long as no hook is registered on the router (the user's module,
-    called as ``self(x)``, runs its own hooks as usual). Registering one (``register_forward_pre_hook``,
-    ``register_forward_hook``, ``register_full_backward_hook``...) turns the machinery on for this router, so the
-    hook runs; module hooks registered globally (``torch.nn.modules.module.register_module_forward_hook``) reach
-    the user's module, not the router.
+    called as ``self(x)``, runs its own hooks as usual): a new router is a :class:`DirectCallModule` subclass of
+    this class. Registering a hook (``register_forward_pre_hook``, ``register_forward_hook``,
+    ``register_full_backward_hook``...) makes it a plain :class:`StepRouter`, called through ``nn.Module.__call__``,
+    so the hook runs; module hooks registered globally (``torch.nn.modules.module.register_module_forward_hook``)
+    reach the user's module, not the router.
     """
 
     def __init__(self, module: nn.Module) -> None:
@@ -436,48 +491,19 @@ class StepRouter(nn.Module):
         # the same module, also as a plain attribute: read every step without nn.Module.__getattr__ (a submodule
         # is found only through it)
         object.__setattr__(self, "routed", module)
+        if type(self) is StepRouter:  # called directly until a hook is registered (the class docstring)
+            object.__setattr__(self, "__class__", _DirectStepRouter)
 
-    def forward(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def forward(self, method: str, *args: object, **kwargs: object) -> object:
         if kwargs:  # (a step's call has none: the call without merging them, one instruction less a step)
             return getattr(self.routed, method)(*args, **kwargs)
         return getattr(self.routed, method)(*args)
 
-    # the wrapper's call, once per step: the forward itself (see the class docstring)
-    __call__ = forward
 
-    def register_forward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_pre_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_forward_pre_hook(*args, **kwargs)
+class _DirectStepRouter(DirectCallModule, StepRouter):
+    """A :class:`StepRouter` with no hook registered on it: its call is the forward itself (see
+    :class:`StepRouter`)."""
 
-    def register_forward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_forward_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_forward_hook(*args, **kwargs)
-
-    def register_full_backward_pre_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_pre_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_full_backward_pre_hook(*args, **kwargs)
-
-    def register_full_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_full_backward_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_full_backward_hook(*args, **kwargs)
-
-    def register_backward_hook(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`torch.nn.Module.register_backward_hook`; the router's calls run hooks from then on."""
-        return _hooked(self).register_backward_hook(*args, **kwargs)
-
-
-class _HookedStepRouter(StepRouter):
-    """A :class:`StepRouter` with a hook registered on it: called through ``nn.Module.__call__``, which runs it."""
-
-    __call__ = nn.Module.__call__
-    register_forward_pre_hook = nn.Module.register_forward_pre_hook
-    register_forward_hook = nn.Module.register_forward_hook
-    register_full_backward_pre_hook = nn.Module.register_full_backward_pre_hook
-    register_full_backward_hook = nn.Module.register_full_backward_hook
-    register_backward_hook = nn.Module.register_backward_hook
-
-
-def _hooked(router: StepRouter) -> StepRouter:
-    """``router``, from now on called through ``nn.Module.__call__`` (a hook is being registered on it)."""
-    router.__class__ = _HookedStepRouter
-    return router
+    hooked_class = StepRouter
+    # the wrapper's call, once per step
+    __call__ = StepRouter.forward

@@ -9,8 +9,8 @@ import socket
 import sys
 import threading
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -26,6 +26,18 @@ from accelkit.strategies.rendezvous import (
     rendezvous_store,
     uses_launcher_store,
 )
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+    from accelkit.accelerator import Accelerator
+    from accelkit.environments.base import ClusterEnvironment
+    from accelkit.precision import Precision
+    from accelkit.strategies.launchers.base import Launcher
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
 
 #: seconds a process waits for the others to join before saying so (and, with stale launcher variables that no
 #: launcher process stands behind, before it stops); ``ACCELKIT_JOIN_WAIT_S`` sets another value
@@ -61,7 +73,7 @@ class DDPStrategy(ParallelStrategy):
         super().__init__(**options)
         self.timeout_s = timeout_s
 
-    def connect(self, accelerator: Any, devices: list[int], num_nodes: int, precision: Any) -> None:
+    def connect(self, accelerator: Accelerator, devices: list[int], num_nodes: int, precision: Precision) -> None:
         """As the base class; a :class:`~accelkit.environments.script.ScriptEnvironment` (this process will start
         its peers itself) learns the run's layout here, before :meth:`validate` compares it."""
         super().connect(accelerator, devices, num_nodes, precision)
@@ -80,7 +92,7 @@ class DDPStrategy(ParallelStrategy):
         group): the strategy's ``timeout_s`` where given, else the collective timeout."""
         return self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
 
-    def _agreement_store(self) -> Any:
+    def _agreement_store(self) -> Store:
         """This attempt's rendezvous store, opened before the process group for the processes to agree on the
         attempt (:func:`~accelkit.strategies.rendezvous.agreement_store`), waiting at most
         :meth:`_join_timeout_s`."""
@@ -89,7 +101,7 @@ class DDPStrategy(ParallelStrategy):
                                spans_machines=(env.num_nodes if env is not None else self.num_nodes) > 1)
 
     # the outside launcher's environment
-    def launcher_environment(self) -> Any:
+    def launcher_environment(self) -> ClusterEnvironment | None:
         """The :class:`~accelkit.environments.base.ClusterEnvironment` whose processes this strategy joins, or ``None``.
 
         The resolver sets ``cluster_environment`` (detected once, through every plugin's environments); a
@@ -139,7 +151,7 @@ class DDPStrategy(ParallelStrategy):
             )]
         return []
 
-    def create_launcher(self) -> Any:
+    def create_launcher(self) -> Launcher:
         """Joins processes an outside launcher started (in place when there is nothing to join); with a
         :class:`~accelkit.environments.script.ScriptEnvironment`, starts them by running the script again."""
         from accelkit.environments.script import ScriptEnvironment
@@ -227,7 +239,7 @@ class DDPStrategy(ParallelStrategy):
         _ParameterCheck(self, module, wrapped)
         return wrapped
 
-    def no_backward_sync(self, model: nn.Module, enabled: bool) -> Any:
+    def no_backward_sync(self, model: nn.Module, enabled: bool) -> contextlib.AbstractContextManager[object]:
         if enabled and isinstance(model, nn.parallel.DistributedDataParallel):
             return model.no_sync()
         return NULL_CONTEXT
@@ -284,7 +296,7 @@ class DDPStrategy(ParallelStrategy):
             with _waiting(f"barrier {name!r}" if name else "barrier"):
                 dist.barrier()
 
-    def broadcast(self, obj: Any, src: int = 0) -> Any:
+    def broadcast(self, obj: _T, src: int = 0) -> _T:
         if not dist.is_initialized():
             return obj
         box = [obj]
@@ -329,7 +341,7 @@ class _ParameterCheck:
         self.remaining = 2
         self.handle = wrapped.register_forward_pre_hook(self)
 
-    def __call__(self, _wrapped: nn.Module, _args: Any) -> None:
+    def __call__(self, _wrapped: nn.Module, _args: tuple[object, ...]) -> None:
         self.remaining -= 1
         problem = self.change()
         if problem or not self.remaining:
@@ -358,7 +370,7 @@ class _ParameterCheck:
 
 
 @contextlib.contextmanager
-def _waiting(what: str) -> Any:
+def _waiting(what: str) -> Iterator[None]:
     """Note for the watchdog that this process waits in a collective, then restore what it was doing; a collective
     that fails leaves the note as it is, for the diagnosis of the failure."""
     from accelkit.strategies.launchers import watchdog
@@ -369,7 +381,7 @@ def _waiting(what: str) -> Any:
     watchdog.mark(before)
 
 
-def _watchdog_store() -> Any:
+def _watchdog_store() -> Store | None:
     """A client connection of its own to the run's rendezvous store, with a short timeout: the watchdog thread
     must never sit in a store call while its process exits. ``None`` where it cannot connect (no watchdog then)."""
     from datetime import timedelta
@@ -381,7 +393,7 @@ def _watchdog_store() -> Any:
         return None
 
 
-def _join_store(strategy: Any, timeout: float, stale: str | None) -> Any:
+def _join_store(strategy: DDPStrategy, timeout: float, stale: str | None) -> Store:
     """The run's rendezvous store; when it cannot be had within ``timeout`` and ``stale`` names stale launcher
     variables, a :class:`~accelkit.errors.ConfigurationError` saying so (not the store's timeout)."""
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
@@ -431,7 +443,7 @@ def join_wait_s() -> float:
     return seconds
 
 
-def _still_waiting(strategy: Any, env: Any, waited: float) -> None:
+def _still_waiting(strategy: DDPStrategy, env: ClusterEnvironment | None, waited: float) -> None:
     """Printed when joining the process group takes longer than :func:`join_wait_s`: who is expected, where, and the
     usual cause (for a restarted attempt of an elastic launcher, not stale variables)."""
     source = f"{env.name}: {env.reason()}" if env is not None else "set by accelkit"
@@ -473,7 +485,7 @@ class LocalRendezvous(_MixedInto):
     _main_port: int | None = None
     _spawns: bool = True
 
-    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Pick a free rendezvous port when starting the workers, then launch."""
         self._main_port = find_free_port() if self._spawns else None
         try:
@@ -508,7 +520,7 @@ class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
     #: the :mod:`multiprocessing` start method of the workers
     start_method = "spawn"
 
-    def launcher_environment(self) -> Any:
+    def launcher_environment(self) -> ClusterEnvironment | None:
         """``None``: this strategy starts its own processes; any launcher environment is not its to join."""
         return None
 
@@ -524,7 +536,7 @@ class DDPSpawnStrategy(LocalRendezvous, DDPStrategy):
     def global_rank(self) -> int:
         return self._local_rank
 
-    def create_launcher(self) -> Any:
+    def create_launcher(self) -> Launcher:
         """One worker per local device."""
         from accelkit.strategies.launchers.spawn import SpawnLauncher
 
@@ -547,7 +559,7 @@ class DDPForkStrategy(DDPSpawnStrategy):
     start_method = "fork"
     _one_thread = False  # the workers run one intra-op thread (the caller's thread pool is up: see launch)
 
-    def launch(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Fork the workers. When the calling process already runs torch's intra-op thread pool (a parallel tensor
         operation ran in it, as in a notebook's earlier cells) and the workers would run more than one thread,
         each runs one, with a warning: a forked child hangs in its first parallel operation otherwise (OpenMP is

@@ -27,7 +27,10 @@ import warnings
 from collections.abc import MutableMapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
 
 #: the variable that pins gloo's sockets to one network interface
 GLOO_INTERFACE_VARIABLE = "GLOO_SOCKET_IFNAME"
@@ -36,7 +39,7 @@ LOOPBACK_ADDRESS = "127.0.0.1"
 _IFF_LOOPBACK = 0x8
 #: stores rank zero hosted before its process group (for the processes to agree on the attempt,
 #: :func:`agreement_store`), by address; :func:`rendezvous_store` takes each one over, once
-HOSTED_EARLY: dict[tuple[str, int], Any] = {}
+HOSTED_EARLY: dict[tuple[str, int], Store] = {}
 
 
 def loopback_interface() -> str | None:
@@ -96,7 +99,7 @@ def attempt_prefix(environ: MutableMapping[str, str] = os.environ) -> str:
     return f"accelkit/attempt_{agreed[0]}" if agreed is not None else ""
 
 
-def in_this_attempt(store: Any) -> Any:
+def in_this_attempt(store: Store) -> Store:
     """``store`` seen through this attempt's ``attempt_prefix()`` (``store`` itself where there is none)."""
     import torch.distributed as dist
 
@@ -104,7 +107,7 @@ def in_this_attempt(store: Any) -> Any:
     return dist.PrefixStore(prefix, store) if prefix else store
 
 
-def agreement_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
+def agreement_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Store:
     """The store at ``MASTER_ADDR:MASTER_PORT`` opened before the process group, for the processes of an attempt to
     agree on it where each attempt has a store of its own (torchrun with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``,
     :attr:`~accelkit.environments.TorchrunEnvironment.store_opener`): rank 0 hosts it as :func:`rendezvous_store`
@@ -117,7 +120,17 @@ def agreement_store(rank: int, world_size: int, timeout_s: float, spans_machines
     return HOSTED_EARLY[host, port]
 
 
-def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Any:
+class StoreOptions(TypedDict):
+    """The keyword arguments :func:`rendezvous_store` gives ``torch.distributed.TCPStore`` (as torch's env://
+    store)."""
+
+    world_size: int
+    timeout: timedelta
+    multi_tenant: bool
+    use_libuv: bool
+
+
+def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machines: bool) -> Store:
     """The store of a run joined through ``MASTER_ADDR``/``MASTER_PORT``: rank 0 hosts it on the address
     ``MASTER_ADDR`` names, the others connect. Under torchrun's agent store every process connects to the agent's
     store, seen through this attempt's ``attempt_prefix()`` where there is one.
@@ -130,7 +143,7 @@ def rendezvous_store(rank: int, world_size: int, timeout_s: float, spans_machine
 
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     timeout = timedelta(seconds=timeout_s)
-    options: dict[str, Any] = {  # as torch's env:// store
+    options: StoreOptions = {  # as torch's env:// store
         "world_size": world_size, "timeout": timeout, "multi_tenant": True,
         "use_libuv": os.environ.get("USE_LIBUV", "0" if sys.platform == "win32" else "1") == "1"}
     if uses_launcher_store():

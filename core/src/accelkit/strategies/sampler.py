@@ -19,13 +19,14 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Iterator, Sized
-from typing import Any
+from collections.abc import Callable, Iterator, Sized
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
+    Dataset,
     DistributedSampler,
     IterableDataset,
     RandomSampler,
@@ -34,6 +35,9 @@ from torch.utils.data import (
 )
 
 from accelkit.errors import ConfigurationError
+
+#: a loader as given (a DataLoader, a wrapper of one, or any iterable), returned as it is where it is not re-built
+_L = TypeVar("_L")
 
 
 class ShardSampler(Sampler[int]):
@@ -99,7 +103,7 @@ class ShardSampler(Sampler[int]):
         return iter(padded[self.rank:total:self.num_replicas])
 
 
-def is_rank_aware(sampler: Any) -> bool:
+def is_rank_aware(sampler: object) -> bool:
     """Whether ``sampler`` already picks one rank's share of the data.
 
     ``True`` for a ``torch.utils.data.DistributedSampler`` and for any object whose ``num_replicas`` and
@@ -112,7 +116,7 @@ def is_rank_aware(sampler: Any) -> bool:
     return getattr(sampler, "num_replicas", None) is not None and getattr(sampler, "rank", None) is not None
 
 
-def rank_aware_sampler(loader: Any) -> Any:
+def rank_aware_sampler(loader: object) -> object | None:
     """The rank-aware object of ``loader`` (see :func:`is_rank_aware`), or ``None``.
 
     Looked for, in order, as ``loader.sampler``, ``loader.batch_sampler`` and ``loader.batch_sampler.sampler``.
@@ -124,7 +128,7 @@ def rank_aware_sampler(loader: Any) -> Any:
     return None
 
 
-def warn_if_ranks_differ(sampler: Any, num_replicas: int, rank: int) -> bool:
+def warn_if_ranks_differ(sampler: object, num_replicas: int, rank: int) -> bool:
     """Warn when a rank-aware ``sampler`` splits the data differently from the run; return whether it did.
 
     :param sampler: a rank-aware sampler (its ``num_replicas`` and ``rank`` are read).
@@ -145,14 +149,14 @@ def warn_if_ranks_differ(sampler: Any, num_replicas: int, rank: int) -> bool:
     return True
 
 
-def default_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_replicas: int, rank: int,
+def default_distributed_sampler(dataset: Sized, sampler: Sampler | None, shuffle: bool, num_replicas: int, rank: int,
                                 seed: int) -> Sampler:
     """The core's sampler choice: shard the dataset, or the user's own sampler.
 
     A rank-aware ``sampler`` (see :func:`is_rank_aware`) is returned as it is: it already reads one rank's
     share, and sharding it again would give each rank a fraction of that share.
     """
-    if is_rank_aware(sampler):
+    if sampler is not None and is_rank_aware(sampler):
         return sampler
     plain = sampler is None or type(sampler) in (SequentialSampler, RandomSampler)
     return ShardSampler(dataset, num_replicas, rank, shuffle=shuffle, seed=seed, sampler=None if plain else sampler)
@@ -182,8 +186,8 @@ def rebuild_loader(loader: DataLoader, **changes: Any) -> DataLoader:
     return DataLoader(dataset, **kwargs)
 
 
-def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, seed: int, stage: str,
-                          shard_iterable: Any = None) -> Any:
+def distribute_dataloader(loader: _L, hook: Callable[..., Sampler], num_replicas: int, rank: int, seed: int, stage: str,
+                          shard_iterable: Callable[..., Dataset | None] | None = None) -> _L | DataLoader:
     """A copy of ``loader`` whose sampler gives this rank its shard (``loader`` itself where that is impossible
     or not wanted).
 
@@ -228,7 +232,7 @@ def distribute_dataloader(loader: Any, hook: Any, num_replicas: int, rank: int, 
     return rebuild_loader(loader, sampler=new_sampler)
 
 
-def shard_batch_sampler(loader: DataLoader, hook: Any, num_replicas: int, rank: int, seed: int,
+def shard_batch_sampler(loader: DataLoader, hook: Callable[..., Sampler], num_replicas: int, rank: int, seed: int,
                         stage: str) -> DataLoader:
     """A copy of ``loader`` (built with ``batch_sampler=``) whose batches are drawn from this rank's shard of the
     batch sampler's own ``sampler``, as Lightning injects its distributed sampler into a batch sampler.
@@ -279,7 +283,14 @@ def shard_batch_sampler(loader: DataLoader, hook: Any, num_replicas: int, rank: 
 WRAPPED_LOADER_ATTRIBUTES = ("loader", "_loader")
 
 
-def set_epoch(loader: Any, epoch: int) -> list[Any]:
+class SetsEpoch(Protocol):
+    """A sampler (or batch sampler) that draws a new order per epoch: :func:`set_epoch` calls it."""
+
+    def set_epoch(self, epoch: int) -> object:
+        """Draw the order of epoch ``epoch``."""
+
+
+def set_epoch(loader: object, epoch: int) -> list[SetsEpoch]:
     """Call ``set_epoch(epoch)`` on the samplers of ``loader`` that have it; return the objects called.
 
     The loop calls this at the start of every epoch, before iterating the loader, so a shuffling sampler
@@ -306,7 +317,7 @@ def set_epoch(loader: Any, epoch: int) -> list[Any]:
             break
         inner = wrapped
     batch_sampler = getattr(inner, "batch_sampler", None)
-    found: dict[int, Any] = {}
+    found: dict[int, SetsEpoch] = {}
     for candidate in (getattr(inner, "sampler", None), batch_sampler, getattr(batch_sampler, "sampler", None)):
         if candidate is not None and callable(getattr(candidate, "set_epoch", None)):
             found.setdefault(id(candidate), candidate)
@@ -315,7 +326,7 @@ def set_epoch(loader: Any, epoch: int) -> list[Any]:
     return list(found.values())
 
 
-def seed_workers(loader: Any, rank: int) -> Any:
+def seed_workers(loader: _L, rank: int) -> _L | DataLoader:
     """``loader`` with each worker process seeded reproducibly for ``rank`` (a copy with
     :func:`~accelkit.utilities.seed.worker_init_function`) after ``seed_everything(workers=True)``; ``loader`` itself
     when that was not asked for, it has no workers, or it has a ``worker_init_fn`` of its own."""

@@ -18,7 +18,7 @@ class CountingStrategy(SingleDeviceStrategy):
         #: optimizer steps taken (skipped steps are not counted)
         self.steps = 0
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> bool | None:
         """Step through the base class; count the step if it was taken."""
         stepped = super().optimizer_step(optimizer)
         self.steps += int(bool(stepped))

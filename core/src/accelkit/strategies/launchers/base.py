@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    from accelkit.strategies.base import Strategy
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class Launcher:
@@ -13,7 +19,7 @@ class Launcher:
     #: workers' outcome (trained weights, metrics, callback states) back into the caller's objects.
     launches_workers: bool = False
 
-    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, strategy: Strategy, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Run ``function(*args, **kwargs)`` on every process of ``strategy``'s run; return global zero's result."""
         raise NotImplementedError(f"{type(self).__name__} must implement launch()")
 

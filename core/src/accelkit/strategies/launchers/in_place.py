@@ -4,10 +4,17 @@ the processes an external launcher such as torchrun or srun started (:class:`Ext
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from accelkit.strategies.launchers import interrupt
 from accelkit.strategies.launchers.base import Launcher
+
+if TYPE_CHECKING:
+    from accelkit.environments.base import ClusterEnvironment
+    from accelkit.strategies.base import Strategy
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 class InPlaceLauncher(Launcher):
@@ -22,7 +29,7 @@ class InPlaceLauncher(Launcher):
     #: seconds the run gets after the first signal to end its step and save, before it stops without saving
     grace_s: float = interrupt.STOP_GRACE_S
 
-    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, strategy: Strategy, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         if strategy.run_context.stage != "fit":
             return function(*args, **kwargs)  # nothing to save: Ctrl-C keeps its usual meaning
         control = interrupt.StopControl()
@@ -48,10 +55,10 @@ class ExternalLauncher(InPlaceLauncher):
     :param environment: the detected cluster environment, shown in ``repr`` and error messages.
     """
 
-    def __init__(self, environment: Any = None) -> None:
+    def __init__(self, environment: ClusterEnvironment | None = None) -> None:
         self.environment = environment
 
-    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, strategy: Strategy, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Run in place. Signals keep their default meaning: the outside launcher delivers them to each process
         at its own moment, so the processes could not agree on a step to stop at. Except in a ``fit`` under a
         launcher that restarts the run by itself (an elastic torchrun's agent stops its processes with SIGTERM

@@ -25,7 +25,8 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from types import FrameType, TracebackType
+from typing import Protocol
 
 #: slots of the shared block: [requested (0/1), stop at step, signal number, step of worker 0, worker 1, ...]
 _REQUESTED, _STOP_AT, _SIGNAL, _PROGRESS = 0, 1, 2, 3
@@ -37,6 +38,15 @@ _NAMES: dict[int, str] = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM"}
 STOP_GRACE_S = 15.0
 #: modules whose frames on the main thread's stack mean the step is being compiled (``torch.compile``)
 _COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch")
+
+
+class Block(Protocol):
+    """The integer slots a stop request is kept in: a ``multiprocessing`` array shared with the launcher
+    (:func:`shared_block`), or a list for a process's own."""
+
+    def __getitem__(self, index: int, /) -> int: ...
+
+    def __setitem__(self, index: int, value: int, /) -> None: ...
 
 
 def signal_name(signum: int) -> str:
@@ -52,8 +62,8 @@ class StopControl:
     :param index: this worker's slot for its progress (its local index).
     """
 
-    def __init__(self, block: Any = None, index: int = 0) -> None:
-        self.block = block if block is not None else [0] * (_PROGRESS + index + 1)
+    def __init__(self, block: Block | None = None, index: int = 0) -> None:
+        self.block: Block = block if block is not None else [0] * (_PROGRESS + index + 1)
         self.index = index
         #: ``report(global_step)`` records this process's step (after every batch): one store into the block, with
         #: no Python function of its own (the training loop calls it every batch)
@@ -108,7 +118,7 @@ def active(control: StopControl) -> Iterator[StopControl]:
         _current = previous
 
 
-def shared_block(workers: int) -> Any:
+def shared_block(workers: int) -> Block:
     """A zeroed block the launcher shares with ``workers`` spawned processes."""
     import multiprocessing
 
@@ -116,7 +126,7 @@ def shared_block(workers: int) -> Any:
 
 
 @contextlib.contextmanager
-def handle_signals(on_first: Any, on_second: Any) -> Iterator[None]:
+def handle_signals(on_first: Callable[[int], object], on_second: Callable[[int], object]) -> Iterator[None]:
     """While the block runs, the first SIGINT/SIGTERM calls ``on_first(signum)`` and the next one
     ``on_second(signum)``. Nothing is installed outside the main thread (signals only reach that one)."""
     if threading.current_thread() is not threading.main_thread():
@@ -124,7 +134,7 @@ def handle_signals(on_first: Any, on_second: Any) -> Iterator[None]:
         return
     seen: list[int] = []
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         seen.append(signum)
         (on_first if len(seen) == 1 else on_second)(signum)
 
@@ -136,7 +146,7 @@ def handle_signals(on_first: Any, on_second: Any) -> Iterator[None]:
             signal.signal(s, old)
 
 
-def doing(frame: Any) -> str:
+def doing(frame: FrameType | None) -> str:
     """What the main thread was doing at ``frame`` (a signal handler's frame), for a stop message:
     ``" (it was compiling the step with torch.compile)"`` when a frame of torch's compiler is on its stack, else
     ``""``."""
@@ -160,7 +170,7 @@ class Deadline:
 
     def __init__(self, seconds: float = STOP_GRACE_S) -> None:
         self.seconds = seconds
-        self._previous: Any = None
+        self._previous: Callable[[int, FrameType | None], object] | int | None = None
         self._armed = False
         #: the error raised when the grace ran out (``None`` until then)
         self.fired: BaseException | None = None
@@ -171,7 +181,7 @@ class Deadline:
             return
         seconds = self.seconds
 
-        def expired(alarm: int, frame: Any) -> None:
+        def expired(alarm: int, frame: FrameType | None) -> None:
             from accelkit.errors import TrainingInterrupted
 
             self.fired = TrainingInterrupted(
@@ -194,7 +204,8 @@ class Deadline:
     def __enter__(self) -> Deadline:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         self.disarm()
         if self.fired is not None and error is not None and error is not self.fired:
             raise self.fired from error  # another error replaced it on the way out: the stop is what happened

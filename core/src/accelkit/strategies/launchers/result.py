@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass
@@ -29,16 +28,16 @@ class WorkerResult:
     :param stop_reason: why ``fit`` stopped, as the worker's fit loop saw it (``"max_epochs=20 reached"``...).
     """
 
-    result: Any = None
-    state_dict: dict[str, Any] | None = None
-    training_state: dict[str, Any] | None = None
-    callback_metrics: dict[str, Any] = field(default_factory=dict)
-    logged_metrics: dict[str, Any] = field(default_factory=dict)
-    progress_bar_metrics: dict[str, Any] = field(default_factory=dict)
+    result: object = None
+    state_dict: dict[str, object] | None = None
+    training_state: dict[str, object] | None = None
+    callback_metrics: dict[str, object] = field(default_factory=dict)
+    logged_metrics: dict[str, object] = field(default_factory=dict)
+    progress_bar_metrics: dict[str, float] = field(default_factory=dict)
     current_epoch: int = 0
     global_step: int = 0
     batches_that_stepped: int = 0
-    callback_states: dict[str, Any] = field(default_factory=dict)
+    callback_states: dict[str, dict[str, object]] = field(default_factory=dict)
     should_stop: bool = False
     interrupted: str | None = None
     stop_reason: str | None = None

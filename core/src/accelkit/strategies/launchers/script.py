@@ -24,10 +24,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from accelkit.strategies.launchers.base import Launcher
+
+if TYPE_CHECKING:
+    from accelkit.environments.script import ScriptEnvironment
+    from accelkit.strategies.base import Strategy
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: the variable telling a child which process started it (it ends itself when that one is gone)
 PARENT_ENV = "ACCELKIT_SCRIPT_PARENT"
@@ -63,7 +71,7 @@ class ScriptLauncher(Launcher):
         rendezvous port).
     """
 
-    def __init__(self, environment: Any) -> None:
+    def __init__(self, environment: ScriptEnvironment) -> None:
         self.environment = environment
         self.children: list[subprocess.Popen] = []
         self.started = False
@@ -99,11 +107,12 @@ class ScriptLauncher(Launcher):
             self.children.append(subprocess.Popen(command, env=self.child_environment(local_rank)))
         previous_hook = sys.excepthook
 
-        def failed_here(*info: Any) -> None:  # this process's script failed: its children need not be waited for
+        # this process's script failed: its children need not be waited for
+        def failed_here(kind: type[BaseException], error: BaseException, trace: TracebackType | None) -> None:
             self.wait_at_exit_s = 0.0
             self.main_failed = True  # the watcher no longer interrupts this thread: it is ending already
             try:
-                previous_hook(*info)
+                previous_hook(kind, error, trace)
             finally:
                 self.name_failed_children(wait_s=2.0)  # a collective fails here when a peer died: say which one
 
@@ -197,7 +206,7 @@ class ScriptLauncher(Launcher):
         finally:
             self.end_children()
 
-    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, strategy: Strategy, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Start the children, then run ``function`` here (each child runs the same script, so the same call)."""
         self.start_children()
         return function(*args, **kwargs)
@@ -206,7 +215,7 @@ class ScriptLauncher(Launcher):
         return f"{type(self).__name__}(processes_per_node={self.environment.processes_per_node})"
 
 
-def follow_parent(environ: Any = None) -> bool:
+def follow_parent(environ: Mapping[str, str] | None = None) -> bool:
     """In a child a :class:`ScriptLauncher` started: watch the process that started it, and end this one (exit
     code 1, a line naming it) when it is gone. Returns whether this process is such a child."""
     environ = os.environ if environ is None else environ

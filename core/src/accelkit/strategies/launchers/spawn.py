@@ -13,7 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import torch
 
@@ -24,6 +25,12 @@ from accelkit.strategies.launchers.base import Launcher
 from accelkit.strategies.launchers.workers import WorkerProcesses
 from accelkit.utilities.pickling import pickling_failure
 from accelkit.utilities.processes import process_alive
+
+if TYPE_CHECKING:
+    from accelkit.strategies.base import Strategy
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: seconds past the collective timeout a worker may stay stopped before the launch ends (its peers fail at the
 #: timeout; this ends the launch should they not)
@@ -55,7 +62,8 @@ class SpawnLauncher(Launcher):
         self.num_processes = num_processes
         self.start_method = start_method
 
-    def payload(self, strategy: Any, function: Callable[..., Any], args: tuple, kwargs: dict) -> bytes:
+    def payload(self, strategy: Strategy, function: Callable[..., object], args: tuple[object, ...],
+                kwargs: dict[str, object]) -> bytes:
         """The run, pickled once. Plain pickle, not torch.multiprocessing's reducer: that one would move every
         tensor (the caller's module included) into shared memory, and the workers would then all step the
         same parameters."""
@@ -127,11 +135,11 @@ class SpawnLauncher(Launcher):
                                   + ("" if up else " (they had not started the run yet)")
                                   + "; nothing was saved by this interruption.")
 
-    def missing_result(self, strategy: Any) -> Any:
+    def missing_result(self, strategy: Strategy) -> Any:
         """What to return when no worker of this host wrote a result (global zero runs on another host)."""
         raise WorkerError("the workers ended without the global-zero worker returning its result.")
 
-    def launch(self, strategy: Any, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def launch(self, strategy: Strategy, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         """Pickle the run into a file of a private temporary folder, start the workers (each reads the file),
         watch them, and return the global-zero worker's result."""
         remove_stale_temp_dirs()
@@ -166,7 +174,7 @@ class SpawnLauncher(Launcher):
         return f"{type(self).__name__}(num_processes={self.num_processes})"
 
 
-def worker_entry(index: int, payload: bytes | str, result_path: str, block: Any = None) -> None:
+def worker_entry(index: int, payload: bytes | str, result_path: str, block: interrupt.Block | None = None) -> None:
     """Body of one spawned worker: unpickle a private copy of the run (``payload``: the pickled bytes, or the path
     of the file holding them), let the strategy set up this process
     (:meth:`~accelkit.Strategy.worker_init`), run the work, and, on global zero, write the result atomically.
@@ -187,7 +195,7 @@ def worker_entry(index: int, payload: bytes | str, result_path: str, block: Any 
         ckpt.atomic_save(result, result_path)
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
 
 

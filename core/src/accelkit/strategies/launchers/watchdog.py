@@ -27,9 +27,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from types import CodeType, FrameType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from accelkit.utilities.processes import process_stopped
+
+if TYPE_CHECKING:
+    from torch.distributed import Store
+
+_T = TypeVar("_T")
 
 #: phases in which a process waits for the others (a collective); anything else is the process's own work
 WAITING_PREFIXES = ("backward", "barrier", "reduce", "all_gather", "broadcast", "setup")
@@ -48,7 +54,9 @@ BACKWARD = "backward"
 _time = time.time
 #: this process's note: step, batch, phase, since. One list, written in place by whole-slice assignments and read
 #: whole (``tuple(_note)``): each is one step of the interpreter, so the watchdog thread never reads half a note.
-_note: list[Any] = [0, -1, "setup", time.time()]
+_note: list[Any] = [0, -1, "setup", time.time()]  # (a record kept in a list: see above)
+#: a rank's note as published (:meth:`Watchdog.own_note`): step, batch, phase, since, published at, pid, host
+Note = tuple[int, int, str, float, float, int, str]
 #: the note's whole slice, built once (:func:`mark_step` runs every batch)
 _WHOLE = slice(None)
 
@@ -70,13 +78,13 @@ def phase() -> str:
     return _note[2]
 
 
-def _backward_code() -> Any:
+def _backward_code() -> CodeType:
     import torch.autograd
 
     return torch.autograd.backward.__code__
 
 
-def in_backward(frame: Any) -> bool:
+def in_backward(frame: FrameType | None) -> bool:
     """Whether the stack that ``frame`` tops runs ``torch.autograd.backward`` (a backward pass: where data
     parallel all-reduces the gradients)."""
     code = _backward_code()
@@ -115,12 +123,12 @@ class BoundedStore:
     :param timeout_s: seconds a call may take.
     """
 
-    def __init__(self, store: Any, timeout_s: float = STORE_TIMEOUT_S) -> None:
+    def __init__(self, store: Store, timeout_s: float = STORE_TIMEOUT_S) -> None:
         self.store, self.timeout_s = store, timeout_s
         self._lock = threading.Lock()
         self._pending: threading.Thread | None = None
 
-    def call(self, fn: Callable[[Any], Any]) -> Any:
+    def call(self, fn: Callable[[Store], _T]) -> _T:
         """``fn(store)``, or :class:`StoreNotAnswering` after ``timeout_s`` (an exception of ``fn`` is raised)."""
         box: dict[str, Any] = {}
 
@@ -140,10 +148,10 @@ class BoundedStore:
             raise StoreNotAnswering(f"the store did not answer within {self.timeout_s:.0f} s")
         if "error" in box:
             raise box["error"]
-        return box.get("value")
+        return box["value"]  # (there: run() ended without an error)
 
 
-def _set(store: Any, key: str, text: str) -> None:
+def _set(store: Store, key: str, text: str) -> None:
     store.set(key, text)
 
 
@@ -158,7 +166,7 @@ class Watchdog:
     :param store_owner: the rank whose process keeps the store (``None``: a launcher's process keeps it).
     """
 
-    def __init__(self, store: Any, rank: int, world_size: int, timeout_s: float, warn_after_s: float,
+    def __init__(self, store: Store, rank: int, world_size: int, timeout_s: float, warn_after_s: float,
                  store_owner: int | None = 0) -> None:
         self.store, self.rank, self.world_size = BoundedStore(store), rank, world_size
         self.timeout_s, self.warn_after_s, self.store_owner = timeout_s, warn_after_s, store_owner
@@ -186,7 +194,7 @@ class Watchdog:
     def _key(self, rank: int) -> str:
         return f"accelkit/watchdog/{rank}"
 
-    def own_note(self, backward: bool | None = None) -> tuple[Any, ...]:
+    def own_note(self, backward: bool | None = None) -> Note:
         """This rank's note as published: step, batch, phase, since, published at, pid, host. A training step in its
         backward pass (``backward``; ``None``: the training thread's stack says) reads :data:`BACKWARD`, since
         the first time it was seen there (no later than it began: the previous look, or the step's start)."""
@@ -221,13 +229,13 @@ class Watchdog:
                 self.last_diagnosis = self.diagnose()
                 print(f"accelkit watchdog (rank {self.rank}): {self.last_diagnosis}", file=sys.stderr, flush=True)
 
-    def notes(self) -> dict[int, tuple[Any, ...] | None]:
+    def notes(self) -> dict[int, Note | None]:
         """Every rank's last published note (``None`` for a rank that never published one); raises
         :class:`StoreNotAnswering` when the store does not answer within :data:`STORE_TIMEOUT_S`."""
         return self.store.call(self._read_notes)
 
-    def _read_notes(self, store: Any) -> dict[int, tuple[Any, ...] | None]:
-        found: dict[int, Any] = {}
+    def _read_notes(self, store: Store) -> dict[int, Note | None]:
+        found: dict[int, Note | None] = {}
         keys = [self._key(r) for r in range(self.world_size)]
         try:
             present = store.check(keys)
@@ -266,12 +274,12 @@ class Watchdog:
                 "Trainer(collective_timeout=...)) ends.")
 
 
-def _silent(note: tuple[Any, ...] | None, now: float) -> bool:
+def _silent(note: Note | None, now: float) -> bool:
     """Whether a rank has stopped reporting (no note, or its last one is older than ``SILENT_AFTER_S``)."""
     return note is None or len(note) < 5 or now - note[4] > SILENT_AFTER_S
 
 
-def _summary(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
+def _summary(notes: dict[int, Note | None], now: float) -> str:
     """The first sentence of a diagnosis: which ranks hold the others up, from what they reported."""
     silent = sorted(r for r, n in notes.items() if _silent(n, now))
     live = {r: n for r, n in notes.items() if n is not None and r not in silent}
@@ -298,7 +306,7 @@ def _ranks_named(ranks: list[int]) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
 
 
-def _ranks(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
+def _ranks(notes: dict[int, Note | None], now: float) -> str:
     """What each rank (the first 16) reported, and how long ago for a rank that stopped reporting."""
     lines = []
     for rank in sorted(notes)[:16]:
@@ -315,7 +323,7 @@ def _ranks(notes: dict[int, tuple[Any, ...] | None], now: float) -> str:
     return "; ".join(lines)
 
 
-def _process_state(note: tuple[Any, ...]) -> str:
+def _process_state(note: Note) -> str:
     """`` (process N is stopped)`` where the rank's process runs on this machine and is seen stopped."""
     if len(note) >= 7 and note[6] == socket.gethostname() and process_stopped(int(note[5])):
         return f" (its process {note[5]} is stopped: SIGSTOP or SIGTSTP)"
@@ -325,7 +333,8 @@ def _process_state(note: tuple[Any, ...]) -> str:
 _active: Watchdog | None = None
 
 
-def start(store: Any, rank: int, world_size: int, timeout_s: float, store_owner: int | None = 0) -> Watchdog | None:
+def start(store: Store | None, rank: int, world_size: int, timeout_s: float,
+          store_owner: int | None = 0) -> Watchdog | None:
     """Start the watchdog of this process (warning after a tenth of the timeout, at least 10 s, at most 120 s);
     ``store_owner`` is the rank whose process keeps the store (``None``: a launcher's process)."""
     global _active

@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from accelkit.errors import WorkerError
 from accelkit.utilities.file_modules import install_from_environment
@@ -60,7 +60,7 @@ def crash_file(folder: Path, index: int) -> Path:
 
 
 #: the open crash file of this worker process (faulthandler writes to its descriptor, which must stay open)
-_crash_log: list[Any] = []
+_crash_log: list[TextIO] = []
 
 #: the most lines of a crashed worker's stack quoted in the launch's error
 CRASH_LINES = 40
@@ -80,7 +80,7 @@ class WorkerProcesses:
                  step_of: Callable[[int], int] | None = None, collective_timeout_s: float | None = None) -> None:
         self.folder = Path(folder)
         self.start_method = start_method
-        self.processes: list[Any] = []
+        self.processes: list[Any] = []  # (multiprocessing processes; a started one has its pid)
         self.stopped_limit_s, self.step_of, self.collective_timeout_s = stopped_limit_s, step_of, collective_timeout_s
         self._stopped_since: dict[int, float] = {}
         self._noticed: set[int] = set()
