@@ -49,10 +49,16 @@ def _forward_module(fabric: Fabric, value: object) -> nn.Module:
     return cast(nn.Module, value)  # an entry _kind() calls a module
 
 
+def user_optimizer(value: object) -> torch.optim.Optimizer:
+    """The user's optimizer of an entry :func:`_kind` calls an optimizer (a :class:`FabricOptimizer` or the optimizer
+    itself)."""
+    return cast(torch.optim.Optimizer, unwrap(value))  # _kind() said so
+
+
 def _optimizer_owner(fabric: Fabric, optimizer: object, state: Mapping[str, object]) -> nn.Module:
     """The set-up module whose parameters ``optimizer`` steps: recorded at setup, else found among ``state``'s."""
     owner = fabric.optimizer_module(cast("torch.optim.Optimizer | FabricOptimizer", optimizer))  # _kind() says so
-    first = next((p for g in unwrap(optimizer).param_groups for p in g["params"]), None)
+    first = next((p for g in user_optimizer(optimizer).param_groups for p in g["params"]), None)
     for value in state.values() if owner is None else ():
         if isinstance(value, (FabricModule, nn.Module)) and any(p is first for p in value.parameters()):
             owner = _forward_module(fabric, value)
@@ -89,7 +95,7 @@ def converted(fabric: Fabric, state: Mapping[str, object], filter: Mapping[str, 
             entry = strategy.module_state_dict(_forward_module(fabric, value))
             sharded_keys.append(key)
         elif kind == "optimizer":
-            entry = strategy.optimizer_state_dict(_optimizer_owner(fabric, value, state), unwrap(value))
+            entry = strategy.optimizer_state_dict(_optimizer_owner(fabric, value, state), user_optimizer(value))
             sharded_keys.append(key)
         elif kind == "stateful":
             entry = cast(Stateful, value).state_dict()
@@ -139,7 +145,7 @@ def _read(fabric: Fabric, path: str | os.PathLike, state: Mapping[str, object] |
         if _kind(value) == "module":
             template[key] = strategy.module_state_dict(_forward_module(fabric, value))
         elif _kind(value) == "optimizer":
-            template[key] = strategy.optimizer_state_dict(_optimizer_owner(fabric, value, state), unwrap(value))
+            template[key] = strategy.optimizer_state_dict(_optimizer_owner(fabric, value, state), user_optimizer(value))
     checkpoint.update(sharded.load_into(path, template, weights_only) if template else {})
     return checkpoint
 
@@ -164,7 +170,7 @@ def load(fabric: Fabric, path: str | os.PathLike, state: dict[str, Any] | None, 
         if kind == "module":
             strategy.load_module_state_dict(_forward_module(fabric, value), entry, strict=strict)
         elif kind == "optimizer":
-            strategy.load_optimizer_state_dict(_optimizer_owner(fabric, value, state), unwrap(value), entry)
+            strategy.load_optimizer_state_dict(_optimizer_owner(fabric, value, state), user_optimizer(value), entry)
         elif kind == "stateful":
             value.load_state_dict(entry)
         else:
@@ -192,6 +198,6 @@ def load_raw(fabric: Fabric, path: str | os.PathLike, obj: nn.Module | torch.opt
     if kind == "module":
         fabric.strategy.load_module_state_dict(_forward_module(fabric, obj), state_dict, strict=strict)
     elif kind == "optimizer":
-        fabric.strategy.load_optimizer_state_dict(_optimizer_owner(fabric, obj, {}), unwrap(obj), state_dict)
+        fabric.strategy.load_optimizer_state_dict(_optimizer_owner(fabric, obj, {}), user_optimizer(obj), state_dict)
     else:
         raise TypeError(f"Fabric.load_raw(path, obj): obj must be a module or an optimizer, got {type(obj).__name__}")

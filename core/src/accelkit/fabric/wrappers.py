@@ -234,7 +234,7 @@ class FabricOptimizer:
         """The user's optimizer."""
         return self._optimizer
 
-    def step(self, closure: Callable[[], object] | None = None) -> Any:
+    def step(self, closure: Callable[[], float] | None = None) -> Any:  # (the closure typed as torch's)
         """One optimizer step through the strategy and the precision; returns the closure's loss, if any. Inside
         :meth:`accelkit.Fabric.accumulate` on an accumulation step, nothing (the step comes with the window's last
         batch)."""

@@ -49,10 +49,14 @@ def apply_to_tensors(data: object, fn: Callable[[torch.Tensor], object]) -> obje
     return data
 
 
+@overload
+def move_to_device(batch: torch.Tensor, device: torch.device, non_blocking: bool = False) -> torch.Tensor: ...
+@overload
+def move_to_device(batch: _Data, device: torch.device, non_blocking: bool = False) -> _Data: ...
 def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> object:
     """Move every tensor of ``batch`` (nested dicts, lists, tuples, namedtuples, dataclasses) to ``device``;
     tensors already there are left alone, other objects with a ``.to`` method move themselves, anything else
-    passes through."""
+    passes through. The result has ``batch``'s structure and type."""
     # (the batch's annotation is loose: any object is taken, but this runs per step and tells a batch's kind by
     # ``kind is ...``, which mypy does not follow to ``batch``; ``object`` would need casts on the per-step path)
     kind = type(batch)
