@@ -63,8 +63,9 @@ def build_parser(manager: PluginManager | None = None,
         sub_parser = sub.add_parser(record.name, aliases=list(record.aliases), help=_help_line(record),
                                     description=record.help)
         sub_parser.set_defaults(command_record=record)
-        if record is selected and record.add_arguments is not None:
-            record.load_add_arguments()(sub_parser)
+        add_arguments = record.load_add_arguments() if record is selected else None
+        if add_arguments is not None:
+            add_arguments(sub_parser)
     return parser
 
 
