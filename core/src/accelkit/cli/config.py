@@ -17,7 +17,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypedDict, cast
 
 import torch
 
@@ -155,7 +155,8 @@ def instantiate_class(args: object, init: Mapping[str, Any]) -> Any:
 
     :param init: ``{"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}}``.
     """
-    cls = import_class_path(init["class_path"])
+    # a configuration builds only classes (accelkit.cli.class_path_safety.only_classes_are_built)
+    cls = cast("Callable[..., object]", import_class_path(init["class_path"]))
     positional = args if isinstance(args, tuple) else (args,)
     return cls(*positional, **dict(init.get("init_args") or {}))
 
