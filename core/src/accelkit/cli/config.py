@@ -377,8 +377,7 @@ class ConfiguredOptimizers:
 
 
 def class_init(value: Any, classes: OptimClasses) -> ClassInit | None:
-    """``{"class_path", "init_args"}`` from a parsed optimizer/scheduler group (a dict or a Namespace, as jsonargparse
-    gives it: ``Any``)."""
+    """``{"class_path", "init_args"}`` from a parsed optimizer/scheduler group (a dict or a Namespace)."""
     if value is None:
         return None
     value = value.as_dict() if isinstance(value, Namespace) else dict(value)
