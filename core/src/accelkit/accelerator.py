@@ -70,7 +70,7 @@ class Accelerator:
         return 1
 
     @classmethod
-    def parse_devices(cls, devices: Any) -> list[int]:
+    def parse_devices(cls, devices: object) -> list[int]:
         """Turn the user's ``devices`` value into a list of local device indices.
 
         The default accepts ``N`` (the first N devices), a list of indices, a string ``"0,1"`` or ``"2"``,
@@ -148,7 +148,7 @@ def graphics_processor_device_types() -> set[str]:
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
-def parse_device_indices(devices: Any, available: int, accelerator: str) -> list[int]:
+def parse_device_indices(devices: object, available: int, accelerator: str) -> list[int]:
     """Parse a ``devices`` specification against ``available`` visible devices (see
     :meth:`~accelkit.Accelerator.parse_devices`)."""
     allowed = (

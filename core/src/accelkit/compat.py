@@ -26,7 +26,6 @@ import warnings
 from collections.abc import Sequence
 from importlib import resources
 from types import ModuleType
-from typing import Any
 
 #: the accelkit version that removes the old paths of :data:`MOVED`
 REMOVED_IN = "0.3.0"
@@ -228,7 +227,7 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         self.warned: set[str] = set()
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         if not fullname.startswith("accelkit."):
             return None
         new = home_in(MOVED, fullname)
@@ -252,7 +251,7 @@ class MissingModuleFinder(importlib.abc.MetaPathFinder):
     accelkit.loggers import comet`` asked for, and would say "cannot import name" instead of the sentence."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: Any = None) -> importlib.machinery.ModuleSpec | None:
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
         # no docstring: the class's says what it does (sphinx cannot resolve ModuleSpec, importlib's private class)
         covering = gap_of(fullname)
         if covering is None:

@@ -16,11 +16,15 @@ Rules that keep this contract stable (see ``docs/plugins.rst``):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from torch.utils.data import Dataset, IterableDataset, Sampler
+
     from accelkit.records import (
         AcceleratorRecord,
         CallbackRecord,
@@ -128,14 +132,14 @@ def accelkit_validate_config(config: RunConfig) -> list[str] | None:
 
 @hookspec(firstresult=True)
 def accelkit_distributed_sampler(
-    dataset: Any,
-    sampler: Any,
+    dataset: Dataset[object],
+    sampler: Sampler[int] | Iterable[int],
     shuffle: bool,
     num_replicas: int,
     rank: int,
     seed: int,
     stage: str,
-) -> Any:
+) -> Sampler[int] | None:
     """Return the sampler a rank should use in a distributed run.
 
     :param dataset: the DataLoader's dataset.
@@ -154,7 +158,8 @@ def accelkit_distributed_sampler(
 
 
 @hookspec(firstresult=True)
-def accelkit_shard_iterable(dataset: Any, num_replicas: int, rank: int, stage: str) -> Any:
+def accelkit_shard_iterable(dataset: IterableDataset[object], num_replicas: int, rank: int, stage: str
+                            ) -> IterableDataset[object] | None:
     """Return the part of a stream (an ``IterableDataset``) a rank should read in a distributed run.
 
     :param dataset: the DataLoader's ``IterableDataset``.
@@ -173,7 +178,7 @@ def accelkit_shard_iterable(dataset: Any, num_replicas: int, rank: int, stage: s
 
 
 @hookspec(historic=True)
-def accelkit_configure(manager: Any) -> None:
+def accelkit_configure(manager: pluggy.PluginManager) -> None:
     """Called once when the plugin registers, with the :class:`~accelkit.plugins.manager.PluginManager`.
 
     :param manager: the manager; a plugin may read ``manager.blocked`` or register helper plugins.
@@ -182,7 +187,7 @@ def accelkit_configure(manager: Any) -> None:
 
 
 @hookspec
-def accelkit_translate_arguments(arguments: dict[str, Any]) -> None:
+def accelkit_translate_arguments(arguments: dict[str, object]) -> None:
     """Rewrite Trainer arguments before resolution (legacy spellings such as a device-specific ``*_cores=``).
 
     :param arguments: a mutable dict with the keys ``accelerator``, ``devices``, ``strategy``, ``precision``,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -20,8 +20,19 @@ from accelkit.utilities.model_helpers import is_overridden
 #: the methods a precision may change the backward pass and the optimizer step with (see ``passes_through``)
 _STEP_METHODS = ("backward", "scale_loss", "unscale_gradients", "optimizer_step")
 
+#: a batch or a module's output: any nesting of containers and tensors, given back with the same structure
+_Data = TypeVar("_Data")
 
-def to_default_dtype(data: Any) -> Any:
+
+class AutocastDevice(Protocol):
+    """What a precision reads of its accelerator (an :class:`~accelkit.Accelerator`): the autocast device type."""
+
+    @property
+    def autocast_device_type(self) -> str | None:
+        """The ``device_type`` given to :class:`torch.autocast`, or ``None`` where autocast does not apply."""
+
+
+def to_default_dtype(data: _Data) -> _Data:
     """``data`` with its floating-point tensors in ``torch.get_default_dtype()`` (other tensors unchanged): what
     :meth:`TruePrecision.convert_output` and :meth:`MixedPrecision.convert_output` return."""
     default = torch.get_default_dtype()
@@ -39,11 +50,12 @@ class Precision:
     #: canonical name, filled in from the record that chose this class
     name: str = "32-true"
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, **options: object) -> None:
         self.options = options
+        #: the run's :class:`~accelkit.Accelerator` once connected (subclasses read any of its attributes)
         self.accelerator: Any = None
 
-    def connect(self, accelerator: Any) -> None:
+    def connect(self, accelerator: AutocastDevice) -> None:
         """Called once the accelerator is known (before any worker starts)."""
         self.accelerator = accelerator
 
@@ -51,7 +63,7 @@ class Precision:
         """Convert the module's parameters to this precision (after the move to the device)."""
         return module
 
-    def convert_input(self, batch: Any) -> Any:
+    def convert_input(self, batch: _Data) -> _Data:
         """Convert floating-point tensors of a batch (after the move to the device)."""
         return batch
 
@@ -59,7 +71,7 @@ class Precision:
         """Context around training/evaluation steps (autocast, for mixed precision)."""
         return contextlib.nullcontext()
 
-    def convert_output(self, data: Any) -> Any:
+    def convert_output(self, data: _Data) -> _Data:
         """Convert floating-point tensors a :class:`~accelkit.Fabric`-wrapped module returns (after
         :meth:`forward_context` ends), as Lightning Fabric's precisions do; the Trainer does not call it. The default
         returns ``data`` unchanged; :class:`TruePrecision` and :class:`MixedPrecision` give the tensors the default
@@ -79,7 +91,8 @@ class Precision:
     def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Bring gradients to their true scale before clipping (a no-op without a gradient scaler)."""
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool | None:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], object] | None = None
+                       ) -> bool | None:
         """Step ``optimizer`` (through ``step`` if given). ``False`` if the step was skipped, ``None`` if unknown."""
         (step or optimizer.step)()
         return True
@@ -96,7 +109,7 @@ class Precision:
         precision's class overrides (below :class:`Precision`; below :class:`MixedPrecision` for its subclasses)."""
         return [name for name in _STEP_METHODS if is_overridden(name, self, Precision)]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         """State to save in checkpoints (a gradient scaler's, for instance)."""
         return {}
 
@@ -113,17 +126,17 @@ class TruePrecision(Precision):
     :param dtype: the ``torch.dtype``, or its name (``"float64"``).
     """
 
-    def __init__(self, dtype: torch.dtype | str = torch.float64, **options: Any) -> None:
+    def __init__(self, dtype: torch.dtype | str = torch.float64, **options: object) -> None:
         super().__init__(**options)
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
 
     def convert_module(self, module: nn.Module) -> nn.Module:
         return module.to(dtype=self.dtype)
 
-    def convert_input(self, batch: Any) -> Any:
+    def convert_input(self, batch: _Data) -> _Data:
         return apply_to_tensors(batch, lambda t: t.to(self.dtype) if t.is_floating_point() else t)
 
-    def convert_output(self, data: Any) -> Any:
+    def convert_output(self, data: _Data) -> _Data:
         return to_default_dtype(data)
 
     @contextlib.contextmanager
@@ -146,23 +159,23 @@ class MixedPrecision(Precision):
         hold inf/NaN and adapts the scale).
     """
 
-    def __init__(self, dtype: torch.dtype | str = torch.bfloat16, scaler: bool = False, **options: Any) -> None:
+    def __init__(self, dtype: torch.dtype | str = torch.bfloat16, scaler: bool = False, **options: object) -> None:
         super().__init__(**options)
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.use_scaler = scaler
-        self.scaler: Any = None
+        self.scaler: torch.amp.GradScaler | None = None
 
-    def connect(self, accelerator: Any) -> None:
+    def connect(self, accelerator: AutocastDevice) -> None:
         super().connect(accelerator)
         if accelerator.autocast_device_type is None:
             raise ValueError(f"{type(accelerator).__name__} declares no autocast device type")
 
-    def _ensure_scaler(self) -> Any:
+    def _ensure_scaler(self) -> torch.amp.GradScaler | None:
         if self.use_scaler and self.scaler is None:
             self.scaler = torch.amp.GradScaler(self.accelerator.autocast_device_type)
         return self.scaler
 
-    def convert_output(self, data: Any) -> Any:
+    def convert_output(self, data: _Data) -> _Data:
         return to_default_dtype(data)
 
     def forward_context(self) -> contextlib.AbstractContextManager:
@@ -183,7 +196,8 @@ class MixedPrecision(Precision):
         if state["stage"] is not OptState.UNSCALED:
             scaler.unscale_(optimizer)
 
-    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], Any] | None = None) -> bool | None:
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, step: Callable[[], object] | None = None
+                       ) -> bool | None:
         scaler = self._ensure_scaler()
         if scaler is None:
             return super().optimizer_step(optimizer, step)
@@ -200,7 +214,7 @@ class MixedPrecision(Precision):
         """The step methods a subclass overrides below :class:`MixedPrecision` (whose own are the defaults here)."""
         return [name for name in _STEP_METHODS if is_overridden(name, self, MixedPrecision)]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, object]:
         scaler = self._ensure_scaler()
         return {"scaler": scaler.state_dict()} if scaler is not None else {}
 

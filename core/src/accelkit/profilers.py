@@ -228,9 +228,9 @@ class PyTorchProfiler(Profiler):
         self.export_to_chrome = export_to_chrome
         self.table_kwargs = dict(table_kwargs or {})
         self.profiler_kwargs = profiler_kwargs
-        self._session: Any = None
-        self._finished: Any = None  # the last stopped session, whose results summary() reports
-        self._ranges: dict[str, Any] = {}
+        self._session: torch.profiler.profile | None = None
+        self._finished: torch.profiler.profile | None = None  # the last stopped session, reported by summary()
+        self._ranges: dict[str, torch.autograd.profiler.record_function] = {}
 
     def start(self, action_name: str) -> None:
         """Open the profiling session if needed and enter a ``record_function`` range named ``action_name``."""
@@ -285,7 +285,7 @@ class PyTorchProfiler(Profiler):
         """End the profiling session if one is open."""
         self._close_session()
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()  # a live torch profiler session does not cross processes
         state.update(_session=None, _finished=None, _ranges={})
         return state

@@ -7,49 +7,58 @@ a string is imported only when the implementation is used, which keeps plugin di
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+if TYPE_CHECKING:
+    import argparse
+
+#: what a record's ``target`` is: the class (or a factory function) itself, or its ``"package.module:Name"`` path
+Target = Callable[..., object] | str
+
+_T = TypeVar("_T")
+_R = TypeVar("_R", bound="Record")
 
 
-def normalize_name(name: Any) -> str:
+def normalize_name(name: object) -> str:
     """Normalise a user-facing name once: ``" DDP_Spawn "`` -> ``"ddp_spawn"``; ``16`` -> ``"16"``."""
     return str(name).strip().lower()
 
 
-def lookup_key(name: Any) -> str:
+def lookup_key(name: object) -> str:
     """The key names are compared by: case, surrounding blanks, ``-`` versus ``_`` do not matter."""
     return normalize_name(name).replace("-", "_")
 
 
-def record_order(record: Any) -> tuple[int, str]:
+def record_order(record: Record) -> tuple[int, str]:
     """The one order of records: highest ``priority`` first (0 for records without one), ties by name. It is the
     order ``accelerator="auto"`` tries accelerators and detection asks cluster environments."""
     return (-getattr(record, "priority", 0), record.name)
 
 
-def by_priority(records: Iterable[Any]) -> list[Any]:
+def by_priority(records: Iterable[_R]) -> list[_R]:
     """``records`` sorted by :func:`record_order`, each record once (a record is stored under its aliases too)."""
     return sorted({id(r): r for r in records}.values(), key=record_order)
 
 
-def load_target(target: Any) -> Any:
+def load_target(target: _T | str) -> _T:
     """Import a ``"module:attr"`` string, or return a class unchanged."""
     if not isinstance(target, str):
         return target
     module_name, sep, attr = target.partition(":")
     if not sep:
         raise ValueError(f"plugin target {target!r} is not of the form 'package.module:Name'")
-    obj = importlib.import_module(module_name)
+    obj: object = importlib.import_module(module_name)
     for part in attr.split("."):
         obj = getattr(obj, part)
-    return obj
+    return cast("_T", obj)  # the string names what the field holds otherwise (the record's contract)
 
 
 @dataclass(frozen=True)
 class _Record:
     name: str
-    target: Any
+    target: Target
     aliases: tuple[str, ...] = ()
     description: str = ""
     #: filled in by the plugin manager: the distribution (or plugin name) that provided the record.
@@ -64,7 +73,7 @@ class _Record:
         """The record's name followed by its aliases."""
         return (self.name, *self.aliases)
 
-    def load(self) -> Any:
+    def load(self) -> Callable[..., object]:
         """Return the implementation class, importing it if ``target`` is a string."""
         return load_target(self.target)
 
@@ -96,7 +105,7 @@ class StrategyRecord(_Record):
     """
 
     accelerators: tuple[str, ...] | None = None
-    options: tuple[tuple[str, Any], ...] | Mapping[str, Any] = ()
+    options: tuple[tuple[str, object], ...] | Mapping[str, object] = ()
     notice: str = ""
 
     def __post_init__(self) -> None:
@@ -146,7 +155,7 @@ class RunConfig:
     num_nodes: int = 1
     strategy: str = "auto"
     precision: str = "32-true"
-    user_devices: Any = "auto"
+    user_devices: object = "auto"
     extras: dict[str, Any] = field(default_factory=dict)
     processes_per_node: int | None = None
     devices_per_process: int = 1
@@ -174,7 +183,7 @@ class ClusterEnvironmentRecord:
     """
 
     name: str
-    target: Any
+    target: Target
     priority: int = 0
     description: str = ""
     #: filled in by the plugin manager: the distribution (or plugin name) that provided the record.
@@ -193,7 +202,7 @@ class ClusterEnvironmentRecord:
         """The environment's one name."""
         return (self.name,)
 
-    def load(self) -> Any:
+    def load(self) -> Callable[..., object]:
         """Return the environment class, importing it if ``target`` is a string."""
         return load_target(self.target)
 
@@ -230,8 +239,8 @@ class CommandRecord:
 
     name: str
     help: str
-    add_arguments: Any = None
-    run: Any = None
+    add_arguments: Callable[[argparse.ArgumentParser], object] | str | None = None
+    run: Callable[..., int | None] | str | None = None
     raw: bool = False
     aliases: tuple[str, ...] = ()
     #: filled in by the plugin manager: the distribution (or plugin name) that provided the record.
@@ -261,11 +270,14 @@ class CommandRecord:
         """The help line (the field other records call ``description``)."""
         return self.help
 
-    def load_run(self) -> Any:
+    def load_run(self) -> Callable[..., int | None]:
         """The function that runs the command, imported if ``run`` is a string."""
-        return load_target(self.run)
+        run = self.run
+        if run is None:  # refused by __post_init__ (a record changed afterwards through object.__setattr__)
+            raise ValueError(f"CommandRecord({self.name!r}) has no run")
+        return load_target(run)
 
-    def load_add_arguments(self) -> Any:
+    def load_add_arguments(self) -> Callable[[argparse.ArgumentParser], object] | None:
         """The function that adds the command's options (``None`` for none), imported if it is a string."""
         return None if self.add_arguments is None else load_target(self.add_arguments)
 
@@ -292,3 +304,11 @@ class ProfilerRecord(_Record):
     :param aliases: other names users may write.
     :param description: one line shown by ``accelkit plugins``.
     """
+
+
+#: a record of any kind (what a plugin's ``accelkit_register_*`` hooks return)
+Record = (AcceleratorRecord | StrategyRecord | PrecisionRecord | ClusterEnvironmentRecord | LoggerRecord | CommandRecord
+          | CallbackRecord | ProfilerRecord)
+#: a record of a kind kept one per name (all but strategies and precisions, which are kept per accelerator too)
+NamedKindRecord = (AcceleratorRecord | ClusterEnvironmentRecord | LoggerRecord | CommandRecord | CallbackRecord
+                   | ProfilerRecord)

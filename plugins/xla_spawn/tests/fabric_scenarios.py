@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import torch
+from scenario_main import run_scenario_main
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from xla_scenarios import FlatBufferAllReduceSpawn
@@ -110,8 +111,4 @@ def scenario_stock(out: Path) -> dict:
 SCENARIOS = {"launch": scenario_launch, "stock": scenario_stock}
 
 if __name__ == "__main__":
-    name, outdir = sys.argv[1], Path(sys.argv[2])
-    outdir.mkdir(parents=True, exist_ok=True)
-    data = SCENARIOS[name](outdir)
-    (outdir / "result.json").write_text(json.dumps(data, indent=1, default=str))
-    print("scenario", name, "done")
+    run_scenario_main(SCENARIOS)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
 import warnings
 from pathlib import Path
 
+from scenario_main import run_scenario_main
 from torch.utils.data import DataLoader, DistributedSampler
 from xla_scenarios import FlatBufferAllReduceSpawn, IndexedData, IndexedRegression
 
@@ -210,8 +210,4 @@ SCENARIOS = {"sampler_single": scenario_sampler_single, "sampler_spawn": scenari
              "legacy_names": scenario_legacy_names, "legacy_names_spawn": scenario_legacy_names_spawn}
 
 if __name__ == "__main__":
-    name, outdir = sys.argv[1], Path(sys.argv[2])
-    outdir.mkdir(parents=True, exist_ok=True)
-    data = SCENARIOS[name](outdir)
-    (outdir / "result.json").write_text(json.dumps(data, indent=1, default=str))
-    print("scenario", name, "done")
+    run_scenario_main(SCENARIOS)

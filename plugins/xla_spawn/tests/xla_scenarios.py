@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from scenario_main import run_scenario_main
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
@@ -404,8 +405,4 @@ def scenario_touched(out: Path) -> dict:
 SCENARIOS = {"single": scenario_single, "spawn": scenario_spawn, "touched": scenario_touched}
 
 if __name__ == "__main__":
-    name, outdir = sys.argv[1], Path(sys.argv[2])
-    outdir.mkdir(parents=True, exist_ok=True)
-    data = SCENARIOS[name](outdir)
-    (outdir / "result.json").write_text(json.dumps(data, indent=1, default=str))
-    print("scenario", name, "done")
+    run_scenario_main(SCENARIOS)

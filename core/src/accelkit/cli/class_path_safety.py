@@ -31,8 +31,8 @@ import contextlib
 import inspect
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
 from jsonargparse import Namespace, set_parsing_settings
 from jsonargparse import _actions as _jsonargparse_actions  # its import_object, wrapped below
@@ -53,7 +53,11 @@ if "import_path_denylist" in inspect.signature(set_parsing_settings).parameters:
     set_parsing_settings(import_path_denylist=[])
 
 
-def _as_given(value: Any, typehint: Any, serialize: bool, instantiate: bool, *args: Any, **kwargs: Any) -> Any:
+_Value = TypeVar("_Value")
+
+
+def _as_given(value: _Value, typehint: object, serialize: bool, instantiate: bool, *args: object,
+              **kwargs: object) -> _Value:
     """What an argument typed ``Any`` or ``object`` receives: the value as the configuration gives it. A class path
     given for an argument without annotation is refused (:class:`UntypedClassPath`)."""
     if not serialize and not instantiate and isinstance(typehint, _jsonargparse_typehints.UntypedType):
@@ -83,7 +87,7 @@ class UntypedClassPath(ValueError):
                          "receive the dict as data")
 
 
-def class_paths_in(value: Any) -> Iterator[str]:
+def class_paths_in(value: object) -> Iterator[str]:
     """Every ``class_path`` string inside ``value`` (nested dicts and lists)."""
     if isinstance(value, dict):
         if isinstance(value.get("class_path"), str):
@@ -123,11 +127,11 @@ def values_of_any_stay_data() -> Iterator[None]:
             module.import_object = importer  # type: ignore[attr-defined]
 
 
-def _file_forms_too(importer: Any) -> Any:
+def _file_forms_too(importer: Callable[..., object]) -> Callable[..., object]:
     """jsonargparse's ``import_object``, which also imports a file-form class path (``lib/nets.py:Net``, see
     :func:`~accelkit.cli.saved_config.import_file_form`): jsonargparse calls it only where the argument's annotation
     asks for a class, so a file named in a value of an ``Any`` argument is never imported."""
-    def import_object(name: Any, *args: Any, **kwargs: Any) -> Any:
+    def import_object(name: str, *args: object, **kwargs: object) -> object:
         return import_file_form(name) if is_file_form(name) else importer(name, *args, **kwargs)
 
     return import_object
@@ -137,7 +141,7 @@ def _imported_class(path: str) -> bool:
     """Whether a dotted path names a class of a module imported already (looked up without importing)."""
     parts = path.split(".")
     for cut in range(len(parts) - 1, 0, -1):
-        found: Any = sys.modules.get(".".join(parts[:cut]))
+        found: object = sys.modules.get(".".join(parts[:cut]))
         if found is None:
             continue
         for name in parts[cut:]:
@@ -146,7 +150,7 @@ def _imported_class(path: str) -> bool:
     return False
 
 
-def only_classes_are_built(config: Any, key: str = "") -> None:
+def only_classes_are_built(config: object, key: str = "") -> None:
     """Refuse a parsed configuration in which a class path to be built names something other than a class.
 
     :param config: a parsed configuration (jsonargparse ``Namespace``); the values to be built are the
@@ -161,7 +165,7 @@ def only_classes_are_built(config: Any, key: str = "") -> None:
             raise ConfigurationError(f"{key or 'the configuration'}: class_path {path!r} names a {kind}, not a class; "
                                      "a configuration builds only classes (a subclass of the argument's annotation), "
                                      "so name a class there")
-        items: Iterable[tuple[str, Any]] = config.items(branches=True, nested=False)
+        items: Iterable[tuple[str, object]] = config.items(branches=True, nested=False)
     elif isinstance(config, dict):
         items = config.items()
     elif isinstance(config, (list, tuple)):

@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard, overload
 
 from accelkit.errors import ConfigurationError
 from accelkit.utilities.file_modules import import_file
@@ -75,7 +75,7 @@ def _key(path: str) -> tuple[str, str]:
 _BY_KEY = {_key(name): target for name, target in LIGHTNING_CLASSES.items()}
 
 
-def is_lightning_path(value: object) -> bool:
+def is_lightning_path(value: object) -> TypeGuard[str]:
     """Whether ``value`` is a dotted path under one of :data:`LIGHTNING_PREFIXES` (a whole string, nothing else)."""
     return isinstance(value, str) and _PATH.fullmatch(value) is not None
 
@@ -143,7 +143,15 @@ def accelkit_class_path(lightning_path: str) -> str:
     return target
 
 
-def translate_value(value: Any) -> Any:
+@overload
+def translate_value(value: str) -> str: ...
+
+
+@overload
+def translate_value(value: object) -> object: ...
+
+
+def translate_value(value: object) -> object:
     """A loaded configuration with the Lightning class path of every ``class_path`` (or ``_target_``) key replaced
     by its accelkit counterpart (see :func:`accelkit_class_path`), in nested dicts and lists. A string that is a
     whole Lightning class path elsewhere (``--trainer.logger lightning.pytorch.loggers.CSVLogger``) is replaced when

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypedDict, cast
 
 import torch
 
@@ -56,14 +57,14 @@ if TYPE_CHECKING:
     from accelkit.module.module import Module
 
 #: What ``args=`` accepts: a list of command-line words, a dict, a jsonargparse ``Namespace`` or ``None``
-#: (``sys.argv``).
+#: (``sys.argv``); Lightning's type, so that a LightningCLI program's annotations still check.
 ArgsType = list[str] | dict[str, Any] | Namespace | None
 
 #: The parser mode: YAML, with Lightning class paths in the loaded data rewritten to accelkit's.
 PARSER_MODE = "accelkit_yaml"
 
 
-def _load(text: str) -> Any:
+def _load(text: str) -> object:
     # bounded first: every step below walks the loaded data, which aliases could make a billion values
     check_yaml_text(text, "the configuration")
     # a group a CLI builds with a fixed class also reads the class_path form the saved configuration writes; a
@@ -76,7 +77,7 @@ set_loader(PARSER_MODE, _load, exceptions=(__import__("yaml").YAMLError, DataBom
 
 #: Trainer arguments whose signature says ``Any``, with the types the command line and files accept. The others
 #: come from the Trainer's signature as they are.
-TRAINER_TYPES: dict[str, Any] = {
+TRAINER_TYPES: dict[str, object] = {
     "accelerator": str | Accelerator,
     "strategy": str | Strategy,
     "devices": int | list[int] | str,
@@ -91,7 +92,7 @@ TRAINER_TYPES: dict[str, Any] = {
 }
 #: Arguments of Lightning's Trainer that accelkit's lacks, accepted at the value Lightning's ``--print_config``
 #: writes by default so that such files load; another value is an error naming the argument.
-LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[Any, Any, str]] = {
+LIGHTNING_ONLY_TRAINER_ARGUMENTS: dict[str, tuple[object, object, str]] = {
     "enable_autolog_hparams": (bool, True, "accelkit always logs the module's hyper-parameters to its loggers"),
     "model_registry": (str | None, None, "it names Lightning AI's cloud model registry, which accelkit does not"
                                          + " talk to"),
@@ -135,24 +136,38 @@ class ReduceLROnPlateau(torch.optim.lr_scheduler.ReduceLROnPlateau):
 #: is still accepted by its full path; a short name two classes share is an error naming both, as in Lightning)
 LR_SCHEDULER_CLASSES = (torch.optim.lr_scheduler.LRScheduler, ReduceLROnPlateau)
 
+#: the classes an optimizer or scheduler group takes: one class (its arguments only) or base classes (by class path)
+OptimClasses = type | tuple[type, ...]
+#: what ``configure_optimizers`` gets besides the module: the built scheduler, if one was configured
+SchedulerType = torch.optim.lr_scheduler.LRScheduler | torch.optim.lr_scheduler.ReduceLROnPlateau
 
-def instantiate_class(args: Any, init: dict[str, Any]) -> Any:
+
+class ClassInit(TypedDict):
+    """A class to build and its constructor's keyword arguments, as configurations write it."""
+
+    class_path: str
+    init_args: dict[str, object]
+
+
+def instantiate_class(args: object, init: Mapping[str, Any]) -> Any:
     """Build ``init["class_path"]`` with positional ``args`` (one value or a tuple) and ``init["init_args"]``.
+    (``init`` and the result are typed as Lightning's function types them: configuration data in, any class out.)
 
     :param init: ``{"class_path": "torch.optim.SGD", "init_args": {"lr": 0.1}}``.
     """
-    cls = import_class_path(init["class_path"])
+    # a configuration builds only classes (accelkit.cli.class_path_safety.only_classes_are_built)
+    cls = cast("Callable[..., object]", import_class_path(init["class_path"]))
     positional = args if isinstance(args, tuple) else (args,)
     return cls(*positional, **dict(init.get("init_args") or {}))
 
 
-def instantiate_config(parser: Any, config: Namespace) -> Namespace:
+def instantiate_config(parser: _JsonArgParser, config: Namespace) -> Namespace:
     """``config`` with its classes built (jsonargparse's ``instantiate``, ``instantiate_classes`` before 4.49)."""
     method = getattr(parser, "instantiate", None)
     return method(config) if callable(method) else parser.instantiate_classes(config)
 
 
-def dump_config(parser: Any, config: Namespace) -> str:
+def dump_config(parser: _JsonArgParser, config: Namespace) -> str:
     """``config`` as YAML with every key, ``null`` values included (so that the file repeats the run)."""
     try:
         text = parser.dump(config, skip_unset=False)
@@ -182,10 +197,10 @@ class ArgumentParser(_JsonArgParser):
         #: Module and DataModule groups added with a fixed class (``{"model": Net}``; see
         #: ``accelkit.cli.saved_config``)
         self.fixed_classes: dict[str, type] = {}
-        self.optimizer_classes: dict[str, tuple[Any, str]] = {}
-        self.lr_scheduler_classes: dict[str, tuple[Any, str]] = {}
+        self.optimizer_classes: dict[str, tuple[OptimClasses, str]] = {}
+        self.lr_scheduler_classes: dict[str, tuple[OptimClasses, str]] = {}
 
-    def add_lightning_class_args(self, cls: Any, nested_key: str, subclass_mode: bool = False,
+    def add_lightning_class_args(self, cls: type, nested_key: str, subclass_mode: bool = False,
                                  required: bool = True) -> list[str]:
         """Add the constructor arguments of a Trainer, Module, DataModule or Callback class under ``nested_key``
         (any subclass of it by class path with ``subclass_mode``). A callback added this way joins the run's
@@ -202,25 +217,28 @@ class ArgumentParser(_JsonArgParser):
         return self.add_class_arguments(cls, nested_key, fail_untyped=False, sub_configs=True,
                                         instantiate=not issubclass(cls, Trainer))
 
-    def add_optimizer_args(self, optimizer_class: Any = (torch.optim.Optimizer,), nested_key: str = "optimizer",
-                           link_to: str = "AUTOMATIC") -> None:
+    def add_optimizer_args(self, optimizer_class: OptimClasses = (torch.optim.Optimizer,),
+                           nested_key: str = "optimizer", link_to: str = "AUTOMATIC") -> None:
         """Add ``--optimizer`` (a class path with ``init_args``; ``params`` is filled in by the CLI)."""
         self._add_optim_group(optimizer_class, nested_key, link_to, "params", self.optimizer_classes)
 
-    def add_lr_scheduler_args(self, lr_scheduler_class: Any = LR_SCHEDULER_CLASSES, nested_key: str = "lr_scheduler",
+    def add_lr_scheduler_args(self, lr_scheduler_class: OptimClasses = LR_SCHEDULER_CLASSES,
+                              nested_key: str = "lr_scheduler",
                               link_to: str = "AUTOMATIC") -> None:
         """Add ``--lr_scheduler`` (a class path with ``init_args``; ``optimizer`` is filled in by the CLI)."""
         self._add_optim_group(lr_scheduler_class, nested_key, link_to, "optimizer", self.lr_scheduler_classes)
 
-    def _add_optim_group(self, classes: Any, key: str, link_to: str, skip: str, table: dict) -> None:
-        options: dict[str, Any] = {"instantiate": False, "fail_untyped": False, "skip": {skip}}
+    def _add_optim_group(self, classes: OptimClasses, key: str, link_to: str, skip: str,
+                         table: dict[str, tuple[OptimClasses, str]]) -> None:
         if isinstance(classes, tuple):
-            self.add_subclass_arguments(classes, key, required=False, **options)
+            self.add_subclass_arguments(classes, key, required=False, instantiate=False, fail_untyped=False,
+                                        skip={skip})
         else:
-            self.add_class_arguments(classes, key, sub_configs=True, **options)
+            self.add_class_arguments(classes, key, sub_configs=True, instantiate=False, fail_untyped=False,
+                                     skip={skip})
         table[key] = (classes, link_to)
 
-    def parse_object(self, cfg_obj: Any, *args: Any, **kwargs: Any) -> Namespace:
+    def parse_object(self, cfg_obj: Namespace | dict[str, Any], *args: Any, **kwargs: Any) -> Namespace:
         """As jsonargparse's, with Lightning class paths in ``cfg_obj`` mapped to accelkit's."""
         if isinstance(cfg_obj, Namespace):
             cfg_obj = cfg_obj.as_dict()
@@ -249,20 +267,21 @@ class ArgumentParser(_JsonArgParser):
         with values_of_any_stay_data():
             return file_form_class_paths(super().dump(*args, **kwargs))
 
-    def instantiate(self, *args: Any, **kwargs: Any) -> Any:
+    def instantiate(self, *args: Any, **kwargs: Any) -> Namespace:
         """As jsonargparse's (see :meth:`parse_args`; ``instantiate_classes`` before jsonargparse 4.49)."""
         only_classes_are_built(args[0] if args else kwargs.get("cfg"))
         with values_of_any_stay_data():
             return super().instantiate(*args, **kwargs)
 
-    def instantiate_classes(self, *args: Any, **kwargs: Any) -> Any:
+    def instantiate_classes(self, *args: Any, **kwargs: Any) -> Namespace:
         """As jsonargparse's (see :meth:`parse_args`); jsonargparse's name for :meth:`instantiate` before 4.49."""
         only_classes_are_built(args[0] if args else kwargs.get("cfg"))
         with values_of_any_stay_data():
             return super().instantiate_classes(*args, **kwargs)
 
     # (jsonargparse's parse_args, overridden here, already differs from argparse's: it returns jsonargparse's Namespace)
-    def parse_args(self, args: Any = None, *more: Any, **kwargs: Any) -> Namespace:  # type: ignore[override]
+    def parse_args(self, args: Sequence[str] | None = None, *more: Any,  # type: ignore[override]
+                   **kwargs: Any) -> Namespace:
         """As jsonargparse's, with three differences: a value given for an ``Any``/untyped argument stays data (see
         :func:`~accelkit.cli.class_path_safety.values_of_any_stay_data`, as in every method of this parser that
         reads, writes or builds values); the words are kept, so that an error names every unknown key among them;
@@ -272,12 +291,12 @@ class ArgumentParser(_JsonArgParser):
         with started_in(Path.cwd()), values_of_any_stay_data():
             return super().parse_args(args, *more, **kwargs)
 
-    def error(self, message: str, ex: Exception | None = None) -> Any:
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         """Report a parse error: with ``exit_on_error``, every unknown key with its closest known one (or the key,
         the value and what is accepted; :mod:`accelkit.cli.config_errors`) and one line on where to find help, on
         stderr, then exit with 2; without, raise with what :func:`~accelkit.cli.config_errors.explain` adds."""
         if not self.exit_on_error:
-            return super().error(explain(self, message), ex)
+            super().error(explain(self, message), ex)
         parser = getattr(ex, "subcommand_parser", None) or self
         prog = parser.prog.replace(" [options]", "")
         lines = error_lines(self, message, getattr(self, "parsed_words", []))
@@ -314,7 +333,7 @@ class SaveConfigCallback(Callback):
             raise ValueError("SaveConfigCallback(save_to_log_dir=False) writes nothing; override save_config() in a "
                              "subclass to save the configuration elsewhere")
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["parser"] = None  # parsers hold functions and modules; the text is what the workers need
         return state
@@ -347,17 +366,17 @@ class ConfiguredOptimizers:
     """A module's ``configure_optimizers`` built from ``--optimizer``/``--lr_scheduler``: the optimizer is made
     when the Trainer asks (in the worker, on the parameters as they are then)."""
 
-    def __init__(self, module: Module, optimizer: dict[str, Any], scheduler: dict[str, Any] | None,
-                 configure: Any) -> None:
+    def __init__(self, module: Module, optimizer: ClassInit, scheduler: ClassInit | None,
+                 configure: Callable[[Module, torch.optim.Optimizer, SchedulerType | None], object]) -> None:
         self.module, self.optimizer, self.scheduler, self.configure = module, optimizer, scheduler, configure
 
-    def __call__(self) -> Any:
+    def __call__(self) -> object:
         optimizer = instantiate_class(self.module.parameters(), self.optimizer)
         scheduler = instantiate_class(optimizer, self.scheduler) if self.scheduler else None
         return self.configure(self.module, optimizer, scheduler)
 
 
-def class_init(value: Any, classes: Any) -> dict[str, Any] | None:
+def class_init(value: Any, classes: OptimClasses) -> ClassInit | None:
     """``{"class_path", "init_args"}`` from a parsed optimizer/scheduler group (a dict or a Namespace)."""
     if value is None:
         return None

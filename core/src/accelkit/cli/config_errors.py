@@ -10,7 +10,10 @@ from __future__ import annotations
 import difflib
 import inspect
 import re
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from jsonargparse import ArgumentParser
 
 _UNKNOWN = (re.compile(r"does not accept option '([^']+)'"),
             re.compile(r"unrecognized arguments: (--?[\w.\-]+)"),
@@ -28,7 +31,7 @@ _DENIED = re.compile(r"Importing '([^']+)' is not allowed, denied by the '([^']+
 _CHOICES = re.compile(r"Expected a (typing\.Literal\[[^\]]*\]|Literal\[[^\]]*\])")
 
 
-def known_keys(parser: Any, prefix: str = "") -> list[str]:
+def known_keys(parser: ArgumentParser, prefix: str = "") -> list[str]:
     """Every dotted key ``parser`` accepts (those of its sub-commands too, without the sub-command name)."""
     keys: list[str] = []
     for action in getattr(parser, "_actions", []):
@@ -81,7 +84,7 @@ _AMBIGUOUS = re.compile(r"Multiple subclasses with name (\w+)\. Give the full cl
                         r"([\w., ]+?)\.?$", re.MULTILINE)
 
 
-def explain(parser: Any, message: str) -> str:
+def explain(parser: ArgumentParser, message: str) -> str:
     """``message`` (a jsonargparse error) with a summary line: the unknown key and the close known one, or the
     key, the given value and the accepted types."""
     for pattern in _UNKNOWN:
@@ -147,7 +150,8 @@ def _init_names(class_path: str) -> list[str] | None:
     from accelkit.cli.saved_config import import_class_path
 
     try:
-        parameters = inspect.signature(import_class_path(class_path).__init__).parameters
+        # a class path names a class (where it names something else, the error is reported elsewhere)
+        parameters = inspect.signature(cast("type[object]", import_class_path(class_path)).__init__).parameters
     except Exception:  # noqa: BLE001 - a short name or a typo: jsonargparse reports the class itself
         return None
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
@@ -220,7 +224,7 @@ def config_file_words(words: list[str]) -> list[str]:
     return found
 
 
-def unknown_keys(parser: Any, words: list[str], message: str = "") -> list[str]:
+def unknown_keys(parser: ArgumentParser, words: list[str], message: str = "") -> list[str]:
     """One line per key that ``parser`` does not take, among the options of ``words`` and the one ``message`` (a
     jsonargparse error) names, each with the closest known key: every unknown key at once, those of the model and
     data classes (checked against the constructor of the class the words choose) and the keys of the ``--config``
@@ -253,7 +257,7 @@ def unknown_keys(parser: Any, words: list[str], message: str = "") -> list[str]:
     return lines
 
 
-def error_lines(parser: Any, message: str, words: list[str]) -> list[str]:
+def error_lines(parser: ArgumentParser, message: str, words: list[str]) -> list[str]:
     """What a parse error shows: every unknown key with its closest known one, else the one-line summary of
     :func:`explain` (the key, the given value, what is accepted), else jsonargparse's ``message`` itself."""
     unknown = unknown_keys(parser, words, message)

@@ -5,12 +5,103 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 from accelkit.cli.plugins_command import manager_of, private_names_sentence, quiet_manager
 
+if TYPE_CHECKING:
+    from accelkit.accelerator import Accelerator
+    from accelkit.plugins.manager import PluginInfo, PluginManager
+    from accelkit.plugins.private_names import PrivateNameRecord
+    from accelkit.plugins.registry import Registry
 
-def _requirement_versions(distribution_name: str) -> list[dict[str, Any]]:
+
+class RequirementFinding(TypedDict):
+    """A requirement of a plugin distribution, with the installed version."""
+
+    name: str
+    specifier: str
+    installed: str | None
+    satisfied: bool
+    optional: bool
+
+
+class EnvironmentValue(TypedDict):
+    """A declared environment variable with its value here (``None``: unset)."""
+
+    name: str
+    value: str | None
+    description: str
+
+
+class PluginFinding(TypedDict):
+    """A plugin, its status, and the private core names its source uses."""
+
+    name: str
+    distribution: str
+    version: str
+    status: str
+    reason: str
+    private_names: list[PrivateNameRecord]
+
+
+class AcceleratorFinding(TypedDict):
+    """An accelerator: available here or why not."""
+
+    name: str
+    aliases: list[str]
+    provider: str
+    priority: int
+    available: bool
+    reason: str
+    device_count: int | None
+
+
+class RegisteredEnvironment(TypedDict):
+    """A registered cluster environment with those of its variables that are set."""
+
+    name: str
+    provider: str
+    priority: int
+    description: str
+    set: dict[str, str]
+
+
+class ClusterReport(TypedDict):
+    """The detected cluster environment (``name`` ``None``: a plain process), why, and the ranks it gives (the keys
+    of :class:`~accelkit.environments.base.EnvironmentDescription`)."""
+
+    name: str | None
+    reason: str
+    asked: list[str]
+    registered: list[RegisteredEnvironment]
+    problems: list[str]
+    stale: NotRequired[str | None]
+    world_size: NotRequired[int]
+    global_rank: NotRequired[int]
+    local_rank: NotRequired[int]
+    local_world_size: NotRequired[int]
+    num_nodes: NotRequired[int]
+    node_rank: NotRequired[int]
+    main_address: NotRequired[str]
+    main_port: NotRequired[int]
+
+
+class DoctorReport(TypedDict):
+    """What :func:`doctor_report` returns."""
+
+    python: dict[str, str]
+    packages: dict[str, str | None]
+    plugins: list[PluginFinding]
+    accelerators: list[AcceleratorFinding]
+    auto: str | None
+    environment: list[EnvironmentValue]
+    cluster_environment: ClusterReport
+    problems: list[str]
+    warnings: list[str]
+
+
+def _requirement_versions(distribution_name: str) -> list[RequirementFinding]:
     """The requirements of an installed distribution with the installed version of each (metadata only)."""
     from importlib import metadata
 
@@ -20,7 +111,7 @@ def _requirement_versions(distribution_name: str) -> list[dict[str, Any]]:
         requires = metadata.distribution(distribution_name).requires or []
     except metadata.PackageNotFoundError:
         return []
-    found: list[dict[str, Any]] = []
+    found: list[RequirementFinding] = []
     for text in requires:
         try:
             requirement = Requirement(text)
@@ -43,7 +134,7 @@ def _requirement_versions(distribution_name: str) -> list[dict[str, Any]]:
     return found
 
 
-def _environment_variables(manager: Any) -> dict[str, str]:
+def _environment_variables(manager: PluginManager) -> dict[str, str]:
     """Variable names (``PREFIX_*`` for prefixes) that the core and the plugins declare, with what each means."""
     names: dict[str, str] = {}
     for declared in reversed(manager.hook.accelkit_environment_variables()):  # the core's first
@@ -54,9 +145,9 @@ def _environment_variables(manager: Any) -> dict[str, str]:
     return names
 
 
-def _environment_values(names: dict[str, str]) -> list[dict[str, Any]]:
+def _environment_values(names: dict[str, str]) -> list[EnvironmentValue]:
 
-    values: list[dict[str, Any]] = []
+    values: list[EnvironmentValue] = []
     for name, description in names.items():
         if name.endswith("*"):
             prefix = name[:-1]
@@ -70,7 +161,7 @@ def _environment_values(names: dict[str, str]) -> list[dict[str, Any]]:
     return values
 
 
-def _plugin_problem(info: Any) -> str | None:
+def _plugin_problem(info: PluginInfo) -> str | None:
     """The doctor's sentence for a plugin that is not loaded, saying what happened and what fixes it."""
     from accelkit.plugins.manager import BLOCK_ENV
 
@@ -90,13 +181,14 @@ def _plugin_problem(info: Any) -> str | None:
             f"Fix: upgrade {info.distribution or 'it'} or report the error to its authors; until then {block}.")
 
 
-def _plugin_findings(manager: Any, packages: dict[str, Any], problems: list[str]) -> list[dict[str, Any]]:
+def _plugin_findings(manager: PluginManager, packages: dict[str, str | None], problems: list[str]
+                     ) -> list[PluginFinding]:
     """Every plugin with its status and the private core names its source uses, each one not loaded as a problem,
     and the plugin distributions' requirements (their installed versions into ``packages``, unmet ones as
     problems)."""
     from accelkit.plugins.private_names import private_core_names
 
-    plugins = []
+    plugins: list[PluginFinding] = []
     for info in sorted(manager.infos.values(), key=lambda i: (i.name, i.status)):
         plugins.append({"name": info.name, "distribution": info.distribution, "version": info.version,
                         "status": info.status, "reason": info.reason,
@@ -118,16 +210,16 @@ def _plugin_findings(manager: Any, packages: dict[str, Any], problems: list[str]
     return plugins
 
 
-def _accelerator_findings(registry: Any, problems: list[str]) -> tuple[list[dict[str, Any]], str | None]:
+def _accelerator_findings(registry: Registry, problems: list[str]) -> tuple[list[AcceleratorFinding], str | None]:
     """Each accelerator in the order ``"auto"`` tries them: available or why not; and what ``"auto"`` picks."""
-    accelerators = []
+    accelerators: list[AcceleratorFinding] = []
     auto: str | None = None
     for record in registry.accelerator_records():
-        entry: dict[str, Any] = {"name": record.name, "aliases": list(record.aliases), "provider": record.provider,
-                                 "priority": record.priority, "available": False, "reason": "",
-                                 "device_count": None}
+        entry: AcceleratorFinding = {"name": record.name, "aliases": list(record.aliases), "provider": record.provider,
+                                     "priority": record.priority, "available": False, "reason": "",
+                                     "device_count": None}
         try:
-            cls = record.load()
+            cls = cast("type[Accelerator]", record.load())  # an accelerator record names an Accelerator subclass
             entry["available"] = bool(cls.is_available())
             entry["reason"] = "" if entry["available"] else (cls.unavailable_reason() or "not available")
             entry["device_count"] = int(cls.device_count()) if entry["available"] else None
@@ -144,7 +236,7 @@ def _accelerator_findings(registry: Any, problems: list[str]) -> tuple[list[dict
     return accelerators, auto
 
 
-def doctor_report(manager: Any = None) -> dict[str, Any]:
+def doctor_report(manager: PluginManager | None = None) -> DoctorReport:
     """Everything ``accelkit doctor`` shows, as plain data. Starts no device runtime.
 
     :param manager: a :class:`~accelkit.plugins.manager.PluginManager`; a fresh one if omitted.
@@ -170,7 +262,7 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             return None
 
-    packages: dict[str, Any] = {name: version_of(name) for name in ("accelkit", "torch", "pluggy", "packaging")}
+    packages: dict[str, str | None] = {name: version_of(name) for name in ("accelkit", "torch", "pluggy", "packaging")}
     plugins = _plugin_findings(manager, packages, problems)
     accelerators, auto = _accelerator_findings(registry, problems)
     environment = _environment_values(_environment_variables(manager))
@@ -199,14 +291,16 @@ def doctor_report(manager: Any = None) -> dict[str, Any]:
     }
 
 
-def _registered_environments(registry: Any, problems: list[str]) -> list[dict[str, Any]]:
+def _registered_environments(registry: Registry, problems: list[str]) -> list[RegisteredEnvironment]:
     """Every registered cluster environment in detection order, with those of its variables that are set."""
-    registered = []
+    from accelkit.environments.detection import environment_class
+
+    registered: list[RegisteredEnvironment] = []
     for record in registry.cluster_environment_records():
-        entry: dict[str, Any] = {"name": record.name, "provider": record.provider, "priority": record.priority,
-                                 "description": record.description, "set": {}}
+        entry: RegisteredEnvironment = {"name": record.name, "provider": record.provider, "priority": record.priority,
+                                        "description": record.description, "set": {}}
         try:
-            variables = record.load().variables
+            variables = environment_class(record).variables
         except Exception as exc:  # noqa: BLE001 - a broken environment class is a finding, not a crash
             problems.append(f"cluster environment {record.name!r} ({record.provider}) cannot be imported: "
                             f"{type(exc).__name__}: {exc}")
@@ -216,11 +310,11 @@ def _registered_environments(registry: Any, problems: list[str]) -> list[dict[st
     return registered
 
 
-def _cluster_environment_report(manager: Any, registry: Any, problems: list[str]) -> dict[str, Any]:
+def _cluster_environment_report(manager: PluginManager, registry: Registry, problems: list[str]) -> ClusterReport:
     """Which launcher's environment describes this process (``accelkit.environments.base``), and why."""
     from accelkit.environments.detection import detect_cluster_environment
 
-    report: dict[str, Any] = {"name": None, "reason": "none: a plain process (no launcher's variables are set)",
+    report: ClusterReport = {"name": None, "reason": "none: a plain process (no launcher's variables are set)",
                               "asked": registry.cluster_environment_names(),
                               "registered": _registered_environments(registry, problems), "problems": []}
     try:
@@ -230,7 +324,8 @@ def _cluster_environment_report(manager: Any, registry: Any, problems: list[str]
         problems.append(f"cluster environment detection failed: {exc}")
         return report
     if found is not None:
-        report.update(found.describe())
+        # the description's keys are the report's; only the report's name may be None (no environment found)
+        report.update(cast(ClusterReport, found.describe()))
         problems.extend(f"{p} Fix: correct the launcher's variables or start the script with the launcher."
                         for p in report["problems"])
         report["stale"] = found.stale_variables()  # usable values, but no launcher stands behind them

@@ -9,7 +9,6 @@ converts the descriptions, the group titles and each option's help with :func:`p
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from jsonargparse import DefaultHelpFormatter
 
@@ -51,6 +50,6 @@ class PlainHelpFormatter(DefaultHelpFormatter):
             else super(PlainHelpFormatter, self)._fill_text(paragraph, width, indent)
             for paragraph in paragraphs)
 
-    def start_section(self, heading: Any) -> None:
+    def start_section(self, heading: str | None) -> None:
         """Start a group of options under its title, in plain text."""
         super().start_section(plain_text(heading) if isinstance(heading, str) else heading)

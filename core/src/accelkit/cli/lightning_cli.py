@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from jsonargparse import ActionConfigFile, Namespace
 
 from accelkit.cli.class_paths import translate_word
@@ -17,9 +18,11 @@ from accelkit.cli.config import (
     TRAINER_TYPES,
     ArgsType,
     ArgumentParser,
+    ClassInit,
     ConfiguredOptimizers,
     ReduceLROnPlateau,
     SaveConfigCallback,
+    SchedulerType,
     class_init,
     instantiate_config,
     param_help,
@@ -87,7 +90,8 @@ class CLI:
     :meth:`after_instantiate_classes`, ``before_<subcommand>``/``after_<subcommand>`` as with Lightning.
     """
 
-    def __init__(self, model_class: Any = None, datamodule_class: Any = None,
+    def __init__(self, model_class: type[Module] | None = None,
+                 datamodule_class: type[DataModule] | None = None,
                  save_config_callback: type[SaveConfigCallback] | None = SaveConfigCallback,
                  save_config_kwargs: dict[str, Any] | None = None, trainer_class: type = Trainer,
                  trainer_defaults: dict[str, Any] | None = None, seed_everything_default: bool | int = True,
@@ -206,7 +210,7 @@ class CLI:
             words = sys.argv[1:] if args is None else list(args)
             self.config = parser.parse_args([translate_word(str(word)) for word in words])
 
-    def _get(self, config: Namespace, key: str, default: Any = None) -> Any:
+    def _get(self, config: Namespace, key: str, default: object = None) -> Any:
         return config.get(str(self.subcommand), config).get(key, default)
 
     def _set_seed(self) -> None:
@@ -239,7 +243,7 @@ class CLI:
         config = {**(config.as_dict() if isinstance(config, Namespace) else dict(config)), **kwargs}
         return self._instantiate_trainer(config, extra)
 
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Any]) -> Trainer:
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[object]) -> Trainer:
         for name, (_, default, why) in LIGHTNING_ONLY_TRAINER_ARGUMENTS.items():
             value = config.pop(name, default)
             if value != default:
@@ -259,7 +263,8 @@ class CLI:
 
     # ----------------------------------------------------------------- optimizers
     @staticmethod
-    def configure_optimizers(module: Module, optimizer: Any, lr_scheduler: Any = None) -> Any:
+    def configure_optimizers(module: Module, optimizer: torch.optim.Optimizer,
+                             lr_scheduler: SchedulerType | None = None) -> Any:
         """What the module's ``configure_optimizers`` returns when ``--optimizer`` is given; override to change
         it. A :class:`~accelkit.cli.config.ReduceLROnPlateau` steps on its ``monitor`` metric."""
         if lr_scheduler is None:
@@ -293,7 +298,7 @@ class CLI:
         self.model.configure_optimizers = ConfiguredOptimizers(self.model, optimizer, scheduler,
                                                                 self.configure_optimizers)
 
-    def _replaced_optimizers_message(self, optimizer: dict[str, Any], scheduler: dict[str, Any] | None) -> str:
+    def _replaced_optimizers_message(self, optimizer: ClassInit, scheduler: ClassInit | None) -> str:
         """The warning when ``--optimizer`` replaces the module's own ``configure_optimizers``, in the user's names:
         the module's class, the configured classes, and the CLI class's ``configure_optimizers`` only where the
         user's CLI subclass overrides it (never accelkit's own ``CLI`` or the ``accelkit`` command's)."""
@@ -308,7 +313,7 @@ class CLI:
 
     # ----------------------------------------------------------------- running
     def _run_subcommand(self, subcommand: str) -> None:
-        before: Callable[[], Any] | None = getattr(self, f"before_{subcommand}", None)
+        before: Callable[[], object] | None = getattr(self, f"before_{subcommand}", None)
         if callable(before):
             before()
         method = getattr(self, subcommand, None) or getattr(self.trainer, subcommand)
@@ -317,7 +322,7 @@ class CLI:
         if callable(after):
             after()
 
-    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, Any]:
+    def _prepare_subcommand_kwargs(self, subcommand: str) -> dict[str, object]:
         given = self.config_init[subcommand]
         kwargs = {k: given[k] for k in self._subcommand_method_arguments[subcommand] if k in given}
         kwargs["model"] = self.model

@@ -13,8 +13,7 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from accelkit.errors import AccelkitError
 from accelkit.plugins.manager import PluginManager
@@ -63,8 +62,9 @@ def build_parser(manager: PluginManager | None = None,
         sub_parser = sub.add_parser(record.name, aliases=list(record.aliases), help=_help_line(record),
                                     description=record.help)
         sub_parser.set_defaults(command_record=record)
-        if record is selected and record.add_arguments is not None:
-            record.load_add_arguments()(sub_parser)
+        add_arguments = record.load_add_arguments() if record is selected else None
+        if add_arguments is not None:
+            add_arguments(sub_parser)
     return parser
 
 
@@ -75,7 +75,7 @@ def _selected(registry: Registry, words: list[str]) -> CommandRecord | None:
     return registry.find_named(registry.commands, words[0])
 
 
-def _prepare(words: list[str]) -> Any:
+def _prepare(words: list[str]) -> Callable[[], int | None] | None:
     """The function that runs what ``words`` ask for (``None``: print the help and exit with 2)."""
     manager, caught = load_commands()
     record = _selected(manager.registry, words)
@@ -103,7 +103,8 @@ def _prepare(words: list[str]) -> Any:
     return lambda: _run_command(record, run, args, manager)
 
 
-def _run_command(record: CommandRecord, run: Any, args: Any, manager: PluginManager) -> Any:
+def _run_command(record: CommandRecord, run: Callable[[argparse.Namespace], int | None], args: argparse.Namespace,
+                 manager: PluginManager) -> int | None:
     """Run a command; a plugin's command that raises something other than an accelkit error shows its traceback,
     then a last line naming the command, its plugin and distribution (the traceback alone does not)."""
     if record.provider == CORE_PROVIDER:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
+from accelkit.records import AcceleratorRecord, ClusterEnvironmentRecord, Record, StrategyRecord
+
+if TYPE_CHECKING:
+    from accelkit.plugins.manager import PluginManager
+    from accelkit.plugins.private_names import PrivateNameRecord
 
 #: (record kind in the registry, section of a plugin's ``provides``)
 SECTIONS = (("accelerator", "accelerators"), ("strategy", "strategies"), ("precision", "precisions"),
@@ -14,12 +20,58 @@ SECTIONS = (("accelerator", "accelerators"), ("strategy", "strategies"), ("preci
 CORE_PLUGIN_NAME = "accelkit-core"
 
 
+class RecordEntry(TypedDict):
+    """One registered name in a report: ``priority`` for accelerators and cluster environments, ``accelerators``
+    (``None``: any) for strategies and precisions."""
+
+    name: str
+    aliases: list[str]
+    description: str
+    priority: NotRequired[int]
+    accelerators: NotRequired[list[str] | None]
+
+
+#: what one plugin (or the core) registered, per section (``accelerators`` ... ``profilers``)
+Provides = dict[str, list[RecordEntry]]
+
+
+class PluginEntry(TypedDict):
+    """One plugin in :func:`plugin_report`."""
+
+    name: str
+    distribution: str
+    version: str
+    status: str
+    reason: str
+    preferred: str
+    api: str
+    hooks: list[str]
+    provides: Provides
+    private_names: list[PrivateNameRecord]
+
+
+class CoreEntry(TypedDict):
+    """What the core itself registers, in :func:`plugin_report`."""
+
+    provides: Provides
+
+
+class PluginReport(TypedDict):
+    """What :func:`plugin_report` returns."""
+
+    accelkit: str
+    hook_api: str
+    core: CoreEntry
+    plugins: list[PluginEntry]
+    conflicts: list[str]
+
+
 def add_json_argument(parser: argparse.ArgumentParser) -> None:
     """The ``--json`` option of ``accelkit plugins`` and ``accelkit doctor``."""
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 
 
-def quiet_manager() -> Any:
+def quiet_manager() -> PluginManager:
     """A :class:`~accelkit.plugins.manager.PluginManager` whose load failures are recorded, not printed as warnings
     (the listings report them)."""
     import warnings
@@ -33,31 +85,31 @@ def quiet_manager() -> Any:
     return manager
 
 
-def manager_of(args: argparse.Namespace) -> Any:
+def manager_of(args: argparse.Namespace) -> PluginManager:
     """The plugin manager ``accelkit`` found the command through, or a quiet new one."""
     return getattr(args, "plugin_manager", None) or quiet_manager()
 
 
-def _entry(kind: str, record: Any) -> dict[str, Any]:
-    entry: dict[str, Any] = {"name": record.name, "aliases": list(record.aliases), "description": record.description}
-    if kind in ("accelerator", "cluster environment"):
+def _entry(record: Record) -> RecordEntry:
+    entry: RecordEntry = {"name": record.name, "aliases": list(record.aliases), "description": record.description}
+    if isinstance(record, (AcceleratorRecord, ClusterEnvironmentRecord)):  # the kinds "accelerator", "cluster ..."
         entry["priority"] = record.priority
-    elif kind in ("strategy", "precision"):
+    elif isinstance(record, StrategyRecord):  # the kinds "strategy" and "precision" (a PrecisionRecord is one)
         entry["accelerators"] = None if record.accelerators is None else list(record.accelerators)
     return entry
 
 
-def provided_by(manager: Any, plugin_name: str | None) -> dict[str, list[dict[str, Any]]]:
+def provided_by(manager: PluginManager, plugin_name: str | None) -> Provides:
     """What one loaded plugin registered, per section (``accelerators`` ... ``commands``), from the registry;
     every section empty for ``None`` (a plugin that is not loaded)."""
-    provided: dict[str, list[dict[str, Any]]] = {section: [] for _, section in SECTIONS}
+    provided: Provides = {section: [] for _, section in SECTIONS}
     sections = dict(SECTIONS)
     for kind, record in manager.registry.provided.get(plugin_name, []) if plugin_name is not None else []:
-        provided[sections[kind]].append(_entry(kind, record))
+        provided[sections[kind]].append(_entry(record))
     return provided
 
 
-def plugin_report(manager: Any = None) -> dict[str, Any]:
+def plugin_report(manager: PluginManager | None = None) -> PluginReport:
     """Everything ``accelkit plugins`` shows, as plain data.
 
     :param manager: a :class:`~accelkit.plugins.manager.PluginManager`; a fresh one (with entry-point discovery) if
@@ -78,7 +130,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
 
     manager = manager or quiet_manager()
     conflicts = manager.conflicts()  # builds the registry first: a plugin whose hook raises is "failed" below
-    plugins = []
+    plugins: list[PluginEntry] = []
     for key, info in sorted(manager.infos.items(), key=lambda item: (item[1].name, item[0])):
         plugins.append({
             "name": info.name, "distribution": info.distribution, "version": info.version,
@@ -91,7 +143,7 @@ def plugin_report(manager: Any = None) -> dict[str, Any]:
             "core": {"provides": provided_by(manager, CORE_PLUGIN_NAME)}, "plugins": plugins, "conflicts": conflicts}
 
 
-def private_names_sentence(uses: list[dict[str, Any]]) -> str:
+def private_names_sentence(uses: list[PrivateNameRecord]) -> str:
     """The warning ``accelkit plugins`` and ``accelkit doctor`` print for a plugin using private core names (``uses``:
     the ``private_names`` of :func:`accelkit.cli.plugin_report`)."""
     from accelkit.plugins.private_names import STABILITY_PROMISE
@@ -101,7 +153,7 @@ def private_names_sentence(uses: list[dict[str, Any]]) -> str:
             f"change or go in any release, so ask its authors to use public names instead: {listed}")
 
 
-def _names(entries: list[dict[str, Any]]) -> str:
+def _names(entries: list[RecordEntry]) -> str:
     shown = []
     for entry in entries:
         text = entry["name"]
@@ -109,13 +161,14 @@ def _names(entries: list[dict[str, Any]]) -> str:
             text += f" (alias {', '.join(entry['aliases'])})"
         if "priority" in entry:
             text += f" [priority {entry['priority']}]"
-        if entry.get("accelerators"):
-            text += f" [on {', '.join(entry['accelerators'])}]"
+        accelerators = entry.get("accelerators")
+        if accelerators:
+            text += f" [on {', '.join(accelerators)}]"
         shown.append(text)
     return ", ".join(shown) or "-"
 
 
-def _print_provides(provides: dict[str, list[dict[str, Any]]], always: tuple[str, ...]) -> None:
+def _print_provides(provides: Provides, always: tuple[str, ...]) -> None:
     for _, section in SECTIONS:
         if provides[section] or section in always:
             print(f"  {section.replace('_', ' ')}: {_names(provides[section])}")

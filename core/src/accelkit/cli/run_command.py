@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelkit.strategies.launchers.script import ScriptLauncher
 
 from accelkit.fabric.fabric import COMMAND_LINE_SETTINGS as SETTINGS
 
@@ -58,7 +61,7 @@ def run_command(words: list[str]) -> int:
     return launcher.run_everywhere(command)
 
 
-def _compose(settings: dict[str, Any]) -> Any:
+def _compose(settings: dict[str, Any]) -> ScriptLauncher:
     """Compose the run from ``settings`` as a Fabric does; return the launcher that starts its processes."""
     from accelkit.errors import ConfigurationError
     from accelkit.fabric.fabric import DEFAULTS, compose_fabric

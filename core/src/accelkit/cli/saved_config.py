@@ -19,9 +19,12 @@ import sys
 from collections.abc import Iterator
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import yaml
+
+if TYPE_CHECKING:
+    from jsonargparse import Namespace
 
 #: the sub-commands whose configurations nest under their names in a top-level configuration file
 STAGES = ("fit", "validate", "test", "predict")
@@ -83,7 +86,7 @@ def accept_class_paths(value: Any, classes: dict[str, type] | None = None) -> An
     return out
 
 
-def import_class_path(path: str) -> Any:
+def import_class_path(path: str) -> object:
     """The object a configuration's dotted ``class_path`` names (``torch.optim.SGD``), resolved as jsonargparse
     resolves it (its only use of jsonargparse's ``_util``), or that a file-form one names (:func:`import_file_form`).
     Call it only where a class is asked for."""
@@ -92,7 +95,7 @@ def import_class_path(path: str) -> Any:
     return import_file_form(path) if is_file_form(path) else import_object(path)
 
 
-def _names_file_of(named: Any, cls: type) -> bool:
+def _names_file_of(named: object, cls: type) -> bool:
     """Whether a file-form class path names ``cls`` in the file its module was imported from (nothing imported)."""
     if not is_file_form(named) or named.rpartition(":")[2] != cls.__qualname__:
         return False
@@ -100,14 +103,14 @@ def _names_file_of(named: Any, cls: type) -> bool:
     return file is not None and Path(file).resolve() == file_form_location(named)
 
 
-def _import(path: Any) -> Any:
+def _import(path: str) -> object:
     try:
         return import_class_path(path)
     except Exception:  # noqa: BLE001 - not importable: the parser reports the class path
         return None
 
 
-def with_class_paths(text: str, config: Any, classes: dict[str, type]) -> str:
+def with_class_paths(text: str, config: Namespace, classes: dict[str, type]) -> str:
     """``text`` (a dumped configuration) with each fixed-class group in ``{class_path, init_args}`` form, its init
     arguments completed from ``config`` with the values the dump leaves out (those argument links filled in), so
     that any command rebuilds the same objects from the file. The header comment lines are kept."""
@@ -129,7 +132,7 @@ def with_class_paths(text: str, config: Any, classes: dict[str, type]) -> str:
     return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
-def _plain(value: Any) -> bool:
+def _plain(value: object) -> bool:
     """Whether ``value`` is plain data a YAML file holds (numbers, strings, lists and dicts of them)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return True
@@ -168,7 +171,7 @@ def file_form_class_paths(text: str) -> str:
     return _CLASS_PATH_LINE.sub(file_form, text)
 
 
-def is_file_form(named: object) -> bool:
+def is_file_form(named: object) -> TypeGuard[str]:
     """Whether a ``class_path`` is of the file form, ``examples/digits.py:Net``."""
     return isinstance(named, str) and _FILE_FORM.search(named) is not None
 
@@ -184,7 +187,7 @@ def file_form_location(named: str) -> Path:
     return Path(location).resolve()
 
 
-def import_file_form(named: str) -> Any:
+def import_file_form(named: str) -> object:
     """The object a file-form ``class_path`` names, its file imported as a module of its stem
     (:func:`accelkit.utilities.file_modules.import_file`; recorded for :func:`file_form_class_paths`). Called only
     where an argument's annotation asks for a class (:mod:`accelkit.cli.class_path_safety`).
@@ -199,7 +202,7 @@ def import_file_form(named: str) -> Any:
         raise ImportError(f"class_path {named!r}: no such file {str(file)!r}")
     module = import_file(file)
     FILE_MODULES[module.__name__] = file
-    found: Any = module
+    found: object = module
     for part in named.rpartition(":")[2].split("."):
         if not hasattr(found, part):
             raise ImportError(f"class_path {named!r}: {file.name} has no {part!r}")

@@ -16,7 +16,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from accelkit.cli.config import ArgumentParser
 
 from accelkit.errors import ConfigurationError
 from accelkit.trainer.summary import print_fit_summary
@@ -131,7 +134,7 @@ def pop_test_after_fit(words: list[str]) -> tuple[list[str], bool]:
     return kept, value.lower() == "true"
 
 
-def check_ckpt_path(ckpt_path: Any, stage: str = "fit") -> None:
+def check_ckpt_path(ckpt_path: str | os.PathLike[str] | None, stage: str = "fit") -> None:
     """Refuse a ``--ckpt_path`` naming nothing that exists (``"last"`` is the Trainer's to find, and ``"best"`` that
     of a ``fit``; a ``validate``, ``test`` or ``predict`` command has no fit before it whose best it could be).
 
@@ -207,7 +210,7 @@ def _make_cli_class(test_after_fit: bool = True, subcommand: str | None = None) 
             every = CLI.subcommands()
             return every if subcommand is None else {subcommand: every[subcommand]}
 
-        def add_arguments_to_parser(self, parser: Any) -> None:
+        def add_arguments_to_parser(self, parser: ArgumentParser) -> None:
             """``--trainer.max_epochs``'s help says the command's own default (the Trainer's docstring gives the
             Trainer's, Lightning's 1000, which the command does not use)."""
             for action in parser._actions:  # argparse keeps no public list of a parser's options
@@ -284,7 +287,7 @@ def run_config_command(subcommand: str, words: list[str]) -> int:
             raise
         raise ConfigurationError(f"accelkit {subcommand} needs jsonargparse, which is not installed: "
                                  "pip install \"accelkit[cli]\"") from None
-    parser_kwargs: dict[str, Any] = {"prog": "accelkit"}
+    parser_kwargs: dict[str, object] = {"prog": "accelkit"}
     if subcommand == "fit":
         parser_kwargs["fit"] = {"description": FIT_HELP}
     cli_class(args=[subcommand, *resolve_targets(words)], parser_kwargs=parser_kwargs,

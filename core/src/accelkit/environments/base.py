@@ -7,12 +7,28 @@ import os
 import re
 import zlib
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NotRequired, TypedDict
 
 from accelkit.errors import ConfigurationError
 
 #: the rendezvous port torch uses when nothing chooses another one
 DEFAULT_PORT = 29500
+
+
+class EnvironmentDescription(TypedDict):
+    """What :meth:`ClusterEnvironment.describe` returns: the ranks and the rendezvous only when there is no problem."""
+
+    name: str
+    reason: str
+    problems: list[str]
+    world_size: NotRequired[int]
+    global_rank: NotRequired[int]
+    local_rank: NotRequired[int]
+    local_world_size: NotRequired[int]
+    num_nodes: NotRequired[int]
+    node_rank: NotRequired[int]
+    main_address: NotRequired[str]
+    main_port: NotRequired[int]
 
 
 class ClusterEnvironment:
@@ -49,7 +65,7 @@ class ClusterEnvironment:
     def __init__(self, env: Mapping[str, str] | None = None) -> None:
         self.env: Mapping[str, str] = os.environ if env is None else env
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         """Pickled with the strategy for spawned workers: the live process environment travels as "this process's
         environment" (``os.environ`` cannot be pickled, and a worker must read its own), a recorded dict as is."""
         state = self.__dict__.copy()
@@ -57,7 +73,7 @@ class ClusterEnvironment:
             state["env"] = None
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         if self.env is None:
             self.env = os.environ
@@ -197,14 +213,14 @@ class ClusterEnvironment:
                 "process: these variables are stale (exported into the shell or copied into a job script), and "
                 "the other ranks they announce will never join. Unset them, or start the script with the launcher.")
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> EnvironmentDescription:
         """Plain data for ``accelkit doctor --json``: the name, the reason, the ranks (or the problems)."""
         problems = self.validate()
-        data: dict[str, Any] = {"name": self.name, "reason": self.reason(), "problems": problems}
+        data: EnvironmentDescription = {"name": self.name, "reason": self.reason(), "problems": problems}
         if not problems:
-            for attr in ("world_size", "global_rank", "local_rank", "local_world_size", "num_nodes", "node_rank",
-                         "main_address", "main_port"):
-                data[attr] = getattr(self, attr)
+            data.update({"world_size": self.world_size, "global_rank": self.global_rank, "local_rank": self.local_rank,
+                         "local_world_size": self.local_world_size, "num_nodes": self.num_nodes,
+                         "node_rank": self.node_rank, "main_address": self.main_address, "main_port": self.main_port})
         return data
 
     def __repr__(self) -> str:

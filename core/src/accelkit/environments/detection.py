@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Protocol, cast
 
 from accelkit.environments.base import ClusterEnvironment
 from accelkit.errors import PluginConflictError, PluginError
@@ -33,14 +33,39 @@ def builtin_cluster_environments() -> list[ClusterEnvironmentRecord]:
     ]
 
 
+class EnvironmentRegistry(Protocol):
+    """What detection reads of a :class:`~accelkit.plugins.registry.Registry`."""
+
+    @property
+    def cluster_environments(self) -> Mapping[str, ClusterEnvironmentRecord]:
+        """The records by name (with the ``conflicts`` of names two plugins claim)."""
+
+    def cluster_environment_records(self) -> list[ClusterEnvironmentRecord]:
+        """Every record, in detection order."""
+
+
+class EnvironmentSource(Protocol):
+    """What detection reads of a :class:`~accelkit.plugins.manager.PluginManager`: its registry."""
+
+    @property
+    def registry(self) -> EnvironmentRegistry:
+        """The registry of the loaded plugins."""
+
+
+def environment_class(record: ClusterEnvironmentRecord) -> type[ClusterEnvironment]:
+    """The class ``record`` names, imported if its target is a string."""
+    return cast("type[ClusterEnvironment]", record.load())  # the record's contract: a ClusterEnvironment subclass
+
+
 # --------------------------------------------------------------------------------------------- detection
-def cluster_environment_records(manager: Any) -> list[Any]:
+def cluster_environment_records(manager: EnvironmentSource) -> list[ClusterEnvironmentRecord]:
     """The registered :class:`~accelkit.records.ClusterEnvironmentRecord` objects, in detection order:
     highest priority first, ties by name."""
     return manager.registry.cluster_environment_records()
 
 
-def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | None = None) -> ClusterEnvironment | None:
+def detect_cluster_environment(manager: EnvironmentSource | None = None,
+                               env: Mapping[str, str] | None = None) -> ClusterEnvironment | None:
     """The environment that describes this process, or ``None`` for a plain process.
 
     :param manager: a :class:`~accelkit.plugins.manager.PluginManager` whose registered environments are asked; without
@@ -63,7 +88,7 @@ def detect_cluster_environment(manager: Any = None, env: Mapping[str, str] | Non
         records = cluster_environment_records(manager)
     for record in records:
         try:
-            cls = record.load()
+            cls = environment_class(record)
             found = cls.detect(env)
         except Exception as exc:  # a broken plugin names itself instead of failing somewhere deeper
             raise PluginError(f"cluster environment {record.name!r} ({record.provider or 'unknown provider'}) "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, Protocol
 
 from accelkit.environments.base import ClusterEnvironment
 from accelkit.errors import WorkerError
@@ -122,7 +122,28 @@ def earlier_worker_groups(env: Mapping[str, str]) -> int:
     return len(others)
 
 
-def agree_on_max(store: Any, rank: int, world: int, value: int) -> int:
+class AgreementStore(Protocol):
+    """What :func:`agree_on_max` uses of a ``torch.distributed`` store (a ``TCPStore``; torch's type stubs lack the
+    ``timeout`` it has)."""
+
+    @property
+    def timeout(self) -> timedelta:
+        """How long :meth:`wait` waits."""
+
+    def set(self, key: str, value: str) -> None:
+        """Post ``value`` under ``key``."""
+
+    def wait(self, keys: list[str]) -> None:
+        """Wait until every key is posted (raises after :attr:`timeout`)."""
+
+    def check(self, keys: list[str]) -> bool:
+        """Whether every key is posted."""
+
+    def get(self, key: str) -> bytes:
+        """The value posted under ``key``."""
+
+
+def agree_on_max(store: AgreementStore, rank: int, world: int, value: int) -> int:
     """The largest ``value`` over the ``world`` processes of an attempt, each posting its own in ``store`` (a store
     of this attempt's own) and reading the others'; waits for them at most the store's timeout."""
     store.set(f"{EVIDENCE_KEY}/{rank}", str(value))
@@ -163,7 +184,7 @@ class TorchrunEnvironment(ClusterEnvironment):
     #: (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``); set by the strategy that joins the processes, which knows
     #: where a run listens. ``None``: over several nodes such an attempt is not told (``restart_attempt`` is
     #: ``None``).
-    store_opener: Callable[[], Any] | None = None
+    store_opener: Callable[[], AgreementStore] | None = None
     #: how long the processes of an attempt wait for each other to agree on it (seconds): the collective timeout
     #: of the strategy that joins them (set by it); ``None``: ``AGREE_TIMEOUT_S``
     wait_limit_s: Callable[[], float] | None = None

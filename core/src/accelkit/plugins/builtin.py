@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from accelkit.environments.detection import builtin_cluster_environments
 from accelkit.errors import ConfigurationError
 from accelkit.hookspecs import hookimpl
 from accelkit.records import ClusterEnvironmentRecord, CommandRecord, LoggerRecord, RunConfig
 from accelkit.strategies.sampler import default_distributed_sampler
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from torch.utils.data import Dataset, Sampler
 
 ACCELKIT_API = ">=1.0,<2"
 
@@ -35,8 +40,8 @@ def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
 
 
 @hookimpl(trylast=True)
-def accelkit_distributed_sampler(dataset: Any, sampler: Any, shuffle: bool, num_replicas: int, rank: int,
-                                 seed: int) -> Any:
+def accelkit_distributed_sampler(dataset: Dataset[object], sampler: Sampler[int] | Iterable[int], shuffle: bool,
+                                 num_replicas: int, rank: int, seed: int) -> Sampler[int]:
     """Shard ``dataset`` (or the user's ``sampler``) across ranks; see
     :class:`accelkit.strategies.sampler.ShardSampler`."""
     return default_distributed_sampler(dataset, sampler, shuffle, num_replicas, rank, seed)

@@ -7,19 +7,33 @@ configuration is valid.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from accelkit.accelerator import Accelerator
 from accelkit.environments.detection import detect_cluster_environment
 from accelkit.errors import ConfigurationError, PluginConflictError, PluginError
-from accelkit.plugins.manager import PluginManager
+from accelkit.plugins.manager import PluginInfo, PluginManager
 from accelkit.plugins.registry import catalog, suggest
 from accelkit.precision import Precision
-from accelkit.records import RunConfig, lookup_key
+from accelkit.records import AcceleratorRecord, CallbackRecord, ProfilerRecord, RunConfig, StrategyRecord, lookup_key
 from accelkit.strategies.base import Strategy
+
+if TYPE_CHECKING:
+    from accelkit.environments.base import ClusterEnvironment
+
+#: what ``accelerator=`` takes: a registered name (``"auto"``), an Accelerator instance or class
+AcceleratorArgument = str | Accelerator | type[Accelerator]
+#: what ``strategy=`` takes: a registered name (``"auto"``) or a Strategy instance
+StrategyArgument = str | Strategy
+#: what ``precision=`` takes: a registered name (``"bf16-mixed"``, ``16``) or a Precision instance
+PrecisionArgument = str | int | Precision
+
+_Scoped = TypeVar("_Scoped", bound=StrategyRecord)
 
 
 @dataclass
@@ -41,7 +55,7 @@ def _installed(dist: str) -> bool:
     return True
 
 
-def normalize_precision(precision: Any) -> str:
+def normalize_precision(precision: object) -> str:
     """``16`` -> ``"16"``, ``"BF16-Mixed"`` -> ``"bf16-mixed"``; names are matched with aliases afterwards."""
     if isinstance(precision, bool):
         raise ConfigurationError(f"precision={precision!r} is not a precision; use e.g. '32-true' or 'bf16-mixed'.")
@@ -88,13 +102,13 @@ class Resolver:
         key = lookup_key(name)
         return catalog().get(section, {}).get(key) or hints.get(section, {}).get(key)
 
-    def raise_if_failed(self, kind: str, name: str, section: str) -> list[Any]:
+    def raise_if_failed(self, kind: str, name: str, section: str) -> list[PluginInfo]:
         """Raise :class:`~accelkit.errors.PluginError` naming the plugin that would provide ``name`` (its
         distribution is the known one, or its entry-point or distribution name contains ``name``) if it failed to
         load; else return such plugins that are blocked or incompatible."""
         key, dist = lookup_key(name), self.distribution_of(name, section)
 
-        def related(info: Any) -> bool:
+        def related(info: PluginInfo) -> bool:
             return (dist is not None and lookup_key(info.distribution) == lookup_key(dist)) or (
                 key in lookup_key(info.name)) or (bool(info.distribution) and key in lookup_key(info.distribution))
 
@@ -106,7 +120,7 @@ class Resolver:
                 ) from info.error
         return [i for i in self.manager.infos.values() if i.status in ("blocked", "incompatible") and related(i)]
 
-    def not_loaded(self, stopped: list[Any]) -> str:
+    def not_loaded(self, stopped: list[PluginInfo]) -> str:
         """Sentences naming the plugins in ``stopped`` (related to the name asked for) and every other plugin that
         did not load, so was not searched."""
         message = "".join(f" Plugin {i.name!r} ({i.provider}) is installed but {i.status}: {i.reason}."
@@ -119,7 +133,8 @@ class Resolver:
         return message
 
     # ----------------------------------------------------------------- parts
-    def accelerator(self, accelerator: Any, strategy: Any) -> type[Accelerator] | None:
+    def accelerator(self, accelerator: AcceleratorArgument, strategy: StrategyArgument) -> type[Accelerator] | None:
+        """The accelerator class asked for, or ``None`` after adding a problem."""
         if isinstance(accelerator, Accelerator):
             return type(accelerator)
         if isinstance(accelerator, type) and issubclass(accelerator, Accelerator):
@@ -167,10 +182,10 @@ class Resolver:
             return None
         return cls
 
-    def load_accelerator(self, record: Any) -> type[Accelerator] | None:
+    def load_accelerator(self, record: AcceleratorRecord) -> type[Accelerator] | None:
         """The record's class, if its ``name`` is the record's name (strategies and precisions are matched to the
         class's name, so a record ``"mydevice"`` whose class says ``"mydev"`` would find none); else a problem."""
-        cls = record.load()
+        cls = cast("type[Accelerator]", record.load())  # an accelerator record names an Accelerator subclass
         if lookup_key(getattr(cls, "name", "") or "") != lookup_key(record.name):
             self.problems.append(
                 f"accelerator record {record.name!r} ({record.provider or 'unknown provider'}) names the class "
@@ -179,15 +194,18 @@ class Resolver:
             return None
         return cls
 
-    def instantiate(self, record: Any) -> Any:
+    def instantiate(self, record: StrategyRecord) -> Strategy | Precision:
         """An instance of a strategy/precision record's class, with its options, named after the record."""
-        obj = record.load()(**dict(record.options))
+        # a strategy (precision) record names a Strategy (Precision) subclass
+        obj = cast("Strategy | Precision", record.load()(**dict(record.options)))
         obj.name = record.name
         if record.notice:
             self.notices.append(record.notice)
         return obj
 
-    def scoped(self, kind: str, value: str, accelerator: str, table: dict, names: Any, section: str) -> Any:
+    def scoped(self, kind: str, value: str, accelerator: str, table: Mapping[str, list[_Scoped]],
+               names: Callable[[str], list[str]], section: str) -> _Scoped | None:
+        """The record of ``value`` for ``accelerator`` in ``table``, or ``None`` after adding a problem."""
         record = self.registry.find_scoped(table, value, accelerator)
         if record is not None:
             return record
@@ -203,7 +221,7 @@ class Resolver:
             self.problems.append(self.unknown(kind, value, names(accelerator), section))
         return None
 
-    def nothing_registered(self, kind: str, value: str, accelerator: str, example: Any) -> str:
+    def nothing_registered(self, kind: str, value: str, accelerator: str, example: StrategyRecord) -> str:
         """For the author of a new accelerator's plugin: no strategy (or precision) at all is registered for it,
         and a record like ``example`` (one that runs elsewhere) is what is missing."""
         owner = self.registry.accelerators.get(lookup_key(accelerator))
@@ -222,14 +240,15 @@ class _Parts:
     def __init__(self, resolver: Resolver, manager: PluginManager) -> None:
         self.resolver, self.manager, self.registry = resolver, manager, resolver.registry
 
-    def from_plugins(self, strategy: Any, precision: Any, plugin_names: list[str] | None,
-                     plugin_objects: list[Any] | None) -> tuple[Any, Any, Any]:
+    def from_plugins(self, strategy: StrategyArgument, precision: PrecisionArgument, plugin_names: list[str] | None,
+                     plugin_objects: list[object] | None
+                     ) -> tuple[StrategyArgument, PrecisionArgument, ClusterEnvironment | None]:
         """``plugins=[...]``: strings name a strategy or a precision; objects may be Strategy, Precision or
         ClusterEnvironment instances. Returns the strategy, the precision and a forced cluster environment."""
         from accelkit.environments.base import ClusterEnvironment
 
         reg, problems = self.registry, self.resolver.problems
-        forced_environment = None
+        forced_environment: ClusterEnvironment | None = None
         for obj in plugin_objects or []:
             if isinstance(obj, Strategy):
                 strategy = obj
@@ -253,7 +272,7 @@ class _Parts:
                 problems.append(self.resolver.unknown("plugin", name, known, "strategies"))
         return strategy, precision, forced_environment
 
-    def unknown_names(self, strategy: Any, precision: Any) -> None:
+    def unknown_names(self, strategy: StrategyArgument, precision: PrecisionArgument) -> None:
         """Without an accelerator, strategy and precision names cannot be matched to one; still report names that
         no installed plugin knows at all, so every problem is in the one error."""
         reg = self.registry
@@ -263,7 +282,7 @@ class _Parts:
             if isinstance(value, str) and lookup_key(value) != "auto" and lookup_key(value) not in table:
                 self.resolver.problems.append(self.resolver.unknown(kind, value, names(), section))
 
-    def strategy(self, strategy: Any, config: RunConfig) -> Strategy | None:
+    def strategy(self, strategy: StrategyArgument, config: RunConfig) -> Strategy | None:
         """The strategy instance (asking ``accelkit_default_strategy`` for ``"auto"``); its name into ``config``."""
         if isinstance(strategy, Strategy):
             config.strategy = strategy.name or type(strategy).__name__
@@ -277,9 +296,9 @@ class _Parts:
         if record is None:
             return None
         config.strategy = record.name
-        return self.resolver.instantiate(record)
+        return cast(Strategy, self.resolver.instantiate(record))  # a strategy record names a Strategy class
 
-    def precision(self, precision: Any, config: RunConfig) -> Precision | None:
+    def precision(self, precision: PrecisionArgument, config: RunConfig) -> Precision | None:
         """The precision instance; its name into ``config``."""
         if isinstance(precision, Precision):
             config.precision = precision.name
@@ -295,7 +314,7 @@ class _Parts:
         if record is None:
             return None
         config.precision = record.name
-        return self.resolver.instantiate(record)
+        return cast(Precision, self.resolver.instantiate(record))  # a precision record names a Precision class
 
     def connect(self, accelerator: Accelerator, strategy: Strategy | None, precision: Precision | None,
                 config: RunConfig) -> None:
@@ -322,13 +341,13 @@ class _Parts:
 
 def compose(
     manager: PluginManager,
-    accelerator: Any = "auto",
-    devices: Any = "auto",
-    strategy: Any = "auto",
-    precision: Any = "32-true",
+    accelerator: AcceleratorArgument = "auto",
+    devices: object = "auto",
+    strategy: StrategyArgument = "auto",
+    precision: PrecisionArgument = "32-true",
     num_nodes: int | None = None,
     plugin_names: list[str] | None = None,
-    plugin_objects: list[Any] | None = None,
+    plugin_objects: list[object] | None = None,
 ) -> Composition:
     """Resolve a run. Raises :class:`~accelkit.ConfigurationError` listing every problem found. ``num_nodes``
     ``None``: the launcher's (``launcher_num_nodes()``)."""
@@ -367,7 +386,7 @@ def compose(
     return Composition(acc_instance, strategy_obj, precision_obj, config, resolver.notices)
 
 
-def launcher_num_nodes(environment: Any) -> int:
+def launcher_num_nodes(environment: ClusterEnvironment | None) -> int:
     """The number of nodes of a run whose ``num_nodes`` was not given: the one the launcher that started every
     process says (torchrun's ``GROUP_WORLD_SIZE``, which an elastic run changes from one attempt to the next;
     srun's ``SLURM_NNODES``...), else 1."""
@@ -382,7 +401,7 @@ def print_notices(notices: list[str]) -> None:
         print(f"accelkit: {notice}", file=sys.stderr)
 
 
-def build_logger(name: str, save_dir: Any, manager: PluginManager) -> Any:
+def build_logger(name: str, save_dir: str | os.PathLike[str] | None, manager: PluginManager) -> object:
     """The logger registered as ``name`` (:meth:`~accelkit.plugins.registry.Registry.find_logger`), built as
     ``cls(save_dir=save_dir)``; an import failure of its class names the logger and its provider."""
     registry = manager.registry
@@ -408,7 +427,7 @@ def build_logger(name: str, save_dir: Any, manager: PluginManager) -> Any:
 CORE_PROFILERS = ("simple", "pytorch", "advanced")
 
 
-def build_named(kind: str, name: str, manager: PluginManager) -> Any:
+def build_named(kind: str, name: str, manager: PluginManager) -> object:
     """The callback or profiler (``kind``) a plugin registered as ``name``, built as ``cls()``.
 
     :raise ConfigurationError: for an unknown name: the close name ("did you mean"), the registered names, and the
@@ -416,7 +435,8 @@ def build_named(kind: str, name: str, manager: PluginManager) -> Any:
         to load.
     """
     registry = manager.registry
-    table = registry.callbacks if kind == "callback" else registry.profilers
+    table: Mapping[str, CallbackRecord | ProfilerRecord] = registry.callbacks if kind == "callback" else \
+        registry.profilers
     record = registry.find_named(table, name)
     if record is None:
         resolver = Resolver(manager)
@@ -434,7 +454,7 @@ def build_named(kind: str, name: str, manager: PluginManager) -> Any:
     return cls()
 
 
-def named_callbacks(callbacks: Any, manager: PluginManager) -> Any:
+def named_callbacks(callbacks: object, manager: PluginManager) -> object:
     """``Trainer(callbacks=...)`` with each name (``"ema"``) replaced by the callback a plugin registered for it."""
     if isinstance(callbacks, str):
         return [build_named("callback", callbacks, manager)]
@@ -443,9 +463,11 @@ def named_callbacks(callbacks: Any, manager: PluginManager) -> Any:
     return callbacks
 
 
-def named_profiler(profiler: Any, manager: PluginManager) -> Any:
+def named_profiler(profiler: object, manager: PluginManager) -> Any:
     """``Trainer(profiler=...)`` with a plugin's profiler name (``"nvtx"``) replaced by that profiler; the core's
-    own names (:data:`CORE_PROFILERS`) are left to :func:`accelkit.profilers.resolve_profiler`."""
+    own names (:data:`CORE_PROFILERS`) are left to :func:`accelkit.profilers.resolve_profiler`. (Typed ``Any``: it
+    is a :class:`~accelkit.profilers.Profiler` or what the Trainer was given, and ``profilers.py`` sits above this
+    package, so the class cannot be named here.)"""
     if isinstance(profiler, str) and profiler.strip().lower() not in CORE_PROFILERS:
         return build_named("profiler", profiler, manager)
     return profiler

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar
 
 from accelkit.records import CommandRecord
 
@@ -19,11 +19,15 @@ from accelkit.records import CommandRecord
 LEGACY_COMMANDS: list[CommandRecord] = []
 
 
+_Run = TypeVar("_Run", bound=Callable[[argparse.Namespace], "int | None"])
+_RawRun = TypeVar("_RawRun", bound=Callable[[list[str]], "int | None"])
+
+
 def command(name: str, help: str, arguments: Callable[[argparse.ArgumentParser], None] | None = None) -> Callable:
     """Deprecated (hook API 1.2): register ``run(args)`` as ``accelkit NAME``, with ``arguments(parser)`` adding
     its options. Use an ``accelkit_register_commands`` hook returning :class:`~accelkit.records.CommandRecord`."""
 
-    def decorate(run: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
+    def decorate(run: _Run) -> _Run:
         LEGACY_COMMANDS.append(CommandRecord(name, help, add_arguments=arguments, run=run))
         return run
 
@@ -34,14 +38,14 @@ def raw_command(name: str, help: str) -> Callable:
     """Deprecated (hook API 1.2): register ``run(words)``, a command that parses its own words. Use
     ``CommandRecord(..., raw=True)`` from an ``accelkit_register_commands`` hook."""
 
-    def decorate(run: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
+    def decorate(run: _RawRun) -> _RawRun:
         LEGACY_COMMANDS.append(CommandRecord(name, help, run=run, raw=True))
         return run
 
     return decorate
 
 
-def commands_of(plugin: Any) -> list[CommandRecord]:
+def commands_of(plugin: object) -> list[CommandRecord]:
     """The deprecated-decorator commands defined in ``plugin``'s top-level package (its module or a sibling)."""
     package = getattr(plugin, "__name__", "").partition(".")[0]
     if not package:

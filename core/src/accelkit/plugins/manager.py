@@ -36,7 +36,7 @@ import types
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import pluggy
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -103,7 +103,7 @@ class PluginInfo:
     preferred: str = ""
 
     def __init__(self, name: str, distribution: str = "", version: str = "", status: str = LOADED, reason: str = "",
-                 error: BaseException | None = None, hooks: list[str] | None = None, plugin: Any = None,
+                 error: BaseException | None = None, hooks: list[str] | None = None, plugin: object = None,
                  api: str = "", failed_in: str = "", preferred: str = "") -> None:
         self.name, self.distribution, self.version = name, distribution, version
         self.error, self.api, self.failed_in, self.preferred = error, api, failed_in, preferred
@@ -152,7 +152,7 @@ class PluginInfo:
         self._reason = value
 
     @property
-    def plugin(self) -> Any:
+    def plugin(self) -> object:
         """The plugin object, while it is loaded (``None`` otherwise)."""
         if self._manager is None:
             return self._plugin
@@ -238,7 +238,7 @@ class PluginManager(pluggy.PluginManager):
         finally:
             self._registry = None
 
-    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> object | None:
         """pluggy's ``unregister``; the next registry look-up no longer sees the plugin."""
         try:
             return super().unregister(plugin, name)
@@ -260,9 +260,9 @@ class PluginManager(pluggy.PluginManager):
         finally:
             self._registry = None
 
-    def _info(self, name: str, **fields: Any) -> PluginInfo:
+    def _info(self, name: str, distribution: str = "", version: str = "") -> PluginInfo:
         """A :class:`PluginInfo` whose loaded/blocked status is read from this manager's pluggy state."""
-        info = PluginInfo(name, **fields)
+        info = PluginInfo(name, distribution, version)
         info._manager = self
         return info
 
@@ -312,16 +312,16 @@ class PluginManager(pluggy.PluginManager):
                 continue
             self._register_checked(plugin, info)
 
-    def _is_preferred(self, ep: Any) -> bool:
+    def _is_preferred(self, ep: importlib_metadata.EntryPoint) -> bool:
         dist = getattr(ep, "dist", None)
         wanted = self.preferences.get(lookup_key(ep.name))
         return wanted is not None and dist is not None and lookup_key(dist.metadata["Name"]) == wanted
 
-    def _check_preferences(self, entry_points: list[Any]) -> None:
+    def _check_preferences(self, entry_points: list[importlib_metadata.EntryPoint]) -> None:
         """Warn about a preference that matches no installed entry point of that name (nothing silently ignored)."""
         for name, wanted in sorted(self.preferences.items()):
-            offered = sorted({ep.dist.metadata["Name"] for ep in entry_points
-                              if lookup_key(ep.name) == name and getattr(ep, "dist", None) is not None})
+            offered = sorted({dist.metadata["Name"] for ep in entry_points
+                              if lookup_key(ep.name) == name and (dist := getattr(ep, "dist", None)) is not None})
             if not any(lookup_key(d) == wanted for d in offered):
                 found = f"that name is provided by {', '.join(offered)}" if offered else \
                     "no installed plugin has that name"
@@ -363,7 +363,7 @@ class PluginManager(pluggy.PluginManager):
         """Whether ``info``'s distribution is the one preferred for its entry-point name."""
         return self.preferences.get(lookup_key(info.name)) == lookup_key(info.distribution)
 
-    def add_plugin(self, plugin: Any, name: str | None = None) -> PluginInfo:
+    def add_plugin(self, plugin: object, name: str | None = None) -> PluginInfo:
         """Register a plugin object passed by the user (``Trainer(plugins=[obj])``)."""
         if plugin is None or isinstance(plugin, (bool, int, float, complex, str, bytes)):
             raise TypeError(f"{plugin!r} is not a plugin: pass a module or object carrying @accelkit.hookimpl "
@@ -385,7 +385,7 @@ class PluginManager(pluggy.PluginManager):
             raise PluginError(f"plugin {name!r} is incompatible: {info.reason}")
         return info
 
-    def _register_checked(self, plugin: Any, info: PluginInfo) -> None:
+    def _register_checked(self, plugin: object, info: PluginInfo) -> None:
         declared = getattr(plugin, "ACCELKIT_API", None)
         info.api = declared or ""
         if declared is None:
@@ -463,7 +463,7 @@ class PluginManager(pluggy.PluginManager):
                 contributions.append(Contribution(plugin, name, self.provider_of(plugin), blockable, tuple(results)))
         return contributions
 
-    def provider_of(self, plugin: Any) -> str:
+    def provider_of(self, plugin: object) -> str:
         """The display name of the distribution or plugin behind ``plugin``."""
         info = self.info_of(plugin)
         if info is not None:
@@ -495,13 +495,13 @@ class PluginManager(pluggy.PluginManager):
                         {lookup_key(n): str(d) for n, d in names.items() if isinstance(d, str)})
         return hints
 
-    def info_of(self, plugin: Any) -> PluginInfo | None:
+    def info_of(self, plugin: object) -> PluginInfo | None:
         """The :class:`PluginInfo` of a registered plugin object, if it has one."""
         name = self.get_name(plugin)  # None for a plugin not registered
         info = self.infos.get(name) if name is not None else None
         return info if info is not None and info.plugin is plugin else None
 
-    def mark_failed(self, plugin: Any, error: BaseException, where: str, hook: str = "") -> None:
+    def mark_failed(self, plugin: object, error: BaseException, where: str, hook: str = "") -> None:
         """Take a plugin out because one of its hooks (``hook``, called as ``where``) raised: it is unregistered and
         reported as ``failed``."""
         name = self.get_name(plugin) or getattr(plugin, "__name__", None) or type(plugin).__name__
@@ -516,7 +516,7 @@ class PluginManager(pluggy.PluginManager):
                       stacklevel=4)
 
 
-def _registration_results(plugin: Any, callers: list[Any]) -> list[HookResult]:
+def _registration_results(plugin: object, callers: list[pluggy.HookCaller]) -> list[HookResult]:
     """Call ``plugin``'s implementations of the registration hooks ``callers``, in order, up to the first that
     raises (its plugin is taken out, so the rest need not run)."""
     results: list[HookResult] = []
@@ -526,7 +526,8 @@ def _registration_results(plugin: Any, callers: list[Any]) -> list[HookResult]:
                 continue
             where = f"{impl.plugin_name}.{caller.name}()"
             try:
-                records = tuple(impl.function() or ())
+                # a registration hook returns a list of records or None (the registry checks each record's type)
+                records = tuple(cast("Iterable[object] | None", impl.function()) or ())
             except Exception as exc:  # noqa: BLE001 - the plugin is taken out, the others keep working
                 return [*results, HookResult(caller.name, where, error=exc)]
             results.append(HookResult(caller.name, where, records))
@@ -561,7 +562,7 @@ class _Diagnostics:
         return [f"{c} Until then, only runs that use this name fail." for c in self.manager.conflicts()]
 
 
-def _warn_unmarked(manager: PluginManager, plugin: Any, info: PluginInfo) -> None:
+def _warn_unmarked(manager: PluginManager, plugin: object, info: PluginInfo) -> None:
     """Warn about functions named like a hook that lack ``@accelkit.hookimpl`` (pluggy ignores them)."""
     known = sorted(n for n in vars(hookspecs) if n.startswith(f"{hookspecs.PROJECT_NAME}_"))
     for name in sorted(n for n in dir(plugin) if n.startswith(f"{hookspecs.PROJECT_NAME}_")):
@@ -586,14 +587,14 @@ class PluginModule:
 
     name: str
 
-    def load(self) -> Any:
+    def load(self) -> types.ModuleType:
         """Import the module in this process."""
         return importlib.import_module(self.name)
 
 
-def portable_plugins(objects: list[Any]) -> list[Any]:
+def portable_plugins(objects: list[object]) -> list[object]:
     """``objects`` with each module replaced by a :class:`PluginModule` (for pickling the Trainer)."""
-    portable = []
+    portable: list[object] = []
     for obj in objects:
         if isinstance(obj, types.ModuleType):
             name = obj.__name__
@@ -606,6 +607,6 @@ def portable_plugins(objects: list[Any]) -> list[Any]:
     return portable
 
 
-def resolve_plugins(objects: list[Any]) -> list[Any]:
+def resolve_plugins(objects: list[object]) -> list[object]:
     """The inverse of :func:`portable_plugins`, in a worker: each :class:`PluginModule` imported again."""
     return [obj.load() if isinstance(obj, PluginModule) else obj for obj in objects]

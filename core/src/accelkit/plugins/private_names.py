@@ -24,7 +24,7 @@ import os
 import sys
 import types
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TypedDict, cast
 
 #: the core's top-level package, whose private names are reported
 CORE_PACKAGE = "accelkit"
@@ -32,6 +32,15 @@ CORE_PACKAGE = "accelkit"
 MAX_FILES = 2000
 #: where the promise a private name is outside of is stated
 STABILITY_PROMISE = "docs/plugins.rst, 'Stability'"
+
+
+class PrivateNameRecord(TypedDict):
+    """A :class:`PrivateNameUse` as plain data, as the JSON reports hold it."""
+
+    name: str
+    module: str
+    file: str
+    line: int
 
 
 @dataclass(frozen=True)
@@ -49,9 +58,9 @@ class PrivateNameUse:
     file: str
     line: int
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> PrivateNameRecord:
         """The use as plain data (``name``, ``module``, ``file``, ``line``) for the JSON reports."""
-        return asdict(self)
+        return cast(PrivateNameRecord, asdict(self))  # asdict gives the four fields, typed as they are
 
 
 def _private_prefix(dotted: str) -> tuple[str, str] | None:
@@ -127,7 +136,7 @@ def scan_source(text: str, filename: str) -> list[PrivateNameUse]:
     return sorted(found.values(), key=lambda use: (use.file, use.line, use.name))
 
 
-def source_files(plugin: Any) -> list[str]:
+def source_files(plugin: object) -> list[str]:
     """The ``.py`` files of the package a plugin object comes from (its top-level package's folders, or its one
     file), found through the modules already imported; none for the core's own plugins."""
     if isinstance(plugin, types.ModuleType):
@@ -152,7 +161,7 @@ def source_files(plugin: Any) -> list[str]:
     return files
 
 
-def private_core_names(plugin: Any) -> list[PrivateNameUse]:
+def private_core_names(plugin: object) -> list[PrivateNameUse]:
     """Every use of a private core name in the source of ``plugin`` (a loaded plugin object: a module, or an object
     whose class's module is read); empty for ``None`` and for the core's own plugins."""
     if plugin is None:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import difflib
 import tomllib
+import types
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from accelkit.errors import ConfigurationError, PluginConflictError
 from accelkit.hookspecs import BLOCK_ENV
@@ -23,12 +24,21 @@ from accelkit.records import (
     ClusterEnvironmentRecord,
     CommandRecord,
     LoggerRecord,
+    NamedKindRecord,
     PrecisionRecord,
     ProfilerRecord,
+    Record,
     StrategyRecord,
     by_priority,
     lookup_key,
 )
+
+if TYPE_CHECKING:
+    from accelkit.precision import Precision
+
+_V = TypeVar("_V")
+_Named = TypeVar("_Named", bound=Record)
+_Scoped = TypeVar("_Scoped", bound=StrategyRecord)
 
 #: one row per record kind: (kind, hook name, record class, Registry attribute, how names are kept)
 #: "named": one record per name; "scoped": one per name and accelerator; "core first": a name the core registers
@@ -50,7 +60,7 @@ CORE_PROVIDER = "accelkit (core)"
 _BY_HOOK = {hook: (kind, record_type, attribute, rule) for kind, hook, record_type, attribute, rule in KINDS}
 
 
-def core_plugin_module() -> Any:
+def core_plugin_module() -> types.ModuleType:
     """The module holding the core's own hook implementations (registered last, overridable by any plugin)."""
     from accelkit.plugins import builtin as _builtin
 
@@ -122,7 +132,7 @@ class Conflict:
             " or ".join(fixes) + (", or uninstall one of them" if blockable else ""))
 
 
-class _Table(dict):
+class _Table(dict[str, _V]):
     """A name table that also remembers the names claimed twice (left out of it, or kept and checked)."""
 
     def __init__(self) -> None:
@@ -153,7 +163,7 @@ class Registry:
         #: every name claimed twice
         self.conflicts: list[Conflict] = []
         #: what each plugin registered: plugin name (as registered with the manager) -> [(kind, record)]
-        self.provided: dict[str, list[tuple[str, Any]]] = {}
+        self.provided: dict[str, list[tuple[str, Record]]] = {}
         self._plugin_names: dict[str, str] = {}
 
     @classmethod
@@ -173,16 +183,17 @@ class Registry:
         return registry, failures
 
     @classmethod
-    def build(cls, manager: Any) -> Registry:
+    def build(cls, manager: RegistryOwner) -> Registry:
         """Deprecated (hook API 1.3, removed in 2.0): ``manager.registry``, which it returns with a
         :class:`DeprecationWarning`. The manager builds its registry with :meth:`assemble`."""
         warnings.warn("Registry.build(manager) is deprecated since hook API 1.3 and will be removed in 2.0: use "
                       "manager.registry instead", DeprecationWarning, stacklevel=2)
-        registry: Registry = manager.registry
-        return registry
+        return manager.registry
 
     def _add_contribution(self, contribution: Contribution) -> None:
-        collected = [(_BY_HOOK[result.hook], record) for result in contribution.results for record in result.records]
+        # assemble() took out the contributions holding something that is not a record of its hook's kind
+        collected = [(_BY_HOOK[result.hook], cast("Record", record))
+                     for result in contribution.results for record in result.records]
         provider = contribution.provider
         # what ACCELKIT_BLOCK_PLUGINS takes: entry-point names only (objects passed to the Trainer are removed)
         self._plugin_names[provider] = contribution.blockable
@@ -190,19 +201,20 @@ class Registry:
         for (kind, _, attribute, rule), record in collected:
             object.__setattr__(record, "provider", provider)
             table = getattr(self, attribute)
-            if rule == "scoped":
+            if isinstance(record, StrategyRecord):  # the "scoped" rule's kinds: strategies and precisions
                 self._add_scoped(kind, table, record)
             else:
                 self._add_named(kind, table, record, core_first=rule == "core first")
 
-    def _conflict(self, kind: str, name: str, providers: list[str], accelerators: Any = None,
+    def _conflict(self, kind: str, name: str, providers: list[str], accelerators: Iterable[str] | None = None,
                   kept: str = "") -> Conflict:
         conflict = Conflict(kind, name, providers, [self._plugin_names.get(p, "") for p in providers],
                             None if accelerators is None else frozenset(accelerators), kept)
         self.conflicts.append(conflict)
         return conflict
 
-    def _add_named(self, kind: str, table: Any, record: Any, core_first: bool = False) -> None:
+    def _add_named(self, kind: str, table: _Table[NamedKindRecord], record: NamedKindRecord,
+                   core_first: bool = False) -> None:
         # the core registers first (PluginManager.__init__), so with core_first its record is the holder
         for name in record.names:
             key = lookup_key(name)
@@ -217,12 +229,13 @@ class Registry:
             else:
                 table[key] = record
 
-    def _add_scoped(self, kind: str, table: Any, record: StrategyRecord) -> None:
+    def _add_scoped(self, kind: str, table: _Table[list[StrategyRecord]], record: StrategyRecord) -> None:
         for name in record.names:
             key = lookup_key(name)
             if any(other is record for other in table.get(key, [])):
                 continue  # a name and an alias that differ only in spelling ("bf16-true"/"bf16_true")
             for other in table.get(key, []):
+                shared: Iterable[str] | None
                 if other.accelerators is None or record.accelerators is None:
                     shared = other.accelerators if record.accelerators is None else record.accelerators
                 else:
@@ -265,7 +278,7 @@ class Registry:
         """Canonical logger names."""
         return sorted({r.name for r in self.loggers.values()})
 
-    def names_of(self, table: dict[str, Any]) -> list[str]:
+    def names_of(self, table: Mapping[str, Record]) -> list[str]:
         """Canonical names of a name table (``registry.callbacks``, ``registry.profilers``...)."""
         return sorted({r.name for r in table.values()})
 
@@ -274,7 +287,7 @@ class Registry:
         return list({id(r): r for r in self.commands.values()}.values())
 
     @staticmethod
-    def find_named(table: dict[str, Any], name: str) -> Any:
+    def find_named(table: Mapping[str, _Named], name: str) -> _Named | None:
         """The record registered as ``name`` in a name table (accelerators, loggers, commands...), or ``None``; a
         :class:`~accelkit.errors.PluginConflictError` if two plugins claim that name and it was left out."""
         key = lookup_key(name)
@@ -283,7 +296,7 @@ class Registry:
         return table.get(key)
 
     @staticmethod
-    def find_scoped(table: dict[str, list[Any]], name: str, accelerator: str) -> Any:
+    def find_scoped(table: Mapping[str, list[_Scoped]], name: str, accelerator: str) -> _Scoped | None:
         """The record registered under ``name`` for ``accelerator``, or ``None``; a
         :class:`~accelkit.errors.PluginConflictError` if two plugins claim that name there."""
         for conflict in getattr(table, "conflicts", {}).get(lookup_key(name), []):
@@ -310,7 +323,7 @@ class Registry:
         raise ConfigurationError(f"logger={name!r} is not a registered logger.{hint} Registered loggers: "
                                  f"{', '.join(names)}; or pass a logger instance (accelkit.loggers.Logger)")
 
-    def precision_name(self, precision: Any) -> str:
+    def precision_name(self, precision: Precision) -> str:
         """The registered name of a precision instance the user built (``TruePrecision(torch.float64)`` ->
         ``"64-true"``): its own ``name`` if it or its class sets one, else the record with its class and options,
         else its class name (never the ``"32-true"`` it inherits from :class:`~accelkit.precision.Precision`)."""
@@ -335,7 +348,15 @@ class Registry:
         return None
 
 
-def _same_option(value: Any, option: Any) -> bool:
+class RegistryOwner(Protocol):
+    """What :meth:`Registry.build` reads of a plugin manager: its registry."""
+
+    @property
+    def registry(self) -> Registry:
+        """The manager's registry."""
+
+
+def _same_option(value: object, option: object) -> bool:
     if isinstance(option, str) and not isinstance(value, str):  # dtype options are spelt "float64"
         return str(value).removeprefix("torch.") == option
     return bool(value == option)
@@ -353,7 +374,7 @@ class HookResult:
 
     hook: str
     where: str
-    records: tuple[Any, ...] = ()
+    records: tuple[object, ...] = ()
     error: BaseException | None = None
 
 
@@ -372,7 +393,7 @@ class Contribution:
         ``accelkit.cli.command`` decorators last, as ``accelkit_register_commands`` results).
     """
 
-    plugin: Any
+    plugin: object
     name: str
     provider: str
     blockable: str
@@ -391,7 +412,7 @@ class RegistrationFailure:
     :param hook: the hook's name.
     """
 
-    plugin: Any
+    plugin: object
     error: BaseException
     where: str
     hook: str
