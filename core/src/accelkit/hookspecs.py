@@ -139,7 +139,7 @@ def accelkit_distributed_sampler(
     rank: int,
     seed: int,
     stage: str,
-) -> Sampler[int] | None:
+) -> Iterable[int] | None:
     """Return the sampler a rank should use in a distributed run.
 
     :param dataset: the DataLoader's dataset.

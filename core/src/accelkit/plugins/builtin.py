@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sized
+from typing import TYPE_CHECKING, cast
 
 from accelkit.environments.detection import builtin_cluster_environments
 from accelkit.errors import ConfigurationError
@@ -41,10 +42,11 @@ def accelkit_register_cluster_environments() -> list[ClusterEnvironmentRecord]:
 
 @hookimpl(trylast=True)
 def accelkit_distributed_sampler(dataset: Dataset[object], sampler: Sampler[int] | Iterable[int], shuffle: bool,
-                                 num_replicas: int, rank: int, seed: int) -> Sampler[int]:
+                                 num_replicas: int, rank: int, seed: int) -> Iterable[int]:
     """Shard ``dataset`` (or the user's ``sampler``) across ranks; see
     :class:`accelkit.strategies.sampler.ShardSampler`."""
-    return default_distributed_sampler(dataset, sampler, shuffle, num_replicas, rank, seed)
+    # (the hook is asked for map-style datasets only: they have a length)
+    return default_distributed_sampler(cast(Sized, dataset), sampler, shuffle, num_replicas, rank, seed)
 
 
 @hookimpl

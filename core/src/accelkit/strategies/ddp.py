@@ -10,7 +10,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
 import torch
 import torch.distributed as dist
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from accelkit.accelerator import Accelerator
     from accelkit.environments.base import ClusterEnvironment
+    from accelkit.environments.torchrun import AgreementStore
     from accelkit.precision import Precision
     from accelkit.strategies.launchers.base import Launcher
 
@@ -92,13 +93,14 @@ class DDPStrategy(ParallelStrategy):
         group): the strategy's ``timeout_s`` where given, else the collective timeout."""
         return self.timeout_s if self.timeout_s is not None else self.collective_timeout_s
 
-    def _agreement_store(self) -> Store:
+    def _agreement_store(self) -> AgreementStore:
         """This attempt's rendezvous store, opened before the process group for the processes to agree on the
         attempt (:func:`~accelkit.strategies.rendezvous.agreement_store`), waiting at most
         :meth:`_join_timeout_s`."""
         env = self.launcher_environment()
-        return agreement_store(self.global_rank, self.world_size, self._join_timeout_s(),
-                               spans_machines=(env.num_nodes if env is not None else self.num_nodes) > 1)
+        store = agreement_store(self.global_rank, self.world_size, self._join_timeout_s(),
+                                spans_machines=(env.num_nodes if env is not None else self.num_nodes) > 1)
+        return cast("AgreementStore", store)  # a TCPStore: it has the timeout torch's type stubs leave out
 
     # the outside launcher's environment
     def launcher_environment(self) -> ClusterEnvironment | None:

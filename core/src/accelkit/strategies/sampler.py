@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from collections.abc import Callable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Sized
 from typing import Any, Protocol, TypeVar
 
 import torch
@@ -57,7 +57,7 @@ class ShardSampler(Sampler[int]):
     """
 
     def __init__(self, data_source: Sized, num_replicas: int, rank: int, shuffle: bool = False, seed: int = 0,
-                 sampler: Sampler | None = None) -> None:
+                 sampler: Iterable[int] | None = None) -> None:
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
         self.data_source = data_source
@@ -149,8 +149,8 @@ def warn_if_ranks_differ(sampler: object, num_replicas: int, rank: int) -> bool:
     return True
 
 
-def default_distributed_sampler(dataset: Sized, sampler: Sampler | None, shuffle: bool, num_replicas: int, rank: int,
-                                seed: int) -> Sampler:
+def default_distributed_sampler(dataset: Sized, sampler: Iterable[int] | None, shuffle: bool, num_replicas: int,
+                                rank: int, seed: int) -> Iterable[int]:
     """The core's sampler choice: shard the dataset, or the user's own sampler.
 
     A rank-aware ``sampler`` (see :func:`is_rank_aware`) is returned as it is: it already reads one rank's
