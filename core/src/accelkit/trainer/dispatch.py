@@ -20,6 +20,7 @@ from accelkit.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from accelkit.module.module import Module
+    from accelkit.trainer.settings import SettingsChanges
     from accelkit.trainer.trainer import Trainer
 
 
@@ -66,13 +67,13 @@ def _nothing_to_resume(trainer: Trainer) -> str:
     next attempt resumes from (the folder of the user's ``ModelCheckpoint``, not a default one)."""
     places = []
     for callback in trainer.checkpoint_callbacks:
-        if hasattr(callback, "last_checkpoint_names"):
+        if hasattr(callback, "last_checkpoint_names") and hasattr(callback, "last_checkpoint_path"):
             folder = Path(callback.last_checkpoint_path(trainer)).parent
             places.append(f"{folder} ({' or '.join(callback.last_checkpoint_names())})")
         elif hasattr(callback, "find_last_checkpoints"):
             places += sorted(str(p) for p in callback.find_last_checkpoints(trainer))
-        elif getattr(callback, "dirpath", None):  # a library's (Lightning's ModelCheckpoint): see last_checkpoints
-            places.append(f"{callback.dirpath} (last*.ckpt)")
+        elif dirpath := getattr(callback, "dirpath", None):  # a library's (Lightning's): see last_checkpoints
+            places.append(f"{dirpath} (last*.ckpt)")
     if not places:
         return ("ckpt_path='last': this run has no checkpoint callback (enable_checkpointing=False and no "
                 "ModelCheckpoint), so no attempt writes a checkpoint to resume from; starting from scratch.")
@@ -170,6 +171,18 @@ def _default_max_epochs(trainer: Trainer) -> int:
                    "callback): it stops after 1000 epochs. Give max_epochs=-1 to train without an epoch limit, "
                    "or a max_epochs, max_steps or max_time of your own.", category=UserWarning, stacklevel=7)
     return 1000
+
+
+def _default_epoch_limits(trainer: Trainer) -> None:
+    """A fit's ``min_epochs`` and ``max_epochs`` when the Trainer was not given them, set through
+    :meth:`~accelkit.Trainer.replace_settings` (the settings object is left alone when both were given)."""
+    changes: SettingsChanges = {}
+    if trainer.min_epochs is None:
+        changes["min_epochs"] = int(trainer.min_steps is not None)
+    if trainer.max_epochs is None:
+        changes["max_epochs"] = _default_max_epochs(trainer)
+    if changes:
+        trainer.replace_settings(**changes)
 
 
 def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
@@ -283,9 +296,7 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
     _warn_fit_again_in_workers(trainer, stage)
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
     if stage == "fit":  # as Lightning's fit: the epoch limits not given take their defaults (read in the hooks)
-        trainer.min_epochs = int(trainer.min_steps is not None) if trainer.min_epochs is None else trainer.min_epochs
-        if trainer.max_epochs is None:
-            trainer.max_epochs = _default_max_epochs(trainer)
+        _default_epoch_limits(trainer)
     state = trainer.run_state.state
     if strategy.launches_workers:  # the caller's state, as Lightning's caller: running, then finished or interrupted
         state.fn, state.stage, state.status = TrainerFn(stage), None, TrainerStatus.RUNNING

@@ -37,6 +37,7 @@ from accelkit.trainer.arguments import (
     split_datamodule,
 )
 from accelkit.trainer.properties import TrainerProperties
+from accelkit.trainer.settings import TrainerSettings
 from accelkit.trainer.summary import print_fit_summary
 from accelkit.utilities.seed import seed_from_environment
 
@@ -46,9 +47,20 @@ __all__ = ["Trainer", "TrainerSnapshot", "TrainerState"]  # TrainerState's home 
 @dataclass(frozen=True, eq=False)
 class TrainerSnapshot:
     """What :meth:`accelkit.Trainer.snapshot` remembered, for :meth:`accelkit.Trainer.restore`: the Trainer's
-    attributes (settings, callbacks, loggers; shallowly) and a copy of its run state (progress, stage, metrics)."""
+    settings (the object itself: it is immutable), its callback and logger lists (the lists themselves), the
+    checkpoint requested with ``trainer.ckpt_path = path``, and a copy of its run state (progress, stage, metrics)."""
 
-    attributes: dict[str, Any]
+    #: the :class:`~accelkit.trainer.settings.TrainerSettings` in use
+    settings: TrainerSettings
+    #: ``trainer.callbacks``
+    callbacks: list[Callback]
+    #: ``trainer.loggers``
+    loggers: list[Any]
+    #: ``trainer.requested_ckpt_path``
+    requested_ckpt_path: str | os.PathLike[str] | None
+    #: ``trainer.warned_unknown_hooks``
+    warned_unknown_hooks: bool
+    #: a copy of ``trainer.run_state`` (:meth:`~accelkit.loops.state.RunState.snapshot`)
     run: RunState
 
 
@@ -169,44 +181,41 @@ class Trainer(TrainerProperties):
                               detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps) if barebones else None
         arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "num_nodes": num_nodes,
                      "precision": "32-true" if precision is None else precision, "extra": dict(legacy_arguments)}
-        self._composition: Composition = self._compose(plugins, arguments, run_args, barebones_args, max_time,
+        self._composition, max_seconds = self._compose(plugins, arguments, run_args, barebones_args, max_time,
                                                        sync_batchnorm, collective_timeout)
-
-        self.fast_dev_run = fast_dev_run
         fast = int(fast_dev_run)
-        self.barebones = barebones
-        self.default_root_dir = Path(default_root_dir or os.getcwd())
+        root = Path(default_root_dir or os.getcwd())
         writes = not (fast or barebones) and (enable_checkpointing is not False or logger in (None, True))
-        unwritable = check_root_dir(self.default_root_dir) if writes else None
+        unwritable = check_root_dir(root) if writes else None
         if unwritable:
             raise ConfigurationError(unwritable)
-        self.max_steps = fast if fast else max_steps
-        self.max_epochs = 1 if fast else max_epochs  # None: fit decides (trainer/dispatch.py), as Lightning's
-        self.min_epochs, self.min_steps = min_epochs, min_steps
         limits: list[int | float | None] = [limit_train_batches, limit_val_batches, limit_test_batches,
                                             limit_predict_batches] if not fast else [fast] * 4
         if overfit_batches and not fast:
             limits[0] = limits[1] = overfit_batches
-        self.limits = dict(zip(("fit", "validate", "test", "predict"), limits, strict=True))
-        self.overfit_batches = overfit_batches
-        self.val_check_interval = run_args["val_check_interval"]
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        sanity = 0 if fast or barebones else run_args["num_sanity_val_steps"]
-        self.num_sanity_val_steps: int | float = math.inf if sanity == -1 else sanity  # -1 reads inf, as Lightning's
-        self.log_every_n_steps = run_args["log_every_n_steps"]
-        self.accumulate_grad_batches = accumulate_grad_batches
-        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
-        self.compile_step = compile_options(compile_step)  # torch.compile's keyword arguments, or None
-        self.deterministic, self.benchmark = deterministic, benchmark
-        self.inference_mode = inference_mode
-        self.detect_anomaly = detect_anomaly
-        self.sync_batchnorm = sync_batchnorm
-        self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
-        self.enable_progress_bar = not barebones and enable_progress_bar is not False
-        self.enable_model_summary = not barebones and enable_model_summary is not False
-        self.enable_checkpointing = not (fast or barebones) and enable_checkpointing is not False
-        self.use_distributed_sampler = use_distributed_sampler
-        self.seed = seed if seed is not None else seed_from_environment(0)
+        sanity = 0 if fast or barebones else 2 if num_sanity_val_steps is None else num_sanity_val_steps
+        #: the run's settings, built once here; changed only by :meth:`replace_settings` (see :attr:`settings`)
+        self._settings = TrainerSettings(
+            default_root_dir=root, fast_dev_run=fast_dev_run, barebones=barebones,
+            max_epochs=1 if fast else max_epochs,  # None: fit decides (trainer/dispatch.py), as Lightning's
+            min_epochs=min_epochs, max_steps=fast if fast else max_steps, min_steps=min_steps, max_time=max_seconds,
+            limit_train_batches=limits[0], limit_val_batches=limits[1], limit_test_batches=limits[2],
+            limit_predict_batches=limits[3], overfit_batches=overfit_batches,
+            val_check_interval=1.0 if val_check_interval is None else val_check_interval,
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=math.inf if sanity == -1 else sanity,  # -1 reads inf, as Lightning's
+            log_every_n_steps=50 if log_every_n_steps is None else log_every_n_steps,
+            accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm,
+            compile_step=compile_options(compile_step),  # torch.compile's keyword arguments, or None
+            deterministic=deterministic, benchmark=benchmark, inference_mode=inference_mode,
+            detect_anomaly=detect_anomaly, sync_batchnorm=sync_batchnorm,
+            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+            enable_progress_bar=not barebones and enable_progress_bar is not False,
+            enable_model_summary=not barebones and enable_model_summary is not False,
+            enable_checkpointing=not (fast or barebones) and enable_checkpointing is not False,
+            use_distributed_sampler=use_distributed_sampler,
+            seed=seed if seed is not None else seed_from_environment(0))
         self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, self.plugin_manager)
         self.profiler = resolve_profiler(named_profiler(profiler, self.plugin_manager))
         self.callbacks = callback_list(named_callbacks(callbacks, self.plugin_manager))
@@ -235,9 +244,10 @@ class Trainer(TrainerProperties):
 
     def _compose(self, plugins: Any, arguments: dict[str, Any], run_args: dict[str, Any],
                  barebones_args: dict[str, Any] | None, max_time: Any, sync_batchnorm: bool,
-                 collective_timeout: Any) -> Composition:
+                 collective_timeout: Any) -> tuple[Composition, float | None]:
         """Load the plugins, let them translate the arguments, check the run-control arguments and compose the
-        run from the strings: every problem found is reported together in one :class:`ConfigurationError`."""
+        run from the strings: every problem found is reported together in one :class:`ConfigurationError`.
+        Returns the composition and ``max_time`` in seconds."""
         self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
         self._manager: PluginManager | None = None
 
@@ -246,8 +256,9 @@ class Trainer(TrainerProperties):
         problems = check_run_arguments(run_args)
         if barebones_args is not None:
             check_barebones(barebones_args, problems)
+        max_seconds: float | None = None
         try:
-            self.max_time = parse_max_time(max_time)
+            max_seconds = parse_max_time(max_time)
         except ValueError as exc:
             problems.append(str(exc))
         composition: Composition = compose_arguments(manager, arguments, names, self._plugin_objects, problems,
@@ -259,7 +270,7 @@ class Trainer(TrainerProperties):
                                      "accelerator whose plugin supports it")
         if collective_timeout is not None:
             composition.strategy.collective_timeout_s = parse_collective_timeout(collective_timeout)
-        return composition
+        return composition, max_seconds
 
     def _reset_run_state(self) -> None:
         #: what the latest run holds (module, metrics, progress, loop objects): :class:`~accelkit.loops.state.RunState`;
@@ -274,14 +285,18 @@ class Trainer(TrainerProperties):
     def snapshot(self) -> TrainerSnapshot:
         """Remember this Trainer's settings and run state, to put back with :meth:`restore` (the tuner runs its trials
         on the user's Trainer, with settings of its own, and leaves it as it found it)."""
-        return TrainerSnapshot(attributes=dict(vars(self)), run=self.run_state.snapshot())
+        return TrainerSnapshot(settings=self._settings, callbacks=self.callbacks, loggers=self.loggers,
+                               requested_ckpt_path=self.requested_ckpt_path,
+                               warned_unknown_hooks=self.warned_unknown_hooks, run=self.run_state.snapshot())
 
     def restore(self, snapshot: TrainerSnapshot) -> None:
-        """Put back what :meth:`snapshot` remembered: every attribute as it was (an attribute set since is removed)
-        and the run state's progress, stage, metrics and objects."""
-        attributes = vars(self)
-        attributes.clear()
-        attributes.update(snapshot.attributes)
+        """Put back what :meth:`snapshot` remembered: the settings object (whatever :meth:`replace_settings` made
+        since), the callback and logger lists, the requested checkpoint, and the run state's progress, stage,
+        metrics and objects."""
+        self._settings = snapshot.settings
+        self.callbacks, self.loggers = snapshot.callbacks, snapshot.loggers
+        self.requested_ckpt_path = snapshot.requested_ckpt_path
+        self.warned_unknown_hooks = snapshot.warned_unknown_hooks
         self.run_state.restore(snapshot.run)
 
     # ----------------------------------------------------------------- composition

@@ -4,7 +4,8 @@ Both run short, bounded stages through the Trainer's public entry points (``fit`
 Trainer settings changed for the occasion, and leave the Trainer and the module as they found them:
 
 * :func:`check_tunable` refuses what cannot be tuned here (several processes, a wrong ``method``);
-* :class:`TuningSession` changes the Trainer's settings for the trials and puts every one of them back, with the
+* :class:`TuningSession` changes the Trainer's settings for the trials (through
+  :meth:`~accelkit.Trainer.replace_settings`) and puts them back (:meth:`~accelkit.Trainer.restore`), with the
   module's weights, its train/eval modes and ``requires_grad`` flags;
 * :func:`attribute_holders` / :func:`set_attribute` find and set a tuned value (``lr``, ``batch_size``) where the
   user keeps it: on the module, in ``module.hparams``, on the DataModule or in its ``hparams``.
@@ -138,10 +139,8 @@ class TuningSession:
         object.__setattr__(model, "configure_callbacks", _no_callbacks)
         trainer.loggers = []
         trainer.callbacks = [self.callback]
-        trainer.enable_progress_bar = False
-        trainer.enable_model_summary = False
-        trainer.max_time = None
-        trainer.min_epochs = trainer.min_steps = None
+        trainer.replace_settings(enable_progress_bar=False, enable_model_summary=False, max_time=None,
+                                 min_epochs=None, min_steps=None)
         return self
 
     def configure(self, *, max_steps: int, max_epochs: int, num_sanity_val_steps: int,
@@ -151,18 +150,19 @@ class TuningSession:
         as the Trainer says) and the batch limits of some stages (``{"validate": 3}``: ``limit_val_batches=3``);
         the step and epoch counters start again from zero."""
         trainer = self.trainer
-        trainer.max_steps = max_steps
-        trainer.max_epochs = max_epochs
-        trainer.num_sanity_val_steps = num_sanity_val_steps
-        if val_check_interval is not None:
-            trainer.val_check_interval = val_check_interval
-        if check_val_every_n_epoch is not None:
-            trainer.check_val_every_n_epoch = check_val_every_n_epoch
-        unknown = sorted(set(limits or {}) - set(trainer.limits))
+        limits = limits or {}
+        unknown = sorted(set(limits) - set(trainer.limits))
         if unknown:
             raise ValueError(f"TuningSession.configure(limits=...): no stage {unknown[0]!r}; use "
                              f"{', '.join(map(repr, trainer.limits))}")
-        trainer.limits = {**trainer.limits, **(limits or {})}
+        given = {**trainer.limits, **limits}
+        trainer.replace_settings(
+            max_steps=max_steps, max_epochs=max_epochs, num_sanity_val_steps=num_sanity_val_steps,
+            val_check_interval=trainer.val_check_interval if val_check_interval is None else val_check_interval,
+            check_val_every_n_epoch=(trainer.check_val_every_n_epoch if check_val_every_n_epoch is None
+                                     else check_val_every_n_epoch),
+            limit_train_batches=given["fit"], limit_val_batches=given["validate"], limit_test_batches=given["test"],
+            limit_predict_batches=given["predict"])
         self.reset_counters()
 
     def reset_counters(self) -> None:
