@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,9 +21,15 @@ from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from accelkit.callbacks.base import Callback
+    from accelkit.module.datamodule import DataModule
     from accelkit.module.module import Module
     from accelkit.trainer.settings import SettingsChanges
     from accelkit.trainer.trainer import Trainer
+
+
+#: a checkpoint to load, as given (a path, ``"last"``, ``"best"``) or resolved (a path), or ``None``
+CkptPath = str | os.PathLike[str] | None
 
 
 def _best_path(trainer: Trainer) -> str:
@@ -49,7 +57,7 @@ def _no_best_checkpoint(trainer: Trainer, stage: str) -> str:
             f"ckpt_path='last' or a checkpoint's path.")
 
 
-def last_checkpoints(trainer: Trainer, callback: Any) -> list[Path]:
+def last_checkpoints(trainer: Trainer, callback: Callback) -> list[Path]:
     """The ``last`` checkpoints ``callback`` may have written: its own ``find_last_checkpoints`` (accelkit's
     ``ModelCheckpoint``), else for a library's checkpoint callback (Lightning's own ``ModelCheckpoint``) the
     ``last*.ckpt`` files in its ``dirpath``, named by its ``CHECKPOINT_NAME_LAST`` and ``FILE_EXTENSION``."""
@@ -142,7 +150,7 @@ def claim_run_folders(trainer: Trainer) -> None:
             shared[folder.root_dir] = folder.version
 
 
-def _requested_ckpt(trainer: Trainer, ckpt_path: Any, stage: str) -> Any:
+def _requested_ckpt(trainer: Trainer, ckpt_path: CkptPath, stage: str) -> CkptPath:
     """``ckpt_path``, or the one set earlier with ``trainer.ckpt_path = path`` when none is given (as Lightning does);
     a given one wins, with a warning, and ends the request."""
     requested = trainer.requested_ckpt_path
@@ -185,7 +193,7 @@ def _default_epoch_limits(trainer: Trainer) -> None:
         trainer.replace_settings(**changes)
 
 
-def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
+def resolve_ckpt_path(trainer: Trainer, ckpt_path: CkptPath, stage: str, model_given: bool) -> CkptPath:
     """The checkpoint that ``stage``'s ``ckpt_path`` names (``"best"``, ``"last"``, a file or a sharded checkpoint
     directory; for an evaluation without a model, the last fit's best), or ``None``; refuses a path that is no
     checkpoint, naming it, before anything is started."""
@@ -258,9 +266,11 @@ def _warn_fit_again_in_workers(trainer: Trainer, stage: str) -> None:
                    "configure_optimizers)", stacklevel=7)
 
 
-def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
-           weights_only: bool, options: dict[str, Any]) -> Any:
-    """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects."""
+def launch(trainer: Trainer, stage: str, model: object, datamodule: DataModule | None,
+           loaders: Mapping[str, object], ckpt_path: CkptPath, weights_only: bool,
+           options: Mapping[str, object]) -> object:
+    """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects; returns
+    the stage's result (:attr:`~accelkit.strategies.launchers.result.WorkerResult.result`)."""
     from accelkit.loops.run import prepare_data, run_stage
     from accelkit.module.module import Module
     from accelkit.trainer.compiled import run_compiled_stage, unwrap_compiled

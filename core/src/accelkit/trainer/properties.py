@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from accelkit.module.datamodule import DataModule
     from accelkit.module.module import Module
     from accelkit.plugins.compose import Composition
-    from accelkit.records import RunConfig
     from accelkit.precision import Precision
+    from accelkit.records import RunConfig
     from accelkit.strategies.base import Strategy
     from accelkit.trainer.trainer import Trainer
     from accelkit.utilities.types import LRSchedulerConfig
