@@ -14,7 +14,7 @@ Trainer settings changed for the occasion, and leave the Trainer and the module 
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
@@ -22,6 +22,7 @@ from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from accelkit.callbacks.base import Callback
+    from accelkit.module.datamodule import DataModule
     from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer, TrainerSnapshot
 
@@ -43,7 +44,8 @@ def check_tunable(trainer: Trainer, what: str) -> None:
             "finds to the Trainer that runs the distributed fit")
 
 
-def check_method(method: Any, train_dataloaders: Any, val_dataloaders: Any, dataloaders: Any, what: str) -> None:
+def check_method(method: object, train_dataloaders: object, val_dataloaders: object, dataloaders: object,
+                 what: str) -> None:
     """``method`` is one of :data:`METHODS`, and the loader arguments given are the ones that method reads."""
     if method not in METHODS:
         raise ValueError(f"Tuner.{what}(method={method!r}): use one of {', '.join(map(repr, METHODS))}")
@@ -57,7 +59,7 @@ def check_method(method: Any, train_dataloaders: Any, val_dataloaders: Any, data
                                  f"loaders for {method} as dataloaders=")
 
 
-def is_datamodule(value: Any) -> bool:
+def is_datamodule(value: object) -> TypeGuard[DataModule]:
     """Whether ``value`` is a DataModule (``fit(model, dm)`` passes one where the training loaders go)."""
     from accelkit.module import DataModule
 
@@ -65,10 +67,15 @@ def is_datamodule(value: Any) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- tuned values
-def attribute_holders(name: str, model: Any, datamodule: Any = None) -> list[tuple[str, Any]]:
+#: where a tuned value is kept: ``(description, holder)`` pairs, each holder an object (the module, the DataModule)
+#: whose attribute it is, or a mapping (their ``hparams``) whose entry it is
+Holders = list[tuple[str, object]]
+
+
+def attribute_holders(name: str, model: object, datamodule: object = None) -> Holders:
     """Where ``name`` is kept, as ``(description, holder)`` pairs: the module's attribute, its ``hparams`` entry,
     the DataModule's attribute and its ``hparams`` entry (every one that exists, in that order)."""
-    found: list[tuple[str, Any]] = []
+    found: Holders = []
     for label, owner in (("model", model), ("datamodule", datamodule)):
         if owner is None:
             continue
@@ -80,7 +87,7 @@ def attribute_holders(name: str, model: Any, datamodule: Any = None) -> list[tup
     return found
 
 
-def _has_attribute(owner: Any, name: str) -> bool:
+def _has_attribute(owner: object, name: str) -> bool:
     try:
         getattr(owner, name)
     except AttributeError:
@@ -88,13 +95,13 @@ def _has_attribute(owner: Any, name: str) -> bool:
     return True
 
 
-def get_attribute(holders: list[tuple[str, Any]], name: str) -> Any:
+def get_attribute(holders: Holders, name: str) -> object:
     """The value of the first holder."""
     holder = holders[0][1]
     return holder[name] if isinstance(holder, Mapping) else getattr(holder, name)
 
 
-def set_attribute(holders: list[tuple[str, Any]], name: str, value: Any) -> None:
+def set_attribute(holders: Holders, name: str, value: object) -> None:
     """Set ``name`` to ``value`` in every holder (all of them, so the module and its ``hparams`` agree)."""
     for _, holder in holders:
         if isinstance(holder, MutableMapping):
@@ -123,7 +130,7 @@ class TuningSession:
         self._modes: list[tuple[torch.nn.Module, bool]] = []
         self._grads: list[tuple[torch.nn.Parameter, bool]] = []
         self._module_trainer: Trainer | None = None
-        self._shadowed: Any = None
+        self._shadowed: object = None
 
     def __enter__(self) -> TuningSession:
         trainer, model = self.trainer, self.model
@@ -178,7 +185,7 @@ class TuningSession:
         for param in self.model.parameters():
             param.grad = None
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         trainer, model = self.trainer, self.model
         try:
             self.restore_weights()
@@ -196,5 +203,5 @@ class TuningSession:
                 trainer.restore(self._snapshot)
 
 
-def _no_callbacks() -> list[Any]:
+def _no_callbacks() -> list[Callback]:
     return []
