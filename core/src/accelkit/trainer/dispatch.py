@@ -174,10 +174,11 @@ def _default_max_epochs(trainer: Trainer) -> int:
     bounded = trainer.max_steps != -1 or trainer.max_time is not None
     if bounded or any(isinstance(callback, Timer) for callback in trainer.callbacks):
         return -1
-    # frames from the warning up: _warn, rank_zero_warn, rank_zero_only's wrapper, here, launch, Trainer.fit, user
+    # frames from the warning up: _warn, rank_zero_warn, rank_zero_only's wrapper, here, _default_epoch_limits,
+    # launch, Trainer.fit, user
     rank_zero_warn("Trainer(max_epochs=None) and nothing else bounds this fit (no max_steps, max_time or Timer "
                    "callback): it stops after 1000 epochs. Give max_epochs=-1 to train without an epoch limit, "
-                   "or a max_epochs, max_steps or max_time of your own.", category=UserWarning, stacklevel=7)
+                   "or a max_epochs, max_steps or max_time of your own.", category=UserWarning, stacklevel=8)
     return 1000
 
 
