@@ -16,11 +16,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-__all__ = ["STAGE_LIMITS", "SettingsChanges", "SettingsProperties", "TrainerSettings"]
-
-#: each stage's ``limit_*_batches`` field of :class:`TrainerSettings` (the keys of ``Trainer.limits``)
-STAGE_LIMITS = {"fit": "limit_train_batches", "validate": "limit_val_batches", "test": "limit_test_batches",
-                "predict": "limit_predict_batches"}
+__all__ = ["SettingsChanges", "SettingsProperties", "TrainerSettings"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
