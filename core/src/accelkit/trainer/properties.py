@@ -59,8 +59,9 @@ class _AcceleratorConnectorView:
 
 
 class TrainerProperties(SettingsProperties):
-    """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers); its
-    settings' properties are :class:`~accelkit.trainer.settings.SettingsProperties`'."""
+    """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers); those of
+    its settings (``max_epochs``, ``limit_val_batches``...) come from
+    :class:`~accelkit.trainer.settings.SettingsProperties`."""
 
     # set by Trainer.__init__; declared so that the type checker knows what the properties read
     run_state: RunState
