@@ -751,7 +751,7 @@ def test_snapshot_restore_puts_settings_and_progress_back(tmp_path: Path) -> Non
     trainer = make_trainer(tmp_path, max_epochs=2, limit_train_batches=2)
     trainer.fit(RegressionModule(), DataLoader(regression_data(), batch_size=8))
     saved = trainer.snapshot()
-    trainer.max_epochs, trainer.limits = 5, {**trainer.limits, "fit": 1}
+    trainer.replace_settings(max_epochs=5, limit_train_batches=1)
     trainer.run_state.progress.load_state_dict({"epoch": 0, "global_step": 0})
     trainer.callback_metrics["trial"] = torch.tensor(1.0)
     trainer.restore(saved)

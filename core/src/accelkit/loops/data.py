@@ -45,7 +45,7 @@ class DataConnector:
         self._before = self._pick("on_before_batch_transfer")
         self._transfer = self._pick("transfer_batch_to_device")
         self._after = self._pick("on_after_batch_transfer")
-        self._to_device = strategy.batch_to_device
+        self._to_device: Callable[[object], object] = strategy.batch_to_device
         self._convert = precision.convert_input
         self._plain = self._before is None and self._transfer is None and self._after is None
         #: the loaders last prepared for each kind (``trainer.train_dataloader``, ``val_dataloaders`` ...)

@@ -36,8 +36,8 @@ def checkpoint_folders(trainer: Trainer) -> list[tuple[Path, str]]:
     for callback in trainer.checkpoint_callbacks:
         if hasattr(callback, "last_checkpoint_path"):
             folder = Path(callback.last_checkpoint_path(trainer)).parent
-        elif getattr(callback, "dirpath", None):
-            folder = Path(callback.dirpath)
+        elif dirpath := getattr(callback, "dirpath", None):
+            folder = Path(dirpath)
         else:
             continue
         found.append((folder, getattr(callback, "FILE_EXTENSION", ".ckpt")))

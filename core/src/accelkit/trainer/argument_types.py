@@ -19,10 +19,19 @@ from __future__ import annotations
 import datetime
 import numbers
 import os
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeGuard
 
 from accelkit.errors import ConfigurationError
+
+
+class MetricLogger(Protocol):
+    """What ``logger=`` takes besides names and flags: an object with Lightning's ``log_metrics`` (accelkit's
+    :class:`~accelkit.loggers.Logger`, or a logger written for Lightning)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Record ``metrics`` at ``step``."""
+
 
 #: flags that are ``True`` or ``False``
 BOOL_FLAGS = ("inference_mode", "use_distributed_sampler", "detect_anomaly", "barebones", "sync_batchnorm")
@@ -32,12 +41,12 @@ OPTIONAL_FLAGS = ("enable_checkpointing", "enable_progress_bar", "enable_model_s
 SEED_RANGE = range(0, 2**32)
 
 
-def is_integer(value: Any) -> bool:
+def is_integer(value: object) -> TypeGuard[numbers.Integral]:
     """An ``int`` or a NumPy integer (a ``numbers.Integral``), not a ``bool``."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """``repr(value)``, cut at 80 characters, with its type when the repr does not say it (``numpy.bool``,
     ``torch.Tensor``: a NumPy boolean's repr reads much like Python's)."""
     text = repr(value)
@@ -49,7 +58,7 @@ def _shown(value: Any) -> str:
     return f"{text} ({kind.__name__ if module == 'builtins' else f'{module}.{kind.__name__}'})"
 
 
-def _bool_hint(value: Any) -> str:
+def _bool_hint(value: object) -> str:
     """The fix for a near-boolean: ``bool(value)`` for NumPy booleans and one-element tensors."""
     kind = type(value)
     if kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_"):
@@ -59,35 +68,35 @@ def _bool_hint(value: Any) -> str:
     return ""
 
 
-def _is_accelerator(value: Any) -> bool:
+def _is_accelerator(value: object) -> bool:
     from accelkit.accelerator import Accelerator
 
     return isinstance(value, (str, Accelerator)) or (isinstance(value, type) and issubclass(value, Accelerator))
 
 
-def _is_strategy(value: Any) -> bool:
+def _is_strategy(value: object) -> bool:
     from accelkit.strategies.base import Strategy
 
     return isinstance(value, (str, Strategy))
 
 
-def _is_devices(value: Any) -> bool:
+def _is_devices(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return all(is_integer(item) for item in value)
     return is_integer(value) or isinstance(value, str)
 
 
-def _is_precision(value: Any) -> bool:
+def _is_precision(value: object) -> bool:
     from accelkit.precision import Precision
 
     return value is None or is_integer(value) or isinstance(value, (str, Precision))
 
 
-def _is_logger_item(value: Any) -> bool:
+def _is_logger_item(value: object) -> bool:
     return isinstance(value, str) or callable(getattr(value, "log_metrics", None))
 
 
-def _is_logger(value: Any) -> bool:
+def _is_logger(value: object) -> bool:
     if value is None or isinstance(value, bool):
         return True
     if isinstance(value, (list, tuple)):
@@ -95,13 +104,13 @@ def _is_logger(value: Any) -> bool:
     return _is_logger_item(value)
 
 
-def _is_callback_item(value: Any) -> bool:
+def _is_callback_item(value: object) -> bool:
     from accelkit.callbacks.base import Callback, lightning_callback_base
 
     return isinstance(value, (str, Callback)) or lightning_callback_base(value) is not None
 
 
-def _is_callbacks(value: Any) -> bool:
+def _is_callbacks(value: object) -> bool:
     if value is None:
         return True
     if isinstance(value, (list, tuple)):
@@ -109,13 +118,13 @@ def _is_callbacks(value: Any) -> bool:
     return _is_callback_item(value)
 
 
-def _is_profiler(value: Any) -> bool:
+def _is_profiler(value: object) -> bool:
     from accelkit.profilers import Profiler
 
     return value is None or isinstance(value, (str, Profiler))
 
 
-def _is_path(value: Any) -> bool:
+def _is_path(value: object) -> bool:
     if value is None:
         return True
     if not isinstance(value, (str, os.PathLike)):
@@ -124,31 +133,31 @@ def _is_path(value: Any) -> bool:
     return isinstance(path, str) and "\0" not in path
 
 
-def _is_seed(value: Any) -> bool:
+def _is_seed(value: object) -> bool:
     return value is None or (is_integer(value) and int(value) in SEED_RANGE)
 
 
-def _is_num_nodes(value: Any) -> bool:
+def _is_num_nodes(value: object) -> bool:
     # the type only (compose checks the value with the other problems): None, the launcher's number of nodes (else
     # 1), or a Python int, as compose needs
     return value is None or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def _is_deterministic(value: Any) -> bool:
+def _is_deterministic(value: object) -> bool:
     return value is None or isinstance(value, bool) or (isinstance(value, str) and value == "warn")
 
 
-def _is_max_time(value: Any) -> bool:
+def _is_max_time(value: object) -> bool:
     """The type only: ``parse_max_time`` checks the string's form, the dict's keys and numbers, and the length."""
     return value is None or isinstance(value, (str, datetime.timedelta, dict))
 
 
-def _is_compile_step(value: Any) -> bool:
+def _is_compile_step(value: object) -> bool:
     return value is None or isinstance(value, (bool, dict))
 
 
 #: argument -> (the check of its type, what it accepts, in words)
-CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "accelerator": (_is_accelerator, "a name such as 'cpu' or 'auto', or an accelkit.Accelerator"),
     "strategy": (_is_strategy, "a name such as 'ddp_spawn' or 'auto', or an accelkit.Strategy instance"),
     "devices": (_is_devices, "an int (how many; -1 for all), a list of int device indices, or a string such as "
@@ -175,7 +184,7 @@ CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def check_argument_types(arguments: dict[str, Any]) -> list[str]:
+def check_argument_types(arguments: Mapping[str, object]) -> list[str]:
     """Every argument of ``arguments`` (name -> value, as given to the Trainer) whose type :data:`CHECKS` refuses,
     each a sentence naming the argument, its value and what it accepts; arguments :data:`CHECKS` does not list are
     left to their own checks."""
@@ -189,7 +198,7 @@ def check_argument_types(arguments: dict[str, Any]) -> list[str]:
     return problems
 
 
-def refuse_wrong_types(arguments: dict[str, Any]) -> None:
+def refuse_wrong_types(arguments: Mapping[str, object]) -> None:
     """Raise one :class:`~accelkit.errors.ConfigurationError` listing every problem
     :func:`check_argument_types` finds in ``arguments``; nothing when there is none."""
     problems = check_argument_types(arguments)

@@ -6,12 +6,23 @@ import datetime
 import math
 import numbers
 import os
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, cast
 
 from accelkit.callbacks.base import Callback, callback_list  # noqa: F401 - callback_list: the Trainer's argument
 from accelkit.errors import ConfigurationError
 from accelkit.loops.captured import compile_options
+
+if TYPE_CHECKING:
+    from accelkit.accelerator import Accelerator
+    from accelkit.loggers.base import Logger
+    from accelkit.module.datamodule import DataModule
+    from accelkit.plugins.compose import Composition
+    from accelkit.plugins.manager import PluginManager
+
+#: the loaders a stage was given (whatever iterable of batches, or a list or dict of them)
+LoadersT = TypeVar("LoadersT")
 
 #: arguments of Lightning's Trainer that only make sense with Lightning AI's own services
 CLOUD_ONLY = {
@@ -21,11 +32,11 @@ CLOUD_ONLY = {
 }
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_limit(name: str, value: Any, problems: list[str]) -> None:
+def check_limit(name: str, value: object, problems: list[str]) -> None:
     """A ``limit_*_batches``/``overfit_batches`` value: ``None``, an int >= 0 or a float in [0, 1]."""
     if value is None:
         return
@@ -40,7 +51,7 @@ def check_limit(name: str, value: Any, problems: list[str]) -> None:
         problems.append(f"{name}={value!r} must be an int number of batches or a float fraction in [0, 1].")
 
 
-def check_run_arguments(args: dict[str, Any]) -> list[str]:
+def check_run_arguments(args: Mapping[str, object]) -> list[str]:
     """Every problem with the run-control arguments, each a sentence naming the value and what works."""
     problems: list[str] = []
     max_epochs = args["max_epochs"]
@@ -49,8 +60,9 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
     if not _is_int(args["max_steps"]) or args["max_steps"] < -1:
         problems.append(f"max_steps={args['max_steps']!r} must be an int >= 0, or -1 for no limit.")
     for name in ("min_epochs", "min_steps"):
-        if args[name] is not None and (not _is_int(args[name]) or args[name] < 0):
-            problems.append(f"{name}={args[name]!r} must be an int >= 0 or None.")
+        minimum = args[name]
+        if minimum is not None and (not _is_int(minimum) or minimum < 0):
+            problems.append(f"{name}={minimum!r} must be an int >= 0 or None.")
     if not _is_int(args["accumulate_grad_batches"]) or args["accumulate_grad_batches"] < 1:
         problems.append(f"accumulate_grad_batches={args['accumulate_grad_batches']!r} must be an int >= 1.")
     if args["gradient_clip_algorithm"] not in (None, "norm", "value"):
@@ -80,7 +92,7 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
     if not _is_int(sanity) or sanity < -1:
         problems.append(f"num_sanity_val_steps={sanity!r} must be an int >= 0, or -1 for the whole validation set.")
     fast = args["fast_dev_run"]
-    if not (isinstance(fast, bool) or (_is_int(fast) and fast >= 0)):
+    if not (isinstance(fast, bool) or (_is_int(fast) and int(fast) >= 0)):
         problems.append(f"fast_dev_run={fast!r} must be True/False or an int number of batches >= 0.")
     reload = args["reload_dataloaders_every_n_epochs"]
     if not _is_int(reload) or reload < 0:
@@ -99,7 +111,7 @@ def check_run_arguments(args: dict[str, Any]) -> list[str]:
     return problems
 
 
-def check_barebones(args: dict[str, Any], problems: list[str]) -> None:
+def check_barebones(args: Mapping[str, object], problems: list[str]) -> None:
     """``barebones=True`` turns off everything that costs time per step; asking for one of them is an error."""
     for name in ("enable_checkpointing", "enable_progress_bar", "enable_model_summary", "logger", "profiler"):
         if args[name] not in (None, False):
@@ -110,7 +122,7 @@ def check_barebones(args: dict[str, Any], problems: list[str]) -> None:
         problems.append("barebones=True turns logging off, but log_every_n_steps was passed; drop one.")
 
 
-def logger_list(logger: Any, root: Path, manager: Any = None) -> list[Any]:
+def logger_list(logger: object, root: Path, manager: PluginManager | None = None) -> list[Logger]:
     """``logger=`` as a list: ``True``/``None`` the default logger under ``root``
     (:func:`accelkit.loggers.default_logger`), ``False`` none, loggers as given; a
     name (``"tensorboard"``, ``"csv"``, a plugin's ``"mlflow"``), alone or in a list, is the registered logger
@@ -135,10 +147,11 @@ def logger_list(logger: Any, root: Path, manager: Any = None) -> list[Any]:
         if not callable(getattr(item, "log_metrics", None)):
             raise TypeError(f"logger={item!r} is not a logger (it has no log_metrics method); pass an "
                             "accelkit.loggers.Logger, a registered logger name, a list of them, True or False")
-    return items
+    return cast("list[Logger]", items)  # each item was just checked to have Logger's log_metrics
 
 
-def split_datamodule(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any]:
+def split_datamodule(loaders: LoadersT | DataModule | None, datamodule: object,
+                     name: str) -> tuple[LoadersT | None, DataModule | None]:
     """``(loaders, datamodule)`` from ``fit(model, dm)``-style calls, where a DataModule may come first."""
     from accelkit.module.datamodule import DataModule
 
@@ -153,7 +166,7 @@ def split_datamodule(loaders: Any, datamodule: Any, name: str) -> tuple[Any, Any
     return loaders, datamodule
 
 
-def parse_max_time(value: Any) -> float | None:
+def parse_max_time(value: object) -> float | None:
     """``max_time`` as seconds: a ``"DD:HH:MM:SS"`` string, a ``timedelta``, a dict of ``timedelta`` arguments,
     or ``None``."""
     if value is None:
@@ -179,7 +192,7 @@ def parse_max_time(value: Any) -> float | None:
 TIMEDELTA_KEYS = ("weeks", "days", "hours", "minutes", "seconds", "milliseconds", "microseconds")
 
 
-def _timedelta(parts: dict[Any, Any], value: Any) -> datetime.timedelta:
+def _timedelta(parts: Mapping[str, float], value: object) -> datetime.timedelta:
     """``timedelta(**parts)`` for ``max_time=value``, refusing (``ValueError`` naming it) a key timedelta does not
     take, a part that is not a finite number, and a duration longer than timedelta holds."""
     unknown = [key for key in parts if key not in TIMEDELTA_KEYS]
@@ -198,7 +211,7 @@ def _timedelta(parts: dict[Any, Any], value: Any) -> datetime.timedelta:
 
 
 # ----------------------------------------------------------------------------------------------- plugins, devices
-def plugin_arguments(plugins: Any) -> tuple[list[str], list[str], list[Any]]:
+def plugin_arguments(plugins: object) -> tuple[list[str], list[str], list[object]]:
     """``plugins=`` as ``(blocked names, strategy/precision names, objects)``; anything else is refused naming it.
 
     Accepted: ``None``, one item or a list/tuple of: ``"no:NAME"`` (block an installed plugin), a strategy or
@@ -230,7 +243,7 @@ def plugin_arguments(plugins: Any) -> tuple[list[str], list[str], list[Any]]:
     return blocked, names, [p for p in items if not isinstance(p, str)]
 
 
-def _looks_like_plugin(item: Any) -> bool:
+def _looks_like_plugin(item: object) -> bool:
     """A module, or an object with an ``ACCELKIT_API`` declaration or an ``accelkit_*`` attribute."""
     import types
 
@@ -245,14 +258,14 @@ def _looks_like_plugin(item: Any) -> bool:
 MAX_DEVICES_PER_NODE = 256
 
 
-def check_device_count(devices: Any, accelerator: Any, manager: Any) -> str | None:
+def check_device_count(devices: object, accelerator: object, manager: PluginManager) -> str | None:
     """A problem when ``devices`` (an int or a digit string) asks for more processes than is sane here: over
     ``max(256, 8 x device_count)`` of the named accelerator (asked through its class, starting no runtime).
     ``None`` when it is fine or not a count (the accelerator parses the rest)."""
     from accelkit.accelerator import Accelerator
     from accelkit.records import lookup_key
 
-    cls: Any = None
+    cls: Accelerator | type[Accelerator] | None = None
     if isinstance(accelerator, Accelerator) or (isinstance(accelerator, type) and issubclass(accelerator, Accelerator)):
         cls = accelerator
     elif isinstance(accelerator, str) and lookup_key(accelerator) != "auto":
@@ -300,7 +313,7 @@ def check_root_dir(root: Path) -> str | None:
 
 
 # ----------------------------------------------------------------------------------------------- loaders
-def check_loaders(stage: str, loaders: dict[str, Any]) -> None:
+def check_loaders(stage: str, loaders: Mapping[str, object]) -> None:
     """Refuse, before anything starts, a loader argument that cannot be one: not iterable, a string, or a
     map-style ``Dataset`` (which yields single samples, not batches). Lists/tuples/dicts of loaders are checked
     item by item. Names the argument and the value."""
@@ -325,7 +338,7 @@ def check_loaders(stage: str, loaders: dict[str, Any]) -> None:
                            f"not batches); wrap it: DataLoader(dataset, batch_size=...)")
             else:
                 try:
-                    iter(item)
+                    iter(cast("Iterable[object]", item))  # the runtime test of iterability: TypeError below
                 except TypeError:
                     problem = f"is a {type(item).__name__} ({item!r:.80}), which is not iterable"
             if problem is not None:
@@ -333,7 +346,7 @@ def check_loaders(stage: str, loaders: dict[str, Any]) -> None:
                                 "batches), a list/dict of them, or a DataModule.")
 
 
-def parse_collective_timeout(value: Any) -> float:
+def parse_collective_timeout(value: object) -> float:
     """``Trainer(collective_timeout=...)`` in seconds: a positive number or a ``timedelta``."""
     from datetime import timedelta
 
@@ -344,8 +357,8 @@ def parse_collective_timeout(value: Any) -> float:
     return float(seconds)
 
 
-def compose_arguments(manager: Any, arguments: dict[str, Any], plugin_names: list[str], plugin_objects: list[Any],
-                      problems: list[str], front: Any) -> Any:
+def compose_arguments(manager: PluginManager, arguments: dict[str, Any], plugin_names: list[str],
+                      plugin_objects: list[object], problems: list[str], front: Callable[..., object]) -> Composition:
     """The one composition of a run from a front end's arguments (the Trainer's and the Fabric's): plugins
     translate ``arguments`` (``accelerator``, ``devices``, ``strategy``, ``precision``, ``num_nodes``, and ``extra``:
     keyword arguments the front does not know, refused with ``front``'s signature when no plugin takes them), the

@@ -11,16 +11,24 @@ sees the trained weights.
 from __future__ import annotations
 
 import copy
+import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypedDict
 
 from torch import nn
 
 if TYPE_CHECKING:
+    from accelkit.module.datamodule import DataModule
+    from accelkit.module.module import Module
+    from accelkit.strategies.launchers.result import WorkerResult
     from accelkit.trainer.trainer import Trainer
 
+#: ``torch.compile``'s context (a compiled wrapper's ``dynamo_ctx``): makes a function its compiled version
+CompileContext = Callable[[Callable[..., object]], Callable[..., object]]
 
-def unwrap_compiled(model: Any) -> tuple[Any, CompiledForward | None]:
+
+def unwrap_compiled(model: object) -> tuple[object, CompiledForward | None]:
     """``(module, compiled)``: for a ``torch.compile`` wrapper, the Module inside it and how it was compiled;
     for anything else, ``(model, None)``."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # imported whenever a compiled module exists
@@ -37,7 +45,7 @@ class CompiledForward:
     :param context: the ``dynamo_ctx`` of the ``torch.compile`` wrapper.
     """
 
-    def __init__(self, context: Any) -> None:
+    def __init__(self, context: CompileContext) -> None:
         self.context = context
 
     def attach(self, module: nn.Module) -> None:
@@ -58,33 +66,43 @@ class CompiledCall:
     that shares the compiled function; pickled, it carries the compile settings and compiles again when loaded.
     """
 
-    def __init__(self, module: nn.Module, context: Any) -> None:
+    def __init__(self, module: nn.Module, context: CompileContext) -> None:
         self.module, self.context = module, context
         self.function = context(type(module).forward)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> object:
         return self.function(self.module, *args, **kwargs)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> CompiledCall:
+    def __deepcopy__(self, memo: dict[int, object]) -> CompiledCall:
         other = CompiledCall.__new__(CompiledCall)
         other.module = copy.deepcopy(self.module, memo)
         other.context, other.function = self.context, self.function
         return other
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> _CallState:
         return {"module": self.module, "context": self.context}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: _CallState) -> None:
         CompiledCall.__init__(self, state["module"], state["context"])
 
 
-def run_compiled_stage(compiled: CompiledForward, trainer: Trainer, stage: str, module: Any, *args: Any) -> Any:
+class _CallState(TypedDict):
+    """What a pickled :class:`CompiledCall` carries."""
+
+    module: nn.Module
+    context: CompileContext
+
+
+def run_compiled_stage(compiled: CompiledForward, trainer: Trainer, stage: str, module: Module,
+                       datamodule: DataModule | None, loaders: dict[str, object],
+                       ckpt_path: str | os.PathLike[str] | None, weights_only: bool, prepared: bool,
+                       options: dict[str, object]) -> WorkerResult:
     """:func:`accelkit.loops.run.run_stage` with ``module``'s ``forward`` compiled as the user compiled it (in the
     process that runs the work: the caller's, or each spawned worker), then given back its own."""
     from accelkit.loops.run import run_stage
 
     compiled.attach(module)
     try:
-        return run_stage(trainer, stage, module, *args)
+        return run_stage(trainer, stage, module, datamodule, loaders, ckpt_path, weights_only, prepared, options)
     finally:
         compiled.detach(module)

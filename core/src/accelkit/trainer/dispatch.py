@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,8 +21,15 @@ from accelkit.utilities.model_helpers import is_overridden
 from accelkit.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from accelkit.callbacks.base import Callback
+    from accelkit.module.datamodule import DataModule
     from accelkit.module.module import Module
+    from accelkit.trainer.settings import SettingsChanges
     from accelkit.trainer.trainer import Trainer
+
+
+#: a checkpoint to load, as given (a path, ``"last"``, ``"best"``) or resolved (a path), or ``None``
+CkptPath = str | os.PathLike[str] | None
 
 
 def _best_path(trainer: Trainer) -> str:
@@ -48,7 +57,7 @@ def _no_best_checkpoint(trainer: Trainer, stage: str) -> str:
             f"ckpt_path='last' or a checkpoint's path.")
 
 
-def last_checkpoints(trainer: Trainer, callback: Any) -> list[Path]:
+def last_checkpoints(trainer: Trainer, callback: Callback) -> list[Path]:
     """The ``last`` checkpoints ``callback`` may have written: its own ``find_last_checkpoints`` (accelkit's
     ``ModelCheckpoint``), else for a library's checkpoint callback (Lightning's own ``ModelCheckpoint``) the
     ``last*.ckpt`` files in its ``dirpath``, named by its ``CHECKPOINT_NAME_LAST`` and ``FILE_EXTENSION``."""
@@ -66,13 +75,13 @@ def _nothing_to_resume(trainer: Trainer) -> str:
     next attempt resumes from (the folder of the user's ``ModelCheckpoint``, not a default one)."""
     places = []
     for callback in trainer.checkpoint_callbacks:
-        if hasattr(callback, "last_checkpoint_names"):
+        if hasattr(callback, "last_checkpoint_names") and hasattr(callback, "last_checkpoint_path"):
             folder = Path(callback.last_checkpoint_path(trainer)).parent
             places.append(f"{folder} ({' or '.join(callback.last_checkpoint_names())})")
         elif hasattr(callback, "find_last_checkpoints"):
             places += sorted(str(p) for p in callback.find_last_checkpoints(trainer))
-        elif getattr(callback, "dirpath", None):  # a library's (Lightning's ModelCheckpoint): see last_checkpoints
-            places.append(f"{callback.dirpath} (last*.ckpt)")
+        elif dirpath := getattr(callback, "dirpath", None):  # a library's (Lightning's): see last_checkpoints
+            places.append(f"{dirpath} (last*.ckpt)")
     if not places:
         return ("ckpt_path='last': this run has no checkpoint callback (enable_checkpointing=False and no "
                 "ModelCheckpoint), so no attempt writes a checkpoint to resume from; starting from scratch.")
@@ -141,7 +150,7 @@ def claim_run_folders(trainer: Trainer) -> None:
             shared[folder.root_dir] = folder.version
 
 
-def _requested_ckpt(trainer: Trainer, ckpt_path: Any, stage: str) -> Any:
+def _requested_ckpt(trainer: Trainer, ckpt_path: CkptPath, stage: str) -> CkptPath:
     """``ckpt_path``, or the one set earlier with ``trainer.ckpt_path = path`` when none is given (as Lightning does);
     a given one wins, with a warning, and ends the request."""
     requested = trainer.requested_ckpt_path
@@ -165,14 +174,27 @@ def _default_max_epochs(trainer: Trainer) -> int:
     bounded = trainer.max_steps != -1 or trainer.max_time is not None
     if bounded or any(isinstance(callback, Timer) for callback in trainer.callbacks):
         return -1
-    # frames from the warning up: _warn, rank_zero_warn, rank_zero_only's wrapper, here, launch, Trainer.fit, user
+    # frames from the warning up: _warn, rank_zero_warn, rank_zero_only's wrapper, here, _default_epoch_limits,
+    # launch, Trainer.fit, user
     rank_zero_warn("Trainer(max_epochs=None) and nothing else bounds this fit (no max_steps, max_time or Timer "
                    "callback): it stops after 1000 epochs. Give max_epochs=-1 to train without an epoch limit, "
-                   "or a max_epochs, max_steps or max_time of your own.", category=UserWarning, stacklevel=7)
+                   "or a max_epochs, max_steps or max_time of your own.", category=UserWarning, stacklevel=8)
     return 1000
 
 
-def resolve_ckpt_path(trainer: Trainer, ckpt_path: Any, stage: str, model_given: bool) -> Any:
+def _default_epoch_limits(trainer: Trainer) -> None:
+    """A fit's ``min_epochs`` and ``max_epochs`` when the Trainer was not given them, set through
+    :meth:`~accelkit.Trainer.replace_settings` (the settings object is left alone when both were given)."""
+    changes: SettingsChanges = {}
+    if trainer.min_epochs is None:
+        changes["min_epochs"] = int(trainer.min_steps is not None)
+    if trainer.max_epochs is None:
+        changes["max_epochs"] = _default_max_epochs(trainer)
+    if changes:
+        trainer.replace_settings(**changes)
+
+
+def resolve_ckpt_path(trainer: Trainer, ckpt_path: CkptPath, stage: str, model_given: bool) -> CkptPath:
     """The checkpoint that ``stage``'s ``ckpt_path`` names (``"best"``, ``"last"``, a file or a sharded checkpoint
     directory; for an evaluation without a model, the last fit's best), or ``None``; refuses a path that is no
     checkpoint, naming it, before anything is started."""
@@ -245,9 +267,11 @@ def _warn_fit_again_in_workers(trainer: Trainer, stage: str) -> None:
                    "configure_optimizers)", stacklevel=7)
 
 
-def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: dict[str, Any], ckpt_path: Any,
-           weights_only: bool, options: dict[str, Any]) -> Any:
-    """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects."""
+def launch(trainer: Trainer, stage: str, model: object, datamodule: DataModule | None,
+           loaders: Mapping[str, object], ckpt_path: CkptPath, weights_only: bool,
+           options: Mapping[str, object]) -> object:
+    """Run ``stage`` through the strategy and copy the workers' outcome back into the caller's objects; returns
+    the stage's result (:attr:`~accelkit.strategies.launchers.result.WorkerResult.result`)."""
     from accelkit.loops.run import prepare_data, run_stage
     from accelkit.module.module import Module
     from accelkit.trainer.compiled import run_compiled_stage, unwrap_compiled
@@ -283,9 +307,7 @@ def launch(trainer: Trainer, stage: str, model: Any, datamodule: Any, loaders: d
     _warn_fit_again_in_workers(trainer, stage)
     work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
     if stage == "fit":  # as Lightning's fit: the epoch limits not given take their defaults (read in the hooks)
-        trainer.min_epochs = int(trainer.min_steps is not None) if trainer.min_epochs is None else trainer.min_epochs
-        if trainer.max_epochs is None:
-            trainer.max_epochs = _default_max_epochs(trainer)
+        _default_epoch_limits(trainer)
     state = trainer.run_state.state
     if strategy.launches_workers:  # the caller's state, as Lightning's caller: running, then finished or interrupted
         state.fn, state.stage, state.status = TrainerFn(stage), None, TrainerStatus.RUNNING

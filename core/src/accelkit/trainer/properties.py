@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
+
+from accelkit.trainer.settings import SettingsProperties
 
 if TYPE_CHECKING:
+    import torch
+
+    from accelkit.accelerator import Accelerator
+    from accelkit.callbacks.base import Callback
+    from accelkit.callbacks.early_stopping import EarlyStopping
+    from accelkit.callbacks.prediction_writer import BasePredictionWriter
+    from accelkit.callbacks.progress.progress_bar import ProgressBar
+    from accelkit.loggers.base import Logger, RunFolder, VersionedLogger
+    from accelkit.loops.evaluation import PredictionLoop
     from accelkit.loops.state import RunState, TrainerState
+    from accelkit.module.datamodule import DataModule
+    from accelkit.module.module import Module
     from accelkit.plugins.compose import Composition
+    from accelkit.precision import Precision
+    from accelkit.records import RunConfig
+    from accelkit.strategies.base import Strategy
     from accelkit.trainer.trainer import Trainer
+    from accelkit.utilities.types import LRSchedulerConfig
+
+#: what ``trainer.train_dataloader`` and the other loader properties give: the loader in use (any iterable of
+#: batches, a ``DataLoader`` as prepared for this process), or a list of them (several evaluation loaders)
+Loaders = Iterable[object] | list[Iterable[object]]
 
 
 class _AcceleratorConnectorView:
@@ -27,7 +50,7 @@ class _AcceleratorConnectorView:
 
         return isinstance(self._trainer.strategy, ParallelStrategy)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> NoReturn:
         if name.startswith("__"):
             raise AttributeError(name)
         raise AttributeError(f"trainer._accelerator_connector.{name} is a private part of Lightning's Trainer that "
@@ -35,21 +58,19 @@ class _AcceleratorConnectorView:
                              f"read the run's setup from trainer.strategy, trainer.accelerator or trainer.precision")
 
 
-class TrainerProperties:
-    """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers)."""
+class TrainerProperties(SettingsProperties):
+    """Properties of :class:`~accelkit.Trainer` (composition, topology, run state, callbacks, loggers); those of
+    its settings (``max_epochs``, ``limit_val_batches``...) come from
+    :class:`~accelkit.trainer.settings.SettingsProperties`."""
 
     # set by Trainer.__init__; declared so that the type checker knows what the properties read
     run_state: RunState
     _composition: Composition
-    accumulate_grad_batches: int
-    callbacks: list[Any]
-    default_root_dir: Path
-    limits: dict[str, int | float | None]
-    max_epochs: int | None
-    max_steps: int
-    num_sanity_val_steps: int | float
+    callbacks: list[Callback]  # accelkit's, or Lightning's (which have the same hooks)
+    loggers: list[Any]  # Logger's interface (accelkit's or Lightning's); callers read what their logger has
+    requested_ckpt_path: str | os.PathLike[str] | None
 
-    def _missing_attribute(self, name: str) -> Any:
+    def _missing_attribute(self, name: str) -> object:
         """Only reached for a name the Trainer lacks: fail with a sentence naming it (a callback written for Lightning
         may ask for Lightning's private parts) rather than a bare ``AttributeError``."""
         if name.startswith("__"):
@@ -70,33 +91,33 @@ class TrainerProperties:
         __getattr__ = _missing_attribute
 
     @property
-    def _accelerator_connector(self) -> Any:
+    def _accelerator_connector(self) -> _AcceleratorConnectorView:
         """What callbacks written for Lightning read of Lightning's private connector (``is_distributed``)."""
         return _AcceleratorConnectorView(self)
 
     # ----------------------------------------------------------------- composition
     @property
-    def accelerator(self) -> Any:
+    def accelerator(self) -> Accelerator:
         """The resolved :class:`~accelkit.Accelerator`."""
         return self._composition.accelerator
 
     @property
-    def strategy(self) -> Any:
+    def strategy(self) -> Strategy:
         """The resolved :class:`~accelkit.Strategy`."""
         return self._composition.strategy
 
     @property
-    def precision(self) -> Any:
+    def precision(self) -> Precision:
         """The resolved :class:`~accelkit.Precision`."""
         return self._composition.precision
 
     @property
-    def precision_plugin(self) -> Any:
+    def precision_plugin(self) -> Precision:
         """Same as :attr:`precision` (Lightning 1.x name)."""
         return self._composition.precision
 
     @property
-    def config(self) -> Any:
+    def config(self) -> RunConfig:
         """The resolved :class:`~accelkit.RunConfig`."""
         return self._composition.config
 
@@ -143,38 +164,40 @@ class TrainerProperties:
 
     # ----------------------------------------------------------------- modules and optimizers
     @property
-    def lightning_module(self) -> Any:
-        """The user's Module (unwrapped)."""
-        return self.run_state.module
+    def lightning_module(self) -> Module:
+        """The user's Module (unwrapped); ``None`` before the first run, which the type does not say (as Lightning's
+        ``Trainer.lightning_module``, typed the same way so that hooks and callbacks read it without a check)."""
+        return cast("Module", self.run_state.module)  # None only before any run: see above
 
     @property
-    def model(self) -> Any:
-        """The object the loops call: the Module, or the strategy's wrapper around it (DDP)."""
+    def model(self) -> torch.nn.Module:
+        """The object the loops call: the Module, or the strategy's wrapper around it (DDP); ``None`` before the
+        first run, which the type does not say (as :attr:`lightning_module`: the loops and hooks read it in a run)."""
         state = self.run_state
-        return state.model if state.model is not None else state.module
+        return cast("torch.nn.Module", state.model if state.model is not None else state.module)  # see above
 
     @property
-    def optimizers(self) -> list[Any]:
+    def optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers ``configure_optimizers`` returned (during and after a fit in this process)."""
         return self.run_state.optimizers
 
     @optimizers.setter
-    def optimizers(self, value: list[Any]) -> None:
+    def optimizers(self, value: list[torch.optim.Optimizer]) -> None:
         self.run_state.optimizers = list(value)
 
     @property
-    def lr_scheduler_configs(self) -> list[Any]:
+    def lr_scheduler_configs(self) -> list[LRSchedulerConfig]:
         """:class:`~accelkit.module.optimizers.LRSchedulerConfig` of every scheduler."""
         return self.run_state.schedulers
 
     # ----------------------------------------------------------------- loggers and files
     @property
-    def logger(self) -> Any:
+    def logger(self) -> Logger | None:
         """The first logger, or ``None``."""
         return self.loggers[0] if self.loggers else None
 
     @logger.setter
-    def logger(self, value: Any) -> None:
+    def logger(self, value: Logger | None) -> None:
         self.loggers = [] if value is None else [value]
 
     @property
@@ -192,7 +215,7 @@ class TrainerProperties:
         return str(directory)
 
     @property
-    def run_folder(self) -> Any:
+    def run_folder(self) -> RunFolder:
         """The :class:`~accelkit.loggers.RunFolder` that gives :attr:`log_dir` when the first logger keeps no
         folder of its own (claimed on first use, kept for every stage of this Trainer)."""
         folder = self.__dict__.get("_run_folder")
@@ -202,7 +225,7 @@ class TrainerProperties:
             folder = self._run_folder = RunFolder(self.default_root_dir)
         return folder
 
-    def versioned_loggers(self) -> list[Any]:
+    def versioned_loggers(self) -> list[VersionedLogger]:
         """The run's loggers that choose a version folder (:class:`~accelkit.loggers.VersionedLogger`), with
         :attr:`run_folder` when :attr:`log_dir` comes from it: the folders every process of a run must agree on."""
         from accelkit.loggers import VersionedLogger
@@ -214,47 +237,47 @@ class TrainerProperties:
         return found
 
     @property
-    def checkpoint_callbacks(self) -> list[Any]:
+    def checkpoint_callbacks(self) -> list[Callback]:
         """Every checkpoint callback of the run (:func:`~accelkit.callbacks.model_checkpoint.is_checkpoint`)."""
         from accelkit.callbacks.model_checkpoint import is_checkpoint
 
         return [c for c in self.callbacks if is_checkpoint(c)]
 
     @property
-    def checkpoint_callback(self) -> Any:
+    def checkpoint_callback(self) -> Callback | None:
         """The first :class:`~accelkit.callbacks.ModelCheckpoint`, or ``None``."""
         found = self.checkpoint_callbacks
         return found[0] if found else None
 
     @property
-    def early_stopping_callbacks(self) -> list[Any]:
+    def early_stopping_callbacks(self) -> list[EarlyStopping]:
         """Every :class:`~accelkit.callbacks.EarlyStopping` of the run."""
         from accelkit.callbacks import EarlyStopping
 
         return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
 
     @property
-    def early_stopping_callback(self) -> Any:
+    def early_stopping_callback(self) -> EarlyStopping | None:
         """The first :class:`~accelkit.callbacks.EarlyStopping`, or ``None``."""
         found = self.early_stopping_callbacks
         return found[0] if found else None
 
     @property
-    def progress_bar_callback(self) -> Any:
+    def progress_bar_callback(self) -> ProgressBar | None:
         """The run's :class:`~accelkit.callbacks.ProgressBar` (``None`` when the bar is off)."""
-        from accelkit.callbacks.progress import ProgressBar
+        from accelkit.callbacks.progress.progress_bar import ProgressBar
 
         return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
 
     @property
-    def prediction_writer_callbacks(self) -> list[Any]:
+    def prediction_writer_callbacks(self) -> list[BasePredictionWriter]:
         """Every :class:`~accelkit.callbacks.BasePredictionWriter` of the run."""
         from accelkit.callbacks import BasePredictionWriter
 
         return [c for c in self.callbacks if isinstance(c, BasePredictionWriter)]
 
     @property
-    def predict_loop(self) -> Any:
+    def predict_loop(self) -> PredictionLoop:
         """The prediction loop (:class:`~accelkit.loops.evaluation.PredictionLoop`): what prediction writers read
         during ``predict`` (``predictions``, ``current_batch_indices``, ``epoch_batch_indices``)."""
         loop = self.run_state.predict_loop
@@ -361,7 +384,7 @@ class TrainerProperties:
         return [_known(count) for count in self.run_state.progress.num_predict_batches]
 
     @property
-    def callback_metrics(self) -> dict[str, Any]:
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
         """The logged values as callbacks (``EarlyStopping``...) read them, computed when read as in Lightning:
         scalar tensors, on the device until the run's end; while training batches run, each value's latest step
         value (under its name, and ``<name>_step`` if also logged per epoch), once they are done the epoch values
@@ -369,7 +392,7 @@ class TrainerProperties:
         return self.run_state.current("callback_metrics")
 
     @property
-    def logged_metrics(self) -> dict[str, Any]:
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
         """The values logged with ``logger=True`` (scalar tensors), computed when read as ``callback_metrics``,
         under the names the loggers get (``<name>_step``/``<name>_epoch`` for a value logged both ways), with or
         without a logger."""
@@ -387,23 +410,23 @@ class TrainerProperties:
         return self.run_state.state
 
     @property
-    def datamodule(self) -> Any:
+    def datamodule(self) -> DataModule | None:
         """The DataModule of the latest run (``None`` without one)."""
         return self.run_state.datamodule
 
     @datamodule.setter
-    def datamodule(self, value: Any) -> None:
+    def datamodule(self, value: DataModule | None) -> None:
         self.run_state.datamodule = value
 
     @property
-    def ckpt_path(self) -> Any:
+    def ckpt_path(self) -> str | os.PathLike[str] | None:
         """The checkpoint the latest run loaded (``None`` without one). Setting it, as in Lightning, makes the next
         ``fit``/``validate``/``test``/``predict`` given no ``ckpt_path`` load that checkpoint (and the stages after
         it, until one is given a ``ckpt_path``): see ``requested_ckpt_path``."""
         return self.run_state.ckpt_path
 
     @ckpt_path.setter
-    def ckpt_path(self, value: Any) -> None:
+    def ckpt_path(self, value: str | os.PathLike[str] | None) -> None:
         self.run_state.ckpt_path = value
         self.requested_ckpt_path = value or None
 
@@ -435,32 +458,11 @@ class TrainerProperties:
 
     # ----------------------------------------------------------------- data
     @property
-    def limit_train_batches(self) -> int | float:
-        """Batches per training epoch (``Trainer(limit_train_batches=...)``); ``1.0`` (all) when not given, as
-        Lightning's."""
-        return _limit(self.limits["fit"])
-
-    @property
-    def limit_val_batches(self) -> int | float:
-        """Batches per validation run; ``1.0`` (all) when not given, as Lightning's."""
-        return _limit(self.limits["validate"])
-
-    @property
-    def limit_test_batches(self) -> int | float:
-        """Batches per test run; ``1.0`` (all) when not given, as Lightning's."""
-        return _limit(self.limits["test"])
-
-    @property
-    def limit_predict_batches(self) -> int | float:
-        """Batches per prediction run; ``1.0`` (all) when not given, as Lightning's."""
-        return _limit(self.limits["predict"])
-
-    @property
     def distributed_sampler_kwargs(self) -> dict[str, int] | None:
         """``num_replicas``/``rank`` for a sampler you build yourself (``None`` with one process)."""
         return self.strategy.distributed_sampler_kwargs
 
-    def _loaders(self, kind: str) -> Any:
+    def _loaders(self, kind: str) -> Loaders | None:
         data = self.run_state.data
         loaders = data.prepared.get(kind) if data is not None else None
         if loaders is None:
@@ -468,22 +470,22 @@ class TrainerProperties:
         return loaders[0] if len(loaders) == 1 else loaders
 
     @property
-    def train_dataloader(self) -> Any:
+    def train_dataloader(self) -> Loaders | None:
         """The training loader in use (as prepared for this process), in this worker during a run."""
         return self._loaders("train")
 
     @property
-    def val_dataloaders(self) -> Any:
+    def val_dataloaders(self) -> Loaders | None:
         """The validation loader(s) in use (a list when there are several)."""
         return self._loaders("val")
 
     @property
-    def test_dataloaders(self) -> Any:
+    def test_dataloaders(self) -> Loaders | None:
         """The test loader(s) in use."""
         return self._loaders("test")
 
     @property
-    def predict_dataloaders(self) -> Any:
+    def predict_dataloaders(self) -> Loaders | None:
         """The prediction loader(s) in use."""
         return self._loaders("predict")
 
@@ -510,7 +512,3 @@ def _known(count: int | float | None) -> int | float:
     (the loops' own record, :class:`~accelkit.loops.state.Progress`, keeps ``None`` for it)."""
     return math.inf if count is None else count
 
-
-def _limit(given: int | float | None) -> int | float:
-    """A ``limit_*_batches`` as Lightning reads it: ``1.0`` (every batch) when not given."""
-    return 1.0 if given is None else given

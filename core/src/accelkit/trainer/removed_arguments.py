@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 #: Lightning 1.x Trainer argument -> what to write instead (``{value!r}`` is the value the program passed)
 REMOVED_ARGUMENTS: dict[str, str] = {
@@ -49,7 +48,7 @@ REMOVED_ARGUMENTS: dict[str, str] = {
 }
 
 
-def removed_argument_message(extra: dict[str, Any], accepted: Callable[..., Any]) -> str:
+def removed_argument_message(extra: Mapping[str, object], accepted: Callable[..., object]) -> str:
     """The one message for the keyword arguments in ``extra`` that ``accepted`` (the Trainer's ``__init__``) does
     not take: each Lightning 1.x argument with its 2.x spelling, each other name with the closest accepted one."""
     parts = []

@@ -5,15 +5,17 @@ progress bar (not with ``enable_progress_bar=False`` or ``barebones=True``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from accelkit.environments.base import restart_attempt_of
 
 if TYPE_CHECKING:
+    import torch
+
     from accelkit.trainer.trainer import Trainer
 
 
-def _number(value: Any) -> str:
+def _number(value: torch.Tensor) -> str:
     try:
         return f"{float(value):.4f}"
     except (TypeError, ValueError, RuntimeError):

@@ -5,13 +5,14 @@ The loops themselves live in :mod:`accelkit.loops`; optimizers and schedulers in
 
 from __future__ import annotations
 
+import datetime
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from accelkit.callbacks.base import Callback
 from accelkit.callbacks.progress.default import configure_progress_bar
@@ -21,7 +22,7 @@ from accelkit.loops.state import RunState, TrainerState
 from accelkit.plugins.compose import Composition, named_callbacks, named_profiler
 from accelkit.plugins.manager import PluginManager, portable_plugins, resolve_plugins
 from accelkit.profilers import resolve_profiler
-from accelkit.trainer.argument_types import refuse_wrong_types
+from accelkit.trainer.argument_types import MetricLogger, refuse_wrong_types
 from accelkit.trainer.arguments import (
     CLOUD_ONLY,
     callback_list,
@@ -37,8 +38,17 @@ from accelkit.trainer.arguments import (
     split_datamodule,
 )
 from accelkit.trainer.properties import TrainerProperties
+from accelkit.trainer.settings import TrainerSettings
 from accelkit.trainer.summary import print_fit_summary
 from accelkit.utilities.seed import seed_from_environment
+
+if TYPE_CHECKING:
+    from accelkit.accelerator import Accelerator
+    from accelkit.module.datamodule import DataModule
+    from accelkit.module.module import Module
+    from accelkit.precision import Precision
+    from accelkit.profilers import Profiler
+    from accelkit.strategies.base import Strategy
 
 __all__ = ["Trainer", "TrainerSnapshot", "TrainerState"]  # TrainerState's home is accelkit.loops.state
 
@@ -46,9 +56,20 @@ __all__ = ["Trainer", "TrainerSnapshot", "TrainerState"]  # TrainerState's home 
 @dataclass(frozen=True, eq=False)
 class TrainerSnapshot:
     """What :meth:`accelkit.Trainer.snapshot` remembered, for :meth:`accelkit.Trainer.restore`: the Trainer's
-    attributes (settings, callbacks, loggers; shallowly) and a copy of its run state (progress, stage, metrics)."""
+    settings (the object itself: it is immutable), its callback and logger lists (the lists themselves), the
+    checkpoint requested with ``trainer.ckpt_path = path``, and a copy of its run state (progress, stage, metrics)."""
 
-    attributes: dict[str, Any]
+    #: the :class:`~accelkit.trainer.settings.TrainerSettings` in use
+    settings: TrainerSettings
+    #: ``trainer.callbacks``
+    callbacks: list[Callback]
+    #: ``trainer.loggers``
+    loggers: list[Any]
+    #: ``trainer.requested_ckpt_path``
+    requested_ckpt_path: str | os.PathLike[str] | None
+    #: ``trainer.warned_unknown_hooks``
+    warned_unknown_hooks: bool
+    #: a copy of ``trainer.run_state`` (:meth:`~accelkit.loops.state.RunState.snapshot`)
     run: RunState
 
 
@@ -130,10 +151,14 @@ class Trainer(TrainerProperties):
 
     def __init__(
         self, *,
-        accelerator: Any = "auto", strategy: Any = "auto", devices: Any = "auto", num_nodes: int | None = None,
-        precision: Any = "32-true", logger: Any = None, callbacks: Iterable[Callback] | Callback | None = None,
+        accelerator: str | Accelerator | type[Accelerator] = "auto", strategy: str | Strategy = "auto",
+        devices: int | str | Sequence[int] = "auto", num_nodes: int | None = None,
+        precision: str | int | Precision | None = "32-true",
+        logger: bool | str | MetricLogger | Iterable[str | MetricLogger] | None = None,
+        callbacks: Iterable[Callback | str] | Callback | str | None = None,
         fast_dev_run: int | bool = False, max_epochs: int | None = None, min_epochs: int | None = None,
-        max_steps: int = -1, min_steps: int | None = None, max_time: Any = None,
+        max_steps: int = -1, min_steps: int | None = None,
+        max_time: str | datetime.timedelta | dict[str, float] | None = None,
         limit_train_batches: int | float | None = None, limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None, limit_predict_batches: int | float | None = None,
         overfit_batches: int | float = 0.0, val_check_interval: int | float | None = None,
@@ -141,18 +166,20 @@ class Trainer(TrainerProperties):
         log_every_n_steps: int | None = None, enable_checkpointing: bool | None = None,
         enable_progress_bar: bool | None = None, enable_model_summary: bool | None = None,
         accumulate_grad_batches: int = 1, gradient_clip_val: float | None = None,
-        gradient_clip_algorithm: str | None = None, deterministic: Any = None, benchmark: bool | None = None,
-        inference_mode: bool = True, use_distributed_sampler: bool = True, profiler: Any = None,
-        detect_anomaly: bool = False, barebones: bool = False, plugins: Any = None, sync_batchnorm: bool = False,
+        gradient_clip_algorithm: str | None = None, deterministic: bool | Literal["warn"] | None = None,
+        benchmark: bool | None = None,
+        inference_mode: bool = True, use_distributed_sampler: bool = True, profiler: str | Profiler | None = None,
+        detect_anomaly: bool = False, barebones: bool = False, plugins: object = None, sync_batchnorm: bool = False,
         reload_dataloaders_every_n_epochs: int = 0, default_root_dir: str | os.PathLike | None = None,
-        seed: int | None = None, collective_timeout: Any = None, compile_step: Any = False, **legacy_arguments: Any,
+        seed: int | None = None, collective_timeout: float | datetime.timedelta | None = None,
+        compile_step: bool | dict[str, Any] | None = False, **legacy_arguments: object,
     ) -> None:
         # the types first, before any value is read (a tensor asked for its truth, a float turned into a path)
         refuse_wrong_types({name: value for name, value in locals().items() if name != "self"})
         for name, reason in CLOUD_ONLY.items():
             if legacy_arguments.pop(name, None) is not None:
                 raise ConfigurationError(reason)
-        run_args = dict(
+        run_args: dict[str, object] = dict(
             max_epochs=max_epochs, max_steps=max_steps, min_epochs=min_epochs, min_steps=min_steps,
             accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
             gradient_clip_algorithm=gradient_clip_algorithm,
@@ -164,49 +191,48 @@ class Trainer(TrainerProperties):
             deterministic=deterministic, limit_train_batches=limit_train_batches,
             limit_val_batches=limit_val_batches, limit_test_batches=limit_test_batches,
             limit_predict_batches=limit_predict_batches, overfit_batches=overfit_batches, compile_step=compile_step)
-        barebones_args = dict(enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
-                              enable_model_summary=enable_model_summary, logger=logger, profiler=profiler,
-                              detect_anomaly=detect_anomaly, log_every_n_steps=log_every_n_steps) if barebones else None
-        arguments = {"accelerator": accelerator, "devices": devices, "strategy": strategy, "num_nodes": num_nodes,
-                     "precision": "32-true" if precision is None else precision, "extra": dict(legacy_arguments)}
-        self._composition: Composition = self._compose(plugins, arguments, run_args, barebones_args, max_time,
+        barebones_args: dict[str, object] | None = dict(
+            enable_checkpointing=enable_checkpointing, enable_progress_bar=enable_progress_bar,
+            enable_model_summary=enable_model_summary, logger=logger, profiler=profiler, detect_anomaly=detect_anomaly,
+            log_every_n_steps=log_every_n_steps) if barebones else None
+        arguments: dict[str, Any] = {  # what accelkit_translate_arguments rewrites (plugins' own values)
+            "accelerator": accelerator, "devices": devices, "strategy": strategy, "num_nodes": num_nodes,
+            "precision": "32-true" if precision is None else precision, "extra": dict(legacy_arguments)}
+        self._composition, max_seconds = self._compose(plugins, arguments, run_args, barebones_args, max_time,
                                                        sync_batchnorm, collective_timeout)
-
-        self.fast_dev_run = fast_dev_run
         fast = int(fast_dev_run)
-        self.barebones = barebones
-        self.default_root_dir = Path(default_root_dir or os.getcwd())
+        root = Path(default_root_dir or os.getcwd())
         writes = not (fast or barebones) and (enable_checkpointing is not False or logger in (None, True))
-        unwritable = check_root_dir(self.default_root_dir) if writes else None
+        unwritable = check_root_dir(root) if writes else None
         if unwritable:
             raise ConfigurationError(unwritable)
-        self.max_steps = fast if fast else max_steps
-        self.max_epochs = 1 if fast else max_epochs  # None: fit decides (trainer/dispatch.py), as Lightning's
-        self.min_epochs, self.min_steps = min_epochs, min_steps
         limits: list[int | float | None] = [limit_train_batches, limit_val_batches, limit_test_batches,
                                             limit_predict_batches] if not fast else [fast] * 4
         if overfit_batches and not fast:
             limits[0] = limits[1] = overfit_batches
-        self.limits = dict(zip(("fit", "validate", "test", "predict"), limits, strict=True))
-        self.overfit_batches = overfit_batches
-        self.val_check_interval = run_args["val_check_interval"]
-        self.check_val_every_n_epoch = check_val_every_n_epoch
-        sanity = 0 if fast or barebones else run_args["num_sanity_val_steps"]
-        self.num_sanity_val_steps: int | float = math.inf if sanity == -1 else sanity  # -1 reads inf, as Lightning's
-        self.log_every_n_steps = run_args["log_every_n_steps"]
-        self.accumulate_grad_batches = accumulate_grad_batches
-        self.gradient_clip_val, self.gradient_clip_algorithm = gradient_clip_val, gradient_clip_algorithm
-        self.compile_step = compile_options(compile_step)  # torch.compile's keyword arguments, or None
-        self.deterministic, self.benchmark = deterministic, benchmark
-        self.inference_mode = inference_mode
-        self.detect_anomaly = detect_anomaly
-        self.sync_batchnorm = sync_batchnorm
-        self.reload_dataloaders_every_n_epochs = reload_dataloaders_every_n_epochs
-        self.enable_progress_bar = not barebones and enable_progress_bar is not False
-        self.enable_model_summary = not barebones and enable_model_summary is not False
-        self.enable_checkpointing = not (fast or barebones) and enable_checkpointing is not False
-        self.use_distributed_sampler = use_distributed_sampler
-        self.seed = seed if seed is not None else seed_from_environment(0)
+        sanity = 0 if fast or barebones else 2 if num_sanity_val_steps is None else num_sanity_val_steps
+        #: the run's settings, built once here; changed only by :meth:`replace_settings` (see :attr:`settings`)
+        self._settings = TrainerSettings(
+            default_root_dir=root, fast_dev_run=fast_dev_run, barebones=barebones,
+            max_epochs=1 if fast else max_epochs,  # None: fit decides (trainer/dispatch.py), as Lightning's
+            min_epochs=min_epochs, max_steps=fast if fast else max_steps, min_steps=min_steps, max_time=max_seconds,
+            limit_train_batches=limits[0], limit_val_batches=limits[1], limit_test_batches=limits[2],
+            limit_predict_batches=limits[3], overfit_batches=overfit_batches,
+            val_check_interval=1.0 if val_check_interval is None else val_check_interval,
+            check_val_every_n_epoch=check_val_every_n_epoch,
+            num_sanity_val_steps=math.inf if sanity == -1 else sanity,  # -1 reads inf, as Lightning's
+            log_every_n_steps=50 if log_every_n_steps is None else log_every_n_steps,
+            accumulate_grad_batches=accumulate_grad_batches, gradient_clip_val=gradient_clip_val,
+            gradient_clip_algorithm=gradient_clip_algorithm,
+            compile_step=compile_options(compile_step),  # torch.compile's keyword arguments, or None
+            deterministic=deterministic, benchmark=benchmark, inference_mode=inference_mode,
+            detect_anomaly=detect_anomaly, sync_batchnorm=sync_batchnorm,
+            reload_dataloaders_every_n_epochs=reload_dataloaders_every_n_epochs,
+            enable_progress_bar=not barebones and enable_progress_bar is not False,
+            enable_model_summary=not barebones and enable_model_summary is not False,
+            enable_checkpointing=not (fast or barebones) and enable_checkpointing is not False,
+            use_distributed_sampler=use_distributed_sampler,
+            seed=seed if seed is not None else seed_from_environment(0))
         self.loggers = [] if fast or barebones else logger_list(logger, self.default_root_dir, self.plugin_manager)
         self.profiler = resolve_profiler(named_profiler(profiler, self.plugin_manager))
         self.callbacks = callback_list(named_callbacks(callbacks, self.plugin_manager))
@@ -233,11 +259,12 @@ class Trainer(TrainerProperties):
             raise ConfigurationError(f"enable_checkpointing=False but a checkpoint callback ({given}) is among the "
                                      "callbacks; remove one of them")
 
-    def _compose(self, plugins: Any, arguments: dict[str, Any], run_args: dict[str, Any],
-                 barebones_args: dict[str, Any] | None, max_time: Any, sync_batchnorm: bool,
-                 collective_timeout: Any) -> Composition:
+    def _compose(self, plugins: object, arguments: dict[str, Any], run_args: Mapping[str, object],
+                 barebones_args: Mapping[str, object] | None, max_time: object, sync_batchnorm: bool,
+                 collective_timeout: object) -> tuple[Composition, float | None]:
         """Load the plugins, let them translate the arguments, check the run-control arguments and compose the
-        run from the strings: every problem found is reported together in one :class:`ConfigurationError`."""
+        run from the strings: every problem found is reported together in one :class:`ConfigurationError`.
+        Returns the composition and ``max_time`` in seconds."""
         self._blocked, names, self._plugin_objects = plugin_arguments(plugins)
         self._manager: PluginManager | None = None
 
@@ -246,8 +273,9 @@ class Trainer(TrainerProperties):
         problems = check_run_arguments(run_args)
         if barebones_args is not None:
             check_barebones(barebones_args, problems)
+        max_seconds: float | None = None
         try:
-            self.max_time = parse_max_time(max_time)
+            max_seconds = parse_max_time(max_time)
         except ValueError as exc:
             problems.append(str(exc))
         composition: Composition = compose_arguments(manager, arguments, names, self._plugin_objects, problems,
@@ -259,7 +287,7 @@ class Trainer(TrainerProperties):
                                      "accelerator whose plugin supports it")
         if collective_timeout is not None:
             composition.strategy.collective_timeout_s = parse_collective_timeout(collective_timeout)
-        return composition
+        return composition, max_seconds
 
     def _reset_run_state(self) -> None:
         #: what the latest run holds (module, metrics, progress, loop objects): :class:`~accelkit.loops.state.RunState`;
@@ -274,14 +302,18 @@ class Trainer(TrainerProperties):
     def snapshot(self) -> TrainerSnapshot:
         """Remember this Trainer's settings and run state, to put back with :meth:`restore` (the tuner runs its trials
         on the user's Trainer, with settings of its own, and leaves it as it found it)."""
-        return TrainerSnapshot(attributes=dict(vars(self)), run=self.run_state.snapshot())
+        return TrainerSnapshot(settings=self._settings, callbacks=self.callbacks, loggers=self.loggers,
+                               requested_ckpt_path=self.requested_ckpt_path,
+                               warned_unknown_hooks=self.warned_unknown_hooks, run=self.run_state.snapshot())
 
     def restore(self, snapshot: TrainerSnapshot) -> None:
-        """Put back what :meth:`snapshot` remembered: every attribute as it was (an attribute set since is removed)
-        and the run state's progress, stage, metrics and objects."""
-        attributes = vars(self)
-        attributes.clear()
-        attributes.update(snapshot.attributes)
+        """Put back what :meth:`snapshot` remembered: the settings object (whatever :meth:`replace_settings` made
+        since), the callback and logger lists, the requested checkpoint, and the run state's progress, stage,
+        metrics and objects."""
+        self._settings = snapshot.settings
+        self.callbacks, self.loggers = snapshot.callbacks, snapshot.loggers
+        self.requested_ckpt_path = snapshot.requested_ckpt_path
+        self.warned_unknown_hooks = snapshot.warned_unknown_hooks
         self.run_state.restore(snapshot.run)
 
     # ----------------------------------------------------------------- composition
@@ -292,13 +324,13 @@ class Trainer(TrainerProperties):
             self._manager = PluginManager(blocked=self._blocked)
         return self._manager
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __getstate__(self) -> dict[str, object]:
         state = self.__dict__.copy()
         state["_manager"] = None  # pluggy managers hold modules; workers rebuild theirs
         state["_plugin_objects"] = portable_plugins(self._plugin_objects)  # plugin modules travel by name
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
+    def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._plugin_objects = resolve_plugins(self._plugin_objects)
         self._register_plugin_objects()
@@ -315,8 +347,9 @@ class Trainer(TrainerProperties):
                 self.plugin_manager.add_plugin(obj)
 
     # ----------------------------------------------------------------- public entry points
-    def fit(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None, datamodule: Any = None,
-            ckpt_path: str | os.PathLike | None = None, weights_only: bool = True) -> None:
+    def fit(self, model: Module, train_dataloaders: Iterable[object] | DataModule | None = None,
+            val_dataloaders: Iterable[object] | None = None, datamodule: DataModule | None = None,
+            ckpt_path: str | os.PathLike[str] | None = None, weights_only: bool = True) -> None:
         """Train ``model`` on loaders, a DataModule (``fit(model, dm)`` or ``datamodule=dm``) or its own
         ``*_dataloader`` methods.
 
@@ -334,40 +367,48 @@ class Trainer(TrainerProperties):
         if self.progress_bar_callback is not None:  # quiet with enable_progress_bar=False, barebones, tuner trials
             print_fit_summary(self, time.perf_counter() - started)
 
-    def validate(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
-                 datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:
+    def validate(self, model: Module | None = None, dataloaders: Iterable[object] | DataModule | None = None,
+                 ckpt_path: str | os.PathLike[str] | None = None, verbose: bool = True,
+                 datamodule: DataModule | None = None, weights_only: bool = True) -> list[dict[str, float]]:
         """Run the validation loop once; returns one metrics dict per loader. Without ``model``, the module of
         the last ``fit`` (with the best checkpoint's weights when a ModelCheckpoint recorded one)."""
         from accelkit.trainer.dispatch import launch
 
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
         check_loaders("validate", {"val": dataloaders})
-        return launch(self, "validate", model, datamodule, {"val": dataloaders}, ckpt_path, weights_only,
-                      {"verbose": verbose})
+        results = launch(self, "validate", model, datamodule, {"val": dataloaders}, ckpt_path, weights_only,
+                         {"verbose": verbose})
+        return cast("list[dict[str, float]]", results)  # the evaluation loop's result: a metrics dict per loader
 
-    def test(self, model: Any = None, dataloaders: Any = None, ckpt_path: Any = None, verbose: bool = True,
-             datamodule: Any = None, weights_only: bool = True) -> list[dict[str, float]]:
+    def test(self, model: Module | None = None, dataloaders: Iterable[object] | DataModule | None = None,
+             ckpt_path: str | os.PathLike[str] | None = None, verbose: bool = True,
+             datamodule: DataModule | None = None, weights_only: bool = True) -> list[dict[str, float]]:
         """Run the test loop once; returns one metrics dict per loader (see :meth:`validate` for ``model``)."""
         from accelkit.trainer.dispatch import launch
 
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
         check_loaders("test", {"test": dataloaders})
-        return launch(self, "test", model, datamodule, {"test": dataloaders}, ckpt_path, weights_only,
-                      {"verbose": verbose})
+        results = launch(self, "test", model, datamodule, {"test": dataloaders}, ckpt_path, weights_only,
+                         {"verbose": verbose})
+        return cast("list[dict[str, float]]", results)  # the evaluation loop's result: a metrics dict per loader
 
-    def predict(self, model: Any = None, dataloaders: Any = None, datamodule: Any = None,
-                return_predictions: bool | None = None, ckpt_path: Any = None, weights_only: bool = True) -> Any:
+    def predict(self, model: Module | None = None, dataloaders: Iterable[object] | DataModule | None = None,
+                datamodule: DataModule | None = None, return_predictions: bool | None = None,
+                ckpt_path: str | os.PathLike[str] | None = None, weights_only: bool = True) -> list[Any] | None:
         """Return the predictions of every batch (on the CPU; those of the global-zero rank when distributed);
         ``None`` with ``return_predictions=False``."""
         from accelkit.trainer.dispatch import launch
 
         dataloaders, datamodule = split_datamodule(dataloaders, datamodule, "dataloaders")
         check_loaders("predict", {"predict": dataloaders})
-        return launch(self, "predict", model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
-                      {"return_predictions": True if return_predictions is None else return_predictions})
+        predictions = launch(self, "predict", model, datamodule, {"predict": dataloaders}, ckpt_path, weights_only,
+                             {"return_predictions": True if return_predictions is None else return_predictions})
+        # the prediction loop's result: what predict_step returned for each batch (a list per loader with several
+        # loaders), or None; predict_step returns whatever the user returns (untyped, as in Lightning)
+        return cast("list[Any] | None", predictions)
 
-    def save_checkpoint(self, filepath: str | os.PathLike, weights_only: bool = False, model: Any = None,
-                        storage_options: Any = None) -> None:
+    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False,
+                        model: Module | None = None, storage_options: object = None) -> None:
         """Write a checkpoint of the current state atomically (inside a run, every process calls it; after a
         run, or with ``model``, in the caller)."""
         from accelkit.loops.checkpointing import dump

@@ -20,8 +20,8 @@ from __future__ import annotations
 import gc
 import numbers
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from accelkit.callbacks.base import Callback
 from accelkit.errors import ConfigurationError
@@ -35,7 +35,12 @@ from accelkit.tuner.session import (
 )
 
 if TYPE_CHECKING:
+    from accelkit.accelerator import Accelerator
+    from accelkit.module.datamodule import DataModule
+    from accelkit.module.module import Module
+    from accelkit.trainer.properties import Loaders
     from accelkit.trainer.trainer import Trainer
+    from accelkit.tuner.session import Holders
 
 #: how the batch size is searched
 MODES = ("power", "binsearch")
@@ -55,7 +60,7 @@ class _TrialWatch(Callback):
             return None
         return max(n for n in self.lengths if n is not None)
 
-    def note(self, loaders: Any) -> None:
+    def note(self, loaders: Loaders | None) -> None:
         if loaders is None:
             return
         for loader in loaders if isinstance(loaders, (list, tuple)) else [loaders]:
@@ -65,26 +70,26 @@ class _TrialWatch(Callback):
             except TypeError:
                 self.lengths.append(None)
 
-    def on_train_start(self, trainer: Trainer, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         self.note(trainer.train_dataloader)
 
-    def on_validation_start(self, trainer: Trainer, pl_module: Any) -> None:
+    def on_validation_start(self, trainer: Trainer, pl_module: Module) -> None:
         self.note(trainer.val_dataloaders)
 
-    def on_test_start(self, trainer: Trainer, pl_module: Any) -> None:
+    def on_test_start(self, trainer: Trainer, pl_module: Module) -> None:
         self.note(trainer.test_dataloaders)
 
-    def on_predict_start(self, trainer: Trainer, pl_module: Any) -> None:
+    def on_predict_start(self, trainer: Trainer, pl_module: Module) -> None:
         self.note(trainer.predict_dataloaders)
 
 
-def _iterable(dataset: Any) -> bool:
+def _iterable(dataset: object) -> bool:
     from torch.utils.data import IterableDataset
 
     return isinstance(dataset, IterableDataset)
 
 
-def is_out_of_memory(accelerator: Any, error: BaseException) -> bool:
+def is_out_of_memory(accelerator: Accelerator, error: BaseException) -> bool:
     """Whether ``accelerator`` recognises ``error``, or an error it was raised from, as running out of memory."""
     seen: set[int] = set()
     current: BaseException | None = error
@@ -96,8 +101,8 @@ def is_out_of_memory(accelerator: Any, error: BaseException) -> bool:
     return False
 
 
-def check_batch_arguments(mode: Any, steps_per_trial: Any, init_val: Any, max_trials: Any, margin: Any,
-                          max_val: Any) -> None:
+def check_batch_arguments(mode: object, steps_per_trial: object, init_val: object, max_trials: object,
+                          margin: object, max_val: object) -> None:
     """Refuse values the search cannot use, naming each; warn about a ``margin`` that ``power`` mode ignores."""
     problems = []
     if mode not in MODES:
@@ -108,7 +113,7 @@ def check_batch_arguments(mode: Any, steps_per_trial: Any, init_val: Any, max_tr
     for name, value in integers:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             problems.append(f"{name}={value!r}: give an int >= 1")
-    if not problems and init_val > max_val:
+    if not problems and isinstance(init_val, int) and isinstance(max_val, int) and init_val > max_val:  # ints now
         problems.append(f"init_val={init_val} is above max_val={max_val}, the largest batch size to try")
     if not isinstance(margin, numbers.Real) or isinstance(margin, bool) or not 0 <= float(margin) < 1:
         problems.append(f"margin={margin!r}: give the fraction to take off the size binsearch finds, 0 <= margin < 1")
@@ -119,7 +124,7 @@ def check_batch_arguments(mode: Any, steps_per_trial: Any, init_val: Any, max_tr
                       "mode='power' keeps the last power of two that fitted", UserWarning, stacklevel=4)
 
 
-def check_loader_sources(method: str, train_dataloaders: Any, dataloaders: Any) -> None:
+def check_loader_sources(method: str, train_dataloaders: object, dataloaders: object) -> None:
     """The loaders must be rebuilt for every batch size: loaders passed in directly keep their own."""
     given = train_dataloaders if method == "fit" else dataloaders
     if given is None or is_datamodule(given):
@@ -148,7 +153,7 @@ def _next_size(mode: str, low: int, high: int | None, bound: int) -> int | None:
     return (low + high) // 2
 
 
-def _attempt(session: TuningSession, run_trial: Callable[[], Any]) -> bool:
+def _attempt(session: TuningSession, run_trial: Callable[[], object]) -> bool:
     """Run one trial from the original weights; ``False`` if it ran out of memory."""
     accelerator = session.trainer.accelerator
     session.restore_weights()
@@ -168,7 +173,7 @@ def _attempt(session: TuningSession, run_trial: Callable[[], Any]) -> bool:
     return fits
 
 
-def _search(session: TuningSession, run_trial: Callable[[], Any], watch: _TrialWatch, holders: list[Any],
+def _search(session: TuningSession, run_trial: Callable[[], object], watch: _TrialWatch, holders: Holders,
             name: str, mode: str, init_val: int, max_trials: int, max_val: int) -> int:
     low, high, size = 0, None, init_val
     for trial in range(1, max_trials + 1):
@@ -195,8 +200,10 @@ def _search(session: TuningSession, run_trial: Callable[[], Any], watch: _TrialW
     return low if samples is None else min(low, samples)
 
 
-def scale_batch_size(trainer: Trainer, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
-                     dataloaders: Any = None, datamodule: Any = None, method: str = "fit", mode: str = "power",
+def scale_batch_size(trainer: Trainer, model: Module, train_dataloaders: Iterable[object] | DataModule | None = None,
+                     val_dataloaders: Iterable[object] | None = None,
+                     dataloaders: Iterable[object] | DataModule | None = None, datamodule: DataModule | None = None,
+                     method: str = "fit", mode: str = "power",
                      steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
                      batch_arg_name: str = "batch_size", margin: float = DEFAULT_MARGIN,
                      max_val: int = 8192) -> int | None:
@@ -204,8 +211,9 @@ def scale_batch_size(trainer: Trainer, model: Any, train_dataloaders: Any = None
     check_tunable(trainer, "scale_batch_size")
     check_batch_arguments(mode, steps_per_trial, init_val, max_trials, margin, max_val)
     check_loader_sources(method, train_dataloaders, dataloaders)
-    if is_datamodule(train_dataloaders if method == "fit" else dataloaders):
-        datamodule = train_dataloaders if method == "fit" else dataloaders
+    given = train_dataloaders if method == "fit" else dataloaders
+    if is_datamodule(given):
+        datamodule = given
     if trainer.fast_dev_run:
         warnings.warn(f"Tuner.scale_batch_size() skipped: fast_dev_run={trainer.fast_dev_run!r} runs every loop for "
                       "a batch or a few only; returns None", UserWarning, stacklevel=3)
@@ -238,7 +246,8 @@ def scale_batch_size(trainer: Trainer, model: Any, train_dataloaders: Any = None
     return found
 
 
-def _trial(trainer: Trainer, model: Any, method: str, val_dataloaders: Any, datamodule: Any) -> Callable[[], Any]:
+def _trial(trainer: Trainer, model: Module, method: str, val_dataloaders: Iterable[object] | None,
+           datamodule: DataModule | None) -> Callable[[], object]:
     if method == "fit":
         return lambda: trainer.fit(model, val_dataloaders=val_dataloaders, datamodule=datamodule)
     if method == "validate":

@@ -13,6 +13,7 @@ import copy
 import math
 import numbers
 import warnings
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -22,7 +23,13 @@ from accelkit.errors import ConfigurationError
 from accelkit.tuner.session import TuningSession, attribute_holders, check_tunable, set_attribute
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure, SubFigure
+
+    from accelkit.module.datamodule import DataModule
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
+    from accelkit.tuner.session import Holders
 
 #: how the learning rate grows from ``min_lr`` to ``max_lr``
 MODES = ("exponential", "linear")
@@ -94,7 +101,7 @@ class LRFinder:
         self.optimal_index = kept[min(range(len(kept)), key=slopes.__getitem__)]
         return lrs[self.optimal_index]
 
-    def plot(self, suggest: bool = False, show: bool = False, ax: Any = None) -> Any:
+    def plot(self, suggest: bool = False, show: bool = False, ax: Axes | None = None) -> Figure | SubFigure:
         """Draw the smoothed loss against the learning rate (a log axis in ``exponential`` mode) with matplotlib
         and return the figure. ``suggest=True`` marks :meth:`suggestion`'s point; ``show=True`` calls
         ``matplotlib.pyplot.show()``; ``ax`` draws into existing axes instead of a new figure."""
@@ -103,6 +110,7 @@ class LRFinder:
         except ImportError as exc:
             raise ImportError("LRFinder.plot() draws with matplotlib, which is not installed here: "
                               "pip install matplotlib (the curve itself is in lr_finder.results)") from exc
+        figure: Figure | SubFigure
         if ax is None:
             figure, ax = plt.subplots()
         else:
@@ -132,14 +140,14 @@ class _LRSweep(Callback):
 
     def __init__(self, finder: LRFinder, early_stop_threshold: float | None) -> None:
         self.finder, self.threshold = finder, early_stop_threshold
-        self.optimizers: list[Any] = []
-        self.optimizer_states: list[dict[str, Any]] = []
+        self.optimizers: list[torch.optim.Optimizer] = []
+        self.optimizer_states: list[dict[str, Any]] = []  # torch's Optimizer.state_dict()
         self._window: list[float] = []
         self._steps_seen = 0
         self._average = 0.0
         self._best = math.inf
 
-    def on_train_start(self, trainer: Trainer, pl_module: Any) -> None:
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         optimizers = list(trainer.optimizers)
         if len(optimizers) != 1:
             raise ConfigurationError(f"Tuner.lr_find() sweeps the learning rate of one optimizer, and "
@@ -151,13 +159,14 @@ class _LRSweep(Callback):
         # The sweep sets the learning rate itself: the module's schedulers do not step during it.
         trainer.lr_scheduler_configs.clear()
 
-    def on_train_batch_start(self, trainer: Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: Module, batch: Any, batch_idx: int) -> None:
         lr = self.finder.lr_at(trainer.global_step)
         for optimizer in self.optimizers:
             for group in optimizer.param_groups:
                 group["lr"] = lr
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
             self._window.append(float(loss.detach().float().mean()))
@@ -181,7 +190,8 @@ class _LRSweep(Callback):
             self._best = smoothed
 
 
-def check_lr_arguments(min_lr: Any, max_lr: Any, num_training: Any, mode: Any, early_stop_threshold: Any) -> None:
+def check_lr_arguments(min_lr: object, max_lr: object, num_training: object, mode: object,
+                       early_stop_threshold: object) -> None:
     """Refuse values the sweep cannot use, naming each."""
     problems = []
     if mode not in MODES:
@@ -189,11 +199,12 @@ def check_lr_arguments(min_lr: Any, max_lr: Any, num_training: Any, mode: Any, e
     for name, value in (("min_lr", min_lr), ("max_lr", max_lr)):
         if not isinstance(value, numbers.Real) or isinstance(value, bool) or not math.isfinite(value) or value < 0:
             problems.append(f"{name}={value!r}: give a finite learning rate >= 0")
-    if not problems and not min_lr < max_lr:
-        problems.append(f"min_lr={min_lr!r} must be smaller than max_lr={max_lr!r}")
-    if not problems and mode == "exponential" and min_lr <= 0:
-        problems.append(f"min_lr={min_lr!r}: mode='exponential' multiplies the learning rate, so it must start "
-                        "above 0 (the default is 1e-8)")
+    if not problems and isinstance(min_lr, numbers.Real) and isinstance(max_lr, numbers.Real):  # both are, by now
+        if not min_lr < max_lr:
+            problems.append(f"min_lr={min_lr!r} must be smaller than max_lr={max_lr!r}")
+        elif mode == "exponential" and min_lr <= 0:
+            problems.append(f"min_lr={min_lr!r}: mode='exponential' multiplies the learning rate, so it must start "
+                            "above 0 (the default is 1e-8)")
     if not isinstance(num_training, int) or isinstance(num_training, bool) or num_training < 1:
         problems.append(f"num_training={num_training!r}: give the number of steps (learning rates) to try, >= 1")
     if early_stop_threshold is not None and (not isinstance(early_stop_threshold, numbers.Real) or
@@ -204,7 +215,7 @@ def check_lr_arguments(min_lr: Any, max_lr: Any, num_training: Any, mode: Any, e
         raise ConfigurationError([f"Tuner.lr_find(): {p}" for p in problems])
 
 
-def lr_attribute(model: Any, attr_name: str) -> tuple[str, list[tuple[str, Any]]]:
+def lr_attribute(model: object, attr_name: str) -> tuple[str, Holders]:
     """The learning rate's name and where it is kept (``attr_name``, else ``lr`` or ``learning_rate``)."""
     names = [attr_name] if attr_name else list(LR_ATTRIBUTES)
     for name in names:
@@ -221,8 +232,9 @@ def lr_attribute(model: Any, attr_name: str) -> tuple[str, list[tuple[str, Any]]
                          "lr_finder.suggestion() yourself")
 
 
-def lr_find(trainer: Trainer, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            datamodule: Any = None, min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100,
+def lr_find(trainer: Trainer, model: Module, train_dataloaders: Iterable[object] | DataModule | None = None,
+            val_dataloaders: Iterable[object] | None = None, datamodule: DataModule | None = None,
+            min_lr: float = 1e-8, max_lr: float = 1.0, num_training: int = 100,
             mode: str = "exponential", early_stop_threshold: float | None = 4.0, update_attr: bool = True,
             attr_name: str = "") -> LRFinder | None:
     """Run the range test on ``trainer`` (see :meth:`accelkit.tuner.Tuner.lr_find`)."""

@@ -4,7 +4,8 @@ Both run short, bounded stages through the Trainer's public entry points (``fit`
 Trainer settings changed for the occasion, and leave the Trainer and the module as they found them:
 
 * :func:`check_tunable` refuses what cannot be tuned here (several processes, a wrong ``method``);
-* :class:`TuningSession` changes the Trainer's settings for the trials and puts every one of them back, with the
+* :class:`TuningSession` changes the Trainer's settings for the trials (through
+  :meth:`~accelkit.Trainer.replace_settings`) and puts them back (:meth:`~accelkit.Trainer.restore`), with the
   module's weights, its train/eval modes and ``requires_grad`` flags;
 * :func:`attribute_holders` / :func:`set_attribute` find and set a tuned value (``lr``, ``batch_size``) where the
   user keeps it: on the module, in ``module.hparams``, on the DataModule or in its ``hparams``.
@@ -13,7 +14,7 @@ Trainer settings changed for the occasion, and leave the Trainer and the module 
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeGuard
 
 import torch
 
@@ -21,6 +22,7 @@ from accelkit.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from accelkit.callbacks.base import Callback
+    from accelkit.module.datamodule import DataModule
     from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer, TrainerSnapshot
 
@@ -42,7 +44,8 @@ def check_tunable(trainer: Trainer, what: str) -> None:
             "finds to the Trainer that runs the distributed fit")
 
 
-def check_method(method: Any, train_dataloaders: Any, val_dataloaders: Any, dataloaders: Any, what: str) -> None:
+def check_method(method: object, train_dataloaders: object, val_dataloaders: object, dataloaders: object,
+                 what: str) -> None:
     """``method`` is one of :data:`METHODS`, and the loader arguments given are the ones that method reads."""
     if method not in METHODS:
         raise ValueError(f"Tuner.{what}(method={method!r}): use one of {', '.join(map(repr, METHODS))}")
@@ -56,7 +59,7 @@ def check_method(method: Any, train_dataloaders: Any, val_dataloaders: Any, data
                                  f"loaders for {method} as dataloaders=")
 
 
-def is_datamodule(value: Any) -> bool:
+def is_datamodule(value: object) -> TypeGuard[DataModule]:
     """Whether ``value`` is a DataModule (``fit(model, dm)`` passes one where the training loaders go)."""
     from accelkit.module import DataModule
 
@@ -64,10 +67,15 @@ def is_datamodule(value: Any) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- tuned values
-def attribute_holders(name: str, model: Any, datamodule: Any = None) -> list[tuple[str, Any]]:
+#: where a tuned value is kept: ``(description, holder)`` pairs, each holder an object (the module, the DataModule)
+#: whose attribute it is, or a mapping (their ``hparams``) whose entry it is
+Holders = list[tuple[str, object]]
+
+
+def attribute_holders(name: str, model: object, datamodule: object = None) -> Holders:
     """Where ``name`` is kept, as ``(description, holder)`` pairs: the module's attribute, its ``hparams`` entry,
     the DataModule's attribute and its ``hparams`` entry (every one that exists, in that order)."""
-    found: list[tuple[str, Any]] = []
+    found: Holders = []
     for label, owner in (("model", model), ("datamodule", datamodule)):
         if owner is None:
             continue
@@ -79,7 +87,7 @@ def attribute_holders(name: str, model: Any, datamodule: Any = None) -> list[tup
     return found
 
 
-def _has_attribute(owner: Any, name: str) -> bool:
+def _has_attribute(owner: object, name: str) -> bool:
     try:
         getattr(owner, name)
     except AttributeError:
@@ -87,13 +95,13 @@ def _has_attribute(owner: Any, name: str) -> bool:
     return True
 
 
-def get_attribute(holders: list[tuple[str, Any]], name: str) -> Any:
+def get_attribute(holders: Holders, name: str) -> object:
     """The value of the first holder."""
     holder = holders[0][1]
     return holder[name] if isinstance(holder, Mapping) else getattr(holder, name)
 
 
-def set_attribute(holders: list[tuple[str, Any]], name: str, value: Any) -> None:
+def set_attribute(holders: Holders, name: str, value: object) -> None:
     """Set ``name`` to ``value`` in every holder (all of them, so the module and its ``hparams`` agree)."""
     for _, holder in holders:
         if isinstance(holder, MutableMapping):
@@ -122,7 +130,7 @@ class TuningSession:
         self._modes: list[tuple[torch.nn.Module, bool]] = []
         self._grads: list[tuple[torch.nn.Parameter, bool]] = []
         self._module_trainer: Trainer | None = None
-        self._shadowed: Any = None
+        self._shadowed: object = None
 
     def __enter__(self) -> TuningSession:
         trainer, model = self.trainer, self.model
@@ -138,10 +146,8 @@ class TuningSession:
         object.__setattr__(model, "configure_callbacks", _no_callbacks)
         trainer.loggers = []
         trainer.callbacks = [self.callback]
-        trainer.enable_progress_bar = False
-        trainer.enable_model_summary = False
-        trainer.max_time = None
-        trainer.min_epochs = trainer.min_steps = None
+        trainer.replace_settings(enable_progress_bar=False, enable_model_summary=False, max_time=None,
+                                 min_epochs=None, min_steps=None)
         return self
 
     def configure(self, *, max_steps: int, max_epochs: int, num_sanity_val_steps: int,
@@ -151,18 +157,19 @@ class TuningSession:
         as the Trainer says) and the batch limits of some stages (``{"validate": 3}``: ``limit_val_batches=3``);
         the step and epoch counters start again from zero."""
         trainer = self.trainer
-        trainer.max_steps = max_steps
-        trainer.max_epochs = max_epochs
-        trainer.num_sanity_val_steps = num_sanity_val_steps
-        if val_check_interval is not None:
-            trainer.val_check_interval = val_check_interval
-        if check_val_every_n_epoch is not None:
-            trainer.check_val_every_n_epoch = check_val_every_n_epoch
-        unknown = sorted(set(limits or {}) - set(trainer.limits))
+        limits = limits or {}
+        unknown = sorted(set(limits) - set(trainer.limits))
         if unknown:
             raise ValueError(f"TuningSession.configure(limits=...): no stage {unknown[0]!r}; use "
                              f"{', '.join(map(repr, trainer.limits))}")
-        trainer.limits = {**trainer.limits, **(limits or {})}
+        given = {**trainer.limits, **limits}
+        trainer.replace_settings(
+            max_steps=max_steps, max_epochs=max_epochs, num_sanity_val_steps=num_sanity_val_steps,
+            val_check_interval=trainer.val_check_interval if val_check_interval is None else val_check_interval,
+            check_val_every_n_epoch=(trainer.check_val_every_n_epoch if check_val_every_n_epoch is None
+                                     else check_val_every_n_epoch),
+            limit_train_batches=given["fit"], limit_val_batches=given["validate"], limit_test_batches=given["test"],
+            limit_predict_batches=given["predict"])
         self.reset_counters()
 
     def reset_counters(self) -> None:
@@ -178,7 +185,7 @@ class TuningSession:
         for param in self.model.parameters():
             param.grad = None
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         trainer, model = self.trainer, self.model
         try:
             self.restore_weights()
@@ -196,5 +203,5 @@ class TuningSession:
                 trainer.restore(self._snapshot)
 
 
-def _no_callbacks() -> list[Any]:
+def _no_callbacks() -> list[Callback]:
     return []

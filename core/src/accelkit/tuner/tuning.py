@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from accelkit.tuner.batch_size_scaling import scale_batch_size
 from accelkit.tuner.lr_finder import LRFinder, lr_find
 from accelkit.tuner.session import check_method
 
 if TYPE_CHECKING:
+    from accelkit.module.datamodule import DataModule
+    from accelkit.module.module import Module
     from accelkit.trainer.trainer import Trainer
 
 
@@ -37,12 +40,14 @@ class Tuner:
         self._trainer = trainer
 
     @property
-    def trainer(self) -> Any:
+    def trainer(self) -> Trainer:
         """The Trainer the trials run on."""
         return self._trainer
 
-    def lr_find(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
-                dataloaders: Any = None, datamodule: Any = None, method: str = "fit", min_lr: float = 1e-8,
+    def lr_find(self, model: Module, train_dataloaders: Iterable[object] | DataModule | None = None,
+                val_dataloaders: Iterable[object] | None = None,
+                dataloaders: Iterable[object] | DataModule | None = None, datamodule: DataModule | None = None,
+                method: str = "fit", min_lr: float = 1e-8,
                 max_lr: float = 1, num_training: int = 100, mode: str = "exponential",
                 early_stop_threshold: float | None = 4.0, update_attr: bool = True,
                 attr_name: str = "") -> LRFinder | None:
@@ -76,8 +81,10 @@ class Tuner:
                        max_lr=max_lr, num_training=num_training, mode=mode,
                        early_stop_threshold=early_stop_threshold, update_attr=update_attr, attr_name=attr_name)
 
-    def scale_batch_size(self, model: Any, train_dataloaders: Any = None, val_dataloaders: Any = None,
-                         dataloaders: Any = None, datamodule: Any = None, method: str = "fit", mode: str = "power",
+    def scale_batch_size(self, model: Module, train_dataloaders: Iterable[object] | DataModule | None = None,
+                         val_dataloaders: Iterable[object] | None = None,
+                         dataloaders: Iterable[object] | DataModule | None = None,
+                         datamodule: DataModule | None = None, method: str = "fit", mode: str = "power",
                          steps_per_trial: int = 3, init_val: int = 2, max_trials: int = 25,
                          batch_arg_name: str = "batch_size", margin: float = 0.05,
                          max_val: int = 8192) -> int | None:
