@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -332,7 +332,7 @@ def _refused_lightning_class(item: object) -> str:
     return ""
 
 
-def callback_list(callbacks: object) -> list[object]:
+def callback_list(callbacks: object) -> list[Callback]:
     """``callbacks=`` as a list (one, a list, or ``None``) of :class:`~accelkit.Callback` instances, or of
     Lightning ``Callback`` instances (libraries' callbacks for Lightning; their hooks run as accelkit's do)."""
     if callbacks is None:
@@ -345,7 +345,7 @@ def callback_list(callbacks: object) -> list[object]:
         refused = "" if isinstance(item, Callback) else _refused_lightning_class(item)
         if refused:
             raise ConfigurationError(refused)
-    return items
+    return cast("list[Callback]", items)  # a Lightning callback is called through the same hooks (duck-typed)
 
 
 def monitored_score(value: float | torch.Tensor) -> torch.Tensor:

@@ -143,7 +143,7 @@ class ModelSummary(Callback):
                                    total_training_modes))
 
 
-def configure_model_summary(callbacks: list[object], enabled: bool) -> None:
+def configure_model_summary(callbacks: list[Callback], enabled: bool) -> None:
     """The Trainer's default summary (Lightning's): add a :class:`ModelSummary` to ``callbacks`` when
     ``enabled`` (``enable_model_summary``) and none is there (a :class:`RichModelSummary` when the progress bar
     is a :class:`~accelkit.callbacks.RichProgressBar`). A summary callback passed although the summary is

@@ -205,7 +205,8 @@ class PredictionLoop:
                         indices.append(self.current_batch_indices)
                     hooks.call("on_predict_batch_start", batch, batch_idx, *extra)
                     with trainer.precision.forward_context():
-                        out = module.predict_step(*(batch, batch_idx, dl_idx)[:arity])
+                        predict_step: Callable[..., Any] = module.predict_step  # (takes 1 to 3 arguments)
+                        out = predict_step(*(batch, batch_idx, dl_idx)[:arity])
                     hooks.call("on_predict_batch_end", out, batch, batch_idx, *extra)
                     if keep:
                         predictions.append(ckpt.to_cpu(out))

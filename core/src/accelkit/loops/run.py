@@ -144,7 +144,10 @@ def _agree_on_run_folders(trainer: Trainer) -> None:
     if strategy.world_size < 2 or strategy.launches_workers:
         return
     folders = trainer.versioned_loggers()
-    chosen = strategy.broadcast([folder.version for folder in folders] if strategy.is_global_zero else None)
+    mine = [folder.version for folder in folders] if strategy.is_global_zero else None
+    chosen = strategy.broadcast(mine)
+    if chosen is None:  # (global rank zero sends a list)
+        raise RuntimeError("global rank 0 broadcast no version folders")
     for folder, version in zip(folders, chosen, strict=True):
         folder.version = version
 

@@ -331,8 +331,11 @@ class Module(ModelHooks, DataHooks, CheckpointHooks, HyperparametersMixin, Expor
         """The optimizers of the run: one if there is one, else a list (wrapped so ``step`` goes through the
         precision and strategy; ``use_pl_optimizer=False`` gives the raw ``torch.optim`` objects)."""
         optimization = self._require_optimization("optimizers()")
-        opts = optimization.wrapped if use_pl_optimizer else optimization.trainer.optimizers
-        return opts[0] if len(opts) == 1 else list(opts)
+        if use_pl_optimizer:
+            wrapped = optimization.wrapped
+            return wrapped[0] if len(wrapped) == 1 else list(wrapped)
+        raw = optimization.trainer.optimizers
+        return raw[0] if len(raw) == 1 else list(raw)
 
     def lr_schedulers(self) -> LRSchedulerPLType | list[LRSchedulerPLType] | None:
         """The schedulers of the run: ``None``, one, or a list."""

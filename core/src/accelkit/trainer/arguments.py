@@ -271,7 +271,8 @@ def check_device_count(devices: object, accelerator: object, manager: PluginMana
     elif isinstance(accelerator, str) and lookup_key(accelerator) != "auto":
         try:
             record = manager.registry.accelerators.get(lookup_key(accelerator))
-            cls = record.load() if record is not None else None
+            # (an accelerator record names an Accelerator class)
+            cls = cast("type[Accelerator]", record.load()) if record is not None else None
         except Exception:  # noqa: BLE001 - the resolver reports unknown or broken accelerators itself
             cls = None
     try:

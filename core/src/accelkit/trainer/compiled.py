@@ -96,7 +96,7 @@ class _CallState(TypedDict):
 def run_compiled_stage(compiled: CompiledForward, trainer: Trainer, stage: str, module: Module,
                        datamodule: DataModule | None, loaders: dict[str, object],
                        ckpt_path: str | os.PathLike[str] | None, weights_only: bool, prepared: bool,
-                       options: dict[str, object]) -> WorkerResult:
+                       options: dict[str, bool]) -> WorkerResult:
     """:func:`accelkit.loops.run.run_stage` with ``module``'s ``forward`` compiled as the user compiled it (in the
     process that runs the work: the caller's, or each spawned worker), then given back its own."""
     from accelkit.loops.run import run_stage

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -305,15 +305,17 @@ def launch(trainer: Trainer, stage: str, model: object, datamodule: DataModule |
             _ = logger.version  # chosen here, so the workers and the caller agree on the run's folder
     strategy.run_context = RunContext(stage=stage, root_dir=Path(trainer.default_root_dir))
     _warn_fit_again_in_workers(trainer, stage)
-    work = (run_stage,) if compiled is None else (run_compiled_stage, compiled)
+    # what every worker runs: the stage, or the stage with the user's compiled forward (given first)
+    function: Callable[..., WorkerResult] = run_stage if compiled is None else run_compiled_stage
+    leading = () if compiled is None else (compiled,)
     if stage == "fit":  # as Lightning's fit: the epoch limits not given take their defaults (read in the hooks)
         _default_epoch_limits(trainer)
     state = trainer.run_state.state
     if strategy.launches_workers:  # the caller's state, as Lightning's caller: running, then finished or interrupted
         state.fn, state.stage, state.status = TrainerFn(stage), None, TrainerStatus.RUNNING
     try:
-        output: WorkerResult = strategy.launch(*work, trainer, stage, model, datamodule, loaders, ckpt_path,
-                                               weights_only, prepared, options)
+        output = strategy.launch(function, *leading, trainer, stage, model, datamodule, loaders, ckpt_path,
+                                 weights_only, prepared, options)
     except BaseException:
         if strategy.launches_workers:
             state.status = TrainerStatus.INTERRUPTED

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from accelkit.callbacks.base import Callback
 from accelkit.callbacks.progress.progress_bar import ProgressBar
 from accelkit.callbacks.progress.tqdm_progress import TQDMProgressBar
 from accelkit.errors import ConfigurationError
 
 
-def configure_progress_bar(callbacks: list[object], enabled: bool) -> None:
+def configure_progress_bar(callbacks: list[Callback], enabled: bool) -> None:
     """The run's progress bar: the :class:`~accelkit.callbacks.ProgressBar` among ``callbacks`` if there is one, else a
     :class:`~accelkit.callbacks.TQDMProgressBar` added when ``enabled`` (``enable_progress_bar``). Several bars, or a
     bar given while
