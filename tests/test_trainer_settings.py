@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import operator
 import pickle
 import sys
 import types
@@ -230,6 +231,12 @@ def _property_hints() -> dict[str, object]:
     for cls in (accelkit.Trainer, TrainerProperties, SettingsProperties):
         for name, member in inspect.getmembers(cls, lambda m: isinstance(m, property)):
             getter = member.fget
+            if isinstance(getter, operator.attrgetter):  # a getter run in C (``settings``, read at every batch):
+                attribute = repr(getter).split("'")[1]   # the declared type of the attribute it reads
+                owner = next(c for c in cls.__mro__ if name in vars(c))
+                declared = typing.get_type_hints(owner, globalns=_namespace(sys.modules[owner.__module__]))
+                hints[f"{cls.__name__}.{name}"] = declared[attribute]
+                continue
             namespace = _namespace(sys.modules[getter.__module__])
             hints[f"{cls.__name__}.{name}"] = typing.get_type_hints(getter, globalns=namespace).get("return")
     return hints

@@ -371,8 +371,8 @@ class FitLoop:
             # one test tells a batch after which nothing but a signal's stop can be due (none of these has a side
             # effect); what can change within the epoch (a requested stop, max_steps, max_time) is read at every batch
             if check or progress.should_stop or not progress.batches_that_stepped % log_every or \
-                    trainer.max_time is not None or trainer.max_steps >= 0 and \
-                    trainer.max_steps <= progress.global_step:
+                    (settings := trainer.settings).max_time is not None or settings.max_steps >= 0 and \
+                    settings.max_steps <= progress.global_step:
                 if self._after_batch(batch_idx, is_last, boundary, stepped, stop):
                     return batch_idx, False
             elif report is not None:  # what _after_batch does when nothing else is due
@@ -397,8 +397,9 @@ class FitLoop:
             stop.report(progress.global_step)
             if stop.pending() and self._interrupt_due(stop):
                 return True
-        return (progress.should_stop or trainer.max_time is not None or
-                0 <= trainer.max_steps <= progress.global_step) and self._stop_within_epoch()
+        settings = trainer.settings
+        return (progress.should_stop or settings.max_time is not None or
+                0 <= settings.max_steps <= progress.global_step) and self._stop_within_epoch()
 
     def _step_step_schedulers(self, configs: list[LRSchedulerConfig]) -> None:
         """After an optimizer step: step the step-interval schedulers in ``configs`` whose ``frequency`` the

@@ -303,7 +303,7 @@ class Optimization:
                 backward_phase(loss)
             if not boundary:
                 return output, False
-            if before_step or trainer.gradient_clip_val is not None:  # 4.
+            if before_step or trainer.settings.gradient_clip_val is not None:  # 4.
                 before_optimizer_step(optimizer)
             step_optimizer()  # the strategy steps through the precision (a scaler)
             end_step()

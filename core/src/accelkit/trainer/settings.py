@@ -13,8 +13,9 @@ in its place (:func:`dataclasses.replace`), and :meth:`accelkit.Trainer.restore`
 from __future__ import annotations
 
 import dataclasses
+import operator
 from pathlib import Path
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 __all__ = ["SettingsChanges", "SettingsProperties", "TrainerSettings"]
 
@@ -148,11 +149,15 @@ class SettingsProperties:
 
     _settings: TrainerSettings
 
-    @property
-    def settings(self) -> TrainerSettings:
-        """The run's :class:`TrainerSettings`: built once by the constructor, replaced (never changed in place) by
-        :meth:`replace_settings`, put back by :meth:`~accelkit.Trainer.restore`."""
-        return self._settings
+    if TYPE_CHECKING:
+        @property
+        def settings(self) -> TrainerSettings:
+            """The run's :class:`TrainerSettings` (see below)."""
+    else:
+        # read by the loops at every batch (``trainer.settings.max_steps``): its getter runs in C, no Python frame
+        settings = property(operator.attrgetter("_settings"), doc="""The run's :class:`TrainerSettings`: built once
+        by the constructor, replaced (never changed in place) by :meth:`replace_settings`, put back by
+        :meth:`~accelkit.Trainer.restore`. Read-only: assigning it raises ``AttributeError``.""")
 
     def replace_settings(self, **changes: Unpack[SettingsChanges]) -> TrainerSettings:
         """The one way to change a setting after the Trainer is built: a new :class:`TrainerSettings` with

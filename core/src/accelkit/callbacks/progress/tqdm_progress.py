@@ -261,7 +261,8 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        bar = cast(Tqdm, self._train_progress_bar)  # made by on_train_start, before the first batch
+        # (made by on_train_start, before the first batch; no cast(): this runs at every batch, a cast is a call)
+        bar: Tqdm = self._train_progress_bar  # type: ignore[assignment]
         count = self._train_batches = batch_idx + 1
         if bar.disable or (count % self._refresh_rate and count != bar.total):
             return
@@ -302,7 +303,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_validation_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                                 dataloader_idx: int = 0) -> None:
-        self._move(cast(Tqdm, self._val_progress_bar), batch_idx + 1)  # made by on_validation_start
+        self._move(self._val_progress_bar, batch_idx + 1)  # type: ignore[arg-type]  # made by on_validation_start (no cast: per batch)
 
     def on_validation_end(self, trainer: Trainer, pl_module: Module) -> None:
         if self._train_open and trainer.state.fn == "fit":  # the training bar shows the validation's metrics
@@ -325,7 +326,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_test_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                           dataloader_idx: int = 0) -> None:
-        self._move(cast(Tqdm, self._test_progress_bar), batch_idx + 1)  # made by on_test_start
+        self._move(self._test_progress_bar, batch_idx + 1)  # type: ignore[arg-type]  # made by on_test_start (no cast: per batch)
 
     def on_test_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.test_progress_bar.close()
@@ -344,7 +345,7 @@ class TQDMProgressBar(RefreshingProgressBar):
 
     def on_predict_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any, batch_idx: int,
                              dataloader_idx: int = 0) -> None:
-        self._move(cast(Tqdm, self._predict_progress_bar), batch_idx + 1)  # made by on_predict_start
+        self._move(self._predict_progress_bar, batch_idx + 1)  # type: ignore[arg-type]  # made by on_predict_start (no cast: per batch)
 
     def on_predict_end(self, trainer: Trainer, pl_module: Module) -> None:
         self.predict_progress_bar.close()
