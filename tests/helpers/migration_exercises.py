@@ -239,6 +239,16 @@ def _restored(t: Any) -> bool:
     return t.run_state.progress is progress and t.global_step == saved.run.progress.global_step
 
 
+def _settings_replaced(t: Any) -> bool:
+    """A setting changed through ``replace_settings`` is a new settings object, read back by its property; the old
+    one is put back the same way."""
+    before = t.settings
+    after = t.replace_settings(log_every_n_steps=before.log_every_n_steps + 1)
+    changed = after is t.settings and after is not before and t.log_every_n_steps == before.log_every_n_steps + 1
+    t.replace_settings(log_every_n_steps=before.log_every_n_steps)
+    return changed and t.log_every_n_steps == before.log_every_n_steps
+
+
 TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "accelerator": lambda t, m: isinstance(t.accelerator, accelkit.Accelerator),
     "strategy": lambda t, m: isinstance(t.strategy, accelkit.Strategy) and t.strategy.root_device.type == "cpu",
@@ -304,6 +314,8 @@ TRAINER_CHECKS: dict[str, Callable[[Any, Any], bool]] = {
     "run_folder": lambda t, m: isinstance(t.run_folder, accelkit.loggers.RunFolder),
     "versioned_loggers": lambda t, m: t.versioned_loggers() == list(t.loggers),  # its CSVLogger
     "run_state": lambda t, m: t.run_state.module is m and list(t.run_state.optimizers) == list(t.optimizers),
+    "settings": lambda t, m: t.settings.max_epochs == t.max_epochs and t.settings.limits == t.limits,
+    "replace_settings": lambda t, m: _settings_replaced(t),
     "snapshot": lambda t, m: t.snapshot().run.progress.global_step == t.global_step,
     "restore": lambda t, m: _restored(t),
     "warned_unknown_hooks": lambda t, m: isinstance(t.warned_unknown_hooks, bool),
