@@ -37,3 +37,11 @@ def run_python(prewarmed: Prewarmed) -> Callable[..., subprocess.CompletedProces
         return run_program(["-c", code], xla_env(**env), 120, prewarmed)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def single_run(tmp_path_factory: pytest.TempPathFactory, run_scenario: Callable[..., dict]) -> dict:
+    """The result of ``xla_scenarios.py single``, run once for the tests of ``test_xla_single.py`` and
+    ``test_xla_spawn.py`` that read it: single-core runs on a host of 2 XLA devices, then a spawn over both refused
+    because those runs started the runtime in the (parent) process (its ``touched`` entry)."""
+    return run_scenario("single", tmp_path_factory.mktemp("xla_single"), CPU_NUM_DEVICES="2")

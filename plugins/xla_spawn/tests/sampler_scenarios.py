@@ -206,8 +206,18 @@ def scenario_legacy_names_spawn(out: Path) -> dict:
             "expected": [expected_orders(world, r, 2) for r in range(world)]}
 
 
+def scenario_single(out: Path) -> dict:
+    """The two one-core scenarios, one after the other in this process: ``sampler_single`` (2.x names only, so no
+    legacy-name warning yet), then ``legacy_names`` (the first legacy names this process calls)."""
+    (out / "sampler").mkdir()
+    (out / "legacy").mkdir()
+    return {"sampler_single": scenario_sampler_single(out / "sampler"),
+            "legacy_names": scenario_legacy_names(out / "legacy")}
+
+
 SCENARIOS = {"sampler_single": scenario_sampler_single, "sampler_spawn": scenario_sampler_spawn,
-             "legacy_names": scenario_legacy_names, "legacy_names_spawn": scenario_legacy_names_spawn}
+             "legacy_names": scenario_legacy_names, "legacy_names_spawn": scenario_legacy_names_spawn,
+             "single": scenario_single}
 
 if __name__ == "__main__":
     run_scenario_main(SCENARIOS)

@@ -1,8 +1,6 @@
 """The doctor hooks of accelkit-xla-spawn: which variables it shows and which TPU setups it flags."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -34,10 +32,10 @@ def test_a_pjrt_setup_has_no_problems():
 
 
 @pytest.mark.slow  # starts a process
-def test_doctor_shows_the_problem_and_exits_nonzero():
+def test_doctor_shows_the_problem_and_exits_nonzero(prewarmed):
     env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     env["XRT_TPU_CONFIG"] = "localservice;0;localhost:51011"
-    done = subprocess.run([sys.executable, "-m", "accelkit.cli", "doctor"], env=env, capture_output=True,
-                          text=True, timeout=120)
+    # ``python -m accelkit.cli doctor``, forked from the prewarmed interpreter (torch imported, accelkit not)
+    done = prewarmed.run(["-m", "accelkit.cli", "doctor"], cwd=os.getcwd(), env=env, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "XRT_TPU_CONFIG is set but PJRT_DEVICE is not" in done.stdout

@@ -129,68 +129,89 @@ def test_translate_tpu_cores_values() -> None:
 
 
 _PARENT = r"""
-import json, sys, warnings
+import importlib.util, json, os, sys, warnings
 from accelkit import Trainer
 out = {}
-t = Trainer(tpu_cores=[5], logger=False)
-out["core5"] = [type(t.accelerator).__name__, t.config.devices, type(t.strategy).__name__]
-t = Trainer(tpu_cores=8, logger=False)
-out["cores8"] = [t.config.devices, type(t.strategy).__name__, t.strategy.name]
-t = Trainer(accelerator="auto", devices="auto", logger=False)
-out["auto"] = [t.accelerator.name, t.config.devices, t.strategy.name]
-t = Trainer(accelerator="tpu", devices=[2], strategy="xla_single", logger=False)
-out["single2"] = [t.config.devices, t.strategy.name]
-t = Trainer(accelerator="xla", devices=8, strategy="tpu_spawn", logger=False)
-out["alias"] = t.strategy.name
+# 1. PJRT_DEVICE=CPU with 8 devices (this process's environment); XLA is available only where torch_xla is installed
+if importlib.util.find_spec("torch_xla") is not None:
+    t = Trainer(tpu_cores=[5], logger=False)
+    out["core5"] = [type(t.accelerator).__name__, t.config.devices, type(t.strategy).__name__]
+    t = Trainer(tpu_cores=8, logger=False)
+    out["cores8"] = [t.config.devices, type(t.strategy).__name__, t.strategy.name]
+    t = Trainer(accelerator="auto", devices="auto", logger=False)
+    out["auto"] = [t.accelerator.name, t.config.devices, t.strategy.name]
+    t = Trainer(accelerator="tpu", devices=[2], strategy="xla_single", logger=False)
+    out["single2"] = [t.config.devices, t.strategy.name]
+    t = Trainer(accelerator="xla", devices=8, strategy="tpu_spawn", logger=False)
+    out["alias"] = t.strategy.name
+print("END OF PART 1", file=sys.stderr, flush=True)
+
+def failure(**arguments):
+    try:
+        Trainer(logger=False, **arguments)
+    except Exception as exc:
+        return f"{type(exc).__name__} {exc}"
+    return None
+
+# 2. the same process, its environment changed as another host's would be (the plugin reads os.environ when a
+# Trainer resolves): no TPU and PJRT_DEVICE empty, auto; then the Lightning-era XRT_TPU_CONFIG, accelerator="tpu"
+os.environ.update(PJRT_DEVICE="", CPU_NUM_DEVICES="1")
+t = Trainer(logger=False)
+out["auto_without_tpu"] = [t.accelerator.name, "torch_xla" in sys.modules]
+os.environ["XRT_TPU_CONFIG"] = "localservice;0;localhost:51011"
+out["explicit_tpu_with_xrt"] = failure(accelerator="tpu")
+del os.environ["XRT_TPU_CONFIG"]
+# 3. PJRT_DEVICE=CPU with 4 devices, devices=3 asked
+os.environ.update(PJRT_DEVICE="CPU", CPU_NUM_DEVICES="4")
+out["three_of_four"] = failure(accelerator="tpu", devices=3)
 out["torch_xla_imported"] = sorted(m for m in sys.modules if m.split(".")[0] == "torch_xla")
 print(json.dumps(out))
 """
 
 
-@pytest.mark.slow  # starts a process
-@needs_torch_xla
-def test_parent_resolution_never_imports_torch_xla(run_python) -> None:
+@pytest.fixture(scope="module")
+def resolutions(run_python) -> tuple[dict, str]:
+    """One process resolves the Trainers of the tests below, in parts (its environment changed between them):
+    {what: result} and the stderr of part 1."""
     proc = run_python(_PARENT, CPU_NUM_DEVICES="8")
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr.split("END OF PART 1")[0]
+
+
+@pytest.mark.slow  # starts a process
+@needs_torch_xla
+def test_parent_resolution_never_imports_torch_xla(resolutions) -> None:
+    out, stderr = resolutions
     assert out["core5"] == ["XLAAccelerator", [4], "XLASingleStrategy"]
     assert out["cores8"] == [list(range(8)), "XLASpawnStrategy", "xla_spawn"]
     assert out["auto"] == ["xla", list(range(8)), "xla_spawn"]  # PJRT_DEVICE set explicitly: xla wins auto
     assert out["single2"] == [[2], "xla_single"]
     assert out["alias"] == "xla_spawn"
-    assert out["torch_xla_imported"] == []
-    assert "tpu_cores=[5] is deprecated; use accelerator='tpu', devices=[4]" in proc.stderr
-    assert proc.stderr.count("is deprecated") == 2
+    assert out["torch_xla_imported"] == []  # after every part of the process
+    assert "tpu_cores=[5] is deprecated; use accelerator='tpu', devices=[4]" in stderr
+    assert stderr.count("is deprecated") == 2
 
 
 @pytest.mark.slow  # starts a process
-def test_auto_does_not_pick_xla_without_a_tpu(run_python) -> None:
-    code = ("import json, sys; from accelkit import Trainer; t = Trainer(logger=False); "
-            "print(json.dumps([t.accelerator.name, 'torch_xla' in sys.modules]))")
-    proc = run_python(code, PJRT_DEVICE="")
-    assert proc.returncode == 0, proc.stderr
-    name, imported = json.loads(proc.stdout.strip().splitlines()[-1])
+def test_auto_does_not_pick_xla_without_a_tpu(resolutions) -> None:
+    name, imported = resolutions[0]["auto_without_tpu"]
     assert name != "xla" and imported is False
 
 
 @pytest.mark.slow  # starts a process
 @needs_torch_xla
-def test_explicit_tpu_without_a_tpu_explains_pjrt(run_python) -> None:
-    code = ("from accelkit import Trainer\ntry:\n    Trainer(accelerator='tpu', logger=False)\n"
-            "except Exception as exc:\n    print(type(exc).__name__, exc)")
-    proc = run_python(code, PJRT_DEVICE="", XRT_TPU_CONFIG="localservice;0;localhost:51011")
-    assert "ConfigurationError" in proc.stdout
-    assert "PJRT_DEVICE=TPU" in proc.stdout and "XRT_TPU_CONFIG" in proc.stdout and "retired" in proc.stdout
+def test_explicit_tpu_without_a_tpu_explains_pjrt(resolutions) -> None:
+    error = resolutions[0]["explicit_tpu_with_xrt"]
+    assert error is not None and error.startswith("ConfigurationError")
+    assert "PJRT_DEVICE=TPU" in error and "XRT_TPU_CONFIG" in error and "retired" in error
 
 
 @pytest.mark.slow  # starts a process
 @needs_torch_xla
-def test_wrong_device_count_is_reported_at_resolution(run_python) -> None:
-    code = ("from accelkit import Trainer\ntry:\n    Trainer(accelerator='tpu', devices=3, logger=False)\n"
-            "except Exception as exc:\n    print(type(exc).__name__, exc)")
-    proc = run_python(code, CPU_NUM_DEVICES="4")
-    assert "ConfigurationError" in proc.stdout and "devices=3" in proc.stdout and "4 XLA devices" in proc.stdout
-    assert "CPU_NUM_DEVICES" in proc.stdout
+def test_wrong_device_count_is_reported_at_resolution(resolutions) -> None:
+    error = resolutions[0]["three_of_four"]
+    assert error is not None and error.startswith("ConfigurationError")
+    assert "devices=3" in error and "4 XLA devices" in error and "CPU_NUM_DEVICES" in error
 
 
 def test_launch_failure_hint_names_the_cpu_collective_problem() -> None:

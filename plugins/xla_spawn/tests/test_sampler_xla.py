@@ -1,6 +1,7 @@
 """A user's own DistributedSampler on real XLA (PJRT_DEVICE=CPU), and the torch_xla 1.x names it is built with.
 
-Scenarios in ``sampler_scenarios.py``, each in its own interpreter. The multi-replica runs swap the collective
+Scenarios in ``sampler_scenarios.py``: the two one-core ones in one interpreter (``single``, read by two tests),
+each multi-replica one in its own (a process launches replicas once). The multi-replica runs swap the collective
 as documented in ``xla_scenarios.FlatBufferAllReduceSpawn`` (stock collectives abort on the CPU).
 """
 
@@ -14,11 +15,17 @@ pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.skipif(
 SCRIPT = "sampler_scenarios.py"
 
 
-def test_xla_single_uses_a_hand_built_distributed_sampler_as_given(tmp_path, run_scenario) -> None:
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, run_scenario) -> dict:
+    """The one-core scenarios ``sampler_single`` then ``legacy_names``, in one process: {name: result}."""
+    return run_scenario("single", tmp_path_factory.mktemp("sampler_single"), script=SCRIPT)
+
+
+def test_xla_single_uses_a_hand_built_distributed_sampler_as_given(single) -> None:
     """num_replicas=2, rank=1 (torch_xla.runtime.world_size()/global_ordinal() + 1) on one core: the loader is
     not re-sharded, so exactly rank 1's 32 of 64 samples are read, in DistributedSampler's own order for each
     epoch (set_epoch is called before every epoch)."""
-    result = run_scenario("sampler_single", tmp_path, script=SCRIPT)
+    result = single["sampler_single"]
     assert result["strategy"] == "XLASingleStrategy"
     assert result["runtime"] == [1, 0] and result["sampler"] == [2, 1]
     for epoch in range(3):
@@ -55,11 +62,12 @@ def _one_warning_per_name(caught: list[str]) -> None:
 
 
 @pytest.mark.slow
-def test_the_guides_torch_xla_1x_names_answer_inside_an_xla_single_run(tmp_path, run_scenario) -> None:
+def test_the_guides_torch_xla_1x_names_answer_inside_an_xla_single_run(single) -> None:
     """xm.xrt_world_size()/xm.get_ordinal(), as attributes and imported by name, answer 1 and 0 during fit, with
     one warning per name for the whole process (the second fit and the repeated calls warn no more); after fit
-    they are gone again and torch_xla's own AttributeError is back."""
-    result = run_scenario("legacy_names", tmp_path, script=SCRIPT)
+    they are gone again and torch_xla's own AttributeError is back. (``sampler_single`` ran before in the process,
+    with torch_xla 2.x names only: these are the first legacy names it calls.)"""
+    result = single["legacy_names"]
     for how in ("attribute", "import"):
         assert result[how]["runtime"] == [1, 0] and result[how]["sampler"] == [1, 0], result[how]
     _one_warning_per_name(result["attribute"]["caught"])

@@ -1,4 +1,5 @@
-"""Single-core XLA runs on the real torch_xla (PJRT_DEVICE=CPU), each scenario in its own interpreter."""
+"""Single-core XLA runs on the real torch_xla (PJRT_DEVICE=CPU), in an interpreter of their own (shared with
+``test_xla_spawn.py``'s check of a spawn after them: ``conftest.single_run``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xla, pytest.mark.skipif(
 
 
 @pytest.fixture(scope="module")
-def single(tmp_path_factory: pytest.TempPathFactory, run_scenario) -> dict:
-    return run_scenario("single", tmp_path_factory.mktemp("xla_single"))
+def single(single_run: dict) -> dict:
+    """The single-core scenario's result (one run for the session: ``conftest.single_run``)."""
+    return single_run
 
 
 def test_auto_strategy_for_one_core_is_xla_single(single: dict) -> None:

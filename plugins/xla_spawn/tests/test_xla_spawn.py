@@ -96,8 +96,10 @@ def test_checkpoint_written_by_one_replica(spawn) -> None:
     assert result["current_epoch"] == 2
 
 
-def test_runtime_started_in_parent_is_detected_before_spawning(tmp_path: Path, run_scenario) -> None:
-    result = run_scenario("touched", tmp_path, CPU_NUM_DEVICES="2")
+def test_runtime_started_in_parent_is_detected_before_spawning(single_run: dict) -> None:
+    """A Trainer over 2 devices built before anything used XLA; the single-core runs of ``single_run`` then started
+    the runtime in the parent: resolving another such Trainer, and launching the first, both refuse."""
+    result = single_run["touched"]
     for key in ("resolve_error", "launch_error"):
         assert result[key] is not None, key
         assert "already running in this (parent) process" in result[key]

@@ -1,8 +1,10 @@
 """Tests of the xla_spawn_debug strategy on real XLA (PJRT_DEVICE=CPU).
 
-Each scenario runs in its own process (tests/scenario.py), forked from the ``prewarmed`` interpreter, which never
-imports torch_xla: torch_xla's counters and debug settings are process-wide. The four scenarios run once per module,
-one after the other, and the tests read their results.
+The four scenarios run once per module, one after the other in one process (tests/scenario.py), forked from the
+``prewarmed`` interpreter, which never imports torch_xla; the tests read their results. torch_xla's debug settings
+are process-wide: the first scenario, ``clean``, meets torch_xla unimported and is the one whose debug variables and
+log are checked. Its counters are process-wide too, and the report counts what each run added: each later scenario
+trains graphs no earlier one compiled (``shapes`` its own batch sizes, ``item`` and ``fallback`` their own ops).
 """
 
 from __future__ import annotations
@@ -32,20 +34,21 @@ DEBUG_VARIABLES = ("PT_XLA_DEBUG_LEVEL", "PT_XLA_DEBUG_FILE", "XLA_IR_DEBUG", "X
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, prewarmed):
-    """Run every scenario. Returns {kind: (completed process, root dir)}."""
+    """Run every scenario (in one process). Returns {kind: (completed process, root dir, its JSON line)}."""
     root = tmp_path_factory.mktemp("xla_debug")
-    results = {}
-    for kind in SCENARIOS:
-        extra = ["--via-plugins"] if kind == "item" else []
-        proc = run_program([str(HERE / "scenario.py"), kind, str(root / kind), *extra],
-                           xla_env(devices=None, unset=DEBUG_VARIABLES), 240, prewarmed)
-        results[kind] = (proc, root / kind)
-    return results
+    proc = run_program([str(HERE / "scenario.py"), str(root), *SCENARIOS, "--via-plugins", "item"],
+                       xla_env(devices=None, unset=DEBUG_VARIABLES), 480, prewarmed)
+    outcomes = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            outcome = json.loads(line)
+            outcomes[outcome.pop("kind")] = outcome
+    return {kind: (proc, root / kind, outcomes.get(kind)) for kind in SCENARIOS}
 
 
 def _report(runs, kind):
-    proc, root = runs[kind]
-    assert proc.returncode == 0, f"scenario {kind} failed:\n{proc.stderr[-4000:]}"
+    proc, root, outcome = runs[kind]
+    assert proc.returncode == 0 and outcome is not None, f"scenario {kind} failed:\n{proc.stderr[-4000:]}"
     text_path = root / "xla_debug" / "fit-rank0.txt"
     data = json.loads(text_path.with_suffix(".json").read_text())
     return proc, text_path, text_path.read_text(), data
@@ -63,7 +66,7 @@ def test_report_has_metrics_and_debug_environment(runs):
     assert "Compilation Analysis" in log.read_text()
     assert data["environment"] == {"PT_XLA_DEBUG_LEVEL": "2", "PT_XLA_DEBUG_FILE": str(log), "XLA_IR_DEBUG": "1",
                                    "XLA_HLO_DEBUG": "1"}
-    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    outcome = runs["clean"][2]
     assert outcome == {"strategy": "XLASingleDebugStrategy", "torch_xla_imported_before_fit": False,
                        "global_step": 12}
 
@@ -81,23 +84,23 @@ def test_changing_shapes_are_flagged_with_steps_and_advice(runs):
     _, _, text, data = _report(runs, "shapes")
     codes = [f["code"] for f in data["findings"]]
     assert codes == ["recompilation"]
-    # batch sizes 8, 9, 10, ...: every step after the 2 warm-up steps compiles a new graph
+    # batch sizes 17, 18, 19, ...: every step after the 2 warm-up steps compiles a new graph
     assert data["summary"]["compile_steps_after_warmup"] == list(range(3, 13))
     finding = data["findings"][0]
-    assert "step 3: 1 compilation(s); batch f32[10,8] i64[10] (step 2: f32[9,8] i64[9])" in finding["details"]
+    assert "step 3: 1 compilation(s); batch f32[19,8] i64[19] (step 2: f32[18,8] i64[18])" in finding["details"]
     assert "drop_last=True" in finding["advice"] and "pad" in finding["advice"]
     assert "[recompilation]" in text and "What to do:" in text
 
 
 def test_item_per_step_is_flagged_with_advice(runs):
     # this scenario also checks that plugins="tpu_spawn_debug" selects the strategy
-    proc, _, _, data = _report(runs, "item")
+    _, _, _, data = _report(runs, "item")
     codes = [f["code"] for f in data["findings"]]
     assert codes == ["host_transfers"]
     assert data["summary"]["scalar_reads_per_step"] == pytest.approx(1.0)
     assert data["summary"]["compilations_after_warmup"] == 0
     assert ".item()" in data["findings"][0]["advice"]
-    assert json.loads(proc.stdout.strip().splitlines()[-1])["strategy"] == "XLASingleDebugStrategy"
+    assert runs["item"][2]["strategy"] == "XLASingleDebugStrategy"
 
 
 def test_cpu_fallback_is_flagged_with_op_and_count(runs):
