@@ -206,18 +206,32 @@ def test_a_precision_that_recasts_parameters_after_ddp_wrapped_them_is_refused(t
 
 
 @pytest.mark.slow
-def test_a_ddp_subclass_reaches_the_wrapper_to_register_a_comm_hook(tmp_path):
-    from helpers.strategies import CommHookDDPSpawn
-
+def test_a_ddp_subclass_reaches_the_wrapper_to_register_a_comm_hook(tmp_path, forked_python):
+    """A subclass of a DDP strategy registers a communication hook on the wrapper in ``setup_module``, in each worker.
+    The subclass forks its workers (``ddp_fork``, in a program forked from the prewarmed interpreter): the hook is
+    registered by the strategy in each worker whichever way it started, without 2 fresh worker interpreters."""
     initial = RegressionModule().state_dict()
-    strategy = CommHookDDPSpawn(comm_hook="helpers.strategies:zero_gradients", find_unused_parameters=False)
-    trainer = accelkit.Trainer(devices=2, strategy=strategy, max_steps=3, enable_progress_bar=False,
-                               enable_model_summary=False, callbacks=[WeightDump(tmp_path)], default_root_dir=tmp_path,
-                               **QUIET)
-    with hang_guard(120):
+    steps = forked_python(f"""
+        import json
+        import accelkit
+        from accelkit.strategies.ddp import DDPForkStrategy
+        from helpers.models import RegressionModule, WeightDump
+        from helpers.strategies import CommHookDDPSpawn
+
+        class CommHookDDPFork(CommHookDDPSpawn, DDPForkStrategy):  # the hook's setup_module, fork's launch
+            pass
+
+        strategy = CommHookDDPFork(comm_hook="helpers.strategies:zero_gradients", find_unused_parameters=False)
+        trainer = accelkit.Trainer(devices=2, strategy=strategy, max_steps=3, enable_progress_bar=False,
+                                   enable_model_summary=False, callbacks=[WeightDump({str(tmp_path)!r})],
+                                   default_root_dir={str(tmp_path)!r}, **{QUIET!r})
         trainer.fit(RegressionModule())
+        print(json.dumps(trainer.global_step))
+        """, path=[TESTS], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert steps == 3
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["global_step"] for r in ranks] == [3, 3]
+    assert ranks[0]["pid"] != ranks[1]["pid"]  # two workers
     for rank in ranks:  # the hook's zero gradients were applied: nothing moved
         assert_same_weights(rank["state_dict"], initial, atol=0)
 
