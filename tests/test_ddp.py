@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -24,19 +25,21 @@ from helpers.models import RegressionModule, WeightDump, quiet_trainer  # noqa: 
 QUIET = dict(accelerator="cpu", logger=False, enable_checkpointing=False)
 
 
-def single_process_weights(tmp_path: Path, epochs: int = 2) -> tuple[dict[str, torch.Tensor], int]:
-    """Weights after one process trains on global batches of 8 (the union of two ranks' batches of 4)."""
+@pytest.fixture(scope="module")
+def single_process(tmp_path_factory) -> tuple[dict[str, torch.Tensor], int]:
+    """Weights and step count after one process trains 2 epochs on global batches of 8 (the union of two ranks'
+    batches of 4): one fit, the reference of every multi-process run of this module (none changes it)."""
     model = RegressionModule(batch_size=8)
-    trainer = accelkit.Trainer(devices=1, max_epochs=epochs, enable_progress_bar=False,
-                               default_root_dir=tmp_path / "single", **QUIET)
+    trainer = accelkit.Trainer(devices=1, max_epochs=2, enable_progress_bar=False,
+                               default_root_dir=tmp_path_factory.mktemp("single"), **QUIET)
     trainer.fit(model)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, trainer.global_step
 
 
 @pytest.mark.slow
-def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd, monkeypatch):
+def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd, monkeypatch, single_process):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the workers' default share of the cores is checked below
-    expected, single_steps = single_process_weights(tmp_path)
+    expected, single_steps = single_process
     initial = {k: v.clone() for k, v in RegressionModule().state_dict().items()}
     capfd.readouterr()
 
@@ -83,30 +86,46 @@ def test_ddp_spawn_two_processes_match_single_process(tmp_path, capfd, monkeypat
 
 
 @pytest.mark.slow
-def test_a_second_ddp_spawn_fit_of_one_trainer_goes_on_with_a_warning_naming_lightnings_refusal(tmp_path):
+def test_a_second_fit_of_one_trainer_that_launches_workers_goes_on_with_a_warning_naming_lightnings_refusal(
+        tmp_path, forked_python, single_process):
     """Lightning refuses a second ``fit`` of one Trainer under a spawning strategy (``NotImplementedError``: a new
     Trainer and ``fit(ckpt_path=...)``). accelkit runs it, going on from the first fit's counters as a second fit
     in one process does (the same weights as one longer fit: plain SGD carries no state between the two), and
-    says so with a warning naming Lightning's refusal; a deliberate difference, in the migration guide's ``fit`` row."""
-    expected, single_steps = single_process_weights(tmp_path, epochs=2)
-    model = RegressionModule(batch_size=4)
-    trainer = accelkit.Trainer(devices=2, strategy="ddp_spawn", max_epochs=1, enable_progress_bar=False,
-                               limit_val_batches=0, default_root_dir=tmp_path / "ddp", **QUIET)
-    with hang_guard(240):
+    says so with a warning naming Lightning's refusal; a deliberate difference, in the migration guide's ``fit`` row.
+    The two fits are ``ddp_fork`` fits in a program forked from the prewarmed interpreter: what is checked is the
+    caller's, for every strategy that launches workers (``Strategy.launches_workers``), whatever their start method
+    (``test_ddp_spawn_two_processes_match_single_process`` hands a spawned fit's state back)."""
+    expected, single_steps = single_process
+    result = forked_python(f"""
+        import json, warnings
+        import torch
+        import accelkit
+        from helpers.models import RegressionModule
+
+        model = RegressionModule(batch_size=4)
+        trainer = accelkit.Trainer(devices=2, strategy="ddp_fork", max_epochs=1, enable_progress_bar=False,
+                                   limit_val_batches=0, default_root_dir={str(tmp_path / "ddp")!r}, **{QUIET!r})
         trainer.fit(model)
-        assert (trainer.current_epoch, trainer.global_step) == (1, 4)
+        first = [trainer.current_epoch, trainer.global_step]
         trainer.max_epochs = 2
-        with pytest.warns(UserWarning, match=r"fit\(\) again on this Trainer with strategy='ddp_spawn', which starts "
-                                             r"worker processes: Lightning refuses this \(NotImplementedError.*"
-                                             r"accelkit goes on from epoch 1, step 4"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             trainer.fit(model)
-    assert (trainer.current_epoch, trainer.global_step) == (2, single_steps) == (2, 8)
-    assert_same_weights(model.state_dict(), expected, atol=1e-5)
+        torch.save(model.state_dict(), {str(tmp_path / "weights.pt")!r})
+        print(json.dumps({{"first": first, "second": [trainer.current_epoch, trainer.global_step],
+                          "warned": [str(w.message) for w in caught if issubclass(w.category, UserWarning)]}}))
+        """, path=[TESTS], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert result["first"] == [1, 4]
+    refusal = (r"fit\(\) again on this Trainer with strategy='ddp_fork', which starts worker processes: Lightning "
+               r"refuses this \(NotImplementedError.*accelkit goes on from epoch 1, step 4")
+    assert [w for w in result["warned"] if re.search(refusal, w)], result["warned"]
+    assert tuple(result["second"]) == (2, single_steps) == (2, 8)
+    assert_same_weights(torch.load(tmp_path / "weights.pt", weights_only=True), expected, atol=1e-5)
 
 
 @pytest.mark.slow
-def test_torchrun_two_nodes_on_loopback_match_single_process(tmp_path):
-    expected, _ = single_process_weights(tmp_path)
+def test_torchrun_two_nodes_on_loopback_match_single_process(tmp_path, single_process):
+    expected, _ = single_process
     port = find_free_port()
     script = TESTS / "helpers" / "torchrun_fit.py"
     commands = [
@@ -187,18 +206,32 @@ def test_a_precision_that_recasts_parameters_after_ddp_wrapped_them_is_refused(t
 
 
 @pytest.mark.slow
-def test_a_ddp_subclass_reaches_the_wrapper_to_register_a_comm_hook(tmp_path):
-    from helpers.strategies import CommHookDDPSpawn
-
+def test_a_ddp_subclass_reaches_the_wrapper_to_register_a_comm_hook(tmp_path, forked_python):
+    """A subclass of a DDP strategy registers a communication hook on the wrapper in ``setup_module``, in each worker.
+    The subclass forks its workers (``ddp_fork``, in a program forked from the prewarmed interpreter): the hook is
+    registered by the strategy in each worker whichever way it started, without 2 fresh worker interpreters."""
     initial = RegressionModule().state_dict()
-    strategy = CommHookDDPSpawn(comm_hook="helpers.strategies:zero_gradients", find_unused_parameters=False)
-    trainer = accelkit.Trainer(devices=2, strategy=strategy, max_steps=3, enable_progress_bar=False,
-                               enable_model_summary=False, callbacks=[WeightDump(tmp_path)], default_root_dir=tmp_path,
-                               **QUIET)
-    with hang_guard(120):
+    steps = forked_python(f"""
+        import json
+        import accelkit
+        from accelkit.strategies.ddp import DDPForkStrategy
+        from helpers.models import RegressionModule, WeightDump
+        from helpers.strategies import CommHookDDPSpawn
+
+        class CommHookDDPFork(CommHookDDPSpawn, DDPForkStrategy):  # the hook's setup_module, fork's launch
+            pass
+
+        strategy = CommHookDDPFork(comm_hook="helpers.strategies:zero_gradients", find_unused_parameters=False)
+        trainer = accelkit.Trainer(devices=2, strategy=strategy, max_steps=3, enable_progress_bar=False,
+                                   enable_model_summary=False, callbacks=[WeightDump({str(tmp_path)!r})],
+                                   default_root_dir={str(tmp_path)!r}, **{QUIET!r})
         trainer.fit(RegressionModule())
+        print(json.dumps(trainer.global_step))
+        """, path=[TESTS], env={"CUDA_VISIBLE_DEVICES": ""})
+    assert steps == 3
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["global_step"] for r in ranks] == [3, 3]
+    assert ranks[0]["pid"] != ranks[1]["pid"]  # two workers
     for rank in ranks:  # the hook's zero gradients were applied: nothing moved
         assert_same_weights(rank["state_dict"], initial, atol=0)
 
@@ -289,32 +322,35 @@ class DefinedHere(RegressionModule):  # a class of __main__ with no file: what a
     pass
 
 atexit.register(print, "CALLER ATEXIT")  # the caller's handler: runs once, in the caller, not in the workers
-model = DefinedHere()
-before = model.layer.weight.detach().clone()
-trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy={strategy!r}, max_epochs=1, logger=False,
-                           enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-trainer.fit(model)
-print("FIT OK", trainer.global_step, not torch.equal(before, model.layer.weight))
+for strategy in {strategies!r}:
+    model = DefinedHere()
+    before = model.layer.weight.detach().clone()
+    trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=1, logger=False,
+                               enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model)
+    print("FIT OK", strategy, trainer.global_step, not torch.equal(before, model.layer.weight))
 '''
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp_fork", "ddp_notebook"])
-def test_ddp_fork_trains_a_module_defined_where_no_file_holds_it(strategy, tmp_path, prewarmed):
+def test_ddp_fork_trains_a_module_defined_where_no_file_holds_it(tmp_path, prewarmed):
     """A module defined in a notebook (``__main__`` without a file): ``ddp_spawn`` cannot import it in a fresh
-    interpreter, ``ddp_fork`` forks the caller, trains it on two processes and hands the weights back."""
-    program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategy=strategy)
+    interpreter, ``ddp_fork`` forks the caller, trains it on two processes and hands the weights back; so does
+    ``ddp_notebook`` (Lightning's name for it), one fit after the other in the same program (one program, where
+    each name had one of its own)."""
+    program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategies=["ddp_fork", "ddp_notebook"])
     with hang_guard(240):  # python -c PROGRAM: its __main__ has no file, as a notebook's
         done = prewarmed.run(["-c", program], cwd=tmp_path, env=child_env(), timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "FIT OK 2 True" in done.stdout, done.stdout + done.stderr  # 2 batches per rank, weights handed back
+    for strategy in ("ddp_fork", "ddp_notebook"):  # 2 batches per rank, weights handed back
+        assert f"FIT OK {strategy} 2 True" in done.stdout, done.stdout + done.stderr
     assert done.stdout.count("CALLER ATEXIT") == 1, done.stdout
 
 
 @pytest.mark.slow
 def test_ddp_spawn_cannot_import_a_module_defined_where_no_file_holds_it(tmp_path, prewarmed):
     """Why ``ddp_fork`` exists: the same program under ``ddp_spawn`` fails, saying what its worker could not do."""
-    program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategy="ddp_spawn")
+    program = NOTEBOOK_PROGRAM.format(tests=str(TESTS), strategies=["ddp_spawn"])
     with hang_guard(240):
         done = prewarmed.run(["-c", program], cwd=tmp_path, env=child_env(), timeout=180)
     assert done.returncode != 0 and "FIT OK" not in done.stdout

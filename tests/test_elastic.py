@@ -215,13 +215,24 @@ def run_job(root: Path, kill_worker_at: int | None, strategy: str = "ddp") -> tu
     return first, records(root)
 
 
+def never_stopped_ddp(prewarmed, root: Path) -> None:
+    """The DDP job never stopped, to ``root/final.pt``: the same fit (elastic_fit.py) on 2 processes launched by
+    accelkit (``ddp_fork``, a program forked from the prewarmed interpreter) instead of two torchrun launchers: the
+    same strategy, sampler and collectives, bit for bit the same weights, without 2 launchers and 2 fresh worker
+    interpreters (what is compared with it, the restarted job, runs under torchrun)."""
+    root.mkdir(parents=True)
+    done = prewarmed.run([str(SCRIPT), str(root), "ddp_fork"], cwd=root, timeout=BOUND_S,
+                         env={**child_env(), "ELASTIC_TEST_DEVICES": "2", "STEP_SLEEP_S": "0"})
+    assert done.returncode == 0 and "done" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 @pytest.mark.slow
-def test_a_killed_worker_restarts_both_launchers_and_ends_with_the_weights_of_a_run_never_stopped(tmp_path):
+def test_a_killed_worker_restarts_both_launchers_and_ends_with_the_weights_of_a_run_never_stopped(tmp_path,
+                                                                                                  prewarmed):
     """The world does not change (both launchers restart their workers): the restarted attempt resumes by itself
     from the newest checkpoint, the one the survivor wrote at the last completed step (it trains again only the step
     that was running), and the final weights equal those of the same job never stopped, bit for bit."""
-    reference, _ = run_job(tmp_path / "reference", None)
-    assert reference.returncode == 0, output(tmp_path / "reference")
+    never_stopped_ddp(prewarmed, tmp_path / "reference")
     job, rows = run_job(tmp_path / "run", 4)
     assert job.returncode == 0, output(tmp_path / "run")
     resumed = min(r["step"] for r in rows if r["round"] == 1)  # the survivor's step, not a periodic checkpoint's

@@ -9,11 +9,13 @@ of the batch; ``t``: the time it started) to ``ROOT/records/<LAUNCHER>-round<N>-
 ``STEP_SLEEP_S`` slows every step down. ``ELASTIC_TEST_STOP=<LAUNCHER>:<STEP>:<KILL|TERM|STOP>`` makes the process
 of that launcher send itself SIGKILL, SIGTERM or SIGSTOP (a hung peer) in the first attempt's training step ``STEP``
 (after recording it, before its backward); ``ELASTIC_TEST_COLLECTIVE_TIMEOUT_S`` sets the Trainer's
-``collective_timeout``. ``FAIL_AT_STEP`` raises in the training step of that global step (every attempt). At the
-end global rank zero writes the whole final weights to ``ROOT/final.pt`` (FSDP: gathered from every process)
-and prints ``done``.
+``collective_timeout``. ``ELASTIC_TEST_DEVICES`` (1 unless set) is the Trainer's ``devices``: 2 with STRATEGY
+``ddp_fork`` is the same fit launched by accelkit instead of torchrun (the tests' never-stopped DDP reference: the
+same strategy, sampler and collectives, without torchrun's launchers and fresh workers). ``FAIL_AT_STEP`` raises in
+the training step of that global step (every attempt). At the end global rank zero writes the whole final weights to
+``ROOT/final.pt`` (FSDP: gathered from every process) and prints ``done``.
 
-Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY``
+Usage: ``torchrun ... elastic_fit.py ROOT STRATEGY`` (or ``ELASTIC_TEST_DEVICES=2 python elastic_fit.py ROOT ddp_fork``)
 """
 
 from __future__ import annotations
@@ -96,7 +98,8 @@ def main(root: str, strategy: str) -> int:
     model = Recorded(folder)
     given = os.environ.get("ELASTIC_TEST_COLLECTIVE_TIMEOUT_S")
     timeout = {"collective_timeout": float(given)} if given else {}
-    trainer = accelkit.Trainer(accelerator="cpu", strategy=strategy, devices=1, max_epochs=EPOCHS,
+    devices = int(os.environ.get("ELASTIC_TEST_DEVICES", "1"))
+    trainer = accelkit.Trainer(accelerator="cpu", strategy=strategy, devices=devices, max_epochs=EPOCHS,
                                default_root_dir=folder, enable_progress_bar=False, enable_model_summary=False,
                                callbacks=[accelkit.callbacks.ModelCheckpoint(every_n_train_steps=3)], **timeout)
     trainer.fit(model)

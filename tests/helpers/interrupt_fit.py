@@ -1,7 +1,8 @@
 """A fit that prints each step and sleeps in it, for the signal tests: ``python interrupt_fit.py ROOT DEVICES``.
 
 ``COMPILE_STEP=1`` in the environment compiles the training step (``compile_step=True``), and ``GRACE_S`` sets the
-in-place launcher's grace after a first signal (``InPlaceLauncher.grace_s``)."""
+in-place launcher's grace after a first signal (``InPlaceLauncher.grace_s``); ``STRATEGY`` is the Trainer's strategy
+(``auto`` unless set: ``ddp_spawn`` on several devices)."""
 
 import os
 import sys
@@ -39,7 +40,8 @@ if __name__ == "__main__":
         from accelkit.strategies.launchers.in_place import InPlaceLauncher
 
         InPlaceLauncher.grace_s = float(os.environ["GRACE_S"])
-    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, max_epochs=1000, logger=False,
+    trainer = accelkit.Trainer(accelerator="cpu", devices=devices, strategy=os.environ.get("STRATEGY", "auto"),
+                               max_epochs=1000, logger=False,
                                enable_progress_bar=False, enable_model_summary=False, default_root_dir=root,
                                callbacks=[Slow()], compile_step=os.environ.get("COMPILE_STEP") == "1")
     trainer.fit(RegressionModule())
