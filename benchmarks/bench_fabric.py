@@ -25,7 +25,14 @@ framework's ratio to the hand loop; for accelkit also the functions where its in
 hand loop's. Accelerate runs with ``USE_TORCH_XLA=0``: where torch_xla is installed it would otherwise take the
 XLA device (PJRT on the host) despite ``cpu=True``, and time lazy tensors instead of this loop.
 
-    .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192] [--only one|ddp|counts]
+``--only ops``: on two processes, what costs CPU below Python, per side on rank 0: the operators per step
+(``torch.profiler``'s ``key_averages()`` counts, not times) and those that differ from the hand loop's; the threads
+alive during the epochs (Python's, and the native ones ``/proc/self/task`` adds), the CPU time of the training
+thread and of the others per step (by thread name); the intra-op and inter-op thread counts; the options of the
+``DistributedDataParallel`` wrapper.
+
+    .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192]
+                                                [--only one|ddp|counts|ops]
 """
 
 from __future__ import annotations
@@ -222,6 +229,123 @@ def counted_epochs(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any
             "functions": {name: n / steps[0] for name, n in counter.by_function.items()}, "peak_mib": peak}
 
 
+def distributed_wrappers() -> list[dict[str, Any]]:
+    """The ``DistributedDataParallel`` constructor options of every wrapper alive in this process (found through the
+    garbage collector: each side holds its own in its step)."""
+    import gc
+
+    import torch
+
+    found = []
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.nn.parallel.DistributedDataParallel):
+            found.append({
+                "wrapped": type(obj.module).__name__, "bucket_bytes_cap": obj.bucket_bytes_cap,
+                "find_unused_parameters": obj.find_unused_parameters, "static_graph": obj.static_graph,
+                "gradient_as_bucket_view": obj.gradient_as_bucket_view, "broadcast_buffers": obj.broadcast_buffers,
+                "device_ids": obj.device_ids, "comm_hook": obj._comm_hooks != [] if hasattr(obj, "_comm_hooks")
+                else None, "forward_pre_hooks": len(obj._forward_pre_hooks), "forward_hooks": len(obj._forward_hooks),
+            })
+    return found
+
+
+def thread_cpu() -> dict[str, float]:
+    """This process's CPU seconds so far by thread (``/proc/self/task/*/stat``'s user + system clock ticks), named as
+    Python names its threads, the others ``native <tid>``; empty where ``/proc`` cannot tell."""
+    import threading
+
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    found = {}
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        found[names.get(int(tid), f"native {tid}")] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return found
+
+
+class CCallCounter:
+    """Calls of C functions (``sys.setprofile``'s ``c_call`` events: builtins and extension functions such as
+    torch's bindings, which neither the Python instruction count nor the operator list shows) by name."""
+
+    def __init__(self) -> None:
+        self.by_name: collections.Counter[str] = collections.Counter()
+
+    def profile(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call":
+            module, name = getattr(arg, "__module__", None), getattr(arg, "__qualname__", None) or repr(arg)
+            self.by_name[f"{module}.{name}" if module else name] += 1  # a method: its qualname names its type
+
+    def run(self, function: Callable[[], Any]) -> None:
+        """Run ``function`` profiled."""
+        sys.setprofile(self.profile)
+        try:
+            function()
+        finally:
+            sys.setprofile(None)
+
+
+def ops_epochs(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any, epochs: int) -> dict[str, Any]:
+    """A warm-up epoch, ``epochs - 1`` plain ones (the CPU time of the training thread and of the process's other
+    threads, by name; the threads alive, the torch thread settings, the DDP wrappers' options), then one under
+    ``torch.profiler``: every operator's calls per step (``key_averages()`` counts, not times)."""
+    import threading
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    steps = [0]
+
+    def epoch(index: int) -> None:
+        if set_epoch is not None:
+            set_epoch(index)
+        for x, y in loader:
+            step(x, y)
+            steps[0] += 1
+
+    import gc
+
+    epoch(0)
+    steps[0] = 0
+    collections_before = [generation["collections"] for generation in gc.get_stats()]
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    before, main_start, start = thread_cpu(), time.thread_time(), time.process_time()
+    for index in range(1, epochs):
+        epoch(index)
+    main_cpu, process_cpu, after = time.thread_time() - main_start, time.process_time() - start, thread_cpu()
+    plain, usage_after = steps[0], resource.getrusage(resource.RUSAGE_SELF)
+    switches = ((usage_after.ru_nvcsw - usage.ru_nvcsw) / plain, (usage_after.ru_nivcsw - usage.ru_nivcsw) / plain)
+    gc_per_step = [(generation["collections"] - was) / plain
+                   for generation, was in zip(gc.get_stats(), collections_before, strict=True)]
+    threads = sorted(thread.name for thread in threading.enumerate())
+    try:
+        tasks = len(os.listdir("/proc/self/task"))
+    except OSError:
+        tasks = -1
+    steps[0] = 0
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        epoch(epochs)
+    ops = {event.key: event.count / steps[0] for event in prof.key_averages()}
+    profiled, steps[0] = steps[0], 0
+    c_calls = CCallCounter()
+    c_calls.run(lambda: epoch(epochs + 1))
+    return {"ops": ops, "steps": profiled, "gc_per_step": gc_per_step, "switches_per_step": switches,
+            "c_calls": {name: n / steps[0] for name, n in c_calls.by_name.items()}, "python_threads": threads,
+            "native_threads": tasks - len(threads),
+            "num_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+            "ddp": distributed_wrappers(), "main_cpu_us": main_cpu / plain * 1e6,
+            "other_cpu_us": (process_cpu - main_cpu) / plain * 1e6,
+            "thread_cpu_ms": {name: (after.get(name, 0.0) - before.get(name, 0.0)) * 1e3
+                              for name in after if after.get(name, 0.0) != before.get(name, 0.0)}}
+
+
 def count_worker(args: argparse.Namespace) -> None:
     """The counts of one side (in its own interpreter): rank 0 prints ``RESULT {json}``."""
     if args.worker == "hand loop":
@@ -236,7 +360,7 @@ def count_worker(args: argparse.Namespace) -> None:
         rank, loader, step, set_epoch = build_fabric_loop(args, LightningFabric)
     else:
         rank, loader, step, set_epoch = build_accelerate_loop(args)
-    result = counted_epochs(loader, step, set_epoch)
+    result = ops_epochs(loader, step, set_epoch, args.epochs) if args.ops else counted_epochs(loader, step, set_epoch)
     if rank == 0:
         print("RESULT " + json.dumps(result), flush=True)
     if args.processes > 1 and args.worker == "hand loop":
@@ -247,7 +371,7 @@ def count_worker(args: argparse.Namespace) -> None:
 
 def worker(args: argparse.Namespace) -> None:
     """One measurement of one side (in its own interpreter): rank 0 prints ``RESULT {json}``."""
-    if args.count:
+    if args.count or args.ops:
         count_worker(args)
         return
     if args.worker == "hand loop":
@@ -273,11 +397,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def measure(side: str, args: argparse.Namespace, processes: int, count: bool = False) -> dict[str, Any]:
-    """Run one measurement of ``side`` on ``processes`` processes (its counts with ``count``); its rank 0's
-    result."""
+def measure(side: str, args: argparse.Namespace, processes: int, count: bool = False, ops: bool = False
+            ) -> dict[str, Any]:
+    """Run one measurement of ``side`` on ``processes`` processes (its counts with ``count``, its operators and
+    threads with ``ops``); its rank 0's result."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", side, "--processes", str(processes),
-               "--epochs", str(args.epochs), "--samples", str(args.samples)] + (["--count"] if count else [])
+               "--epochs", str(args.epochs), "--samples", str(args.samples)] + (["--count"] if count else []) + (
+               ["--ops"] if ops else [])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
     if side == "accelerate":  # with torch_xla installed Accelerate picks the XLA device even with cpu=True (PJRT on
@@ -358,30 +484,73 @@ def print_counts(args: argparse.Namespace, processes: int, sides: list[str]) -> 
     return result
 
 
+def print_ops(args: argparse.Namespace, sides: list[str]) -> dict[str, dict[str, Any]]:
+    """On two processes (DDP over gloo), per side on rank 0: the operators per step that differ from the hand
+    loop's (``torch.profiler`` counts), the threads alive during the epochs and the CPU time outside the training
+    thread, the torch thread settings and the DDP wrapper's options; returns the figures."""
+    print("\n== operators and threads per step, rank 0, 2 processes, DDP over gloo:", flush=True)
+    result = {side: measure(side, args, 2, ops=True) for side in sides}
+    hand = result["hand loop"]
+    for side, figures in result.items():
+        ops = figures["ops"]
+        print(f"  {side:<10}: {sum(ops.values()):.2f} operator calls per step ({len(ops)} operators), "
+              f"{figures['num_threads']} intra-op / {figures['interop_threads']} inter-op threads, "
+              f"{len(figures['python_threads'])} Python threads ({', '.join(figures['python_threads'])}) + "
+              f"{figures['native_threads']} native, CPU per step: training thread {figures['main_cpu_us']:.1f} us, "
+              f"other threads {figures['other_cpu_us']:.1f} us", flush=True)
+        busy = sorted(figures["thread_cpu_ms"].items(), key=lambda item: -item[1])
+        print(f"    CPU by thread over the plain epochs: {', '.join(f'{n} {ms:.0f} ms' for n, ms in busy) or 'none'}; "
+              f"garbage collections per step by generation: "
+              f"{', '.join(f'{n:.3f}' for n in figures['gc_per_step'])}; "
+              f"context switches per step {figures['switches_per_step'][0]:.2f} voluntary, "
+              f"{figures['switches_per_step'][1]:.2f} involuntary; "
+              f"{sum(figures['c_calls'].values()):.1f} C function calls per step")
+        for wrapper in figures["ddp"]:
+            print(f"    DistributedDataParallel: {', '.join(f'{k}={v}' for k, v in wrapper.items())}")
+        if side == "hand loop":
+            continue
+        names = set(ops) | set(hand["ops"])
+        delta = {name: ops.get(name, 0.0) - hand["ops"].get(name, 0.0) for name in names}
+        differ = sorted((name for name in names if abs(delta[name]) * figures["steps"] >= 0.5),
+                        key=lambda n: (-abs(delta[n]), n))
+        print(f"-- ops, {side} minus hand loop, calls per step: "
+              + (", ".join(f"{name} {delta[name]:+.3f}" for name in differ) or "none"), flush=True)
+        names = set(figures["c_calls"]) | set(hand["c_calls"])
+        delta = {name: figures["c_calls"].get(name, 0.0) - hand["c_calls"].get(name, 0.0) for name in names}
+        differ = sorted((name for name in names if abs(delta[name]) >= 0.05), key=lambda n: (-abs(delta[n]), n))
+        print(f"-- C calls, {side} minus hand loop, per step: "
+              + (", ".join(f"{name} {delta[name]:+.2f}" for name in differ[:25]) or "none"), flush=True)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
     parser.add_argument("--samples", type=int, default=8192)
-    parser.add_argument("--only", choices=("one", "ddp", "counts"), default=None)
+    parser.add_argument("--only", choices=("one", "ddp", "counts", "ops"), default=None)
     parser.add_argument("--timeout", type=float, default=600, help="seconds one measurement may take")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--ops", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error(f"--epochs {args.epochs}: give at least 2 (the first epoch is warm-up, not timed)")
     if args.worker:
         worker(args)
         return
-    if args.only == "counts" and importlib.util.find_spec("accelkit") is None:
-        parser.error("--only counts compares accelkit's Fabric with the hand loop: accelkit is not installed")
+    if args.only in ("counts", "ops") and importlib.util.find_spec("accelkit") is None:
+        parser.error(f"--only {args.only} compares accelkit's Fabric with the hand loop: accelkit is not installed")
     sides = ["hand loop"]
     for side in SIDES[1:]:
         if importlib.util.find_spec(NEEDS[side]) is None:
             print(f"{side}: not installed ({NEEDS[side]}), its side is skipped")
         else:
             sides.append(side)
+    if args.only == "ops":
+        print_ops(args, sides)
+        return
     if args.only == "counts":
         print_counts(args, 1, sides)
         print_counts(args, 2, sides)

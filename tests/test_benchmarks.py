@@ -186,3 +186,35 @@ def test_bench_fabric_counts_instructions_and_collectives_per_step_against_the_h
         assert len(re.findall(rf"  {side}: \d+\.\d Python instructions, \d\.\d\d collectives per step, peak \d+ MiB",
                               out)) == 2, out
     assert out.count("accelkit minus hand loop, by function (the largest): ") == 2 and "accelkit/fabric/" in out, out
+
+
+@pytest.mark.slow
+def test_bench_fabric_ops_compares_operators_threads_and_ddp_options_with_the_hand_loop(prewarmed):
+    # 1024 samples: 8 steps an epoch on each of the two processes, so an operator run once an epoch counts 0.125
+    done = run_benchmark(prewarmed, "bench_fabric.py", "--only", "ops", "--epochs", "2", "--samples", "1024",
+                         timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "== operators and threads per step, rank 0, 2 processes, DDP over gloo:" in out, out
+    sides = {}
+    for side in ("hand loop", "accelkit"):
+        found = re.search(rf"  {side} *: (\d+\.\d\d) operator calls per step \(\d+ operators\), (\d+) intra-op / "
+                          rf"\d+ inter-op threads, \d+ Python threads \(([^)]*)\) \+ \d+ native, CPU per step: "
+                          rf"training thread \d+\.\d us, other threads -?\d+\.\d us\n    CPU by thread .*; "
+                          rf"garbage collections per step by generation: .*; context switches per step .*; "
+                          rf"\d+\.\d C function calls per step\n    DistributedDataParallel: wrapped=(\w+), (.*)\n",
+                          out)
+        assert found, out
+        sides[side] = found
+    hand, ours = sides["hand loop"], sides["accelkit"]
+    assert hand.group(2) == ours.group(2) == "1", out  # one intra-op thread a process on both sides
+    assert "accelkit-watchdog" in ours.group(3) and "accelkit-watchdog" not in hand.group(3), out
+    # the same DistributedDataParallel options (accelkit wraps its step router, the hand loop the module)
+    assert (hand.group(4), ours.group(4)) == ("Sequential", "StepRouter") and hand.group(5) == ours.group(5), out
+    # the same operators per step: nothing accelkit adds runs every step (at most once an epoch)
+    differences = re.search(r"-- ops, accelkit minus hand loop, calls per step: (.*)\n", out)
+    assert differences, out
+    if differences.group(1) != "none":
+        for name, delta in re.findall(r"(\S[^,]*?) ([+-]\d+\.\d+)(?:, |$)", differences.group(1)):
+            assert abs(float(delta)) < 0.5, (name, delta, out)
+    assert "-- C calls, accelkit minus hand loop, per step: " in out, out
