@@ -36,19 +36,29 @@ def _check_data_parallel(result: dict) -> None:
     assert result["seen"][0][:4] != result["seen"][0][4:]  # set_epoch: another order in the second epoch
 
 
-def test_ddp_launch_runs_the_script_again_as_the_other_rank(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "result.json"
-    proc = _run(prewarmed, tmp_path, "train", "ddp", out)
+@pytest.fixture(scope="module")
+def ddp_run(prewarmed, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One ``ddp`` launch on 2 processes (the script run again as rank 1) running the ``train``, ``batch_sampler``
+    and ``evaluate`` programs one after the other, read by the tests below: ``(finished process, OUT base)``."""
+    folder = tmp_path_factory.mktemp("ddp")
+    out = folder / "run"
+    proc = _run(prewarmed, folder, "train,batch_sampler,evaluate", "ddp", out)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    return proc, out
+
+
+def test_ddp_launch_runs_the_script_again_as_the_other_rank(ddp_run) -> None:  # type: ignore[no-untyped-def]
+    _, out = ddp_run
+    result = json.loads(Path(f"{out}.train").read_text())
     _check_data_parallel(result)
     assert result["broadcast"] == result["pid"]  # rank 0 is the process the test started
 
 
-@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork", "ddp_notebook"])
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork"])
 def test_ddp_spawn_launch_runs_the_function_and_returns_rank_zeros_result(prewarmed, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                           strategy: str) -> None:
-    """``launch(function)`` on each strategy that starts its processes from a function (spawned or forked)."""
+    """``launch(function)`` on each strategy that starts its processes from a function (spawned or forked;
+    ``ddp_notebook`` is the ``ddp_fork`` strategy by another name, resolved as such in ``test_ddp.py``)."""
     out = tmp_path / "result.json"
     proc = _run(prewarmed, tmp_path, "spawn", strategy, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -57,13 +67,12 @@ def test_ddp_spawn_launch_runs_the_function_and_returns_rank_zeros_result(prewar
     assert result["pid"] != result["caller_pid"]  # computed in a worker, returned to the caller
 
 
-def test_ddp_shards_a_users_batch_sampler_keeping_its_batches(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_ddp_shards_a_users_batch_sampler_keeping_its_batches(ddp_run) -> None:  # type: ignore[no-untyped-def]
     """``setup_dataloaders`` of a loader built with ``batch_sampler=BatchSampler(RandomSampler(data), 8, False)``
     (20 samples) on 2 ``ddp`` processes: each rank reads its 10 as batches of 8 and 2 (the batch sampler's size
     kept, not one sample a batch), every sample once per epoch, and nothing warns about the batch sampler."""
-    out = tmp_path / "read"
-    proc = _run(prewarmed, tmp_path, "batch_sampler", "ddp", out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc, base = ddp_run
+    out = f"{base}.batch_sampler"
     ranks = [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
     assert [r["world_size"] for r in ranks] == [2, 2]
     for epoch in range(2):
@@ -114,29 +123,30 @@ def test_ctrl_c_or_a_killed_first_process_ends_every_process(prewarmed, tmp_path
 
 
 @pytest.fixture(scope="module")
-def fsdp_run(prewarmed, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:  # type: ignore[no-untyped-def]
-    """Two clipped FSDP steps on 2 processes, then a sharded save (read by the tests below)."""
+def fsdp_run(prewarmed, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One FSDP launch on 2 processes: two clipped steps, then a sharded save (``fsdp_checkpoint``), then a module
+    made under ``init_module(empty_init=True)`` (``fsdp_empty_init``), read by the tests below:
+    ``(folder, the checkpoint run's result, finished process)``."""
     folder = tmp_path_factory.mktemp("fsdp")
-    out = folder / "run.json"
-    proc = _run(prewarmed, folder, "fsdp_checkpoint", "fsdp", out)
+    proc = _run(prewarmed, folder, "fsdp_checkpoint,fsdp_empty_init", "fsdp", folder / "run")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return folder, json.loads(out.read_text())
+    return folder, json.loads((folder / "run.fsdp_checkpoint").read_text()), proc
 
 
-def test_clip_gradients_under_fsdp_returns_the_norm_of_the_full_gradients(fsdp_run: tuple[Path, dict]) -> None:
-    _, result = fsdp_run
+def test_clip_gradients_under_fsdp_returns_the_norm_of_the_full_gradients(fsdp_run) -> None:  # type: ignore[no-untyped-def]
+    _, result, _ = fsdp_run
     for returned, expected in result["norms"]:
         assert returned == pytest.approx(expected, rel=1e-5)
 
 
-def test_fsdp_save_is_sharded_and_loads_whole_in_one_plain_process(fsdp_run: tuple[Path, dict]) -> None:
+def test_fsdp_save_is_sharded_and_loads_whole_in_one_plain_process(fsdp_run) -> None:  # type: ignore[no-untyped-def]
     import torch
 
     from accelkit import Fabric
     from accelkit.checkpoint.sharded import is_sharded_checkpoint
 
-    folder, result = fsdp_run
-    path = folder / "run.json.ckpt"
+    folder, result, _ = fsdp_run
+    path = folder / "run.fsdp_checkpoint.ckpt"
     assert is_sharded_checkpoint(path) and len(list(path.glob("*.distcp"))) == 2  # one shard file per process
     loaded = Fabric(accelerator="cpu", devices=1).load(path)
     assert loaded["step"] == 2 and set(loaded) == {"model", "optimizer", "step"}
@@ -145,9 +155,9 @@ def test_fsdp_save_is_sharded_and_loads_whole_in_one_plain_process(fsdp_run: tup
 
 
 def test_fsdp_checkpoint_loads_into_a_sharded_model_at_another_world_size(
-        prewarmed, fsdp_run: tuple[Path, dict]) -> None:  # type: ignore[no-untyped-def]
-    folder, result = fsdp_run
-    out = folder / "run.json.loaded"
+        prewarmed, fsdp_run) -> None:  # type: ignore[no-untyped-def]
+    folder, result, _ = fsdp_run
+    out = folder / "run.fsdp_checkpoint.loaded"
     proc = prewarmed.run([str(HELPER), "fsdp_load", "fsdp", "1", str(out)], cwd=folder, env=child_env(), timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     loaded = json.loads(out.read_text())
@@ -155,13 +165,12 @@ def test_fsdp_checkpoint_loads_into_a_sharded_model_at_another_world_size(
     assert loaded["adam_steps"] == [2]  # the optimizer's state too
 
 
-def test_fsdp_empty_init_materialises_after_sharding_with_a_normal_inits_weights(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_fsdp_empty_init_materialises_after_sharding_with_a_normal_inits_weights(fsdp_run) -> None:  # type: ignore[no-untyped-def]
     """``init_module(empty_init=True)`` under FSDP on 2 CPU processes: the module is on the meta device until
     ``setup`` shards it, each process then holds half of the weights, which equal a normal init with the same
     seed, and the module trains."""
-    out = tmp_path / "empty.json"
-    proc = _run(prewarmed, tmp_path, "fsdp_empty_init", "fsdp", out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder, _, proc = fsdp_run
+    out = folder / "run.fsdp_empty_init"
     assert "initialises the weights anyway" not in proc.stderr
     result = json.loads(out.read_text())
     assert result["on_meta"] is True
@@ -199,13 +208,14 @@ def test_accelkit_run_names_the_process_that_failed(prewarmed, tmp_path: Path) -
     assert "the process of rank 1 (local rank 1" in proc.stderr and "exited with code 5" in proc.stderr
 
 
-@pytest.mark.parametrize("strategy", ["auto", "ddp_spawn", "ddp_fork"])
+@pytest.mark.parametrize("strategy", ["auto", "ddp_fork"])
 def test_launch_without_a_function_on_a_spawning_strategy_runs_the_script_again(prewarmed, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                                  strategy: str) -> None:
-    """``Fabric(devices=2)`` (whose default starts its processes from a function), ``ddp_spawn`` and ``ddp_fork``
-    with ``launch()``: the script runs in each process as with ``ddp`` (Lightning's default does the same), and
-    ``rank_zero_first(local=True)`` lets the node's first process finish its block (it writes a file, late) before
-    the other's block starts (it finds the file)."""
+    """``Fabric(devices=2)`` (whose default starts its processes from a function: the ``ddp_spawn`` strategy, so
+    the default stands for an explicit ``ddp_spawn`` too, but for the notice) and ``ddp_fork`` (a subclass of it,
+    named: the notice) with ``launch()``: the script runs in each process as with ``ddp`` (Lightning's default does
+    the same), and ``rank_zero_first(local=True)`` lets the node's first process finish its block (it writes a
+    file, late) before the other's block starts (it finds the file)."""
     script = tmp_path / "auto.py"
     script.write_text(
         "import os, sys, time, torch\n"
@@ -227,11 +237,9 @@ def test_launch_without_a_function_on_a_spawning_strategy_runs_the_script_again(
     assert proc.stdout.count("launch() without a function") == (0 if strategy == "auto" else 1)
 
 
-def test_gather_for_metrics_sees_each_sample_once_and_accumulate_keeps_ranks_in_step(prewarmed, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "eval.json"
-    proc = _run(prewarmed, tmp_path, "evaluate", "ddp", out)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+def test_gather_for_metrics_sees_each_sample_once_and_accumulate_keeps_ranks_in_step(ddp_run) -> None:  # type: ignore[no-untyped-def]
+    _, out = ddp_run
+    result = json.loads(Path(f"{out}.evaluate").read_text())
     assert len(result["plain"]) == 16  # all_gather: the sampler's repeated sample included
     assert sorted(result["seen"]) == [float(i) for i in range(15)]
     assert result["agree"]

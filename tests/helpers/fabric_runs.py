@@ -5,7 +5,9 @@
 whose return value (global rank 0's) the caller writes. ``dead_rank``: rank 1 exits with code 3 after launching,
 rank 0 waits in a barrier. ``rank_zero_save``: only rank 0 calls ``save`` (a collective), rank 1 works on.
 ``batch_sampler``: two epochs over a loader built with ``batch_sampler=BatchSampler(RandomSampler(data), 8, False)``;
-each rank writes the sample indices and batch sizes it read to ``OUT.<rank>`` (JSON).
+each rank writes the sample indices and batch sizes it read to ``OUT.<rank>`` (JSON). ``SCENARIO`` may name
+several, comma-separated (``train,evaluate``): they run one after the other in the same launched processes (one
+launch read by several tests), each with ``OUT.<scenario>`` for ``OUT``.
 """
 
 from __future__ import annotations
@@ -204,6 +206,13 @@ def main() -> None:
             json.dump({**result, "caller_pid": os.getpid()}, f)
         return
     fabric.launch()
+    names = scenario.split(",")
+    for name in names:  # several: one after the other in the same processes, each writing to OUT.<name>
+        run_scenario(fabric, name, out if len(names) == 1 else f"{out}.{name}")
+
+
+def run_scenario(fabric: Fabric, scenario: str, out: str) -> None:
+    """Run ``scenario`` in this (launched) process."""
     if scenario == "train":
         train(fabric, out)
     elif scenario == "batch_sampler":

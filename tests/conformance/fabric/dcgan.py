@@ -17,7 +17,7 @@ if LIGHTNING:
 else:
     from accelkit import Fabric
 
-LATENT, IMAGES, BATCH, EPOCHS = 8, 256, 32, 4
+LATENT, IMAGES, BATCH, EPOCHS = 8, 256, 32, 2
 
 
 def squares(count: int) -> TensorDataset:

@@ -18,7 +18,7 @@ if LIGHTNING:
 else:
     from accelkit import Fabric
 
-FOLDS, SAMPLES, EPOCHS, BATCH = 4, 240, 3, 16
+FOLDS, SAMPLES, EPOCHS, BATCH = 4, 240, 2, 16
 
 
 def dataset() -> TensorDataset:

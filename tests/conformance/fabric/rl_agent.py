@@ -27,7 +27,7 @@ else:
     from accelkit import Fabric
     from accelkit.fabric.loggers import CSVLogger
 
-CELLS, ENVS, STEPS, ITERATIONS, UPDATE_EPOCHS, MINIBATCH, GAMMA, CLIP = 7, 8, 16, 12, 3, 32, 0.95, 0.2
+CELLS, ENVS, STEPS, ITERATIONS, UPDATE_EPOCHS, MINIBATCH, GAMMA, CLIP = 7, 8, 16, 6, 3, 32, 0.95, 0.2
 
 
 class Corridor:
