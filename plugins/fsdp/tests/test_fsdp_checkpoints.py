@@ -13,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fsdp_models import MLP, Block
+from fsdp_models import MLP, Block, Probe
 
 import accelkit
 from accelkit.checkpoint import sharded as dcp_io
@@ -75,18 +75,47 @@ def test_a_plain_module_loads_the_sharded_directory_without_a_process_group(save
     assert metrics[0]["val_loss"] > 0
 
 
-def test_resume_at_four_processes_equals_the_uninterrupted_two_process_run(saved_run, tmp_path):
+@pytest.fixture(scope="module")
+def resumed_in_one_process(saved_run, tmp_path_factory):
+    """The 2-process run's epoch-0 checkpoint resumed in one process without fsdp (in this process): its module,
+    trainer and Probe record (one full copy of parameters, gradients and Adam state: what one process holds)."""
+    root = tmp_path_factory.mktemp("one")
     model = MLP()
-    run = trainer(tmp_path, devices=4, enable_checkpointing=False)
+    run = trainer(root, strategy="auto", devices=1, enable_checkpointing=False, callbacks=[Probe(root, "one")])
+    run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
+    return model, run, torch.load(root / "one-rank0.pt", weights_only=True)
+
+
+def total(record: dict) -> int:
+    return sum(record["peak"].values())
+
+
+def test_resume_at_four_processes_equals_the_uninterrupted_two_process_run(saved_run, resumed_in_one_process,
+                                                                           tmp_path):
+    """Also the 4-process case of test_fsdp.py's test_fsdp_equals_one_process_with_one_nth_of_its_memory_per_rank:
+    4 spawned ranks, each holding a fourth of one process's parameters, gradients and Adam state during the steps,
+    and the epoch they train ends where the 2-process run (equal to one process there) ended."""
+    devices = 4
+    model = MLP()
+    run = trainer(tmp_path, devices=devices, enable_checkpointing=False, callbacks=[Probe(tmp_path, "four")])
     run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
     assert run.global_step == 8
+    assert all(not hasattr(p, "to_local") for p in model.parameters())
     assert_same_weights(model.state_dict(), saved_run["weights"], atol=1e-5)
+    records = [torch.load(tmp_path / f"four-rank{r}.pt", weights_only=True) for r in range(devices)]
+    assert [r["rank"] for r in records] == list(range(devices))
+    assert len({r["pid"] for r in records}) == devices and {r["launcher"] for r in records} == {"SpawnLauncher"}
+    single = resumed_in_one_process[2]
+    full = total(single)
+    for record in records:
+        for part in ("params", "grads", "optimizer"):
+            assert 0 < record["peak"][part] <= single["peak"][part] / devices * 1.1, (part, record, single)
+        assert total(record) == pytest.approx(full / devices, rel=0.1)
+    assert sum(total(r) for r in records) == pytest.approx(full, rel=0.01)  # the shards add up to one copy
 
 
-def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(saved_run, tmp_path):
-    model = MLP()
-    run = trainer(tmp_path, strategy="auto", devices=1, enable_checkpointing=False)
-    run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
+def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(resumed_in_one_process, saved_run):
+    model, run, _ = resumed_in_one_process
     assert run.global_step == 8
     assert_same_weights(model.state_dict(), saved_run["weights"], atol=1e-5)
 
