@@ -4,7 +4,8 @@ processes."""
 
 from __future__ import annotations
 
-import subprocess
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -56,13 +57,13 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> tuple[MLP, list[dic
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("devices", [2, 4])
-def test_fsdp_equals_one_process_with_one_nth_of_its_memory_per_rank(tmp_path, devices, request, one_process):
+def test_fsdp_equals_one_process_with_one_nth_of_its_memory_per_rank(fsdp2, one_process):
+    """At 2 processes. The same facts at 4 (a fourth of the memory per rank, 4 spawned ranks, training equal to the
+    2-process run and so to one process) are checked on test_fsdp_checkpoints.py's 4-process run,
+    test_resume_at_four_processes_equals_the_uninterrupted_two_process_run, rather than on a run of their own."""
+    devices = 2
     reference, (single,) = one_process
-    if devices == 2:
-        model, fsdp = request.getfixturevalue("fsdp2")
-    else:
-        model, fsdp = fit(tmp_path, FSDPStrategy(auto_wrap_policy=[Block]), devices, "fsdp")
+    model, fsdp = fsdp2
     # The caller's module holds the trained full weights, equal to one process's (and so DDP's) on the same global
     # batches.
     assert all(not hasattr(p, "to_local") for p in model.parameters())
@@ -159,30 +160,41 @@ def test_activation_checkpointing_and_cpu_offload_train_like_the_default(tmp_pat
 
 
 @pytest.mark.slow
-def test_torchrun_two_nodes_on_loopback_join_instead_of_spawning(tmp_path, fsdp2):
+def test_torchrun_two_nodes_on_loopback_join_instead_of_spawning(tmp_path, fsdp2, prewarmed):
     reference, _ = fsdp2
     port = find_free_port()
-    commands = [
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--node-rank",
-         str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port), "--rdzv-backend", "static",
-         str(HERE / "torchrun_fsdp.py"), str(tmp_path), "2"]
-        for rank in range(2)
-    ]
-    env = {k: v for k, v in __import__("os").environ.items()
+    env = {k: v for k, v in os.environ.items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
     env["PYTHONPATH"] = str(HERE)
-    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for cmd in commands]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=120)[0])
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outputs)
+    # The two torchrun agents (one per "node") are forks of one program forked from the prewarmed interpreter
+    # (helpers.prewarmed): torchrun's own code, each agent its own process; the workers they start are fresh
+    # interpreters (torchrun's subprocesses), as on any machine.
+    agents = f"""
+import json, os, sys, traceback
+from torch.distributed.run import main
+pids = []
+for rank in range(2):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            main(["--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(rank), "--master-addr", "127.0.0.1",
+                  "--master-port", "{port}", "--rdzv-backend", "static", {str(HERE / "torchrun_fsdp.py")!r},
+                  {str(tmp_path)!r}, "2"])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    pids.append(pid)
+print(json.dumps([os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]))
+"""
+    proc = prewarmed.run(["-c", agents], cwd=tmp_path, env=env, timeout=240)
+    codes = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    assert codes == [0, 0], proc.stdout[-3000:] + proc.stderr[-3000:]
     records = [torch.load(tmp_path / f"torchrun-rank{r}.pt", weights_only=True) for r in range(2)]
     assert [r["rank"] for r in records] == [0, 1] and {r["world_size"] for r in records} == {2}
     # joined: each rank is the process torchrun started (no worker of its own), under an ExternalLauncher

@@ -13,7 +13,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fsdp_models import MLP, Block
+from fsdp_models import MLP, Block, Probe
 
 import accelkit
 from accelkit.checkpoint import sharded as dcp_io
@@ -75,18 +75,47 @@ def test_a_plain_module_loads_the_sharded_directory_without_a_process_group(save
     assert metrics[0]["val_loss"] > 0
 
 
-def test_resume_at_four_processes_equals_the_uninterrupted_two_process_run(saved_run, tmp_path):
+@pytest.fixture(scope="module")
+def resumed_in_one_process(saved_run, tmp_path_factory):
+    """The 2-process run's epoch-0 checkpoint resumed in one process without fsdp (in this process): its module,
+    trainer and Probe record (one full copy of parameters, gradients and Adam state: what one process holds)."""
+    root = tmp_path_factory.mktemp("one")
     model = MLP()
-    run = trainer(tmp_path, devices=4, enable_checkpointing=False)
+    run = trainer(root, strategy="auto", devices=1, enable_checkpointing=False, callbacks=[Probe(root, "one")])
+    run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
+    return model, run, torch.load(root / "one-rank0.pt", weights_only=True)
+
+
+def total(record: dict) -> int:
+    return sum(record["peak"].values())
+
+
+def test_resume_at_four_processes_equals_the_uninterrupted_two_process_run(saved_run, resumed_in_one_process,
+                                                                           tmp_path):
+    """Also the 4-process case of test_fsdp.py's test_fsdp_equals_one_process_with_one_nth_of_its_memory_per_rank:
+    4 spawned ranks, each holding a fourth of one process's parameters, gradients and Adam state during the steps,
+    and the epoch they train ends where the 2-process run (equal to one process there) ended."""
+    devices = 4
+    model = MLP()
+    run = trainer(tmp_path, devices=devices, enable_checkpointing=False, callbacks=[Probe(tmp_path, "four")])
     run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
     assert run.global_step == 8
+    assert all(not hasattr(p, "to_local") for p in model.parameters())
     assert_same_weights(model.state_dict(), saved_run["weights"], atol=1e-5)
+    records = [torch.load(tmp_path / f"four-rank{r}.pt", weights_only=True) for r in range(devices)]
+    assert [r["rank"] for r in records] == list(range(devices))
+    assert len({r["pid"] for r in records}) == devices and {r["launcher"] for r in records} == {"SpawnLauncher"}
+    single = resumed_in_one_process[2]
+    full = total(single)
+    for record in records:
+        for part in ("params", "grads", "optimizer"):
+            assert 0 < record["peak"][part] <= single["peak"][part] / devices * 1.1, (part, record, single)
+        assert total(record) == pytest.approx(full / devices, rel=0.1)
+    assert sum(total(r) for r in records) == pytest.approx(full, rel=0.01)  # the shards add up to one copy
 
 
-def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(saved_run, tmp_path):
-    model = MLP()
-    run = trainer(tmp_path, strategy="auto", devices=1, enable_checkpointing=False)
-    run.fit(model, ckpt_path=saved_run["folder"] / "epoch=0-step=4.ckpt")
+def test_resume_in_one_process_equals_the_uninterrupted_two_process_run(resumed_in_one_process, saved_run):
+    model, run, _ = resumed_in_one_process
     assert run.global_step == 8
     assert_same_weights(model.state_dict(), saved_run["weights"], atol=1e-5)
 
@@ -165,23 +194,56 @@ def test_a_full_disk_at_save_is_the_error_and_the_previous_checkpoint_loads(tmp_
     assert MLP.load_from_checkpoint(kept / "epoch=0-step=4.ckpt").head.weight.shape == (1, 64)
 
 
+def sgd_strategy(sharded: bool) -> object:
+    from accelkit_fsdp import FSDPStrategy
+
+    return FSDPStrategy(save_distributed_checkpoint=sharded)
+
+
+@pytest.fixture(scope="module")
+def sgd_never_stopped(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """Three epochs of plain SGD (no momentum: no optimizer state) under fsdp on 2 processes, never stopped: the
+    final weights, and a sharded directory after each epoch."""
+    root = tmp_path_factory.mktemp("sgd")
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1)
+    model = MLP(optimizer="sgd", lr=0.01)
+    trainer(root, strategy=sgd_strategy(True), epochs=3, callbacks=[callback]).fit(model)
+    return {"weights": {k: v.detach().clone() for k, v in model.state_dict().items()}, "folder": root / "ckpt"}
+
+
+@pytest.fixture(scope="module")
+def sgd_resumed_from_a_directory(sgd_never_stopped, tmp_path_factory) -> dict[str, object]:
+    """The never-stopped run's epoch-0 directory resumed under fsdp on 2 processes (another learning rate given),
+    saving one file (``save_distributed_checkpoint=False``) after each epoch it trains."""
+    root = tmp_path_factory.mktemp("sgd-resumed")
+    callback = accelkit.callbacks.ModelCheckpoint(dirpath=root / "ckpt", save_top_k=-1)
+    model = MLP(optimizer="sgd", lr=0.5)  # were the saved param groups not loaded, this rate would train on
+    run = trainer(root, strategy=sgd_strategy(False), epochs=3, callbacks=[callback])
+    run.fit(model, ckpt_path=sgd_never_stopped["folder"] / "epoch=0-step=4.ckpt")
+    return {"model": model, "run": run, "folder": root / "ckpt"}
+
+
 @pytest.mark.parametrize("sharded", [True, False], ids=["sharded-directory", "one-file"])
-def test_plain_sgd_whose_optimizer_keeps_no_state_resumes_under_fsdp(tmp_path, sharded):
+def test_plain_sgd_whose_optimizer_keeps_no_state_resumes_under_fsdp(tmp_path, sharded, sgd_never_stopped,
+                                                                     request):
     """SGD without momentum keeps no per-parameter state, so its checkpoint's optimizer state holds no tensor:
     loading it used to fail in torch's ``set_optimizer_state_dict`` (``assert device is not None``, its path for a
     whole state finds no tensor to shard). It resumes now, from a sharded directory or one file: the resumed run,
     given another learning rate, takes the saved one (the param groups are loaded) and ends with the weights of the
-    run never stopped (2 processes both times)."""
-    from accelkit_fsdp import FSDPStrategy
+    run never stopped (2 processes every time).
 
-    callback = accelkit.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1)
-    reference = MLP(optimizer="sgd", lr=0.01)
-    trainer(tmp_path / "whole", strategy=FSDPStrategy(save_distributed_checkpoint=sharded),
-            callbacks=[callback]).fit(reference)
-    assert (tmp_path / "ckpt" / "epoch=0-step=4.ckpt").is_dir() == sharded
-    model = MLP(optimizer="sgd", lr=0.5)  # were the saved param groups not loaded, this rate would train on
-    run = trainer(tmp_path / "resumed", strategy=FSDPStrategy(save_distributed_checkpoint=sharded),
-                  enable_checkpointing=False)
-    run.fit(model, ckpt_path=tmp_path / "ckpt" / "epoch=0-step=4.ckpt")
-    assert run.global_step == 8
-    assert_same_weights(model.state_dict(), reference.state_dict())
+    One chain of runs serves both formats: the never-stopped run writes the sharded directories; the run resumed
+    from its epoch-0 directory (the sharded case) writes one file per epoch (``save_distributed_checkpoint=False``),
+    and the one-file case resumes from its epoch-1 file."""
+    resumed = request.getfixturevalue("sgd_resumed_from_a_directory")
+    if sharded:
+        assert (sgd_never_stopped["folder"] / "epoch=0-step=4.ckpt").is_dir()
+        model, run = resumed["model"], resumed["run"]
+    else:
+        one_file = resumed["folder"] / "epoch=1-step=8.ckpt"
+        assert one_file.is_file()
+        model = MLP(optimizer="sgd", lr=0.5)  # were the saved param groups not loaded, this rate would train on
+        run = trainer(tmp_path, strategy=sgd_strategy(False), epochs=3, enable_checkpointing=False)
+        run.fit(model, ckpt_path=one_file)
+    assert run.global_step == 12
+    assert_same_weights(model.state_dict(), sgd_never_stopped["weights"])
