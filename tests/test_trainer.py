@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -421,12 +422,29 @@ class EmptyOnRankOne(RegressionModule):
         return DataLoader(data, batch_size=8)
 
 
-@pytest.mark.slow
-def test_an_empty_loader_on_one_rank_is_refused_unless_allowed(tmp_path):
-    trainer = quiet_trainer(tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", num_sanity_val_steps=0)
-    with pytest.raises(accelkit.WorkerError, match="val loader 0 is empty on rank 1 of 2.*"
-                                                    "allow_zero_length_dataloader_with_multiple_devices"):
+def run_empty_loader_scenario(root: str) -> None:
+    """Run in a process of its own by the test below (forked from the prewarmed interpreter, which ran nothing on a
+    GPU: its ``ddp_fork`` workers are forks of it; the claim is the refusal on rank 1, not the start method, and
+    ``ddp_fork`` reports a worker's error as ``ddp_spawn`` does, without two fresh interpreters importing torch).
+    Writes the error's type and message to ``error.txt``."""
+    trainer = quiet_trainer(root, max_epochs=1, devices=2, strategy="ddp_fork", num_sanity_val_steps=0)
+    try:
         trainer.fit(EmptyOnRankOne(allow=False))
+    except Exception as exc:  # noqa: BLE001 - the test reads the type and the message
+        Path(root, "error.txt").write_text(f"{type(exc).__module__}.{type(exc).__qualname__}\n{exc}")
+
+
+@pytest.mark.slow
+def test_an_empty_loader_on_one_rank_is_refused_unless_allowed(tmp_path, prewarmed):
+    from helpers.guards import child_env
+
+    code = f"import test_trainer as t; t.run_empty_loader_scenario({str(tmp_path)!r})"
+    proc = prewarmed.run(["-c", code], cwd=tmp_path, env=child_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    kind, message = (tmp_path / "error.txt").read_text().split("\n", 1)
+    assert kind == f"{accelkit.WorkerError.__module__}.{accelkit.WorkerError.__qualname__}", message
+    assert re.search("val loader 0 is empty on rank 1 of 2.*allow_zero_length_dataloader_with_multiple_devices",
+                     message), message
 
 
 class KeepsNormFrozen(RegressionModule):
