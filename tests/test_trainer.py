@@ -810,11 +810,19 @@ def test_verbose_evaluation_prints_lightnings_rows_and_full_values(tmp_path, cap
 
 
 @pytest.fixture(scope="module")
-def lightning_states(tmp_path_factory) -> dict[str, list[Any]]:
-    """What ``helpers.trainer_states`` recorded under Lightning's Trainer, for every scenario."""
-    from helpers.fixtures import lightning_records
+def lightning_runs(tmp_path_factory) -> dict[str, dict[str, list[Any]]]:
+    """What each side-by-side helper of this module recorded under Lightning's Trainer, for every scenario: all in
+    one process (one import of Lightning and torch_xla for the three)."""
+    from helpers.fixtures import lightning_records_of
 
-    return lightning_records(tmp_path_factory.mktemp("lightning_states"), "trainer_states")
+    return lightning_records_of(tmp_path_factory.mktemp("lightning"),
+                                ["trainer_states", "trainer_counts", "spawn_caller_reads"])
+
+
+@pytest.fixture
+def lightning_states(lightning_runs) -> dict[str, list[Any]]:
+    """What ``helpers.trainer_states`` recorded under Lightning's Trainer, for every scenario."""
+    return lightning_runs["trainer_states"]
 
 
 @pytest.mark.slow
@@ -834,12 +842,10 @@ def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_st
     assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]
 
 
-@pytest.fixture(scope="module")
-def lightning_counts(tmp_path_factory) -> dict[str, list[Any]]:
+@pytest.fixture
+def lightning_counts(lightning_runs) -> dict[str, list[Any]]:
     """What ``helpers.trainer_counts`` recorded under Lightning's Trainer, for every scenario."""
-    from helpers.fixtures import lightning_records
-
-    return lightning_records(tmp_path_factory.mktemp("lightning_counts"), "trainer_counts")
+    return lightning_runs["trainer_counts"]
 
 
 @pytest.mark.slow
@@ -866,12 +872,10 @@ def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning
     assert ours == lightning_counts
 
 
-@pytest.fixture(scope="module")
-def lightning_spawn_caller_reads(tmp_path_factory) -> dict[str, list[Any]]:
+@pytest.fixture
+def lightning_spawn_caller_reads(lightning_runs) -> dict[str, list[Any]]:
     """What ``helpers.spawn_caller_reads`` recorded under Lightning's Trainer, for every scenario."""
-    from helpers.fixtures import lightning_records
-
-    return lightning_records(tmp_path_factory.mktemp("lightning_spawn_caller"), "spawn_caller_reads")
+    return lightning_runs["spawn_caller_reads"]
 
 
 @pytest.mark.slow
