@@ -557,11 +557,14 @@ class RankScripted(Scripted):
 
 
 def run_ddp_scenario(root: str) -> None:
-    """Run in a fresh interpreter by the test below (the spawned workers import this module by name)."""
+    """Run in a process of its own by the test below (forked from the prewarmed interpreter, which ran nothing on a
+    GPU: its ``ddp_fork`` workers are forks of it). The claim is the ranks' agreement and the callback states handed
+    back to the caller, not the start method: ``ddp_fork`` pickles the run and hands the results back as
+    ``ddp_spawn`` does, without two fresh interpreters importing torch (about 6 CPU-s)."""
     stopper = EarlyStopping(monitor="val_loss", patience=1)
     checkpoint = ModelCheckpoint(dirpath=Path(root) / "ckpt", monitor="val_loss", save_top_k=-1,
                                  filename="{epoch}-{val_loss:.2f}")
-    trainer = make_trainer(Path(root), devices=2, strategy="ddp_spawn", max_epochs=6,
+    trainer = make_trainer(Path(root), devices=2, strategy="ddp_fork", max_epochs=6,
                            callbacks=[stopper, checkpoint])
     trainer.fit(RankScripted(val_losses=[0.0] * 6))
     Path(root, "result.json").write_text(json.dumps({
@@ -577,7 +580,7 @@ def test_ranks_agree_on_stopping_and_file_names(tmp_path, prewarmed):
     # rank 1 stops improving at epoch 1 (patience 1): every rank stops there, none waits for the others
     outcome = json.loads((tmp_path / "result.json").read_text())
     assert outcome["current_epoch"] == 2
-    # the workers' callback states come back to the caller's callbacks (as after Lightning's ddp_spawn)
+    # the workers' callback states come back to the caller's callbacks (as after Lightning's ddp_spawn/ddp_fork)
     assert outcome["stopped_epoch"] == 1
     assert outcome["best_model_path"] == str(tmp_path / "ckpt" / "epoch=1-val_loss=0.40.ckpt")
     assert outcome["best_model_score"] == pytest.approx(0.4)

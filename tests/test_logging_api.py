@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.loggers import CSVLogger  # noqa: E402
-from helpers.fixtures import lightning_records  # noqa: E402
+from helpers.fixtures import lightning_records_of  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import PredictsInputs, RegressionModule, quiet_trainer, regression_data  # noqa: E402
 
@@ -579,7 +579,7 @@ def test_evaluation_without_model_before_any_fit_is_an_error(tmp_path):
         trainer.validate()
 
 
-# ---------------------------------------------------------------------------------------------- ddp_spawn
+# ------------------------------------------------------------------------------------------- two ranks
 class Distributed(Net):
     """On 2 ranks: a rank-0-only metric, a synced and an unsynced rank-dependent metric, all_gather, and the
     rank_zero_only decorator. Each rank writes what it saw to ``root``."""
@@ -615,8 +615,11 @@ def write_on_rank_zero(root: str, rank: int) -> None:
 
 
 def run_distributed_scenario(root: str) -> None:
-    """Run in a fresh interpreter by the test below (the spawned workers import this module by name)."""
-    trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1, logger=False,
+    """Run in a process of its own by the test below (forked from the prewarmed interpreter, which ran nothing on a
+    GPU: its ``ddp_fork`` workers are forks of it). The claim is the logging and the collectives on two ranks, not the
+    start method: ``ddp_fork`` pickles the run and hands the results back as ``ddp_spawn`` does, without two fresh
+    interpreters importing torch (about 6 CPU-s)."""
+    trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                default_root_dir=root)
     trainer.fit(Distributed(root), loader(32))
@@ -624,9 +627,9 @@ def run_distributed_scenario(root: str) -> None:
 
 
 @pytest.mark.slow
-def test_logging_and_collectives_on_ddp_spawn(tmp_path, prewarmed):
+def test_logging_and_collectives_on_two_ranks(tmp_path, prewarmed):
     code = f"import test_logging_api as t; t.run_distributed_scenario({str(tmp_path)!r})"
-    # the scenario's caller forked from the prewarmed interpreter; its two workers spawned (fresh interpreters)
+    # the scenario's caller forked from the prewarmed interpreter; its two workers forked from the caller
     proc = prewarmed.run(["-c", code], cwd=tmp_path, env=child_env(), timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
@@ -782,9 +785,20 @@ def test_a_callback_reads_the_steps_own_value_at_its_end(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def lightning_reads(tmp_path_factory) -> dict[str, list[Any]]:
+def lightning_runs(tmp_path_factory) -> dict[str, Any]:
+    """What each side-by-side helper of this module recorded under Lightning's Trainer, for every scenario: all in
+    one process (one import of Lightning and torch_xla for all of them); ``logger_steps`` where TensorBoard is
+    installed (it reads TensorBoard's event files)."""
+    helpers = ["metric_reads", "metric_hooks", "evaluation_results", "log_refusals"]
+    if importlib.util.find_spec("tensorboard") is not None:
+        helpers.append("logger_steps")
+    return lightning_records_of(tmp_path_factory.mktemp("lightning"), helpers)
+
+
+@pytest.fixture
+def lightning_reads(lightning_runs) -> dict[str, list[Any]]:
     """What the reading callback of ``helpers.metric_reads`` saw under Lightning's Trainer, for every scenario."""
-    return lightning_records(tmp_path_factory.mktemp("lightning_reads"), "metric_reads")
+    return lightning_runs["metric_reads"]
 
 
 @pytest.mark.slow
@@ -818,12 +832,12 @@ def test_the_three_metric_dicts_read_from_every_hook_as_in_lightning(tmp_path, l
     assert differences(ours, lightning_reads[scenario]) == []
 
 
-@pytest.fixture(scope="module")
-def lightning_logger_steps(tmp_path_factory) -> dict[str, Any]:
+@pytest.fixture
+def lightning_logger_steps(lightning_runs) -> dict[str, Any]:
     """The steps at which Lightning's CSV and TensorBoard loggers got each name, for every scenario of
-    ``helpers.logger_steps`` (one process)."""
+    ``helpers.logger_steps``."""
     pytest.importorskip("tensorboard", reason="reads TensorBoard's event files")
-    return lightning_records(tmp_path_factory.mktemp("lightning_logger_steps"), "logger_steps")
+    return lightning_runs["logger_steps"]
 
 
 @pytest.mark.slow
@@ -1029,10 +1043,10 @@ def test_a_name_logged_twice_in_one_hook_with_other_arguments_is_refused_as_in_l
         assert trainer.global_step == 3
 
 
-@pytest.fixture(scope="module")
-def lightning_hook_pairs(tmp_path_factory) -> dict[str, list[Any]]:
+@pytest.fixture
+def lightning_hook_pairs(lightning_runs) -> dict[str, list[Any]]:
     """What the reading callback of ``helpers.metric_hooks`` saw under Lightning's Trainer, for every scenario."""
-    return lightning_records(tmp_path_factory.mktemp("lightning_hook_pairs"), "metric_hooks")
+    return lightning_runs["metric_hooks"]
 
 
 @pytest.mark.slow
@@ -1054,7 +1068,7 @@ def test_a_name_logged_from_two_hooks_reads_as_in_lightning(tmp_path, lightning_
 
 
 @pytest.mark.slow
-def test_evaluation_results_and_epoch_end_values_of_several_loaders_as_in_lightning(tmp_path):
+def test_evaluation_results_and_epoch_end_values_of_several_loaders_as_in_lightning(tmp_path, lightning_runs):
     """What ``validate``/``test`` return (and ``predict``) after a fit, with one and two loaders, and the metric
     dicts' names after each (``helpers.evaluation_results``), as Lightning's Trainer. Before, a value logged in
     ``on_test_epoch_end`` (or ``on_validation_epoch_end``) with two loaders was named for the first loader
@@ -1063,7 +1077,7 @@ def test_evaluation_results_and_epoch_end_values_of_several_loaders_as_in_lightn
     ``on_validation_epoch_start``, by the Module or a Callback); and the dicts after ``predict`` are Lightning's."""
     from helpers.evaluation_results import record
 
-    theirs = lightning_records(tmp_path / "lightning", "evaluation_results")
+    theirs = lightning_runs["evaluation_results"]
     assert record("accelkit", str(tmp_path / "accelkit"), "after_fit") == theirs["after_fit"]
 
 
@@ -1225,10 +1239,10 @@ def test_an_epochs_first_log_takes_the_decisions_of_the_epoch_before():
     assert float(first.total) == 12.0  # the epoch before's entry is left as it was
 
 
-@pytest.fixture(scope="module")
-def lightning_log_refusals(tmp_path_factory) -> dict[str, Any]:
+@pytest.fixture
+def lightning_log_refusals(lightning_runs) -> dict[str, Any]:
     """What each scenario of ``helpers.log_refusals`` did under Lightning's Trainer."""
-    return lightning_records(tmp_path_factory.mktemp("lightning_log_refusals"), "log_refusals")
+    return lightning_runs["log_refusals"]
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 """Manual optimization (issue 8, item 5), as Lightning documents it: ``automatic_optimization = False``,
 ``self.optimizers()``, ``self.lr_schedulers()``, ``self.manual_backward()`` (through the precision, with the
 backward hooks), ``toggle_optimizer``/``untoggle_optimizer``, ``self.clip_gradients()``, ``global_step`` counting
-``opt.step()`` calls, and a GAN-style two-optimizer step on ``ddp_spawn``.
+``opt.step()`` calls, and a GAN-style two-optimizer step on two ``ddp_fork`` ranks.
 
 Every test is a real fit on the CPU with tiny data; each would fail on the old behaviour (the Trainer ignored
 ``automatic_optimization`` and back-propagated the returned loss itself).
@@ -396,7 +396,7 @@ def test_accumulate_grad_batches_with_manual_optimization_is_a_clear_error(tmp_p
         trainer.fit(Manual(), loader())
 
 
-# ---------------------------------------------------------------------------------------------- GAN on ddp_spawn
+# ------------------------------------------------------------------------------------------ GAN on two ranks
 class TinyGAN(accelkit.Module):
     """Lightning's GAN recipe at toy size: a generator and a discriminator, two optimizers, toggling, and
     ``manual_backward`` for each. Each rank sees a different shard of the data, so only gradients averaged
@@ -468,14 +468,17 @@ class ManualBatchNorm(ManualOnShards):
 
 
 def run_ddp_scenario(root: str, kind: str) -> None:
-    """Run in a fresh interpreter by the tests below (the spawned workers import this module by name).
+    """Run in a process of its own by the tests below (forked from the prewarmed interpreter, which ran nothing on a
+    GPU: its ``ddp_fork`` workers are forks of it). The claims are DDP's gradient and buffer synchronization under
+    manual optimization, not the start method: ``ddp_fork`` pickles the run, wraps the module in each worker and hands
+    the results back as ``ddp_spawn`` does, without two fresh interpreters importing torch (about 6 CPU-s).
 
     ``kind="gan"``: the GAN with toggling, whose backward passes leave the other network's parameters without
     gradients, so DDP needs ``find_unused_parameters=True`` (in Lightning too). ``kind="batchnorm"``: one optimizer,
-    every parameter used, on plain ``ddp_spawn``, with a batch-norm layer whose statistics each rank records.
+    every parameter used, on plain ``ddp_fork``, with a batch-norm layer whose statistics each rank records.
     """
     model = TinyGAN() if kind == "gan" else ManualBatchNorm()
-    strategy = "ddp_spawn_find_unused_parameters_true" if kind == "gan" else "ddp_spawn"
+    strategy = "ddp_fork_find_unused_parameters_true" if kind == "gan" else "ddp_fork"
     initial = {k: v.detach().clone() for k, v in model.named_parameters()}  # the weights, not the statistics
     trainer = accelkit.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_epochs=2, logger=False,
                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -486,8 +489,8 @@ def run_ddp_scenario(root: str, kind: str) -> None:
                                                      "metrics": sorted(trainer.callback_metrics)}))
 
 
-def spawn_scenario(root: Path, kind: str, prewarmed: Prewarmed) -> dict[str, Any]:
-    """The scenario's caller forked from the prewarmed interpreter; its two workers spawned (fresh interpreters)."""
+def ddp_scenario(root: Path, kind: str, prewarmed: Prewarmed) -> dict[str, Any]:
+    """The scenario's caller forked from the prewarmed interpreter; its two workers forked from the caller."""
     code = f"import test_manual_optimization as t; t.run_ddp_scenario({str(root)!r}, {kind!r})"
     result = prewarmed.run(["-c", code], cwd=root, env=child_env(), timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -505,27 +508,27 @@ def assert_ranks_identical(root: Path, steps: int, keys: Any = None) -> None:
 
 
 @pytest.fixture(scope="module")
-def manual_on_ddp_spawn(tmp_path_factory, prewarmed) -> tuple[Path, dict[str, Any]]:
-    """One manual-optimization fit on plain ``ddp_spawn`` (two ranks, 4 batches x 2 epochs, a batch-norm layer),
+def manual_on_ddp(tmp_path_factory, prewarmed) -> tuple[Path, dict[str, Any]]:
+    """One manual-optimization fit on plain ``ddp_fork`` (two ranks, 4 batches x 2 epochs, a batch-norm layer),
     read by the two tests below: its folder (each rank's weights and batch-norm statistics) and its outcome."""
-    root = tmp_path_factory.mktemp("manual_ddp_spawn")
-    return root, spawn_scenario(root, "batchnorm", prewarmed)
+    root = tmp_path_factory.mktemp("manual_ddp")
+    return root, ddp_scenario(root, "batchnorm", prewarmed)
 
 
 @pytest.mark.slow
-def test_manual_step_on_ddp_spawn_ranks_identical(manual_on_ddp_spawn):
+def test_manual_step_on_ddp_ranks_identical(manual_on_ddp):
     """manual_backward inside training_step (which DDP's forward runs) still all-reduces the gradients, and the
     next batch's forward works (Lightning prepares DDP's reducer for each manual backward): every parameter (the
     linear layer's and the batch-norm layer's) ends equal on both ranks, although each rank trains on its own shard.
     (The batch-norm statistics, buffers, are the next test's: the last step's forward updates each rank's own.)"""
-    root, outcome = manual_on_ddp_spawn
+    root, outcome = manual_on_ddp
     assert outcome["global_step"] == 8 and outcome["moved"]
     assert_ranks_identical(root, 8, keys=[name for name, _ in ManualBatchNorm().named_parameters()])
 
 
 @pytest.mark.slow
-def test_gan_two_optimizers_on_ddp_spawn_ranks_identical(tmp_path, prewarmed):
-    outcome = spawn_scenario(tmp_path, "gan", prewarmed)
+def test_gan_two_optimizers_on_ddp_ranks_identical(tmp_path, prewarmed):
+    outcome = ddp_scenario(tmp_path, "gan", prewarmed)
     # 32 samples / 2 ranks / batch 4 = 4 batches per epoch, 2 epochs, 2 opt.step() per batch
     assert outcome["global_step"] == 16
     assert outcome["moved"]
@@ -534,11 +537,11 @@ def test_gan_two_optimizers_on_ddp_spawn_ranks_identical(tmp_path, prewarmed):
 
 
 @pytest.mark.slow
-def test_manual_ddp_broadcasts_buffers_before_each_step(manual_on_ddp_spawn):
+def test_manual_ddp_broadcasts_buffers_before_each_step(manual_on_ddp):
     """The manual step does not run inside DDP's forward, so the strategy broadcasts rank 0's buffers before it,
     as DDP's forward does (broadcast_buffers=True): every step starts with equal batch-norm statistics on both
     ranks, although each rank normalises its own shard."""
-    root, _ = manual_on_ddp_spawn
+    root, _ = manual_on_ddp
     means = [torch.load(root / f"means{r}.pt", weights_only=True) for r in range(2)]
     assert means[0].shape[0] == 8  # 4 batches x 2 epochs
     assert not torch.equal(means[0][1], means[0][0])  # the statistics move

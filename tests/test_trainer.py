@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -421,12 +422,29 @@ class EmptyOnRankOne(RegressionModule):
         return DataLoader(data, batch_size=8)
 
 
-@pytest.mark.slow
-def test_an_empty_loader_on_one_rank_is_refused_unless_allowed(tmp_path):
-    trainer = quiet_trainer(tmp_path, max_epochs=1, devices=2, strategy="ddp_spawn", num_sanity_val_steps=0)
-    with pytest.raises(accelkit.WorkerError, match="val loader 0 is empty on rank 1 of 2.*"
-                                                    "allow_zero_length_dataloader_with_multiple_devices"):
+def run_empty_loader_scenario(root: str) -> None:
+    """Run in a process of its own by the test below (forked from the prewarmed interpreter, which ran nothing on a
+    GPU: its ``ddp_fork`` workers are forks of it; the claim is the refusal on rank 1, not the start method, and
+    ``ddp_fork`` reports a worker's error as ``ddp_spawn`` does, without two fresh interpreters importing torch).
+    Writes the error's type and message to ``error.txt``."""
+    trainer = quiet_trainer(root, max_epochs=1, devices=2, strategy="ddp_fork", num_sanity_val_steps=0)
+    try:
         trainer.fit(EmptyOnRankOne(allow=False))
+    except Exception as exc:  # noqa: BLE001 - the test reads the type and the message
+        Path(root, "error.txt").write_text(f"{type(exc).__module__}.{type(exc).__qualname__}\n{exc}")
+
+
+@pytest.mark.slow
+def test_an_empty_loader_on_one_rank_is_refused_unless_allowed(tmp_path, prewarmed):
+    from helpers.guards import child_env
+
+    code = f"import test_trainer as t; t.run_empty_loader_scenario({str(tmp_path)!r})"
+    proc = prewarmed.run(["-c", code], cwd=tmp_path, env=child_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    kind, message = (tmp_path / "error.txt").read_text().split("\n", 1)
+    assert kind == f"{accelkit.WorkerError.__module__}.{accelkit.WorkerError.__qualname__}", message
+    assert re.search("val loader 0 is empty on rank 1 of 2.*allow_zero_length_dataloader_with_multiple_devices",
+                     message), message
 
 
 class KeepsNormFrozen(RegressionModule):
@@ -792,11 +810,19 @@ def test_verbose_evaluation_prints_lightnings_rows_and_full_values(tmp_path, cap
 
 
 @pytest.fixture(scope="module")
-def lightning_states(tmp_path_factory) -> dict[str, list[Any]]:
-    """What ``helpers.trainer_states`` recorded under Lightning's Trainer, for every scenario."""
-    from helpers.fixtures import lightning_records
+def lightning_runs(tmp_path_factory) -> dict[str, dict[str, list[Any]]]:
+    """What each side-by-side helper of this module recorded under Lightning's Trainer, for every scenario: all in
+    one process (one import of Lightning and torch_xla for the three)."""
+    from helpers.fixtures import lightning_records_of
 
-    return lightning_records(tmp_path_factory.mktemp("lightning_states"), "trainer_states")
+    return lightning_records_of(tmp_path_factory.mktemp("lightning"),
+                                ["trainer_states", "trainer_counts", "spawn_caller_reads"])
+
+
+@pytest.fixture
+def lightning_states(lightning_runs) -> dict[str, list[Any]]:
+    """What ``helpers.trainer_states`` recorded under Lightning's Trainer, for every scenario."""
+    return lightning_runs["trainer_states"]
 
 
 @pytest.mark.slow
@@ -816,12 +842,10 @@ def test_the_stage_and_trainer_state_read_as_in_lightning(tmp_path, lightning_st
     assert record("accelkit", str(tmp_path), scenario) == lightning_states[scenario]
 
 
-@pytest.fixture(scope="module")
-def lightning_counts(tmp_path_factory) -> dict[str, list[Any]]:
+@pytest.fixture
+def lightning_counts(lightning_runs) -> dict[str, list[Any]]:
     """What ``helpers.trainer_counts`` recorded under Lightning's Trainer, for every scenario."""
-    from helpers.fixtures import lightning_records
-
-    return lightning_records(tmp_path_factory.mktemp("lightning_counts"), "trainer_counts")
+    return lightning_runs["trainer_counts"]
 
 
 @pytest.mark.slow
@@ -848,12 +872,10 @@ def test_counters_batch_counts_and_metrics_after_evaluation_read_as_in_lightning
     assert ours == lightning_counts
 
 
-@pytest.fixture(scope="module")
-def lightning_spawn_caller_reads(tmp_path_factory) -> dict[str, list[Any]]:
+@pytest.fixture
+def lightning_spawn_caller_reads(lightning_runs) -> dict[str, list[Any]]:
     """What ``helpers.spawn_caller_reads`` recorded under Lightning's Trainer, for every scenario."""
-    from helpers.fixtures import lightning_records
-
-    return lightning_records(tmp_path_factory.mktemp("lightning_spawn_caller"), "spawn_caller_reads")
+    return lightning_runs["spawn_caller_reads"]
 
 
 @pytest.mark.slow

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import accelkit  # noqa: E402
 from accelkit.errors import ConfigurationError  # noqa: E402
-from helpers.fixtures import lightning_records  # noqa: E402
+from helpers.fixtures import lightning_records_of  # noqa: E402
 from helpers.guards import child_env  # noqa: E402
 from helpers.models import RegressionModule, WeightDump, quiet_trainer, regression_data  # noqa: E402
 from helpers.prewarmed import Prewarmed  # noqa: E402
@@ -377,9 +377,17 @@ def test_min_steps_defers_an_early_stop(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def lightning_stop_runs(tmp_path_factory) -> dict[str, list[list[Any]]]:
-    """The batches Lightning's Trainer runs in every scenario of ``helpers.stop_runs`` (one process)."""
-    return lightning_records(tmp_path_factory.mktemp("lightning_stop_runs"), "stop_runs")
+def lightning_runs(tmp_path_factory) -> dict[str, Any]:
+    """What each side-by-side helper of this module recorded under Lightning's Trainer, for every scenario: all in
+    one process (one import of Lightning and torch_xla for the three)."""
+    return lightning_records_of(tmp_path_factory.mktemp("lightning"),
+                                ["stop_runs", "epoch_limit_warnings", "log_interval_warnings"])
+
+
+@pytest.fixture
+def lightning_stop_runs(lightning_runs) -> dict[str, list[list[Any]]]:
+    """The batches Lightning's Trainer runs in every scenario of ``helpers.stop_runs``."""
+    return lightning_runs["stop_runs"]
 
 
 @pytest.mark.slow
@@ -397,10 +405,10 @@ def test_a_requested_stop_validates_first_and_waits_for_the_minimums_as_in_light
     assert record("accelkit", str(tmp_path), scenario) == lightning_stop_runs[scenario]
 
 
-@pytest.fixture(scope="module")
-def lightning_epoch_limit_warnings(tmp_path_factory) -> dict[str, dict[str, Any]]:
+@pytest.fixture
+def lightning_epoch_limit_warnings(lightning_runs) -> dict[str, dict[str, Any]]:
     """What Lightning's Trainer warns about the epoch limit in every scenario of ``helpers.epoch_limit_warnings``."""
-    return lightning_records(tmp_path_factory.mktemp("lightning_epoch_limits"), "epoch_limit_warnings")
+    return lightning_runs["epoch_limit_warnings"]
 
 
 @pytest.mark.slow
@@ -420,10 +428,10 @@ def test_a_fit_bounded_by_nothing_warns_of_its_1000_epochs_as_in_lightning(tmp_p
     assert all(where == "epoch_limit_warnings.py" for *_, where in ours["warnings"])
 
 
-@pytest.fixture(scope="module")
-def lightning_log_interval_warnings(tmp_path_factory) -> dict[str, list[list[Any]]]:
+@pytest.fixture
+def lightning_log_interval_warnings(lightning_runs) -> dict[str, list[list[Any]]]:
     """What Lightning's Trainer warns about a short epoch in every scenario of ``helpers.log_interval_warnings``."""
-    return lightning_records(tmp_path_factory.mktemp("lightning_log_interval"), "log_interval_warnings")
+    return lightning_runs["log_interval_warnings"]
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +82,7 @@ def make_distribution() -> Callable[..., Path]:
 
 
 def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | None = None,
-                python_flags: tuple[str, ...] = (), prewarmed: Prewarmed | None = None) -> Any:
+                python_flags: tuple[str, ...] = (), prewarmed: Prewarmed | None = None, timeout: float = 120) -> Any:
     """Run ``code`` in a fresh interpreter of this environment (forked from ``prewarmed`` if given) and return the
     JSON it printed last."""
     full_env = {k: v for k, v in os.environ.items()
@@ -94,10 +94,10 @@ def _run_python(code: str, path: list[Path] | tuple = (), env: dict[str, str] | 
         if python_flags:
             raise ValueError(f"python_flags={python_flags!r} need a fresh interpreter: use run_python, not "
                              "forked_python")
-        proc = prewarmed.run(["-c", textwrap.dedent(code)], cwd=os.getcwd(), env=full_env, timeout=120)
+        proc = prewarmed.run(["-c", textwrap.dedent(code)], cwd=os.getcwd(), env=full_env, timeout=timeout)
     else:
         proc = subprocess.run([sys.executable, *python_flags, "-c", textwrap.dedent(code)], env=full_env,
-                              capture_output=True, text=True, timeout=120)
+                              capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -109,14 +109,32 @@ def lightning_records(root: Path, helper: str) -> Any:
     torch_xla), forked from the prewarmed interpreter (``helpers.prewarmed.shared``), on the CPU: the process sees no
     GPU, because on a GPU machine Lightning's first fit initializes CUDA (``isolate_rng`` saves its random state) and
     a later ``ddp_fork`` could not use it. Skips where Lightning is not installed."""
+    return _lightning_records({helper: root})[helper]
+
+
+def lightning_records_of(root: Path, helpers: Sequence[str]) -> dict[str, Any]:
+    """``{helper: lightning_records(root/helper, helper)}``, all in one process: one import of Lightning (and of
+    torch_xla, by its Trainer) for the several side-by-side comparisons of a test module, instead of one each."""
+    return _lightning_records({helper: root / helper for helper in helpers})
+
+
+def _lightning_records(roots: dict[str, Path]) -> dict[str, Any]:
     pytest.importorskip("lightning.pytorch", reason="compares with Lightning's Trainer")
+    folders = {helper: str(root) for helper, root in roots.items()}
     return _run_python(f"""
-        import json, logging, warnings
+        import importlib, json, logging, warnings
         warnings.simplefilter("ignore")
         logging.disable(logging.WARNING)
-        from helpers.{helper} import SCENARIOS, record
-        print(json.dumps({{name: record("lightning", {str(root)!r} + "/" + name, name) for name in SCENARIOS}}))
-        """, path=[Path(__file__).resolve().parents[1]], env={"CUDA_VISIBLE_DEVICES": ""}, prewarmed=shared())
+        records = []
+        for helper, root in {folders!r}.items():
+            module = importlib.import_module("helpers." + helper)
+            # written out once the helper's scenarios have run, as if in a process of its own: a record may still
+            # grow later (Lightning's Profiler.__del__ runs its teardown, a hook the records hold)
+            found = {{name: module.record("lightning", root + "/" + name, name) for name in module.SCENARIOS}}
+            records.append(json.dumps(helper) + ": " + json.dumps(found))
+        print("{{" + ", ".join(records) + "}}")
+        """, path=[Path(__file__).resolve().parents[1]], env={"CUDA_VISIBLE_DEVICES": ""}, prewarmed=shared(),
+                       timeout=120 * len(roots))
 
 
 @pytest.fixture(scope="session")
