@@ -382,7 +382,8 @@ def lightning_prewarmed(prewarmed: Prewarmed) -> Prewarmed:
     imports = ["lightning", "lightning.pytorch"]
     if importlib.util.find_spec("torch_xla") is not None:
         imports.append("torch_xla")
-    return shared(imports, _side_by_side_env())
+    # one per process: the key leaves out what pytest changes per test (PYTEST_CURRENT_TEST)
+    return shared(imports, {k: v for k, v in _side_by_side_env().items() if not k.startswith("PYTEST_")})
 
 
 def side_by_side(name: str, tmp_path: Path, prewarmed: Prewarmed, lightning_prewarmed: Prewarmed, *options: str,
