@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers.prewarmed import Prewarmed
+from helpers.prewarmed import Prewarmed, shared
 
 CONFORMANCE = Path(__file__).resolve().parent / "conformance"
 SCRIPTS = sorted(p.stem for p in CONFORMANCE.glob("*.py") if not p.name.startswith("_"))
@@ -202,6 +202,11 @@ SIDE_RELATIVE, SIDE_ABSOLUTE = 1e-6, 1e-9
 NUMBERS = re.compile(r"^CONFORMANCE NUMBERS (.*)$", re.MULTILINE)
 
 
+def _side_by_side_env() -> dict[str, str]:
+    """Both sides' environment: the process sees no GPU (Lightning's first fit would initialize CUDA otherwise)."""
+    return _env(CUDA_VISIBLE_DEVICES="")
+
+
 def lightning_source(source: str) -> str:
     """``source`` with every accelkit import marked ``# was: <statement>`` replaced by that statement."""
     lines: list[str] = []
@@ -366,18 +371,35 @@ def compare_runs(name: str, ours: dict[str, Any], lightning: dict[str, Any], str
     assert not differences, f"{name}: accelkit's run differs from Lightning's:\n" + "\n".join(differences[:20])
 
 
-def side_by_side(name: str, tmp_path: Path, prewarmed: Prewarmed, *options: str, strategy: str = "auto") -> None:
-    """Run the port ``name`` with ``options`` on Lightning (its imports switched back) and on accelkit, and compare."""
+@pytest.fixture
+def lightning_prewarmed(prewarmed: Prewarmed) -> Prewarmed:
+    """A :class:`Prewarmed` interpreter that has also imported what every Lightning program here imports:
+    ``lightning.pytorch`` (about 2 CPU-s a program) and, where it is installed, ``torch_xla``, which Lightning's
+    ``Trainer()`` imports to count TPUs (about 2 CPU-s more; the import reads the environment, so the interpreter
+    starts with the runs' own), for the Lightning side of the comparisons only: accelkit's side runs forked from
+    ``prewarmed``, where neither was imported. One per test process (``helpers.prewarmed.shared``), ended with
+    ``prewarmed`` (not a fixture of a wider scope here, which would keep this module's tests on one xdist worker)."""
+    imports = ["lightning", "lightning.pytorch"]
+    if importlib.util.find_spec("torch_xla") is not None:
+        imports.append("torch_xla")
+    # one per process: the key leaves out what pytest changes per test (PYTEST_CURRENT_TEST)
+    return shared(imports, {k: v for k, v in _side_by_side_env().items() if not k.startswith("PYTEST_")})
+
+
+def side_by_side(name: str, tmp_path: Path, prewarmed: Prewarmed, lightning_prewarmed: Prewarmed, *options: str,
+                 strategy: str = "auto") -> None:
+    """Run the port ``name`` with ``options`` on Lightning (its imports switched back; forked from
+    ``lightning_prewarmed``) and on accelkit (forked from ``prewarmed``), and compare."""
     copy = tmp_path / "lightning_scripts"
     copy.mkdir()
     shutil.copy(CONFORMANCE / "_cli.py", copy)
     (copy / f"{name}.py").write_text(lightning_source((CONFORMANCE / f"{name}.py").read_text()))
     records = {}
-    for framework, folder in (("lightning", copy), ("accelkit", CONFORMANCE)):
+    for framework, folder, forking in (("lightning", copy, lightning_prewarmed), ("accelkit", CONFORMANCE, prewarmed)):
         root = tmp_path / framework
         root.mkdir()
-        stdout = _run(name, root, "--accelerator", "cpu", "--strategy", strategy, *options, prewarmed=prewarmed,
-                      folder=folder, env=_env(CUDA_VISIBLE_DEVICES=""), timeout=600)
+        stdout = _run(name, root, "--accelerator", "cpu", "--strategy", strategy, *options, prewarmed=forking,
+                      folder=folder, env=_side_by_side_env(), timeout=600)
         records[framework] = run_record(root, stdout)
     compare_runs(name, records["accelkit"], records["lightning"], strategy)
 
@@ -389,10 +411,11 @@ needs_lightning = pytest.mark.skipif(importlib.util.find_spec("lightning") is No
 @pytest.mark.slow
 @needs_lightning
 @pytest.mark.parametrize("name", SIDE_BY_SIDE)
-def test_side_by_side_with_lightning(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
+def test_side_by_side_with_lightning(name: str, tmp_path: Path, prewarmed: Prewarmed,
+                                     lightning_prewarmed: Prewarmed) -> None:
     """The script passes its own checks on Lightning and on accelkit, and both runs report the same numbers, write
     the same files (checkpoint names, log folders) and log the same rows and scalars; one CPU process each."""
-    side_by_side(name, tmp_path, prewarmed, "--devices", "1")
+    side_by_side(name, tmp_path, prewarmed, lightning_prewarmed, "--devices", "1")
 
 
 #: The ports whose checks hold on two processes under Lightning 2.6.6's ddp_spawn, run so on both frameworks. The
@@ -410,6 +433,7 @@ SIDE_BY_SIDE_SPAWN = ["user_bolts_vae"]
 @pytest.mark.slow
 @needs_lightning
 @pytest.mark.parametrize("name", SIDE_BY_SIDE_SPAWN)
-def test_side_by_side_with_lightning_on_ddp_spawn(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
+def test_side_by_side_with_lightning_on_ddp_spawn(name: str, tmp_path: Path, prewarmed: Prewarmed,
+                                                  lightning_prewarmed: Prewarmed) -> None:
     """As :func:`test_side_by_side_with_lightning`, on two processes started by ``ddp_spawn``."""
-    side_by_side(name, tmp_path, prewarmed, "--devices", "2", strategy="ddp_spawn")
+    side_by_side(name, tmp_path, prewarmed, lightning_prewarmed, "--devices", "2", strategy="ddp_spawn")

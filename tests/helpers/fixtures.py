@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from helpers.prewarmed import Prewarmed, shared
+from helpers.prewarmed import Prewarmed, close_shared, shared
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -154,6 +154,5 @@ def forked_python(prewarmed: Prewarmed) -> Callable[..., Any]:
 @pytest.fixture(scope="session")
 def prewarmed() -> Iterator[Prewarmed]:
     """``prewarmed.run(argv, cwd=..., env=..., timeout=...)``: ``python *argv`` without the torch import's cost."""
-    interpreter = shared()
-    yield interpreter
-    interpreter.close()
+    yield shared()
+    close_shared()  # with those that also imported more (``shared(imports=...)``)

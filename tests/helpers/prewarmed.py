@@ -19,6 +19,12 @@ streams are unbuffered (``PYTHONUNBUFFERED=1``). A program whose subject is inte
 its compile machinery (or accelkit, which is imported afresh in every child: the interpreter imports only torch and
 ``torch._dynamo``), still needs a subprocess.
 
+``Prewarmed(imports=[...])`` imports more modules before it forks, for programs that all import them and whose subject
+is not that import (``tests/test_conformance.py`` runs the Lightning side of its side-by-side comparisons on one that
+has imported ``lightning.pytorch`` and ``torch_xla``: about 4 CPU-s a program). The environment variables those imports
+set are set in each child unless its environment sets them (as a fresh import that sets them only where unset does), and
+the run's ``PYTHONWARNINGS`` must be the interpreter's (its filters would otherwise come after the imports' own).
+
 The workers a forked program starts with ``ddp_spawn`` are fresh interpreters (about 3 CPU-s each importing torch),
 and stay so: a worker cannot be a fork of this interpreter without changing what the launcher checks. The launcher
 knows a worker by the pid of the process ``multiprocessing`` started with ``-c 'from multiprocessing.spawn import
@@ -63,17 +69,29 @@ IMPORT_TIME_PREFIXES = ("TORCHDYNAMO_", "TORCH_DYNAMO_", "TORCHINDUCTOR_", "INDU
 #: passes it on); the forked child gets the run's value in its environment before it compiles anything.
 READ_WHEN_COMPILING = ("TORCHINDUCTOR_CACHE_DIR",)
 
-#: The forking interpreter: it imports torch and ``torch._dynamo``, then forks a child per request line on stdin (JSON:
-#: argv, cwd, env, stdout, stderr) and answers ``pid <n>`` when the child starts and ``rc <n> <cpu>`` when it has ended
-#: (its exit status and the CPU seconds of the child and of what it reaped, which the test's process cannot see). The
-#: child falls out of the loop and runs the program in the interpreter's top level, so it exits as an interpreter does.
+#: Seconds the forking interpreter may take to import what it imports (torch alone takes 3-4 CPU-s; on a loaded
+#: machine, several times that in wall time).
+START_LIMIT = 600
+
+#: The forking interpreter: it imports torch and ``torch._dynamo`` (and any ``Prewarmed(imports=...)``), answers
+#: ``ready 0``, then forks a child per request line on stdin (JSON: argv, cwd, env, stdout, stderr) and answers
+#: ``pid <n>`` when the child starts and ``rc <n> <cpu>`` when it has ended (its exit status and the CPU seconds of
+#: the child and of what it reaped, which the test's process cannot see). The child falls out of the loop and runs
+#: the program in the interpreter's top level, so it exits as an interpreter does.
 SERVER = r"""
 import json, os, sys, types
 import torch  # the import every child saves
 import torch._dynamo  # and the one its first torch.optim.Optimizer makes
+import importlib
+
+environ = dict(os.environ)
+for name in sys.argv[1:]:  # Prewarmed(imports=...): imported once here, for every child
+    importlib.import_module(name)
+set_by_imports = {k: v for k, v in os.environ.items() if environ.get(k) != v}  # as a fresh import would set them
 
 requests = os.fdopen(os.dup(0), "r")
 answers = os.fdopen(os.dup(1), "w", buffering=1)
+answers.write("ready 0\n")  # its imports done
 base_path = sys.path[1:]  # after '' (the -c program's folder): the standard library and site-packages
 
 
@@ -104,6 +122,8 @@ for fd, stream in enumerate(streams):
     os.close(stream)
 os.environ.clear()
 os.environ.update(request["env"])
+for key, value in set_by_imports.items():  # e.g. Lightning's PYTORCH_NVML_BASED_CUDA_CHECK, set unless already set
+    os.environ.setdefault(key, value)
 import signal  # Ctrl-C as a fresh interpreter started by the requester now takes it: ignored where the requester
 signal.signal(signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler)  # ignores
 import tempfile
@@ -145,7 +165,7 @@ exec(code, main.__dict__)
 
 
 _forked_cpu = 0.0
-_shared: Prewarmed | None = None
+_shared: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...] | None], Prewarmed] = {}
 
 
 def forked_cpu_seconds() -> float:
@@ -161,23 +181,30 @@ def _count_forked(seconds: float) -> None:
     _forked_cpu += seconds
 
 
-def shared() -> Prewarmed:
-    """This process's one :class:`Prewarmed`, made at the first call (its interpreter starts at its first run): the
-    ``prewarmed`` fixture's, and what a helper that is not a fixture uses (``helpers.fixtures.lightning_records``),
-    so that a test process starts one such interpreter, not one per user. Ended at the fixture's tear-down, or when
-    this process exits."""
-    global _shared
-    if _shared is None:
-        _shared = Prewarmed()
-        atexit.register(_shared.close)  # a process that never used the fixture (close is idempotent)
-    return _shared
+def shared(imports: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Prewarmed:
+    """This process's one :class:`Prewarmed` (with ``imports`` and ``env``, if given: one per pair), made at the first
+    call (its interpreter starts at its first run): the ``prewarmed`` fixture's, and what a helper that is not a
+    fixture uses (``helpers.fixtures.lightning_records``), so that a test process starts one such interpreter, not
+    one per user. Ended by :func:`close_shared` at the fixture's tear-down, or when this process exits."""
+    key = (tuple(imports), None if env is None else tuple(sorted(env.items())))
+    if key not in _shared:
+        _shared[key] = Prewarmed(env, imports)
+        atexit.register(_shared[key].close)  # a process that never used the fixture (close is idempotent)
+    return _shared[key]
+
+
+def close_shared() -> None:
+    """End every interpreter :func:`shared` made (a later call makes a new one)."""
+    for interpreter in _shared.values():
+        interpreter.close()
 
 
 class Prewarmed:
     """One interpreter that has imported torch, forked once per :meth:`run`; :meth:`close` ends it."""
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, env: Mapping[str, str] | None = None, imports: Sequence[str] = ()) -> None:
         self.env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONPATH"}
+        self.imports = list(imports)  # imported by the interpreter after torch, for programs that import them all
         self.env["PYTHONUNBUFFERED"] = "1"
         self.proc: subprocess.Popen[bytes] | None = None
         self.pending = b""
@@ -187,9 +214,13 @@ class Prewarmed:
     def _server(self) -> subprocess.Popen[bytes]:
         if self.proc is None or self.proc.poll() is not None:
             self._reaped()
-            self.proc = subprocess.Popen([sys.executable, "-c", SERVER], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-c", SERVER, *self.imports], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, env=self.env)
             self.pending = b""
+            if self._answer(self.proc, "ready", time.monotonic() + START_LIMIT) is None:
+                self.proc.kill()
+                raise RuntimeError(f"the prewarmed interpreter did not import {['torch', *self.imports]} within "
+                                   f"{START_LIMIT} s")
         return self.proc
 
     def _answer(self, proc: subprocess.Popen[bytes], kind: str, deadline: float) -> int | None:
@@ -227,6 +258,8 @@ class Prewarmed:
         differing = [k for k in IMPORT_TIME_VARIABLES if env.get(k) != self.env.get(k)]
         differing += sorted(k for k in {*env, *self.env} if k.startswith(IMPORT_TIME_PREFIXES) and
                             k not in READ_WHEN_COMPILING and env.get(k) != self.env.get(k))
+        if self.imports and env.get("PYTHONWARNINGS", "") != self.env.get("PYTHONWARNINGS", ""):
+            differing.append("PYTHONWARNINGS (its filters would come after those of the modules imported before)")
         if differing:
             raise ValueError(f"the run sets {', '.join(differing)} otherwise than the prewarmed interpreter, which "
                              "read them when it imported torch; run this program with subprocess instead")
