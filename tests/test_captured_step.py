@@ -420,19 +420,28 @@ def _captured_adamw_fit(tmp_path: Path, ckpt_path: Path | None = None, compile_s
             "graphs": torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before}
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_fit(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    """The uninterrupted captured AdamW fit both resume tests compare with (one fit: the same for both), and its
+    step-4 checkpoint, which the tests read and never change."""
+    folder = tmp_path_factory.mktemp("uninterrupted")
+    return _captured_adamw_fit(folder), next((folder / "saved").glob("*step=4.ckpt"))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("written_by", ["this_fit", "a_fit_whose_optimizer_was_capturable"])
-def test_a_resumed_captured_fit_equals_the_uninterrupted_one(tmp_path: Path, written_by: str) -> None:
+def test_a_resumed_captured_fit_equals_the_uninterrupted_one(
+        tmp_path: Path, uninterrupted_fit: tuple[dict[str, Any], Path], written_by: str) -> None:
     """A captured fit resumed from its step-4 checkpoint ends as the uninterrupted fit: the same weights, the same
     graphs compiled, and its optimizer as a fresh fit's compiled step makes it (``capturable`` and the step
     counters), whatever the checkpoint's optimizer said: one written where the compiled step made AdamW
     capturable (a GPU) says ``capturable=True``, which a fresh fit here does not get."""
-    uninterrupted = _captured_adamw_fit(tmp_path / "uninterrupted")
-    checkpoint = next((tmp_path / "uninterrupted" / "saved").glob("*step=4.ckpt"))
+    uninterrupted, checkpoint = uninterrupted_fit
     if written_by != "this_fit":
         saved = torch.load(checkpoint, weights_only=False)
         for group in saved["optimizer_states"][0]["param_groups"]:
             group["capturable"] = True
+        checkpoint = tmp_path / checkpoint.name  # a changed copy: the fixture's checkpoint stays as written
         torch.save(saved, checkpoint)
     resumed = _captured_adamw_fit(tmp_path / "resumed", checkpoint)
     assert resumed["graphs"] == uninterrupted["graphs"] >= 2
