@@ -53,7 +53,19 @@ nitpick_ignore_regex = [(r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
                         # the loops' internals, which signatures of documented classes may name (the run state's
                         # fields name them by their short names, imported for type checking only)
                         (r"py:.*", r"accelkit\.loops\..*"),
-                        (r"py:.*", r"(MetricStore|HookCaller|DataConnector|Publisher|Optimization|FitLoop)")]
+                        (r"py:.*", r"(MetricStore|HookCaller|DataConnector|Publisher|Optimization|FitLoop)"),
+                        # names the annotations use (issue 40's types), spelled as the checker imports them:
+                        # external ones (torch's, rich's, matplotlib's type aliases; a ParamSpec's parts) ...
+                        (r"py:.*", r"(~?_P(\.args|\.kwargs)?|Store|StateDict|STATE_DICT_TYPE|MAP_LOCATION|"
+                                   r"IterableDataset|numbers\..*|Summary|Figure|SubFigure|Axes|StyleType|"
+                                   r"ProgressColumn|LoadPlanner|LoadPlan|Future|Provides|_frozen_importlib\..*)"),
+                        # ... and accelkit's Protocols, TypedDicts and aliases that only annotate (no API of
+                        # their own: their source says what each holds)
+                        (r"py:.*", r"(accelkit\.[\w.]+\.)?(AutocastDevice|EnvironmentSource|SetsEpoch|"
+                                   r"RegistryOwner|StateLoader|PrintOptions|LogOptions|SilentExperiment|"
+                                   r"AgreementStore|EnvironmentDescription|Stepper|StepOutput|PluginReport|"
+                                   r"DoctorReport|Block|ReduceLROnPlateau|OptimizerLRSchedulerConfig|"
+                                   r"OptimizerConfig|LRScheduler|LRSchedulerConfigType)")]
 
 
 def _same_object_target(app, env, node, contnode):

@@ -210,7 +210,9 @@ def test_bench_fabric_ops_compares_operators_threads_and_ddp_options_with_the_ha
     assert hand.group(2) == ours.group(2) == "1", out  # one intra-op thread a process on both sides
     assert "accelkit-watchdog" in ours.group(3) and "accelkit-watchdog" not in hand.group(3), out
     # the same DistributedDataParallel options (accelkit wraps its step router, the hand loop the module)
-    assert (hand.group(4), ours.group(4)) == ("Sequential", "StepRouter") and hand.group(5) == ours.group(5), out
+    # (the router's class is StepRouter's direct-call form until a hook is registered)
+    assert hand.group(4) == "Sequential" and ours.group(4).endswith("StepRouter"), out
+    assert hand.group(5) == ours.group(5), out
     # the same operators per step: nothing accelkit adds runs every step (at most once an epoch)
     differences = re.search(r"-- ops, accelkit minus hand loop, calls per step: (.*)\n", out)
     assert differences, out

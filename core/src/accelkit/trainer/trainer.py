@@ -307,9 +307,9 @@ class Trainer(TrainerProperties):
                                warned_unknown_hooks=self.warned_unknown_hooks, run=self.run_state.snapshot())
 
     def restore(self, snapshot: TrainerSnapshot) -> None:
-        """Put back what :meth:`snapshot` remembered: the settings object (whatever :meth:`replace_settings` made
-        since), the callback and logger lists, the requested checkpoint, and the run state's progress, stage,
-        metrics and objects."""
+        """Put back what :meth:`snapshot` remembered: the settings object (whatever
+        :meth:`~accelkit.trainer.settings.SettingsProperties.replace_settings` made since), the callback and logger
+        lists, the requested checkpoint, and the run state's progress, stage, metrics and objects."""
         self._settings = snapshot.settings
         self.callbacks, self.loggers = snapshot.callbacks, snapshot.loggers
         self.requested_ckpt_path = snapshot.requested_ckpt_path
