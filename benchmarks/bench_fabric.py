@@ -197,11 +197,10 @@ class InstructionCounter:
             sys.settrace(None)
 
 
-def counted_epochs(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any) -> dict[str, Any]:
-    """Four epochs: a warm-up, one plain (the peak memory is read after it), one under ``torch.profiler`` (the
-    collectives), one under :class:`InstructionCounter`; per-step figures of the counted ones."""
-    from torch.profiler import ProfilerActivity, profile
-
+def epoch_runner(loader: Any, step: Callable[[Any, Any], None],
+                 set_epoch: Any) -> tuple[Callable[[int], None], list[int]]:
+    """``epoch(index)``, one epoch of ``step`` over ``loader`` (the sampler's epoch set first), and the one-element
+    list counting the steps it ran (the caller resets it between the epochs it measures)."""
     steps = [0]
 
     def epoch(index: int) -> None:
@@ -210,6 +209,16 @@ def counted_epochs(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any
         for x, y in loader:
             step(x, y)
             steps[0] += 1
+
+    return epoch, steps
+
+
+def counted_epochs(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any) -> dict[str, Any]:
+    """Four epochs: a warm-up, one plain (the peak memory is read after it), one under ``torch.profiler`` (the
+    collectives), one under :class:`InstructionCounter`; per-step figures of the counted ones."""
+    from torch.profiler import ProfilerActivity, profile
+
+    epoch, steps = epoch_runner(loader, step, set_epoch)
 
     epoch(0)
     epoch(1)
@@ -296,22 +305,13 @@ def ops_epochs(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any, ep
     """A warm-up epoch, ``epochs - 1`` plain ones (the CPU time of the training thread and of the process's other
     threads, by name; the threads alive, the torch thread settings, the DDP wrappers' options), then one under
     ``torch.profiler``: every operator's calls per step (``key_averages()`` counts, not times)."""
+    import gc
     import threading
 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    steps = [0]
-
-    def epoch(index: int) -> None:
-        if set_epoch is not None:
-            set_epoch(index)
-        for x, y in loader:
-            step(x, y)
-            steps[0] += 1
-
-    import gc
-
+    epoch, steps = epoch_runner(loader, step, set_epoch)
     epoch(0)
     steps[0] = 0
     collections_before = [generation["collections"] for generation in gc.get_stats()]
