@@ -291,3 +291,61 @@ def test_a_distributed_run_notes_one_phase_per_step_and_none_around_backward(sto
     assert notes == [(step, step % 4, "training_step") for step in range(6)], notes
     assert calls["mark_step"] == len(notes), calls
     assert calls["mark"] == 0, calls
+
+
+LATE_STORE = Path(__file__).parent / "helpers" / "late_store.py"
+
+
+@pytest.fixture
+def late_store():
+    """A store kept by a process of its own that the test can stop and resume: (port, that process)."""
+    server = subprocess.Popen([sys.executable, str(LATE_STORE), "server"], stdout=subprocess.PIPE, text=True,
+                              env=child_env())
+    try:
+        yield int(server.stdout.readline()), server
+    finally:
+        server.kill()
+        server.wait(timeout=60)
+        server.stdout.close()
+
+
+def test_stopping_the_watchdog_waits_for_a_store_call_given_up_on(late_store):
+    """A store that answers late (its process stopped, resumed 2 s later): the diagnosis's read is given up on after
+    STORE_TIMEOUT_S while its call still runs; stop() waits for that call (up to SETTLE_S), so none is left to return
+    while the interpreter shuts down - which aborts a Python 3.11 process ("terminate called without an active
+    exception"): a finished elastic worker died that way and its job restarted."""
+    import threading
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from helpers.late_store import calls_running
+
+    port, server = late_store
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+    dog = watchdog.start(client, 0, 2, timeout_s=60)
+    os.kill(server.pid, signal.SIGSTOP)
+    resume = threading.Timer(watchdog.STORE_TIMEOUT_S + 2.0, os.kill, (server.pid, signal.SIGCONT))
+    try:
+        with pytest.raises(watchdog.StoreNotAnswering, match="did not answer within 5 s"):
+            dog.notes()
+        assert calls_running() == 1  # given up on, still under way
+        resume.start()
+    finally:
+        watchdog.stop()
+        resume.cancel()
+        os.kill(server.pid, signal.SIGCONT)
+    assert calls_running() == 0
+
+
+def test_a_process_that_exits_without_stopping_the_watchdog_still_waits_for_its_store_calls(late_store):
+    port, server = late_store
+    try:
+        done = subprocess.run([sys.executable, str(LATE_STORE), "exit", str(port), str(server.pid)],
+                              capture_output=True, text=True, env=child_env(), timeout=120)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["calls running after the read was given up on: 1",
+                                        "calls running at exit: 0"], (done.stdout, done.stderr)
+    assert "terminate called" not in done.stderr

@@ -14,11 +14,15 @@ or a lost peer), the same diagnosis is attached to the error.
 
 Every store call of the watchdog is bounded (:data:`STORE_TIMEOUT_S`): the store lives in one process (rank 0's,
 or the launcher's), and a call to a process that is stopped or frozen would otherwise never return. A diagnosis
-that cannot be read in time says so instead.
+that cannot be read in time says so instead. A call given up on still runs in its thread; the end of the run
+(:func:`stop`, also run at interpreter exit) waits up to :data:`SETTLE_S` for it, because a store call returning
+while the interpreter shuts down aborts the process on Python 3.11 ("terminate called without an active
+exception"), turning a finished run into a failed one.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -41,6 +45,8 @@ _T = TypeVar("_T")
 WAITING_PREFIXES = ("backward", "barrier", "reduce", "all_gather", "broadcast", "setup")
 #: seconds a store call of the watchdog may take before it is given up (the store's process does not answer)
 STORE_TIMEOUT_S = 5.0
+#: seconds the end of a run waits for a store call of the watchdog that was given up on but still runs
+SETTLE_S = 10.0
 #: seconds between two reports of a rank; a rank whose last report is older than ``SILENT_AFTER_S`` has
 #: stopped reporting (its process is stopped, frozen or gone: a live process's thread reports on time)
 REPORT_EVERY_S = 1.0
@@ -150,6 +156,14 @@ class BoundedStore:
             raise box["error"]
         return box["value"]  # (there: run() ended without an error)
 
+    def settle(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a call given up on that still runs; whether none runs now."""
+        with self._lock:
+            pending = self._pending
+        if pending is not None:
+            pending.join(timeout_s)
+        return pending is None or not pending.is_alive()
+
 
 def _set(store: Store, key: str, text: str) -> None:
     store.set(key, text)
@@ -190,6 +204,10 @@ class Watchdog:
         """Stop the thread (at teardown)."""
         self._stop.set()
         self._thread.join(timeout=STORE_TIMEOUT_S + 2)  # every store call of the thread ends within its timeout
+        if not self.store.settle(SETTLE_S):
+            print(f"accelkit watchdog (rank {self.rank}): a call to the run's store given up on has not returned "
+                  f"after {SETTLE_S:.0f} s more: the store's process does not answer. If it answers while this "
+                  "process exits, Python may abort the process.", file=sys.stderr, flush=True)
 
     def _key(self, rank: int) -> str:
         return f"accelkit/watchdog/{rank}"
@@ -340,6 +358,8 @@ def start(store: Store | None, rank: int, world_size: int, timeout_s: float,
     global _active
     if store is None or world_size <= 1:
         return None
+    atexit.unregister(stop)  # registered once: a run that ends without its teardown still settles its store calls
+    atexit.register(stop)
     _active = Watchdog(store, rank, world_size, timeout_s, warn_after_s=min(120.0, max(10.0, timeout_s / 10)),
                        store_owner=store_owner).start()
     return _active

@@ -1,0 +1,54 @@
+"""A run's store that answers late, for the watchdog's end-of-run tests: ``python late_store.py server`` keeps a
+``TCPStore`` and prints its port (the test SIGSTOPs and SIGCONTs this process); ``python late_store.py exit PORT
+PID`` starts a watchdog against it, stops the store's process ``PID``, lets a read of the watchdog be given up on,
+resumes the store 2 s later from a daemon timer and exits without stopping the watchdog. At its very end (an
+``atexit`` function registered before the watchdog's) it prints how many store calls of the watchdog still run."""
+
+import atexit
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import timedelta
+
+import torch.distributed as dist
+
+#: the name of the thread a store call of the watchdog runs in
+CALL_THREAD = "accelkit-watchdog-store"
+
+
+def calls_running() -> int:
+    """How many store calls of the watchdog still run in this process."""
+    return sum(t.name == CALL_THREAD and t.is_alive() for t in threading.enumerate())
+
+
+def serve() -> None:
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    print(store.port, flush=True)
+    time.sleep(600)
+
+
+def exit_with_a_call_given_up_on(port: int, pid: int) -> None:
+    from accelkit.strategies.launchers import watchdog
+
+    atexit.register(lambda: print(f"calls running at exit: {calls_running()}", flush=True))
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+    dog = watchdog.start(client, 0, 2, timeout_s=60)
+    assert dog is not None
+    os.kill(pid, signal.SIGSTOP)
+    with contextlib.suppress(watchdog.StoreNotAnswering):
+        dog.notes()
+        print("the stopped store answered", flush=True)
+    print(f"calls running after the read was given up on: {calls_running()}", flush=True)
+    resume = threading.Timer(2.0, os.kill, (pid, signal.SIGCONT))
+    resume.daemon = True  # the interpreter's exit does not wait for it
+    resume.start()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "server":
+        serve()
+    else:
+        exit_with_a_call_given_up_on(int(sys.argv[2]), int(sys.argv[3]))
