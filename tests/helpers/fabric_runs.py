@@ -191,13 +191,16 @@ def one_device(fabric: Fabric, out: str) -> None:
     with open(out, "w") as f:
         json.dump({"device": str(fabric.device), "weight": model.weight.detach().cpu().tolist()}, f)
 
+#: the collective timeout of ``ddp-short-timeout``
+SHORT_TIMEOUT_S = 15
+
 
 def main() -> None:
     scenario, strategy, devices, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    if strategy == "ddp-short-timeout":  # the watchdog speaks after max(10 s, a tenth of the timeout)
-        from accelkit.strategies import DDPStrategy
+    if strategy == "ddp-short-timeout":  # the watchdog speaks after max(10 s, a tenth of the timeout): 5 s before
+        from accelkit.strategies import DDPStrategy  # the collective fails (its reading of the store included)
 
-        strategy = DDPStrategy(timeout_s=30)
+        strategy = DDPStrategy(timeout_s=SHORT_TIMEOUT_S)
     accelerator = os.environ.get("FABRIC_RUNS_ACCELERATOR", "cpu")
     fabric = Fabric(accelerator=accelerator, devices=devices, strategy=strategy)
     if scenario == "spawn":
@@ -243,7 +246,7 @@ def run_scenario(fabric: Fabric, scenario: str, out: str) -> None:
         if fabric.global_rank == 0:
             fabric.save(out, {"step": 1})
         else:
-            time.sleep(40)
+            time.sleep(SHORT_TIMEOUT_S + 5)  # working (not in a collective) until rank 0's barrier has failed
     elif scenario == "sleep":
         with open(f"{out}.{fabric.global_rank}", "w") as f:
             f.write(str(os.getpid()))
