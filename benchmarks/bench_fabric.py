@@ -32,7 +32,7 @@ thread and of the others per step (by thread name); the intra-op and inter-op th
 ``DistributedDataParallel`` wrapper.
 
     .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192]
-                                                [--only one|ddp|counts|ops]
+                                                [--only one|ddp|counts|ops] [--sides accelkit,lightning,accelerate]
 """
 
 from __future__ import annotations
@@ -529,6 +529,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
     parser.add_argument("--samples", type=int, default=8192)
     parser.add_argument("--only", choices=("one", "ddp", "counts", "ops"), default=None)
+    parser.add_argument("--sides", default=",".join(SIDES[1:]),
+                        help="the frameworks compared with the hand loop, comma-separated (default: all of "
+                             f"{', '.join(SIDES[1:])} that are installed)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one measurement may take")
     parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
@@ -542,8 +545,15 @@ def main() -> None:
         return
     if args.only in ("counts", "ops") and importlib.util.find_spec("accelkit") is None:
         parser.error(f"--only {args.only} compares accelkit's Fabric with the hand loop: accelkit is not installed")
+    asked = [side.strip() for side in args.sides.split(",") if side.strip()]
+    unknown = [side for side in asked if side not in SIDES[1:]]
+    if unknown or not asked:
+        parser.error(f"--sides {args.sides!r}: {', '.join(unknown) or 'nothing'} is not a side; give some of "
+                     f"{', '.join(SIDES[1:])}, comma-separated")
+    if args.only in ("counts", "ops") and "accelkit" not in asked:
+        parser.error(f"--only {args.only} compares accelkit's Fabric with the hand loop: --sides must name accelkit")
     sides = ["hand loop"]
-    for side in SIDES[1:]:
+    for side in (side for side in SIDES[1:] if side in asked):
         if importlib.util.find_spec(NEEDS[side]) is None:
             print(f"{side}: not installed ({NEEDS[side]}), its side is skipped")
         else:

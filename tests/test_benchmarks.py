@@ -171,7 +171,9 @@ def test_bench_fabric_prints_each_side_s_ratio_to_the_hand_loop_on_one_and_two_p
 
 @pytest.mark.slow
 def test_bench_fabric_counts_instructions_and_collectives_per_step_against_the_hand_loop(prewarmed):
-    done = run_benchmark(prewarmed, "bench_fabric.py", "--only", "counts", "--samples", "512", timeout=900)
+    # accelkit against the hand loop (the other frameworks' loops are run, and their ratios printed, by the test above)
+    done = run_benchmark(prewarmed, "bench_fabric.py", "--only", "counts", "--samples", "512", "--sides", "accelkit",
+                         timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     for title, collectives in (("one process", "0.00"), ("2 processes, DDP over gloo", "1.00")):
@@ -192,7 +194,7 @@ def test_bench_fabric_counts_instructions_and_collectives_per_step_against_the_h
 def test_bench_fabric_ops_compares_operators_threads_and_ddp_options_with_the_hand_loop(prewarmed):
     # 1024 samples: 8 steps an epoch on each of the two processes, so an operator run once an epoch counts 0.125
     done = run_benchmark(prewarmed, "bench_fabric.py", "--only", "ops", "--epochs", "2", "--samples", "1024",
-                         timeout=900)
+                         "--sides", "accelkit", timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "== operators and threads per step, rank 0, 2 processes, DDP over gloo:" in out, out
@@ -220,3 +222,12 @@ def test_bench_fabric_ops_compares_operators_threads_and_ddp_options_with_the_ha
         for name, delta in re.findall(r"(\S[^,]*?) ([+-]\d+\.\d+)(?:, |$)", differences.group(1)):
             assert abs(float(delta)) < 0.5, (name, delta, out)
     assert "-- C calls, accelkit minus hand loop, per step: " in out, out
+
+
+@pytest.mark.parametrize(("sides", "said"), [
+    ("accelkit,flax", "--sides 'accelkit,flax': flax is not a side; give some of accelkit, lightning, accelerate"),
+    ("lightning", "--only counts compares accelkit's Fabric with the hand loop: --sides must name accelkit")])
+def test_bench_fabric_refuses_sides_it_cannot_compare_naming_them(sides, said):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_fabric.py"), "--only", "counts", "--sides", sides],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
