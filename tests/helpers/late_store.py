@@ -1,7 +1,7 @@
 """A run's store that answers late, for the watchdog's end-of-run tests: ``python late_store.py server`` keeps a
 ``TCPStore`` and prints its port (the test SIGSTOPs and SIGCONTs this process); ``python late_store.py exit PORT
 PID`` starts a watchdog against it, stops the store's process ``PID``, lets a read of the watchdog be given up on,
-resumes the store 2 s later from a daemon timer and exits without stopping the watchdog. At its very end (an
+resumes the store 1 s later from a daemon timer and exits without stopping the watchdog. At its very end (an
 ``atexit`` function registered before the watchdog's) it prints how many store calls of the watchdog still run."""
 
 import atexit
@@ -42,7 +42,7 @@ def exit_with_a_call_given_up_on(port: int, pid: int) -> None:
         dog.notes()
         print("the stopped store answered", flush=True)
     print(f"calls running after the read was given up on: {calls_running()}", flush=True)
-    resume = threading.Timer(2.0, os.kill, (pid, signal.SIGCONT))
+    resume = threading.Timer(1.0, os.kill, (pid, signal.SIGCONT))
     resume.daemon = True  # the interpreter's exit does not wait for it
     resume.start()
 
