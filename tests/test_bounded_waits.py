@@ -310,10 +310,11 @@ def late_store():
 
 
 def test_stopping_the_watchdog_waits_for_a_store_call_given_up_on(late_store):
-    """A store that answers late (its process stopped, resumed 1 s after the read was given up on): the diagnosis's read is given up on after
-    STORE_TIMEOUT_S while its call still runs; stop() waits for that call (up to SETTLE_S), so none is left to return
-    while the interpreter shuts down - which aborts a Python 3.11 process ("terminate called without an active
-    exception"): a finished elastic worker died that way and its job restarted."""
+    """A store that answers late (its process stopped, resumed 1 s after the read was given up on): the
+    diagnosis's read is given up on after STORE_TIMEOUT_S while its call still runs; stop() waits for that call (up
+    to SETTLE_S), so none is left to return while the interpreter shuts down - which aborts a Python 3.11 process
+    ("terminate called without an active exception"): a finished elastic worker died that way and its job
+    restarted."""
     import threading
     from datetime import timedelta
 
