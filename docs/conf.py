@@ -63,7 +63,7 @@ nitpick_ignore_regex = [(r"py:.*", rf"({'|'.join(_EXTERNAL)})(\..*)?"),
                         # their own: their source says what each holds)
                         (r"py:.*", r"(accelkit\.[\w.]+\.)?(AutocastDevice|EnvironmentSource|SetsEpoch|"
                                    r"RegistryOwner|StateLoader|PrintOptions|LogOptions|SilentExperiment|"
-                                   r"AgreementStore|EnvironmentDescription|Stepper|StepOutput|PluginReport|"
+                                   r"AgreementStore|EnvironmentDescription|RankDescription|Stepper|StepOutput|PluginReport|"
                                    r"DoctorReport|Block|ReduceLROnPlateau|OptimizerLRSchedulerConfig|"
                                    r"OptimizerConfig|LRScheduler|LRSchedulerConfigType)")]
 

@@ -8,6 +8,7 @@ import sys
 from typing import TYPE_CHECKING, NotRequired, TypedDict, cast
 
 from accelkit.cli.plugins_command import manager_of, private_names_sentence, quiet_manager
+from accelkit.environments.base import RankDescription
 
 if TYPE_CHECKING:
     from accelkit.accelerator import Accelerator
@@ -67,9 +68,9 @@ class RegisteredEnvironment(TypedDict):
     set: dict[str, str]
 
 
-class ClusterReport(TypedDict):
-    """The detected cluster environment (``name`` ``None``: a plain process), why, and the ranks it gives (the keys
-    of :class:`~accelkit.environments.base.EnvironmentDescription`)."""
+class ClusterReport(RankDescription):
+    """The detected cluster environment (``name`` ``None``: a plain process), why, and the ranks it gives
+    (:class:`~accelkit.environments.base.RankDescription`)."""
 
     name: str | None
     reason: str
@@ -77,14 +78,6 @@ class ClusterReport(TypedDict):
     registered: list[RegisteredEnvironment]
     problems: list[str]
     stale: NotRequired[str | None]
-    world_size: NotRequired[int]
-    global_rank: NotRequired[int]
-    local_rank: NotRequired[int]
-    local_world_size: NotRequired[int]
-    num_nodes: NotRequired[int]
-    node_rank: NotRequired[int]
-    main_address: NotRequired[str]
-    main_port: NotRequired[int]
 
 
 class DoctorReport(TypedDict):

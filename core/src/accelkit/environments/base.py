@@ -7,7 +7,7 @@ import os
 import re
 import zlib
 from collections.abc import Mapping
-from typing import Any, ClassVar, NotRequired, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from accelkit.errors import ConfigurationError
 
@@ -15,20 +15,27 @@ from accelkit.errors import ConfigurationError
 DEFAULT_PORT = 29500
 
 
-class EnvironmentDescription(TypedDict):
-    """What :meth:`ClusterEnvironment.describe` returns: the ranks and the rendezvous only when there is no problem."""
+class RankDescription(TypedDict, total=False):
+    """The ranks and the rendezvous address of a process, as a cluster environment gives them (each key only where
+    the environment found no problem)."""
+
+    world_size: int
+    global_rank: int
+    local_rank: int
+    local_world_size: int
+    num_nodes: int
+    node_rank: int
+    main_address: str
+    main_port: int
+
+
+class EnvironmentDescription(RankDescription):
+    """What :meth:`ClusterEnvironment.describe` returns: the environment's name, why it applies, its problems, and
+    the ranks (:class:`RankDescription`) only when there is no problem."""
 
     name: str
     reason: str
     problems: list[str]
-    world_size: NotRequired[int]
-    global_rank: NotRequired[int]
-    local_rank: NotRequired[int]
-    local_world_size: NotRequired[int]
-    num_nodes: NotRequired[int]
-    node_rank: NotRequired[int]
-    main_address: NotRequired[str]
-    main_port: NotRequired[int]
 
 
 class ClusterEnvironment:
