@@ -3,6 +3,7 @@ machine), counted with ``benchmarks/bench_trainer.py``'s :class:`OpcodeCounter`.
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +23,13 @@ def opcode_counter() -> Any:
 
 
 def instructions(call: Callable[[], Any], within: str = "") -> int:
-    """The Python instructions ``call()`` runs in functions whose file path contains ``within`` (all: ``""``)."""
-    counter, previous = opcode_counter(), sys.gettrace()
+    """The Python instructions ``call()`` runs in functions whose file path contains ``within`` (all: ``""``).
+
+    The cyclic garbage collector is off during the call: a collection it happened to start there would run the
+    finalizers and weak-reference callbacks of objects other tests of the same worker left behind, counted as the
+    call's (one way a count can differ with the tests run before it in the same process)."""
+    counter, previous, collecting = opcode_counter(), sys.gettrace(), gc.isenabled()
+    gc.disable()
     counter.install()
     counter.counting = True
     try:
@@ -31,4 +37,6 @@ def instructions(call: Callable[[], Any], within: str = "") -> int:
     finally:
         counter.counting = False
         sys.settrace(previous)
+        if collecting:
+            gc.enable()
     return sum(n for code, n in counter.by_code.items() if within in code.co_filename)
