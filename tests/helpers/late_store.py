@@ -15,13 +15,12 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-#: the name of the thread a store call of the watchdog runs in
-CALL_THREAD = "accelkit-watchdog-store"
+from accelkit.strategies.launchers.watchdog import STORE_CALL_THREAD
 
 
 def calls_running() -> int:
     """How many store calls of the watchdog still run in this process."""
-    return sum(t.name == CALL_THREAD and t.is_alive() for t in threading.enumerate())
+    return sum(t.name == STORE_CALL_THREAD and t.is_alive() for t in threading.enumerate())
 
 
 def serve() -> None:

@@ -45,6 +45,8 @@ _T = TypeVar("_T")
 WAITING_PREFIXES = ("backward", "barrier", "reduce", "all_gather", "broadcast", "setup")
 #: seconds a store call of the watchdog may take before it is given up (the store's process does not answer)
 STORE_TIMEOUT_S = 5.0
+#: the name of the thread each store call of the watchdog runs in
+STORE_CALL_THREAD = "accelkit-watchdog-store"
 #: seconds the end of a run waits for a store call of the watchdog that was given up on but still runs
 SETTLE_S = 10.0
 #: seconds between two reports of a rank; a rank whose last report is older than ``SILENT_AFTER_S`` has
@@ -147,7 +149,7 @@ class BoundedStore:
         with self._lock:
             if self._pending is not None and self._pending.is_alive():
                 raise StoreNotAnswering("an earlier call to the store has not returned")
-            self._pending = thread = threading.Thread(target=run, name="accelkit-watchdog-store", daemon=True)
+            self._pending = thread = threading.Thread(target=run, name=STORE_CALL_THREAD, daemon=True)
             thread.start()
         thread.join(self.timeout_s)
         if thread.is_alive():
