@@ -423,12 +423,17 @@ def process_figures(model: Any) -> dict[str, Any]:
     Python ones by name; all of them, torch's and gloo's native threads included, from ``/proc``)."""
     import threading
 
+    from accelkit.strategies.launchers.watchdog import STORE_CALL_THREAD
+
     try:
         native = len(os.listdir("/proc/self/task"))
     except OSError:
         native = -1
     return {"ddp": {name: getattr(model, name, None) for name in DDP_SETTINGS},
-            "threads": sorted(t.name for t in threading.enumerate()), "native threads": native}
+            # a watchdog store call in flight runs in a thread of its own for at most STORE_TIMEOUT_S: part of the
+            # watchdog's once-a-second write, not a thread of the run (whether one is alive is the sample's timing)
+            "threads": sorted(t.name for t in threading.enumerate() if t.name != STORE_CALL_THREAD),
+            "native threads": native}
 
 
 def counts_result(counter: StepCounter, steps: int, model: Any) -> dict[str, Any]:
