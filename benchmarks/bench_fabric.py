@@ -31,8 +31,17 @@ alive during the epochs (Python's, and the native ones ``/proc/self/task`` adds)
 thread and of the others per step (by thread name); the intra-op and inter-op thread counts; the options of the
 ``DistributedDataParallel`` wrapper.
 
-    .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192]
-                                                [--only one|ddp|counts|ops] [--sides accelkit,lightning,accelerate]
+``--only paired``: accelkit's Fabric against the hand loop with the machine's drift taken out, on one process and on
+two. Each rank is one interpreter holding three loops over the same process group: accelkit's, the hand loop's, and
+the hand loop's again (the control: what the method reads between two identical loops). An epoch walks their
+loaders together, one step of each in turn, the order rotated from step to step, and times every step with the fetch
+of its batch. Printed, for accelkit and for the control against the hand loop: the ratio of the median step times and
+the median of the step-by-step ratios with its interquartile range, by wall and by CPU time. Separate interpreters
+(the rounds above) see different moments of a shared machine; adjacent steps in one process see the same.
+
+    .venv/bin/python benchmarks/bench_fabric.py [--rounds 5] [--epochs 4] [--samples 8192] [--paired-epochs 20]
+                                                [--only one|ddp|counts|ops|paired]
+                                                [--sides accelkit,lightning,accelerate]
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ from __future__ import annotations
 import argparse
 import collections
 import importlib.util
+import itertools
 import json
 import os
 import resource
@@ -70,17 +80,20 @@ def model_and_data(samples: int):
 def timed_epochs(loader, epochs: int, step, set_epoch=None) -> tuple[float, float]:
     """Run ``epochs`` epochs of ``step(x, y)``; the median per-step wall time and CPU time (this process's, its threads
     included) of the epochs after the first."""
-    wall, cpu = [], []
-    for epoch in range(epochs):
-        start, start_cpu, steps = time.perf_counter(), time.process_time(), 0
-        if set_epoch is not None:
-            set_epoch(epoch)
-        for x, y in loader:
-            step(x, y)
-            steps += 1
-        wall.append((time.perf_counter() - start) / steps)
-        cpu.append((time.process_time() - start_cpu) / steps)
-    return statistics.median(wall[1:]), statistics.median(cpu[1:])
+    figures = [timed_epoch(loader, step, set_epoch, epoch) for epoch in range(epochs)]
+    return statistics.median(wall for wall, _ in figures[1:]), statistics.median(cpu for _, cpu in figures[1:])
+
+
+def timed_epoch(loader: Any, step: Callable[[Any, Any], None], set_epoch: Any, epoch: int) -> tuple[float, float]:
+    """One epoch of ``step`` over ``loader`` (the sampler's epoch set first where ``set_epoch`` is given): its per-step
+    wall time and CPU time (this process's, its threads included)."""
+    start, start_cpu, steps = time.perf_counter(), time.process_time(), 0
+    if set_epoch is not None:
+        set_epoch(epoch)
+    for x, y in loader:
+        step(x, y)
+        steps += 1
+    return (time.perf_counter() - start) / steps, (time.process_time() - start_cpu) / steps
 
 
 def hand_loop(args: argparse.Namespace) -> tuple[int, tuple[float, float]]:
@@ -103,7 +116,8 @@ def build_hand_loop(args: argparse.Namespace) -> tuple[int, Any, Callable[[Any, 
     model, optimizer, data = model_and_data(args.samples)
     rank, sampler = 0, None
     if args.processes > 1:
-        dist.init_process_group("gloo")
+        if not dist.is_initialized():  # ``--only paired``: the Fabric built first has initialized it
+            dist.init_process_group("gloo")
         rank = dist.get_rank()
         model = torch.nn.parallel.DistributedDataParallel(model)
         sampler = DistributedSampler(data, shuffle=True)
@@ -369,10 +383,77 @@ def count_worker(args: argparse.Namespace) -> None:
         dist.destroy_process_group()
 
 
+def paired_worker(args: argparse.Namespace) -> None:
+    """``--only paired`` in one interpreter per rank: accelkit's Fabric loop, the hand loop and a second hand loop (the
+    control) built side by side over the same process group (the Fabric's). Each of ``--paired-epochs`` epochs walks
+    the three loaders together, one step of each in turn, the order rotated from step to step; every step is timed
+    with the fetch of its batch (an epoch's first step also with the loader's start and the sampler's epoch). Rank 0
+    prints ``RESULT {json}``: per side, the per-step wall and CPU times, in step order."""
+    from accelkit import Fabric
+
+    rank, fabric_loader, fabric_step, _ = build_fabric_loop(args, Fabric)
+    loops = {"accelkit": (fabric_loader, fabric_step, None)}
+    for side in ("hand loop", "hand loop again"):
+        _, loader, step, set_epoch = build_hand_loop(args)
+        loops[side] = (loader, step, set_epoch)
+    sides = list(loops)
+    times: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
+    for epoch in range(args.paired_epochs + 1):  # the first epoch warms up, untimed
+        iterators: dict[str, Any] = {}
+        for index in itertools.count():
+            order = sides[index % 3:] + sides[:index % 3]
+            ended = False
+            for side in order:
+                wall, cpu = time.perf_counter(), time.process_time()
+                if side not in iterators:
+                    loader, _, set_epoch = loops[side]
+                    if set_epoch is not None:
+                        set_epoch(epoch)
+                    iterators[side] = iter(loader)
+                batch = next(iterators[side], None)
+                if batch is None:
+                    ended = True
+                    continue
+                loops[side][1](*batch)
+                if epoch:
+                    times[side].append((time.perf_counter() - wall, time.process_time() - cpu))
+            if ended:
+                break
+    if rank == 0:
+        print("RESULT " + json.dumps(times), flush=True)
+
+
+def print_paired(args: argparse.Namespace, processes: int) -> dict[str, float]:
+    """Measure and print ``--only paired`` on ``processes`` processes. For accelkit and for the control (the second
+    hand loop), each against the hand loop: the ratio of the median step times and the median of the step-by-step
+    ratios with its interquartile range, by wall and by CPU time. Returns the wall-time ratios of the medians."""
+    title = "one process" if processes == 1 else f"{processes} processes, DDP over gloo"
+    print(f"\n== paired steps in one interpreter per rank, {title}: {args.paired_epochs} epochs", flush=True)
+    times = measure("paired", args, processes)
+    hand = times["hand loop"]
+    result = {}
+    for side in ("accelkit", "hand loop again"):
+        for index, clock in ((0, "wall"), (1, "CPU")):
+            ours, theirs = [t[index] for t in times[side]], [t[index] for t in hand]
+            ratios = [a / b for a, b in zip(ours, theirs, strict=True) if b > 0]
+            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            of_medians = statistics.median(ours) / statistics.median(theirs)
+            print(f"-- paired, {title}: {side} / hand loop by {clock} time x{of_medians:.4f} (median steps "
+                  f"{statistics.median(ours) * 1e6:.1f} / {statistics.median(theirs) * 1e6:.1f} us); step by step "
+                  f"x{statistics.median(ratios):.4f}, interquartile x{quartiles[0]:.4f}-x{quartiles[2]:.4f} over "
+                  f"{len(ratios)} steps", flush=True)
+            if index == 0:
+                result[side] = of_medians
+    return result
+
+
 def worker(args: argparse.Namespace) -> None:
     """One measurement of one side (in its own interpreter): rank 0 prints ``RESULT {json}``."""
     if args.count or args.ops:
         count_worker(args)
+        return
+    if args.worker == "paired":
+        paired_worker(args)
         return
     if args.worker == "hand loop":
         rank, seconds = hand_loop(args)
@@ -402,7 +483,9 @@ def measure(side: str, args: argparse.Namespace, processes: int, count: bool = F
     """Run one measurement of ``side`` on ``processes`` processes (its counts with ``count``, its operators and
     threads with ``ops``); its rank 0's result."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", side, "--processes", str(processes),
-               "--epochs", str(args.epochs), "--samples", str(args.samples)] + (["--count"] if count else []) + (
+               "--epochs", str(args.epochs), "--samples", str(args.samples), "--paired-epochs",
+               str(args.paired_epochs)
+               ] + (["--count"] if count else []) + (
                ["--ops"] if ops else [])
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", CUDA_VISIBLE_DEVICES="")
@@ -528,12 +611,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=4, help="epochs per run; the first is warm-up")
     parser.add_argument("--samples", type=int, default=8192)
-    parser.add_argument("--only", choices=("one", "ddp", "counts", "ops"), default=None)
+    parser.add_argument("--only", choices=("one", "ddp", "counts", "ops", "paired"), default=None)
+    parser.add_argument("--paired-epochs", type=int, default=20,
+                        help="--only paired: timed epochs, each walking the loops step by step in turn")
     parser.add_argument("--sides", default=",".join(SIDES[1:]),
                         help="the frameworks compared with the hand loop, comma-separated (default: all of "
                              f"{', '.join(SIDES[1:])} that are installed)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one measurement may take")
-    parser.add_argument("--worker", choices=SIDES, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=SIDES + ("paired",), help=argparse.SUPPRESS)
     parser.add_argument("--processes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--count", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--ops", action="store_true", help=argparse.SUPPRESS)
@@ -543,14 +628,16 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    if args.only in ("counts", "ops") and importlib.util.find_spec("accelkit") is None:
+    if args.paired_epochs < 1:
+        parser.error(f"--paired-epochs {args.paired_epochs}: give at least 1")
+    if args.only in ("counts", "ops", "paired") and importlib.util.find_spec("accelkit") is None:
         parser.error(f"--only {args.only} compares accelkit's Fabric with the hand loop: accelkit is not installed")
     asked = [side.strip() for side in args.sides.split(",") if side.strip()]
     unknown = [side for side in asked if side not in SIDES[1:]]
     if unknown or not asked:
         parser.error(f"--sides {args.sides!r}: {', '.join(unknown) or 'nothing'} is not a side; give some of "
                      f"{', '.join(SIDES[1:])}, comma-separated")
-    if args.only in ("counts", "ops") and "accelkit" not in asked:
+    if args.only in ("counts", "ops", "paired") and "accelkit" not in asked:
         parser.error(f"--only {args.only} compares accelkit's Fabric with the hand loop: --sides must name accelkit")
     sides = ["hand loop"]
     for side in (side for side in SIDES[1:] if side in asked):
@@ -560,6 +647,13 @@ def main() -> None:
             sides.append(side)
     if args.only == "ops":
         print_ops(args, sides)
+        return
+    if args.only == "paired":
+        if sides != ["hand loop", "accelkit"]:
+            print(f"--only paired compares accelkit's Fabric with the hand loop only: {', '.join(sides[2:])} "
+                  "not measured (their rounds: --only one or ddp)")
+        print_paired(args, 1)
+        print_paired(args, 2)
         return
     if args.only == "counts":
         print_counts(args, 1, sides)

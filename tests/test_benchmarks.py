@@ -224,6 +224,29 @@ def test_bench_fabric_ops_compares_operators_threads_and_ddp_options_with_the_ha
     assert "-- C calls, accelkit minus hand loop, per step: " in out, out
 
 
+@pytest.mark.slow
+def test_bench_fabric_paired_times_the_loops_step_by_step_in_the_same_processes_with_a_control(prewarmed):
+    done = run_benchmark(prewarmed, "bench_fabric.py", "--only", "paired", "--paired-epochs", "2", "--samples", "256",
+                         "--sides", "accelkit", timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    # 256 samples, batch 64: 4 steps an epoch on one process, 2 on each of two; 2 timed epochs
+    for title, steps in (("one process", 8), ("2 processes, DDP over gloo", 4)):
+        assert f"== paired steps in one interpreter per rank, {title}: 2 epochs" in out, out
+        for side in ("accelkit", "hand loop again"):  # the framework, and the control: the hand loop against itself
+            for clock in ("wall", "CPU"):
+                assert re.search(rf"-- paired, {title}: {side} / hand loop by {clock} time x\d\.\d+ \(median steps "
+                                 rf"\d+\.\d / \d+\.\d us\); step by step x\d\.\d+, interquartile x\d\.\d+-x\d\.\d+ "
+                                 rf"over {steps} steps", out), out
+    assert "not measured" not in out, out
+
+
+def test_bench_fabric_refuses_fewer_than_one_paired_epoch():
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_fabric.py"), "--only", "paired",
+                           "--paired-epochs", "0"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "--paired-epochs 0: give at least 1" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize(("sides", "said"), [
     ("accelkit,flax", "--sides 'accelkit,flax': flax is not a side; give some of accelkit, lightning, accelerate"),
     ("lightning", "--only counts compares accelkit's Fabric with the hand loop: --sides must name accelkit")])
