@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.scheduling import shares_setup, work_unit
+from helpers.scheduling import machine_cores, shares_setup, suite_workers, work_unit
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = REPO / "tests"
@@ -62,7 +62,7 @@ def test_the_suites_expensive_shared_runs_are_recognised():
     assert not shares_setup(REPO / "tests/test_sampler.py")
 
 
-@pytest.mark.slow  # starts pytest, with two workers
+@pytest.mark.slow  # starts pytest, with two workers and with one more than the cores
 def test_a_whole_run_uses_workers_a_run_of_named_files_one_process(tmp_path):
     write(tmp_path, "pytest.ini", "[pytest]\naddopts = -n auto -p no:cacheprovider\ntestpaths = .\n")
     write(tmp_path, "conftest.py", f'''
@@ -77,7 +77,8 @@ def test_a_whole_run_uses_workers_a_run_of_named_files_one_process(tmp_path):
         @pytest.fixture(scope="module")
         def built():
             with open(os.environ["BUILDS"], "a") as log:
-                log.write(os.environ.get("PYTEST_XDIST_WORKER", "one process") + "\\n")
+                log.write(os.environ.get("PYTEST_XDIST_WORKER", "one-process") + " "
+                          + os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") + "\\n")
 
         @pytest.mark.parametrize("i", range(6))
         def test_reads(built, i):
@@ -87,15 +88,18 @@ def test_a_whole_run_uses_workers_a_run_of_named_files_one_process(tmp_path):
                                      "    pass\n")
     builds = tmp_path / "builds.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    env.update(BUILDS=str(builds), PYTEST_XDIST_AUTO_NUM_WORKERS="2")
+    env.update(BUILDS=str(builds))
 
-    def run(*args: str) -> list[str]:
+    def run(*args: str, workers: str | None = None) -> list[str]:
         builds.unlink(missing_ok=True)
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=tmp_path, env=env,
+        run_env = dict(env, **({"PYTEST_XDIST_AUTO_NUM_WORKERS": workers} if workers else {}))
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", *args], cwd=tmp_path, env=run_env,
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         return builds.read_text().split()
 
-    whole = run()
-    assert len(whole) == 1 and whole[0].startswith("gw")  # on a worker, and built once for all six tests
-    assert run("test_shared.py") == ["one", "process"]
+    whole = run(workers="2")  # as pytest-xdist reads it
+    assert len(whole) == 2 and whole[0].startswith("gw") and whole[1] == "2"  # on a worker, built once for six tests
+    assert run("test_shared.py", workers="2") == ["one-process", "0"]
+    # unset: one worker more than the cores (a quarter of the suite's time waits with the CPU idle)
+    assert run()[1] == str(machine_cores() + 1) == str(suite_workers(machine_cores()))
