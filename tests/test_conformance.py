@@ -154,10 +154,17 @@ def _run(name: str, tmp_path: Path, *options: str, env: dict[str, str] | None = 
 NEEDS = {"optuna_pruning": ("optuna", "optuna_integration", "lightning")}
 
 
+def installed(name: str) -> bool:
+    """Whether the top-level package ``name`` can be imported. One already imported counts without a look-up:
+    ``optuna_integration`` replaces its module with a lazy one whose ``__spec__`` is ``None``, so ``find_spec`` raises
+    ``ValueError`` in a worker where an earlier test imported it."""
+    return sys.modules.get(name) is not None or importlib.util.find_spec(name) is not None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", CPU_SCRIPTS)
 def test_on_cpu(name: str, tmp_path: Path, prewarmed: Prewarmed) -> None:
-    missing = [lib for lib in NEEDS.get(name, ()) if importlib.util.find_spec(lib) is None]
+    missing = [lib for lib in NEEDS.get(name, ()) if not installed(lib)]
     if missing:
         pytest.skip(f"{name} needs {', '.join(missing)} (not installed)")
     _run(name, tmp_path, "--accelerator", "cpu", "--devices", "1", prewarmed=prewarmed)
