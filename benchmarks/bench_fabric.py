@@ -423,15 +423,14 @@ def paired_worker(args: argparse.Namespace) -> None:
         print("RESULT " + json.dumps(times), flush=True)
 
 
-def print_paired(args: argparse.Namespace, processes: int) -> dict[str, float]:
+def print_paired(args: argparse.Namespace, processes: int) -> None:
     """Measure and print ``--only paired`` on ``processes`` processes. For accelkit and for the control (the second
     hand loop), each against the hand loop: the ratio of the median step times and the median of the step-by-step
-    ratios with its interquartile range, by wall and by CPU time. Returns the wall-time ratios of the medians."""
+    ratios with its interquartile range, by wall and by CPU time."""
     title = "one process" if processes == 1 else f"{processes} processes, DDP over gloo"
     print(f"\n== paired steps in one interpreter per rank, {title}: {args.paired_epochs} epochs", flush=True)
     times = measure("paired", args, processes)
     hand = times["hand loop"]
-    result = {}
     for side in ("accelkit", "hand loop again"):
         for index, clock in ((0, "wall"), (1, "CPU")):
             ours, theirs = [t[index] for t in times[side]], [t[index] for t in hand]
@@ -442,9 +441,6 @@ def print_paired(args: argparse.Namespace, processes: int) -> dict[str, float]:
                   f"{statistics.median(ours) * 1e6:.1f} / {statistics.median(theirs) * 1e6:.1f} us); step by step "
                   f"x{statistics.median(ratios):.4f}, interquartile x{quartiles[0]:.4f}-x{quartiles[2]:.4f} over "
                   f"{len(ratios)} steps", flush=True)
-            if index == 0:
-                result[side] = of_medians
-    return result
 
 
 def worker(args: argparse.Namespace) -> None:
