@@ -323,7 +323,9 @@ def test_stopping_the_watchdog_waits_for_a_store_call_given_up_on(late_store):
     from helpers.late_store import calls_running
 
     port, server = late_store
-    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=5))
+    # the client's own time-out well past STORE_TIMEOUT_S (5 s): at an equal 5 s the C++ call could give up first
+    # and return, and the bounded call then never gave up (a fresh clone's fast tier failed so once)
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=60))
     dog = watchdog.start(client, 0, 2, timeout_s=60)
     os.kill(server.pid, signal.SIGSTOP)
     resume = threading.Timer(1.0, os.kill, (server.pid, signal.SIGCONT))
